@@ -1,0 +1,39 @@
+"""hipdnn_async: deep-learning primitive graphs on CPU and GPUs, awaited from asyncio or trio.
+
+    import hipdnn_async as hd
+    g = hd.Graph(io_data_type=hd.DataType.FLOAT)
+    x = g.tensor(dims=(8, 64, 56, 56), layout="NHWC", name="x")
+    ...
+    async with hd.Device("cpu") as dev:
+        plan = await dev.build(g)
+        await plan.execute({x: x_arr, w: w_arr, y: y_arr})
+
+The public contract is API.md (summarised in the README); everything here is re-exported
+from the modules' ``__all__``.
+"""
+__version__ = "0.1.0"
+
+from ._errors import (DECLINE_TYPES, DeviceError, ExecutionError, GraphError, HipdnnError,
+                      KnobError, NotSupportedError, VariantPackError)
+from ._types import ConvolutionMode, DataType, PointwiseMode
+from .graph import Graph, TensorAttributes, strides_for
+from .patterns import Pattern
+from ._knobs import Knob, KnobSetting
+from ._perfdb import PerfDb
+from .providers._base import Engine
+from .runtime import DeviceArray
+from ._device import Device, ExecutionPlan, devices, engines, stats
+from ._batcher import DynamicBatcher
+from . import _log
+
+_log.configure_from_env()
+
+__all__ = [
+    "__version__",
+    "HipdnnError", "GraphError", "NotSupportedError", "KnobError", "VariantPackError",
+    "ExecutionError", "DeviceError", "DECLINE_TYPES",
+    "DataType", "PointwiseMode", "ConvolutionMode",
+    "Graph", "TensorAttributes", "strides_for", "Pattern",
+    "Knob", "KnobSetting", "PerfDb", "Engine", "DeviceArray",
+    "Device", "ExecutionPlan", "devices", "engines", "stats", "DynamicBatcher",
+]

@@ -1,0 +1,386 @@
+"""Devices and execution plans: the public face over patterns, providers and queues."""
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections import defaultdict
+from typing import Any, Mapping
+
+import anyio
+import numpy as np
+
+from . import _knobs, _perfdb
+from ._errors import NotSupportedError, VariantPackError
+from ._types import as_data_type
+from .graph import Graph, TensorAttributes, strides_for
+from .patterns import match as match_pattern
+from .providers._base import Engine
+from .providers._registry import available_devices, parse_spec, provider_for
+from .queues import StreamPool
+from .runtime import DeviceArray
+
+__all__ = ["Device", "ExecutionPlan", "devices", "engines", "stats"]
+
+log = logging.getLogger("hipdnn_async")
+
+_counters_lock = threading.Lock()
+_counters = {"plans_built": 0, "plan_cache_hits": 0}
+
+
+def stats() -> dict:
+    """Process-wide counters: plans built, plan-cache hits, perf-db hits/misses/stores,
+    benchmarks run. Cheap; always on."""
+    with _counters_lock:
+        out = dict(_counters)
+    out.update(_perfdb.stats())
+    return out
+
+
+def _count(name: str, n: int = 1) -> None:
+    with _counters_lock:
+        _counters[name] += n
+
+
+def devices() -> list[str]:
+    """Device specs present on this machine, ``"cpu"`` first (e.g. ``["cpu", "cuda:0"]``)."""
+    return available_devices()
+
+
+def engines(graph: Graph, device) -> list[Engine]:
+    """Engines of ``device`` (a Device or a spec string) able to run ``graph``, best first.
+
+    Raises
+    ------
+    GraphError
+        The graph is invalid.
+    NotSupportedError
+        The graph matches none of the nine patterns, or no engine of the device takes it.
+    """
+    provider = device.provider if isinstance(device, Device) else provider_for(*parse_spec(device))
+    return provider.engines(match_pattern(graph))
+
+
+class Device:
+    """A compute device with its stream queues: ``"cpu"``, ``"gpu:N"``, ``"cuda:N"``, ``"hip:N"``.
+
+    Parameters
+    ----------
+    spec : str
+        Device spec; ``"gpu:N"`` picks whichever GPU runtime is present.
+    streams : int, optional
+        Number of streams (CPU: worker threads). Default: sized to the machine.
+    max_inflight : int, optional
+        Submissions allowed in flight per stream before ``submit`` waits (backpressure).
+    perfdb : PerfDb or str or None
+        Perf db for benchmarking results; default ``$HIPDNN_ASYNC_PERFDB`` or
+        ``~/.config/hipdnn_async/perfdb.sqlite3``.
+
+    Raises
+    ------
+    DeviceError
+        Unknown spec, or the runtime for it is absent.
+
+    Notes
+    -----
+    Use as ``async with hd.Device("cpu") as dev:`` (leaving drains in-flight work), or
+    ``with`` / ``close()`` from code without an event loop.
+    """
+
+    def __init__(self, spec: str = "cpu", *, streams: int | None = None,
+                 max_inflight: int | None = None, perfdb=None):
+        kind, index = parse_spec(spec)
+        self.provider = provider_for(kind, index)
+        self.spec = "cpu" if kind == "cpu" else f"{kind}:{index}"
+        self._perfdb = _perfdb.PerfDb(perfdb) if isinstance(perfdb, str) else perfdb
+        self._pool = StreamPool(self.spec, n_streams=streams, max_inflight=max_inflight)
+        self._tune_lock = threading.Lock()  # timings of concurrent tunings would skew each other
+        self._plan_cache: dict[tuple, Any] = {}
+        self._stats_lock = threading.Lock()
+        self._plan_stats = defaultdict(lambda: {"plans": 0, "build_ms": 0.0,
+                                                "executions": 0, "exec_ms": 0.0})
+
+    # -- lifetime ------------------------------------------------------------------------
+    async def __aenter__(self) -> "Device":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()
+
+    def __enter__(self) -> "Device":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    async def aclose(self) -> None:
+        """Drain in-flight work, then stop the streams. Idempotent."""
+        await self._pool.aclose()
+
+    def close(self) -> None:
+        """Blocking ``aclose`` for code without an event loop. Idempotent."""
+        self._pool.close()
+
+    def __repr__(self) -> str:
+        return f"Device({self.spec!r}, streams={len(self._pool.streams)})"
+
+    # -- queues --------------------------------------------------------------------------
+    @property
+    def streams(self):
+        """The device's streams (ordered; ``stream=`` takes one of these or its index)."""
+        return self._pool.streams
+
+    async def synchronize(self) -> None:
+        """Wait until all work submitted so far on every stream has finished."""
+        await self._pool.synchronize()
+
+    def metrics(self) -> dict:
+        """Queue metrics per device and stream: submitted, completed, failed, in flight,
+        queue-wait and execution-time percentiles (ms)."""
+        return self._pool.metrics()
+
+    def plan_stats(self) -> dict:
+        """Per pattern: plans built, build time (ms), executions, execution time (ms)."""
+        with self._stats_lock:
+            return {k: dict(v) for k, v in self._plan_stats.items()}
+
+    # -- memory --------------------------------------------------------------------------
+    def empty(self, dims, dtype, *, layout: str | None = None, strides=None) -> DeviceArray:
+        """Allocate an uninitialised device array of logical ``dims``.
+
+        Parameters
+        ----------
+        dims : tuple of int
+            Logical dims (N, C, [D,] H, W).
+        dtype : DataType or dtype or str
+            FLOAT, HALF or BFLOAT16 (any spelling ``as_data_type`` takes).
+        layout : str, optional
+            ``"NCHW" | "NHWC" | "NCDHW" | "NDHWC"``; packed strides. Default channel-first.
+        strides : tuple of int, optional
+            Explicit strides in elements (instead of ``layout``).
+        """
+        from ._types import numpy_dtype
+        dt = numpy_dtype(as_data_type(dtype, where="Device.empty"))
+        if strides is None:
+            strides = strides_for(dims, layout or ("NCHW" if len(dims) == 4 else "NCDHW"))
+        return DeviceArray(dims, dt, strides, self.spec)
+
+    async def asarray(self, array, *, layout: str | None = None) -> DeviceArray:
+        """Copy a NumPy array (logical shape) to a new device array."""
+        array = np.asarray(array)
+        out = self.empty(array.shape, array.dtype, layout=layout)
+        out.copy_from(array)
+        return out
+
+    # -- plans ---------------------------------------------------------------------------
+    async def build(self, graph: Graph, *, engine=None, knobs=None) -> "ExecutionPlan":
+        """Build an execution plan for ``graph`` off the event loop (it may benchmark).
+
+        Parameters
+        ----------
+        graph : Graph
+            A graph matching one of the nine patterns.
+        engine : Engine or int or str, optional
+            Engine, engine id or engine name; default the best ranked.
+        knobs : mapping or sequence of KnobSetting, optional
+            e.g. ``{"global.benchmarking": 1, "global.workspace_size_limit": 1 << 20}``.
+
+        Raises
+        ------
+        GraphError, NotSupportedError, KnobError
+        """
+        return await anyio.to_thread.run_sync(
+            functools.partial(self.build_sync, graph, engine=engine, knobs=knobs))
+
+    def build_sync(self, graph: Graph, *, engine=None, knobs=None) -> "ExecutionPlan":
+        """Blocking ``build`` for code without an event loop."""
+        t0 = time.perf_counter()
+        match = match_pattern(graph)
+        offered = self.provider.engines(match)
+        chosen = _pick_engine(offered, engine, match)
+        settings = _knobs.apply_forced_benchmarking(
+            _knobs.resolve_knobs(chosen.knobs, knobs, engine_name=chosen.name))
+        key = (match.signature, chosen.id, tuple(sorted(settings.items())))
+        pplan = self._plan_cache.get(key)
+        if pplan is None:
+            perfdb = self._perfdb if self._perfdb is not None else _perfdb.default_perfdb()
+            if settings.get(_knobs.BENCHMARKING):
+                with self._tune_lock:
+                    pplan = self.provider.build(match, chosen, settings, perfdb)
+            else:
+                pplan = self.provider.build(match, chosen, settings, perfdb)
+            self._plan_cache[key] = pplan
+            _count("plans_built")
+        else:
+            _count("plan_cache_hits")
+        plan = ExecutionPlan(self, graph, match, chosen, settings, pplan,
+                             (time.perf_counter() - t0) * 1e3)
+        with self._stats_lock:
+            s = self._plan_stats[plan.pattern]
+            s["plans"] += 1
+            s["build_ms"] += plan.build_ms
+        log.info("built plan %s for graph '%s': engine %s, knobs %s, algorithm %s, workspace %d B, "
+                 "benchmarked %s, perf db hit %s", plan.pattern, graph.name, chosen.name, settings,
+                 plan.algorithm, plan.workspace_size, pplan.benchmarked, pplan.perfdb_hit)
+        return plan
+
+    def _record_execution(self, pattern: str, ms: float) -> None:
+        with self._stats_lock:
+            s = self._plan_stats[pattern]
+            s["executions"] += 1
+            s["exec_ms"] += ms
+
+
+def _pick_engine(offered: list[Engine], engine, match) -> Engine:
+    if engine is None:
+        return offered[0]
+    for e in offered:
+        if engine == e or engine == e.id or engine == e.name:
+            return e
+    names = ", ".join(f"{e.name} ({e.id})" for e in offered)
+    raise NotSupportedError(
+        f"build: engine {getattr(engine, 'name', engine)!r} is not offered for pattern "
+        f"{match.pattern.name}; offered: {names}")
+
+
+class ExecutionPlan:
+    """A built plan: engine, knob settings, algorithm and workspace, ready to execute.
+
+    Attributes
+    ----------
+    engine : Engine
+    knobs : dict
+        The knob settings in force (defaults filled in, environment overrides applied).
+    workspace_size : int
+        Bytes of workspace an execution needs (allocated per call when not passed).
+    algorithm : str or None
+        The provider's algorithm choice (None where there is nothing to choose).
+    pattern : str
+        Which of the nine patterns the graph is, e.g. ``"CONV_FPROP_BIAS_RELU"``.
+    build_ms : float
+        Wall time of the build, in ms.
+    benchmarked, perfdb_hit : bool
+        Whether this build timed candidates, or took the choice from the perf db.
+    """
+
+    def __init__(self, device: Device, graph: Graph, match, engine: Engine, knobs: dict,
+                 provider_plan, build_ms: float):
+        self.device = device
+        self.graph = graph
+        self.match = match
+        self.engine = engine
+        self.knobs = dict(knobs)
+        self._pplan = provider_plan
+        self.build_ms = build_ms
+        self.pattern = match.pattern.name
+        self._label = f"plan {self.pattern} (graph '{graph.name}', engine {engine.name})"
+        self._roles = tuple((role, t) for role, t in match.tensors.items() if not t.is_virtual)
+
+    algorithm = property(lambda self: self._pplan.algorithm)
+    workspace_size = property(lambda self: self._pplan.workspace_size)
+    benchmarked = property(lambda self: self._pplan.benchmarked)
+    perfdb_hit = property(lambda self: self._pplan.perfdb_hit)
+
+    def __repr__(self) -> str:
+        return (f"ExecutionPlan({self.pattern}, engine={self.engine.name}, "
+                f"algorithm={self.algorithm}, workspace_size={self.workspace_size})")
+
+    # -- variant pack --------------------------------------------------------------------
+    def _bind(self, variant_pack: Mapping, workspace):
+        if not isinstance(variant_pack, Mapping):
+            raise VariantPackError(f"execute: the variant pack must be a mapping; got "
+                                   f"{type(variant_pack).__name__}")
+        given = {}
+        for key, buf in variant_pack.items():
+            t = self.graph.tensor_by(key) if not isinstance(key, TensorAttributes) else key
+            if t is None or all(t is not g for g in self.graph.tensors):
+                raise VariantPackError(f"execute: variant pack key {key!r} names no tensor of "
+                                       f"graph '{self.graph.name}'")
+            if t.is_virtual:
+                raise VariantPackError(f"execute: tensor '{t.name}' (uid {t.uid}) is virtual and "
+                                       "takes no buffer; call set_output(True) to get it back")
+            if id(t) in given:
+                raise VariantPackError(f"execute: tensor '{t.name}' (uid {t.uid}) given twice")
+            given[id(t)] = buf
+        buffers, used = {}, set()
+        outputs = self._outputs()
+        for role, t in self._roles:
+            if id(t) not in given:
+                raise VariantPackError(f"execute: variant pack is missing tensor '{t.name}' "
+                                       f"(uid {t.uid}, role {role}) of plan {self.pattern}")
+            buffers[role] = self.device.provider.bind(t, given[id(t)], role=role,
+                                                      output=id(t) in outputs)
+            used.add(id(t))
+        if len(used) != len(given):  # unreachable for validated graphs; defensive
+            raise VariantPackError("execute: variant pack holds tensors this plan does not use")
+        need = self.workspace_size
+        if workspace is None:
+            workspace = np.empty(need, np.uint8) if need else None
+        elif need:
+            ws = np.asarray(workspace)
+            if ws.nbytes < need or not ws.flags.c_contiguous:
+                raise VariantPackError(f"execute: workspace of {ws.nbytes} bytes given; plan "
+                                       f"{self.pattern} needs {need} contiguous bytes")
+            workspace = ws.reshape(-1).view(np.uint8)
+        return buffers, workspace
+
+    def _outputs(self) -> set:
+        return {id(t) for n in self.match.nodes for t in n.outputs.values()}
+
+    def _work(self, variant_pack, workspace):
+        buffers, ws = self._bind(variant_pack, workspace)
+        pplan, device, pattern = self._pplan, self.device, self.pattern
+
+        def run():
+            t0 = time.perf_counter()
+            pplan.run(buffers, ws)
+            device._record_execution(pattern, (time.perf_counter() - t0) * 1e3)
+
+        # The queue keeps the buffers and workspace alive until the work has finished.
+        return run, (buffers, ws, variant_pack)
+
+    # -- execution -----------------------------------------------------------------------
+    async def submit(self, variant_pack: Mapping, *, workspace=None, stream=None):
+        """Enqueue an execution; return its awaitable handle once enqueued.
+
+        Waits only while the chosen stream has ``max_inflight`` executions in flight
+        (backpressure). ``await handle`` returns when the results are complete.
+
+        Raises
+        ------
+        VariantPackError
+            Missing, virtual or mismatched buffers (raised here, before enqueueing).
+        """
+        fn, keep = self._work(variant_pack, workspace)
+        return await self.device._pool.submit(fn, keepalive=keep, stream=stream, label=self._label)
+
+    async def execute(self, variant_pack: Mapping, *, workspace=None, stream=None) -> None:
+        """Run the plan; return when the results are complete and readable.
+
+        Parameters
+        ----------
+        variant_pack : mapping
+            TensorAttributes, uid or name -> buffer (NumPy array in logical shape with the
+            tensor's strides, a C-contiguous array in memory order, a DeviceArray, or an
+            object with ``__dlpack__``) for every non-virtual tensor.
+        workspace : array, optional
+            At least ``workspace_size`` contiguous bytes; allocated per call if omitted.
+        stream : Stream or int, optional
+            Stream to run on; default the least loaded.
+
+        Raises
+        ------
+        VariantPackError
+            Bad variant pack (before anything runs).
+        ExecutionError
+            The provider failed while running; the stream keeps working.
+        """
+        handle = await self.submit(variant_pack, workspace=workspace, stream=stream)
+        await handle
+
+    def execute_sync(self, variant_pack: Mapping, *, workspace=None, stream=None) -> None:
+        """Blocking ``execute`` for threads without an event loop (same path)."""
+        fn, keep = self._work(variant_pack, workspace)
+        self.device._pool.submit_blocking(fn, keepalive=keep, stream=stream,
+                                          label=self._label).result()

@@ -1,0 +1,84 @@
+"""The ``hipdnn-async`` command: ``demo``, ``info``, ``bench``, ``perfdb {show,clear,export,import}``."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+__all__ = ["main"]
+
+
+def _info(args) -> int:
+    import hipdnn_async as hd
+    info = {
+        "version": hd.__version__,
+        "devices": hd.devices(),
+        "perfdb": str(hd.PerfDb(args.perfdb).path) if args.perfdb else str(_default_db().path),
+        "stats": hd.stats(),
+    }
+    print(json.dumps(info, indent=2))
+    return 0
+
+
+def _default_db():
+    from . import _perfdb
+    return _perfdb.default_perfdb()
+
+
+def _perfdb_cmd(args) -> int:
+    from . import _perfdb
+    db = _perfdb.PerfDb(args.db) if args.db else _perfdb.default_perfdb()
+    if args.action == "show":
+        _perfdb.cli_show(db)
+    elif args.action == "clear":
+        _perfdb.cli_clear(db)
+    elif args.action == "export":
+        _perfdb.cli_export(db, args.file)
+    else:
+        _perfdb.cli_import(db, args.file)
+    return 0
+
+
+def _bench(args) -> int:
+    from ._bench import main as bench_main
+    return bench_main(args.rest)
+
+
+def _demo(args) -> int:
+    from .demo import main as demo_main
+    return demo_main(args.rest)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; return the exit status."""
+    parser = argparse.ArgumentParser(prog="hipdnn-async", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("demo", help="train and serve a CNN on the UCI digits (the main job)",
+                       add_help=False)
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(func=_demo)
+    p = sub.add_parser("info", help="version, devices, perf db location, counters")
+    p.add_argument("--perfdb", help="perf db file (default: $HIPDNN_ASYNC_PERFDB or ~/.config)")
+    p.set_defaults(func=_info)
+    p = sub.add_parser("bench", help="convolution algorithms: heuristic vs benchmarked vs each",
+                       add_help=False)
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(func=_bench)
+    p = sub.add_parser("perfdb", help="show, clear, export or import the perf db (JSON)")
+    p.add_argument("action", choices=["show", "clear", "export", "import"])
+    p.add_argument("file", nargs="?", help="JSON file for export/import")
+    p.add_argument("--db", help="perf db file (default: $HIPDNN_ASYNC_PERFDB or ~/.config)")
+    p.set_defaults(func=_perfdb_cmd)
+    args = parser.parse_args(argv)
+    if args.command == "perfdb" and args.action in ("export", "import") and not args.file:
+        parser.error(f"perfdb {args.action} needs a FILE")
+    from ._errors import HipdnnError
+    try:
+        return args.func(args)
+    except HipdnnError as exc:
+        print(f"hipdnn-async: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

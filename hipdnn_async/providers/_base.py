@@ -1,0 +1,105 @@
+"""What every provider offers: engines, knobs and plans.
+
+A provider turns a recognised pattern (``patterns.Match``) into a ``ProviderPlan`` that
+runs on one of its device's streams. The CPU provider is always present; GPU providers
+load their vendor library at run time and decline (``DECLINE_TYPES``) when it is absent.
+"""
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from .._errors import DECLINE_TYPES
+from .._knobs import Knob
+
+__all__ = ["Engine", "Provider", "ProviderPlan", "engine_id", "DECLINE_TYPES"]
+
+# FNV-1a, 64-bit (http://www.isthe.com/chongo/tech/comp/fnv/): hipDNN derives engine ids
+# from engine names this way (hipdnn docs/0003_EngineIdDesign.md, fnv1aHash).
+_FNV64_OFFSET = 0xCBF29CE484222325
+_FNV64_PRIME = 0x100000001B3
+
+
+def engine_id(name: str) -> int:
+    """Return the int64 engine id of ``name``: 64-bit FNV-1a of its UTF-8 bytes.
+
+    The unsigned hash is reinterpreted as a two's-complement int64, as hipDNN stores
+    engine ids in ``int64_t``.
+    """
+    h = _FNV64_OFFSET
+    for byte in name.encode("utf-8"):
+        h ^= byte
+        h = (h * _FNV64_PRIME) & 0xFFFFFFFFFFFFFFFF
+    return h - (1 << 64) if h >= (1 << 63) else h
+
+
+@dataclass(frozen=True)
+class Engine:
+    """An engine of a provider, as offered for one graph.
+
+    Attributes
+    ----------
+    id : int
+        int64 FNV-1a hash of ``name`` (as hipDNN).
+    name : str
+        Engine name, e.g. ``"CPU_ENGINE"``.
+    provider : str
+        ``"cpu"``, ``"cudnn"`` or ``"miopen"``.
+    knobs : tuple of Knob
+        The knobs offered for this graph (``global.workspace_size_limit`` only for the
+        single-node convolution patterns, with the graph's dynamic range).
+    notes : str
+        What the engine supports beyond the nine patterns, or how it behaves.
+    """
+
+    id: int
+    name: str
+    provider: str
+    knobs: tuple[Knob, ...] = ()
+    notes: str = ""
+
+    def knob(self, knob_id: str) -> Knob | None:
+        """Return the offered knob named ``knob_id``, or None."""
+        return next((k for k in self.knobs if k.id == knob_id), None)
+
+
+class ProviderPlan(abc.ABC):
+    """A built plan of one provider: a chosen algorithm and its workspace needs."""
+
+    algorithm: str | None = None
+    workspace_size: int = 0
+    benchmarked: bool = False
+    perfdb_hit: bool = False
+
+    @abc.abstractmethod
+    def run(self, buffers: Mapping[str, Any], workspace: Any) -> None:
+        """Execute on the calling stream worker.
+
+        ``buffers`` maps pattern roles (``"x"``, ``"w"``, ``"y"``, ...) to bound
+        buffers (logical NumPy views on the CPU); ``workspace`` holds at least
+        ``workspace_size`` bytes, or is None when that is 0.
+        """
+
+
+@dataclass
+class Provider(abc.ABC):
+    """A source of engines for one device."""
+
+    name: str = field(default="", init=False)
+
+    @abc.abstractmethod
+    def engines(self, match) -> list[Engine]:
+        """Engines able to run ``match``, best first; raise NotSupportedError if none."""
+
+    @abc.abstractmethod
+    def build(self, match, engine: Engine, knobs: Mapping[str, int], perfdb) -> ProviderPlan:
+        """Build (and tune when ``knobs['global.benchmarking']``) a plan."""
+
+    @abc.abstractmethod
+    def bind(self, tensor, buffer, *, role: str, output: bool):
+        """Check ``buffer`` against ``tensor`` and return what ``ProviderPlan.run`` takes."""
+
+    def describe(self) -> dict:
+        """Device model, library versions and anything else that keys the perf db."""
+        return {}

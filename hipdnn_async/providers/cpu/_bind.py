@@ -1,0 +1,92 @@
+"""Variant-pack buffers on the CPU: check a buffer against a tensor, return a logical view."""
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from ..._errors import VariantPackError
+from ..._types import numpy_dtype
+from ...runtime import DeviceArray
+
+__all__ = ["logical_view", "memory_order"]
+
+
+def memory_order(dims, strides) -> tuple[int, ...]:
+    """Axes of ``dims`` from outermost to innermost in memory (stable on ties)."""
+    return tuple(sorted(range(len(dims)), key=lambda a: (-strides[a], a)))
+
+
+def _strides_match(dims, want, got) -> bool:
+    # Strides of size-1 (and empty) dims never matter (API.md).
+    return all(d <= 1 or w == g for d, w, g in zip(dims, want, got))
+
+
+def _extent(dims, strides) -> int:
+    """Elements a strided tensor spans: max offset + 1 (0 when empty)."""
+    if any(d == 0 for d in dims):
+        return 0
+    return 1 + sum((d - 1) * s for d, s in zip(dims, strides))
+
+
+def logical_view(tensor, buffer, *, output: bool, where: str = "execute") -> np.ndarray:
+    """Return ``buffer`` as a NumPy view with ``tensor.dims`` and ``tensor.strides``.
+
+    Accepted buffers: an array in logical shape (N, C, [D,] H, W) whose element strides
+    equal the tensor's; a C-contiguous array whose shape is the dims in memory order
+    (e.g. (N, H, W, C) for NHWC); a contiguous 1-D array covering the tensor's extent
+    (for non-packed strides); any object with ``__dlpack__`` (a CPU tensor).
+
+    Raises
+    ------
+    VariantPackError
+        Wrong type, dtype, shape or strides, or a read-only output buffer.
+    """
+    label = f"{where}: tensor '{tensor.name}' (uid {tensor.uid})"
+    if isinstance(buffer, DeviceArray):
+        buffer = buffer.view
+    if not isinstance(buffer, np.ndarray):
+        if hasattr(buffer, "__dlpack__"):
+            try:
+                buffer = np.from_dlpack(buffer)
+            except (TypeError, RuntimeError, BufferError, ValueError) as exc:
+                raise VariantPackError(
+                    f"{label}: cannot import the buffer through DLPack on the CPU: {exc}") from None
+        else:
+            raise VariantPackError(
+                f"{label}: the CPU device takes NumPy arrays or __dlpack__ objects; "
+                f"got {type(buffer).__name__}")
+    want_dtype = numpy_dtype(tensor.data_type)
+    if buffer.dtype != want_dtype:
+        raise VariantPackError(
+            f"{label} needs dtype {want_dtype.name} ({tensor.data_type.name}); got {buffer.dtype.name}")
+    if output and not buffer.flags.writeable:
+        raise VariantPackError(f"{label} is an output, but the buffer is read-only")
+    dims, strides = tuple(tensor.dims), tuple(tensor.strides)
+    item = buffer.itemsize
+    if buffer.shape == dims:
+        got = tuple(s // item for s in buffer.strides)
+        if _strides_match(dims, strides, got) and all(s % item == 0 for s in buffer.strides):
+            return buffer
+        raise VariantPackError(
+            f"{label} needs strides {strides} in elements; got {got}")
+    order = memory_order(dims, strides)
+    physical = tuple(dims[a] for a in order)
+    if buffer.flags.c_contiguous and buffer.shape == physical:
+        packed = _packed(dims, order)
+        if _strides_match(dims, strides, packed):
+            return as_strided(buffer.reshape(-1), dims, tuple(s * item for s in strides))
+    if buffer.ndim == 1 and buffer.flags.c_contiguous and buffer.size >= _extent(dims, strides):
+        return as_strided(buffer, dims, tuple(s * item for s in strides))
+    raise VariantPackError(
+        f"{label} needs a buffer of logical shape {dims} with strides {strides} in elements, "
+        f"or a C-contiguous array of shape {physical} (memory order); got shape "
+        f"{buffer.shape} with strides {tuple(s // item for s in buffer.strides)}")
+
+
+def _packed(dims, order) -> tuple[int, ...]:
+    strides = [0] * len(dims)
+    step = 1
+    for a in reversed(order):
+        strides[a] = step
+        step *= max(dims[a], 1)
+    return tuple(strides)

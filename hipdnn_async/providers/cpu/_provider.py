@@ -1,0 +1,230 @@
+"""The CPU provider: one engine, ``CPU_ENGINE``, over NumPy/BLAS and Cython kernels.
+
+Convolution patterns choose among several algorithms (``_conv.ALGORITHMS``) by heuristic
+or, with ``global.benchmarking = 1``, by timing them on the real problem once and
+remembering the winner in the perf db. Batchnorm patterns have one implementation each.
+"""
+from __future__ import annotations
+
+import logging
+import platform
+import time
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from ... import _knobs, _perfdb
+from ..._errors import KnobError, NotSupportedError
+from ..._types import numpy_dtype
+from ...patterns import Pattern
+from .._base import Engine, Provider, ProviderPlan, engine_id
+from . import _batchnorm, _conv
+from ._bind import logical_view
+
+__all__ = ["CpuProvider", "CPU_ENGINE_NAME"]
+
+log = logging.getLogger("hipdnn_async")
+
+CPU_ENGINE_NAME = "CPU_ENGINE"
+
+_CONV_DIRECTION = {
+    Pattern.CONV_FPROP: "fprop",
+    Pattern.CONV_FPROP_BIAS_RELU: "fprop",
+    Pattern.CONV_DGRAD: "dgrad",
+    Pattern.CONV_WGRAD: "wgrad",
+}
+# Patterns offered the workspace knob: the single-node convolutions (the seed, "Knobs").
+_WORKSPACE_KNOB_PATTERNS = (Pattern.CONV_FPROP, Pattern.CONV_DGRAD, Pattern.CONV_WGRAD)
+
+# Benchmarking: one warm-up, then timed runs until this many or this much time (s).
+_BENCH_RUNS = 3
+_BENCH_BUDGET_S = 0.5
+
+
+def conv_problem(match) -> _conv.ConvProblem:
+    """The convolution problem of a convolution pattern, in the kernels' terms."""
+    t, conv = match.tensors, match.params["conv"]
+    direction = _CONV_DIRECTION[match.pattern]
+    if direction == "fprop":
+        x, w, y = t["x"], t["w"], t["y"]
+    elif direction == "dgrad":
+        x, w, y = t["dx"], t["w"], t["dy"]
+    else:
+        x, w, y = t["x"], t["dw"], t["dy"]
+    return _conv.ConvProblem(
+        direction=direction, x_dims=tuple(x.dims), w_dims=tuple(w.dims), y_dims=tuple(y.dims),
+        pre_padding=tuple(conv.pre_padding), post_padding=tuple(conv.post_padding),
+        stride=tuple(conv.stride), dilation=tuple(conv.dilation), groups=conv.groups,
+        dtype=numpy_dtype(x.data_type))
+
+
+def _operands(match):
+    """(a, b, out) roles of a convolution pattern, in ConvAlgorithm.run's order."""
+    return {"fprop": ("x", "w", "y"), "dgrad": ("dy", "w", "dx"),
+            "wgrad": ("dy", "x", "dw")}[_CONV_DIRECTION[match.pattern]]
+
+
+class CpuProvider(Provider):
+    """Runs every pattern on the host; always present."""
+
+    def __init__(self):
+        self.name = "cpu"
+        self._describe = None
+
+    def describe(self) -> dict:
+        if self._describe is None:
+            from ... import __version__
+            self._describe = {
+                "device": f"cpu {platform.machine()} {platform.processor() or ''}".strip(),
+                "library_versions": f"hipdnn_async {__version__}; numpy {np.__version__}",
+            }
+        return self._describe
+
+    def engines(self, match) -> list[Engine]:
+        knobs = [_knobs.benchmarking_knob()]
+        if match.pattern in _WORKSPACE_KNOB_PATTERNS:
+            sizes = [a.workspace_size(conv_problem(match)) for a in self._candidates(match)]
+            knobs.append(_knobs.workspace_limit_knob(min(sizes), max(sizes)))
+        notes = ("all nine patterns; FLOAT/HALF/BFLOAT16 I/O accumulated in float32; any strides; "
+                 "batchnorm training also with running statistics; ReLU clips on every activation")
+        return [Engine(engine_id(CPU_ENGINE_NAME), CPU_ENGINE_NAME, self.name, tuple(knobs), notes)]
+
+    def bind(self, tensor, buffer, *, role: str, output: bool):
+        return logical_view(tensor, buffer, output=output)
+
+    def _candidates(self, match):
+        p = conv_problem(match)
+        found = [a for a in _conv.ALGORITHMS[p.direction] if a.applicable(p)]
+        if not found:  # "direct" is applicable everywhere; this would be a kernel bug
+            raise NotSupportedError(f"CPU_ENGINE: no convolution algorithm applies to {p}")
+        return found
+
+    def build(self, match, engine, knobs, perfdb) -> ProviderPlan:
+        if match.pattern not in _CONV_DIRECTION:
+            return CpuPlan(match, None, None)
+        problem = conv_problem(match)
+        candidates = self._candidates(match)
+        limit = knobs.get(_knobs.WORKSPACE_SIZE_LIMIT,
+                          max(a.workspace_size(problem) for a in candidates))
+        fitting = [a for a in candidates if a.workspace_size(problem) <= limit]
+        if not fitting:
+            raise KnobError(
+                f"knob '{_knobs.WORKSPACE_SIZE_LIMIT}' = {limit} is below every algorithm's "
+                f"workspace for engine '{engine.name}'")
+        if not knobs.get(_knobs.BENCHMARKING, 0):
+            algo = _conv.heuristic_choice(problem, limit)
+            return CpuPlan(match, problem, algo)
+        key = _perfdb.PerfKey(provider=self.name, library_versions=self.describe()["library_versions"],
+                              device=self.describe()["device"], problem=match.signature,
+                              workspace_limit=int(limit))
+        record = perfdb.lookup(key)
+        by_name = {a.name: a for a in fitting}
+        if record is not None and record.algorithm in by_name:
+            plan = CpuPlan(match, problem, by_name[record.algorithm])
+            plan.perfdb_hit = True
+            return plan
+        if record is not None:
+            log.warning("perf db entry names algorithm %r, which no longer applies within %d bytes; "
+                        "tuning again", record.algorithm, limit)
+        algo, ms = _benchmark(match, problem, fitting)
+        perfdb.store(key, _perfdb.PerfRecord(algorithm=algo.name, time_ms=ms,
+                                             workspace_bytes=algo.workspace_size(problem),
+                                             measured_at=time.time()))
+        plan = CpuPlan(match, problem, algo)
+        plan.benchmarked = True
+        return plan
+
+
+def _scratch(tensor) -> np.ndarray:
+    """A fresh buffer with the tensor's dims and strides (for timing runs)."""
+    dims, strides = tuple(tensor.dims), tuple(tensor.strides)
+    dtype = numpy_dtype(tensor.data_type)
+    extent = 1 + sum((d - 1) * s for d, s in zip(dims, strides)) if all(dims) else 0
+    flat = np.random.default_rng(0).uniform(-1, 1, max(extent, 1)).astype(dtype)
+    return as_strided(flat, dims, tuple(s * dtype.itemsize for s in strides))
+
+
+def _benchmark(match, problem, algorithms):
+    """Time each algorithm on the real problem; return (fastest, its time in ms)."""
+    _perfdb.count("benchmarks_run")
+    a, b, out = (_scratch(match.tensors[r]) for r in _operands(match))
+    best = None
+    for algo in algorithms:
+        ws_bytes = algo.workspace_size(problem)
+        ws = np.empty(ws_bytes, np.uint8) if ws_bytes else None
+        algo.run(problem, a, b, out, ws)  # warm-up
+        times = []
+        start = time.perf_counter()
+        while len(times) < _BENCH_RUNS and time.perf_counter() - start < _BENCH_BUDGET_S:
+            t0 = time.perf_counter()
+            algo.run(problem, a, b, out, ws)
+            times.append((time.perf_counter() - t0) * 1e3)
+        ms = min(times)
+        log.info("benchmark %s: %s %.3f ms", problem.direction, algo.name, ms)
+        if best is None or ms < best[1]:
+            best = (algo, ms)
+    return best
+
+
+class CpuPlan(ProviderPlan):
+    """A CPU plan: the pattern, and for convolutions the chosen algorithm."""
+
+    def __init__(self, match, problem, algo):
+        self.match = match
+        self.problem = problem
+        self.algo = algo
+        self.algorithm = algo.name if algo is not None else None
+        self.workspace_size = algo.workspace_size(problem) if algo is not None else 0
+        self._run = getattr(self, "_run_" + match.pattern.name.lower())
+
+    def run(self, buffers, workspace) -> None:
+        self._run(buffers, workspace)
+
+    # -- convolutions ------------------------------------------------------------------
+    def _conv(self, b, workspace, out=None):
+        ra, rb, rout = _operands(self.match)
+        self.algo.run(self.problem, b[ra], b[rb], b[rout] if out is None else out, workspace)
+
+    _run_conv_fprop = _run_conv_dgrad = _run_conv_wgrad = _conv
+
+    def _run_conv_fprop_bias_relu(self, b, workspace):
+        # The conv output is a virtual tensor of the graph's intermediate type: compute
+        # it in that type, then bias + ReLU into y (the seed's "Detailed requirements").
+        conv_y = self.match.nodes[0].outputs["y"]
+        tmp = np.empty(tuple(conv_y.dims), numpy_dtype(conv_y.data_type))
+        self._conv(b, workspace, out=tmp)
+        p = self.match.params
+        _batchnorm.add_bias_relu(tmp, b.get("bias"), b["y"],
+                                 p.get("relu_lower_clip"), p.get("relu_upper_clip"))
+
+    # -- batchnorm ---------------------------------------------------------------------
+    def _run_bn_inference_variance(self, b, workspace):
+        _batchnorm.bn_inference_variance(b["x"], b["mean"], b["variance"], b["scale"], b["bias"],
+                                         self.match.params["epsilon"], b["y"])
+
+    def _run_bn_training(self, b, workspace, relu=None):
+        p = self.match.params
+        stats = {r: b.get(r) for r in ("mean", "inv_variance")}
+        for role, arr in stats.items():
+            if arr is None:  # virtual statistics: scratch the kernel may write
+                stats[role] = np.empty(tuple(self.match.tensors[role].dims), np.float32)
+        _batchnorm.bn_training(
+            b["x"], b["scale"], b["bias"], p["epsilon"], b["y"], stats["mean"],
+            stats["inv_variance"], relu=relu, momentum=p.get("momentum"),
+            prev_running_mean=b.get("prev_running_mean"),
+            prev_running_variance=b.get("prev_running_variance"),
+            next_running_mean=b.get("next_running_mean"),
+            next_running_variance=b.get("next_running_variance"))
+
+    def _run_bn_training_relu(self, b, workspace):
+        p = self.match.params
+        self._run_bn_training(b, workspace, relu=(p.get("relu_lower_clip"), p.get("relu_upper_clip")))
+
+    def _run_bn_backward(self, b, workspace, drelu=None):
+        _batchnorm.bn_backward(b["dy"], b["x"], b["scale"], b["mean"], b["inv_variance"],
+                               b["dx"], b["dscale"], b["dbias"], drelu=drelu)
+
+    def _run_bn_inference_drelu_backward(self, b, workspace):
+        p = self.match.params
+        self._run_bn_backward(b, workspace,
+                              drelu=(b["bias"], p.get("relu_lower_clip"), p.get("relu_upper_clip")))

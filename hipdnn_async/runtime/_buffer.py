@@ -1,0 +1,59 @@
+"""Device arrays of the CPU device (host memory with a device-array surface)."""
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+__all__ = ["DeviceArray"]
+
+
+class DeviceArray:
+    """An array owned by a device, in logical dims (N, C, [D,] H, W) with element strides.
+
+    Parameters
+    ----------
+    dims : tuple of int
+        Logical dims.
+    dtype : numpy dtype
+        float32, float16 or ml_dtypes.bfloat16.
+    strides : tuple of int
+        Strides in elements; the allocation spans exactly the strided extent.
+    device : str
+        The owning device's spec, for messages.
+    """
+
+    def __init__(self, dims, dtype, strides, device: str = "cpu", *, fill=None):
+        self.dims = tuple(int(d) for d in dims)
+        self.strides = tuple(int(s) for s in strides)
+        self.dtype = np.dtype(dtype)
+        self.device = device
+        extent = (1 + sum((d - 1) * s for d, s in zip(self.dims, self.strides))
+                  if all(self.dims) else 0)
+        self._flat = np.empty(max(extent, 1), self.dtype) if fill is None else np.full(
+            max(extent, 1), fill, self.dtype)
+        self.view = as_strided(self._flat, self.dims,
+                               tuple(s * self.dtype.itemsize for s in self.strides))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the allocation."""
+        return self._flat.nbytes
+
+    def copy_from(self, array) -> None:
+        """Copy a NumPy array of logical shape ``dims`` into this array (blocking)."""
+        self.view[...] = np.asarray(array)
+
+    def to_numpy_sync(self) -> np.ndarray:
+        """Return a C-contiguous NumPy copy in logical shape (blocking)."""
+        return np.ascontiguousarray(self.view)
+
+    async def to_numpy(self) -> np.ndarray:
+        """Return a NumPy copy in logical shape, once pending writes are complete."""
+        return self.to_numpy_sync()
+
+    def __array__(self, dtype=None, copy=None):
+        return self.view if dtype is None else self.view.astype(dtype)
+
+    def __repr__(self) -> str:
+        return (f"DeviceArray(dims={self.dims}, strides={self.strides}, "
+                f"dtype={self.dtype.name}, device={self.device!r})")

@@ -1,0 +1,224 @@
+"""Device, engines and execution plans on the CPU: build, variant packs, execution paths."""
+import threading
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import hipdnn_async as hd
+from hipdnn_async.providers._base import engine_id
+
+
+def conv2d_ref(x, w, pad, stride=(1, 1)):
+    """float64 cross-correlation, groups=1, symmetric padding (independent reference)."""
+    x = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad[0], pad[0]), (pad[1], pad[1])))
+    k, _, r, s = w.shape
+    n, c, h, wd = x.shape
+    p = (h - r) // stride[0] + 1
+    q = (wd - s) // stride[1] + 1
+    y = np.zeros((n, k, p, q))
+    for i in range(r):
+        for j in range(s):
+            win = x[:, :, i:i + stride[0] * p:stride[0], j:j + stride[1] * q:stride[1]]
+            y += np.einsum("nchw,kc->nkhw", win, w[:, :, i, j].astype(np.float64))
+    return y
+
+
+def conv_graph(layout="NCHW", dtype=hd.DataType.FLOAT, n=2, c=3, k=4, hw=6):
+    g = hd.Graph(name="conv", io_data_type=dtype)
+    x = g.tensor(dims=(n, c, hw, hw), layout=layout, name="x")
+    w = g.tensor(dims=(k, c, 3, 3), layout=layout, name="w")
+    y = g.conv_fprop(x, w, padding=1, name="conv1")
+    y.set_output(True)
+    return g, x, w, y
+
+
+@pytest.fixture
+def dev():
+    with hd.Device("cpu") as d:
+        yield d
+
+
+def rand(shape, dtype=np.float32, seed=0):
+    return np.random.default_rng(seed).uniform(-1, 1, shape).astype(dtype)
+
+
+def test_engine_id_is_fnv1a_64():
+    # Published FNV-1a 64 test vectors (isthe.com/chongo/tech/comp/fnv): "" and "a".
+    assert engine_id("") == 0xCBF29CE484222325 - (1 << 64)
+    assert engine_id("a") == 0xAF63DC4C8601EC8C - (1 << 64)
+    assert engine_id("foobar") == 0x85944171F73967E8 - (1 << 64)
+
+
+def test_device_specs():
+    assert hd.devices()[0] == "cpu"
+    for bad in ("tpu", "cpu:1", "cuda:x"):
+        with pytest.raises(hd.DeviceError):
+            hd.Device(bad)
+    if not any(d.startswith("cuda") for d in hd.devices()):
+        with pytest.raises(hd.DeviceError, match="CUDA"):
+            hd.Device("cuda:0")
+
+
+def test_build_execute_conv_matches_reference(dev):
+    g, x, w, y = conv_graph()
+    plan = dev.build_sync(g)
+    assert plan.pattern == "CONV_FPROP" and plan.engine.name == "CPU_ENGINE"
+    xa, wa = rand(x.dims), rand(w.dims, seed=1)
+    ya = np.full(y.dims, np.nan, np.float32)
+    plan.execute_sync({x: xa, w: wa, y: ya})
+    np.testing.assert_allclose(ya, conv2d_ref(xa, wa, (1, 1)), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("form", ["logical", "physical", "uid_name", "device_array", "torch"])
+def test_variant_pack_buffer_forms_nhwc(dev, form):
+    g, x, w, y = conv_graph("NHWC")
+    g.validate()
+    plan = dev.build_sync(g)
+    xa, wa = rand(x.dims), rand(w.dims, seed=1)
+    want = conv2d_ref(xa, wa, (1, 1))
+    x_phys = np.ascontiguousarray(xa.transpose(0, 2, 3, 1))
+    w_phys = np.ascontiguousarray(wa.transpose(0, 2, 3, 1))
+    y_phys = np.full((y.dims[0], y.dims[2], y.dims[3], y.dims[1]), np.nan, np.float32)
+    if form == "logical":
+        vp = {x: x_phys.transpose(0, 3, 1, 2), w: w_phys.transpose(0, 3, 1, 2),
+              y: y_phys.transpose(0, 3, 1, 2)}
+    elif form == "physical":
+        vp = {x: x_phys, w: w_phys, y: y_phys}
+    elif form == "uid_name":
+        vp = {x.uid: x_phys, "w": w_phys, y.uid: y_phys}
+    elif form == "device_array":
+        xd = dev.empty(x.dims, "float32", layout="NHWC")
+        xd.copy_from(xa)
+        yd = dev.empty(y.dims, np.float32, layout="NHWC")
+        vp = {x: xd, w: w_phys, y: yd}
+    else:
+        torch = pytest.importorskip("torch", reason="PyTorch CPU is the peer for DLPack input")
+        vp = {x: torch.from_numpy(x_phys), w: w_phys, y: y_phys}
+    plan.execute_sync(vp)
+    got = vp[y].to_numpy_sync() if form == "device_array" else y_phys.transpose(0, 3, 1, 2)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_variant_pack_errors_name_the_tensor(dev):
+    g, x, w, y = conv_graph()
+    plan = dev.build_sync(g)
+    xa, wa, ya = rand(x.dims), rand(w.dims), np.zeros(y.dims, np.float32)
+    with pytest.raises(hd.VariantPackError, match=r"missing tensor 'w'"):
+        plan.execute_sync({x: xa, y: ya})
+    with pytest.raises(hd.VariantPackError, match=r"'x'.*float32.*got float16"):
+        plan.execute_sync({x: xa.astype(np.float16), w: wa, y: ya})
+    with pytest.raises(hd.VariantPackError, match=r"'x'.*strides"):
+        plan.execute_sync({x: np.asfortranarray(xa), w: wa, y: ya})
+    ro = ya.copy()
+    ro.flags.writeable = False
+    with pytest.raises(hd.VariantPackError, match=r"'conv1::Y'|read-only"):
+        plan.execute_sync({x: xa, w: wa, y: ro})
+    with pytest.raises(hd.VariantPackError, match="names no tensor"):
+        plan.execute_sync({x: xa, w: wa, y: ya, "nope": ya})
+    with pytest.raises(hd.VariantPackError, match="CPU device takes NumPy"):
+        plan.execute_sync({x: xa.tolist(), w: wa, y: ya})
+    err = pytest.raises(hd.VariantPackError, plan.execute_sync, {x: xa, y: ya}).value
+    assert err.code == "INVALID_VARIANT_PACK"
+
+
+def test_virtual_tensor_in_variant_pack_is_rejected(dev):
+    g = hd.Graph(name="cbr")
+    x = g.tensor(dims=(1, 2, 5, 5), name="x")
+    w = g.tensor(dims=(3, 2, 3, 3), name="w")
+    b = g.tensor(dims=(1, 3, 1, 1), name="b")
+    conv = g.conv_fprop(x, w, padding=1, name="conv")
+    add = g.pointwise(conv, b, mode=hd.PointwiseMode.ADD, name="bias")
+    out = g.pointwise(add, mode=hd.PointwiseMode.RELU_FWD, name="relu").set_output(True)
+    plan = dev.build_sync(g)
+    assert plan.pattern == "CONV_FPROP_BIAS_RELU"
+    xa, wa, ba = rand(x.dims), rand(w.dims, seed=1), rand(b.dims, seed=2)
+    with pytest.raises(hd.VariantPackError, match="virtual"):
+        plan.execute_sync({x: xa, w: wa, b: ba, out: np.zeros(out.dims, np.float32),
+                           conv: np.zeros(conv.dims, np.float32)})
+    ya = np.full(out.dims, np.nan, np.float32)
+    plan.execute_sync({x: xa, w: wa, b: ba, out: ya})
+    np.testing.assert_allclose(ya, np.maximum(conv2d_ref(xa, wa, (1, 1)) + ba, 0), rtol=1e-5, atol=1e-5)
+
+
+def test_workspace_argument_checked(dev):
+    g, x, w, y = conv_graph()
+    plan = dev.build_sync(g)
+    vp = {x: rand(x.dims), w: rand(w.dims), y: np.zeros(y.dims, np.float32)}
+    if plan.workspace_size:
+        with pytest.raises(hd.VariantPackError, match="workspace"):
+            plan.execute_sync(vp, workspace=np.empty(plan.workspace_size - 1, np.uint8))
+    plan.execute_sync(vp, workspace=np.empty(plan.workspace_size, np.uint8))
+
+
+@pytest.mark.anyio
+async def test_async_execute_and_submit(anyio_backend):
+    g, x, w, y = conv_graph()
+    xa, wa = rand(x.dims), rand(w.dims, seed=1)
+    async with hd.Device("cpu", streams=2) as dev:
+        plan = await dev.build(g)
+        outs = [np.full(y.dims, np.nan, np.float32) for _ in range(4)]
+        handles = [await plan.submit({x: xa, w: wa, y: o}) for o in outs]
+        for h in handles:
+            await h
+        await plan.execute({x: xa, w: wa, y: outs[0]}, stream=1)
+        assert dev.plan_stats()["CONV_FPROP"]["executions"] == 5
+    want = conv2d_ref(xa, wa, (1, 1))
+    for o in outs:
+        np.testing.assert_allclose(o, want, rtol=1e-5, atol=1e-5)
+
+
+def test_execution_error_names_plan_and_stream_recovers(dev, monkeypatch):
+    g, x, w, y = conv_graph()
+    plan = dev.build_sync(g)
+    vp = {x: rand(x.dims), w: rand(w.dims), y: np.zeros(y.dims, np.float32)}
+
+    def boom(buffers, ws):
+        raise FloatingPointError("injected")
+
+    monkeypatch.setattr(plan._pplan, "run", boom)
+    with pytest.raises(hd.ExecutionError, match="CONV_FPROP.*CPU_ENGINE|injected"):
+        plan.execute_sync(vp)
+    monkeypatch.undo()
+    plan.execute_sync(vp)  # the stream keeps working
+    np.testing.assert_allclose(vp[y], conv2d_ref(vp[x], vp[w], (1, 1)), rtol=1e-5, atol=1e-5)
+
+
+def test_execute_sync_from_threads(dev):
+    g, x, w, y = conv_graph()
+    plan = dev.build_sync(g)
+    xa, wa = rand(x.dims), rand(w.dims, seed=1)
+    outs = [np.zeros(y.dims, np.float32) for _ in range(6)]
+    threads = [threading.Thread(target=plan.execute_sync, args=({x: xa, w: wa, y: o},))
+               for o in outs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for o in outs:
+        np.testing.assert_allclose(o, conv2d_ref(xa, wa, (1, 1)), rtol=1e-5, atol=1e-5)
+
+
+def test_bfloat16_io_plan(dev):
+    g, x, w, y = conv_graph(dtype=hd.DataType.BFLOAT16)
+    plan = dev.build_sync(g)
+    xa, wa = rand(x.dims, ml_dtypes.bfloat16), rand(w.dims, ml_dtypes.bfloat16, seed=1)
+    ya = np.zeros(y.dims, ml_dtypes.bfloat16)
+    plan.execute_sync({x: xa, w: wa, y: ya})
+    ref = conv2d_ref(xa.astype(np.float64), wa.astype(np.float64), (1, 1))
+    # bf16 output rounding: 2^-8 relative (8 significant bits), plus fp32 accumulation.
+    np.testing.assert_allclose(ya.astype(np.float64), ref, rtol=2 ** -8, atol=1e-2)
+
+
+def test_engines_and_unsupported_graph():
+    g, *_ = conv_graph()
+    (e,) = hd.engines(g, "cpu")
+    assert e.name == "CPU_ENGINE" and e.id == engine_id("CPU_ENGINE") and e.provider == "cpu"
+    g2 = hd.Graph()
+    x = g2.tensor(dims=(1, 2, 4, 4), name="x")
+    r = g2.pointwise(x, mode=hd.PointwiseMode.RELU_FWD, name="lonely_relu").set_output(True)
+    with pytest.raises(hd.NotSupportedError, match="lonely_relu"):
+        hd.engines(g2, "cpu")
+    with hd.Device("cpu") as dev, pytest.raises(hd.NotSupportedError):
+        dev.build_sync(g2)
+    assert r.is_virtual is False
