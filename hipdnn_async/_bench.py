@@ -1,0 +1,132 @@
+"""``hipdnn-async bench``: CPU convolution algorithms on ResNet-50 layer shapes.
+
+For each layer and direction it prints the time of every applicable algorithm, of the
+heuristic's choice (``global.benchmarking = 0``) and of the benchmarked choice
+(``global.benchmarking = 1``), and the ratios heuristic/best and benchmarked/best, all
+measured in the same run. Times are the median of repeated executions, in ms.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+__all__ = ["main", "RESNET50_LAYERS"]
+
+# (name, x dims, w dims, padding, stride): ResNet-50 v1.5 layers (He et al. 2016, table 1),
+# batch 1 so the slowest algorithms still finish on a 2-core machine.
+RESNET50_LAYERS = [
+    ("conv1 7x7/2", (1, 3, 224, 224), (64, 3, 7, 7), 3, 2),
+    ("res2 1x1", (1, 256, 56, 56), (64, 256, 1, 1), 0, 1),
+    ("res2 3x3", (1, 64, 56, 56), (64, 64, 3, 3), 1, 1),
+    ("res3 3x3/2", (1, 128, 56, 56), (128, 128, 3, 3), 1, 2),
+    ("res5 3x3", (1, 512, 7, 7), (512, 512, 3, 3), 1, 1),
+]
+
+
+def _graph(hd, direction, x_dims, w_dims, pad, stride):
+    g = hd.Graph(name=f"bench_{direction}")
+    x = g.tensor(dims=x_dims, name="x")
+    w = g.tensor(dims=w_dims, name="w")
+    if direction == "fprop":
+        out = g.conv_fprop(x, w, padding=pad, stride=stride)
+        return g, out.set_output(True)
+    fwd = hd.Graph()
+    y_dims = fwd.conv_fprop(fwd.tensor(dims=x_dims), fwd.tensor(dims=w_dims),
+                            padding=pad, stride=stride).dims
+    g = hd.Graph(name=f"bench_{direction}")
+    dy = g.tensor(dims=y_dims, name="dy")
+    if direction == "dgrad":
+        out = g.conv_dgrad(dy, g.tensor(dims=w_dims, name="w"), dx_dims=x_dims,
+                           padding=pad, stride=stride)
+    else:
+        out = g.conv_wgrad(dy, g.tensor(dims=x_dims, name="x"), dw_dims=w_dims,
+                           padding=pad, stride=stride)
+    return g, out.set_output(True)
+
+
+def _time(fn, repeats: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def _variant_pack(g, rng):
+    vp = {}
+    for t in g.tensors:
+        if not t.is_virtual:
+            vp[t] = rng.uniform(-1, 1, t.dims).astype(np.float32)
+    return vp
+
+
+def run(directions=("fprop", "dgrad", "wgrad"), layers=RESNET50_LAYERS, repeats=3) -> list[dict]:
+    import hipdnn_async as hd
+    from .patterns import match
+    from .providers.cpu import _conv
+    from .providers.cpu._provider import conv_problem, _operands
+
+    rng = np.random.default_rng(0)
+    rows = []
+    db = hd.PerfDb(tempfile.mktemp(suffix=".sqlite3"))  # a fresh db: benchmarking really runs
+    with hd.Device("cpu", streams=1, perfdb=db) as dev:
+        for name, x_dims, w_dims, pad, stride in layers:
+            for direction in directions:
+                g, _ = _graph(hd, direction, x_dims, w_dims, pad, stride)
+                m = match(g)
+                problem = conv_problem(m)
+                vp = _variant_pack(g, rng)
+                by_role = {role: vp[t] for role, t in m.tensors.items()}
+                a, b, out = (by_role[r] for r in _operands(m))
+                algos = {}
+                for algo in _conv.ALGORITHMS[problem.direction]:
+                    if not algo.applicable(problem):
+                        continue
+                    ws = np.empty(algo.workspace_size(problem), np.uint8)
+                    algos[algo.name] = _time(lambda: algo.run(problem, a, b, out, ws), repeats)
+                heur = dev.build_sync(g)
+                tuned = dev.build_sync(g, knobs={"global.benchmarking": 1})
+                t_heur = _time(lambda: heur.execute_sync(vp), repeats)
+                t_tuned = _time(lambda: tuned.execute_sync(vp), repeats)
+                best = min(algos.values())
+                rows.append({
+                    "layer": name, "direction": direction, "algorithms_ms": algos,
+                    "heuristic": heur.algorithm, "heuristic_ms": t_heur,
+                    "benchmarked": tuned.algorithm, "benchmarked_ms": t_tuned,
+                    "heuristic_over_best": t_heur / best, "benchmarked_over_best": t_tuned / best,
+                })
+    return rows
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="hipdnn-async bench", description=__doc__)
+    parser.add_argument("--directions", default="fprop,dgrad,wgrad")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="two small layers only")
+    parser.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
+    args = parser.parse_args(argv)
+    layers = RESNET50_LAYERS[1:3] if args.quick else RESNET50_LAYERS
+    rows = run(tuple(args.directions.split(",")), layers, args.repeats)
+    print(f"{'layer':<12} {'dir':<6} {'algorithms (ms)':<58} {'heuristic':<22} {'benchmarked':<22} h/best b/best")
+    for r in rows:
+        algos = " ".join(f"{k}={v:.2f}" for k, v in r["algorithms_ms"].items())
+        print(f"{r['layer']:<12} {r['direction']:<6} {algos:<58} "
+              f"{r['heuristic']}={r['heuristic_ms']:.2f}".ljust(100)
+              + f" {r['benchmarked']}={r['benchmarked_ms']:.2f}".ljust(23)
+              + f" {r['heuristic_over_best']:.2f}   {r['benchmarked_over_best']:.2f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
