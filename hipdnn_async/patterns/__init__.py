@@ -1,0 +1,9 @@
+"""Pattern recognition: a validated graph -> one of the nine supported patterns.
+
+``match(graph)`` returns a ``Match`` (pattern, nodes, role -> tensor, params) or raises
+``NotSupportedError`` naming the first node that does not fit.
+"""
+from ._catalog import CATALOG, Pattern, PatternSpec, Step, spec_for
+from ._match import Match, match
+
+__all__ = ["Pattern", "Match", "match", "CATALOG", "PatternSpec", "Step", "spec_for"]
