@@ -1,0 +1,33 @@
+"""Stubs of the compiled CPU loops (``src_pyx/_cpu_kernels.pyx``).
+
+Arrays are (N, C, S) float32 or float64 views with any strides (one dtype per call);
+per-channel vectors are contiguous float64 of length C. All run with the GIL released.
+"""
+import numpy as np
+
+__all__: list[str]
+
+def channel_stats(x: np.ndarray, mean: np.ndarray, var: np.ndarray) -> None:
+    """Per-channel mean and biased variance over N and S (two passes, float64 sums)."""
+
+def scale_shift_act(x: np.ndarray, y: np.ndarray, mean: np.ndarray, a: np.ndarray,
+                    bias: np.ndarray, act: bool, lower: float, upper: float) -> None:
+    """y = act((x - mean[c]) * a[c] + bias[c]); act = clamp(lower, upper), NaN kept, no -0.0."""
+
+def bias_act(x: np.ndarray, y: np.ndarray, bias: np.ndarray, has_bias: bool,
+             lower: float, upper: float) -> None:
+    """y = clamp(x + bias[c], lower, upper), NaN kept, no -0.0."""
+
+def relu_backward(y: np.ndarray, dy: np.ndarray, dx: np.ndarray, lower: float,
+                  upper: float) -> None:
+    """dx = dy where lower < y < upper else 0; NaN in y gives NaN."""
+
+def bn_backward_reduce(dy: np.ndarray, x: np.ndarray, scale: np.ndarray, mean: np.ndarray,
+                       inv: np.ndarray, bn_bias: np.ndarray, drelu: bool, lower: float,
+                       upper: float, dbias: np.ndarray, dscale: np.ndarray) -> None:
+    """dbias = sum(g), dscale = sum(g * xhat); g = dy, masked by RELU_BWD(y_bn) if drelu."""
+
+def bn_backward_dx(dy: np.ndarray, x: np.ndarray, dx: np.ndarray, scale: np.ndarray,
+                   mean: np.ndarray, inv: np.ndarray, bn_bias: np.ndarray, drelu: bool,
+                   lower: float, upper: float, dbias: np.ndarray, dscale: np.ndarray) -> None:
+    """dx = scale*inv/m * (m*g - dbias - xhat*dscale)."""
