@@ -1,0 +1,734 @@
+"""Primitive-level dynamic batching for concurrent inference.
+
+`DynamicBatcher` wraps a graph whose batch dim is N. Concurrent ``await batcher(sample)``
+calls are coalesced, as Ray Serve's ``@serve.batch`` and Triton's dynamic batcher do for
+whole models: the first waiting request opens a window, which is flushed when
+``max_batch_size`` rows wait or ``max_delay_ms`` has elapsed. The coalesced rows run as
+one plan built for a *bucket* batch size (plans are cached per bucket, so new sizes do
+not each build or tune); padding rows are zero and their results are discarded, and each
+caller gets exactly its own rows back.
+
+Only graphs whose samples are independent are accepted (convolution forward, the fused
+convolution + bias + ReLU, batchnorm inference): batch statistics couple the samples of
+a training batchnorm, so batching them would change every caller's result.
+
+Only anyio primitives are used (memory object streams, events, a task group, timeouts),
+so the batcher runs under asyncio and trio alike.
+"""
+from __future__ import annotations
+
+import collections
+import copy
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import anyio
+import numpy as np
+
+from ._errors import (
+    DeviceError,
+    ExecutionError,
+    GraphError,
+    HipdnnError,
+    NotSupportedError,
+    VariantPackError,
+)
+from ._types import numpy_dtype
+
+__all__ = ["DynamicBatcher"]
+
+# Patterns whose output rows depend only on the same input rows (hence batchable).
+BATCHABLE_PATTERNS = ("CONV_FPROP", "CONV_FPROP_BIAS_RELU", "BN_INFERENCE_VARIANCE")
+
+# Samples kept for the latency percentiles of metrics() (a sliding window).
+_METRIC_WINDOW = 10_000
+
+
+# ---------------------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------------------
+
+def _tensor_key(t) -> str | int:
+    """Name of a tensor, or its uid when it has no name."""
+    return t.name if t.name else t.uid
+
+
+def _graph_io(graph) -> tuple[list, list]:
+    """Non-virtual (inputs, outputs) of a graph, in first-use order."""
+    produced: dict[int, Any] = {}
+    for node in graph.nodes:
+        for t in node.outputs.values():
+            produced[id(t)] = t
+    inputs: dict[int, Any] = {}
+    for node in graph.nodes:
+        for t in node.inputs.values():
+            if id(t) not in produced and not t.is_virtual:
+                inputs.setdefault(id(t), t)
+    outputs = [t for t in produced.values() if not t.is_virtual]
+    return list(inputs.values()), outputs
+
+
+def _tensor_by_key(graph) -> dict:
+    """Every tensor of a graph by name (or uid)."""
+    out = {}
+    for node in graph.nodes:
+        for t in (*node.inputs.values(), *node.outputs.values()):
+            out[_tensor_key(t)] = t
+    return out
+
+
+def _graph_batch(graph) -> int:
+    """Batch size of a graph: dims[0] of the first data input of its first node."""
+    node = graph.nodes[0]
+    first = node.inputs.get("x", next(iter(node.inputs.values())))
+    return int(first.dims[0])
+
+
+def _alloc(t, *, zero: bool) -> np.ndarray:
+    """A logical-order (N, C, [D,] H, W) array with exactly the tensor's element strides."""
+    dtype = np.dtype(numpy_dtype(t.data_type))
+    dims = tuple(int(d) for d in t.dims)
+    strides = tuple(int(s) for s in t.strides)
+    extent = 1 + sum((d - 1) * s for d, s in zip(dims, strides))
+    flat = np.zeros(extent, dtype) if zero else np.empty(extent, dtype)
+    return np.ndarray(dims, dtype, buffer=flat,
+                      strides=tuple(s * dtype.itemsize for s in strides))
+
+
+def _resolve_buckets(buckets, max_batch_size: int) -> tuple[int, ...]:
+    """The batch sizes plans are built for, increasing; the last is >= max_batch_size."""
+    if isinstance(buckets, str):
+        if buckets == "pow2":
+            out, b = [], 1
+            while b < max_batch_size:
+                out.append(b)
+                b *= 2
+            out.append(max_batch_size)
+            return tuple(out)
+        if buckets == "exact":
+            return tuple(range(1, max_batch_size + 1))
+        raise GraphError(f"DynamicBatcher: buckets={buckets!r} is not a policy; "
+                         "use 'pow2', 'exact' or an increasing sequence of batch sizes")
+    try:
+        out = tuple(int(b) for b in buckets)
+    except (TypeError, ValueError):
+        raise GraphError(f"DynamicBatcher: buckets={buckets!r} is not a policy; "
+                         "use 'pow2', 'exact' or an increasing sequence of batch sizes") from None
+    if (not out or out[0] < 1 or any(a >= b for a, b in zip(out, out[1:]))
+            or out[-1] < max_batch_size):
+        raise GraphError(f"DynamicBatcher: buckets {list(out)} must be positive, strictly "
+                         f"increasing and end at >= max_batch_size={max_batch_size}")
+    return out
+
+
+def _percentiles(values) -> dict[str, float]:
+    """p50/p90/p99/mean of a sample, in the unit given (0.0 when empty)."""
+    if not values:
+        return {"p50": 0.0, "p90": 0.0, "p99": 0.0, "mean": 0.0}
+    a = np.fromiter(values, dtype=np.float64)
+    p50, p90, p99 = np.percentile(a, [50, 90, 99])
+    return {"p50": float(p50), "p90": float(p90), "p99": float(p99), "mean": float(a.mean())}
+
+
+def _fresh_error(exc: BaseException) -> BaseException:
+    """A copy of an exception for one caller (one instance must not be raised in many tasks)."""
+    try:
+        err = copy.copy(exc)
+    except Exception:  # an exception type that does not copy: wrap it
+        err = ExecutionError(str(exc))
+    err.__traceback__ = None
+    return err
+
+
+@dataclass(eq=False)
+class _Request:
+    """One queued piece of a caller's request (at most max_batch_size rows)."""
+
+    arrays: dict            # input name -> logical-order array, tensor dtype, rows n
+    n: int
+    enqueued: float         # time.perf_counter()
+    window: float           # anyio.current_time() when queued
+    done: anyio.Event = field(default_factory=anyio.Event)
+    result: dict | None = None
+    error: BaseException | None = None
+    cancelled: bool = False
+
+
+@dataclass(eq=False)
+class _Bucket:
+    """A built plan for one bucket batch size, with its tensors by name."""
+
+    size: int
+    plan: Any
+    tensors: dict           # name -> TensorAttributes of the bucket graph
+    keys: dict              # name -> variant-pack key (uid when set, else name)
+
+
+# ---------------------------------------------------------------------------------------
+# DynamicBatcher
+# ---------------------------------------------------------------------------------------
+
+class DynamicBatcher:
+    """Coalesce concurrent inference requests into batched executions of one graph.
+
+    Parameters
+    ----------
+    device : Device
+        The device that builds and runs the plans (``await device.build(...)``).
+    graph : Graph
+        A validated graph built at any batch size N. Its pattern must be per-sample
+        independent: ``CONV_FPROP``, ``CONV_FPROP_BIAS_RELU`` or ``BN_INFERENCE_VARIANCE``.
+        Per-bucket graphs are made with ``graph.with_batch_size(n)``.
+    inputs : sequence of str, optional
+        Names of the per-request (batched) input tensors. Default: the non-virtual graph
+        inputs whose dims[0] follows the batch size and that are not in `constants`.
+    outputs : sequence of str, optional
+        Names of the non-virtual outputs returned to callers. Default: all of them.
+    constants : mapping of str to array, optional
+        The other non-virtual inputs (weights, bias, scale, mean, variance...), logical
+        dims order, any layout and a dtype castable to the tensor's; copied once.
+    max_batch_size : int, optional
+        Most rows in one execution. Default 64.
+    max_delay_ms : float, optional
+        Longest time (ms) the first waiting request waits for others. Default 2.0.
+    buckets : {"pow2", "exact"} or sequence of int, optional
+        Batch sizes plans are built for: "pow2" (1, 2, 4, ..., max_batch_size), "exact"
+        (every size) or an increasing sequence ending >= max_batch_size. A batch of r
+        rows runs on the smallest bucket >= r, padded with zero rows. Default "pow2".
+    knobs : mapping, optional
+        Knob settings passed to every ``device.build``.
+    max_concurrent_batches : int, optional
+        Batches in flight at once (extension, as Ray Serve's argument of that name).
+        Default: the device's number of streams (2 when it does not say).
+
+    Raises
+    ------
+    NotSupportedError
+        The graph's pattern couples samples (e.g. ``BN_TRAINING``).
+    GraphError
+        Bad `buckets`, `max_batch_size`, `max_delay_ms`, or an input/output/constant name
+        that is not a non-virtual tensor of the graph in the right role.
+    VariantPackError
+        A constant whose shape does not match its tensor, or a missing constant.
+
+    Notes
+    -----
+    A request of more rows than `max_batch_size` is split into pieces of at most
+    `max_batch_size` rows, which are batched like separate requests; the caller gets the
+    rows back concatenated in order. Use as ``async with DynamicBatcher(...) as b:``;
+    leaving the block (or ``await b.aclose()``) stops new requests, drains pending ones,
+    then stops the collector. A caller cancelled before its rows are batched is skipped;
+    one cancelled while its batch runs has its result discarded. An execution error fails
+    the callers of that batch only; the batcher keeps serving.
+    """
+
+    def __init__(self, device, graph, *, inputs: Sequence[str] | None = None,
+                 outputs: Sequence[str] | None = None,
+                 constants: Mapping[str, Any] | None = None,
+                 max_batch_size: int = 64, max_delay_ms: float = 2.0,
+                 buckets: str | Sequence[int] = "pow2", knobs: Mapping | None = None,
+                 max_concurrent_batches: int | None = None):
+        if int(max_batch_size) < 1:
+            raise GraphError(f"DynamicBatcher: max_batch_size={max_batch_size} must be >= 1")
+        if not (float(max_delay_ms) >= 0.0):
+            raise GraphError(f"DynamicBatcher: max_delay_ms={max_delay_ms} must be >= 0")
+        self._device = device
+        self._graph = graph
+        self._knobs = dict(knobs) if knobs else None
+        self.max_batch_size = int(max_batch_size)
+        self.max_delay_ms = float(max_delay_ms)
+        self.buckets = _resolve_buckets(buckets, self.max_batch_size)
+        if max_concurrent_batches is None:
+            streams = getattr(device, "streams", None)
+            try:
+                max_concurrent_batches = len(streams) if streams is not None else 2
+            except TypeError:
+                max_concurrent_batches = int(streams) if isinstance(streams, int) else 2
+        if int(max_concurrent_batches) < 1:
+            raise GraphError(f"DynamicBatcher: max_concurrent_batches="
+                             f"{max_concurrent_batches} must be >= 1")
+        self.max_concurrent_batches = int(max_concurrent_batches)
+
+        self._pattern_checked = self._check_pattern(graph)
+        self._classify(graph, inputs, outputs, constants or {})
+
+        self._plans: dict[int, _Bucket] = {}
+        self._plan_locks: dict[int, anyio.Lock] = {}
+        self._state = "new"             # new -> running -> closing -> closed
+        self._tg = None
+        self._send = self._recv = None
+        self._drained: anyio.Event | None = None
+        self._inflight = 0
+        self._idle: anyio.Event | None = None
+        # metrics
+        self._n_requests = 0
+        self._n_batches = 0
+        self._n_rows = 0
+        self._n_bucket_rows = 0
+        self._n_errors = 0
+        self._n_cancelled = 0
+        self._plans_built = 0
+        self._buckets_used: set[int] = set()
+        self._queue_wait_ms = collections.deque(maxlen=_METRIC_WINDOW)
+        self._exec_ms = collections.deque(maxlen=_METRIC_WINDOW)
+
+    # ------------------------------------------------------------------ set-up
+
+    @staticmethod
+    def _check_pattern(graph) -> bool:
+        """Reject per-sample-coupled patterns early when the pattern matcher is present."""
+        try:
+            from .patterns import match
+        except ImportError:
+            return False
+        pattern = match(graph).pattern
+        DynamicBatcher._require_batchable(getattr(pattern, "name", str(pattern)))
+        return True
+
+    @staticmethod
+    def _require_batchable(pattern: str) -> None:
+        if pattern not in BATCHABLE_PATTERNS:
+            raise NotSupportedError(
+                f"DynamicBatcher: pattern {pattern} is not batchable: its samples are not "
+                "independent (batch statistics or reductions over N couple them), so "
+                "coalescing requests would change each caller's result; batchable "
+                f"patterns are {', '.join(BATCHABLE_PATTERNS)}")
+
+    def _classify(self, graph, inputs, outputs, constants) -> None:
+        """Split graph inputs into batched inputs and constants; pick the outputs."""
+        g_inputs, g_outputs = _graph_io(graph)
+        if not g_inputs or not g_outputs:
+            raise GraphError(f"DynamicBatcher: graph {graph.name!r} has no non-virtual "
+                             "inputs or outputs")
+        self._batch = _graph_batch(graph)
+        # Which tensors follow the batch size: compare with a copy at another batch size.
+        probe = _tensor_by_key(graph.with_batch_size(self._batch + 1))
+        batched = {_tensor_key(t) for t in (*g_inputs, *g_outputs)
+                   if probe[_tensor_key(t)].dims[0] != t.dims[0]}
+        in_by_key = {_tensor_key(t): t for t in g_inputs}
+        out_by_key = {_tensor_key(t): t for t in g_outputs}
+
+        for name in constants:
+            if name not in in_by_key:
+                raise GraphError(f"DynamicBatcher: constant {name!r} is not a non-virtual "
+                                 f"input of graph {graph.name!r}; inputs are "
+                                 f"{sorted(map(str, in_by_key))}")
+            if name in batched:
+                raise GraphError(f"DynamicBatcher: constant {name!r} has the batch dim "
+                                 f"(dims {tuple(in_by_key[name].dims)}); a batched tensor "
+                                 "must be a per-request input")
+        if inputs is None:
+            inputs = [k for k in in_by_key if k in batched and k not in constants]
+        inputs = list(inputs)
+        if not inputs:
+            raise GraphError(f"DynamicBatcher: graph {graph.name!r} has no batched input "
+                             "(no non-virtual input follows dims[0] = N)")
+        for name in inputs:
+            if name not in in_by_key or name not in batched:
+                raise GraphError(f"DynamicBatcher: input {name!r} is not a batched "
+                                 f"non-virtual input of graph {graph.name!r}; batched "
+                                 f"inputs are {sorted(map(str, batched & set(in_by_key)))}")
+            if name in constants:
+                raise GraphError(f"DynamicBatcher: {name!r} is given both as an input "
+                                 "and as a constant")
+        missing = [k for k in in_by_key if k not in inputs and k not in constants]
+        if missing:
+            raise VariantPackError(f"DynamicBatcher: graph {graph.name!r} input(s) "
+                                   f"{missing} are neither per-request inputs nor given "
+                                   "in constants=")
+        if outputs is None:
+            outputs = list(out_by_key)
+        outputs = list(outputs)
+        for name in outputs:
+            if name not in out_by_key:
+                raise GraphError(f"DynamicBatcher: output {name!r} is not a non-virtual "
+                                 f"output of graph {graph.name!r}; outputs are "
+                                 f"{sorted(map(str, out_by_key))}")
+            if name not in batched:
+                raise GraphError(f"DynamicBatcher: output {name!r} (dims "
+                                 f"{tuple(out_by_key[name].dims)}) has no batch dim")
+        if not outputs:
+            raise GraphError("DynamicBatcher: outputs= is empty")
+        # Outputs not returned still need buffers in the variant pack.
+        self._all_outputs = list(out_by_key)
+        self.inputs = tuple(inputs)
+        self.outputs = tuple(outputs)
+        self._in_tensors = {k: in_by_key[k] for k in inputs}
+
+        self._constants = {}
+        for name, value in constants.items():
+            t = in_by_key[name]
+            arr = np.asarray(value)
+            if arr.shape != tuple(t.dims):
+                raise VariantPackError(f"DynamicBatcher: constant {name!r} needs shape "
+                                       f"{tuple(t.dims)}; got {arr.shape}")
+            buf = _alloc(t, zero=False)
+            buf[...] = arr
+            buf.flags.writeable = False
+            self._constants[name] = buf
+
+    # ------------------------------------------------------------------ lifetime
+
+    async def __aenter__(self) -> "DynamicBatcher":
+        if self._state != "new":
+            raise DeviceError(f"DynamicBatcher: cannot start a batcher that is {self._state}")
+        if not self._pattern_checked:
+            await self._get_bucket(self.buckets[0])   # checks plan.pattern
+        self._send, self._recv = anyio.create_memory_object_stream(math.inf)
+        self._drained = anyio.Event()
+        self._idle = anyio.Event()
+        self._idle.set()
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        self._state = "running"
+        self._tg.start_soon(self._collector)
+        return self
+
+    async def __aexit__(self, exc_type, exc, tb) -> bool | None:
+        try:
+            if exc_type is None:
+                await self.aclose()
+            else:
+                self._stop_accepting()
+                self._tg.cancel_scope.cancel()
+        finally:
+            try:
+                return await self._tg.__aexit__(exc_type, exc, tb)
+            finally:
+                self._state = "closed"
+
+    def _stop_accepting(self) -> None:
+        if self._state == "running":
+            self._state = "closing"
+            self._send.close()
+
+    async def aclose(self) -> None:
+        """Stop accepting requests, run every pending one, and wait until none is in flight."""
+        if self._state in ("new", "closed"):
+            self._state = "closed"
+            return
+        self._stop_accepting()
+        await self._drained.wait()
+        await self._idle.wait()
+
+    # ------------------------------------------------------------------ requests
+
+    async def __call__(self, request):
+        """Run one request (N_k >= 1 rows) in some batch; return its own output rows.
+
+        Parameters
+        ----------
+        request : mapping of str to array, or array
+            ``{input_name: array}`` with each array in logical order (N_k, C, [D,] H, W)
+            matching the input's dims past the batch dim; a bare array when the batcher has
+            exactly one input. Floating arrays are cast to the tensor's dtype.
+
+        Returns
+        -------
+        dict of str to numpy.ndarray, or numpy.ndarray
+            ``{output_name: array (N_k, ...)}``, or the single array when there is exactly
+            one output. Arrays are logical order, with the output tensor's layout.
+
+        Raises
+        ------
+        VariantPackError
+            A missing or unknown input, a shape that does not match, or different N_k.
+        DeviceError
+            The batcher is not running (use ``async with``).
+        ExecutionError
+            The batch holding this request failed.
+        """
+        if self._state != "running":
+            raise DeviceError(f"DynamicBatcher: not running (state {self._state}); call it "
+                              "inside 'async with DynamicBatcher(...) as batcher:'")
+        arrays, n = self._check_request(request)
+        now, window = time.perf_counter(), anyio.current_time()
+        pieces = []
+        for lo in range(0, n, self.max_batch_size):
+            hi = min(n, lo + self.max_batch_size)
+            pieces.append(_Request({k: a[lo:hi] for k, a in arrays.items()}, hi - lo,
+                                   now, window))
+        self._n_requests += 1
+        try:
+            for p in pieces:
+                self._send.send_nowait(p)
+            for p in pieces:
+                await p.done.wait()
+        except BaseException:
+            for p in pieces:
+                if not p.done.is_set():
+                    p.cancelled = True
+            self._n_cancelled += 1
+            raise
+        for p in pieces:
+            if p.error is not None:
+                raise p.error
+        if len(pieces) == 1:
+            out = pieces[0].result
+        else:
+            out = {k: np.concatenate([p.result[k] for p in pieces]) for k in self.outputs}
+        return out[self.outputs[0]] if len(self.outputs) == 1 else out
+
+    def _check_request(self, request) -> tuple[dict, int]:
+        """Validate a request; return {input: array of the tensor dtype} and its rows."""
+        if not isinstance(request, Mapping):
+            if len(self.inputs) != 1:
+                raise VariantPackError(f"DynamicBatcher: a bare array needs exactly one "
+                                       f"input; this batcher has {list(self.inputs)}: "
+                                       "pass a dict")
+            request = {self.inputs[0]: request}
+        extra = [k for k in request if k not in self._in_tensors]
+        if extra:
+            raise VariantPackError(f"DynamicBatcher: request names {extra} are not "
+                                   f"per-request inputs; inputs are {list(self.inputs)}")
+        arrays, n = {}, None
+        for name, t in self._in_tensors.items():
+            if name not in request:
+                raise VariantPackError(f"DynamicBatcher: request lacks input {name!r}")
+            arr = np.asarray(request[name])
+            want = tuple(t.dims[1:])
+            if arr.ndim != len(t.dims) or tuple(arr.shape[1:]) != want or arr.shape[0] < 1:
+                raise VariantPackError(f"DynamicBatcher: tensor {name!r} needs shape "
+                                       f"(N, {', '.join(map(str, want))}) with N >= 1; "
+                                       f"got {arr.shape}")
+            if n is None:
+                n = arr.shape[0]
+            elif arr.shape[0] != n:
+                raise VariantPackError(f"DynamicBatcher: tensor {name!r} has {arr.shape[0]} "
+                                       f"rows; the request's other inputs have {n}")
+            dtype = np.dtype(numpy_dtype(t.data_type))
+            if arr.dtype != dtype:
+                if arr.dtype.kind not in "fiu" and arr.dtype.name != "bfloat16":
+                    raise VariantPackError(f"DynamicBatcher: tensor {name!r} needs dtype "
+                                           f"{dtype}; got {arr.dtype}")
+                arr = arr.astype(dtype)
+            arrays[name] = arr
+        return arrays, n
+
+    # ------------------------------------------------------------------ collector
+
+    async def _collector(self) -> None:
+        """Group queued requests into batches and start them, until the queue closes."""
+        pending: collections.deque[_Request] = collections.deque()
+        slots = anyio.Semaphore(self.max_concurrent_batches)
+        closed = False
+        delay = self.max_delay_ms / 1000.0
+        try:
+            while True:
+                self._drop_cancelled(pending)
+                if not pending:
+                    if closed:
+                        break
+                    try:
+                        pending.append(await self._recv.receive())
+                    except (anyio.EndOfStream, anyio.ClosedResourceError):
+                        closed = True
+                        continue
+                # The first waiting request opens the window.
+                deadline = pending[0].window + delay
+                while not closed and self._rows(pending) < self.max_batch_size:
+                    closed = self._drain_nowait(pending)
+                    if closed or self._rows(pending) >= self.max_batch_size:
+                        break
+                    remaining = deadline - anyio.current_time()
+                    if remaining <= 0:
+                        break
+                    with anyio.move_on_after(remaining):
+                        try:
+                            pending.append(await self._recv.receive())
+                        except (anyio.EndOfStream, anyio.ClosedResourceError):
+                            closed = True
+                await slots.acquire()
+                # Requests that came while waiting for a slot join this batch.
+                if not closed:
+                    closed = self._drain_nowait(pending)
+                self._drop_cancelled(pending)
+                batch, rows = [], 0
+                while pending and rows + pending[0].n <= self.max_batch_size:
+                    req = pending.popleft()
+                    batch.append(req)
+                    rows += req.n
+                if not batch:
+                    slots.release()
+                    continue
+                if self._inflight == 0:
+                    self._idle = anyio.Event()
+                self._inflight += 1
+                self._tg.start_soon(self._run_batch, batch, rows, slots)
+        finally:
+            err = DeviceError("DynamicBatcher: closed before this request ran")
+            for req in pending:
+                self._fail(req, err)
+            try:
+                while True:
+                    self._fail(self._recv.receive_nowait(), err)
+            except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                pass
+            self._recv.close()
+            self._drained.set()
+
+    @staticmethod
+    def _rows(pending) -> int:
+        return sum(r.n for r in pending if not r.cancelled)
+
+    def _drain_nowait(self, pending) -> bool:
+        """Move every request already queued into `pending`; True when the queue closed."""
+        while True:
+            try:
+                pending.append(self._recv.receive_nowait())
+            except anyio.WouldBlock:
+                return False
+            except (anyio.EndOfStream, anyio.ClosedResourceError):
+                return True
+
+    @staticmethod
+    def _drop_cancelled(pending) -> None:
+        while pending and pending[0].cancelled:
+            pending.popleft()
+        if any(r.cancelled for r in pending):
+            kept = [r for r in pending if not r.cancelled]
+            pending.clear()
+            pending.extend(kept)
+
+    @staticmethod
+    def _fail(req: _Request, err: BaseException) -> None:
+        if not req.done.is_set():
+            req.error = _fresh_error(err)
+            req.done.set()
+
+    # ------------------------------------------------------------------ execution
+
+    def bucket_for(self, rows: int) -> int:
+        """The smallest bucket batch size >= rows."""
+        for b in self.buckets:
+            if b >= rows:
+                return b
+        raise GraphError(f"DynamicBatcher: {rows} rows exceed the largest bucket "
+                         f"{self.buckets[-1]}")
+
+    async def _get_bucket(self, size: int) -> _Bucket:
+        """The cached plan for a bucket size, built once (concurrent callers wait)."""
+        bucket = self._plans.get(size)
+        if bucket is not None:
+            return bucket
+        lock = self._plan_locks.setdefault(size, anyio.Lock())
+        async with lock:
+            bucket = self._plans.get(size)
+            if bucket is not None:
+                return bucket
+            g = self._graph.with_batch_size(size)
+            plan = await self._device.build(g, knobs=self._knobs)
+            pattern = getattr(plan, "pattern", None)
+            if pattern is not None:
+                self._require_batchable(getattr(pattern, "name", str(pattern)))
+            self._plans_built += 1
+            tensors = _tensor_by_key(g)
+            keys = {}
+            for name in (*self.inputs, *self._constants, *self._all_outputs):
+                t = tensors[name]
+                keys[name] = t.uid if t.uid is not None else t.name
+            bucket = _Bucket(size, plan, tensors, keys)
+            self._plans[size] = bucket
+            return bucket
+
+    async def warmup(self, sizes: Sequence[int] | None = None) -> None:
+        """Build the plans of the given bucket sizes now (default: every bucket)."""
+        for size in (self.buckets if sizes is None else sizes):
+            await self._get_bucket(self.bucket_for(int(size)))
+
+    async def _run_batch(self, batch: list[_Request], rows: int, slots) -> None:
+        """Run one batch on its bucket's plan and hand each caller its rows."""
+        started = time.perf_counter()
+        try:
+            size = self.bucket_for(rows)
+            for req in batch:
+                self._queue_wait_ms.append((started - req.enqueued) * 1e3)
+            try:
+                bucket = await self._get_bucket(size)
+                pack, outs = {}, {}
+                for name in self.inputs:
+                    buf = _alloc(bucket.tensors[name], zero=rows < size)
+                    lo = 0
+                    for req in batch:
+                        buf[lo:lo + req.n] = req.arrays[name]
+                        lo += req.n
+                    pack[bucket.keys[name]] = buf
+                for name, buf in self._constants.items():
+                    pack[bucket.keys[name]] = buf
+                for name in self._all_outputs:
+                    outs[name] = _alloc(bucket.tensors[name], zero=False)
+                    pack[bucket.keys[name]] = outs[name]
+                t0 = time.perf_counter()
+                await bucket.plan.execute(pack)
+                self._exec_ms.append((time.perf_counter() - t0) * 1e3)
+            except Exception as exc:
+                if not isinstance(exc, HipdnnError):
+                    wrapped = ExecutionError(f"DynamicBatcher: batch of {rows} rows (bucket "
+                                             f"{size}) failed: {type(exc).__name__}: {exc}")
+                    wrapped.__cause__ = exc
+                    exc = wrapped
+                self._n_errors += 1
+                for req in batch:
+                    self._fail(req, exc)
+                return
+            self._n_batches += 1
+            self._n_rows += rows
+            self._n_bucket_rows += size
+            self._buckets_used.add(size)
+            lo = 0
+            for req in batch:
+                if not req.cancelled:
+                    req.result = {k: outs[k][lo:lo + req.n].copy(order="K")
+                                  for k in self.outputs}
+                req.done.set()
+                lo += req.n
+        finally:
+            # Cancelled (the batcher was torn down): nobody may be left waiting.
+            for req in batch:
+                self._fail(req, DeviceError("DynamicBatcher: closed while this request ran"))
+            slots.release()
+            self._inflight -= 1
+            if self._inflight == 0:
+                self._idle.set()
+
+    # ------------------------------------------------------------------ metrics
+
+    def metrics(self) -> dict:
+        """Counters and latencies of this batcher.
+
+        Returns
+        -------
+        dict
+            ``requests`` (caller calls), ``batches`` (successful executions), ``rows``
+            (real rows run), ``mean_batch_fill`` (rows / bucket rows, in [0, 1]),
+            ``mean_batch_size`` (rows / batches), ``queue_wait_ms`` and ``exec_ms``
+            (``{"p50", "p90", "p99", "mean"}`` over the last 10000 samples; queue wait is
+            from the call to the start of its batch, exec is ``plan.execute``),
+            ``plans_built``, ``buckets_used`` (sorted bucket sizes run), ``errors``
+            (failed batches), ``cancelled`` (cancelled calls), ``pending`` (batches in
+            flight), ``buckets`` (the policy's sizes).
+        """
+        return {
+            "requests": self._n_requests,
+            "batches": self._n_batches,
+            "rows": self._n_rows,
+            "mean_batch_fill": (self._n_rows / self._n_bucket_rows
+                                if self._n_bucket_rows else 0.0),
+            "mean_batch_size": self._n_rows / self._n_batches if self._n_batches else 0.0,
+            "queue_wait_ms": _percentiles(self._queue_wait_ms),
+            "exec_ms": _percentiles(self._exec_ms),
+            "plans_built": self._plans_built,
+            "buckets_used": sorted(self._buckets_used),
+            "errors": self._n_errors,
+            "cancelled": self._n_cancelled,
+            "pending": self._inflight,
+            "buckets": list(self.buckets),
+        }
+
+    def __repr__(self) -> str:
+        return (f"DynamicBatcher(graph={getattr(self._graph, 'name', '?')!r}, "
+                f"inputs={list(self.inputs)}, outputs={list(self.outputs)}, "
+                f"max_batch_size={self.max_batch_size}, max_delay_ms={self.max_delay_ms}, "
+                f"buckets={list(self.buckets)}, state={self._state!r})")
