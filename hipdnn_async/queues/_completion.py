@@ -1,0 +1,294 @@
+"""Completion: the handle of one work item on a stream.
+
+A completion is finished exactly once, by the stream's backend (the CPU worker thread,
+or a GPU backend's event watcher), with a result or an error. Waiters are woken as:
+
+- event loops (asyncio, trio): one thread-safe callback per item and per loop that has
+  an awaiter (``_asyncio.post`` / ``_trio.post``); the loop is identified at submission
+  time through sniffio, and a task of another loop that awaits registers its own;
+- plain threads: a ``threading.Event`` created on first use.
+
+No polling, no thread per call.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import anyio
+import anyio.lowlevel
+import sniffio
+
+from .._errors import DeviceError, ExecutionError, HipdnnError
+
+__all__ = ["Completion"]
+
+_log = logging.getLogger("hipdnn_async.queues")
+
+_PENDING, _RUNNING, _DONE = 0, 1, 2
+_LOOP_MODULES: dict = {}
+
+
+def _loop_module(name: str):
+    """Return the loop-specific module (``_asyncio`` or ``_trio``) for a sniffio name."""
+    mod = _LOOP_MODULES.get(name)
+    if mod is None:
+        if name == "asyncio":
+            from . import _asyncio as mod
+        elif name == "trio":
+            from . import _trio as mod
+        else:
+            raise DeviceError(f"queues: async library {name!r} is not supported; "
+                              "use asyncio or trio (directly or through anyio)")
+        _LOOP_MODULES[name] = mod
+    return mod
+
+
+def _current_loop():
+    """Return (loop module, loop token) of the calling task, or (None, None) off-loop."""
+    try:
+        name = sniffio.current_async_library()
+    except sniffio.AsyncLibraryNotFoundError:
+        return None, None
+    mod = _loop_module(name)
+    return mod, mod.current_token()
+
+
+class _LoopWaiter:
+    """Awaiters of one completion in one event loop: one loop-local event, one wake-up."""
+
+    __slots__ = ("mod", "token", "event")
+
+    def __init__(self, mod, token):
+        self.mod = mod
+        self.token = token
+        self.event = None  # anyio.Event, created on the loop by the first awaiter
+
+
+class Completion:
+    """Handle for one work item: awaitable from asyncio and trio, waitable from threads.
+
+    Parameters
+    ----------
+    fn : callable
+        ``fn()`` runs on the stream's worker; its return value is the result.
+    keepalive : object, optional
+        Anything (buffers, workspace) the queue must reference until ``fn`` has finished
+        executing; dropped right after. Default ``()``.
+    label : str, optional
+        What the item is, for error messages, e.g. ``"plan 'conv1' (engine CPU_ENGINE)"``.
+
+    Notes
+    -----
+    ``await completion`` returns ``fn()``'s value or raises its error; it may be awaited
+    any number of times, from any number of tasks and loops. Cancelling an awaiter does not
+    cancel the work. An exception in ``fn`` becomes :class:`ExecutionError` naming the
+    label (the original is its ``__cause__``); a :class:`HipdnnError` passes unchanged.
+    Timestamps are ``time.perf_counter()`` seconds.
+    """
+
+    __slots__ = ("label", "stream", "submitted_at", "started_at", "finished_at",
+                 "_fn", "_keepalive", "_control", "_lock", "_state", "_value", "_error",
+                 "_waiters", "_tevent", "_callbacks", "__weakref__")
+
+    def __init__(self, fn, *, keepalive=(), label: str = "", _control: bool = False):
+        if not callable(fn):
+            raise TypeError(f"queues: work item {label!r}: fn must be callable; "
+                            f"got {type(fn).__name__}")
+        self.label = label
+        self.stream = None  # the Stream it was submitted to
+        self.submitted_at = self.started_at = self.finished_at = None
+        self._fn = fn
+        self._keepalive = keepalive
+        self._control = _control  # event marker / wait: not counted as work
+        self._lock = threading.Lock()
+        self._state = _PENDING
+        self._value = None
+        self._error = None
+        self._tevent = None
+        self._callbacks = None
+        mod, token = _current_loop()
+        self._waiters = [_LoopWaiter(mod, token)] if mod is not None else []
+
+    # ---------------------------------------------------------------- state
+
+    def done(self) -> bool:
+        """Return True once the item has finished (with a result or an error)."""
+        return self._state == _DONE
+
+    @property
+    def queue_wait_ms(self) -> float | None:
+        """Time from submission to start of execution, in ms (None before it started)."""
+        if self.started_at is None or self.submitted_at is None:
+            return None
+        return (self.started_at - self.submitted_at) * 1e3
+
+    @property
+    def exec_ms(self) -> float | None:
+        """Execution time on the worker, in ms (None before it finished)."""
+        if self.finished_at is None or self.started_at is None:
+            return None
+        return (self.finished_at - self.started_at) * 1e3
+
+    def describe(self) -> str:
+        """Return the label, or a description of the item when it has none."""
+        if self.label:
+            return self.label
+        where = f" on stream '{self.stream.name}'" if self.stream is not None else ""
+        return f"work item{where}"
+
+    def __repr__(self) -> str:
+        state = ("pending", "running", "done")[self._state]
+        if self._state == _DONE:
+            state = "failed" if self._error is not None else "done"
+        return f"<Completion {self.describe()!r} {state}>"
+
+    # ---------------------------------------------------------------- waiting, threads
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block the calling thread until done; return False if ``timeout`` (s) passed."""
+        if self._state == _DONE:
+            return True
+        with self._lock:
+            if self._state == _DONE:
+                return True
+            if self._tevent is None:
+                self._tevent = threading.Event()
+            tevent = self._tevent
+        return tevent.wait(timeout)
+
+    def result(self, timeout: float | None = None):
+        """Block until done; return ``fn()``'s value or raise its error.
+
+        Raises
+        ------
+        TimeoutError
+            Not done after ``timeout`` seconds.
+        ExecutionError, HipdnnError
+            The item failed.
+        """
+        if not self.wait(timeout):
+            raise TimeoutError(f"{self.describe()}: not complete after {timeout} s")
+        return self._outcome()
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """Block until done; return the item's error, or None if it succeeded."""
+        if not self.wait(timeout):
+            raise TimeoutError(f"{self.describe()}: not complete after {timeout} s")
+        return self._error
+
+    def add_done_callback(self, callback) -> None:
+        """Call ``callback(completion)`` once done: on the worker, or now if already done.
+
+        The callback must be quick and thread-safe; its exceptions are logged.
+        """
+        with self._lock:
+            if self._state != _DONE:
+                if self._callbacks is None:
+                    self._callbacks = []
+                self._callbacks.append(callback)
+                return
+        _call_back(callback, self)
+
+    # ---------------------------------------------------------------- waiting, loops
+
+    def __await__(self):
+        return self._await().__await__()
+
+    async def _await(self):
+        await self._wait_done()
+        return self._outcome()
+
+    async def _wait_done(self) -> None:
+        """Wait in the current task until done, without raising the item's error."""
+        if self._state == _DONE:
+            await anyio.lowlevel.checkpoint_if_cancelled()
+            return
+        mod, token = _current_loop()
+        if mod is None:
+            raise DeviceError(f"{self.describe()}: awaited outside asyncio or trio")
+        with self._lock:
+            if self._state == _DONE:
+                event = None
+            else:
+                for waiter in self._waiters:
+                    if waiter.token is token:
+                        break
+                else:
+                    waiter = _LoopWaiter(mod, token)
+                    self._waiters.append(waiter)
+                if waiter.event is None:
+                    waiter.event = anyio.Event()
+                event = waiter.event
+        if event is None:
+            await anyio.lowlevel.checkpoint_if_cancelled()
+        else:
+            await event.wait()
+
+    def _outcome(self):
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    # ---------------------------------------------------------------- backend side
+
+    def _execute(self):
+        """Run ``fn`` on the calling (worker) thread; return (value, error). Drops fn and keepalive."""
+        self._state = _RUNNING
+        self.started_at = time.perf_counter()
+        fn = self._fn
+        value = error = None
+        try:
+            value = fn()
+        except HipdnnError as exc:
+            error = exc
+        except BaseException as exc:  # noqa: BLE001 - the worker must survive anything
+            error = ExecutionError(f"{self.describe()}: {type(exc).__name__}: {exc}"
+                                   + (f" [stream '{self.stream.name}']" if self.stream else ""))
+            error.__cause__ = exc
+        finally:
+            self.finished_at = time.perf_counter()
+            fn = None
+            self._fn = None
+            self._keepalive = None
+        return value, error
+
+    def _finish(self, value, error) -> None:
+        """Publish the outcome (exactly once) and wake every waiter."""
+        if self._state == _DONE:
+            raise RuntimeError(f"{self.describe()}: completed twice")  # backend bug
+        stream = self.stream
+        if stream is not None and not self._control:
+            stream._item_finished(self, error is None)  # free the slot before waking
+        with self._lock:
+            self._value = value
+            self._error = error
+            self._state = _DONE
+            tevent = self._tevent
+            wake = [w for w in self._waiters if w.event is not None]
+            callbacks, self._callbacks = self._callbacks, None
+        if tevent is not None:
+            tevent.set()
+        for waiter in wake:
+            waiter.mod.post(waiter.token, waiter.event.set)
+        if callbacks:
+            for callback in callbacks:
+                _call_back(callback, self)
+
+    def _drop(self) -> None:
+        """Release fn and keepalive of an item that was never enqueued."""
+        self._fn = None
+        self._keepalive = None
+
+    def _run(self) -> None:
+        """Execute and finish on the calling thread (the CPU backend's worker)."""
+        value, error = self._execute()
+        self._finish(value, error)
+
+
+def _call_back(callback, completion) -> None:
+    try:
+        callback(completion)
+    except Exception:  # noqa: BLE001 - a callback must not kill the worker
+        _log.exception("done callback of %s failed", completion.describe())

@@ -1,0 +1,301 @@
+"""StreamPool: the per-device set of streams, with submission and backpressure."""
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import anyio
+import anyio.lowlevel
+import anyio.to_thread
+
+from .._errors import DeviceError
+from ._completion import Completion
+from ._metrics import Histogram
+from ._stream import Stream, StreamBackend
+
+__all__ = ["StreamPool", "DEFAULT_MAX_INFLIGHT"]
+
+DEFAULT_MAX_INFLIGHT = 64  # work items in flight per stream before submit waits
+
+
+def _default_n_streams() -> int:
+    return max(2, min(4, os.cpu_count() or 1))
+
+
+class StreamPool:
+    """The streams of one device; submits work items with per-stream backpressure.
+
+    Parameters
+    ----------
+    device_name : str
+        The device, e.g. ``"cpu"``; streams are named ``"<device_name>:s<i>"``.
+    n_streams : int, optional
+        Number of streams, >= 1. Default ``min(4, os.cpu_count())``, at least 2.
+    max_inflight : int, optional
+        Work items submitted and not completed per stream before ``submit`` waits, >= 1.
+        Default 64.
+    backend_factory : callable, optional
+        ``backend_factory(stream_name) -> StreamBackend``; default a CPU worker thread per
+        stream.
+
+    Raises
+    ------
+    ValueError
+        ``n_streams`` or ``max_inflight`` < 1.
+
+    Notes
+    -----
+    ``async with`` / ``with`` close the pool on exit (draining submitted work).
+    """
+
+    def __init__(self, device_name: str, n_streams: int | None = None,
+                 max_inflight: int | None = None, *, backend_factory=None) -> None:
+        if n_streams is None:
+            n_streams = _default_n_streams()
+        if max_inflight is None:
+            max_inflight = DEFAULT_MAX_INFLIGHT
+        if int(n_streams) != n_streams or n_streams < 1:
+            raise ValueError(f"StreamPool '{device_name}': n_streams = {n_streams!r}; "
+                             "need an int >= 1")
+        if int(max_inflight) != max_inflight or max_inflight < 1:
+            raise ValueError(f"StreamPool '{device_name}': max_inflight = {max_inflight!r}; "
+                             "need an int >= 1")
+        self.device_name = device_name
+        self.max_inflight = int(max_inflight)
+        streams = []
+        for i in range(int(n_streams)):
+            name = f"{device_name}:s{i}"
+            backend: StreamBackend | None = backend_factory(name) if backend_factory else None
+            streams.append(Stream(name, id=i, backend=backend))
+        self.streams: tuple[Stream, ...] = tuple(streams)
+        self._rr = 0
+        self._closed = False
+        self._close_lock = threading.Lock()
+        self._created_at = time.perf_counter()
+
+    def __repr__(self) -> str:
+        return (f"<StreamPool {self.device_name!r} streams={len(self.streams)} "
+                f"max_inflight={self.max_inflight}{' closed' if self._closed else ''}>")
+
+    @property
+    def closed(self) -> bool:
+        """True once close started."""
+        return self._closed
+
+    # ---------------------------------------------------------------- choosing a stream
+
+    def pick(self, stream: Stream | int | None = None) -> Stream:
+        """Return the given stream (a Stream of this pool or its index) or the least loaded.
+
+        Ties between equally loaded streams go round robin.
+
+        Raises
+        ------
+        ValueError
+            ``stream`` is not a stream of this pool, or the index is out of range.
+        """
+        streams = self.streams
+        if stream is None:
+            n = len(streams)
+            start = self._rr
+            best = streams[start % n]
+            best_load = best.pending
+            if best_load:
+                for k in range(1, n):
+                    s = streams[(start + k) % n]
+                    load = s.pending
+                    if load < best_load:
+                        best, best_load = s, load
+                        if load == 0:
+                            break
+            self._rr = (best.id + 1) % n
+            return best
+        if isinstance(stream, Stream):
+            if stream.id < len(streams) and streams[stream.id] is stream:
+                return stream
+            raise ValueError(f"StreamPool '{self.device_name}': stream {stream.name!r} "
+                             "belongs to another pool")
+        if isinstance(stream, int) and not isinstance(stream, bool):
+            if 0 <= stream < len(streams):
+                return streams[stream]
+            raise ValueError(f"StreamPool '{self.device_name}': stream index {stream} "
+                             f"outside [0, {len(streams) - 1}]")
+        raise ValueError(f"StreamPool '{self.device_name}': stream must be a Stream, an int "
+                         f"index or None; got {type(stream).__name__}")
+
+    # ---------------------------------------------------------------- submission
+
+    def _check_open(self, label: str) -> None:
+        if self._closed:
+            what = f" {label}" if label else ""
+            raise DeviceError(f"StreamPool '{self.device_name}': submit{what} after close; "
+                              "open a new device")
+
+    async def submit(self, fn, *, keepalive=(), stream: Stream | int | None = None,
+                     label: str = "") -> Completion:
+        """Enqueue ``fn()`` on a stream and return its :class:`Completion` at once.
+
+        Waits first (asynchronously, cancellably) while the chosen stream already has
+        ``max_inflight`` items in flight. Cancelled while waiting, nothing is enqueued.
+
+        Parameters
+        ----------
+        fn : callable
+            Runs on the stream's worker; should release the GIL in its heavy parts.
+        keepalive : object, optional
+            Referenced by the queue until ``fn`` has finished executing.
+        stream : Stream or int, optional
+            Target stream; default the least loaded.
+        label : str, optional
+            Names the item in errors, e.g. ``"plan 'conv1' (engine CPU_ENGINE)"``.
+
+        Raises
+        ------
+        DeviceError
+            The pool is closed.
+        """
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        self._check_open(label)
+        item = Completion(fn, keepalive=keepalive, label=label)
+        fn = keepalive = None  # only the item holds them: a retained traceback must not
+        try:
+            while True:
+                oldest = self.pick(stream)._try_submit(item, self.max_inflight)
+                if oldest is None:
+                    return item
+                await oldest._wait_done()  # in-order streams: the oldest frees a slot
+                self._check_open(label)
+        except BaseException:
+            item._drop()  # never enqueued: release fn and keepalive now
+            raise
+
+    def submit_nowait(self, fn, *, keepalive=(), stream: Stream | int | None = None,
+                      label: str = "") -> Completion:
+        """Enqueue without waiting; raise ``anyio.WouldBlock`` if the stream is full.
+
+        With ``stream=None`` it is full only when every stream is.
+
+        Raises
+        ------
+        anyio.WouldBlock
+            The chosen stream has ``max_inflight`` items in flight.
+        DeviceError
+            The pool is closed.
+        """
+        self._check_open(label)
+        item = Completion(fn, keepalive=keepalive, label=label)
+        target = self.pick(stream)
+        if target._try_submit(item, self.max_inflight) is not None:
+            raise anyio.WouldBlock(f"stream '{target.name}': {self.max_inflight} items "
+                                   "in flight")
+        return item
+
+    def submit_blocking(self, fn, *, keepalive=(), stream: Stream | int | None = None,
+                        label: str = "", timeout: float | None = None) -> Completion:
+        """As :meth:`submit`, for threads without an event loop: blocks while full.
+
+        Raises
+        ------
+        TimeoutError
+            Still full after ``timeout`` seconds (nothing enqueued).
+        DeviceError
+            The pool is closed.
+        """
+        self._check_open(label)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        item = Completion(fn, keepalive=keepalive, label=label)
+        fn = keepalive = None
+        try:
+            while True:
+                oldest = self.pick(stream)._try_submit(item, self.max_inflight)
+                if oldest is None:
+                    return item
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if not oldest.wait(left):
+                    raise TimeoutError(f"StreamPool '{self.device_name}': "
+                                       f"{item.describe()}: streams still full after "
+                                       f"{timeout} s")
+                self._check_open(label)
+        except BaseException:
+            item._drop()  # never enqueued
+            raise
+
+    # ---------------------------------------------------------------- waiting, closing
+
+    def _record_all(self):
+        if all(s.closed for s in self.streams):
+            return []
+        return [s.record_event() for s in self.streams if not s.closed]
+
+    async def synchronize(self) -> None:
+        """Wait until everything submitted so far has finished (errors are not raised)."""
+        for event in self._record_all():
+            await event.wait()
+
+    def synchronize_blocking(self, timeout: float | None = None) -> None:
+        """Block the calling thread until everything submitted so far has finished."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for event in self._record_all():
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            event.synchronize(left)
+
+    def close(self) -> None:
+        """Stop accepting work, drain in-flight work, join the workers; idempotent."""
+        with self._close_lock:
+            self._closed = True
+        for s in self.streams:
+            s.close()
+
+    async def aclose(self) -> None:
+        """Async :meth:`close`: drain without blocking the loop; shielded from cancellation."""
+        with self._close_lock:
+            self._closed = True
+        with anyio.CancelScope(shield=True):
+            await self.synchronize()
+            await anyio.to_thread.run_sync(self.close)
+
+    def __enter__(self) -> "StreamPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    async def __aenter__(self) -> "StreamPool":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()
+
+    # ---------------------------------------------------------------- metrics
+
+    def metrics(self) -> dict:
+        """Plain dict of counters and latency summaries, for the pool and per stream.
+
+        Keys: ``device``, ``n_streams``, ``max_inflight``, ``closed``, ``submitted``,
+        ``completed`` (finished without error), ``failed``, ``in_flight``,
+        ``queue_wait_ms`` and ``exec_ms`` (each ``count``, ``mean``, ``min``, ``max``,
+        ``p50``, ``p90``, ``p99`` in ms and non-empty ``buckets`` as (upper edge ms,
+        count)), and ``streams``: a list of the same per stream with ``id`` and ``name``.
+        """
+        per_stream = []
+        wait_all, exec_all = Histogram(), Histogram()
+        totals = {"submitted": 0, "completed": 0, "failed": 0, "in_flight": 0}
+        for s in self.streams:
+            m = s.metrics()
+            per_stream.append(m)
+            for key in totals:
+                totals[key] += m[key]
+            wait_h, exec_h = s._histograms()
+            wait_all.merge(wait_h)
+            exec_all.merge(exec_h)
+        return {
+            "device": self.device_name,
+            "n_streams": len(self.streams),
+            "max_inflight": self.max_inflight,
+            "closed": self._closed,
+            **totals,
+            "queue_wait_ms": wait_all.summary(),
+            "exec_ms": exec_all.summary(),
+            "streams": per_stream,
+        }

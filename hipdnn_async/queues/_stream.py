@@ -1,0 +1,335 @@
+"""Streams: in-order execution of work items, behind a backend seam.
+
+A :class:`Stream` owns the bookkeeping (in-flight items, counters, histograms, events);
+a :class:`StreamBackend` owns execution. The CPU backend runs items on one worker thread
+(the items' heavy parts release the GIL, so streams overlap on several cores). A GPU
+backend would implement the same four methods over a vendor stream: ``launch`` calls
+``item._execute()`` on the submitting thread (the call enqueues kernels), records a
+vendor event and calls ``item._finish(value, error)`` when it completes; ``record`` and
+``wait`` map to event record / stream-wait-event.
+"""
+from __future__ import annotations
+
+import collections
+import queue
+import threading
+import time
+import weakref
+
+from .._errors import DeviceError
+from ._completion import Completion
+from ._metrics import Histogram
+
+__all__ = ["StreamBackend", "CpuStreamBackend", "Stream", "Event"]
+
+
+# ==================================================================== backends
+
+class StreamBackend:
+    """Execution seam of a stream: runs launched items in launch order.
+
+    Subclasses implement :meth:`launch` and :meth:`close`; the defaults of :meth:`record`
+    and :meth:`wait` express events as ordinary in-order items, which suits any backend
+    that executes host callables in order.
+    """
+
+    def launch(self, item: Completion) -> None:
+        """Start ``item`` after every item launched before it; finish it exactly once.
+
+        Called with the stream's lock held (launch order is submission order): must not
+        block on other items.
+        """
+        raise NotImplementedError
+
+    def record(self, marker: Completion) -> None:
+        """Complete ``marker`` once every item launched before it has finished."""
+        self.launch(marker)
+
+    def wait(self, marker: Completion) -> None:
+        """Make items launched after this call wait until ``marker`` (another stream's) is done."""
+        self.launch(Completion(marker.wait, label="wait_event", _control=True))
+
+    def close(self) -> None:
+        """Finish every launched item, then release the backend; idempotent."""
+        raise NotImplementedError
+
+
+_STOP = object()
+_live_backends: "weakref.WeakSet[CpuStreamBackend]" = weakref.WeakSet()
+
+
+def _worker_main(work: queue.SimpleQueue) -> None:
+    """Worker loop of a CPU stream: run items in order until the stop sentinel."""
+    while True:
+        item = work.get()
+        if item is _STOP:
+            return
+        item._run()
+        item = None  # hold nothing (keepalive, the stream) while idle
+
+
+class CpuStreamBackend(StreamBackend):
+    """CPU stream: one non-daemon worker thread that runs items in order.
+
+    Parameters
+    ----------
+    name : str
+        Used in the thread's name.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._stopped = False
+        self._thread = threading.Thread(target=_worker_main, args=(self._queue,),
+                                        name=f"hipdnn_async stream {name}", daemon=False)
+        self._thread.start()
+        _live_backends.add(self)
+
+    def launch(self, item: Completion) -> None:
+        """Queue ``item`` for the worker."""
+        self._queue.put(item)
+
+    def stop(self) -> None:
+        """Ask the worker to exit after the items already queued; do not wait."""
+        if not self._stopped:
+            self._stopped = True
+            self._queue.put(_STOP)
+
+    def close(self) -> None:
+        """Stop the worker after the queued items and join it (unless called from it)."""
+        self.stop()
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
+
+
+def _stop_all_workers() -> None:
+    # Runs before the interpreter joins non-daemon threads (as concurrent.futures does),
+    # so a pool that was never closed drains and lets the process exit.
+    for backend in list(_live_backends):
+        backend.stop()
+
+
+_register = getattr(threading, "_register_atexit", None)
+if _register is not None:
+    _register(_stop_all_workers)
+
+
+# ==================================================================== stream
+
+class Stream:
+    """An in-order queue of work items with its own worker.
+
+    Created by :class:`StreamPool`; use ``pool.submit(..., stream=s)`` to target one.
+
+    Parameters
+    ----------
+    name : str
+        Display name, e.g. ``"cpu:s0"``.
+    id : int, optional
+        Index of the stream in its pool. Default 0.
+    backend : StreamBackend, optional
+        Execution backend; default a new :class:`CpuStreamBackend`.
+
+    Notes
+    -----
+    ``pending`` counts work items submitted and not completed (event markers and waits
+    are not work items).
+    """
+
+    def __init__(self, name: str, *, id: int = 0, backend: StreamBackend | None = None) -> None:
+        self.id = id
+        self.name = name
+        self._backend = backend if backend is not None else CpuStreamBackend(name)
+        self._lock = threading.Lock()
+        self._inflight: collections.deque = collections.deque()
+        self._closed = False
+        self._submitted = 0
+        self._completed = 0
+        self._failed = 0
+        self._queue_wait = Histogram()
+        self._exec = Histogram()
+        if isinstance(self._backend, CpuStreamBackend):
+            # a forgotten stream must not keep its worker (and the process) alive
+            weakref.finalize(self, self._backend.stop)
+
+    # ---------------------------------------------------------------- properties
+
+    @property
+    def pending(self) -> int:
+        """Work items submitted and not yet completed."""
+        return len(self._inflight)
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._closed
+
+    @property
+    def backend(self) -> StreamBackend:
+        """The execution backend."""
+        return self._backend
+
+    def __repr__(self) -> str:
+        return f"<Stream {self.id} {self.name!r} pending={self.pending}>"
+
+    # ---------------------------------------------------------------- submission
+
+    def _try_submit(self, item: Completion, limit: int | None) -> Completion | None:
+        """Enqueue ``item`` unless ``limit`` items are in flight; then return the oldest one."""
+        with self._lock:
+            if self._closed:
+                raise DeviceError(f"stream '{self.name}': {item.describe()} submitted "
+                                  "after close")
+            if limit is not None and len(self._inflight) >= limit:
+                return self._inflight[0]
+            item.stream = self
+            item.submitted_at = time.perf_counter()
+            self._inflight.append(item)
+            self._submitted += 1
+            self._backend.launch(item)
+        return None
+
+    def _item_finished(self, item: Completion, ok: bool) -> None:
+        """Backend hook, before waiters wake: free the slot, count, time."""
+        with self._lock:
+            head = self._inflight.popleft()
+            if head is not item:  # items finish in order on a stream
+                self._inflight.appendleft(head)
+                self._inflight.remove(item)
+            if ok:
+                self._completed += 1
+            else:
+                self._failed += 1
+            wait_ms, exec_ms = item.queue_wait_ms, item.exec_ms
+            if wait_ms is not None:
+                self._queue_wait.record(wait_ms)
+            if exec_ms is not None:
+                self._exec.record(exec_ms)
+
+    def _oldest(self) -> Completion | None:
+        with self._lock:
+            return self._inflight[0] if self._inflight else None
+
+    # ---------------------------------------------------------------- events
+
+    def record_event(self) -> "Event":
+        """Return an :class:`Event` that completes when all work submitted so far has.
+
+        Raises
+        ------
+        DeviceError
+            The stream is closed.
+        """
+        event = Event()
+        event.record(self)
+        return event
+
+    def wait_event(self, event: "Event") -> None:
+        """Make work submitted after this call wait until ``event`` is done.
+
+        Blocks neither the caller nor other streams: only this stream's later items wait.
+
+        Raises
+        ------
+        DeviceError
+            The stream is closed.
+        """
+        marker = event._marker
+        with self._lock:
+            if self._closed:
+                raise DeviceError(f"stream '{self.name}': wait_event after close")
+            if marker is None or marker.done() or marker.stream is self:
+                return  # never recorded, already complete, or ordered by this stream
+            self._backend.wait(marker)
+
+    def _record(self, marker: Completion) -> None:
+        with self._lock:
+            if self._closed:
+                raise DeviceError(f"stream '{self.name}': record_event after close")
+            marker.stream = self
+            marker.submitted_at = time.perf_counter()
+            self._backend.record(marker)
+
+    # ---------------------------------------------------------------- metrics, close
+
+    def metrics(self) -> dict:
+        """Plain dict: id, name, submitted, completed, failed, in_flight, queue_wait_ms, exec_ms."""
+        with self._lock:
+            return {
+                "id": self.id,
+                "name": self.name,
+                "submitted": self._submitted,
+                "completed": self._completed,
+                "failed": self._failed,
+                "in_flight": len(self._inflight),
+                "queue_wait_ms": self._queue_wait.summary(),
+                "exec_ms": self._exec.summary(),
+            }
+
+    def _histograms(self) -> tuple[Histogram, Histogram]:
+        with self._lock:
+            return self._queue_wait.copy(), self._exec.copy()
+
+    def close(self) -> None:
+        """Stop accepting work, finish what was submitted, release the worker; idempotent."""
+        with self._lock:
+            self._closed = True
+        self._backend.close()
+
+
+# ==================================================================== event
+
+def _noop() -> None:
+    return None
+
+
+class Event:
+    """Marks a point in a stream: done when all work submitted before it has finished.
+
+    Obtain one from :meth:`Stream.record_event` (or ``Event().record(stream)``). An event
+    never recorded counts as done.
+    """
+
+    __slots__ = ("_marker",)
+
+    def __init__(self) -> None:
+        self._marker: Completion | None = None
+
+    def record(self, stream: Stream) -> "Event":
+        """(Re)record on ``stream``: capture all work submitted to it so far; return self."""
+        marker = Completion(_noop, label=f"event on stream '{stream.name}'", _control=True)
+        stream._record(marker)
+        self._marker = marker
+        return self
+
+    @property
+    def stream(self) -> Stream | None:
+        """The stream of the latest record, or None."""
+        return self._marker.stream if self._marker is not None else None
+
+    def is_done(self) -> bool:
+        """True when the work before the event has finished (or it was never recorded)."""
+        marker = self._marker
+        return marker is None or marker.done()
+
+    def synchronize(self, timeout: float | None = None) -> None:
+        """Block the calling thread until done.
+
+        Raises
+        ------
+        TimeoutError
+            Not done after ``timeout`` seconds.
+        """
+        marker = self._marker
+        if marker is not None and not marker.wait(timeout):
+            raise TimeoutError(f"event on stream '{marker.stream.name}': not complete "
+                               f"after {timeout} s")
+
+    async def wait(self) -> None:
+        """Wait in the current task (asyncio or trio) until done; cancellable."""
+        marker = self._marker
+        if marker is not None:
+            await marker._wait_done()
+
+    def __repr__(self) -> str:
+        return f"<Event {'done' if self.is_done() else 'pending'}>"
