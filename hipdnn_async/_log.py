@@ -1,0 +1,100 @@
+"""Logging for hipdnn_async, configured from the environment like hipDNN's logger.
+
+All modules log to the ``"hipdnn_async"`` logger. :func:`configure_from_env` reads
+
+- ``HIPDNN_ASYNC_LOG_LEVEL``: ``off`` (default), ``debug``, ``info``, ``warn`` /
+  ``warning``, ``error``, ``fatal`` / ``critical`` (hipDNN's ``HIPDNN_LOG_LEVEL`` words);
+- ``HIPDNN_ASYNC_LOG_FILE``: a file to append to (default: stderr).
+
+``off`` attaches no handler and sets the logger's level above CRITICAL, so nothing is
+emitted (hipDNN is silent by default). Any other level attaches one handler of ours
+and stops propagation to the root logger (no double printing). The function is
+idempotent: calling it again replaces only the handler it attached before and never
+touches handlers someone else attached. Applications that configure logging
+themselves can call ``logging.getLogger("hipdnn_async").setLevel(...)`` after import.
+
+This module imports only the stdlib.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+
+__all__ = ["logger", "configure_from_env", "LOG_LEVEL_ENV", "LOG_FILE_ENV", "OFF"]
+
+logger = logging.getLogger("hipdnn_async")
+
+LOG_LEVEL_ENV = "HIPDNN_ASYNC_LOG_LEVEL"
+LOG_FILE_ENV = "HIPDNN_ASYNC_LOG_FILE"
+
+# Above CRITICAL: no record passes the logger.
+OFF = logging.CRITICAL + 10
+
+_LEVELS = {
+    "off": OFF, "none": OFF, "0": OFF,
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warn": logging.WARNING, "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "fatal": logging.CRITICAL, "critical": logging.CRITICAL,
+}
+
+_FORMAT = "%(asctime)s hipdnn_async %(levelname)s [%(process)d:%(threadName)s] %(message)s"
+
+_lock = threading.Lock()
+_handler: logging.Handler | None = None
+_config: tuple | None = None
+
+
+def configure_from_env() -> int:
+    """Apply ``HIPDNN_ASYNC_LOG_LEVEL`` / ``HIPDNN_ASYNC_LOG_FILE`` to the logger.
+
+    Returns
+    -------
+    int
+        The level now set on the ``"hipdnn_async"`` logger (``OFF`` when off).
+
+    Notes
+    -----
+    An unrecognised level word, or a log file that cannot be opened, is reported
+    once on stderr and treated as ``off`` / stderr respectively; importing the
+    package never fails because of the logging environment.
+    """
+    global _handler, _config
+    word = os.environ.get(LOG_LEVEL_ENV, "off").strip().lower() or "off"
+    path = os.environ.get(LOG_FILE_ENV, "").strip() or None
+    level = _LEVELS.get(word)
+    with _lock:
+        if (word, path) == _config and (level == OFF or _handler in logger.handlers):
+            return logger.level
+        if level is None:
+            sys.stderr.write(f"hipdnn_async: {LOG_LEVEL_ENV}={word!r} is not one of "
+                             f"{', '.join(sorted(set(_LEVELS) - {'none', '0'}))}; "
+                             "logging stays off\n")
+            level = OFF
+        if _handler is not None:
+            logger.removeHandler(_handler)
+            _handler.close()
+            _handler = None
+        _config = (word, path)
+        logger.setLevel(level)
+        if level == OFF:
+            logger.propagate = True
+            return level
+        handler: logging.Handler
+        if path is not None:
+            try:
+                handler = logging.FileHandler(path, mode="a", encoding="utf-8")
+            except OSError as exc:
+                sys.stderr.write(f"hipdnn_async: {LOG_FILE_ENV}={path!r} cannot be "
+                                 f"opened ({exc}); logging to stderr\n")
+                handler = logging.StreamHandler(sys.stderr)
+        else:
+            handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter(_FORMAT))
+        logger.addHandler(handler)
+        logger.propagate = False
+        _handler = handler
+        return level

@@ -1,0 +1,560 @@
+"""Tests of hipdnn_async._perfdb: round trips, import/export, broken files, defaults."""
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import sqlite3
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+from hipdnn_async._errors import HipdnnError
+from hipdnn_async import _perfdb
+from hipdnn_async._perfdb import (PerfDb, PerfKey, PerfRecord, cli_clear, cli_export,
+                                  cli_import, cli_show, count, default_perfdb,
+                                  reset_default_perfdb, stats)
+
+LOGGER = "hipdnn_async"
+
+
+def key(i=0, *, ws=1 << 20, device="host-cpu", provider="cpu", libs="numpy 2.0"):
+    return PerfKey(provider, libs, device, f"CONV_FPROP|x(1,{i},8,8)|w(4,{i},3,3)", ws)
+
+
+def rec(alg="im2col_gemm", t=1.25, ws=4096, at=None):
+    return PerfRecord(alg, t, ws, time.time() if at is None else at)
+
+
+def warnings_of(caplog, path):
+    return [r for r in caplog.records
+            if r.name == LOGGER and r.levelno == logging.WARNING and str(path) in r.getMessage()]
+
+
+def assert_usable(db):
+    """The db still tunes: a store is visible to a lookup."""
+    k = key(999, device="probe")
+    db.store(k, rec("probe", 0.5, 0, 1.0))
+    assert db.lookup(k) == PerfRecord("probe", 0.5, 0, 1.0)
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch, tmp_path):
+    monkeypatch.setenv("HIPDNN_ASYNC_PERFDB", str(tmp_path / "default" / "perf.sqlite3"))
+    yield
+    reset_default_perfdb()
+
+
+@pytest.fixture
+def db(tmp_path):
+    with PerfDb(tmp_path / "db" / "perf.sqlite3") as d:
+        yield d
+
+
+# -- round trips --------------------------------------------------------------
+
+def test_store_then_lookup_round_trip(db):
+    k, r = key(), rec()
+    assert db.lookup(k) is None
+    db.store(k, r)
+    assert db.lookup(k) == r
+    assert len(db) == 1
+
+
+def test_creates_missing_directories(tmp_path):
+    p = tmp_path / "a" / "b" / "c" / "perf.sqlite3"
+    with PerfDb(p) as d:
+        assert not d.in_memory
+        assert d.path == str(p)
+    assert p.is_file()
+
+
+def test_persists_across_instances(tmp_path):
+    p = tmp_path / "perf.sqlite3"
+    with PerfDb(p) as d:
+        d.store(key(1), rec(t=3.0, at=10.0))
+    with PerfDb(p) as d:
+        assert d.lookup(key(1)) == rec(t=3.0, at=10.0)
+
+
+@pytest.mark.parametrize("other", [
+    key(ws=0), key(device="gfx942 rocm 6.4"), key(provider="miopen"),
+    key(libs="numpy 2.1"), key(i=1),
+])
+def test_each_key_field_separates_entries(db, other):
+    db.store(key(), rec("a", 1.0))
+    db.store(other, rec("b", 2.0))
+    assert db.lookup(key()).algorithm == "a"
+    assert db.lookup(other).algorithm == "b"
+    assert len(db.entries()) == 2
+
+
+def test_last_measured_wins(db):
+    db.store(key(), rec("first", 1.0, at=100.0))
+    db.store(key(), rec("second", 9.0, at=200.0))
+    assert db.lookup(key()) == rec("second", 9.0, at=200.0)
+    db.store(key(), rec("older", 0.1, at=150.0))      # measured earlier: ignored
+    assert db.lookup(key()).algorithm == "second"
+    assert len(db) == 1
+
+
+def test_entries_are_json_ready(db):
+    db.store(key(), rec(at=5.0))
+    (e,) = db.entries()
+    assert e == {"provider": "cpu", "library_versions": "numpy 2.0", "device": "host-cpu",
+                 "problem": key().problem, "workspace_limit": 1 << 20,
+                 "algorithm": "im2col_gemm", "time_ms": 1.25, "workspace_bytes": 4096,
+                 "measured_at": 5.0}
+    json.dumps(e)
+
+
+def test_clear_returns_count(db):
+    for i in range(3):
+        db.store(key(i), rec())
+    assert db.clear() == 3
+    assert db.entries() == [] and db.lookup(key(0)) is None
+
+
+def test_counters(db):
+    before = stats()
+    db.lookup(key())
+    db.store(key(), rec())
+    db.lookup(key())
+    count("benchmarks_run", 2)
+    after = stats()
+    delta = {k: after[k] - before[k] for k in before}
+    assert delta == {"perfdb_hits": 1, "perfdb_misses": 1, "perfdb_stores": 1,
+                     "benchmarks_run": 2}
+
+
+def test_memory_db(tmp_path):
+    with PerfDb(":memory:") as d:
+        assert d.in_memory and d.path == ":memory:"
+        assert_usable(d)
+
+
+def test_close_is_idempotent_and_reopens(tmp_path):
+    d = PerfDb(tmp_path / "p.sqlite3")
+    d.store(key(), rec(at=1.0))
+    d.close()
+    d.close()
+    assert d.lookup(key()) == rec(at=1.0)
+    d.close()
+
+
+def test_repr_names_path(db):
+    assert repr(db) == f"PerfDb(path={db.path!r}, in_memory=False)"
+
+
+@pytest.mark.parametrize("args", [
+    (1, "v", "d", "p", 0), ("cpu", "v", "d", b"p", 0), ("cpu", "v", "d", "p", -1),
+    ("cpu", "v", "d", "p", True), ("cpu", "v", "d", "p", 1.5),
+])
+def test_perf_key_types_checked(args):
+    with pytest.raises(HipdnnError):
+        PerfKey(*args)
+
+
+@pytest.mark.parametrize("args", [
+    ("a", float("nan"), 0, 0.0), ("a", -1.0, 0, 0.0), ("a", 1.0, -5, 0.0), (3, 1.0, 0, 0.0),
+    ("a", "1.0", 0, 0.0),
+])
+def test_perf_record_types_checked(args):
+    with pytest.raises(HipdnnError):
+        PerfRecord(*args)
+
+
+# -- export / import ------------------------------------------------------------
+
+def test_export_import_round_trip(db, tmp_path):
+    for i in range(5):
+        db.store(key(i, ws=i * 1024), rec(f"alg{i}", 0.5 * i, i * 7, at=1000.0 + i))
+    out = tmp_path / "export.json"
+    assert db.export_json(out) == 5
+    with PerfDb(tmp_path / "fresh.sqlite3") as fresh:
+        assert fresh.import_json(out) == 5
+        assert fresh.entries() == db.entries()
+        assert fresh.lookup(key(3, ws=3072)) == rec("alg3", 1.5, 21, at=1003.0)
+
+
+def test_import_does_not_replace_newer(db, tmp_path):
+    db.store(key(), rec("old", 1.0, at=1.0))
+    out = tmp_path / "e.json"
+    db.export_json(out)
+    db.store(key(), rec("new", 2.0, at=2.0))
+    db.import_json(out)
+    assert db.lookup(key()).algorithm == "new"
+
+
+def _good_entry():
+    return {"provider": "cpu", "library_versions": "v", "device": "d", "problem": "p",
+            "workspace_limit": 0, "algorithm": "direct", "time_ms": 1.0,
+            "workspace_bytes": 0, "measured_at": 1.0}
+
+
+def _doc(*entries):
+    return {"format": "hipdnn_async.perfdb", "version": 1, "entries": list(entries)}
+
+
+@pytest.mark.parametrize("doc, pattern", [
+    ([], "not a perf db export"),
+    ({"entries": []}, "not a perf db export"),
+    ({**_doc(), "format": "miopen"}, "field 'format'"),
+    ({**_doc(), "version": 2}, "field 'version'"),
+    ({**_doc(), "entries": {}}, "field 'entries' must be a list"),
+    (_doc(5), "entry 0: must be an object"),
+    (_doc({k: v for k, v in _good_entry().items() if k != "device"}), "entry 0: missing field 'device'"),
+    (_doc({**_good_entry(), "extra": 1}), "entry 0: unknown field 'extra'"),
+    (_doc({**_good_entry(), "time_ms": "fast"}), "entry 0: field 'time_ms' must be a finite number"),
+    (_doc({**_good_entry(), "workspace_limit": True}), "entry 0: field 'workspace_limit' must be an int"),
+    (_doc({**_good_entry(), "workspace_bytes": -1}), "entry 0: field 'workspace_bytes' must be an int >= 0"),
+    (_doc({**_good_entry(), "problem": None}), "entry 0: field 'problem' must be a str"),
+    (_doc(_good_entry(), {**_good_entry(), "measured_at": [1]}), "entry 1: field 'measured_at'"),
+])
+def test_import_malformed_rejected(db, tmp_path, doc, pattern):
+    p = tmp_path / "bad.json"
+    p.write_text(json.dumps(doc))
+    with pytest.raises(HipdnnError, match=pattern) as ei:
+        db.import_json(p)
+    assert ei.value.code == "INVALID_VALUE"
+    assert str(p) in str(ei.value)
+    assert db.entries() == []          # all or nothing
+
+
+def test_import_not_json(db, tmp_path):
+    p = tmp_path / "bad.json"
+    p.write_text("{not json")
+    with pytest.raises(HipdnnError, match="not valid JSON") as ei:
+        db.import_json(p)
+    assert str(p) in str(ei.value)
+
+
+def test_import_missing_file(db, tmp_path):
+    with pytest.raises(HipdnnError, match="cannot read"):
+        db.import_json(tmp_path / "nope.json")
+
+
+# -- default db -------------------------------------------------------------------
+
+def test_default_perfdb_follows_env(monkeypatch, tmp_path):
+    d1 = default_perfdb()
+    assert d1.path == str(tmp_path / "default" / "perf.sqlite3")
+    assert default_perfdb() is d1
+    monkeypatch.setenv("HIPDNN_ASYNC_PERFDB", str(tmp_path / "other.sqlite3"))
+    d2 = default_perfdb()
+    assert d2 is not d1 and d2.path == str(tmp_path / "other.sqlite3")
+    reset_default_perfdb()
+    assert default_perfdb() is not d2
+
+
+def test_default_path_under_home(monkeypatch, tmp_path):
+    monkeypatch.delenv("HIPDNN_ASYNC_PERFDB")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    reset_default_perfdb()
+    d = default_perfdb()
+    expected = tmp_path / "home" / ".config" / "hipdnn_async" / "perfdb.sqlite3"
+    assert d.path == str(expected) and expected.is_file()
+
+
+# -- command-line helpers -----------------------------------------------------------
+
+def test_cli_helpers(db, tmp_path):
+    db.store(key(1), rec("direct", 2.0))
+    db.store(key(2), rec("fft", 3.0))
+    out = io.StringIO()
+    assert cli_show(db, out) == 2
+    text = out.getvalue()
+    assert text.splitlines()[0] == f"perf db {db.path}: 2 entries"
+    assert "direct" in text and "fft" in text
+    out = io.StringIO()
+    cli_export(db, tmp_path / "x.json", out)
+    assert out.getvalue() == f"exported 2 entries to {tmp_path / 'x.json'}\n"
+    out = io.StringIO()
+    cli_clear(db, out)
+    assert out.getvalue() == f"cleared 2 entries from {db.path}\n"
+    out = io.StringIO()
+    cli_import(db, tmp_path / "x.json", out)
+    assert out.getvalue() == f"imported 2 entries from {tmp_path / 'x.json'} into {db.path}\n"
+    assert len(db) == 2
+
+
+# -- broken files and locations -------------------------------------------------------
+
+def _make_valid_db(path, n=400):
+    with PerfDb(path) as d:
+        d._run("fill", lambda c: _perfdb._write_txn(c, lambda c2: _perfdb._upsert(
+            c2, [(f"cpu", "v", "d", "p" * 200 + str(i), i, "a", 1.0, 0, 1.0)
+                 for i in range(n)])), default=None)
+        d._run("checkpoint", lambda c: c.execute("PRAGMA wal_checkpoint(TRUNCATE)"),
+               default=None)
+
+
+def _asides(path):
+    return sorted(p for p in os.listdir(os.path.dirname(path))
+                  if p.startswith(os.path.basename(path) + ".corrupt-") and
+                  not p.endswith(("-wal", "-shm", "-journal")))
+
+
+def _check_moved_aside_and_recreated(caplog, path, original_bytes=None):
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        d = PerfDb(path)
+        assert not d.in_memory
+        assert d.lookup(key()) is None          # never raises
+        d.store(key(), rec(at=1.0))
+        assert d.lookup(key()) == rec(at=1.0)
+        assert_usable(d)
+        d.close()
+        with PerfDb(path) as again:              # healthy now: no second warning
+            assert again.lookup(key()) == rec(at=1.0)
+    (aside,) = _asides(path)
+    if original_bytes is not None:
+        with open(os.path.join(os.path.dirname(path), aside), "rb") as f:
+            assert f.read() == original_bytes    # kept, not destroyed
+    ws = warnings_of(caplog, path)
+    assert len(ws) == 1 and "moved it to" in ws[0].getMessage()
+
+
+def test_corrupt_file_is_moved_aside(tmp_path, caplog):
+    path = str(tmp_path / "perf.sqlite3")
+    data = os.urandom(8192)
+    with open(path, "wb") as f:
+        f.write(data)
+    _check_moved_aside_and_recreated(caplog, path, data)
+
+
+def test_truncated_file_is_moved_aside(tmp_path, caplog):
+    path = str(tmp_path / "perf.sqlite3")
+    _make_valid_db(path)
+    size = os.path.getsize(path)
+    assert size > 64 * 1024
+    with open(path, "r+b") as f:
+        f.truncate(size // 2)
+    _check_moved_aside_and_recreated(caplog, path)
+
+
+def test_file_truncated_inside_header(tmp_path, caplog):
+    path = str(tmp_path / "perf.sqlite3")
+    _make_valid_db(path, n=3)
+    with open(path, "r+b") as f:
+        f.truncate(60)
+    _check_moved_aside_and_recreated(caplog, path)
+
+
+def test_foreign_schema_is_moved_aside(tmp_path, caplog):
+    path = str(tmp_path / "perf.sqlite3")
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE find_db (k TEXT, v TEXT)")
+    conn.execute("PRAGMA user_version = 99")
+    conn.commit()
+    conn.close()
+    _check_moved_aside_and_recreated(caplog, path)
+
+
+def test_wrong_columns_same_version_is_moved_aside(tmp_path, caplog):
+    path = str(tmp_path / "perf.sqlite3")
+    conn = sqlite3.connect(path)
+    conn.executescript("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);"
+                       "INSERT INTO meta VALUES ('format', 'hipdnn_async.perfdb');"
+                       "CREATE TABLE perf (problem TEXT, algorithm TEXT);"
+                       "PRAGMA user_version = 1;")
+    conn.close()
+    _check_moved_aside_and_recreated(caplog, path)
+
+
+def test_newer_schema_left_untouched(tmp_path, caplog):
+    path = str(tmp_path / "perf.sqlite3")
+    _make_valid_db(path, n=2)
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA user_version = 7")
+    conn.close()
+    before = Path(path).read_bytes()
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        for _ in range(2):
+            with PerfDb(path) as d:
+                assert d.in_memory
+                assert_usable(d)
+    assert Path(path).read_bytes() == before and _asides(path) == []
+    ws = warnings_of(caplog, path)
+    assert len(ws) == 1 and "newer" in ws[0].getMessage()
+
+
+def _check_memory_fallback(caplog, path, reason):
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        for _ in range(2):
+            d = PerfDb(path)
+            assert d.in_memory
+            assert d.lookup(key()) is None
+            assert_usable(d)
+            d.close()
+    ws = warnings_of(caplog, path)
+    assert len(ws) == 1, [w.getMessage() for w in ws]
+    assert reason in ws[0].getMessage() and "in-memory" in ws[0].getMessage()
+
+
+def test_path_is_a_directory(tmp_path, caplog):
+    path = tmp_path / "perf.sqlite3"
+    path.mkdir()
+    _check_memory_fallback(caplog, str(path), "is a directory")
+
+
+def test_parent_is_a_file(tmp_path, caplog):
+    (tmp_path / "blocker").write_text("x")
+    _check_memory_fallback(caplog, str(tmp_path / "blocker" / "perf.sqlite3"),
+                           "cannot create directory")
+
+
+def _chmod_or_skip(path, mode):
+    os.chmod(path, mode)
+    if os.access(path, os.W_OK):
+        os.chmod(path, stat.S_IRWXU)
+        pytest.skip("running as root: permissions are not enforced")
+
+
+def test_read_only_file(tmp_path, caplog):
+    path = str(tmp_path / "perf.sqlite3")
+    _make_valid_db(path, n=2)
+    _chmod_or_skip(path, stat.S_IRUSR)
+    try:
+        _check_memory_fallback(caplog, path, "not writable")
+    finally:
+        os.chmod(path, stat.S_IRUSR | stat.S_IWUSR)
+
+
+def test_read_only_directory(tmp_path, caplog):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    _chmod_or_skip(ro, stat.S_IRUSR | stat.S_IXUSR)
+    try:
+        _check_memory_fallback(caplog, str(ro / "perf.sqlite3"), "not writable")
+    finally:
+        os.chmod(ro, stat.S_IRWXU)
+
+
+def test_read_only_location_keeps_readable_entries(tmp_path, caplog, monkeypatch):
+    # Runs as root too: os.access is what the db consults to decide writability.
+    path = str(tmp_path / "perf.sqlite3")
+    with PerfDb(path) as d:
+        d.store(key(7), rec("kept", 4.0, at=3.0))
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: (
+        False if mode & os.W_OK and str(p).startswith(str(tmp_path)) else real_access(p, mode, **kw)))
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        with PerfDb(path) as d:
+            assert d.in_memory
+            assert d.lookup(key(7)) == rec("kept", 4.0, at=3.0)
+            assert_usable(d)
+    assert len(warnings_of(caplog, path)) == 1
+
+
+def test_corrupted_while_closed_is_repaired_on_next_use(tmp_path, caplog):
+    path = str(tmp_path / "perf.sqlite3")
+    d = PerfDb(path)
+    d.store(key(), rec(at=1.0))
+    d.close()
+    for suffix in ("-wal", "-shm"):
+        if os.path.exists(path + suffix):
+            os.remove(path + suffix)
+    with open(path, "wb") as f:
+        f.write(os.urandom(4096))
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        assert d.lookup(key()) is None
+        assert_usable(d)
+    d.close()
+    assert len(warnings_of(caplog, path)) == 1 and len(_asides(path)) == 1
+
+
+def test_corrupted_while_open_does_not_raise(tmp_path, caplog):
+    path = str(tmp_path / "perf.sqlite3")
+    d = PerfDb(path)
+    for i in range(50):
+        d.store(key(i), rec(at=1.0))
+    d._run("checkpoint", lambda c: c.execute("PRAGMA wal_checkpoint(TRUNCATE)"), default=None)
+    size = os.path.getsize(path)
+    with open(path, "r+b") as f:         # clobber every page after the header page
+        f.seek(4096)
+        f.write(os.urandom(size - 4096))
+    # Drop the connection's page cache so the next read sees the damage.
+    d._run("shrink", lambda c: c.execute("PRAGMA shrink_memory").fetchall(), default=None)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        for i in range(50):
+            assert d.lookup(key(i)) is None   # lost with the file; must not raise
+        assert_usable(d)
+    d.close()
+    ws = warnings_of(caplog, path)
+    assert len(ws) == 1 and "lookup failed" in ws[0].getMessage()
+    assert len(_asides(path)) == 1
+
+
+# -- logging configuration (hipdnn_async._log, which carries the warnings above) --------
+
+@pytest.fixture
+def log_env(monkeypatch):
+    from hipdnn_async import _log
+    monkeypatch.delenv("HIPDNN_ASYNC_LOG_LEVEL", raising=False)
+    monkeypatch.delenv("HIPDNN_ASYNC_LOG_FILE", raising=False)
+    saved = (_log.logger.level, _log.logger.propagate)
+    yield _log
+    monkeypatch.delenv("HIPDNN_ASYNC_LOG_LEVEL", raising=False)
+    monkeypatch.delenv("HIPDNN_ASYNC_LOG_FILE", raising=False)
+    _log.configure_from_env()                 # detaches our handler, closes the file
+    _log.logger.setLevel(saved[0])
+    _log.logger.propagate = saved[1]
+
+
+def _our_handlers(_log):
+    return [h for h in _log.logger.handlers if h is _log._handler]
+
+
+def test_log_off_by_default(log_env):
+    assert log_env.configure_from_env() == log_env.OFF
+    assert log_env.logger.level > logging.CRITICAL
+    assert _our_handlers(log_env) == []
+
+
+@pytest.mark.parametrize("word, level", [("info", logging.INFO), ("WARN", logging.WARNING),
+                                         ("warning", logging.WARNING),
+                                         ("error", logging.ERROR)])
+def test_log_levels_attach_one_handler(log_env, monkeypatch, word, level):
+    monkeypatch.setenv("HIPDNN_ASYNC_LOG_LEVEL", word)
+    n_before = len(log_env.logger.handlers)
+    assert log_env.configure_from_env() == level
+    assert log_env.configure_from_env() == level          # idempotent
+    assert len(log_env.logger.handlers) == n_before + 1
+    assert len(_our_handlers(log_env)) == 1
+
+
+def test_log_file(log_env, monkeypatch, tmp_path):
+    out = tmp_path / "hd.log"
+    monkeypatch.setenv("HIPDNN_ASYNC_LOG_LEVEL", "info")
+    monkeypatch.setenv("HIPDNN_ASYNC_LOG_FILE", str(out))
+    log_env.configure_from_env()
+    log_env.logger.info("hello %d", 42)
+    log_env.logger.debug("not shown")
+    log_env._handler.flush()
+    text = out.read_text()
+    assert "hello 42" in text and "INFO" in text and "not shown" not in text
+
+
+def test_log_unknown_level_stays_off(log_env, monkeypatch, capsys):
+    monkeypatch.setenv("HIPDNN_ASYNC_LOG_LEVEL", "chatty")
+    assert log_env.configure_from_env() == log_env.OFF
+    assert "HIPDNN_ASYNC_LOG_LEVEL='chatty'" in capsys.readouterr().err
+
+
+def test_empty_db_is_truthy(db):
+    assert len(db) == 0 and bool(db)
+
+
+def test_invalid_row_written_by_another_tool_is_a_miss(db, caplog):
+    db._run("poke", lambda c: c.execute(
+        "INSERT INTO perf VALUES ('cpu', 'numpy 2.0', 'host-cpu', ?, ?, 'x', -5.0, 0, 1.0)",
+        (key().problem, key().workspace_limit)), default=None)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        assert db.lookup(key()) is None
+        assert db.lookup(key()) is None
+    assert len(warnings_of(caplog, db.path)) == 1
+    db.store(key(), rec(at=2.0))
+    assert db.lookup(key()) == rec(at=2.0)
