@@ -391,13 +391,17 @@ class DynamicBatcher:
             if exc_type is None:
                 await self.aclose()
             else:
+                # The body failed: stop at once (waiting callers get DeviceError) and let
+                # the body's exception propagate as it is, not wrapped in a group.
                 self._stop_accepting()
                 self._tg.cancel_scope.cancel()
+                exc_type = exc = tb = None
         finally:
             try:
-                return await self._tg.__aexit__(exc_type, exc, tb)
+                await self._tg.__aexit__(exc_type, exc, tb)
             finally:
                 self._state = "closed"
+        return None
 
     def _stop_accepting(self) -> None:
         if self._state == "running":

@@ -399,3 +399,27 @@ async def test_bad_arguments():
             hd.DynamicBatcher(dev, g, constants={"w": w[:1], "b": b})
         with pytest.raises(GraphError, match="'z'"):
             hd.DynamicBatcher(dev, g, constants={"w": w, "b": b}, outputs=["z"])
+
+
+async def test_error_in_body_fails_waiting_callers_and_propagates():
+    rng = np.random.default_rng(11)
+    w, b = weights()
+    errors = {}
+
+    async def call(batcher, i):
+        try:
+            await batcher(samples(rng, 1))
+        except DeviceError as exc:
+            errors[i] = exc
+
+    async with hd.Device("cpu") as dev:
+        async with anyio.create_task_group() as tg:
+            with pytest.raises(KeyError, match="boom"):
+                async with hd.DynamicBatcher(dev, cbr_graph(), constants={"w": w, "b": b},
+                                             max_delay_ms=5000.0) as batcher:
+                    for i in range(3):
+                        tg.start_soon(call, batcher, i)
+                    await anyio.sleep(0.01)
+                    raise KeyError("boom")
+    assert sorted(errors) == [0, 1, 2]
+    assert all("closed" in str(e) for e in errors.values())
