@@ -323,9 +323,11 @@ class PerfDb:
 
     Notes
     -----
-    ``store`` keeps one record per key: the most recently measured one wins (by
-    ``measured_at``; an older record, e.g. from an import, does not replace a newer
-    one). ``close()`` releases the connection; a later call reopens it.
+    One record per key. ``store`` replaces whatever is there (the last store wins;
+    a provider that re-tunes, e.g. because a stored algorithm no longer applies,
+    overwrites it). ``import_json`` merges by ``measured_at``: an imported entry older
+    than the stored one does not replace it. ``close()`` releases the connection; a
+    later call reopens it.
     """
 
     def __init__(self, path: str | os.PathLike | None = None):
@@ -584,7 +586,7 @@ class PerfDb:
         return record
 
     def store(self, key: PerfKey, record: PerfRecord) -> None:
-        """Insert or replace the record for ``key`` (the most recently measured wins)."""
+        """Insert or replace the record for ``key`` (the last store wins)."""
         if not isinstance(key, PerfKey) or not isinstance(record, PerfRecord):
             raise HipdnnError(f"PerfDb.store: need a PerfKey and a PerfRecord; got "
                               f"{type(key).__name__}, {type(record).__name__}")
@@ -660,7 +662,8 @@ class PerfDb:
             raise HipdnnError(f"{where}: not valid JSON ({exc})") from exc
         rows = _validate_export(doc, where)
         if rows:
-            self._run("import", lambda conn: _write_txn(conn, lambda c: _upsert(c, rows)),
+            self._run("import", lambda conn: _write_txn(
+                conn, lambda c: _upsert(c, rows, keep_newer=True)),
                       default=None)
         return len(rows)
 
@@ -682,12 +685,13 @@ class PerfDb:
         return f"PerfDb(path={self.path!r}, in_memory={self.in_memory})"
 
 
-def _upsert(conn: sqlite3.Connection, rows: list[tuple]) -> None:
+def _upsert(conn: sqlite3.Connection, rows: list[tuple], *, keep_newer: bool = False) -> None:
+    """Insert or replace rows; with keep_newer an older measurement does not replace."""
     conn.executemany(
         f"INSERT INTO perf ({','.join(_FIELDS)}) VALUES ({','.join('?' * len(_FIELDS))}) "
         f"ON CONFLICT ({','.join(_KEY_FIELDS)}) DO UPDATE SET "
         + ", ".join(f"{f} = excluded.{f}" for f in _RECORD_FIELDS)
-        + " WHERE excluded.measured_at >= perf.measured_at", rows)
+        + (" WHERE excluded.measured_at >= perf.measured_at" if keep_newer else ""), rows)
 
 
 def _validate_export(doc, where: str) -> list[tuple]:

@@ -92,12 +92,12 @@ def test_each_key_field_separates_entries(db, other):
     assert len(db.entries()) == 2
 
 
-def test_last_measured_wins(db):
+def test_last_store_wins(db):
     db.store(key(), rec("first", 1.0, at=100.0))
     db.store(key(), rec("second", 9.0, at=200.0))
     assert db.lookup(key()) == rec("second", 9.0, at=200.0)
-    db.store(key(), rec("older", 0.1, at=150.0))      # measured earlier: ignored
-    assert db.lookup(key()).algorithm == "second"
+    db.store(key(), rec("retuned", 0.1, at=150.0))   # a store always replaces
+    assert db.lookup(key()) == rec("retuned", 0.1, at=150.0)
     assert len(db) == 1
 
 
@@ -186,7 +186,10 @@ def test_import_does_not_replace_newer(db, tmp_path):
     db.export_json(out)
     db.store(key(), rec("new", 2.0, at=2.0))
     db.import_json(out)
-    assert db.lookup(key()).algorithm == "new"
+    assert db.lookup(key()).algorithm == "new"      # older import entry: not merged
+    db.store(key(), rec("oldest", 3.0, at=0.5))
+    db.import_json(out)
+    assert db.lookup(key()).algorithm == "old"      # newer import entry: merged
 
 
 def _good_entry():
