@@ -1,0 +1,341 @@
+"""CPU batchnorm and activation kernels (hipdnn_async.providers.cpu._batchnorm) vs float64.
+
+References are written here in float64 NumPy from the (already rounded) inputs.
+Tolerances ``|impl - ref| <= tol * (1 + |ref|)`` per dtype follow hipDNN's
+``hipdnn_test_sdk/utilities/TestTolerances.hpp`` (batchnorm::getToleranceTraining
+4e-3/4e-3/8e-3, getToleranceInference 2e-4/5e-4/5e-3, getToleranceBackward
+2e-3/4e-4/3e-3 for fp32/fp16/bf16), with fp32 tightened to 1e-5 since we accumulate in
+float64. Per-channel float32 outputs (mean, inv_variance, running stats, dscale, dbias)
+use 1e-6 / 1e-5.
+"""
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from hipdnn_async._errors import GraphError
+from hipdnn_async.providers.cpu import _batchnorm as bn
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+F16 = np.dtype(np.float16)
+F32 = np.dtype(np.float32)
+DTYPES = [F32, F16, BF16]
+IDS = ["fp32", "fp16", "bf16"]
+TOL_TRAIN = {F32: 1e-5, F16: 4e-3, BF16: 8e-3}
+TOL_INFER = {F32: 1e-5, F16: 5e-4, BF16: 5e-3}
+TOL_BWD = {F32: 1e-5, F16: 4e-4, BF16: 3e-3}
+STATS_TOL = 1e-6   # mean / inv_variance / running stats: float32 outputs of float64 sums
+
+
+def _check(got, ref, tol):
+    got = np.asarray(got, np.float64)
+    assert not np.isnan(got).any(), "unwritten (NaN) output elements"
+    err = np.abs(got - ref)
+    assert (err <= tol * (1 + np.abs(ref))).all(), f"max err {err.max():.3g} (tol {tol})"
+
+
+def _axes(x):
+    return (0,) + tuple(range(2, x.ndim))
+
+
+def _pc(v, ndim):
+    """A length-C vector as a (1, C, 1, ...) float64 array for broadcasting."""
+    return np.asarray(v, np.float64).reshape((1, -1) + (1,) * (ndim - 2))
+
+
+def _param(c, rng, lo=-2.0, hi=2.0, ndim=4):
+    return rng.uniform(lo, hi, (1, c) + (1,) * (ndim - 2)).astype(np.float32)
+
+
+def _relu_ref(v, clips):
+    if clips is None:
+        return v
+    lower, upper = clips
+    lo = 0.0 if lower is None else lower
+    hi = math.inf if upper is None else upper
+    r = np.clip(v, lo, hi) + 0.0
+    return np.where(np.isnan(v), v, r)
+
+
+def _drelu_ref(y, dy, lower, upper):
+    lo = 0.0 if lower is None else lower
+    hi = math.inf if upper is None else upper
+    g = np.where((y > lo) & (y < hi), dy, 0.0)
+    return np.where(np.isnan(y), np.nan, g)
+
+
+def _nhwc(a):
+    order = (0,) + tuple(range(2, a.ndim)) + (1,)
+    return np.ascontiguousarray(a.transpose(order)).transpose(np.argsort(order))
+
+
+def _layout(a, layout):
+    if layout == "nchw":
+        return a
+    if layout == "nhwc":
+        return _nhwc(a)
+    big = np.zeros(tuple(d + 1 for d in a.shape), a.dtype)   # non-packed view
+    v = big[tuple(slice(1, None) for _ in a.shape)]
+    v[...] = a
+    return v
+
+
+def _empty(dims, dtype, layout):
+    a = _layout(np.zeros(dims, dtype), layout)
+    a[...] = np.nan
+    return a
+
+
+SHAPES = [(2, 3, 5, 7), (4, 5, 3, 1), (2, 3, 3, 4, 5), (1, 3, 14, 14), (32, 3, 1, 14)]
+
+
+# ----------------------------------------------------------------------------
+# Training
+# ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("relu", [None, (None, None), (None, 0.5), (-0.2, 0.5)],
+                         ids=["norelu", "relu", "clipped", "clamp"])
+@pytest.mark.parametrize("layout", ["nchw", "nhwc", "gapped"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize("dims", SHAPES, ids=[str(s) for s in SHAPES])
+def test_bn_training(dims, dtype, layout, relu):
+    rng = np.random.default_rng(len(dims) * 100 + dims[1])
+    c = dims[1]
+    x = _layout(rng.uniform(-1, 1, dims).astype(dtype), layout)
+    scale, bias = _param(c, rng, ndim=len(dims)), _param(c, rng, ndim=len(dims))
+    prev_m, prev_v = _param(c, rng, ndim=len(dims)), _param(c, rng, 0.5, 2, ndim=len(dims))
+    eps, mom = 3e-5, 0.1
+    y = _empty(dims, dtype, layout)
+    outs = [np.full((1, c) + (1,) * (len(dims) - 2), np.nan, np.float32) for _ in range(4)]
+    bn.bn_training(x, scale, bias, eps, y, outs[0], outs[1], relu=relu, momentum=mom,
+                   prev_running_mean=prev_m, prev_running_variance=prev_v,
+                   next_running_mean=outs[2], next_running_variance=outs[3])
+    xd = x.astype(np.float64)
+    m = xd.size // c
+    mean = xd.mean(axis=_axes(xd), keepdims=True)
+    var = ((xd - mean) ** 2).mean(axis=_axes(xd), keepdims=True)
+    inv = 1 / np.sqrt(var + eps)
+    yref = _relu_ref(scale * (xd - mean) * inv + bias, relu)
+    _check(y, yref, TOL_TRAIN[np.dtype(dtype)])
+    _check(outs[0], mean, STATS_TOL)
+    _check(outs[1], inv, STATS_TOL)
+    _check(outs[2], (1 - mom) * prev_m + mom * mean, STATS_TOL)
+    _check(outs[3], (1 - mom) * prev_v + mom * var * m / (m - 1), STATS_TOL)
+
+
+def test_bn_training_without_running_stats_and_float64():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((3, 4, 6, 5))
+    scale, bias = _param(4, rng), _param(4, rng)
+    y, mean, inv = np.full(x.shape, np.nan), np.full((1, 4, 1, 1), np.nan, np.float32), \
+        np.full((1, 4, 1, 1), np.nan, np.float32)
+    bn.bn_training(x, scale, bias, 1e-5, y, mean, inv)
+    mu = x.mean(axis=(0, 2, 3), keepdims=True)
+    iv = 1 / np.sqrt(x.var(axis=(0, 2, 3), keepdims=True) + 1e-5)
+    np.testing.assert_allclose(y, scale * (x - mu) * iv + bias, rtol=1e-12, atol=1e-12)
+    _check(mean, mu, STATS_TOL)
+
+
+def test_constant_channel_gives_zero_variance_not_nan():
+    x = np.full((2, 3, 4, 4), 0.7, np.float32)
+    x[:, 1] = np.linspace(-1, 1, 32, dtype=np.float32).reshape(2, 4, 4)
+    y = np.full(x.shape, np.nan, np.float32)
+    mean, inv = np.zeros((1, 3, 1, 1), np.float32), np.zeros((1, 3, 1, 1), np.float32)
+    nv = np.full((1, 3, 1, 1), np.nan, np.float32)
+    bias = np.array([0.5, 0.0, -0.25], np.float32).reshape(1, 3, 1, 1)
+    bn.bn_training(x, np.ones_like(bias), bias, 1e-5, y, mean, inv, momentum=1.0,
+                   prev_running_mean=None, prev_running_variance=np.zeros_like(bias),
+                   next_running_variance=nv)
+    assert np.isfinite(y).all() and np.isfinite(inv).all()
+    assert inv[0, 0, 0, 0] == np.float32(1 / math.sqrt(1e-5))
+    assert (y[:, 0] == 0.5).all() and (y[:, 2] == -0.25).all()
+    assert nv[0, 0, 0, 0] == 0 and nv[0, 2, 0, 0] == 0
+
+
+def test_bf16_statistics_accumulate_wide():
+    """A bf16 channel of 2^17 values near 100: a bf16 (or naive fp32) sum would be far off."""
+    rng = np.random.default_rng(2)
+    x = (100 + rng.uniform(-1, 1, (8, 2, 128, 128))).astype(BF16)
+    y = np.empty(x.shape, BF16)
+    mean, inv = np.empty((1, 2, 1, 1), np.float32), np.empty((1, 2, 1, 1), np.float32)
+    one = np.ones((1, 2, 1, 1), np.float32)
+    bn.bn_training(x, one, one * 0, 1e-5, y, mean, inv)
+    xd = x.astype(np.float64)
+    mu = xd.mean(axis=(0, 2, 3))
+    var = xd.var(axis=(0, 2, 3))
+    np.testing.assert_allclose(mean.ravel(), mu, rtol=1e-7)
+    np.testing.assert_allclose(inv.ravel(), 1 / np.sqrt(var + 1e-5), rtol=1e-6)
+
+
+@pytest.mark.parametrize("dims", [(1, 3, 1, 1), (1, 2, 1, 1, 1)])
+def test_training_with_one_value_per_channel_is_an_error(dims):
+    x = np.zeros(dims, np.float32)
+    p = np.ones((1, dims[1]) + (1,) * (len(dims) - 2), np.float32)
+    with pytest.raises(GraphError, match="N\\*spatial = 1"):
+        bn.bn_training(x, p, p, 1e-5, np.empty_like(x), None, None)
+
+
+@pytest.mark.parametrize("eps", [0.0, -1e-5])
+def test_non_positive_epsilon_is_an_error(eps):
+    x = np.zeros((2, 2, 2, 2), np.float32)
+    p = np.ones((1, 2, 1, 1), np.float32)
+    with pytest.raises(GraphError, match="epsilon"):
+        bn.bn_training(x, p, p, eps, np.empty_like(x), None, None)
+    with pytest.raises(GraphError, match="epsilon"):
+        bn.bn_inference_variance(x, p, p, p, p, eps, np.empty_like(x))
+
+
+# ----------------------------------------------------------------------------
+# Inference
+# ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("relu", [None, (None, None), (0.1, 0.5)], ids=["norelu", "relu", "clamp"])
+@pytest.mark.parametrize("layout", ["nchw", "nhwc", "gapped"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize("dims", [(2, 3, 5, 7), (1, 256, 1, 1), (2, 3, 3, 1, 1), (2, 4, 3, 4, 5)])
+def test_bn_inference_both_forms(dims, dtype, layout, relu):
+    rng = np.random.default_rng(3)
+    nd, c = len(dims), dims[1]
+    x = _layout(rng.uniform(-1, 1, dims).astype(dtype), layout)
+    mean, scale, bias = (_param(c, rng, -0.5, 0.5, nd) for _ in range(3))
+    var = _param(c, rng, 0.2, 2.0, nd)
+    eps = 1e-5
+    inv = (1 / np.sqrt(var.astype(np.float64) + eps)).astype(np.float32)
+    xd = x.astype(np.float64)
+    y1, y2 = _empty(dims, dtype, layout), _empty(dims, dtype, layout)
+    bn.bn_inference(x, mean, inv, scale, bias, y1, relu=relu)
+    bn.bn_inference_variance(x, mean, var, scale, bias, eps, y2, relu=relu)
+    tol = TOL_INFER[np.dtype(dtype)]
+    _check(y1, _relu_ref(scale * (xd - mean) * inv.astype(np.float64) + bias, relu), tol)
+    _check(y2, _relu_ref(scale * (xd - mean) / np.sqrt(var.astype(np.float64) + eps) + bias,
+                         relu), tol)
+
+
+# ----------------------------------------------------------------------------
+# Backward, plain and fused with DReLU
+# ----------------------------------------------------------------------------
+
+def _bwd_ref(dy, x, scale, mean, inv):
+    ax = _axes(x)
+    m = x.size // x.shape[1]
+    xhat = (x - mean) * inv
+    dbias = dy.sum(axis=ax, keepdims=True)
+    dscale = (dy * xhat).sum(axis=ax, keepdims=True)
+    dx = scale * inv / m * (m * dy - dbias - xhat * dscale)
+    return dx, dscale, dbias
+
+
+def _bwd_case(dims, dtype, layout, seed):
+    rng = np.random.default_rng(seed)
+    nd, c = len(dims), dims[1]
+    x = _layout(rng.uniform(-1, 1, dims).astype(dtype), layout)
+    dy = _layout(rng.uniform(-1, 1, dims).astype(dtype), layout)
+    scale, mean = _param(c, rng, 0.5, 1.5, nd), _param(c, rng, -0.1, 0.1, nd)
+    inv = _param(c, rng, 1.9, 2.0, nd)
+    return x, dy, scale, mean, inv
+
+
+BWD_SHAPES = [(2, 3, 14, 14), (1, 3, 5, 5), (32, 3, 14, 1), (2, 5, 7, 9), (2, 3, 3, 4, 5)]
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc", "gapped"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize("dims", BWD_SHAPES, ids=[str(s) for s in BWD_SHAPES])
+def test_bn_backward(dims, dtype, layout):
+    x, dy, scale, mean, inv = _bwd_case(dims, dtype, layout, seed=4)
+    c = dims[1]
+    dx = _empty(dims, dtype, layout)
+    ds, db = (np.full((1, c) + (1,) * (len(dims) - 2), np.nan, np.float32) for _ in range(2))
+    bn.bn_backward(dy, x, scale, mean, inv, dx, ds, db)
+    f64 = lambda a: a.astype(np.float64)  # noqa: E731
+    rdx, rds, rdb = _bwd_ref(f64(dy), f64(x), f64(scale), f64(mean), f64(inv))
+    _check(dx, rdx, TOL_BWD[np.dtype(dtype)])
+    _check(ds, rds, 1e-5)
+    _check(db, rdb, 1e-5)
+
+
+@pytest.mark.parametrize("clips", [(None, None), (None, 0.5), (0.1, 0.5)],
+                         ids=["relu", "clipped", "clamp"])
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize("dims", [(2, 3, 14, 14), (2, 3, 3, 4, 5)])
+def test_bn_backward_drelu_fusion_equals_unfused_float64(dims, dtype, layout, clips):
+    x, dy, scale, mean, inv = _bwd_case(dims, dtype, layout, seed=5)
+    c = dims[1]
+    bn_bias = _param(c, np.random.default_rng(6), -0.1, 0.1, len(dims))
+    dx = _empty(dims, dtype, layout)
+    ds, db = (np.full((1, c) + (1,) * (len(dims) - 2), np.nan, np.float32) for _ in range(2))
+    bn.bn_backward(dy, x, scale, mean, inv, dx, ds, db, drelu=(bn_bias, *clips))
+    f64 = lambda a: a.astype(np.float64)  # noqa: E731
+    y_bn = f64(scale) * (f64(x) - f64(mean)) * f64(inv) + f64(bn_bias)
+    g = _drelu_ref(y_bn, f64(dy), *clips)
+    assert 0 < np.count_nonzero(g) < g.size       # the mask really cuts
+    rdx, rds, rdb = _bwd_ref(g, f64(x), f64(scale), f64(mean), f64(inv))
+    _check(dx, rdx, TOL_BWD[np.dtype(dtype)])
+    _check(ds, rds, 1e-5)
+    _check(db, rdb, 1e-5)
+
+
+# ----------------------------------------------------------------------------
+# Activations: special values
+# ----------------------------------------------------------------------------
+
+SPECIAL = [np.nan, -0.0, 0.0, -np.inf, np.inf, -1.0, 2.0, 0.3, 0.5, -0.2]
+
+
+@pytest.mark.parametrize("clips", [(None, None), (None, 0.5), (-0.2, 0.5), (0.0, None)],
+                         ids=["relu", "clipped", "clamp", "lower0"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+def test_relu_special_values(dtype, clips):
+    x = np.array(SPECIAL, dtype).reshape(1, 2, 5)
+    out = np.full(x.shape, 7, dtype)
+    bn.relu(x, out, *clips)
+    want = _relu_ref(x.astype(np.float64), clips).astype(dtype).astype(np.float64)
+    got = out.astype(np.float64)
+    np.testing.assert_array_equal(got, want)          # NaN positions compare equal too
+    zeros = got == 0
+    assert not np.signbit(got[zeros]).any(), "relu produced -0.0"
+    assert np.isnan(got.ravel()[0])
+
+
+def test_relu_backward_special_values():
+    y = np.array([np.nan, 0.0, -0.0, 0.5, 1.0, 2.0, -1.0, 0.25], np.float32).reshape(1, 1, 8)
+    dy = np.array([1.0, 2.0, 3.0, 4.0, np.nan, 6.0, np.nan, 8.0], np.float32).reshape(1, 1, 8)
+    out = np.full(y.shape, 7, np.float32)
+    bn.relu_backward(y, dy, out)
+    np.testing.assert_array_equal(out.ravel(), [np.nan, 0, 0, 4, np.nan, 6, 0, 8])
+    bn.relu_backward(y, dy, out, None, 1.0)          # upper bound is exclusive too
+    np.testing.assert_array_equal(out.ravel(), [np.nan, 0, 0, 4, 0, 0, 0, 8])
+    bn.relu_backward(y, dy, out, 0.25, 1.0)
+    np.testing.assert_array_equal(out.ravel(), [np.nan, 0, 0, 4, 0, 0, 0, 0])
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc", "gapped"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+def test_add_bias_relu(dtype, layout):
+    rng = np.random.default_rng(8)
+    y = _layout(rng.uniform(-1, 1, (2, 4, 5, 3)).astype(np.float32), layout)
+    bias = _param(4, rng, -0.5, 0.5)
+    for b, clips in ((bias, (None, None)), (None, (None, 0.3)), (bias, (-0.1, 0.2))):
+        out = _empty(y.shape, dtype, layout)
+        bn.add_bias_relu(y, b, out, *clips)
+        want = _relu_ref(y.astype(np.float64) + (0 if b is None else b), clips)
+        _check(out, want, {F32: 1e-7, F16: 1e-3, BF16: 8e-3}[np.dtype(dtype)])
+    ref = _relu_ref(y.astype(np.float64) + bias, (None, None))
+    bn.add_bias_relu(y, bias, y, None, None)          # in place
+    _check(y, ref, 1e-7)
+
+
+def test_gapped_outputs_are_written_only_inside():
+    rng = np.random.default_rng(9)
+    x = rng.uniform(-1, 1, (2, 3, 4, 5)).astype(np.float32)
+    big = np.full((3, 4, 5, 6), np.nan, np.float32)
+    y = big[1:, 1:, 1:, 1:]
+    one = np.ones((1, 3, 1, 1), np.float32)
+    bn.bn_training(x, one, one, 1e-5, y, None, None, relu=(None, None))
+    inside = np.zeros(big.shape, bool)
+    inside[1:, 1:, 1:, 1:] = True
+    assert np.isfinite(big[inside]).all() and np.isnan(big[~inside]).all()
