@@ -52,7 +52,10 @@ def _current_loop():
     except sniffio.AsyncLibraryNotFoundError:
         return None, None
     mod = _loop_module(name)
-    return mod, mod.current_token()
+    try:
+        return mod, mod.current_token()
+    except RuntimeError:  # the library is named but no loop runs in this thread
+        return None, None
 
 
 class _LoopWaiter:

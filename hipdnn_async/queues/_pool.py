@@ -100,11 +100,11 @@ class StreamPool:
             n = len(streams)
             start = self._rr
             best = streams[start % n]
-            best_load = best.pending
+            best_load = len(best._inflight)
             if best_load:
                 for k in range(1, n):
                     s = streams[(start + k) % n]
-                    load = s.pending
+                    load = len(s._inflight)
                     if load < best_load:
                         best, best_load = s, load
                         if load == 0:

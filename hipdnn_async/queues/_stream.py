@@ -16,6 +16,8 @@ import threading
 import time
 import weakref
 
+import anyio.lowlevel
+
 from .._errors import DeviceError
 from ._completion import Completion
 from ._metrics import Histogram
@@ -328,7 +330,9 @@ class Event:
     async def wait(self) -> None:
         """Wait in the current task (asyncio or trio) until done; cancellable."""
         marker = self._marker
-        if marker is not None:
+        if marker is None:
+            await anyio.lowlevel.checkpoint_if_cancelled()
+        else:
             await marker._wait_done()
 
     def __repr__(self) -> str:

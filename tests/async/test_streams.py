@@ -4,6 +4,7 @@ Runs on asyncio and trio (the ``anyio_backend`` fixture of the root conftest).
 """
 from __future__ import annotations
 
+import gc
 import os
 import threading
 import time
@@ -294,6 +295,18 @@ def test_close_from_thread_joins_workers():
     assert all(h.done() for h in handles)
     assert not [t for t in threading.enumerate() if "cpuclose" in t.name]
     p.close()
+
+
+def test_forgotten_pool_stops_its_workers():
+    p = StreamPool("forgotten", n_streams=2)
+    handle = p.submit_blocking(lambda: 1)
+    assert handle.result(timeout=5) == 1
+    del p, handle
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while [t for t in threading.enumerate() if "forgotten" in t.name]:
+        assert time.monotonic() < deadline, "workers of a dropped pool still alive"
+        time.sleep(0.01)
 
 
 # ---------------------------------------------------------------------------- threads
