@@ -356,7 +356,7 @@ class Graph:
                     compute_data_type=compute)
         out_dims, order_slot, node.attrs = _infer(node, fixed or {})
         _check_inputs(node)
-        order = stride_order(inputs[order_slot].dims, inputs[order_slot].strides)
+        order = _order_of(inputs[order_slot])
         for slot in NODE_KINDS[kind][1]:
             if slot not in out_dims:
                 continue
@@ -762,7 +762,7 @@ class Graph:
             for slot, t in node.outputs.items():
                 if not t._dims_explicit and t.dims != out_dims[slot]:
                     t._dims = out_dims[slot]
-                    t._set_packed_like(t._order or stride_order(src.dims, src.strides))
+                    t._set_packed_like(t._order or _order_of(src))
                 elif t.dims != out_dims[slot]:
                     raise GraphError(
                         f"{where}: output tensor {t.label} ({slot}) has dims {t.dims}; the "
@@ -951,7 +951,7 @@ class Graph:
             t = tmap[key]
             if not t.dims:
                 continue
-            order = t._order or stride_order(old.dims, old.strides)
+            order = _order_of(old)
             t._dims = (n,) + tuple(old.dims[1:])
             t._order = tuple(order)
             t._strides = packed_strides(t._dims, t._order)
@@ -1007,6 +1007,13 @@ class Graph:
 
 
 # ---------------------------------------------------------------------- per-kind checks
+def _order_of(t: TensorAttributes) -> tuple:
+    """Stride order of a tensor: the layout it was made with, else read from its strides."""
+    if t._order is not None and len(t._order) == len(t.dims):
+        return t._order
+    return stride_order(t.dims, t.strides)
+
+
 def _attrs_text(attrs) -> str:
     if isinstance(attrs, NoAttrs):
         return ""
