@@ -341,3 +341,18 @@ def test_peer_torch_float64():
                 out = np.full(_out_dims_of(q), np.nan)
                 _run(alg, q, *_operands(q, x, w, dy), out)
                 np.testing.assert_allclose(out, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("direction", ["fprop", "dgrad", "wgrad"])
+def test_empty_batch(direction):
+    """N = 0 is legal (test-cases.md, PyTorch): empty outputs, and dw of an empty sum is 0."""
+    _, xd, wd, pre, post, s, d = CASES[0]
+    xd = (0,) + xd[1:]
+    p = ConvProblem(direction, xd, wd, _out_dims(xd, wd, pre, post, s, d), pre, post, s, d, 2,
+                    np.float32)
+    x, w, dy = _data(p, np.float32, seed=0)
+    for alg in ALGORITHMS[direction]:
+        if alg.applicable(p):
+            out = np.full(_out_dims_of(p), np.nan, np.float32)
+            _run(alg, p, *_operands(p, x, w, dy), out)
+            assert (out == 0).all()

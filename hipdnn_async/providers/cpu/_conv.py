@@ -68,7 +68,7 @@ class ConvProblem:
     direction : str
         ``"fprop"``, ``"dgrad"`` or ``"wgrad"``.
     x_dims : tuple of int
-        (N, C, *spatial) of x (of dx for dgrad).
+        (N, C, *spatial) of x (of dx for dgrad). N = 0 (an empty batch) is allowed.
     w_dims : tuple of int
         (K, C/groups, *kernel) of w (of dw for wgrad).
     y_dims : tuple of int
@@ -126,9 +126,10 @@ class ConvProblem:
                              "C == groups * w.C and K % groups == 0")
         expect = conv_output_dims(self.x_dims, self.w_dims, self.pre_padding, self.post_padding,
                                   self.stride, self.dilation)
-        if any(v < 1 for v in expect[2:]) or any(v < 1 for v in self.x_dims + self.w_dims):
+        if (any(v < 1 for v in expect[2:]) or any(v < 1 for v in self.x_dims[1:] + self.w_dims)
+                or n < 0):
             raise GraphError(f"{where}: output dims {expect} from x {self.x_dims}, w {self.w_dims}; "
-                             "every dim must be >= 1")
+                             "every dim must be >= 1 (N >= 0)")
         if expect != self.y_dims:
             raise GraphError(f"{where}: y dims {self.y_dims} do not match x {self.x_dims}, "
                              f"w {self.w_dims}; expected {expect}")
@@ -291,6 +292,9 @@ class ConvAlgorithm:
             raise ExecutionError(f"conv_{p.direction} algorithm '{self.name}' is not applicable to "
                                  f"w dims {p.w_dims}")
         _check_arrays(p, self.name, a, b, out)
+        if p.x_dims[0] == 0:       # empty batch: nothing to compute, dw of an empty sum is 0
+            out[...] = 0
+            return
         getattr(self, "_" + p.direction)(p, a, b, out, workspace)
 
 
@@ -348,6 +352,8 @@ class Im2colGemm(ConvAlgorithm):
         return (g, p.x_dims[1] // g) + p.w_dims[2:] + (nb,) + p.y_dims[2:]
 
     def workspace_size(self, p: ConvProblem) -> int:
+        if p.x_dims[0] == 0:
+            return 0
         return math.prod(self._col_shape(p, self._chunk(p))) * p.work_dtype.itemsize
 
     def _chunks(self, p: ConvProblem):
