@@ -32,8 +32,6 @@ from ._tensor import (
 
 __all__ = ["Graph", "DATA_SLOTS"]
 
-_MISSING = object()
-
 # Slots whose dims[0] is the batch (with_batch_size); pointwise in1 too when not broadcast.
 DATA_SLOTS = frozenset({"x", "y", "dy", "dx", "in0", "out"})
 
@@ -281,44 +279,41 @@ class Graph:
         self._tensors.append(t)
         return t
 
-    def tensor_by(self, key, default=_MISSING) -> TensorAttributes:
+    def tensor_by(self, key, default=None):
         """Return this graph's tensor for a TensorAttributes, a uid (int) or a name (str).
 
         A TensorAttributes of another graph (e.g. the original of a ``copy()``) is
         looked up by its uid, then its name.
 
+        Returns
+        -------
+        TensorAttributes or ``default``
+            ``default`` (None) when no tensor matches or the key is of another type.
+
         Raises
         ------
         GraphError
-            No such tensor (unless ``default`` is given), or a name shared by several.
+            A name shared by several tensors.
         """
         if isinstance(key, TensorAttributes):
             if key._graph is self:
                 return key
             if key.uid is not None:
-                found = self.tensor_by(key.uid, None)
+                found = self.tensor_by(key.uid)
                 if found is not None:
                     return found
             key = key.name
-        if isinstance(key, bool):
-            raise GraphError(f"graph '{self._name}': cannot look a tensor up by {key!r}; "
-                             "use a TensorAttributes, a uid or a name")
         if isinstance(key, str):
             hits = [t for t in self._tensors if t.name == key]
             if len(hits) > 1:
                 raise GraphError(f"graph '{self._name}': tensor name {key!r} is ambiguous "
                                  f"({len(hits)} tensors); use the tensor or its uid")
-        elif hasattr(key, "__index__"):
+        elif hasattr(key, "__index__") and not isinstance(key, bool):
             key = operator.index(key)
             hits = [t for t in self._tensors if t.uid == key]
         else:
-            raise GraphError(f"graph '{self._name}': cannot look a tensor up by {key!r}; "
-                             "use a TensorAttributes, a uid or a name")
-        if hits:
-            return hits[0]
-        if default is not _MISSING:
-            return default
-        raise GraphError(f"graph '{self._name}': no tensor {key!r}")
+            hits = []
+        return hits[0] if hits else default
 
     # ------------------------------------------------------------------ node helpers
     def _own(self, where: str, slot: str, t) -> TensorAttributes:

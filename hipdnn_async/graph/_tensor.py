@@ -53,7 +53,7 @@ def as_int_tuple(values, *, where: str, what: str) -> tuple:
 
 
 def packed_strides(dims: tuple, order: tuple) -> tuple:
-    """Packed strides of ``dims`` laid out in ``order`` (outermost first); 0-size dims count as 1."""
+    """Packed strides of ``dims`` in ``order`` (outermost first); 0-size dims count as 1."""
     strides = [0] * len(dims)
     s = 1
     for d in reversed(order):

@@ -1,4 +1,6 @@
 """TensorAttributes, strides_for, layouts and stride checks (hipdnn_async.graph._tensor)."""
+import contextlib
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -9,21 +11,14 @@ from hipdnn_async.graph import Graph, TensorAttributes, strides_for
 from hipdnn_async.graph._tensor import check_strides, stride_order
 
 
+@contextlib.contextmanager
 def _raises(exc, code, *fragments):
-    """Context manager: ``exc`` with ``.code`` and every fragment in the message."""
-    class _Ctx:
-        def __enter__(self):
-            self._cm = pytest.raises(exc)
-            self.info = self._cm.__enter__()
-            return self.info
-
-        def __exit__(self, *a):
-            self._cm.__exit__(*a)
-            assert self.info.value.code == code
-            for f in fragments:
-                assert f in str(self.info.value), (f, str(self.info.value))
-            return True
-    return _Ctx()
+    """``exc`` with ``.code`` and every fragment in the message."""
+    with pytest.raises(exc) as info:
+        yield info
+    assert info.value.code == code, info.value.code
+    for f in fragments:
+        assert f in str(info.value), (f, str(info.value))
 
 
 def _numpy_strides(dims, layout):
