@@ -63,18 +63,19 @@ def logical_view(tensor, buffer, *, output: bool, where: str = "execute") -> np.
         raise VariantPackError(f"{label} is an output, but the buffer is read-only")
     dims, strides = tuple(tensor.dims), tuple(tensor.strides)
     item = buffer.itemsize
-    if buffer.shape == dims:
-        got = tuple(s // item for s in buffer.strides)
-        if _strides_match(dims, strides, got) and all(s % item == 0 for s in buffer.strides):
-            return buffer
-        raise VariantPackError(
-            f"{label} needs strides {strides} in elements; got {got}")
+    got = tuple(s // item for s in buffer.strides)
+    if buffer.shape == dims and _strides_match(dims, strides, got) and all(
+            s % item == 0 for s in buffer.strides):
+        return buffer
+    # Memory-order shape; checked second because e.g. (4, 3, 3, 3) is both a logical and
+    # an NHWC physical shape.
     order = memory_order(dims, strides)
     physical = tuple(dims[a] for a in order)
     if buffer.flags.c_contiguous and buffer.shape == physical:
-        packed = _packed(dims, order)
-        if _strides_match(dims, strides, packed):
+        if _strides_match(dims, strides, _packed(dims, order)):
             return as_strided(buffer.reshape(-1), dims, tuple(s * item for s in strides))
+    if buffer.shape == dims:
+        raise VariantPackError(f"{label} needs strides {strides} in elements; got {got}")
     if buffer.ndim == 1 and buffer.flags.c_contiguous and buffer.size >= _extent(dims, strides):
         return as_strided(buffer, dims, tuple(s * item for s in strides))
     raise VariantPackError(
