@@ -1,0 +1,49 @@
+"""The hipdnn-async command line: info, perfdb show/clear/export/import, errors."""
+import json
+import subprocess
+import sys
+
+import hipdnn_async as hd
+from hipdnn_async import _perfdb
+from hipdnn_async.cli import main
+
+
+def seeded_db(path):
+    db = hd.PerfDb(str(path))
+    for i in range(3):
+        db.store(_perfdb.PerfKey("cpu", "v1", "cpu x86", f"problem {i}", 1 << i),
+                 _perfdb.PerfRecord(f"algo{i}", 0.5 + i, 1 << i, 1000.0 + i))
+    return db
+
+
+def test_perfdb_export_import_round_trip(tmp_path, capsys):
+    src = seeded_db(tmp_path / "a.sqlite3")
+    out = tmp_path / "dump.json"
+    assert main(["perfdb", "export", str(out), "--db", str(src.path)]) == 0
+    rows = json.loads(out.read_text())
+    rows = rows["entries"] if isinstance(rows, dict) else rows
+    assert len(rows) == 3
+    dst_path = tmp_path / "b.sqlite3"
+    assert main(["perfdb", "import", str(out), "--db", str(dst_path)]) == 0
+    dst = hd.PerfDb(str(dst_path))
+    key = _perfdb.PerfKey("cpu", "v1", "cpu x86", "problem 2", 4)
+    assert dst.lookup(key).algorithm == "algo2" and dst.lookup(key).time_ms == 2.5
+    assert main(["perfdb", "show", "--db", str(dst_path)]) == 0
+    assert "algo1" in capsys.readouterr().out
+    assert main(["perfdb", "clear", "--db", str(dst_path)]) == 0
+    assert hd.PerfDb(str(dst_path)).entries() == []
+
+
+def test_import_of_malformed_file_fails_cleanly(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"provider": "cpu"}]))
+    rc = main(["perfdb", "import", str(bad), "--db", str(tmp_path / "c.sqlite3")])
+    assert rc == 2
+    assert "bad.json" in capsys.readouterr().err
+
+
+def test_info_and_module_entry_point(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "hipdnn_async", "info"], check=True,
+                         capture_output=True, text=True).stdout
+    info = json.loads(out)
+    assert info["version"] == hd.__version__ and info["devices"][0] == "cpu"
