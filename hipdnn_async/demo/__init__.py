@@ -1,0 +1,10 @@
+"""``hipdnn-async demo``: a CNN trained, evaluated and served on handwritten digits.
+
+Every convolution and batchnorm of the network runs as a hipdnn_async execution plan (all
+nine patterns of the library are used); only the softmax cross-entropy, the SGD-momentum
+update and small host glue are NumPy. Needs scikit-learn (``pip install -e '.[demo]'``);
+matplotlib for ``--plot``.
+"""
+from ._main import main
+
+__all__ = ["main"]

@@ -1,0 +1,188 @@
+"""``hipdnn-async demo``: train, evaluate and serve the digits CNN; print, plot, save."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+
+import anyio
+import numpy as np
+
+from ._common import DemoConfig, DemoError
+
+__all__ = ["main", "run", "parse_args"]
+
+_GRADCHECK_BATCH = 4
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[DemoConfig, argparse.Namespace]:
+    """Parse the demo's command line into a DemoConfig and the output options."""
+    d = DemoConfig()
+    p = argparse.ArgumentParser(
+        prog="hipdnn-async demo",
+        description="Train a small CNN on scikit-learn's 8x8 handwritten digits with "
+                    "hipdnn_async plans only (convolutions and batchnorms), evaluate it "
+                    "two ways, and serve it to concurrent clients through dynamic batchers.")
+    p.add_argument("--epochs", type=int, default=d.epochs, help=f"default {d.epochs}")
+    p.add_argument("--batch-size", type=int, default=d.batch_size,
+                   help=f"training batch size, default {d.batch_size}")
+    p.add_argument("--device", default=d.device,
+                   help="cpu (default), gpu:N, cuda:N or hip:N")
+    p.add_argument("--seed", type=int, default=d.seed, help="split, weights and batch order")
+    p.add_argument("--benchmarking", action="store_true",
+                   help="build every plan with global.benchmarking=1 (tuned once, kept in "
+                        "the perf db)")
+    p.add_argument("--perfdb", metavar="FILE", default=None,
+                   help="perf db file (default $HIPDNN_ASYNC_PERFDB or the per-user one)")
+    p.add_argument("--lr", type=float, default=d.lr, help=f"initial learning rate, default {d.lr}")
+    p.add_argument("--clients", type=int, default=d.clients,
+                   help=f"concurrent serving clients, default {d.clients}")
+    p.add_argument("--rounds", type=int, default=d.rounds,
+                   help=f"images each client sends, one at a time, default {d.rounds}")
+    p.add_argument("--max-batch-size", type=int, default=d.max_batch_size,
+                   help=f"dynamic batcher's largest batch, default {d.max_batch_size}")
+    p.add_argument("--min-accuracy", type=float, default=d.min_accuracy,
+                   help=f"fail below this test accuracy, default {d.min_accuracy}")
+    p.add_argument("--json", metavar="FILE", help="write every figure as JSON")
+    p.add_argument("--plot", metavar="FILE.png", help="save loss/accuracy and latency plots")
+    p.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    a = p.parse_args(argv)
+    for name in ("epochs", "batch_size", "clients", "rounds", "max_batch_size"):
+        if getattr(a, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1; got {getattr(a, name)}")
+    if a.batch_size < 2:
+        p.error(f"--batch-size must be >= 2 (batchnorm training needs two values per "
+                f"channel); got {a.batch_size}")
+    cfg = DemoConfig(epochs=a.epochs, batch_size=a.batch_size, device=a.device, seed=a.seed,
+                     benchmarking=a.benchmarking, lr=a.lr, clients=a.clients, rounds=a.rounds,
+                     max_batch_size=a.max_batch_size, min_accuracy=a.min_accuracy,
+                     perfdb=a.perfdb)
+    return cfg, a
+
+
+async def run(cfg: DemoConfig, progress) -> dict:
+    """Run the whole demo on one device; return every figure (the JSON document).
+
+    Raises
+    ------
+    DemoError
+        scikit-learn missing, or the gradient check failed (training is not started).
+    hipdnn_async.HipdnnError
+        The library failed (device absent, a graph not supported, an execution error).
+    """
+    import hipdnn_async as hd
+
+    from ._data import load_digits_split
+    from ._evaluate import evaluate
+    from ._gradcheck import check_gradients
+    from ._model import Network
+    from ._serve import serve
+    from ._train import train
+
+    t_start = time.perf_counter()
+    data = load_digits_split(cfg.seed)
+    if cfg.batch_size > len(data.x_train):
+        raise DemoError(f"--batch-size {cfg.batch_size} exceeds the {len(data.x_train)} "
+                        "training images")
+    timings = {}
+    async with hd.Device(cfg.device, perfdb=cfg.perfdb) as dev:
+        net = Network(dev, seed=cfg.seed, knobs=cfg.knobs)
+        progress.line(f"hipdnn-async demo on {dev.spec}: {len(data.x_train)} training / "
+                      f"{len(data.x_test)} test digits")
+
+        t0 = time.perf_counter()
+        gc = await check_gradients(net, data.x_train[:_GRADCHECK_BATCH],
+                                   data.y_train[:_GRADCHECK_BATCH], seed=cfg.seed)
+        timings["gradcheck_s"] = time.perf_counter() - t0
+        progress.line(f"  gradient check ok: {gc['checks']} directional derivatives, "
+                      f"max rel err {gc['max_rel_err']:.1e}")
+
+        t0 = time.perf_counter()
+        history = await train(net, data, cfg, progress)
+        timings["train_s"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        ev = await evaluate(net, data)
+        timings["eval_s"] = time.perf_counter() - t0
+        progress.line(f"  evaluated: (a) {ev['accuracy']['bn_inference']:.2%}  "
+                      f"(b) {ev['accuracy']['folded']:.2%}; serving "
+                      f"{cfg.clients * cfg.rounds} requests from {cfg.clients} clients ...")
+
+        t0 = time.perf_counter()
+        sv = await serve(dev, net, data, ev.pop("folded"),
+                         np.asarray(ev["predictions"]["folded"]), cfg)
+        timings["serve_s"] = time.perf_counter() - t0
+        plan_stats = dev.plan_stats()
+        engines = {p.pattern: p.engine.name for p in net.plans}
+        benchmarked = sum(bool(p.benchmarked) for p in net.plans)
+        perfdb_hits = sum(bool(p.perfdb_hit) for p in net.plans)
+        spec = dev.spec
+    timings["total_s"] = time.perf_counter() - t_start
+
+    failures = []
+    acc = min(ev["accuracy"].values())
+    if acc < cfg.min_accuracy:
+        failures.append(f"test accuracy {acc:.2%} is below {cfg.min_accuracy:.2%}")
+    if not ev["predictions_identical"]:
+        failures.append(f"(a) and (b) differ on {ev['mismatches']} images")
+    if not sv["predictions_match"]:
+        failures.append(f"{sv['mismatches']} served predictions differ from the batch "
+                        "evaluation")
+    return {
+        "ok": not failures, "failures": failures,
+        "device": spec, "engines": engines,
+        "config": dataclasses.asdict(cfg),
+        "data": {"train": len(data.x_train), "test": len(data.x_test),
+                 "pixel_mean": data.pixel_mean, "pixel_std": data.pixel_std},
+        "architecture": [dataclasses.asdict(layer) for layer in net.layers],
+        "gradient_check": gc,
+        "steps_per_epoch": len(data.x_train) // cfg.batch_size,
+        "history": history,
+        "test_accuracy": ev["accuracy"]["bn_inference"],
+        "evaluation": ev,
+        "serving": sv,
+        "plans_per_pattern": {k: v["plans"] for k, v in plan_stats.items()},
+        "plan_stats": plan_stats,
+        "benchmarking": {"enabled": cfg.benchmarking, "benchmarked": benchmarked,
+                         "perfdb_hits": perfdb_hits},
+        "stats": hd.stats(),
+        "timings": timings,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``hipdnn-async demo`` with `argv` (default ``sys.argv[1:]``); return the status.
+
+    Returns 0 when every check passed, 1 when one failed (gradient check, accuracy under
+    ``--min-accuracy``, predictions that differ) or the library raised; argparse exits
+    with 2 on a bad command line.
+    """
+    from . import _report
+
+    cfg, args = parse_args(argv)
+    progress = _report.Progress(enabled=not args.quiet)
+    try:
+        result = anyio.run(run, cfg, progress, backend="asyncio")
+    except DemoError as exc:
+        print(f"hipdnn-async demo: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:
+        from hipdnn_async import HipdnnError
+        if not isinstance(exc, HipdnnError):
+            raise
+        print(f"hipdnn-async demo: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        _report.write_json(result, args.json)
+    if args.plot:
+        _report.plot(result, args.plot)
+    if not args.quiet:
+        print(_report.summary(result), end="")
+        for path, what in ((args.json, "figures"), (args.plot, "figure")):
+            if path:
+                print(f"  {what} written to {path}")
+    if not result["ok"]:
+        print("hipdnn-async demo: " + "; ".join(result["failures"]), file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,267 @@
+"""The demo CNN: parameters, running statistics, and its passes as execution plans.
+
+Architecture (NCHW, float32), for 8x8 grey digits::
+
+    conv1  1 -> 32, 3x3, pad 1           (N, 32, 8, 8)   batchnorm + ReLU
+    conv2 32 -> 32, 3x3, stride 2, pad 1 (N, 32, 4, 4)   batchnorm
+    classifier 32 -> 10, 4x4             (N, 10, 1, 1)   logits
+
+Training runs, per step: CONV_FPROP for every convolution, BN_TRAINING_RELU and
+BN_TRAINING (with running statistics); then CONV_WGRAD / CONV_DGRAD for every
+convolution (no dgrad into the images), BN_BACKWARD after the plain batchnorm and the
+fused BN_INFERENCE_DRELU_BACKWARD after the batchnorm + ReLU, both from the saved mean
+and inv_variance. Plans are built once per (operation, batch size) and reused.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import _graphs
+from ._graphs import LayerSpec
+from ._host import fold_batchnorm, softmax_cross_entropy
+
+__all__ = ["LAYERS", "IMAGE_SIZE", "EPSILON", "BN_MOMENTUM", "Network"]
+
+IMAGE_SIZE = 8
+EPSILON = 1e-5          # batchnorm epsilon (PyTorch's default)
+BN_MOMENTUM = 0.1       # running-statistics momentum (PyTorch's default)
+
+LAYERS = (
+    LayerSpec("conv1", 1, 32, 3, stride=1, padding=1, bn="relu"),
+    LayerSpec("conv2", 32, 32, 3, stride=2, padding=1, bn="plain"),
+    LayerSpec("classifier", 32, 10, 4, stride=1, padding=0, bn=None),
+)
+
+
+def _sizes(layers, size: int) -> list[int]:
+    """Input height of each layer, then the output height of the last."""
+    out = [size]
+    for layer in layers:
+        out.append(layer.out_size(out[-1]))
+    return out
+
+
+class Network:
+    """Parameters and running statistics of the demo CNN, with its plans on one device.
+
+    Parameters
+    ----------
+    device : hipdnn_async.Device
+        Where every convolution and batchnorm runs.
+    seed : int
+        Seed of the initial weights (PyTorch's default uniform fan-in initialisation).
+    knobs : mapping, optional
+        Knob settings for every plan build (e.g. ``{"global.benchmarking": 1}``).
+
+    Attributes
+    ----------
+    params : dict of str to numpy.ndarray
+        ``"<layer>.w"`` (K, C, R, S); ``"<layer>.scale"``, ``"<layer>.bias"`` (1, K, 1, 1).
+    running : dict of str to numpy.ndarray
+        ``"<layer>.running_mean"``, ``"<layer>.running_var"`` (1, K, 1, 1).
+    plans : list of ExecutionPlan
+        Every plan built, in build order.
+    """
+
+    def __init__(self, device, *, seed: int = 0, knobs=None, layers=LAYERS):
+        self.device = device
+        self.knobs = knobs
+        self.layers = tuple(layers)
+        self.sizes = _sizes(self.layers, IMAGE_SIZE)
+        rng = np.random.default_rng(seed)
+        self.params, self.running = {}, {}
+        for layer in self.layers:
+            bound = 1.0 / math.sqrt(layer.in_channels * layer.kernel ** 2)
+            self.params[f"{layer.name}.w"] = rng.uniform(
+                -bound, bound, layer.w_dims).astype(np.float32)
+            if layer.bn is not None:
+                c = (1, layer.out_channels, 1, 1)
+                self.params[f"{layer.name}.scale"] = np.ones(c, np.float32)
+                self.params[f"{layer.name}.bias"] = np.zeros(c, np.float32)
+                self.running[f"{layer.name}.running_mean"] = np.zeros(c, np.float32)
+                self.running[f"{layer.name}.running_var"] = np.ones(c, np.float32)
+        self.plans: list = []
+        self._cache: dict = {}
+
+    # ------------------------------------------------------------------ plans
+
+    async def plan(self, op: str, layer: LayerSpec, n: int):
+        """The plan of operation `op` of `layer` at batch size `n`, built on first use."""
+        key = (op, layer.name, n)
+        plan = self._cache.get(key)
+        if plan is None:
+            size = self.sizes[self.layers.index(layer)]
+            if op == "fprop":
+                g = _graphs.conv_fprop(layer, n, size)
+            elif op == "dgrad":
+                g = _graphs.conv_dgrad(layer, n, size)
+            elif op == "wgrad":
+                g = _graphs.conv_wgrad(layer, n, size)
+            elif op == "bn_training":
+                g = _graphs.bn_training(layer, n, layer.out_size(size), epsilon=EPSILON,
+                                        momentum=BN_MOMENTUM)
+            elif op == "bn_backward":
+                builder = (_graphs.bn_drelu_backward if layer.bn == "relu"
+                           else _graphs.bn_backward)
+                g = builder(layer, n, layer.out_size(size))
+            elif op == "bn_inference":
+                g = _graphs.bn_inference_variance(layer, n, layer.out_size(size),
+                                                  epsilon=EPSILON)
+            elif op == "folded":
+                g = _graphs.conv_bias_act(layer, n, size)
+            else:
+                raise ValueError(f"Network.plan: unknown operation {op!r}")
+            plan = await self.device.build(g, knobs=self.knobs)
+            self._cache[key] = plan
+            self.plans.append(plan)
+        return plan
+
+    async def build_training(self, n: int) -> None:
+        """Build every plan a training step of batch size `n` uses."""
+        for i, layer in enumerate(self.layers):
+            ops = ["fprop", "wgrad"] + (["dgrad"] if i > 0 else [])
+            if layer.bn is not None:
+                ops += ["bn_training", "bn_backward"]
+            for op in ops:
+                await self.plan(op, layer, n)
+
+    # ------------------------------------------------------------------ training
+
+    async def train_step(self, x: np.ndarray, labels: np.ndarray, *,
+                         update_running: bool = True):
+        """Forward and backward pass of one batch, every conv and batchnorm as a plan.
+
+        Parameters
+        ----------
+        x : numpy.ndarray
+            Images, float32, dims (N, 1, 8, 8), C-contiguous.
+        labels : numpy.ndarray
+            Int labels, dims (N,).
+        update_running : bool, optional
+            Store the batchnorm running statistics this step computes. Default True.
+
+        Returns
+        -------
+        loss : float
+            Mean softmax cross-entropy of the batch.
+        correct : int
+            Rows whose argmax is the label.
+        grads : dict of str to numpy.ndarray
+            Gradient of the loss for every entry of ``params`` (new arrays).
+        """
+        n = len(x)
+        f32 = np.float32
+        saved = []                           # per layer: (input, conv output, bn stats)
+        h = x
+        for layer in self.layers:
+            size = self.sizes[self.layers.index(layer) + 1]
+            y = np.empty((n, layer.out_channels, size, size), f32)
+            await (await self.plan("fprop", layer, n)).execute(
+                {"x": h, "w": self.params[f"{layer.name}.w"], "y": y})
+            stats = None
+            if layer.bn is not None:
+                c = (1, layer.out_channels, 1, 1)
+                a, mean, inv_var = np.empty_like(y), np.empty(c, f32), np.empty(c, f32)
+                next_mean, next_var = np.empty(c, f32), np.empty(c, f32)
+                await (await self.plan("bn_training", layer, n)).execute({
+                    "x": y, "scale": self.params[f"{layer.name}.scale"],
+                    "bias": self.params[f"{layer.name}.bias"],
+                    "running_mean": self.running[f"{layer.name}.running_mean"],
+                    "running_var": self.running[f"{layer.name}.running_var"],
+                    "y": a, "mean": mean, "inv_variance": inv_var,
+                    "next_running_mean": next_mean, "next_running_var": next_var})
+                if update_running:
+                    np.copyto(self.running[f"{layer.name}.running_mean"], next_mean)
+                    np.copyto(self.running[f"{layer.name}.running_var"], next_var)
+                stats = (mean, inv_var)
+                saved.append((h, y, stats))
+                h = a
+            else:
+                saved.append((h, y, stats))
+                h = y
+        loss, d, correct = softmax_cross_entropy(h, labels)
+
+        grads = {}
+        for i in reversed(range(len(self.layers))):
+            layer = self.layers[i]
+            h_in, y, stats = saved[i]
+            if layer.bn is not None:
+                c = (1, layer.out_channels, 1, 1)
+                dy, dscale, dbias = np.empty_like(y), np.empty(c, f32), np.empty(c, f32)
+                pack = {"dy": d, "x": y, "scale": self.params[f"{layer.name}.scale"],
+                        "mean": stats[0], "inv_variance": stats[1],
+                        "dx": dy, "dscale": dscale, "dbias": dbias}
+                if layer.bn == "relu":
+                    pack["bias"] = self.params[f"{layer.name}.bias"]
+                await (await self.plan("bn_backward", layer, n)).execute(pack)
+                grads[f"{layer.name}.scale"], grads[f"{layer.name}.bias"] = dscale, dbias
+                d = dy
+            # wgrad and dgrad are independent: submit both, then wait for both.
+            dw = np.empty(layer.w_dims, f32)
+            handles = [await (await self.plan("wgrad", layer, n)).submit(
+                {"dy": d, "x": h_in, "dw": dw})]
+            if i > 0:
+                dx = np.empty_like(h_in)
+                handles.append(await (await self.plan("dgrad", layer, n)).submit(
+                    {"dy": d, "w": self.params[f"{layer.name}.w"], "dx": dx}))
+            for handle in handles:
+                await handle
+            grads[f"{layer.name}.w"] = dw
+            if i > 0:
+                d = dx
+        return loss, correct, grads
+
+    # ------------------------------------------------------------------ evaluation
+
+    async def predict_bn_inference(self, x: np.ndarray) -> np.ndarray:
+        """Logits (N, 10) with batchnorm inference from the running statistics (eval a).
+
+        Each convolution is a CONV_FPROP plan followed by a BN_INFERENCE_VARIANCE plan;
+        the ReLU after the first batchnorm is applied on the host.
+        """
+        n = len(x)
+        h = x
+        for i, layer in enumerate(self.layers):
+            size = self.sizes[i + 1]
+            y = np.empty((n, layer.out_channels, size, size), np.float32)
+            await (await self.plan("fprop", layer, n)).execute(
+                {"x": h, "w": self.params[f"{layer.name}.w"], "y": y})
+            if layer.bn is not None:
+                z = np.empty_like(y)
+                await (await self.plan("bn_inference", layer, n)).execute({
+                    "x": y, "mean": self.running[f"{layer.name}.running_mean"],
+                    "variance": self.running[f"{layer.name}.running_var"],
+                    "scale": self.params[f"{layer.name}.scale"],
+                    "bias": self.params[f"{layer.name}.bias"], "y": z})
+                y = np.maximum(z, 0.0, out=z) if layer.bn == "relu" else z
+            h = y
+        return h.reshape(n, -1)
+
+    def folded(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(weights, bias) per layer with each batchnorm folded into its convolution."""
+        out = []
+        for layer in self.layers:
+            w = self.params[f"{layer.name}.w"]
+            if layer.bn is None:
+                out.append((w.copy(), np.zeros((1, layer.out_channels, 1, 1), np.float32)))
+            else:
+                out.append(fold_batchnorm(
+                    w, self.params[f"{layer.name}.scale"], self.params[f"{layer.name}.bias"],
+                    self.running[f"{layer.name}.running_mean"],
+                    self.running[f"{layer.name}.running_var"], EPSILON))
+        return out
+
+    async def predict_folded(self, x: np.ndarray, folded=None) -> np.ndarray:
+        """Logits (N, 10) with every layer a CONV_FPROP_BIAS_RELU plan (eval b)."""
+        folded = self.folded() if folded is None else folded
+        n = len(x)
+        h = x
+        for i, (layer, (w, b)) in enumerate(zip(self.layers, folded)):
+            size = self.sizes[i + 1]
+            y = np.empty((n, layer.out_channels, size, size), np.float32)
+            await (await self.plan("folded", layer, n)).execute(
+                {"x": h, "w": w, "bias": b, "y": y})
+            h = y
+        return h.reshape(n, -1)
