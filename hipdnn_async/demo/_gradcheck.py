@@ -11,7 +11,7 @@ __all__ = ["check_gradients"]
 
 
 async def check_gradients(net, x: np.ndarray, labels: np.ndarray, *, seed: int = 0,
-                          directions: int = 3, step: float = 1e-4, rtol: float = 2e-3,
+                          directions: int = 3, step: float = 1e-6, rtol: float = 2e-3,
                           atol: float = 1e-5) -> dict:
     """Compare the plans' gradients with central differences of the float64 loss.
 
@@ -31,7 +31,8 @@ async def check_gradients(net, x: np.ndarray, labels: np.ndarray, *, seed: int =
     directions : int, optional
         Random directions per parameter tensor. Default 3.
     step : float, optional
-        Finite-difference step h. Default 1e-4.
+        Finite-difference step h. Default 1e-6; a direction that disagrees is tried
+        again with h / 10 before it counts as a failure.
     rtol, atol : float, optional
         Allowed ``|fd - analytic| <= atol + rtol * max(|fd|, |analytic|)``.
 
@@ -40,6 +41,13 @@ async def check_gradients(net, x: np.ndarray, labels: np.ndarray, *, seed: int =
     dict
         ``ok``, ``batch``, ``checks`` (count), ``max_rel_err``, ``loss_plans``,
         ``loss_float64``, and ``worst`` (the parameter with the largest error).
+
+    Notes
+    -----
+    The loss is piecewise smooth: a central difference whose step carries a ReLU input
+    across 0 (many inputs share one value over the digits' flat background) is off by
+    up to a few percent, at h = 1e-4 on some seeds. A wrong gradient disagrees at every
+    step size, so a second, smaller step separates the two.
 
     Raises
     ------
@@ -56,20 +64,18 @@ async def check_gradients(net, x: np.ndarray, labels: np.ndarray, *, seed: int =
         for _ in range(directions):
             u = rng.standard_normal(base.shape)
             u /= np.linalg.norm(u)
-            params64[name] = base + step * u
-            plus = reference_loss(net.layers, params64, x, labels, EPSILON)
-            params64[name] = base - step * u
-            minus = reference_loss(net.layers, params64, x, labels, EPSILON)
-            params64[name] = base
-            fd = (plus - minus) / (2 * step)
             an = float(np.sum(g.astype(np.float64) * u))
-            err = abs(fd - an)
+            for h in (step, step / 10):
+                fd = _central_difference(net.layers, params64, name, u, h, x, labels)
+                err = abs(fd - an)
+                if err <= atol + rtol * max(abs(fd), abs(an)):
+                    break
+            else:
+                failures.append(f"{name}: finite difference {fd:.6g}, plans {an:.6g}")
             rel = err / max(abs(fd), abs(an), 1e-12)
             checks += 1
             if rel > worst[0]:
                 worst = (rel, name)
-            if err > atol + rtol * max(abs(fd), abs(an)):
-                failures.append(f"{name}: finite difference {fd:.6g}, plans {an:.6g}")
     result = {"ok": not failures and abs(loss - loss64) <= 1e-4 * max(1.0, abs(loss64)),
               "batch": int(len(x)), "checks": checks, "max_rel_err": worst[0],
               "worst": worst[1], "loss_plans": float(loss), "loss_float64": float(loss64)}
@@ -79,3 +85,16 @@ async def check_gradients(net, x: np.ndarray, labels: np.ndarray, *, seed: int =
         raise DemoError(f"gradient check failed on a batch of {len(x)}: {detail}; "
                         "the training would be wrong, so the run stops here")
     return result
+
+
+def _central_difference(layers, params64, name, u, h, x, labels) -> float:
+    """(L(p + h u) - L(p - h u)) / 2h for parameter `name`, in float64."""
+    base = params64[name]
+    try:
+        params64[name] = base + h * u
+        plus = reference_loss(layers, params64, x, labels, EPSILON)
+        params64[name] = base - h * u
+        minus = reference_loss(layers, params64, x, labels, EPSILON)
+    finally:
+        params64[name] = base
+    return (plus - minus) / (2 * h)
