@@ -69,7 +69,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("file", nargs="?", help="JSON file for export/import")
     p.add_argument("--db", help="perf db file (default: $HIPDNN_ASYNC_PERFDB or ~/.config)")
     p.set_defaults(func=_perfdb_cmd)
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # demo and bench parse their own options (argparse's REMAINDER drops leading options).
+    if argv[:1] in (["demo"], ["bench"]):
+        args = argparse.Namespace(command=argv[0], rest=argv[1:],
+                                  func=_demo if argv[0] == "demo" else _bench)
+    else:
+        args = parser.parse_args(argv)
     if args.command == "perfdb" and args.action in ("export", "import") and not args.file:
         parser.error(f"perfdb {args.action} needs a FILE")
     from ._errors import HipdnnError
