@@ -275,7 +275,14 @@ class ExecutionPlan:
         self.build_ms = build_ms
         self.pattern = match.pattern.name
         self._label = f"plan {self.pattern} (graph '{graph.name}', engine {engine.name})"
+        # Binding is on the submission path: precompute tensor -> (role, is_output) slots.
         self._roles = tuple((role, t) for role, t in match.tensors.items() if not t.is_virtual)
+        self._n_roles = len(self._roles)
+        outputs = {id(t) for n in match.nodes for t in n.outputs.values()}
+        self._slots: dict[int, list] = {}
+        for role, t in self._roles:
+            binder = device.provider.binder(t, output=id(t) in outputs)
+            self._slots.setdefault(id(t), []).append((role, binder))
 
     algorithm = property(lambda self: self._pplan.algorithm)
     workspace_size = property(lambda self: self._pplan.workspace_size)
@@ -288,32 +295,23 @@ class ExecutionPlan:
 
     # -- variant pack --------------------------------------------------------------------
     def _bind(self, variant_pack: Mapping, workspace):
-        if not isinstance(variant_pack, Mapping):
+        if not isinstance(variant_pack, dict) and not isinstance(variant_pack, Mapping):
             raise VariantPackError(f"execute: the variant pack must be a mapping; got "
                                    f"{type(variant_pack).__name__}")
-        given = {}
+        buffers = {}
         for key, buf in variant_pack.items():
-            t = self.graph.tensor_by(key) if not isinstance(key, TensorAttributes) else key
-            if t is None or all(t is not g for g in self.graph.tensors):
-                raise VariantPackError(f"execute: variant pack key {key!r} names no tensor of "
-                                       f"graph '{self.graph.name}'")
-            if t.is_virtual:
-                raise VariantPackError(f"execute: tensor '{t.name}' (uid {t.uid}) is virtual and "
-                                       "takes no buffer; call set_output(True) to get it back")
-            if id(t) in given:
-                raise VariantPackError(f"execute: tensor '{t.name}' (uid {t.uid}) given twice")
-            given[id(t)] = buf
-        buffers, used = {}, set()
-        outputs = self._outputs()
-        for role, t in self._roles:
-            if id(t) not in given:
-                raise VariantPackError(f"execute: variant pack is missing tensor '{t.name}' "
-                                       f"(uid {t.uid}, role {role}) of plan {self.pattern}")
-            buffers[role] = self.device.provider.bind(t, given[id(t)], role=role,
-                                                      output=id(t) in outputs)
-            used.add(id(t))
-        if len(used) != len(given):  # unreachable for validated graphs; defensive
-            raise VariantPackError("execute: variant pack holds tensors this plan does not use")
+            t = key if type(key) is TensorAttributes else self.graph.tensor_by(key)
+            slots = self._slots.get(id(t))
+            if slots is None:
+                raise VariantPackError(self._unknown_key(key, t))
+            for role, bind in slots:
+                if role in buffers:
+                    raise VariantPackError(f"execute: tensor '{t.name}' (uid {t.uid}) given twice")
+                buffers[role] = bind(buf)
+        if len(buffers) != self._n_roles:
+            role, t = next((r, t) for r, t in self._roles if r not in buffers)
+            raise VariantPackError(f"execute: variant pack is missing tensor '{t.name}' "
+                                   f"(uid {t.uid}, role {role}) of plan {self.pattern}")
         need = self.workspace_size
         if workspace is None:
             workspace = np.empty(need, np.uint8) if need else None
@@ -325,8 +323,11 @@ class ExecutionPlan:
             workspace = ws.reshape(-1).view(np.uint8)
         return buffers, workspace
 
-    def _outputs(self) -> set:
-        return {id(t) for n in self.match.nodes for t in n.outputs.values()}
+    def _unknown_key(self, key, t) -> str:
+        if t is not None and any(t is g for g in self.graph.tensors) and t.is_virtual:
+            return (f"execute: tensor '{t.name}' (uid {t.uid}) is virtual and takes no buffer; "
+                    "call set_output(True) on it before building to get it back")
+        return f"execute: variant pack key {key!r} names no tensor of graph '{self.graph.name}'"
 
     def _work(self, variant_pack, workspace):
         buffers, ws = self._bind(variant_pack, workspace)

@@ -97,8 +97,9 @@ class Provider(abc.ABC):
         """Build (and tune when ``knobs['global.benchmarking']``) a plan."""
 
     @abc.abstractmethod
-    def bind(self, tensor, buffer, *, role: str, output: bool):
-        """Check ``buffer`` against ``tensor`` and return what ``ProviderPlan.run`` takes."""
+    def binder(self, tensor, *, output: bool):
+        """Return ``bind(buffer)``: check a variant-pack buffer against ``tensor`` (raising
+        VariantPackError) and return what ``ProviderPlan.run`` takes for it."""
 
     def describe(self) -> dict:
         """Device model, library versions and anything else that keys the perf db."""

@@ -8,7 +8,7 @@ from ..._errors import VariantPackError
 from ..._types import numpy_dtype
 from ...runtime import DeviceArray
 
-__all__ = ["logical_view", "memory_order"]
+__all__ = ["logical_view", "make_binder", "memory_order"]
 
 
 def memory_order(dims, strides) -> tuple[int, ...]:
@@ -56,12 +56,12 @@ def logical_view(tensor, buffer, *, output: bool, where: str = "execute") -> np.
                 f"{label}: the CPU device takes NumPy arrays or __dlpack__ objects; "
                 f"got {type(buffer).__name__}")
     want_dtype = numpy_dtype(tensor.data_type)
+    dims, strides = tuple(tensor.dims), tuple(tensor.strides)
     if buffer.dtype != want_dtype:
         raise VariantPackError(
             f"{label} needs dtype {want_dtype.name} ({tensor.data_type.name}); got {buffer.dtype.name}")
     if output and not buffer.flags.writeable:
         raise VariantPackError(f"{label} is an output, but the buffer is read-only")
-    dims, strides = tuple(tensor.dims), tuple(tensor.strides)
     item = buffer.itemsize
     got = tuple(s // item for s in buffer.strides)
     if buffer.shape == dims and _strides_match(dims, strides, got) and all(
@@ -91,3 +91,22 @@ def _packed(dims, order) -> tuple[int, ...]:
         strides[a] = step
         step *= max(dims[a], 1)
     return tuple(strides)
+
+
+def make_binder(tensor, *, output: bool):
+    """Return ``bind(buffer) -> logical view`` for one tensor of a built plan.
+
+    Binding is on the submission path, so the exact-match case (a NumPy array in logical
+    shape with the tensor's strides) is checked against values computed once here.
+    """
+    dtype = numpy_dtype(tensor.data_type)
+    dims = tuple(tensor.dims)
+    byte_strides = tuple(s * dtype.itemsize for s in tensor.strides)
+
+    def bind(buffer):
+        if (type(buffer) is np.ndarray and buffer.shape == dims and buffer.dtype == dtype
+                and buffer.strides == byte_strides and (not output or buffer.flags.writeable)):
+            return buffer
+        return logical_view(tensor, buffer, output=output)
+
+    return bind

@@ -19,7 +19,7 @@ from ..._types import numpy_dtype
 from ...patterns import Pattern
 from .._base import Engine, Provider, ProviderPlan, engine_id
 from . import _batchnorm, _conv
-from ._bind import logical_view
+from ._bind import make_binder
 
 __all__ = ["CpuProvider", "CPU_ENGINE_NAME"]
 
@@ -89,8 +89,8 @@ class CpuProvider(Provider):
                  "batchnorm training also with running statistics; ReLU clips on every activation")
         return [Engine(engine_id(CPU_ENGINE_NAME), CPU_ENGINE_NAME, self.name, tuple(knobs), notes)]
 
-    def bind(self, tensor, buffer, *, role: str, output: bool):
-        return logical_view(tensor, buffer, output=output)
+    def binder(self, tensor, *, output: bool):
+        return make_binder(tensor, output=output)
 
     def _candidates(self, match):
         p = conv_problem(match)
