@@ -192,3 +192,22 @@ def test_hipdnn_style_lowering_seed_sample():
     with pytest.raises(hd.KnobError):
         g.create_execution_plan_ext(ids[0], [hd.KnobSetting(WS, ws_knob.constraint.max + 1)])
         g.build_plans()
+
+
+@pytest.mark.slow
+def test_eight_processes_tuning_into_one_db_at_once(tmp_path):
+    # MIOpen #1878/#2214: concurrent tuners corrupted or locked a shared db. Here 8
+    # processes build the same benchmarked plan at once: none fails, the db stays readable
+    # and holds the problem once, with an algorithm that exists.
+    env = dict(os.environ, HIPDNN_ASYNC_PERFDB=str(tmp_path / "shared.sqlite3"))
+    procs = [subprocess.Popen([sys.executable, "-c", SCRIPT], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(8)]
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        results.append(json.loads(out))
+    assert all(r["benchmarked"] or r["hit"] for r in results)
+    entries = hd.PerfDb(str(tmp_path / "shared.sqlite3")).entries()
+    assert len(entries) == 1
+    assert entries[0]["algorithm"] in {a.name for a in _conv.ALGORITHMS["fprop"]}
