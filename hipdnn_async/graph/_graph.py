@@ -116,6 +116,16 @@ def _check_rank(where: str, slot: str, t: TensorAttributes, rank=None) -> None:
             f"need rank {rank} like the node's first input")
 
 
+
+def _lowered(name: str, doc: str):
+    """A Graph method forwarding to ``hipdnn_async._lowering.<name>(graph, ...)``."""
+    def method(self, *args, **kwargs):
+        from .. import _lowering
+        return getattr(_lowering, name)(self, *args, **kwargs)
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"{doc} See ``hipdnn_async._lowering.{name}``."
+    return method
+
 class Graph:
     """A graph of deep-learning operations on tensors, hipDNN style.
 
@@ -954,45 +964,18 @@ class Graph:
         return g
 
     # ------------------------------------------------------------------ hipDNN-style lowering
-    def build_operation_graph(self, *args, **kwargs):
-        """Validate, assign uids and bind a device (``hipdnn_async._lowering``)."""
-        from .. import _lowering
-        return _lowering.build_operation_graph(self, *args, **kwargs)
-
-    def get_ranked_engine_ids(self, *args, **kwargs):
-        """Engine ids for this graph, best first (``hipdnn_async._lowering``)."""
-        from .. import _lowering
-        return _lowering.get_ranked_engine_ids(self, *args, **kwargs)
-
-    def get_knobs_for_engine(self, *args, **kwargs):
-        """Knobs an engine offers for this graph (``hipdnn_async._lowering``)."""
-        from .. import _lowering
-        return _lowering.get_knobs_for_engine(self, *args, **kwargs)
-
-    def create_execution_plan_ext(self, *args, **kwargs):
-        """Choose an engine and knob settings (``hipdnn_async._lowering``)."""
-        from .. import _lowering
-        return _lowering.create_execution_plan_ext(self, *args, **kwargs)
-
-    def build_plans(self, *args, **kwargs):
-        """Build (and tune, if asked) the plan (``hipdnn_async._lowering``)."""
-        from .. import _lowering
-        return _lowering.build_plans(self, *args, **kwargs)
-
-    def get_workspace_size(self, *args, **kwargs):
-        """Workspace bytes of the built plan (``hipdnn_async._lowering``)."""
-        from .. import _lowering
-        return _lowering.get_workspace_size(self, *args, **kwargs)
-
-    def execute(self, *args, **kwargs):
-        """Run the built plan, blocking (``hipdnn_async._lowering``)."""
-        from .. import _lowering
-        return _lowering.execute(self, *args, **kwargs)
-
-    def execute_async(self, *args, **kwargs):
-        """Run the built plan; awaitable (``hipdnn_async._lowering``)."""
-        from .. import _lowering
-        return _lowering.execute_async(self, *args, **kwargs)
+    # Thin forwards to hipdnn_async._lowering (imported late: the graph package is a leaf).
+    build_operation_graph = _lowered(
+        "build_operation_graph", "Validate, assign uids and bind a device (default 'cpu').")
+    get_ranked_engine_ids = _lowered("get_ranked_engine_ids", "Engine ids, best first.")
+    get_knobs_for_engine = _lowered("get_knobs_for_engine",
+                                    "Knobs an engine offers for this graph.")
+    create_execution_plan_ext = _lowered("create_execution_plan_ext",
+                                         "Choose an engine and knob settings.")
+    build_plans = _lowered("build_plans", "Build (and tune, if asked) the plan.")
+    get_workspace_size = _lowered("get_workspace_size", "Workspace bytes of the built plan.")
+    execute = _lowered("execute", "Run the built plan, blocking.")
+    execute_async = _lowered("execute_async", "Run the built plan; awaitable.")
 
     def __repr__(self) -> str:
         return (f"Graph(name={self._name!r}, nodes={[n.name for n in self._nodes]}, "
