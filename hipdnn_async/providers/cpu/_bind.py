@@ -6,14 +6,10 @@ from numpy.lib.stride_tricks import as_strided
 
 from ..._errors import VariantPackError
 from ..._types import numpy_dtype
+from ...graph._tensor import packed_strides, stride_order
 from ...runtime import DeviceArray
 
-__all__ = ["logical_view", "make_binder", "memory_order"]
-
-
-def memory_order(dims, strides) -> tuple[int, ...]:
-    """Axes of ``dims`` from outermost to innermost in memory (stable on ties)."""
-    return tuple(sorted(range(len(dims)), key=lambda a: (-strides[a], a)))
+__all__ = ["logical_view", "make_binder"]
 
 
 def _strides_match(dims, want, got) -> bool:
@@ -69,10 +65,10 @@ def logical_view(tensor, buffer, *, output: bool, where: str = "execute") -> np.
         return buffer
     # Memory-order shape; checked second because e.g. (4, 3, 3, 3) is both a logical and
     # an NHWC physical shape.
-    order = memory_order(dims, strides)
+    order = stride_order(dims, strides)
     physical = tuple(dims[a] for a in order)
     if buffer.flags.c_contiguous and buffer.shape == physical:
-        if _strides_match(dims, strides, _packed(dims, order)):
+        if _strides_match(dims, strides, packed_strides(dims, order)):
             return as_strided(buffer.reshape(-1), dims, tuple(s * item for s in strides))
     if buffer.shape == dims:
         raise VariantPackError(f"{label} needs strides {strides} in elements; got {got}")
@@ -82,15 +78,6 @@ def logical_view(tensor, buffer, *, output: bool, where: str = "execute") -> np.
         f"{label} needs a buffer of logical shape {dims} with strides {strides} in elements, "
         f"or a C-contiguous array of shape {physical} (memory order); got shape "
         f"{buffer.shape} with strides {tuple(s // item for s in buffer.strides)}")
-
-
-def _packed(dims, order) -> tuple[int, ...]:
-    strides = [0] * len(dims)
-    step = 1
-    for a in reversed(order):
-        strides[a] = step
-        step *= max(dims[a], 1)
-    return tuple(strides)
 
 
 def make_binder(tensor, *, output: bool):
