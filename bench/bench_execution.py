@@ -1,7 +1,7 @@
 """Host-side cost of one plan execution on the CPU device, under asyncio and trio.
 
 Prints, for a tiny conv_fprop (so the kernel time is negligible):
-  submit_us      time of ``await plan.submit(vp)`` (bind + enqueue), per execution
+  submit_us      time of ``plan.submit(vp)`` (bind + enqueue), per execution
   round_trip_us  time of ``await plan.execute(vp)`` (submit, run, completion to the loop)
   sync_us        time of ``plan.execute_sync(vp)`` from a plain thread
 and the ratio round_trip / anyio.to_thread.run_sync of a no-op (the anchor measured in the
@@ -36,7 +36,7 @@ async def measure(n: int) -> dict:
         for _ in range(200):
             await plan.execute(vp)
         t0 = time.perf_counter()
-        handles = [await plan.submit(vp) for _ in range(n)]
+        handles = [plan.submit(vp) for _ in range(n)]
         submit = (time.perf_counter() - t0) / n
         for h in handles:
             await h

@@ -12,7 +12,7 @@ import anyio
 import numpy as np
 
 from . import _knobs, _perfdb
-from ._errors import NotSupportedError, VariantPackError
+from ._errors import DeviceError, GraphError, NotSupportedError, VariantPackError
 from ._types import as_data_type
 from .graph import Graph, TensorAttributes, strides_for
 from .patterns import match as match_pattern
@@ -338,23 +338,40 @@ class ExecutionPlan:
             pplan.run(buffers, ws)
             device._record_execution(pattern, (time.perf_counter() - t0) * 1e3)
 
-        # The queue keeps the buffers and workspace alive until the work has finished.
         return run, (buffers, ws, variant_pack)
 
     # -- execution -----------------------------------------------------------------------
-    async def submit(self, variant_pack: Mapping, *, workspace=None, stream=None):
-        """Enqueue an execution; return its awaitable handle once enqueued.
+    def submit(self, variant_pack: Mapping, *, workspace=None, stream=None):
+        """Enqueue an execution and return its awaitable handle at once.
 
-        Waits only while the chosen stream has ``max_inflight`` executions in flight
-        (backpressure). ``await handle`` returns when the results are complete.
+        Never waits: when the stream already has ``max_inflight`` executions in flight, the
+        execution waits host-side, in submission order, and starts when a slot frees
+        (``await plan.enqueue(...)`` waits for the slot instead). ``await handle`` returns
+        when the results are complete; ``handle.result()`` blocks a thread until then.
 
         Raises
         ------
         VariantPackError
             Missing, virtual or mismatched buffers (raised here, before enqueueing).
+        DeviceError
+            The device is closed, or ``stream`` is not one of its streams.
         """
         fn, keep = self._work(variant_pack, workspace)
-        return await self.device._pool.submit(fn, keepalive=keep, stream=stream, label=self._label)
+        return self._submit_with(self.device._pool.submit_now, fn, keep, stream)
+
+    async def enqueue(self, variant_pack: Mapping, *, workspace=None, stream=None):
+        """As ``submit``, but first wait (asynchronously, cancellably) while the stream has
+        ``max_inflight`` executions in flight: backpressure for producers."""
+        fn, keep = self._work(variant_pack, workspace)
+        pool = self.device._pool
+        return await self._submit_with(pool.submit, fn, keep, stream)
+
+    def _submit_with(self, submit, fn, keep, stream):
+        try:
+            # The queue keeps the buffers and workspace alive until the work has finished.
+            return submit(fn, keepalive=keep, stream=stream, label=self._label)
+        except ValueError as exc:  # a stream that is not one of this device's
+            raise DeviceError(f"execute: {exc}", code="INVALID_VALUE") from None
 
     async def execute(self, variant_pack: Mapping, *, workspace=None, stream=None) -> None:
         """Run the plan; return when the results are complete and readable.
@@ -363,12 +380,13 @@ class ExecutionPlan:
         ----------
         variant_pack : mapping
             TensorAttributes, uid or name -> buffer (NumPy array in logical shape with the
-            tensor's strides, a C-contiguous array in memory order, a DeviceArray, or an
-            object with ``__dlpack__``) for every non-virtual tensor.
+            tensor's strides, a C-contiguous array in memory order, a DeviceArray, an
+            object with ``__dlpack__``, or an int host pointer) for every non-virtual tensor.
         workspace : array, optional
-            At least ``workspace_size`` contiguous bytes; allocated per call if omitted.
+            At least ``workspace_size`` writable contiguous bytes; allocated per call if
+            omitted.
         stream : Stream or int, optional
-            Stream to run on; default the least loaded.
+            Stream to run on; default the least loaded. Waits while it is full.
 
         Raises
         ------
@@ -376,12 +394,18 @@ class ExecutionPlan:
             Bad variant pack (before anything runs).
         ExecutionError
             The provider failed while running; the stream keeps working.
+
+        Notes
+        -----
+        Cancelling the awaiting task returns at once but does not stop the execution once
+        it is enqueued: it runs to completion and writes its outputs, and the library
+        keeps every buffer of the variant pack alive until then. Use
+        ``await dev.synchronize()`` before reusing the buffers of a cancelled execution.
         """
-        handle = await self.submit(variant_pack, workspace=workspace, stream=stream)
+        handle = await self.enqueue(variant_pack, workspace=workspace, stream=stream)
         await handle
 
     def execute_sync(self, variant_pack: Mapping, *, workspace=None, stream=None) -> None:
         """Blocking ``execute`` for threads without an event loop (same path)."""
         fn, keep = self._work(variant_pack, workspace)
-        self.device._pool.submit_blocking(fn, keepalive=keep, stream=stream,
-                                          label=self._label).result()
+        self._submit_with(self.device._pool.submit_blocking, fn, keep, stream).result()

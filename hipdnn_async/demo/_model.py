@@ -200,11 +200,11 @@ class Network:
                 d = dy
             # wgrad and dgrad are independent: submit both, then wait for both.
             dw = np.empty(layer.w_dims, f32)
-            handles = [await (await self.plan("wgrad", layer, n)).submit(
+            handles = [(await self.plan("wgrad", layer, n)).submit(
                 {"dy": d, "x": h_in, "dw": dw})]
             if i > 0:
                 dx = np.empty_like(h_in)
-                handles.append(await (await self.plan("dgrad", layer, n)).submit(
+                handles.append((await self.plan("dgrad", layer, n)).submit(
                     {"dy": d, "w": self.params[f"{layer.name}.w"], "dx": dx}))
             for handle in handles:
                 await handle

@@ -100,11 +100,11 @@ class StreamPool:
             n = len(streams)
             start = self._rr
             best = streams[start % n]
-            best_load = len(best._inflight)
+            best_load = best.pending
             if best_load:
                 for k in range(1, n):
                     s = streams[(start + k) % n]
-                    load = len(s._inflight)
+                    load = s.pending
                     if load < best_load:
                         best, best_load = s, load
                         if load == 0:
@@ -189,6 +189,21 @@ class StreamPool:
         if target._try_submit(item, self.max_inflight) is not None:
             raise anyio.WouldBlock(f"stream '{target.name}': {self.max_inflight} items "
                                    "in flight")
+        return item
+
+    def submit_now(self, fn, *, keepalive=(), stream: Stream | int | None = None,
+                   label: str = "") -> Completion:
+        """Enqueue at once and never wait: beyond ``max_inflight`` the item waits host-side,
+        in submission order, and is launched when a slot frees.
+
+        Raises
+        ------
+        DeviceError
+            The pool is closed.
+        """
+        self._check_open(label)
+        item = Completion(fn, keepalive=keepalive, label=label)
+        self.pick(stream)._try_submit(item, self.max_inflight, park=True)
         return item
 
     def submit_blocking(self, fn, *, keepalive=(), stream: Stream | int | None = None,
@@ -280,7 +295,7 @@ class StreamPool:
         """
         per_stream = []
         wait_all, exec_all = Histogram(), Histogram()
-        totals = {"submitted": 0, "completed": 0, "failed": 0, "in_flight": 0}
+        totals = {"submitted": 0, "completed": 0, "failed": 0, "in_flight": 0, "parked": 0}
         for s in self.streams:
             m = s.metrics()
             per_stream.append(m)

@@ -144,6 +144,11 @@ class Stream:
         self._backend = backend if backend is not None else CpuStreamBackend(name)
         self._lock = threading.Lock()
         self._inflight: collections.deque = collections.deque()
+        # Host-side line in front of the bounded stream, in submission order: work items
+        # submitted with park=True beyond the in-flight limit, and the event records /
+        # waits submitted after them (so that they keep their place). See _unpark.
+        self._parked: collections.deque = collections.deque()
+        self._limit: int | None = None
         self._closed = False
         self._submitted = 0
         self._completed = 0
@@ -158,8 +163,8 @@ class Stream:
 
     @property
     def pending(self) -> int:
-        """Work items submitted and not yet completed."""
-        return len(self._inflight)
+        """Work items submitted and not yet completed (in flight or parked)."""
+        return len(self._inflight) + len(self._parked)
 
     @property
     def closed(self) -> bool:
@@ -176,20 +181,46 @@ class Stream:
 
     # ---------------------------------------------------------------- submission
 
-    def _try_submit(self, item: Completion, limit: int | None) -> Completion | None:
-        """Enqueue ``item`` unless ``limit`` items are in flight; then return the oldest one."""
+    def _try_submit(self, item: Completion, limit: int | None,
+                    park: bool = False) -> Completion | None:
+        """Enqueue ``item`` unless ``limit`` items are in flight; then return the oldest one.
+
+        With ``park``, a full stream takes the item anyway into its host-side line, in
+        order; it is launched as soon as a slot frees (``_unpark``), and None is returned.
+        """
         with self._lock:
             if self._closed:
                 raise DeviceError(f"stream '{self.name}': {item.describe()} submitted "
                                   "after close")
-            if limit is not None and len(self._inflight) >= limit:
-                return self._inflight[0]
+            full = limit is not None and (len(self._inflight) >= limit or self._parked)
+            if full and not park:
+                return self._inflight[0] if self._inflight else self._parked[0][1]
             item.stream = self
             item.submitted_at = time.perf_counter()
-            self._inflight.append(item)
             self._submitted += 1
-            self._backend.launch(item)
+            if full:
+                self._limit = limit
+                self._parked.append(("launch", item))
+            else:
+                self._inflight.append(item)
+                self._backend.launch(item)
         return None
+
+    def _unpark(self) -> None:
+        """Launch parked entries while there is room (called with the lock held)."""
+        parked, limit = self._parked, self._limit
+        while parked:
+            kind, item = parked[0]
+            if kind == "launch":
+                if limit is not None and len(self._inflight) >= limit:
+                    return
+                self._inflight.append(item)
+                self._backend.launch(item)
+            elif kind == "record":
+                self._backend.record(item)
+            else:
+                self._backend.wait(item)
+            parked.popleft()
 
     def _item_finished(self, item: Completion, ok: bool) -> None:
         """Backend hook, before waiters wake: free the slot, count, time."""
@@ -202,6 +233,8 @@ class Stream:
                 self._completed += 1
             else:
                 self._failed += 1
+            if self._parked:
+                self._unpark()
             wait_ms, exec_ms = item.queue_wait_ms, item.exec_ms
             if wait_ms is not None:
                 self._queue_wait.record(wait_ms)
@@ -210,7 +243,9 @@ class Stream:
 
     def _oldest(self) -> Completion | None:
         with self._lock:
-            return self._inflight[0] if self._inflight else None
+            if self._inflight:
+                return self._inflight[0]
+            return self._parked[0][1] if self._parked else None
 
     # ---------------------------------------------------------------- events
 
@@ -242,7 +277,10 @@ class Stream:
                 raise DeviceError(f"stream '{self.name}': wait_event after close")
             if marker is None or marker.done() or marker.stream is self:
                 return  # never recorded, already complete, or ordered by this stream
-            self._backend.wait(marker)
+            if self._parked:
+                self._parked.append(("wait", marker))
+            else:
+                self._backend.wait(marker)
 
     def _record(self, marker: Completion) -> None:
         with self._lock:
@@ -250,7 +288,10 @@ class Stream:
                 raise DeviceError(f"stream '{self.name}': record_event after close")
             marker.stream = self
             marker.submitted_at = time.perf_counter()
-            self._backend.record(marker)
+            if self._parked:
+                self._parked.append(("record", marker))
+            else:
+                self._backend.record(marker)
 
     # ---------------------------------------------------------------- metrics, close
 
@@ -264,6 +305,7 @@ class Stream:
                 "completed": self._completed,
                 "failed": self._failed,
                 "in_flight": len(self._inflight),
+                "parked": len(self._parked),
                 "queue_wait_ms": self._queue_wait.summary(),
                 "exec_ms": self._exec.summary(),
             }
@@ -276,6 +318,10 @@ class Stream:
         """Stop accepting work, finish what was submitted, release the worker; idempotent."""
         with self._lock:
             self._closed = True
+            # Draining: whatever waits in the host-side line goes to the worker now, ahead
+            # of its stop, so that nothing submitted is lost.
+            self._limit = None
+            self._unpark()
         self._backend.close()
 
 

@@ -91,10 +91,10 @@ async def test_events_order_work_across_streams(anyio_backend):
             order.append("first" if buffers["y"] is y0 else "second")
 
         plan._pplan.run = gated_run
-        h0 = await plan.submit({x: xa, w: wa, y: y0}, stream=0)
+        h0 = plan.submit({x: xa, w: wa, y: y0}, stream=0)
         ev = dev.streams[0].record_event()
         dev.streams[1].wait_event(ev)
-        h1 = await plan.submit({x: xa, w: wa, y: y1}, stream=1)
+        h1 = plan.submit({x: xa, w: wa, y: y1}, stream=1)
         await anyio.sleep(0.05)
         assert not h1.done(), "stream 1 ran before the event it waits on"
         gate.set()
@@ -115,15 +115,19 @@ async def test_backpressure_and_metrics(anyio_backend):
         plan._pplan.run = lambda b, ws: (gate.wait(10), real_run(b, ws))
         vp = {x: np.ones(x.dims, np.float32), w: np.ones(w.dims, np.float32),
               y: np.zeros(y.dims, np.float32)}
-        handles = [await plan.submit(vp), await plan.submit(vp)]
+        handles = [await plan.enqueue(vp), await plan.enqueue(vp)]
         with anyio.move_on_after(0.1) as scope:
-            await plan.submit(vp)  # third: the stream is full
-        assert scope.cancelled_caught, "submit did not wait at max_inflight"
+            await plan.enqueue(vp)  # third: the stream is full
+        assert scope.cancelled_caught, "enqueue did not wait at max_inflight"
+        # submit never waits: beyond max_inflight the execution waits host-side, in order
+        parked = [plan.submit(vp) for _ in range(3)]
+        m = dev.metrics()
+        assert (m["in_flight"], m["parked"]) == (2, 3)
         gate.set()
-        for h in handles:
+        for h in handles + parked:
             await h
         m = dev.metrics()
-        assert m["submitted"] == 2 and m["completed"] == 2 and m["in_flight"] == 0
+        assert m["submitted"] == 5 and m["completed"] == 5 and m["in_flight"] == 0
 
 
 async def test_error_in_one_execution_does_not_touch_others(anyio_backend):
@@ -161,11 +165,43 @@ async def test_close_drains_and_rejects_later_work(anyio_backend):
     xa = np.random.default_rng(0).standard_normal(x.dims).astype(np.float32)
     wa = np.random.default_rng(1).standard_normal(w.dims).astype(np.float32)
     outs = [np.full(y.dims, np.nan, np.float32) for _ in range(6)]
-    async with hd.Device("cpu") as dev:
+    async with hd.Device("cpu", streams=1, max_inflight=1) as dev:  # 5 of 6 get parked
         plan = await dev.build(g)
         for o in outs:
-            await plan.submit({x: xa, w: wa, y: o})  # not awaited: close must drain them
+            plan.submit({x: xa, w: wa, y: o})  # not awaited: close must drain them
     for o in outs:
         np.testing.assert_allclose(o, ref(xa, wa), rtol=1e-5, atol=1e-5)
     with pytest.raises(hd.DeviceError):
         await plan.execute({x: xa, w: wa, y: outs[0]})
+
+
+async def test_parked_submissions_keep_order_with_events(anyio_backend):
+    # Beyond max_inflight, submit parks executions host-side; an event recorded after
+    # them must still wait for them (it keeps its place in the line).
+    g, x, w, y = conv_plan_graph(n=1, c=4, k=4, hw=8)
+    async with hd.Device("cpu", streams=1, max_inflight=1) as dev:
+        plan = await dev.build(g)
+        order, gate = [], threading.Event()
+        real_run = plan._pplan.run
+        xa, wa = np.ones(x.dims, np.float32), np.ones(w.dims, np.float32)
+        outs = [np.zeros(y.dims, np.float32) for _ in range(5)]
+
+        def run(buffers, ws):
+            i = next(k for k, o in enumerate(outs) if o is buffers["y"])
+            if i == 0:
+                gate.wait(10)
+            real_run(buffers, ws)
+            order.append(i)
+
+        plan._pplan.run = run
+        handles = [plan.submit({x: xa, w: wa, y: o}) for o in outs[:3]]
+        ev = dev.streams[0].record_event()
+        handles += [plan.submit({x: xa, w: wa, y: o}) for o in outs[3:]]
+        assert not ev.is_done()
+        gate.set()
+        await ev.wait()
+        assert order[:3] == [0, 1, 2]
+        for h in handles:
+            await h
+        assert order == [0, 1, 2, 3, 4]
+        plan._pplan.run = real_run

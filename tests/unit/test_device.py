@@ -158,7 +158,7 @@ async def test_async_execute_and_submit(anyio_backend):
     async with hd.Device("cpu", streams=2) as dev:
         plan = await dev.build(g)
         outs = [np.full(y.dims, np.nan, np.float32) for _ in range(4)]
-        handles = [await plan.submit({x: xa, w: wa, y: o}) for o in outs]
+        handles = [plan.submit({x: xa, w: wa, y: o}) for o in outs]
         for h in handles:
             await h
         await plan.execute({x: xa, w: wa, y: outs[0]}, stream=1)
