@@ -106,15 +106,32 @@ def run(directions=("fprop", "dgrad", "wgrad"), layers=RESNET50_LAYERS, repeats=
     return rows
 
 
+def _directions(text: str) -> tuple:
+    dirs = tuple(d.strip() for d in text.split(",") if d.strip())
+    bad = [d for d in dirs if d not in ("fprop", "dgrad", "wgrad")]
+    if bad or not dirs:
+        raise argparse.ArgumentTypeError(f"unknown direction(s) {bad or text!r}; "
+                                         "use fprop, dgrad, wgrad")
+    return dirs
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"need an int >= 1; got {value}")
+    return value
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="hipdnn-async bench", description=__doc__)
-    parser.add_argument("--directions", default="fprop,dgrad,wgrad")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--directions", type=_directions, default="fprop,dgrad,wgrad",
+                        help="comma-separated subset of fprop,dgrad,wgrad")
+    parser.add_argument("--repeats", type=_positive, default=3, help="timed runs (>= 1)")
     parser.add_argument("--quick", action="store_true", help="two small layers only")
     parser.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
     args = parser.parse_args(argv)
     layers = RESNET50_LAYERS[1:3] if args.quick else RESNET50_LAYERS
-    rows = run(tuple(args.directions.split(",")), layers, args.repeats)
+    rows = run(args.directions, layers, args.repeats)
     print(f"{'layer':<12} {'dir':<6} {'algorithms (ms)':<58} {'heuristic':<22} {'benchmarked':<22} h/best b/best")
     for r in rows:
         algos = " ".join(f"{k}={v:.2f}" for k, v in r["algorithms_ms"].items())

@@ -13,8 +13,9 @@ import numpy as np
 
 from . import _knobs, _perfdb
 from ._errors import DeviceError, GraphError, NotSupportedError, VariantPackError
-from ._types import as_data_type
+from ._types import as_data_type, numpy_dtype
 from .graph import Graph, TensorAttributes, strides_for
+from .graph._tensor import as_int_tuple, packed_strides
 from .patterns import match as match_pattern
 from .providers._base import Engine
 from .providers._registry import available_devices, parse_spec, provider_for
@@ -94,6 +95,10 @@ class Device:
         self.provider = provider_for(kind, index)
         self.spec = "cpu" if kind == "cpu" else f"{kind}:{index}"
         self._perfdb = _perfdb.PerfDb(perfdb) if isinstance(perfdb, str) else perfdb
+        for what, value in (("streams", streams), ("max_inflight", max_inflight)):
+            if value is not None and (type(value) is not int or value < 1):
+                raise DeviceError(f"Device('{spec}'): {what} = {value!r}; need an int >= 1",
+                                  code="INVALID_VALUE")
         self._pool = StreamPool(self.spec, n_streams=streams, max_inflight=max_inflight)
         self._tune_lock = threading.Lock()  # timings of concurrent tunings would skew each other
         self._plan_cache: dict[tuple, Any] = {}
@@ -160,11 +165,20 @@ class Device:
         strides : tuple of int, optional
             Explicit strides in elements (instead of ``layout``).
         """
-        from ._types import numpy_dtype
         dt = numpy_dtype(as_data_type(dtype, where="Device.empty"))
+        dims = as_int_tuple(dims, where="Device.empty", what="dims")
+        if any(d < 0 for d in dims):
+            raise GraphError(f"Device.empty: dims {dims} hold a negative value")
+        if layout is not None and strides is not None:
+            raise GraphError("Device.empty: give layout or strides, not both")
         if strides is None:
-            strides = strides_for(dims, layout or ("NCHW" if len(dims) == 4 else "NCDHW"))
-        return DeviceArray(dims, dt, strides, self.spec)
+            strides = (strides_for(dims, layout) if layout is not None
+                       else packed_strides(dims, tuple(range(len(dims)))))
+        try:
+            return DeviceArray(dims, dt, strides, self.spec)
+        except (MemoryError, ValueError) as exc:
+            raise DeviceError(f"Device.empty: cannot allocate dims {dims} of {dt.name} on "
+                              f"'{self.spec}': {exc}") from None
 
     async def asarray(self, array, *, layout: str | None = None) -> DeviceArray:
         """Copy a NumPy array (logical shape) to a new device array."""
@@ -196,6 +210,10 @@ class Device:
     def build_sync(self, graph: Graph, *, engine=None, knobs=None) -> "ExecutionPlan":
         """Blocking ``build`` for code without an event loop."""
         t0 = time.perf_counter()
+        if not isinstance(graph, Graph):
+            raise GraphError(f"build: expected a hipdnn_async.Graph; got {type(graph).__name__}")
+        if self._pool.closed:
+            raise DeviceError(f"build: device '{self.spec}' is closed; open a new Device")
         match = match_pattern(graph)
         offered = self.provider.engines(match)
         chosen = _pick_engine(offered, engine, match)
@@ -300,7 +318,13 @@ class ExecutionPlan:
                                    f"{type(variant_pack).__name__}")
         buffers = {}
         for key, buf in variant_pack.items():
-            t = key if type(key) is TensorAttributes else self.graph.tensor_by(key)
+            if type(key) is TensorAttributes:
+                t = key
+            else:
+                try:
+                    t = self.graph.tensor_by(key)
+                except GraphError as exc:  # a name shared by several tensors
+                    raise VariantPackError(f"execute: {exc}") from None
             slots = self._slots.get(id(t))
             if slots is None:
                 raise VariantPackError(self._unknown_key(key, t))
@@ -316,10 +340,15 @@ class ExecutionPlan:
         if workspace is None:
             workspace = np.empty(need, np.uint8) if need else None
         elif need:
-            ws = np.asarray(workspace)
-            if ws.nbytes < need or not ws.flags.c_contiguous:
-                raise VariantPackError(f"execute: workspace of {ws.nbytes} bytes given; plan "
-                                       f"{self.pattern} needs {need} contiguous bytes")
+            ws = workspace.view if isinstance(workspace, DeviceArray) else workspace
+            if not isinstance(ws, np.ndarray):
+                raise VariantPackError(f"execute: workspace must be a NumPy array or DeviceArray "
+                                       f"of >= {need} bytes; got {type(workspace).__name__}")
+            if ws.nbytes < need or not ws.flags.c_contiguous or not ws.flags.writeable:
+                raise VariantPackError(
+                    f"execute: workspace of {ws.nbytes} bytes given (contiguous: "
+                    f"{ws.flags.c_contiguous}, writable: {ws.flags.writeable}); plan "
+                    f"{self.pattern} needs {need} writable contiguous bytes")
             workspace = ws.reshape(-1).view(np.uint8)
         return buffers, workspace
 

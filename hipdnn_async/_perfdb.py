@@ -193,7 +193,8 @@ class PerfRecord:
 # Counters
 # ---------------------------------------------------------------------------
 
-_COUNTER_NAMES = ("perfdb_hits", "perfdb_misses", "perfdb_stores", "benchmarks_run")
+_COUNTER_NAMES = ("perfdb_hits", "perfdb_misses", "perfdb_stores", "benchmarks_run",
+                  "perfdb_warnings")
 _counters = dict.fromkeys(_COUNTER_NAMES, 0)
 _counters_lock = threading.Lock()
 
@@ -231,6 +232,7 @@ def _warn_once(key, msg: str, *args) -> None:
         if key in _warned:
             return
         _warned.add(key)
+    count("perfdb_warnings")  # visible in hd.stats() even while logging is off
     _logger.warning(msg, *args)
 
 

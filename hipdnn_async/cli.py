@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 __all__ = ["main"]
@@ -10,10 +11,13 @@ __all__ = ["main"]
 
 def _info(args) -> int:
     import hipdnn_async as hd
+    db = hd.PerfDb(args.perfdb) if args.perfdb else _default_db()
     info = {
         "version": hd.__version__,
         "devices": hd.devices(),
-        "perfdb": str(hd.PerfDb(args.perfdb).path) if args.perfdb else str(_default_db().path),
+        "perfdb": str(db.path),
+        "perfdb_entries": len(db.entries()),
+        "perfdb_in_memory": db.in_memory,  # True: the file was unusable (see perfdb_warnings)
         "stats": hd.stats(),
     }
     print(json.dumps(info, indent=2))
@@ -84,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     except HipdnnError as exc:
         print(f"hipdnn-async: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # e.g. `hipdnn-async perfdb show | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

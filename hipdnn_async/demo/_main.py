@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 import time
 
@@ -54,6 +55,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[DemoConfig, argparse.Name
     if a.batch_size < 2:
         p.error(f"--batch-size must be >= 2 (batchnorm training needs two values per "
                 f"channel); got {a.batch_size}")
+    for flag, path in (("--json", a.json), ("--plot", a.plot)):
+        folder = os.path.dirname(os.path.abspath(path)) if path else None
+        if folder and not (os.path.isdir(folder) and os.access(folder, os.W_OK)):
+            p.error(f"{flag} {path}: folder {folder} does not exist or is not writable")
     cfg = DemoConfig(epochs=a.epochs, batch_size=a.batch_size, device=a.device, seed=a.seed,
                      benchmarking=a.benchmarking, lr=a.lr, clients=a.clients, rounds=a.rounds,
                      max_batch_size=a.max_batch_size, min_accuracy=a.min_accuracy,

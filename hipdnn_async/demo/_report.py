@@ -89,7 +89,8 @@ def summary(r: dict) -> str:
         ("latency", f"p50 {sv['latency_ms']['p50']:.2f} ms  p90 "
                     f"{sv['latency_ms']['p90']:.2f} ms  p99 {sv['latency_ms']['p99']:.2f} ms"),
         ("batching", f"mean batch fill {_pct(sv['mean_batch_fill'])}, mean batch "
-                     f"{sv['mean_batch_size']:.1f} rows over {sv['batches']} batches"),
+                     f"{sv['mean_batch_size']:.1f} rows over {sv['batches']} batches "
+                     f"({len(sv['stages'])} layer batchers)"),
         ("served vs batch", "all predictions equal" if sv["predictions_match"]
          else f"{sv['mismatches']} predictions DIFFER"),
         ("total", f"{r['timings']['total_s']:.1f} s  ({'ok' if r['ok'] else 'FAILED: ' + '; '.join(r['failures'])})"),

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import operator
 
+import numpy as np
+
 from .._errors import GraphError
 from .._types import DataType, as_data_type
 
@@ -50,6 +52,13 @@ def as_int_tuple(values, *, where: str, what: str) -> tuple:
             raise GraphError(
                 f"{where}: {what} {tuple(items)!r} holds {v!r}; need integers") from None
     return tuple(out)
+
+
+def _as_bool(value, where: str) -> bool:
+    """A bool (or NumPy bool, or 0/1); GraphError for anything else, e.g. the string "no"."""
+    if isinstance(value, (bool, np.bool_)) or (type(value) is int and value in (0, 1)):
+        return bool(value)
+    raise GraphError(f"{where}: need True or False; got {value!r}")
 
 
 def packed_strides(dims: tuple, order: tuple) -> tuple:
@@ -258,12 +267,12 @@ class TensorAttributes:
     # ------------------------------------------------------------------ setters
     def set_output(self, output: bool = True) -> "TensorAttributes":
         """Mark the tensor as materialised (``True``) or virtual (``False``)."""
-        self._is_virtual = not bool(output)
+        self._is_virtual = not _as_bool(output, f"{self._where()}: set_output")
         return self
 
     def set_is_virtual(self, virtual: bool = True) -> "TensorAttributes":
         """Mark the tensor virtual (no buffer) or not."""
-        self._is_virtual = bool(virtual)
+        self._is_virtual = _as_bool(virtual, f"{self._where()}: set_is_virtual")
         return self
 
     def set_data_type(self, data_type) -> "TensorAttributes":
@@ -303,8 +312,8 @@ class TensorAttributes:
             uid = operator.index(uid)
         except TypeError:
             raise GraphError(f"{self._where()}: uid must be an int >= 0; got {uid!r}") from None
-        if uid < 0:
-            raise GraphError(f"{self._where()}: uid must be an int >= 0; got {uid}")
+        if not 0 <= uid < 2 ** 63:  # uids are int64 (hipDNN TensorAttributes::_uid)
+            raise GraphError(f"{self._where()}: uid must be an int in [0, 2**63); got {uid}")
         self._uid = uid
         return self
 

@@ -38,8 +38,8 @@ class Match:
 
     @property
     def signature(self) -> str:
-        """``pattern.name + graph.signature()``: the key of perf-db and plan caches."""
-        return self.pattern.name + (self.graph.signature() if self.graph is not None else "")
+        """``"<pattern>: <graph signature>"``: the key of perf-db and plan caches."""
+        return f"{self.pattern.name}: " + (self.graph.signature() if self.graph is not None else "")
 
     @property
     def label(self) -> str:

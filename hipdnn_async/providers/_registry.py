@@ -21,7 +21,8 @@ def parse_spec(spec: str) -> tuple[str, int]:
     """
     m = _SPEC.match(str(spec).strip().lower())
     if not m:
-        raise DeviceError(f"Device: unknown device spec {spec!r}; use 'cpu', 'gpu:N', 'cuda:N' or 'hip:N'")
+        raise DeviceError(f"Device: unknown device spec {spec!r}; use 'cpu', 'gpu:N', "
+                          "'cuda:N' or 'hip:N'", code="INVALID_VALUE")
     return m.group(1), int(m.group(2) or 0)
 
 
@@ -45,7 +46,8 @@ def provider_for(kind: str, index: int) -> Provider:
     """
     if kind == "cpu":
         if index != 0:
-            raise DeviceError(f"Device: there is one CPU device, 'cpu' (index 0); got index {index}")
+            raise DeviceError(f"Device: there is one CPU device, 'cpu' (index 0); got index "
+                              f"{index}", code="INVALID_VALUE")
         from .cpu import CpuProvider
         return CpuProvider()
     runtimes = _gpu_runtimes()

@@ -72,7 +72,7 @@ def test_build_execute_conv_matches_reference(dev):
 
 @pytest.mark.parametrize("form", ["logical", "physical", "uid_name", "device_array", "torch"])
 def test_variant_pack_buffer_forms_nhwc(dev, form):
-    g, x, w, y = conv_graph("NHWC")
+    g, x, w, y = conv_graph("NHWC", c=2)  # no dims coincide: every form is unambiguous
     g.validate()
     plan = dev.build_sync(g)
     xa, wa = rand(x.dims), rand(w.dims, seed=1)
@@ -222,3 +222,62 @@ def test_engines_and_unsupported_graph():
     with hd.Device("cpu") as dev, pytest.raises(hd.NotSupportedError):
         dev.build_sync(g2)
     assert r.is_virtual is False
+
+
+def test_ambiguous_contiguous_buffer_is_rejected_not_guessed(dev):
+    # NHWC with C == H == W: a C-contiguous (2, 4, 4, 4) array could be logical NCHW (wrong
+    # for this tensor) or NHWC memory order. Guessing either way can be silently wrong.
+    g = hd.Graph()
+    x = g.tensor(dims=(2, 4, 4, 4), layout="NHWC", name="x")
+    w = g.tensor(dims=(4, 4, 1, 1), name="w")
+    y = g.conv_fprop(x, w).set_output(True)
+    plan = dev.build_sync(g)
+    xa = rand(x.dims)
+    wa = rand(w.dims, seed=1)
+    y_phys = np.zeros((2, 4, 4, 4), np.float32)
+    with pytest.raises(hd.VariantPackError, match="ambiguous"):
+        plan.execute_sync({x: np.ascontiguousarray(xa), w: wa, y: y_phys.transpose(0, 3, 1, 2)})
+    plan.execute_sync({x: np.ascontiguousarray(xa.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2),
+                       w: wa, y: y_phys.transpose(0, 3, 1, 2)})
+    want = np.einsum("nchw,kc->nkhw", xa.astype(np.float64), wa[:, :, 0, 0].astype(np.float64))
+    np.testing.assert_allclose(y_phys.transpose(0, 3, 1, 2), want, rtol=1e-5, atol=1e-5)
+
+
+def test_int_pointer_buffers_on_cpu(dev):
+    g, x, w, y = conv_graph()
+    plan = dev.build_sync(g)
+    xa, wa = rand(x.dims), rand(w.dims, seed=1)
+    ya = np.full(y.dims, np.nan, np.float32)
+    plan.execute_sync({x: xa.ctypes.data, w: wa.ctypes.data, y: ya.ctypes.data})
+    np.testing.assert_allclose(ya, conv2d_ref(xa, wa, (1, 1)), rtol=1e-5, atol=1e-5)
+    with pytest.raises(hd.VariantPackError, match="pointer"):
+        plan.execute_sync({x: 0, w: wa, y: ya})
+
+
+def test_bad_arguments_raise_library_errors(dev):
+    g, x, w, y = conv_graph()
+    plan = dev.build_sync(g)
+    vp = {x: rand(x.dims), w: rand(w.dims), y: np.zeros(y.dims, np.float32)}
+    with pytest.raises(hd.DeviceError, match="stream index 7") as ei:
+        plan.execute_sync(vp, stream=7)
+    assert ei.value.code == "INVALID_VALUE"
+    for bad in (0, -1, 1.5, "2"):
+        with pytest.raises(hd.DeviceError, match="streams"):
+            hd.Device("cpu", streams=bad)
+    with pytest.raises(hd.GraphError, match="expected a hipdnn_async.Graph"):
+        dev.build_sync("graph")
+    with pytest.raises(hd.GraphError, match="negative"):
+        dev.empty((2, -3, 4, 5), "float32")
+    with pytest.raises(hd.DeviceError, match="cannot allocate"):
+        dev.empty((2 ** 40, 3, 4, 5), "float32")
+    if plan.workspace_size:
+        ro = np.empty(plan.workspace_size, np.uint8)
+        ro.flags.writeable = False
+        with pytest.raises(hd.VariantPackError, match="writable"):
+            plan.execute_sync(vp, workspace=ro)
+        with pytest.raises(hd.VariantPackError, match="got int"):
+            plan.execute_sync(vp, workspace=12345)
+    closed = hd.Device("cpu")
+    closed.close()
+    with pytest.raises(hd.DeviceError, match="closed"):
+        closed.build_sync(g)

@@ -214,7 +214,7 @@ def test_match_signature():
     g2, _ = p7()
     m1, m2 = match(g1), match(g2)
     assert isinstance(m1, Match)
-    assert m1.signature == "CONV_FPROP" + g1.signature()
+    assert m1.signature == "CONV_FPROP: " + g1.signature()
     assert m1.signature == m2.signature
     assert match(p9()[0]).signature != m1.signature
 

@@ -127,7 +127,7 @@ def test_counters(db):
     after = stats()
     delta = {k: after[k] - before[k] for k in before}
     assert delta == {"perfdb_hits": 1, "perfdb_misses": 1, "perfdb_stores": 1,
-                     "benchmarks_run": 2}
+                     "benchmarks_run": 2, "perfdb_warnings": 0}
 
 
 def test_memory_db(tmp_path):
@@ -302,6 +302,7 @@ def _asides(path):
 
 
 def _check_moved_aside_and_recreated(caplog, path, original_bytes=None):
+    warned_before = stats()["perfdb_warnings"]
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         d = PerfDb(path)
         assert not d.in_memory
@@ -318,6 +319,7 @@ def _check_moved_aside_and_recreated(caplog, path, original_bytes=None):
             assert f.read() == original_bytes    # kept, not destroyed
     ws = warnings_of(caplog, path)
     assert len(ws) == 1 and "moved it to" in ws[0].getMessage()
+    assert stats()["perfdb_warnings"] == warned_before + 1  # visible with logging off
 
 
 def test_corrupt_file_is_moved_aside(tmp_path, caplog):

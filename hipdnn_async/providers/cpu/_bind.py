@@ -1,6 +1,8 @@
 """Variant-pack buffers on the CPU: check a buffer against a tensor, return a logical view."""
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
@@ -40,6 +42,8 @@ def logical_view(tensor, buffer, *, output: bool, where: str = "execute") -> np.
     label = f"{where}: tensor '{tensor.name}' (uid {tensor.uid})"
     if isinstance(buffer, DeviceArray):
         buffer = buffer.view
+    elif isinstance(buffer, int) and not isinstance(buffer, bool):
+        buffer = _from_pointer(buffer, tensor, label)
     if not isinstance(buffer, np.ndarray):
         if hasattr(buffer, "__dlpack__"):
             try:
@@ -49,8 +53,8 @@ def logical_view(tensor, buffer, *, output: bool, where: str = "execute") -> np.
                     f"{label}: cannot import the buffer through DLPack on the CPU: {exc}") from None
         else:
             raise VariantPackError(
-                f"{label}: the CPU device takes NumPy arrays or __dlpack__ objects; "
-                f"got {type(buffer).__name__}")
+                f"{label}: the CPU device takes NumPy arrays, DeviceArrays, __dlpack__ "
+                f"objects or int host pointers; got {type(buffer).__name__}")
     want_dtype = numpy_dtype(tensor.data_type)
     dims, strides = tuple(tensor.dims), tuple(tensor.strides)
     if buffer.dtype != want_dtype:
@@ -68,6 +72,15 @@ def logical_view(tensor, buffer, *, output: bool, where: str = "execute") -> np.
     order = stride_order(dims, strides)
     physical = tuple(dims[a] for a in order)
     if buffer.flags.c_contiguous and buffer.shape == physical:
+        if buffer.shape == dims and buffer.ndim > 1:
+            # e.g. an NHWC tensor with C == H == W: a C-contiguous array of this shape may
+            # be logical NCHW (wrong strides) or NHWC memory order; guessing could be
+            # silently wrong.
+            raise VariantPackError(
+                f"{label}: a C-contiguous array of shape {buffer.shape} is ambiguous here "
+                f"(it reads as logical dims and as memory order {order}); pass the logical "
+                f"view with strides {strides} (e.g. arr.transpose(...) of the memory-order "
+                "array) or the flat 1-D buffer")
         if _strides_match(dims, strides, packed_strides(dims, order)):
             return as_strided(buffer.reshape(-1), dims, tuple(s * item for s in strides))
     if buffer.shape == dims:
@@ -97,3 +110,15 @@ def make_binder(tensor, *, output: bool):
         return logical_view(tensor, buffer, output=output)
 
     return bind
+
+
+def _from_pointer(address: int, tensor, label: str) -> np.ndarray:
+    """A host address (API.md: an int device pointer; on the CPU device, host memory)."""
+    if address <= 0:
+        raise VariantPackError(f"{label}: pointer {address:#x} is not a valid host address")
+    dtype = numpy_dtype(tensor.data_type)
+    nbytes = _extent(tuple(tensor.dims), tuple(tensor.strides)) * dtype.itemsize
+    if nbytes == 0:
+        return np.empty(0, dtype)
+    raw = (ctypes.c_char * nbytes).from_address(address)
+    return np.frombuffer(raw, dtype)

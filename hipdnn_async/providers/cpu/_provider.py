@@ -178,7 +178,11 @@ class CpuPlan(ProviderPlan):
         self._run = getattr(self, "_run_" + match.pattern.name.lower())
 
     def run(self, buffers, workspace) -> None:
-        self._run(buffers, workspace)
+        # IEEE results (overflow to inf when rounding to HALF, inf - inf = NaN) are the
+        # answer, as on a GPU; NumPy must not turn them into warnings (or, under -W error,
+        # into exceptions) on a worker thread.
+        with np.errstate(all="ignore"):
+            self._run(buffers, workspace)
 
     # -- convolutions ------------------------------------------------------------------
     def _conv(self, b, workspace, out=None):
