@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ._errors import HipdnnError, KnobError, NotSupportedError
-from ._knobs import KnobSetting
+from ._knobs import KnobSetting, resolve_knobs
 
 __all__ = [
     "build_operation_graph", "get_ranked_engine_ids", "get_knobs_for_engine",
@@ -79,14 +79,15 @@ def create_execution_plan_ext(graph, engine_id: int, knob_settings=()) -> None:
     Raises
     ------
     KnobError
-        A setting that is not a KnobSetting (range checks happen in ``build_plans``).
+        A setting that is not a KnobSetting, an unknown knob, a value out of range.
     """
     st = _state(graph, "create_execution_plan_ext")
-    _engine(st, engine_id, "create_execution_plan_ext")
+    engine = _engine(st, engine_id, "create_execution_plan_ext")
     settings = list(knob_settings or ())
     for s in settings:
         if not isinstance(s, KnobSetting):
             raise KnobError(f"create_execution_plan_ext: expected KnobSetting items; got {s!r}")
+    resolve_knobs(engine.knobs, settings, engine_name=engine.name)  # range errors now, as hipDNN
     st.engine_id, st.settings, st.plan = engine_id, settings, None
 
 

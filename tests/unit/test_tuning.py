@@ -189,9 +189,8 @@ def test_hipdnn_style_lowering_seed_sample():
     with hd.Device("cpu") as dev:  # the same machinery through the async spelling
         dev.build_sync(g).execute_sync({x: xa, w: wa, y: yb})
     np.testing.assert_allclose(ya, yb, rtol=1e-5, atol=1e-4)
-    with pytest.raises(hd.KnobError):
+    with pytest.raises(hd.KnobError, match="outside"):
         g.create_execution_plan_ext(ids[0], [hd.KnobSetting(WS, ws_knob.constraint.max + 1)])
-        g.build_plans()
 
 
 @pytest.mark.slow
