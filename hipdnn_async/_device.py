@@ -174,11 +174,7 @@ class Device:
         if strides is None:
             strides = (strides_for(dims, layout) if layout is not None
                        else packed_strides(dims, tuple(range(len(dims)))))
-        try:
-            return DeviceArray(dims, dt, strides, self.spec)
-        except (MemoryError, ValueError) as exc:
-            raise DeviceError(f"Device.empty: cannot allocate dims {dims} of {dt.name} on "
-                              f"'{self.spec}': {exc}") from None
+        return self.provider.empty(dims, dt, strides)
 
     async def asarray(self, array, *, layout: str | None = None) -> DeviceArray:
         """Copy a NumPy array (logical shape) to a new device array."""
@@ -336,20 +332,8 @@ class ExecutionPlan:
             role, t = next((r, t) for r, t in self._roles if r not in buffers)
             raise VariantPackError(f"execute: variant pack is missing tensor '{t.name}' "
                                    f"(uid {t.uid}, role {role}) of plan {self.pattern}")
-        need = self.workspace_size
-        if workspace is None:
-            workspace = np.empty(need, np.uint8) if need else None
-        elif need:
-            ws = workspace.view if isinstance(workspace, DeviceArray) else workspace
-            if not isinstance(ws, np.ndarray):
-                raise VariantPackError(f"execute: workspace must be a NumPy array or DeviceArray "
-                                       f"of >= {need} bytes; got {type(workspace).__name__}")
-            if ws.nbytes < need or not ws.flags.c_contiguous or not ws.flags.writeable:
-                raise VariantPackError(
-                    f"execute: workspace of {ws.nbytes} bytes given (contiguous: "
-                    f"{ws.flags.c_contiguous}, writable: {ws.flags.writeable}); plan "
-                    f"{self.pattern} needs {need} writable contiguous bytes")
-            workspace = ws.reshape(-1).view(np.uint8)
+        workspace = self.device.provider.bind_workspace(self.workspace_size, workspace,
+                                                        where=f"execute: plan {self.pattern}")
         return buffers, workspace
 
     def _unknown_key(self, key, t) -> str:

@@ -101,6 +101,16 @@ class Provider(abc.ABC):
         """Return ``bind(buffer)``: check a variant-pack buffer against ``tensor`` (raising
         VariantPackError) and return what ``ProviderPlan.run`` takes for it."""
 
+    @abc.abstractmethod
+    def bind_workspace(self, nbytes: int, given, *, where: str):
+        """Return a workspace of ``nbytes`` for one execution: ``given`` checked (raising
+        VariantPackError), or a fresh allocation when ``given`` is None."""
+
+    @abc.abstractmethod
+    def empty(self, dims, dtype, strides):
+        """Allocate a device array (``runtime.DeviceArray`` or the provider's own);
+        DeviceError when the memory cannot be had."""
+
     def describe(self) -> dict:
         """Device model, library versions and anything else that keys the perf db."""
         return {}

@@ -11,7 +11,7 @@ from ..._types import numpy_dtype
 from ...graph._tensor import packed_strides, stride_order
 from ...runtime import DeviceArray
 
-__all__ = ["logical_view", "make_binder"]
+__all__ = ["logical_view", "make_binder", "bind_workspace"]
 
 
 def _strides_match(dims, want, got) -> bool:
@@ -122,3 +122,22 @@ def _from_pointer(address: int, tensor, label: str) -> np.ndarray:
         return np.empty(0, dtype)
     raw = (ctypes.c_char * nbytes).from_address(address)
     return np.frombuffer(raw, dtype)
+
+
+def bind_workspace(nbytes: int, given, *, where: str):
+    """A host workspace of ``nbytes``: ``given`` (a writable contiguous NumPy array or
+    DeviceArray of at least that many bytes) viewed as uint8, or a fresh one."""
+    if given is None:
+        return np.empty(nbytes, np.uint8) if nbytes else None
+    if not nbytes:
+        return None
+    ws = given.view if isinstance(given, DeviceArray) else given
+    if not isinstance(ws, np.ndarray):
+        raise VariantPackError(f"{where}: workspace must be a NumPy array or DeviceArray of "
+                               f">= {nbytes} bytes; got {type(given).__name__}")
+    if ws.nbytes < nbytes or not ws.flags.c_contiguous or not ws.flags.writeable:
+        raise VariantPackError(
+            f"{where}: workspace of {ws.nbytes} bytes given (contiguous: "
+            f"{ws.flags.c_contiguous}, writable: {ws.flags.writeable}); it needs {nbytes} "
+            "writable contiguous bytes")
+    return ws.reshape(-1).view(np.uint8)

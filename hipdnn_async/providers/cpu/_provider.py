@@ -14,12 +14,13 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ... import _knobs, _perfdb
-from ..._errors import KnobError, NotSupportedError
+from ..._errors import DeviceError, KnobError, NotSupportedError
 from ..._types import numpy_dtype
 from ...patterns import Pattern
+from ...runtime import DeviceArray
 from .._base import Engine, Provider, ProviderPlan, engine_id
 from . import _batchnorm, _conv
-from ._bind import make_binder
+from ._bind import bind_workspace, make_binder
 
 __all__ = ["CpuProvider", "CPU_ENGINE_NAME"]
 
@@ -91,6 +92,16 @@ class CpuProvider(Provider):
 
     def binder(self, tensor, *, output: bool):
         return make_binder(tensor, output=output)
+
+    def bind_workspace(self, nbytes: int, given, *, where: str):
+        return bind_workspace(nbytes, given, where=where)
+
+    def empty(self, dims, dtype, strides):
+        try:
+            return DeviceArray(dims, dtype, strides, "cpu")
+        except (MemoryError, ValueError) as exc:
+            raise DeviceError(f"Device.empty: cannot allocate dims {tuple(dims)} of "
+                              f"{np.dtype(dtype).name} on 'cpu': {exc}") from None
 
     def _candidates(self, match):
         p = conv_problem(match)
