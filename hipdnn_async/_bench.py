@@ -132,13 +132,17 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     layers = RESNET50_LAYERS[1:3] if args.quick else RESNET50_LAYERS
     rows = run(args.directions, layers, args.repeats)
-    print(f"{'layer':<12} {'dir':<6} {'algorithms (ms)':<58} {'heuristic':<22} {'benchmarked':<22} h/best b/best")
+    table = [("layer", "dir", "algorithms (ms)", "heuristic (ms)", "benchmarked (ms)",
+              "h/best", "b/best")]
     for r in rows:
-        algos = " ".join(f"{k}={v:.2f}" for k, v in r["algorithms_ms"].items())
-        print(f"{r['layer']:<12} {r['direction']:<6} {algos:<58} "
-              f"{r['heuristic']}={r['heuristic_ms']:.2f}".ljust(100)
-              + f" {r['benchmarked']}={r['benchmarked_ms']:.2f}".ljust(23)
-              + f" {r['heuristic_over_best']:.2f}   {r['benchmarked_over_best']:.2f}")
+        table.append((r["layer"], r["direction"],
+                      " ".join(f"{k}={v:.2f}" for k, v in r["algorithms_ms"].items()),
+                      f"{r['heuristic']}={r['heuristic_ms']:.2f}",
+                      f"{r['benchmarked']}={r['benchmarked_ms']:.2f}",
+                      f"{r['heuristic_over_best']:.2f}", f"{r['benchmarked_over_best']:.2f}"))
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    for row in table:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)

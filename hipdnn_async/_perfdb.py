@@ -787,7 +787,7 @@ def cli_show(db: PerfDb, out=None) -> int:
     for e in entries:
         problem = e["problem"] if len(e["problem"]) <= 60 else e["problem"][:57] + "..."
         print(f"  {e['provider']:<7} {e['device']:<24} ws<={e['workspace_limit']:<11} "
-              f"{e['algorithm']:<16} {e['time_ms']:10.4f} ms  ws {e['workspace_bytes']:<10} "
+              f"{e['algorithm']:<20} {e['time_ms']:10.4f} ms  ws {e['workspace_bytes']:<10} "
               f"{problem}", file=out)
     return len(entries)
 
