@@ -237,7 +237,8 @@ class Completion:
     # ---------------------------------------------------------------- backend side
 
     def _execute(self):
-        """Run ``fn`` on the calling (worker) thread; return (value, error). Drops fn and keepalive."""
+        """Run ``fn`` on the calling thread; return (value, error). Drops fn (keepalive is
+        dropped by ``_finish``, when the work is complete)."""
         self._state = _RUNNING
         self.started_at = time.perf_counter()
         fn = self._fn
@@ -253,15 +254,15 @@ class Completion:
         finally:
             self.finished_at = time.perf_counter()
             fn = None
-            self._fn = None
-            self._keepalive = None
-        return value, error
+            self._fn = None  # keepalive stays until _finish: a GPU backend's fn only
+        return value, error  # enqueues, and the buffers are in use until its event fires
 
     def _finish(self, value, error) -> None:
         """Publish the outcome (exactly once) and wake every waiter."""
         if self._state == _DONE:
             raise RuntimeError(f"{self.describe()}: completed twice")  # backend bug
         stream = self.stream
+        self._keepalive = None  # the work is done with the buffers
         if stream is not None and not self._control:
             stream._item_finished(self, error is None)  # free the slot before waking
         with self._lock:
