@@ -210,3 +210,17 @@ def test_eight_processes_tuning_into_one_db_at_once(tmp_path):
     entries = hd.PerfDb(str(tmp_path / "shared.sqlite3")).entries()
     assert len(entries) == 1
     assert entries[0]["algorithm"] in {a.name for a in _conv.ALGORITHMS["fprop"]}
+
+
+def test_each_build_logs_engine_knobs_algorithm_and_db_hit(tmp_path, caplog):
+    import logging
+    db = hd.PerfDb(str(tmp_path / "db.sqlite3"))
+    with caplog.at_level(logging.INFO, logger="hipdnn_async"):
+        for _ in range(2):
+            with hd.Device("cpu", perfdb=db) as dev:
+                plan = dev.build_sync(graph("fprop"), knobs={BENCH: 1})
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("built plan")]
+    assert len(lines) == 2
+    for line, hit in zip(lines, (False, True)):
+        assert "engine CPU_ENGINE" in line and f"algorithm {plan.algorithm}" in line
+        assert "'global.benchmarking': 1" in line and f"perf db hit {hit}" in line
