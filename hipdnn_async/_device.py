@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import threading
 import time
 from collections import defaultdict
@@ -94,12 +95,20 @@ class Device:
         kind, index = parse_spec(spec)
         self.provider = provider_for(kind, index)
         self.spec = "cpu" if kind == "cpu" else f"{kind}:{index}"
-        self._perfdb = _perfdb.PerfDb(perfdb) if isinstance(perfdb, str) else perfdb
+        if isinstance(perfdb, (str, os.PathLike)):
+            perfdb = _perfdb.PerfDb(os.fspath(perfdb))
+        elif perfdb is not None and not isinstance(perfdb, _perfdb.PerfDb):
+            raise DeviceError(f"Device('{spec}'): perfdb must be a PerfDb, a path or None; got "
+                              f"{type(perfdb).__name__}", code="INVALID_VALUE")
+        self._perfdb = perfdb
         for what, value in (("streams", streams), ("max_inflight", max_inflight)):
             if value is not None and (type(value) is not int or value < 1):
                 raise DeviceError(f"Device('{spec}'): {what} = {value!r}; need an int >= 1",
                                   code="INVALID_VALUE")
-        self._pool = StreamPool(self.spec, n_streams=streams, max_inflight=max_inflight)
+        try:
+            self._pool = StreamPool(self.spec, n_streams=streams, max_inflight=max_inflight)
+        except RuntimeError as exc:  # e.g. "can't start new thread"
+            raise DeviceError(f"Device('{spec}'): cannot start {streams} streams: {exc}") from None
         self._tune_lock = threading.Lock()  # timings of concurrent tunings would skew each other
         self._plan_cache: dict[tuple, Any] = {}
         self._stats_lock = threading.Lock()
@@ -135,6 +144,15 @@ class Device:
     def streams(self):
         """The device's streams (ordered; ``stream=`` takes one of these or its index)."""
         return self._pool.streams
+
+    def _stream(self, stream):
+        """The Stream for a ``stream=`` argument (None: let the queue choose)."""
+        if stream is None:
+            return None
+        try:
+            return self._pool.pick(stream)
+        except ValueError as exc:
+            raise DeviceError(f"execute: {exc}", code="INVALID_VALUE") from None
 
     async def synchronize(self) -> None:
         """Wait until all work submitted so far on every stream has finished."""
@@ -206,8 +224,6 @@ class Device:
     def build_sync(self, graph: Graph, *, engine=None, knobs=None) -> "ExecutionPlan":
         """Blocking ``build`` for code without an event loop."""
         t0 = time.perf_counter()
-        if not isinstance(graph, Graph):
-            raise GraphError(f"build: expected a hipdnn_async.Graph; got {type(graph).__name__}")
         if self._pool.closed:
             raise DeviceError(f"build: device '{self.spec}' is closed; open a new Device")
         match = match_pattern(graph)
@@ -370,21 +386,15 @@ class ExecutionPlan:
             The device is closed, or ``stream`` is not one of its streams.
         """
         fn, keep = self._work(variant_pack, workspace)
-        return self._submit_with(self.device._pool.submit_now, fn, keep, stream)
+        return self.device._pool.submit_now(fn, keepalive=keep, label=self._label,
+                                            stream=self.device._stream(stream))
 
     async def enqueue(self, variant_pack: Mapping, *, workspace=None, stream=None):
         """As ``submit``, but first wait (asynchronously, cancellably) while the stream has
         ``max_inflight`` executions in flight: backpressure for producers."""
         fn, keep = self._work(variant_pack, workspace)
-        pool = self.device._pool
-        return await self._submit_with(pool.submit, fn, keep, stream)
-
-    def _submit_with(self, submit, fn, keep, stream):
-        try:
-            # The queue keeps the buffers and workspace alive until the work has finished.
-            return submit(fn, keepalive=keep, stream=stream, label=self._label)
-        except ValueError as exc:  # a stream that is not one of this device's
-            raise DeviceError(f"execute: {exc}", code="INVALID_VALUE") from None
+        return await self.device._pool.submit(fn, keepalive=keep, label=self._label,
+                                              stream=self.device._stream(stream))
 
     async def execute(self, variant_pack: Mapping, *, workspace=None, stream=None) -> None:
         """Run the plan; return when the results are complete and readable.
@@ -421,4 +431,5 @@ class ExecutionPlan:
     def execute_sync(self, variant_pack: Mapping, *, workspace=None, stream=None) -> None:
         """Blocking ``execute`` for threads without an event loop (same path)."""
         fn, keep = self._work(variant_pack, workspace)
-        self._submit_with(self.device._pool.submit_blocking, fn, keep, stream).result()
+        self.device._pool.submit_blocking(fn, keepalive=keep, label=self._label,
+                                          stream=self.device._stream(stream)).result()

@@ -335,6 +335,9 @@ class PerfDb:
     def __init__(self, path: str | os.PathLike | None = None):
         if path is None:
             path = default_path()
+        if not isinstance(path, (str, os.PathLike)):
+            raise HipdnnError(f"PerfDb: path must be a str or os.PathLike; got "
+                              f"{type(path).__name__}")
         path = os.fspath(path)
         self.path: str = path if path == _MEMORY else os.path.abspath(os.path.expanduser(path))
         self._lock = threading.RLock()

@@ -137,6 +137,11 @@ def check_dims(dims: tuple, *, where: str, allow_zero_batch: bool = False) -> No
             raise GraphError(f"{where}: dim {i} is {d} in dims {dims}; need {allowed}")
 
 
+# Largest extent of one tensor, in elements: 2**48 (256 Ti elements) keeps every byte
+# offset and workspace size far inside int64 (test-cases.md, "Very large tensors").
+MAX_ELEMENTS = 2 ** 48
+
+
 def check_strides(dims: tuple, strides: tuple, *, where: str) -> None:
     """GraphError for a stride rank that differs from dims, a stride < 1, or overlap.
 
@@ -155,6 +160,11 @@ def check_strides(dims: tuple, strides: tuple, *, where: str) -> None:
                 f"must be >= 1 (broadcast or reversed views are not tensors here)")
     if any(d == 0 for d in dims):
         return
+    extent = 1 + sum((d - 1) * s for d, s in zip(dims, strides))
+    if extent > MAX_ELEMENTS:
+        raise GraphError(
+            f"{where}: dims {dims} with strides {strides} span {extent} elements; a tensor "
+            f"may span at most {MAX_ELEMENTS} (2**48) elements")
     big = sorted((s, d, i) for i, (s, d) in enumerate(zip(strides, dims)) if d > 1)
     for (s0, d0, i0), (s1, d1, i1) in zip(big, big[1:]):
         if s1 < s0 * d0:

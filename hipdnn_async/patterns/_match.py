@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .._errors import NotSupportedError
+from .._errors import GraphError, NotSupportedError
 from .._types import ConvolutionMode
 from ..graph import Graph, Node, TensorAttributes
 from ..graph._shapes import bn_stat_dims
@@ -146,6 +146,8 @@ def match(graph: Graph) -> Match:
         first node that does not fit and why, or the tensor that breaks a pattern's
         virtual/non-virtual rules.
     """
+    if not isinstance(graph, Graph):
+        raise GraphError(f"expected a hipdnn_async.Graph; got {type(graph).__name__}")
     graph.validate()
     nodes = graph.topological_nodes()
     for node in nodes:

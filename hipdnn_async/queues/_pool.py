@@ -64,10 +64,15 @@ class StreamPool:
         self.device_name = device_name
         self.max_inflight = int(max_inflight)
         streams = []
-        for i in range(int(n_streams)):
-            name = f"{device_name}:s{i}"
-            backend: StreamBackend | None = backend_factory(name) if backend_factory else None
-            streams.append(Stream(name, id=i, backend=backend))
+        try:
+            for i in range(int(n_streams)):
+                name = f"{device_name}:s{i}"
+                backend: StreamBackend | None = backend_factory(name) if backend_factory else None
+                streams.append(Stream(name, id=i, backend=backend))
+        except BaseException:
+            for s in streams:  # a pool that could not start leaves no workers behind
+                s.close()
+            raise
         self.streams: tuple[Stream, ...] = tuple(streams)
         self._rr = 0
         self._closed = False

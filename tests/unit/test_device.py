@@ -281,3 +281,49 @@ def test_bad_arguments_raise_library_errors(dev):
     closed.close()
     with pytest.raises(hd.DeviceError, match="closed"):
         closed.build_sync(g)
+
+
+def test_zero_batch_accepts_any_empty_array(dev):
+    # N=0 is legal for inference-style ops (test-cases.md); NumPy gives empty arrays
+    # strides that match nothing, and none of them may be called ambiguous.
+    g = hd.Graph()
+    x = g.tensor(dims=(0, 2, 4, 4), layout="NHWC", name="x")
+    w = g.tensor(dims=(2, 2, 3, 3), name="w")
+    y = g.conv_fprop(x, w, padding=1).set_output(True)
+    plan = dev.build_sync(g)
+    wa = rand(w.dims)
+    for xa, ya in ((np.zeros((0, 2, 4, 4), np.float32), np.zeros((0, 2, 4, 4), np.float32)),
+                   (np.zeros((0, 4, 4, 2), np.float32), np.zeros((0, 4, 4, 2), np.float32))):
+        plan.execute_sync({x: xa, w: wa, y: ya})
+        assert ya.size == 0
+
+
+@pytest.mark.anyio
+async def test_bad_stream_is_a_device_error_on_every_path(anyio_backend):
+    g, x, w, y = conv_graph()
+    vp = {x: rand(x.dims), w: rand(w.dims), y: np.zeros(y.dims, np.float32)}
+    async with hd.Device("cpu", streams=2) as dev, hd.Device("cpu") as other:
+        plan = await dev.build(g)
+        for bad in (7, -1, "a", other.streams[0]):
+            for call in (plan.execute, plan.enqueue):
+                with pytest.raises(hd.DeviceError) as ei:
+                    await call(vp, stream=bad)
+                assert ei.value.code == "INVALID_VALUE"
+            with pytest.raises(hd.DeviceError):
+                plan.submit(vp, stream=bad)
+
+
+def test_more_bad_arguments():
+    with pytest.raises(hd.DeviceError, match="perfdb"):
+        hd.Device("cpu", perfdb=5)
+    with pytest.raises(hd.HipdnnError, match="path"):
+        hd.PerfDb(3)
+    with pytest.raises(hd.GraphError, match="expected a hipdnn_async.Graph"):
+        hd.engines("x", "cpu")
+    with pytest.raises(hd.GraphError, match="2\\*\\*48"):
+        hd.Graph().tensor(dims=(2 ** 20,) * 4)
+    g, x, w, y = conv_graph()
+    with hd.Device("cpu") as dev:
+        plan = dev.build_sync(g)
+        with pytest.raises(hd.VariantPackError, match="pointer"):
+            plan.execute_sync({x: 2 ** 70, w: rand(w.dims), y: np.zeros(y.dims, np.float32)})

@@ -63,16 +63,18 @@ def logical_view(tensor, buffer, *, output: bool, where: str = "execute") -> np.
     if output and not buffer.flags.writeable:
         raise VariantPackError(f"{label} is an output, but the buffer is read-only")
     item = buffer.itemsize
+    order = stride_order(dims, strides)
+    physical = tuple(dims[a] for a in order)
+    if 0 in dims and buffer.shape in (dims, physical):
+        return np.empty(dims, want_dtype)  # nothing to read or write (NumPy's empty strides vary)
     got = tuple(s // item for s in buffer.strides)
     if buffer.shape == dims and _strides_match(dims, strides, got) and all(
             s % item == 0 for s in buffer.strides):
         return buffer
     # Memory-order shape; checked second because e.g. (4, 3, 3, 3) is both a logical and
     # an NHWC physical shape.
-    order = stride_order(dims, strides)
-    physical = tuple(dims[a] for a in order)
     if buffer.flags.c_contiguous and buffer.shape == physical:
-        if buffer.shape == dims and buffer.ndim > 1:
+        if buffer.shape == dims and order != tuple(range(len(dims))):
             # e.g. an NHWC tensor with C == H == W: a C-contiguous array of this shape may
             # be logical NCHW (wrong strides) or NHWC memory order; guessing could be
             # silently wrong.
@@ -114,7 +116,7 @@ def make_binder(tensor, *, output: bool):
 
 def _from_pointer(address: int, tensor, label: str) -> np.ndarray:
     """A host address (API.md: an int device pointer; on the CPU device, host memory)."""
-    if address <= 0:
+    if not 0 < address < 2 ** 64:
         raise VariantPackError(f"{label}: pointer {address:#x} is not a valid host address")
     dtype = numpy_dtype(tensor.data_type)
     nbytes = _extent(tuple(tensor.dims), tuple(tensor.strides)) * dtype.itemsize
