@@ -1016,7 +1016,8 @@ def _check_tensor(node: Node, slot: str, t: TensorAttributes, expected=None) -> 
     if slot in _STAT_SLOTS:
         if dt is not DataType.FLOAT:
             raise GraphError(f"{where}: data type {dt.name} is not allowed; scale, bias and "
-                             "statistics are FLOAT")
+                             "statistics are FLOAT (tensors take the graph's io_data_type "
+                             "unless given one: pass data_type='float32')")
     elif dt not in IO_DATA_TYPES:
         raise GraphError(f"{where}: data type {dt.name} is not allowed; use FLOAT, HALF or "
                          "BFLOAT16")
