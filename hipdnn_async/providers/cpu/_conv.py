@@ -298,8 +298,19 @@ class ConvAlgorithm:
         getattr(self, "_" + p.direction)(p, a, b, out, workspace)
 
 
+# Bytes of one tap window a direct GEMM copies at a time: the batch is walked in chunks
+# of this size so that the temporaries stay small next to the tensors.
+_DIRECT_WINDOW_BYTES = 1 << 20
+
+
+def _batch_chunks(n: int, per_image_bytes: int):
+    """Slices of the batch whose tap windows fit in _DIRECT_WINDOW_BYTES (at least 1 image)."""
+    step = max(1, min(n, _DIRECT_WINDOW_BYTES // max(per_image_bytes, 1)))
+    return [slice(i, min(i + step, n)) for i in range(0, n, step)]
+
+
 class Direct(ConvAlgorithm):
-    """Per-tap GEMMs over strided windows; no workspace."""
+    """Per-tap GEMMs over strided windows, a chunk of the batch at a time; no workspace."""
 
     name = "direct"
 
@@ -307,10 +318,14 @@ class Direct(ConvAlgorithm):
         xp = _cfirst(x, p.work_dtype, p.groups)                     # (G, Cg, N, *sp)
         wp = _weights(w, p)                                         # (G, Kg, Cg, *k)
         acc = np.zeros(wp.shape[:2] + (p.y_dims[0],) + p.y_dims[2:], p.work_dtype)
+        per_image = xp[:, :, 0].nbytes
         for tap, o_sl, i_sl in _tap_windows(p):
-            win = np.ascontiguousarray(xp[_ALL + i_sl])
-            res = np.matmul(wp[(Ellipsis,) + tap], win.reshape(win.shape[:2] + (-1,)))
-            acc[_ALL + o_sl] += res.reshape(acc.shape[:2] + win.shape[2:])
+            w_tap = wp[(Ellipsis,) + tap]
+            for nb in _batch_chunks(p.x_dims[0], per_image):
+                win = np.ascontiguousarray(xp[(slice(None), slice(None), nb) + i_sl])
+                res = np.matmul(w_tap, win.reshape(win.shape[:2] + (-1,)))
+                acc[(slice(None), slice(None), nb) + o_sl] += res.reshape(
+                    acc.shape[:2] + win.shape[2:])
         _store_cfirst(y, acc)
 
     def _dgrad(self, p, dy, w, dx, ws):
@@ -318,23 +333,28 @@ class Direct(ConvAlgorithm):
         wt = np.swapaxes(_weights(w, p), 1, 2)                      # (G, Cg, Kg, *k)
         acc = np.zeros((p.groups, p.x_dims[1] // p.groups, p.x_dims[0]) + p.x_dims[2:],
                        p.work_dtype)
+        per_image = yp[:, :, 0].nbytes
         for tap, o_sl, i_sl in _tap_windows(p):
-            win = np.ascontiguousarray(yp[_ALL + o_sl])
-            res = np.matmul(np.ascontiguousarray(wt[(Ellipsis,) + tap]),
-                            win.reshape(win.shape[:2] + (-1,)))
-            acc[_ALL + i_sl] += res.reshape(acc.shape[:2] + win.shape[2:])
+            w_tap = np.ascontiguousarray(wt[(Ellipsis,) + tap])
+            for nb in _batch_chunks(p.x_dims[0], per_image):
+                win = np.ascontiguousarray(yp[(slice(None), slice(None), nb) + o_sl])
+                res = np.matmul(w_tap, win.reshape(win.shape[:2] + (-1,)))
+                acc[(slice(None), slice(None), nb) + i_sl] += res.reshape(
+                    acc.shape[:2] + win.shape[2:])
         _store_cfirst(dx, acc)
 
     def _wgrad(self, p, dy, x, dw, ws):
         yp = _cfirst(dy, p.work_dtype, p.groups)                    # (G, Kg, N, *o)
         xp = _cfirst(x, p.work_dtype, p.groups)                     # (G, Cg, N, *sp)
         acc = np.zeros((p.groups, p.w_dims[0] // p.groups) + p.w_dims[1:], p.work_dtype)
+        per_image = yp[:, :, 0].nbytes + xp[:, :, 0].nbytes
         for tap, o_sl, i_sl in _tap_windows(p):
-            ywin = np.ascontiguousarray(yp[_ALL + o_sl])
-            xwin = np.ascontiguousarray(xp[_ALL + i_sl])
-            acc[(Ellipsis,) + tap] = np.matmul(
-                ywin.reshape(ywin.shape[:2] + (-1,)),
-                np.swapaxes(xwin.reshape(xwin.shape[:2] + (-1,)), 1, 2))
+            for nb in _batch_chunks(p.x_dims[0], per_image):
+                ywin = np.ascontiguousarray(yp[(slice(None), slice(None), nb) + o_sl])
+                xwin = np.ascontiguousarray(xp[(slice(None), slice(None), nb) + i_sl])
+                acc[(Ellipsis,) + tap] += np.matmul(
+                    ywin.reshape(ywin.shape[:2] + (-1,)),
+                    np.swapaxes(xwin.reshape(xwin.shape[:2] + (-1,)), 1, 2))
         _store_weights(dw, acc)
 
 
