@@ -459,19 +459,9 @@ class Graph:
         GraphError
             As ``conv_fprop``, and dy's dims inconsistent with ``dx_dims`` and w.
         """
-        name = self._node_name("conv_dgrad", name)
-        where = _where("conv_dgrad", name)
-        dy = self._own(where, "dy", dy)
-        w = self._own(where, "w", w)
-        _check_rank(where, "dy", dy)
-        if dx_dims is None:
-            raise GraphError(f"{where}: dx_dims is required", code="ATTRIBUTE_NOT_SET")
-        dx_dims = as_int_tuple(dx_dims, where=where, what="dx_dims")
-        attrs = _conv_attrs(where, len(dy.dims) - 2, padding, pre_padding, post_padding,
-                            stride, dilation, mode)
-        node = self._add("conv_dgrad", name, {"dy": dy, "w": w}, attrs,
-                         self._compute_type(where, compute_data_type), {"dx": dx_dims})
-        return node.outputs["dx"]
+        return self._conv_backward("conv_dgrad", name, dy, ("w", w), ("dx", dx_dims),
+                                   (padding, pre_padding, post_padding, stride, dilation, mode),
+                                   compute_data_type)
 
     def conv_wgrad(self, dy, x, *, dw_dims, padding=None, pre_padding=None,
                    post_padding=None, stride=None, dilation=None,
@@ -500,19 +490,25 @@ class Graph:
         GraphError
             As ``conv_fprop``, and dy's dims inconsistent with x and ``dw_dims``.
         """
-        name = self._node_name("conv_wgrad", name)
-        where = _where("conv_wgrad", name)
+        return self._conv_backward("conv_wgrad", name, dy, ("x", x), ("dw", dw_dims),
+                                   (padding, pre_padding, post_padding, stride, dilation, mode),
+                                   compute_data_type)
+
+    def _conv_backward(self, kind, name, dy, other, out, conv, compute_data_type):
+        """conv_dgrad / conv_wgrad: ``other`` = (slot, tensor), ``out`` = (slot, dims)."""
+        name = self._node_name(kind, name)
+        where = _where(kind, name)
         dy = self._own(where, "dy", dy)
-        x = self._own(where, "x", x)
+        slot, tensor = other[0], self._own(where, other[0], other[1])
         _check_rank(where, "dy", dy)
-        if dw_dims is None:
-            raise GraphError(f"{where}: dw_dims is required", code="ATTRIBUTE_NOT_SET")
-        dw_dims = as_int_tuple(dw_dims, where=where, what="dw_dims")
-        attrs = _conv_attrs(where, len(dy.dims) - 2, padding, pre_padding, post_padding,
-                            stride, dilation, mode)
-        node = self._add("conv_wgrad", name, {"dy": dy, "x": x}, attrs,
-                         self._compute_type(where, compute_data_type), {"dw": dw_dims})
-        return node.outputs["dw"]
+        out_slot, out_dims = out
+        if out_dims is None:
+            raise GraphError(f"{where}: {out_slot}_dims is required", code="ATTRIBUTE_NOT_SET")
+        out_dims = as_int_tuple(out_dims, where=where, what=f"{out_slot}_dims")
+        attrs = _conv_attrs(where, len(dy.dims) - 2, *conv)
+        node = self._add(kind, name, {"dy": dy, slot: tensor}, attrs,
+                         self._compute_type(where, compute_data_type), {out_slot: out_dims})
+        return node.outputs[out_slot]
 
     def pointwise(self, in0, in1=None, *, mode, relu_lower_clip=None, relu_upper_clip=None,
                   compute_data_type=None, name=None) -> TensorAttributes:
