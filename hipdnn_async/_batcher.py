@@ -86,17 +86,6 @@ def _graph_batch(graph) -> int:
     return int(first.dims[0])
 
 
-def _alloc(t, *, zero: bool) -> np.ndarray:
-    """A logical-order (N, C, [D,] H, W) array with exactly the tensor's element strides."""
-    dtype = np.dtype(numpy_dtype(t.data_type))
-    dims = tuple(int(d) for d in t.dims)
-    strides = tuple(int(s) for s in t.strides)
-    extent = 1 + sum((d - 1) * s for d, s in zip(dims, strides))
-    flat = np.zeros(extent, dtype) if zero else np.empty(extent, dtype)
-    return np.ndarray(dims, dtype, buffer=flat,
-                      strides=tuple(s * dtype.itemsize for s in strides))
-
-
 def _resolve_buckets(buckets, max_batch_size: int) -> tuple[int, ...]:
     """The batch sizes plans are built for, increasing; the last is >= max_batch_size."""
     if isinstance(buckets, str):
@@ -364,10 +353,17 @@ class DynamicBatcher:
             if arr.shape != tuple(t.dims):
                 raise VariantPackError(f"DynamicBatcher: constant {name!r} needs shape "
                                        f"{tuple(t.dims)}; got {arr.shape}")
-            buf = _alloc(t, zero=False)
+            buf = self._alloc(t, zero=False)
             buf[...] = arr
             buf.flags.writeable = False
             self._constants[name] = buf
+
+    def _alloc(self, t, *, zero: bool) -> np.ndarray:
+        """A buffer of the device with the tensor's dims and strides (logical view)."""
+        view = self._device.empty(t.dims, t.data_type, strides=t.strides).view
+        if zero:
+            view[...] = 0
+        return view
 
     # ------------------------------------------------------------------ lifetime
 
@@ -653,7 +649,7 @@ class DynamicBatcher:
                 bucket = await self._get_bucket(size)
                 pack, outs = {}, {}
                 for name in self.inputs:
-                    buf = _alloc(bucket.tensors[name], zero=rows < size)
+                    buf = self._alloc(bucket.tensors[name], zero=rows < size)
                     lo = 0
                     for req in batch:
                         buf[lo:lo + req.n] = req.arrays[name]
@@ -662,7 +658,7 @@ class DynamicBatcher:
                 for name, buf in self._constants.items():
                     pack[bucket.keys[name]] = buf
                 for name in self._all_outputs:
-                    outs[name] = _alloc(bucket.tensors[name], zero=False)
+                    outs[name] = self._alloc(bucket.tensors[name], zero=False)
                     pack[bucket.keys[name]] = outs[name]
                 t0 = time.perf_counter()
                 await bucket.plan.execute(pack)

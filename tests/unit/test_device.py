@@ -145,9 +145,9 @@ def test_workspace_argument_checked(dev):
     g, x, w, y = conv_graph()
     plan = dev.build_sync(g)
     vp = {x: rand(x.dims), w: rand(w.dims), y: np.zeros(y.dims, np.float32)}
-    if plan.workspace_size:
-        with pytest.raises(hd.VariantPackError, match="workspace"):
-            plan.execute_sync(vp, workspace=np.empty(plan.workspace_size - 1, np.uint8))
+    assert plan.workspace_size > 0  # im2col_gemm for a 3x3 conv: the checks below run
+    with pytest.raises(hd.VariantPackError, match="workspace"):
+        plan.execute_sync(vp, workspace=np.empty(plan.workspace_size - 1, np.uint8))
     plan.execute_sync(vp, workspace=np.empty(plan.workspace_size, np.uint8))
 
 
@@ -270,13 +270,13 @@ def test_bad_arguments_raise_library_errors(dev):
         dev.empty((2, -3, 4, 5), "float32")
     with pytest.raises(hd.DeviceError, match="cannot allocate"):
         dev.empty((2 ** 40, 3, 4, 5), "float32")
-    if plan.workspace_size:
-        ro = np.empty(plan.workspace_size, np.uint8)
-        ro.flags.writeable = False
-        with pytest.raises(hd.VariantPackError, match="writable"):
-            plan.execute_sync(vp, workspace=ro)
-        with pytest.raises(hd.VariantPackError, match="got int"):
-            plan.execute_sync(vp, workspace=12345)
+    assert plan.workspace_size > 0  # im2col_gemm for a 3x3 conv: the checks below run
+    ro = np.empty(plan.workspace_size, np.uint8)
+    ro.flags.writeable = False
+    with pytest.raises(hd.VariantPackError, match="writable"):
+        plan.execute_sync(vp, workspace=ro)
+    with pytest.raises(hd.VariantPackError, match="got int"):
+        plan.execute_sync(vp, workspace=12345)
     closed = hd.Device("cpu")
     closed.close()
     with pytest.raises(hd.DeviceError, match="closed"):

@@ -11,7 +11,6 @@ import platform
 import time
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from ... import _knobs, _perfdb
 from ..._errors import DeviceError, KnobError, NotSupportedError
@@ -147,12 +146,10 @@ class CpuProvider(Provider):
 
 
 def _scratch(tensor) -> np.ndarray:
-    """A fresh buffer with the tensor's dims and strides (for timing runs)."""
-    dims, strides = tuple(tensor.dims), tuple(tensor.strides)
-    dtype = numpy_dtype(tensor.data_type)
-    extent = 1 + sum((d - 1) * s for d, s in zip(dims, strides)) if all(dims) else 0
-    flat = np.random.default_rng(0).uniform(-1, 1, max(extent, 1)).astype(dtype)
-    return as_strided(flat, dims, tuple(s * dtype.itemsize for s in strides))
+    """A buffer with the tensor's dims and strides, filled with U(-1, 1) (for timing runs)."""
+    arr = DeviceArray(tensor.dims, numpy_dtype(tensor.data_type), tensor.strides)
+    arr.view[...] = np.random.default_rng(0).uniform(-1, 1, arr.dims)
+    return arr.view
 
 
 def _benchmark(match, problem, algorithms):
