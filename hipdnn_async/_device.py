@@ -139,6 +139,12 @@ class Device:
     def __repr__(self) -> str:
         return f"Device({self.spec!r}, streams={len(self._pool.streams)})"
 
+    @property
+    def is_host(self) -> bool:
+        """True for the CPU device, whose arrays are host memory (NumPy arrays bind
+        directly); False for a GPU device (stage with ``await dev.asarray(...)``)."""
+        return self.spec == "cpu"
+
     # -- queues --------------------------------------------------------------------------
     @property
     def streams(self):
