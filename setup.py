@@ -11,6 +11,9 @@ _NUMPY = dict(
 
 EXTENSIONS = [
     Extension("hipdnn_async.providers.cpu._kernels", ["src_pyx/_cpu_kernels.pyx"], **_NUMPY),
+    # GPU bindings: dlopen at run time, so they build without CUDA installed.
+    Extension("hipdnn_async.runtime._gpu", ["src_pyx/_gpu.pyx"], libraries=["dl"]),
+    Extension("hipdnn_async.runtime._cudnn", ["src_pyx/_cudnn.pyx"], libraries=["dl"]),
 ]
 
 setup(

@@ -94,7 +94,8 @@ class Device:
                  max_inflight: int | None = None, perfdb=None):
         kind, index = parse_spec(spec)
         self.provider = provider_for(kind, index)
-        self.spec = "cpu" if kind == "cpu" else f"{kind}:{index}"
+        # "gpu:N" resolves to the runtime that serves it ("cuda:N")
+        self.spec = "cpu" if kind == "cpu" else getattr(self.provider, "spec", f"{kind}:{index}")
         if isinstance(perfdb, (str, os.PathLike)):
             perfdb = _perfdb.PerfDb(os.fspath(perfdb))
         elif perfdb is not None and not isinstance(perfdb, _perfdb.PerfDb):
@@ -106,7 +107,8 @@ class Device:
                 raise DeviceError(f"Device('{spec}'): {what} = {value!r}; need an int >= 1",
                                   code="INVALID_VALUE")
         try:
-            self._pool = StreamPool(self.spec, n_streams=streams, max_inflight=max_inflight)
+            self._pool = StreamPool(self.spec, n_streams=streams, max_inflight=max_inflight,
+                                    backend_factory=_backend_factory(self.provider))
         except RuntimeError as exc:  # e.g. "can't start new thread"
             raise DeviceError(f"Device('{spec}'): cannot start {streams} streams: {exc}") from None
         self._tune_lock = threading.Lock()  # timings of concurrent tunings would skew each other
@@ -204,7 +206,10 @@ class Device:
         """Copy a NumPy array (logical shape) to a new device array."""
         array = np.asarray(array)
         out = self.empty(array.shape, array.dtype, layout=layout)
-        out.copy_from(array)
+        if out.nbytes >= (1 << 22) and not self.is_host:  # large uploads leave the loop free
+            await anyio.to_thread.run_sync(out.copy_from, array)
+        else:
+            out.copy_from(array)
         return out
 
     # -- plans ---------------------------------------------------------------------------
@@ -266,6 +271,15 @@ class Device:
             s = self._plan_stats[pattern]
             s["executions"] += 1
             s["exec_ms"] += ms
+
+
+def _backend_factory(provider):
+    """Stream backends for a provider's device: GPU streams where it has a GPU context."""
+    context = getattr(provider, "context", None)
+    if context is None:
+        return None
+    from .queues._gpu_backend import GpuStreamBackend
+    return lambda name: GpuStreamBackend(name, context)
 
 
 def _pick_engine(offered: list[Engine], engine, match) -> Engine:

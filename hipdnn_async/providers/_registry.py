@@ -27,13 +27,27 @@ def parse_spec(spec: str) -> tuple[str, int]:
 
 
 def _gpu_runtimes() -> list[str]:
-    """GPU runtimes whose provider loads here ('cuda', 'hip'); none are built in yet."""
-    return []
+    """GPU runtimes whose provider loads here: 'cuda' when the CUDA runtime, a GPU and
+    cuDNN 9 are found (``runtime.load_cuda``). HIP/MIOpen is not built in."""
+    from ..runtime import load_cuda
+    return ["cuda"] if load_cuda()["ok"] else []
+
+
+def _device_count(runtime: str) -> int:
+    from ..runtime import load_cuda
+    return load_cuda()["device_count"] if runtime == "cuda" else 0
 
 
 def available_devices() -> list[str]:
-    """Device specs usable on this machine, CPU first."""
-    return ["cpu"] + [f"{rt}:0" for rt in _gpu_runtimes()]
+    """Device specs usable on this machine, CPU first (every GPU of each runtime)."""
+    return ["cpu"] + [f"{rt}:{i}" for rt in _gpu_runtimes() for i in range(_device_count(rt))]
+
+
+def gpu_unavailable_reason() -> str:
+    """Why no CUDA device is usable here ('' when one is)."""
+    from ..runtime import load_cuda
+    state = load_cuda()
+    return "" if state["ok"] else state["reason"]
 
 
 def provider_for(kind: str, index: int) -> Provider:
@@ -55,5 +69,8 @@ def provider_for(kind: str, index: int) -> Provider:
     if not wanted:
         raise DeviceError(
             f"Device: no {'GPU' if kind == 'gpu' else kind.upper()} runtime found for '{kind}:{index}'; "
-            f"devices present: {available_devices()}")
-    raise DeviceError(f"Device: the {wanted[0]} provider is not available in this build")
+            f"devices present: {available_devices()}"
+            + (f" ({gpu_unavailable_reason()})" if kind in ("gpu", "cuda") else
+               " (the HIP/MIOpen provider is not built into this release)"))
+    from .cudnn import CudnnProvider
+    return CudnnProvider(index)

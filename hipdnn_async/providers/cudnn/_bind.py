@@ -1,0 +1,147 @@
+"""Variant-pack buffers on a CUDA device: check a buffer against a tensor, return its pointer.
+
+Accepted: ``GpuArray`` of the same device, any object with ``__cuda_array_interface__``
+(CuPy arrays, PyTorch CUDA tensors, Numba arrays), and int device pointers. The layout
+rules are the CPU's (``providers/cpu/_bind.py``): logical dims with the tensor's element
+strides, or a C-contiguous array whose shape is the dims in memory order. Pointers are
+checked with ``cudaPointerGetAttributes`` so that a host address never reaches a kernel
+(which would poison the CUDA context for the whole process).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..._errors import VariantPackError
+from ..._types import numpy_dtype
+from ...graph._tensor import packed_strides, stride_order
+from ...runtime import GpuArray, _gpu
+
+__all__ = ["make_binder", "bind_workspace"]
+
+
+def _strides_match(dims, want, got) -> bool:
+    return all(d <= 1 or w == g for d, w, g in zip(dims, want, got))
+
+
+def _check_pointer(ptr: int, device: int, label: str) -> int:
+    if not isinstance(ptr, int) or not 0 < ptr < 2 ** 64:
+        raise VariantPackError(f"{label}: pointer {ptr!r} is not a valid device address")
+    owner = _gpu.pointer_device(ptr)
+    if owner == -1:
+        raise VariantPackError(
+            f"{label}: address {ptr:#x} is not device memory of cuda:{device} (a host "
+            "pointer?); copy host data with `await dev.asarray(array)`")
+    if owner >= 0 and owner != device:
+        raise VariantPackError(f"{label}: address {ptr:#x} belongs to cuda:{owner}; this plan "
+                               f"runs on cuda:{device}")
+    return ptr
+
+
+def _layout_error(tensor, shape, strides, label) -> str | None:
+    """None when (shape, element strides) fits the tensor, else the message."""
+    dims, want = tuple(tensor.dims), tuple(tensor.strides)
+    if shape == dims and (strides is None or _strides_match(dims, want, strides)):
+        if strides is None and not _strides_match(dims, want, packed_strides(dims, tuple(range(len(dims))))):
+            return (f"{label} needs strides {want} in elements; got a C-contiguous array of "
+                    f"shape {shape}")
+        return None
+    order = stride_order(dims, want)
+    physical = tuple(dims[a] for a in order)
+    contiguous = strides is None or _strides_match(shape, packed_strides(shape, tuple(range(len(shape)))), strides)
+    if shape == physical and contiguous and _strides_match(dims, want, packed_strides(dims, order)):
+        return None
+    got = "C-contiguous" if strides is None else f"strides {strides}"
+    return (f"{label} needs logical shape {dims} with strides {want} in elements, or a "
+            f"C-contiguous array of shape {physical} (memory order); got shape {shape}, {got}")
+
+
+def _from_cai(buf, tensor, label: str, want_dtype, device: int, output: bool) -> int:
+    cai = buf.__cuda_array_interface__
+    shape = tuple(int(s) for s in cai["shape"])
+    typestr = cai["typestr"]
+    try:
+        dtype = np.dtype(typestr)
+    except TypeError:
+        dtype = None
+    bf16_raw = want_dtype.name == "bfloat16" and typestr in ("<V2", "|V2")
+    if dtype != want_dtype and not bf16_raw:
+        raise VariantPackError(f"{label} needs dtype {want_dtype.name} ({tensor.data_type.name});"
+                               f" got typestr {typestr!r} ({type(buf).__name__})")
+    ptr, readonly = cai["data"]
+    if output and readonly:
+        raise VariantPackError(f"{label} is an output, but the buffer is read-only")
+    item = want_dtype.itemsize
+    strides = cai.get("strides")
+    if strides is not None:
+        if any(s % item for s in strides):
+            raise VariantPackError(f"{label}: byte strides {tuple(strides)} are not multiples "
+                                   f"of the element size {item}")
+        strides = tuple(s // item for s in strides)
+    err = _layout_error(tensor, shape, strides, label)
+    if err:
+        raise VariantPackError(err)
+    if 0 in shape:
+        return 0
+    return _check_pointer(int(ptr), device, label)
+
+
+def make_binder(tensor, *, output: bool, device: int, spec: str):
+    """Return ``bind(buffer) -> int device pointer`` for one tensor of a built plan.
+
+    Raises (from ``bind``)
+    ----------------------
+    VariantPackError
+        A host array, a buffer of another device, wrong dtype, shape or strides, a
+        read-only output.
+    """
+    want_dtype = numpy_dtype(tensor.data_type)
+    dims, strides = tuple(tensor.dims), tuple(tensor.strides)
+    label = f"execute: tensor '{tensor.name}' (uid {tensor.uid})"
+
+    def bind(buf):
+        if type(buf) is GpuArray:
+            if buf.dims == dims and buf.dtype == want_dtype and _strides_match(dims, strides, buf.strides):
+                if buf.device != spec:
+                    raise VariantPackError(f"{label}: the array lives on '{buf.device}'; this "
+                                           f"plan runs on '{spec}'")
+                return buf.ptr
+            if buf.dtype != want_dtype:
+                raise VariantPackError(f"{label} needs dtype {want_dtype.name} "
+                                       f"({tensor.data_type.name}); got {buf.dtype.name}")
+            err = _layout_error(tensor, buf.dims, buf.strides, label)
+            if err:
+                raise VariantPackError(err)
+            return buf.ptr
+        if isinstance(buf, np.ndarray) or hasattr(buf, "__array_interface__"):
+            raise VariantPackError(
+                f"{label}: got a host {type(buf).__name__}; '{spec}' takes device memory: "
+                "copy it with `await dev.asarray(array)` (or pass a CuPy array / CUDA tensor)")
+        if hasattr(buf, "__cuda_array_interface__"):
+            return _from_cai(buf, tensor, label, want_dtype, device, output)
+        if isinstance(buf, int) and not isinstance(buf, bool):
+            return _check_pointer(buf, device, label)
+        raise VariantPackError(
+            f"{label}: '{spec}' takes GpuArrays, objects with __cuda_array_interface__ or int "
+            f"device pointers; got {type(buf).__name__}")
+
+    return bind
+
+
+def bind_workspace(nbytes: int, given, *, where: str, device: int):
+    """The workspace pointer for one execution: ``given`` checked, or None (the stream's
+    own workspace is used)."""
+    if given is None or not nbytes:
+        return None
+    if isinstance(given, GpuArray):
+        size, ptr = given.nbytes, given.ptr
+    elif hasattr(given, "__cuda_array_interface__"):
+        cai = given.__cuda_array_interface__
+        size = int(np.prod(cai["shape"])) * np.dtype(cai["typestr"]).itemsize
+        ptr = int(cai["data"][0])
+    else:
+        raise VariantPackError(f"{where}: workspace must be device memory (a GpuArray or an "
+                               f"object with __cuda_array_interface__) of >= {nbytes} bytes; "
+                               f"got {type(given).__name__}")
+    if size < nbytes:
+        raise VariantPackError(f"{where}: workspace of {size} bytes given; it needs {nbytes}")
+    return _check_pointer(ptr, device, where)

@@ -1,0 +1,138 @@
+"""Convolution problems in cuDNN terms: descriptors, algorithm lists, benchmarking.
+
+A ``ConvSetup`` holds the descriptors of one convolution pattern and which variant-pack
+roles feed which C-API slot. Directions follow the C API: forward (x, w -> y), backward
+data = dgrad (w, dy -> dx), backward filter = wgrad (x, dy -> dw).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..._errors import NotSupportedError
+from ..._types import DataType
+from ...patterns import Pattern
+from ...runtime import _cudnn
+
+__all__ = ["ConvSetup", "ALGO_NAMES", "conv_setup", "tensor_descriptor", "CUDNN_DTYPE"]
+
+CUDNN_DTYPE = {DataType.FLOAT: _cudnn.DATA_FLOAT, DataType.HALF: _cudnn.DATA_HALF,
+               DataType.BFLOAT16: _cudnn.DATA_BFLOAT16}
+
+# cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t (cudnn_cnn.h, cuDNN 9.28)
+ALGO_NAMES = (
+    ("IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT", "FFT", "FFT_TILING",
+     "WINOGRAD", "WINOGRAD_NONFUSED"),
+    ("ALGO_0", "ALGO_1", "FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"),
+    ("ALGO_0", "ALGO_1", "FFT", "ALGO_3", "WINOGRAD", "WINOGRAD_NONFUSED", "FFT_TILING"),
+)
+_DIRECTION = {Pattern.CONV_FPROP: 0, Pattern.CONV_FPROP_BIAS_RELU: 0, Pattern.CONV_DGRAD: 1,
+              Pattern.CONV_WGRAD: 2}
+# (a, b, c) roles in the C API's argument order, per direction
+_ROLES = (("x", "w", "y"), ("w", "dy", "dx"), ("x", "dy", "dw"))
+_FILTER_ROLE = ("w", "w", "dw")
+
+
+def data_type_code(tensor, where: str) -> int:
+    code = CUDNN_DTYPE.get(tensor.data_type)
+    if code is None:
+        raise NotSupportedError(f"{where}: tensor '{tensor.name}' has data type "
+                                f"{tensor.data_type.name}; cuDNN plans take FLOAT, HALF or BFLOAT16")
+    return code
+
+
+def tensor_descriptor(tensor, where: str, dims=None, strides=None):
+    """A cudnnTensorDescriptor with the tensor's dims and element strides."""
+    return _cudnn.TensorDescriptor(data_type_code(tensor, where),
+                                   tuple(tensor.dims if dims is None else dims),
+                                   tuple(tensor.strides if strides is None else strides))
+
+
+def _filter_descriptor(tensor, where: str):
+    dims, strides = tuple(tensor.dims), tuple(tensor.strides)
+    n = len(dims)
+    kcrs = [1] * n
+    for i in range(n - 2, -1, -1):
+        kcrs[i] = kcrs[i + 1] * dims[i + 1]
+    order = (0,) + tuple(range(2, n)) + (1,)           # K, [T,] R, S, C
+    krsc = [1] * n
+    acc = 1
+    for axis in reversed(order):
+        krsc[axis] = acc
+        acc *= dims[axis]
+
+    def same(want):
+        return all(d <= 1 or s == w for d, s, w in zip(dims, strides, want))
+
+    if same(kcrs):
+        fmt = _cudnn.FORMAT_NCHW
+    elif same(krsc):
+        fmt = _cudnn.FORMAT_NHWC
+    else:
+        raise NotSupportedError(
+            f"{where}: filter tensor '{tensor.name}' has strides {strides}; cuDNN filters must "
+            f"be packed KCRS {tuple(kcrs)} or KRSC {tuple(krsc)}")
+    return _cudnn.FilterDescriptor(data_type_code(tensor, where), fmt, dims), fmt
+
+
+@dataclass
+class ConvSetup:
+    """Descriptors and roles of one convolution pattern."""
+
+    direction: int
+    roles: tuple            # (a, b, c) variant-pack roles
+    descs: tuple            # (a, b, c) descriptors, C-API order
+    conv: object            # ConvolutionDescriptor
+    math_type: int
+    float_io: bool
+
+    def algorithms(self, handle: int, limit: int | None = None) -> list[tuple]:
+        """Applicable heuristic entries (algo, time, memory), best first, with this
+        setup's math type; ``limit`` drops entries needing more workspace."""
+        a, b, c = (d.ptr for d in self.descs)
+        found = []
+        for algo, status, t, memory, _det, math in _cudnn.get_algorithms(
+                self.direction, handle, a, b, self.conv.ptr, c):
+            if status != 0 or not self.math_ok(math):
+                continue
+            try:  # the size under our math type (the list's may differ)
+                memory = _cudnn.workspace_size(self.direction, handle, a, b, self.conv.ptr, c, algo)
+            except _cudnn.CudnnError:
+                continue
+            if limit is None or memory <= limit:
+                if all(algo != f[0] for f in found):
+                    found.append((algo, t, memory))
+        return found
+
+    def math_ok(self, math: int) -> bool:
+        # FLOAT I/O runs strict fp32 (no TF32): keep entries that do not need tensor ops.
+        return not self.float_io or math in (_cudnn.DEFAULT_MATH, _cudnn.FMA_MATH)
+
+    def name(self, algo: int) -> str:
+        names = ALGO_NAMES[self.direction]
+        return names[algo] if 0 <= algo < len(names) else f"ALGO_{algo}"
+
+    def algo_of(self, name: str) -> int | None:
+        names = ALGO_NAMES[self.direction]
+        return names.index(name) if name in names else None
+
+
+def conv_setup(match, where: str) -> ConvSetup:
+    """Descriptors for a convolution pattern; NotSupportedError for what cuDNN lacks."""
+    t, conv = match.tensors, match.params["conv"]
+    direction = _DIRECTION[match.pattern]
+    if tuple(conv.pre_padding) != tuple(conv.post_padding):
+        raise NotSupportedError(f"{where}: cuDNN convolutions take symmetric padding; got "
+                                f"pre {tuple(conv.pre_padding)}, post {tuple(conv.post_padding)}")
+    io = t[_ROLES[direction][2]]
+    float_io = io.data_type == DataType.FLOAT
+    math = _cudnn.FMA_MATH if float_io else _cudnn.TENSOR_OP_MATH
+    cdesc = _cudnn.ConvolutionDescriptor(tuple(conv.pre_padding), tuple(conv.stride),
+                                         tuple(conv.dilation), int(conv.groups),
+                                         _cudnn.DATA_FLOAT, math)
+    descs = []
+    for role in _ROLES[direction]:
+        if role == _FILTER_ROLE[direction]:
+            descs.append(_filter_descriptor(t[role], where)[0])
+        else:
+            descs.append(tensor_descriptor(t[role], where))
+    return ConvSetup(direction, _ROLES[direction], tuple(descs), cdesc, math, float_io)

@@ -1,0 +1,212 @@
+"""cuDNN plans: one class per pattern family, each enqueuing legacy cuDNN calls.
+
+``run`` executes on the launching thread of a GPU stream (``runtime.current_launch()``):
+it only enqueues work on that stream and returns. Buffers are device pointers (ints);
+``workspace`` is a user-given pointer or None (the stream's own workspace is used).
+
+How the patterns map (shared/reference/vendor-c-apis.md s.2.3-2.5):
+
+- conv fprop / dgrad / wgrad: ``cudnnConvolution{Forward,BackwardData,BackwardFilter}``.
+- conv + bias + ReLU: ``cudnnConvolutionBiasActivationForward`` (RELU; a zero bias when the
+  graph has none). An upper clip runs the fused call with IDENTITY (algorithm
+  IMPLICIT_PRECOMP_GEMM, as documented) and then ``cudnnActivationForward(CLIPPED_RELU)``,
+  since the fused call refuses CLIPPED_RELU.
+- batchnorm inference: ``cudnnBatchNormalizationForwardInference`` (SPATIAL).
+- batchnorm training (+ ReLU): ``cudnnBatchNormalizationForwardTraining``, then an in-place
+  ``cudnnActivationForward`` (the fused Ex form needs NHWC + SPATIAL_PERSISTENT). cuDNN
+  updates running statistics in place, so prev is first copied into next.
+- batchnorm backward: ``cudnnBatchNormalizationBackward`` with the saved statistics.
+- batchnorm inference + DReLU + batchnorm backward: cuDNN has no legacy call that recomputes
+  from x, so: k = scale * inv_variance (``OpTensor`` MUL on C values); z = BN inference of x
+  with scale k, bias, mean and variance 1, epsilon 0, which is exactly
+  k * (x - mean) + bias; dz = ``cudnnActivationBackward``(RELU, z, dy); then batchnorm
+  backward of dz. z, dz and k live in the plan's workspace.
+"""
+from __future__ import annotations
+
+from ..._errors import ExecutionError
+from ...runtime import _cudnn, _gpu, current_launch
+from .._base import ProviderPlan
+
+__all__ = ["ConvPlan", "ConvBiasReluPlan", "BnInferencePlan", "BnTrainingPlan",
+           "BnBackwardPlan", "BnInferenceDreluBackwardPlan", "handle_for_launch"]
+
+_ALIGN = 256
+
+
+def _align(n: int) -> int:
+    return (n + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+class _Handle:
+    """A cuDNN handle bound to one GPU stream (a per-stream launch resource)."""
+
+    def __init__(self, stream: int):
+        self.ptr = _cudnn.create()
+        _cudnn.set_stream(self.ptr, stream)
+
+    def close(self) -> None:
+        if self.ptr:
+            _cudnn.destroy(self.ptr)
+            self.ptr = 0
+
+
+def handle_for_launch():
+    """(launch context, cuDNN handle of its stream); ExecutionError off a GPU stream."""
+    lc = current_launch()
+    if lc is None:
+        raise ExecutionError("cuDNN plans run on a GPU stream of their device "
+                             "(plan.execute / submit), not on the calling thread")
+    h = lc.resources.get("cudnn")
+    if h is None:
+        h = lc.resources["cudnn"] = _Handle(lc.stream)
+    return lc, h.ptr
+
+
+def _workspace(lc, given, nbytes: int) -> int:
+    if not nbytes:
+        return 0
+    return given if given is not None else lc.workspace(nbytes)
+
+
+class ConvPlan(ProviderPlan):
+    """A single convolution with a chosen algorithm."""
+
+    def __init__(self, setup, algo: int, workspace_size: int):
+        self.setup = setup
+        self.algo = algo
+        self.algorithm = setup.name(algo)
+        self.workspace_size = workspace_size
+
+    def run(self, buffers, workspace) -> None:
+        lc, h = handle_for_launch()
+        s = self.setup
+        a, b, c = s.roles
+        ad, bd, cd = s.descs
+        ws = _workspace(lc, workspace, self.workspace_size)
+        _cudnn.convolution(s.direction, h, ad.ptr, buffers[a], bd.ptr, buffers[b], s.conv.ptr,
+                           self.algo, ws, self.workspace_size, cd.ptr, buffers[c])
+
+
+class ConvBiasReluPlan(ConvPlan):
+    """conv + bias + ReLU (optionally clipped above) through the fused call."""
+
+    def __init__(self, setup, algo, workspace_size, bias_desc, zero_bias, upper_clip):
+        super().__init__(setup, algo, workspace_size)
+        self.bias_desc = bias_desc
+        self.zero_bias = zero_bias          # GpuArray kept alive by the plan, or None
+        self.upper_clip = upper_clip
+        if upper_clip is None:
+            self.act = _cudnn.ActivationDescriptor(_cudnn.ACTIVATION_RELU)
+            self.clip = None
+        else:
+            self.act = _cudnn.ActivationDescriptor(_cudnn.ACTIVATION_IDENTITY)
+            self.clip = _cudnn.ActivationDescriptor(_cudnn.ACTIVATION_CLIPPED_RELU, upper_clip)
+
+    def run(self, buffers, workspace) -> None:
+        lc, h = handle_for_launch()
+        s = self.setup
+        xd, wd, yd = s.descs
+        bias = buffers["bias"] if "bias" in buffers else self.zero_bias.ptr
+        ws = _workspace(lc, workspace, self.workspace_size)
+        _cudnn.convolution_bias_activation_forward(
+            h, xd.ptr, buffers["x"], wd.ptr, buffers["w"], s.conv.ptr, self.algo, ws,
+            self.workspace_size, self.bias_desc.ptr, bias, self.act.ptr, yd.ptr, buffers["y"])
+        if self.clip is not None:
+            _cudnn.activation_forward(h, self.clip.ptr, yd.ptr, buffers["y"], yd.ptr, buffers["y"])
+
+
+class _BnPlan(ProviderPlan):
+    def __init__(self, descs: dict, params: dict):
+        self.d = descs          # role -> TensorDescriptor; "bn" the per-channel one
+        self.p = params
+
+
+class BnInferencePlan(_BnPlan):
+    def run(self, b, workspace) -> None:
+        _, h = handle_for_launch()
+        d = self.d
+        _cudnn.batchnorm_forward_inference(h, d["x"].ptr, b["x"], d["y"].ptr, b["y"], d["bn"].ptr,
+                                           b["scale"], b["bias"], b["mean"], b["variance"],
+                                           self.p["epsilon"])
+
+
+class BnTrainingPlan(_BnPlan):
+    """Training; statistics that are virtual in the graph go to the workspace."""
+
+    def __init__(self, descs, params, channels: int, relu_upper=None, relu=False):
+        super().__init__(descs, params)
+        self.channels = channels
+        self.stat_bytes = _align(4 * channels)
+        virtual = [r for r in ("mean", "inv_variance") if r not in params["roles"]]
+        self.workspace_size = self.stat_bytes * len(virtual)
+        self.virtual = virtual
+        self.act = None
+        if relu:
+            self.act = (_cudnn.ActivationDescriptor(_cudnn.ACTIVATION_RELU) if relu_upper is None
+                        else _cudnn.ActivationDescriptor(_cudnn.ACTIVATION_CLIPPED_RELU, relu_upper))
+
+    def run(self, b, workspace) -> None:
+        lc, h = handle_for_launch()
+        d, p = self.d, self.p
+        ws = _workspace(lc, workspace, self.workspace_size)
+        stats = {}
+        for i, role in enumerate(self.virtual):
+            stats[role] = ws + i * self.stat_bytes
+        mean = b.get("mean", stats.get("mean"))
+        inv_var = b.get("inv_variance", stats.get("inv_variance"))
+        run_mean = run_var = 0
+        if "next_running_mean" in b:
+            run_mean, run_var = b["next_running_mean"], b["next_running_variance"]
+            nbytes = 4 * self.channels
+            for src, dst in ((b["prev_running_mean"], run_mean), (b["prev_running_variance"], run_var)):
+                if src != dst:
+                    _gpu.memcpy_async(dst, src, nbytes, _gpu.MEMCPY_DEVICE_TO_DEVICE, lc.stream)
+        _cudnn.batchnorm_forward_training(
+            h, d["x"].ptr, b["x"], d["y"].ptr, b["y"], d["bn"].ptr, b["scale"], b["bias"],
+            p["momentum"] if run_mean else 0.0, run_mean, run_var, p["epsilon"], mean, inv_var)
+        if self.act is not None:
+            _cudnn.activation_forward(h, self.act.ptr, d["y"].ptr, b["y"], d["y"].ptr, b["y"])
+
+
+# cuDNN requires epsilon >= CUDNN_BN_MIN_EPSILON (0 in cuDNN 9); with saved statistics
+# given it is not used by the backward pass.
+_BWD_EPSILON = 1e-5
+
+
+class BnBackwardPlan(_BnPlan):
+    def run(self, b, workspace) -> None:
+        _, h = handle_for_launch()
+        d = self.d
+        _cudnn.batchnorm_backward(h, d["x"].ptr, b["x"], d["dy"].ptr, b["dy"], d["dx"].ptr,
+                                  b["dx"], d["bn"].ptr, b["scale"], b["dscale"], b["dbias"],
+                                  _BWD_EPSILON, b["mean"], b["inv_variance"])
+
+
+class BnInferenceDreluBackwardPlan(_BnPlan):
+    """See the module docstring: k, z, dz in the workspace; ones is a plan-owned C-vector."""
+
+    def __init__(self, descs, params, channels, x_bytes, ones, relu_upper=None):
+        super().__init__(descs, params)
+        self.ones = ones
+        self.k_bytes = _align(4 * channels)
+        self.x_bytes = _align(x_bytes)
+        self.workspace_size = self.k_bytes + 2 * self.x_bytes
+        self.mul = _cudnn.OpTensorDescriptor(_cudnn.OP_TENSOR_MUL)
+        self.act = (_cudnn.ActivationDescriptor(_cudnn.ACTIVATION_RELU) if relu_upper is None
+                    else _cudnn.ActivationDescriptor(_cudnn.ACTIVATION_CLIPPED_RELU, relu_upper))
+
+    def run(self, b, workspace) -> None:
+        lc, h = handle_for_launch()
+        d = self.d
+        ws = _workspace(lc, workspace, self.workspace_size)
+        k, z, dz = ws, ws + self.k_bytes, ws + self.k_bytes + self.x_bytes
+        bn = d["bn"].ptr
+        _cudnn.op_tensor(h, self.mul.ptr, 1.0, bn, b["scale"], 1.0, bn, b["inv_variance"], bn, k)
+        _cudnn.batchnorm_forward_inference(h, d["x"].ptr, b["x"], d["z"].ptr, z, bn, k, b["bias"],
+                                           b["mean"], self.ones.ptr, 0.0)
+        _cudnn.activation_backward(h, self.act.ptr, d["z"].ptr, z, d["dy"].ptr, b["dy"],
+                                   d["z"].ptr, z, d["z"].ptr, dz)
+        _cudnn.batchnorm_backward(h, d["x"].ptr, b["x"], d["z"].ptr, dz, d["dx"].ptr, b["dx"],
+                                  bn, b["scale"], b["dscale"], b["dbias"], _BWD_EPSILON,
+                                  b["mean"], b["inv_variance"])

@@ -1,0 +1,306 @@
+"""The cuDNN provider: one engine, ``CUDNN_LEGACY_ENGINE``, over cuDNN 9's legacy API.
+
+Convolution patterns choose a cuDNN algorithm: by default the first applicable entry of
+cuDNN's heuristic list (``cudnnGetConvolution*Algorithm_v7``) that fits the workspace
+limit; with ``global.benchmarking = 1``, the fastest entry measured by
+``cudnnFindConvolution*AlgorithmEx`` on scratch buffers, remembered in the perf db.
+FLOAT convolutions use FMA math (no TF32), so results match a float32 reference;
+HALF/BFLOAT16 use tensor cores with float32 accumulation.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+
+import numpy as np
+
+from ... import _knobs, _perfdb
+from ..._errors import DeviceError, KnobError, NotSupportedError
+from ..._types import DataType, numpy_dtype
+from ...graph._tensor import packed_strides, stride_order
+from ...patterns import Pattern
+from ...runtime import GpuArray, _cudnn, _gpu, context_for, load_cuda
+from .._base import Engine, Provider, ProviderPlan, engine_id
+from . import _plans
+from ._bind import bind_workspace, make_binder
+from ._conv import conv_setup, tensor_descriptor
+
+__all__ = ["CudnnProvider", "CUDNN_ENGINE_NAME"]
+
+log = logging.getLogger("hipdnn_async")
+
+CUDNN_ENGINE_NAME = "CUDNN_LEGACY_ENGINE"
+_CONV = (Pattern.CONV_FPROP, Pattern.CONV_DGRAD, Pattern.CONV_WGRAD)
+_IMPLICIT_PRECOMP_GEMM = 1
+
+
+class CudnnProvider(Provider):
+    """Runs the nine patterns on CUDA device ``index`` through cuDNN.
+
+    Raises
+    ------
+    DeviceError
+        CUDA runtime or cuDNN 9 absent, or no device ``index``.
+    """
+
+    def __init__(self, index: int = 0):
+        state = load_cuda()
+        if not state["ok"]:
+            raise DeviceError(f"Device: cuda:{index} is unavailable: {state['reason']}")
+        if not 0 <= index < state["device_count"]:
+            raise DeviceError(f"Device: no device cuda:{index}; {state['device_count']} CUDA "
+                              f"device(s) present", code="INVALID_VALUE")
+        self.name = "cudnn"
+        self.index = index
+        self.spec = f"cuda:{index}"
+        self.context = context_for(index)
+        self._libs = state
+        self._build_lock = threading.Lock()   # the build handle serves one thread at a time
+        self._build_stream = 0
+        self._build_handle = 0
+
+    # ------------------------------------------------------------------ identity
+    def describe(self) -> dict:
+        cc = self.context.compute_capability
+        return {"device": f"{self.context.name} (sm_{cc[0]}{cc[1]})",
+                "library_versions": (f"cudnn {self._libs['cudnn'].version}; cudart "
+                                     f"{self._libs['cudart'].version}")}
+
+    def _handle(self) -> int:
+        """The build-time handle (caller holds _build_lock)."""
+        if not self._build_handle:
+            self.context.activate()
+            self._build_stream = _gpu.stream_create()
+            self._build_handle = _cudnn.create()
+            _cudnn.set_stream(self._build_handle, self._build_stream)
+        return self._build_handle
+
+    # ------------------------------------------------------------------ engines
+    def engines(self, match) -> list[Engine]:
+        where = f"{CUDNN_ENGINE_NAME} ({match.pattern.name})"
+        self._check_supported(match, where)
+        knobs = [_knobs.benchmarking_knob()]
+        if match.pattern in _CONV:
+            algos = self._conv_candidates(match, where)
+            sizes = [m for _, _, m in algos]
+            knobs.append(_knobs.workspace_limit_knob(min(sizes), max(sizes)))
+        elif match.pattern == Pattern.CONV_FPROP_BIAS_RELU:
+            self._conv_candidates(match, where)
+        notes = ("cuDNN 9 legacy API; FLOAT/HALF/BFLOAT16 I/O with FLOAT per-channel tensors; "
+                 "4-D and 5-D; packed filters; FLOAT convolutions without TF32; ReLU upper clip "
+                 "only")
+        return [Engine(engine_id(CUDNN_ENGINE_NAME), CUDNN_ENGINE_NAME, self.name,
+                       tuple(knobs), notes)]
+
+    def _check_supported(self, match, where: str) -> None:
+        p, t = match.params, match.tensors
+        lower = p.get("relu_lower_clip")
+        if lower is not None and lower != 0:
+            raise NotSupportedError(f"{where}: relu_lower_clip = {lower}; cuDNN's activations "
+                                    "clip below at 0 only (CPU engine: cpu device)")
+        for role in ("scale", "bias", "mean", "variance", "inv_variance", "dscale", "dbias",
+                     "prev_running_mean", "prev_running_variance", "next_running_mean",
+                     "next_running_variance"):
+            tensor = t.get(role)
+            if tensor is None or match.pattern == Pattern.CONV_FPROP_BIAS_RELU:
+                continue
+            if tensor.data_type != DataType.FLOAT:
+                raise NotSupportedError(f"{where}: per-channel tensor '{tensor.name}' ({role}) is "
+                                        f"{tensor.data_type.name}; cuDNN batchnorm takes FLOAT")
+            c = tensor.dims[1]
+            if c > 1 and tensor.strides[1] != 1:
+                raise NotSupportedError(f"{where}: per-channel tensor '{tensor.name}' ({role}) "
+                                        f"has channel stride {tensor.strides[1]}; cuDNN needs 1")
+        if match.pattern == Pattern.CONV_FPROP_BIAS_RELU and "bias" in t:
+            if t["bias"].data_type != t["y"].data_type:
+                raise NotSupportedError(
+                    f"{where}: bias '{t['bias'].name}' is {t['bias'].data_type.name}, y is "
+                    f"{t['y'].data_type.name}; cuDNN's fused conv+bias+ReLU takes the bias in "
+                    "y's data type")
+
+    def _conv_candidates(self, match, where: str, setup=None, limit=None):
+        setup = setup or conv_setup(match, where)
+        with self._build_lock:
+            algos = setup.algorithms(self._handle(), limit)
+        if match.pattern == Pattern.CONV_FPROP_BIAS_RELU and match.params.get("relu_upper_clip") is not None:
+            algos = [a for a in algos if a[0] == _IMPLICIT_PRECOMP_GEMM]
+        if not algos and limit is None:
+            raise NotSupportedError(f"{where}: cuDNN offers no algorithm for this convolution "
+                                    f"(layouts/dtypes {self._layouts(match)})")
+        return algos
+
+    @staticmethod
+    def _layouts(match) -> str:
+        return ", ".join(f"{r} {t.data_type.name} strides {tuple(t.strides)}"
+                         for r, t in match.tensors.items())
+
+    # ------------------------------------------------------------------ binding, memory
+    def binder(self, tensor, *, output: bool):
+        return make_binder(tensor, output=output, device=self.index, spec=self.spec)
+
+    def bind_workspace(self, nbytes: int, given, *, where: str):
+        return bind_workspace(nbytes, given, where=where, device=self.index)
+
+    def empty(self, dims, dtype, strides):
+        return GpuArray(dims, dtype, strides, self.context, self.spec)
+
+    # ------------------------------------------------------------------ build
+    def build(self, match, engine, knobs, perfdb) -> ProviderPlan:
+        where = f"{engine.name} ({match.pattern.name})"
+        self._check_supported(match, where)
+        pattern = match.pattern
+        if pattern in _CONV or pattern == Pattern.CONV_FPROP_BIAS_RELU:
+            return self._build_conv(match, engine, knobs, perfdb, where)
+        t, p = match.tensors, match.params
+        x = t["x"]
+        descs = {"bn": self._bn_descriptor(x, where)}
+        for role in ("x", "y", "dy", "dx"):
+            if role in t:
+                descs[role] = tensor_descriptor(t[role], where)
+        params = dict(p)
+        params["roles"] = frozenset(t)
+        channels = x.dims[1]
+        if pattern == Pattern.BN_INFERENCE_VARIANCE:
+            return _plans.BnInferencePlan(descs, params)
+        if pattern in (Pattern.BN_TRAINING, Pattern.BN_TRAINING_RELU):
+            if "next_running_mean" in t and p.get("momentum") is None:
+                raise NotSupportedError(f"{where}: running statistics need a momentum")
+            return _plans.BnTrainingPlan(descs, params, channels, p.get("relu_upper_clip"),
+                                         relu=pattern == Pattern.BN_TRAINING_RELU)
+        if pattern == Pattern.BN_BACKWARD:
+            return _plans.BnBackwardPlan(descs, params)
+        # BN_INFERENCE_DRELU_BACKWARD: z and dz in packed x layout in the workspace
+        order = stride_order(tuple(x.dims), tuple(x.strides))
+        descs["z"] = tensor_descriptor(x, where, strides=packed_strides(tuple(x.dims), order))
+        x_bytes = math.prod(x.dims) * numpy_dtype(x.data_type).itemsize
+        ones = GpuArray((1, channels) + (1,) * (len(x.dims) - 2), np.float32,
+                        (1,) * len(x.dims), self.context, self.spec)
+        ones.copy_from(np.ones(ones.dims, np.float32))
+        return _plans.BnInferenceDreluBackwardPlan(descs, params, channels, x_bytes, ones,
+                                                   p.get("relu_upper_clip"))
+
+    def _bn_descriptor(self, x, where):
+        dims = (1, x.dims[1]) + (1,) * (len(x.dims) - 2)
+        return _cudnn.TensorDescriptor(_cudnn.DATA_FLOAT, dims, packed_strides(dims, tuple(range(len(dims)))))
+
+    def _build_conv(self, match, engine, knobs, perfdb, where):
+        setup = conv_setup(match, where)
+        fused = match.pattern == Pattern.CONV_FPROP_BIAS_RELU
+        candidates = self._conv_candidates(match, where, setup)
+        limit = knobs.get(_knobs.WORKSPACE_SIZE_LIMIT, max(m for _, _, m in candidates))
+        fitting = [c for c in candidates if c[2] <= limit]
+        if not fitting:
+            raise KnobError(f"knob '{_knobs.WORKSPACE_SIZE_LIMIT}' = {limit} is below every "
+                            f"algorithm's workspace for engine '{engine.name}'")
+        benchmarked = hit = False
+        if knobs.get(_knobs.BENCHMARKING, 0):
+            choice, benchmarked, hit = self._tuned(match, setup, fitting, limit, perfdb, fused)
+        else:
+            choice = fitting[0]
+        algo, _, ws = choice
+        if fused:
+            plan = self._fused_plan(match, setup, fitting, choice, where)
+        else:
+            plan = _plans.ConvPlan(setup, algo, ws)
+        plan.benchmarked, plan.perfdb_hit = benchmarked, hit
+        return plan
+
+    def _fused_plan(self, match, setup, fitting, choice, where):
+        t, p = match.tensors, match.params
+        y = t["y"]
+        bias_dims = (1, y.dims[1]) + (1,) * (len(y.dims) - 2)
+        bias_strides = packed_strides(bias_dims, tuple(range(len(bias_dims))))
+        zero_bias = None
+        if "bias" in t:
+            bias_desc = tensor_descriptor(t["bias"], where)
+        else:
+            bias_desc = tensor_descriptor(y, where, dims=bias_dims, strides=bias_strides)
+            zero_bias = GpuArray(bias_dims, numpy_dtype(y.data_type), bias_strides,
+                                 self.context, self.spec)
+            zero_bias.copy_from(np.zeros(bias_dims, np.float32))
+        # The fused call refuses some (algorithm, layout) pairs that the plain one takes:
+        # try the chosen algorithm first, then the others, once, on scratch buffers.
+        order = [choice] + [c for c in fitting if c is not choice]
+        last = None
+        for algo, _, ws in order:
+            plan = _plans.ConvBiasReluPlan(setup, algo, ws, bias_desc, zero_bias,
+                                           p.get("relu_upper_clip"))
+            try:
+                self._trial(match, plan)
+                return plan
+            except _cudnn.CudnnError as exc:
+                if not exc.not_supported and exc.status != _cudnn.STATUS_BAD_PARAM:
+                    raise
+                last = exc
+        raise NotSupportedError(f"{where}: cuDNN's fused conv+bias+ReLU takes none of the "
+                                f"algorithms {[setup.name(a) for a, _, _ in order]}: {last}")
+
+    def _scratch(self, tensor):
+        dims, strides = tuple(tensor.dims), tuple(tensor.strides)
+        arr = GpuArray(dims, numpy_dtype(tensor.data_type), strides, self.context, self.spec)
+        if arr.nbytes:
+            _gpu.memset_async(arr.ptr, 0, arr.nbytes, self.context.copy_stream)
+            _gpu.stream_synchronize(self.context.copy_stream)
+        return arr
+
+    def _trial(self, match, plan):
+        """Run ``plan`` once on zero-filled scratch buffers on the build stream."""
+        from ...runtime._gpu_device import LaunchContext
+        bufs = {r: self._scratch(t) for r, t in match.tensors.items() if not t.is_virtual}
+        with self._build_lock:
+            self._handle()
+            lc = LaunchContext(self._build_stream, self.context)
+            lc.resources["cudnn"] = _BorrowedHandle(self._build_handle)
+            lc.enter()
+            try:
+                plan.run({r: a.ptr for r, a in bufs.items()}, None)
+            finally:
+                lc.exit()
+                _gpu.stream_synchronize(self._build_stream)
+                lc.release()
+
+    def _tuned(self, match, setup, fitting, limit, perfdb, fused):
+        """(choice, benchmarked, perfdb_hit): the perf db's entry, or a Find run."""
+        desc = self.describe()
+        key = _perfdb.PerfKey(provider=self.name, library_versions=desc["library_versions"],
+                              device=desc["device"], problem=match.signature,
+                              workspace_limit=int(limit))
+        record = perfdb.lookup(key)
+        by_name = {setup.name(a): (a, t, m) for a, t, m in fitting}
+        if record is not None and record.algorithm in by_name:
+            return by_name[record.algorithm], False, True
+        if record is not None:
+            log.warning("perf db entry names algorithm %r, which no longer applies within %d "
+                        "bytes; tuning again", record.algorithm, limit)
+        _perfdb.count("benchmarks_run")
+        a, b, c = (self._scratch(match.tensors[r]) for r in setup.roles)
+        ws_bytes = max(m for _, _, m in fitting)
+        ws = GpuArray((max(ws_bytes, 1),), np.uint8, (1,), self.context, self.spec)
+        ad, bd, cd = setup.descs
+        with self._build_lock:
+            results = _cudnn.find_algorithms(setup.direction, self._handle(), ad.ptr, a.ptr,
+                                             bd.ptr, b.ptr, setup.conv.ptr, cd.ptr, c.ptr,
+                                             ws.ptr, ws_bytes)
+            _gpu.stream_synchronize(self._build_stream)
+        allowed = {alg for alg, _, _ in fitting}
+        for algo, status, ms, memory, _det, mt in results:
+            if status == 0 and algo in allowed and setup.math_ok(mt):
+                choice = next(f for f in fitting if f[0] == algo)
+                break
+        else:
+            choice, ms = fitting[0], float("nan")
+        log.info("benchmark %s: %s %.4f ms", match.pattern.name, setup.name(choice[0]), ms)
+        perfdb.store(key, _perfdb.PerfRecord(algorithm=setup.name(choice[0]),
+                                             time_ms=float(ms) if ms == ms else 0.0,
+                                             workspace_bytes=int(choice[2]),
+                                             measured_at=time.time()))
+        return choice, True, False
+
+
+class _BorrowedHandle:
+    """The build handle lent to a trial launch (closing it is the provider's job)."""
+
+    def __init__(self, ptr: int):
+        self.ptr = ptr

@@ -1,0 +1,252 @@
+"""GPU device state: a context per device, device arrays, and the launch context.
+
+``GpuContext`` holds what one GPU device shares across its streams: the device ordinal,
+a copy stream for host transfers and allocation, and the set of compute streams (so that
+copies can be ordered after work already launched on them). ``GpuArray`` is device memory
+with the surface of the CPU ``DeviceArray``. ``LaunchContext`` is what a provider sees
+while its plan enqueues work: the compute stream, per-stream resources (a DNN handle),
+and a per-stream workspace that grows on demand; see ``current_launch``.
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from .._errors import DeviceError
+from . import _gpu
+
+__all__ = ["GpuContext", "GpuArray", "LaunchContext", "current_launch", "context_for"]
+
+_contexts: dict[int, "GpuContext"] = {}
+_contexts_lock = threading.Lock()
+_tls = threading.local()
+
+
+def context_for(index: int) -> "GpuContext":
+    """The process-wide context of CUDA device ``index`` (created once)."""
+    with _contexts_lock:
+        ctx = _contexts.get(index)
+        if ctx is None:
+            ctx = _contexts[index] = GpuContext(index)
+        return ctx
+
+
+def current_launch() -> "LaunchContext | None":
+    """The launch context of the stream enqueuing work on this thread, or None."""
+    return getattr(_tls, "launch", None)
+
+
+class GpuContext:
+    """Shared state of one GPU device (see the module docstring).
+
+    Parameters
+    ----------
+    index : int
+        Device ordinal of the CUDA runtime.
+    """
+
+    def __init__(self, index: int):
+        self.index = index
+        _gpu.set_device(index)
+        self.name = _gpu.device_name(index)
+        self.compute_capability = (_gpu.device_attribute(_gpu.ATTR_CC_MAJOR, index),
+                                   _gpu.device_attribute(_gpu.ATTR_CC_MINOR, index))
+        self.pooled = bool(_gpu.device_attribute(_gpu.ATTR_MEMORY_POOLS_SUPPORTED, index))
+        if self.pooled:
+            _gpu.pool_keep_memory(index)
+        # The copy stream lives as long as the process: arrays free on it when collected.
+        self.copy_stream = _gpu.stream_create()
+        self._streams: set[int] = set()
+        self._lock = threading.Lock()
+
+    def activate(self) -> None:
+        """Make this device current on the calling thread."""
+        _gpu.set_device(self.index)
+
+    def add_stream(self, stream: int) -> None:
+        with self._lock:
+            self._streams.add(stream)
+
+    def remove_stream(self, stream: int) -> None:
+        with self._lock:
+            self._streams.discard(stream)
+
+    def order_copy_stream(self) -> None:
+        """Make the copy stream wait (on the GPU) for all work launched so far on every
+        compute stream: copies then see finished results and never overwrite an array
+        that launched work still reads."""
+        with self._lock:
+            streams = tuple(self._streams)
+        for s in streams:
+            ev = _gpu.event_create(_gpu.EVENT_DISABLE_TIMING)
+            try:
+                _gpu.event_record(ev, s)
+                _gpu.stream_wait_event(self.copy_stream, ev)
+            finally:
+                _gpu.event_destroy(ev)   # released once the wait no longer needs it
+
+    def malloc(self, nbytes: int) -> int:
+        """Device memory usable from any stream at once; 0 for 0 bytes."""
+        self.activate()
+        return _gpu.malloc(nbytes, self.copy_stream, self.pooled)
+
+    def free(self, ptr: int) -> None:
+        _gpu.free(ptr, self.copy_stream, self.pooled)
+
+
+def _extent(dims, strides) -> int:
+    if any(d == 0 for d in dims):
+        return 0
+    return 1 + sum((d - 1) * s for d, s in zip(dims, strides))
+
+
+def _release(ctx: GpuContext, ptr: int) -> None:
+    try:
+        ctx.free(ptr)
+    except Exception:  # noqa: BLE001 - at interpreter exit the runtime may be gone
+        pass
+
+
+class GpuArray:
+    """An array in GPU memory, in logical dims (N, C, [D,] H, W) with element strides.
+
+    The same surface as the CPU ``DeviceArray`` minus ``.view``: ``dims``, ``strides``,
+    ``dtype``, ``device``, ``nbytes``, ``copy_from``, ``to_numpy_sync``, ``await
+    to_numpy()``; plus ``ptr`` (int device pointer) and ``__cuda_array_interface__``
+    (version 3) so that CuPy and PyTorch can wrap it without a copy.
+
+    Parameters
+    ----------
+    dims, dtype, strides
+        As ``DeviceArray``; the allocation spans exactly the strided extent.
+    context : GpuContext
+        The owning device.
+    device : str
+        The device spec, for messages (``"cuda:0"``).
+
+    Raises
+    ------
+    DeviceError
+        The memory cannot be allocated.
+    """
+
+    def __init__(self, dims, dtype, strides, context: GpuContext, device: str):
+        self.dims = tuple(int(d) for d in dims)
+        self.strides = tuple(int(s) for s in strides)
+        self.dtype = np.dtype(dtype)
+        self.device = device
+        self.context = context
+        self._extent = _extent(self.dims, self.strides)
+        self.nbytes = self._extent * self.dtype.itemsize
+        try:
+            self.ptr = context.malloc(self.nbytes)
+        except _gpu.GpuError as exc:
+            raise DeviceError(f"Device.empty: cannot allocate {self.nbytes} bytes (dims "
+                              f"{self.dims}, {self.dtype.name}) on '{device}': {exc}") from None
+        self._finalizer = weakref.finalize(self, _release, context, self.ptr)
+
+    def _host_flat(self) -> np.ndarray:
+        return np.empty(max(self._extent, 1), self.dtype)
+
+    def copy_from(self, array) -> None:
+        """Copy a NumPy array of logical shape ``dims`` into this array (blocking; ordered
+        after work already launched on the device's streams).
+
+        Raises
+        ------
+        ValueError
+            ``array`` does not broadcast to ``dims``.
+        """
+        if self.nbytes == 0:
+            return
+        flat = self._host_flat()
+        as_strided(flat, self.dims, tuple(s * self.dtype.itemsize for s in self.strides))[...] = \
+            np.asarray(array)
+        ctx = self.context
+        ctx.activate()
+        ctx.order_copy_stream()
+        _gpu.memcpy_async(self.ptr, flat.ctypes.data, self.nbytes, _gpu.MEMCPY_HOST_TO_DEVICE,
+                          ctx.copy_stream)
+        _gpu.stream_synchronize(ctx.copy_stream)
+
+    def to_numpy_sync(self) -> np.ndarray:
+        """A C-contiguous NumPy copy in logical shape (blocking; waits for work already
+        launched on the device's streams)."""
+        flat = self._host_flat()
+        if self.nbytes:
+            ctx = self.context
+            ctx.activate()
+            ctx.order_copy_stream()
+            _gpu.memcpy_async(flat.ctypes.data, self.ptr, self.nbytes,
+                              _gpu.MEMCPY_DEVICE_TO_HOST, ctx.copy_stream)
+            _gpu.stream_synchronize(ctx.copy_stream)
+        return np.ascontiguousarray(
+            as_strided(flat, self.dims, tuple(s * self.dtype.itemsize for s in self.strides)))
+
+    async def to_numpy(self) -> np.ndarray:
+        """As ``to_numpy_sync``; large copies run in a worker thread."""
+        if self.nbytes < (1 << 20):
+            return self.to_numpy_sync()
+        import anyio.to_thread
+        return await anyio.to_thread.run_sync(self.to_numpy_sync)
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        item = self.dtype.itemsize
+        typestr = self.dtype.str if self.dtype.kind == "f" else "<V2"  # bfloat16: raw 2 bytes
+        return {"shape": self.dims, "typestr": typestr, "data": (self.ptr, False),
+                "strides": tuple(s * item for s in self.strides), "version": 3,
+                "stream": None}
+
+    def __repr__(self) -> str:
+        return (f"GpuArray(dims={self.dims}, strides={self.strides}, "
+                f"dtype={self.dtype.name}, device={self.device!r})")
+
+
+class LaunchContext:
+    """Per-stream state a provider uses while enqueuing: ``stream`` (handle),
+    ``context``, ``resources`` (a provider's per-stream objects, e.g. its DNN handle),
+    and :meth:`workspace`. Only the stream's launching thread touches it, under the
+    stream's lock."""
+
+    def __init__(self, stream: int, context: GpuContext):
+        self.stream = stream
+        self.context = context
+        self.resources: dict = {}
+        self._ws_ptr = 0
+        self._ws_size = 0
+
+    def workspace(self, nbytes: int) -> int:
+        """A device pointer to at least ``nbytes`` of scratch, reused by every item on this
+        stream (items run in order, so one buffer suffices; it grows, never shrinks)."""
+        if nbytes <= self._ws_size:
+            return self._ws_ptr
+        size = max(nbytes, 2 * self._ws_size)
+        if self._ws_ptr:
+            _gpu.free(self._ws_ptr, self.stream, self.context.pooled)  # stream-ordered
+        self._ws_ptr, self._ws_size = 0, 0
+        self._ws_ptr = (_gpu.malloc_async(size, self.stream) if self.context.pooled
+                        else _gpu.malloc(size, 0, False))
+        self._ws_size = size
+        return self._ws_ptr
+
+    def enter(self) -> None:
+        _tls.launch = self
+
+    @staticmethod
+    def exit() -> None:
+        _tls.launch = None
+
+    def release(self) -> None:
+        """Close per-stream resources and free the workspace (after the stream is drained)."""
+        for res in self.resources.values():
+            close = getattr(res, "close", None)
+            if close is not None:
+                close()
+        self.resources.clear()
+        if self._ws_ptr:
+            _gpu.free(self._ws_ptr, self.stream, self.context.pooled)
+            self._ws_ptr, self._ws_size = 0, 0
