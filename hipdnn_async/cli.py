@@ -9,12 +9,25 @@ import sys
 __all__ = ["main"]
 
 
+def _gpu_info() -> dict:
+    """Where the CUDA runtime and cuDNN were found, or why no GPU device is usable."""
+    from .runtime import load_cuda
+    state = load_cuda()
+    out = {"usable": state["ok"], "reason": state["reason"], "cuda_devices": state["device_count"]}
+    for lib in ("cudart", "cudnn"):
+        if lib in state:
+            rec = state[lib]
+            out[lib] = {"path": rec.path, "found_via": rec.found_via, "version": rec.version}
+    return out
+
+
 def _info(args) -> int:
     import hipdnn_async as hd
     db = hd.PerfDb(args.perfdb) if args.perfdb else _default_db()
     info = {
         "version": hd.__version__,
         "devices": hd.devices(),
+        "gpu": _gpu_info(),
         "perfdb": str(db.path),
         "perfdb_entries": len(db.entries()),
         "perfdb_in_memory": db.in_memory,  # True: the file was unusable (see perfdb_warnings)

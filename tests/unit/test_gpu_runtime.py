@@ -1,0 +1,105 @@
+"""The GPU layers that run without a GPU: library search, binding errors, error pickling,
+the symbol tables, and clear DeviceErrors where no CUDA device is usable."""
+import pickle
+
+import numpy as np
+import pytest
+
+import hipdnn_async as hd
+from hipdnn_async.providers._registry import gpu_unavailable_reason
+from hipdnn_async.runtime import _cudnn, _gpu, _libs, load_cuda
+
+
+def test_cudnn_symbol_indices_match_the_name_table():
+    # the Cython DEF indices and _NAMES are maintained by hand; they must agree
+    assert len(_cudnn.NAMES) == 45
+    for name, index in _cudnn.INDEX.items():
+        assert _cudnn.NAMES[index] == name
+
+
+@pytest.mark.parametrize("err", [
+    _gpu.GpuError("cudaMalloc", 2, "cudaErrorMemoryAllocation", "out of memory"),
+    _cudnn.CudnnError("cudnnConvolutionForward", 3000, "CUDNN_STATUS_NOT_SUPPORTED", "detail"),
+])
+def test_vendor_errors_pickle_with_their_fields(err):
+    back = pickle.loads(pickle.dumps(err))
+    assert type(back) is type(err) and str(back) == str(err)
+    assert (back.call, back.status, back.name) == (err.call, err.status, err.name)
+
+
+def test_not_supported_class_of_cudnn_status():
+    assert _cudnn.CudnnError("f", 3007, "ARCH_MISMATCH").not_supported
+    assert not _cudnn.CudnnError("f", 2000, "BAD_PARAM").not_supported
+
+
+def test_library_search_order_env_first(monkeypatch, tmp_path):
+    fake = tmp_path / "libcudart.so.13"
+    fake.write_bytes(b"")
+    monkeypatch.setenv("HIPDNN_ASYNC_CUDART", str(fake))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cands = _libs._candidates("cudart", "HIPDNN_ASYNC_CUDART", _libs._CUDART_SONAMES)
+    assert cands[0] == (str(fake), "env")
+    assert cands[-1] == ("libcudart.so.12", "system")
+
+
+def test_a_broken_library_is_a_reason_not_a_crash(tmp_path):
+    bad = tmp_path / "libcudnn.so.9"
+    bad.write_bytes(b"not an ELF file")
+    path, via, result, errors = _libs._load_first(
+        "cudnn", "HIPDNN_ASYNC_NO_SUCH_VAR", (str(bad),), lambda p: (_ for _ in ()).throw(OSError(f"{p}: invalid ELF header")))
+    assert path is None and result is None
+    assert any("invalid ELF header" in e for e in errors)
+
+
+@pytest.mark.skipif(load_cuda()["ok"], reason="a CUDA device is usable on this machine")
+@pytest.mark.parametrize("spec", ["cuda:0", "gpu:0"])
+def test_no_gpu_gives_a_device_error_with_the_reason(spec):
+    reason = gpu_unavailable_reason()
+    assert reason
+    with pytest.raises(hd.DeviceError) as info:
+        hd.Device(spec)
+    assert reason in str(info.value) and "['cpu']" in str(info.value)
+
+
+def test_hip_is_refused_with_a_reason():
+    with pytest.raises(hd.DeviceError, match="HIP/MIOpen provider is not built"):
+        hd.Device("hip:0")
+
+
+def _binder(dtype="float32", dims=(2, 3, 4, 5)):
+    from hipdnn_async.providers.cudnn._bind import make_binder
+    g = hd.Graph(io_data_type=dtype)
+    t = g.tensor(dims=dims, name="x")
+    return make_binder(t, output=False, device=0, spec="cuda:0")
+
+
+def test_host_arrays_are_refused_by_a_gpu_binder():
+    bind = _binder()
+    with pytest.raises(hd.VariantPackError, match=r"tensor 'x'.*host ndarray.*dev.asarray"):
+        bind(np.zeros((2, 3, 4, 5), np.float32))
+
+
+class _FakeCai:
+    def __init__(self, shape, typestr, strides=None, ptr=0x10000, readonly=False):
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "strides": strides,
+                                         "data": (ptr, readonly), "version": 3}
+
+
+@pytest.mark.parametrize("buf, match", [
+    (_FakeCai((2, 3, 4, 5), "<f2"), r"needs dtype float32 \(FLOAT\); got typestr '<f2'"),
+    (_FakeCai((2, 3, 5, 4), "<f4"), r"needs logical shape \(2, 3, 4, 5\)"),
+    (_FakeCai((2, 3, 4, 5), "<f4", strides=(240, 80, 4, 16)), r"strides \(60, 20, 5, 1\)"),
+    ("a string", r"takes GpuArrays, objects with __cuda_array_interface__"),
+])
+def test_cuda_array_interface_checks(buf, match):
+    with pytest.raises(hd.VariantPackError, match=match):
+        _binder()(buf)
+
+
+@pytest.mark.skipif(_gpu.loaded() is None, reason="no CUDA runtime library to ask")
+def test_a_host_pointer_never_reaches_a_kernel():
+    host = np.zeros(120, np.float32)
+    with pytest.raises(hd.VariantPackError, match="is not device memory of cuda:0"):
+        _binder()(_FakeCai((2, 3, 4, 5), "<f4", ptr=host.ctypes.data))
+    with pytest.raises(hd.VariantPackError, match="is not device memory of cuda:0"):
+        _binder()(host.ctypes.data)
