@@ -12,8 +12,16 @@ Only graphs whose samples are independent are accepted (convolution forward, the
 convolution + bias + ReLU, batchnorm inference): batch statistics couple the samples of
 a training batchnorm, so batching them would change every caller's result.
 
-Only anyio primitives are used (memory object streams, events, a task group, timeouts),
-so the batcher runs under asyncio and trio alike.
+On a host device (``device.is_host``, the CPU) the batch is gathered straight into a
+device array's NumPy view and the outputs are sliced from theirs: no staging copy. On a
+GPU device, whose arrays are not host-addressable, the rows are gathered into a host
+staging array, copied to a device batch buffer, and the outputs are copied back once the
+batch has run; constants are uploaded once, and each bucket keeps its staging and device
+buffers for the next batch.
+
+Only anyio primitives are used (memory object streams, events, a task group, timeouts,
+``to_thread`` for blocking device copies), so the batcher runs under asyncio and trio
+alike.
 """
 from __future__ import annotations
 
@@ -26,6 +34,7 @@ from typing import Any, Mapping, Sequence
 
 import anyio
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from ._errors import (
     DeviceError,
@@ -121,6 +130,28 @@ def _percentiles(values) -> dict[str, float]:
     return {"p50": float(p50), "p90": float(p90), "p99": float(p99), "mean": float(a.mean())}
 
 
+def _host_buffer(t) -> np.ndarray:
+    """A zeroed NumPy array with the tensor's dims, element strides and dtype.
+
+    Staged in the tensor's own layout, the copy into device memory order reorders nothing.
+    """
+    dtype = np.dtype(numpy_dtype(t.data_type))
+    extent = 1 + sum((d - 1) * s for d, s in zip(t.dims, t.strides)) if all(t.dims) else 0
+    flat = np.zeros(max(extent, 1), dtype)
+    return as_strided(flat, tuple(t.dims), tuple(s * dtype.itemsize for s in t.strides))
+
+
+def _named_error(exc: Exception, where: str) -> HipdnnError:
+    """`exc` as one of our errors whose message starts with `where` (which names the tensor)."""
+    if isinstance(exc, HipdnnError):
+        err = type(exc)(f"{where}: {exc.message}", code=exc.code, status=exc.status,
+                        status_name=exc.status_name)
+    else:
+        err = DeviceError(f"{where}: {type(exc).__name__}: {exc}")
+    err.__cause__ = exc
+    return err
+
+
 def _fresh_error(exc: BaseException) -> BaseException:
     """A copy of an exception for one caller (one instance must not be raised in many tasks)."""
     try:
@@ -146,6 +177,14 @@ class _Request:
 
 
 @dataclass(eq=False)
+class _Staging:
+    """Buffers of one batch on a non-host device."""
+
+    host: dict              # input name -> host staging array (bucket dims, tensor strides)
+    device: dict            # input and output name -> device array (bucket dims)
+
+
+@dataclass(eq=False)
 class _Bucket:
     """A built plan for one bucket batch size, with its tensors by name."""
 
@@ -153,6 +192,7 @@ class _Bucket:
     plan: Any
     tensors: dict           # name -> TensorAttributes of the bucket graph
     keys: dict              # name -> variant-pack key (uid when set, else name)
+    idle: list = field(default_factory=list)   # _Staging sets free for the next batch
 
 
 # ---------------------------------------------------------------------------------------
@@ -165,7 +205,9 @@ class DynamicBatcher:
     Parameters
     ----------
     device : Device
-        The device that builds and runs the plans (``await device.build(...)``).
+        The device that builds and runs the plans (``await device.build(...)``). Where
+        ``device.is_host`` is False (a GPU), requests and results stay NumPy and the
+        batcher copies them to and from device buffers.
     graph : Graph
         A validated graph built at any batch size N. Its pattern must be per-sample
         independent: ``CONV_FPROP``, ``CONV_FPROP_BIAS_RELU`` or ``BN_INFERENCE_VARIANCE``.
@@ -177,7 +219,8 @@ class DynamicBatcher:
         Names of the non-virtual outputs returned to callers. Default: all of them.
     constants : mapping of str to array, optional
         The other non-virtual inputs (weights, bias, scale, mean, variance...), logical
-        dims order, any layout and a dtype castable to the tensor's; copied once.
+        dims order, any layout and a dtype castable to the tensor's; copied once (to the
+        device, on a GPU).
     max_batch_size : int, optional
         Most rows in one execution. Default 64.
     max_delay_ms : float, optional
@@ -224,6 +267,8 @@ class DynamicBatcher:
         if not (float(max_delay_ms) >= 0.0):
             raise GraphError(f"DynamicBatcher: max_delay_ms={max_delay_ms} must be >= 0")
         self._device = device
+        # A device without is_host (a duck-typed stand-in) is taken as host memory.
+        self._host = bool(getattr(device, "is_host", True))
         self._graph = graph
         self._knobs = dict(knobs) if knobs else None
         self.max_batch_size = int(max_batch_size)
@@ -353,17 +398,51 @@ class DynamicBatcher:
             if arr.shape != tuple(t.dims):
                 raise VariantPackError(f"DynamicBatcher: constant {name!r} needs shape "
                                        f"{tuple(t.dims)}; got {arr.shape}")
-            buf = self._alloc(t, zero=False)
-            buf[...] = arr
-            buf.flags.writeable = False
+            if self._host:
+                buf = self._alloc(t, zero=False)
+                buf[...] = arr
+                buf.flags.writeable = False
+            else:
+                host = _host_buffer(t)
+                host[...] = arr
+                buf = self._device_empty(name, t)
+                self._copy_in(name, buf, host)
             self._constants[name] = buf
 
     def _alloc(self, t, *, zero: bool) -> np.ndarray:
-        """A buffer of the device with the tensor's dims and strides (logical view)."""
+        """A buffer of the (host) device with the tensor's dims and strides (logical view)."""
         view = self._device.empty(t.dims, t.data_type, strides=t.strides).view
         if zero:
             view[...] = 0
         return view
+
+    def _device_empty(self, name, t):
+        """A device array with the tensor's dims and strides (non-host devices)."""
+        try:
+            return self._device.empty(t.dims, t.data_type, strides=t.strides)
+        except Exception as exc:
+            raise _named_error(exc, f"DynamicBatcher: allocating tensor {name!r} (dims "
+                                    f"{tuple(t.dims)}) on device {self._spec}")
+
+    def _copy_in(self, name, buf, host: np.ndarray) -> None:
+        """Blocking host-to-device copy into `buf`; errors name the tensor."""
+        try:
+            buf.copy_from(host)
+        except Exception as exc:
+            raise _named_error(exc, f"DynamicBatcher: copying tensor {name!r} to device "
+                                    f"{self._spec}")
+
+    async def _copy_out(self, name, buf) -> np.ndarray:
+        """Device-to-host copy of `buf` once the work writing it is done; errors name it."""
+        try:
+            return await buf.to_numpy()
+        except Exception as exc:
+            raise _named_error(exc, f"DynamicBatcher: copying tensor {name!r} from device "
+                                    f"{self._spec}")
+
+    @property
+    def _spec(self) -> str:
+        return repr(getattr(self._device, "spec", type(self._device).__name__))
 
     # ------------------------------------------------------------------ lifetime
 
@@ -429,14 +508,16 @@ class DynamicBatcher:
         -------
         dict of str to numpy.ndarray, or numpy.ndarray
             ``{output_name: array (N_k, ...)}``, or the single array when there is exactly
-            one output. Arrays are logical order, with the output tensor's layout.
+            one output. Arrays are logical order, with the output tensor's layout on a host
+            device and C-contiguous when copied back from a GPU.
 
         Raises
         ------
         VariantPackError
             A missing or unknown input, a shape that does not match, or different N_k.
         DeviceError
-            The batcher is not running (use ``async with``).
+            The batcher is not running (use ``async with``), or on a GPU a copy to or from
+            the device failed (the message names the tensor).
         ExecutionError
             The batch holding this request failed.
         """
@@ -647,22 +728,18 @@ class DynamicBatcher:
                 self._queue_wait_ms.append((started - req.enqueued) * 1e3)
             try:
                 bucket = await self._get_bucket(size)
-                pack, outs = {}, {}
-                for name in self.inputs:
-                    buf = self._alloc(bucket.tensors[name], zero=rows < size)
-                    lo = 0
-                    for req in batch:
-                        buf[lo:lo + req.n] = req.arrays[name]
-                        lo += req.n
-                    pack[bucket.keys[name]] = buf
-                for name, buf in self._constants.items():
-                    pack[bucket.keys[name]] = buf
-                for name in self._all_outputs:
-                    outs[name] = self._alloc(bucket.tensors[name], zero=False)
-                    pack[bucket.keys[name]] = outs[name]
+                if self._host:
+                    pack, outs = self._pack_host(bucket, batch, rows)
+                else:
+                    staging = bucket.idle.pop() if bucket.idle else self._new_staging(bucket)
+                    pack = await self._pack_staged(bucket, staging, batch, rows)
                 t0 = time.perf_counter()
                 await bucket.plan.execute(pack)
                 self._exec_ms.append((time.perf_counter() - t0) * 1e3)
+                if not self._host:
+                    outs = {k: await self._copy_out(k, staging.device[k]) for k in self.outputs}
+                    # Reused only after a clean run: a cancelled execution may still write.
+                    bucket.idle.append(staging)
             except Exception as exc:
                 if not isinstance(exc, HipdnnError):
                     wrapped = ExecutionError(f"DynamicBatcher: batch of {rows} rows (bucket "
@@ -692,6 +769,47 @@ class DynamicBatcher:
             self._inflight -= 1
             if self._inflight == 0:
                 self._idle.set()
+
+    def _pack_host(self, bucket: _Bucket, batch: list[_Request], rows: int):
+        """Variant pack of a batch on a host device: rows gathered into device views."""
+        pack, outs = {}, {}
+        for name in self.inputs:
+            buf = self._alloc(bucket.tensors[name], zero=rows < bucket.size)
+            lo = 0
+            for req in batch:
+                buf[lo:lo + req.n] = req.arrays[name]
+                lo += req.n
+            pack[bucket.keys[name]] = buf
+        for name, buf in self._constants.items():
+            pack[bucket.keys[name]] = buf
+        for name in self._all_outputs:
+            outs[name] = self._alloc(bucket.tensors[name], zero=False)
+            pack[bucket.keys[name]] = outs[name]
+        return pack, outs
+
+    def _new_staging(self, bucket: _Bucket) -> _Staging:
+        """Host staging arrays and device buffers for one batch of `bucket`."""
+        host = {k: _host_buffer(bucket.tensors[k]) for k in self.inputs}
+        device = {k: self._device_empty(k, bucket.tensors[k])
+                  for k in (*self.inputs, *self._all_outputs)}
+        return _Staging(host, device)
+
+    async def _pack_staged(self, bucket: _Bucket, staging: _Staging,
+                           batch: list[_Request], rows: int) -> dict:
+        """Variant pack of a batch on a non-host device: rows gathered on the host and
+        copied to the device (off the event loop: the copy waits for earlier device work)."""
+        pack = {bucket.keys[k]: buf for k, buf in self._constants.items()}
+        for name in self.inputs:
+            host = staging.host[name]
+            lo = 0
+            for req in batch:
+                host[lo:lo + req.n] = req.arrays[name]
+                lo += req.n
+            host[rows:] = 0         # padding rows, as on the host path (a no-op when full)
+            await anyio.to_thread.run_sync(self._copy_in, name, staging.device[name], host)
+        for name in (*self.inputs, *self._all_outputs):
+            pack[bucket.keys[name]] = staging.device[name]
+        return pack
 
     # ------------------------------------------------------------------ metrics
 

@@ -2,8 +2,9 @@
 
 Every convolution and batchnorm of the network runs as a hipdnn_async execution plan (all
 nine patterns of the library are used); only the softmax cross-entropy, the SGD-momentum
-update and small host glue are NumPy. Needs scikit-learn (``pip install -e '.[demo]'``);
-matplotlib for ``--plot``.
+update and small host glue are NumPy. On a GPU device (``--device cuda:0``) that NumPy is
+staged through device arrays (``_staging``); on the CPU plans take it directly. Needs
+scikit-learn (``pip install -e '.[demo]'``); matplotlib for ``--plot``.
 """
 from ._main import main
 

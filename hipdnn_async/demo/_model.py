@@ -11,6 +11,12 @@ BN_TRAINING (with running statistics); then CONV_WGRAD / CONV_DGRAD for every
 convolution (no dgrad into the images), BN_BACKWARD after the plain batchnorm and the
 fused BN_INFERENCE_DRELU_BACKWARD after the batchnorm + ReLU, both from the saved mean
 and inv_variance. Plans are built once per (operation, batch size) and reused.
+
+Parameters and running statistics are NumPy on the host (the optimiser updates them
+there). On the CPU device plans read and write NumPy arrays directly; on a GPU the
+activations stay on the device, parameters are re-uploaded at the start of each pass,
+and only what the host needs (logits, gradients, running statistics) is copied back
+(see ``_staging``).
 """
 from __future__ import annotations
 
@@ -21,6 +27,7 @@ import numpy as np
 from . import _graphs
 from ._graphs import LayerSpec
 from ._host import fold_batchnorm, softmax_cross_entropy
+from ._staging import Staging
 
 __all__ = ["LAYERS", "IMAGE_SIZE", "EPSILON", "BN_MOMENTUM", "Network"]
 
@@ -59,6 +66,7 @@ class Network:
     ----------
     params : dict of str to numpy.ndarray
         ``"<layer>.w"`` (K, C, R, S); ``"<layer>.scale"``, ``"<layer>.bias"`` (1, K, 1, 1).
+        Host copies on every device; passes read them afresh.
     running : dict of str to numpy.ndarray
         ``"<layer>.running_mean"``, ``"<layer>.running_var"`` (1, K, 1, 1).
     plans : list of ExecutionPlan
@@ -84,6 +92,7 @@ class Network:
                 self.running[f"{layer.name}.running_var"] = np.ones(c, np.float32)
         self.plans: list = []
         self._cache: dict = {}
+        self._stage = Staging(device)
 
     # ------------------------------------------------------------------ plans
 
@@ -127,6 +136,14 @@ class Network:
             for op in ops:
                 await self.plan(op, layer, n)
 
+    def _in_dims(self, i: int, n: int) -> tuple:
+        """Dims (N, C, H, W) of layer `i`'s input at batch size `n`."""
+        return (n, self.layers[i].in_channels, self.sizes[i], self.sizes[i])
+
+    def _out_dims(self, i: int, n: int) -> tuple:
+        """Dims (N, K, P, Q) of layer `i`'s convolution output at batch size `n`."""
+        return (n, self.layers[i].out_channels, self.sizes[i + 1], self.sizes[i + 1])
+
     # ------------------------------------------------------------------ training
 
     async def train_step(self, x: np.ndarray, labels: np.ndarray, *,
@@ -152,36 +169,40 @@ class Network:
             Gradient of the loss for every entry of ``params`` (new arrays).
         """
         n = len(x)
-        f32 = np.float32
+        st = self._stage
+        params, running = st.resident(self.params), st.resident(self.running)
         saved = []                           # per layer: (input, conv output, bn stats)
-        h = x
-        for layer in self.layers:
-            size = self.sizes[self.layers.index(layer) + 1]
-            y = np.empty((n, layer.out_channels, size, size), f32)
+        h = await st.put(x)
+        for i, layer in enumerate(self.layers):
+            y_dims = self._out_dims(i, n)
+            y = st.empty(y_dims)
             await (await self.plan("fprop", layer, n)).execute(
-                {"x": h, "w": self.params[f"{layer.name}.w"], "y": y})
+                {"x": h, "w": params[f"{layer.name}.w"], "y": y})
             stats = None
             if layer.bn is not None:
                 c = (1, layer.out_channels, 1, 1)
-                a, mean, inv_var = np.empty_like(y), np.empty(c, f32), np.empty(c, f32)
-                next_mean, next_var = np.empty(c, f32), np.empty(c, f32)
+                a, mean, inv_var = st.empty(y_dims), st.empty(c), st.empty(c)
+                next_mean, next_var = st.empty(c), st.empty(c)
                 await (await self.plan("bn_training", layer, n)).execute({
-                    "x": y, "scale": self.params[f"{layer.name}.scale"],
-                    "bias": self.params[f"{layer.name}.bias"],
-                    "running_mean": self.running[f"{layer.name}.running_mean"],
-                    "running_var": self.running[f"{layer.name}.running_var"],
+                    "x": y, "scale": params[f"{layer.name}.scale"],
+                    "bias": params[f"{layer.name}.bias"],
+                    "running_mean": running[f"{layer.name}.running_mean"],
+                    "running_var": running[f"{layer.name}.running_var"],
                     "y": a, "mean": mean, "inv_variance": inv_var,
                     "next_running_mean": next_mean, "next_running_var": next_var})
                 if update_running:
-                    np.copyto(self.running[f"{layer.name}.running_mean"], next_mean)
-                    np.copyto(self.running[f"{layer.name}.running_var"], next_var)
+                    np.copyto(self.running[f"{layer.name}.running_mean"],
+                              await st.get(next_mean))
+                    np.copyto(self.running[f"{layer.name}.running_var"],
+                              await st.get(next_var))
                 stats = (mean, inv_var)
                 saved.append((h, y, stats))
                 h = a
             else:
                 saved.append((h, y, stats))
                 h = y
-        loss, d, correct = softmax_cross_entropy(h, labels)
+        loss, d, correct = softmax_cross_entropy(await st.get(h), labels)
+        d = await st.put(d)
 
         grads = {}
         for i in reversed(range(len(self.layers))):
@@ -189,26 +210,27 @@ class Network:
             h_in, y, stats = saved[i]
             if layer.bn is not None:
                 c = (1, layer.out_channels, 1, 1)
-                dy, dscale, dbias = np.empty_like(y), np.empty(c, f32), np.empty(c, f32)
-                pack = {"dy": d, "x": y, "scale": self.params[f"{layer.name}.scale"],
+                dy, dscale, dbias = st.empty(self._out_dims(i, n)), st.empty(c), st.empty(c)
+                pack = {"dy": d, "x": y, "scale": params[f"{layer.name}.scale"],
                         "mean": stats[0], "inv_variance": stats[1],
                         "dx": dy, "dscale": dscale, "dbias": dbias}
                 if layer.bn == "relu":
-                    pack["bias"] = self.params[f"{layer.name}.bias"]
+                    pack["bias"] = params[f"{layer.name}.bias"]
                 await (await self.plan("bn_backward", layer, n)).execute(pack)
-                grads[f"{layer.name}.scale"], grads[f"{layer.name}.bias"] = dscale, dbias
+                grads[f"{layer.name}.scale"] = await st.get(dscale)
+                grads[f"{layer.name}.bias"] = await st.get(dbias)
                 d = dy
             # wgrad and dgrad are independent: submit both, then wait for both.
-            dw = np.empty(layer.w_dims, f32)
+            dw = st.empty(layer.w_dims)
             handles = [(await self.plan("wgrad", layer, n)).submit(
                 {"dy": d, "x": h_in, "dw": dw})]
             if i > 0:
-                dx = np.empty_like(h_in)
+                dx = st.empty(self._in_dims(i, n))
                 handles.append((await self.plan("dgrad", layer, n)).submit(
-                    {"dy": d, "w": self.params[f"{layer.name}.w"], "dx": dx}))
+                    {"dy": d, "w": params[f"{layer.name}.w"], "dx": dx}))
             for handle in handles:
                 await handle
-            grads[f"{layer.name}.w"] = dw
+            grads[f"{layer.name}.w"] = await st.get(dw)
             if i > 0:
                 d = dx
         return loss, correct, grads
@@ -222,22 +244,26 @@ class Network:
         the ReLU after the first batchnorm is applied on the host.
         """
         n = len(x)
-        h = x
+        st = self._stage
+        params, running = st.resident(self.params), st.resident(self.running)
+        h = await st.put(x)
         for i, layer in enumerate(self.layers):
-            size = self.sizes[i + 1]
-            y = np.empty((n, layer.out_channels, size, size), np.float32)
+            y = st.empty(self._out_dims(i, n))
             await (await self.plan("fprop", layer, n)).execute(
-                {"x": h, "w": self.params[f"{layer.name}.w"], "y": y})
+                {"x": h, "w": params[f"{layer.name}.w"], "y": y})
             if layer.bn is not None:
-                z = np.empty_like(y)
+                z = st.empty(self._out_dims(i, n))
                 await (await self.plan("bn_inference", layer, n)).execute({
-                    "x": y, "mean": self.running[f"{layer.name}.running_mean"],
-                    "variance": self.running[f"{layer.name}.running_var"],
-                    "scale": self.params[f"{layer.name}.scale"],
-                    "bias": self.params[f"{layer.name}.bias"], "y": z})
-                y = np.maximum(z, 0.0, out=z) if layer.bn == "relu" else z
+                    "x": y, "mean": running[f"{layer.name}.running_mean"],
+                    "variance": running[f"{layer.name}.running_var"],
+                    "scale": params[f"{layer.name}.scale"],
+                    "bias": params[f"{layer.name}.bias"], "y": z})
+                if layer.bn == "relu":       # on the host, in place (a copy on a GPU)
+                    zh = await st.get(z)
+                    z = await st.put(np.maximum(zh, 0.0, out=zh))
+                y = z
             h = y
-        return h.reshape(n, -1)
+        return (await st.get(h)).reshape(n, -1)
 
     def folded(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """(weights, bias) per layer with each batchnorm folded into its convolution."""
@@ -257,11 +283,11 @@ class Network:
         """Logits (N, 10) with every layer a CONV_FPROP_BIAS_RELU plan (eval b)."""
         folded = self.folded() if folded is None else folded
         n = len(x)
-        h = x
+        st = self._stage
+        h = await st.put(x)
         for i, (layer, (w, b)) in enumerate(zip(self.layers, folded)):
-            size = self.sizes[i + 1]
-            y = np.empty((n, layer.out_channels, size, size), np.float32)
+            y = st.empty(self._out_dims(i, n))
             await (await self.plan("folded", layer, n)).execute(
-                {"x": h, "w": w, "bias": b, "y": y})
+                {"x": h, "w": await st.put(w), "bias": await st.put(b), "y": y})
             h = y
-        return h.reshape(n, -1)
+        return (await st.get(h)).reshape(n, -1)
