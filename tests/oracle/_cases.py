@@ -158,6 +158,10 @@ def device():
 class Harness:
     """Build a graph through the public API, bind NaN-prefilled buffers, run, compare.
 
+    On a device whose memory is not host memory (a GPU: ``dev.is_host`` False), ``run``
+    stages every buffer into device arrays of the tensors' strides and reads the outputs
+    back; ``arun`` does the same through the awaited API (tests/gpu/).
+
     Parameters
     ----------
     dtype : str
@@ -177,6 +181,8 @@ class Harness:
         self.pack = {}     # name -> buffer (logical view)
         self.ref = {}      # name -> float64 values the library sees
         self.outputs = {}  # name -> tensor
+        self.layouts = {}  # name -> layout name the input's strides came from
+        self.staged = {}   # name -> device array (only after a staged run)
 
     def input(self, name, values, *, dtype=None, layout=None):
         """Add a non-virtual input: values rounded to dtype; returns the tensor."""
@@ -188,6 +194,7 @@ class Harness:
         buf = alloc(values.shape, strides, np_dtype(dtype))
         buf[...] = values.astype(np_dtype(dtype))
         self.pack[name] = buf
+        self.layouts[name] = layout or self.layout
         self.ref[name] = buf.astype(np.float64)
         return t
 
@@ -205,16 +212,85 @@ class Harness:
         self.outputs[name] = t
         return t
 
-    def run(self, dev, **build_kw):
-        """Validate, build and execute synchronously; returns {name: output buffer}."""
+    def _alloc_outputs(self):
         for name, t in self.outputs.items():
             dt = np_dtype({self.hd.DataType.FLOAT: "float32", self.hd.DataType.HALF: "float16",
                            self.hd.DataType.BFLOAT16: "bfloat16"}[t.data_type])
             self.pack[name] = alloc(t.dims, t.strides, dt)
+
+    def run(self, dev, *, stage=None, **build_kw):
+        """Validate, build and execute synchronously; returns {name: output values}.
+
+        Parameters
+        ----------
+        dev : Device
+            The device to build and execute on.
+        stage : bool, optional
+            Copy every buffer into device memory first (``dev.empty`` + ``copy_from``)
+            and read the outputs back (``to_numpy_sync``). Default: only on a device
+            whose memory is not host memory (``dev.is_host`` False, a GPU). On the host
+            path the NumPy buffers are bound directly and returned (unchanged
+            behaviour); staged, C-contiguous NumPy copies in logical shape come back.
+        """
+        self._alloc_outputs()
         self.g.validate()
         self.plan = dev.build_sync(self.g, **build_kw)
-        self.plan.execute_sync(self.pack)
-        return {name: self.pack[name] for name in self.outputs}
+        if stage is None:
+            stage = not getattr(dev, "is_host", True)
+        if not stage:
+            self.plan.execute_sync(self.pack)
+            return {name: self.pack[name] for name in self.outputs}
+        self.staged = self.stage(dev)
+        self.plan.execute_sync(self.staged)
+        return {name: self.staged[name].to_numpy_sync() for name in self.outputs}
+
+    async def arun(self, dev, **build_kw):
+        """As ``run(dev, stage=True)``, awaited: ``await dev.build``, inputs through
+        ``await dev.asarray(values, layout=...)`` where a named packed layout gives the
+        tensor's strides (``dev.empty`` + ``copy_from`` otherwise), ``await
+        plan.execute`` and ``await arr.to_numpy()``."""
+        self._alloc_outputs()
+        self.g.validate()
+        self.plan = await dev.build(self.g, **build_kw)
+        self.staged = {}
+        for name, t in self._bound_tensors():
+            values = np.ascontiguousarray(self.pack[name])
+            layout = self._packed_layout(name, t)
+            if layout is not None:
+                arr = await dev.asarray(values, layout=layout)
+            else:
+                arr = dev.empty(t.dims, values.dtype, strides=t.strides)
+                arr.copy_from(values)
+            self.staged[name] = arr
+        await self.plan.execute(self.staged)
+        return {name: await self.staged[name].to_numpy() for name in self.outputs}
+
+    def stage(self, dev):
+        """Copy every bound buffer (inputs; NaN-filled outputs) into arrays of ``dev``
+        with the tensor's strides: ``{name: device array}``, a ready variant pack."""
+        staged = {}
+        for name, t in self._bound_tensors():
+            values = np.ascontiguousarray(self.pack[name])   # logical shape, NaN for outputs
+            arr = dev.empty(t.dims, values.dtype, strides=t.strides)
+            arr.copy_from(values)
+            staged[name] = arr
+        return staged
+
+    def _bound_tensors(self):
+        by_name = {t.name: t for t in self.g.tensors if not t.is_virtual}
+        return [(name, by_name[name]) for name in self.pack]
+
+    def _packed_layout(self, name, t):
+        """The layout name whose packed strides are t's (size-1 dims aside), or None."""
+        rank = len(t.dims)
+        for layout in ((self.layouts.get(name, self.layout).split("_")[0],)
+                       + (("NCHW", "NHWC") if rank == 4 else ("NCDHW", "NDHWC"))):
+            if rank_of(layout) != rank:
+                continue
+            want = layout_strides(t.dims, layout)
+            if all(d <= 1 or a == b for d, a, b in zip(t.dims, want, t.strides)):
+                return layout
+        return None
 
     def expect_strides(self, name):
         """Packed strides the API promises for an output of the harness layout."""

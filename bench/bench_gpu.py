@@ -1,0 +1,711 @@
+"""GPU benchmarks of hipdnn_async against PyTorch's cuDNN, measured in the same run.
+
+Sections (each a ratio to an anchor timed in this process, on this GPU):
+
+- ``overhead``: host microseconds per ``plan.submit`` (GpuArray, torch tensor and int
+  pointer buffers), per ``await plan.execute`` round trip and per ``execute_sync`` of a
+  tiny convolution, against a tiny torch conv + ``torch.cuda.synchronize()`` round trip,
+  a bare ``torch.cuda.synchronize()`` and torch's per-launch host time.
+- ``overlap``: mid-sized convolutions, all on one stream vs alternating over two streams
+  (time of two / time of one; 1.0 = no overlap, 0.5 = perfect), next to the same ratio
+  for two ``torch.cuda.Stream``s.
+- ``batcher``: samples/s of ``hd.DynamicBatcher`` serving concurrent single-sample
+  requests (host arrays in, host arrays out) against one-at-a-time execution of the same
+  conv+bias+ReLU through our plan and through torch.
+- ``batchnorm``: batchnorm training (with running statistics) and inference on ResNet-50
+  activations at batch N, against ``torch.nn.functional.batch_norm``.
+- ``conv``: every ResNet-50 convolution shape at batch N, fprop / dgrad / wgrad, fp16 NHWC
+  and fp32 NCHW: our plan with the heuristic choice and with ``global.benchmarking = 1``
+  against torch's cuDNN call with ``torch.backends.cudnn.benchmark`` False and True
+  (``allow_tf32 = False``: strict fp32, as our FLOAT plans).
+
+GPU times come from CUDA events (``torch.cuda.Event``) recorded around back-to-back
+launches on the stream that runs the work (for our plans, the device stream wrapped as a
+``torch.cuda.ExternalStream``); where that stream handle is not reachable, both sides fall
+back to wall-clock time of back-to-back launches until completion. Every figure goes to
+``--json``. A section that fails is reported and the script exits 1 after the others ran.
+
+    python bench/bench_gpu.py [--device cuda:0] [--batch 32] [--quick] [--json FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import sys
+import tempfile
+import time
+import traceback
+
+SECTIONS = ("overhead", "overlap", "batcher", "batchnorm", "conv")
+
+# ResNet-50 v1.5 convolutions (He et al. 2016, table 1; stride 2 in the 3x3 of the first
+# block of res3-res5): name, (C, H, W) of the input, (K, C, R, S), padding, stride.
+RESNET50_CONVS = [
+    ("conv1 7x7/2", (3, 224, 224), (64, 3, 7, 7), 3, 2),
+    ("res2 1x1 64>64", (64, 56, 56), (64, 64, 1, 1), 0, 1),
+    ("res2 3x3", (64, 56, 56), (64, 64, 3, 3), 1, 1),
+    ("res2 1x1 64>256", (64, 56, 56), (256, 64, 1, 1), 0, 1),
+    ("res2 1x1 256>64", (256, 56, 56), (64, 256, 1, 1), 0, 1),
+    ("res3 3x3/2", (128, 56, 56), (128, 128, 3, 3), 1, 2),
+    ("res3 down 1x1/2", (256, 56, 56), (512, 256, 1, 1), 0, 2),
+    ("res3 3x3", (128, 28, 28), (128, 128, 3, 3), 1, 1),
+    ("res3 1x1 128>512", (128, 28, 28), (512, 128, 1, 1), 0, 1),
+    ("res3 1x1 512>128", (512, 28, 28), (128, 512, 1, 1), 0, 1),
+    ("res4 3x3", (256, 14, 14), (256, 256, 3, 3), 1, 1),
+    ("res4 1x1 1024>256", (1024, 14, 14), (256, 1024, 1, 1), 0, 1),
+    ("res5 3x3", (512, 7, 7), (512, 512, 3, 3), 1, 1),
+    ("res5 1x1 512>2048", (512, 7, 7), (2048, 512, 1, 1), 0, 1),
+]
+QUICK_CONVS = ("res2 3x3", "res3 1x1 512>128", "res4 3x3")
+# ResNet-50 batchnorm inputs: C, H, W
+RESNET50_BN = [(64, 112, 112), (256, 56, 56), (512, 28, 28), (1024, 14, 14), (2048, 7, 7)]
+CONFIGS = (("float16", "NHWC"), ("float32", "NCHW"))
+
+
+def _positive(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"need an int >= 1; got {value}")
+    return value
+
+
+def _list(choices):
+    def parse(text):
+        items = tuple(t.strip() for t in text.split(",") if t.strip())
+        bad = [t for t in items if t not in choices]
+        if bad or not items:
+            raise argparse.ArgumentTypeError(f"unknown {bad or text!r}; choose from {choices}")
+        return items
+    return parse
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("--device", default=None, help="GPU device spec (default: the first GPU "
+                   "in hd.devices())")
+    p.add_argument("--batch", type=_positive, default=32, help="batch N of the ResNet-50 "
+                   "convolution and batchnorm shapes (default 32)")
+    p.add_argument("--reps", type=_positive, default=20, help="timed launches per figure")
+    p.add_argument("--sections", type=_list(SECTIONS), default=SECTIONS,
+                   help="comma-separated subset of " + ",".join(SECTIONS))
+    p.add_argument("--directions", type=_list(("fprop", "dgrad", "wgrad")),
+                   default=("fprop", "dgrad", "wgrad"), help="conv directions")
+    p.add_argument("--quick", action="store_true", help="3 conv layers, 2 BN shapes, fewer "
+                   "requests: a smoke run")
+    p.add_argument("--max-seconds", type=float, default=420.0, help="stop starting new conv "
+                   "layers after this much wall time (default 420)")
+    p.add_argument("--json", metavar="FILE", help="write every figure as JSON")
+    return p.parse_args(argv)
+
+
+# =======================================================================================
+# timing helpers
+
+class Timer:
+    """GPU time of `reps` back-to-back launches, by CUDA events on the launching stream."""
+
+    def __init__(self, torch):
+        self.torch = torch
+
+    def events(self, stream, launch, reps, warmup=3, sync=None):
+        """ms per launch: events recorded on `stream` around `reps` calls of launch()."""
+        torch = self.torch
+        for _ in range(warmup):
+            launch()
+        (sync or torch.cuda.synchronize)()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record(stream)
+        for _ in range(reps):
+            launch()
+        end.record(stream)
+        end.synchronize()
+        return start.elapsed_time(end) / reps
+
+    @staticmethod
+    def wall(launch, finish, reps, warmup=3):
+        """ms per launch: wall time of `reps` launches, then finish() (waits for all)."""
+        for _ in range(warmup):
+            launch()
+        finish()
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            launch()
+        finish()
+        return (time.perf_counter() - t0) * 1e3 / reps
+
+
+def our_stream(torch, dev, index=0):
+    """Our device stream `index` as a torch ExternalStream, or None where the handle is
+    not reachable (then timings fall back to wall clock)."""
+    try:
+        handle = int(dev.streams[index].backend.stream)
+    except (AttributeError, TypeError, IndexError):
+        return None
+    return torch.cuda.ExternalStream(handle) if handle else None
+
+
+async def time_plan(torch, dev, plan, vp, reps, stream=0, warmup=3):
+    """(ms per execution, method) of our plan: CUDA events on its stream when reachable
+    (all `reps` launched without waiting: the device's max_inflight must exceed reps),
+    else wall clock."""
+    ext = our_stream(torch, dev, stream)
+    for _ in range(warmup):
+        await plan.execute(vp, stream=stream)
+    if ext is not None:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record(ext)
+        handles = [plan.submit(vp, stream=stream) for _ in range(reps)]
+        parked = dev.metrics()["parked"]
+        end.record(ext)
+        for h in handles:
+            await h
+        end.synchronize()
+        if parked == 0:
+            return start.elapsed_time(end) / reps, "cuda_events"
+    t0 = time.perf_counter()
+    handles = [plan.submit(vp, stream=stream) for _ in range(reps)]
+    for h in handles:
+        await h
+    return (time.perf_counter() - t0) * 1e3 / reps, "wall_clock"
+
+
+def time_torch(torch, fn, reps, method, warmup=3):
+    """ms per call of a torch launch fn() on torch's current stream, by `method`."""
+    if method == "cuda_events":
+        return Timer(torch).events(torch.cuda.current_stream(), fn, reps, warmup)
+    return Timer.wall(fn, torch.cuda.synchronize, reps, warmup)
+
+
+def geomean(values):
+    values = [v for v in values if v and v > 0 and math.isfinite(v)]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
+
+
+def table(rows, header):
+    text = [header] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in text) for i in range(len(header))]
+    for r in text:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip(), flush=True)
+
+
+def f(x, digits=3):
+    return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.{digits}f}"
+
+
+# =======================================================================================
+# graphs and buffers
+
+def conv_graph(hd, direction, n, cin, w_dims, pad, stride, dtype, layout):
+    """(graph, {name: dims}) of one convolution; names x, w, y / dy, w, dx / dy, x, dw."""
+    f32 = hd.DataType.FLOAT
+    x_dims = (n,) + tuple(cin)
+    probe = hd.Graph()
+    y_dims = tuple(probe.conv_fprop(probe.tensor(dims=x_dims), probe.tensor(dims=w_dims),
+                                    padding=pad, stride=stride).dims)
+    g = hd.Graph(name=f"bench_{direction}", io_data_type=dtype, intermediate_data_type=f32,
+                 compute_data_type=f32)
+    kw = dict(padding=pad, stride=stride)
+    if direction == "fprop":
+        x = g.tensor(dims=x_dims, layout=layout, name="x")
+        w = g.tensor(dims=w_dims, layout=layout, name="w")
+        g.conv_fprop(x, w, **kw).set_output(True).set_name("y")
+    elif direction == "dgrad":
+        dy = g.tensor(dims=y_dims, layout=layout, name="dy")
+        w = g.tensor(dims=w_dims, layout=layout, name="w")
+        g.conv_dgrad(dy, w, dx_dims=x_dims, **kw).set_output(True).set_name("dx")
+    else:
+        dy = g.tensor(dims=y_dims, layout=layout, name="dy")
+        x = g.tensor(dims=x_dims, layout=layout, name="x")
+        g.conv_wgrad(dy, x, dw_dims=w_dims, **kw).set_output(True).set_name("dw")
+    return g, {"x": x_dims, "w": w_dims, "y": y_dims}
+
+
+def torch_tensor(torch, dims, dtype, layout, fill=None, scale=1.0):
+    tdt = {"float32": torch.float32, "float16": torch.float16}[dtype]
+    t = (torch.randn(dims, device="cuda", dtype=torch.float32) * scale).to(tdt) if fill is None \
+        else torch.full(dims, fill, device="cuda", dtype=tdt)
+    if layout in ("NHWC", "NDHWC"):
+        t = t.contiguous(memory_format=torch.channels_last if len(dims) == 4
+                         else torch.channels_last_3d)
+    return t
+
+
+def gpu_copy(torch, dev, t, layout):
+    """A GpuArray of our device holding torch tensor t's values (a device-to-device copy
+    through the array's __cuda_array_interface__)."""
+    arr = dev.empty(tuple(t.shape), str(t.dtype).replace("torch.", ""), layout=layout)
+    torch.as_tensor(arr, device="cuda").copy_(t)
+    torch.cuda.synchronize()
+    return arr
+
+
+# =======================================================================================
+# sections
+
+async def bench_overhead(hd, torch, spec, args):
+    n = 200 if args.quick else 1000
+    async with hd.Device(spec, streams=1, max_inflight=n + 64) as dev:
+        return await _overhead(hd, torch, dev, args, n)
+
+
+async def _overhead(hd, torch, dev, args, n):
+    f32 = hd.DataType.FLOAT
+    g = hd.Graph(name="tiny", io_data_type=f32, intermediate_data_type=f32, compute_data_type=f32)
+    x = g.tensor(dims=(1, 8, 8, 8), name="x")
+    w = g.tensor(dims=(8, 8, 3, 3), name="w")
+    g.conv_fprop(x, w, padding=(1, 1)).set_output(True).set_name("y")
+    plan = await dev.build(g)
+    xt, wt, yt = (torch.randn(d, device="cuda") for d in ((1, 8, 8, 8), (8, 8, 3, 3), (1, 8, 8, 8)))
+    torch.cuda.synchronize()
+    packs = {"GpuArray": {k: gpu_copy(torch, dev, t, "NCHW") for k, t in
+                          (("x", xt), ("w", wt), ("y", yt))},
+             "torch tensor": {"x": xt, "w": wt, "y": yt},
+             "int pointer": {"x": xt.data_ptr(), "w": wt.data_ptr(), "y": yt.data_ptr()}}
+    out = {"submit_us": {}, "calls": n}
+    for kind, vp in packs.items():
+        for _ in range(20):
+            await plan.execute(vp, stream=0)
+        t0 = time.perf_counter()
+        handles = [plan.submit(vp, stream=0) for _ in range(n)]
+        out["submit_us"][kind] = (time.perf_counter() - t0) / n * 1e6
+        for h in handles:
+            await h
+    vp = packs["GpuArray"]
+    t0 = time.perf_counter()
+    for _ in range(n):
+        await plan.execute(vp, stream=0)
+    out["round_trip_us"] = (time.perf_counter() - t0) / n * 1e6
+    t0 = time.perf_counter()
+    for _ in range(n):
+        plan.execute_sync(vp, stream=0)
+    out["execute_sync_us"] = (time.perf_counter() - t0) / n * 1e6
+    # anchors: torch on the same tiny conv
+    conv = torch.nn.functional.conv2d
+    for _ in range(20):
+        conv(xt, wt, padding=1)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        conv(xt, wt, padding=1)
+    out["torch_launch_us"] = (time.perf_counter() - t0) / n * 1e6
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        conv(xt, wt, padding=1)
+        torch.cuda.synchronize()
+    out["torch_conv_sync_round_trip_us"] = (time.perf_counter() - t0) / n * 1e6
+    t0 = time.perf_counter()
+    for _ in range(n):
+        torch.cuda.synchronize()
+    out["torch_bare_synchronize_us"] = (time.perf_counter() - t0) / n * 1e6
+    out["round_trip_over_torch_conv_sync"] = out["round_trip_us"] / out["torch_conv_sync_round_trip_us"]
+    out["submit_over_torch_launch"] = out["submit_us"]["GpuArray"] / out["torch_launch_us"]
+    print(f"\n== overhead (tiny conv, {n} calls, host time)")
+    table([[f"submit ({k})", f(v, 1) + " us"] for k, v in out["submit_us"].items()]
+          + [["await execute round trip", f(out["round_trip_us"], 1) + " us"],
+             ["execute_sync", f(out["execute_sync_us"], 1) + " us"],
+             ["torch conv launch (anchor)", f(out["torch_launch_us"], 1) + " us"],
+             ["torch conv + synchronize (anchor)", f(out["torch_conv_sync_round_trip_us"], 1) + " us"],
+             ["torch bare synchronize (anchor)", f(out["torch_bare_synchronize_us"], 1) + " us"],
+             ["round trip / torch conv+sync", f(out["round_trip_over_torch_conv_sync"], 2)],
+             ["submit / torch launch", f(out["submit_over_torch_launch"], 2)]],
+          ["figure", "value"])
+    return out
+
+
+async def bench_overlap(hd, torch, args, spec):
+    n_ops = 100 if args.quick else 400
+    x_dims, w_dims = (4, 256, 14, 14), (256, 256, 3, 3)
+    g, _ = conv_graph(hd, "fprop", 4, x_dims[1:], w_dims, 1, 1, "float32", "NCHW")
+    out = {"ops": n_ops, "x": x_dims, "w": w_dims, "dtype": "float32"}
+    async with hd.Device(spec, streams=2, max_inflight=n_ops + 8) as dev:
+        plan = await dev.build(g)
+        xt = torch_tensor(torch, x_dims, "float32", "NCHW")
+        wt = torch_tensor(torch, w_dims, "float32", "NCHW", scale=0.05)
+        xs = [gpu_copy(torch, dev, xt, "NCHW") for _ in range(2)]
+        w = gpu_copy(torch, dev, wt, "NCHW")
+        ys = [dev.empty(x_dims, "float32") for _ in range(2)]
+        packs = [{"x": xs[i], "w": w, "y": ys[i]} for i in range(2)]
+
+        async def run(n_streams):
+            for s in range(2):
+                await plan.execute(packs[s], stream=s)
+            t0 = time.perf_counter()
+            handles = [plan.submit(packs[i % n_streams], stream=i % n_streams)
+                       for i in range(n_ops)]
+            submit_s = time.perf_counter() - t0
+            for h in handles:
+                await h
+            return time.perf_counter() - t0, submit_s
+
+        one, sub1 = min([await run(1) for _ in range(3)])
+        two, sub2 = min([await run(2) for _ in range(3)])
+    out.update(ours_one_stream_ms=one * 1e3, ours_two_streams_ms=two * 1e3,
+               ours_submit_ms=max(sub1, sub2) * 1e3, ours_two_over_one=two / one)
+    # anchor: the same work through torch on one and on two torch streams
+    conv = torch.nn.functional.conv2d
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    xts = [xt.clone(), xt.clone()]
+
+    def torch_run(n_streams):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for i in range(n_ops):
+            with torch.cuda.stream(streams[i % n_streams]):
+                conv(xts[i % n_streams], wt, padding=1)
+        torch.cuda.synchronize()
+        return time.perf_counter() - t0
+
+    torch_run(2)
+    t1 = min(torch_run(1) for _ in range(3))
+    t2 = min(torch_run(2) for _ in range(3))
+    out.update(torch_one_stream_ms=t1 * 1e3, torch_two_streams_ms=t2 * 1e3,
+               torch_two_over_one=t2 / t1, ours_vs_torch_two_streams=two / t2)
+    print(f"\n== overlap ({n_ops} convs x{x_dims} w{w_dims} fp32; wall time until all done)")
+    table([["hipdnn_async", f(one * 1e3, 2), f(two * 1e3, 2), f(two / one, 2),
+            f(max(sub1, sub2) * 1e3, 2)],
+           ["torch (anchor)", f(t1 * 1e3, 2), f(t2 * 1e3, 2), f(t2 / t1, 2), "-"]],
+          ["", "1 stream ms", "2 streams ms", "2/1", "host submit ms"])
+    return out
+
+
+def _cbr_graph(hd, n, c, h, w, k):
+    f32 = hd.DataType.FLOAT
+    g = hd.Graph(name="bench_cbr", io_data_type=f32, intermediate_data_type=f32,
+                 compute_data_type=f32)
+    x = g.tensor(dims=(n, c, h, w), name="x")
+    wt = g.tensor(dims=(k, c, 3, 3), name="w")
+    b = g.tensor(dims=(1, k, 1, 1), name="b")
+    y = g.pointwise(g.conv_fprop(x, wt, padding=(1, 1)), b, mode=hd.PointwiseMode.ADD)
+    g.pointwise(y, mode=hd.PointwiseMode.RELU_FWD).set_output(True).set_name("y")
+    return g
+
+
+async def bench_batcher(hd, torch, dev, args):
+    import anyio
+    import numpy as np
+    c, h, w, k = 64, 28, 28, 64
+    clients, per_client = (64, 2) if args.quick else (256, 4)
+    total = clients * per_client
+    rng = np.random.default_rng(0)
+    wv = (rng.standard_normal((k, c, 3, 3)) * 0.05).astype(np.float32)
+    bv = rng.standard_normal((1, k, 1, 1)).astype(np.float32)
+    xs = [rng.standard_normal((1, c, h, w)).astype(np.float32) for _ in range(min(total, 256))]
+    out = {"layer": f"conv3x3+bias+relu x(1,{c},{h},{w}) w({k},{c},3,3) fp32 NCHW",
+           "clients": clients, "requests_per_client": per_client, "samples": total}
+
+    # ours, one request at a time: upload, execute, download (what a server without
+    # batching does per request)
+    plan = await dev.build(_cbr_graph(hd, 1, c, h, w, k))
+    wg, bg = await dev.asarray(wv), await dev.asarray(bv)
+    yg = dev.empty((1, k, h, w), "float32")
+    for i in range(5):
+        await plan.execute({"x": await dev.asarray(xs[i]), "w": wg, "b": bg, "y": yg})
+        await yg.to_numpy()
+    t0 = time.perf_counter()
+    for i in range(total):
+        await plan.execute({"x": await dev.asarray(xs[i % len(xs)]), "w": wg, "b": bg, "y": yg})
+        await yg.to_numpy()
+    out["ours_serial_samples_per_s"] = total / (time.perf_counter() - t0)
+
+    async with hd.DynamicBatcher(dev, _cbr_graph(hd, 1, c, h, w, k),
+                                 constants={"w": wv, "b": bv}, max_batch_size=64,
+                                 max_delay_ms=2.0) as batcher:
+        await batcher.warmup()
+        first = await batcher(xs[0])
+        ref = torch.relu(torch.nn.functional.conv2d(
+            torch.from_numpy(xs[0]).cuda(), torch.from_numpy(wv).cuda(), padding=1)
+            + torch.from_numpy(bv).cuda()).cpu().numpy()
+        out["batcher_max_abs_err_vs_torch"] = float(np.abs(np.asarray(first) - ref).max())
+
+        async def client(i):
+            for r in range(per_client):
+                await batcher(xs[(i * per_client + r) % len(xs)])
+
+        t0 = time.perf_counter()
+        async with anyio.create_task_group() as tg:
+            for i in range(clients):
+                tg.start_soon(client, i)
+        out["ours_batched_samples_per_s"] = total / (time.perf_counter() - t0)
+        out["batcher_metrics"] = batcher.metrics()
+
+    # anchors: torch one request at a time, and torch on full batches of 64
+    wt, bt = torch.from_numpy(wv).cuda(), torch.from_numpy(bv).cuda()
+
+    def torch_one(x):
+        y = torch.relu(torch.nn.functional.conv2d(torch.from_numpy(x).cuda(), wt, padding=1) + bt)
+        return y.cpu().numpy()
+
+    for i in range(5):
+        torch_one(xs[i])
+    t0 = time.perf_counter()
+    for i in range(total):
+        torch_one(xs[i % len(xs)])
+    out["torch_serial_samples_per_s"] = total / (time.perf_counter() - t0)
+    batch64 = np.concatenate(xs[:64])
+    torch_one(batch64)
+    t0 = time.perf_counter()
+    for _ in range(total // 64):
+        torch_one(batch64)
+    out["torch_batch64_samples_per_s"] = (total // 64) * 64 / (time.perf_counter() - t0)
+    out["batched_over_ours_serial"] = out["ours_batched_samples_per_s"] / out["ours_serial_samples_per_s"]
+    out["batched_over_torch_serial"] = out["ours_batched_samples_per_s"] / out["torch_serial_samples_per_s"]
+    out["batched_over_torch_batch64"] = out["ours_batched_samples_per_s"] / out["torch_batch64_samples_per_s"]
+    m = out["batcher_metrics"]
+    print(f"\n== batcher ({out['layer']}; {clients} clients x {per_client} requests; host "
+          "arrays in and out)")
+    table([["hipdnn_async serial batch 1", f(out["ours_serial_samples_per_s"], 0)],
+           ["hipdnn_async DynamicBatcher", f(out["ours_batched_samples_per_s"], 0)],
+           ["torch serial batch 1 (anchor)", f(out["torch_serial_samples_per_s"], 0)],
+           ["torch batch 64 (anchor)", f(out["torch_batch64_samples_per_s"], 0)],
+           ["batcher / ours serial", f(out["batched_over_ours_serial"], 2)],
+           ["batcher / torch serial", f(out["batched_over_torch_serial"], 2)],
+           ["batcher / torch batch 64", f(out["batched_over_torch_batch64"], 2)]],
+          ["figure", "samples/s or ratio"])
+    print(f"  batches {m.get('batches')}, mean size {m.get('mean_batch_size')}, "
+          f"max |err| vs torch {out['batcher_max_abs_err_vs_torch']:.2e}")
+    return out
+
+
+def _bn_graphs(hd, dims, dtype, layout):
+    f32 = hd.DataType.FLOAT
+    c = dims[1]
+
+    def chan(g, name):
+        return g.tensor(dims=(1, c, 1, 1), name=name, data_type="float32")
+
+    gt = hd.Graph(name="bench_bn_train", io_data_type=dtype, intermediate_data_type=f32,
+                  compute_data_type=f32)
+    x = gt.tensor(dims=dims, layout=layout, name="x")
+    outs = gt.batchnorm(x, chan(gt, "scale"), chan(gt, "bias"), epsilon=1e-5, momentum=0.1,
+                        prev_running_mean=chan(gt, "rm"), prev_running_variance=chan(gt, "rv"))
+    for t, n in zip(outs, ("y", "mean", "inv_variance", "nrm", "nrv")):
+        t.set_output(True).set_name(n)
+    gi = hd.Graph(name="bench_bn_infer", io_data_type=dtype, intermediate_data_type=f32,
+                  compute_data_type=f32)
+    xi = gi.tensor(dims=dims, layout=layout, name="x")
+    gi.batchnorm_inference_variance_ext(xi, chan(gi, "rm"), chan(gi, "rv"), chan(gi, "scale"),
+                                        chan(gi, "bias"), epsilon=1e-5).set_output(True).set_name("y")
+    return gt, gi
+
+
+async def bench_batchnorm(hd, torch, dev, args):
+    shapes = RESNET50_BN[1:3] if args.quick else RESNET50_BN
+    rows, out = [], []
+    for dtype, layout in CONFIGS:
+        for chw in shapes:
+            dims = (args.batch,) + chw
+            c = chw[0]
+            rec = {"dims": dims, "dtype": dtype, "layout": layout}
+            try:
+                gt, gi = _bn_graphs(hd, dims, dtype, layout)
+                pt, pi = await dev.build(gt), await dev.build(gi)
+                x = torch_tensor(torch, dims, dtype, layout)
+                y = torch.empty_like(x)
+                scale, bias = torch.ones(c, device="cuda"), torch.zeros(c, device="cuda")
+                rm, rv = torch.zeros(c, device="cuda"), torch.ones(c, device="cuda")
+                stats = [torch.empty(c, device="cuda") for _ in range(4)]
+
+                def c4(t):
+                    return t.reshape(1, c, 1, 1)
+
+                torch.cuda.synchronize()
+                g = {k: gpu_copy(torch, dev, v, layout) for k, v in (
+                    ("x", x), ("y", y), ("scale", c4(scale)), ("bias", c4(bias)), ("rm", c4(rm)),
+                    ("rv", c4(rv)), ("mean", c4(stats[0])), ("inv_variance", c4(stats[1])),
+                    ("nrm", c4(stats[2])), ("nrv", c4(stats[3])))}
+                vt = dict(g)
+                vi = {k: g[k] for k in ("x", "scale", "bias", "rm", "rv", "y")}
+                rec["ours_train_ms"], method = await time_plan(torch, dev, pt, vt, args.reps)
+                rec["ours_infer_ms"], _ = await time_plan(torch, dev, pi, vi, args.reps)
+                trm, trv = rm.clone(), rv.clone()
+                bn = torch.nn.functional.batch_norm
+                rec["torch_train_ms"] = time_torch(torch, lambda: bn(
+                    x, trm, trv, scale, bias, training=True, momentum=0.1, eps=1e-5),
+                    args.reps, method)
+                rec["torch_infer_ms"] = time_torch(torch, lambda: bn(
+                    x, rm, rv, scale, bias, training=False, eps=1e-5), args.reps, method)
+                rec["train_ratio"] = rec["ours_train_ms"] / rec["torch_train_ms"]
+                rec["infer_ratio"] = rec["ours_infer_ms"] / rec["torch_infer_ms"]
+                rec["timing"] = method
+            except Exception as exc:  # noqa: BLE001 - one shape failing must not hide the rest
+                rec["error"] = f"{type(exc).__name__}: {exc}"
+            out.append(rec)
+            rows.append([f"{dtype} {layout}", "x".join(map(str, dims)),
+                         f(rec.get("ours_train_ms")), f(rec.get("torch_train_ms")),
+                         f(rec.get("train_ratio"), 2), f(rec.get("ours_infer_ms")),
+                         f(rec.get("torch_infer_ms")), f(rec.get("infer_ratio"), 2),
+                         rec.get("error", "")[:80]])
+    print("\n== batchnorm (ms per call; ratio = ours / torch)")
+    table(rows, ["config", "dims", "train", "torch", "ratio", "infer", "torch", "ratio", "error"])
+    summary = {f"{d} {l} {what}": geomean([r.get(f"{what}_ratio") for r in out
+                                          if r["dtype"] == d and r["layout"] == l])
+               for d, l in CONFIGS for what in ("train", "infer")}
+    print("  geomean ratios: " + ", ".join(f"{k} {f(v, 2)}" for k, v in summary.items()))
+    return {"rows": out, "geomean_ratio": summary}
+
+
+def _torch_conv_fn(torch, direction, t, w_dims, pad, stride):
+    conv = torch.nn.functional.conv2d
+    if direction == "fprop":
+        return lambda: conv(t["x"], t["w"], padding=pad, stride=stride)
+    mask = [True, False, False] if direction == "dgrad" else [False, True, False]
+    return lambda: torch.ops.aten.convolution_backward(
+        t["dy"], t["x"], t["w"], None, [stride] * 2, [pad] * 2, [1, 1], False, [0, 0], 1, mask)
+
+
+async def bench_conv(hd, torch, dev, args, deadline):
+    layers = [l for l in RESNET50_CONVS if not args.quick or l[0] in QUICK_CONVS]
+    directions = ("fprop",) if args.quick else args.directions
+    rows, out = [], []
+    db_path = os.path.join(tempfile.mkdtemp(prefix="bench_gpu_"), "perfdb.sqlite3")
+    async with hd.Device(dev.spec, streams=1, max_inflight=args.reps + 16,
+                         perfdb=db_path) as bdev:
+        for dtype, layout in CONFIGS:
+            for name, cin, w_dims, pad, stride in layers:
+                for direction in directions:
+                    rec = {"layer": name, "direction": direction, "dtype": dtype,
+                           "layout": layout, "batch": args.batch}
+                    if time.perf_counter() > deadline:
+                        rec["error"] = "skipped: --max-seconds reached"
+                        out.append(rec)
+                        continue
+                    try:
+                        await _one_conv(hd, torch, bdev, args, rec, name, cin, w_dims, pad,
+                                        stride, dtype, layout, direction)
+                    except Exception as exc:  # noqa: BLE001
+                        rec["error"] = f"{type(exc).__name__}: {exc}"
+                    finally:
+                        torch.backends.cudnn.benchmark = False
+                    out.append(rec)
+                    rows.append([f"{dtype} {layout}", name, direction,
+                                 f(rec.get("ours_ms")), rec.get("ours_algorithm", "-"),
+                                 f(rec.get("torch_ms")), f(rec.get("ratio"), 2),
+                                 f(rec.get("ours_bench_ms")), rec.get("ours_bench_algorithm", "-"),
+                                 f(rec.get("torch_bench_ms")), f(rec.get("ratio_bench"), 2),
+                                 rec.get("error", "")[:70]])
+                    if rec.get("error"):
+                        print("  " + "  ".join(rows[-1]), flush=True)
+    print(f"\n== convolutions, ResNet-50 shapes at batch {args.batch} (ms per call; ratio = "
+          "ours / torch; 'bench' = global.benchmarking=1 vs cudnn.benchmark=True)")
+    table(rows, ["config", "layer", "dir", "ours", "algo", "torch", "ratio", "ours bench",
+                 "algo", "torch bench", "ratio", "error"])
+    summary = {}
+    for dtype, layout in CONFIGS:
+        for direction in directions:
+            sel = [r for r in out if (r["dtype"], r["layout"], r["direction"]) ==
+                   (dtype, layout, direction)]
+            summary[f"{dtype} {layout} {direction}"] = {
+                "heuristic": geomean([r.get("ratio") for r in sel]),
+                "benchmarked": geomean([r.get("ratio_bench") for r in sel])}
+    for k, v in summary.items():
+        print(f"  geomean {k}: heuristic {f(v['heuristic'], 2)}, benchmarked "
+              f"{f(v['benchmarked'], 2)}")
+    return {"rows": out, "geomean_ratio": summary}
+
+
+async def _one_conv(hd, torch, dev, args, rec, name, cin, w_dims, pad, stride, dtype, layout,
+                    direction):
+    g, dims = conv_graph(hd, direction, args.batch, cin, w_dims, pad, stride, dtype, layout)
+    t = {"x": torch_tensor(torch, dims["x"], dtype, layout),
+         "w": torch_tensor(torch, dims["w"], dtype, layout, scale=0.05),
+         "dy": torch_tensor(torch, dims["y"], dtype, layout)}
+    outputs = {"fprop": ("y", dims["y"]), "dgrad": ("dx", dims["x"]), "wgrad": ("dw", dims["w"])}
+    out_name, out_dims = outputs[direction]
+    inputs = {"fprop": ("x", "w"), "dgrad": ("dy", "w"), "wgrad": ("dy", "x")}[direction]
+    vp = {k: gpu_copy(torch, dev, t[k], layout) for k in inputs}
+    vp[out_name] = dev.empty(out_dims, dtype, layout=layout)
+    rec["flop"] = 2 * math.prod(dims["y"]) * math.prod(w_dims[1:])
+    plan = await dev.build(g)
+    rec["ours_algorithm"], rec["ours_workspace"] = plan.algorithm, plan.workspace_size
+    rec["ours_ms"], method = await time_plan(torch, dev, plan, vp, args.reps)
+    t0 = time.perf_counter()
+    tuned = await dev.build(g, knobs={"global.benchmarking": 1})
+    rec["tune_s"] = time.perf_counter() - t0
+    rec["ours_bench_algorithm"] = tuned.algorithm
+    rec["ours_bench_ms"], _ = await time_plan(torch, dev, tuned, vp, args.reps)
+    fn = _torch_conv_fn(torch, direction, t, w_dims, pad, stride)
+    torch.backends.cudnn.benchmark = False
+    rec["torch_ms"] = time_torch(torch, fn, args.reps, method)
+    torch.backends.cudnn.benchmark = True
+    rec["torch_bench_ms"] = time_torch(torch, fn, args.reps, method, warmup=5)
+    rec["ratio"] = rec["ours_ms"] / rec["torch_ms"]
+    rec["ratio_bench"] = rec["ours_bench_ms"] / rec["torch_bench_ms"]
+    rec["ours_tflops"] = rec["flop"] / rec["ours_ms"] / 1e9
+    rec["timing"] = method
+
+
+# =======================================================================================
+
+async def run(args):
+    import hipdnn_async as hd
+    import torch
+
+    started = time.perf_counter()
+    deadline = started + args.max_seconds
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    specs = [d for d in hd.devices() if d != "cpu"]
+    spec = args.device or (specs[0] if specs else None)
+    doc = {"argv": sys.argv[1:], "python": platform.python_version(),
+           "hipdnn_async": hd.__version__, "devices": hd.devices(), "torch": torch.__version__,
+           "torch_cudnn": torch.backends.cudnn.version() if torch.cuda.is_available() else None,
+           "results": {}, "errors": {}}
+    if spec is None or not torch.cuda.is_available():
+        doc["errors"]["setup"] = (f"needs a GPU device and torch with CUDA; hd.devices() = "
+                                  f"{hd.devices()}, torch.cuda.is_available() = "
+                                  f"{torch.cuda.is_available()}")
+        return doc
+    doc["gpu"] = torch.cuda.get_device_name()
+    async with hd.Device(spec, max_inflight=max(64, args.reps + 16)) as dev:
+        doc["device"] = dev.spec
+        doc["engine_provider"] = getattr(dev.provider, "name", None)
+        doc["provider"] = dev.provider.describe()
+        print(f"hipdnn_async {hd.__version__} on {dev.spec} ({doc['gpu']}); torch "
+              f"{torch.__version__}, cuDNN {doc['torch_cudnn']}; batch {args.batch}", flush=True)
+        for section in args.sections:
+            t0 = time.perf_counter()
+            try:
+                if section == "overhead":
+                    res = await bench_overhead(hd, torch, dev.spec, args)
+                elif section == "overlap":
+                    res = await bench_overlap(hd, torch, args, dev.spec)
+                elif section == "batcher":
+                    res = await bench_batcher(hd, torch, dev, args)
+                elif section == "batchnorm":
+                    res = await bench_batchnorm(hd, torch, dev, args)
+                else:
+                    res = await bench_conv(hd, torch, dev, args, deadline)
+                doc["results"][section] = res
+            except Exception as exc:  # noqa: BLE001 - report, go on with the next section
+                doc["errors"][section] = f"{type(exc).__name__}: {exc}"
+                print(f"\n== {section}: FAILED\n{traceback.format_exc()}", flush=True)
+            finally:
+                torch.backends.cudnn.benchmark = False
+            doc.setdefault("section_seconds", {})[section] = time.perf_counter() - t0
+        doc["metrics"] = dev.metrics()
+    doc["stats"] = hd.stats()
+    doc["total_seconds"] = time.perf_counter() - started
+    return doc
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    import anyio
+    doc = anyio.run(run, args, backend="asyncio")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(doc, fh, indent=2, default=str)
+        print(f"\nfigures written to {args.json}")
+    for section, err in doc["errors"].items():
+        print(f"bench_gpu: {section}: {err}", file=sys.stderr)
+    return 1 if doc["errors"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
