@@ -5,8 +5,9 @@ cuDNN provider: ``is_host`` is False; ``empty`` / ``asarray`` return ``FakeGpuAr
 (host memory behind the GPU array surface: ``dims``, ``strides``, ``dtype``, ``device``,
 ``nbytes``, ``ptr``, ``copy_from``, ``to_numpy_sync``, ``await to_numpy()``, and *no*
 ``.view`` or ``__array__``); its plans refuse NumPy arrays in variant packs with
-``VariantPackError``, as a GPU device does. Copies and executions are counted, so tests
-can tell that data was staged.
+``VariantPackError``, as a GPU device does; and, as the cuDNN provider, it declines at
+build a RELU_FWD clipped below at anything but 0. Copies and executions are counted, so
+tests can tell that data was staged.
 
 The staging tests (tests/async/test_batcher_staging.py, tests/test_demo_staging.py)
 import it from here; the tests below check the fake itself against the contract.
@@ -136,10 +137,20 @@ class FakeGpuDevice:
         out.copy_from(array)
         return out
 
+    def _decline(self, graph) -> None:
+        """cuDNN's contract: activations clip below at 0 only."""
+        for node in graph.nodes:
+            lower = getattr(node.attrs, "relu_lower_clip", None)
+            if lower is not None and lower != 0:
+                raise hd.NotSupportedError(f"{self.spec} (as cuDNN): node '{node.name}' has "
+                                           f"relu_lower_clip = {lower}; only 0 is supported")
+
     async def build(self, graph, **kw) -> FakeGpuPlan:
+        self._decline(graph)
         return FakeGpuPlan(await self._real.build(graph, **kw), self)
 
     def build_sync(self, graph, **kw) -> FakeGpuPlan:
+        self._decline(graph)
         return FakeGpuPlan(self._real.build_sync(graph, **kw), self)
 
     def __repr__(self) -> str:
@@ -196,3 +207,16 @@ async def test_fake_plans_take_device_arrays_only():
     want = np.einsum("nchw,kc->nkhw", x.astype(np.float64), w[:, :, 0, 0].astype(np.float64))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     assert dev.counts["h2d"] == 3 and dev.counts["d2h"] == 1 and dev.counts["alloc"] == 4
+
+
+@pytest.mark.anyio
+async def test_fake_declines_lower_clips_as_cudnn_does():
+    from hipdnn_async.demo import _graphs
+    from hipdnn_async.demo._model import LAYERS
+    async with hd.Device("cpu") as real:
+        dev = FakeGpuDevice(real)
+        await dev.build(_graphs.conv_bias_act(LAYERS[0], 2, 8))       # plain ReLU: fine
+        identity = _graphs.conv_bias_act(LAYERS[1], 2, 8)             # clamp to +-FLT_MAX
+        await real.build(identity)
+        with pytest.raises(hd.NotSupportedError, match="relu_lower_clip"):
+            await dev.build(identity)

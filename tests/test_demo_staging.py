@@ -1,9 +1,12 @@
 """The demo on a non-host device: NumPy staged through device arrays, same results as CPU.
 
 No GPU is needed: ``FakeGpuDevice`` (tests/test_demo_fake_gpu.py) is a CPU device behind
-the GPU contract (``is_host`` False, arrays without ``.view``, plans that refuse NumPy).
-The same kernels run on copies of the same data, so every figure of the staged run is
-compared with a CPU run made here, not with stored numbers.
+the GPU contract (``is_host`` False, arrays without ``.view``, plans that refuse NumPy,
+no RELU_FWD clipped below 0). The same kernels run on copies of the same data, so every
+figure of the staged run is compared with a CPU run made here, not with stored numbers.
+Evaluation (b) differs by design: the fake declines the identity clamp, so its layers
+without ReLU run as CONV_FPROP with the bias moved on (``Network.fold``); its logits
+agree with the CPU's to float32 rounding and its predictions exactly.
 """
 import json
 
@@ -13,13 +16,19 @@ import pytest
 import sklearn  # noqa: F401  (the demo's data; in the test extra, so a must)
 
 import hipdnn_async as hd
-from hipdnn_async.demo import main
+from hipdnn_async.demo import _host, main
 from hipdnn_async.demo._data import load_digits_split
 from hipdnn_async.demo._model import Network
 from test_demo_fake_gpu import FakeGpuDevice
 
 # Float32 results of identical kernels on identical inputs; a little room for BLAS.
 RTOL, ATOL = 1e-6, 1e-7
+# Evaluation (b) with the bias moved on: the same sums, rounded in another order.
+FOLD_RTOL, FOLD_ATOL = 1e-5, 1e-5
+CPU_FOLDED = {"conv1": "CONV_FPROP_BIAS_RELU", "conv2": "CONV_FPROP_BIAS_RELU",
+              "classifier": "CONV_FPROP_BIAS_RELU"}
+FAKE_FOLDED = {"conv1": "CONV_FPROP_BIAS_RELU", "conv2": "CONV_FPROP",
+               "classifier": "CONV_FPROP"}
 
 
 @pytest.fixture(scope="module")
@@ -38,10 +47,12 @@ async def _passes(dev, digits):
     loss, correct, grads = await net.train_step(x, y)
     for k, g in grads.items():             # one host SGD step between passes
         net.params[k] -= 0.1 * g.reshape(net.params[k].shape)
+    folded = await net.fold()
     return {"loss": loss, "correct": correct, "grads": grads,
             "running": {k: v.copy() for k, v in net.running.items()},
             "a": await net.predict_bn_inference(digits.x_test[:50]),
-            "b": await net.predict_folded(digits.x_test[:50])}
+            "b": await net.predict_folded(digits.x_test[:50], folded),
+            "patterns": folded.patterns, "logit_bias": folded.logit_bias}
 
 
 @pytest.mark.anyio
@@ -59,11 +70,27 @@ async def test_network_passes_on_a_staged_device_match_the_cpu(digits):
     for name, v in got["running"].items():
         np.testing.assert_allclose(v, want["running"][name], rtol=RTOL, atol=ATOL,
                                    err_msg=name)
-    for key in ("a", "b"):                 # after the update: parameters were re-uploaded
+    # After the update: the parameters were re-uploaded.
+    for key, rtol, atol in (("a", RTOL, ATOL), ("b", FOLD_RTOL, FOLD_ATOL)):
         assert isinstance(got[key], np.ndarray) and got[key].shape == (50, 10)
-        np.testing.assert_allclose(got[key], want[key], rtol=RTOL, atol=ATOL, err_msg=key)
+        np.testing.assert_allclose(got[key], want[key], rtol=rtol, atol=atol, err_msg=key)
         np.testing.assert_array_equal(got[key].argmax(1), want[key].argmax(1))
+    assert want["patterns"] == CPU_FOLDED and want["logit_bias"] is None
+    assert got["patterns"] == FAKE_FOLDED and got["logit_bias"].shape == (10,)
     assert dev.counts["executions"] > 0 and dev.counts["h2d"] > 0 and dev.counts["d2h"] > 0
+
+
+def test_carried_bias_equals_the_bias_through_the_convolution():
+    rng = np.random.default_rng(4)
+    h = rng.standard_normal((2, 3, 5, 5))
+    b = rng.standard_normal((1, 3, 1, 1))
+    w = rng.standard_normal((4, 3, 3, 3))
+    for stride in (1, 2):
+        want = _host._conv2d(h + b, w, stride, 0)
+        got = _host._conv2d(h, w, stride, 0) + _host.carry_bias(b, w, 0)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="padding 1"):
+        _host.carry_bias(b, w, 1)
 
 
 @pytest.mark.anyio
@@ -125,6 +152,8 @@ def test_staged_demo_runs_end_to_end(runs):
     assert doc["gradient_check"]["ok"]
     assert doc["serving"]["predictions_match"] and doc["serving"]["mismatches"] == 0
     assert set(doc["plans_per_pattern"]) == set(runs["cpu"]["plans_per_pattern"])
+    assert doc["evaluation"]["folded_patterns"] == FAKE_FOLDED
+    assert runs["cpu"]["evaluation"]["folded_patterns"] == CPU_FOLDED
     counts = runs["device"].counts
     assert counts["executions"] > 0 and counts["h2d"] > 0 and counts["d2h"] > 0
 

@@ -13,7 +13,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 __all__ = ["softmax_cross_entropy", "SGDMomentum", "cosine_lr", "fold_batchnorm",
-           "reference_loss"]
+           "carry_bias", "reference_loss"]
 
 
 def softmax_cross_entropy(logits: np.ndarray, labels: np.ndarray):
@@ -103,6 +103,38 @@ def fold_batchnorm(w, scale, bias, mean, variance, epsilon: float):
     w_f = np.asarray(w, np.float64) * a[:, None, None, None]
     b_f = np.asarray(bias, np.float64).reshape(-1) - a * np.asarray(mean, np.float64).reshape(-1)
     return w_f.astype(np.float32), b_f.reshape(1, -1, 1, 1).astype(np.float32)
+
+
+def carry_bias(bias, w_next, padding: int) -> np.ndarray:
+    """The bias of a layer without activation, moved into the next convolution's bias.
+
+    ``conv(h + b, w) == conv(h, w) + t`` with ``t[k] = sum_{c,r,s} w[k, c, r, s] * b[c]``
+    when the convolution has no padding, so that every tap reads ``h + b``.
+
+    Parameters
+    ----------
+    bias : numpy.ndarray
+        The layer's per-channel bias ``b``, dims (1, C, 1, 1).
+    w_next : numpy.ndarray
+        The next convolution's weights, dims (K, C, R, S).
+    padding : int
+        The next convolution's padding; must be 0.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``t``, float64, dims (1, K, 1, 1).
+
+    Raises
+    ------
+    ValueError
+        `padding` is not 0: border taps would read the zero padding, not ``b``.
+    """
+    if padding:
+        raise ValueError(f"carry_bias: the next convolution has padding {padding}; a bias "
+                         "moves through a convolution exactly only without padding")
+    return np.einsum("kcrs,c->k", np.asarray(w_next, np.float64),
+                     np.asarray(bias, np.float64).reshape(-1)).reshape(1, -1, 1, 1)
 
 
 # ---------------------------------------------------------------------------------------

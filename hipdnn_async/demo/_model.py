@@ -21,15 +21,20 @@ and only what the host needs (logits, gradients, running statistics) is copied b
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
+from hipdnn_async import NotSupportedError
+
 from . import _graphs
+from ._common import DemoError
 from ._graphs import LayerSpec
-from ._host import fold_batchnorm, softmax_cross_entropy
+from ._host import carry_bias, fold_batchnorm, softmax_cross_entropy
 from ._staging import Staging
 
-__all__ = ["LAYERS", "IMAGE_SIZE", "EPSILON", "BN_MOMENTUM", "Network"]
+__all__ = ["LAYERS", "IMAGE_SIZE", "EPSILON", "BN_MOMENTUM", "FoldedLayer", "Folded",
+           "Network"]
 
 IMAGE_SIZE = 8
 EPSILON = 1e-5          # batchnorm epsilon (PyTorch's default)
@@ -40,6 +45,37 @@ LAYERS = (
     LayerSpec("conv2", 32, 32, 3, stride=2, padding=1, bn="plain"),
     LayerSpec("classifier", 32, 10, 4, stride=1, padding=0, bn=None),
 )
+
+
+@dataclass(frozen=True)
+class FoldedLayer:
+    """One layer of evaluation (b), its batchnorm folded into `w` and `bias`.
+
+    ``op`` is ``"folded"``: one CONV_FPROP_BIAS_RELU plan of `w` and `bias` (ReLU, or the
+    identity clamp where the layer has none); or ``"fprop"``: a CONV_FPROP plan of `w`
+    alone (`bias` None), for a layer without ReLU on a device that declines the identity
+    clamp (cuDNN clips below at 0 only). Its bias then moved on, exactly, into the next
+    layer's bias, or into the logits (``Folded.logit_bias``).
+    """
+
+    layer: LayerSpec
+    op: str
+    w: np.ndarray
+    bias: np.ndarray | None
+
+
+@dataclass(frozen=True)
+class Folded:
+    """The network of evaluation (b) and serving: layers, then a host bias on the logits."""
+
+    layers: tuple[FoldedLayer, ...]
+    logit_bias: np.ndarray | None     # (classes,) float32, added on the host; or None
+
+    @property
+    def patterns(self) -> dict[str, str]:
+        """The plan pattern of each layer, by layer name."""
+        return {f.layer.name: "CONV_FPROP_BIAS_RELU" if f.op == "folded" else "CONV_FPROP"
+                for f in self.layers}
 
 
 def _sizes(layers, size: int) -> list[int]:
@@ -93,6 +129,7 @@ class Network:
         self.plans: list = []
         self._cache: dict = {}
         self._stage = Staging(device)
+        self._identity_clamp: bool | None = None     # probed once, see fold()
 
     # ------------------------------------------------------------------ plans
 
@@ -265,6 +302,57 @@ class Network:
             h = y
         return (await st.get(h)).reshape(n, -1)
 
+    async def fold(self) -> Folded:
+        """The folded network for evaluation (b) and serving, shaped for this device.
+
+        Every layer is one CONV_FPROP_BIAS_RELU plan of its folded weights and bias where
+        the device runs the identity clamp that stands for "no activation" (the CPU). On
+        a device that declines it (cuDNN), a layer without ReLU is a CONV_FPROP of its
+        folded weights and its bias is carried into the next layer's bias (exact: that
+        convolution has no padding), or, for the last layer, into the logits.
+
+        Returns
+        -------
+        Folded
+            The layers with their plan operation and constants, and the logit bias
+            (None where no bias reached the logits).
+
+        Raises
+        ------
+        DemoError
+            A bias would have to move through a padded convolution (not exact).
+        """
+        pairs = self.folded()
+        out, carry, logit_bias = [], None, None
+        for i, (layer, (w, b)) in enumerate(zip(self.layers, pairs)):
+            if carry is not None:
+                b, carry = (b.astype(np.float64) + carry).astype(np.float32), None
+            if layer.bn == "relu" or await self._identity_clamp_supported(layer):
+                out.append(FoldedLayer(layer, "folded", w, b))
+                continue
+            out.append(FoldedLayer(layer, "fprop", w, None))
+            if i + 1 < len(self.layers):
+                try:
+                    carry = carry_bias(b, pairs[i + 1][0], self.layers[i + 1].padding)
+                except ValueError as exc:
+                    raise DemoError(f"layer '{layer.name}' has no ReLU and device "
+                                    f"'{self.device.spec}' declines the identity clamp, so "
+                                    f"its bias must move on, but: {exc}") from None
+            else:
+                logit_bias = b.reshape(-1)
+        return Folded(tuple(out), logit_bias)
+
+    async def _identity_clamp_supported(self, layer: LayerSpec) -> bool:
+        """Whether the device builds `layer`'s CONV_FPROP_BIAS_RELU with the identity
+        clamp (RELU_FWD clipped to the float32 range); asked once, by building it."""
+        if self._identity_clamp is None:
+            try:
+                await self.plan("folded", layer, 1)
+                self._identity_clamp = True
+            except NotSupportedError:
+                self._identity_clamp = False
+        return self._identity_clamp
+
     def folded(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """(weights, bias) per layer with each batchnorm folded into its convolution."""
         out = []
@@ -279,15 +367,21 @@ class Network:
                     self.running[f"{layer.name}.running_var"], EPSILON))
         return out
 
-    async def predict_folded(self, x: np.ndarray, folded=None) -> np.ndarray:
-        """Logits (N, 10) with every layer a CONV_FPROP_BIAS_RELU plan (eval b)."""
-        folded = self.folded() if folded is None else folded
+    async def predict_folded(self, x: np.ndarray, folded: Folded | None = None) -> np.ndarray:
+        """Logits (N, 10) with batchnorm folded into the convolutions (eval b).
+
+        Each layer is one CONV_FPROP_BIAS_RELU plan (or CONV_FPROP, see `fold`).
+        """
+        folded = await self.fold() if folded is None else folded
         n = len(x)
         st = self._stage
         h = await st.put(x)
-        for i, (layer, (w, b)) in enumerate(zip(self.layers, folded)):
+        for i, f in enumerate(folded.layers):
             y = st.empty(self._out_dims(i, n))
-            await (await self.plan("folded", layer, n)).execute(
-                {"x": h, "w": await st.put(w), "bias": await st.put(b), "y": y})
+            pack = {"x": h, "w": await st.put(f.w), "y": y}
+            if f.bias is not None:
+                pack["bias"] = await st.put(f.bias)
+            await (await self.plan(f.op, f.layer, n)).execute(pack)
             h = y
-        return (await st.get(h)).reshape(n, -1)
+        logits = (await st.get(h)).reshape(n, -1)
+        return logits if folded.logit_bias is None else logits + folded.logit_bias

@@ -59,6 +59,12 @@ def _pct(x: float) -> str:
     return f"{100.0 * x:.2f}%"
 
 
+def _moved_on(ev: dict) -> str:
+    """Which layers of (b) ran as CONV_FPROP with their bias moved on (none on the CPU)."""
+    plain = [k for k, v in ev.get("folded_patterns", {}).items() if v == "CONV_FPROP"]
+    return f" ({', '.join(plain)}: conv, bias moved on)" if plain else ""
+
+
 def summary(r: dict) -> str:
     """The summary table of a run's results (the dict written by ``--json``)."""
     cfg, ev, sv, gc = r["config"], r["evaluation"], r["serving"], r["gradient_check"]
@@ -80,7 +86,7 @@ def summary(r: dict) -> str:
         ("test acc (a)", f"{_pct(ev['accuracy']['bn_inference'])}  conv + batchnorm "
                          "inference with variance"),
         ("test acc (b)", f"{_pct(ev['accuracy']['folded'])}  batchnorm folded: "
-                         "conv + bias + ReLU"),
+                         "conv + bias + ReLU" + _moved_on(ev)),
         ("(a) vs (b)", f"{'identical' if ev['predictions_identical'] else 'DIFFERENT'} "
                        f"predictions ({ev['mismatches']} differ), max logit diff "
                        f"{ev['max_logit_diff']:.1e}"),

@@ -18,18 +18,19 @@ async def serve(device, net, data, folded, expected: np.ndarray, cfg) -> dict:
     """Serve the test split to ``cfg.clients`` concurrent clients; measure and check.
 
     Each layer (batchnorm folded in) is a ``hd.DynamicBatcher`` over its
-    CONV_FPROP_BIAS_RELU graph, with the folded weights and bias as constants. A client
-    sends one image at a time through the three batchers, ``cfg.rounds`` times (client
-    ``c`` sends test images ``c, c + clients, ...`` modulo the split), and checks each
-    prediction against the batch evaluation.
+    CONV_FPROP_BIAS_RELU graph, with the folded weights and bias as constants (or over
+    its CONV_FPROP graph, where ``Network.fold`` moved the bias on). A client sends one
+    image at a time through the three batchers, ``cfg.rounds`` times (client ``c`` sends
+    test images ``c, c + clients, ...`` modulo the split), adds the host logit bias if
+    there is one, and checks each prediction against the batch evaluation.
 
     Parameters
     ----------
     device : hipdnn_async.Device
     net : Network
     data : Digits
-    folded : list of (w, bias)
-        Folded weights per layer (``Network.folded()``).
+    folded : Folded
+        The folded network (``Network.fold()``).
     expected : numpy.ndarray
         Batch-evaluation predictions of the test split, int (N,).
     cfg : DemoConfig
@@ -52,13 +53,19 @@ async def serve(device, net, data, folded, expected: np.ndarray, cfg) -> dict:
     images = np.full(total, -1, np.int64)
     async with contextlib.AsyncExitStack() as stack:
         stages = []
-        for i, (layer, (w, b)) in enumerate(zip(net.layers, folded)):
-            graph = _graphs.conv_bias_act(layer, cfg.max_batch_size, net.sizes[i])
+        for i, f in enumerate(folded.layers):
+            if f.op == "folded":
+                graph = _graphs.conv_bias_act(f.layer, cfg.max_batch_size, net.sizes[i])
+                constants = {"w": f.w, "bias": f.bias}
+            else:
+                graph = _graphs.conv_fprop(f.layer, cfg.max_batch_size, net.sizes[i])
+                constants = {"w": f.w}
             batcher = hd.DynamicBatcher(
-                device, graph, inputs=["x"], outputs=["y"], constants={"w": w, "bias": b},
+                device, graph, inputs=["x"], outputs=["y"], constants=constants,
                 max_batch_size=cfg.max_batch_size, max_delay_ms=cfg.max_delay_ms,
                 buckets="pow2", knobs=cfg.knobs)
             stages.append(await stack.enter_async_context(batcher))
+        logit_bias = folded.logit_bias
         for batcher in stages:             # build every bucket's plan before timing
             await batcher.warmup()
 
@@ -70,8 +77,9 @@ async def serve(device, net, data, folded, expected: np.ndarray, cfg) -> dict:
                 h = data.x_test[idx:idx + 1]
                 for batcher in stages:
                     h = await batcher(h)
+                logits = h.reshape(-1) if logit_bias is None else h.reshape(-1) + logit_bias
                 latencies[k] = (time.perf_counter() - t0) * 1e3
-                served[k] = int(np.argmax(h.reshape(-1)))
+                served[k] = int(np.argmax(logits))
                 images[k] = idx
 
         t0 = time.perf_counter()
