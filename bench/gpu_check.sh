@@ -27,6 +27,7 @@ cd "$(dirname "$0")/.." || exit 2
 OUT="${OUT:-$PWD/gpu_check_out}"
 mkdir -p "$OUT" || exit 2
 SPEC="${GPU_CHECK_DEVICE:-cuda:0}"
+PY="${PYTHON:-python3}"   # the device image's python3 is the one with torch
 BUDGET="${GPU_CHECK_BUDGET_S:-570}"
 ALL_ARGS="${GPU_CHECK_ALL_ARGS---ignore=tests/gpu}"
 BENCH_ARGS="${GPU_CHECK_BENCH_ARGS:-}"
@@ -70,7 +71,7 @@ run_stage() {   # run_stage NAME CAP_S LOG CMD...  (output to LOG and to stdout)
 
 # 1 install -------------------------------------------------------------------------------
 run_stage install 240 "$OUT/setup.log" \
-    python -m pip install -q --no-build-isolation --no-deps -e .
+    "$PY" -m pip install -q --no-build-isolation --no-deps -e .
 
 # 2 environment ---------------------------------------------------------------------------
 ENV_PY=$(mktemp /tmp/gpu_check_env.XXXXXX)
@@ -101,29 +102,29 @@ for name in ("torch", "cupy", "trio", "sklearn", "hypothesis", "onnx", "matplotl
 if not [d for d in hd.devices() if d != "cpu"]:
     sys.exit("no GPU device in hd.devices()")
 PYTHON
-run_stage env 60 "$OUT/setup.log" python "$ENV_PY"
+run_stage env 60 "$OUT/setup.log" "$PY" "$ENV_PY"
 rm -f "$ENV_PY"
 { nvidia-smi 2>&1 || echo "nvidia-smi: not available"; } | head -n 12 | tee -a "$OUT/setup.log"
 
 # 3 GPU tests -----------------------------------------------------------------------------
 run_stage gpu-tests 300 "$OUT/pytest_gpu.log" \
-    python -m pytest -q -m gpu tests/gpu -p no:cacheprovider --durations=15
+    "$PY" -m pytest -q -m gpu tests/gpu -p no:cacheprovider --durations=15
 
 # 4 the whole suite -----------------------------------------------------------------------
 # shellcheck disable=SC2086
 run_stage all-tests 300 "$OUT/pytest_all.log" \
-    python -m pytest -q -x -p no:cacheprovider --durations=10 $ALL_ARGS
+    "$PY" -m pytest -q -x -p no:cacheprovider --durations=10 $ALL_ARGS
 
 # 5 demo ----------------------------------------------------------------------------------
 run_stage demo 180 "$OUT/demo.log" \
-    hipdnn-async demo --device "$SPEC" --json "$OUT/demo.json"
+    "$PY" -m hipdnn_async demo --device "$SPEC" --json "$OUT/demo.json"
 
 # 6 benchmarks (bench_gpu.py stops starting conv layers a minute before the stage limit) --
 BENCH_LIMIT=$(left)
 [ "$BENCH_LIMIT" -gt 360 ] && BENCH_LIMIT=360
 # shellcheck disable=SC2086
 run_stage bench 360 "$OUT/bench_gpu.log" \
-    python bench/bench_gpu.py --device "$SPEC" \
+    "$PY" bench/bench_gpu.py --device "$SPEC" \
     --max-seconds $(( BENCH_LIMIT > 120 ? BENCH_LIMIT - 60 : 60 )) \
     --json "$OUT/bench_gpu.json" $BENCH_ARGS
 

@@ -206,7 +206,7 @@ class Device:
         """Copy a NumPy array (logical shape) to a new device array."""
         array = np.asarray(array)
         out = self.empty(array.shape, array.dtype, layout=layout)
-        if out.nbytes >= (1 << 22) and not self.is_host:  # large uploads leave the loop free
+        if not self.is_host:  # the copy waits for launched work; the loop must not
             await anyio.to_thread.run_sync(out.copy_from, array)
         else:
             out.copy_from(array)

@@ -45,7 +45,7 @@ class DeviceArray:
 
     def to_numpy_sync(self) -> np.ndarray:
         """Return a C-contiguous NumPy copy in logical shape (blocking)."""
-        return np.ascontiguousarray(self.view)
+        return np.array(self.view, order="C", copy=True)
 
     async def to_numpy(self) -> np.ndarray:
         """Return a NumPy copy in logical shape, once pending writes are complete."""

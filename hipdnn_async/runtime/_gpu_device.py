@@ -187,9 +187,8 @@ class GpuArray:
             as_strided(flat, self.dims, tuple(s * self.dtype.itemsize for s in self.strides)))
 
     async def to_numpy(self) -> np.ndarray:
-        """As ``to_numpy_sync``; large copies run in a worker thread."""
-        if self.nbytes < (1 << 20):
-            return self.to_numpy_sync()
+        """As ``to_numpy_sync``, in a worker thread: the copy waits for work already
+        launched on the device, and the event loop must not."""
         import anyio.to_thread
         return await anyio.to_thread.run_sync(self.to_numpy_sync)
 
