@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from ..._errors import ExecutionError, GraphError
 from . import _kernels
@@ -50,12 +51,17 @@ _F64 = np.dtype(np.float64)
 
 def _ncs(a: np.ndarray) -> np.ndarray | None:
     """A (N, C, S) view of a (N, C, ...) array without copying, or None if impossible."""
-    v = a.view()
-    try:
-        v.shape = (a.shape[0], a.shape[1], -1) if a.size else (a.shape[0], a.shape[1], 0)
-    except AttributeError:
+    n, c = a.shape[:2]
+    if a.size == 0:
+        return a.reshape(n, c, 0)
+    # The spatial dims collapse into one without a copy when each (non-unit) dim's stride
+    # is the next one's stride times its extent (NumPy 2.5 deprecates assigning .shape).
+    spatial = [(d, st) for d, st in zip(a.shape[2:], a.strides[2:]) if d != 1]
+    if any(s0 != s1 * d1 for (_, s0), (d1, s1) in zip(spatial, spatial[1:])):
         return None
-    return v
+    inner = spatial[-1][1] if spatial else a.itemsize
+    size = int(np.prod(a.shape[2:], dtype=np.int64))
+    return as_strided(a, (n, c, size), (a.strides[0], a.strides[1], inner))
 
 
 def _work_dtype(*arrays) -> np.dtype:
