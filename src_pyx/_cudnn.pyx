@@ -51,6 +51,7 @@ OP_TENSOR_ADD = 0
 OP_TENSOR_MUL = 1
 DEF BN_SPATIAL = 1
 BATCHNORM_SPATIAL = BN_SPATIAL
+BATCHNORM_SPATIAL_PERSISTENT = 2   # NHWC fast path (PyTorch uses it for channels-last training)
 STATUS_NOT_SUPPORTED = 3000
 STATUS_BAD_PARAM = 2000
 
@@ -97,6 +98,13 @@ ctypedef int (*f_bn_train)(void*, int, const void*, const void*, void*, const vo
 ctypedef int (*f_bn_bwd)(void*, int, const void*, const void*, const void*, const void*,
                          void*, const void*, void*, const void*, void*, void*, void*,
                          const void*, void*, void*, double, const void*, const void*) noexcept nogil
+ctypedef int (*f_bn_ex_ws)(void*, int, int, void*, void*, void*, void*, void*,
+                           size_t*) noexcept nogil
+ctypedef int (*f_bn_ex_reserve)(void*, int, int, void*, void*, size_t*) noexcept nogil
+ctypedef int (*f_bn_train_ex)(void*, int, int, const void*, const void*, void*, const void*,
+                              void*, const void*, void*, void*, void*, const void*,
+                              const void*, double, void*, void*, double, void*, void*,
+                              void*, void*, size_t, void*, size_t) noexcept nogil
 ctypedef int (*f_act_fwd)(void*, void*, const void*, void*, const void*, const void*,
                           void*, void*) noexcept nogil
 ctypedef int (*f_act_bwd)(void*, void*, const void*, void*, const void*, void*, const void*,
@@ -129,8 +137,11 @@ _NAMES = (
     "cudnnBatchNormalizationForwardInference", "cudnnBatchNormalizationForwardTraining",
     "cudnnBatchNormalizationBackward",
     "cudnnActivationForward", "cudnnActivationBackward", "cudnnOpTensor",
+    "cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize",
+    "cudnnGetBatchNormalizationTrainingExReserveSpaceSize",
+    "cudnnBatchNormalizationForwardTrainingEx",
 )
-DEF N_FUNCS = 45
+DEF N_FUNCS = 48
 cdef void* _fn[N_FUNCS]
 cdef void* _lib = NULL
 _lock = threading.Lock()
@@ -160,6 +171,9 @@ DEF I_BN_BWD = 41
 DEF I_ACT_FWD = 42
 DEF I_ACT_BWD = 43
 DEF I_OP_TENSOR = 44
+DEF I_BN_TRAIN_EX_WS = 45
+DEF I_BN_TRAIN_EX_RESERVE = 46
+DEF I_BN_TRAIN_EX = 47
 
 INDEX = {"cudnnGetVersion": I_VERSION, "cudnnCreateTensorDescriptor": I_TENSOR,
          "cudnnCreateFilterDescriptor": I_FILTER, "cudnnCreateConvolutionDescriptor": I_CONV,
@@ -174,7 +188,10 @@ INDEX = {"cudnnGetVersion": I_VERSION, "cudnnCreateTensorDescriptor": I_TENSOR,
          "cudnnBatchNormalizationForwardTraining": I_BN_TRAIN,
          "cudnnBatchNormalizationBackward": I_BN_BWD,
          "cudnnActivationForward": I_ACT_FWD, "cudnnActivationBackward": I_ACT_BWD,
-         "cudnnOpTensor": I_OP_TENSOR}
+         "cudnnOpTensor": I_OP_TENSOR,
+         "cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize": I_BN_TRAIN_EX_WS,
+         "cudnnGetBatchNormalizationTrainingExReserveSpaceSize": I_BN_TRAIN_EX_RESERVE,
+         "cudnnBatchNormalizationForwardTrainingEx": I_BN_TRAIN_EX}
 NAMES = _NAMES
 
 
@@ -473,15 +490,17 @@ def batchnorm_forward_training(uintptr_t handle, uintptr_t xd, uintptr_t x, uint
                                uintptr_t y, uintptr_t bnd, uintptr_t scale, uintptr_t bias,
                                double factor, uintptr_t running_mean,
                                uintptr_t running_variance, double epsilon,
-                               uintptr_t save_mean, uintptr_t save_inv_variance):
+                               uintptr_t save_mean, uintptr_t save_inv_variance,
+                               int mode=BN_SPATIAL):
     """Batch statistics, normalised y, optional running-stat update (0 pointers: none)
-    ``running = batch * factor + running * (1 - factor)`` with the unbiased variance."""
+    ``running = batch * factor + running * (1 - factor)`` with the unbiased variance.
+    ``mode``: BATCHNORM_SPATIAL or BATCHNORM_SPATIAL_PERSISTENT."""
     cdef float one = 1.0
     cdef float zero = 0.0
     cdef f_bn_train f = <f_bn_train>_sym(I_BN_TRAIN)
     cdef int st
     with nogil:
-        st = f(<void*>handle, BN_SPATIAL, &one, &zero, <void*>xd, <const void*>x,
+        st = f(<void*>handle, mode, &one, &zero, <void*>xd, <const void*>x,
                <void*>yd, <void*>y, <void*>bnd, <const void*>scale, <const void*>bias,
                factor, <void*>running_mean, <void*>running_variance, epsilon,
                <void*>save_mean, <void*>save_inv_variance)
@@ -491,14 +510,16 @@ def batchnorm_forward_training(uintptr_t handle, uintptr_t xd, uintptr_t x, uint
 def batchnorm_backward(uintptr_t handle, uintptr_t xd, uintptr_t x, uintptr_t dyd,
                        uintptr_t dy, uintptr_t dxd, uintptr_t dx, uintptr_t bnd,
                        uintptr_t scale, uintptr_t dscale, uintptr_t dbias, double epsilon,
-                       uintptr_t saved_mean, uintptr_t saved_inv_variance):
-    """dx, dscale, dbias from x, dy and the saved mean / inv_variance."""
+                       uintptr_t saved_mean, uintptr_t saved_inv_variance,
+                       int mode=BN_SPATIAL):
+    """dx, dscale, dbias from x, dy and the saved mean / inv_variance (``mode`` as in
+    :func:`batchnorm_forward_training`)."""
     cdef float one = 1.0
     cdef float zero = 0.0
     cdef f_bn_bwd f = <f_bn_bwd>_sym(I_BN_BWD)
     cdef int st
     with nogil:
-        st = f(<void*>handle, BN_SPATIAL, &one, &zero, &one, &zero, <void*>xd,
+        st = f(<void*>handle, mode, &one, &zero, &one, &zero, <void*>xd,
                <const void*>x, <void*>dyd, <const void*>dy, <void*>dxd, <void*>dx,
                <void*>bnd, <const void*>scale, <void*>dscale, <void*>dbias, epsilon,
                <const void*>saved_mean, <const void*>saved_inv_variance)
@@ -543,3 +564,42 @@ def op_tensor(uintptr_t handle, uintptr_t op, float alpha1, uintptr_t ad, uintpt
         st = f(<void*>handle, <void*>op, &alpha1, <void*>ad, <const void*>a, &alpha2,
                <void*>bd, <const void*>b, &zero, <void*>cd, <void*>c)
     _check(st, I_OP_TENSOR)
+
+
+# ------------------------------------------------------------------ batchnorm Ex (NHWC fast path)
+BN_OPS_BN = 0
+BN_OPS_BN_ACTIVATION = 1
+
+
+def batchnorm_training_ex_sizes(uintptr_t handle, int mode, int bn_ops, uintptr_t xd,
+                                uintptr_t yd, uintptr_t bnd, uintptr_t act):
+    """(workspace bytes, reserve-space bytes) of ``batchnorm_forward_training_ex``."""
+    cdef size_t ws = 0, reserve = 0
+    _check((<f_bn_ex_ws>_sym(I_BN_TRAIN_EX_WS))(<void*>handle, mode, bn_ops, <void*>xd, NULL,
+                                                 <void*>yd, <void*>bnd, <void*>act, &ws),
+           I_BN_TRAIN_EX_WS)
+    _check((<f_bn_ex_reserve>_sym(I_BN_TRAIN_EX_RESERVE))(<void*>handle, mode, bn_ops,
+                                                           <void*>act, <void*>xd, &reserve),
+           I_BN_TRAIN_EX_RESERVE)
+    return ws, reserve
+
+
+def batchnorm_forward_training_ex(
+        uintptr_t handle, int mode, int bn_ops, uintptr_t xd, uintptr_t x, uintptr_t yd,
+        uintptr_t y, uintptr_t bnd, uintptr_t scale, uintptr_t bias, double factor,
+        uintptr_t running_mean, uintptr_t running_variance, double epsilon,
+        uintptr_t save_mean, uintptr_t save_inv_variance, uintptr_t act,
+        uintptr_t workspace, size_t workspace_size, uintptr_t reserve, size_t reserve_size):
+    """``cudnnBatchNormalizationForwardTrainingEx`` without a residual (z): bn_ops BN or
+    BN_ACTIVATION (ReLU fused; cuDNN takes it with SPATIAL_PERSISTENT and channels-last)."""
+    cdef float one = 1.0
+    cdef float zero = 0.0
+    cdef f_bn_train_ex f = <f_bn_train_ex>_sym(I_BN_TRAIN_EX)
+    cdef int st
+    with nogil:
+        st = f(<void*>handle, mode, bn_ops, &one, &zero, <void*>xd, <const void*>x, NULL, NULL,
+               <void*>yd, <void*>y, <void*>bnd, <const void*>scale, <const void*>bias, factor,
+               <void*>running_mean, <void*>running_variance, epsilon, <void*>save_mean,
+               <void*>save_inv_variance, <void*>act, <void*>workspace, workspace_size,
+               <void*>reserve, reserve_size)
+    _check(st, I_BN_TRAIN_EX)

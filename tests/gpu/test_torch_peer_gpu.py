@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from oracle import _reference as ref
-from oracle._cases import assert_close, tol, wgrad_tol
+from oracle._cases import assert_close, reduction_tol, tol, wgrad_tol
 
 import hipdnn_async as hd
 
@@ -139,7 +139,10 @@ def test_conv_vs_torch_cuda(cuda_dev, torch_cuda, name, dtype, layout):
             _torch_dgrad(torch, dy, w, xd, pad, stride, dil, groups),
             _torch_wgrad(torch, dy, x, wd, pad, stride, dil, groups))
     n = yd[0] * int(np.prod(yd[2:]))
-    limits = (tol("conv_fprop", dtype), tol("conv_dgrad", dtype), wgrad_tol(dtype, n, 1.0, 1.0))
+    taps = int(np.prod(wd[2:]))
+    limits = (reduction_tol("conv_fprop", dtype, wd[1] * taps),
+              reduction_tol("conv_dgrad", dtype, wd[0] // groups * taps),
+              wgrad_tol(dtype, n, 1.0, 1.0))
     for what, got, want, mate, (atol, rtol) in zip(("fprop", "dgrad", "wgrad"), (y, dx, dw),
                                                    oracle, peer, limits):
         got_np = got.float().cpu().numpy()

@@ -65,6 +65,16 @@ def tol(op, dtype):
     return v, v
 
 
+def reduction_tol(op, dtype, n, max_a=1.0, max_b=1.0):
+    """(atol, rtol) for a convolution whose outputs are sums of n products (fprop:
+    C/groups*R*S; dgrad: about K/groups*R*S): the static table's value, with the FLOAT
+    accumulation bound of :func:`wgrad_tol` as the atol floor where it is larger. The
+    static fp32 1e-5 is below the rounding of a 576-term FLOAT sum of U(-1, 1) products
+    (about 1.1e-5), so long reductions need it."""
+    atol, rtol = tol(op, dtype)
+    return max(atol, wgrad_tol(dtype, n, max_a, max_b)[0]), rtol
+
+
 def wgrad_tol(dtype, n, max_a, max_b):
     """(atol, rtol) for wgrad, whose reductions run over n = N*prod(dy spatial) terms.
 

@@ -96,21 +96,31 @@ class ConvSetup:
 
     def algorithms(self, handle: int, limit: int | None = None) -> list[tuple]:
         """Applicable heuristic entries (algo, time, memory), best first, with this
-        setup's math type; ``limit`` drops entries needing more workspace."""
+        setup's math type; ``limit`` drops entries needing more workspace.
+
+        The accurate algorithms (:meth:`accurate`) are offered when cuDNN has any for the
+        problem; otherwise the others, deterministic ones first (some 1x1 and depthwise
+        weight gradients have only ALGO_0 / ALGO_3)."""
         a, b, c = (d.ptr for d in self.descs)
-        found = []
-        for algo, status, t, memory, det, math in _cudnn.get_algorithms(
+        preferred, fallback = [], []
+        for algo, status, t, memory, det, _math in _cudnn.get_algorithms(
                 self.direction, handle, a, b, self.conv.ptr, c):
-            if status != 0 or not self.math_ok(math) or not self.accurate(algo, det):
+            # The descriptor's math type (FMA for FLOAT: no TF32) is what runs, whatever the
+            # entry's; the provider's trial run drops an algorithm that refuses it.
+            if status != 0 or any(algo == f[0] for f in preferred + [e for _, e in fallback]):
                 continue
-            try:  # the size under our math type (the list's may differ)
-                memory = _cudnn.workspace_size(self.direction, handle, a, b, self.conv.ptr, c, algo)
+            try:  # the size under our math type, if cuDNN answers (else the list's)
+                memory = max(memory, _cudnn.workspace_size(self.direction, handle, a, b,
+                                                           self.conv.ptr, c, algo))
             except _cudnn.CudnnError:
-                continue
-            if limit is None or memory <= limit:
-                if all(algo != f[0] for f in found):
-                    found.append((algo, t, memory))
-        return found
+                pass
+            entry = (algo, t, memory)
+            if self.accurate(algo, det):
+                preferred.append(entry)
+            else:
+                fallback.append((det != _cudnn.DETERMINISTIC, entry))
+        found = preferred or [e for _, e in sorted(fallback, key=lambda f: f[0])]
+        return [e for e in found if limit is None or e[2] <= limit]
 
     def accurate(self, algo: int, determinism: int) -> bool:
         """Algorithms kept: deterministic ones (cuDNN's atomics-based ALGO_0 / ALGO_3 vary

@@ -25,7 +25,7 @@ from ...runtime import GpuArray, _cudnn, _gpu, context_for, load_cuda
 from .._base import Engine, Provider, ProviderPlan, engine_id
 from . import _plans
 from ._bind import bind_workspace, make_binder
-from ._conv import conv_setup, tensor_descriptor
+from ._conv import _is_channels_last, conv_setup, tensor_descriptor
 
 __all__ = ["CudnnProvider", "CUDNN_ENGINE_NAME"]
 
@@ -167,10 +167,11 @@ class CudnnProvider(Provider):
         if pattern in (Pattern.BN_TRAINING, Pattern.BN_TRAINING_RELU):
             if "next_running_mean" in t and p.get("momentum") is None:
                 raise NotSupportedError(f"{where}: running statistics need a momentum")
-            return _plans.BnTrainingPlan(descs, params, channels, p.get("relu_upper_clip"),
-                                         relu=pattern == Pattern.BN_TRAINING_RELU)
+            return self._persistent(match, _plans.BnTrainingPlan(
+                descs, params, channels, p.get("relu_upper_clip"),
+                relu=pattern == Pattern.BN_TRAINING_RELU))
         if pattern == Pattern.BN_BACKWARD:
-            return _plans.BnBackwardPlan(descs, params)
+            return self._persistent(match, _plans.BnBackwardPlan(descs, params))
         # BN_INFERENCE_DRELU_BACKWARD: z and dz in packed x layout in the workspace
         order = stride_order(tuple(x.dims), tuple(x.strides))
         descs["z"] = tensor_descriptor(x, where, strides=packed_strides(tuple(x.dims), order))
@@ -178,8 +179,31 @@ class CudnnProvider(Provider):
         ones = GpuArray((1, channels) + (1,) * (len(x.dims) - 2), np.float32,
                         (1,) * len(x.dims), self.context, self.spec)
         ones.copy_from(np.ones(ones.dims, np.float32))
-        return _plans.BnInferenceDreluBackwardPlan(descs, params, channels, x_bytes, ones,
-                                                   p.get("relu_upper_clip"))
+        return self._persistent(match, _plans.BnInferenceDreluBackwardPlan(
+            descs, params, channels, x_bytes, ones, p.get("relu_upper_clip")))
+
+    def _persistent(self, match, plan):
+        """Channels-last batchnorm: the fastest form a trial run on scratch buffers takes,
+        in order: training through the Ex call (SPATIAL_PERSISTENT, ReLU fused), the plain
+        call with SPATIAL_PERSISTENT, the plain call with SPATIAL."""
+        if not _is_channels_last(match.tensors["x"]):
+            return plan
+        plan.mode = _cudnn.BATCHNORM_SPATIAL_PERSISTENT
+        if isinstance(plan, _plans.BnTrainingPlan):
+            try:
+                with self._build_lock:
+                    plan.use_ex(self._handle())
+                self._trial(match, plan)
+                return plan
+            except _cudnn.CudnnError as exc:
+                log.info("batchnorm training Ex declined (%s)", exc)
+                plan.ex, plan.workspace_size = None, plan.stats_size
+        try:
+            self._trial(match, plan)
+        except _cudnn.CudnnError as exc:
+            log.info("SPATIAL_PERSISTENT batchnorm declined (%s); using SPATIAL", exc)
+            plan.mode = _cudnn.BATCHNORM_SPATIAL
+        return plan
 
     def _bn_descriptor(self, x, where):
         dims = (1, x.dims[1]) + (1,) * (len(x.dims) - 2)
@@ -199,13 +223,33 @@ class CudnnProvider(Provider):
             choice, benchmarked, hit = self._tuned(match, setup, fitting, limit, perfdb, fused)
         else:
             choice = fitting[0]
-        algo, _, ws = choice
         if fused:
             plan = self._fused_plan(match, setup, fitting, choice, where)
         else:
-            plan = _plans.ConvPlan(setup, algo, ws)
+            plan = self._verified(match, fitting, choice, where,
+                                  lambda a, ws: _plans.ConvPlan(setup, a, ws))
         plan.benchmarked, plan.perfdb_hit = benchmarked, hit
         return plan
+
+    def _verified(self, match, fitting, choice, where, make):
+        """The plan of the first algorithm (``choice``, then the other fitting ones) that
+        runs once on scratch buffers: cuDNN lists algorithms its execution then refuses
+        under our math type or layout."""
+        order = [choice] + [c for c in fitting if c is not choice]
+        declined = []
+        for algo, _, ws in order:
+            plan = make(algo, ws)
+            try:
+                self._trial(match, plan)
+                return plan
+            except _cudnn.CudnnError as exc:
+                if not exc.not_supported and exc.status // 1000 != 2:  # not NOT_SUPPORTED / BAD_PARAM
+                    raise
+                log.info("%s: algorithm %s declined at its trial run: %s", where,
+                         plan.algorithm, exc)
+                declined.append(f"{plan.algorithm} ({exc.name})")
+        raise NotSupportedError(f"{where}: cuDNN ran none of its algorithms: "
+                                f"{', '.join(declined)}")
 
     def _fused_plan(self, match, setup, fitting, choice, where):
         t, p = match.tensors, match.params
@@ -220,22 +264,9 @@ class CudnnProvider(Provider):
             zero_bias = GpuArray(bias_dims, numpy_dtype(y.data_type), bias_strides,
                                  self.context, self.spec)
             zero_bias.copy_from(np.zeros(bias_dims, np.float32))
-        # The fused call refuses some (algorithm, layout) pairs that the plain one takes:
-        # try the chosen algorithm first, then the others, once, on scratch buffers.
-        order = [choice] + [c for c in fitting if c is not choice]
-        last = None
-        for algo, _, ws in order:
-            plan = _plans.ConvBiasReluPlan(setup, algo, ws, bias_desc, zero_bias,
-                                           p.get("relu_upper_clip"))
-            try:
-                self._trial(match, plan)
-                return plan
-            except _cudnn.CudnnError as exc:
-                if not exc.not_supported and exc.status != _cudnn.STATUS_BAD_PARAM:
-                    raise
-                last = exc
-        raise NotSupportedError(f"{where}: cuDNN's fused conv+bias+ReLU takes none of the "
-                                f"algorithms {[setup.name(a) for a, _, _ in order]}: {last}")
+        # The fused call refuses some (algorithm, layout) pairs that the plain one takes.
+        return self._verified(match, fitting, choice, where, lambda a, ws: _plans.ConvBiasReluPlan(
+            setup, a, ws, bias_desc, zero_bias, p.get("relu_upper_clip")))
 
     def _scratch(self, tensor):
         dims, strides = tuple(tensor.dims), tuple(tensor.strides)
