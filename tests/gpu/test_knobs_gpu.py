@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from oracle import _reference as ref
-from oracle._cases import Harness, assert_close, tol, wgrad_tol
+from oracle._cases import gpu_wgrad_tol, Harness, assert_close, tol
 
 import hipdnn_async as hd
 
@@ -35,7 +35,7 @@ def conv_case(direction, dtype="float32", layout="NCHW", seed=0):
     dy, x = h.input("dy", rng.uniform(-1, 1, Y)), h.input("x", rng.uniform(-1, 1, X))
     h.output(h.g.conv_wgrad(dy, x, dw_dims=W, padding=PAD), "out")
     return h, (lambda: ref.conv_wgrad(h.ref["dy"], h.ref["x"], W, PAD, PAD)), \
-        wgrad_tol(dtype, Y[0] * Y[2] * Y[3], 1.0, 1.0)
+        gpu_wgrad_tol(dtype, Y[0] * Y[2] * Y[3], 1.0, 1.0)
 
 
 @pytest.mark.parametrize("dtype,layout", [("float32", "NCHW"), ("float16", "NHWC")])

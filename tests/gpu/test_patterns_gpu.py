@@ -15,8 +15,8 @@ import pytest
 
 from oracle import _reference as ref
 from oracle import test_patterns as tp
-from oracle._cases import (DTYPES, LAYOUTS, Harness, assert_close, rank_of, reduction_tol,
-                           tol, wgrad_tol)
+from oracle._cases import (DTYPES, LAYOUTS, Harness, assert_close, gpu_wgrad_tol, rank_of,
+                           reduction_tol, tol)
 
 import hipdnn_async as hd
 
@@ -171,7 +171,7 @@ def _conv_shape_case(dev, case, shape, direction, dtype, layout):
         x = h.input("x", rng.uniform(-1, 1, xd))
         h.output(h.g.conv_wgrad(dy, x, dw_dims=wd, **kw), "out")
         want = ref.conv_wgrad(h.ref["dy"], h.ref["x"], wd, pre, post, stride, dil)
-        limits = wgrad_tol(dtype, yd[0] * int(np.prod(yd[2:])), 1.0, 1.0)
+        limits = gpu_wgrad_tol(dtype, yd[0] * int(np.prod(yd[2:])), 1.0, 1.0)
     return h, h.run(dev)["out"], want, limits
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from oracle import _reference as ref
-from oracle._cases import assert_close, reduction_tol, tol, wgrad_tol
+from oracle._cases import gpu_wgrad_tol, assert_close, reduction_tol, tol
 
 import hipdnn_async as hd
 
@@ -142,7 +142,7 @@ def test_conv_vs_torch_cuda(cuda_dev, torch_cuda, name, dtype, layout):
     taps = int(np.prod(wd[2:]))
     limits = (reduction_tol("conv_fprop", dtype, wd[1] * taps),
               reduction_tol("conv_dgrad", dtype, wd[0] // groups * taps),
-              wgrad_tol(dtype, n, 1.0, 1.0))
+              gpu_wgrad_tol(dtype, n, 1.0, 1.0))
     for what, got, want, mate, (atol, rtol) in zip(("fprop", "dgrad", "wgrad"), (y, dx, dw),
                                                    oracle, peer, limits):
         got_np = got.float().cpu().numpy()

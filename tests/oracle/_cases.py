@@ -65,6 +65,14 @@ def tol(op, dtype):
     return v, v
 
 
+def sequential_atol(n, max_a=1.0, max_b=1.0):
+    """Absolute error of an n-term FLOAT reduction summed in order (GPU kernels such as
+    cuDNN's ALGO_1 wgrad do), as a random walk: u * sqrt(n) rounding steps on partial sums
+    that grow like sqrt(n) * max|a|*max|b|, so u * n * max|a|*max|b| (u = 2^-24); about
+    3x the rms estimate for U(-1, 1) operands."""
+    return TOL["conv_fprop"]["float32"] + 2.0 ** -24 * max(n, 1) * max_a * max_b
+
+
 def reduction_tol(op, dtype, n, max_a=1.0, max_b=1.0):
     """(atol, rtol) for a convolution whose outputs are sums of n products (fprop:
     C/groups*R*S; dgrad: about K/groups*R*S): the static table's value, with the FLOAT
@@ -72,7 +80,13 @@ def reduction_tol(op, dtype, n, max_a=1.0, max_b=1.0):
     static fp32 1e-5 is below the rounding of a 576-term FLOAT sum of U(-1, 1) products
     (about 1.1e-5), so long reductions need it."""
     atol, rtol = tol(op, dtype)
-    return max(atol, wgrad_tol(dtype, n, max_a, max_b)[0]), rtol
+    return max(atol, wgrad_tol(dtype, n, max_a, max_b)[0], sequential_atol(n, max_a, max_b)), rtol
+
+
+def gpu_wgrad_tol(dtype, n, max_a, max_b):
+    """:func:`wgrad_tol` with :func:`sequential_atol` as a floor (GPU reduction orders)."""
+    atol, rtol = wgrad_tol(dtype, n, max_a, max_b)
+    return max(atol, sequential_atol(n, max_a, max_b)), rtol
 
 
 def wgrad_tol(dtype, n, max_a, max_b):
