@@ -77,7 +77,7 @@ def _filter_descriptor(tensor, where: str, channels_last: bool):
     return _cudnn.FilterDescriptor(data_type_code(tensor, where), fmt, dims), fmt
 
 
-def _is_channels_last(tensor) -> bool:
+def is_channels_last(tensor) -> bool:
     """True when the channel axis has the smallest stride (NHWC / NDHWC)."""
     dims, strides = tuple(tensor.dims), tuple(tensor.strides)
     return dims[1] > 1 and strides[1] == min(s for d, s in zip(dims, strides) if d > 1)
@@ -157,7 +157,8 @@ def conv_setup(match, where: str) -> ConvSetup:
     cdesc = _cudnn.ConvolutionDescriptor(tuple(conv.pre_padding), tuple(conv.stride),
                                          tuple(conv.dilation), int(conv.groups),
                                          _cudnn.DATA_FLOAT, math)
-    channels_last = _is_channels_last(io)
+    # the data tensor (never the filter: a 1x1 KCRS filter reads as channels-last) decides
+    channels_last = is_channels_last(t["x"] if direction != 1 else t["dx"])
     descs = []
     for role in _ROLES[direction]:
         if role == _FILTER_ROLE[direction]:

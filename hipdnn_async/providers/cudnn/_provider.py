@@ -25,7 +25,7 @@ from ...runtime import GpuArray, _cudnn, _gpu, context_for, load_cuda
 from .._base import Engine, Provider, ProviderPlan, engine_id
 from . import _plans
 from ._bind import bind_workspace, make_binder
-from ._conv import _is_channels_last, conv_setup, tensor_descriptor
+from ._conv import is_channels_last, conv_setup, tensor_descriptor
 
 __all__ = ["CudnnProvider", "CUDNN_ENGINE_NAME"]
 
@@ -186,7 +186,7 @@ class CudnnProvider(Provider):
         """Channels-last batchnorm: the fastest form a trial run on scratch buffers takes,
         in order: training through the Ex call (SPATIAL_PERSISTENT, ReLU fused), the plain
         call with SPATIAL_PERSISTENT, the plain call with SPATIAL."""
-        if not _is_channels_last(match.tensors["x"]):
+        if not is_channels_last(match.tensors["x"]):
             return plan
         plan.mode = _cudnn.BATCHNORM_SPATIAL_PERSISTENT
         if isinstance(plan, _plans.BnTrainingPlan):
