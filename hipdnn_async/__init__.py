@@ -21,7 +21,7 @@ from .patterns import Pattern
 from ._knobs import Knob, KnobSetting
 from ._perfdb import PerfDb
 from .providers._base import Engine
-from .runtime import DeviceArray
+from .runtime import DeviceArray, GpuArray
 from ._device import Device, ExecutionPlan, devices, engines, stats
 from ._batcher import DynamicBatcher
 from . import _log
@@ -34,6 +34,6 @@ __all__ = [
     "ExecutionError", "DeviceError", "DECLINE_TYPES",
     "DataType", "PointwiseMode", "ConvolutionMode",
     "Graph", "TensorAttributes", "strides_for", "Pattern",
-    "Knob", "KnobSetting", "PerfDb", "Engine", "DeviceArray",
+    "Knob", "KnobSetting", "PerfDb", "Engine", "DeviceArray", "GpuArray",
     "Device", "ExecutionPlan", "devices", "engines", "stats", "DynamicBatcher",
 ]

@@ -21,7 +21,6 @@ from .patterns import match as match_pattern
 from .providers._base import Engine
 from .providers._registry import available_devices, parse_spec, provider_for
 from .queues import StreamPool
-from .runtime import DeviceArray
 
 __all__ = ["Device", "ExecutionPlan", "devices", "engines", "stats"]
 
@@ -177,8 +176,9 @@ class Device:
             return {k: dict(v) for k, v in self._plan_stats.items()}
 
     # -- memory --------------------------------------------------------------------------
-    def empty(self, dims, dtype, *, layout: str | None = None, strides=None) -> DeviceArray:
-        """Allocate an uninitialised device array of logical ``dims``.
+    def empty(self, dims, dtype, *, layout: str | None = None, strides=None):
+        """Allocate an uninitialised device array of logical ``dims``: a ``DeviceArray``
+        (host memory) on the CPU, a ``GpuArray`` (device memory, no ``.view``) on a GPU.
 
         Parameters
         ----------
@@ -202,8 +202,17 @@ class Device:
                        else packed_strides(dims, tuple(range(len(dims)))))
         return self.provider.empty(dims, dt, strides)
 
-    async def asarray(self, array, *, layout: str | None = None) -> DeviceArray:
-        """Copy a NumPy array (logical shape) to a new device array."""
+    async def asarray(self, array, *, layout: str | None = None):
+        """Copy a NumPy array (logical shape) to a new device array (see ``empty``).
+
+        On a GPU the copy runs in a worker thread, ordered after work already launched
+        on the device's streams.
+
+        Raises
+        ------
+        DeviceError
+            The memory cannot be had.
+        """
         array = np.asarray(array)
         out = self.empty(array.shape, array.dtype, layout=layout)
         if not self.is_host:  # the copy waits for launched work; the loop must not
@@ -422,9 +431,11 @@ class ExecutionPlan:
         Parameters
         ----------
         variant_pack : mapping
-            TensorAttributes, uid or name -> buffer (NumPy array in logical shape with the
-            tensor's strides, a C-contiguous array in memory order, a DeviceArray, an
-            object with ``__dlpack__``, or an int host pointer) for every non-virtual tensor.
+            TensorAttributes, uid or name -> buffer for every non-virtual tensor, in
+            logical shape with the tensor's strides or C-contiguous in memory order. CPU:
+            NumPy arrays, DeviceArrays, ``__dlpack__`` objects, int host pointers. GPU:
+            GpuArrays, ``__cuda_array_interface__`` objects (CuPy, PyTorch CUDA tensors),
+            int device pointers (checked to be memory of this device).
         workspace : array, optional
             At least ``workspace_size`` writable contiguous bytes; allocated per call if
             omitted.
