@@ -415,8 +415,48 @@ class PerfDb:
         except sqlite3.Error:
             self._seed = []
 
+    def _foreign(self) -> str | None:
+        """Why an existing file is not ours and must be left untouched, or None.
+
+        Ours, and repaired when damaged: a SQLite file with this library's ``meta``
+        format (or one too damaged to read its schema), and a non-SQLite file at a perf-db
+        name (the default path, ``*.sqlite3``, ``*.sqlite``, ``*.db``). Anything else (a
+        JSON export, another application's db, /etc/passwd) is never moved or written.
+        """
+        try:
+            with open(self.path, "rb") as f:
+                head = f.read(16)
+        except OSError:
+            return None                      # missing or unreadable: handled elsewhere
+        if not head:
+            return None                      # empty: SQLite starts a new db in it
+        if head != b"SQLite format 3\x00":
+            if self.path == default_path() or self.path.endswith((".sqlite3", ".sqlite", ".db")):
+                return None
+            return "not a SQLite file (a perf db was expected here)"
+        try:
+            uri = "file:" + self.path.replace("?", "%3f").replace("#", "%23") + "?mode=ro"
+            conn = sqlite3.connect(uri, uri=True, isolation_level=None)
+            try:
+                tables = {r[0] for r in conn.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table'")}
+                fmt = None
+                if "meta" in tables:
+                    row = conn.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
+                    fmt = row[0] if row else None
+            finally:
+                conn.close()
+        except sqlite3.Error:
+            return None                      # too damaged to tell: treat as ours
+        if tables and fmt != _FORMAT:
+            return f"a SQLite db of another application (tables {sorted(tables)})"
+        return None
+
     def _open_file(self) -> sqlite3.Connection:
         self._check_location()
+        foreign = self._foreign()
+        if foreign:
+            raise _Unusable(f"{foreign}; the file is left untouched")
         try:
             return self._connect_checked()
         except _Broken as exc:

@@ -21,16 +21,28 @@ def _gpu_info() -> dict:
     return out
 
 
+def _existing_db(path):
+    """The PerfDb at ``path`` (None: the default) if its file exists, else None: read-only
+    commands neither create a perf db nor its directory."""
+    from . import _perfdb
+    target = os.path.abspath(os.path.expanduser(path)) if path else _perfdb.default_path()
+    if target != ":memory:" and not os.path.exists(target):
+        return None, target
+    return (_perfdb.PerfDb(path) if path else _default_db()), target
+
+
 def _info(args) -> int:
     import hipdnn_async as hd
-    db = hd.PerfDb(args.perfdb) if args.perfdb else _default_db()
+    db, target = _existing_db(args.perfdb)
     info = {
         "version": hd.__version__,
         "devices": hd.devices(),
         "gpu": _gpu_info(),
-        "perfdb": str(db.path),
-        "perfdb_entries": len(db.entries()),
-        "perfdb_in_memory": db.in_memory,  # True: the file was unusable (see perfdb_warnings)
+        "perfdb": str(db.path) if db else target,
+        "perfdb_exists": db is not None,
+        "perfdb_entries": len(db.entries()) if db else 0,
+        # True: the file was unusable or not a perf db (see stats.perfdb_warnings)
+        "perfdb_in_memory": db.in_memory if db else False,
         "stats": hd.stats(),
     }
     print(json.dumps(info, indent=2))
@@ -44,7 +56,18 @@ def _default_db():
 
 def _perfdb_cmd(args) -> int:
     from . import _perfdb
-    db = _perfdb.PerfDb(args.db) if args.db else _perfdb.default_perfdb()
+    if args.action in ("show", "export"):
+        db, target = _existing_db(args.db)
+        if db is None:
+            print(f"perf db {target}: no such file (0 entries)"
+                  + ("; nothing exported" if args.action == "export" else ""))
+            return 0 if args.action == "show" else 1
+    else:
+        db = _perfdb.PerfDb(args.db) if args.db else _perfdb.default_perfdb()
+    if db.in_memory and db.path != ":memory:":
+        print(f"hipdnn-async: warning: {db.path} is not usable as a perf db (see "
+              "HIPDNN_ASYNC_LOG_LEVEL=warn for why); working on an in-memory db",
+              file=sys.stderr)
     if args.action == "show":
         _perfdb.cli_show(db)
     elif args.action == "clear":

@@ -47,3 +47,19 @@ def test_info_and_module_entry_point(tmp_path):
                          capture_output=True, text=True).stdout
     info = json.loads(out)
     assert info["version"] == hd.__version__ and info["devices"][0] == "cpu"
+
+
+def test_read_only_commands_never_create_or_replace_files(tmp_path, capsys):
+    export = tmp_path / "export.json"
+    export.write_text('{"entries": []}')
+    assert main(["perfdb", "show", "--db", str(export)]) == 0
+    assert export.read_text() == '{"entries": []}'          # untouched, not moved aside
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export.json"]
+    assert "not usable as a perf db" in capsys.readouterr().err
+    missing = tmp_path / "no" / "dir" / "perf.sqlite3"
+    assert main(["info", "--perfdb", str(missing)]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["perfdb_exists"] is False and info["perfdb_entries"] == 0
+    assert main(["perfdb", "show", "--db", str(missing)]) == 0
+    assert main(["perfdb", "export", str(tmp_path / "out.json"), "--db", str(missing)]) == 1
+    assert not (tmp_path / "no").exists() and not (tmp_path / "out.json").exists()

@@ -348,14 +348,36 @@ def test_file_truncated_inside_header(tmp_path, caplog):
     _check_moved_aside_and_recreated(caplog, path)
 
 
-def test_foreign_schema_is_moved_aside(tmp_path, caplog):
+def _check_left_untouched(caplog, path, what):
+    before = Path(path).read_bytes()
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        d = PerfDb(path)
+        assert d.in_memory
+        d.store(key(), rec(at=1.0))              # works, in memory
+        assert d.lookup(key()) == rec(at=1.0)
+        d.close()
+    assert Path(path).read_bytes() == before     # not moved, not written
+    assert not _asides(path) and not os.path.exists(path + ".lock")
+    ws = warnings_of(caplog, path)
+    assert len(ws) == 1 and what in ws[0].getMessage() and "left untouched" in ws[0].getMessage()
+
+
+def test_foreign_schema_is_left_untouched(tmp_path, caplog):
     path = str(tmp_path / "perf.sqlite3")
     conn = sqlite3.connect(path)
     conn.execute("CREATE TABLE find_db (k TEXT, v TEXT)")
     conn.execute("PRAGMA user_version = 99")
     conn.commit()
     conn.close()
-    _check_moved_aside_and_recreated(caplog, path)
+    _check_left_untouched(caplog, path, "another application")
+
+
+@pytest.mark.parametrize("name, data", [("export.json", b'{"entries": []}'),
+                                        ("passwd", b"root:x:0:0:root:/root:/bin/bash\n")])
+def test_a_file_that_is_not_a_perf_db_is_left_untouched(tmp_path, caplog, name, data):
+    path = str(tmp_path / name)
+    Path(path).write_bytes(data)
+    _check_left_untouched(caplog, path, "not a SQLite file")
 
 
 def test_wrong_columns_same_version_is_moved_aside(tmp_path, caplog):
