@@ -228,8 +228,12 @@ def load(path):
         if handle == NULL:
             err = dlerror()
             raise OSError(err.decode(errors="replace") if err != NULL else f"dlopen({path}) failed")
-        for i, name in enumerate(_NAMES):
-            _fn[i] = dlsym(handle, name.encode())
+        found = [<uintptr_t>dlsym(handle, name.encode()) for name in _NAMES]
+        missing = [_NAMES[i] for i in (I_VERSION, I_CREATE, I_SET_STREAM, I_RUN_CONV) if not found[i]]
+        if missing:  # the table is left empty: a later load may find the right library
+            raise OSError(f"{path} is not cuDNN: it lacks " + ", ".join(missing))
+        for i, addr in enumerate(found):
+            _fn[i] = <void*><uintptr_t>addr
         _lib = handle
         version = (<f_version>_fn[I_VERSION])() if _fn[I_VERSION] != NULL else 0
         _record = (path, int(version))

@@ -89,6 +89,8 @@ _NAMES = ("GetDeviceCount", "SetDevice", "GetDevice", "GetErrorString", "GetErro
           "MallocAsync", "FreeAsync", "Memcpy", "MemcpyAsync", "MemsetAsync",
           "DeviceGetDefaultMemPool", "MemPoolSetAttribute", "PointerGetAttributes")
 DEF N_FUNCS = 30
+# every runtime we support exports these (the rest are checked when called)
+_REQUIRED = (0, 1, 3, 8, 10, 12, 14, 15, 16, 20, 21, 25)
 cdef void* _fn[N_FUNCS]
 cdef void* _lib = NULL
 _lock = threading.Lock()
@@ -131,6 +133,7 @@ def load(path, prefix="cuda"):
         if handle == NULL:
             err = dlerror()
             raise OSError(err.decode(errors="replace") if err != NULL else f"dlopen({path}) failed")
+        found = []
         for i, name in enumerate(_NAMES):
             sym = (prefix + name).encode()
             p = dlsym(handle, sym)
@@ -139,7 +142,13 @@ def load(path, prefix="cuda"):
                 p = dlsym(handle, (prefix + name + "_v2").encode())
                 if p == NULL:
                     p = dlsym(handle, (prefix + name + "R0600").encode())
-            _fn[i] = p
+            found.append(<uintptr_t>p)
+        missing = [prefix + _NAMES[i] for i in _REQUIRED if not found[i]]
+        if missing:  # the table is left empty: a later load may find the right library
+            raise OSError(f"{path} is not a {prefix.upper()} runtime library: it lacks "
+                          + ", ".join(missing[:4]))
+        for i, addr in enumerate(found):
+            _fn[i] = <void*><uintptr_t>addr
         _prefix = prefix
         _lib = handle
         _record = (path, prefix)

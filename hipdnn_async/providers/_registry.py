@@ -67,10 +67,10 @@ def provider_for(kind: str, index: int) -> Provider:
     runtimes = _gpu_runtimes()
     wanted = runtimes if kind == "gpu" else [kind] if kind in runtimes else []
     if not wanted:
+        why = (gpu_unavailable_reason() if kind in ("gpu", "cuda") else
+               "the HIP/MIOpen provider is not built into this release")
         raise DeviceError(
-            f"Device: no {'GPU' if kind == 'gpu' else kind.upper()} runtime found for '{kind}:{index}'; "
-            f"devices present: {available_devices()}"
-            + (f" ({gpu_unavailable_reason()})" if kind in ("gpu", "cuda") else
-               " (the HIP/MIOpen provider is not built into this release)"))
+            f"Device: no usable {'GPU' if kind == 'gpu' else kind.upper()} device for "
+            f"'{kind}:{index}': {why}; devices present: {available_devices()}")
     from .cudnn import CudnnProvider
     return CudnnProvider(index)

@@ -54,12 +54,17 @@ def _candidates(kind: str, env: str, sonames) -> list[tuple[str, str]]:
 
 
 def _load_first(kind, env, sonames, loader):
+    """(path, found_via, loader's result, errors) of the first candidate that loads. An
+    explicit override that fails is final: no silent fallback to another library."""
     errors = []
     for path, via in _candidates(kind, env, sonames):
         try:
             return path, via, loader(path), errors
         except OSError as exc:
             errors.append(f"{path}: {exc}")
+            if via == "env":
+                errors[-1] = f"{env}={path} does not load: {exc}"
+                break
     return None, None, None, errors
 
 
@@ -74,35 +79,43 @@ def load_cuda() -> dict:
             return _state
         _state.update(ok=False, reason="", device_count=0)
         try:
-            from . import _cudnn, _gpu
-        except ImportError as exc:  # built without the extensions
-            _state["reason"] = f"the GPU bindings are not built: {exc}"
-            return _state
-        path, via, _, errors = _load_first("cudart", "HIPDNN_ASYNC_CUDART", _CUDART_SONAMES,
-                                           lambda p: _gpu.load(p, "cuda"))
-        if path is None:
-            _state["reason"] = "no CUDA runtime (libcudart.so.13/.12) found: " + "; ".join(errors[-3:])
-            return _state
-        _state["cudart"] = LoadedLibrary("cudart", path, via, _gpu.runtime_version())
-        n = _gpu.device_count()
-        _state["device_count"] = n
-        if n == 0:
-            _state["reason"] = f"CUDA runtime {path} sees no GPU"
-            return _state
-        path, via, record, errors = _load_first("cudnn", "HIPDNN_ASYNC_CUDNN", _CUDNN_SONAMES,
-                                                _cudnn.load)
-        if path is None:
-            _state["reason"] = "no cuDNN 9 (libcudnn.so.9) found: " + "; ".join(errors[-3:])
-            return _state
-        version = record[1]
-        if version // 10000 != 9:
-            _state["reason"] = f"cuDNN at {path} is version {version}; cuDNN 9 is required"
-            return _state
-        _state["cudnn"] = LoadedLibrary("cudnn", path, via, version)
-        _state["ok"] = True
-        log.info("loaded CUDA runtime %s (%s) and cuDNN %s (%s); %d device(s)",
-                 _state["cudart"].path, via, _state["cudnn"].path, version, n)
+            _load_cuda_locked()
+        except Exception as exc:  # noqa: BLE001 - a broken library must not break the CPU
+            _state["ok"] = False
+            _state["reason"] = f"loading the CUDA libraries failed: {type(exc).__name__}: {exc}"
         return _state
+
+
+def _load_cuda_locked() -> None:
+    from . import _cudnn, _gpu
+    if _gpu is None or _cudnn is None:  # runtime/__init__ found no compiled bindings
+        _state["reason"] = ("the GPU bindings (hipdnn_async.runtime._gpu/_cudnn) are not "
+                            "built; run `pip install -e .`")
+        return
+    path, via, _, errors = _load_first("cudart", "HIPDNN_ASYNC_CUDART", _CUDART_SONAMES,
+                                       lambda p: _gpu.load(p, "cuda"))
+    if path is None:
+        _state["reason"] = "no CUDA runtime (libcudart.so.13/.12) loads: " + "; ".join(errors[-3:])
+        return
+    _state["cudart"] = LoadedLibrary("cudart", path, via, _gpu.runtime_version())
+    n = _gpu.device_count()
+    _state["device_count"] = n
+    if n == 0:
+        _state["reason"] = f"the CUDA runtime ({path}) sees no GPU on this machine"
+        return
+    path, via, record, errors = _load_first("cudnn", "HIPDNN_ASYNC_CUDNN", _CUDNN_SONAMES,
+                                            _cudnn.load)
+    if path is None:
+        _state["reason"] = "no cuDNN 9 (libcudnn.so.9) loads: " + "; ".join(errors[-3:])
+        return
+    version = record[1]
+    if version // 10000 != 9:
+        _state["reason"] = f"cuDNN at {path} is version {version}; cuDNN 9 is required"
+        return
+    _state["cudnn"] = LoadedLibrary("cudnn", path, via, version)
+    _state["ok"] = True
+    log.info("loaded CUDA runtime %s (%s) and cuDNN %s (%s); %d device(s)",
+             _state["cudart"].path, _state["cudart"].found_via, path, via, n)
 
 
 def cuda_status() -> dict:

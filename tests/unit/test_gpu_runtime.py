@@ -1,6 +1,10 @@
 """The GPU layers that run without a GPU: library search, binding errors, error pickling,
 the symbol tables, and clear DeviceErrors where no CUDA device is usable."""
+import ctypes.util
+import os
 import pickle
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -103,3 +107,44 @@ def test_a_host_pointer_never_reaches_a_kernel():
         _binder()(_FakeCai((2, 3, 4, 5), "<f4", ptr=host.ctypes.data))
     with pytest.raises(hd.VariantPackError, match="is not device memory of cuda:0"):
         _binder()(host.ctypes.data)
+
+
+class _Raises:
+    @property
+    def __cuda_array_interface__(self):
+        raise RuntimeError("device lost")
+
+
+@pytest.mark.parametrize("buf", [
+    _FakeCai(None, "<f4"), _FakeCai("abcd", "<f4"), _FakeCai((2, 3, 4, 5), "<f4", ptr=1.5),
+    _FakeCai((2, 3, 4, -5), "<f4"), _Raises(),
+])
+def test_malformed_cuda_array_interface_is_a_variant_pack_error(buf):
+    with pytest.raises(hd.VariantPackError, match="tensor 'x'.*malformed __cuda_array_interface__"):
+        _binder()(buf)
+
+
+def test_missing_cai_keys_are_a_variant_pack_error():
+    class NoData:
+        __cuda_array_interface__ = {"shape": (2, 3, 4, 5), "typestr": "<f4", "version": 3}
+    with pytest.raises(hd.VariantPackError, match="malformed.*KeyError"):
+        _binder()(NoData())
+
+
+@pytest.mark.parametrize("env, reason", [
+    ({"HIPDNN_ASYNC_CUDART": "/nonexistent/libcudart.so.13"},
+     "HIPDNN_ASYNC_CUDART=/nonexistent/libcudart.so.13 does not load"),
+    ({"HIPDNN_ASYNC_CUDART": ctypes.util.find_library("c") or "libc.so.6"},
+     "is not a CUDA runtime library: it lacks cudaGetDeviceCount"),
+])
+def test_a_bad_library_override_is_a_reason_not_a_crash(env, reason):
+    # load_cuda's state is per process: run each case in a fresh interpreter
+    code = ("import hipdnn_async as hd\nfrom hipdnn_async.runtime import load_cuda\n"
+            "s = load_cuda(); print(s['ok']); print(s['reason']); print(hd.devices())\n"
+            "try:\n    hd.Device('cuda:0')\nexcept hd.DeviceError as e:\n    print('DeviceError', e)\n")
+    r = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, **env),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    ok, why, devs, err = r.stdout.splitlines()[:4]
+    assert ok == "False" and reason in why and devs == "['cpu']"
+    assert err.startswith("DeviceError") and reason in err

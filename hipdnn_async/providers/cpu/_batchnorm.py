@@ -29,7 +29,12 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ..._errors import ExecutionError, GraphError
-from . import _kernels
+try:
+    from . import _kernels
+except ImportError as exc:  # a source tree used without building it
+    raise ImportError("hipdnn_async's compiled extensions are not built (providers.cpu._kernels "
+                      "is missing); install the package with `pip install -e .` (needs a C "
+                      "compiler)") from exc
 
 __all__ = [
     "bn_training",

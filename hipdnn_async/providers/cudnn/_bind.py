@@ -55,10 +55,35 @@ def _layout_error(tensor, shape, strides, label) -> str | None:
             f"C-contiguous array of shape {physical} (memory order); got shape {shape}, {got}")
 
 
+def _has_cai(obj) -> bool:
+    # hasattr runs the property; a property that raises still marks a CUDA array
+    return (hasattr(type(obj), "__cuda_array_interface__")
+            or "__cuda_array_interface__" in getattr(obj, "__dict__", ()))
+
+
+def _read_cai(buf, label: str):
+    """(shape, typestr, strides or None, pointer, readonly) of ``__cuda_array_interface__``;
+    VariantPackError for a malformed one (version 3 of the protocol, numba.readthedocs.io)."""
+    try:
+        cai = buf.__cuda_array_interface__
+        shape = tuple(int(s) for s in cai["shape"])
+        typestr = str(cai["typestr"])
+        strides = cai.get("strides")
+        strides = None if strides is None else tuple(int(s) for s in strides)
+        ptr, readonly = cai["data"]
+    except Exception as exc:  # noqa: BLE001 - a foreign object's property may raise anything
+        raise VariantPackError(f"{label}: malformed __cuda_array_interface__ on "
+                               f"{type(buf).__name__}: {type(exc).__name__}: {exc}") from None
+    if type(ptr) is not int or any(d < 0 for d in shape) or (
+            strides is not None and len(strides) != len(shape)):
+        raise VariantPackError(f"{label}: malformed __cuda_array_interface__ on "
+                               f"{type(buf).__name__}: shape {shape}, strides {strides}, "
+                               f"data pointer {ptr!r}")
+    return shape, typestr, strides, ptr, bool(readonly)
+
+
 def _from_cai(buf, tensor, label: str, want_dtype, device: int, output: bool) -> int:
-    cai = buf.__cuda_array_interface__
-    shape = tuple(int(s) for s in cai["shape"])
-    typestr = cai["typestr"]
+    shape, typestr, strides, ptr, readonly = _read_cai(buf, label)
     try:
         dtype = np.dtype(typestr)
     except TypeError:
@@ -67,11 +92,9 @@ def _from_cai(buf, tensor, label: str, want_dtype, device: int, output: bool) ->
     if dtype != want_dtype and not bf16_raw:
         raise VariantPackError(f"{label} needs dtype {want_dtype.name} ({tensor.data_type.name});"
                                f" got typestr {typestr!r} ({type(buf).__name__})")
-    ptr, readonly = cai["data"]
     if output and readonly:
         raise VariantPackError(f"{label} is an output, but the buffer is read-only")
     item = want_dtype.itemsize
-    strides = cai.get("strides")
     if strides is not None:
         if any(s % item for s in strides):
             raise VariantPackError(f"{label}: byte strides {tuple(strides)} are not multiples "
@@ -117,7 +140,7 @@ def make_binder(tensor, *, output: bool, device: int, spec: str):
             raise VariantPackError(
                 f"{label}: got a host {type(buf).__name__}; '{spec}' takes device memory: "
                 "copy it with `await dev.asarray(array)` (or pass a CuPy array / CUDA tensor)")
-        if hasattr(buf, "__cuda_array_interface__"):
+        if _has_cai(buf):
             return _from_cai(buf, tensor, label, want_dtype, device, output)
         if isinstance(buf, int) and not isinstance(buf, bool):
             return _check_pointer(buf, device, label)
@@ -135,10 +158,14 @@ def bind_workspace(nbytes: int, given, *, where: str, device: int):
         return None
     if isinstance(given, GpuArray):
         size, ptr = given.nbytes, given.ptr
-    elif hasattr(given, "__cuda_array_interface__"):
-        cai = given.__cuda_array_interface__
-        size = int(np.prod(cai["shape"])) * np.dtype(cai["typestr"]).itemsize
-        ptr = int(cai["data"][0])
+    elif _has_cai(given):
+        shape, typestr, _, ptr, readonly = _read_cai(given, where)
+        try:
+            size = int(np.prod(shape, dtype=np.int64)) * np.dtype(typestr).itemsize
+        except TypeError:
+            raise VariantPackError(f"{where}: workspace typestr {typestr!r} is not a dtype") from None
+        if readonly:
+            raise VariantPackError(f"{where}: the workspace is read-only")
     else:
         raise VariantPackError(f"{where}: workspace must be device memory (a GpuArray or an "
                                f"object with __cuda_array_interface__) of >= {nbytes} bytes; "
