@@ -252,6 +252,12 @@ def test_int_pointer_buffers_on_cpu(dev):
     np.testing.assert_allclose(ya, conv2d_ref(xa, wa, (1, 1)), rtol=1e-5, atol=1e-5)
     with pytest.raises(hd.VariantPackError, match="pointer"):
         plan.execute_sync({x: 0, w: wa, y: ya})
+    # an unmapped address is an error, not a segfault (where the system can tell)
+    from hipdnn_async.providers.cpu._bind import _mapped
+    if _mapped(xa.ctypes.data):
+        for bad in (12345, 1 << 47):
+            with pytest.raises(hd.VariantPackError, match="not mapped host memory"):
+                plan.execute_sync({x: bad, w: wa, y: ya})
 
 
 def test_bad_arguments_raise_library_errors(dev):

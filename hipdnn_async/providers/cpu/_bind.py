@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import ctypes
+import errno
+import os
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -114,6 +116,31 @@ def make_binder(tensor, *, output: bool):
     return bind
 
 
+class _IoVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+try:
+    _process_vm_readv = ctypes.CDLL(None, use_errno=True).process_vm_readv
+except (OSError, AttributeError):  # not Linux
+    _process_vm_readv = None
+
+
+def _mapped(address: int) -> bool | None:
+    """Whether one byte at ``address`` is readable in this process, or None when the
+    system cannot tell. ``process_vm_readv`` reports EFAULT instead of faulting, so a
+    wrong int pointer becomes an error message rather than a segfault."""
+    if _process_vm_readv is None:
+        return None
+    byte = ctypes.create_string_buffer(1)
+    local = _IoVec(ctypes.cast(byte, ctypes.c_void_p), 1)
+    remote = _IoVec(address, 1)
+    n = _process_vm_readv(os.getpid(), ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+    if n == 1:
+        return True
+    return False if ctypes.get_errno() == errno.EFAULT else None
+
+
 def _from_pointer(address: int, tensor, label: str) -> np.ndarray:
     """A host address (API.md: an int device pointer; on the CPU device, host memory)."""
     if not 0 < address < 2 ** 64:
@@ -122,6 +149,9 @@ def _from_pointer(address: int, tensor, label: str) -> np.ndarray:
     nbytes = _extent(tuple(tensor.dims), tuple(tensor.strides)) * dtype.itemsize
     if nbytes == 0:
         return np.empty(0, dtype)
+    if address + nbytes > 2 ** 64 or False in (_mapped(address), _mapped(address + nbytes - 1)):
+        raise VariantPackError(f"{label}: pointer {address:#x} (+{nbytes} bytes) is not mapped "
+                               "host memory of this process")
     raw = (ctypes.c_char * nbytes).from_address(address)
     return np.frombuffer(raw, dtype)
 
