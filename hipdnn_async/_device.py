@@ -16,7 +16,7 @@ from . import _knobs, _perfdb
 from ._errors import DeviceError, GraphError, NotSupportedError, VariantPackError
 from ._types import as_data_type, numpy_dtype
 from .graph import Graph, TensorAttributes, strides_for
-from .graph._tensor import as_int_tuple, packed_strides
+from .graph._tensor import as_int_tuple, check_strides, packed_strides
 from .patterns import match as match_pattern
 from .providers._base import Engine
 from .providers._registry import available_devices, parse_spec, provider_for
@@ -200,6 +200,9 @@ class Device:
         if strides is None:
             strides = (strides_for(dims, layout) if layout is not None
                        else packed_strides(dims, tuple(range(len(dims)))))
+        else:  # the graph's rules: one stride per dim, each >= 1, no overlapping elements
+            strides = as_int_tuple(strides, where="Device.empty", what="strides")
+            check_strides(dims, strides, where="Device.empty")
         return self.provider.empty(dims, dt, strides)
 
     async def asarray(self, array, *, layout: str | None = None):

@@ -333,3 +333,18 @@ def test_more_bad_arguments():
         plan = dev.build_sync(g)
         with pytest.raises(hd.VariantPackError, match="pointer"):
             plan.execute_sync({x: 2 ** 70, w: rand(w.dims), y: np.zeros(y.dims, np.float32)})
+
+
+def test_torch_bfloat16_tensors_bind_through_dlpack(dev):
+    torch = pytest.importorskip("torch")
+    g = hd.Graph(io_data_type="bfloat16", intermediate_data_type="float32",
+                 compute_data_type="float32")
+    x = g.tensor(dims=(2, 3, 4, 4), name="x")
+    w = g.tensor(dims=(5, 3, 1, 1), name="w")
+    g.conv_fprop(x, w).set_output(True).set_name("y")
+    xa = torch.randn(2, 3, 4, 4).to(torch.bfloat16)
+    wa = torch.randn(5, 3, 1, 1).to(torch.bfloat16)
+    ya = torch.full((2, 5, 4, 4), float("nan"), dtype=torch.bfloat16)
+    dev.build_sync(g).execute_sync({"x": xa, "w": wa, "y": ya})
+    want = np.einsum("nchw,kc->nkhw", xa.double().numpy(), wa[:, :, 0, 0].double().numpy())
+    np.testing.assert_allclose(ya.double().numpy(), want, rtol=1e-2, atol=1e-2)

@@ -9,7 +9,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ..._errors import VariantPackError
-from ..._types import numpy_dtype
+from ..._types import DataType, numpy_dtype
 from ...graph._tensor import packed_strides, stride_order
 from ...runtime import DeviceArray
 
@@ -49,7 +49,7 @@ def logical_view(tensor, buffer, *, output: bool, where: str = "execute") -> np.
     if not isinstance(buffer, np.ndarray):
         if hasattr(buffer, "__dlpack__"):
             try:
-                buffer = np.from_dlpack(buffer)
+                buffer = _from_dlpack(buffer)
             except (TypeError, RuntimeError, BufferError, ValueError) as exc:
                 raise VariantPackError(
                     f"{label}: cannot import the buffer through DLPack on the CPU: {exc}") from None
@@ -95,6 +95,20 @@ def logical_view(tensor, buffer, *, output: bool, where: str = "execute") -> np.
         f"{label} needs a buffer of logical shape {dims} with strides {strides} in elements, "
         f"or a C-contiguous array of shape {physical} (memory order); got shape "
         f"{buffer.shape} with strides {tuple(s // item for s in buffer.strides)}")
+
+
+def _from_dlpack(obj) -> np.ndarray:
+    """``np.from_dlpack``; bfloat16 (which NumPy's DLPack import does not know) goes
+    through a same-size int16 view of the producer, reinterpreted as ml_dtypes.bfloat16."""
+    try:
+        return np.from_dlpack(obj)
+    except (TypeError, RuntimeError, BufferError, ValueError):
+        if not str(getattr(obj, "dtype", "")).endswith("bfloat16"):
+            raise
+        if type(obj).__module__.split(".")[0] != "torch":
+            raise
+        import torch  # the producer is a torch tensor, so torch is importable
+        return np.from_dlpack(obj.view(torch.int16)).view(numpy_dtype(DataType.BFLOAT16))
 
 
 def make_binder(tensor, *, output: bool):
