@@ -213,7 +213,7 @@ class CudnnError(RuntimeError):
 
 
 def load(path):
-    """Load cuDNN from ``path`` (absolute path or soname); idempotent; returns the version.
+    """Load cuDNN from ``path`` (absolute path or soname); idempotent; returns (path, version).
 
     Raises
     ------
