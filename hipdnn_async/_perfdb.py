@@ -277,6 +277,13 @@ def _write_txn(conn: sqlite3.Connection, fn):
     return result
 
 
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _builtin_default() -> str:
+    return os.path.join(os.path.expanduser("~"), ".config", "hipdnn_async", "perfdb.sqlite3")
+
+
 def default_path() -> str:
     """Return ``$HIPDNN_ASYNC_PERFDB`` or ``~/.config/hipdnn_async/perfdb.sqlite3``."""
     env = os.environ.get(PERFDB_ENV, "").strip()
@@ -419,9 +426,9 @@ class PerfDb:
         """Why an existing file is not ours and must be left untouched, or None.
 
         Ours, and repaired when damaged: a SQLite file with this library's ``meta``
-        format (or one too damaged to read its schema), and a non-SQLite file at a perf-db
-        name (the default path, ``*.sqlite3``, ``*.sqlite``, ``*.db``). Anything else (a
-        JSON export, another application's db, /etc/passwd) is never moved or written.
+        format (or one too damaged to read its schema), and a non-SQLite file at the
+        built-in default path or named ``*.sqlite3``. Anything else (a JSON export,
+        another application's db, /etc/passwd) is never moved or written.
         """
         try:
             with open(self.path, "rb") as f:
@@ -430,8 +437,11 @@ class PerfDb:
             return None                      # missing or unreadable: handled elsewhere
         if not head:
             return None                      # empty: SQLite starts a new db in it
-        if head != b"SQLite format 3\x00":
-            if self.path == default_path() or self.path.endswith((".sqlite3", ".sqlite", ".db")):
+        if head != _SQLITE_MAGIC:
+            # Repairable only under our own names: the built-in default path or *.sqlite3
+            # (what we create); a path from $HIPDNN_ASYNC_PERFDB or --db gets no benefit
+            # of the doubt.
+            if self.path == _builtin_default() or self.path.endswith(".sqlite3"):
                 return None
             return "not a SQLite file (a perf db was expected here)"
         try:
@@ -663,6 +673,14 @@ class PerfDb:
     def export_json(self, path: str | os.PathLike) -> int:
         """Write every entry to a JSON file (atomically); return the number written."""
         path = os.fspath(path)
+        try:
+            with open(path, "rb") as f:
+                head = f.read(16)
+        except OSError:
+            head = b""
+        if head == _SQLITE_MAGIC or (self.path != _MEMORY and os.path.abspath(path) == self.path):
+            raise HipdnnError(f"PerfDb.export_json: {path!r} is a SQLite database (the perf db "
+                              "itself?); refusing to overwrite it with JSON")
         entries = self.entries()
         doc = {"format": _FORMAT, "version": SCHEMA_VERSION, "entries": entries}
         tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"

@@ -68,6 +68,10 @@ def _perfdb_cmd(args) -> int:
         print(f"hipdnn-async: warning: {db.path} is not usable as a perf db (see "
               "HIPDNN_ASYNC_LOG_LEVEL=warn for why); working on an in-memory db",
               file=sys.stderr)
+        if args.action in ("clear", "import"):
+            print(f"hipdnn-async: perfdb {args.action}: nothing done to {db.path}",
+                  file=sys.stderr)
+            return 1
     if args.action == "show":
         _perfdb.cli_show(db)
     elif args.action == "clear":

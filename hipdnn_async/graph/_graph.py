@@ -126,6 +126,18 @@ def _lowered(name: str, doc: str):
     method.__doc__ = f"{doc} See ``hipdnn_async._lowering.{name}``."
     return method
 
+def _in1_is_data(node, t) -> bool:
+    """Whether a pointwise node's in1 is batch data (RELU_BWD's dy, a same-shape operand)
+    rather than a per-channel operand such as ADD's bias [1, C, 1, ...]. At N = 1 with a
+    1x1 output the two look alike; the mode decides: only RELU_BWD's in1 is then data."""
+    if t.dims != node.inputs["in0"].dims:
+        return False
+    if getattr(node.attrs, "mode", None) == PointwiseMode.RELU_BWD:
+        return True
+    per_channel = len(t.dims) >= 2 and t.dims[0] == 1 and all(d == 1 for d in t.dims[2:])
+    return not per_channel
+
+
 class Graph:
     """A graph of deep-learning operations on tensors, hipDNN style.
 
@@ -945,7 +957,7 @@ class Graph:
         data = {}
         for node in self._nodes:
             for slot, t in list(node.inputs.items()) + list(node.outputs.items()):
-                if slot in DATA_SLOTS or (slot == "in1" and t.dims == node.inputs["in0"].dims):
+                if slot in DATA_SLOTS or (slot == "in1" and _in1_is_data(node, t)):
                     data[id(t)] = t
         g, tmap = self._copy()
         for key, old in data.items():

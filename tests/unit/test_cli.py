@@ -63,3 +63,26 @@ def test_read_only_commands_never_create_or_replace_files(tmp_path, capsys):
     assert main(["perfdb", "show", "--db", str(missing)]) == 0
     assert main(["perfdb", "export", str(tmp_path / "out.json"), "--db", str(missing)]) == 1
     assert not (tmp_path / "no").exists() and not (tmp_path / "out.json").exists()
+
+
+def test_env_path_that_is_not_a_perf_db_is_left_untouched(tmp_path, monkeypatch, capsys):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("hello\n")
+    monkeypatch.setenv("HIPDNN_ASYNC_PERFDB", str(notes))
+    _perfdb.reset_default_perfdb()
+    try:
+        assert main(["perfdb", "show"]) == 0
+        assert main(["perfdb", "clear"]) == 1          # refuses: nothing to clear there
+    finally:
+        _perfdb.reset_default_perfdb()
+    assert notes.read_text() == "hello\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_export_refuses_to_overwrite_a_sqlite_file(tmp_path, capsys):
+    src = seeded_db(tmp_path / "a.sqlite3")
+    before = (tmp_path / "a.sqlite3").read_bytes()[:16]
+    assert main(["perfdb", "export", str(src.path), "--db", str(src.path)]) == 2
+    assert "refusing to overwrite" in capsys.readouterr().err
+    assert (tmp_path / "a.sqlite3").read_bytes()[:16] == before
+    assert len(hd.PerfDb(str(src.path)).entries()) == 3

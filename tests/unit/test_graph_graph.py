@@ -303,3 +303,17 @@ def test_lowering_methods_delegate(monkeypatch):
     assert g.execute_async({}, workspace=None) == "execute_async"
     assert calls[0] == ("build_operation_graph", g, ("dev",), {})
     assert calls[-1] == ("execute_async", g, ({},), {"workspace": None})
+
+
+def test_with_batch_size_keeps_a_bias_that_looks_like_data():
+    # N = 1 and a 1x1 output: ADD's bias (1, 5, 1, 1) has in0's dims but is per-channel
+    g = Graph(io_data_type="float32")
+    x = g.tensor(dims=(1, 3, 3, 3), name="x")
+    w = g.tensor(dims=(5, 3, 3, 3), name="w")
+    b = g.tensor(dims=(1, 5, 1, 1), name="bias")
+    y = g.pointwise(g.pointwise(g.conv_fprop(x, w), b, mode=PointwiseMode.ADD),
+                    mode=PointwiseMode.RELU_FWD)
+    y.set_output(True).set_name("y")
+    g2 = g.with_batch_size(4)
+    assert g2.tensor_by("bias").dims == (1, 5, 1, 1)
+    assert g2.tensor_by("x").dims == (4, 3, 3, 3) and g2.tensor_by("y").dims == (4, 5, 1, 1)
