@@ -258,6 +258,11 @@ def test_int_pointer_buffers_on_cpu(dev):
         for bad in (12345, 1 << 47):
             with pytest.raises(hd.VariantPackError, match="not mapped host memory"):
                 plan.execute_sync({x: bad, w: wa, y: ya})
+        import mmap
+        ro = mmap.mmap(-1, 1 << 16, prot=mmap.PROT_READ)     # readable, not writable
+        ro_ptr = np.frombuffer(ro, np.uint8).__array_interface__["data"][0]
+        with pytest.raises(hd.VariantPackError, match="output, but pointer .* read-only"):
+            plan.execute_sync({x: xa, w: wa, y: ro_ptr})
 
 
 def test_bad_arguments_raise_library_errors(dev):

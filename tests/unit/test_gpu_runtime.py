@@ -117,7 +117,7 @@ class _Raises:
 
 @pytest.mark.parametrize("buf", [
     _FakeCai(None, "<f4"), _FakeCai("abcd", "<f4"), _FakeCai((2, 3, 4, 5), "<f4", ptr=1.5),
-    _FakeCai((2, 3, 4, -5), "<f4"), _Raises(),
+    _FakeCai((2, 3, 4, -5), "<f4"), _Raises(), _FakeCai((1.5, 3, 4, 5), "<f4"),
 ])
 def test_malformed_cuda_array_interface_is_a_variant_pack_error(buf):
     with pytest.raises(hd.VariantPackError, match="tensor 'x'.*malformed __cuda_array_interface__"):
@@ -148,3 +148,10 @@ def test_a_bad_library_override_is_a_reason_not_a_crash(env, reason):
     ok, why, devs, err = r.stdout.splitlines()[:4]
     assert ok == "False" and reason in why and devs == "['cpu']"
     assert err.startswith("DeviceError") and reason in err
+
+
+def test_masked_cuda_arrays_are_refused():
+    buf = _FakeCai((2, 3, 4, 5), "<f4")
+    buf.__cuda_array_interface__["mask"] = _FakeCai((2, 3, 4, 5), "|b1")
+    with pytest.raises(hd.VariantPackError, match="masked CUDA arrays are not supported"):
+        _binder()(buf)

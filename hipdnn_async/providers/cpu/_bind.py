@@ -45,7 +45,7 @@ def logical_view(tensor, buffer, *, output: bool, where: str = "execute") -> np.
     if isinstance(buffer, DeviceArray):
         buffer = buffer.view
     elif isinstance(buffer, int) and not isinstance(buffer, bool):
-        buffer = _from_pointer(buffer, tensor, label)
+        buffer = _from_pointer(buffer, tensor, label, output)
     if not isinstance(buffer, np.ndarray):
         if hasattr(buffer, "__dlpack__"):
             try:
@@ -135,27 +135,32 @@ class _IoVec(ctypes.Structure):
 
 
 try:
-    _process_vm_readv = ctypes.CDLL(None, use_errno=True).process_vm_readv
+    _libc = ctypes.CDLL(None, use_errno=True)
+    _process_vm_readv, _process_vm_writev = _libc.process_vm_readv, _libc.process_vm_writev
 except (OSError, AttributeError):  # not Linux
-    _process_vm_readv = None
+    _process_vm_readv = _process_vm_writev = None
 
 
-def _mapped(address: int) -> bool | None:
-    """Whether one byte at ``address`` is readable in this process, or None when the
-    system cannot tell. ``process_vm_readv`` reports EFAULT instead of faulting, so a
-    wrong int pointer becomes an error message rather than a segfault."""
+def _mapped(address: int, writable: bool = False) -> bool | None:
+    """Whether the byte at ``address`` is readable (and, with ``writable``, writable) in
+    this process, or None when the system cannot tell. ``process_vm_readv/writev`` report
+    EFAULT instead of faulting, so a wrong int pointer becomes an error message rather than
+    a segfault. The write check stores the byte it just read (the buffer is an output)."""
     if _process_vm_readv is None:
         return None
     byte = ctypes.create_string_buffer(1)
     local = _IoVec(ctypes.cast(byte, ctypes.c_void_p), 1)
     remote = _IoVec(address, 1)
-    n = _process_vm_readv(os.getpid(), ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+    pid = os.getpid()
+    n = _process_vm_readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+    if n == 1 and writable:
+        n = _process_vm_writev(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
     if n == 1:
         return True
     return False if ctypes.get_errno() == errno.EFAULT else None
 
 
-def _from_pointer(address: int, tensor, label: str) -> np.ndarray:
+def _from_pointer(address: int, tensor, label: str, output: bool = False) -> np.ndarray:
     """A host address (API.md: an int device pointer; on the CPU device, host memory)."""
     if not 0 < address < 2 ** 64:
         raise VariantPackError(f"{label}: pointer {address:#x} is not a valid host address")
@@ -166,6 +171,9 @@ def _from_pointer(address: int, tensor, label: str) -> np.ndarray:
     if address + nbytes > 2 ** 64 or False in (_mapped(address), _mapped(address + nbytes - 1)):
         raise VariantPackError(f"{label}: pointer {address:#x} (+{nbytes} bytes) is not mapped "
                                "host memory of this process")
+    if output and False in (_mapped(address, True), _mapped(address + nbytes - 1, True)):
+        raise VariantPackError(f"{label} is an output, but pointer {address:#x} (+{nbytes} "
+                               "bytes) is read-only memory")
     raw = (ctypes.c_char * nbytes).from_address(address)
     return np.frombuffer(raw, dtype)
 

@@ -9,6 +9,8 @@ checked with ``cudaPointerGetAttributes`` so that a host address never reaches a
 """
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 from ..._errors import VariantPackError
@@ -66,20 +68,25 @@ def _read_cai(buf, label: str):
     VariantPackError for a malformed one (version 3 of the protocol, numba.readthedocs.io)."""
     try:
         cai = buf.__cuda_array_interface__
-        shape = tuple(int(s) for s in cai["shape"])
+        shape = tuple(operator.index(s) for s in cai["shape"])
         typestr = str(cai["typestr"])
         strides = cai.get("strides")
-        strides = None if strides is None else tuple(int(s) for s in strides)
+        strides = None if strides is None else tuple(operator.index(s) for s in strides)
         ptr, readonly = cai["data"]
+        readonly = bool(readonly)
+        masked = cai.get("mask") is not None
     except Exception as exc:  # noqa: BLE001 - a foreign object's property may raise anything
         raise VariantPackError(f"{label}: malformed __cuda_array_interface__ on "
                                f"{type(buf).__name__}: {type(exc).__name__}: {exc}") from None
+    if masked:
+        raise VariantPackError(f"{label}: masked CUDA arrays are not supported "
+                               f"({type(buf).__name__} has a __cuda_array_interface__ mask)")
     if type(ptr) is not int or any(d < 0 for d in shape) or (
             strides is not None and len(strides) != len(shape)):
         raise VariantPackError(f"{label}: malformed __cuda_array_interface__ on "
                                f"{type(buf).__name__}: shape {shape}, strides {strides}, "
                                f"data pointer {ptr!r}")
-    return shape, typestr, strides, ptr, bool(readonly)
+    return shape, typestr, strides, ptr, readonly
 
 
 def _from_cai(buf, tensor, label: str, want_dtype, device: int, output: bool) -> int:
