@@ -265,10 +265,12 @@ def test_parse_args_defaults_and_rejections():
     assert cfg.knobs is None and args.json is None and not args.quiet
     cfg, _ = parse_args(["--benchmarking", "--device", "gpu:0", "--seed", "3"])
     assert cfg.knobs == {"global.benchmarking": 1} and cfg.device == "gpu:0"
-    for bad in (["--epochs", "0"], ["--batch-size", "1"], ["--clients", "0"]):
+    for bad in (["--epochs", "0"], ["--batch-size", "1"], ["--clients", "0"],
+                ["--min-accuracy", "1.5"], ["--lr", "nan"], ["--lr", "0"],
+                ["--json", "/"], ["--plot", "figure.txt"]):
         with pytest.raises(SystemExit) as exc:
             parse_args(bad)
-        assert exc.value.code == 2
+        assert exc.value.code == 2, bad
 
 
 class _Stream(io.StringIO):

@@ -17,6 +17,10 @@ __all__ = ["main", "run", "parse_args"]
 _GRADCHECK_BATCH = 4
 
 
+# matplotlib's Agg/PDF/SVG/PS writers (matplotlib.backend_bases.FigureCanvasBase filetypes)
+_PLOT_FORMATS = frozenset({"png", "pdf", "svg", "svgz", "eps", "ps", "jpg", "jpeg", "tif",
+                           "tiff", "webp", "pgf", "raw", "rgba"})
+
 def parse_args(argv: list[str] | None = None) -> tuple[DemoConfig, argparse.Namespace]:
     """Parse the demo's command line into a DemoConfig and the output options."""
     d = DemoConfig()
@@ -55,10 +59,21 @@ def parse_args(argv: list[str] | None = None) -> tuple[DemoConfig, argparse.Name
     if a.batch_size < 2:
         p.error(f"--batch-size must be >= 2 (batchnorm training needs two values per "
                 f"channel); got {a.batch_size}")
+    if not 0.0 <= a.min_accuracy <= 1.0:
+        p.error(f"--min-accuracy is a fraction in [0, 1]; got {a.min_accuracy}")
+    if not (a.lr > 0 and a.lr < float("inf")):
+        p.error(f"--lr must be a finite number > 0; got {a.lr}")
     for flag, path in (("--json", a.json), ("--plot", a.plot)):
         folder = os.path.dirname(os.path.abspath(path)) if path else None
         if folder and not (os.path.isdir(folder) and os.access(folder, os.W_OK)):
             p.error(f"{flag} {path}: folder {folder} does not exist or is not writable")
+        if path and os.path.isdir(path):
+            p.error(f"{flag} {path}: is a directory; give a file name")
+    if a.plot:
+        ext = os.path.splitext(a.plot)[1].lower().lstrip(".")
+        if ext not in _PLOT_FORMATS:
+            p.error(f"--plot {a.plot}: unsupported format {ext or '(none)'!r}; use one of "
+                    f"{', '.join(sorted(_PLOT_FORMATS))}")
     cfg = DemoConfig(epochs=a.epochs, batch_size=a.batch_size, device=a.device, seed=a.seed,
                      benchmarking=a.benchmarking, lr=a.lr, clients=a.clients, rounds=a.rounds,
                      max_batch_size=a.max_batch_size, min_accuracy=a.min_accuracy,
@@ -178,10 +193,16 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"hipdnn-async demo: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-    if args.json:
-        _report.write_json(result, args.json)
-    if args.plot:
-        _report.plot(result, args.plot)
+    for path, write in ((args.json, _report.write_json), (args.plot, _report.plot)):
+        if not path:
+            continue
+        try:
+            write(result, path)
+        except (OSError, ValueError) as exc:  # e.g. a full disk: still print the figures
+            print(_report.summary(result), end="")
+            print(f"hipdnn-async demo: cannot write {path}: {type(exc).__name__}: {exc}",
+                  file=sys.stderr)
+            return 1
     if not args.quiet:
         print(_report.summary(result), end="")
         for path, what in ((args.json, "figures"), (args.plot, "figure")):
