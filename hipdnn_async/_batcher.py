@@ -28,6 +28,8 @@ from __future__ import annotations
 import collections
 import copy
 import math
+import numbers
+import operator
 import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
@@ -110,7 +112,9 @@ def _resolve_buckets(buckets, max_batch_size: int) -> tuple[int, ...]:
         raise GraphError(f"DynamicBatcher: buckets={buckets!r} is not a policy; "
                          "use 'pow2', 'exact' or an increasing sequence of batch sizes")
     try:
-        out = tuple(int(b) for b in buckets)
+        out = tuple(operator.index(b) for b in buckets)
+        if any(type(b) is bool for b in buckets):
+            raise TypeError
     except (TypeError, ValueError):
         raise GraphError(f"DynamicBatcher: buckets={buckets!r} is not a policy; "
                          "use 'pow2', 'exact' or an increasing sequence of batch sizes") from None
@@ -262,10 +266,14 @@ class DynamicBatcher:
                  max_batch_size: int = 64, max_delay_ms: float = 2.0,
                  buckets: str | Sequence[int] = "pow2", knobs: Mapping | None = None,
                  max_concurrent_batches: int | None = None):
-        if int(max_batch_size) < 1:
-            raise GraphError(f"DynamicBatcher: max_batch_size={max_batch_size} must be >= 1")
-        if not (float(max_delay_ms) >= 0.0):
-            raise GraphError(f"DynamicBatcher: max_delay_ms={max_delay_ms} must be >= 0")
+        if type(max_batch_size) is bool or not isinstance(max_batch_size, numbers.Integral) \
+                or max_batch_size < 1:
+            raise GraphError(f"DynamicBatcher: max_batch_size={max_batch_size!r} must be an "
+                             "int >= 1")
+        if type(max_delay_ms) is bool or not isinstance(max_delay_ms, numbers.Real) or not (
+                0.0 <= float(max_delay_ms) < math.inf):
+            raise GraphError(f"DynamicBatcher: max_delay_ms={max_delay_ms!r} must be a finite "
+                             "number >= 0 (ms)")
         self._device = device
         # A device without is_host (a duck-typed stand-in) is taken as host memory.
         self._host = bool(getattr(device, "is_host", True))
@@ -395,6 +403,9 @@ class DynamicBatcher:
         for name, value in constants.items():
             t = in_by_key[name]
             arr = np.asarray(value)
+            if arr.dtype.kind not in "fiu" and arr.dtype.name != "bfloat16":
+                raise VariantPackError(f"DynamicBatcher: constant {name!r} needs a real "
+                                       f"numeric array; got dtype {arr.dtype}")
             if arr.shape != tuple(t.dims):
                 raise VariantPackError(f"DynamicBatcher: constant {name!r} needs shape "
                                        f"{tuple(t.dims)}; got {arr.shape}")

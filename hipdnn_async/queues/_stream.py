@@ -271,6 +271,10 @@ class Stream:
         DeviceError
             The stream is closed.
         """
+        if not isinstance(event, Event):
+            raise DeviceError(f"stream '{self.name}': wait_event takes an Event (from "
+                              f"stream.record_event()); got {type(event).__name__}",
+                              code="INVALID_VALUE")
         marker = event._marker
         with self._lock:
             if self._closed:

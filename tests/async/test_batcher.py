@@ -6,6 +6,8 @@ same sample run alone through a plan of batch 1. Runs on asyncio and trio.
 from __future__ import annotations
 
 import anyio
+import math
+
 import numpy as np
 import pytest
 
@@ -399,6 +401,13 @@ async def test_bad_arguments():
             hd.DynamicBatcher(dev, g, constants={"w": w[:1], "b": b})
         with pytest.raises(GraphError, match="'z'"):
             hd.DynamicBatcher(dev, g, constants={"w": w, "b": b}, outputs=["z"])
+        for kw in ({"max_batch_size": 2.5}, {"max_batch_size": "8"}, {"max_batch_size": True},
+                   {"max_delay_ms": math.inf}, {"max_delay_ms": -1.0}, {"max_delay_ms": "2"},
+                   {"buckets": [2.5, 64]}, {"buckets": [True, 64]}):
+            with pytest.raises(GraphError, match="max_batch_size|max_delay_ms|buckets"):
+                hd.DynamicBatcher(dev, g, constants={"w": w, "b": b}, **kw)
+        with pytest.raises(VariantPackError, match="constant 'w' needs a real numeric"):
+            hd.DynamicBatcher(dev, g, constants={"w": w.astype(np.complex64), "b": b})
 
 
 async def test_error_in_body_fails_waiting_callers_and_propagates():

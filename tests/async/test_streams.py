@@ -13,6 +13,8 @@ import anyio
 import numpy as np
 import pytest
 
+import hipdnn_async as hd
+
 from hipdnn_async._errors import DeviceError, ExecutionError, HipdnnError, VariantPackError
 from hipdnn_async.queues import Completion, Event, Histogram, Stream, StreamPool
 
@@ -246,6 +248,8 @@ async def test_event_orders_work_across_streams(pool):
     await event.wait()
     assert event.is_done()
     event.synchronize(timeout=1)
+    with pytest.raises(hd.DeviceError, match="wait_event takes an Event"):
+        s1.wait_event(object())
 
 
 async def test_event_wait_does_not_block_other_streams(pool):
