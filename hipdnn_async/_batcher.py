@@ -43,6 +43,7 @@ from ._errors import (
     ExecutionError,
     GraphError,
     HipdnnError,
+    KnobError,
     NotSupportedError,
     VariantPackError,
 )
@@ -711,7 +712,11 @@ class DynamicBatcher:
             if bucket is not None:
                 return bucket
             g = self._graph.with_batch_size(size)
-            plan = await self._device.build(g, knobs=self._knobs)
+            try:
+                plan = await self._device.build(g, knobs=self._knobs)
+            except KnobError as exc:  # e.g. a workspace limit outside this size's range
+                raise KnobError(f"DynamicBatcher: the plan for batch bucket {size}: {exc}",
+                                code=exc.code) from None
             pattern = getattr(plan, "pattern", None)
             if pattern is not None:
                 self._require_batchable(getattr(pattern, "name", str(pattern)))
