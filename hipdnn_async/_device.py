@@ -118,12 +118,18 @@ class Device:
 
     # -- lifetime ------------------------------------------------------------------------
     async def __aenter__(self) -> "Device":
+        self._check_open("async with")
         return self
+
+    def _check_open(self, where: str) -> None:
+        if self._pool.closed:
+            raise DeviceError(f"{where}: device '{self.spec}' is closed; open a new Device")
 
     async def __aexit__(self, *exc) -> None:
         await self.aclose()
 
     def __enter__(self) -> "Device":
+        self._check_open("with")
         return self
 
     def __exit__(self, *exc) -> None:

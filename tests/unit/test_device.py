@@ -353,3 +353,25 @@ def test_torch_bfloat16_tensors_bind_through_dlpack(dev):
     dev.build_sync(g).execute_sync({"x": xa, "w": wa, "y": ya})
     want = np.einsum("nchw,kc->nkhw", xa.double().numpy(), wa[:, :, 0, 0].double().numpy())
     np.testing.assert_allclose(ya.double().numpy(), want, rtol=1e-2, atol=1e-2)
+
+
+def test_entering_a_closed_device_is_an_error():
+    dev = hd.Device("cpu")
+    dev.close()
+    with pytest.raises(hd.DeviceError, match="closed"):
+        with dev:
+            pass
+
+
+def test_torch_bfloat16_requiring_grad_is_refused_like_other_dtypes(dev):
+    torch = pytest.importorskip("torch")
+    g = hd.Graph(io_data_type="bfloat16", intermediate_data_type="float32",
+                 compute_data_type="float32")
+    x = g.tensor(dims=(1, 2, 3, 3), name="x")
+    w = g.tensor(dims=(2, 2, 1, 1), name="w")
+    g.conv_fprop(x, w).set_output(True).set_name("y")
+    plan = dev.build_sync(g)
+    xa = torch.ones(1, 2, 3, 3, dtype=torch.bfloat16, requires_grad=True)
+    with pytest.raises(hd.VariantPackError, match="tensor 'x'.*DLPack"):
+        plan.execute_sync({"x": xa, "w": torch.ones(2, 2, 1, 1, dtype=torch.bfloat16),
+                           "y": torch.zeros(1, 2, 3, 3, dtype=torch.bfloat16)})

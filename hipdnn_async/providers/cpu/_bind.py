@@ -105,8 +105,8 @@ def _from_dlpack(obj) -> np.ndarray:
     except (TypeError, RuntimeError, BufferError, ValueError):
         if not str(getattr(obj, "dtype", "")).endswith("bfloat16"):
             raise
-        if type(obj).__module__.split(".")[0] != "torch":
-            raise
+        if type(obj).__module__.split(".")[0] != "torch" or getattr(obj, "requires_grad", False):
+            raise  # (torch refuses to export tensors that require grad; so do we)
         import torch  # the producer is a torch tensor, so torch is importable
         return np.from_dlpack(obj.view(torch.int16)).view(numpy_dtype(DataType.BFLOAT16))
 
