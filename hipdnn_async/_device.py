@@ -177,7 +177,11 @@ class Device:
         return self._pool.metrics()
 
     def plan_stats(self) -> dict:
-        """Per pattern: plans built, build time (ms), executions, execution time (ms)."""
+        """Per pattern: plans built, build time (ms), executions, execution time (ms).
+
+        Execution time is host time in the plan's ``run``: the whole computation on the
+        CPU, only the enqueueing on a GPU (GPU time is in ``metrics()``' ``exec_ms``, from
+        launch to the completion event)."""
         with self._stats_lock:
             return {k: dict(v) for k, v in self._plan_stats.items()}
 
