@@ -36,7 +36,6 @@ from typing import Any, Mapping, Sequence
 
 import anyio
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from ._errors import (
     DeviceError,
@@ -48,6 +47,7 @@ from ._errors import (
     VariantPackError,
 )
 from ._types import numpy_dtype
+from .runtime import DeviceArray
 
 __all__ = ["DynamicBatcher"]
 
@@ -140,10 +140,7 @@ def _host_buffer(t) -> np.ndarray:
 
     Staged in the tensor's own layout, the copy into device memory order reorders nothing.
     """
-    dtype = np.dtype(numpy_dtype(t.data_type))
-    extent = 1 + sum((d - 1) * s for d, s in zip(t.dims, t.strides)) if all(t.dims) else 0
-    flat = np.zeros(max(extent, 1), dtype)
-    return as_strided(flat, tuple(t.dims), tuple(s * dtype.itemsize for s in t.strides))
+    return DeviceArray(t.dims, numpy_dtype(t.data_type), t.strides, fill=0).view
 
 
 def _named_error(exc: Exception, where: str) -> HipdnnError:

@@ -280,6 +280,11 @@ def _write_txn(conn: sqlite3.Connection, fn):
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
+def _ro_uri(path: str) -> str:
+    """A read-only SQLite URI for ``path`` (``?`` and ``#`` escaped)."""
+    return "file:" + path.replace("?", "%3f").replace("#", "%23") + "?mode=ro"
+
+
 def _builtin_default() -> str:
     return os.path.join(os.path.expanduser("~"), ".config", "hipdnn_async", "perfdb.sqlite3")
 
@@ -412,8 +417,8 @@ class PerfDb:
         if not os.path.isfile(self.path):
             return
         try:
-            uri = "file:" + self.path.replace("?", "%3f").replace("#", "%23") + "?mode=ro&immutable=1"
-            conn = sqlite3.connect(uri, uri=True, isolation_level=None)
+            conn = sqlite3.connect(_ro_uri(self.path) + "&immutable=1", uri=True,
+                                   isolation_level=None)
             try:
                 if conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
                     self._seed = conn.execute(f"SELECT {','.join(_FIELDS)} FROM perf").fetchall()
@@ -445,8 +450,7 @@ class PerfDb:
                 return None
             return "not a SQLite file (a perf db was expected here)"
         try:
-            uri = "file:" + self.path.replace("?", "%3f").replace("#", "%23") + "?mode=ro"
-            conn = sqlite3.connect(uri, uri=True, isolation_level=None)
+            conn = sqlite3.connect(_ro_uri(self.path), uri=True, isolation_level=None)
             try:
                 tables = {r[0] for r in conn.execute(
                     "SELECT name FROM sqlite_master WHERE type = 'table'")}

@@ -71,6 +71,12 @@ def packed_strides(dims: tuple, order: tuple) -> tuple:
     return tuple(strides)
 
 
+def strides_match(dims, want, got) -> bool:
+    """Whether element strides ``got`` equal ``want`` where it matters: the strides of
+    size-1 (and empty) dims never do (API.md)."""
+    return all(d <= 1 or w == g for d, w, g in zip(dims, want, got))
+
+
 def strides_for(dims, layout: str) -> tuple:
     """Return packed strides, in elements, of logical ``dims`` stored in ``layout``.
 

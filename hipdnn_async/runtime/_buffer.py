@@ -4,7 +4,14 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-__all__ = ["DeviceArray"]
+__all__ = ["DeviceArray", "element_extent"]
+
+
+def element_extent(dims, strides) -> int:
+    """Elements a strided array spans: its largest offset + 1 (0 when a dim is 0)."""
+    if any(d == 0 for d in dims):
+        return 0
+    return 1 + sum((d - 1) * s for d, s in zip(dims, strides))
 
 
 class DeviceArray:
@@ -27,8 +34,7 @@ class DeviceArray:
         self.strides = tuple(int(s) for s in strides)
         self.dtype = np.dtype(dtype)
         self.device = device
-        extent = (1 + sum((d - 1) * s for d, s in zip(self.dims, self.strides))
-                  if all(self.dims) else 0)
+        extent = element_extent(self.dims, self.strides)
         self._flat = np.empty(max(extent, 1), self.dtype) if fill is None else np.full(
             max(extent, 1), fill, self.dtype)
         self.view = as_strided(self._flat, self.dims,

@@ -17,6 +17,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from .._errors import DeviceError
 from . import _gpu
+from ._buffer import element_extent
 
 __all__ = ["GpuContext", "GpuArray", "LaunchContext", "current_launch", "context_for"]
 
@@ -97,12 +98,6 @@ class GpuContext:
         _gpu.free(ptr, self.copy_stream, self.pooled)
 
 
-def _extent(dims, strides) -> int:
-    if any(d == 0 for d in dims):
-        return 0
-    return 1 + sum((d - 1) * s for d, s in zip(dims, strides))
-
-
 def _release(ctx: GpuContext, ptr: int) -> None:
     try:
         ctx.free(ptr)
@@ -139,7 +134,7 @@ class GpuArray:
         self.dtype = np.dtype(dtype)
         self.device = device
         self.context = context
-        self._extent = _extent(self.dims, self.strides)
+        self._extent = element_extent(self.dims, self.strides)
         self.nbytes = self._extent * self.dtype.itemsize
         try:
             self.ptr = context.malloc(self.nbytes)
@@ -148,8 +143,11 @@ class GpuArray:
                               f"{self.dims}, {self.dtype.name}) on '{device}': {exc}") from None
         self._finalizer = weakref.finalize(self, _release, context, self.ptr)
 
-    def _host_flat(self) -> np.ndarray:
-        return np.empty(max(self._extent, 1), self.dtype)
+    def _host_staging(self) -> tuple:
+        """(flat host buffer of the allocation's size, its logical view)."""
+        flat = np.empty(max(self._extent, 1), self.dtype)
+        return flat, as_strided(flat, self.dims,
+                                tuple(s * self.dtype.itemsize for s in self.strides))
 
     def copy_from(self, array) -> None:
         """Copy a NumPy array of logical shape ``dims`` into this array (blocking; ordered
@@ -162,9 +160,8 @@ class GpuArray:
         """
         if self.nbytes == 0:
             return
-        flat = self._host_flat()
-        as_strided(flat, self.dims, tuple(s * self.dtype.itemsize for s in self.strides))[...] = \
-            np.asarray(array)
+        flat, view = self._host_staging()
+        view[...] = np.asarray(array)
         ctx = self.context
         ctx.activate()
         ctx.order_copy_stream()
@@ -175,7 +172,7 @@ class GpuArray:
     def to_numpy_sync(self) -> np.ndarray:
         """A C-contiguous NumPy copy in logical shape (blocking; waits for work already
         launched on the device's streams)."""
-        flat = self._host_flat()
+        flat, view = self._host_staging()
         if self.nbytes:
             ctx = self.context
             ctx.activate()
@@ -183,8 +180,7 @@ class GpuArray:
             _gpu.memcpy_async(flat.ctypes.data, self.ptr, self.nbytes,
                               _gpu.MEMCPY_DEVICE_TO_HOST, ctx.copy_stream)
             _gpu.stream_synchronize(ctx.copy_stream)
-        return np.ascontiguousarray(
-            as_strided(flat, self.dims, tuple(s * self.dtype.itemsize for s in self.strides)))
+        return np.ascontiguousarray(view)
 
     async def to_numpy(self) -> np.ndarray:
         """As ``to_numpy_sync``, in a worker thread: the copy waits for work already

@@ -12,61 +12,17 @@ import numpy as np
 import pytest
 
 import hipdnn_async as hd
+from test_batcher import (ATOL, C, F32, H, K, RTOL, W, as_layout, cbr_graph, ref_cbr,
+                          samples, weights)
 from test_demo_fake_gpu import FakeGpuArray, FakeGpuDevice
 
 pytestmark = pytest.mark.anyio
 
-F32 = hd.DataType.FLOAT
-C, H, W, K = 4, 6, 6, 5
-RTOL = ATOL = 1e-4          # float32 I/O, float32 accumulation, K*C*R*S = 180 terms
 SAME = 1e-5                 # CPU path vs staged path: same kernels, maybe another bucket
 
 
 # ----------------------------------------------------------------------------- helpers
-
-def as_layout(arr: np.ndarray, layout: str) -> np.ndarray:
-    """Logical-order view of `arr` stored in `layout` (NCHW or NHWC)."""
-    if layout == "NCHW":
-        return np.ascontiguousarray(arr)
-    return np.ascontiguousarray(arr.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
-
-
-def cbr_graph(n: int = 1, layout: str = "NCHW") -> hd.Graph:
-    """conv_fprop (3x3, pad 1) -> ADD bias -> RELU_FWD, output 'y'."""
-    g = hd.Graph(name="cbr", io_data_type=F32, intermediate_data_type=F32,
-                 compute_data_type=F32)
-    x = g.tensor(dims=(n, C, H, W), layout=layout, name="x")
-    w = g.tensor(dims=(K, C, 3, 3), layout=layout, name="w")
-    b = g.tensor(dims=(1, K, 1, 1), layout=layout, name="b")
-    y = g.conv_fprop(x, w, padding=(1, 1), stride=(1, 1), dilation=(1, 1))
-    z = g.pointwise(y, b, mode=hd.PointwiseMode.ADD)
-    g.pointwise(z, mode=hd.PointwiseMode.RELU_FWD).set_output(True).set_name("y")
-    return g.validate()
-
-
-def ref_cbr(x, w, b) -> np.ndarray:
-    """float64 conv (cross-correlation, pad 1, stride 1) + bias + ReLU."""
-    x, w, b = (np.asarray(a, np.float64) for a in (x, w, b))
-    n, _, h, wd = x.shape
-    k, _, r, s = w.shape
-    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
-    y = np.zeros((n, k, h, wd))
-    for i in range(r):
-        for j in range(s):
-            y += np.einsum("nchw,kc->nkhw", xp[:, :, i:i + h, j:j + wd], w[:, :, i, j])
-    return np.maximum(y + b.reshape(1, k, 1, 1), 0.0)
-
-
-def weights(seed: int = 0):
-    rng = np.random.default_rng(seed)
-    w = rng.standard_normal((K, C, 3, 3)).astype(np.float32) * 0.3
-    b = rng.standard_normal((1, K, 1, 1)).astype(np.float32)
-    return w, b
-
-
-def samples(rng, n: int) -> np.ndarray:
-    return rng.standard_normal((n, C, H, W)).astype(np.float32)
-
+# (the plain batcher tests' graph, reference and data; tests/async is on sys.path)
 
 async def gather(batcher, requests, results, errors=None):
     """Call the batcher concurrently, one task per request; fill results[i] / errors[i]."""

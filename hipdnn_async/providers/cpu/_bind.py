@@ -10,22 +10,11 @@ from numpy.lib.stride_tricks import as_strided
 
 from ..._errors import VariantPackError
 from ..._types import DataType, numpy_dtype
-from ...graph._tensor import packed_strides, stride_order
+from ...graph._tensor import packed_strides, stride_order, strides_match
 from ...runtime import DeviceArray
+from ...runtime._buffer import element_extent
 
 __all__ = ["logical_view", "make_binder", "bind_workspace"]
-
-
-def _strides_match(dims, want, got) -> bool:
-    # Strides of size-1 (and empty) dims never matter (API.md).
-    return all(d <= 1 or w == g for d, w, g in zip(dims, want, got))
-
-
-def _extent(dims, strides) -> int:
-    """Elements a strided tensor spans: max offset + 1 (0 when empty)."""
-    if any(d == 0 for d in dims):
-        return 0
-    return 1 + sum((d - 1) * s for d, s in zip(dims, strides))
 
 
 def logical_view(tensor, buffer, *, output: bool, where: str = "execute") -> np.ndarray:
@@ -70,7 +59,7 @@ def logical_view(tensor, buffer, *, output: bool, where: str = "execute") -> np.
     if 0 in dims and buffer.shape in (dims, physical):
         return np.empty(dims, want_dtype)  # nothing to read or write (NumPy's empty strides vary)
     got = tuple(s // item for s in buffer.strides)
-    if buffer.shape == dims and _strides_match(dims, strides, got) and all(
+    if buffer.shape == dims and strides_match(dims, strides, got) and all(
             s % item == 0 for s in buffer.strides):
         return buffer
     # Memory-order shape; checked second because e.g. (4, 3, 3, 3) is both a logical and
@@ -85,11 +74,11 @@ def logical_view(tensor, buffer, *, output: bool, where: str = "execute") -> np.
                 f"(it reads as logical dims and as memory order {order}); pass the logical "
                 f"view with strides {strides} (e.g. arr.transpose(...) of the memory-order "
                 "array) or the flat 1-D buffer")
-        if _strides_match(dims, strides, packed_strides(dims, order)):
+        if strides_match(dims, strides, packed_strides(dims, order)):
             return as_strided(buffer.reshape(-1), dims, tuple(s * item for s in strides))
     if buffer.shape == dims:
         raise VariantPackError(f"{label} needs strides {strides} in elements; got {got}")
-    if buffer.ndim == 1 and buffer.flags.c_contiguous and buffer.size >= _extent(dims, strides):
+    if buffer.ndim == 1 and buffer.flags.c_contiguous and buffer.size >= element_extent(dims, strides):
         return as_strided(buffer, dims, tuple(s * item for s in strides))
     raise VariantPackError(
         f"{label} needs a buffer of logical shape {dims} with strides {strides} in elements, "
@@ -165,7 +154,7 @@ def _from_pointer(address: int, tensor, label: str, output: bool = False) -> np.
     if not 0 < address < 2 ** 64:
         raise VariantPackError(f"{label}: pointer {address:#x} is not a valid host address")
     dtype = numpy_dtype(tensor.data_type)
-    nbytes = _extent(tuple(tensor.dims), tuple(tensor.strides)) * dtype.itemsize
+    nbytes = element_extent(tuple(tensor.dims), tuple(tensor.strides)) * dtype.itemsize
     if nbytes == 0:
         return np.empty(0, dtype)
     if address + nbytes > 2 ** 64 or False in (_mapped(address), _mapped(address + nbytes - 1)):

@@ -15,14 +15,10 @@ import numpy as np
 
 from ..._errors import VariantPackError
 from ..._types import numpy_dtype
-from ...graph._tensor import packed_strides, stride_order
+from ...graph._tensor import packed_strides, stride_order, strides_match
 from ...runtime import GpuArray, _gpu
 
 __all__ = ["make_binder", "bind_workspace"]
-
-
-def _strides_match(dims, want, got) -> bool:
-    return all(d <= 1 or w == g for d, w, g in zip(dims, want, got))
 
 
 def _check_pointer(ptr: int, device: int, label: str) -> int:
@@ -42,15 +38,15 @@ def _check_pointer(ptr: int, device: int, label: str) -> int:
 def _layout_error(tensor, shape, strides, label) -> str | None:
     """None when (shape, element strides) fits the tensor, else the message."""
     dims, want = tuple(tensor.dims), tuple(tensor.strides)
-    if shape == dims and (strides is None or _strides_match(dims, want, strides)):
-        if strides is None and not _strides_match(dims, want, packed_strides(dims, tuple(range(len(dims))))):
+    if shape == dims and (strides is None or strides_match(dims, want, strides)):
+        if strides is None and not strides_match(dims, want, packed_strides(dims, tuple(range(len(dims))))):
             return (f"{label} needs strides {want} in elements; got a C-contiguous array of "
                     f"shape {shape}")
         return None
     order = stride_order(dims, want)
     physical = tuple(dims[a] for a in order)
-    contiguous = strides is None or _strides_match(shape, packed_strides(shape, tuple(range(len(shape)))), strides)
-    if shape == physical and contiguous and _strides_match(dims, want, packed_strides(dims, order)):
+    contiguous = strides is None or strides_match(shape, packed_strides(shape, tuple(range(len(shape)))), strides)
+    if shape == physical and contiguous and strides_match(dims, want, packed_strides(dims, order)):
         return None
     got = "C-contiguous" if strides is None else f"strides {strides}"
     return (f"{label} needs logical shape {dims} with strides {want} in elements, or a "
@@ -131,7 +127,7 @@ def make_binder(tensor, *, output: bool, device: int, spec: str):
     def bind(buf):
         if type(buf) is GpuArray:
             if buf.dims == dims and buf.dtype == want_dtype and (
-                    buf.strides == strides or _strides_match(dims, strides, buf.strides)):
+                    buf.strides == strides or strides_match(dims, strides, buf.strides)):
                 if buf.device != spec:
                     raise VariantPackError(f"{label}: the array lives on '{buf.device}'; this "
                                            f"plan runs on '{spec}'")

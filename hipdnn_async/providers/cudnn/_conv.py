@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from ..._errors import NotSupportedError
 from ..._types import DataType
+from ...graph._tensor import packed_strides, strides_match
 from ...patterns import Pattern
 from ...runtime import _cudnn
 
@@ -51,18 +52,11 @@ def tensor_descriptor(tensor, where: str, dims=None, strides=None):
 def _filter_descriptor(tensor, where: str, channels_last: bool):
     dims, strides = tuple(tensor.dims), tuple(tensor.strides)
     n = len(dims)
-    kcrs = [1] * n
-    for i in range(n - 2, -1, -1):
-        kcrs[i] = kcrs[i + 1] * dims[i + 1]
-    order = (0,) + tuple(range(2, n)) + (1,)           # K, [T,] R, S, C
-    krsc = [1] * n
-    acc = 1
-    for axis in reversed(order):
-        krsc[axis] = acc
-        acc *= dims[axis]
+    kcrs = packed_strides(dims, tuple(range(n)))
+    krsc = packed_strides(dims, (0,) + tuple(range(2, n)) + (1,))   # K, [T,] R, S, C
 
     def same(want):
-        return all(d <= 1 or s == w for d, s, w in zip(dims, strides, want))
+        return strides_match(dims, want, strides)
 
     # Where both read the same (1x1 filters, one channel per group) the data layout
     # decides: cuDNN's channels-last algorithms want an NHWC filter format.
@@ -91,12 +85,11 @@ class ConvSetup:
     roles: tuple            # (a, b, c) variant-pack roles
     descs: tuple            # (a, b, c) descriptors, C-API order
     conv: object            # ConvolutionDescriptor
-    math_type: int
     float_io: bool
 
-    def algorithms(self, handle: int, limit: int | None = None) -> list[tuple]:
+    def algorithms(self, handle: int) -> list[tuple]:
         """Applicable heuristic entries (algo, time, memory), best first, with this
-        setup's math type; ``limit`` drops entries needing more workspace.
+        setup's math type (the knob's workspace limit is applied by the provider).
 
         The accurate algorithms (:meth:`accurate`) are offered when cuDNN has any for the
         problem; otherwise the others, deterministic ones first (some 1x1 and depthwise
@@ -119,8 +112,7 @@ class ConvSetup:
                 preferred.append(entry)
             else:
                 fallback.append((det != _cudnn.DETERMINISTIC, entry))
-        found = preferred or [e for _, e in sorted(fallback, key=lambda f: f[0])]
-        return [e for e in found if limit is None or e[2] <= limit]
+        return preferred or [e for _, e in sorted(fallback, key=lambda f: f[0])]
 
     def accurate(self, algo: int, determinism: int) -> bool:
         """Algorithms kept: deterministic ones (cuDNN's atomics-based ALGO_0 / ALGO_3 vary
@@ -165,4 +157,4 @@ def conv_setup(match, where: str) -> ConvSetup:
             descs.append(_filter_descriptor(t[role], where, channels_last)[0])
         else:
             descs.append(tensor_descriptor(t[role], where))
-    return ConvSetup(direction, _ROLES[direction], tuple(descs), cdesc, math, float_io)
+    return ConvSetup(direction, _ROLES[direction], tuple(descs), cdesc, float_io)

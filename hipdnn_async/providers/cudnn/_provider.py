@@ -60,6 +60,7 @@ class CudnnProvider(Provider):
         self._build_lock = threading.Lock()   # the build handle serves one thread at a time
         self._build_stream = 0
         self._build_handle = 0
+        self._conv_cache: dict[str, tuple] = {}   # match.signature -> (ConvSetup, algorithms)
 
     # ------------------------------------------------------------------ identity
     def describe(self) -> dict:
@@ -83,7 +84,7 @@ class CudnnProvider(Provider):
         self._check_supported(match, where)
         knobs = [_knobs.benchmarking_knob()]
         if match.pattern in _CONV:
-            algos = self._conv_candidates(match, where)
+            _, algos = self._conv_candidates(match, where)
             sizes = [m for _, _, m in algos]
             knobs.append(_knobs.workspace_limit_knob(min(sizes), max(sizes)))
         elif match.pattern == Pattern.CONV_FPROP_BIAS_RELU:
@@ -120,16 +121,22 @@ class CudnnProvider(Provider):
                     f"{t['y'].data_type.name}; cuDNN's fused conv+bias+ReLU takes the bias in "
                     "y's data type")
 
-    def _conv_candidates(self, match, where: str, setup=None, limit=None):
-        setup = setup or conv_setup(match, where)
+    def _conv_candidates(self, match, where: str):
+        """(ConvSetup, applicable algorithms) of a convolution pattern, asked of cuDNN once
+        per problem: ``engines`` and ``build`` of the same graph share the answer."""
+        cached = self._conv_cache.get(match.signature)
+        if cached is not None:
+            return cached
+        setup = conv_setup(match, where)
         with self._build_lock:
-            algos = setup.algorithms(self._handle(), limit)
+            algos = setup.algorithms(self._handle())
         if match.pattern == Pattern.CONV_FPROP_BIAS_RELU and match.params.get("relu_upper_clip") is not None:
             algos = [a for a in algos if a[0] == _IMPLICIT_PRECOMP_GEMM]
-        if not algos and limit is None:
+        if not algos:
             raise NotSupportedError(f"{where}: cuDNN offers no algorithm for this convolution "
                                     f"(layouts/dtypes {self._layouts(match)})")
-        return algos
+        self._conv_cache[match.signature] = setup, algos
+        return setup, algos
 
     @staticmethod
     def _layouts(match) -> str:
@@ -189,17 +196,18 @@ class CudnnProvider(Provider):
         if not is_channels_last(match.tensors["x"]):
             return plan
         plan.mode = _cudnn.BATCHNORM_SPATIAL_PERSISTENT
+        bufs = self._scratch_pack(match)
         if isinstance(plan, _plans.BnTrainingPlan):
             try:
                 with self._build_lock:
                     plan.use_ex(self._handle())
-                self._trial(match, plan)
+                self._trial(match, plan, bufs)
                 return plan
             except _cudnn.CudnnError as exc:
                 log.info("batchnorm training Ex declined (%s)", exc)
                 plan.ex, plan.workspace_size = None, plan.stats_size
         try:
-            self._trial(match, plan)
+            self._trial(match, plan, bufs)
         except _cudnn.CudnnError as exc:
             log.info("SPATIAL_PERSISTENT batchnorm declined (%s); using SPATIAL", exc)
             plan.mode = _cudnn.BATCHNORM_SPATIAL
@@ -210,9 +218,8 @@ class CudnnProvider(Provider):
         return _cudnn.TensorDescriptor(_cudnn.DATA_FLOAT, dims, packed_strides(dims, tuple(range(len(dims)))))
 
     def _build_conv(self, match, engine, knobs, perfdb, where):
-        setup = conv_setup(match, where)
         fused = match.pattern == Pattern.CONV_FPROP_BIAS_RELU
-        candidates = self._conv_candidates(match, where, setup)
+        setup, candidates = self._conv_candidates(match, where)
         limit = knobs.get(_knobs.WORKSPACE_SIZE_LIMIT, max(m for _, _, m in candidates))
         fitting = [c for c in candidates if c[2] <= limit]
         if not fitting:
@@ -237,10 +244,11 @@ class CudnnProvider(Provider):
         under our math type or layout."""
         order = [choice] + [c for c in fitting if c is not choice]
         declined = []
+        bufs = self._scratch_pack(match)
         for algo, _, ws in order:
             plan = make(algo, ws)
             try:
-                self._trial(match, plan)
+                self._trial(match, plan, bufs)
                 return plan
             except _cudnn.CudnnError as exc:
                 if not exc.not_supported and exc.status // 1000 != 2:  # not NOT_SUPPORTED / BAD_PARAM
@@ -276,10 +284,14 @@ class CudnnProvider(Provider):
             _gpu.stream_synchronize(self.context.copy_stream)
         return arr
 
-    def _trial(self, match, plan):
-        """Run ``plan`` once on zero-filled scratch buffers on the build stream."""
+    def _scratch_pack(self, match) -> dict:
+        """Zero-filled scratch buffers for every non-virtual tensor of the pattern."""
+        return {r: self._scratch(t) for r, t in match.tensors.items() if not t.is_virtual}
+
+    def _trial(self, match, plan, bufs=None):
+        """Run ``plan`` once on the build stream, on ``bufs`` (default: fresh scratch)."""
         from ...runtime._gpu_device import LaunchContext
-        bufs = {r: self._scratch(t) for r, t in match.tensors.items() if not t.is_virtual}
+        bufs = self._scratch_pack(match) if bufs is None else bufs
         with self._build_lock:
             self._handle()
             lc = LaunchContext(self._build_stream, self.context)
