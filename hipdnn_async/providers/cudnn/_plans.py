@@ -26,49 +26,27 @@ How the patterns map (shared/reference/vendor-c-apis.md s.2.3-2.5):
 """
 from __future__ import annotations
 
-from ..._errors import ExecutionError
-from ...runtime import _cudnn, _gpu, current_launch
+from ...runtime import _cudnn, _gpu
 from .._base import ProviderPlan
+from .._gpu._launch import StreamHandle, launch_resource, stream_workspace as _workspace
+from .._gpu._workspace import align as _align
 
 __all__ = ["ConvPlan", "ConvBiasReluPlan", "BnInferencePlan", "BnTrainingPlan",
-           "BnBackwardPlan", "BnInferenceDreluBackwardPlan", "handle_for_launch"]
+           "BnBackwardPlan", "BnInferenceDreluBackwardPlan", "handle_for_launch",
+           "make_handle", "RESOURCE_KEY"]
 
-_ALIGN = 256
-
-
-def _align(n: int) -> int:
-    return (n + _ALIGN - 1) // _ALIGN * _ALIGN
+RESOURCE_KEY = "cudnn"   # the launch-resource key of the cuDNN handle
 
 
-class _Handle:
-    """A cuDNN handle bound to one GPU stream (a per-stream launch resource)."""
-
-    def __init__(self, stream: int):
-        self.ptr = _cudnn.create()
-        _cudnn.set_stream(self.ptr, stream)
-
-    def close(self) -> None:
-        if self.ptr:
-            _cudnn.destroy(self.ptr)
-            self.ptr = 0
+def make_handle(stream: int) -> StreamHandle:
+    """A cuDNN handle bound to ``stream`` (a per-stream launch resource)."""
+    return StreamHandle(_cudnn.create, _cudnn.set_stream, _cudnn.destroy, stream)
 
 
 def handle_for_launch():
     """(launch context, cuDNN handle of its stream); ExecutionError off a GPU stream."""
-    lc = current_launch()
-    if lc is None:
-        raise ExecutionError("cuDNN plans run on a GPU stream of their device "
-                             "(plan.execute / submit), not on the calling thread")
-    h = lc.resources.get("cudnn")
-    if h is None:
-        h = lc.resources["cudnn"] = _Handle(lc.stream)
+    lc, h = launch_resource(RESOURCE_KEY, make_handle, "cuDNN plans")
     return lc, h.ptr
-
-
-def _workspace(lc, given, nbytes: int) -> int:
-    if not nbytes:
-        return 0
-    return given if given is not None else lc.workspace(nbytes)
 
 
 class ConvPlan(ProviderPlan):

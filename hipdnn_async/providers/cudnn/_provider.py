@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 import time
 
 import numpy as np
@@ -23,8 +22,9 @@ from ...graph._tensor import packed_strides, stride_order
 from ...patterns import Pattern
 from ...runtime import GpuArray, _cudnn, _gpu, context_for, load_cuda
 from .._base import Engine, Provider, ProviderPlan, engine_id
+from .._gpu._bind import GpuTarget, bind_workspace, make_binder
+from .._gpu._trial import BuildStream
 from . import _plans
-from ._bind import bind_workspace, make_binder
 from ._conv import is_channels_last, conv_setup, tensor_descriptor
 
 __all__ = ["CudnnProvider", "CUDNN_ENGINE_NAME"]
@@ -57,9 +57,9 @@ class CudnnProvider(Provider):
         self.spec = f"cuda:{index}"
         self.context = context_for(index)
         self._libs = state
-        self._build_lock = threading.Lock()   # the build handle serves one thread at a time
-        self._build_stream = 0
-        self._build_handle = 0
+        self._target = GpuTarget(index, self.spec, _gpu)
+        self._build = BuildStream(self.context, self.spec, _plans.RESOURCE_KEY,
+                                  _plans.make_handle, _gpu)
         self._conv_cache: dict[str, tuple] = {}   # match.signature -> (ConvSetup, algorithms)
 
     # ------------------------------------------------------------------ identity
@@ -68,15 +68,6 @@ class CudnnProvider(Provider):
         return {"device": f"{self.context.name} (sm_{cc[0]}{cc[1]})",
                 "library_versions": (f"cudnn {self._libs['cudnn'].version}; cudart "
                                      f"{self._libs['cudart'].version}")}
-
-    def _handle(self) -> int:
-        """The build-time handle (caller holds _build_lock)."""
-        if not self._build_handle:
-            self.context.activate()
-            self._build_stream = _gpu.stream_create()
-            self._build_handle = _cudnn.create()
-            _cudnn.set_stream(self._build_handle, self._build_stream)
-        return self._build_handle
 
     # ------------------------------------------------------------------ engines
     def engines(self, match) -> list[Engine]:
@@ -128,8 +119,8 @@ class CudnnProvider(Provider):
         if cached is not None:
             return cached
         setup = conv_setup(match, where)
-        with self._build_lock:
-            algos = setup.algorithms(self._handle())
+        with self._build.lock:
+            algos = setup.algorithms(self._build.handle())
         if match.pattern == Pattern.CONV_FPROP_BIAS_RELU and match.params.get("relu_upper_clip") is not None:
             algos = [a for a in algos if a[0] == _IMPLICIT_PRECOMP_GEMM]
         if not algos:
@@ -145,10 +136,10 @@ class CudnnProvider(Provider):
 
     # ------------------------------------------------------------------ binding, memory
     def binder(self, tensor, *, output: bool):
-        return make_binder(tensor, output=output, device=self.index, spec=self.spec)
+        return make_binder(tensor, output=output, target=self._target)
 
     def bind_workspace(self, nbytes: int, given, *, where: str):
-        return bind_workspace(nbytes, given, where=where, device=self.index)
+        return bind_workspace(nbytes, given, where=where, target=self._target)
 
     def empty(self, dims, dtype, strides):
         return GpuArray(dims, dtype, strides, self.context, self.spec)
@@ -196,18 +187,18 @@ class CudnnProvider(Provider):
         if not is_channels_last(match.tensors["x"]):
             return plan
         plan.mode = _cudnn.BATCHNORM_SPATIAL_PERSISTENT
-        bufs = self._scratch_pack(match)
+        bufs = self._build.scratch_pack(match)
         if isinstance(plan, _plans.BnTrainingPlan):
             try:
-                with self._build_lock:
-                    plan.use_ex(self._handle())
-                self._trial(match, plan, bufs)
+                with self._build.lock:
+                    plan.use_ex(self._build.handle())
+                self._build.trial(match, plan, bufs)
                 return plan
             except _cudnn.CudnnError as exc:
                 log.info("batchnorm training Ex declined (%s)", exc)
                 plan.ex, plan.workspace_size = None, plan.stats_size
         try:
-            self._trial(match, plan, bufs)
+            self._build.trial(match, plan, bufs)
         except _cudnn.CudnnError as exc:
             log.info("SPATIAL_PERSISTENT batchnorm declined (%s); using SPATIAL", exc)
             plan.mode = _cudnn.BATCHNORM_SPATIAL
@@ -244,11 +235,11 @@ class CudnnProvider(Provider):
         under our math type or layout."""
         order = [choice] + [c for c in fitting if c is not choice]
         declined = []
-        bufs = self._scratch_pack(match)
+        bufs = self._build.scratch_pack(match)
         for algo, _, ws in order:
             plan = make(algo, ws)
             try:
-                self._trial(match, plan, bufs)
+                self._build.trial(match, plan, bufs)
                 return plan
             except _cudnn.CudnnError as exc:
                 if not exc.not_supported and exc.status // 1000 != 2:  # not NOT_SUPPORTED / BAD_PARAM
@@ -276,34 +267,6 @@ class CudnnProvider(Provider):
         return self._verified(match, fitting, choice, where, lambda a, ws: _plans.ConvBiasReluPlan(
             setup, a, ws, bias_desc, zero_bias, p.get("relu_upper_clip")))
 
-    def _scratch(self, tensor):
-        dims, strides = tuple(tensor.dims), tuple(tensor.strides)
-        arr = GpuArray(dims, numpy_dtype(tensor.data_type), strides, self.context, self.spec)
-        if arr.nbytes:
-            _gpu.memset_async(arr.ptr, 0, arr.nbytes, self.context.copy_stream)
-            _gpu.stream_synchronize(self.context.copy_stream)
-        return arr
-
-    def _scratch_pack(self, match) -> dict:
-        """Zero-filled scratch buffers for every non-virtual tensor of the pattern."""
-        return {r: self._scratch(t) for r, t in match.tensors.items() if not t.is_virtual}
-
-    def _trial(self, match, plan, bufs=None):
-        """Run ``plan`` once on the build stream, on ``bufs`` (default: fresh scratch)."""
-        from ...runtime._gpu_device import LaunchContext
-        bufs = self._scratch_pack(match) if bufs is None else bufs
-        with self._build_lock:
-            self._handle()
-            lc = LaunchContext(self._build_stream, self.context)
-            lc.resources["cudnn"] = _BorrowedHandle(self._build_handle)
-            lc.enter()
-            try:
-                plan.run({r: a.ptr for r, a in bufs.items()}, None)
-            finally:
-                lc.exit()
-                _gpu.stream_synchronize(self._build_stream)
-                lc.release()
-
     def _tuned(self, match, setup, fitting, limit, perfdb, fused):
         """(choice, benchmarked, perfdb_hit): the perf db's entry, or a Find run."""
         desc = self.describe()
@@ -318,15 +281,15 @@ class CudnnProvider(Provider):
             log.warning("perf db entry names algorithm %r, which no longer applies within %d "
                         "bytes; tuning again", record.algorithm, limit)
         _perfdb.count("benchmarks_run")
-        a, b, c = (self._scratch(match.tensors[r]) for r in setup.roles)
+        a, b, c = (self._build.scratch(match.tensors[r]) for r in setup.roles)
         ws_bytes = max(m for _, _, m in fitting)
         ws = GpuArray((max(ws_bytes, 1),), np.uint8, (1,), self.context, self.spec)
         ad, bd, cd = setup.descs
-        with self._build_lock:
-            results = _cudnn.find_algorithms(setup.direction, self._handle(), ad.ptr, a.ptr,
-                                             bd.ptr, b.ptr, setup.conv.ptr, cd.ptr, c.ptr,
+        with self._build.lock:
+            results = _cudnn.find_algorithms(setup.direction, self._build.handle(), ad.ptr,
+                                             a.ptr, bd.ptr, b.ptr, setup.conv.ptr, cd.ptr, c.ptr,
                                              ws.ptr, ws_bytes)
-            _gpu.stream_synchronize(self._build_stream)
+            self._build.synchronize()
         allowed = {alg for alg, _, _ in fitting}
         for algo, status, ms, memory, _det, mt in results:
             if status == 0 and algo in allowed and setup.math_ok(mt):
@@ -340,10 +303,3 @@ class CudnnProvider(Provider):
                                              workspace_bytes=int(choice[2]),
                                              measured_at=time.time()))
         return choice, True, False
-
-
-class _BorrowedHandle:
-    """The build handle lent to a trial launch (closing it is the provider's job)."""
-
-    def __init__(self, ptr: int):
-        self.ptr = ptr

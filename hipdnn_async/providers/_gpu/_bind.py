@@ -1,15 +1,19 @@
-"""Variant-pack buffers on a CUDA device: check a buffer against a tensor, return its pointer.
+"""Variant-pack buffers on a GPU device: check a buffer against a tensor, return its pointer.
 
+Shared by every GPU provider (cuDNN, MIOpen): the vendor enters only through ``runtime``,
+the loaded GPU runtime whose ``pointer_device`` tells which device owns an address.
 Accepted: ``GpuArray`` of the same device, any object with ``__cuda_array_interface__``
 (CuPy arrays, PyTorch CUDA tensors, Numba arrays), and int device pointers. The layout
 rules are the CPU's (``providers/cpu/_bind.py``): logical dims with the tensor's element
 strides, or a C-contiguous array whose shape is the dims in memory order. Pointers are
 checked with ``cudaPointerGetAttributes`` so that a host address never reaches a kernel
-(which would poison the CUDA context for the whole process).
+(which would poison the GPU context for the whole process).
 """
 from __future__ import annotations
 
 import operator
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -18,20 +22,45 @@ from ..._types import numpy_dtype
 from ...graph._tensor import packed_strides, stride_order, strides_match
 from ...runtime import GpuArray, _gpu
 
-__all__ = ["make_binder", "bind_workspace"]
+__all__ = ["GpuTarget", "make_binder", "bind_workspace"]
 
 
-def _check_pointer(ptr: int, device: int, label: str) -> int:
+@dataclass(frozen=True)
+class GpuTarget:
+    """The GPU a binder checks buffers against.
+
+    Attributes
+    ----------
+    index : int
+        Device ordinal in ``runtime``.
+    spec : str
+        The device spec for messages, e.g. ``"cuda:0"``.
+    runtime : object
+        The loaded GPU runtime: ``pointer_device(ptr) -> int`` (the owning ordinal, -1 for
+        host memory, -2 when it cannot tell).
+    """
+
+    index: int
+    spec: str
+    runtime: Any = field(default=_gpu, repr=False)
+
+    @property
+    def kind(self) -> str:
+        """The spec's runtime part (``"cuda"`` of ``"cuda:0"``)."""
+        return self.spec.split(":", 1)[0]
+
+
+def _check_pointer(ptr: int, target: "GpuTarget", label: str) -> int:
     if not isinstance(ptr, int) or not 0 < ptr < 2 ** 64:
         raise VariantPackError(f"{label}: pointer {ptr!r} is not a valid device address")
-    owner = _gpu.pointer_device(ptr)
+    owner = target.runtime.pointer_device(ptr)
     if owner == -1:
         raise VariantPackError(
-            f"{label}: address {ptr:#x} is not device memory of cuda:{device} (a host "
+            f"{label}: address {ptr:#x} is not device memory of {target.spec} (a host "
             "pointer?); copy host data with `await dev.asarray(array)`")
-    if owner >= 0 and owner != device:
-        raise VariantPackError(f"{label}: address {ptr:#x} belongs to cuda:{owner}; this plan "
-                               f"runs on cuda:{device}")
+    if owner >= 0 and owner != target.index:
+        raise VariantPackError(f"{label}: address {ptr:#x} belongs to {target.kind}:{owner}; "
+                               f"this plan runs on {target.spec}")
     return ptr
 
 
@@ -85,7 +114,7 @@ def _read_cai(buf, label: str):
     return shape, typestr, strides, ptr, readonly
 
 
-def _from_cai(buf, tensor, label: str, want_dtype, device: int, output: bool) -> int:
+def _from_cai(buf, tensor, label: str, want_dtype, target: GpuTarget, output: bool) -> int:
     shape, typestr, strides, ptr, readonly = _read_cai(buf, label)
     try:
         dtype = np.dtype(typestr)
@@ -108,10 +137,10 @@ def _from_cai(buf, tensor, label: str, want_dtype, device: int, output: bool) ->
         raise VariantPackError(err)
     if 0 in shape:
         return 0
-    return _check_pointer(int(ptr), device, label)
+    return _check_pointer(int(ptr), target, label)
 
 
-def make_binder(tensor, *, output: bool, device: int, spec: str):
+def make_binder(tensor, *, output: bool, target: GpuTarget):
     """Return ``bind(buffer) -> int device pointer`` for one tensor of a built plan.
 
     Raises (from ``bind``)
@@ -123,6 +152,7 @@ def make_binder(tensor, *, output: bool, device: int, spec: str):
     want_dtype = numpy_dtype(tensor.data_type)
     dims, strides = tuple(tensor.dims), tuple(tensor.strides)
     label = f"execute: tensor '{tensor.name}' (uid {tensor.uid})"
+    spec = target.spec
 
     def bind(buf):
         if type(buf) is GpuArray:
@@ -144,9 +174,9 @@ def make_binder(tensor, *, output: bool, device: int, spec: str):
                 f"{label}: got a host {type(buf).__name__}; '{spec}' takes device memory: "
                 "copy it with `await dev.asarray(array)` (or pass a CuPy array / CUDA tensor)")
         if _has_cai(buf):
-            return _from_cai(buf, tensor, label, want_dtype, device, output)
+            return _from_cai(buf, tensor, label, want_dtype, target, output)
         if isinstance(buf, int) and not isinstance(buf, bool):
-            return _check_pointer(buf, device, label)
+            return _check_pointer(buf, target, label)
         raise VariantPackError(
             f"{label}: '{spec}' takes GpuArrays, objects with __cuda_array_interface__ or int "
             f"device pointers; got {type(buf).__name__}")
@@ -154,7 +184,7 @@ def make_binder(tensor, *, output: bool, device: int, spec: str):
     return bind
 
 
-def bind_workspace(nbytes: int, given, *, where: str, device: int):
+def bind_workspace(nbytes: int, given, *, where: str, target: GpuTarget):
     """The workspace pointer for one execution: ``given`` checked, or None (the stream's
     own workspace is used)."""
     if given is None or not nbytes:
@@ -175,4 +205,4 @@ def bind_workspace(nbytes: int, given, *, where: str, device: int):
                                f"got {type(given).__name__}")
     if size < nbytes:
         raise VariantPackError(f"{where}: workspace of {size} bytes given; it needs {nbytes}")
-    return _check_pointer(ptr, device, where)
+    return _check_pointer(ptr, target, where)

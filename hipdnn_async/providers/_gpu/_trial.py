@@ -1,0 +1,101 @@
+"""The build stream of a GPU provider: heuristics queries, benchmarks and trial runs.
+
+Every GPU plan runs once at build on zero-filled scratch buffers, on a stream and vendor
+handle of its own: vendor libraries list algorithms (or modes) that their execution then
+refuses for our layout or math type, and a refusal at build lets the provider pick the
+next one instead of failing the user's first execution.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+from ..._types import numpy_dtype
+from ...runtime import GpuArray, LaunchContext, _gpu
+
+__all__ = ["BuildStream"]
+
+
+class BuildStream:
+    """The stream and vendor handle a provider builds on (one thread at a time).
+
+    Parameters
+    ----------
+    context : GpuContext
+        The device.
+    spec : str
+        The device spec (``"cuda:0"``), for the arrays' messages.
+    key : str
+        The provider's launch-resource key (``"cudnn"``): trial runs lend the build
+        handle to the plan under it.
+    make_handle : callable
+        ``make_handle(stream) -> resource`` with ``.ptr`` and ``.close()`` (a
+        ``StreamHandle``).
+    runtime : module or object
+        The GPU runtime (``stream_create``, ``stream_synchronize``, ``memset_async``).
+
+    Attributes
+    ----------
+    lock : threading.Lock
+        Held by whoever uses the build handle or stream.
+    """
+
+    def __init__(self, context, spec: str, key: str, make_handle: Callable[[int], object],
+                 runtime=_gpu):
+        self.context = context
+        self.spec = spec
+        self.key = key
+        self.lock = threading.Lock()
+        self._make_handle = make_handle
+        self._rt = runtime
+        self.stream = 0
+        self._handle = None
+
+    def handle(self) -> int:
+        """The build handle, created on first use (caller holds :attr:`lock`)."""
+        if self._handle is None:
+            self.context.activate()
+            self.stream = self._rt.stream_create()
+            self._handle = self._make_handle(self.stream)
+        return self._handle.ptr
+
+    def synchronize(self) -> None:
+        """Wait for the build stream (caller holds :attr:`lock`)."""
+        if self.stream:
+            self._rt.stream_synchronize(self.stream)
+
+    def scratch(self, tensor) -> GpuArray:
+        """A zero-filled device array of ``tensor``'s dims, strides and dtype."""
+        arr = GpuArray(tuple(tensor.dims), numpy_dtype(tensor.data_type), tuple(tensor.strides),
+                       self.context, self.spec)
+        if arr.nbytes:
+            self._rt.memset_async(arr.ptr, 0, arr.nbytes, self.context.copy_stream)
+            self._rt.stream_synchronize(self.context.copy_stream)
+        return arr
+
+    def scratch_pack(self, match) -> dict:
+        """Zero-filled scratch buffers for every non-virtual tensor of the pattern."""
+        return {r: self.scratch(t) for r, t in match.tensors.items() if not t.is_virtual}
+
+    def trial(self, match, plan, bufs: dict | None = None) -> None:
+        """Run ``plan`` once on the build stream, on ``bufs`` (default: fresh scratch), and
+        wait for it: a vendor error raises here."""
+        bufs = self.scratch_pack(match) if bufs is None else bufs
+        with self.lock:
+            self.handle()
+            lc = LaunchContext(self.stream, self.context)
+            lc.resources[self.key] = _Borrowed(self._handle.ptr)
+            lc.enter()
+            try:
+                plan.run({r: a.ptr for r, a in bufs.items()}, None)
+            finally:
+                lc.exit()
+                self._rt.stream_synchronize(self.stream)
+                lc.release()
+
+
+class _Borrowed:
+    """The build handle lent to a trial launch (closing it is the BuildStream's job)."""
+
+    def __init__(self, ptr: int):
+        self.ptr = ptr
