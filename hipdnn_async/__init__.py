@@ -11,8 +11,7 @@
 The public contract is API.md (summarised in the README); everything here is re-exported
 from the modules' ``__all__``.
 """
-__version__ = "0.1.0"
-
+from ._version import __version__
 from ._errors import (DECLINE_TYPES, DeviceError, ExecutionError, GraphError, HipdnnError,
                       KnobError, NotSupportedError, VariantPackError)
 from ._types import ConvolutionMode, DataType, PointwiseMode
@@ -24,7 +23,7 @@ from .providers._base import Engine
 from .runtime import DeviceArray, GpuArray
 from ._device import Device, ExecutionPlan, devices, engines, stats
 from ._batcher import DynamicBatcher
-from . import _log
+from . import _log, _lowering  # _lowering registers Graph's hipDNN-style methods
 
 _log.configure_from_env()
 

@@ -2,15 +2,21 @@
 
 ``Graph.build_operation_graph``, ``get_ranked_engine_ids``, ``get_knobs_for_engine``,
 ``create_execution_plan_ext``, ``build_plans``, ``get_workspace_size``, ``execute`` and
-``execute_async`` forward here. The state lives on the graph (``graph._lowering``); the
-plan is built by ``Device.build_sync``, so both spellings share one code path.
+``execute_async`` forward here: this module registers itself with the graph layer
+(``graph._graph.set_lowering``) on import, so the graph package never imports upward. The
+state lives on the graph (``graph._lowering_state``); engines are ranked and plans built
+by the device layer (``hd.engines``, ``Device.build_sync``), so both spellings share one
+code path.
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 
+from ._device import Device, engines
 from ._errors import HipdnnError, KnobError, NotSupportedError
 from ._knobs import KnobSetting, resolve_knobs
+from .graph._graph import set_lowering
 
 __all__ = [
     "build_operation_graph", "get_ranked_engine_ids", "get_knobs_for_engine",
@@ -29,7 +35,7 @@ class _State:
 
 
 def _state(graph, step: str) -> _State:
-    st = getattr(graph, "_lowering", None)
+    st = getattr(graph, "_lowering_state", None)
     if st is None:
         raise HipdnnError(f"{step}: call build_operation_graph(device) first",
                           code="ATTRIBUTE_NOT_SET")
@@ -43,11 +49,10 @@ def build_operation_graph(graph, device=None) -> None:
     ------
     GraphError, NotSupportedError
     """
-    from ._device import Device, engines
     owns = not isinstance(device, Device)
     dev = Device(device or "cpu") if owns else device
     try:
-        graph._lowering = _State(dev, owns, engines(graph, dev))
+        graph._lowering_state = _State(dev, owns, engines(graph, dev))
     except BaseException:
         if owns:
             dev.close()
@@ -122,3 +127,5 @@ async def execute_async(graph, variant_pack, workspace=None) -> None:
     """Run the built plan; return when complete."""
     await _plan(graph, "execute_async").execute(variant_pack, workspace=workspace)
 
+
+set_lowering(sys.modules[__name__])

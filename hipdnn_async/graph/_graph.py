@@ -5,7 +5,7 @@ import dataclasses
 import math
 import operator
 
-from .._errors import GraphError
+from .._errors import GraphError, HipdnnError
 from .._types import IO_DATA_TYPES, ConvolutionMode, DataType, PointwiseMode, as_data_type
 from . import _shapes
 from ._nodes import (
@@ -30,7 +30,7 @@ from ._tensor import (
     strides_for,
 )
 
-__all__ = ["Graph", "DATA_SLOTS"]
+__all__ = ["Graph", "DATA_SLOTS", "set_lowering"]
 
 # Slots whose dims[0] is the batch (with_batch_size); pointwise in1 too when not broadcast.
 DATA_SLOTS = frozenset({"x", "y", "dy", "dx", "in0", "out"})
@@ -117,14 +117,30 @@ def _check_rank(where: str, slot: str, t: TensorAttributes, rank=None) -> None:
 
 
 
+# The hipDNN-style lowering needs devices, which sit above this layer: the device layer
+# (hipdnn_async._lowering) registers its functions here when the package is imported, and
+# the Graph methods below forward to them, so the graph package imports nothing above it.
+_lowering_impl = None
+
+
+def set_lowering(impl) -> None:
+    """Register the object whose functions ``Graph``'s lowering methods call (internal:
+    ``hipdnn_async._lowering`` registers itself; a test may register a fake)."""
+    global _lowering_impl
+    _lowering_impl = impl
+
+
 def _lowered(name: str, doc: str):
-    """A Graph method forwarding to ``hipdnn_async._lowering.<name>(graph, ...)``."""
+    """A Graph method forwarding to the registered lowering's ``<name>(graph, ...)``."""
     def method(self, *args, **kwargs):
-        from .. import _lowering
-        return getattr(_lowering, name)(self, *args, **kwargs)
+        if _lowering_impl is None:  # only when hipdnn_async/__init__ failed part-way
+            raise HipdnnError(f"Graph.{name}: the device layer (hipdnn_async._lowering) is "
+                              "not loaded; import hipdnn_async", code="ATTRIBUTE_NOT_SET")
+        return getattr(_lowering_impl, name)(self, *args, **kwargs)
     method.__name__ = method.__qualname__ = name
     method.__doc__ = f"{doc} See ``hipdnn_async._lowering.{name}``."
     return method
+
 
 def _in1_is_data(node, t) -> bool:
     """Whether a pointwise node's in1 is batch data (RELU_BWD's dy, a same-shape operand)
@@ -972,7 +988,7 @@ class Graph:
         return g
 
     # ------------------------------------------------------------------ hipDNN-style lowering
-    # Thin forwards to hipdnn_async._lowering (imported late: the graph package is a leaf).
+    # Thin forwards to the registered lowering (hipdnn_async._lowering; see set_lowering).
     build_operation_graph = _lowered(
         "build_operation_graph", "Validate, assign uids and bind a device (default 'cpu').")
     get_ranked_engine_ids = _lowered("get_ranked_engine_ids", "Engine ids, best first.")

@@ -1,8 +1,8 @@
-"""TensorAttributes, layouts and strides.
+"""TensorAttributes, named layouts and stride checks.
 
 Dims are always logical (N, C, [D,] H, W); layout is expressed only through strides, in
-elements. A *stride order* is the permutation of dim indices from outermost to innermost;
-packed strides follow from dims and a stride order.
+elements. The stride arithmetic itself (packed strides, stride orders) lives in the leaf
+``hipdnn_async._layout``, shared with providers and runtime; it is re-exported here.
 """
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import operator
 import numpy as np
 
 from .._errors import GraphError
+from .._layout import LAYOUT_ORDERS, packed_strides, stride_order, strides_match
 from .._types import DataType, as_data_type
 
 __all__ = [
@@ -19,18 +20,11 @@ __all__ = [
     "LAYOUT_ORDERS",
     "packed_strides",
     "stride_order",
+    "strides_match",
     "check_dims",
     "check_strides",
     "as_int_tuple",
 ]
-
-# Stride orders (outermost -> innermost) of the named layouts; hipDNN data SDK TensorLayout.
-LAYOUT_ORDERS = {
-    "NCHW": (0, 1, 2, 3),
-    "NHWC": (0, 2, 3, 1),
-    "NCDHW": (0, 1, 2, 3, 4),
-    "NDHWC": (0, 2, 3, 4, 1),
-}
 
 
 def as_int_tuple(values, *, where: str, what: str) -> tuple:
@@ -59,22 +53,6 @@ def _as_bool(value, where: str) -> bool:
     if isinstance(value, (bool, np.bool_)) or (type(value) is int and value in (0, 1)):
         return bool(value)
     raise GraphError(f"{where}: need True or False; got {value!r}")
-
-
-def packed_strides(dims: tuple, order: tuple) -> tuple:
-    """Packed strides of ``dims`` in ``order`` (outermost first); 0-size dims count as 1."""
-    strides = [0] * len(dims)
-    s = 1
-    for d in reversed(order):
-        strides[d] = s
-        s *= max(dims[d], 1)
-    return tuple(strides)
-
-
-def strides_match(dims, want, got) -> bool:
-    """Whether element strides ``got`` equal ``want`` where it matters: the strides of
-    size-1 (and empty) dims never do (API.md)."""
-    return all(d <= 1 or w == g for d, w, g in zip(dims, want, got))
 
 
 def strides_for(dims, layout: str) -> tuple:
@@ -108,27 +86,6 @@ def strides_for(dims, layout: str) -> tuple:
             f"strides_for: layout {layout!r} needs {len(order)} dims; got {len(dims)} "
             f"dims {dims}")
     return packed_strides(dims, order)
-
-
-def _matches(dims, strides, expected, ignore_unit: bool) -> bool:
-    return all(s == e or (ignore_unit and d == 1)
-               for d, s, e in zip(dims, strides, expected))
-
-
-def stride_order(dims: tuple, strides: tuple) -> tuple:
-    """Return the stride order (outermost first) of a tensor.
-
-    A tensor packed in a named layout (exactly, then ignoring size-1 dims, NCHW-family
-    first) gets that layout's order; otherwise dims are sorted by decreasing stride,
-    ties by dim index.
-    """
-    rank = len(dims)
-    candidates = [o for o in LAYOUT_ORDERS.values() if len(o) == rank]
-    for ignore_unit in (False, True):
-        for order in candidates:
-            if _matches(dims, strides, packed_strides(dims, order), ignore_unit):
-                return order
-    return tuple(sorted(range(rank), key=lambda i: (-strides[i], i)))
 
 
 def check_dims(dims: tuple, *, where: str, allow_zero_batch: bool = False) -> None:

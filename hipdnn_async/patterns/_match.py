@@ -57,7 +57,10 @@ def _fits(step: Step, node: Node) -> bool:
 
 
 def _check_spec(spec: PatternSpec, nodes) -> None:
-    """Tensor links, identities, bias shape, relu clips, virtual flags of a matched chain."""
+    """Tensor links, identities, bias shape and virtual flags of a matched chain.
+
+    Activation clips are not checked here: which clips an engine can express is the
+    provider's business (e.g. MIOpen has no activation for a lower clip alone)."""
     where = f"pattern {spec.label}"
     linked = set()
     for i, (step, node) in enumerate(zip(spec.steps, nodes)):
@@ -86,15 +89,6 @@ def _check_spec(spec: PatternSpec, nodes) -> None:
                 raise NotSupportedError(
                     f"{where}: node '{node.name}' (pointwise ADD) operand {bias.label} has "
                     f"dims {bias.dims}; need a bias {need} = [1, K, 1, 1]")
-        if node.kind == "pointwise" and node.attrs.mode.name in ("RELU_FWD", "RELU_BWD"):
-            lo, hi = node.attrs.relu_lower_clip, node.attrs.relu_upper_clip
-            if lo is not None and lo != 0.0 and hi is None:
-                # MIOpen maps lower+upper to CLAMP, upper to CLIPPEDRELU; a lower clip on
-                # its own has no activation (MiopenUtils.cpp).
-                raise NotSupportedError(
-                    f"{where}: node '{node.name}' ({node.describe}) relu_lower_clip {lo} "
-                    "without relu_upper_clip is not supported; give both (clamp) or "
-                    "neither")
     for i, (step, node) in enumerate(zip(spec.steps, nodes)):
         for slot, t in node.inputs.items():
             if (i, slot) not in linked and t.is_virtual:

@@ -4,14 +4,9 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from .._layout import element_extent
+
 __all__ = ["DeviceArray", "element_extent"]
-
-
-def element_extent(dims, strides) -> int:
-    """Elements a strided array spans: its largest offset + 1 (0 when a dim is 0)."""
-    if any(d == 0 for d in dims):
-        return 0
-    return 1 + sum((d - 1) * s for d, s in zip(dims, strides))
 
 
 class DeviceArray:

@@ -148,6 +148,7 @@ UNSUPPORTED = {
     "conv+relu clamp(-0.5, 2)": lambda: _conv_relu(-0.5, 2.0, bias=False),
     "bn training+relu lower clip 0.1": lambda: _bn_relu(0.1),
     "bn inference+drelu+bn backward lower clip 0.1": lambda: _drelu(0.1),
+    "conv+bias+relu lower clip alone": lambda: _conv_relu(0.25, None),   # CPU runs it
     # weights not packed (a gap after every row): cuDNN takes KCRS or KRSC only
     "non-packed weights": lambda: _conv_relu(None, None, w_strides=(8 * 3 * 4, 3 * 4, 4, 1)),
 }

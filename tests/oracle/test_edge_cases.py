@@ -224,6 +224,67 @@ def test_relu_special_values(device, dtype, clips):
         assert not np.signbit(got[got == 0]).any(), f"relu produced -0.0: {got.ravel()}"
 
 
+LOWER_ONLY = 0.25   # a lower clip without an upper one: RELU_FWD is max(x, lower)
+
+
+def _lower_only_conv_relu(h, rng):
+    x = h.input("x", rng.uniform(-1, 1, (2, 3, 6, 5)))
+    w = h.input("w", rng.uniform(-1, 1, (4, 3, 3, 3)))
+    b = h.input("bias", rng.uniform(-1, 1, (1, 4, 1, 1)))
+    y = h.g.pointwise(h.g.conv_fprop(x, w, padding=1), b, mode=h.hd.PointwiseMode.ADD)
+    h.output(h.g.pointwise(y, mode=h.hd.PointwiseMode.RELU_FWD, relu_lower_clip=LOWER_ONLY), "y")
+    r = h.ref
+    want = ref.relu(ref.conv_fprop(r["x"], r["w"], (1, 1), (1, 1)) + r["bias"], LOWER_ONLY)
+    return {"y": (want, tol("conv_fprop", h.dtype))}
+
+
+def _lower_only_bn_training_relu(h, rng):
+    cs = (1, 3, 1, 1)
+    x = h.input("x", rng.uniform(-1, 1, (2, 3, 4, 5)))
+    s, b = h.float_input("scale", rng.uniform(0.5, 2, cs)), h.float_input("bias", rng.uniform(-1, 1, cs))
+    y, mean, inv, _, _ = h.g.batchnorm(x, s, b, epsilon=1e-5)
+    h.output(h.g.pointwise(y, mode=h.hd.PointwiseMode.RELU_FWD, relu_lower_clip=LOWER_ONLY), "y")
+    h.output(mean, "mean", dtype="float32")
+    h.output(inv, "inv_variance", dtype="float32")
+    want = ref.bn_training(h.ref["x"], h.ref["scale"], h.ref["bias"], 1e-5)
+    return {"y": (ref.relu(want["y"], LOWER_ONLY), tol("bn_training", h.dtype))}
+
+
+def _lower_only_bn_drelu_backward(h, rng):
+    cs = (1, 3, 1, 1)
+    x = h.input("x", rng.uniform(-1.8, 1.8, (2, 3, 4, 5)))
+    dy = h.input("dy", rng.uniform(-1, 1, (2, 3, 4, 5)))
+    mean, inv = h.float_input("mean", rng.uniform(-0.1, 0.1, cs)), h.float_input("inv_variance", rng.uniform(0.5, 2, cs))
+    scale, bias = h.float_input("scale", rng.uniform(0.5, 1.5, cs)), h.float_input("bias", rng.uniform(-0.1, 0.1, cs))
+    y_bn = h.g.batchnorm_inference(x, mean, inv, scale, bias)
+    g = h.g.pointwise(y_bn, dy, mode=h.hd.PointwiseMode.RELU_BWD, relu_lower_clip=LOWER_ONLY)
+    dx, dscale, dbias = h.g.batchnorm_backward(g, x, scale, mean=mean, inv_variance=inv)
+    h.output(dx, "dx")
+    h.output(dscale, "dscale", dtype="float32")
+    h.output(dbias, "dbias", dtype="float32")
+    r = h.ref
+    ybn = ref.bn_inference(r["x"], r["mean"], r["inv_variance"], r["scale"], r["bias"])
+    want = ref.bn_backward(ref.relu_bwd(ybn, r["dy"], LOWER_ONLY), r["x"], r["scale"], r["mean"],
+                           r["inv_variance"])
+    return {"dx": (want["dx"], tol("bn_backward", h.dtype)),
+            "dscale": (want["dscale"], tol("bn_backward", "float32"))}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("build", [_lower_only_conv_relu, _lower_only_bn_training_relu,
+                                   _lower_only_bn_drelu_backward],
+                         ids=["conv_bias_relu", "bn_training_relu", "bn_drelu_backward"])
+def test_relu_lower_clip_alone(device, dtype, build):
+    """A lower clip without an upper one (patterns 8, 4, 2) is max(x, lower) forward and
+    passes dy where lower < y backward (API.md RELU_FWD/RELU_BWD). MIOpen has no such
+    activation, so only a provider that lacks it refuses it; the CPU runs it (issue 9)."""
+    h = Harness(dtype, "NHWC")
+    expected = build(h, np.random.default_rng(9))
+    got = h.run(device)
+    for name, (want, (atol, rtol)) in expected.items():
+        assert_close(got[name], want, atol, rtol, f"{build.__name__} {name}")
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_bn_training_relu_nan_propagates(device, dtype):
     """pytorch #7999: a NaN in a channel makes that channel's statistics and outputs NaN

@@ -1,11 +1,10 @@
 """Graph-level behaviour: validate, uids, lookup, signature, copy, with_batch_size, lowering."""
-import sys
 import types
 
 import pytest
 
 import hipdnn_async
-from hipdnn_async._errors import GraphError
+from hipdnn_async._errors import GraphError, HipdnnError
 from hipdnn_async._types import DataType, PointwiseMode
 from hipdnn_async.graph import Graph, strides_for
 
@@ -282,7 +281,8 @@ def test_graph_config():
 
 def test_lowering_methods_delegate(monkeypatch):
     calls = []
-    fake = types.ModuleType("hipdnn_async._lowering")
+    from hipdnn_async.graph import _graph
+    fake = types.SimpleNamespace()
     for name in ("build_operation_graph", "get_ranked_engine_ids", "get_knobs_for_engine",
                  "create_execution_plan_ext", "build_plans", "get_workspace_size",
                  "execute", "execute_async"):
@@ -290,8 +290,7 @@ def test_lowering_methods_delegate(monkeypatch):
             calls.append((_name, graph, args, kwargs))
             return _name
         setattr(fake, name, fn)
-    monkeypatch.setitem(sys.modules, "hipdnn_async._lowering", fake)
-    monkeypatch.setattr(hipdnn_async, "_lowering", fake, raising=False)
+    monkeypatch.setattr(_graph, "_lowering_impl", fake)
     g, *_ = conv_bias_relu()
     assert g.build_operation_graph("dev") == "build_operation_graph"
     assert g.get_ranked_engine_ids() == "get_ranked_engine_ids"
@@ -303,6 +302,16 @@ def test_lowering_methods_delegate(monkeypatch):
     assert g.execute_async({}, workspace=None) == "execute_async"
     assert calls[0] == ("build_operation_graph", g, ("dev",), {})
     assert calls[-1] == ("execute_async", g, ({},), {"workspace": None})
+
+
+def test_lowering_is_registered_by_the_device_layer(monkeypatch):
+    from hipdnn_async.graph import _graph
+    assert _graph._lowering_impl is hipdnn_async._lowering   # importing hipdnn_async did it
+    monkeypatch.setattr(_graph, "_lowering_impl", None)
+    g, *_ = conv_bias_relu()
+    with pytest.raises(HipdnnError) as e:
+        g.build_plans()
+    assert e.value.code == "ATTRIBUTE_NOT_SET" and "Graph.build_plans" in str(e.value)
 
 
 def test_with_batch_size_keeps_a_bias_that_looks_like_data():

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..._errors import VariantPackError
 from ..._types import numpy_dtype
-from ...graph._tensor import packed_strides, stride_order, strides_match
+from ..._layout import packed_strides, stride_order, strides_match
 from ...runtime import GpuArray, _gpu
 
 __all__ = ["GpuTarget", "make_binder", "bind_workspace"]

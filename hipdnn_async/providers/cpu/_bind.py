@@ -10,9 +10,8 @@ from numpy.lib.stride_tricks import as_strided
 
 from ..._errors import VariantPackError
 from ..._types import DataType, numpy_dtype
-from ...graph._tensor import packed_strides, stride_order, strides_match
+from ..._layout import element_extent, packed_strides, stride_order, strides_match
 from ...runtime import DeviceArray
-from ...runtime._buffer import element_extent
 
 __all__ = ["logical_view", "make_binder", "bind_workspace"]
 

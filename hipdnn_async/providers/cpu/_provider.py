@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 from ... import _knobs, _perfdb
+from ..._version import __version__
 from ..._errors import DeviceError, KnobError, NotSupportedError
 from ..._types import numpy_dtype
 from ...patterns import Pattern
@@ -73,7 +74,6 @@ class CpuProvider(Provider):
 
     def describe(self) -> dict:
         if self._describe is None:
-            from ... import __version__
             self._describe = {
                 "device": f"cpu {platform.machine()} {platform.processor() or ''}".strip(),
                 "library_versions": f"hipdnn_async {__version__}; numpy {np.__version__}",

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from ..._errors import NotSupportedError
 from ..._types import DataType
-from ...graph._tensor import packed_strides, strides_match
+from ..._layout import packed_strides, strides_match
 from ...patterns import Pattern
 from ...runtime import _cudnn
 

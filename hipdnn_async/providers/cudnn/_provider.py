@@ -18,7 +18,7 @@ import numpy as np
 from ... import _knobs, _perfdb
 from ..._errors import DeviceError, KnobError, NotSupportedError
 from ..._types import DataType, numpy_dtype
-from ...graph._tensor import packed_strides, stride_order
+from ..._layout import packed_strides, stride_order
 from ...patterns import Pattern
 from ...runtime import GpuArray, _cudnn, _gpu, context_for, load_cuda
 from .._base import Engine, Provider, ProviderPlan, engine_id

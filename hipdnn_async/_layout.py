@@ -1,0 +1,68 @@
+"""Strides and layouts, in elements: the helpers graph, providers and runtime share.
+
+Dims are logical (N, C, [D,] H, W); a layout is expressed only through strides. A *stride
+order* is the permutation of dim indices from outermost to innermost; packed strides
+follow from dims and a stride order. This module is a leaf: it imports nothing of ours.
+"""
+from __future__ import annotations
+
+__all__ = [
+    "LAYOUT_ORDERS",
+    "packed_strides",
+    "strides_match",
+    "stride_order",
+    "element_extent",
+]
+
+# Stride orders (outermost -> innermost) of the named layouts; hipDNN data SDK TensorLayout.
+LAYOUT_ORDERS = {
+    "NCHW": (0, 1, 2, 3),
+    "NHWC": (0, 2, 3, 1),
+    "NCDHW": (0, 1, 2, 3, 4),
+    "NDHWC": (0, 2, 3, 4, 1),
+}
+
+
+def packed_strides(dims: tuple, order: tuple) -> tuple:
+    """Packed strides of ``dims`` in ``order`` (outermost first); 0-size dims count as 1."""
+    strides = [0] * len(dims)
+    s = 1
+    for d in reversed(order):
+        strides[d] = s
+        s *= max(dims[d], 1)
+    return tuple(strides)
+
+
+def strides_match(dims, want, got) -> bool:
+    """Whether element strides ``got`` equal ``want`` where it matters: the strides of
+    size-1 (and empty) dims never do (API.md)."""
+    return all(d <= 1 or w == g for d, w, g in zip(dims, want, got))
+
+
+def _matches(dims, strides, expected, ignore_unit: bool) -> bool:
+    return all(s == e or (ignore_unit and d == 1)
+               for d, s, e in zip(dims, strides, expected))
+
+
+def stride_order(dims: tuple, strides: tuple) -> tuple:
+    """Return the stride order (outermost first) of a tensor.
+
+    A tensor packed in a named layout (exactly, then ignoring size-1 dims, NCHW-family
+    first) gets that layout's order; otherwise dims are sorted by decreasing stride,
+    ties by dim index.
+    """
+    rank = len(dims)
+    candidates = [o for o in LAYOUT_ORDERS.values() if len(o) == rank]
+    for ignore_unit in (False, True):
+        for order in candidates:
+            if _matches(dims, strides, packed_strides(dims, order), ignore_unit):
+                return order
+    return tuple(sorted(range(rank), key=lambda i: (-strides[i], i)))
+
+
+def element_extent(dims, strides) -> int:
+    """Elements a strided array spans: its largest offset + 1 (0 when a dim is 0)."""
+    if any(d == 0 for d in dims):
+        return 0
+    return 1 + sum((d - 1) * s for d, s in zip(dims, strides))
+
