@@ -13,7 +13,7 @@ import anyio
 import numpy as np
 
 from . import _knobs, _perfdb
-from ._errors import DeviceError, GraphError, NotSupportedError, VariantPackError
+from ._errors import DECLINE_TYPES, DeviceError, GraphError, NotSupportedError, VariantPackError
 from ._types import as_data_type, numpy_dtype
 from .graph import Graph, TensorAttributes, strides_for
 from .graph._tensor import as_int_tuple, check_strides, packed_strides
@@ -243,7 +243,9 @@ class Device:
         graph : Graph
             A graph matching one of the nine patterns.
         engine : Engine or int or str, optional
-            Engine, engine id or engine name; default the best ranked.
+            Engine, engine id or engine name: build with that engine only. Default: the
+            engines of ``hd.engines(graph, device)`` in rank order, each that declines
+            (``DECLINE_TYPES``) giving way to the next; ``plan.engine`` says which built.
         knobs : mapping or sequence of KnobSetting, optional
             e.g. ``{"global.benchmarking": 1, "global.workspace_size_limit": 1 << 20}``.
 
@@ -255,28 +257,39 @@ class Device:
             functools.partial(self.build_sync, graph, engine=engine, knobs=knobs))
 
     def build_sync(self, graph: Graph, *, engine=None, knobs=None) -> "ExecutionPlan":
-        """Blocking ``build`` for code without an event loop."""
+        """Blocking ``build`` for code without an event loop.
+
+        The engines offered for the graph (``hd.engines``) are tried best first: one that
+        declines (raises one of ``DECLINE_TYPES``) gives way to the next; any other error
+        (a ``KnobError``, an ``ExecutionError``) is raised at once. With ``engine=`` only
+        that engine is tried.
+
+        Raises
+        ------
+        NotSupportedError
+            Every engine declined; the message gives each engine's reason.
+        """
         t0 = time.perf_counter()
         if self._pool.closed:
             raise DeviceError(f"build: device '{self.spec}' is closed; open a new Device")
         match = match_pattern(graph)
         offered = self.provider.engines(match)
-        chosen = _pick_engine(offered, engine, match)
-        settings = _knobs.apply_forced_benchmarking(
-            _knobs.resolve_knobs(chosen.knobs, knobs, engine_name=chosen.name))
-        key = (match.signature, chosen.id, tuple(sorted(settings.items())))
-        pplan = self._plan_cache.get(key)
-        if pplan is None:
-            perfdb = self._perfdb if self._perfdb is not None else _perfdb.default_perfdb()
-            if settings.get(_knobs.BENCHMARKING):
-                with self._tune_lock:
-                    pplan = self.provider.build(match, chosen, settings, perfdb)
-            else:
-                pplan = self.provider.build(match, chosen, settings, perfdb)
-            self._plan_cache[key] = pplan
-            _count("plans_built")
+        tried = offered if engine is None else [_pick_engine(offered, engine, match)]
+        declined = []
+        for chosen in tried:
+            try:
+                settings, pplan = self._provider_plan(match, chosen, knobs)
+                break
+            except DECLINE_TYPES as exc:
+                if engine is not None:
+                    raise
+                declined.append(f"{chosen.name}: {exc}")
+                log.info("build: engine %s declined pattern %s of graph '%s': %s",
+                         chosen.name, match.pattern.name, graph.name, exc)
         else:
-            _count("plan_cache_hits")
+            raise NotSupportedError(
+                f"build: every engine of device '{self.spec}' declined pattern "
+                f"{match.pattern.name} (graph '{graph.name}'): " + "; ".join(declined))
         plan = ExecutionPlan(self, graph, match, chosen, settings, pplan,
                              (time.perf_counter() - t0) * 1e3)
         with self._stats_lock:
@@ -287,6 +300,36 @@ class Device:
                  "benchmarked %s, perf db hit %s", plan.pattern, graph.name, chosen.name, settings,
                  plan.algorithm, plan.workspace_size, pplan.benchmarked, pplan.perfdb_hit)
         return plan
+
+    def _provider_plan(self, match, chosen: Engine, knobs):
+        """(knob settings, ProviderPlan) of one engine, from the plan cache or built.
+
+        A decline is cached too (as its reason), so the next build of the same graph goes
+        straight to the engine that takes it.
+        """
+        settings = _knobs.apply_forced_benchmarking(
+            _knobs.resolve_knobs(chosen.knobs, knobs, engine_name=chosen.name))
+        key = (match.signature, chosen.id, tuple(sorted(settings.items())))
+        pplan = self._plan_cache.get(key)
+        if isinstance(pplan, _Declined):
+            _count("plan_cache_hits")
+            raise NotSupportedError(pplan.reason)
+        if pplan is not None:
+            _count("plan_cache_hits")
+            return settings, pplan
+        perfdb = self._perfdb if self._perfdb is not None else _perfdb.default_perfdb()
+        try:
+            if settings.get(_knobs.BENCHMARKING):
+                with self._tune_lock:
+                    pplan = self.provider.build(match, chosen, settings, perfdb)
+            else:
+                pplan = self.provider.build(match, chosen, settings, perfdb)
+        except DECLINE_TYPES as exc:
+            self._plan_cache[key] = _Declined(str(exc))
+            raise
+        self._plan_cache[key] = pplan
+        _count("plans_built")
+        return settings, pplan
 
     def _record_execution(self, pattern: str, ms: float) -> None:
         with self._stats_lock:
@@ -302,6 +345,15 @@ def _backend_factory(provider):
         return None
     from .queues._gpu_backend import GpuStreamBackend
     return lambda name: GpuStreamBackend(name, context)
+
+
+class _Declined:
+    """A plan-cache entry: the engine declined this graph with these knobs."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str):
+        self.reason = reason
 
 
 def _pick_engine(offered: list[Engine], engine, match) -> Engine:
@@ -322,6 +374,8 @@ class ExecutionPlan:
     Attributes
     ----------
     engine : Engine
+        The engine that built the plan (the first offered that did not decline, or the one
+        asked for with ``engine=``).
     knobs : dict
         The knob settings in force (defaults filled in, environment overrides applied).
     workspace_size : int

@@ -60,7 +60,8 @@ def build_operation_graph(graph, device=None) -> None:
 
 
 def get_ranked_engine_ids(graph) -> list[int]:
-    """Engine ids able to run the graph, best first."""
+    """Engine ids able to run the graph, best first: the ids of ``hd.engines(graph, device)``,
+    in the order ``Device.build`` tries them."""
     return [e.id for e in _state(graph, "get_ranked_engine_ids").engines]
 
 
@@ -99,11 +100,12 @@ def create_execution_plan_ext(graph, engine_id: int, knob_settings=()) -> None:
 def build_plans(graph) -> None:
     """Build (and tune, if ``global.benchmarking`` is 1) the plan chosen so far.
 
-    Without ``create_execution_plan_ext`` the best-ranked engine with default knobs is used.
+    Without ``create_execution_plan_ext`` the ranked engines are tried best first with
+    default knobs, as ``Device.build`` does (an engine that declines gives way to the next);
+    with it, only the engine chosen there.
     """
     st = _state(graph, "build_plans")
-    engine = st.engine_id if st.engine_id is not None else st.engines[0].id
-    st.plan = st.device.build_sync(graph, engine=engine, knobs=st.settings)
+    st.plan = st.device.build_sync(graph, engine=st.engine_id, knobs=st.settings)
 
 
 def _plan(graph, step):

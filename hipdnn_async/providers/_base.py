@@ -2,18 +2,30 @@
 
 A provider turns a recognised pattern (``patterns.Match``) into a ``ProviderPlan`` that
 runs on one of its device's streams. The CPU provider is always present; GPU providers
-load their vendor library at run time and decline (``DECLINE_TYPES``) when it is absent.
+load their vendor library at run time.
+
+Engines: a provider lists its engine implementations, best first, in ``ENGINES``
+(subclasses of ``ProviderEngine``); adding an engine is one line there::
+
+    class CudnnProvider(Provider):
+        ENGINES = (GraphApiEngine, LegacyEngine)
+
+``Provider.engines(match)`` offers every engine that takes the pattern, in that order;
+an engine declines by raising one of ``DECLINE_TYPES`` (``NotSupportedError``,
+``ImportError``), from ``knobs`` (not offered at all) or from ``build`` (``Device.build``
+then moves on to the next one offered).
 """
 from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping, Sequence
 
-from .._errors import DECLINE_TYPES
+from .._errors import DECLINE_TYPES, NotSupportedError
 from .._knobs import Knob
 
-__all__ = ["Engine", "Provider", "ProviderPlan", "engine_id", "DECLINE_TYPES"]
+__all__ = ["Engine", "Provider", "ProviderEngine", "ProviderPlan", "engine_id",
+           "DECLINE_TYPES"]
 
 # FNV-1a, 64-bit (http://www.isthe.com/chongo/tech/comp/fnv/): hipDNN derives engine ids
 # from engine names this way (hipdnn docs/0003_EngineIdDesign.md, fnv1aHash).
@@ -82,19 +94,102 @@ class ProviderPlan(abc.ABC):
         """
 
 
-@dataclass
-class Provider(abc.ABC):
-    """A source of engines for one device."""
+class ProviderEngine(abc.ABC):
+    """One engine of a provider: which patterns it takes, its knobs, how it builds.
 
-    name: str = field(default="", init=False)
+    Subclasses set ``name`` (its FNV-1a hash is the engine id) and ``notes``, and are
+    listed in their provider's ``ENGINES``; one instance is made per provider.
+
+    Parameters
+    ----------
+    provider : Provider
+        The provider (device) the engine runs on.
+    """
+
+    name: ClassVar[str] = ""
+    notes: ClassVar[str] = ""
+
+    def __init__(self, provider: "Provider"):
+        self.provider = provider
+
+    @property
+    def id(self) -> int:
+        """int64 FNV-1a hash of ``name`` (as hipDNN)."""
+        return engine_id(self.name)
 
     @abc.abstractmethod
-    def engines(self, match) -> list[Engine]:
-        """Engines able to run ``match``, best first; raise NotSupportedError if none."""
+    def knobs(self, match) -> Sequence[Knob]:
+        """The knobs offered for ``match``.
+
+        Raises
+        ------
+        NotSupportedError (or another of DECLINE_TYPES)
+            The engine does not take this pattern: it is not offered.
+        """
 
     @abc.abstractmethod
     def build(self, match, engine: Engine, knobs: Mapping[str, int], perfdb) -> ProviderPlan:
-        """Build (and tune when ``knobs['global.benchmarking']``) a plan."""
+        """Build (and tune when ``knobs['global.benchmarking']``) a plan.
+
+        Raises
+        ------
+        NotSupportedError (or another of DECLINE_TYPES)
+            The engine declines after all (the next engine offered is tried).
+        KnobError
+            A knob value no algorithm satisfies (not a decline: it reaches the caller).
+        """
+
+    def offer(self, match) -> Engine:
+        """The public ``Engine`` record for ``match`` (DECLINE_TYPES: not offered)."""
+        return Engine(self.id, self.name, self.provider.name, tuple(self.knobs(match)),
+                      self.notes)
+
+
+@dataclass
+class Provider(abc.ABC):
+    """A source of engines for one device.
+
+    ``ENGINES`` lists the provider's ``ProviderEngine`` classes, best first; ``engines``
+    and ``build`` use them. (A provider may instead override both methods.)
+    """
+
+    name: str = field(default="", init=False)
+    ENGINES: ClassVar[tuple] = ()
+
+    def _engine_impls(self) -> tuple:
+        impls = self.__dict__.get("_impls")
+        if impls is None or tuple(type(i) for i in impls) != tuple(self.ENGINES):
+            impls = self.__dict__["_impls"] = tuple(cls(self) for cls in self.ENGINES)
+        return impls
+
+    def engines(self, match) -> list[Engine]:
+        """Engines able to run ``match``, best first.
+
+        Raises
+        ------
+        NotSupportedError
+            No engine takes the pattern; the message gives each engine's reason.
+        """
+        offered, declined = [], []
+        for impl in self._engine_impls():
+            try:
+                offered.append(impl.offer(match))
+            except DECLINE_TYPES as exc:
+                declined.append(f"{impl.name}: {exc}")
+        if not offered:
+            raise NotSupportedError(
+                f"{self.name}: no engine takes pattern {match.pattern.name}: "
+                + ("; ".join(declined) or "the provider has no engines"))
+        return offered
+
+    def build(self, match, engine: Engine, knobs: Mapping[str, int], perfdb) -> ProviderPlan:
+        """Build (and tune when ``knobs['global.benchmarking']``) a plan with ``engine``
+        (one that ``engines(match)`` offered); DECLINE_TYPES when the engine declines."""
+        for impl in self._engine_impls():
+            if impl.id == engine.id:
+                return impl.build(match, engine, knobs, perfdb)
+        raise NotSupportedError(f"{self.name}: engine {engine.name!r} is not one of this "
+                                f"provider's ({', '.join(i.name for i in self._engine_impls())})")
 
     @abc.abstractmethod
     def binder(self, tensor, *, output: bool):

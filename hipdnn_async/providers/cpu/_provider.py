@@ -1,4 +1,5 @@
-"""The CPU provider: one engine, ``CPU_ENGINE``, over NumPy/BLAS and Cython kernels.
+"""The CPU provider: one engine, ``CPU_ENGINE`` (``CpuEngine``), over NumPy/BLAS and
+Cython kernels.
 
 Convolution patterns choose among several algorithms (``_conv.ALGORITHMS``) by heuristic
 or, with ``global.benchmarking = 1``, by timing them on the real problem once and
@@ -18,11 +19,11 @@ from ..._errors import DeviceError, KnobError, NotSupportedError
 from ..._types import numpy_dtype
 from ...patterns import Pattern
 from ...runtime import DeviceArray
-from .._base import Engine, Provider, ProviderPlan, engine_id
+from .._base import Provider, ProviderEngine, ProviderPlan
 from . import _batchnorm, _conv
 from ._bind import bind_workspace, make_binder
 
-__all__ = ["CpuProvider", "CPU_ENGINE_NAME"]
+__all__ = ["CpuProvider", "CpuEngine", "CPU_ENGINE_NAME"]
 
 log = logging.getLogger("hipdnn_async")
 
@@ -65,42 +66,19 @@ def _operands(match):
             "wgrad": ("dy", "x", "dw")}[_CONV_DIRECTION[match.pattern]]
 
 
-class CpuProvider(Provider):
-    """Runs every pattern on the host; always present."""
+class CpuEngine(ProviderEngine):
+    """``CPU_ENGINE``: every pattern; convolutions choose among ``_conv.ALGORITHMS``."""
 
-    def __init__(self):
-        self.name = "cpu"
-        self._describe = None
+    name = CPU_ENGINE_NAME
+    notes = ("all nine patterns; FLOAT/HALF/BFLOAT16 I/O accumulated in float32; any strides; "
+             "batchnorm training also with running statistics; ReLU clips on every activation")
 
-    def describe(self) -> dict:
-        if self._describe is None:
-            self._describe = {
-                "device": f"cpu {platform.machine()} {platform.processor() or ''}".strip(),
-                "library_versions": f"hipdnn_async {__version__}; numpy {np.__version__}",
-            }
-        return self._describe
-
-    def engines(self, match) -> list[Engine]:
+    def knobs(self, match):
         knobs = [_knobs.benchmarking_knob()]
         if match.pattern in _WORKSPACE_KNOB_PATTERNS:
             sizes = [a.workspace_size(conv_problem(match)) for a in self._candidates(match)]
             knobs.append(_knobs.workspace_limit_knob(min(sizes), max(sizes)))
-        notes = ("all nine patterns; FLOAT/HALF/BFLOAT16 I/O accumulated in float32; any strides; "
-                 "batchnorm training also with running statistics; ReLU clips on every activation")
-        return [Engine(engine_id(CPU_ENGINE_NAME), CPU_ENGINE_NAME, self.name, tuple(knobs), notes)]
-
-    def binder(self, tensor, *, output: bool):
-        return make_binder(tensor, output=output)
-
-    def bind_workspace(self, nbytes: int, given, *, where: str):
-        return bind_workspace(nbytes, given, where=where)
-
-    def empty(self, dims, dtype, strides):
-        try:
-            return DeviceArray(dims, dtype, strides, "cpu")
-        except (MemoryError, ValueError) as exc:
-            raise DeviceError(f"Device.empty: cannot allocate dims {tuple(dims)} of "
-                              f"{np.dtype(dtype).name} on 'cpu': {exc}") from None
+        return knobs
 
     def _candidates(self, match):
         p = conv_problem(match)
@@ -110,6 +88,7 @@ class CpuProvider(Provider):
         return found
 
     def build(self, match, engine, knobs, perfdb) -> ProviderPlan:
+        provider = self.provider
         if match.pattern not in _CONV_DIRECTION:
             return CpuPlan(match, None, None)
         problem = conv_problem(match)
@@ -124,8 +103,9 @@ class CpuProvider(Provider):
         if not knobs.get(_knobs.BENCHMARKING, 0):
             algo = _conv.heuristic_choice(problem, limit)
             return CpuPlan(match, problem, algo)
-        key = _perfdb.PerfKey(provider=self.name, library_versions=self.describe()["library_versions"],
-                              device=self.describe()["device"], problem=match.signature,
+        key = _perfdb.PerfKey(provider=provider.name,
+                              library_versions=provider.describe()["library_versions"],
+                              device=provider.describe()["device"], problem=match.signature,
                               workspace_limit=int(limit))
         record = perfdb.lookup(key)
         by_name = {a.name: a for a in fitting}
@@ -143,6 +123,37 @@ class CpuProvider(Provider):
         plan = CpuPlan(match, problem, algo)
         plan.benchmarked = True
         return plan
+
+
+class CpuProvider(Provider):
+    """Runs every pattern on the host; always present."""
+
+    ENGINES = (CpuEngine,)
+
+    def __init__(self):
+        self.name = "cpu"
+        self._describe = None
+
+    def describe(self) -> dict:
+        if self._describe is None:
+            self._describe = {
+                "device": f"cpu {platform.machine()} {platform.processor() or ''}".strip(),
+                "library_versions": f"hipdnn_async {__version__}; numpy {np.__version__}",
+            }
+        return self._describe
+
+    def binder(self, tensor, *, output: bool):
+        return make_binder(tensor, output=output)
+
+    def bind_workspace(self, nbytes: int, given, *, where: str):
+        return bind_workspace(nbytes, given, where=where)
+
+    def empty(self, dims, dtype, strides):
+        try:
+            return DeviceArray(dims, dtype, strides, "cpu")
+        except (MemoryError, ValueError) as exc:
+            raise DeviceError(f"Device.empty: cannot allocate dims {tuple(dims)} of "
+                              f"{np.dtype(dtype).name} on 'cpu': {exc}") from None
 
 
 def _scratch(tensor) -> np.ndarray:

@@ -1,4 +1,5 @@
-"""The cuDNN provider: one engine, ``CUDNN_LEGACY_ENGINE``, over cuDNN 9's legacy API.
+"""The cuDNN provider: one engine, ``CUDNN_LEGACY_ENGINE`` (``LegacyEngine``), over cuDNN 9's
+legacy API. Another engine is one more class in ``CudnnProvider.ENGINES`` (best first).
 
 Convolution patterns choose a cuDNN algorithm: by default the first applicable entry of
 cuDNN's heuristic list (``cudnnGetConvolution*Algorithm_v7``) that fits the workspace
@@ -21,7 +22,7 @@ from ..._types import DataType, numpy_dtype
 from ..._layout import packed_strides, stride_order
 from ...patterns import Pattern
 from ...runtime import GpuArray, _cudnn, _gpu, context_for, load_cuda
-from .._base import Engine, Provider, ProviderPlan, engine_id
+from .._base import Provider, ProviderEngine, ProviderPlan
 from .._gpu._bind import GpuTarget, bind_workspace, make_binder
 from .._gpu._trial import BuildStream
 from . import _plans
@@ -36,6 +37,21 @@ _CONV = (Pattern.CONV_FPROP, Pattern.CONV_DGRAD, Pattern.CONV_WGRAD)
 _IMPLICIT_PRECOMP_GEMM = 1
 
 
+class LegacyEngine(ProviderEngine):
+    """``CUDNN_LEGACY_ENGINE``: the nine patterns through cuDNN's legacy API."""
+
+    name = CUDNN_ENGINE_NAME
+    notes = ("cuDNN 9 legacy API; FLOAT/HALF/BFLOAT16 I/O with FLOAT per-channel tensors; "
+             "4-D and 5-D; packed filters; FLOAT convolutions without TF32; ReLU upper clip "
+             "only")
+
+    def knobs(self, match):
+        return self.provider._legacy_knobs(match)
+
+    def build(self, match, engine, knobs, perfdb) -> ProviderPlan:
+        return self.provider._legacy_build(match, engine, knobs, perfdb)
+
+
 class CudnnProvider(Provider):
     """Runs the nine patterns on CUDA device ``index`` through cuDNN.
 
@@ -44,6 +60,8 @@ class CudnnProvider(Provider):
     DeviceError
         CUDA runtime or cuDNN 9 absent, or no device ``index``.
     """
+
+    ENGINES = (LegacyEngine,)
 
     def __init__(self, index: int = 0):
         state = load_cuda()
@@ -70,7 +88,7 @@ class CudnnProvider(Provider):
                                      f"{self._libs['cudart'].version}")}
 
     # ------------------------------------------------------------------ engines
-    def engines(self, match) -> list[Engine]:
+    def _legacy_knobs(self, match) -> list:
         where = f"{CUDNN_ENGINE_NAME} ({match.pattern.name})"
         self._check_supported(match, where)
         knobs = [_knobs.benchmarking_knob()]
@@ -80,11 +98,7 @@ class CudnnProvider(Provider):
             knobs.append(_knobs.workspace_limit_knob(min(sizes), max(sizes)))
         elif match.pattern == Pattern.CONV_FPROP_BIAS_RELU:
             self._conv_candidates(match, where)
-        notes = ("cuDNN 9 legacy API; FLOAT/HALF/BFLOAT16 I/O with FLOAT per-channel tensors; "
-                 "4-D and 5-D; packed filters; FLOAT convolutions without TF32; ReLU upper clip "
-                 "only")
-        return [Engine(engine_id(CUDNN_ENGINE_NAME), CUDNN_ENGINE_NAME, self.name,
-                       tuple(knobs), notes)]
+        return knobs
 
     def _check_supported(self, match, where: str) -> None:
         p, t = match.params, match.tensors
@@ -145,7 +159,7 @@ class CudnnProvider(Provider):
         return GpuArray(dims, dtype, strides, self.context, self.spec)
 
     # ------------------------------------------------------------------ build
-    def build(self, match, engine, knobs, perfdb) -> ProviderPlan:
+    def _legacy_build(self, match, engine, knobs, perfdb) -> ProviderPlan:
         where = f"{engine.name} ({match.pattern.name})"
         self._check_supported(match, where)
         pattern = match.pattern
