@@ -7,6 +7,12 @@ hands (event, item) to the completion thread, which sleeps in ``event_synchroniz
 (blocking-sync events: no spinning) and then finishes items in launch order. The
 variant-pack buffers stay alive until that moment (``Completion._keepalive``).
 Cross-stream waits are GPU-side (``stream_wait_event``): the host never blocks.
+
+Launch state is prepared before launches, never inside one: a provider registers a
+*preparer* for a device (``prepare_streams``); it runs on every open stream of that
+device at once and on each stream started later, before the stream's first launch, under
+the stream's launch lock (so it never races an enqueue). That is where per-stream vendor
+handles are created and stream workspaces sized; a plan's ``run`` only enqueues.
 """
 from __future__ import annotations
 
@@ -14,16 +20,44 @@ import collections
 import queue
 import threading
 import time
+import weakref
+from typing import Callable
 
-from .._errors import ExecutionError
+from .._errors import DeviceError, ExecutionError
 from ..runtime import _gpu
 from ..runtime._gpu_device import GpuContext, LaunchContext
 from ._completion import Completion
 from ._stream import StreamBackend
 
-__all__ = ["GpuStreamBackend"]
+__all__ = ["GpuStreamBackend", "prepare_streams"]
 
 _STOP = object()
+
+# context -> open backends, and context -> preparers (weak: a provider that is gone
+# prepares nothing). Guarded by _registry_lock.
+_open: "weakref.WeakKeyDictionary[object, weakref.WeakSet]" = weakref.WeakKeyDictionary()
+_preparers: "weakref.WeakKeyDictionary[object, list]" = weakref.WeakKeyDictionary()
+_registry_lock = threading.Lock()
+
+
+def _weak(fn: Callable):
+    return weakref.WeakMethod(fn) if hasattr(fn, "__self__") else (lambda: fn)
+
+
+def prepare_streams(context, prepare: Callable[[LaunchContext], None], *,
+                    later: bool = True) -> None:
+    """Run ``prepare(launch_context)`` on every open stream of ``context`` now, each under
+    its stream's launch lock; with ``later``, also on every stream started afterwards,
+    before its first launch (a bound method is held weakly).
+
+    Raises whatever ``prepare`` raises (the first failing stream stops the round).
+    """
+    with _registry_lock:
+        if later:
+            _preparers.setdefault(context, []).append(_weak(prepare))
+        backends = list(_open.get(context, ()))
+    for backend in backends:
+        backend.prepare(prepare)
 
 
 class GpuStreamBackend(StreamBackend):
@@ -44,13 +78,45 @@ class GpuStreamBackend(StreamBackend):
         self.stream = _gpu.stream_create(_gpu.STREAM_NON_BLOCKING)
         context.add_stream(self.stream)
         self.launch_context = LaunchContext(self.stream, context)
+        self._launch_lock = threading.Lock()   # launches vs preparers of launch state
+        self._closed = False
+        try:
+            self._start_prepared()
+        except BaseException as exc:
+            self.launch_context.release()
+            context.remove_stream(self.stream)
+            _gpu.stream_destroy(self.stream)
+            if isinstance(exc, Exception) and not isinstance(exc, DeviceError):
+                raise DeviceError(f"GPU stream '{name}': cannot prepare its launch state: "
+                                  f"{exc}") from exc
+            raise
         self._free_events: collections.deque = collections.deque()
         self._marker_events: dict[int, int] = {}   # id(marker) -> event, until it completes
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._closed = False
         self._thread = threading.Thread(target=self._complete_loop,
                                         name=f"hipdnn_async completion {name}", daemon=True)
         self._thread.start()
+
+    # ------------------------------------------------------------------ launch state
+    def _start_prepared(self) -> None:
+        """Run the device's preparers on this new stream, then make it visible to later
+        ``prepare_streams`` rounds (under the registry lock, so no round misses it)."""
+        with _registry_lock:
+            refs = list(_preparers.get(self.context, ()))
+            _preparers[self.context] = [r for r in refs if r() is not None] if refs else []
+            for ref in refs:
+                fn = ref()
+                if fn is not None:
+                    self.prepare(fn)
+            _open.setdefault(self.context, weakref.WeakSet()).add(self)
+
+    def prepare(self, fn: Callable[[LaunchContext], None]) -> None:
+        """Run ``fn(launch_context)`` between launches (never during one)."""
+        with self._launch_lock:
+            if self._closed:
+                return
+            self.context.activate()
+            fn(self.launch_context)
 
     # ------------------------------------------------------------------ launch side
     def _event(self) -> int:
@@ -62,12 +128,13 @@ class GpuStreamBackend(StreamBackend):
     def launch(self, item: Completion) -> None:
         """Enqueue ``item``'s work on the GPU stream now; finish it when its event fires."""
         ctx = self.launch_context
-        ctx.enter()
-        try:
+        with self._launch_lock:
             self.context.activate()
-            value, error = item._execute()
-        finally:
-            ctx.exit()
+            ctx.enter()
+            try:
+                value, error = item._execute()
+            finally:
+                ctx.exit()
         event = 0
         try:
             event = self._event()
@@ -116,9 +183,14 @@ class GpuStreamBackend(StreamBackend):
 
     def close(self) -> None:
         """Finish every launched item, then release the stream; idempotent."""
-        if self._closed:
-            return
-        self._closed = True
+        with self._launch_lock:
+            if self._closed:
+                return
+            self._closed = True
+        with _registry_lock:
+            backends = _open.get(self.context)
+            if backends is not None:
+                backends.discard(self)
         self._queue.put(_STOP)
         if threading.current_thread() is not self._thread:
             self._thread.join()

@@ -12,6 +12,7 @@ from typing import Callable
 
 from ..._types import numpy_dtype
 from ...runtime import GpuArray, LaunchContext, _gpu
+from ._launch import StreamResources
 
 __all__ = ["BuildStream"]
 
@@ -26,8 +27,8 @@ class BuildStream:
     spec : str
         The device spec (``"cuda:0"``), for the arrays' messages.
     key : str
-        The provider's launch-resource key (``"cudnn"``): trial runs lend the build
-        handle to the plan under it.
+        The provider's launch-resource key (``"cudnn"``): a trial run finds the build
+        stream's resources (handle, workspace) under it, as a launch finds a stream's.
     make_handle : callable
         ``make_handle(stream) -> resource`` with ``.ptr`` and ``.close()`` (a
         ``StreamHandle``).
@@ -49,15 +50,19 @@ class BuildStream:
         self._make_handle = make_handle
         self._rt = runtime
         self.stream = 0
-        self._handle = None
+        self._res: StreamResources | None = None
+
+    def _resources(self) -> StreamResources:
+        if self._res is None:
+            self.context.activate()
+            self.stream = self._rt.stream_create()
+            self._res = StreamResources(self.stream, self._make_handle(self.stream),
+                                        pooled=self.context.pooled, runtime=self._rt)
+        return self._res
 
     def handle(self) -> int:
         """The build handle, created on first use (caller holds :attr:`lock`)."""
-        if self._handle is None:
-            self.context.activate()
-            self.stream = self._rt.stream_create()
-            self._handle = self._make_handle(self.stream)
-        return self._handle.ptr
+        return self._resources().handle
 
     def synchronize(self) -> None:
         """Wait for the build stream (caller holds :attr:`lock`)."""
@@ -79,23 +84,18 @@ class BuildStream:
 
     def trial(self, match, plan, bufs: dict | None = None) -> None:
         """Run ``plan`` once on the build stream, on ``bufs`` (default: fresh scratch), and
-        wait for it: a vendor error raises here."""
+        wait for it: a vendor error raises here. The plan runs as it will on a compute
+        stream: inside a launch context whose resources were prepared beforehand."""
         bufs = self.scratch_pack(match) if bufs is None else bufs
         with self.lock:
-            self.handle()
+            res = self._resources()
+            res.reserve(plan.workspace_size)
             lc = LaunchContext(self.stream, self.context)
-            lc.resources[self.key] = _Borrowed(self._handle.ptr)
+            lc.resources[self.key] = res
             lc.enter()
             try:
                 plan.run({r: a.ptr for r, a in bufs.items()}, None)
             finally:
                 lc.exit()
+                lc.resources.clear()   # the build stream keeps its resources
                 self._rt.stream_synchronize(self.stream)
-                lc.release()
-
-
-class _Borrowed:
-    """The build handle lent to a trial launch (closing it is the BuildStream's job)."""
-
-    def __init__(self, ptr: int):
-        self.ptr = ptr

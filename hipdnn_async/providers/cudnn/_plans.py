@@ -1,7 +1,9 @@
 """cuDNN plans: one class per pattern family, each enqueuing legacy cuDNN calls.
 
 ``run`` executes on the launching thread of a GPU stream (``runtime.current_launch()``):
-it only enqueues work on that stream and returns. Buffers are device pointers (ints);
+it only enqueues work on that stream and returns; it allocates, frees, synchronises and
+creates nothing (the stream's cuDNN handle and workspace were prepared at stream start
+and build, ``providers/_gpu/_launch.py``). Buffers are device pointers (ints);
 ``workspace`` is a user-given pointer or None (the stream's own workspace is used).
 
 How the patterns map (shared/reference/vendor-c-apis.md s.2.3-2.5):
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 from ...runtime import _cudnn, _gpu
 from .._base import ProviderPlan
-from .._gpu._launch import StreamHandle, launch_resource, stream_workspace as _workspace
+from .._gpu._launch import StreamHandle, stream_resources
 from .._gpu._workspace import align as _align
 
 __all__ = ["ConvPlan", "ConvBiasReluPlan", "BnInferencePlan", "BnTrainingPlan",
@@ -44,9 +46,10 @@ def make_handle(stream: int) -> StreamHandle:
 
 
 def handle_for_launch():
-    """(launch context, cuDNN handle of its stream); ExecutionError off a GPU stream."""
-    lc, h = launch_resource(RESOURCE_KEY, make_handle, "cuDNN plans")
-    return lc, h.ptr
+    """(stream resources, cuDNN handle) of the launching stream; ExecutionError off a GPU
+    stream or on one not prepared for cuDNN."""
+    res = stream_resources(RESOURCE_KEY, "cuDNN plans")
+    return res, res.handle
 
 
 class ConvPlan(ProviderPlan):
@@ -59,11 +62,11 @@ class ConvPlan(ProviderPlan):
         self.workspace_size = workspace_size
 
     def run(self, buffers, workspace) -> None:
-        lc, h = handle_for_launch()
+        res, h = handle_for_launch()
         s = self.setup
         a, b, c = s.roles
         ad, bd, cd = s.descs
-        ws = _workspace(lc, workspace, self.workspace_size)
+        ws = res.workspace(workspace, self.workspace_size)
         _cudnn.convolution(s.direction, h, ad.ptr, buffers[a], bd.ptr, buffers[b], s.conv.ptr,
                            self.algo, ws, self.workspace_size, cd.ptr, buffers[c])
 
@@ -84,11 +87,11 @@ class ConvBiasReluPlan(ConvPlan):
             self.clip = _cudnn.ActivationDescriptor(_cudnn.ACTIVATION_CLIPPED_RELU, upper_clip)
 
     def run(self, buffers, workspace) -> None:
-        lc, h = handle_for_launch()
+        res, h = handle_for_launch()
         s = self.setup
         xd, wd, yd = s.descs
         bias = buffers["bias"] if "bias" in buffers else self.zero_bias.ptr
-        ws = _workspace(lc, workspace, self.workspace_size)
+        ws = res.workspace(workspace, self.workspace_size)
         _cudnn.convolution_bias_activation_forward(
             h, xd.ptr, buffers["x"], wd.ptr, buffers["w"], s.conv.ptr, self.algo, ws,
             self.workspace_size, self.bias_desc.ptr, bias, self.act.ptr, yd.ptr, buffers["y"])
@@ -144,9 +147,9 @@ class BnTrainingPlan(_BnPlan):
         self.workspace_size = self.stats_size + _align(ws) + _align(reserve)
 
     def run(self, b, workspace) -> None:
-        lc, h = handle_for_launch()
+        res, h = handle_for_launch()
         d, p = self.d, self.p
-        ws = _workspace(lc, workspace, self.workspace_size)
+        ws = res.workspace(workspace, self.workspace_size)
         stats = {}
         for i, role in enumerate(self.virtual):
             stats[role] = ws + i * self.stat_bytes
@@ -158,7 +161,7 @@ class BnTrainingPlan(_BnPlan):
             nbytes = 4 * self.channels
             for src, dst in ((b["prev_running_mean"], run_mean), (b["prev_running_variance"], run_var)):
                 if src != dst:
-                    _gpu.memcpy_async(dst, src, nbytes, _gpu.MEMCPY_DEVICE_TO_DEVICE, lc.stream)
+                    _gpu.memcpy_async(dst, src, nbytes, _gpu.MEMCPY_DEVICE_TO_DEVICE, res.stream)
         factor = p["momentum"] if run_mean else 0.0
         if self.ex is not None:
             bn_ops, act, ex_ws, reserve = self.ex
@@ -206,9 +209,9 @@ class BnInferenceDreluBackwardPlan(_BnPlan):
                     else _cudnn.ActivationDescriptor(_cudnn.ACTIVATION_CLIPPED_RELU, relu_upper))
 
     def run(self, b, workspace) -> None:
-        lc, h = handle_for_launch()
+        res, h = handle_for_launch()
         d = self.d
-        ws = _workspace(lc, workspace, self.workspace_size)
+        ws = res.workspace(workspace, self.workspace_size)
         k, z, dz = ws, ws + self.k_bytes, ws + self.k_bytes + self.x_bytes
         bn = d["bn"].ptr
         _cudnn.op_tensor(h, self.mul.ptr, 1.0, bn, b["scale"], 1.0, bn, b["inv_variance"], bn, k)

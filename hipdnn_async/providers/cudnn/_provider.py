@@ -24,6 +24,7 @@ from ...patterns import Pattern
 from ...runtime import GpuArray, _cudnn, _gpu, context_for, load_cuda
 from .._base import Provider, ProviderEngine, ProviderPlan
 from .._gpu._bind import GpuTarget, bind_workspace, make_binder
+from .._gpu._launch import LaunchResources
 from .._gpu._trial import BuildStream
 from . import _plans
 from ._conv import is_channels_last, conv_setup, tensor_descriptor
@@ -78,6 +79,10 @@ class CudnnProvider(Provider):
         self._target = GpuTarget(index, self.spec, _gpu)
         self._build = BuildStream(self.context, self.spec, _plans.RESOURCE_KEY,
                                   _plans.make_handle, _gpu)
+        # every stream of the device gets its cuDNN handle at start, and a workspace
+        # sized at build for each plan: plans' run() only enqueues (capture-safe)
+        self._launch = LaunchResources(self.context, _plans.RESOURCE_KEY, _plans.make_handle,
+                                       _gpu)
         self._conv_cache: dict[str, tuple] = {}   # match.signature -> (ConvSetup, algorithms)
 
     # ------------------------------------------------------------------ identity
@@ -159,6 +164,13 @@ class CudnnProvider(Provider):
         return GpuArray(dims, dtype, strides, self.context, self.spec)
 
     # ------------------------------------------------------------------ build
+    def build(self, match, engine, knobs, perfdb) -> ProviderPlan:
+        """Build with ``engine`` (any of ``ENGINES``), then size every stream's workspace
+        for the plan, so that its first launch allocates nothing."""
+        plan = super().build(match, engine, knobs, perfdb)
+        self._launch.reserve(plan.workspace_size)
+        return plan
+
     def _legacy_build(self, match, engine, knobs, perfdb) -> ProviderPlan:
         where = f"{engine.name} ({match.pattern.name})"
         self._check_supported(match, where)

@@ -1,0 +1,274 @@
+"""A Python-level fake GPU runtime and fake cuDNN that record every call (no GPU needed).
+
+``fake_cuda`` installs them where the GPU layers look up their runtime modules, opens the
+way for ``hd.Device("cuda:0")`` (``load_cuda`` says a device and cuDNN are present) and
+returns the ``Recorder``. Device memory is host memory (NumPy buffers), so copies move real
+bytes and ``pointer_device`` can tell device addresses (ours) from host ones. cuDNN calls
+compute nothing: these fakes test call discipline and binding, not numbers (the C-level
+fakes of tests/contract/ and the H200 runs test those).
+
+A call is a *launch-time* call when a ``LaunchContext`` is current on the calling thread,
+i.e. inside a plan's ``run`` (on a stream, or in a trial run at build). The calls that a
+capture-safe ``run`` must never make (``FORBIDDEN_IN_RUN``) are recorded as violations.
+"""
+from __future__ import annotations
+
+import ctypes
+import itertools
+import threading
+
+import numpy as np
+import pytest
+
+from hipdnn_async.runtime import _cudnn as real_cudnn
+from hipdnn_async.runtime import _gpu as real_gpu
+from hipdnn_async.runtime._libs import LoadedLibrary
+
+# allocation, freeing, synchronisation, handle / stream / descriptor creation, and the
+# vendor queries that belong to build time
+FORBIDDEN_IN_RUN = frozenset({
+    "gpu.malloc", "gpu.malloc_async", "gpu.free", "gpu.stream_synchronize",
+    "gpu.event_synchronize", "gpu.stream_create", "gpu.stream_destroy", "gpu.event_create",
+    "gpu.event_destroy", "gpu.memcpy", "gpu.set_device",
+    "cudnn.create", "cudnn.destroy", "cudnn.set_stream", "cudnn.get_algorithms",
+    "cudnn.find_algorithms", "cudnn.workspace_size", "cudnn.batchnorm_training_ex_sizes",
+    "cudnn.TensorDescriptor", "cudnn.FilterDescriptor", "cudnn.ConvolutionDescriptor",
+    "cudnn.ActivationDescriptor", "cudnn.OpTensorDescriptor",
+})
+
+
+class Recorder:
+    """Every fake call as (name, args, in_run); ``violations`` are the forbidden ones
+    made inside a run."""
+
+    def __init__(self):
+        self.calls: list[tuple] = []
+        self.violations: list[tuple] = []
+        self._lock = threading.Lock()
+
+    def record(self, name: str, args: tuple) -> None:
+        from hipdnn_async.runtime import current_launch
+        in_run = current_launch() is not None
+        with self._lock:
+            self.calls.append((name, args, in_run))
+            if in_run and name in FORBIDDEN_IN_RUN:
+                self.violations.append((name, args))
+
+    def names(self, *, in_run=None) -> list[str]:
+        return [n for n, _, r in self.calls if in_run is None or r == in_run]
+
+    def count(self, name: str) -> int:
+        return sum(1 for n, _, _ in self.calls if n == name)
+
+    def clear(self) -> None:
+        with self._lock:
+            self.calls.clear()
+            self.violations.clear()
+
+
+class FakeGpuRuntime:
+    """The surface of ``runtime._gpu`` (constants from the real module), host-backed."""
+
+    GpuError = real_gpu.GpuError
+
+    def __init__(self, rec: Recorder, *, pooled: bool = True):
+        self._rec = rec
+        self._pooled = pooled
+        self._mem: dict[int, np.ndarray] = {}   # pointer -> backing host buffer
+        self._handles = itertools.count(0x1000)
+        self.live = 0                            # allocations not yet freed
+
+    def __getattr__(self, name):                 # constants: the real module's values
+        value = getattr(real_gpu, name)
+        if callable(value):
+            raise AttributeError(f"the fake GPU runtime has no {name}()")
+        return value
+
+    def _r(self, name, *args):
+        self._rec.record("gpu." + name, args)
+
+    # devices
+    def set_device(self, index):
+        self._r("set_device", index)
+
+    def device_name(self, index):
+        return "Fake GPU"
+
+    def device_attribute(self, attr, index):
+        return {real_gpu.ATTR_CC_MAJOR: 9, real_gpu.ATTR_CC_MINOR: 0,
+                real_gpu.ATTR_MEMORY_POOLS_SUPPORTED: int(self._pooled)}[attr]
+
+    def pool_keep_memory(self, index):
+        return self._pooled
+
+    # streams, events
+    def stream_create(self, flags=0):
+        self._r("stream_create", flags)
+        return next(self._handles)
+
+    def stream_destroy(self, stream):
+        self._r("stream_destroy", stream)
+
+    def stream_synchronize(self, stream):
+        self._r("stream_synchronize", stream)
+
+    def stream_wait_event(self, stream, event):
+        self._r("stream_wait_event", stream, event)
+
+    def event_create(self, flags=0):
+        self._r("event_create", flags)
+        return next(self._handles)
+
+    def event_record(self, event, stream):
+        self._r("event_record", event, stream)
+
+    def event_synchronize(self, event):
+        self._r("event_synchronize", event)
+
+    def event_destroy(self, event):
+        self._r("event_destroy", event)
+
+    # memory
+    def _alloc(self, nbytes):
+        if nbytes == 0:
+            return 0
+        buf = np.zeros(nbytes, np.uint8)
+        ptr = buf.ctypes.data
+        self._mem[ptr] = buf
+        self.live += 1
+        return ptr
+
+    def malloc(self, nbytes, stream=0, pooled=True):
+        self._r("malloc", nbytes, stream, pooled)
+        return self._alloc(nbytes)
+
+    def malloc_async(self, nbytes, stream):
+        self._r("malloc_async", nbytes, stream)
+        return self._alloc(nbytes)
+
+    def free(self, ptr, stream=0, pooled=True):
+        self._r("free", ptr, stream, pooled)
+        if ptr:
+            del self._mem[ptr]
+            self.live -= 1
+
+    def memcpy_async(self, dst, src, nbytes, kind, stream):
+        self._r("memcpy_async", dst, src, nbytes, kind, stream)
+        ctypes.memmove(dst, src, nbytes)
+
+    def memset_async(self, dst, value, nbytes, stream):
+        self._r("memset_async", dst, value, nbytes, stream)
+        ctypes.memset(dst, value, nbytes)
+
+    def pointer_device(self, ptr):
+        for base, buf in self._mem.items():
+            if base <= ptr < base + buf.nbytes:
+                return 0
+        return -1
+
+
+class _FakeDescriptor:
+    _ptrs = itertools.count(0x5000)
+
+    def __init__(self, kind, args):
+        self.kind, self.args = kind, args
+        self.ptr = next(self._ptrs)
+
+
+class FakeCudnn:
+    """The surface of ``runtime._cudnn``: records calls, computes nothing.
+
+    The heuristic offers IMPLICIT_PRECOMP_GEMM (1, ``ALGO_WS`` bytes of workspace) then
+    IMPLICIT_GEMM (0, none); the training Ex call asks ``EX_SIZES`` (workspace, reserve).
+    """
+
+    CudnnError = real_cudnn.CudnnError
+    ALGO_WS = 4096
+    EX_SIZES = (1000, 300)
+
+    def __init__(self, rec: Recorder):
+        self._rec = rec
+        self._handles = itertools.count(0x9000)
+        self.live_handles = set()
+
+    def __getattr__(self, name):
+        value = getattr(real_cudnn, name)
+        if isinstance(value, type) and name.endswith("Descriptor"):
+            def make(*args, _name=name):
+                self._rec.record("cudnn." + _name, args)
+                return _FakeDescriptor(_name, args)
+            return make
+        if callable(value) and not isinstance(value, type):
+            def call(*args, _name=name):
+                self._rec.record("cudnn." + _name, args)
+                return None
+            return call
+        return value   # constants
+
+    def create(self):
+        self._rec.record("cudnn.create", ())
+        h = next(self._handles)
+        self.live_handles.add(h)
+        return h
+
+    def destroy(self, h):
+        self._rec.record("cudnn.destroy", (h,))
+        self.live_handles.discard(h)
+
+    def set_stream(self, h, stream):
+        self._rec.record("cudnn.set_stream", (h, stream))
+
+    def _entries(self):
+        det, fma = real_cudnn.DETERMINISTIC, real_cudnn.FMA_MATH
+        return [(1, 0, 0.1, self.ALGO_WS, det, fma), (0, 0, 0.2, 0, det, fma)]
+
+    def get_algorithms(self, *args):
+        self._rec.record("cudnn.get_algorithms", args)
+        return self._entries()
+
+    def find_algorithms(self, *args):
+        self._rec.record("cudnn.find_algorithms", args)
+        return self._entries()
+
+    def workspace_size(self, direction, handle, a, b, conv, c, algo):
+        self._rec.record("cudnn.workspace_size", (direction, handle, a, b, conv, c, algo))
+        return self.ALGO_WS if algo == 1 else 0
+
+    def batchnorm_training_ex_sizes(self, *args):
+        self._rec.record("cudnn.batchnorm_training_ex_sizes", args)
+        return self.EX_SIZES
+
+
+def _install(monkeypatch, *, pooled=True):
+    import hipdnn_async.runtime as runtime
+    from hipdnn_async.providers._gpu import _launch, _trial
+    from hipdnn_async.providers.cudnn import _conv, _plans, _provider
+    from hipdnn_async.queues import _gpu_backend
+    from hipdnn_async.runtime import _gpu_device
+
+    rec = Recorder()
+    gpu, cudnn = FakeGpuRuntime(rec, pooled=pooled), FakeCudnn(rec)
+    for mod in (_gpu_device, _gpu_backend, _launch, _trial, _plans, _provider):
+        monkeypatch.setattr(mod, "_gpu", gpu)
+    for mod in (_conv, _plans, _provider):
+        monkeypatch.setattr(mod, "_cudnn", cudnn)
+    monkeypatch.setattr(_gpu_device, "_contexts", {})    # a fresh GpuContext per test
+    state = {"ok": True, "reason": "", "device_count": 1,
+             "cudart": LoadedLibrary("cudart", "fake", "test", 13000),
+             "cudnn": LoadedLibrary("cudnn", "fake", "test", 91900)}
+    monkeypatch.setattr(runtime, "load_cuda", lambda: state)
+    monkeypatch.setattr(_provider, "load_cuda", lambda: state)
+    rec.gpu, rec.cudnn = gpu, cudnn
+    return rec
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """The fake runtime and cuDNN installed (pooled memory); yields the Recorder."""
+    return _install(monkeypatch)
+
+
+@pytest.fixture
+def fake_cuda_unpooled(monkeypatch):
+    """As ``fake_cuda`` on a device without memory pools (plain malloc/free)."""
+    return _install(monkeypatch, pooled=False)
