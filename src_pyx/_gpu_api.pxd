@@ -1,0 +1,106 @@
+# cython: language_level=3
+"""C types of the GPU runtime calls we make (ours: no SDK header is included).
+
+One function-pointer type per signature and one struct of named pointers, ``RuntimeFns``,
+that a ``Runtime`` (``_gpu.pyx``) fills by name with the prefix ``cuda`` or ``hip``. The
+signatures are those of ``cuda_runtime_api.h`` (CUDA 12.x / 13.x) and
+``hip/hip_runtime_api.h`` (ROCm 5.2, 6.4, 7.2), which agree call for call: handles
+(``cudaStream_t``/``hipStream_t``, events, memory pools) are ``void*``, status and enum
+arguments are ``int`` (``cudaError_t``/``hipError_t`` are C enums, int-sized on every ABI
+we build for). The values of those enums differ between the runtimes and live in each
+runtime's constants table (``_gpu.pyx``), not here.
+"""
+
+# ------------------------------------------------------------------ function-pointer types
+ctypedef int (*f_int_out)(int*) noexcept nogil                         # GetDeviceCount, GetDevice, ...Version
+ctypedef int (*f_int_in)(int) noexcept nogil                           # SetDevice
+ctypedef const char* (*f_error_text)(int) noexcept nogil               # GetErrorName, GetErrorString
+ctypedef int (*f_device_attribute)(int*, int, int) noexcept nogil      # DeviceGetAttribute(value, attr, device)
+ctypedef int (*f_device_properties)(void*, int) noexcept nogil         # GetDeviceProperties(prop, device)
+ctypedef int (*f_mem_get_info)(size_t*, size_t*) noexcept nogil        # MemGetInfo(free, total)
+ctypedef int (*f_priority_range)(int*, int*) noexcept nogil            # DeviceGetStreamPriorityRange(least, greatest)
+ctypedef int (*f_create_with_flags)(void**, unsigned int) noexcept nogil   # StreamCreateWithFlags, EventCreateWithFlags
+ctypedef int (*f_create_with_priority)(void**, unsigned int, int) noexcept nogil  # StreamCreateWithPriority
+ctypedef int (*f_handle)(void*) noexcept nogil                         # StreamDestroy/Synchronize/Query, Event*, Free, FreeHost
+ctypedef int (*f_stream_wait_event)(void*, void*, unsigned int) noexcept nogil
+ctypedef int (*f_event_record)(void*, void*) noexcept nogil            # EventRecord(event, stream)
+ctypedef int (*f_event_elapsed)(float*, void*, void*) noexcept nogil   # EventElapsedTime(ms, start, end)
+ctypedef int (*f_malloc)(void**, size_t) noexcept nogil
+ctypedef int (*f_malloc_async)(void**, size_t, void*) noexcept nogil   # MallocAsync(ptr, size, stream)
+ctypedef int (*f_free_async)(void*, void*) noexcept nogil              # FreeAsync(ptr, stream)
+ctypedef int (*f_host_alloc)(void**, size_t, unsigned int) noexcept nogil  # cudaHostAlloc / hipHostMalloc
+ctypedef int (*f_memcpy)(void*, const void*, size_t, int) noexcept nogil
+ctypedef int (*f_memcpy_async)(void*, const void*, size_t, int, void*) noexcept nogil
+ctypedef int (*f_memset_async)(void*, int, size_t, void*) noexcept nogil
+ctypedef int (*f_default_mem_pool)(void**, int) noexcept nogil         # DeviceGetDefaultMemPool(pool, device)
+ctypedef int (*f_mem_pool_set)(void*, int, void*) noexcept nogil       # MemPoolSetAttribute(pool, attr, value)
+ctypedef int (*f_pointer_attributes)(void*, const void*) noexcept nogil
+
+
+# ------------------------------------------------------------------ the table of one runtime
+ctypedef struct RuntimeFns:
+    f_int_out GetDeviceCount
+    f_int_in SetDevice
+    f_int_out GetDevice
+    f_error_text GetErrorName
+    f_error_text GetErrorString
+    f_device_attribute DeviceGetAttribute
+    f_device_properties GetDeviceProperties
+    f_mem_get_info MemGetInfo
+    f_int_out RuntimeGetVersion
+    f_int_out DriverGetVersion
+    f_priority_range DeviceGetStreamPriorityRange
+    f_create_with_flags StreamCreateWithFlags
+    f_create_with_priority StreamCreateWithPriority
+    f_handle StreamDestroy
+    f_handle StreamSynchronize
+    f_handle StreamQuery
+    f_stream_wait_event StreamWaitEvent
+    f_create_with_flags EventCreateWithFlags
+    f_event_record EventRecord
+    f_handle EventSynchronize
+    f_handle EventQuery
+    f_event_elapsed EventElapsedTime
+    f_handle EventDestroy
+    f_malloc Malloc
+    f_handle Free
+    f_malloc_async MallocAsync
+    f_free_async FreeAsync
+    f_host_alloc HostAlloc
+    f_handle FreeHost
+    f_memcpy Memcpy
+    f_memcpy_async MemcpyAsync
+    f_memset_async MemsetAsync
+    f_default_mem_pool DeviceGetDefaultMemPool
+    f_mem_pool_set MemPoolSetAttribute
+    f_pointer_attributes PointerGetAttributes
+
+
+# ------------------------------------------------------------------ the constants the C code uses
+# Filled per runtime from its constants table (_gpu.pyx), which names header and version.
+ctypedef struct RuntimeConstants:
+    unsigned int STREAM_NON_BLOCKING
+    unsigned int EVENT_BLOCKING_SYNC
+    unsigned int EVENT_DISABLE_TIMING
+    int MEMCPY_HOST_TO_DEVICE
+    int MEMCPY_DEVICE_TO_HOST
+    int MEMCPY_DEVICE_TO_DEVICE
+    int ERROR_NOT_READY
+    int ATTR_CC_MAJOR
+    int ATTR_CC_MINOR
+    int ATTR_MULTIPROCESSOR_COUNT
+    int ATTR_MEMORY_POOLS_SUPPORTED
+    int POOL_ATTR_RELEASE_THRESHOLD
+    int MEMORY_TYPE_DEVICE
+    int MEMORY_TYPE_MANAGED
+
+
+# cudaPointerAttributes (CUDA >= 11: 88 bytes in CUDA 13) / hipPointerAttribute_t (32 bytes,
+# ROCm 5.2-7.2) both start {memoryType type; int device; void* devicePointer; void*
+# hostPointer;}; the pad covers the rest of either.
+ctypedef struct PointerAttributes:
+    int type
+    int device
+    void* devicePointer
+    void* hostPointer
+    char pad[192]
