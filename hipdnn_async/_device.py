@@ -6,17 +6,22 @@ import logging
 import os
 import threading
 import time
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from typing import Any, Mapping
 
 import anyio
 import numpy as np
+try:
+    from numpy.exceptions import TooHardError
+except ImportError:  # NumPy < 1.25
+    from numpy import TooHardError
 
 from . import _knobs, _perfdb
 from ._errors import DECLINE_TYPES, DeviceError, GraphError, NotSupportedError, VariantPackError
 from ._types import as_data_type, numpy_dtype
 from .graph import Graph, TensorAttributes, strides_for
 from .graph._tensor import as_int_tuple, check_strides, packed_strides
+from .runtime._buffer import element_extent
 from .patterns import match as match_pattern
 from .providers._base import Engine
 from .providers._registry import available_devices, parse_spec, provider_for
@@ -27,6 +32,11 @@ __all__ = ["Device", "ExecutionPlan", "devices", "engines", "stats"]
 log = logging.getLogger("hipdnn_async")
 
 _counters_lock = threading.Lock()
+
+# Provider plans kept per device for reuse by graphs of the same signature (oldest
+# dropped first): a long-lived device that builds many shapes (a server, a fuzzer)
+# must not grow without bound. Plans already built keep their provider plan.
+PLAN_CACHE_SIZE = 256
 _counters = {"plans_built": 0, "plan_cache_hits": 0}
 
 
@@ -111,7 +121,9 @@ class Device:
         except RuntimeError as exc:  # e.g. "can't start new thread"
             raise DeviceError(f"Device('{spec}'): cannot start {streams} streams: {exc}") from None
         self._tune_lock = threading.Lock()  # timings of concurrent tunings would skew each other
-        self._plan_cache: dict[tuple, Any] = {}
+        # (signature, engine id, knobs) -> provider plan, least recently built first.
+        self._plan_cache: OrderedDict[tuple, Any] = OrderedDict()
+        self._cache_lock = threading.Lock()
         self._stats_lock = threading.Lock()
         self._plan_stats = defaultdict(lambda: {"plans": 0, "build_ms": 0.0,
                                                 "executions": 0, "exec_ms": 0.0})
@@ -272,7 +284,12 @@ class Device:
         t0 = time.perf_counter()
         if self._pool.closed:
             raise DeviceError(f"build: device '{self.spec}' is closed; open a new Device")
-        match = match_pattern(graph)
+        if not isinstance(graph, Graph):
+            raise GraphError(f"build: expected a hipdnn_async.Graph; got {type(graph).__name__}")
+        # The plan (and the provider plan it may share with other graphs of the same
+        # signature) reads only this snapshot: later edits of `graph` change no plan.
+        snapshot, tensor_map = graph._snapshot()
+        match = match_pattern(snapshot)
         offered = self.provider.engines(match)
         tried = offered if engine is None else [_pick_engine(offered, engine, match)]
         declined = []
@@ -290,8 +307,9 @@ class Device:
             raise NotSupportedError(
                 f"build: every engine of device '{self.spec}' declined pattern "
                 f"{match.pattern.name} (graph '{graph.name}'): " + "; ".join(declined))
+        originals = {id(tensor_map[id(t)]): t for t in graph.tensors}
         plan = ExecutionPlan(self, graph, match, chosen, settings, pplan,
-                             (time.perf_counter() - t0) * 1e3)
+                             (time.perf_counter() - t0) * 1e3, originals=originals)
         with self._stats_lock:
             s = self._plan_stats[plan.pattern]
             s["plans"] += 1
@@ -310,7 +328,10 @@ class Device:
         settings = _knobs.apply_forced_benchmarking(
             _knobs.resolve_knobs(chosen.knobs, knobs, engine_name=chosen.name))
         key = (match.signature, chosen.id, tuple(sorted(settings.items())))
-        pplan = self._plan_cache.get(key)
+        with self._cache_lock:
+            pplan = self._plan_cache.get(key)
+            if pplan is not None:
+                self._plan_cache.move_to_end(key)
         if isinstance(pplan, _Declined):
             _count("plan_cache_hits")
             raise NotSupportedError(pplan.reason)
@@ -325,11 +346,17 @@ class Device:
             else:
                 pplan = self.provider.build(match, chosen, settings, perfdb)
         except DECLINE_TYPES as exc:
-            self._plan_cache[key] = _Declined(str(exc))
+            self._cache(key, _Declined(str(exc)))
             raise
-        self._plan_cache[key] = pplan
+        self._cache(key, pplan)
         _count("plans_built")
         return settings, pplan
+
+    def _cache(self, key: tuple, value) -> None:
+        with self._cache_lock:
+            self._plan_cache[key] = value
+            while len(self._plan_cache) > PLAN_CACHE_SIZE:
+                self._plan_cache.popitem(last=False)
 
     def _record_execution(self, pattern: str, ms: float) -> None:
         with self._stats_lock:
@@ -391,10 +418,13 @@ class ExecutionPlan:
     """
 
     def __init__(self, device: Device, graph: Graph, match, engine: Engine, knobs: dict,
-                 provider_plan, build_ms: float):
+                 provider_plan, build_ms: float, *, originals: dict | None = None):
         self.device = device
-        self.graph = graph
-        self.match = match
+        self.graph = graph                     # the user's graph (keys are looked up in it)
+        self.match = match                     # of the build-time snapshot of `graph`
+        self._snapshot = match.graph if match.graph is not None else graph
+        # id(snapshot tensor) -> the user's tensor it was copied from
+        self._originals = originals or {}
         self.engine = engine
         self.knobs = dict(knobs)
         self._pplan = provider_plan
@@ -409,6 +439,17 @@ class ExecutionPlan:
         for role, t in self._roles:
             binder = device.provider.binder(t, output=id(t) in outputs)
             self._slots.setdefault(id(t), []).append((role, binder))
+        # The user's tensors are keys too; they bind by the snapshot's dims, strides and
+        # dtype (one rule, checked at submit), whatever was edited since.
+        for sid, user_t in self._originals.items():
+            if sid in self._slots:
+                self._slots[id(user_t)] = self._slots[sid]
+        self._snap_of = {id(u): self._snapshot_tensor(sid) for sid, u in self._originals.items()}
+        # Aliasing (checked at submit, every pattern): an output's memory may not overlap
+        # any other buffer of the variant pack, input or output; inputs may share memory.
+        self._out_roles = tuple(role for role, t in self._roles if id(t) in outputs)
+        self._extent = {role: element_extent(tuple(t.dims), tuple(t.strides))
+                        * numpy_dtype(t.data_type).itemsize for role, t in self._roles}
 
     algorithm = property(lambda self: self._pplan.algorithm)
     workspace_size = property(lambda self: self._pplan.workspace_size)
@@ -428,9 +469,9 @@ class ExecutionPlan:
         for key, buf in variant_pack.items():
             if type(key) is TensorAttributes:
                 t = key
-            else:
+            else:  # uids and names as they were at build
                 try:
-                    t = self.graph.tensor_by(key)
+                    t = self._snapshot.tensor_by(key)
                 except GraphError as exc:  # a name shared by several tensors
                     raise VariantPackError(f"execute: {exc}") from None
             slots = self._slots.get(id(t))
@@ -439,19 +480,76 @@ class ExecutionPlan:
             for role, bind in slots:
                 if role in buffers:
                     raise VariantPackError(f"execute: tensor '{t.name}' (uid {t.uid}) given twice")
-                buffers[role] = bind(buf)
+                try:
+                    buffers[role] = bind(buf)
+                except VariantPackError as exc:
+                    raise VariantPackError(str(exc) + self._edit_hint(role)) from None
         if len(buffers) != self._n_roles:
             role, t = next((r, t) for r, t in self._roles if r not in buffers)
             raise VariantPackError(f"execute: variant pack is missing tensor '{t.name}' "
                                    f"(uid {t.uid}, role {role}) of plan {self.pattern}")
+        if self._out_roles:
+            self._check_aliasing(buffers)
         workspace = self.device.provider.bind_workspace(self.workspace_size, workspace,
                                                         where=f"execute: plan {self.pattern}")
         return buffers, workspace
 
+    def _check_aliasing(self, buffers: dict) -> None:
+        """VariantPackError when an output buffer overlaps another buffer of the pack.
+
+        No kernel of any provider is written for in-place operation, and a partial
+        overlap would be silently wrong, so the rule is simple: outputs own their memory.
+        Host arrays are compared exactly (interleaved, disjoint views of one array are
+        fine); device pointers by their byte ranges.
+        """
+        for out in self._out_roles:
+            a = buffers[out]
+            for role, b in buffers.items():
+                if role == out or not self._extent[role] or not self._extent[out]:
+                    continue
+                if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+                    try:
+                        overlap = np.shares_memory(a, b, max_work=100_000)
+                    except TooHardError:
+                        overlap = True
+                elif isinstance(a, int) and isinstance(b, int):
+                    overlap = a < b + self._extent[role] and b < a + self._extent[out]
+                else:
+                    continue
+                if overlap:
+                    t, u = self.match.tensors[out], self.match.tensors[role]
+                    raise VariantPackError(
+                        f"execute: output tensor '{t.name}' (uid {t.uid}, role {out}) shares "
+                        f"memory with tensor '{u.name}' (uid {u.uid}, role {role}) of plan "
+                        f"{self.pattern}; outputs may not overlap any other buffer (no "
+                        "operation runs in place): give the output its own buffer")
+
+    def _edit_hint(self, role: str) -> str:
+        """Why a buffer that fits the edited graph is refused: the plan's snapshot."""
+        snap = self.match.tensors[role]
+        user = self._originals.get(id(snap))
+        if user is None:
+            return ""
+        now = (tuple(user.dims), tuple(user.strides), user.data_type)
+        then = (tuple(snap.dims), tuple(snap.strides), snap.data_type)
+        if now == then:
+            return ""
+        return (f" (the graph was edited after this plan was built: the tensor now has dims "
+                f"{now[0]}, strides {now[1]}, {now[2].name}; the plan keeps its build-time "
+                f"dims {then[0]}, strides {then[1]}, {then[2].name}; build a new plan for "
+                "the edited graph)")
+
+    def _snapshot_tensor(self, sid: int):
+        return next((t for t in self._snapshot.tensors if id(t) == sid), None)
+
     def _unknown_key(self, key, t) -> str:
-        if t is not None and any(t is g for g in self.graph.tensors) and t.is_virtual:
-            return (f"execute: tensor '{t.name}' (uid {t.uid}) is virtual and takes no buffer; "
-                    "call set_output(True) on it before building to get it back")
+        snap = self._snap_of.get(id(t)) if t is not None else None
+        if snap is None and t is not None and any(t is g for g in self._snapshot.tensors):
+            snap = t
+        if snap is not None and snap.is_virtual:
+            when = "" if t.is_virtual else " when this plan was built"
+            return (f"execute: tensor '{snap.name}' (uid {snap.uid}) was virtual{when} and takes "
+                    "no buffer; call set_output(True) on it before building to get it back")
         return f"execute: variant pack key {key!r} names no tensor of graph '{self.graph.name}'"
 
     def _work(self, variant_pack, workspace):

@@ -917,6 +917,17 @@ class Graph:
         """Return an independent copy with the same names, uids, dims, strides and types."""
         return self._copy()[0]
 
+    def _snapshot(self):
+        """Internal: validate, then return ``(copy, {id(tensor): copy's tensor})``.
+
+        What an execution plan keeps (API.md: "a plan is a snapshot of its graph at
+        build"): later ``set_dims`` / ``set_data_type`` / ``set_strides`` / ``set_name``
+        calls on this graph's tensors, or new nodes, change nothing the plan reads.
+        Node attributes are frozen dataclasses, so sharing them is safe.
+        """
+        self.validate()
+        return self._copy()
+
     def _copy(self):
         """Internal: (copy, {id(old tensor): new tensor})."""
         g = Graph.__new__(Graph)
