@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import mmap
 import os
 
 import numpy as np
@@ -118,34 +119,54 @@ def make_binder(tensor, *, output: bool):
     return bind
 
 
-class _IoVec(ctypes.Structure):
-    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
-
-
 try:
     _libc = ctypes.CDLL(None, use_errno=True)
     _process_vm_readv, _process_vm_writev = _libc.process_vm_readv, _libc.process_vm_writev
+    for _f in (_process_vm_readv, _process_vm_writev):
+        _f.restype = ctypes.c_ssize_t
+        _f.argtypes = (ctypes.c_int, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_void_p,
+                       ctypes.c_ulong, ctypes.c_ulong)
 except (OSError, AttributeError):  # not Linux
     _process_vm_readv = _process_vm_writev = None
 
+_PAGE = mmap.PAGESIZE
+# Remote iovecs per process_vm_readv/writev call: UIO_MAXIOV (IOV_MAX) is 1024 on Linux
+# (include/uapi/linux/uio.h); more is EINVAL.
+_IOV_MAX = 1024
 
-def _mapped(address: int, writable: bool = False) -> bool | None:
-    """Whether the byte at ``address`` is readable (and, with ``writable``, writable) in
-    this process, or None when the system cannot tell. ``process_vm_readv/writev`` report
-    EFAULT instead of faulting, so a wrong int pointer becomes an error message rather than
-    a segfault. The write check stores the byte it just read (the buffer is an output)."""
+
+def _unmapped_page(address: int, nbytes: int, writable: bool = False):
+    """The first address in ``[address, address + nbytes)`` this process cannot read (or,
+    with ``writable``, write), ``None`` when every page can, or ``...`` when the system
+    cannot tell (not Linux, or the calls are refused).
+
+    Every page of the range is probed, one byte each, by ``process_vm_readv`` (and
+    ``process_vm_writev``, storing back the byte just read): they report EFAULT instead of
+    faulting, so an int pointer to a range with a hole (an unmapped or PROT_NONE page in
+    the middle) becomes an error message rather than a segfault in a worker. Cost: one
+    call per 1024 pages (4 MiB with 4 KiB pages).
+    """
     if _process_vm_readv is None:
-        return None
-    byte = ctypes.create_string_buffer(1)
-    local = _IoVec(ctypes.cast(byte, ctypes.c_void_p), 1)
-    remote = _IoVec(address, 1)
+        return ...
+    first_page = address - address % _PAGE
+    probes = np.arange(first_page + _PAGE, address + nbytes, _PAGE, dtype=np.uint64)
+    probes = np.concatenate([np.array([address], np.uint64), probes])
     pid = os.getpid()
-    n = _process_vm_readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
-    if n == 1 and writable:
-        n = _process_vm_writev(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
-    if n == 1:
-        return True
-    return False if ctypes.get_errno() == errno.EFAULT else None
+    for lo in range(0, probes.size, _IOV_MAX):
+        chunk = probes[lo:lo + _IOV_MAX]
+        remote = np.empty((chunk.size, 2), np.uint64)     # struct iovec {void *base; size_t len}
+        remote[:, 0], remote[:, 1] = chunk, 1
+        local_bytes = ctypes.create_string_buffer(chunk.size)
+        local = np.array([[ctypes.addressof(local_bytes), chunk.size]], np.uint64)
+        for call in ((_process_vm_readv, _process_vm_writev) if writable else (_process_vm_readv,)):
+            n = call(pid, local.ctypes.data, 1, remote.ctypes.data, chunk.size, 0)
+            if n < 0:
+                if ctypes.get_errno() != errno.EFAULT:
+                    return ...          # e.g. EPERM under a seccomp filter: cannot tell
+                n = 0
+            if n < chunk.size:          # transfers stop at the first failing iovec
+                return int(chunk[n])
+    return None
 
 
 def _from_pointer(address: int, tensor, label: str, output: bool = False) -> np.ndarray:
@@ -156,12 +177,24 @@ def _from_pointer(address: int, tensor, label: str, output: bool = False) -> np.
     nbytes = element_extent(tuple(tensor.dims), tuple(tensor.strides)) * dtype.itemsize
     if nbytes == 0:
         return np.empty(0, dtype)
-    if address + nbytes > 2 ** 64 or False in (_mapped(address), _mapped(address + nbytes - 1)):
-        raise VariantPackError(f"{label}: pointer {address:#x} (+{nbytes} bytes) is not mapped "
-                               "host memory of this process")
-    if output and False in (_mapped(address, True), _mapped(address + nbytes - 1, True)):
-        raise VariantPackError(f"{label} is an output, but pointer {address:#x} (+{nbytes} "
-                               "bytes) is read-only memory")
+    if address + nbytes > 2 ** 64:
+        raise VariantPackError(f"{label}: pointer {address:#x} (+{nbytes} bytes) runs past "
+                               "the end of the address space")
+    bad = _unmapped_page(address, nbytes)
+    if bad is ...:
+        raise VariantPackError(
+            f"{label}: cannot prove that pointer {address:#x} (+{nbytes} bytes) is readable "
+            "host memory on this system (process_vm_readv unavailable); pass a NumPy array")
+    if bad is not None:
+        raise VariantPackError(
+            f"{label}: pointer {address:#x} (+{nbytes} bytes) is not mapped host memory of "
+            f"this process: address {bad:#x} (offset {bad - address}) cannot be read")
+    if output:
+        bad = _unmapped_page(address, nbytes, writable=True)
+        if bad is not None and bad is not ...:
+            raise VariantPackError(
+                f"{label} is an output, but pointer {address:#x} (+{nbytes} bytes) is "
+                f"read-only memory at address {bad:#x} (offset {bad - address})")
     raw = (ctypes.c_char * nbytes).from_address(address)
     return np.frombuffer(raw, dtype)
 
