@@ -9,12 +9,13 @@ import os
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from ..._errors import VariantPackError
+from ..._errors import ExecutionError, VariantPackError
+from ..._knobs import WORKSPACE_SIZE_LIMIT
 from ..._types import DataType, numpy_dtype
 from ..._layout import element_extent, packed_strides, stride_order, strides_match
 from ...runtime import DeviceArray
 
-__all__ = ["logical_view", "make_binder", "bind_workspace"]
+__all__ = ["logical_view", "make_binder", "bind_workspace", "allocate_workspace"]
 
 
 def logical_view(tensor, buffer, *, output: bool, where: str = "execute") -> np.ndarray:
@@ -199,11 +200,33 @@ def _from_pointer(address: int, tensor, label: str, output: bool = False) -> np.
     return np.frombuffer(raw, dtype)
 
 
+def allocate_workspace(nbytes: int) -> np.ndarray:
+    """A fresh uint8 host workspace of ``nbytes`` (raises MemoryError; one place to fail)."""
+    return np.empty(nbytes, np.uint8)
+
+
 def bind_workspace(nbytes: int, given, *, where: str):
     """A host workspace of ``nbytes``: ``given`` (a writable contiguous NumPy array or
-    DeviceArray of at least that many bytes) viewed as uint8, or a fresh one."""
+    DeviceArray of at least that many bytes) viewed as uint8, or a fresh one.
+
+    Raises
+    ------
+    VariantPackError
+        ``given`` is not a large enough writable contiguous array.
+    ExecutionError
+        A fresh workspace cannot be allocated (the message names the bytes and the knob).
+    """
     if given is None:
-        return np.empty(nbytes, np.uint8) if nbytes else None
+        if not nbytes:
+            return None
+        try:
+            return allocate_workspace(nbytes)
+        except MemoryError:
+            raise ExecutionError(
+                f"{where}: cannot allocate a workspace of {nbytes} bytes "
+                f"({nbytes / 2 ** 30:.2f} GiB) in host memory; build the plan with a lower "
+                f"knob '{WORKSPACE_SIZE_LIMIT}' (0 selects an algorithm without workspace) "
+                "or pass workspace=", code="GRAPH_EXECUTION_FAILED") from None
     if not nbytes:
         return None
     ws = given.view if isinstance(given, DeviceArray) else given

@@ -40,7 +40,8 @@ import numpy as np
 
 from ..._errors import ExecutionError, GraphError
 
-__all__ = ["ConvProblem", "ConvAlgorithm", "ALGORITHMS", "heuristic_choice", "conv_output_dims"]
+__all__ = ["ConvProblem", "ConvAlgorithm", "ALGORITHMS", "heuristic_choice", "conv_output_dims",
+           "affordable_workspace", "available_memory", "memory_budget", "io_bytes"]
 
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
@@ -542,8 +543,67 @@ def _make(direction: str) -> tuple:
 ALGORITHMS: dict[str, tuple[ConvAlgorithm, ...]] = {d: _make(d) for d in _DIRECTIONS}
 
 
+# The heuristic's workspace budget (``affordable_workspace``): a workspace up to
+# _IO_FACTOR times the problem's I/O bytes, or up to _SMALL_WORKSPACE whatever the ratio,
+# and never more than _MEMORY_SHARE of the memory available now. im2col's column matrix is
+# prod(kernel) x the input: 9x for 3x3 (taken), 49x for a 7x7 with C == K (the chunked
+# variant then, N times smaller and within ~10% of its speed), 961x for 31x31 (issue 10:
+# 481 GiB for an 8x1x4096^2 input, so chunked or direct).
+_IO_FACTOR = 16
+_SMALL_WORKSPACE = 64 << 20
+_MEMORY_SHARE = 0.5
+
+
+def available_memory() -> int | None:
+    """Bytes of memory this process can still get, or None where it cannot be read.
+
+    Linux: ``MemAvailable`` of /proc/meminfo, lowered to the cgroup's room
+    (``memory.max - memory.current``, cgroup v2) inside a limited container.
+    """
+    avail = None
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            for line in f:
+                if line.startswith(b"MemAvailable:"):
+                    avail = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        with open("/sys/fs/cgroup/memory.max", "rb") as f:
+            limit = f.read().strip()
+        if limit != b"max":
+            with open("/sys/fs/cgroup/memory.current", "rb") as f:
+                room = max(0, int(limit) - int(f.read().strip()))
+            avail = room if avail is None else min(avail, room)
+    except (OSError, ValueError):
+        pass
+    return avail
+
+
+def io_bytes(p: ConvProblem) -> int:
+    """Bytes of the problem's three tensors in the work dtype (what is packed anyway)."""
+    return (math.prod(p.x_dims) + math.prod(p.w_dims) + math.prod(p.y_dims)) * \
+        p.work_dtype.itemsize
+
+
+def memory_budget() -> int | None:
+    """The largest workspace worth allocating now (``_MEMORY_SHARE`` of the available
+    memory), or None where the available memory cannot be read."""
+    avail = available_memory()
+    return None if avail is None else int(avail * _MEMORY_SHARE)
+
+
+def affordable_workspace(p: ConvProblem) -> int:
+    """The heuristic's workspace budget for ``p``, in bytes (see ``_IO_FACTOR``)."""
+    budget = max(_IO_FACTOR * io_bytes(p), _SMALL_WORKSPACE)
+    memory = memory_budget()
+    return budget if memory is None else min(budget, memory)
+
+
 def heuristic_choice(p: ConvProblem, workspace_limit: int) -> ConvAlgorithm:
-    """The fastest applicable algorithm of ``p.direction`` whose workspace fits the limit.
+    """The fastest applicable algorithm of ``p.direction`` whose workspace fits the limit
+    and the heuristic's budget.
 
     Parameters
     ----------
@@ -557,9 +617,15 @@ def heuristic_choice(p: ConvProblem, workspace_limit: int) -> ConvAlgorithm:
     on ResNet-50 layers (2-core x86-64): gemm_1x1 (1x1 only) > im2col_gemm >
     im2col_gemm_chunked (N times less workspace, within ~10% of im2col_gemm) > direct
     (no workspace; 1.2-7x slower than the chunked GEMM on 3x3 and 7x7 layers).
+
+    The workspace is also held to ``affordable_workspace(p)``: at most 16x the I/O bytes
+    (or 64 MiB), and half the memory available now, so that the default limit (the
+    largest algorithm's workspace) never picks a column matrix that cannot be allocated;
+    an algorithm of zero workspace (``direct``) is always within it.
     """
+    limit = min(workspace_limit, affordable_workspace(p))
     for alg in ALGORITHMS[p.direction]:
-        if alg.applicable(p) and alg.workspace_size(p) <= workspace_limit:
+        if alg.applicable(p) and alg.workspace_size(p) <= limit:
             return alg
     raise ExecutionError(f"conv_{p.direction}: no algorithm fits a workspace limit of "
                          f"{workspace_limit} bytes")

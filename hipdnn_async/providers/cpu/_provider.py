@@ -15,12 +15,13 @@ import numpy as np
 
 from ... import _knobs, _perfdb
 from ..._version import __version__
-from ..._errors import DeviceError, KnobError, NotSupportedError
+from ..._errors import DeviceError, ExecutionError, KnobError, NotSupportedError
 from ..._types import numpy_dtype
 from ...patterns import Pattern
 from ...runtime import DeviceArray
+from ...runtime._buffer import element_extent
 from .._base import Provider, ProviderEngine, ProviderPlan
-from . import _batchnorm, _conv
+from . import _batchnorm, _bind, _conv
 from ._bind import bind_workspace, make_binder
 
 __all__ = ["CpuProvider", "CpuEngine", "CPU_ENGINE_NAME"]
@@ -103,9 +104,20 @@ class CpuEngine(ProviderEngine):
         if not knobs.get(_knobs.BENCHMARKING, 0):
             algo = _conv.heuristic_choice(problem, limit)
             return CpuPlan(match, problem, algo)
+        # Candidates whose workspace is beyond the memory available are not timed (on
+        # Linux a huge np.empty may succeed and the process be OOM-killed when it is
+        # touched); "direct" needs none and always stays.
+        memory = _conv.memory_budget()
+        affordable = [a for a in fitting if memory is None or a.workspace_size(problem) <= memory]
+        for a in fitting:
+            if a not in affordable:
+                log.info("benchmark %s: skipping %s, workspace %d B is beyond the memory "
+                         "available (%d B usable)", problem.direction, a.name,
+                         a.workspace_size(problem), memory)
+        fitting = affordable or [a for a in fitting if a.workspace_size(problem) == 0]
         key = _perfdb.PerfKey(provider=provider.name,
                               library_versions=provider.describe()["library_versions"],
-                              device=provider.describe()["device"], problem=match.signature,
+                              device=provider.perf_device(), problem=match.signature,
                               workspace_limit=int(limit))
         record = perfdb.lookup(key)
         by_name = {a.name: a for a in fitting}
@@ -137,10 +149,16 @@ class CpuProvider(Provider):
     def describe(self) -> dict:
         if self._describe is None:
             self._describe = {
-                "device": f"cpu {platform.machine()} {platform.processor() or ''}".strip(),
+                "device": f"cpu {platform.machine()} {_cpu_model()}".strip(),
                 "library_versions": f"hipdnn_async {__version__}; numpy {np.__version__}",
             }
         return self._describe
+
+    def perf_device(self) -> str:
+        """The perf-db key's device: CPU model and NumPy's BLAS threads *now* (a winner
+        tuned single-threaded is not reused multi-threaded; threadpoolctl changes the
+        count at run time, so it is read at every tuning build)."""
+        return f"{self.describe()['device']}; {_blas_threads()}"
 
     def binder(self, tensor, *, output: bool):
         return make_binder(tensor, output=output)
@@ -156,6 +174,32 @@ class CpuProvider(Provider):
                               f"{np.dtype(dtype).name} on 'cpu': {exc}") from None
 
 
+def _cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), else platform.processor(), else ''."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith(("model name", "Model")):      # x86 / arm64
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or ""
+
+
+def _blas_threads() -> str:
+    """NumPy's BLAS and its thread count now, e.g. ``"blas openblas 2 threads"``."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "blas threads unknown (threadpoolctl not installed)"
+    blas = [i for i in threadpool_info() if i.get("user_api") == "blas"]
+    mine = [i for i in blas if "numpy" in (i.get("filepath") or "")] or blas
+    if not mine:
+        return "blas threads unknown"
+    return "blas " + ", ".join(f"{i.get('internal_api')} {i.get('num_threads')} threads"
+                               for i in mine)
+
+
 def _scratch(tensor) -> np.ndarray:
     """A buffer with the tensor's dims and strides, filled with U(-1, 1) (for timing runs)."""
     arr = DeviceArray(tensor.dims, numpy_dtype(tensor.data_type), tensor.strides)
@@ -163,15 +207,36 @@ def _scratch(tensor) -> np.ndarray:
     return arr.view
 
 
+def _nbytes(tensor) -> int:
+    return element_extent(tuple(tensor.dims), tuple(tensor.strides)) * \
+        numpy_dtype(tensor.data_type).itemsize
+
+
 def _benchmark(match, problem, algorithms):
-    """Time each algorithm on the real problem; return (fastest, its time in ms)."""
+    """Time each algorithm on the real problem; return (fastest, its time in ms).
+
+    A candidate whose workspace (or whose own temporaries) cannot be allocated is skipped;
+    ``direct`` needs no workspace, so something is always timed unless the problem's own
+    tensors do not fit (a DeviceError naming the bytes).
+    """
     _perfdb.count("benchmarks_run")
-    a, b, out = (_scratch(match.tensors[r]) for r in _operands(match))
+    try:
+        a, b, out = (_scratch(match.tensors[r]) for r in _operands(match))
+    except MemoryError:
+        need = sum(_nbytes(match.tensors[r]) for r in _operands(match))
+        raise DeviceError(f"CPU_ENGINE: benchmarking conv_{problem.direction} needs {need} bytes "
+                          "of scratch tensors, which cannot be allocated; build without "
+                          f"'{_knobs.BENCHMARKING}'") from None
     best = None
     for algo in algorithms:
         ws_bytes = algo.workspace_size(problem)
-        ws = np.empty(ws_bytes, np.uint8) if ws_bytes else None
-        algo.run(problem, a, b, out, ws)  # warm-up
+        try:
+            ws = _bind.allocate_workspace(ws_bytes) if ws_bytes else None
+            algo.run(problem, a, b, out, ws)  # warm-up
+        except MemoryError:
+            log.info("benchmark %s: skipping %s, its workspace of %d B (or temporaries) "
+                     "cannot be allocated", problem.direction, algo.name, ws_bytes)
+            continue
         times = []
         start = time.perf_counter()
         while len(times) < _BENCH_RUNS and time.perf_counter() - start < _BENCH_BUDGET_S:
@@ -182,6 +247,11 @@ def _benchmark(match, problem, algorithms):
         log.info("benchmark %s: %s %.3f ms", problem.direction, algo.name, ms)
         if best is None or ms < best[1]:
             best = (algo, ms)
+        del ws
+    if best is None:
+        raise DeviceError(f"CPU_ENGINE: benchmarking conv_{problem.direction}: no candidate "
+                          f"({', '.join(a.name for a in algorithms)}) could allocate its "
+                          f"memory; lower '{_knobs.WORKSPACE_SIZE_LIMIT}' or the batch size")
     return best
 
 
@@ -201,7 +271,14 @@ class CpuPlan(ProviderPlan):
         # answer, as on a GPU; NumPy must not turn them into warnings (or, under -W error,
         # into exceptions) on a worker thread.
         with np.errstate(all="ignore"):
-            self._run(buffers, workspace)
+            try:
+                self._run(buffers, workspace)
+            except MemoryError as exc:   # the kernels' own temporaries (packed operands)
+                raise ExecutionError(
+                    f"CPU_ENGINE: {self.match.pattern.name} (algorithm {self.algorithm}): out "
+                    f"of host memory ({exc or 'MemoryError'}); lower the batch size, or "
+                    f"'{_knobs.WORKSPACE_SIZE_LIMIT}' (workspace {self.workspace_size} bytes)"
+                ) from None
 
     # -- convolutions ------------------------------------------------------------------
     def _conv(self, b, workspace, out=None):
