@@ -3,9 +3,11 @@
 Shared by every GPU provider (cuDNN, MIOpen): the vendor enters only through ``runtime``,
 the loaded GPU runtime whose ``pointer_device`` tells which device owns an address.
 Accepted: ``GpuArray`` of the same device, any object with ``__cuda_array_interface__``
-(CuPy arrays, PyTorch CUDA tensors, Numba arrays), and int device pointers. The layout
-rules are the CPU's (``providers/cpu/_bind.py``): logical dims with the tensor's element
-strides, or a C-contiguous array whose shape is the dims in memory order. Pointers are
+(CuPy arrays, PyTorch CUDA tensors, Numba arrays) or ``__dlpack__`` (``_dlpack``), and int
+device pointers. The layout rules are the CPU's (``providers/cpu/_bind.py``), decided from
+shape and strides alone: logical dims with the tensor's element strides, a C-contiguous
+array whose shape is the dims in memory order (refused where that shape is also the
+logical one), or a flat 1-D buffer. Pointers are
 checked with ``cudaPointerGetAttributes`` so that a host address never reaches a kernel
 (which would poison the GPU context for the whole process).
 """
@@ -19,8 +21,10 @@ import numpy as np
 
 from ..._errors import VariantPackError
 from ..._types import numpy_dtype
-from ..._layout import packed_strides, stride_order, strides_match
+from ..._layout import element_extent, packed_strides, stride_order, strides_match
 from ...runtime import GpuArray, _gpu
+from ._dlpack import (DEVICE_NAMES, GPU_DEVICE_TYPES, KDL_CPU, KDL_CUDA_HOST, KDL_ROCM_HOST,
+                      read_dlpack)
 
 __all__ = ["GpuTarget", "make_binder", "bind_workspace"]
 
@@ -64,22 +68,49 @@ def _check_pointer(ptr: int, target: "GpuTarget", label: str) -> int:
     return ptr
 
 
+def _logical_view_hint(order: tuple) -> str:
+    """How to get the logical view of a memory-order array: ``transpose(...)`` with the
+    inverse of the stride order (NHWC: (0, 3, 1, 2))."""
+    inverse = tuple(sorted(range(len(order)), key=lambda i: order[i]))
+    return (f"arr.transpose{inverse} of the memory-order array (CuPy), .permute{inverse} "
+            "(PyTorch)")
+
+
 def _layout_error(tensor, shape, strides, label) -> str | None:
-    """None when (shape, element strides) fits the tensor, else the message."""
+    """None when a buffer of ``shape`` with element ``strides`` (None: C-contiguous) holds
+    the tensor, else the message.
+
+    The rules are the CPU binder's, decided from shape and strides alone: (1) logical dims
+    with the tensor's strides (size-1 dims aside); (2) a C-contiguous array whose shape is
+    the dims in memory order, unless that shape is also the logical shape (e.g. NHWC with
+    C == H == W): such an array could be logical NCHW data as well, so it is refused
+    rather than guessed; (3) a contiguous 1-D buffer covering the tensor's extent.
+    """
     dims, want = tuple(tensor.dims), tuple(tensor.strides)
-    if shape == dims and (strides is None or strides_match(dims, want, strides)):
-        if strides is None and not strides_match(dims, want, packed_strides(dims, tuple(range(len(dims))))):
-            return (f"{label} needs strides {want} in elements; got a C-contiguous array of "
-                    f"shape {shape}")
-        return None
+    rank = len(shape)
+    c_order = packed_strides(shape, tuple(range(rank)))
+    got = c_order if strides is None else tuple(strides)
     order = stride_order(dims, want)
     physical = tuple(dims[a] for a in order)
-    contiguous = strides is None or strides_match(shape, packed_strides(shape, tuple(range(len(shape)))), strides)
-    if shape == physical and contiguous and strides_match(dims, want, packed_strides(dims, order)):
+    if 0 in dims and shape in (dims, physical):
+        return None                       # nothing to read or write
+    if shape == dims and strides_match(dims, want, got):
         return None
-    got = "C-contiguous" if strides is None else f"strides {strides}"
+    contiguous = strides_match(shape, c_order, got)
+    if contiguous and shape == physical and strides_match(dims, want, packed_strides(dims, order)):
+        if shape != dims or order == tuple(range(len(dims))):
+            return None
+        return (f"{label}: a C-contiguous array of shape {shape} is ambiguous here (it reads "
+                f"as logical dims with strides {got} and as memory order {order}); pass the "
+                f"logical view with strides {want} in elements (e.g. {_logical_view_hint(order)}"
+                f", or `dev.empty(dims, dtype, strides={want})`) or a flat 1-D buffer")
+    if shape == dims:
+        return f"{label} needs strides {want} in elements; got {got}"
+    if rank == 1 and contiguous and shape[0] >= element_extent(dims, want):
+        return None
     return (f"{label} needs logical shape {dims} with strides {want} in elements, or a "
-            f"C-contiguous array of shape {physical} (memory order); got shape {shape}, {got}")
+            f"C-contiguous array of shape {physical} (memory order); got shape {shape}, "
+            f"strides {got}")
 
 
 def _has_cai(obj) -> bool:
@@ -140,14 +171,54 @@ def _from_cai(buf, tensor, label: str, want_dtype, target: GpuTarget, output: bo
     return _check_pointer(int(ptr), target, label)
 
 
+def _from_dlpack(buf, tensor, label: str, want_dtype, target: GpuTarget, output: bool) -> int:
+    try:
+        device_type, device_id = (int(v) for v in buf.__dlpack_device__())
+        host = device_type in (KDL_CPU, KDL_CUDA_HOST, KDL_ROCM_HOST)
+        info = None if host else read_dlpack(buf)
+    except Exception as exc:  # noqa: BLE001 - a foreign producer may raise anything
+        raise VariantPackError(f"{label}: cannot read the DLPack export of "
+                               f"{type(buf).__name__}: {type(exc).__name__}: {exc}") from None
+    if host:
+        raise VariantPackError(
+            f"{label}: got a host {type(buf).__name__} (DLPack device "
+            f"{DEVICE_NAMES.get(device_type, device_type)}); '{target.spec}' takes device "
+            "memory: copy it with `await dev.asarray(array)`")
+    wanted = GPU_DEVICE_TYPES.get(target.kind, ())
+    if info.device_type not in wanted or info.device_id != target.index:
+        where = DEVICE_NAMES.get(info.device_type, f"DLPack device type {info.device_type}")
+        raise VariantPackError(f"{label}: the {type(buf).__name__} lives on {where} device "
+                               f"{info.device_id}; this plan runs on '{target.spec}'")
+    if info.dtype != want_dtype.name:
+        raise VariantPackError(f"{label} needs dtype {want_dtype.name} ({tensor.data_type.name});"
+                               f" got {info.dtype} ({type(buf).__name__})")
+    err = _layout_error(tensor, info.shape, info.strides, label)
+    if err:
+        raise VariantPackError(err)
+    if 0 in info.shape:
+        return 0
+    return _check_pointer(info.ptr, target, label)
+
+
+def _has_dlpack(obj) -> bool:
+    return hasattr(type(obj), "__dlpack__") and hasattr(type(obj), "__dlpack_device__")
+
+
 def make_binder(tensor, *, output: bool, target: GpuTarget):
     """Return ``bind(buffer) -> int device pointer`` for one tensor of a built plan.
+
+    Accepted, in this order: a ``GpuArray`` of the plan's device; an object with
+    ``__cuda_array_interface__`` (CuPy, PyTorch CUDA tensors, Numba); an object with
+    ``__dlpack__`` on the plan's device (JAX and others); an int device pointer (taken as
+    laid out as the tensor). Layouts are decided from shape and strides alone (see
+    ``_layout_error``).
 
     Raises (from ``bind``)
     ----------------------
     VariantPackError
-        A host array, a buffer of another device, wrong dtype, shape or strides, a
-        read-only output.
+        A host array, a buffer of another device, wrong dtype, shape or strides (or an
+        ambiguous C-contiguous shape), a read-only output, a malformed or failing
+        ``__cuda_array_interface__`` / ``__dlpack__``.
     """
     want_dtype = numpy_dtype(tensor.data_type)
     dims, strides = tuple(tensor.dims), tuple(tensor.strides)
@@ -156,11 +227,11 @@ def make_binder(tensor, *, output: bool, target: GpuTarget):
 
     def bind(buf):
         if type(buf) is GpuArray:
+            if buf.device != spec:
+                raise VariantPackError(f"{label}: the array lives on '{buf.device}'; this "
+                                       f"plan runs on '{spec}'")
             if buf.dims == dims and buf.dtype == want_dtype and (
                     buf.strides == strides or strides_match(dims, strides, buf.strides)):
-                if buf.device != spec:
-                    raise VariantPackError(f"{label}: the array lives on '{buf.device}'; this "
-                                           f"plan runs on '{spec}'")
                 return buf.ptr
             if buf.dtype != want_dtype:
                 raise VariantPackError(f"{label} needs dtype {want_dtype.name} "
@@ -175,11 +246,13 @@ def make_binder(tensor, *, output: bool, target: GpuTarget):
                 "copy it with `await dev.asarray(array)` (or pass a CuPy array / CUDA tensor)")
         if _has_cai(buf):
             return _from_cai(buf, tensor, label, want_dtype, target, output)
+        if _has_dlpack(buf):
+            return _from_dlpack(buf, tensor, label, want_dtype, target, output)
         if isinstance(buf, int) and not isinstance(buf, bool):
             return _check_pointer(buf, target, label)
         raise VariantPackError(
-            f"{label}: '{spec}' takes GpuArrays, objects with __cuda_array_interface__ or int "
-            f"device pointers; got {type(buf).__name__}")
+            f"{label}: '{spec}' takes GpuArrays, objects with __cuda_array_interface__ or "
+            f"__dlpack__, or int device pointers; got {type(buf).__name__}")
 
     return bind
 
@@ -190,6 +263,9 @@ def bind_workspace(nbytes: int, given, *, where: str, target: GpuTarget):
     if given is None or not nbytes:
         return None
     if isinstance(given, GpuArray):
+        if given.device != target.spec:
+            raise VariantPackError(f"{where}: the workspace lives on '{given.device}'; this "
+                                   f"plan runs on '{target.spec}'")
         size, ptr = given.nbytes, given.ptr
     elif _has_cai(given):
         shape, typestr, _, ptr, readonly = _read_cai(given, where)
