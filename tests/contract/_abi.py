@@ -1,0 +1,237 @@
+"""What our bindings assume about the vendors' ABI, as C compile-time checks.
+
+The Cython bindings hard-code enum values and mirror a few structs without including any
+vendor header (they build with no SDK). This module reads those values and structs from
+*our* side (the compiled modules' constants, the provider's algorithm-name tables, the
+``ctypedef struct`` blocks of ``src_pyx``) and writes a header of ``_Static_assert``s that
+the fakes include next to the real vendor headers: a constant or layout of ours that
+disagrees with the header fails the build of the fakes, and with it every contract test.
+
+To add a constant: one row in a table below (Python name, C expression of the header).
+``test_abi.py`` fails when a binding exposes a constant no table checks.
+"""
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Check", "CUDART_CONSTANTS", "CUDNN_CONSTANTS", "STRUCTS", "cudnn_algo_checks",
+           "python_value", "parse_structs", "checks_header", "unchecked_constants"]
+
+REPO = Path(__file__).resolve().parents[2]
+SRC_PYX = REPO / "src_pyx"
+
+
+@dataclass(frozen=True)
+class Check:
+    """Our value ``module.attr`` must equal the header's C expression ``c_expr``."""
+
+    module: str
+    attr: str
+    c_expr: str
+
+
+_GPU = "hipdnn_async.runtime._gpu"
+_CUDNN = "hipdnn_async.runtime._cudnn"
+
+# cuda_runtime_api.h / driver_types.h (CUDA 13)
+CUDART_CONSTANTS = (
+    Check(_GPU, "STREAM_NON_BLOCKING", "cudaStreamNonBlocking"),
+    Check(_GPU, "EVENT_BLOCKING_SYNC", "cudaEventBlockingSync"),
+    Check(_GPU, "EVENT_DISABLE_TIMING", "cudaEventDisableTiming"),
+    Check(_GPU, "MEMCPY_HOST_TO_DEVICE", "cudaMemcpyHostToDevice"),
+    Check(_GPU, "MEMCPY_DEVICE_TO_HOST", "cudaMemcpyDeviceToHost"),
+    Check(_GPU, "MEMCPY_DEVICE_TO_DEVICE", "cudaMemcpyDeviceToDevice"),
+    Check(_GPU, "NOT_READY", "cudaErrorNotReady"),
+    Check(_GPU, "ATTR_CC_MAJOR", "cudaDevAttrComputeCapabilityMajor"),
+    Check(_GPU, "ATTR_CC_MINOR", "cudaDevAttrComputeCapabilityMinor"),
+    Check(_GPU, "ATTR_MEMORY_POOLS_SUPPORTED", "cudaDevAttrMemoryPoolsSupported"),
+    Check(_GPU, "_POOL_ATTR_RELEASE_THRESHOLD", "cudaMemPoolAttrReleaseThreshold"),
+    Check(_GPU, "_MEMORY_TYPE_DEVICE", "cudaMemoryTypeDevice"),
+    Check(_GPU, "_MEMORY_TYPE_MANAGED", "cudaMemoryTypeManaged"),
+)
+
+# cudnn_graph.h / cudnn_ops.h / cudnn_cnn.h (cuDNN 9.19)
+CUDNN_CONSTANTS = (
+    Check(_CUDNN, "DATA_FLOAT", "CUDNN_DATA_FLOAT"),
+    Check(_CUDNN, "DATA_HALF", "CUDNN_DATA_HALF"),
+    Check(_CUDNN, "DATA_BFLOAT16", "CUDNN_DATA_BFLOAT16"),
+    Check(_CUDNN, "FORMAT_NCHW", "CUDNN_TENSOR_NCHW"),
+    Check(_CUDNN, "FORMAT_NHWC", "CUDNN_TENSOR_NHWC"),
+    Check(_CUDNN, "CROSS_CORRELATION", "CUDNN_CROSS_CORRELATION"),
+    Check(_CUDNN, "DEFAULT_MATH", "CUDNN_DEFAULT_MATH"),
+    Check(_CUDNN, "TENSOR_OP_MATH", "CUDNN_TENSOR_OP_MATH"),
+    Check(_CUDNN, "FMA_MATH", "CUDNN_FMA_MATH"),
+    Check(_CUDNN, "DETERMINISTIC", "CUDNN_DETERMINISTIC"),
+    Check(_CUDNN, "ACTIVATION_RELU", "CUDNN_ACTIVATION_RELU"),
+    Check(_CUDNN, "ACTIVATION_CLIPPED_RELU", "CUDNN_ACTIVATION_CLIPPED_RELU"),
+    Check(_CUDNN, "ACTIVATION_IDENTITY", "CUDNN_ACTIVATION_IDENTITY"),
+    Check(_CUDNN, "NOT_PROPAGATE_NAN", "CUDNN_NOT_PROPAGATE_NAN"),
+    Check(_CUDNN, "OP_TENSOR_ADD", "CUDNN_OP_TENSOR_ADD"),
+    Check(_CUDNN, "OP_TENSOR_MUL", "CUDNN_OP_TENSOR_MUL"),
+    Check(_CUDNN, "BATCHNORM_SPATIAL", "CUDNN_BATCHNORM_SPATIAL"),
+    Check(_CUDNN, "BATCHNORM_SPATIAL_PERSISTENT", "CUDNN_BATCHNORM_SPATIAL_PERSISTENT"),
+    Check(_CUDNN, "STATUS_NOT_SUPPORTED", "CUDNN_STATUS_NOT_SUPPORTED"),
+    Check(_CUDNN, "STATUS_BAD_PARAM", "CUDNN_STATUS_BAD_PARAM"),
+    Check(_CUDNN, "BN_OPS_BN", "CUDNN_BATCHNORM_OPS_BN"),
+    Check(_CUDNN, "BN_OPS_BN_ACTIVATION", "CUDNN_BATCHNORM_OPS_BN_ACTIVATION"),
+)
+
+# The provider's algorithm names, indexed by the cudnnConvolution*Algo_t value.
+_ALGO_TABLE = ("hipdnn_async.providers.cudnn._conv", "ALGO_NAMES")
+_ALGO_PREFIX = ("CUDNN_CONVOLUTION_FWD_ALGO_", "CUDNN_CONVOLUTION_BWD_DATA_ALGO_",
+                "CUDNN_CONVOLUTION_BWD_FILTER_ALGO_")
+
+
+@dataclass(frozen=True)
+class StructCheck:
+    """Our Cython struct ``ours`` mirrors the header's ``theirs``: every field both name
+    sits at the same offset with the same size; sizeof(ours) ``size_rule`` sizeof(theirs)
+    (``"=="``, or ``">="`` for a buffer we pad for safety)."""
+
+    ours: str
+    theirs: tuple
+    size_rule: str
+    header: str
+
+
+STRUCTS = (
+    StructCheck("AlgoPerf", ("cudnnConvolutionFwdAlgoPerf_t", "cudnnConvolutionBwdDataAlgoPerf_t",
+                             "cudnnConvolutionBwdFilterAlgoPerf_t"), "==", "cudnn"),
+    StructCheck("PointerAttributes", ("struct cudaPointerAttributes",), ">=", "cudart"),
+)
+
+
+def python_value(check: Check):
+    """Our value of a constant, or None when the module no longer has it."""
+    mod = importlib.import_module(check.module)
+    return getattr(mod, check.attr, None)
+
+
+def cudnn_algo_checks() -> list[tuple[str, int, str]]:
+    """(C enumerator, our index, where) for every name in the provider's algorithm table."""
+    mod = importlib.import_module(_ALGO_TABLE[0])
+    table = getattr(mod, _ALGO_TABLE[1])
+    out = []
+    for direction, names in enumerate(table):
+        for value, name in enumerate(names):
+            # "ALGO_0" -> CUDNN_CONVOLUTION_BWD_DATA_ALGO_0 (the prefix ends in ALGO_)
+            enumerator = _ALGO_PREFIX[direction] + name.removeprefix("ALGO_")
+            out.append((enumerator, value,
+                        f"{_ALGO_TABLE[0]}.{_ALGO_TABLE[1]}[{direction}][{value}]"))
+    return out
+
+
+_STRUCT_RE = re.compile(r"^(\s*)(?:ctypedef|cdef)\s+(?:packed\s+)?struct\s+(\w+)\s*:\s*(#.*)?$")
+_FIELD_RE = re.compile(r"^\s*([A-Za-z_][\w\s\*]*?[\s\*])(\w+)\s*(\[\s*\d+\s*\])?\s*(#.*)?$")
+
+
+def parse_structs(paths=None) -> dict[str, list[tuple[str, str, str]]]:
+    """``{name: [(c_type, field, array_suffix), ...]}`` of every ``ctypedef struct`` /
+    ``cdef struct`` block in the Cython sources (``src_pyx/*.pyx|*.pxd|*.pxi``)."""
+    paths = paths or sorted(p for p in SRC_PYX.glob("*") if p.suffix in (".pyx", ".pxd", ".pxi"))
+    out: dict[str, list] = {}
+    for path in paths:
+        lines = Path(path).read_text().splitlines()
+        i = 0
+        while i < len(lines):
+            m = _STRUCT_RE.match(lines[i])
+            i += 1
+            if not m:
+                continue
+            indent, name, fields = len(m.group(1)), m.group(2), []
+            while i < len(lines):
+                line = lines[i]
+                if not line.strip() or line.strip().startswith("#"):
+                    i += 1
+                    continue
+                if len(line) - len(line.lstrip()) <= indent:
+                    break
+                fm = _FIELD_RE.match(line)
+                if fm:
+                    fields.append((" ".join(fm.group(1).split()), fm.group(2), fm.group(3) or ""))
+                i += 1
+            out[name] = fields
+    return out
+
+
+def _c_string(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def checks_header(which: str) -> str:
+    """The C text of the checks for ``which`` ("cudart" or "cudnn"): constants, and the
+    structs whose header is ``which``. Constants missing on our side are left out (the
+    completeness test names them)."""
+    lines = [f"/* generated by tests/contract/_abi.py: our {which} constants and structs */",
+             "#include <stddef.h>"]
+    table = CUDART_CONSTANTS if which == "cudart" else CUDNN_CONSTANTS
+    for c in table:
+        v = python_value(c)
+        if v is None:
+            continue
+        msg = f"{c.module}.{c.attr} = {v} disagrees with the header's {c.c_expr}"
+        lines.append(f"_Static_assert((long long)({c.c_expr}) == {int(v)}LL, {_c_string(msg)});")
+    if which == "cudnn":
+        for enumerator, value, where in cudnn_algo_checks():
+            msg = f"{where} names {enumerator}, whose header value is not {value}"
+            lines.append(f"_Static_assert((long long)({enumerator}) == {value}LL, {_c_string(msg)});")
+    structs = parse_structs()
+    for sc in STRUCTS:
+        if sc.header != which:
+            continue
+        fields = structs.get(sc.ours)
+        if fields is None:
+            lines.append(f"#error {_c_string(f'no struct {sc.ours} in src_pyx: update STRUCTS in tests/contract/_abi.py')}")
+            continue
+        tag = f"ours_{sc.ours}"
+        lines.append(f"struct {tag} {{")
+        lines.extend(f"    {t} {f}{arr};" for t, f, arr in fields)
+        lines.append("};")
+        for theirs in sc.theirs:
+            rule = sc.size_rule
+            msg = f"sizeof(our {sc.ours}) {rule} sizeof({theirs}) does not hold"
+            lines.append(f"_Static_assert(sizeof(struct {tag}) {rule} sizeof({theirs}), {_c_string(msg)});")
+        lines.extend(_field_checks(tag, sc, fields))
+    return "\n".join(lines) + "\n"
+
+
+# fields of the vendor structs, from the headers (the checked ones must name the same)
+_THEIR_FIELDS = {
+    "cudnnConvolutionFwdAlgoPerf_t": ("algo", "status", "time", "memory", "determinism",
+                                      "mathType", "reserved"),
+    "cudnnConvolutionBwdDataAlgoPerf_t": ("algo", "status", "time", "memory", "determinism",
+                                          "mathType", "reserved"),
+    "cudnnConvolutionBwdFilterAlgoPerf_t": ("algo", "status", "time", "memory", "determinism",
+                                            "mathType", "reserved"),
+    "struct cudaPointerAttributes": ("type", "device", "devicePointer", "hostPointer"),
+}
+
+
+def _field_checks(tag: str, sc: StructCheck, fields) -> list[str]:
+    out = []
+    for theirs in sc.theirs:
+        known = _THEIR_FIELDS[theirs]
+        for _t, f, _arr in fields:
+            if f not in known:
+                continue
+            msg = f"field {f} of our {sc.ours} is not where {theirs} has it (offset or size)"
+            out.append(f"_Static_assert(offsetof(struct {tag}, {f}) == offsetof({theirs}, {f}) && "
+                       f"sizeof(((struct {tag} *)0)->{f}) == sizeof((({theirs} *)0)->{f}), "
+                       f"{_c_string(msg)});")
+    return out
+
+
+def unchecked_constants() -> list[str]:
+    """Public integer constants of the bindings that no table checks."""
+    checked = {(c.module, c.attr) for c in CUDART_CONSTANTS + CUDNN_CONSTANTS}
+    out = []
+    for modname in (_GPU, _CUDNN):
+        mod = importlib.import_module(modname)
+        for name, value in vars(mod).items():
+            if (re.fullmatch(r"[A-Z][A-Z0-9_]+", name) and type(value) is int
+                    and (modname, name) not in checked):
+                out.append(f"{modname}.{name} = {value}")
+    return out
