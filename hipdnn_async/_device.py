@@ -18,6 +18,7 @@ except ImportError:  # NumPy < 1.25
 
 from . import _knobs, _perfdb
 from ._errors import DECLINE_TYPES, DeviceError, GraphError, NotSupportedError, VariantPackError
+from ._layout import dense_strides_like
 from ._types import as_data_type, numpy_dtype
 from .graph import Graph, TensorAttributes, strides_for
 from .graph._tensor import as_int_tuple, check_strides, packed_strides
@@ -227,11 +228,14 @@ class Device:
             check_strides(dims, strides, where="Device.empty")
         return self.provider.empty(dims, dt, strides)
 
-    async def asarray(self, array, *, layout: str | None = None):
+    async def asarray(self, array, *, layout: str | None = None, strides=None):
         """Copy a NumPy array (logical shape) to a new device array (see ``empty``).
 
-        On a GPU the copy runs in a worker thread, ordered after work already launched
-        on the device's streams.
+        The new array keeps the memory layout (stride order) of ``array`` unless
+        ``layout`` or ``strides`` is given: an NHWC-strided view becomes an NHWC-strided
+        device array (as ``torch.Tensor.to`` and CuPy's ``order="K"`` do); a non-dense
+        array is packed in its own stride order. On a GPU the copy runs in a worker
+        thread, ordered after work already launched on the device's streams.
 
         Raises
         ------
@@ -239,7 +243,9 @@ class Device:
             The memory cannot be had.
         """
         array = np.asarray(array)
-        out = self.empty(array.shape, array.dtype, layout=layout)
+        if layout is None and strides is None:
+            strides = dense_strides_like(array.shape, array.strides)
+        out = self.empty(array.shape, array.dtype, layout=layout, strides=strides)
         if not self.is_host:  # the copy waits for launched work; the loop must not
             await anyio.to_thread.run_sync(out.copy_from, array)
         else:

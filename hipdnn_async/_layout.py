@@ -12,6 +12,7 @@ __all__ = [
     "strides_match",
     "stride_order",
     "element_extent",
+    "dense_strides_like",
 ]
 
 # Stride orders (outermost -> innermost) of the named layouts; hipDNN data SDK TensorLayout.
@@ -66,3 +67,14 @@ def element_extent(dims, strides) -> int:
         return 0
     return 1 + sum((d - 1) * s for d, s in zip(dims, strides))
 
+
+
+def dense_strides_like(shape, byte_strides) -> tuple:
+    """Packed element strides for ``shape`` in the memory order of an existing array
+    (``byte_strides``, e.g. a NumPy array's ``.strides``): what ``torch.Tensor.to`` and
+    CuPy's ``order="K"`` keep. A dense array gets its own strides back (in elements); a
+    non-dense one the packed strides of the same order. Axes are ordered by decreasing
+    absolute stride, ties (size-1 or empty dims) by axis index.
+    """
+    order = tuple(sorted(range(len(shape)), key=lambda i: (-abs(byte_strides[i]), i)))
+    return packed_strides(tuple(shape), order)

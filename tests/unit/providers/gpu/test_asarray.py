@@ -1,0 +1,80 @@
+"""``await dev.asarray(a)`` keeps the memory layout of ``a`` (issue 9 item 9), on the CPU
+device and on the fake GPU runtime (host-backed, so the copied bytes can be read back)."""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+
+import hipdnn_async as hd
+from hipdnn_async._layout import dense_strides_like
+
+pytestmark = pytest.mark.anyio
+
+
+def _nhwc_view(n=2, c=3, h=4, w=5, dtype=np.float32):
+    memory = np.arange(n * h * w * c, dtype=dtype).reshape(n, h, w, c)
+    return memory.transpose(0, 3, 1, 2)          # logical NCHW dims, NHWC strides
+
+
+def _element_strides(a):
+    return tuple(s // a.itemsize for s in a.strides)
+
+
+@pytest.mark.parametrize("case", ["nhwc", "nchw", "ndhwc", "sliced", "reversed"])
+def test_dense_strides_like_keeps_the_order_and_packs(case):
+    if case == "nhwc":
+        a = _nhwc_view()
+        want = _element_strides(a)              # dense: its own strides
+    elif case == "nchw":
+        a = np.zeros((2, 3, 4, 5), np.float16)
+        want = (60, 20, 5, 1)
+    elif case == "ndhwc":
+        a = np.zeros((2, 4, 5, 6, 3), np.float32).transpose(0, 4, 1, 2, 3)
+        want = _element_strides(a)
+    elif case == "sliced":                      # not dense: packed, same (NHWC) order
+        a = _nhwc_view(h=8)[:, :, ::2, :]
+        want = hd.graph.strides_for(a.shape, "NHWC")
+    else:                                       # negative strides: order by magnitude
+        a = np.zeros((2, 3, 4, 5), np.float32)[:, :, ::-1, :]
+        want = (60, 20, 5, 1)
+    assert dense_strides_like(a.shape, a.strides) == tuple(want)
+
+
+async def test_cpu_asarray_keeps_an_nhwc_view_nhwc(cpu_device):
+    a = _nhwc_view()
+    arr = await cpu_device.asarray(a)
+    assert arr.strides == _element_strides(a) == hd.graph.strides_for(a.shape, "NHWC")
+    np.testing.assert_array_equal(await arr.to_numpy(), a)
+    packed = await cpu_device.asarray(a, layout="NCHW")
+    assert packed.strides == (60, 20, 5, 1)
+    explicit = await cpu_device.asarray(a, strides=(60, 1, 15, 3))
+    assert explicit.strides == (60, 1, 15, 3)
+    with pytest.raises(hd.GraphError, match="layout or strides, not both"):
+        await cpu_device.asarray(a, layout="NHWC", strides=(60, 1, 15, 3))
+
+
+async def test_gpu_asarray_keeps_the_layout_and_the_bytes(fake_cuda):
+    a = _nhwc_view()
+    with hd.Device("cuda:0", streams=1) as dev:
+        arr = await dev.asarray(a)
+        assert arr.strides == (60, 1, 15, 3)        # NHWC, as the view
+        # the device bytes are the view's memory order: N, H, W, C
+        raw = (ctypes.c_float * 120).from_address(arr.ptr)
+        np.testing.assert_array_equal(np.frombuffer(raw, np.float32),
+                                      np.ascontiguousarray(a.transpose(0, 2, 3, 1)).ravel())
+        np.testing.assert_array_equal(arr.to_numpy_sync(), a)
+        assert (await dev.asarray(np.ascontiguousarray(a))).strides == (60, 20, 5, 1)
+
+
+async def test_an_nhwc_view_staged_by_asarray_binds_to_an_nhwc_tensor(fake_cuda):
+    # the end-to-end point of the fix: before, asarray packed the view as NCHW and an NHWC
+    # plan then refused it (or, for C == H == W, read it as NHWC memory)
+    g = hd.Graph(io_data_type="float32")
+    t = g.tensor(dims=(1, 2, 2, 2), layout="NHWC", name="x")
+    from hipdnn_async.providers._gpu._bind import GpuTarget, make_binder
+    bind = make_binder(t, output=False, target=GpuTarget(0, "cuda:0", fake_cuda.gpu))
+    with hd.Device("cuda:0", streams=1) as dev:
+        arr = await dev.asarray(_nhwc_view(1, 2, 2, 2))
+        assert bind(arr) == arr.ptr
