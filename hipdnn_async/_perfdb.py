@@ -1,7 +1,7 @@
 """The persistent performance database: benchmark winners in one SQLite file.
 
-One row per :class:`PerfKey` (provider, library versions, device, problem signature,
-workspace limit) holds the winning algorithm, its time and workspace. The file is
+One row per :class:`PerfKey` (provider, engine, library versions, device, problem
+signature, workspace limit) holds the winning algorithm, its time and workspace. The file is
 ``$HIPDNN_ASYNC_PERFDB`` or ``~/.config/hipdnn_async/perfdb.sqlite3``; ``":memory:"``
 selects a private in-memory db.
 
@@ -18,6 +18,9 @@ What breaks MIOpen's dbs, and what this module does about it (ROCm/MIOpen #1878,
   directory, a parent that cannot be created, a full or failing disk): one warning and
   an in-memory db (seeded with what could still be read), so tuning keeps working.
 - A db written by a newer schema: left untouched; an in-memory db is used.
+- A db of schema 1 (before entries named their engine): upgraded in place, once, with a
+  note; its entries keep engine ``""`` until the engine that wrote them (its provider's
+  only engine then) claims them at its first lookup (``PerfDb.lookup(..., schema1=True)``).
 
 ``lookup`` and ``store`` never raise for any of these conditions.
 
@@ -50,6 +53,7 @@ __all__ = [
     "PerfRecord",
     "PerfDb",
     "SCHEMA_VERSION",
+    "SCHEMA1_ENGINE",
     "PERFDB_ENV",
     "default_path",
     "default_perfdb",
@@ -66,20 +70,25 @@ __all__ = [
 _logger = logging.getLogger("hipdnn_async")
 
 PERFDB_ENV = "HIPDNN_ASYNC_PERFDB"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+SCHEMA1_ENGINE = ""                   # the engine of entries upgraded from schema 1
 _FORMAT = "hipdnn_async.perfdb"       # meta 'format' value and export 'format' field
 _BUSY_TIMEOUT_MS = 10_000             # SQLite's own wait on a lock, per statement
 _RETRY_BUDGET_S = 30.0                # our retries on top of busy_timeout
 _MEMORY = ":memory:"
 
-_KEY_FIELDS = ("provider", "library_versions", "device", "problem", "workspace_limit")
+_KEY_FIELDS = ("provider", "engine", "library_versions", "device", "problem", "workspace_limit")
 _RECORD_FIELDS = ("algorithm", "time_ms", "workspace_bytes", "measured_at")
 _FIELDS = _KEY_FIELDS + _RECORD_FIELDS
+_STR_FIELDS = ("provider", "engine", "library_versions", "device", "problem", "algorithm")
+# Schema 1 (hipdnn_async 0.1.0): the same columns without ``engine``.
+_SCHEMA1_FIELDS = tuple(f for f in _FIELDS if f != "engine")
 
 _SCHEMA = f"""
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE perf (
     provider         TEXT    NOT NULL,
+    engine           TEXT    NOT NULL,
     library_versions TEXT    NOT NULL,
     device           TEXT    NOT NULL,
     problem          TEXT    NOT NULL,
@@ -88,7 +97,7 @@ CREATE TABLE perf (
     time_ms          REAL    NOT NULL,
     workspace_bytes  INTEGER NOT NULL,
     measured_at      REAL    NOT NULL,
-    PRIMARY KEY (provider, library_versions, device, problem, workspace_limit)
+    PRIMARY KEY (provider, engine, library_versions, device, problem, workspace_limit)
 );
 PRAGMA user_version = {SCHEMA_VERSION};
 """
@@ -135,7 +144,10 @@ class PerfKey:
     Parameters
     ----------
     provider : str
-        Provider name, e.g. ``"cpu"``, ``"miopen"``, ``"cudnn"``.
+        Provider name, e.g. ``"cpu"``.
+    engine : str
+        Engine name, e.g. ``"CPU_ENGINE"``: two engines of one provider keep separate
+        records for the same problem.
     library_versions : str
         Versions of the libraries that ran the kernels (e.g. ``"miopen 3.5.1"``).
     device : str
@@ -147,13 +159,14 @@ class PerfKey:
     """
 
     provider: str
+    engine: str
     library_versions: str
     device: str
     problem: str
     workspace_limit: int
 
     def __post_init__(self):
-        for name in _KEY_FIELDS[:4]:
+        for name in _KEY_FIELDS[:5]:
             _check_str("PerfKey", name, getattr(self, name))
         object.__setattr__(self, "workspace_limit",
                            _check_int("PerfKey", "workspace_limit", self.workspace_limit))
@@ -313,6 +326,13 @@ def _row_to_dict(row) -> dict:
     return dict(zip(_FIELDS, row))
 
 
+def _select_fields(version: int) -> str:
+    """The columns of a ``perf`` table of ``version``, as a SELECT list in _FIELDS order."""
+    if version == 1:
+        return ",".join(f"'{SCHEMA1_ENGINE}'" if f == "engine" else f for f in _FIELDS)
+    return ",".join(_FIELDS)
+
+
 # ---------------------------------------------------------------------------
 # PerfDb
 # ---------------------------------------------------------------------------
@@ -385,7 +405,7 @@ class PerfDb:
         conn.executescript(_SCHEMA)
         conn.execute("INSERT INTO meta VALUES ('format', ?)", (_FORMAT,))
         if self._seed:
-            conn.executemany(f"INSERT OR REPLACE INTO perf VALUES ({','.join('?' * 9)})",
+            conn.executemany(f"INSERT OR REPLACE INTO perf VALUES ({','.join('?' * len(_FIELDS))})",
                              self._seed)
             self._seed = []
         return conn
@@ -420,8 +440,9 @@ class PerfDb:
             conn = sqlite3.connect(_ro_uri(self.path) + "&immutable=1", uri=True,
                                    isolation_level=None)
             try:
-                if conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
-                    self._seed = conn.execute(f"SELECT {','.join(_FIELDS)} FROM perf").fetchall()
+                version = conn.execute("PRAGMA user_version").fetchone()[0]
+                if version in (1, SCHEMA_VERSION):
+                    self._seed = conn.execute(f"SELECT {_select_fields(version)} FROM perf").fetchall()
             finally:
                 conn.close()
         except sqlite3.Error:
@@ -531,6 +552,9 @@ class PerfDb:
             if fmt == _FORMAT and version > SCHEMA_VERSION:
                 raise _Newer(f"written by a newer hipdnn_async (schema {version} > "
                              f"{SCHEMA_VERSION}); the file is left untouched")
+            if fmt == _FORMAT and version == 1 and "perf" in tables:
+                self._upgrade_schema1(conn)
+                version = SCHEMA_VERSION
             if fmt != _FORMAT or version != SCHEMA_VERSION or "perf" not in tables:
                 raise _Broken(f"not a hipdnn_async perf db (user_version {version}, "
                               f"tables {sorted(tables)})")
@@ -539,6 +563,25 @@ class PerfDb:
                 raise _Broken(f"table 'perf' has columns {cols}; expected {list(_FIELDS)}")
 
         _retry_busy(lambda: _write_txn(conn, check))
+
+    def _upgrade_schema1(self, conn: sqlite3.Connection) -> None:
+        """Schema 1 -> 2 inside the caller's write transaction: the key gains ``engine``;
+        the old entries get ``SCHEMA1_ENGINE`` (see ``lookup``'s ``schema1``)."""
+        cols = tuple(r[1] for r in conn.execute("PRAGMA table_info(perf)"))
+        if cols != _SCHEMA1_FIELDS:
+            raise _Broken(f"schema 1 table 'perf' has columns {list(cols)}; expected "
+                          f"{list(_SCHEMA1_FIELDS)}")
+        conn.execute("ALTER TABLE perf RENAME TO perf_schema1")
+        create = _SCHEMA[_SCHEMA.index("CREATE TABLE perf"):]
+        conn.execute(create[:create.index(";")])
+        conn.execute(f"INSERT INTO perf ({','.join(_FIELDS)}) SELECT "
+                     f"{_select_fields(1)} FROM perf_schema1")
+        n = conn.execute("SELECT count(*) FROM perf").fetchone()[0]
+        conn.execute("DROP TABLE perf_schema1")
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        _logger.info("perf db %s: upgraded schema 1 -> %d; its %d entries predate engine "
+                     "names and are kept for the engine that wrote them (claimed at its first "
+                     "lookup)", self.path, SCHEMA_VERSION, n)
 
     def _repair(self, reason: str) -> None:
         """Move a broken file (and its -wal/-shm) aside, under a lock file if possible."""
@@ -621,17 +664,35 @@ class PerfDb:
 
     # -- public API ---------------------------------------------------------
 
-    def lookup(self, key: PerfKey) -> PerfRecord | None:
-        """Return the stored record for ``key``, or None (counts a hit or a miss)."""
+    def lookup(self, key: PerfKey, *, schema1: bool = False) -> PerfRecord | None:
+        """Return the stored record for ``key``, or None (counts a hit or a miss).
+
+        Parameters
+        ----------
+        key : PerfKey
+        schema1 : bool, optional
+            Also accept an entry upgraded from schema 1 (engine ``SCHEMA1_ENGINE``) with
+            the same other fields, and claim it for ``key.engine``. Pass True only from
+            the engine that was its provider's single engine when schema 1 was written.
+        """
         if not isinstance(key, PerfKey):
             raise HipdnnError(f"PerfDb.lookup: key must be a PerfKey; got {type(key).__name__}")
         args = tuple(getattr(key, f) for f in _KEY_FIELDS)
+        where = " AND ".join(f"{f} = ?" for f in _KEY_FIELDS if f != "engine")
+        others = args[:1] + args[2:]
+        legacy = schema1 and key.engine != SCHEMA1_ENGINE
 
         def op(conn):
-            return conn.execute(
-                f"SELECT {','.join(_RECORD_FIELDS)} FROM perf WHERE provider = ? AND "
-                "library_versions = ? AND device = ? AND problem = ? AND workspace_limit = ?",
-                args).fetchone()
+            row = conn.execute(f"SELECT {','.join(_RECORD_FIELDS)} FROM perf WHERE {where} "
+                               "AND engine = ?", others + (key.engine,)).fetchone()
+            if row is None and legacy:
+                row = conn.execute(f"SELECT {','.join(_RECORD_FIELDS)} FROM perf WHERE "
+                                   f"{where} AND engine = ?", others + (SCHEMA1_ENGINE,)).fetchone()
+                if row is not None:   # claim it: it is this engine's from now on
+                    _write_txn(conn, lambda c: c.execute(
+                        f"UPDATE OR IGNORE perf SET engine = ? WHERE {where} AND engine = ?",
+                        (key.engine,) + others + (SCHEMA1_ENGINE,)))
+            return row
 
         row = self._run("lookup", op, default=None)
         record = None
@@ -767,9 +828,11 @@ def _validate_export(doc, where: str) -> list[tuple]:
         if doc["format"] != _FORMAT:
             raise HipdnnError(f"{where}: field 'format' must be {_FORMAT!r}; "
                               f"got {doc['format']!r}")
-        if doc["version"] != SCHEMA_VERSION or isinstance(doc["version"], bool):
-            raise HipdnnError(f"{where}: field 'version' must be {SCHEMA_VERSION}; "
+        if doc["version"] not in (1, SCHEMA_VERSION) or isinstance(doc["version"], bool):
+            raise HipdnnError(f"{where}: field 'version' must be 1 or {SCHEMA_VERSION}; "
                               f"got {doc['version']!r}")
+        # a schema-1 export has no engine: its entries import as schema-1 entries
+        fields = _SCHEMA1_FIELDS if doc["version"] == 1 else _FIELDS
         entries = doc["entries"]
         if not isinstance(entries, list):
             raise HipdnnError(f"{where}: field 'entries' must be a list; "
@@ -783,16 +846,16 @@ def _validate_export(doc, where: str) -> list[tuple]:
         at = f"{where}: entry {i}"
         if not isinstance(e, dict):
             raise HipdnnError(f"{at}: must be an object; got {type(e).__name__}")
-        missing = [f for f in _FIELDS if f not in e]
-        extra = sorted(set(e) - set(_FIELDS))
+        missing = [f for f in fields if f not in e]
+        extra = sorted(set(e) - set(fields))
         if missing:
             raise HipdnnError(f"{at}: missing field '{missing[0]}'")
         if extra:
             raise HipdnnError(f"{at}: unknown field '{extra[0]}'")
         row = []
         for f in _FIELDS:
-            v = e[f]
-            if f in ("provider", "library_versions", "device", "problem", "algorithm"):
+            v = e.get(f, SCHEMA1_ENGINE)      # only "engine" can be absent (schema 1)
+            if f in _STR_FIELDS:
                 ok = isinstance(v, str)
                 want = "a str"
             elif f in ("workspace_limit", "workspace_bytes"):
@@ -851,7 +914,8 @@ def cli_show(db: PerfDb, out=None) -> int:
     print(f"perf db {where}: {len(entries)} entries", file=out)
     for e in entries:
         problem = e["problem"] if len(e["problem"]) <= 60 else e["problem"][:57] + "..."
-        print(f"  {e['provider']:<7} {e['device']:<24} ws<={e['workspace_limit']:<11} "
+        print(f"  {e['provider']:<7} {e['engine'] or '(schema 1)':<20} {e['device']:<24} "
+              f"ws<={e['workspace_limit']:<11} "
               f"{e['algorithm']:<20} {e['time_ms']:10.4f} ms  ws {e['workspace_bytes']:<10} "
               f"{problem}", file=out)
     return len(entries)

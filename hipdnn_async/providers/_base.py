@@ -108,6 +108,9 @@ class ProviderEngine(abc.ABC):
 
     name: ClassVar[str] = ""
     notes: ClassVar[str] = ""
+    # True for the engine that was its provider's only one when perf-db entries had no
+    # engine (schema 1): it claims those entries (``PerfDb.lookup(..., schema1=True)``).
+    schema1: ClassVar[bool] = False
 
     def __init__(self, provider: "Provider"):
         self.provider = provider
@@ -185,9 +188,13 @@ class Provider(abc.ABC):
     def build(self, match, engine: Engine, knobs: Mapping[str, int], perfdb) -> ProviderPlan:
         """Build (and tune when ``knobs['global.benchmarking']``) a plan with ``engine``
         (one that ``engines(match)`` offered); DECLINE_TYPES when the engine declines."""
+        return self.engine_impl(engine).build(match, engine, knobs, perfdb)
+
+    def engine_impl(self, engine: Engine) -> ProviderEngine:
+        """The ``ProviderEngine`` behind an offered ``Engine`` (NotSupportedError if none)."""
         for impl in self._engine_impls():
             if impl.id == engine.id:
-                return impl.build(match, engine, knobs, perfdb)
+                return impl
         raise NotSupportedError(f"{self.name}: engine {engine.name!r} is not one of this "
                                 f"provider's ({', '.join(i.name for i in self._engine_impls())})")
 

@@ -94,6 +94,7 @@ def test_benchmarking_stores_then_second_device_hits(gpu_device, tmp_path, direc
     entries = hd.PerfDb(db_path).entries()
     assert len(entries) == 1 and entries[0]["provider"] != "cpu", entries
     assert entries[0]["algorithm"] == first.algorithm
+    assert entries[0]["engine"] == first.engine.name      # the perf-db key names the engine
 
     with hd.Device(gpu_device.spec, perfdb=db_path) as dev2:   # no in-process plan cache
         got2 = h.run(dev2, knobs={BENCH: 1})["out"]

@@ -20,7 +20,7 @@ import time
 
 def make_key(worker: int, i: int):
     from hipdnn_async._perfdb import PerfKey
-    return PerfKey("cpu", "test-libs 1.0", "stress-device",
+    return PerfKey("cpu", "CPU_ENGINE", "test-libs 1.0", "stress-device",
                    f"CONV_FPROP|worker={worker}|i={i}|x(8,{i},16,16)", 1024 * (i % 3))
 
 

@@ -11,7 +11,7 @@ from hipdnn_async.cli import main
 def seeded_db(path):
     db = hd.PerfDb(str(path))
     for i in range(3):
-        db.store(_perfdb.PerfKey("cpu", "v1", "cpu x86", f"problem {i}", 1 << i),
+        db.store(_perfdb.PerfKey("cpu", "CPU_ENGINE", "v1", "cpu x86", f"problem {i}", 1 << i),
                  _perfdb.PerfRecord(f"algo{i}", 0.5 + i, 1 << i, 1000.0 + i))
     return db
 
@@ -26,7 +26,7 @@ def test_perfdb_export_import_round_trip(tmp_path, capsys):
     dst_path = tmp_path / "b.sqlite3"
     assert main(["perfdb", "import", str(out), "--db", str(dst_path)]) == 0
     dst = hd.PerfDb(str(dst_path))
-    key = _perfdb.PerfKey("cpu", "v1", "cpu x86", "problem 2", 4)
+    key = _perfdb.PerfKey("cpu", "CPU_ENGINE", "v1", "cpu x86", "problem 2", 4)
     assert dst.lookup(key).algorithm == "algo2" and dst.lookup(key).time_ms == 2.5
     assert main(["perfdb", "show", "--db", str(dst_path)]) == 0
     assert "algo1" in capsys.readouterr().out

@@ -4,7 +4,7 @@ import pytest
 from hipdnn_async._errors import GraphError, NotSupportedError
 from hipdnn_async._types import ConvolutionMode, PointwiseMode
 from hipdnn_async.graph import ConvAttrs, Graph
-from hipdnn_async.patterns import CATALOG, Match, Pattern, match
+from hipdnn_async.patterns import CATALOG, ConvDirection, Match, Pattern, conv_roles, match
 
 ADD, RELU_FWD, RELU_BWD = PointwiseMode.ADD, PointwiseMode.RELU_FWD, PointwiseMode.RELU_BWD
 
@@ -414,3 +414,26 @@ def test_single_node_inputs_non_virtual_and_conv_then_conv():
     with pytest.raises(NotSupportedError) as e:
         match(g)
     check_ns(e, "node 'conv2' (conv_fprop) after conv_fprop")
+
+
+@pytest.mark.parametrize("build, direction, x, w, y", [
+    (p7, ConvDirection.FPROP, "x", "w", "y"), (p8, ConvDirection.FPROP, "x", "w", "y"),
+    (p6, ConvDirection.DGRAD, "dx", "w", "dy"), (p9, ConvDirection.WGRAD, "x", "dw", "dy"),
+])
+def test_conv_roles_name_the_node_slots(build, direction, x, w, y):
+    g, _ = build()
+    m = match(g)
+    roles = conv_roles(m.pattern)
+    assert (roles.direction, roles.x, roles.w, roles.y) == (direction, x, w, y)
+    node = m.nodes[0]
+    # inputs in the node's input-slot order, output its output: the same tensor objects
+    assert [m.tensors[r] for r in roles.inputs] == list(node.inputs.values())
+    # the output is the pattern's last node's (pattern 8: after bias and ReLU)
+    assert m.tensors[roles.output] is next(iter(m.nodes[-1].outputs.values()))
+    assert roles.direction.label == node.kind.split("_")[1]
+
+
+def test_conv_roles_only_for_convolutions():
+    for build in (p1, p2, p3, p4, p5):
+        assert conv_roles(match(build()[0]).pattern) is None
+    assert [int(d) for d in ConvDirection] == [0, 1, 2]   # forward, backward data, backward filter

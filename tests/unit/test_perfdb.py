@@ -21,8 +21,9 @@ from hipdnn_async._perfdb import (PerfDb, PerfKey, PerfRecord, cli_clear, cli_ex
 LOGGER = "hipdnn_async"
 
 
-def key(i=0, *, ws=1 << 20, device="host-cpu", provider="cpu", libs="numpy 2.0"):
-    return PerfKey(provider, libs, device, f"CONV_FPROP|x(1,{i},8,8)|w(4,{i},3,3)", ws)
+def key(i=0, *, ws=1 << 20, device="host-cpu", provider="cpu", libs="numpy 2.0",
+        engine="CPU_ENGINE"):
+    return PerfKey(provider, engine, libs, device, f"CONV_FPROP|x(1,{i},8,8)|w(4,{i},3,3)", ws)
 
 
 def rec(alg="im2col_gemm", t=1.25, ws=4096, at=None):
@@ -82,7 +83,7 @@ def test_persists_across_instances(tmp_path):
 
 @pytest.mark.parametrize("other", [
     key(ws=0), key(device="gfx942 rocm 6.4"), key(provider="miopen"),
-    key(libs="numpy 2.1"), key(i=1),
+    key(libs="numpy 2.1"), key(i=1), key(engine="CPU_ENGINE_TWIN"),
 ])
 def test_each_key_field_separates_entries(db, other):
     db.store(key(), rec("a", 1.0))
@@ -104,7 +105,8 @@ def test_last_store_wins(db):
 def test_entries_are_json_ready(db):
     db.store(key(), rec(at=5.0))
     (e,) = db.entries()
-    assert e == {"provider": "cpu", "library_versions": "numpy 2.0", "device": "host-cpu",
+    assert e == {"provider": "cpu", "engine": "CPU_ENGINE", "library_versions": "numpy 2.0",
+                 "device": "host-cpu",
                  "problem": key().problem, "workspace_limit": 1 << 20,
                  "algorithm": "im2col_gemm", "time_ms": 1.25, "workspace_bytes": 4096,
                  "measured_at": 5.0}
@@ -150,8 +152,9 @@ def test_repr_names_path(db):
 
 
 @pytest.mark.parametrize("args", [
-    (1, "v", "d", "p", 0), ("cpu", "v", "d", b"p", 0), ("cpu", "v", "d", "p", -1),
-    ("cpu", "v", "d", "p", True), ("cpu", "v", "d", "p", 1.5),
+    (1, "E", "v", "d", "p", 0), ("cpu", "E", "v", "d", b"p", 0), ("cpu", "E", "v", "d", "p", -1),
+    ("cpu", "E", "v", "d", "p", True), ("cpu", "E", "v", "d", "p", 1.5),
+    ("cpu", None, "v", "d", "p", 0),
 ])
 def test_perf_key_types_checked(args):
     with pytest.raises(HipdnnError):
@@ -193,20 +196,25 @@ def test_import_does_not_replace_newer(db, tmp_path):
 
 
 def _good_entry():
-    return {"provider": "cpu", "library_versions": "v", "device": "d", "problem": "p",
+    return {"provider": "cpu", "engine": "E", "library_versions": "v", "device": "d", "problem": "p",
             "workspace_limit": 0, "algorithm": "direct", "time_ms": 1.0,
             "workspace_bytes": 0, "measured_at": 1.0}
 
 
 def _doc(*entries):
-    return {"format": "hipdnn_async.perfdb", "version": 1, "entries": list(entries)}
+    return {"format": "hipdnn_async.perfdb", "version": 2, "entries": list(entries)}
 
 
 @pytest.mark.parametrize("doc, pattern", [
     ([], "not a perf db export"),
     ({"entries": []}, "not a perf db export"),
     ({**_doc(), "format": "miopen"}, "field 'format'"),
-    ({**_doc(), "version": 2}, "field 'version'"),
+    ({**_doc(), "version": 3}, "field 'version'"),
+    ({**_doc(), "version": True}, "field 'version'"),
+    (_doc({**_good_entry(), "engine": 7}), "entry 0: field 'engine' must be a str"),
+    ({**_doc({k: v for k, v in _good_entry().items() if k != "engine"})},
+     "entry 0: missing field 'engine'"),
+    ({**_doc(_good_entry()), "version": 1}, "entry 0: unknown field 'engine'"),
     ({**_doc(), "entries": {}}, "field 'entries' must be a list"),
     (_doc(5), "entry 0: must be an object"),
     (_doc({k: v for k, v in _good_entry().items() if k != "device"}), "entry 0: missing field 'device'"),
@@ -289,7 +297,7 @@ def test_cli_helpers(db, tmp_path):
 def _make_valid_db(path, n=400):
     with PerfDb(path) as d:
         d._run("fill", lambda c: _perfdb._write_txn(c, lambda c2: _perfdb._upsert(
-            c2, [(f"cpu", "v", "d", "p" * 200 + str(i), i, "a", 1.0, 0, 1.0)
+            c2, [(f"cpu", "E", "v", "d", "p" * 200 + str(i), i, "a", 1.0, 0, 1.0)
                  for i in range(n)])), default=None)
         d._run("checkpoint", lambda c: c.execute("PRAGMA wal_checkpoint(TRUNCATE)"),
                default=None)
@@ -380,13 +388,14 @@ def test_a_file_that_is_not_a_perf_db_is_left_untouched(tmp_path, caplog, name, 
     _check_left_untouched(caplog, path, "not a SQLite file")
 
 
-def test_wrong_columns_same_version_is_moved_aside(tmp_path, caplog):
+@pytest.mark.parametrize("version", [1, 2])
+def test_wrong_columns_same_version_is_moved_aside(tmp_path, caplog, version):
     path = str(tmp_path / "perf.sqlite3")
     conn = sqlite3.connect(path)
     conn.executescript("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);"
                        "INSERT INTO meta VALUES ('format', 'hipdnn_async.perfdb');"
                        "CREATE TABLE perf (problem TEXT, algorithm TEXT);"
-                       "PRAGMA user_version = 1;")
+                       f"PRAGMA user_version = {version};")
     conn.close()
     _check_moved_aside_and_recreated(caplog, path)
 
@@ -577,7 +586,7 @@ def test_empty_db_is_truthy(db):
 
 def test_invalid_row_written_by_another_tool_is_a_miss(db, caplog):
     db._run("poke", lambda c: c.execute(
-        "INSERT INTO perf VALUES ('cpu', 'numpy 2.0', 'host-cpu', ?, ?, 'x', -5.0, 0, 1.0)",
+        "INSERT INTO perf VALUES ('cpu', 'CPU_ENGINE', 'numpy 2.0', 'host-cpu', ?, ?, 'x', -5.0, 0, 1.0)",
         (key().problem, key().workspace_limit)), default=None)
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         assert db.lookup(key()) is None
@@ -585,3 +594,108 @@ def test_invalid_row_written_by_another_tool_is_a_miss(db, caplog):
     assert len(warnings_of(caplog, db.path)) == 1
     db.store(key(), rec(at=2.0))
     assert db.lookup(key()) == rec(at=2.0)
+
+
+# -- schema 1 (no engine column) -> 2 ------------------------------------------------------
+
+_SCHEMA1_SQL = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE perf (
+    provider TEXT NOT NULL, library_versions TEXT NOT NULL, device TEXT NOT NULL,
+    problem TEXT NOT NULL, workspace_limit INTEGER NOT NULL, algorithm TEXT NOT NULL,
+    time_ms REAL NOT NULL, workspace_bytes INTEGER NOT NULL, measured_at REAL NOT NULL,
+    PRIMARY KEY (provider, library_versions, device, problem, workspace_limit));
+INSERT INTO meta VALUES ('format', 'hipdnn_async.perfdb');
+PRAGMA user_version = 1;
+"""
+
+
+def _schema1_file(path, rows):
+    """A perf db file exactly as hipdnn_async 0.1.0 (schema 1) wrote it."""
+    conn = sqlite3.connect(path)
+    conn.executescript(_SCHEMA1_SQL)
+    conn.executemany("INSERT INTO perf VALUES (?,?,?,?,?,?,?,?,?)", rows)
+    conn.commit()
+    conn.close()
+
+
+def _v1_row(i=0, alg="old_winner", at=10.0):
+    k = key(i)
+    return (k.provider, k.library_versions, k.device, k.problem, k.workspace_limit, alg, 2.0,
+            64, at)
+
+
+def _schema_of(path):
+    conn = sqlite3.connect(path)
+    try:
+        return (conn.execute("PRAGMA user_version").fetchone()[0],
+                [r[1] for r in conn.execute("PRAGMA table_info(perf)")])
+    finally:
+        conn.close()
+
+
+def test_schema1_file_is_upgraded_in_place(tmp_path, caplog):
+    path = str(tmp_path / "perf.sqlite3")
+    _schema1_file(path, [_v1_row(0), _v1_row(1, "other")])
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        with PerfDb(path) as d:
+            assert not d.in_memory
+            assert sorted((e["engine"], e["algorithm"]) for e in d.entries()) == [
+                ("", "old_winner"), ("", "other")]
+    assert _schema_of(path) == (2, list(_perfdb._FIELDS)) and _asides(path) == []
+    notes = [r.getMessage() for r in caplog.records if "upgraded schema 1" in r.getMessage()]
+    assert len(notes) == 1 and "2 entries" in notes[0] and path in notes[0]
+    assert not warnings_of(caplog, path)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        with PerfDb(path) as d:       # upgraded once: reopening says nothing
+            assert len(d) == 2
+    assert "upgraded" not in caplog.text
+
+
+def test_schema1_entries_are_claimed_only_by_the_engine_that_wrote_them(tmp_path):
+    path = str(tmp_path / "perf.sqlite3")
+    _schema1_file(path, [_v1_row(0)])
+    with PerfDb(path) as d:
+        assert d.lookup(key(0)) is None                        # other engines: a miss
+        assert d.lookup(key(0, engine="TWIN"), schema1=False) is None
+        got = d.lookup(key(0), schema1=True)                   # the original engine
+        assert got == PerfRecord("old_winner", 2.0, 64, 10.0)
+        assert [e["engine"] for e in d.entries()] == ["CPU_ENGINE"]   # claimed
+        assert d.lookup(key(0)) == got                         # now its own entry
+        assert d.lookup(key(0, engine="TWIN"), schema1=True) is None  # nothing left to claim
+
+
+def test_an_engines_own_entry_wins_over_a_schema1_one(tmp_path):
+    path = str(tmp_path / "perf.sqlite3")
+    _schema1_file(path, [_v1_row(0)])
+    with PerfDb(path) as d:
+        d.store(key(0), rec("tuned_since", 1.0, at=50.0))
+        assert d.lookup(key(0), schema1=True).algorithm == "tuned_since"
+        assert sorted(e["engine"] for e in d.entries()) == ["", "CPU_ENGINE"]
+
+
+def test_schema2_file_round_trips(tmp_path, caplog):
+    path = str(tmp_path / "perf.sqlite3")
+    with PerfDb(path) as d:
+        d.store(key(0), rec("a", at=1.0))
+        d.store(key(0, engine="TWIN"), rec("b", at=2.0))
+    assert _schema_of(path) == (2, list(_perfdb._FIELDS))
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        with PerfDb(path) as d:
+            assert d.lookup(key(0)).algorithm == "a"
+            assert d.lookup(key(0, engine="TWIN")).algorithm == "b"
+    assert "upgraded" not in caplog.text and _asides(path) == []
+
+
+def test_schema1_export_imports_without_engines(db, tmp_path):
+    entry = {k: v for k, v in _good_entry().items() if k != "engine"}
+    p = tmp_path / "v1.json"
+    p.write_text(json.dumps({**_doc(entry), "version": 1}))
+    assert db.import_json(p) == 1
+    (e,) = db.entries()
+    assert e["engine"] == "" and e["algorithm"] == "direct"
+    out = tmp_path / "v2.json"
+    db.export_json(out)
+    doc = json.loads(out.read_text())
+    assert doc["version"] == 2 and doc["entries"][0]["engine"] == ""

@@ -125,8 +125,8 @@ def test_stale_perfdb_entry_is_ignored_and_retuned(tmp_path):
     with hd.Device("cpu", perfdb=db) as dev:
         p1 = dev.build_sync(g, knobs={BENCH: 1})
     (entry,) = db.entries()
-    key = _perfdb.PerfKey(**{k: entry[k] for k in ("provider", "library_versions", "device",
-                                                     "problem", "workspace_limit")})
+    key = _perfdb.PerfKey(**{k: entry[k] for k in ("provider", "engine", "library_versions",
+                                                     "device", "problem", "workspace_limit")})
     db.store(key, _perfdb.PerfRecord("removed_algorithm", 0.001, 0, 0.0))
     with hd.Device("cpu", perfdb=db) as dev:
         p2 = dev.build_sync(g, knobs={BENCH: 1})

@@ -13,13 +13,14 @@ import time
 
 import numpy as np
 
-from ... import _knobs, _perfdb
-from ..._version import __version__
-from ..._errors import DeviceError, ExecutionError, KnobError, NotSupportedError
+from ... import _knobs
+from ..._errors import DeviceError, ExecutionError, NotSupportedError
+from ..._layout import element_extent
 from ..._types import numpy_dtype
-from ...patterns import Pattern
+from ..._version import __version__
+from ...patterns import conv_roles
 from ...runtime import DeviceArray
-from ...runtime._buffer import element_extent
+from .. import _tuning
 from .._base import Provider, ProviderEngine, ProviderPlan
 from . import _batchnorm, _bind, _conv
 from ._bind import bind_workspace, make_binder
@@ -30,15 +31,6 @@ log = logging.getLogger("hipdnn_async")
 
 CPU_ENGINE_NAME = "CPU_ENGINE"
 
-_CONV_DIRECTION = {
-    Pattern.CONV_FPROP: "fprop",
-    Pattern.CONV_FPROP_BIAS_RELU: "fprop",
-    Pattern.CONV_DGRAD: "dgrad",
-    Pattern.CONV_WGRAD: "wgrad",
-}
-# Patterns offered the workspace knob: the single-node convolutions (the seed, "Knobs").
-_WORKSPACE_KNOB_PATTERNS = (Pattern.CONV_FPROP, Pattern.CONV_DGRAD, Pattern.CONV_WGRAD)
-
 # Benchmarking: one warm-up, then timed runs until this many or this much time (s).
 _BENCH_RUNS = 3
 _BENCH_BUDGET_S = 0.5
@@ -46,25 +38,19 @@ _BENCH_BUDGET_S = 0.5
 
 def conv_problem(match) -> _conv.ConvProblem:
     """The convolution problem of a convolution pattern, in the kernels' terms."""
-    t, conv = match.tensors, match.params["conv"]
-    direction = _CONV_DIRECTION[match.pattern]
-    if direction == "fprop":
-        x, w, y = t["x"], t["w"], t["y"]
-    elif direction == "dgrad":
-        x, w, y = t["dx"], t["w"], t["dy"]
-    else:
-        x, w, y = t["x"], t["dw"], t["dy"]
+    roles, t, conv = conv_roles(match.pattern), match.tensors, match.params["conv"]
+    x, w, y = t[roles.x], t[roles.w], t[roles.y]
     return _conv.ConvProblem(
-        direction=direction, x_dims=tuple(x.dims), w_dims=tuple(w.dims), y_dims=tuple(y.dims),
-        pre_padding=tuple(conv.pre_padding), post_padding=tuple(conv.post_padding),
-        stride=tuple(conv.stride), dilation=tuple(conv.dilation), groups=conv.groups,
-        dtype=numpy_dtype(x.data_type))
+        direction=roles.direction.label, x_dims=tuple(x.dims), w_dims=tuple(w.dims),
+        y_dims=tuple(y.dims), pre_padding=tuple(conv.pre_padding),
+        post_padding=tuple(conv.post_padding), stride=tuple(conv.stride),
+        dilation=tuple(conv.dilation), groups=conv.groups, dtype=numpy_dtype(x.data_type))
 
 
 def _operands(match):
     """(a, b, out) roles of a convolution pattern, in ConvAlgorithm.run's order."""
-    return {"fprop": ("x", "w", "y"), "dgrad": ("dy", "w", "dx"),
-            "wgrad": ("dy", "x", "dw")}[_CONV_DIRECTION[match.pattern]]
+    roles = conv_roles(match.pattern)
+    return roles.inputs + (roles.output,)
 
 
 class CpuEngine(ProviderEngine):
@@ -73,67 +59,57 @@ class CpuEngine(ProviderEngine):
     name = CPU_ENGINE_NAME
     notes = ("all nine patterns; FLOAT/HALF/BFLOAT16 I/O accumulated in float32; any strides; "
              "batchnorm training also with running statistics; ReLU clips on every activation")
+    schema1 = True   # the provider's only engine when the perf db had no engine column
 
     def knobs(self, match):
-        knobs = [_knobs.benchmarking_knob()]
-        if match.pattern in _WORKSPACE_KNOB_PATTERNS:
-            sizes = [a.workspace_size(conv_problem(match)) for a in self._candidates(match)]
-            knobs.append(_knobs.workspace_limit_knob(min(sizes), max(sizes)))
-        return knobs
+        if conv_roles(match.pattern) is None:
+            return _tuning.engine_knobs(match)
+        return _tuning.engine_knobs(match, self._candidates(match, conv_problem(match)))
 
-    def _candidates(self, match):
-        p = conv_problem(match)
-        found = [a for a in _conv.ALGORITHMS[p.direction] if a.applicable(p)]
+    @staticmethod
+    def _candidates(match, problem) -> list:
+        """The applicable algorithms as candidates, in heuristic preference order; the
+        id is the index in ``_conv.ALGORITHMS[direction]``."""
+        found = [_tuning.Candidate(a.name, i, a.workspace_size(problem))
+                 for i, a in enumerate(_conv.ALGORITHMS[problem.direction])
+                 if a.applicable(problem)]
         if not found:  # "direct" is applicable everywhere; this would be a kernel bug
-            raise NotSupportedError(f"CPU_ENGINE: no convolution algorithm applies to {p}")
+            raise NotSupportedError(f"{CPU_ENGINE_NAME}: no convolution algorithm applies to "
+                                    f"{problem}")
         return found
 
     def build(self, match, engine, knobs, perfdb) -> ProviderPlan:
-        provider = self.provider
-        if match.pattern not in _CONV_DIRECTION:
+        if conv_roles(match.pattern) is None:
             return CpuPlan(match, None, None)
         problem = conv_problem(match)
-        candidates = self._candidates(match)
-        limit = knobs.get(_knobs.WORKSPACE_SIZE_LIMIT,
-                          max(a.workspace_size(problem) for a in candidates))
-        fitting = [a for a in candidates if a.workspace_size(problem) <= limit]
-        if not fitting:
-            raise KnobError(
-                f"knob '{_knobs.WORKSPACE_SIZE_LIMIT}' = {limit} is below every algorithm's "
-                f"workspace for engine '{engine.name}'")
-        if not knobs.get(_knobs.BENCHMARKING, 0):
-            algo = _conv.heuristic_choice(problem, limit)
-            return CpuPlan(match, problem, algo)
-        # Candidates whose workspace is beyond the memory available are not timed (on
-        # Linux a huge np.empty may succeed and the process be OOM-killed when it is
-        # touched); "direct" needs none and always stays.
-        memory = _conv.memory_budget()
-        affordable = [a for a in fitting if memory is None or a.workspace_size(problem) <= memory]
-        for a in fitting:
-            if a not in affordable:
-                log.info("benchmark %s: skipping %s, workspace %d B is beyond the memory "
-                         "available (%d B usable)", problem.direction, a.name,
-                         a.workspace_size(problem), memory)
-        fitting = affordable or [a for a in fitting if a.workspace_size(problem) == 0]
-        key = _perfdb.PerfKey(provider=provider.name,
-                              library_versions=provider.describe()["library_versions"],
-                              device=provider.perf_device(), problem=match.signature,
-                              workspace_limit=int(limit))
-        record = perfdb.lookup(key)
-        by_name = {a.name: a for a in fitting}
-        if record is not None and record.algorithm in by_name:
-            plan = CpuPlan(match, problem, by_name[record.algorithm])
-            plan.perfdb_hit = True
-            return plan
-        if record is not None:
-            log.warning("perf db entry names algorithm %r, which no longer applies within %d bytes; "
-                        "tuning again", record.algorithm, limit)
-        algo, ms = _benchmark(match, problem, fitting)
-        perfdb.store(key, _perfdb.PerfRecord(algorithm=algo.name, time_ms=ms,
-                                             workspace_bytes=algo.workspace_size(problem),
-                                             measured_at=time.time()))
-        plan = CpuPlan(match, problem, algo)
-        plan.benchmarked = True
+        algorithms = _conv.ALGORITHMS[problem.direction]
+
+        def heuristic(fitting, limit):
+            name = _conv.heuristic_choice(problem, limit).name
+            return next(c for c in fitting if c.name == name)
+
+        def affordable(fitting):
+            # Candidates whose workspace is beyond the memory available are not timed (on
+            # Linux a huge np.empty may succeed and the process be OOM-killed when it is
+            # touched); "direct" needs none and always stays.
+            memory = _conv.memory_budget()
+            kept = [c for c in fitting if memory is None or c.workspace_bytes <= memory]
+            for c in fitting:
+                if c not in kept:
+                    log.info("benchmark %s: skipping %s, workspace %d B is beyond the memory "
+                             "available (%d B usable)", problem.direction, c.name,
+                             c.workspace_bytes, memory)
+            return kept or [c for c in fitting if c.workspace_bytes == 0]
+
+        def measure(fitting):
+            algo, ms = _benchmark(match, problem, [algorithms[c.id] for c in fitting])
+            return next(c for c in fitting if c.name == algo.name), ms
+
+        choice = _tuning.choose(self, match, self._candidates(match, problem), knobs, perfdb,
+                                heuristic=heuristic, measure=measure, tunable=affordable,
+                                device=self.provider.perf_device())
+        plan = CpuPlan(match, problem, algorithms[choice.candidate.id])
+        plan.benchmarked, plan.perfdb_hit = choice.benchmarked, choice.perfdb_hit
         return plan
 
 
@@ -219,7 +195,6 @@ def _benchmark(match, problem, algorithms):
     ``direct`` needs no workspace, so something is always timed unless the problem's own
     tensors do not fit (a DeviceError naming the bytes).
     """
-    _perfdb.count("benchmarks_run")
     try:
         a, b, out = (_scratch(match.tensors[r]) for r in _operands(match))
     except MemoryError:

@@ -2,7 +2,8 @@
 
 A ``ConvSetup`` holds the descriptors of one convolution pattern and which variant-pack
 roles feed which C-API slot. Directions follow the C API: forward (x, w -> y), backward
-data = dgrad (w, dy -> dx), backward filter = wgrad (x, dy -> dw).
+data = dgrad (w, dy -> dx), backward filter = wgrad (x, dy -> dw); which roles those are
+comes from ``patterns.conv_roles``, and an algorithm is a ``providers._tuning.Candidate``.
 """
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from dataclasses import dataclass
 from ..._errors import NotSupportedError
 from ..._types import DataType
 from ..._layout import packed_strides, strides_match
-from ...patterns import Pattern
+from ...patterns import ConvDirection, conv_roles
 from ...runtime import _cudnn
+from .._tuning import Candidate
 
 __all__ = ["ConvSetup", "ALGO_NAMES", "conv_setup", "tensor_descriptor", "CUDNN_DTYPE"]
 
@@ -26,11 +28,11 @@ ALGO_NAMES = (
     ("ALGO_0", "ALGO_1", "FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"),
     ("ALGO_0", "ALGO_1", "FFT", "ALGO_3", "WINOGRAD", "WINOGRAD_NONFUSED", "FFT_TILING"),
 )
-_DIRECTION = {Pattern.CONV_FPROP: 0, Pattern.CONV_FPROP_BIAS_RELU: 0, Pattern.CONV_DGRAD: 1,
-              Pattern.CONV_WGRAD: 2}
-# (a, b, c) roles in the C API's argument order, per direction
-_ROLES = (("x", "w", "y"), ("w", "dy", "dx"), ("x", "dy", "dw"))
-_FILTER_ROLE = ("w", "w", "dw")
+# The C API's (a, b, c) argument order per direction, as ConvRoles attributes
+# (cudnnConvolutionForward: x, w -> y; BackwardData: w, dy -> dx; BackwardFilter: x, dy -> dw).
+# ConvDirection's values are cuDNN's direction indices (ALGO_NAMES, _cudnn's calls).
+_C_ORDER = {ConvDirection.FPROP: ("x", "w", "y"), ConvDirection.DGRAD: ("w", "y", "x"),
+            ConvDirection.WGRAD: ("x", "y", "w")}
 _TRANSFORM_ALGOS = frozenset({"FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"})
 
 
@@ -87,9 +89,10 @@ class ConvSetup:
     conv: object            # ConvolutionDescriptor
     float_io: bool
 
-    def algorithms(self, handle: int) -> list[tuple]:
-        """Applicable heuristic entries (algo, time, memory), best first, with this
-        setup's math type (the knob's workspace limit is applied by the provider).
+    def algorithms(self, handle: int) -> list[Candidate]:
+        """Applicable heuristic entries, best first, with this setup's math type (the
+        knob's workspace limit is applied by the provider); ``props["time_ms"]`` is the
+        heuristic's estimate.
 
         The accurate algorithms (:meth:`accurate`) are offered when cuDNN has any for the
         problem; otherwise the others, deterministic ones first (some 1x1 and depthwise
@@ -100,14 +103,15 @@ class ConvSetup:
                 self.direction, handle, a, b, self.conv.ptr, c):
             # The descriptor's math type (FMA for FLOAT: no TF32) is what runs, whatever the
             # entry's; the provider's trial run drops an algorithm that refuses it.
-            if status != 0 or any(algo == f[0] for f in preferred + [e for _, e in fallback]):
+            if status != 0 or any(algo == f.id for f in preferred + [e for _, e in fallback]):
                 continue
             try:  # the size under our math type, if cuDNN answers (else the list's)
                 memory = max(memory, _cudnn.workspace_size(self.direction, handle, a, b,
                                                            self.conv.ptr, c, algo))
             except _cudnn.CudnnError:
                 pass
-            entry = (algo, t, memory)
+            entry = Candidate(self.name(algo), algo, memory, det == _cudnn.DETERMINISTIC,
+                              {"time_ms": t})
             if self.accurate(algo, det):
                 preferred.append(entry)
             else:
@@ -138,23 +142,24 @@ class ConvSetup:
 
 def conv_setup(match, where: str) -> ConvSetup:
     """Descriptors for a convolution pattern; NotSupportedError for what cuDNN lacks."""
-    t, conv = match.tensors, match.params["conv"]
-    direction = _DIRECTION[match.pattern]
+    t, conv, roles = match.tensors, match.params["conv"], conv_roles(match.pattern)
+    direction = int(roles.direction)
+    order = tuple(getattr(roles, a) for a in _C_ORDER[roles.direction])
     if tuple(conv.pre_padding) != tuple(conv.post_padding):
         raise NotSupportedError(f"{where}: cuDNN convolutions take symmetric padding; got "
                                 f"pre {tuple(conv.pre_padding)}, post {tuple(conv.post_padding)}")
-    io = t[_ROLES[direction][2]]
+    io = t[roles.output]
     float_io = io.data_type == DataType.FLOAT
     math = _cudnn.FMA_MATH if float_io else _cudnn.TENSOR_OP_MATH
     cdesc = _cudnn.ConvolutionDescriptor(tuple(conv.pre_padding), tuple(conv.stride),
                                          tuple(conv.dilation), int(conv.groups),
                                          _cudnn.DATA_FLOAT, math)
     # the data tensor (never the filter: a 1x1 KCRS filter reads as channels-last) decides
-    channels_last = is_channels_last(t["x"] if direction != 1 else t["dx"])
+    channels_last = is_channels_last(t[roles.x])
     descs = []
-    for role in _ROLES[direction]:
-        if role == _FILTER_ROLE[direction]:
+    for role in order:
+        if role == roles.w:
             descs.append(_filter_descriptor(t[role], where, channels_last)[0])
         else:
             descs.append(tensor_descriptor(t[role], where))
-    return ConvSetup(direction, _ROLES[direction], tuple(descs), cdesc, float_io)
+    return ConvSetup(direction, order, tuple(descs), cdesc, float_io)

@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 
 import numpy as np
 
-from ... import _knobs, _perfdb
-from ..._errors import DeviceError, KnobError, NotSupportedError
+from ..._errors import DeviceError, NotSupportedError
 from ..._types import DataType, numpy_dtype
 from ..._layout import packed_strides, stride_order
 from ...patterns import Pattern
 from ...runtime import GpuArray, _cudnn, _gpu, context_for, load_cuda
+from .. import _tuning
 from .._base import Provider, ProviderEngine, ProviderPlan
 from .._gpu._bind import GpuTarget, bind_workspace, make_binder
 from .._gpu._launch import LaunchResources
@@ -42,6 +41,7 @@ class LegacyEngine(ProviderEngine):
     """``CUDNN_LEGACY_ENGINE``: the nine patterns through cuDNN's legacy API."""
 
     name = CUDNN_ENGINE_NAME
+    schema1 = True   # the provider's only engine when the perf db had no engine column
     notes = ("cuDNN 9 legacy API; FLOAT/HALF/BFLOAT16 I/O with FLOAT per-channel tensors; "
              "4-D and 5-D; packed filters; FLOAT convolutions without TF32; ReLU upper clip "
              "only")
@@ -96,14 +96,9 @@ class CudnnProvider(Provider):
     def _legacy_knobs(self, match) -> list:
         where = f"{CUDNN_ENGINE_NAME} ({match.pattern.name})"
         self._check_supported(match, where)
-        knobs = [_knobs.benchmarking_knob()]
-        if match.pattern in _CONV:
-            _, algos = self._conv_candidates(match, where)
-            sizes = [m for _, _, m in algos]
-            knobs.append(_knobs.workspace_limit_knob(min(sizes), max(sizes)))
-        elif match.pattern == Pattern.CONV_FPROP_BIAS_RELU:
-            self._conv_candidates(match, where)
-        return knobs
+        if match.pattern in _CONV or match.pattern == Pattern.CONV_FPROP_BIAS_RELU:
+            return _tuning.engine_knobs(match, self._conv_candidates(match, where)[1])
+        return _tuning.engine_knobs(match)
 
     def _check_supported(self, match, where: str) -> None:
         p, t = match.params, match.tensors
@@ -141,7 +136,7 @@ class CudnnProvider(Provider):
         with self._build.lock:
             algos = setup.algorithms(self._build.handle())
         if match.pattern == Pattern.CONV_FPROP_BIAS_RELU and match.params.get("relu_upper_clip") is not None:
-            algos = [a for a in algos if a[0] == _IMPLICIT_PRECOMP_GEMM]
+            algos = [a for a in algos if a.id == _IMPLICIT_PRECOMP_GEMM]
         if not algos:
             raise NotSupportedError(f"{where}: cuDNN offers no algorithm for this convolution "
                                     f"(layouts/dtypes {self._layouts(match)})")
@@ -237,22 +232,16 @@ class CudnnProvider(Provider):
     def _build_conv(self, match, engine, knobs, perfdb, where):
         fused = match.pattern == Pattern.CONV_FPROP_BIAS_RELU
         setup, candidates = self._conv_candidates(match, where)
-        limit = knobs.get(_knobs.WORKSPACE_SIZE_LIMIT, max(m for _, _, m in candidates))
-        fitting = [c for c in candidates if c[2] <= limit]
-        if not fitting:
-            raise KnobError(f"knob '{_knobs.WORKSPACE_SIZE_LIMIT}' = {limit} is below every "
-                            f"algorithm's workspace for engine '{engine.name}'")
-        benchmarked = hit = False
-        if knobs.get(_knobs.BENCHMARKING, 0):
-            choice, benchmarked, hit = self._tuned(match, setup, fitting, limit, perfdb, fused)
-        else:
-            choice = fitting[0]
+        choice = _tuning.choose(self.engine_impl(engine), match, candidates, knobs, perfdb,
+                                heuristic=lambda fitting, limit: fitting[0],
+                                measure=lambda fitting: self._find(match, setup, fitting))
+        fitting, chosen = list(choice.fitting), choice.candidate
         if fused:
-            plan = self._fused_plan(match, setup, fitting, choice, where)
+            plan = self._fused_plan(match, setup, fitting, chosen, where)
         else:
-            plan = self._verified(match, fitting, choice, where,
+            plan = self._verified(match, fitting, chosen, where,
                                   lambda a, ws: _plans.ConvPlan(setup, a, ws))
-        plan.benchmarked, plan.perfdb_hit = benchmarked, hit
+        plan.benchmarked, plan.perfdb_hit = choice.benchmarked, choice.perfdb_hit
         return plan
 
     def _verified(self, match, fitting, choice, where, make):
@@ -262,8 +251,8 @@ class CudnnProvider(Provider):
         order = [choice] + [c for c in fitting if c is not choice]
         declined = []
         bufs = self._build.scratch_pack(match)
-        for algo, _, ws in order:
-            plan = make(algo, ws)
+        for candidate in order:
+            plan = make(candidate.id, candidate.workspace_bytes)
             try:
                 self._build.trial(match, plan, bufs)
                 return plan
@@ -293,22 +282,11 @@ class CudnnProvider(Provider):
         return self._verified(match, fitting, choice, where, lambda a, ws: _plans.ConvBiasReluPlan(
             setup, a, ws, bias_desc, zero_bias, p.get("relu_upper_clip")))
 
-    def _tuned(self, match, setup, fitting, limit, perfdb, fused):
-        """(choice, benchmarked, perfdb_hit): the perf db's entry, or a Find run."""
-        desc = self.describe()
-        key = _perfdb.PerfKey(provider=self.name, library_versions=desc["library_versions"],
-                              device=desc["device"], problem=match.signature,
-                              workspace_limit=int(limit))
-        record = perfdb.lookup(key)
-        by_name = {setup.name(a): (a, t, m) for a, t, m in fitting}
-        if record is not None and record.algorithm in by_name:
-            return by_name[record.algorithm], False, True
-        if record is not None:
-            log.warning("perf db entry names algorithm %r, which no longer applies within %d "
-                        "bytes; tuning again", record.algorithm, limit)
-        _perfdb.count("benchmarks_run")
+    def _find(self, match, setup, fitting):
+        """(candidate, ms): the fastest of ``fitting`` that cudnnFind*AlgorithmEx measures
+        on scratch buffers under this setup's math type (the first, ms NaN, if none)."""
         a, b, c = (self._build.scratch(match.tensors[r]) for r in setup.roles)
-        ws_bytes = max(m for _, _, m in fitting)
+        ws_bytes = max(f.workspace_bytes for f in fitting)
         ws = GpuArray((max(ws_bytes, 1),), np.uint8, (1,), self.context, self.spec)
         ad, bd, cd = setup.descs
         with self._build.lock:
@@ -316,16 +294,12 @@ class CudnnProvider(Provider):
                                              a.ptr, bd.ptr, b.ptr, setup.conv.ptr, cd.ptr, c.ptr,
                                              ws.ptr, ws_bytes)
             self._build.synchronize()
-        allowed = {alg for alg, _, _ in fitting}
-        for algo, status, ms, memory, _det, mt in results:
-            if status == 0 and algo in allowed and setup.math_ok(mt):
-                choice = next(f for f in fitting if f[0] == algo)
+        by_id = {f.id: f for f in fitting}
+        for algo, status, ms, _memory, _det, mt in results:
+            if status == 0 and algo in by_id and setup.math_ok(mt):
+                choice = by_id[algo]
                 break
         else:
             choice, ms = fitting[0], float("nan")
-        log.info("benchmark %s: %s %.4f ms", match.pattern.name, setup.name(choice[0]), ms)
-        perfdb.store(key, _perfdb.PerfRecord(algorithm=setup.name(choice[0]),
-                                             time_ms=float(ms) if ms == ms else 0.0,
-                                             workspace_bytes=int(choice[2]),
-                                             measured_at=time.time()))
-        return choice, True, False
+        log.info("benchmark %s: %s %.4f ms", match.pattern.name, choice.name, ms)
+        return choice, ms

@@ -1,0 +1,186 @@
+"""Choosing among an engine's algorithms: candidates, the workspace knob, the perf db.
+
+Every engine with algorithms to choose from (the convolutions of the CPU and GPU engines)
+describes them as ``Candidate``s and chooses through ``choose``, so that the knob
+semantics of API.md and the perf-db records are one implementation:
+
+- ``engine_knobs``: ``global.benchmarking`` (0/1, default 0) for every pattern, and
+  ``global.workspace_size_limit`` only for the single-node convolutions (patterns 6, 7, 9)
+  with the range [min, max] of the candidates' workspaces, default max. A value outside
+  the range is a ``KnobError`` at build (``_knobs.resolve_knobs``).
+- ``within_limit``: the candidates whose workspace fits the limit in force (default: the
+  largest); a ``KnobError`` when none does.
+- ``choose``: without benchmarking the engine's heuristic pick; with it the perf db's
+  winner for (provider, engine, library versions, device, problem, limit), or the
+  engine's measurement, stored there.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from .. import _knobs, _perfdb
+from .._errors import KnobError
+from ..patterns import Pattern
+
+__all__ = ["Candidate", "Choice", "WORKSPACE_KNOB_PATTERNS", "engine_knobs", "within_limit",
+           "perf_key", "tuned", "choose"]
+
+log = logging.getLogger("hipdnn_async")
+
+# Patterns offered the workspace knob: the single-node convolutions (the seed, "Knobs").
+WORKSPACE_KNOB_PATTERNS = frozenset({Pattern.CONV_DGRAD, Pattern.CONV_FPROP, Pattern.CONV_WGRAD})
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One algorithm an engine may run for a problem.
+
+    Attributes
+    ----------
+    name : str
+        The algorithm's name, as ``plan.algorithm`` and the perf db give it (e.g.
+        ``"im2col_gemm"``, ``"IMPLICIT_PRECOMP_GEMM"``).
+    id : int
+        The engine's own id for it (CPU: index in ``_conv.ALGORITHMS[direction]``; a
+        vendor library: its algorithm enum value).
+    workspace_bytes : int
+        Workspace it needs for this problem, in bytes.
+    deterministic : bool
+        Whether two runs give bitwise-equal results.
+    props : mapping
+        Anything else the engine knows (e.g. ``{"time_ms": ...}`` from a heuristic);
+        not compared.
+    """
+
+    name: str
+    id: int
+    workspace_bytes: int
+    deterministic: bool = True
+    props: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The candidate chosen, and how: ``benchmarked`` (measured now) or ``perfdb_hit``
+    (taken from the perf db); neither for a heuristic choice. ``limit`` is the workspace
+    limit in force, ``fitting`` the candidates within it (for an engine that falls back
+    when its choice refuses to run), ``time_ms`` the measured time (None unless
+    benchmarked)."""
+
+    candidate: Candidate
+    limit: int
+    fitting: tuple = ()
+    benchmarked: bool = False
+    perfdb_hit: bool = False
+    time_ms: float | None = None
+
+
+def engine_knobs(match, candidates: Sequence[Candidate] = ()) -> list:
+    """The knobs an engine offers for ``match``: benchmarking, plus the workspace limit
+    over ``candidates`` (non-empty) for patterns 6, 7 and 9."""
+    knobs = [_knobs.benchmarking_knob()]
+    if match.pattern in WORKSPACE_KNOB_PATTERNS:
+        sizes = [c.workspace_bytes for c in candidates]
+        knobs.append(_knobs.workspace_limit_knob(min(sizes), max(sizes)))
+    return knobs
+
+
+def within_limit(candidates: Sequence[Candidate], knobs: Mapping[str, int], *,
+                 engine_name: str) -> tuple[int, list[Candidate]]:
+    """(limit in force, the candidates within it, in the given order).
+
+    Raises
+    ------
+    KnobError
+        Every candidate needs more than the limit.
+    """
+    limit = int(knobs.get(_knobs.WORKSPACE_SIZE_LIMIT,
+                          max(c.workspace_bytes for c in candidates)))
+    fitting = [c for c in candidates if c.workspace_bytes <= limit]
+    if not fitting:
+        raise KnobError(
+            f"knob '{_knobs.WORKSPACE_SIZE_LIMIT}' = {limit} is below every algorithm's "
+            f"workspace for engine '{engine_name}' (smallest "
+            f"{min(c.workspace_bytes for c in candidates)} bytes)")
+    return limit, fitting
+
+
+def perf_key(provider, engine_name: str, match, limit: int, *,
+             device: str | None = None) -> _perfdb.PerfKey:
+    """The perf-db key of a tuning: provider name and ``describe()`` (library versions,
+    device; ``device`` overrides the latter), engine, problem signature, limit."""
+    desc = provider.describe()
+    return _perfdb.PerfKey(provider=provider.name, engine=engine_name,
+                           library_versions=desc["library_versions"],
+                           device=desc["device"] if device is None else device,
+                           problem=match.signature, workspace_limit=int(limit))
+
+
+def tuned(perfdb, key: _perfdb.PerfKey, fitting: Sequence[Candidate],
+          measure: Callable[[list], tuple], *, schema1: bool = False) -> Choice:
+    """The perf db's winner for ``key`` among ``fitting``; else ``measure(fitting)``
+    -> (candidate, ms), stored under ``key``.
+
+    A stored algorithm that no longer fits (or exists) is tuned again, with a warning.
+    ``schema1``: the engine may claim an entry of a schema-1 db (``PerfDb.lookup``).
+    """
+    record = perfdb.lookup(key, schema1=schema1)
+    by_name = {c.name: c for c in fitting}
+    if record is not None and record.algorithm in by_name:
+        return Choice(by_name[record.algorithm], key.workspace_limit, tuple(fitting),
+                      perfdb_hit=True)
+    if record is not None:
+        log.warning("perf db entry names algorithm %r, which no longer applies within %d "
+                    "bytes for engine %s; tuning again", record.algorithm,
+                    key.workspace_limit, key.engine)
+    _perfdb.count("benchmarks_run")
+    best, ms = measure(list(fitting))
+    ms = float(ms)
+    perfdb.store(key, _perfdb.PerfRecord(algorithm=best.name,
+                                         time_ms=ms if math.isfinite(ms) and ms >= 0 else 0.0,
+                                         workspace_bytes=best.workspace_bytes,
+                                         measured_at=time.time()))
+    return Choice(best, key.workspace_limit, tuple(fitting), benchmarked=True, time_ms=ms)
+
+
+def choose(engine, match, candidates: Sequence[Candidate], knobs: Mapping[str, int], perfdb,
+           *, heuristic: Callable[[list, int], Candidate],
+           measure: Callable[[list], tuple], tunable: Callable[[list], list] | None = None,
+           device: str | None = None) -> Choice:
+    """Choose the candidate a build of ``engine`` (a ``ProviderEngine``) runs.
+
+    Parameters
+    ----------
+    engine : ProviderEngine
+        Gives ``name``, ``provider`` (perf-db key) and ``schema1``.
+    candidates : sequence of Candidate
+        The applicable algorithms, best first by the engine's own ranking.
+    knobs : mapping
+        The resolved knob settings.
+    heuristic : callable
+        ``heuristic(fitting, limit) -> Candidate`` without benchmarking.
+    measure : callable
+        ``measure(fitting) -> (Candidate, ms)`` with benchmarking, on a perf-db miss.
+    tunable : callable, optional
+        ``tunable(fitting) -> list``: the candidates benchmarking may pick (perf-db hit
+        or measurement), e.g. those whose workspace this machine can hold; non-empty.
+        Default: all that fit the limit. The limit (and so the perf-db key) is unchanged.
+    device : str, optional
+        The perf-db key's device, when not ``provider.describe()["device"]``.
+
+    Raises
+    ------
+    KnobError
+        No candidate fits the workspace limit.
+    """
+    limit, fitting = within_limit(candidates, knobs, engine_name=engine.name)
+    if not knobs.get(_knobs.BENCHMARKING, 0):
+        return Choice(heuristic(fitting, limit), limit, tuple(fitting))
+    if tunable is not None:
+        fitting = tunable(fitting)
+    key = perf_key(engine.provider, engine.name, match, limit, device=device)
+    return tuned(perfdb, key, fitting, measure, schema1=engine.schema1)
