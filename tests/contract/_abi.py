@@ -17,8 +17,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Check", "CUDART_CONSTANTS", "CUDNN_CONSTANTS", "STRUCTS", "cudnn_algo_checks",
-           "python_value", "parse_structs", "checks_header", "unchecked_constants"]
+__all__ = ["Check", "CUDART_CONSTANTS", "CUDNN_CONSTANTS", "STRUCTS", "FUNCTION_TABLES",
+           "cudnn_algo_checks", "python_value", "parse_structs", "parse_function_types",
+           "function_tables", "checks_header", "signature_checks", "unchecked_constants",
+           "unchecked_tables"]
 
 REPO = Path(__file__).resolve().parents[2]
 SRC_PYX = REPO / "src_pyx"
@@ -128,10 +130,15 @@ _STRUCT_RE = re.compile(r"^(\s*)(?:ctypedef|cdef)\s+(?:packed\s+)?struct\s+(\w+)
 _FIELD_RE = re.compile(r"^\s*([A-Za-z_][\w\s\*]*?[\s\*])(\w+)\s*(\[\s*\d+\s*\])?\s*(#.*)?$")
 
 
-def parse_structs(paths=None) -> dict[str, list[tuple[str, str, str]]]:
-    """``{name: [(c_type, field, array_suffix), ...]}`` of every ``ctypedef struct`` /
-    ``cdef struct`` block in the Cython sources (``src_pyx/*.pyx|*.pxd|*.pxi``)."""
-    paths = paths or sorted(p for p in SRC_PYX.glob("*") if p.suffix in (".pyx", ".pxd", ".pxi"))
+def _sources():
+    return sorted(p for p in SRC_PYX.glob("*") if p.suffix in (".pyx", ".pxd", ".pxi"))
+
+
+def parse_structs(paths=None) -> dict[str, list[list[tuple[str, str, str]]]]:
+    """``{name: [fields of each definition]}``, fields ``[(c_type, field, array_suffix)]``,
+    of every ``ctypedef struct`` / ``cdef struct`` block in the Cython sources
+    (``src_pyx/*.pyx|*.pxd|*.pxi``; a name defined in two files is checked twice)."""
+    paths = paths or _sources()
     out: dict[str, list] = {}
     for path in paths:
         lines = Path(path).read_text().splitlines()
@@ -153,7 +160,7 @@ def parse_structs(paths=None) -> dict[str, list[tuple[str, str, str]]]:
                 if fm:
                     fields.append((" ".join(fm.group(1).split()), fm.group(2), fm.group(3) or ""))
                 i += 1
-            out[name] = fields
+            out.setdefault(name, []).append(fields)
     return out
 
 
@@ -182,19 +189,20 @@ def checks_header(which: str) -> str:
     for sc in STRUCTS:
         if sc.header != which:
             continue
-        fields = structs.get(sc.ours)
-        if fields is None:
+        definitions = structs.get(sc.ours)
+        if not definitions:
             lines.append(f"#error {_c_string(f'no struct {sc.ours} in src_pyx: update STRUCTS in tests/contract/_abi.py')}")
             continue
-        tag = f"ours_{sc.ours}"
-        lines.append(f"struct {tag} {{")
-        lines.extend(f"    {t} {f}{arr};" for t, f, arr in fields)
-        lines.append("};")
-        for theirs in sc.theirs:
-            rule = sc.size_rule
-            msg = f"sizeof(our {sc.ours}) {rule} sizeof({theirs}) does not hold"
-            lines.append(f"_Static_assert(sizeof(struct {tag}) {rule} sizeof({theirs}), {_c_string(msg)});")
-        lines.extend(_field_checks(tag, sc, fields))
+        for k, fields in enumerate(definitions):
+            tag = f"ours_{sc.ours}_{k}"
+            lines.append(f"struct {tag} {{")
+            lines.extend(f"    {t} {f}{arr};" for t, f, arr in fields)
+            lines.append("};")
+            for theirs in sc.theirs:
+                rule = sc.size_rule
+                msg = f"sizeof(our {sc.ours}) {rule} sizeof({theirs}) does not hold"
+                lines.append(f"_Static_assert(sizeof(struct {tag}) {rule} sizeof({theirs}), {_c_string(msg)});")
+            lines.extend(_field_checks(tag, sc, fields))
     return "\n".join(lines) + "\n"
 
 
@@ -235,3 +243,70 @@ def unchecked_constants() -> list[str]:
                     and (modname, name) not in checked):
                 out.append(f"{modname}.{name} = {value}")
     return out
+
+
+# ------------------------------------------------------------------ function signatures
+# Tables of named function pointers in src_pyx (a struct whose fields are function-pointer
+# typedefs): struct name -> (symbol prefix, header family). The field name is the symbol
+# minus the prefix (RuntimeFns.Malloc -> cudaMalloc), or the whole symbol when it already
+# starts with the prefix.
+FUNCTION_TABLES = {"RuntimeFns": ("cuda", "cudart")}
+
+_FNTYPE_RE = re.compile(r"^\s*ctypedef\s+(.+?)\s*\(\s*\*\s*(\w+)\s*\)\s*\((.*?)\)\s*(noexcept)?\s*(nogil)?\s*(#.*)?$")
+
+
+def parse_function_types(paths=None) -> dict[str, tuple[str, list[str]]]:
+    """``{typedef name: (return type, [argument types])}`` of the function-pointer
+    ``ctypedef``s in the Cython sources."""
+    out = {}
+    for path in paths or _sources():
+        for line in Path(path).read_text().splitlines():
+            m = _FNTYPE_RE.match(line)
+            if m:
+                args = [a.strip() for a in m.group(3).split(",") if a.strip() and a.strip() != "void"]
+                out[m.group(2)] = (" ".join(m.group(1).split()), args)
+    return out
+
+
+def function_tables(paths=None) -> dict[str, list[tuple[str, str]]]:
+    """``{struct name: [(typedef, field)]}`` of every struct whose fields are all
+    function-pointer typedefs (a binding's symbol table)."""
+    types = parse_function_types(paths)
+    out = {}
+    for name, definitions in parse_structs(paths).items():
+        for fields in definitions:
+            if fields and all(t in types for t, _f, arr in fields if not arr):
+                out[name] = [(t, f) for t, f, _arr in fields]
+    return out
+
+
+def unchecked_tables() -> list[str]:
+    """Function tables in src_pyx that FUNCTION_TABLES does not map to a header."""
+    return sorted(set(function_tables()) - set(FUNCTION_TABLES))
+
+
+def signature_checks(family: str) -> str:
+    """C that calls every function of our tables for ``family`` through our declared
+    argument types; compiled with conversion warnings as errors, so an argument count,
+    order or type (int vs size_t, float vs double, a pointer vs a value) or a return type
+    that disagrees with the header's prototype fails the build. Handles we declare
+    ``void*`` pass as they are (C converts void* to any object pointer); our ``void**``
+    out-parameters pass as ``void*`` (the header's ``cudaStream_t*`` and the like)."""
+    types = parse_function_types()
+    lines = [f"/* generated by tests/contract/_abi.py: our {family} function tables */"]
+    for table, fields in function_tables().items():
+        prefix, fam = FUNCTION_TABLES.get(table, (None, None))
+        if fam != family:
+            continue
+        for typedef, field in fields:
+            ret, args = types[typedef]
+            symbol = field if field.startswith(prefix) else prefix + field
+            params = ", ".join(f"{a} a{i}" for i, a in enumerate(args)) or "void"
+            passed = ", ".join(f"(void *)a{i}" if a.replace(" ", "") == "void**" else f"a{i}"
+                               for i, a in enumerate(args))
+            lines.append(f"/* {table}.{field}: {typedef} */")
+            lines.append(f"__attribute__((unused)) static {ret} check_{table}_{field}({params}) {{")
+            lines.append(f"    {ret} r = {symbol}({passed});")
+            lines.append("    return r;")
+            lines.append("}")
+    return "\n".join(lines) + "\n"

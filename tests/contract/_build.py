@@ -86,6 +86,24 @@ def compile_library(out: Path, sources, *, includes=(), system_includes=(), link
                          f"{proc.stdout}{proc.stderr}")
 
 
+SIGNATURE_FLAGS = ("-std=gnu11", "-fsyntax-only", "-Wall", "-Wextra", "-Werror", "-Wconversion",
+                   "-Wsign-conversion", "-Wdouble-promotion", "-Wno-unused-parameter")
+
+
+def check_signatures(family: str, includes, headers: dict, out_dir: Path) -> None:
+    """Compile our function tables of ``family`` against the vendor prototypes
+    (``_abi.signature_checks``); BuildError naming the disagreeing call otherwise."""
+    src = "".join(f"#include <{h}>\n" for h in includes) + _abi.signature_checks(family)
+    path = out_dir / f"signatures_{family}.c"
+    path.write_text(src)
+    cmd = shlex.split(compiler("c")) + list(SIGNATURE_FLAGS) + [str(path)]
+    cmd += [a for v in headers.values() for a in ("-isystem", str(v[0]))]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise BuildError(f"our {family} function declarations disagree with the headers:\n"
+                         f"$ {shlex.join(cmd)}\n{proc.stderr}")
+
+
 def _digest(parts) -> str:
     h = hashlib.sha256()
     for p in parts:
@@ -116,7 +134,8 @@ def build_nvidia(headers: dict) -> FakeLibs:
     rt_src = _sources(COMMON, FAKES / "cudart")
     dnn_src = _sources(FAKES / "cudnn")
     all_files = sorted(set(rt_src + dnn_src + list(FAKES.rglob("*.h"))))
-    key = _digest([compiler("c"), CFLAGS, cudart_checks, cudnn_checks,
+    signatures = _abi.signature_checks("cudart") + _abi.signature_checks("cudnn")
+    key = _digest([compiler("c"), CFLAGS, cudart_checks, cudnn_checks, signatures,
                    json.dumps({k: v[1] for k, v in headers.items()}, sort_keys=True)]
                   + [f.relative_to(FAKES).as_posix().encode() + f.read_bytes() for f in all_files])
     root = _headers.cache_root() / "build"
@@ -126,6 +145,8 @@ def build_nvidia(headers: dict) -> FakeLibs:
         root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
         try:
+            check_signatures("cudart", ("cuda_runtime_api.h",), headers, tmp)
+            check_signatures("cudnn", ("cudnn.h",), headers, tmp)
             (tmp / "fake_cudart_checks.h").write_text(cudart_checks)
             (tmp / "fake_cudnn_checks.h").write_text(cudnn_checks)
             inc = [tmp, COMMON]
@@ -175,3 +196,17 @@ def header_constants(names, headers: dict, includes=("cuda_runtime_api.h", "cudn
             values = {n: int(v) for n, v in (line.split() for line in run.stdout.splitlines())}
             out_json.write_text(json.dumps(values))
     return json.loads(out_json.read_text())
+
+
+def compile_check(text: str, headers: dict, includes=("cuda_runtime_api.h", "cudnn.h")) -> None:
+    """Syntax-check C ``text`` after the vendor ``includes`` (BuildError on failure):
+    for tests that prove a check fails when it should."""
+    src = "".join(f"#include <{h}>\n" for h in includes) + text
+    with tempfile.TemporaryDirectory(prefix="hipdnn_async_check_") as tmp:
+        path = Path(tmp) / "check.c"
+        path.write_text(src)
+        cmd = shlex.split(compiler("c")) + list(SIGNATURE_FLAGS) + [str(path)]
+        cmd += [a for v in headers.values() for a in ("-isystem", str(v[0]))]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise BuildError(proc.stderr)

@@ -15,7 +15,7 @@ import numpy as np
 
 from ._fakes import FakeControl
 
-__all__ = ["control", "tensor_facts", "pattern_case", "plan_facts"]
+__all__ = ["control", "tensor_facts", "node_facts", "pattern_case", "plan_facts"]
 
 
 def control() -> FakeControl:
@@ -27,6 +27,17 @@ def tensor_facts(graph) -> dict:
     return {t.name: {"dims": tuple(t.dims), "strides": tuple(t.strides),
                      "dtype": int(t.data_type), "virtual": bool(t.is_virtual)}
             for t in graph.tensors}
+
+
+def node_facts(graph) -> list[dict]:
+    """[{kind, name, attrs}] of a graph's nodes (attrs as a dict)."""
+    import dataclasses
+    out = []
+    for n in graph.nodes:
+        attrs = dataclasses.asdict(n.attrs) if dataclasses.is_dataclass(n.attrs) else {}
+        out.append({"kind": n.kind, "name": n.name,
+                    "attrs": {k: (int(v) if hasattr(v, "value") else v) for k, v in attrs.items()}})
+    return out
 
 
 def plan_facts(plan) -> dict:
@@ -84,7 +95,7 @@ def pattern_case(pattern: str, dtype: str, layout: str, *, executions: int = 2, 
         ctl.mark("read")
         got = {name: staged[name].to_numpy_sync() for name in h.outputs}
         ctl.mark("end")
-        result = {"plan": plan_facts(plan), "tensors": tensor_facts(h.g),
+        result = {"plan": plan_facts(plan), "tensors": tensor_facts(h.g), "nodes": node_facts(h.g),
                   "pointers": {name: int(a.ptr) for name, a in staged.items()},
                   "checks": [(name, got[name], want, tolerance) for name, want, tolerance in checks]}
     result["log"] = ctl.log()

@@ -221,6 +221,14 @@ int fcd_check_mem(const char *fn, const char *what, const void *data, const ref_
     return fake_mem_check(data, n, fn, what);
 }
 
+void fcd_exec_check(const char *label, const char *what, const ref_tensor *t) {
+    size_t n = ref_extent_bytes(t);
+    if (!n || !t->data) return;
+    char where[160];
+    snprintf(where, sizeof where, "%s (on the stream)", label);
+    fake_mem_check(t->data, n, where, what);
+}
+
 int fcd_act_ref(const struct cudnnActivationStruct *a, ref_act *out) {
     memset(out, 0, sizeof *out);
     out->propagate_nan = a->nan == CUDNN_PROPAGATE_NAN;

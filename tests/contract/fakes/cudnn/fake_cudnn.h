@@ -102,6 +102,10 @@ double fcd_scale(const void *p, cudnnDataType_t data);
  * fault) and 0 */
 int fcd_check_mem(const char *fn, const char *what, const void *data, const ref_tensor *t);
 
+/* at execution time (on the stream worker): the operand is still live device memory;
+ * else a violation "freed before the kernel ran" (the bytes read are poison) */
+void fcd_exec_check(const char *label, const char *what, const ref_tensor *t);
+
 /* the stream a handle's work goes to (NULL: a violation was logged) */
 fake_stream *fcd_stream(struct cudnnContext *h, const char *fn);
 

@@ -342,6 +342,10 @@ typedef struct {
 
 static void run_conv(void *arg) {
     conv_job *j = (conv_job *)arg;
+    fcd_exec_check("convolution", "x", &j->x);
+    fcd_exec_check("convolution", "w", &j->w);
+    fcd_exec_check("convolution", "y", &j->y);
+    if (j->fused) fcd_exec_check("convolution", "bias", &j->bias);
     if (!j->fused) {
         ref_conv_run_dir(j->which, &j->p, &j->x, &j->w, &j->y, j->alpha, j->beta);
         return;

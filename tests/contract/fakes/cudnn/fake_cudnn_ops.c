@@ -36,6 +36,8 @@ static ref_tensor *opt(ops_job *j, int i) { return j->present[i] ? &j->t[i] : NU
 static void run_ops(void *arg) {
     ops_job *j = (ops_job *)arg;
     ref_tensor *t = j->t;
+    for (int i = 0; i < 10; i++)
+        if (j->present[i] || (j->kind >= 3 && t[i].data)) fcd_exec_check("batchnorm/activation/op", "operand", &t[i]);
     switch (j->kind) {
         case 0:
             ref_bn_inference(&t[X], &t[Y], &t[SCALE], &t[BIAS], &t[MEAN], &t[VAR], j->eps,
