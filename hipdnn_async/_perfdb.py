@@ -149,7 +149,7 @@ class PerfKey:
         Engine name, e.g. ``"CPU_ENGINE"``: two engines of one provider keep separate
         records for the same problem.
     library_versions : str
-        Versions of the libraries that ran the kernels (e.g. ``"miopen 3.5.1"``).
+        Versions of the libraries that ran the kernels (e.g. ``"numpy 2.1"``).
     device : str
         Device model plus driver/runtime version where one exists.
     problem : str

@@ -60,7 +60,7 @@ def _check_spec(spec: PatternSpec, nodes) -> None:
     """Tensor links, identities, bias shape and virtual flags of a matched chain.
 
     Activation clips are not checked here: which clips an engine can express is the
-    provider's business (e.g. MIOpen has no activation for a lower clip alone)."""
+    provider's business (a vendor library may have no activation for a lower clip alone)."""
     where = f"pattern {spec.label}"
     linked = set()
     for i, (step, node) in enumerate(zip(spec.steps, nodes)):

@@ -134,3 +134,39 @@ def test_the_check_sees_imports():
     assert "_layout" in EDGES["graph._tensor"]
     assert "graph" in EDGES["patterns._match"]
     assert "_device" in EDGES["_lowering"]
+    assert "_cudnn" in _code_words(_modules()["providers.cudnn._provider"])
+
+
+VENDOR_WORDS = ("cuda", "cudnn", "cudart", "hip", "miopen", "rocm", "nvidia", "amd")
+VENDOR_FREE = ("graph", "patterns", "_layout", "_knobs", "_perfdb", "_lowering", "_device")
+
+
+def _code_words(path: pathlib.Path) -> set[str]:
+    """Lower-cased identifiers and string literals of a module, docstrings and comments
+    excluded (those may cite a vendor's documentation)."""
+    tree = ast.parse(path.read_text())
+    docstrings = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                docstrings.add(id(body[0].value))
+    words = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            words.add(node.id.lower())
+        elif isinstance(node, ast.Attribute):
+            words.add(node.attr.lower())
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and id(node) not in docstrings:
+            words.update(w.lower() for w in __import__("re").findall(r"[A-Za-z]+", node.value))
+    return words
+
+
+@pytest.mark.parametrize("layer", VENDOR_FREE)
+def test_no_vendor_names_above_providers_and_runtime(layer):
+    mods = _modules()
+    hits = {m: sorted(w for w in _code_words(p) if not w.startswith("hipdnn")   # our name
+                      and any(w.startswith(v) for v in VENDOR_WORDS))
+            for m, p in mods.items() if _in(m, layer)}
+    assert not {m: h for m, h in hits.items() if h}, f"vendor names in {layer}: {hits}"
