@@ -1,8 +1,10 @@
-"""Fixtures of the GPU suite: a module-wide GPU device, PyTorch on CUDA, both event loops.
+"""Fixtures of the GPU suite: GPU devices, engines, PyTorch on CUDA, both event loops.
 
-Every GPU test skips with a reason where no GPU runtime is present (the ``gpu_device``
-fixture of ``tests/conftest.py`` and ``gpu_module_device`` here); the PyTorch peer tests
-also skip where torch has no CUDA.
+The suite runs on every GPU device present, not only the first (issue 9 item 11):
+``gpu_device`` (per test) and ``gpu_module_device`` (per module) are parametrised over
+``gpu_specs()``, and ``gpu_engine_device`` over every (device, engine of its provider)
+pair. Every GPU test skips with a reason where no GPU runtime is present; the PyTorch peer
+tests also skip where torch has no CUDA.
 """
 from __future__ import annotations
 
@@ -17,6 +19,52 @@ def gpu_specs():
     """GPU device specs present here (``hd.devices()`` minus ``"cpu"``)."""
     import hipdnn_async as hd
     return [d for d in hd.devices() if d != "cpu"]
+
+
+def _spec_params():
+    specs = gpu_specs()
+    return [pytest.param(s, id=s) for s in specs] or [pytest.param(None, id="no-gpu")]
+
+
+def engine_names(spec: str) -> list[str]:
+    """The engines of ``spec``'s provider, best ranked first (its ``ENGINES``)."""
+    from hipdnn_async.providers._registry import parse_spec, provider_for
+    provider = provider_for(*parse_spec(spec))
+    return [cls.name for cls in getattr(type(provider), "ENGINES", ())]
+
+
+def _engine_params():
+    out = []
+    for spec in gpu_specs():
+        names = engine_names(spec)
+        out += [pytest.param((spec, name, i == 0), id=f"{spec}-{name}")
+                for i, name in enumerate(names)]
+    return out or [pytest.param(None, id="no-gpu")]
+
+
+def _open(spec):
+    if spec is None:
+        pytest.skip(NO_GPU)
+    import hipdnn_async as hd
+    return hd.Device(spec)
+
+
+@pytest.fixture(params=_spec_params())
+def gpu_device(request):
+    """Each GPU device in turn (overrides tests/conftest.py's first-GPU fixture)."""
+    with _open(request.param) as dev:
+        yield dev
+
+
+@pytest.fixture(scope="module", params=_engine_params())
+def gpu_engine_device(request):
+    """(device, engine name, is the default engine) for every GPU device and every
+    engine of its provider; the device is shared by a test module."""
+    if request.param is None:
+        pytest.skip(NO_GPU)
+    spec, engine, default = request.param
+    with _open(spec) as dev:
+        yield dev, engine, default
 
 
 def cuda_spec():
@@ -37,14 +85,10 @@ def anyio_backend(request):
     return request.param
 
 
-@pytest.fixture(scope="module")
-def gpu_module_device():
-    """The first GPU device, shared by a test module (plans cached across its cases)."""
-    specs = gpu_specs()
-    if not specs:
-        pytest.skip(NO_GPU)
-    import hipdnn_async as hd
-    with hd.Device(specs[0]) as dev:
+@pytest.fixture(scope="module", params=_spec_params())
+def gpu_module_device(request):
+    """Each GPU device in turn, shared by a test module (plans cached across its cases)."""
+    with _open(request.param) as dev:
         yield dev
 
 

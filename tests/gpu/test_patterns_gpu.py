@@ -46,22 +46,32 @@ def _check_plan(h, dev, pattern):
     assert h.plan.engine.provider != "cpu", f"{dev.spec} built a CPU plan: {h.plan!r}"
 
 
-def run_gpu_case(dev, pattern, dtype, layout, monkeypatch, seed=0):
+def run_gpu_case(dev, pattern, dtype, layout, monkeypatch, seed=0, engine=None):
     monkeypatch.setattr(tp, "CLIPS", GPU_CLIPS)
     monkeypatch.setattr(tp, "CONV", GPU_CONV)
     rng = np.random.default_rng([seed, sorted(tp.PATTERNS).index(pattern), DTYPES.index(dtype),
                                  LAYOUTS.index(layout)])
     h = Harness(dtype, layout, name=f"gpu_{pattern}_{dtype}_{layout}")
     checks = tp.PATTERNS[pattern](h, rank_of(layout), rng)
-    got = h.run(dev)           # staged: dev.is_host is False
+    got = h.run(dev, engine=engine)      # staged: dev.is_host is False
     return h, checks, got
 
 
 @pytest.mark.parametrize("pattern,dtype,layout", CASES, ids=["-".join(c) for c in CASES])
-def test_pattern_gpu(gpu_module_device, monkeypatch, pattern, dtype, layout):
-    dev = gpu_module_device
+def test_pattern_gpu(gpu_engine_device, monkeypatch, pattern, dtype, layout):
+    """Every case on every GPU device with every engine of its provider. The default
+    (first-ranked) engine must take every case; another engine may decline one at
+    build (it is then not offered, or raises a decline type) and the case is skipped
+    for it with the engine's reason."""
+    dev, engine, default = gpu_engine_device
     assert not dev.is_host
-    h, checks, got = run_gpu_case(dev, pattern, dtype, layout, monkeypatch)
+    try:
+        h, checks, got = run_gpu_case(dev, pattern, dtype, layout, monkeypatch, engine=engine)
+    except hd.NotSupportedError as exc:
+        if default:
+            raise
+        pytest.skip(f"engine {engine} declines {pattern} {dtype} {layout}: {exc}")
+    assert h.plan.engine.name == engine
     _check_plan(h, dev, pattern)
     for name, want, (atol, rtol) in checks:
         assert got[name].shape == tuple(h.outputs[name].dims)

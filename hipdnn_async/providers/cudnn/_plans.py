@@ -24,14 +24,15 @@ How the patterns map (shared/reference/vendor-c-apis.md s.2.3-2.5):
   from x, so: k = scale * inv_variance (``OpTensor`` MUL on C values); z = BN inference of x
   with scale k, bias, mean and variance 1, epsilon 0, which is exactly
   k * (x - mean) + bias; dz = ``cudnnActivationBackward``(RELU, z, dy); then batchnorm
-  backward of dz. z, dz and k live in the plan's workspace.
+  backward of dz. z, dz and k live in the plan's workspace, z and the DReLU output in the
+  graph's intermediate data type (FLOAT by default; ``BnInferenceDreluBackwardPlan``).
 """
 from __future__ import annotations
 
 from ...runtime import _cudnn, _gpu
 from .._base import ProviderPlan
 from .._gpu._launch import StreamHandle, stream_resources
-from .._gpu._workspace import align as _align
+from .._gpu._workspace import Segments, align as _align
 
 __all__ = ["ConvPlan", "ConvBiasReluPlan", "BnInferencePlan", "BnTrainingPlan",
            "BnBackwardPlan", "BnInferenceDreluBackwardPlan", "handle_for_launch",
@@ -118,16 +119,23 @@ class BnInferencePlan(_BnPlan):
 
 
 class BnTrainingPlan(_BnPlan):
-    """Training; statistics that are virtual in the graph go to the workspace."""
+    """Training; saved statistics that are virtual in the graph (``virtual``: a subset of
+    mean, inv_variance) are written to segments of the workspace, since cuDNN's training
+    calls always write them (issue 10 item 7: a virtual one used to reach cuDNN as None).
 
-    def __init__(self, descs, params, channels: int, relu_upper=None, relu=False):
+    Workspace: [virtual statistics][Ex workspace][Ex reserve space], each aligned.
+    """
+
+    def __init__(self, descs, params, channels: int, relu_upper=None, relu=False,
+                 virtual=()):
         super().__init__(descs, params)
         self.channels = channels
-        self.stat_bytes = _align(4 * channels)
-        virtual = [r for r in ("mean", "inv_variance") if r not in params["roles"]]
-        self.stats_size = self.stat_bytes * len(virtual)
+        self.virtual = tuple(r for r in ("mean", "inv_variance") if r in virtual)
+        self.segments = Segments()
+        for role in self.virtual:
+            self.segments.add(role, 4 * channels)
+        self.stats_size = self.segments.size
         self.workspace_size = self.stats_size
-        self.virtual = virtual
         self.act = None
         self.relu_only = relu and relu_upper is None
         if relu:
@@ -146,15 +154,17 @@ class BnTrainingPlan(_BnPlan):
         self.ex = (bn_ops, act, _align(ws), _align(reserve))
         self.workspace_size = self.stats_size + _align(ws) + _align(reserve)
 
+    def drop_ex(self) -> None:
+        """Back to the plain training call (the Ex one declined at its trial run)."""
+        self.ex, self.workspace_size = None, self.stats_size
+
     def run(self, b, workspace) -> None:
         res, h = handle_for_launch()
         d, p = self.d, self.p
         ws = res.workspace(workspace, self.workspace_size)
-        stats = {}
-        for i, role in enumerate(self.virtual):
-            stats[role] = ws + i * self.stat_bytes
-        mean = b.get("mean", stats.get("mean"))
-        inv_var = b.get("inv_variance", stats.get("inv_variance"))
+        mean = b["mean"] if "mean" in b else self.segments.pointer(ws, "mean")
+        inv_var = (b["inv_variance"] if "inv_variance" in b
+                   else self.segments.pointer(ws, "inv_variance"))
         run_mean = run_var = 0
         if "next_running_mean" in b:
             run_mean, run_var = b["next_running_mean"], b["next_running_variance"]
@@ -196,29 +206,72 @@ class BnBackwardPlan(_BnPlan):
 
 
 class BnInferenceDreluBackwardPlan(_BnPlan):
-    """See the module docstring: k, z, dz in the workspace; ones is a plan-owned C-vector."""
+    """See the module docstring; the workspace holds k and the intermediates.
 
-    def __init__(self, descs, params, channels, x_bytes, ones, relu_upper=None):
+    The BN-inference output z and the DReLU output are virtual tensors of the graph's
+    intermediate data type (FLOAT by default). Where it differs from the I/O type
+    (``convert``: e.g. BFLOAT16 I/O), x and dy are first converted to it (``OpTensor`` MUL
+    by a plan-owned one: cuDNN's OpTensor takes A and B of one type and C of another), z
+    and dz are computed in it, and dz is converted back for the batchnorm backward call,
+    exactly (dy times a 0/1 mask is representable in dy's type). A bf16 z used to flip the
+    ReLU mask for values that round onto a clip boundary (issue 10 item 8).
+
+    Parameters
+    ----------
+    descs : dict
+        Role -> TensorDescriptor; ``"bn"`` the per-channel one, ``"z"`` packed x-order in
+        the I/O type, and with ``convert`` ``"zi"`` the same in the intermediate type and
+        ``"one_io"`` / ``"one_i"`` the all-1-dims descriptors of the two ones.
+    ones : GpuArray
+        FLOAT C-vector of 1 (the variance of the z step).
+    x_elems, io_size, inter_size : int
+        Elements of x; bytes per element of the I/O and intermediate types.
+    unit : tuple of GpuArray or None
+        (one in the I/O type, one in the intermediate type) with ``convert``.
+    """
+
+    def __init__(self, descs, params, channels, x_elems, io_size, inter_size, ones,
+                 relu_upper=None, unit=None):
         super().__init__(descs, params)
         self.ones = ones
-        self.k_bytes = _align(4 * channels)
-        self.x_bytes = _align(x_bytes)
-        self.workspace_size = self.k_bytes + 2 * self.x_bytes
+        self.unit = unit
+        self.convert = unit is not None
+        self.segments = Segments()
+        self.segments.add("k", 4 * channels)
+        if self.convert:
+            for name in ("xi", "z", "dyi"):      # xi is reused for dz in the intermediate type
+                self.segments.add(name, x_elems * inter_size)
+        else:
+            self.segments.add("z", x_elems * io_size)
+        self.segments.add("dz", x_elems * io_size)
+        self.workspace_size = self.segments.size
         self.mul = _cudnn.OpTensorDescriptor(_cudnn.OP_TENSOR_MUL)
         self.act = (_cudnn.ActivationDescriptor(_cudnn.ACTIVATION_RELU) if relu_upper is None
                     else _cudnn.ActivationDescriptor(_cudnn.ACTIVATION_CLIPPED_RELU, relu_upper))
 
     def run(self, b, workspace) -> None:
         res, h = handle_for_launch()
-        d = self.d
+        d, seg = self.d, self.segments
         ws = res.workspace(workspace, self.workspace_size)
-        k, z, dz = ws, ws + self.k_bytes, ws + self.k_bytes + self.x_bytes
+        k, z, dz = seg.pointer(ws, "k"), seg.pointer(ws, "z"), seg.pointer(ws, "dz")
         bn = d["bn"].ptr
-        _cudnn.op_tensor(h, self.mul.ptr, 1.0, bn, b["scale"], 1.0, bn, b["inv_variance"], bn, k)
-        _cudnn.batchnorm_forward_inference(h, d["x"].ptr, b["x"], d["z"].ptr, z, bn, k, b["bias"],
-                                           b["mean"], self.ones.ptr, 0.0)
-        _cudnn.activation_backward(h, self.act.ptr, d["z"].ptr, z, d["dy"].ptr, b["dy"],
-                                   d["z"].ptr, z, d["z"].ptr, dz)
+        mul = self.mul.ptr
+        _cudnn.op_tensor(h, mul, 1.0, bn, b["scale"], 1.0, bn, b["inv_variance"], bn, k)
+        if self.convert:
+            one_io, one_i = (u.ptr for u in self.unit)
+            zi, oio, oi = d["zi"].ptr, d["one_io"].ptr, d["one_i"].ptr
+            xi, dyi = seg.pointer(ws, "xi"), seg.pointer(ws, "dyi")
+            _cudnn.op_tensor(h, mul, 1.0, d["x"].ptr, b["x"], 1.0, oio, one_io, zi, xi)
+            _cudnn.batchnorm_forward_inference(h, zi, xi, zi, z, bn, k, b["bias"], b["mean"],
+                                               self.ones.ptr, 0.0)
+            _cudnn.op_tensor(h, mul, 1.0, d["dy"].ptr, b["dy"], 1.0, oio, one_io, zi, dyi)
+            _cudnn.activation_backward(h, self.act.ptr, zi, z, zi, dyi, zi, z, zi, xi)
+            _cudnn.op_tensor(h, mul, 1.0, zi, xi, 1.0, oi, one_i, d["z"].ptr, dz)
+        else:
+            _cudnn.batchnorm_forward_inference(h, d["x"].ptr, b["x"], d["z"].ptr, z, bn, k,
+                                               b["bias"], b["mean"], self.ones.ptr, 0.0)
+            _cudnn.activation_backward(h, self.act.ptr, d["z"].ptr, z, d["dy"].ptr, b["dy"],
+                                       d["z"].ptr, z, d["z"].ptr, dz)
         _cudnn.batchnorm_backward(h, d["x"].ptr, b["x"], d["z"].ptr, dz, d["dx"].ptr, b["dx"],
                                   bn, b["scale"], b["dscale"], b["dbias"], _BWD_EPSILON,
                                   b["mean"], b["inv_variance"], self.mode)

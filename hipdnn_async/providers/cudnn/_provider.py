@@ -26,7 +26,7 @@ from .._gpu._bind import GpuTarget, bind_workspace, make_binder
 from .._gpu._launch import LaunchResources
 from .._gpu._trial import BuildStream
 from . import _plans
-from ._conv import is_channels_last, conv_setup, tensor_descriptor
+from ._conv import CUDNN_DTYPE, conv_setup, is_channels_last, tensor_descriptor
 
 __all__ = ["CudnnProvider", "CUDNN_ENGINE_NAME"]
 
@@ -179,7 +179,6 @@ class CudnnProvider(Provider):
             if role in t:
                 descs[role] = tensor_descriptor(t[role], where)
         params = dict(p)
-        params["roles"] = frozenset(t)
         channels = x.dims[1]
         if pattern == Pattern.BN_INFERENCE_VARIANCE:
             return _plans.BnInferencePlan(descs, params)
@@ -188,18 +187,57 @@ class CudnnProvider(Provider):
                 raise NotSupportedError(f"{where}: running statistics need a momentum")
             return self._persistent(match, _plans.BnTrainingPlan(
                 descs, params, channels, p.get("relu_upper_clip"),
-                relu=pattern == Pattern.BN_TRAINING_RELU))
+                relu=pattern == Pattern.BN_TRAINING_RELU,
+                virtual=frozenset(r for r, tensor in t.items() if tensor.is_virtual)))
         if pattern == Pattern.BN_BACKWARD:
             return self._persistent(match, _plans.BnBackwardPlan(descs, params))
-        # BN_INFERENCE_DRELU_BACKWARD: z and dz in packed x layout in the workspace
-        order = stride_order(tuple(x.dims), tuple(x.strides))
-        descs["z"] = tensor_descriptor(x, where, strides=packed_strides(tuple(x.dims), order))
-        x_bytes = math.prod(x.dims) * numpy_dtype(x.data_type).itemsize
-        ones = GpuArray((1, channels) + (1,) * (len(x.dims) - 2), np.float32,
-                        (1,) * len(x.dims), self.context, self.spec)
-        ones.copy_from(np.ones(ones.dims, np.float32))
-        return self._persistent(match, _plans.BnInferenceDreluBackwardPlan(
-            descs, params, channels, x_bytes, ones, p.get("relu_upper_clip")))
+        # BN_INFERENCE_DRELU_BACKWARD: z and dz in packed x layout in the workspace, z in
+        # the graph's intermediate type (the BN-inference output's)
+        plan = self._persistent(match, self._drelu_plan(match, descs, params, where))
+        if plan.convert:
+            try:
+                self._build.trial(match, plan)
+            except _cudnn.CudnnError as exc:
+                # without the conversions the intermediates would be in the I/O type: a
+                # silently less precise answer; decline instead (issue 10 item 8)
+                raise NotSupportedError(
+                    f"{where}: cuDNN refused the conversion to the intermediate data type "
+                    f"{match.nodes[0].outputs['y'].data_type.name} ({exc}); the legacy API "
+                    "cannot keep this pattern's intermediates at the graph's precision") from exc
+        return plan
+
+    def _drelu_plan(self, match, descs, params, where):
+        t, p = match.tensors, match.params
+        x = t["x"]
+        channels = x.dims[1]
+        rank = len(x.dims)
+        dims = tuple(x.dims)
+        packed = packed_strides(dims, stride_order(dims, tuple(x.strides)))
+        descs["z"] = tensor_descriptor(x, where, strides=packed)
+        inter = match.nodes[0].outputs["y"].data_type
+        unit = None
+        if inter != x.data_type:
+            code = CUDNN_DTYPE.get(inter)
+            if code is None:
+                raise NotSupportedError(f"{where}: intermediate data type {inter.name}; cuDNN "
+                                        "plans keep intermediates in FLOAT, HALF or BFLOAT16")
+            one_dims = (1,) * rank
+            descs["zi"] = _cudnn.TensorDescriptor(code, dims, packed)
+            descs["one_io"] = tensor_descriptor(x, where, dims=one_dims, strides=one_dims)
+            descs["one_i"] = _cudnn.TensorDescriptor(code, one_dims, one_dims)
+            unit = tuple(self._filled(one_dims, numpy_dtype(dt), 1.0)
+                         for dt in (x.data_type, inter))
+        ones = self._filled((1, channels) + (1,) * (rank - 2), np.float32, 1.0)
+        return _plans.BnInferenceDreluBackwardPlan(
+            descs, params, channels, math.prod(dims), numpy_dtype(x.data_type).itemsize,
+            numpy_dtype(inter).itemsize, ones, p.get("relu_upper_clip"), unit)
+
+    def _filled(self, dims, dtype, value) -> GpuArray:
+        """A plan-owned packed device array of ``value`` (made at build)."""
+        arr = GpuArray(dims, dtype, packed_strides(dims, tuple(range(len(dims)))), self.context,
+                       self.spec)
+        arr.copy_from(np.full(dims, value, dtype))
+        return arr
 
     def _persistent(self, match, plan):
         """Channels-last batchnorm: the fastest form a trial run on scratch buffers takes,
@@ -217,7 +255,7 @@ class CudnnProvider(Provider):
                 return plan
             except _cudnn.CudnnError as exc:
                 log.info("batchnorm training Ex declined (%s)", exc)
-                plan.ex, plan.workspace_size = None, plan.stats_size
+                plan.drop_ex()
         try:
             self._build.trial(match, plan, bufs)
         except _cudnn.CudnnError as exc:

@@ -190,13 +190,16 @@ class FakeCudnn:
         self._rec = rec
         self._handles = itertools.count(0x9000)
         self.live_handles = set()
+        self.descriptors: dict[int, _FakeDescriptor] = {}   # ptr -> descriptor
 
     def __getattr__(self, name):
         value = getattr(real_cudnn, name)
         if isinstance(value, type) and name.endswith("Descriptor"):
             def make(*args, _name=name):
                 self._rec.record("cudnn." + _name, args)
-                return _FakeDescriptor(_name, args)
+                desc = _FakeDescriptor(_name, args)
+                self.descriptors[desc.ptr] = desc
+                return desc
             return make
         if callable(value) and not isinstance(value, type):
             def call(*args, _name=name):
