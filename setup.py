@@ -25,6 +25,7 @@ EXTENSIONS = [
     Extension("hipdnn_async.runtime._loader", ["src_pyx/_loader.pyx"], **_DLOPEN),
     Extension("hipdnn_async.runtime._gpu", ["src_pyx/_gpu.pyx"], **_DLOPEN),
     Extension("hipdnn_async.runtime._cudnn", ["src_pyx/_cudnn.pyx"], **_DLOPEN),
+    Extension("hipdnn_async.runtime._cudnn_backend", ["src_pyx/_cudnn_backend.pyx"]),
 ]
 
 # .pxd files without a module of their own (declarations only) belong to this package.

@@ -26,6 +26,7 @@ from .._gpu._bind import GpuTarget, bind_workspace, make_binder
 from .._gpu._launch import LaunchResources
 from .._gpu._trial import BuildStream
 from . import _plans
+from ._graph import GraphApiEngine
 from ._conv import CUDNN_DTYPE, conv_setup, is_channels_last, tensor_descriptor
 
 __all__ = ["CudnnProvider", "CUDNN_ENGINE_NAME"]
@@ -62,7 +63,7 @@ class CudnnProvider(Provider):
         CUDA runtime or cuDNN 9 absent, or no device ``index``.
     """
 
-    ENGINES = (LegacyEngine,)
+    ENGINES = (GraphApiEngine, LegacyEngine)   # the graph API first (issue 11)
 
     def __init__(self, index: int = 0):
         state = load_cuda()

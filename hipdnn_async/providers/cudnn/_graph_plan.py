@@ -1,0 +1,279 @@
+"""Engine configs, execution plans and the plan that runs them (cuDNN graph engine).
+
+- :func:`heuristic_candidates`: the engine configs of cuDNN's heuristics for an operation
+  graph (mode A; B, then FALLBACK when A yields nothing usable), ranked best first, each
+  with its engine's global index, numerical and behaviour notes and workspace size.
+- :func:`rejection`: the numerical policy. Never DOWN_CONVERT_INPUTS nor
+  REDUCED_PRECISION_REDUCTION (our accumulation is at least FLOAT); for FLOAT I/O no
+  TENSOR_CORE (that is TF32 for FLOAT data, as PyTorch reads the note) unless the
+  ``cudnn_graph.allow_tf32`` knob allows it, and no FFT / Winograd (outside the FLOAT
+  tolerance, measured with the legacy engine on the H200). Non-deterministic engines go
+  last.
+- :func:`execution_plan` / :func:`plan_from_json` / :func:`config_from_name`: a finalized
+  execution plan from a config, from its serialized JSON, or from an engine index and knob
+  choices (what the perf db keeps).
+- :class:`GraphPlan`: the provider plan: its ``run`` binds the variant pack (pattern
+  buffers, workspace segments, host scalars) and calls ``cudnnBackendExecute`` on the
+  stream's cuDNN handle.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..._errors import VariantPackError
+from .._base import ProviderPlan
+from .._gpu._workspace import Segments
+from . import _plans
+from ._graph_lower import BYTE_ALIGNMENT
+
+__all__ = ["Candidate", "heuristic_candidates", "rejection", "ordered", "execution_plan",
+           "plan_from_json", "config_from_name", "GraphPlan", "parse_name"]
+
+
+@dataclass
+class Candidate:
+    """One engine config: ``cfg`` (descriptor), the engine's ``index`` (global index),
+    ``numerical`` / ``behavior`` notes, ``workspace`` bytes (-1: not reported) and the
+    heuristics ``mode`` it came from."""
+
+    cfg: object
+    index: int
+    numerical: frozenset
+    behavior: frozenset
+    workspace: int
+    mode: str
+    knobs: tuple | None = None      # ((knob type, value), ...), read on demand
+
+    def knob_choices(self, be) -> tuple:
+        if self.knobs is None:
+            try:   # the count first, as for heuristics results; else cudnn-frontend's 44
+                n = self.cfg.count(be.ATTR_ENGINECFG_KNOB_CHOICES, be.TYPE_BACKEND_DESCRIPTOR)
+            except Exception:  # noqa: BLE001
+                n = 44     # CUDNN_KNOB_TYPE_COUNTS of cuDNN 9.19
+            made = self.cfg.get_descriptors(be.ATTR_ENGINECFG_KNOB_CHOICES,
+                                            be.BACKEND_KNOB_CHOICE_DESCRIPTOR, n) if n else []
+            self.knobs = tuple(sorted(
+                (k.get_enums(be.ATTR_KNOB_CHOICE_KNOB_TYPE, be.TYPE_KNOB_TYPE, 1)[0],
+                 k.get_int64(be.ATTR_KNOB_CHOICE_KNOB_VALUE)[0]) for k in made))
+        return self.knobs
+
+    def name(self, be) -> str:
+        """``"eng62 k2=3 k11=0"``: engine global index and knob choices (the perf-db form)."""
+        return " ".join([f"eng{self.index}"] + [f"k{t}={v}" for t, v in self.knob_choices(be)])
+
+
+def parse_name(name: str) -> tuple[int, tuple]:
+    """(engine index, ((knob type, value), ...)) of a :meth:`Candidate.name`.
+
+    Raises
+    ------
+    ValueError
+        Not of that form.
+    """
+    parts = name.split()
+    if not parts or not parts[0].startswith("eng"):
+        raise ValueError(f"not an engine config name: {name!r}")
+    knobs = []
+    for p in parts[1:]:
+        t, _, v = p[1:].partition("=")
+        if not p.startswith("k") or not _:
+            raise ValueError(f"not an engine config name: {name!r}")
+        knobs.append((int(t), int(v)))
+    return int(parts[0][3:]), tuple(knobs)
+
+
+def _inspect(be, cfg, mode: str) -> Candidate:
+    eng = cfg.get_descriptors(be.ATTR_ENGINECFG_ENGINE, be.BACKEND_ENGINE_DESCRIPTOR, 1)[0]
+    index = eng.get_int64(be.ATTR_ENGINE_GLOBAL_INDEX)[0]
+    numerical = frozenset(eng.get_enums(be.ATTR_ENGINE_NUMERICAL_NOTE, be.TYPE_NUMERICAL_NOTE,
+                                        be.NUMERICAL_NOTE_TYPE_COUNT))
+    behavior = frozenset(eng.get_enums(be.ATTR_ENGINE_BEHAVIOR_NOTE, be.TYPE_BEHAVIOR_NOTE,
+                                       be.BEHAVIOR_NOTE_TYPE_COUNT))
+    try:
+        workspace = cfg.get_int64(be.ATTR_ENGINECFG_WORKSPACE_SIZE)[0]
+    except Exception:  # noqa: BLE001 - before 9.2 the size comes with the plan
+        workspace = -1
+    return Candidate(cfg, index, numerical, behavior, workspace, mode)
+
+
+def _query(be, graph, mode: int):
+    heur = be.Descriptor(be.BACKEND_ENGINEHEUR_DESCRIPTOR)
+    heur.set_descriptors(be.ATTR_ENGINEHEUR_OPERATION_GRAPH, graph)
+    heur.set_enum(be.ATTR_ENGINEHEUR_MODE, be.TYPE_HEUR_MODE, mode)
+    heur.finalize()
+    n = heur.count(be.ATTR_ENGINEHEUR_RESULTS, be.TYPE_BACKEND_DESCRIPTOR)
+    if n <= 0:
+        return []
+    return heur.get_descriptors(be.ATTR_ENGINEHEUR_RESULTS, be.BACKEND_ENGINECFG_DESCRIPTOR, n)
+
+
+def heuristic_candidates(be, graph, accept, log=None) -> list[Candidate]:
+    """The accepted configs of heuristics modes A and FALLBACK (B when neither has one),
+    in cuDNN's order, each engine once; ``accept(candidate) -> reason or None``. A mode
+    whose query itself fails (NOT_SUPPORTED) is skipped."""
+    seen, out = set(), []
+    for label, mode in (("A", be.HEUR_MODE_A), ("FALLBACK", be.HEUR_MODE_FALLBACK),
+                        ("B", be.HEUR_MODE_B)):
+        if label == "B" and out:
+            break
+        try:
+            cfgs = _query(be, graph, mode)
+        except Exception as exc:  # noqa: BLE001 - a mode the library refuses is skipped
+            if log is not None:
+                log.info("cuDNN heuristics mode %s: %s", label, exc)
+            continue
+        for cfg in cfgs:
+            c = _inspect(be, cfg, label)
+            why = accept(c)
+            if why:
+                if log is not None:
+                    log.debug("engine %d (mode %s) rejected: %s", c.index, label, why)
+                continue
+            if c.index not in seen:
+                seen.add(c.index)
+                out.append(c)
+    return out
+
+
+def rejection(be, c: Candidate, *, float_io: bool, allow_tf32: bool) -> str | None:
+    """Why the numerical policy (module docstring) rejects ``c``, or None."""
+    n = c.numerical
+    if be.NUMERICAL_NOTE_DOWN_CONVERT_INPUTS in n and not (float_io and allow_tf32):
+        return "down-converts its inputs"
+    if be.NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION in n:
+        return "reduces in reduced precision"
+    if float_io and not allow_tf32 and be.NUMERICAL_NOTE_TENSOR_CORE in n:
+        return "uses tensor cores (TF32) on FLOAT data"
+    transforms = {be.NUMERICAL_NOTE_FFT, be.NUMERICAL_NOTE_WINOGRAD,
+                  be.NUMERICAL_NOTE_WINOGRAD_TILE_4x4, be.NUMERICAL_NOTE_WINOGRAD_TILE_6x6,
+                  be.NUMERICAL_NOTE_WINOGRAD_TILE_13x13}
+    if float_io and n & transforms:
+        return "FFT / Winograd transform on FLOAT data"
+    return None
+
+
+def ordered(be, candidates: list) -> list:
+    """Deterministic engines first, cuDNN's order kept within each group."""
+    return sorted(candidates, key=lambda c: be.NUMERICAL_NOTE_NONDETERMINISTIC in c.numerical)
+
+
+def execution_plan(be, cfg, handle: int):
+    """(finalized EXECUTION_PLAN descriptor, its workspace bytes) of engine config ``cfg``."""
+    plan = be.Descriptor(be.BACKEND_EXECUTION_PLAN_DESCRIPTOR)
+    plan.set_handle(be.ATTR_EXECUTION_PLAN_HANDLE, handle)
+    plan.set_descriptors(be.ATTR_EXECUTION_PLAN_ENGINE_CONFIG, cfg)
+    plan.finalize()
+    return plan, plan.get_int64(be.ATTR_EXECUTION_PLAN_WORKSPACE_SIZE)[0]
+
+
+def plan_from_json(be, text: str, handle: int):
+    """(plan, workspace bytes) deserialized from ``EXECUTION_PLAN_JSON_REPRESENTATION``
+    (cudnn-frontend's ``loadFromJson`` sequence: JSON, handle, finalize)."""
+    plan = be.Descriptor(be.BACKEND_EXECUTION_PLAN_DESCRIPTOR)
+    plan.set_chars(be.ATTR_EXECUTION_PLAN_JSON_REPRESENTATION, text.encode())
+    plan.set_handle(be.ATTR_EXECUTION_PLAN_HANDLE, handle)
+    plan.finalize()
+    return plan, plan.get_int64(be.ATTR_EXECUTION_PLAN_WORKSPACE_SIZE)[0]
+
+
+def plan_json(be, plan) -> str:
+    """The serialized plan, or "" where the engine does not serialize."""
+    try:
+        return plan.get_chars(be.ATTR_EXECUTION_PLAN_JSON_REPRESENTATION).decode()
+    except Exception:  # noqa: BLE001 - not every engine serializes
+        return ""
+
+
+def config_from_name(be, graph, name: str):
+    """An ENGINECFG rebuilt from an engine index and knob choices (cudnn-frontend's
+    ``create_engine`` / ``set_knob_choices`` / ``create_engine_config``)."""
+    index, knobs = parse_name(name)
+    eng = be.Descriptor(be.BACKEND_ENGINE_DESCRIPTOR)
+    eng.set_descriptors(be.ATTR_ENGINE_OPERATION_GRAPH, graph)
+    eng.set_int64(be.ATTR_ENGINE_GLOBAL_INDEX, index)
+    eng.finalize()
+    choices = []
+    for t, v in knobs:
+        k = be.Descriptor(be.BACKEND_KNOB_CHOICE_DESCRIPTOR)
+        k.set_enum(be.ATTR_KNOB_CHOICE_KNOB_TYPE, be.TYPE_KNOB_TYPE, t)
+        k.set_int64(be.ATTR_KNOB_CHOICE_KNOB_VALUE, v)
+        k.finalize()
+        choices.append(k)
+    cfg = be.Descriptor(be.BACKEND_ENGINECFG_DESCRIPTOR)
+    cfg.set_descriptors(be.ATTR_ENGINECFG_ENGINE, eng)
+    if choices:
+        cfg.set_descriptors(be.ATTR_ENGINECFG_KNOB_CHOICES, choices)
+    cfg.finalize()
+    return cfg
+
+
+class GraphPlan(ProviderPlan):
+    """An execution plan of the cuDNN graph engine, bound to a pattern's roles.
+
+    Parameters
+    ----------
+    be : module
+        The backend binding.
+    spec : GraphSpec
+        What the variant pack holds (roles, workspace segments, host scalars).
+    plan : Descriptor
+        The finalized execution plan.
+    cudnn_workspace : int
+        The plan's own workspace bytes.
+    algorithm : str
+        ``"eng<index> k<type>=<value> ..."`` (plus the variant, e.g. the dReLU type).
+    """
+
+    def __init__(self, be, spec, plan, cudnn_workspace: int, algorithm: str):
+        self._be = be
+        self.spec = spec
+        self.plan = plan
+        self.algorithm = algorithm
+        seg = Segments()
+        seg.add("cudnn", cudnn_workspace)
+        for name, nbytes in spec.segments:
+            seg.add(name, nbytes)
+        self._segments = seg
+        # exactly cuDNN's size when the plan has no segments of its own (the workspace
+        # knob's range is cuDNN's sizes)
+        self.workspace_size = seg.size if spec.segments else int(cudnn_workspace)
+        self._cudnn_ws = int(cudnn_workspace)
+        pack = spec.pack
+        self._uids = tuple(t.uid for t in pack)
+        # by-value scalars: host float32 buffers that live as long as the plan
+        self._host = {t.uid: np.array([t.binding[1]], np.float32) for t in pack
+                      if t.binding[0] == "scalar"}
+        self._bind = tuple((t.uid, t.binding[0], t.binding[1], t.name) for t in pack)
+        # cuDNN does not promise that one plan may execute on two streams at once
+        # (PyTorch keeps its plans thread-local); launches of this plan take turns.
+        self._lock = threading.Lock()
+
+    def pointers(self, buffers, ws: int) -> list:
+        """The variant pack's pointers, in uid order, for ``buffers`` (role -> pointer)."""
+        out = []
+        for uid, kind, what, name in self._bind:
+            if kind == "role":
+                ptr = buffers[what]
+                if ptr % BYTE_ALIGNMENT:
+                    raise VariantPackError(
+                        f"execute: tensor '{name}' ({what}) at {ptr:#x} is not "
+                        f"{BYTE_ALIGNMENT}-byte aligned, as the cuDNN graph plan was built "
+                        "for; pass an aligned buffer or build with engine='CUDNN_LEGACY_ENGINE'")
+                out.append(ptr)
+            elif kind == "segment":
+                out.append(self._segments.pointer(ws, what))
+            else:
+                out.append(self._host[uid].ctypes.data)
+        return out
+
+    def run(self, buffers, workspace) -> None:
+        res, handle = _plans.handle_for_launch()
+        ws = res.workspace(workspace, self.workspace_size) if self.workspace_size else 0
+        ptrs = self.pointers(buffers, ws)
+        cudnn_ws = self._segments.pointer(ws, "cudnn") if self._cudnn_ws else 0
+        with self._lock:
+            self._be.execute(handle, self.plan, self._uids, ptrs, cudnn_ws)
+

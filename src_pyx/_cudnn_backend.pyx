@@ -1,0 +1,624 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""cuDNN 9 backend (graph) API bindings (``hipdnn_async.runtime._cudnn_backend``).
+
+Wrapping contract
+-----------------
+Covered: ``cudnnBackendCreateDescriptor``, ``SetAttribute``, ``GetAttribute``,
+``Finalize``, ``Execute`` and ``DestroyDescriptor`` (cudnn_graph.h of cuDNN 9), plus
+``cudnnGetVersion``, ``cudnnGetErrorString``, ``cudnnGetLastErrorString`` and
+``cudnnSetStream`` for status text and the C submit path. Handles come from the legacy
+binding (``runtime._cudnn.create``): both tables point into the same ``libcudnn.so.9``.
+
+Names drop the ``CUDNN_`` prefix: ``CUDNN_ATTR_TENSOR_DIMENSIONS`` is
+``ATTR_TENSOR_DIMENSIONS``. Every constant is the value of cudnn_graph.h in cuDNN 9.19.1
+(the ``nvidia-cudnn-cu13`` 9.19.1.2 wheel), checked by compiling the header; the backend
+enums are stable across cuDNN 9 (new values are appended).
+
+A :class:`Descriptor` owns one backend descriptor; its ``set_*`` / ``get_*`` methods take
+the attribute name and, where the attribute type is not implied, the attribute type.
+Descriptors set on another one stay referenced by it (cuDNN keeps their pointers).
+Execution is :func:`execute` from Python or :func:`execute_c` (``nogil``, C arrays) from
+Cython: the variant pack is built, executed and destroyed in C (0.4-0.7 us measured on the
+H200, shared/reference/gpu-fast-paths.md s.1).
+
+Loading: the symbol table is filled by name from a library object with ``path`` and
+``address(name) -> int`` (0 when absent: the shared loader's ``runtime._loader.Library``);
+nothing here opens a library. A symbol that is absent raises at its first call, naming it; :func:`available`
+says up front whether the backend API is usable, and why not.
+
+Errors: a non-zero ``cudnnStatus_t`` raises the library's typed error (:func:`error_for`):
+the NOT_SUPPORTED family (3000-3999) is a ``NotSupportedError``, so the next engine may
+try; every other status is an ``ExecutionError``; each keeps ``.status``,
+``.status_name`` and cuDNN's last error message.
+"""
+from libc.stdint cimport int64_t, uintptr_t
+from libc.string cimport memset
+import threading
+
+from .. import _errors
+
+# ------------------------------------------------------------------ constants
+# cudnnBackendDescriptorType_t (cudnn_graph.h, cuDNN 9.19.1)
+BACKEND_POINTWISE_DESCRIPTOR = 0
+BACKEND_CONVOLUTION_DESCRIPTOR = 1
+BACKEND_ENGINE_DESCRIPTOR = 2
+BACKEND_ENGINECFG_DESCRIPTOR = 3
+BACKEND_ENGINEHEUR_DESCRIPTOR = 4
+BACKEND_EXECUTION_PLAN_DESCRIPTOR = 5
+BACKEND_KNOB_CHOICE_DESCRIPTOR = 7
+BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR = 10
+BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR = 11
+BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR = 12
+BACKEND_OPERATION_POINTWISE_DESCRIPTOR = 13
+BACKEND_OPERATIONGRAPH_DESCRIPTOR = 15
+BACKEND_VARIANT_PACK_DESCRIPTOR = 16
+BACKEND_TENSOR_DESCRIPTOR = 17
+BACKEND_OPERATION_NORM_FORWARD_DESCRIPTOR = 29
+BACKEND_OPERATION_NORM_BACKWARD_DESCRIPTOR = 30
+
+# cudnnBackendAttributeType_t (cudnn_graph.h, cuDNN 9.19.1)
+TYPE_HANDLE = 0
+TYPE_DATA_TYPE = 1
+TYPE_BOOLEAN = 2
+TYPE_INT64 = 3
+TYPE_FLOAT = 4
+TYPE_DOUBLE = 5
+TYPE_VOID_PTR = 6
+TYPE_CONVOLUTION_MODE = 7
+TYPE_HEUR_MODE = 8
+TYPE_KNOB_TYPE = 9
+TYPE_NAN_PROPOGATION = 10      # sic, the header's spelling
+TYPE_NUMERICAL_NOTE = 11
+TYPE_POINTWISE_MODE = 14
+TYPE_BACKEND_DESCRIPTOR = 15
+TYPE_BEHAVIOR_NOTE = 19
+TYPE_INT32 = 23
+TYPE_CHAR = 24
+TYPE_NORM_MODE = 27
+TYPE_NORM_FWD_PHASE = 28
+
+# cudnnBackendAttributeName_t (cudnn_graph.h, cuDNN 9.19.1)
+ATTR_POINTWISE_MODE = 0
+ATTR_POINTWISE_MATH_PREC = 1
+ATTR_POINTWISE_NAN_PROPAGATION = 2
+ATTR_POINTWISE_RELU_LOWER_CLIP = 3
+ATTR_POINTWISE_RELU_UPPER_CLIP = 4
+ATTR_POINTWISE_RELU_LOWER_CLIP_SLOPE = 5
+ATTR_CONVOLUTION_COMP_TYPE = 100
+ATTR_CONVOLUTION_CONV_MODE = 101
+ATTR_CONVOLUTION_DILATIONS = 102
+ATTR_CONVOLUTION_FILTER_STRIDES = 103
+ATTR_CONVOLUTION_POST_PADDINGS = 104
+ATTR_CONVOLUTION_PRE_PADDINGS = 105
+ATTR_CONVOLUTION_SPATIAL_DIMS = 106
+ATTR_ENGINEHEUR_MODE = 200
+ATTR_ENGINEHEUR_OPERATION_GRAPH = 201
+ATTR_ENGINEHEUR_RESULTS = 202
+ATTR_ENGINECFG_ENGINE = 300
+ATTR_ENGINECFG_KNOB_CHOICES = 302
+ATTR_ENGINECFG_WORKSPACE_SIZE = 303          # readable since 9.2
+ATTR_EXECUTION_PLAN_HANDLE = 400             # deprecated in 9.x headers, still accepted
+ATTR_EXECUTION_PLAN_ENGINE_CONFIG = 401
+ATTR_EXECUTION_PLAN_WORKSPACE_SIZE = 402
+ATTR_EXECUTION_PLAN_JSON_REPRESENTATION = 405
+ATTR_KNOB_CHOICE_KNOB_TYPE = 600
+ATTR_KNOB_CHOICE_KNOB_VALUE = 601
+ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA = 700
+ATTR_OPERATION_CONVOLUTION_FORWARD_BETA = 701
+ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC = 702
+ATTR_OPERATION_CONVOLUTION_FORWARD_W = 703
+ATTR_OPERATION_CONVOLUTION_FORWARD_X = 704
+ATTR_OPERATION_CONVOLUTION_FORWARD_Y = 705
+ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA = 706
+ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA = 707
+ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC = 708
+ATTR_OPERATION_CONVOLUTION_BWD_DATA_W = 709
+ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX = 710
+ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY = 711
+ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA = 712
+ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA = 713
+ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC = 714
+ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW = 715
+ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X = 716
+ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY = 717
+ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR = 750
+ATTR_OPERATION_POINTWISE_XDESC = 751
+ATTR_OPERATION_POINTWISE_BDESC = 752
+ATTR_OPERATION_POINTWISE_YDESC = 753
+ATTR_OPERATION_POINTWISE_DXDESC = 756
+ATTR_OPERATION_POINTWISE_DYDESC = 757
+ATTR_OPERATIONGRAPH_HANDLE = 800             # deprecated in 9.x headers, still accepted
+ATTR_OPERATIONGRAPH_OPS = 801
+ATTR_OPERATIONGRAPH_ENGINE_GLOBAL_COUNT = 802
+ATTR_TENSOR_BYTE_ALIGNMENT = 900
+ATTR_TENSOR_DATA_TYPE = 901
+ATTR_TENSOR_DIMENSIONS = 902
+ATTR_TENSOR_STRIDES = 903
+ATTR_TENSOR_UNIQUE_ID = 906
+ATTR_TENSOR_IS_VIRTUAL = 907
+ATTR_TENSOR_IS_BY_VALUE = 908
+ATTR_VARIANT_PACK_UNIQUE_IDS = 1000
+ATTR_VARIANT_PACK_DATA_POINTERS = 1001
+ATTR_VARIANT_PACK_WORKSPACE = 1003
+ATTR_ENGINE_OPERATION_GRAPH = 1300
+ATTR_ENGINE_GLOBAL_INDEX = 1301
+ATTR_ENGINE_NUMERICAL_NOTE = 1303
+ATTR_ENGINE_BEHAVIOR_NOTE = 1305
+ATTR_OPERATION_NORM_FWD_MODE = 2000
+ATTR_OPERATION_NORM_FWD_PHASE = 2001
+ATTR_OPERATION_NORM_FWD_XDESC = 2002
+ATTR_OPERATION_NORM_FWD_MEAN_DESC = 2003
+ATTR_OPERATION_NORM_FWD_INV_VARIANCE_DESC = 2004
+ATTR_OPERATION_NORM_FWD_SCALE_DESC = 2005
+ATTR_OPERATION_NORM_FWD_BIAS_DESC = 2006
+ATTR_OPERATION_NORM_FWD_EPSILON_DESC = 2007
+ATTR_OPERATION_NORM_FWD_EXP_AVG_FACTOR_DESC = 2008
+ATTR_OPERATION_NORM_FWD_INPUT_RUNNING_MEAN_DESC = 2009
+ATTR_OPERATION_NORM_FWD_INPUT_RUNNING_VAR_DESC = 2010
+ATTR_OPERATION_NORM_FWD_OUTPUT_RUNNING_MEAN_DESC = 2011
+ATTR_OPERATION_NORM_FWD_OUTPUT_RUNNING_VAR_DESC = 2012
+ATTR_OPERATION_NORM_FWD_YDESC = 2013
+ATTR_OPERATION_NORM_BWD_MODE = 2100
+ATTR_OPERATION_NORM_BWD_XDESC = 2101
+ATTR_OPERATION_NORM_BWD_MEAN_DESC = 2102
+ATTR_OPERATION_NORM_BWD_INV_VARIANCE_DESC = 2103
+ATTR_OPERATION_NORM_BWD_DYDESC = 2104
+ATTR_OPERATION_NORM_BWD_SCALE_DESC = 2105
+ATTR_OPERATION_NORM_BWD_EPSILON_DESC = 2106
+ATTR_OPERATION_NORM_BWD_DSCALE_DESC = 2107
+ATTR_OPERATION_NORM_BWD_DBIAS_DESC = 2108
+ATTR_OPERATION_NORM_BWD_DXDESC = 2109
+
+# cudnnDataType_t, cudnnConvolutionMode_t, cudnnNanPropagation_t (cudnn_graph.h, 9.19.1)
+DATA_FLOAT = 0
+DATA_DOUBLE = 1
+DATA_HALF = 2
+DATA_BFLOAT16 = 9
+CONVOLUTION = 0
+CROSS_CORRELATION = 1
+NOT_PROPAGATE_NAN = 0
+PROPAGATE_NAN = 1
+# cudnnPointwiseMode_t (cudnn_graph.h, 9.19.1)
+POINTWISE_ADD = 0
+POINTWISE_IDENTITY = 21
+POINTWISE_RELU_FWD = 100
+POINTWISE_RELU_BWD = 200
+# cudnnBackendNormMode_t, cudnnBackendNormFwdPhase_t (cudnn_graph.h, 9.19.1)
+BATCH_NORM = 2
+NORM_FWD_INFERENCE = 0
+NORM_FWD_TRAINING = 1
+# cudnnBackendHeurMode_t (cudnn_graph.h, 9.19.1): A is an alias of INSTANT
+HEUR_MODE_INSTANT = 0
+HEUR_MODE_B = 1
+HEUR_MODE_FALLBACK = 2
+HEUR_MODE_A = 3
+# cudnnBackendNumericalNote_t (cudnn_graph.h, 9.19.1)
+NUMERICAL_NOTE_TENSOR_CORE = 0
+NUMERICAL_NOTE_DOWN_CONVERT_INPUTS = 1
+NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION = 2
+NUMERICAL_NOTE_FFT = 3
+NUMERICAL_NOTE_NONDETERMINISTIC = 4
+NUMERICAL_NOTE_WINOGRAD = 5
+NUMERICAL_NOTE_WINOGRAD_TILE_4x4 = 6
+NUMERICAL_NOTE_WINOGRAD_TILE_6x6 = 7
+NUMERICAL_NOTE_WINOGRAD_TILE_13x13 = 8
+NUMERICAL_NOTE_STRICT_NAN_PROP = 9
+NUMERICAL_NOTE_TYPE_COUNT = 10
+# cudnnBackendBehaviorNote_t (cudnn_graph.h, 9.19.1)
+BEHAVIOR_NOTE_RUNTIME_COMPILATION = 0
+BEHAVIOR_NOTE_SUPPORTS_CUDA_GRAPH_NATIVE_API = 3
+BEHAVIOR_NOTE_TYPE_COUNT = 5
+# cudnnStatus_t (cudnn_graph.h, 9.19.1): categories are the thousands
+STATUS_SUCCESS = 0
+STATUS_NOT_INITIALIZED = 1001
+STATUS_BAD_PARAM = 2000
+STATUS_BAD_PARAM_NOT_FINALIZED = 2004
+STATUS_NOT_SUPPORTED = 3000
+STATUS_NOT_SUPPORTED_GRAPH_PATTERN = 3001
+STATUS_NOT_SUPPORTED_SHAPE = 3002
+STATUS_INTERNAL_ERROR = 4000
+STATUS_EXECUTION_FAILED = 5000
+# statuses of this binding itself (outside cuDNN's range)
+STATUS_MISSING_SYMBOL = -1
+
+DEF C_NOT_INITIALIZED = 1001    # CUDNN_STATUS_NOT_INITIALIZED, for the nogil paths
+DEF MAX_PACK = 32               # variant-pack entries per execution (the patterns use <= 12)
+DEF MAX_VALUES = 64             # elements of one attribute (dims: 8; knob choices: 44)
+
+# ------------------------------------------------------------------ symbol table
+ctypedef int (*f_create)(int, void**) noexcept nogil
+ctypedef int (*f_destroy)(void*) noexcept nogil
+ctypedef int (*f_set)(void*, int, int, int64_t, const void*) noexcept nogil
+ctypedef int (*f_get)(void*, int, int, int64_t, int64_t*, void*) noexcept nogil
+ctypedef int (*f_finalize)(void*) noexcept nogil
+ctypedef int (*f_execute)(void*, void*, void*) noexcept nogil
+ctypedef size_t (*f_version)() noexcept nogil
+ctypedef const char* (*f_errstr)(int) noexcept nogil
+ctypedef void (*f_last_err)(char*, size_t) noexcept nogil
+ctypedef int (*f_set_stream)(void*, void*) noexcept nogil
+
+NAMES = (
+    "cudnnBackendCreateDescriptor", "cudnnBackendDestroyDescriptor",
+    "cudnnBackendSetAttribute", "cudnnBackendGetAttribute", "cudnnBackendFinalize",
+    "cudnnBackendExecute", "cudnnGetVersion", "cudnnGetErrorString",
+    "cudnnGetLastErrorString", "cudnnSetStream",
+)
+DEF N_FUNCS = 10
+DEF I_CREATE = 0
+DEF I_DESTROY = 1
+DEF I_SET = 2
+DEF I_GET = 3
+DEF I_FINALIZE = 4
+DEF I_EXECUTE = 5
+DEF I_VERSION = 6
+DEF I_ERRSTR = 7
+DEF I_LASTERR = 8
+DEF I_SET_STREAM = 9
+# the calls without which the backend API cannot be used at all
+REQUIRED = NAMES[:7]
+INDEX = {name: i for i, name in enumerate(NAMES)}
+
+cdef void* _fn[N_FUNCS]
+cdef bint _filled = False
+_lock = threading.Lock()
+_path = None
+_missing = ()
+
+
+def load(library):
+    """Fill the symbol table from ``library`` (``.path``, ``.address(name) -> int``, the
+    shared loader's ``Library`` opened with no prefix); idempotent.
+
+    Returns
+    -------
+    tuple of str
+        The names of :data:`NAMES` that the library does not export (they raise at call).
+    """
+    global _filled, _path, _missing
+    if _filled:
+        return _missing
+    with _lock:
+        if _filled:
+            return _missing
+        found = [int(library.address(name) or 0) for name in NAMES]
+        for i, addr in enumerate(found):
+            _fn[i] = <void*><uintptr_t>addr
+        _path = str(library.path)
+        _missing = tuple(n for n, a in zip(NAMES, found) if not a)
+        _filled = True
+        return _missing
+
+
+def available():
+    """``(ok, reason)``: whether the backend API can be used; ``reason`` names the missing
+    calls or says that nothing was loaded."""
+    if not _filled:
+        return False, "the cuDNN backend API is not loaded"
+    lacking = [n for n in REQUIRED if n in _missing]
+    if lacking:
+        return False, f"{_path} does not export the cuDNN backend API ({', '.join(lacking)})"
+    return True, ""
+
+
+def loaded_path():
+    """The library path the table was filled from, or None."""
+    return _path
+
+
+def version():
+    """cudnnGetVersion(): MAJOR*10000 + MINOR*100 + PATCH since 9.0."""
+    return int((<f_version>_sym(I_VERSION))())
+
+
+# ------------------------------------------------------------------ errors
+cdef inline void* _sym(int i) except NULL:
+    if not _filled or _fn[i] == NULL:
+        where = _path if _filled else "the cuDNN library (not loaded)"
+        raise error_for(NAMES[i], STATUS_MISSING_SYMBOL, "MISSING_SYMBOL",
+                        f"{NAMES[i]} is not exported by {where}")
+    return _fn[i]
+
+
+def status_name(int status):
+    """cuDNN's name of ``status`` (``cudnnGetErrorString``), or ``"?"``."""
+    cdef const char* s
+    if _filled and _fn[I_ERRSTR] != NULL:
+        s = (<f_errstr>_fn[I_ERRSTR])(status)
+        if s != NULL:
+            return s.decode(errors="replace")
+    return "?"
+
+
+def last_error():
+    """cuDNN's last error message of this thread (``cudnnGetLastErrorString``)."""
+    cdef char buf[1024]
+    if not (_filled and _fn[I_LASTERR] != NULL):
+        return ""
+    memset(buf, 0, sizeof(buf))
+    (<f_last_err>_fn[I_LASTERR])(buf, sizeof(buf) - 1)
+    return buf.decode(errors="replace").strip()
+
+
+def error_for(str call, int status, str name=None, str text=None):
+    """The typed error of ``status`` returned by ``call``.
+
+    NOT_SUPPORTED* (3000-3999) is a ``NotSupportedError`` (the decline set); a missing
+    symbol a ``DeviceError``; anything else an ``ExecutionError``. The shared cuDNN error
+    family of ``_errors`` (``CudnnNotSupportedError`` etc.) is used where it exists.
+    """
+    name = status_name(status) if name is None else name
+    text = last_error() if text is None else text
+    msg = f"{call} failed: {name} ({status})" + (f": {text}" if text else "")
+    if status == STATUS_MISSING_SYMBOL:
+        cls = getattr(_errors, "LibraryError", _errors.DeviceError)
+    elif status // 1000 == 3:
+        cls = getattr(_errors, "CudnnNotSupportedError", _errors.NotSupportedError)
+    elif status // 1000 == 2:
+        cls = getattr(_errors, "CudnnBadParamError", _errors.ExecutionError)
+    else:
+        cls = getattr(_errors, "CudnnError", _errors.ExecutionError)
+    try:
+        err = cls(msg, status=status, status_name=name, library=_path, call=call,
+                  vendor_message=text)
+    except TypeError:       # the plain HipdnnError types take no vendor fields
+        err = cls(msg, status=status, status_name=name)
+        err.call, err.vendor_message = call, text
+    return err
+
+
+cdef int check(int status, str call) except -1:
+    if status != 0:
+        raise error_for(call, status)
+    return 0
+
+
+# ------------------------------------------------------------------ descriptors
+cdef class Descriptor:
+    cdef void* ptr
+    cdef readonly int kind
+    cdef readonly bint finalized
+    cdef list _refs          # descriptors set on this one: cuDNN keeps pointers to them
+
+    """One backend descriptor of type ``kind`` (``BACKEND_*_DESCRIPTOR``).
+
+    ``ptr`` is its address as an int. ``close()`` destroys it (idempotent; also on
+    collection). Setting descriptors on it keeps them alive as long as it lives.
+
+    Raises
+    ------
+    NotSupportedError, ExecutionError
+        ``cudnnBackendCreateDescriptor`` failed.
+    DeviceError
+        The backend API is not loaded.
+    """
+
+    def __cinit__(self, int kind):
+        self.ptr = NULL
+        self.kind = kind
+        self.finalized = False
+        self._refs = []
+        cdef void* d = NULL
+        check((<f_create>_sym(I_CREATE))(kind, &d), "cudnnBackendCreateDescriptor")
+        self.ptr = d
+
+    @property
+    def address(self):
+        return <uintptr_t>self.ptr
+
+    def close(self):
+        """Destroy the descriptor; idempotent."""
+        if self.ptr != NULL and _fn[I_DESTROY] != NULL:
+            (<f_destroy>_fn[I_DESTROY])(self.ptr)
+        self.ptr = NULL
+        self._refs = []
+
+    def __dealloc__(self):
+        if self.ptr != NULL and _fn[I_DESTROY] != NULL:
+            (<f_destroy>_fn[I_DESTROY])(self.ptr)
+        self.ptr = NULL
+
+    cdef int _set(self, int attr, int attr_type, int64_t count, const void* values) except -1:
+        if self.ptr == NULL:
+            raise _errors.ExecutionError(f"cudnnBackendSetAttribute({attr}): descriptor closed")
+        cdef int st = (<f_set>_sym(I_SET))(self.ptr, attr, attr_type, count, values)
+        if st != 0:
+            raise error_for(f"cudnnBackendSetAttribute(attribute {attr}, type {attr_type}, "
+                            f"descriptor type {self.kind})", st)
+        return 0
+
+    # ---- setters
+    def set_int64(self, int attr, values):
+        """Set an INT64 attribute to one int or a sequence of ints (at most 64)."""
+        cdef int64_t buf[MAX_VALUES]
+        vals = [values] if isinstance(values, int) else list(values)
+        if len(vals) > MAX_VALUES:
+            raise ValueError(f"attribute {attr}: at most {MAX_VALUES} values; got {len(vals)}")
+        for i, v in enumerate(vals):
+            buf[i] = int(v)
+        self._set(attr, TYPE_INT64, len(vals), buf)
+
+    def set_enum(self, int attr, int attr_type, int value):
+        """Set a 4-byte enum attribute (DATA_TYPE, CONVOLUTION_MODE, HEUR_MODE,
+        POINTWISE_MODE, NORM_MODE, NORM_FWD_PHASE, KNOB_TYPE, NAN_PROPOGATION)."""
+        cdef int v = value
+        self._set(attr, attr_type, 1, &v)
+
+    def set_bool(self, int attr, bint value):
+        """Set a BOOLEAN attribute (a C ``bool``, one byte)."""
+        cdef char v = 1 if value else 0
+        self._set(attr, TYPE_BOOLEAN, 1, &v)
+
+    def set_float(self, int attr, double value):
+        """Set a FLOAT attribute (alpha/beta of FLOAT, HALF and BFLOAT16 operations)."""
+        cdef float v = <float>value
+        self._set(attr, TYPE_FLOAT, 1, &v)
+
+    def set_double(self, int attr, double value):
+        """Set a DOUBLE attribute (ReLU clips, as cudnn-frontend sets them)."""
+        cdef double v = value
+        self._set(attr, TYPE_DOUBLE, 1, &v)
+
+    def set_handle(self, int attr, uintptr_t handle):
+        """Set a HANDLE attribute to a ``cudnnHandle_t`` given as an int."""
+        cdef void* h = <void*>handle
+        self._set(attr, TYPE_HANDLE, 1, &h)
+
+    def set_descriptors(self, int attr, descriptors):
+        """Set a BACKEND_DESCRIPTOR attribute to one descriptor or a sequence of them."""
+        cdef void* buf[MAX_VALUES]
+        cdef Descriptor d
+        ds = [descriptors] if isinstance(descriptors, Descriptor) else list(descriptors)
+        if len(ds) > MAX_VALUES:
+            raise ValueError(f"attribute {attr}: at most {MAX_VALUES} descriptors; got {len(ds)}")
+        for i, obj in enumerate(ds):
+            d = <Descriptor?>obj
+            buf[i] = d.ptr
+        self._set(attr, TYPE_BACKEND_DESCRIPTOR, len(ds), buf)
+        self._refs.extend(ds)
+
+    def set_chars(self, int attr, bytes text):
+        """Set a CHAR attribute (a serialized execution plan)."""
+        cdef const char* p = text
+        self._set(attr, TYPE_CHAR, len(text), p)
+
+    def finalize(self):
+        """``cudnnBackendFinalize``; NotSupportedError for what cuDNN cannot take."""
+        if self.ptr == NULL:
+            raise _errors.ExecutionError("cudnnBackendFinalize: descriptor closed")
+        cdef f_finalize f = <f_finalize>_sym(I_FINALIZE)
+        cdef int st
+        with nogil:
+            st = f(self.ptr)     # plan finalize may compile kernels (NVRTC): seconds
+        if st != 0:
+            raise error_for(f"cudnnBackendFinalize(descriptor type {self.kind})", st)
+        self.finalized = True
+
+    # ---- getters
+    cdef int _get(self, int attr, int attr_type, int64_t requested, int64_t* count,
+                  void* values) except -1:
+        if self.ptr == NULL:
+            raise _errors.ExecutionError(f"cudnnBackendGetAttribute({attr}): descriptor closed")
+        cdef int st = (<f_get>_sym(I_GET))(self.ptr, attr, attr_type, requested, count, values)
+        if st != 0:
+            raise error_for(f"cudnnBackendGetAttribute(attribute {attr}, type {attr_type}, "
+                            f"descriptor type {self.kind})", st)
+        return 0
+
+    def count(self, int attr, int attr_type):
+        """How many elements attribute ``attr`` holds (a GetAttribute of 0 elements)."""
+        cdef int64_t n = 0
+        self._get(attr, attr_type, 0, &n, NULL)
+        return int(n)
+
+    def get_int64(self, int attr, int requested=1):
+        """An INT64 attribute as a list of at most ``requested`` ints."""
+        cdef int64_t buf[MAX_VALUES]
+        cdef int64_t n = 0
+        requested = min(requested, MAX_VALUES)
+        self._get(attr, TYPE_INT64, requested, &n, buf)
+        return [int(buf[i]) for i in range(min(n, requested))]
+
+    def get_enums(self, int attr, int attr_type, int requested):
+        """A 4-byte enum attribute (NUMERICAL_NOTE, BEHAVIOR_NOTE, KNOB_TYPE, ...) as a
+        list of at most ``requested`` ints."""
+        cdef int buf[MAX_VALUES]
+        cdef int64_t n = 0
+        requested = min(requested, MAX_VALUES)
+        self._get(attr, attr_type, requested, &n, buf)
+        return [int(buf[i]) for i in range(min(n, requested))]
+
+    def get_descriptors(self, int attr, int kind, int requested):
+        """A BACKEND_DESCRIPTOR attribute: ``requested`` new descriptors of type ``kind``
+        are created, cuDNN fills them, and the ones it filled come back (a list)."""
+        cdef void* buf[MAX_VALUES]
+        cdef int64_t n = 0
+        cdef Descriptor d
+        requested = min(requested, MAX_VALUES)
+        made = [Descriptor(kind) for _ in range(requested)]
+        for i in range(requested):
+            d = made[i]
+            buf[i] = d.ptr
+        self._get(attr, TYPE_BACKEND_DESCRIPTOR, requested, &n, buf)
+        for d in made[n:]:
+            d.close()
+        for d in made[:n]:
+            d.finalized = True
+        return made[:n]
+
+    def get_chars(self, int attr):
+        """A CHAR attribute as bytes (trailing NULs dropped)."""
+        cdef int64_t n = self.count(attr, TYPE_CHAR)
+        cdef bytearray buf = bytearray(n + 1)
+        cdef char* p = buf
+        cdef int64_t got = 0
+        if n:
+            self._get(attr, TYPE_CHAR, n, &got, p)
+        return bytes(buf[:got]).rstrip(b"\0")
+
+
+# ------------------------------------------------------------------ execution
+cdef int execute_c(void* handle, void* plan, int n, const int64_t* uids, void** pointers,
+                   void* workspace) noexcept nogil:
+    """Build a variant pack of ``n`` (uid, pointer) pairs and ``workspace``, execute
+    ``plan`` on ``handle``'s stream, destroy the pack; the first failing status."""
+    cdef void* vp = NULL
+    cdef int st
+    if not _filled or _fn[I_CREATE] == NULL or _fn[I_EXECUTE] == NULL:
+        return C_NOT_INITIALIZED
+    st = (<f_create>_fn[I_CREATE])(16, &vp)           # BACKEND_VARIANT_PACK_DESCRIPTOR
+    if st != 0:
+        return st
+    st = (<f_set>_fn[I_SET])(vp, 1000, 3, n, uids)     # UNIQUE_IDS, INT64
+    if st == 0:
+        st = (<f_set>_fn[I_SET])(vp, 1001, 6, n, pointers)   # DATA_POINTERS, VOID_PTR
+    if st == 0:
+        st = (<f_set>_fn[I_SET])(vp, 1003, 6, 1, &workspace)  # WORKSPACE, VOID_PTR
+    if st == 0:
+        st = (<f_finalize>_fn[I_FINALIZE])(vp)
+    if st == 0:
+        st = (<f_execute>_fn[I_EXECUTE])(handle, plan, vp)
+    (<f_destroy>_fn[I_DESTROY])(vp)
+    return st
+
+
+cdef int set_stream_c(void* handle, void* stream) noexcept nogil:
+    """``cudnnSetStream``; CUDNN_STATUS_NOT_INITIALIZED when the table lacks it."""
+    if not _filled or _fn[I_SET_STREAM] == NULL:
+        return C_NOT_INITIALIZED
+    return (<f_set_stream>_fn[I_SET_STREAM])(handle, stream)
+
+
+def execute(uintptr_t handle, Descriptor plan, uids, pointers, uintptr_t workspace=0):
+    """Execute a finalized execution plan on ``handle``'s stream.
+
+    Parameters
+    ----------
+    handle : int
+        ``cudnnHandle_t`` bound to the stream the work goes on.
+    plan : Descriptor
+        A finalized EXECUTION_PLAN descriptor.
+    uids, pointers : sequence of int
+        The variant pack: tensor uids and their device pointers (host pointers for
+        by-value tensors), in the same order; at most 32 entries.
+    workspace : int, optional
+        Device pointer to at least the plan's workspace size; 0 when it needs none.
+
+    Raises
+    ------
+    ExecutionError, NotSupportedError
+        cuDNN refused the variant pack or the execution.
+    """
+    cdef int64_t u[MAX_PACK]
+    cdef void* p[MAX_PACK]
+    cdef int n = len(uids)
+    cdef int st
+    if n != len(pointers) or n > MAX_PACK:
+        raise ValueError(f"execute: {n} uids and {len(pointers)} pointers (at most {MAX_PACK})")
+    _sym(I_EXECUTE)
+    for i in range(n):
+        u[i] = uids[i]
+        p[i] = <void*><uintptr_t>pointers[i]
+    with nogil:
+        st = execute_c(<void*>handle, plan.ptr, n, u, p, <void*>workspace)
+    if st != 0:
+        raise error_for("cudnnBackendExecute", st)

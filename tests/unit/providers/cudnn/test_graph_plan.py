@@ -1,0 +1,241 @@
+"""Engine configs and plans of the cuDNN graph engine without a GPU: the numerical
+policy, heuristics order, perf-db names, config rebuilding and variant-pack binding."""
+import numpy as np
+import pytest
+
+import hipdnn_async as hd
+from hipdnn_async.patterns import match
+from hipdnn_async.providers.cudnn import _graph, _graph_plan
+from hipdnn_async.providers.cudnn._graph_ir import graph_spec
+
+from . import _fake_backend
+from .test_graph_ir import _bn_training, _conv_graph
+
+
+@pytest.fixture
+def be():
+    return _fake_backend.fake_module()
+
+
+def _cand(be, *notes, index=1, ws=0):
+    return _graph_plan.Candidate(None, index, frozenset(notes), frozenset(), ws, "A")
+
+
+@pytest.mark.parametrize("note,float_io,tf32,rejected", [
+    ("NUMERICAL_NOTE_TENSOR_CORE", True, False, "TF32"),
+    ("NUMERICAL_NOTE_TENSOR_CORE", True, True, None),
+    ("NUMERICAL_NOTE_TENSOR_CORE", False, False, None),    # fp16/bf16 tensor cores: FLOAT accumulation
+    ("NUMERICAL_NOTE_DOWN_CONVERT_INPUTS", False, False, "down-converts"),
+    ("NUMERICAL_NOTE_DOWN_CONVERT_INPUTS", True, False, "down-converts"),
+    ("NUMERICAL_NOTE_DOWN_CONVERT_INPUTS", True, True, None),
+    ("NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION", False, False, "reduced precision"),
+    ("NUMERICAL_NOTE_WINOGRAD_TILE_4x4", True, False, "Winograd"),
+    ("NUMERICAL_NOTE_FFT", True, True, "FFT"),
+    ("NUMERICAL_NOTE_FFT", False, False, None),
+    ("NUMERICAL_NOTE_NONDETERMINISTIC", True, False, None),
+])
+def test_numerical_policy(be, note, float_io, tf32, rejected):
+    why = _graph_plan.rejection(be, _cand(be, getattr(be, note)), float_io=float_io,
+                                allow_tf32=tf32)
+    if rejected is None:
+        assert why is None
+    else:
+        assert why is not None and rejected in why
+
+
+def test_nondeterministic_engines_go_last_in_order(be):
+    a = _cand(be, be.NUMERICAL_NOTE_NONDETERMINISTIC, index=5)
+    b, c = _cand(be, index=7), _cand(be, be.NUMERICAL_NOTE_TENSOR_CORE, index=2)
+    assert [x.index for x in _graph_plan.ordered(be, [a, b, c])] == [7, 2, 5]
+
+
+def _cfg(be, index, notes=(), ws=64, knobs=()):
+    F = _fake_backend.FakeDescriptor
+    eng, cfg = F(be.BACKEND_ENGINE_DESCRIPTOR), F(be.BACKEND_ENGINECFG_DESCRIPTOR)
+    choices = []
+    for t, v in knobs:
+        k = F(be.BACKEND_KNOB_CHOICE_DESCRIPTOR)
+        k.values = {be.ATTR_KNOB_CHOICE_KNOB_TYPE: (t,), be.ATTR_KNOB_CHOICE_KNOB_VALUE: (v,)}
+        choices.append(k)
+    # per-descriptor answers: the fake's getters read values first for these
+    eng.values = {be.ATTR_ENGINE_GLOBAL_INDEX: (index,)}
+    cfg.values = {be.ATTR_ENGINECFG_WORKSPACE_SIZE: (ws,)}
+    eng.get_enums = lambda attr, t, n: list(notes) if attr == be.ATTR_ENGINE_NUMERICAL_NOTE else []
+    cfg.get_descriptors = lambda attr, kind, n: [eng] if attr == be.ATTR_ENGINECFG_ENGINE else choices
+    cfg.count = lambda attr, t: len(choices)
+    for k in choices:
+        k.get_enums = lambda attr, t, n, k=k: list(k.values[attr])
+    return cfg
+
+
+def test_heuristics_a_then_fallback_filtered_and_deduplicated(be):
+    F = _fake_backend.FakeDescriptor
+    a = [_cfg(be, 62), _cfg(be, 9, notes=(be.NUMERICAL_NOTE_TENSOR_CORE,)), _cfg(be, 58)]
+    fb = [_cfg(be, 58), _cfg(be, 0)]
+    queried = []
+
+    def finalize(self):
+        mode = self.values.get(be.ATTR_ENGINEHEUR_MODE)
+        queried.append(mode)
+        self.results = a if mode == be.HEUR_MODE_A else fb if mode == be.HEUR_MODE_FALLBACK else []
+
+    class Heur(F):
+        def finalize(self):
+            finalize(self)
+
+        def count(self, attr, t):
+            return len(self.results)
+
+        def get_descriptors(self, attr, kind, n):
+            return self.results[:n]
+
+    be.Descriptor = lambda kind: Heur(kind) if kind == be.BACKEND_ENGINEHEUR_DESCRIPTOR else F(kind)
+    out = _graph_plan.heuristic_candidates(
+        be, F(be.BACKEND_OPERATIONGRAPH_DESCRIPTOR),
+        lambda c: _graph_plan.rejection(be, c, float_io=True, allow_tf32=False))
+    assert [c.index for c in out] == [62, 58, 0]
+    assert [c.mode for c in out] == ["A", "A", "FALLBACK"]
+    assert queried == [be.HEUR_MODE_A, be.HEUR_MODE_FALLBACK]       # B only when both are empty
+    assert out[0].workspace == 64
+
+
+def test_candidate_names_round_trip(be):
+    c = _graph_plan.Candidate(_cfg(be, 62, knobs=((11, 0), (2, 3))), 62, frozenset(),
+                              frozenset(), 0, "A")
+    assert c.name(be) == "eng62 k2=3 k11=0"
+    assert _graph_plan.parse_name("eng62 k2=3 k11=0") == (62, ((2, 3), (11, 0)))
+    assert _graph_plan.parse_name("eng7") == (7, ())
+    for bad in ("IMPLICIT_GEMM", "", "eng1 x2=3", "eng1 k2"):
+        with pytest.raises(ValueError):
+            _graph_plan.parse_name(bad)
+
+
+def test_config_from_name_sets_engine_index_and_knobs(be):
+    graph = _fake_backend.FakeDescriptor(be.BACKEND_OPERATIONGRAPH_DESCRIPTOR)
+    cfg = _graph_plan.config_from_name(be, graph, "eng62 k2=3 k11=0")
+    assert cfg.finalized
+    (eng,) = cfg.values[be.ATTR_ENGINECFG_ENGINE]
+    assert eng.values[be.ATTR_ENGINE_OPERATION_GRAPH] == (graph,)
+    assert eng.values[be.ATTR_ENGINE_GLOBAL_INDEX] == (62,)
+    knobs = cfg.values[be.ATTR_ENGINECFG_KNOB_CHOICES]
+    assert [(k.values[be.ATTR_KNOB_CHOICE_KNOB_TYPE], k.values[be.ATTR_KNOB_CHOICE_KNOB_VALUE])
+            for k in knobs] == [(2, (3,)), (11, (0,))]
+    calls = [c for c in knobs[0].calls if c[0] == "enum"]
+    assert calls == [("enum", be.ATTR_KNOB_CHOICE_KNOB_TYPE, be.TYPE_KNOB_TYPE, 2)]
+
+
+def test_plan_json_sequence_is_json_then_handle(be):
+    plan, _ = _graph_plan.plan_from_json(be, '{"a": 1}', handle=7)
+    assert [c[0] for c in plan.calls] == ["chars", "handle"] and plan.finalized
+    assert plan.values[be.ATTR_EXECUTION_PLAN_JSON_REPRESENTATION] == b'{"a": 1}'
+
+
+def _graph_plan_for(be, g, ws=1000):
+    (spec,) = graph_spec(match(g), "t")
+    return spec, _graph_plan.GraphPlan(be, spec, object(), ws, "eng1")
+
+
+def test_pointers_bind_roles_segments_and_scalars(be):
+    spec, plan = _graph_plan_for(be, _bn_training(running=True, stats_out=False))
+    assert plan.workspace_size == 1024 + 256 + 256       # cudnn (aligned), mean, inv_variance
+    assert _graph_plan_for(be, _conv_graph("fprop"), ws=131)[1].workspace_size == 131
+    roles = {t.binding[1]: 0x1000 * (i + 1) for i, t in enumerate(spec.pack)
+             if t.binding[0] == "role"}
+    ptrs = dict(zip(plan._uids, plan.pointers(roles, 0x900000)))
+    for t in spec.pack:
+        kind, what = t.binding
+        if kind == "role":
+            assert ptrs[t.uid] == roles[what]
+        elif kind == "segment":
+            assert ptrs[t.uid] == 0x900000 + {"mean": 1024, "inv_variance": 1280}[what]
+        else:
+            host = np.frombuffer((np.ctypeslib.as_array(
+                (np.ctypeslib.ctypes.c_float * 1).from_address(ptrs[t.uid]))).tobytes(), np.float32)
+            assert host[0] == pytest.approx(what)
+
+
+def test_misaligned_buffers_are_variant_pack_errors(be):
+    spec, plan = _graph_plan_for(be, _conv_graph("fprop"))
+    roles = {"x": 0x1000, "w": 0x2008, "y": 0x3000}
+    with pytest.raises(hd.VariantPackError, match=r"tensor 'w' \(w\) at 0x2008 is not 16-byte"):
+        plan.pointers(roles, 0)
+
+
+def test_run_executes_on_the_stream_handle(be, monkeypatch):
+    spec, plan = _graph_plan_for(be, _conv_graph("wgrad"), ws=0)
+    monkeypatch.setattr(_graph_plan._plans, "handle_for_launch", lambda: (None, 0xABC))
+    plan.run({"x": 0x1000, "dw": 0x2000, "dy": 0x3000}, None)
+    (call,) = be.executed
+    assert call[0] == 0xABC and call[2] == (1, 2, 3) and call[3] == (0x1000, 0x2000, 0x3000)
+    assert call[4] == 0 and plan.workspace_size == 0
+
+
+def test_engine_declines_without_the_backend(monkeypatch):
+    monkeypatch.setenv(_graph.DISABLE_ENV, "0")
+    with pytest.raises(hd.NotSupportedError, match="turned off"):
+        _graph.backend()
+
+
+def test_engine_declines_when_cudnn_is_absent_or_lacks_the_backend_api(monkeypatch):
+    from hipdnn_async.runtime import _cudnn_backend as real
+    monkeypatch.delenv(_graph.DISABLE_ENV, raising=False)
+    if real.available()[0]:
+        pytest.skip("the real backend API is loaded here")
+    monkeypatch.setattr(real, "available", lambda: (False, "libfake.so does not export the "
+                                                    "cuDNN backend API (cudnnBackendExecute)"))
+    monkeypatch.setattr(real, "loaded_path", lambda: "libfake.so")
+    with pytest.raises(hd.NotSupportedError, match="does not export the cuDNN backend API"):
+        _graph.backend()
+
+
+class _Declines:
+    name = _graph.CUDNN_GRAPH_ENGINE
+
+    def offer(self, match):
+        raise hd.NotSupportedError("graph: no")
+
+
+class _Offers(_Declines):
+    def offer(self, match):
+        return "graph-engine"
+
+
+def test_with_graph_engine_ranks_first_and_skips_declines():
+    legacy = lambda: ["legacy"]  # noqa: E731
+    m = match(_conv_graph("fprop"))
+    assert _graph.with_graph_engine(_Offers(), m, legacy) == ["graph-engine", "legacy"]
+    assert _graph.with_graph_engine(_Declines(), m, legacy) == ["legacy"]
+
+    def refuses():
+        raise hd.NotSupportedError("legacy: padding")
+    assert _graph.with_graph_engine(_Offers(), m, refuses) == ["graph-engine"]
+    with pytest.raises(hd.NotSupportedError, match="legacy: padding"):
+        _graph.with_graph_engine(_Declines(), m, refuses)
+
+
+def test_float_wgrad_ranks_the_graph_engine_second():
+    legacy = lambda: ["legacy"]  # noqa: E731
+    assert _graph.with_graph_engine(_Offers(), match(_conv_graph("wgrad", dtype="float32")),
+                                    legacy) == ["legacy", "graph-engine"]
+    assert _graph.with_graph_engine(_Offers(), match(_conv_graph("wgrad", dtype="float16")),
+                                    legacy) == ["graph-engine", "legacy"]
+
+
+class _FakeProvider:
+    name = "cudnn"
+    _build = None
+
+    @staticmethod
+    def describe():
+        return {"device": "fake", "library_versions": "cudnn 0"}
+
+
+def test_graph_api_engine_declines_float_wgrad_and_without_the_backend(monkeypatch):
+    from hipdnn_async.providers._base import engine_id
+    eng = _graph.GraphApiEngine(_FakeProvider())
+    assert eng.name == "CUDNN_GRAPH_ENGINE" and eng.id == engine_id(eng.name)
+    with pytest.raises(hd.NotSupportedError, match="FLOAT weight gradients"):
+        eng.knobs(match(_conv_graph("wgrad", dtype="float32")))
+    monkeypatch.setenv(_graph.DISABLE_ENV, "0")
+    with pytest.raises(hd.NotSupportedError, match="turned off"):
+        eng.offer(match(_conv_graph("fprop", dtype="float16")))
