@@ -30,7 +30,8 @@ def main():
               "y": dev.empty((1, 8, 8, 8), "float32")}
         pp = plan._pplan
         s = pp.setup
-        stream = _gpu.stream_create()
+        rt = _gpu.runtime("cuda")
+        stream = rt.stream_create()
         h = _cudnn.create()
         _cudnn.set_stream(h, stream)
         a, b, c = (vp[r].ptr for r in ("x", "w", "y"))
@@ -39,11 +40,11 @@ def main():
         def raw():
             _cudnn.convolution(0, h, ad.ptr, a, bd.ptr, b, s.conv.ptr, pp.algo, 0, 0, cd.ptr, c)
         print(f"raw cudnnConvolutionForward      {per_call(raw):8.1f} us")
-        _gpu.stream_synchronize(stream)
-        ev = _gpu.event_create()
-        print(f"event_record                     {per_call(lambda: _gpu.event_record(ev, stream)):8.1f} us")
-        print(f"set_device                       {per_call(lambda: _gpu.set_device(0)):8.1f} us")
-        _gpu.stream_synchronize(stream)
+        rt.stream_synchronize(stream)
+        ev = rt.event_create()
+        print(f"event_record                     {per_call(lambda: rt.event_record(ev, stream)):8.1f} us")
+        print(f"set_device                       {per_call(lambda: rt.set_device(0)):8.1f} us")
+        rt.stream_synchronize(stream)
         binds = plan._bind
         print(f"ExecutionPlan._bind              {per_call(lambda: binds(vp, None)):8.1f} us")
         handles = []
@@ -88,7 +89,7 @@ def lists():
             try:
                 ws = _cudnn.workspace_size(2, h, a, b, s.conv.ptr, c, row[0])
             except _cudnn.CudnnError as exc:
-                ws = exc.name
+                ws = exc.status_name
             print("   algo %s status %s time %.3f mem %s det %s math %s | ws query: %s" % (
                 s.name(row[0]), row[1], row[2], row[3], row[4], row[5], ws))
 

@@ -10,14 +10,17 @@ __all__ = ["main"]
 
 
 def _gpu_info() -> dict:
-    """Where the CUDA runtime and cuDNN were found, or why no GPU device is usable."""
-    from .runtime import load_cuda
-    state = load_cuda()
-    out = {"usable": state["ok"], "reason": state["reason"], "cuda_devices": state["device_count"]}
-    for lib in ("cudart", "cudnn"):
-        if lib in state:
-            rec = state[lib]
-            out[lib] = {"path": rec.path, "found_via": rec.found_via, "version": rec.version}
+    """Per GPU vendor (runtime.VENDORS): where its runtime and DNN library were found, or
+    why its devices are not usable."""
+    from .runtime import VENDORS, load_vendor
+    out = {}
+    for name, vendor in VENDORS.items():
+        state = load_vendor(name)
+        info = {"usable": state.ok, "reason": state.reason, "devices": state.device_count}
+        for lib, rec in ((vendor.runtime.name, state.runtime_record), (vendor.dnn.name, state.dnn)):
+            if rec is not None:
+                info[lib] = {"path": rec.path, "found_via": rec.found_via, "version": rec.version}
+        out[name] = info
     return out
 
 

@@ -12,25 +12,28 @@ the ``cudnn`` prefix and become snake_case (``convolution_forward``). Signatures
 ``cudnn_{graph,ops,cnn}.h`` of cuDNN 9 (see shared/reference/vendor-c-apis.md s.2); every
 function used is exported by ``libcudnn.so.9`` (the shim), so only that library is opened.
 
-Handles, descriptors, streams and device pointers travel as Python ints; descriptors are
-owned by small ``cdef class`` objects that destroy them on ``close()`` / collection.
-Scaling factors (alpha, beta) are host ``float`` values, as cuDNN takes for FLOAT, HALF and
+The symbol table is a ``_loader.LibraryTable`` (``CudnnTable``, one per process) with one
+named pointer per function (``_cudnn.pxd``), filled by name at ``load``. Handles,
+descriptors, streams and device pointers travel as Python ints; descriptors are owned by
+small ``cdef class`` objects that destroy them on ``close()`` / collection. Scaling
+factors (alpha, beta) are host ``float`` values, as cuDNN takes for FLOAT, HALF and
 BFLOAT16 data. Calls that launch work run with the GIL released.
 
-Errors: a non-zero ``cudnnStatus_t`` raises ``CudnnError`` with ``.status``, the status
-name (``cudnnGetErrorString``) and cuDNN's last error message; a missing symbol raises
-``CudnnError`` naming it at the first call.
+Errors: a non-zero ``cudnnStatus_t`` raises the type ``STATUS`` (this binding's status
+table) gives: ``CudnnNotSupportedError`` (NOT_SUPPORTED*; in the decline set),
+``CudnnBadParamError`` (BAD_PARAM*; a provider reports it at build as a
+``NotSupportedError`` with ``.at_build()``), else ``CudnnError``; all are ``CudnnError``,
+with ``.status``, ``.status_name``, ``.call``, ``.library`` and cuDNN's last error message.
+A symbol the library lacks raises ``LibraryError`` (a ``DeviceError``) naming it at the
+first call.
 """
 from libc.stdint cimport uintptr_t
 from libc.string cimport memset
-import threading
 
-cdef extern from "<dlfcn.h>" nogil:
-    void* dlopen(const char*, int)
-    void* dlsym(void*, const char*)
-    char* dlerror()
-    int RTLD_NOW
-    int RTLD_LOCAL
+from hipdnn_async import _errors
+from hipdnn_async._errors import CudnnError
+
+from ._loader cimport Library, LibraryTable
 
 # cudnnDataType_t, cudnnTensorFormat_t, ... (cudnn_graph.h / cudnn_ops.h, cuDNN 9.28)
 DATA_FLOAT = 0
@@ -58,249 +61,247 @@ STATUS_BAD_PARAM = 2000
 DEF MAX_DIMS = 8
 DEF MAX_ALGOS = 32
 
-ctypedef struct AlgoPerf:      # cudnnConvolution{Fwd,BwdData,BwdFilter}AlgoPerf_t, 48 bytes
-    int algo
-    int status
-    float time
-    size_t memory
-    int determinism
-    int mathType
-    int reserved[3]
+# ------------------------------------------------------------------ the status table
+# cudnnStatus_t of cudnn_graph.h, cuDNN 9.x (each name since 9.0.0 unless noted): value ->
+# (name, error type). A value absent here (a later cuDNN) is a CudnnError named by
+# cudnnGetErrorString, or a CudnnNotSupportedError when that name says NOT_SUPPORTED.
+_NS, _BP = _errors.CudnnNotSupportedError, _errors.CudnnBadParamError
+STATUS = {
+    0: ("CUDNN_STATUS_SUCCESS", None),
+    1001: ("CUDNN_STATUS_NOT_INITIALIZED", CudnnError),
+    1002: ("CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH", CudnnError),
+    1003: ("CUDNN_STATUS_SERIALIZATION_VERSION_MISMATCH", CudnnError),
+    1004: ("CUDNN_STATUS_DEPRECATED", CudnnError),
+    1005: ("CUDNN_STATUS_LICENSE_ERROR", CudnnError),
+    1006: ("CUDNN_STATUS_RUNTIME_IN_PROGRESS", CudnnError),
+    1007: ("CUDNN_STATUS_RUNTIME_FP_OVERFLOW", CudnnError),
+    1008: ("CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED", CudnnError),      # since 9.2.0
+    2000: ("CUDNN_STATUS_BAD_PARAM", _BP),
+    2001: ("CUDNN_STATUS_INVALID_VALUE", _BP),                        # deprecated alias
+    2002: ("CUDNN_STATUS_BAD_PARAM_NULL_POINTER", _BP),
+    2003: ("CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER", _BP),
+    2004: ("CUDNN_STATUS_BAD_PARAM_NOT_FINALIZED", _BP),
+    2005: ("CUDNN_STATUS_BAD_PARAM_OUT_OF_BOUND", _BP),
+    2006: ("CUDNN_STATUS_BAD_PARAM_SIZE_INSUFFICIENT", _BP),
+    2007: ("CUDNN_STATUS_BAD_PARAM_STREAM_MISMATCH", _BP),
+    2008: ("CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH", _BP),
+    2009: ("CUDNN_STATUS_BAD_PARAM_DUPLICATED_ENTRIES", _BP),
+    2010: ("CUDNN_STATUS_BAD_PARAM_ATTRIBUTE_TYPE", _BP),
+    2011: ("CUDNN_STATUS_BAD_PARAM_CUDA_GRAPH_MISMATCH", _BP),        # since 9.5.0
+    2012: ("CUDNN_STATUS_BAD_PARAM_DESCRIPTOR_TYPE", _BP),            # since 9.6.0
+    3000: ("CUDNN_STATUS_NOT_SUPPORTED", _NS),
+    3001: ("CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN", _NS),
+    3002: ("CUDNN_STATUS_NOT_SUPPORTED_SHAPE", _NS),
+    3003: ("CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE", _NS),
+    3004: ("CUDNN_STATUS_NOT_SUPPORTED_LAYOUT", _NS),
+    3005: ("CUDNN_STATUS_NOT_SUPPORTED_INCOMPATIBLE_CUDA_DRIVER", _NS),
+    3006: ("CUDNN_STATUS_NOT_SUPPORTED_INCOMPATIBLE_CUDART", _NS),
+    3007: ("CUDNN_STATUS_NOT_SUPPORTED_ARCH_MISMATCH", _NS),
+    3008: ("CUDNN_STATUS_NOT_SUPPORTED_RUNTIME_PREREQUISITE_MISSING", _NS),
+    3009: ("CUDNN_STATUS_NOT_SUPPORTED_SUBLIBRARY_UNAVAILABLE", _NS),
+    3010: ("CUDNN_STATUS_NOT_SUPPORTED_SHARED_MEMORY_INSUFFICIENT", _NS),
+    3011: ("CUDNN_STATUS_NOT_SUPPORTED_PADDING", _NS),
+    3012: ("CUDNN_STATUS_NOT_SUPPORTED_BAD_LAUNCH_PARAM", _NS),
+    3013: ("CUDNN_STATUS_NOT_SUPPORTED_CUDA_GRAPH_NATIVE_API", _NS),   # since 9.5.0
+    3014: ("CUDNN_STATUS_NOT_SUPPORTED_INVALID_DYNAMIC_SHAPE", _NS),   # since 9.18.0
+    4000: ("CUDNN_STATUS_INTERNAL_ERROR", CudnnError),
+    4001: ("CUDNN_STATUS_INTERNAL_ERROR_COMPILATION_FAILED", CudnnError),
+    4002: ("CUDNN_STATUS_INTERNAL_ERROR_UNEXPECTED_VALUE", CudnnError),
+    4003: ("CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED", CudnnError),
+    4004: ("CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED", CudnnError),
+    4005: ("CUDNN_STATUS_INTERNAL_ERROR_BAD_LAUNCH_PARAM", CudnnError),
+    4006: ("CUDNN_STATUS_INTERNAL_ERROR_TEXTURE_CREATION_FAILED", CudnnError),
+    5000: ("CUDNN_STATUS_EXECUTION_FAILED", CudnnError),
+    5001: ("CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER", CudnnError),
+    5002: ("CUDNN_STATUS_EXECUTION_FAILED_CUBLAS", CudnnError),
+    5003: ("CUDNN_STATUS_EXECUTION_FAILED_CUDART", CudnnError),
+    5004: ("CUDNN_STATUS_EXECUTION_FAILED_CURAND", CudnnError),
+}
+del _NS, _BP
 
-ctypedef int (*f_create)(void**) noexcept nogil
-ctypedef int (*f_destroy)(void*) noexcept nogil
-ctypedef int (*f_set_stream)(void*, void*) noexcept nogil
-ctypedef size_t (*f_version)() noexcept nogil
-ctypedef const char* (*f_errstr)(int) noexcept nogil
-ctypedef void (*f_last_err)(char*, size_t) noexcept nogil
-ctypedef int (*f_set_tensor)(void*, int, int, const int*, const int*) noexcept nogil
-ctypedef int (*f_set_filter)(void*, int, int, int, const int*) noexcept nogil
-ctypedef int (*f_set_conv)(void*, int, const int*, const int*, const int*, int, int) noexcept nogil
-ctypedef int (*f_set_int)(void*, int) noexcept nogil
-ctypedef int (*f_set_act)(void*, int, int, double) noexcept nogil
-ctypedef int (*f_set_op)(void*, int, int, int) noexcept nogil
-ctypedef int (*f_max_count)(void*, int*) noexcept nogil
-ctypedef int (*f_get_v7)(void*, void*, void*, void*, void*, int, int*, AlgoPerf*) noexcept nogil
-ctypedef int (*f_find_ex)(void*, void*, const void*, void*, const void*, void*, void*,
-                          void*, int, int*, AlgoPerf*, void*, size_t) noexcept nogil
-ctypedef int (*f_ws_size)(void*, void*, void*, void*, void*, int, size_t*) noexcept nogil
-ctypedef int (*f_conv)(void*, const void*, void*, const void*, void*, const void*, void*,
-                       int, void*, size_t, const void*, void*, void*) noexcept nogil
-ctypedef int (*f_cba)(void*, const void*, void*, const void*, void*, const void*, void*,
-                      int, void*, size_t, const void*, void*, const void*, void*,
-                      const void*, void*, void*, void*) noexcept nogil
-ctypedef int (*f_bn_inf)(void*, int, const void*, const void*, void*, const void*, void*,
-                         void*, void*, const void*, const void*, const void*, const void*,
-                         double) noexcept nogil
-ctypedef int (*f_bn_train)(void*, int, const void*, const void*, void*, const void*, void*,
-                           void*, void*, const void*, const void*, double, void*, void*,
-                           double, void*, void*) noexcept nogil
-ctypedef int (*f_bn_bwd)(void*, int, const void*, const void*, const void*, const void*,
-                         void*, const void*, void*, const void*, void*, void*, void*,
-                         const void*, void*, void*, double, const void*, const void*) noexcept nogil
-ctypedef int (*f_bn_ex_ws)(void*, int, int, void*, void*, void*, void*, void*,
-                           size_t*) noexcept nogil
-ctypedef int (*f_bn_ex_reserve)(void*, int, int, void*, void*, size_t*) noexcept nogil
-ctypedef int (*f_bn_train_ex)(void*, int, int, const void*, const void*, void*, const void*,
-                              void*, const void*, void*, void*, void*, const void*,
-                              const void*, double, void*, void*, double, void*, void*,
-                              void*, void*, size_t, void*, size_t) noexcept nogil
-ctypedef int (*f_act_fwd)(void*, void*, const void*, void*, const void*, const void*,
-                          void*, void*) noexcept nogil
-ctypedef int (*f_act_bwd)(void*, void*, const void*, void*, const void*, void*, const void*,
-                          void*, const void*, const void*, void*, void*) noexcept nogil
-ctypedef int (*f_op_tensor)(void*, void*, const void*, void*, const void*, const void*,
-                            void*, const void*, const void*, void*, void*) noexcept nogil
-
-_NAMES = (
-    "cudnnGetVersion", "cudnnGetErrorString", "cudnnGetLastErrorString", "cudnnCreate",
-    "cudnnDestroy", "cudnnSetStream",
-    "cudnnCreateTensorDescriptor", "cudnnSetTensorNdDescriptor", "cudnnDestroyTensorDescriptor",
-    "cudnnCreateFilterDescriptor", "cudnnSetFilterNdDescriptor", "cudnnDestroyFilterDescriptor",
-    "cudnnCreateConvolutionDescriptor", "cudnnSetConvolutionNdDescriptor",
-    "cudnnSetConvolutionGroupCount", "cudnnSetConvolutionMathType",
-    "cudnnDestroyConvolutionDescriptor",
-    "cudnnCreateActivationDescriptor", "cudnnSetActivationDescriptor",
-    "cudnnDestroyActivationDescriptor",
-    "cudnnCreateOpTensorDescriptor", "cudnnSetOpTensorDescriptor", "cudnnDestroyOpTensorDescriptor",
-    "cudnnGetConvolutionForwardAlgorithmMaxCount",
-    "cudnnGetConvolutionBackwardDataAlgorithmMaxCount",
-    "cudnnGetConvolutionBackwardFilterAlgorithmMaxCount",
-    "cudnnGetConvolutionForwardAlgorithm_v7", "cudnnGetConvolutionBackwardDataAlgorithm_v7",
-    "cudnnGetConvolutionBackwardFilterAlgorithm_v7",
-    "cudnnFindConvolutionForwardAlgorithmEx", "cudnnFindConvolutionBackwardDataAlgorithmEx",
-    "cudnnFindConvolutionBackwardFilterAlgorithmEx",
-    "cudnnGetConvolutionForwardWorkspaceSize", "cudnnGetConvolutionBackwardDataWorkspaceSize",
-    "cudnnGetConvolutionBackwardFilterWorkspaceSize",
-    "cudnnConvolutionForward", "cudnnConvolutionBackwardData", "cudnnConvolutionBackwardFilter",
-    "cudnnConvolutionBiasActivationForward",
-    "cudnnBatchNormalizationForwardInference", "cudnnBatchNormalizationForwardTraining",
-    "cudnnBatchNormalizationBackward",
-    "cudnnActivationForward", "cudnnActivationBackward", "cudnnOpTensor",
-    "cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize",
-    "cudnnGetBatchNormalizationTrainingExReserveSpaceSize",
-    "cudnnBatchNormalizationForwardTrainingEx",
-)
-DEF N_FUNCS = 48
-cdef void* _fn[N_FUNCS]
-cdef void* _lib = NULL
-_lock = threading.Lock()
-_record = None
-
-# indices into _fn (kept next to _NAMES; a test checks that they agree)
-DEF I_VERSION = 0
-DEF I_ERRSTR = 1
-DEF I_LASTERR = 2
-DEF I_CREATE = 3
-DEF I_DESTROY = 4
-DEF I_SET_STREAM = 5
-DEF I_TENSOR = 6
-DEF I_FILTER = 9
-DEF I_CONV = 12
-DEF I_ACT = 17
-DEF I_OP = 20
-DEF I_MAXCOUNT = 23
-DEF I_GET_V7 = 26
-DEF I_FIND_EX = 29
-DEF I_WS = 32
-DEF I_RUN_CONV = 35
-DEF I_CBA = 38
-DEF I_BN_INF = 39
-DEF I_BN_TRAIN = 40
-DEF I_BN_BWD = 41
-DEF I_ACT_FWD = 42
-DEF I_ACT_BWD = 43
-DEF I_OP_TENSOR = 44
-DEF I_BN_TRAIN_EX_WS = 45
-DEF I_BN_TRAIN_EX_RESERVE = 46
-DEF I_BN_TRAIN_EX = 47
-
-INDEX = {"cudnnGetVersion": I_VERSION, "cudnnCreateTensorDescriptor": I_TENSOR,
-         "cudnnCreateFilterDescriptor": I_FILTER, "cudnnCreateConvolutionDescriptor": I_CONV,
-         "cudnnCreateActivationDescriptor": I_ACT, "cudnnCreateOpTensorDescriptor": I_OP,
-         "cudnnGetConvolutionForwardAlgorithmMaxCount": I_MAXCOUNT,
-         "cudnnGetConvolutionForwardAlgorithm_v7": I_GET_V7,
-         "cudnnFindConvolutionForwardAlgorithmEx": I_FIND_EX,
-         "cudnnGetConvolutionForwardWorkspaceSize": I_WS,
-         "cudnnConvolutionForward": I_RUN_CONV,
-         "cudnnConvolutionBiasActivationForward": I_CBA,
-         "cudnnBatchNormalizationForwardInference": I_BN_INF,
-         "cudnnBatchNormalizationForwardTraining": I_BN_TRAIN,
-         "cudnnBatchNormalizationBackward": I_BN_BWD,
-         "cudnnActivationForward": I_ACT_FWD, "cudnnActivationBackward": I_ACT_BWD,
-         "cudnnOpTensor": I_OP_TENSOR,
-         "cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize": I_BN_TRAIN_EX_WS,
-         "cudnnGetBatchNormalizationTrainingExReserveSpaceSize": I_BN_TRAIN_EX_RESERVE,
-         "cudnnBatchNormalizationForwardTrainingEx": I_BN_TRAIN_EX}
-NAMES = _NAMES
+# Per-direction names (0 forward, 1 backward data, 2 backward filter), without the prefix.
+_GET_V7 = (b"GetConvolutionForwardAlgorithm_v7", b"GetConvolutionBackwardDataAlgorithm_v7",
+           b"GetConvolutionBackwardFilterAlgorithm_v7")
+_FIND_EX = (b"FindConvolutionForwardAlgorithmEx", b"FindConvolutionBackwardDataAlgorithmEx",
+            b"FindConvolutionBackwardFilterAlgorithmEx")
+_WORKSPACE = (b"GetConvolutionForwardWorkspaceSize", b"GetConvolutionBackwardDataWorkspaceSize",
+              b"GetConvolutionBackwardFilterWorkspaceSize")
+_CONVOLUTION = (b"ConvolutionForward", b"ConvolutionBackwardData", b"ConvolutionBackwardFilter")
+_MAX_COUNT = (b"GetConvolutionForwardAlgorithmMaxCount",
+              b"GetConvolutionBackwardDataAlgorithmMaxCount",
+              b"GetConvolutionBackwardFilterAlgorithmMaxCount")
 
 
-class CudnnError(RuntimeError):
-    """A cuDNN call failed. ``status`` is the cudnnStatus_t value, ``name`` its name."""
+cdef class CudnnTable(LibraryTable):
+    """The symbol table of ``libcudnn.so.9`` (one per process: ``table()``)."""
 
-    def __init__(self, call, status, name, text=""):
-        self.call, self.status, self.name, self.text = call, status, name, text
-        msg = f"{call} failed: {name} ({status})"
-        super().__init__(msg + (f": {text}" if text else ""))
+    def __init__(self):
+        LibraryTable.__init__(self, "cudnn", "cudnn", "cuDNN",
+                              ("GetVersion", "Create", "SetStream", "ConvolutionForward"))
+        self._version_number = 0
 
-    @property
-    def not_supported(self):
-        """True for the CUDNN_STATUS_NOT_SUPPORTED class (3000-3999)."""
-        return self.status // 1000 == 3
+    cdef int _fill(self, Library lib) except -1:
+        cdef CudnnFns* f = &self.f
+        cdef int d
+        f.GetVersion = <f_version>lib.sym("GetVersion")
+        f.GetErrorString = <f_errstr>lib.sym("GetErrorString")
+        f.GetLastErrorString = <f_last_err>lib.sym("GetLastErrorString")
+        f.Create = <f_create>lib.sym("Create")
+        f.Destroy = <f_destroy>lib.sym("Destroy")
+        f.SetStream = <f_set_stream>lib.sym("SetStream")
+        f.CreateTensorDescriptor = <f_create>lib.sym("CreateTensorDescriptor")
+        f.SetTensorNdDescriptor = <f_set_tensor>lib.sym("SetTensorNdDescriptor")
+        f.DestroyTensorDescriptor = <f_destroy>lib.sym("DestroyTensorDescriptor")
+        f.CreateFilterDescriptor = <f_create>lib.sym("CreateFilterDescriptor")
+        f.SetFilterNdDescriptor = <f_set_filter>lib.sym("SetFilterNdDescriptor")
+        f.DestroyFilterDescriptor = <f_destroy>lib.sym("DestroyFilterDescriptor")
+        f.CreateConvolutionDescriptor = <f_create>lib.sym("CreateConvolutionDescriptor")
+        f.SetConvolutionNdDescriptor = <f_set_conv>lib.sym("SetConvolutionNdDescriptor")
+        f.SetConvolutionGroupCount = <f_set_int>lib.sym("SetConvolutionGroupCount")
+        f.SetConvolutionMathType = <f_set_int>lib.sym("SetConvolutionMathType")
+        f.DestroyConvolutionDescriptor = <f_destroy>lib.sym("DestroyConvolutionDescriptor")
+        f.CreateActivationDescriptor = <f_create>lib.sym("CreateActivationDescriptor")
+        f.SetActivationDescriptor = <f_set_act>lib.sym("SetActivationDescriptor")
+        f.DestroyActivationDescriptor = <f_destroy>lib.sym("DestroyActivationDescriptor")
+        f.CreateOpTensorDescriptor = <f_create>lib.sym("CreateOpTensorDescriptor")
+        f.SetOpTensorDescriptor = <f_set_op>lib.sym("SetOpTensorDescriptor")
+        f.DestroyOpTensorDescriptor = <f_destroy>lib.sym("DestroyOpTensorDescriptor")
+        for d in range(3):
+            f.AlgorithmMaxCount[d] = <f_max_count>lib.sym(_MAX_COUNT[d].decode())
+            f.GetAlgorithm_v7[d] = <f_get_v7>lib.sym(_GET_V7[d].decode())
+            f.FindAlgorithmEx[d] = <f_find_ex>lib.sym(_FIND_EX[d].decode())
+            f.WorkspaceSize[d] = <f_ws_size>lib.sym(_WORKSPACE[d].decode())
+            f.Convolution[d] = <f_conv>lib.sym(_CONVOLUTION[d].decode())
+        f.ConvolutionBiasActivationForward = <f_cba>lib.sym("ConvolutionBiasActivationForward")
+        f.BatchNormalizationForwardInference = <f_bn_inf>lib.sym(
+            "BatchNormalizationForwardInference")
+        f.BatchNormalizationForwardTraining = <f_bn_train>lib.sym(
+            "BatchNormalizationForwardTraining")
+        f.BatchNormalizationBackward = <f_bn_bwd>lib.sym("BatchNormalizationBackward")
+        f.ActivationForward = <f_act_fwd>lib.sym("ActivationForward")
+        f.ActivationBackward = <f_act_bwd>lib.sym("ActivationBackward")
+        f.OpTensor = <f_op_tensor>lib.sym("OpTensor")
+        f.GetBatchNormalizationForwardTrainingExWorkspaceSize = <f_bn_ex_ws>lib.sym(
+            "GetBatchNormalizationForwardTrainingExWorkspaceSize")
+        f.GetBatchNormalizationTrainingExReserveSpaceSize = <f_bn_ex_reserve>lib.sym(
+            "GetBatchNormalizationTrainingExReserveSpaceSize")
+        f.BatchNormalizationForwardTrainingEx = <f_bn_train_ex>lib.sym(
+            "BatchNormalizationForwardTrainingEx")
+        self._version_number = <int>f.GetVersion() if f.GetVersion != NULL else 0
+        return 0
 
-    def __reduce__(self):
-        return (CudnnError, (self.call, self.status, self.name, self.text))
+    cdef void _clear(self) noexcept:
+        memset(&self.f, 0, sizeof(self.f))
+        self._version_number = 0
+
+    cdef object _version(self):
+        return self._version_number
+
+    cdef object _error(self, int status, str call):
+        cdef const char* s
+        cdef char buf[512]
+        name = None
+        if self.f.GetErrorString != NULL:
+            s = self.f.GetErrorString(status)
+            if s != NULL:
+                name = s.decode(errors="replace")
+        text = ""
+        if self.f.GetLastErrorString != NULL:
+            memset(buf, 0, sizeof(buf))
+            self.f.GetLastErrorString(buf, sizeof(buf) - 1)
+            text = buf.decode(errors="replace").strip()
+        family = CudnnError
+        if status not in STATUS and name and name.startswith("CUDNN_STATUS_NOT_SUPPORTED"):
+            family = _errors.CudnnNotSupportedError    # a NOT_SUPPORTED value newer than the table
+        return _errors.status_error(STATUS, family,
+                                    library=self.lib.path if self.lib is not None else self.name,
+                                    call=self.prefix + call, status=status, status_name=name,
+                                    vendor_message=text)
+
+    cdef int c_check(self, int status, const char* call) except -1 nogil:
+        if status == 0:
+            return 0
+        with gil:
+            raise self._error(status, call.decode())
 
 
-def load(path):
-    """Load cuDNN from ``path`` (absolute path or soname); idempotent; returns (path, version).
+cdef CudnnTable _T = CudnnTable()
+
+
+cdef CudnnTable table():
+    return _T
+
+
+cdef inline void* _need(void* p, const char* name) except NULL:
+    """``p``, or LibraryError naming cudnn<name> and the library (not loaded / not exported)."""
+    if p == NULL:
+        _T.missing(name)
+    return p
+
+
+cdef inline int _check(int status, const char* name) except -1:
+    return _T.c_check(status, name)
+
+
+cdef const char* _per_direction(tuple names, int direction) except NULL:
+    if not 0 <= direction <= 2:
+        raise ValueError(f"direction must be 0 (forward), 1 (backward data) or 2 (backward "
+                         f"filter); got {direction}")
+    return names[direction]
+
+
+def load(str path, str found_via="explicit"):
+    """Load cuDNN from ``path`` (absolute path or soname) into the table; idempotent.
+
+    Returns
+    -------
+    LoadRecord
+        ``version`` is ``cudnnGetVersion()``.
 
     Raises
     ------
-    OSError
-        ``dlopen`` failed.
+    LibraryError
+        ``dlopen`` failed, or the library lacks cudnnGetVersion, cudnnCreate,
+        cudnnSetStream or cudnnConvolutionForward (it is not cuDNN).
     """
-    global _lib, _record
-    with _lock:
-        if _lib != NULL:
-            return _record
-        handle = dlopen(path.encode(), RTLD_NOW | RTLD_LOCAL)
-        if handle == NULL:
-            err = dlerror()
-            raise OSError(err.decode(errors="replace") if err != NULL else f"dlopen({path}) failed")
-        found = [<uintptr_t>dlsym(handle, name.encode()) for name in _NAMES]
-        missing = [_NAMES[i] for i in (I_VERSION, I_CREATE, I_SET_STREAM, I_RUN_CONV) if not found[i]]
-        if missing:  # the table is left empty: a later load may find the right library
-            raise OSError(f"{path} is not cuDNN: it lacks " + ", ".join(missing))
-        for i, addr in enumerate(found):
-            _fn[i] = <void*><uintptr_t>addr
-        _lib = handle
-        version = (<f_version>_fn[I_VERSION])() if _fn[I_VERSION] != NULL else 0
-        _record = (path, int(version))
-        return _record
+    return _T.load(path, found_via)
 
 
 def loaded():
-    """``(path, version)`` of the loaded library, or None."""
-    return _record
-
-
-cdef inline void* _sym(int i) except NULL:
-    if _lib == NULL:
-        raise CudnnError("cudnn", -1, "NOT_LOADED", "cuDNN is not loaded")
-    if _fn[i] == NULL:
-        raise CudnnError(_NAMES[i], -1, "MISSING_SYMBOL",
-                         f"{_NAMES[i]} is absent from {_record[0]}")
-    return _fn[i]
-
-
-cdef int _check(int status, int which) except -1:
-    cdef const char* s
-    cdef char buf[512]
-    if status == 0:
-        return 0
-    name = "?"
-    if _fn[I_ERRSTR] != NULL:
-        s = (<f_errstr>_fn[I_ERRSTR])(status)
-        if s != NULL:
-            name = s.decode(errors="replace")
-    text = ""
-    if _fn[I_LASTERR] != NULL:
-        memset(buf, 0, sizeof(buf))
-        (<f_last_err>_fn[I_LASTERR])(buf, sizeof(buf) - 1)
-        text = buf.decode(errors="replace").strip()
-    raise CudnnError(_NAMES[which], status, name, text)
+    """The ``LoadRecord`` of the loaded library, or None."""
+    return _T.record
 
 
 def version():
     """cudnnGetVersion(): MAJOR*10000 + MINOR*100 + PATCH since 9.0."""
-    return int((<f_version>_sym(I_VERSION))())
+    return int((<f_version>_need(_T.f.GetVersion, b"GetVersion"))())
 
 
 # ------------------------------------------------------------------ handles
 def create():
     """A new cuDNN handle on the current device (call once per stream, not per call)."""
     cdef void* h = NULL
-    _check((<f_create>_sym(I_CREATE))(&h), I_CREATE)
+    _check((<f_create>_need(_T.f.Create, b"Create"))(&h), b"Create")
     return <uintptr_t>h
 
 
 def destroy(uintptr_t handle):
     """Destroy a handle (cuDNN synchronizes the device here)."""
-    cdef f_destroy f = <f_destroy>_sym(I_DESTROY)
+    cdef f_destroy f = <f_destroy>_need(_T.f.Destroy, b"Destroy")
     cdef int st
     with nogil:
         st = f(<void*>handle)
-    _check(st, I_DESTROY)
+    _check(st, b"Destroy")
 
 
 def set_stream(uintptr_t handle, uintptr_t stream):
     """Bind ``handle`` to ``stream`` for all later calls."""
-    _check((<f_set_stream>_sym(I_SET_STREAM))(<void*>handle, <void*>stream), I_SET_STREAM)
+    _check((<f_set_stream>_need(_T.f.SetStream, b"SetStream"))(<void*>handle, <void*>stream),
+           b"SetStream")
 
 
 # ------------------------------------------------------------------ descriptors
-cdef int _fill(int* out, values, what) except -1:
+cdef int _fill_ints(int* out, values, what) except -1:
     if len(values) > MAX_DIMS:
         raise ValueError(f"{what}: at most {MAX_DIMS} values; got {len(values)}")
     for i, v in enumerate(values):
@@ -311,7 +312,7 @@ cdef int _fill(int* out, values, what) except -1:
 cdef class _Descriptor:
     """Owns one cuDNN descriptor; ``ptr`` is its handle as an int."""
     cdef void* _d
-    cdef int _destroy_index
+    cdef f_destroy _destroy
 
     @property
     def ptr(self):
@@ -319,8 +320,8 @@ cdef class _Descriptor:
 
     def close(self):
         """Destroy the descriptor; idempotent."""
-        if self._d != NULL and _fn[self._destroy_index] != NULL:
-            (<f_destroy>_fn[self._destroy_index])(self._d)
+        if self._d != NULL and self._destroy != NULL:
+            self._destroy(self._d)
         self._d = NULL
 
     def __dealloc__(self):
@@ -333,11 +334,13 @@ cdef class TensorDescriptor(_Descriptor):
     def __init__(self, int dtype, dims, strides):
         cdef int d[MAX_DIMS]
         cdef int s[MAX_DIMS]
-        _fill(d, dims, "tensor dims")
-        _fill(s, strides, "tensor strides")
-        self._destroy_index = I_TENSOR + 2
-        _check((<f_create>_sym(I_TENSOR))(&self._d), I_TENSOR)
-        _check((<f_set_tensor>_sym(I_TENSOR + 1))(self._d, dtype, len(dims), d, s), I_TENSOR + 1)
+        _fill_ints(d, dims, "tensor dims")
+        _fill_ints(s, strides, "tensor strides")
+        _check((<f_create>_need(_T.f.CreateTensorDescriptor, b"CreateTensorDescriptor"))(&self._d),
+               b"CreateTensorDescriptor")
+        self._destroy = _T.f.DestroyTensorDescriptor
+        _check((<f_set_tensor>_need(_T.f.SetTensorNdDescriptor, b"SetTensorNdDescriptor"))(
+            self._d, dtype, len(dims), d, s), b"SetTensorNdDescriptor")
 
 
 cdef class FilterDescriptor(_Descriptor):
@@ -345,10 +348,12 @@ cdef class FilterDescriptor(_Descriptor):
 
     def __init__(self, int dtype, int fmt, dims):
         cdef int d[MAX_DIMS]
-        _fill(d, dims, "filter dims")
-        self._destroy_index = I_FILTER + 2
-        _check((<f_create>_sym(I_FILTER))(&self._d), I_FILTER)
-        _check((<f_set_filter>_sym(I_FILTER + 1))(self._d, dtype, fmt, len(dims), d), I_FILTER + 1)
+        _fill_ints(d, dims, "filter dims")
+        _check((<f_create>_need(_T.f.CreateFilterDescriptor, b"CreateFilterDescriptor"))(&self._d),
+               b"CreateFilterDescriptor")
+        self._destroy = _T.f.DestroyFilterDescriptor
+        _check((<f_set_filter>_need(_T.f.SetFilterNdDescriptor, b"SetFilterNdDescriptor"))(
+            self._d, dtype, fmt, len(dims), d), b"SetFilterNdDescriptor")
 
 
 cdef class ConvolutionDescriptor(_Descriptor):
@@ -359,37 +364,46 @@ cdef class ConvolutionDescriptor(_Descriptor):
         cdef int p[MAX_DIMS]
         cdef int s[MAX_DIMS]
         cdef int dl[MAX_DIMS]
-        _fill(p, padding, "padding")
-        _fill(s, stride, "stride")
-        _fill(dl, dilation, "dilation")
-        self._destroy_index = I_CONV + 4
-        _check((<f_create>_sym(I_CONV))(&self._d), I_CONV)
-        _check((<f_set_conv>_sym(I_CONV + 1))(self._d, len(padding), p, s, dl,
-                                              CROSS_CORRELATION, compute_type), I_CONV + 1)
+        _fill_ints(p, padding, "padding")
+        _fill_ints(s, stride, "stride")
+        _fill_ints(dl, dilation, "dilation")
+        _check((<f_create>_need(_T.f.CreateConvolutionDescriptor,
+                                b"CreateConvolutionDescriptor"))(&self._d),
+               b"CreateConvolutionDescriptor")
+        self._destroy = _T.f.DestroyConvolutionDescriptor
+        _check((<f_set_conv>_need(_T.f.SetConvolutionNdDescriptor, b"SetConvolutionNdDescriptor"))(
+            self._d, len(padding), p, s, dl, CROSS_CORRELATION, compute_type),
+            b"SetConvolutionNdDescriptor")
         if groups != 1:
-            _check((<f_set_int>_sym(I_CONV + 2))(self._d, groups), I_CONV + 2)
+            _check((<f_set_int>_need(_T.f.SetConvolutionGroupCount, b"SetConvolutionGroupCount"))(
+                self._d, groups), b"SetConvolutionGroupCount")
         self.set_math_type(math_type)
 
     def set_math_type(self, int math_type):
-        _check((<f_set_int>_sym(I_CONV + 3))(self._d, math_type), I_CONV + 3)
+        _check((<f_set_int>_need(_T.f.SetConvolutionMathType, b"SetConvolutionMathType"))(
+            self._d, math_type), b"SetConvolutionMathType")
 
 
 cdef class ActivationDescriptor(_Descriptor):
     """``cudnnSetActivationDescriptor(mode, NOT_PROPAGATE_NAN, coef)``."""
 
     def __init__(self, int mode, double coef=0.0):
-        self._destroy_index = I_ACT + 2
-        _check((<f_create>_sym(I_ACT))(&self._d), I_ACT)
-        _check((<f_set_act>_sym(I_ACT + 1))(self._d, mode, NOT_PROPAGATE_NAN, coef), I_ACT + 1)
+        _check((<f_create>_need(_T.f.CreateActivationDescriptor, b"CreateActivationDescriptor"))(
+            &self._d), b"CreateActivationDescriptor")
+        self._destroy = _T.f.DestroyActivationDescriptor
+        _check((<f_set_act>_need(_T.f.SetActivationDescriptor, b"SetActivationDescriptor"))(
+            self._d, mode, NOT_PROPAGATE_NAN, coef), b"SetActivationDescriptor")
 
 
 cdef class OpTensorDescriptor(_Descriptor):
     """``cudnnSetOpTensorDescriptor(op, FLOAT compute, NOT_PROPAGATE_NAN)``."""
 
     def __init__(self, int op):
-        self._destroy_index = I_OP + 2
-        _check((<f_create>_sym(I_OP))(&self._d), I_OP)
-        _check((<f_set_op>_sym(I_OP + 1))(self._d, op, DATA_FLOAT, NOT_PROPAGATE_NAN), I_OP + 1)
+        _check((<f_create>_need(_T.f.CreateOpTensorDescriptor, b"CreateOpTensorDescriptor"))(
+            &self._d), b"CreateOpTensorDescriptor")
+        self._destroy = _T.f.DestroyOpTensorDescriptor
+        _check((<f_set_op>_need(_T.f.SetOpTensorDescriptor, b"SetOpTensorDescriptor"))(
+            self._d, op, DATA_FLOAT, NOT_PROPAGATE_NAN), b"SetOpTensorDescriptor")
 
 
 # ------------------------------------------------------------------ convolution: algorithms
@@ -407,10 +421,10 @@ def get_algorithms(int direction, uintptr_t handle, uintptr_t a, uintptr_t b,
     math_type)], best first (no execution)."""
     cdef AlgoPerf perf[MAX_ALGOS]
     cdef int n = 0
-    cdef int i = I_GET_V7 + direction
+    cdef const char* name = _per_direction(_GET_V7, direction)
+    cdef f_get_v7 f = <f_get_v7>_need(_T.f.GetAlgorithm_v7[direction], name)
     memset(perf, 0, sizeof(perf))
-    _check((<f_get_v7>_sym(i))(<void*>handle, <void*>a, <void*>b, <void*>conv, <void*>c,
-                               MAX_ALGOS, &n, perf), i)
+    _check(f(<void*>handle, <void*>a, <void*>b, <void*>conv, <void*>c, MAX_ALGOS, &n, perf), name)
     return _perf_list(perf, n)
 
 
@@ -422,24 +436,24 @@ def find_algorithms(int direction, uintptr_t handle, uintptr_t ad, uintptr_t a,
     cdef AlgoPerf perf[MAX_ALGOS]
     cdef int n = 0
     cdef int st
-    cdef int i = I_FIND_EX + direction
-    cdef f_find_ex f = <f_find_ex>_sym(i)
+    cdef const char* name = _per_direction(_FIND_EX, direction)
+    cdef f_find_ex f = <f_find_ex>_need(_T.f.FindAlgorithmEx[direction], name)
     memset(perf, 0, sizeof(perf))
     with nogil:
         st = f(<void*>handle, <void*>ad, <const void*>a, <void*>bd, <const void*>b,
                <void*>conv, <void*>cd, <void*>c, MAX_ALGOS, &n, perf,
                <void*>workspace, workspace_size)
-    _check(st, i)
+    _check(st, name)
     return _perf_list(perf, n)
 
 
 def workspace_size(int direction, uintptr_t handle, uintptr_t a, uintptr_t b,
                    uintptr_t conv, uintptr_t c, int algo):
-    """Workspace bytes ``algo`` needs; raises CudnnError (NOT_SUPPORTED) if inapplicable."""
+    """Workspace bytes ``algo`` needs; raises CudnnNotSupportedError if inapplicable."""
     cdef size_t n = 0
-    cdef int i = I_WS + direction
-    _check((<f_ws_size>_sym(i))(<void*>handle, <void*>a, <void*>b, <void*>conv, <void*>c,
-                                algo, &n), i)
+    cdef const char* name = _per_direction(_WORKSPACE, direction)
+    cdef f_ws_size f = <f_ws_size>_need(_T.f.WorkspaceSize[direction], name)
+    _check(f(<void*>handle, <void*>a, <void*>b, <void*>conv, <void*>c, algo, &n), name)
     return n
 
 
@@ -448,13 +462,13 @@ def convolution(int direction, uintptr_t handle, uintptr_t ad, uintptr_t a, uint
                 size_t workspace_size, uintptr_t cd, uintptr_t c, float alpha=1.0,
                 float beta=0.0):
     """Run one convolution: fwd (x, w -> y), dgrad (w, dy -> dx), wgrad (x, dy -> dw)."""
-    cdef int i = I_RUN_CONV + direction
-    cdef f_conv f = <f_conv>_sym(i)
+    cdef const char* name = _per_direction(_CONVOLUTION, direction)
+    cdef f_conv f = <f_conv>_need(_T.f.Convolution[direction], name)
     cdef int st
     with nogil:
         st = f(<void*>handle, &alpha, <void*>ad, <const void*>a, <void*>bd, <const void*>b,
                <void*>conv, algo, <void*>workspace, workspace_size, &beta, <void*>cd, <void*>c)
-    _check(st, i)
+    _check(st, name)
 
 
 def convolution_bias_activation_forward(
@@ -464,14 +478,15 @@ def convolution_bias_activation_forward(
     """y = act(conv(x, w) + bias), with z = y and alpha2 = 0 (no residual)."""
     cdef float alpha1 = 1.0
     cdef float alpha2 = 0.0
-    cdef f_cba f = <f_cba>_sym(I_CBA)
+    cdef f_cba f = <f_cba>_need(_T.f.ConvolutionBiasActivationForward,
+                                b"ConvolutionBiasActivationForward")
     cdef int st
     with nogil:
         st = f(<void*>handle, &alpha1, <void*>xd, <const void*>x, <void*>wd, <const void*>w,
                <void*>conv, algo, <void*>workspace, workspace_size, &alpha2, <void*>yd,
                <const void*>y, <void*>bias_d, <const void*>bias, <void*>act, <void*>yd,
                <void*>y)
-    _check(st, I_CBA)
+    _check(st, b"ConvolutionBiasActivationForward")
 
 
 # ------------------------------------------------------------------ batchnorm (SPATIAL)
@@ -481,13 +496,14 @@ def batchnorm_forward_inference(uintptr_t handle, uintptr_t xd, uintptr_t x, uin
     """y = scale * (x - mean) / sqrt(variance + epsilon) + bias, per channel."""
     cdef float one = 1.0
     cdef float zero = 0.0
-    cdef f_bn_inf f = <f_bn_inf>_sym(I_BN_INF)
+    cdef f_bn_inf f = <f_bn_inf>_need(_T.f.BatchNormalizationForwardInference,
+                                      b"BatchNormalizationForwardInference")
     cdef int st
     with nogil:
         st = f(<void*>handle, BN_SPATIAL, &one, &zero, <void*>xd, <const void*>x,
                <void*>yd, <void*>y, <void*>bnd, <const void*>scale, <const void*>bias,
                <const void*>mean, <const void*>variance, epsilon)
-    _check(st, I_BN_INF)
+    _check(st, b"BatchNormalizationForwardInference")
 
 
 def batchnorm_forward_training(uintptr_t handle, uintptr_t xd, uintptr_t x, uintptr_t yd,
@@ -501,14 +517,15 @@ def batchnorm_forward_training(uintptr_t handle, uintptr_t xd, uintptr_t x, uint
     ``mode``: BATCHNORM_SPATIAL or BATCHNORM_SPATIAL_PERSISTENT."""
     cdef float one = 1.0
     cdef float zero = 0.0
-    cdef f_bn_train f = <f_bn_train>_sym(I_BN_TRAIN)
+    cdef f_bn_train f = <f_bn_train>_need(_T.f.BatchNormalizationForwardTraining,
+                                          b"BatchNormalizationForwardTraining")
     cdef int st
     with nogil:
         st = f(<void*>handle, mode, &one, &zero, <void*>xd, <const void*>x,
                <void*>yd, <void*>y, <void*>bnd, <const void*>scale, <const void*>bias,
                factor, <void*>running_mean, <void*>running_variance, epsilon,
                <void*>save_mean, <void*>save_inv_variance)
-    _check(st, I_BN_TRAIN)
+    _check(st, b"BatchNormalizationForwardTraining")
 
 
 def batchnorm_backward(uintptr_t handle, uintptr_t xd, uintptr_t x, uintptr_t dyd,
@@ -520,14 +537,15 @@ def batchnorm_backward(uintptr_t handle, uintptr_t xd, uintptr_t x, uintptr_t dy
     :func:`batchnorm_forward_training`)."""
     cdef float one = 1.0
     cdef float zero = 0.0
-    cdef f_bn_bwd f = <f_bn_bwd>_sym(I_BN_BWD)
+    cdef f_bn_bwd f = <f_bn_bwd>_need(_T.f.BatchNormalizationBackward,
+                                      b"BatchNormalizationBackward")
     cdef int st
     with nogil:
         st = f(<void*>handle, mode, &one, &zero, &one, &zero, <void*>xd,
                <const void*>x, <void*>dyd, <const void*>dy, <void*>dxd, <void*>dx,
                <void*>bnd, <const void*>scale, <void*>dscale, <void*>dbias, epsilon,
                <const void*>saved_mean, <const void*>saved_inv_variance)
-    _check(st, I_BN_BWD)
+    _check(st, b"BatchNormalizationBackward")
 
 
 # ------------------------------------------------------------------ pointwise
@@ -536,12 +554,12 @@ def activation_forward(uintptr_t handle, uintptr_t act, uintptr_t xd, uintptr_t 
     """y = act(x) (in place when x == y)."""
     cdef float one = 1.0
     cdef float zero = 0.0
-    cdef f_act_fwd f = <f_act_fwd>_sym(I_ACT_FWD)
+    cdef f_act_fwd f = <f_act_fwd>_need(_T.f.ActivationForward, b"ActivationForward")
     cdef int st
     with nogil:
         st = f(<void*>handle, <void*>act, &one, <void*>xd, <const void*>x, &zero,
                <void*>yd, <void*>y)
-    _check(st, I_ACT_FWD)
+    _check(st, b"ActivationForward")
 
 
 def activation_backward(uintptr_t handle, uintptr_t act, uintptr_t yd, uintptr_t y,
@@ -550,24 +568,24 @@ def activation_backward(uintptr_t handle, uintptr_t act, uintptr_t yd, uintptr_t
     """dx = act'(x) * dy."""
     cdef float one = 1.0
     cdef float zero = 0.0
-    cdef f_act_bwd f = <f_act_bwd>_sym(I_ACT_BWD)
+    cdef f_act_bwd f = <f_act_bwd>_need(_T.f.ActivationBackward, b"ActivationBackward")
     cdef int st
     with nogil:
         st = f(<void*>handle, <void*>act, &one, <void*>yd, <const void*>y, <void*>dyd,
                <const void*>dy, <void*>xd, <const void*>x, &zero, <void*>dxd, <void*>dx)
-    _check(st, I_ACT_BWD)
+    _check(st, b"ActivationBackward")
 
 
 def op_tensor(uintptr_t handle, uintptr_t op, float alpha1, uintptr_t ad, uintptr_t a,
               float alpha2, uintptr_t bd, uintptr_t b, uintptr_t cd, uintptr_t c):
     """C = op(alpha1 * A, alpha2 * B) (B broadcast over dims of size 1)."""
     cdef float zero = 0.0
-    cdef f_op_tensor f = <f_op_tensor>_sym(I_OP_TENSOR)
+    cdef f_op_tensor f = <f_op_tensor>_need(_T.f.OpTensor, b"OpTensor")
     cdef int st
     with nogil:
         st = f(<void*>handle, <void*>op, &alpha1, <void*>ad, <const void*>a, &alpha2,
                <void*>bd, <const void*>b, &zero, <void*>cd, <void*>c)
-    _check(st, I_OP_TENSOR)
+    _check(st, b"OpTensor")
 
 
 # ------------------------------------------------------------------ batchnorm Ex (NHWC fast path)
@@ -579,12 +597,16 @@ def batchnorm_training_ex_sizes(uintptr_t handle, int mode, int bn_ops, uintptr_
                                 uintptr_t yd, uintptr_t bnd, uintptr_t act):
     """(workspace bytes, reserve-space bytes) of ``batchnorm_forward_training_ex``."""
     cdef size_t ws = 0, reserve = 0
-    _check((<f_bn_ex_ws>_sym(I_BN_TRAIN_EX_WS))(<void*>handle, mode, bn_ops, <void*>xd, NULL,
-                                                 <void*>yd, <void*>bnd, <void*>act, &ws),
-           I_BN_TRAIN_EX_WS)
-    _check((<f_bn_ex_reserve>_sym(I_BN_TRAIN_EX_RESERVE))(<void*>handle, mode, bn_ops,
-                                                           <void*>act, <void*>xd, &reserve),
-           I_BN_TRAIN_EX_RESERVE)
+    cdef f_bn_ex_ws fw = <f_bn_ex_ws>_need(
+        _T.f.GetBatchNormalizationForwardTrainingExWorkspaceSize,
+        b"GetBatchNormalizationForwardTrainingExWorkspaceSize")
+    cdef f_bn_ex_reserve fr = <f_bn_ex_reserve>_need(
+        _T.f.GetBatchNormalizationTrainingExReserveSpaceSize,
+        b"GetBatchNormalizationTrainingExReserveSpaceSize")
+    _check(fw(<void*>handle, mode, bn_ops, <void*>xd, NULL, <void*>yd, <void*>bnd, <void*>act,
+              &ws), b"GetBatchNormalizationForwardTrainingExWorkspaceSize")
+    _check(fr(<void*>handle, mode, bn_ops, <void*>act, <void*>xd, &reserve),
+           b"GetBatchNormalizationTrainingExReserveSpaceSize")
     return ws, reserve
 
 
@@ -598,7 +620,8 @@ def batchnorm_forward_training_ex(
     BN_ACTIVATION (ReLU fused; cuDNN takes it with SPATIAL_PERSISTENT and channels-last)."""
     cdef float one = 1.0
     cdef float zero = 0.0
-    cdef f_bn_train_ex f = <f_bn_train_ex>_sym(I_BN_TRAIN_EX)
+    cdef f_bn_train_ex f = <f_bn_train_ex>_need(_T.f.BatchNormalizationForwardTrainingEx,
+                                                b"BatchNormalizationForwardTrainingEx")
     cdef int st
     with nogil:
         st = f(<void*>handle, mode, bn_ops, &one, &zero, <void*>xd, <const void*>x, NULL, NULL,
@@ -606,4 +629,4 @@ def batchnorm_forward_training_ex(
                <void*>running_mean, <void*>running_variance, epsilon, <void*>save_mean,
                <void*>save_inv_variance, <void*>act, <void*>workspace, workspace_size,
                <void*>reserve, reserve_size)
-    _check(st, I_BN_TRAIN_EX)
+    _check(st, b"BatchNormalizationForwardTrainingEx")

@@ -1,428 +1,733 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""GPU runtime bindings (``hipdnn_async.runtime._gpu``): the CUDA or HIP runtime, loaded
-at run time with ``dlopen``; no SDK headers are needed to build this module.
+"""GPU runtime bindings (``hipdnn_async.runtime._gpu``): the CUDA runtime and the HIP
+runtime, loaded at run time with ``dlopen``; no SDK header is needed to build this module.
 
 Wrapping contract
 -----------------
-Covered: device count / selection / attributes / name, memory (stream-ordered pool
-allocation with a plain ``Malloc`` fallback), async copies and memsets, streams, events,
-pointer attributes, versions. One table of function pointers serves both runtimes: the
-symbols are looked up as ``<prefix><Name>`` with prefix ``cuda`` or ``hip`` (CuPy's
-``cupy_hip_runtime.h`` idea, at run time). Handles (streams, events, pools) and device
-pointers travel as Python ints.
-
-Errors: a non-zero status raises ``GpuError`` (``.status``, ``.name``, ``.call``) with
-the runtime's own error string; a missing symbol raises ``GpuError`` naming it when the
-function is first called, not at load. Blocking calls (synchronize, copies, frees) release
-the GIL.
+- One implementation, ``Runtime``, and one instance per runtime: ``instance("cuda")``
+  (``libcudart``, symbols ``cuda<Name>``) and ``instance("hip")`` (``libamdhip64``,
+  symbols ``hip<Name>``). Each fills its own table of named function pointers
+  (``_gpu_api.RuntimeFns``) through ``_loader.LibraryTable``, so both can be loaded in one
+  process. ``runtime(kind)`` returns an instance once it is loaded, else None.
+- Each instance has its own constants table (``CUDA_CONSTANTS`` / ``HIP_CONSTANTS``:
+  device attributes, memcpy kinds, error codes, stream and event flags, pointer memory
+  types), each value with the C name, header and version it was read from; HIP's values
+  are selected by the loaded runtime's version (ROCm 5 numbers pointer memory types
+  differently). The constants are attributes of the instance (``rt.MEMCPY_HOST_TO_DEVICE``)
+  and ``rt.constants``. Callers ask by meaning (``compute_capability``, ``arch_name``,
+  ``multiprocessor_count``, ``memory_pools_supported``, ``total_memory``), never by enum.
+- Covered: devices, device properties, stream-ordered pool allocation with a plain
+  ``Malloc`` fallback, pinned host memory, async copies and memsets, streams (flags,
+  priorities), events, pointer attributes, versions. Where the runtimes' exports differ the
+  names are listed per runtime (``GetDeviceProperties_v2`` / ``GetDevicePropertiesR0600``,
+  ``HostAlloc`` / ``HostMalloc``, ``FreeHost`` / ``HostFree``). Handles (streams, events,
+  pools) and pointers travel as Python ints. Method names are the C names without prefix,
+  in snake_case (CuPy's convention).
+- Errors: a non-zero status raises the type the runtime's status table gives
+  (``CUDA_STATUS`` / ``HIP_STATUS``: ``GpuNotSupportedError``, ``GpuDeviceError``, else
+  ``GpuError``; all ``GpuError``), with ``.status``, ``.status_name``, ``.call``,
+  ``.library`` and the runtime's own error string; a symbol the library lacks raises
+  ``LibraryError`` (a ``DeviceError``) naming it when called, not at load. Blocking calls
+  (synchronize, copies, allocation, frees) release the GIL; ``_gpu.pxd`` exposes the hot
+  calls as ``nogil`` methods for Cython callers.
 """
 from libc.stdint cimport uintptr_t
 from libc.string cimport memset
-import threading
 
-cdef extern from "<dlfcn.h>" nogil:
-    void* dlopen(const char*, int)
-    void* dlsym(void*, const char*)
-    char* dlerror()
-    int RTLD_NOW
-    int RTLD_LOCAL
+from hipdnn_async import _errors
+from hipdnn_async._errors import GpuError
 
-__all__ = ["GpuError", "load", "loaded", "device_count", "set_device", "get_device",
-           "device_attribute", "device_name", "runtime_version", "driver_version",
-           "mem_get_info", "stream_create", "stream_destroy", "stream_synchronize",
-           "stream_wait_event", "event_create", "event_record", "event_synchronize",
-           "event_query", "event_elapsed_time", "event_destroy", "malloc", "free",
-           "malloc_async", "memcpy", "memcpy_async", "memset_async", "pool_keep_memory", "pointer_device"]
+from ._gpu_api cimport (PointerAttributes, RuntimeConstants, RuntimeFns, f_create_with_flags, f_create_with_priority,
+                        f_default_mem_pool, f_device_attribute, f_device_properties,
+                        f_error_text, f_event_elapsed, f_event_record, f_free_async,
+                        f_handle, f_host_alloc, f_int_in, f_int_out, f_malloc,
+                        f_malloc_async, f_mem_get_info, f_mem_pool_set, f_memcpy,
+                        f_memcpy_async, f_memset_async, f_pointer_attributes,
+                        f_priority_range, f_stream_wait_event)
+from ._loader cimport Library, LibraryTable
 
-# Enum values: cuda_runtime_api.h / driver_types.h (CUDA 12.9 wheel), identical in
-# hip_runtime_api.h (ROCm 6.x) - see shared/reference/vendor-c-apis.md s.4.
-STREAM_NON_BLOCKING = 0x1
-EVENT_BLOCKING_SYNC = 0x1
-EVENT_DISABLE_TIMING = 0x2
-MEMCPY_HOST_TO_DEVICE = 1
-MEMCPY_DEVICE_TO_HOST = 2
-MEMCPY_DEVICE_TO_DEVICE = 3
-NOT_READY = 600                      # cudaErrorNotReady == hipErrorNotReady
-ATTR_CC_MAJOR = 75                   # cudaDevAttrComputeCapabilityMajor
-ATTR_CC_MINOR = 76
-ATTR_MEMORY_POOLS_SUPPORTED = 115    # cudaDevAttrMemoryPoolsSupported
-_POOL_ATTR_RELEASE_THRESHOLD = 4     # cudaMemPoolAttrReleaseThreshold
-_MEMORY_TYPE_DEVICE = 2              # cudaMemoryTypeDevice
-_MEMORY_TYPE_MANAGED = 3
+__all__ = ["Runtime", "runtime", "instance", "GpuError", "CUDA_CONSTANTS", "HIP_CONSTANTS",
+           "HIP5_CONSTANTS", "CUDA_STATUS", "HIP_STATUS"]
 
-ctypedef int (*f_int_p)(int*) noexcept nogil
-ctypedef int (*f_int)(int) noexcept nogil
-ctypedef const char* (*f_errstr)(int) noexcept nogil
-ctypedef int (*f_attr)(int*, int, int) noexcept nogil
-ctypedef int (*f_props)(void*, int) noexcept nogil
-ctypedef int (*f_meminfo)(size_t*, size_t*) noexcept nogil
-ctypedef int (*f_stream_create)(void**, unsigned int) noexcept nogil
-ctypedef int (*f_handle)(void*) noexcept nogil
-ctypedef int (*f_wait_event)(void*, void*, unsigned int) noexcept nogil
-ctypedef int (*f_event_record)(void*, void*) noexcept nogil
-ctypedef int (*f_elapsed)(float*, void*, void*) noexcept nogil
-ctypedef int (*f_malloc)(void**, size_t) noexcept nogil
-ctypedef int (*f_malloc_async)(void**, size_t, void*) noexcept nogil
-ctypedef int (*f_free_async)(void*, void*) noexcept nogil
-ctypedef int (*f_memcpy)(void*, const void*, size_t, int) noexcept nogil
-ctypedef int (*f_memcpy_async)(void*, const void*, size_t, int, void*) noexcept nogil
-ctypedef int (*f_memset_async)(void*, int, size_t, void*) noexcept nogil
-ctypedef int (*f_pool)(void**, int) noexcept nogil
-ctypedef int (*f_pool_set)(void*, int, void*) noexcept nogil
-ctypedef int (*f_ptr_attr)(void*, const void*) noexcept nogil
+# ------------------------------------------------------------------ constants tables
+# name -> (value, C name, header). Checked by compiling against the headers of the NVIDIA
+# wheels nvidia-cuda-runtime-cu12 12.9 and nvidia-cuda-runtime 13.5 (identical values),
+# and of Debian's libamdhip64-dev 5.2.3, 6.4.3 and 7.2.4 (ROCm 6.4 and 7.2 identical;
+# ROCm 5.2 differs only in the memory types, HIP5_CONSTANTS).
+CUDA_VERSIONS = "CUDA 12.9, 13.5"
+CUDA_CONSTANTS = {
+    "STREAM_DEFAULT": (0x0, "cudaStreamDefault", "driver_types.h"),
+    "STREAM_NON_BLOCKING": (0x1, "cudaStreamNonBlocking", "driver_types.h"),
+    "EVENT_DEFAULT": (0x0, "cudaEventDefault", "driver_types.h"),
+    "EVENT_BLOCKING_SYNC": (0x1, "cudaEventBlockingSync", "driver_types.h"),
+    "EVENT_DISABLE_TIMING": (0x2, "cudaEventDisableTiming", "driver_types.h"),
+    "MEMCPY_HOST_TO_HOST": (0, "cudaMemcpyHostToHost", "driver_types.h"),
+    "MEMCPY_HOST_TO_DEVICE": (1, "cudaMemcpyHostToDevice", "driver_types.h"),
+    "MEMCPY_DEVICE_TO_HOST": (2, "cudaMemcpyDeviceToHost", "driver_types.h"),
+    "MEMCPY_DEVICE_TO_DEVICE": (3, "cudaMemcpyDeviceToDevice", "driver_types.h"),
+    "MEMCPY_DEFAULT": (4, "cudaMemcpyDefault", "driver_types.h"),
+    "ERROR_NOT_READY": (600, "cudaErrorNotReady", "driver_types.h"),
+    "ERROR_NOT_SUPPORTED": (801, "cudaErrorNotSupported", "driver_types.h"),
+    "ATTR_CC_MAJOR": (75, "cudaDevAttrComputeCapabilityMajor", "driver_types.h"),
+    "ATTR_CC_MINOR": (76, "cudaDevAttrComputeCapabilityMinor", "driver_types.h"),
+    "ATTR_MULTIPROCESSOR_COUNT": (16, "cudaDevAttrMultiProcessorCount", "driver_types.h"),
+    "ATTR_MEMORY_POOLS_SUPPORTED": (115, "cudaDevAttrMemoryPoolsSupported", "driver_types.h"),
+    "POOL_ATTR_RELEASE_THRESHOLD": (4, "cudaMemPoolAttrReleaseThreshold", "driver_types.h"),
+    "MEMORY_TYPE_UNREGISTERED": (0, "cudaMemoryTypeUnregistered", "driver_types.h"),
+    "MEMORY_TYPE_HOST": (1, "cudaMemoryTypeHost", "driver_types.h"),
+    "MEMORY_TYPE_DEVICE": (2, "cudaMemoryTypeDevice", "driver_types.h"),
+    "MEMORY_TYPE_MANAGED": (3, "cudaMemoryTypeManaged", "driver_types.h"),
+    "HOST_ALLOC_DEFAULT": (0x0, "cudaHostAllocDefault", "driver_types.h"),
+}
+HIP_VERSIONS = "ROCm 6.4, 7.2"
+HIP_CONSTANTS = {
+    "STREAM_DEFAULT": (0x0, "hipStreamDefault", "hip/hip_runtime_api.h"),
+    "STREAM_NON_BLOCKING": (0x1, "hipStreamNonBlocking", "hip/hip_runtime_api.h"),
+    "EVENT_DEFAULT": (0x0, "hipEventDefault", "hip/hip_runtime_api.h"),
+    "EVENT_BLOCKING_SYNC": (0x1, "hipEventBlockingSync", "hip/hip_runtime_api.h"),
+    "EVENT_DISABLE_TIMING": (0x2, "hipEventDisableTiming", "hip/hip_runtime_api.h"),
+    "MEMCPY_HOST_TO_HOST": (0, "hipMemcpyHostToHost", "hip/driver_types.h"),
+    "MEMCPY_HOST_TO_DEVICE": (1, "hipMemcpyHostToDevice", "hip/driver_types.h"),
+    "MEMCPY_DEVICE_TO_HOST": (2, "hipMemcpyDeviceToHost", "hip/driver_types.h"),
+    "MEMCPY_DEVICE_TO_DEVICE": (3, "hipMemcpyDeviceToDevice", "hip/driver_types.h"),
+    "MEMCPY_DEFAULT": (4, "hipMemcpyDefault", "hip/driver_types.h"),
+    "ERROR_NOT_READY": (600, "hipErrorNotReady", "hip/hip_runtime_api.h"),
+    "ERROR_NOT_SUPPORTED": (801, "hipErrorNotSupported", "hip/hip_runtime_api.h"),
+    # not CUDA's 75/76/16/115: hipDeviceAttribute_t is numbered on its own
+    "ATTR_CC_MAJOR": (23, "hipDeviceAttributeComputeCapabilityMajor", "hip/hip_runtime_api.h"),
+    "ATTR_CC_MINOR": (61, "hipDeviceAttributeComputeCapabilityMinor", "hip/hip_runtime_api.h"),
+    "ATTR_MULTIPROCESSOR_COUNT": (63, "hipDeviceAttributeMultiprocessorCount",
+                                  "hip/hip_runtime_api.h"),
+    "ATTR_MEMORY_POOLS_SUPPORTED": (88, "hipDeviceAttributeMemoryPoolsSupported",
+                                    "hip/hip_runtime_api.h"),
+    "POOL_ATTR_RELEASE_THRESHOLD": (4, "hipMemPoolAttrReleaseThreshold", "hip/hip_runtime_api.h"),
+    "MEMORY_TYPE_UNREGISTERED": (0, "hipMemoryTypeUnregistered", "hip/hip_runtime_api.h"),
+    "MEMORY_TYPE_HOST": (1, "hipMemoryTypeHost", "hip/hip_runtime_api.h"),
+    "MEMORY_TYPE_DEVICE": (2, "hipMemoryTypeDevice", "hip/hip_runtime_api.h"),
+    "MEMORY_TYPE_MANAGED": (3, "hipMemoryTypeManaged", "hip/hip_runtime_api.h"),
+    "HOST_ALLOC_DEFAULT": (0x0, "hipHostMallocDefault", "hip/hip_runtime_api.h"),
+}
+# What ROCm 5 (hipRuntimeGetVersion < 60000000) numbers differently: hipMemoryType was
+# {Host, Device, Array, Unified}; it had no unregistered or managed type (-1: none).
+HIP5_VERSIONS = "ROCm 5.2"
+HIP5_CONSTANTS = {
+    "MEMORY_TYPE_UNREGISTERED": (-1, "(none in ROCm 5)", "hip/hip_runtime_api.h"),
+    "MEMORY_TYPE_HOST": (0, "hipMemoryTypeHost", "hip/hip_runtime_api.h"),
+    "MEMORY_TYPE_DEVICE": (1, "hipMemoryTypeDevice", "hip/hip_runtime_api.h"),
+    "MEMORY_TYPE_MANAGED": (-1, "(none in ROCm 5: hipPointerAttribute_t.isManaged)",
+                            "hip/hip_runtime_api.h"),
+}
 
-# cudaPointerAttributes (CUDA >= 11) / hipPointerAttribute_t (ROCm >= 6): the first
-# fields are {memoryType type; int device; void* devicePointer; void* hostPointer}.
-ctypedef struct PointerAttributes:
-    int type
-    int device
-    void* devicePointer
-    void* hostPointer
-    char pad[64]
+# ------------------------------------------------------------------ status tables
+# value -> (name, error type); other values are GpuError named by GetErrorName. Same
+# headers and versions as the constants.
+CUDA_STATUS = {
+    0: ("cudaSuccess", None),
+    1: ("cudaErrorInvalidValue", GpuError),
+    2: ("cudaErrorMemoryAllocation", GpuError),
+    3: ("cudaErrorInitializationError", _errors.GpuDeviceError),
+    34: ("cudaErrorStubLibrary", _errors.GpuDeviceError),
+    35: ("cudaErrorInsufficientDriver", _errors.GpuDeviceError),
+    36: ("cudaErrorCallRequiresNewerDriver", _errors.GpuDeviceError),
+    46: ("cudaErrorDevicesUnavailable", _errors.GpuDeviceError),
+    100: ("cudaErrorNoDevice", _errors.GpuDeviceError),
+    101: ("cudaErrorInvalidDevice", _errors.GpuDeviceError),
+    209: ("cudaErrorNoKernelImageForDevice", _errors.GpuDeviceError),
+    400: ("cudaErrorInvalidResourceHandle", GpuError),
+    600: ("cudaErrorNotReady", GpuError),
+    700: ("cudaErrorIllegalAddress", GpuError),
+    719: ("cudaErrorLaunchFailure", GpuError),
+    801: ("cudaErrorNotSupported", _errors.GpuNotSupportedError),
+    803: ("cudaErrorSystemDriverMismatch", _errors.GpuDeviceError),
+    804: ("cudaErrorCompatNotSupportedOnDevice", _errors.GpuDeviceError),
+}
+HIP_STATUS = {
+    0: ("hipSuccess", None),
+    1: ("hipErrorInvalidValue", GpuError),
+    2: ("hipErrorOutOfMemory", GpuError),
+    3: ("hipErrorNotInitialized", _errors.GpuDeviceError),
+    35: ("hipErrorInsufficientDriver", _errors.GpuDeviceError),
+    100: ("hipErrorNoDevice", _errors.GpuDeviceError),
+    101: ("hipErrorInvalidDevice", _errors.GpuDeviceError),
+    209: ("hipErrorNoBinaryForGpu", _errors.GpuDeviceError),
+    400: ("hipErrorInvalidHandle", GpuError),
+    600: ("hipErrorNotReady", GpuError),
+    700: ("hipErrorIllegalAddress", GpuError),
+    719: ("hipErrorLaunchFailure", GpuError),
+    801: ("hipErrorNotSupported", _errors.GpuNotSupportedError),
+}
 
-# One slot per function, in _NAMES order.
-_NAMES = ("GetDeviceCount", "SetDevice", "GetDevice", "GetErrorString", "GetErrorName",
-          "DeviceGetAttribute", "GetDeviceProperties", "MemGetInfo", "RuntimeGetVersion",
-          "DriverGetVersion", "StreamCreateWithFlags", "StreamDestroy", "StreamSynchronize",
-          "StreamWaitEvent", "EventCreateWithFlags", "EventRecord", "EventSynchronize",
-          "EventQuery", "EventElapsedTime", "EventDestroy", "Malloc", "Free",
-          "MallocAsync", "FreeAsync", "Memcpy", "MemcpyAsync", "MemsetAsync",
-          "DeviceGetDefaultMemPool", "MemPoolSetAttribute", "PointerGetAttributes")
-DEF N_FUNCS = 30
-# every runtime we support exports these (the rest are checked when called)
-_REQUIRED = (0, 1, 3, 8, 10, 12, 14, 15, 16, 20, 21, 25)
-cdef void* _fn[N_FUNCS]
-cdef void* _lib = NULL
-_lock = threading.Lock()
-_record = None          # (path, prefix) once loaded
-_prefix = "cuda"
+# Every runtime we support exports these; a library lacking one is refused at load.
+_REQUIRED = ("GetDeviceCount", "SetDevice", "GetErrorString", "RuntimeGetVersion",
+             "StreamCreateWithFlags", "StreamSynchronize", "EventCreateWithFlags",
+             "EventRecord", "EventSynchronize", "Malloc", "Free", "MemcpyAsync")
+# Exported names that differ between the runtimes (first found wins).
+_ALIASES = {
+    "cuda": {"GetDeviceProperties": ("GetDeviceProperties_v2", "GetDeviceProperties"),
+             "HostAlloc": ("HostAlloc",), "FreeHost": ("FreeHost",)},
+    "hip": {"GetDeviceProperties": ("GetDevicePropertiesR0600", "GetDeviceProperties"),
+            "HostAlloc": ("HostMalloc", "HostAlloc"), "FreeHost": ("HostFree", "FreeHost")},
+}
+# offsetof(hipDeviceProp_t, gcnArchName): 1160 in hipDeviceProp_tR0600 (ROCm 6.4, 7.2),
+# 396 in the struct of the unsuffixed hipGetDeviceProperties (ROCm 5.2); char[256] in both.
+_GCN_ARCH_OFFSET = {"GetDevicePropertiesR0600": 1160, "GetDeviceProperties": 396}
+DEF PROPS_BYTES = 8192   # larger than cudaDeviceProp (1032) and hipDeviceProp_tR0600 (1472)
+DEF NAME_BYTES = 256
 
 
-class GpuError(RuntimeError):
-    """A runtime call failed. ``status`` is the runtime's code, ``name`` its enum name."""
-
-    def __init__(self, call, status, name, text):
-        self.call, self.status, self.name, self.text = call, status, name, text
-        super().__init__(f"{call} failed: {name} ({status}): {text}")
-
-    def __reduce__(self):
-        return (GpuError, (self.call, self.status, self.name, self.text))
-
-
-def load(path, prefix="cuda"):
-    """Load the runtime library at ``path`` (an absolute path or a soname); idempotent.
+cdef class Runtime(LibraryTable):
+    """One GPU runtime (CUDA or HIP): its symbol table, constants and status table.
 
     Parameters
     ----------
-    path : str
-        e.g. ``".../nvidia/cu13/lib/libcudart.so.13"`` or ``"libamdhip64.so.6"``.
-    prefix : str
-        ``"cuda"`` or ``"hip"``: symbol prefix.
+    kind : str
+        ``"cuda"`` (library ``libcudart``) or ``"hip"`` (``libamdhip64``).
+
+    Notes
+    -----
+    The module holds one instance per kind (``instance``); a separate instance (tests,
+    a shim library) loads its own library and shares nothing with them.
+    """
+
+    def __init__(self, str kind):
+        if kind == "cuda":
+            LibraryTable.__init__(self, "cudart", "cuda", "CUDA runtime", _REQUIRED)
+            self.statuses = CUDA_STATUS
+        elif kind == "hip":
+            LibraryTable.__init__(self, "hip", "hip", "HIP runtime", _REQUIRED)
+            self.statuses = HIP_STATUS
+        else:
+            raise ValueError(f"Runtime: kind must be 'cuda' or 'hip'; got {kind!r}")
+        self.kind = kind
+        self._props_arch_offset = -1
+        self._runtime_version = 0
+        self._select_constants(0)
+
+    cdef int _select_constants(self, int version) except -1:
+        cdef RuntimeConstants* c = &self.c
+        if self.kind == "cuda":
+            table = [(CUDA_CONSTANTS, CUDA_VERSIONS)]
+        else:
+            table = [(HIP_CONSTANTS, HIP_VERSIONS)]
+            if 0 < version < 60000000:      # HIP_VERSION = major * 10000000 + minor * 100000 + patch
+                table.append((HIP5_CONSTANTS, HIP5_VERSIONS))
+        values, sources = {}, {}
+        for entries, versions in table:
+            for name, (value, cname, header) in entries.items():
+                values[name] = value
+                sources[name] = f"{cname}, {header}, {versions}"
+        self.constants, self.constant_sources = values, sources
+        c.STREAM_NON_BLOCKING = values["STREAM_NON_BLOCKING"]
+        c.EVENT_BLOCKING_SYNC = values["EVENT_BLOCKING_SYNC"]
+        c.EVENT_DISABLE_TIMING = values["EVENT_DISABLE_TIMING"]
+        c.MEMCPY_HOST_TO_DEVICE = values["MEMCPY_HOST_TO_DEVICE"]
+        c.MEMCPY_DEVICE_TO_HOST = values["MEMCPY_DEVICE_TO_HOST"]
+        c.MEMCPY_DEVICE_TO_DEVICE = values["MEMCPY_DEVICE_TO_DEVICE"]
+        c.ERROR_NOT_READY = values["ERROR_NOT_READY"]
+        c.ATTR_CC_MAJOR = values["ATTR_CC_MAJOR"]
+        c.ATTR_CC_MINOR = values["ATTR_CC_MINOR"]
+        c.ATTR_MULTIPROCESSOR_COUNT = values["ATTR_MULTIPROCESSOR_COUNT"]
+        c.ATTR_MEMORY_POOLS_SUPPORTED = values["ATTR_MEMORY_POOLS_SUPPORTED"]
+        c.POOL_ATTR_RELEASE_THRESHOLD = values["POOL_ATTR_RELEASE_THRESHOLD"]
+        c.MEMORY_TYPE_DEVICE = values["MEMORY_TYPE_DEVICE"]
+        c.MEMORY_TYPE_MANAGED = values["MEMORY_TYPE_MANAGED"]
+        return 0
+
+    def __getattr__(self, str name):
+        """Constants by name: ``rt.MEMCPY_HOST_TO_DEVICE``."""
+        try:
+            return self.constants[name]
+        except KeyError:
+            raise AttributeError(f"{self.title} has no attribute or constant {name!r}") from None
+
+    # -------------------------------------------------------------- the table
+    cdef int _fill(self, Library lib) except -1:
+        cdef RuntimeFns* f = &self.f
+        cdef int v = 0
+        aliases = _ALIASES[self.kind]
+        f.GetDeviceCount = <f_int_out>lib.sym("GetDeviceCount")
+        f.SetDevice = <f_int_in>lib.sym("SetDevice")
+        f.GetDevice = <f_int_out>lib.sym("GetDevice")
+        f.GetErrorName = <f_error_text>lib.sym("GetErrorName")
+        f.GetErrorString = <f_error_text>lib.sym("GetErrorString")
+        f.DeviceGetAttribute = <f_device_attribute>lib.sym("DeviceGetAttribute")
+        f.GetDeviceProperties = <f_device_properties>lib.sym_first(aliases["GetDeviceProperties"])
+        f.MemGetInfo = <f_mem_get_info>lib.sym("MemGetInfo")
+        f.RuntimeGetVersion = <f_int_out>lib.sym("RuntimeGetVersion")
+        f.DriverGetVersion = <f_int_out>lib.sym("DriverGetVersion")
+        f.DeviceGetStreamPriorityRange = <f_priority_range>lib.sym("DeviceGetStreamPriorityRange")
+        f.StreamCreateWithFlags = <f_create_with_flags>lib.sym("StreamCreateWithFlags")
+        f.StreamCreateWithPriority = <f_create_with_priority>lib.sym("StreamCreateWithPriority")
+        f.StreamDestroy = <f_handle>lib.sym("StreamDestroy")
+        f.StreamSynchronize = <f_handle>lib.sym("StreamSynchronize")
+        f.StreamQuery = <f_handle>lib.sym("StreamQuery")
+        f.StreamWaitEvent = <f_stream_wait_event>lib.sym("StreamWaitEvent")
+        f.EventCreateWithFlags = <f_create_with_flags>lib.sym("EventCreateWithFlags")
+        f.EventRecord = <f_event_record>lib.sym("EventRecord")
+        f.EventSynchronize = <f_handle>lib.sym("EventSynchronize")
+        f.EventQuery = <f_handle>lib.sym("EventQuery")
+        f.EventElapsedTime = <f_event_elapsed>lib.sym("EventElapsedTime")
+        f.EventDestroy = <f_handle>lib.sym("EventDestroy")
+        f.Malloc = <f_malloc>lib.sym("Malloc")
+        f.Free = <f_handle>lib.sym("Free")
+        f.MallocAsync = <f_malloc_async>lib.sym("MallocAsync")
+        f.FreeAsync = <f_free_async>lib.sym("FreeAsync")
+        f.HostAlloc = <f_host_alloc>lib.sym_first(aliases["HostAlloc"])
+        f.FreeHost = <f_handle>lib.sym_first(aliases["FreeHost"])
+        f.Memcpy = <f_memcpy>lib.sym("Memcpy")
+        f.MemcpyAsync = <f_memcpy_async>lib.sym("MemcpyAsync")
+        f.MemsetAsync = <f_memset_async>lib.sym("MemsetAsync")
+        f.DeviceGetDefaultMemPool = <f_default_mem_pool>lib.sym("DeviceGetDefaultMemPool")
+        f.MemPoolSetAttribute = <f_mem_pool_set>lib.sym("MemPoolSetAttribute")
+        f.PointerGetAttributes = <f_pointer_attributes>lib.sym("PointerGetAttributes")
+        if self.kind == "hip" and f.GetDeviceProperties != NULL:
+            for name in aliases["GetDeviceProperties"]:   # the struct layout follows the name
+                if lib.address(name) == <uintptr_t>f.GetDeviceProperties:
+                    self._props_arch_offset = _GCN_ARCH_OFFSET[name]
+                    break
+        if f.RuntimeGetVersion != NULL and f.RuntimeGetVersion(&v) != 0:
+            v = 0
+        self._runtime_version = v
+        self._select_constants(v)
+        return 0
+
+    cdef void _clear(self) noexcept:
+        memset(&self.f, 0, sizeof(self.f))
+        self._props_arch_offset = -1
+        self._runtime_version = 0
+
+    cdef object _version(self):
+        return self._runtime_version
+
+    cdef object _error(self, int status, str call):
+        cdef const char* s
+        name = text = None
+        if self.f.GetErrorName != NULL:
+            s = self.f.GetErrorName(status)
+            if s != NULL:
+                name = s.decode(errors="replace")
+        if self.f.GetErrorString != NULL:
+            s = self.f.GetErrorString(status)
+            if s != NULL:
+                text = s.decode(errors="replace")
+        return _errors.status_error(self.statuses, GpuError,
+                                    library=self.lib.path if self.lib is not None else self.name,
+                                    call=self.prefix + call, status=status, status_name=name,
+                                    vendor_message=text or "")
+
+    # -------------------------------------------------------------- nogil C API
+    cdef int c_check(self, int status, const char* call) except -1 nogil:
+        if status == 0:
+            return 0
+        with gil:
+            raise self._error(status, call.decode())
+
+    cdef int c_set_device(self, int device) except -1 nogil:
+        if self.f.SetDevice == NULL:
+            self.missing(b"SetDevice")
+        return self.c_check(self.f.SetDevice(device), b"SetDevice")
+
+    cdef int c_stream_synchronize(self, void* stream) except -1 nogil:
+        if self.f.StreamSynchronize == NULL:
+            self.missing(b"StreamSynchronize")
+        return self.c_check(self.f.StreamSynchronize(stream), b"StreamSynchronize")
+
+    cdef int c_stream_wait_event(self, void* stream, void* event) except -1 nogil:
+        if self.f.StreamWaitEvent == NULL:
+            self.missing(b"StreamWaitEvent")
+        return self.c_check(self.f.StreamWaitEvent(stream, event, 0), b"StreamWaitEvent")
+
+    cdef int c_event_record(self, void* event, void* stream) except -1 nogil:
+        if self.f.EventRecord == NULL:
+            self.missing(b"EventRecord")
+        return self.c_check(self.f.EventRecord(event, stream), b"EventRecord")
+
+    cdef int c_event_synchronize(self, void* event) except -1 nogil:
+        if self.f.EventSynchronize == NULL:
+            self.missing(b"EventSynchronize")
+        return self.c_check(self.f.EventSynchronize(event), b"EventSynchronize")
+
+    cdef int c_event_query(self, void* event) except -1 nogil:
+        cdef int st
+        if self.f.EventQuery == NULL:
+            self.missing(b"EventQuery")
+        st = self.f.EventQuery(event)
+        if st == self.c.ERROR_NOT_READY:
+            return 0
+        self.c_check(st, b"EventQuery")
+        return 1
+
+    cdef int c_malloc_async(self, void** ptr, size_t nbytes, void* stream) except -1 nogil:
+        if self.f.MallocAsync == NULL:
+            self.missing(b"MallocAsync")
+        return self.c_check(self.f.MallocAsync(ptr, nbytes, stream), b"MallocAsync")
+
+    cdef int c_free_async(self, void* ptr, void* stream) except -1 nogil:
+        if self.f.FreeAsync == NULL:
+            self.missing(b"FreeAsync")
+        return self.c_check(self.f.FreeAsync(ptr, stream), b"FreeAsync")
+
+    cdef int c_memcpy_async(self, void* dst, const void* src, size_t nbytes, int kind,
+                            void* stream) except -1 nogil:
+        if self.f.MemcpyAsync == NULL:
+            self.missing(b"MemcpyAsync")
+        return self.c_check(self.f.MemcpyAsync(dst, src, nbytes, kind, stream), b"MemcpyAsync")
+
+    cdef int c_memset_async(self, void* dst, int value, size_t nbytes,
+                            void* stream) except -1 nogil:
+        if self.f.MemsetAsync == NULL:
+            self.missing(b"MemsetAsync")
+        return self.c_check(self.f.MemsetAsync(dst, value, nbytes, stream), b"MemsetAsync")
+
+    # -------------------------------------------------------------- devices
+    @property
+    def version(self):
+        """The runtime's version as it reports it (``cudaRuntimeGetVersion``: 13000 for
+        13.0; ``hipRuntimeGetVersion``: HIP_VERSION, 60400000 + patch for 6.4); 0 before
+        load."""
+        return self._runtime_version
+
+    def device_count(self):
+        """Number of visible devices (0 when the driver finds none or fails)."""
+        cdef int n = 0
+        if self.f.GetDeviceCount == NULL:
+            self.missing(b"GetDeviceCount")
+        if self.f.GetDeviceCount(&n) != 0:
+            return 0
+        return n
+
+    def set_device(self, int device):
+        """Make ``device`` current on the calling thread."""
+        self.c_set_device(device)
+
+    def get_device(self):
+        """The calling thread's current device."""
+        cdef int d = 0
+        if self.f.GetDevice == NULL:
+            self.missing(b"GetDevice")
+        self.c_check(self.f.GetDevice(&d), b"GetDevice")
+        return d
+
+    def device_attribute(self, int attr, int device):
+        """``DeviceGetAttribute(attr, device)`` as an int; ``attr`` is one of this
+        runtime's ``ATTR_*`` constants (the numbering differs between runtimes)."""
+        cdef int v = 0
+        if self.f.DeviceGetAttribute == NULL:
+            self.missing(b"DeviceGetAttribute")
+        self.c_check(self.f.DeviceGetAttribute(&v, attr, device), b"DeviceGetAttribute")
+        return v
+
+    cdef bytes _properties(self, int device):
+        cdef char buf[PROPS_BYTES]
+        memset(buf, 0, sizeof(buf))
+        if self.f.GetDeviceProperties == NULL:
+            self.missing(_ALIASES[self.kind]["GetDeviceProperties"][0].encode())
+        self.c_check(self.f.GetDeviceProperties(<void*>buf, device), b"GetDeviceProperties")
+        return buf[:PROPS_BYTES]
+
+    def device_name(self, int device):
+        """The device's marketing name (``name``, the first field of the properties)."""
+        return self._properties(device)[:NAME_BYTES].split(b"\0", 1)[0].decode(errors="replace")
+
+    def compute_capability(self, int device):
+        """(major, minor) compute capability (HIP: the GCN/CDNA version, e.g. (9, 4))."""
+        return (self.device_attribute(self.c.ATTR_CC_MAJOR, device),
+                self.device_attribute(self.c.ATTR_CC_MINOR, device))
+
+    def arch_name(self, int device):
+        """The architecture as the vendor names it: ``"sm_90"`` (CUDA, from the compute
+        capability) or ``gcnArchName`` (HIP, e.g. ``"gfx942:sramecc+:xnack-"``)."""
+        if self.kind == "cuda":
+            major, minor = self.compute_capability(device)
+            return f"sm_{major}{minor}"
+        props = self._properties(device)
+        if self._props_arch_offset < 0:
+            self.missing(b"GetDevicePropertiesR0600")
+        raw = props[self._props_arch_offset:self._props_arch_offset + NAME_BYTES]
+        return raw.split(b"\0", 1)[0].decode(errors="replace")
+
+    def multiprocessor_count(self, int device):
+        """Streaming multiprocessors (CUDA) or compute units (HIP) of ``device``."""
+        return self.device_attribute(self.c.ATTR_MULTIPROCESSOR_COUNT, device)
+
+    def memory_pools_supported(self, int device):
+        """True when ``device`` has stream-ordered memory pools and the runtime exports
+        ``MallocAsync``/``FreeAsync``."""
+        if self.f.MallocAsync == NULL or self.f.FreeAsync == NULL:
+            return False
+        return bool(self.device_attribute(self.c.ATTR_MEMORY_POOLS_SUPPORTED, device))
+
+    def total_memory(self, int device):
+        """Total memory of ``device`` in bytes (``MemGetInfo`` with ``device`` current;
+        the calling thread's current device is restored)."""
+        current = self.get_device()
+        self.set_device(device)
+        try:
+            return self.mem_get_info()[1]
+        finally:
+            self.set_device(current)
+
+    def mem_get_info(self):
+        """(free, total) bytes of the current device."""
+        cdef size_t free_b = 0, total_b = 0
+        if self.f.MemGetInfo == NULL:
+            self.missing(b"MemGetInfo")
+        self.c_check(self.f.MemGetInfo(&free_b, &total_b), b"MemGetInfo")
+        return free_b, total_b
+
+    def runtime_version(self):
+        """``RuntimeGetVersion()`` (see :attr:`version`)."""
+        cdef int v = 0
+        if self.f.RuntimeGetVersion == NULL:
+            self.missing(b"RuntimeGetVersion")
+        self.c_check(self.f.RuntimeGetVersion(&v), b"RuntimeGetVersion")
+        return v
+
+    def driver_version(self):
+        """Driver version (e.g. 13000); 0 when no driver is installed."""
+        cdef int v = 0
+        if self.f.DriverGetVersion == NULL:
+            self.missing(b"DriverGetVersion")
+        self.c_check(self.f.DriverGetVersion(&v), b"DriverGetVersion")
+        return v
+
+    # -------------------------------------------------------------- streams
+    def stream_create(self, flags=None):
+        """Create a stream on the current device (default STREAM_NON_BLOCKING); its handle."""
+        cdef void* s = NULL
+        cdef unsigned int fl = self.c.STREAM_NON_BLOCKING if flags is None else flags
+        if self.f.StreamCreateWithFlags == NULL:
+            self.missing(b"StreamCreateWithFlags")
+        self.c_check(self.f.StreamCreateWithFlags(&s, fl), b"StreamCreateWithFlags")
+        return <uintptr_t>s
+
+    def stream_create_with_priority(self, int priority, flags=None):
+        """A stream with ``priority`` (lower number = higher priority; see
+        :meth:`stream_priority_range`), default flags STREAM_NON_BLOCKING."""
+        cdef void* s = NULL
+        cdef unsigned int fl = self.c.STREAM_NON_BLOCKING if flags is None else flags
+        if self.f.StreamCreateWithPriority == NULL:
+            self.missing(b"StreamCreateWithPriority")
+        self.c_check(self.f.StreamCreateWithPriority(&s, fl, priority),
+                     b"StreamCreateWithPriority")
+        return <uintptr_t>s
+
+    def stream_priority_range(self):
+        """(least, greatest) stream priority of the current device; greatest <= least."""
+        cdef int least = 0, greatest = 0
+        if self.f.DeviceGetStreamPriorityRange == NULL:
+            self.missing(b"DeviceGetStreamPriorityRange")
+        self.c_check(self.f.DeviceGetStreamPriorityRange(&least, &greatest),
+                     b"DeviceGetStreamPriorityRange")
+        return least, greatest
+
+    def stream_destroy(self, uintptr_t stream):
+        """Destroy a stream (work already enqueued still completes)."""
+        if self.f.StreamDestroy == NULL:
+            self.missing(b"StreamDestroy")
+        self.c_check(self.f.StreamDestroy(<void*>stream), b"StreamDestroy")
+
+    def stream_synchronize(self, uintptr_t stream):
+        """Block (GIL released) until all work on ``stream`` is done."""
+        with nogil:
+            self.c_stream_synchronize(<void*>stream)
+
+    def stream_query(self, uintptr_t stream):
+        """True when all work on ``stream`` is done, False while some is pending."""
+        cdef int st
+        if self.f.StreamQuery == NULL:
+            self.missing(b"StreamQuery")
+        st = self.f.StreamQuery(<void*>stream)
+        if st == self.c.ERROR_NOT_READY:
+            return False
+        self.c_check(st, b"StreamQuery")
+        return True
+
+    def stream_wait_event(self, uintptr_t stream, uintptr_t event):
+        """Make later work on ``stream`` wait for ``event`` (on the GPU; the host does not wait)."""
+        self.c_stream_wait_event(<void*>stream, <void*>event)
+
+    # -------------------------------------------------------------- events
+    def event_create(self, flags=None):
+        """Create an event; default flags EVENT_DISABLE_TIMING | EVENT_BLOCKING_SYNC (no
+        timing, a synchronize that sleeps instead of spinning)."""
+        cdef void* e = NULL
+        cdef unsigned int fl = ((self.c.EVENT_DISABLE_TIMING | self.c.EVENT_BLOCKING_SYNC)
+                                if flags is None else flags)
+        if self.f.EventCreateWithFlags == NULL:
+            self.missing(b"EventCreateWithFlags")
+        self.c_check(self.f.EventCreateWithFlags(&e, fl), b"EventCreateWithFlags")
+        return <uintptr_t>e
+
+    def event_record(self, uintptr_t event, uintptr_t stream):
+        """Record ``event`` on ``stream``."""
+        self.c_event_record(<void*>event, <void*>stream)
+
+    def event_synchronize(self, uintptr_t event):
+        """Block (GIL released) until ``event`` completes; raises the error of failed work."""
+        with nogil:
+            self.c_event_synchronize(<void*>event)
+
+    def event_query(self, uintptr_t event):
+        """True when ``event`` has completed, False while pending."""
+        return self.c_event_query(<void*>event) == 1
+
+    def event_elapsed_time(self, uintptr_t start, uintptr_t end):
+        """Milliseconds between two completed timing events."""
+        cdef float ms = 0
+        if self.f.EventElapsedTime == NULL:
+            self.missing(b"EventElapsedTime")
+        self.c_check(self.f.EventElapsedTime(&ms, <void*>start, <void*>end), b"EventElapsedTime")
+        return ms
+
+    def event_destroy(self, uintptr_t event):
+        """Destroy an event."""
+        if self.f.EventDestroy == NULL:
+            self.missing(b"EventDestroy")
+        self.c_check(self.f.EventDestroy(<void*>event), b"EventDestroy")
+
+    # -------------------------------------------------------------- memory
+    def malloc(self, size_t nbytes, uintptr_t stream=0, bint pooled=True):
+        """Allocate ``nbytes`` of device memory usable from any stream at once; the
+        pointer (0 for 0 bytes).
+
+        With ``pooled`` and ``MallocAsync`` exported, the allocation is stream-ordered on
+        ``stream`` and the stream is synchronized; otherwise a plain ``Malloc``.
+        """
+        cdef void* p = NULL
+        cdef int st
+        if nbytes == 0:
+            return 0
+        if pooled and self.f.MallocAsync != NULL:
+            with nogil:
+                self.c_malloc_async(&p, nbytes, <void*>stream)
+                self.c_stream_synchronize(<void*>stream)
+        else:
+            if self.f.Malloc == NULL:
+                self.missing(b"Malloc")
+            with nogil:
+                st = self.f.Malloc(&p, nbytes)
+            self.c_check(st, b"Malloc")
+        return <uintptr_t>p
+
+    def malloc_async(self, size_t nbytes, uintptr_t stream):
+        """Stream-ordered allocation usable at once on ``stream`` only (no synchronize)."""
+        cdef void* p = NULL
+        if nbytes == 0:
+            return 0
+        with nogil:
+            self.c_malloc_async(&p, nbytes, <void*>stream)
+        return <uintptr_t>p
+
+    def free(self, uintptr_t ptr, uintptr_t stream=0, bint pooled=True):
+        """Free memory from :meth:`malloc` (stream-ordered on ``stream`` when pooled and
+        ``FreeAsync`` is exported); 0 is a no-op."""
+        cdef int st
+        if ptr == 0:
+            return
+        if pooled and self.f.FreeAsync != NULL:
+            with nogil:
+                self.c_free_async(<void*>ptr, <void*>stream)
+        else:
+            if self.f.Free == NULL:
+                self.missing(b"Free")
+            with nogil:
+                st = self.f.Free(<void*>ptr)
+            self.c_check(st, b"Free")
+
+    def host_alloc(self, size_t nbytes):
+        """Pinned (page-locked) host memory of ``nbytes`` (``cudaHostAlloc`` /
+        ``hipHostMalloc``, default flags): copies from it are truly asynchronous. The
+        pointer; 0 for 0 bytes."""
+        cdef void* p = NULL
+        cdef int st
+        if nbytes == 0:
+            return 0
+        if self.f.HostAlloc == NULL:
+            self.missing(_ALIASES[self.kind]["HostAlloc"][0].encode())
+        with nogil:
+            st = self.f.HostAlloc(&p, nbytes, 0)
+        self.c_check(st, b"HostAlloc")
+        return <uintptr_t>p
+
+    def host_free(self, uintptr_t ptr):
+        """Free memory from :meth:`host_alloc`; 0 is a no-op."""
+        cdef int st
+        if ptr == 0:
+            return
+        if self.f.FreeHost == NULL:
+            self.missing(_ALIASES[self.kind]["FreeHost"][0].encode())
+        with nogil:
+            st = self.f.FreeHost(<void*>ptr)
+        self.c_check(st, b"FreeHost")
+
+    def memcpy(self, uintptr_t dst, uintptr_t src, size_t nbytes, int kind):
+        """Blocking copy (GIL released); ``kind`` is one of this runtime's MEMCPY_* constants."""
+        cdef int st
+        if self.f.Memcpy == NULL:
+            self.missing(b"Memcpy")
+        with nogil:
+            st = self.f.Memcpy(<void*>dst, <const void*>src, nbytes, kind)
+        self.c_check(st, b"Memcpy")
+
+    def memcpy_async(self, uintptr_t dst, uintptr_t src, size_t nbytes, int kind,
+                     uintptr_t stream):
+        """Copy enqueued on ``stream``; asynchronous to the host only for pinned host memory."""
+        with nogil:
+            self.c_memcpy_async(<void*>dst, <const void*>src, nbytes, kind, <void*>stream)
+
+    def memset_async(self, uintptr_t dst, int value, size_t nbytes, uintptr_t stream):
+        """Set ``nbytes`` bytes at ``dst`` to ``value`` on ``stream``."""
+        self.c_memset_async(<void*>dst, value, nbytes, <void*>stream)
+
+    def pool_keep_memory(self, int device):
+        """Keep freed memory in the device's default pool (release threshold = max), as
+        PyTorch's caching allocator does; otherwise every synchronize returns it to the
+        OS. False where pools are unavailable."""
+        cdef void* pool = NULL
+        cdef unsigned long long threshold = <unsigned long long>-1
+        if self.f.DeviceGetDefaultMemPool == NULL or self.f.MemPoolSetAttribute == NULL:
+            return False
+        self.c_check(self.f.DeviceGetDefaultMemPool(&pool, device), b"DeviceGetDefaultMemPool")
+        self.c_check(self.f.MemPoolSetAttribute(pool, self.c.POOL_ATTR_RELEASE_THRESHOLD,
+                                                &threshold), b"MemPoolSetAttribute")
+        return True
+
+    def pointer_device(self, uintptr_t ptr):
+        """Device ordinal owning ``ptr`` if it is device (or managed) memory, -1 if it is
+        not, -2 if the runtime cannot tell (no ``PointerGetAttributes``)."""
+        cdef PointerAttributes attrs
+        cdef int st
+        memset(&attrs, 0, sizeof(attrs))
+        if self.f.PointerGetAttributes == NULL:
+            return -2
+        st = self.f.PointerGetAttributes(&attrs, <const void*>ptr)
+        if st != 0:
+            return -1
+        if attrs.type == self.c.MEMORY_TYPE_DEVICE or attrs.type == self.c.MEMORY_TYPE_MANAGED:
+            return attrs.device
+        return -1
+
+
+# ------------------------------------------------------------------ the two instances
+cdef dict _INSTANCES = {"cuda": Runtime("cuda"), "hip": Runtime("hip")}
+
+
+def instance(str kind):
+    """The process-wide ``Runtime`` of ``kind`` (``"cuda"`` or ``"hip"``), loaded or not.
 
     Raises
     ------
-    OSError
-        ``dlopen`` failed (message from ``dlerror``).
+    ValueError
+        ``kind`` is neither.
     """
-    global _lib, _record, _prefix
-    with _lock:
-        if _lib != NULL:
-            return _record
-        bpath = path.encode()
-        handle = dlopen(bpath, RTLD_NOW | RTLD_LOCAL)
-        if handle == NULL:
-            err = dlerror()
-            raise OSError(err.decode(errors="replace") if err != NULL else f"dlopen({path}) failed")
-        found = []
-        for i, name in enumerate(_NAMES):
-            sym = (prefix + name).encode()
-            p = dlsym(handle, sym)
-            if p == NULL and name == "GetDeviceProperties":
-                # CUDA 12+ exports the versioned name (the header's macro target).
-                p = dlsym(handle, (prefix + name + "_v2").encode())
-                if p == NULL:
-                    p = dlsym(handle, (prefix + name + "R0600").encode())
-            found.append(<uintptr_t>p)
-        missing = [prefix + _NAMES[i] for i in _REQUIRED if not found[i]]
-        if missing:  # the table is left empty: a later load may find the right library
-            raise OSError(f"{path} is not a {prefix.upper()} runtime library: it lacks "
-                          + ", ".join(missing[:4]))
-        for i, addr in enumerate(found):
-            _fn[i] = <void*><uintptr_t>addr
-        _prefix = prefix
-        _lib = handle
-        _record = (path, prefix)
-        return _record
+    try:
+        return _INSTANCES[kind]
+    except KeyError:
+        raise ValueError(f"instance: kind must be 'cuda' or 'hip'; got {kind!r}") from None
 
 
-def loaded():
-    """``(path, prefix)`` of the loaded runtime, or None."""
-    return _record
-
-
-cdef inline void* _sym(int i) except NULL:
-    if _lib == NULL:
-        raise GpuError("runtime", -1, "NotLoaded", "the GPU runtime library is not loaded")
-    p = _fn[i]
-    if p == NULL:
-        raise GpuError(_prefix + _NAMES[i], -1, "MissingSymbol",
-                       f"symbol {_prefix + _NAMES[i]} is absent from {_record[0]}")
-    return p
-
-
-cdef int _check(int status, int which) except -1:
-    if status == 0:
-        return 0
-    name, text = _error_strings(status)
-    raise GpuError(_prefix + _NAMES[which], status, name, text)
-
-
-def _error_strings(int status):
-    cdef const char* s
-    name = text = "?"
-    if _fn[4] != NULL:
-        s = (<f_errstr>_fn[4])(status)
-        if s != NULL:
-            name = s.decode(errors="replace")
-    if _fn[3] != NULL:
-        s = (<f_errstr>_fn[3])(status)
-        if s != NULL:
-            text = s.decode(errors="replace")
-    return name, text
-
-
-# ------------------------------------------------------------------ devices
-def device_count():
-    """Number of visible devices (0 when the driver finds none)."""
-    cdef int n = 0
-    cdef int st = (<f_int_p>_sym(0))(&n)
-    if st != 0:
-        return 0
-    return n
-
-
-def set_device(int device):
-    """Make ``device`` current on the calling thread."""
-    _check((<f_int>_sym(1))(device), 1)
-
-
-def get_device():
-    """The calling thread's current device."""
-    cdef int d = 0
-    _check((<f_int_p>_sym(2))(&d), 2)
-    return d
-
-
-def device_attribute(int attr, int device):
-    """``DeviceGetAttribute(attr, device)`` as an int."""
-    cdef int v = 0
-    _check((<f_attr>_sym(5))(&v, attr, device), 5)
-    return v
-
-
-def device_name(int device):
-    """The device's marketing name (first field of the device properties struct)."""
-    cdef char buf[8192]   # larger than cudaDeviceProp / hipDeviceProp_t in any version
-    memset(buf, 0, sizeof(buf))
-    _check((<f_props>_sym(6))(<void*>buf, device), 6)
-    return bytes(buf[:256]).split(b"\0", 1)[0].decode(errors="replace")
-
-
-def mem_get_info():
-    """(free, total) bytes of the current device."""
-    cdef size_t free_b = 0, total_b = 0
-    _check((<f_meminfo>_sym(7))(&free_b, &total_b), 7)
-    return free_b, total_b
-
-
-def runtime_version():
-    """Runtime version as the runtime reports it (e.g. 13000)."""
-    cdef int v = 0
-    _check((<f_int_p>_sym(8))(&v), 8)
-    return v
-
-
-def driver_version():
-    """Driver version (e.g. 13000); 0 when no driver is installed."""
-    cdef int v = 0
-    _check((<f_int_p>_sym(9))(&v), 9)
-    return v
-
-
-# ------------------------------------------------------------------ streams
-def stream_create(unsigned int flags=STREAM_NON_BLOCKING):
-    """Create a stream on the current device; returns its handle."""
-    cdef void* s = NULL
-    _check((<f_stream_create>_sym(10))(&s, flags), 10)
-    return <uintptr_t>s
-
-
-def stream_destroy(uintptr_t stream):
-    """Destroy a stream (work already enqueued still completes)."""
-    _check((<f_handle>_sym(11))(<void*>stream), 11)
-
-
-def stream_synchronize(uintptr_t stream):
-    """Block (GIL released) until all work on ``stream`` is done."""
-    cdef f_handle f = <f_handle>_sym(12)
-    cdef int st
-    with nogil:
-        st = f(<void*>stream)
-    _check(st, 12)
-
-
-def stream_wait_event(uintptr_t stream, uintptr_t event):
-    """Make later work on ``stream`` wait for ``event`` (on the GPU; the host does not wait)."""
-    _check((<f_wait_event>_sym(13))(<void*>stream, <void*>event, 0), 13)
-
-
-# ------------------------------------------------------------------ events
-def event_create(unsigned int flags=EVENT_DISABLE_TIMING | EVENT_BLOCKING_SYNC):
-    """Create an event; default flags: no timing, blocking (sleeping) synchronize."""
-    cdef void* e = NULL
-    _check((<f_stream_create>_sym(14))(&e, flags), 14)
-    return <uintptr_t>e
-
-
-def event_record(uintptr_t event, uintptr_t stream):
-    """Record ``event`` on ``stream``."""
-    _check((<f_event_record>_sym(15))(<void*>event, <void*>stream), 15)
-
-
-def event_synchronize(uintptr_t event):
-    """Block (GIL released) until ``event`` completes; raises the error of failed work."""
-    cdef f_handle f = <f_handle>_sym(16)
-    cdef int st
-    with nogil:
-        st = f(<void*>event)
-    _check(st, 16)
-
-
-def event_query(uintptr_t event):
-    """True when ``event`` has completed, False while pending."""
-    cdef int st = (<f_handle>_sym(17))(<void*>event)
-    if st == NOT_READY:
-        return False
-    _check(st, 17)
-    return True
-
-
-def event_elapsed_time(uintptr_t start, uintptr_t end):
-    """Milliseconds between two completed timing events."""
-    cdef float ms = 0
-    _check((<f_elapsed>_sym(18))(&ms, <void*>start, <void*>end), 18)
-    return ms
-
-
-def event_destroy(uintptr_t event):
-    """Destroy an event."""
-    _check((<f_handle>_sym(19))(<void*>event), 19)
-
-
-# ------------------------------------------------------------------ memory
-def malloc(size_t nbytes, uintptr_t stream=0, bint pooled=True):
-    """Allocate ``nbytes`` of device memory; returns the pointer (0 for 0 bytes).
-
-    With ``pooled``, the allocation is stream-ordered (``MallocAsync`` on ``stream``) and
-    the stream is synchronized, so that any stream may use the memory at once.
-    """
-    cdef void* p = NULL
-    cdef int st
-    cdef f_malloc_async fa
-    cdef f_malloc f
-    if nbytes == 0:
-        return 0
-    if pooled and _fn[22] != NULL:
-        fa = <f_malloc_async>_fn[22]
-        with nogil:
-            st = fa(&p, nbytes, <void*>stream)
-        _check(st, 22)
-        stream_synchronize(stream)
-    else:
-        f = <f_malloc>_sym(20)
-        with nogil:
-            st = f(&p, nbytes)
-        _check(st, 20)
-    return <uintptr_t>p
-
-
-def malloc_async(size_t nbytes, uintptr_t stream):
-    """Stream-ordered allocation usable at once on ``stream`` only (no synchronize)."""
-    cdef void* p = NULL
-    cdef int st
-    cdef f_malloc_async fa = <f_malloc_async>_sym(22)
-    if nbytes == 0:
-        return 0
-    with nogil:
-        st = fa(&p, nbytes, <void*>stream)
-    _check(st, 22)
-    return <uintptr_t>p
-
-
-def free(uintptr_t ptr, uintptr_t stream=0, bint pooled=True):
-    """Free memory from :func:`malloc` (stream-ordered on ``stream`` when pooled)."""
-    cdef int st
-    cdef f_free_async fa
-    cdef f_handle fh
-    if ptr == 0:
-        return
-    if pooled and _fn[23] != NULL:
-        fa = <f_free_async>_fn[23]
-        with nogil:
-            st = fa(<void*>ptr, <void*>stream)
-        _check(st, 23)
-    else:
-        fh = <f_handle>_sym(21)
-        with nogil:
-            st = fh(<void*>ptr)
-        _check(st, 21)
-
-
-def memcpy(uintptr_t dst, uintptr_t src, size_t nbytes, int kind):
-    """Blocking copy (GIL released); ``kind`` is a MEMCPY_* constant."""
-    cdef f_memcpy f = <f_memcpy>_sym(24)
-    cdef int st
-    with nogil:
-        st = f(<void*>dst, <const void*>src, nbytes, kind)
-    _check(st, 24)
-
-
-def memcpy_async(uintptr_t dst, uintptr_t src, size_t nbytes, int kind, uintptr_t stream):
-    """Copy enqueued on ``stream``; asynchronous to the host only for pinned host memory."""
-    cdef f_memcpy_async f = <f_memcpy_async>_sym(25)
-    cdef int st
-    with nogil:
-        st = f(<void*>dst, <const void*>src, nbytes, kind, <void*>stream)
-    _check(st, 25)
-
-
-def memset_async(uintptr_t dst, int value, size_t nbytes, uintptr_t stream):
-    """Set ``nbytes`` bytes to ``value`` on ``stream``."""
-    _check((<f_memset_async>_sym(26))(<void*>dst, value, nbytes, <void*>stream), 26)
-
-
-def pool_keep_memory(int device):
-    """Keep freed memory in the device's default pool (release threshold = max), as
-    PyTorch's caching allocator does; otherwise every synchronize returns it to the OS."""
-    cdef void* pool = NULL
-    cdef unsigned long long threshold = <unsigned long long>-1
-    if _fn[27] == NULL or _fn[28] == NULL:
-        return False
-    _check((<f_pool>_fn[27])(&pool, device), 27)
-    _check((<f_pool_set>_fn[28])(pool, _POOL_ATTR_RELEASE_THRESHOLD, &threshold), 28)
-    return True
-
-
-def pointer_device(uintptr_t ptr):
-    """Device ordinal owning ``ptr`` if it is device (or managed) memory, else -1."""
-    cdef PointerAttributes attrs
-    cdef int st
-    memset(&attrs, 0, sizeof(attrs))
-    if _fn[29] == NULL:
-        return -2   # cannot tell
-    st = (<f_ptr_attr>_fn[29])(&attrs, <const void*>ptr)
-    if st != 0:
-        return -1
-    if attrs.type == _MEMORY_TYPE_DEVICE or attrs.type == _MEMORY_TYPE_MANAGED:
-        return attrs.device
-    return -1
+def runtime(str kind):
+    """The process-wide ``Runtime`` of ``kind`` once loaded, else None."""
+    rt = _INSTANCES.get(kind)
+    return rt if rt is not None and rt.loaded else None

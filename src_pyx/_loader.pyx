@@ -101,9 +101,9 @@ cdef class Library:
         dlerror()   # clear a stale message
         self.handle = dlopen(os.fsencode(path), RTLD_NOW | RTLD_LOCAL)
         if self.handle == NULL:
-            raise _errors.LibraryError(f"{name}: cannot open {path}: "
-                               f"{_dlerror('dlopen failed without a message')}",
-                               library=path, call="dlopen")
+            why = _dlerror("dlopen failed without a message")
+            raise _errors.LibraryError(f"{name}: cannot open {path}: {why}", library=path,
+                                       call="dlopen", vendor_message=why)
 
     cdef void* sym(self, str name) except? NULL:
         """``prefix + name``, or NULL (recorded in ``missing``)."""
@@ -211,8 +211,9 @@ cdef class LibraryTable:
                 self._fill(lib)
                 absent = [self.prefix + n for n in self.required if not lib.address(n)]
                 if absent:
-                    raise _errors.LibraryError(f"{path} is not a {self.title} library: it lacks "
-                                       + ", ".join(absent[:4]), library=path, call=absent[0])
+                    raise _errors.LibraryError(
+                        f"{path} is not a {self.title} library: it lacks "
+                        + ", ".join(absent[:4]), library=path, call=absent[0])
                 self.lib = lib
                 lib.version = int(self._version())
             except BaseException:
@@ -235,10 +236,10 @@ cdef class LibraryTable:
         full = self.prefix + name.decode()
         if self.lib is None:
             raise _errors.LibraryError(f"{full}: the {self.title} library is not loaded "
-                               "(hipdnn_async.runtime.load_vendor loads it)",
-                               library=self.name, call=full)
+                                       "(hipdnn_async.runtime.load_vendor loads it)",
+                                       library=self.name, call=full)
         raise _errors.LibraryError(f"{full} is not exported by {self.lib.path}",
-                           library=self.lib.path, call=full)
+                                   library=self.lib.path, call=full)
 
     def address(self, str name):
         """The address of ``prefix + name`` in the loaded library, as an int.

@@ -10,6 +10,10 @@ __all__ = ["parse_spec", "provider_for", "available_devices"]
 
 _SPEC = re.compile(r"^(cpu|gpu|cuda|hip)(?::(\d+))?$")
 
+# GPU vendor (runtime._vendors.VENDORS) -> (provider module, class) serving its devices. A
+# vendor missing here is looked for and reported, never used.
+_PROVIDERS = {"cuda": ("cudnn", "CudnnProvider")}
+
 
 def parse_spec(spec: str) -> tuple[str, int]:
     """Split ``"cuda:1"`` into ``("cuda", 1)``; a bare kind means index 0.
@@ -27,15 +31,15 @@ def parse_spec(spec: str) -> tuple[str, int]:
 
 
 def _gpu_runtimes() -> list[str]:
-    """GPU runtimes whose provider loads here: 'cuda' when the CUDA runtime, a GPU and
-    cuDNN 9 are found (``runtime.load_cuda``). HIP/MIOpen is not built in."""
-    from ..runtime import load_cuda
-    return ["cuda"] if load_cuda()["ok"] else []
+    """GPU vendors usable here, in ``VENDORS`` order: runtime, a GPU and DNN library found
+    (``runtime.load_vendor``) and a provider for them."""
+    from ..runtime import VENDORS, load_vendor
+    return [v for v in VENDORS if v in _PROVIDERS and load_vendor(v).ok]
 
 
 def _device_count(runtime: str) -> int:
-    from ..runtime import load_cuda
-    return load_cuda()["device_count"] if runtime == "cuda" else 0
+    from ..runtime import load_vendor
+    return load_vendor(runtime).device_count
 
 
 def available_devices() -> list[str]:
@@ -43,11 +47,19 @@ def available_devices() -> list[str]:
     return ["cpu"] + [f"{rt}:{i}" for rt in _gpu_runtimes() for i in range(_device_count(rt))]
 
 
-def gpu_unavailable_reason() -> str:
-    """Why no CUDA device is usable here ('' when one is)."""
-    from ..runtime import load_cuda
-    state = load_cuda()
-    return "" if state["ok"] else state["reason"]
+def gpu_unavailable_reason(kind: str = "gpu") -> str:
+    """Why no device of vendor ``kind`` (``"gpu"``: of any vendor) is usable here ('' when
+    one is): each vendor's missing library and the paths tried."""
+    from ..runtime import VENDORS, load_vendor
+    reasons = []
+    for vendor in (VENDORS if kind == "gpu" else [kind]):
+        state = load_vendor(vendor)
+        if state.ok and vendor in _PROVIDERS:
+            return ""
+        why = state.reason or (f"its libraries are present, but no {vendor} provider is built "
+                               "into this release")
+        reasons.append(f"{vendor}: {why}" if kind == "gpu" else why)
+    return "; ".join(reasons)
 
 
 def provider_for(kind: str, index: int) -> Provider:
@@ -67,10 +79,10 @@ def provider_for(kind: str, index: int) -> Provider:
     runtimes = _gpu_runtimes()
     wanted = runtimes if kind == "gpu" else [kind] if kind in runtimes else []
     if not wanted:
-        why = (gpu_unavailable_reason() if kind in ("gpu", "cuda") else
-               "the HIP/MIOpen provider is not built into this release")
         raise DeviceError(
             f"Device: no usable {'GPU' if kind == 'gpu' else kind.upper()} device for "
-            f"'{kind}:{index}': {why}; devices present: {available_devices()}")
-    from .cudnn import CudnnProvider
-    return CudnnProvider(index)
+            f"'{kind}:{index}': {gpu_unavailable_reason(kind)}; devices present: "
+            f"{available_devices()}")
+    import importlib
+    module, cls = _PROVIDERS[wanted[0]]
+    return getattr(importlib.import_module(f"{__package__}.{module}"), cls)(index)

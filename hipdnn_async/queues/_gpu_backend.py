@@ -23,8 +23,7 @@ import time
 import weakref
 from typing import Callable
 
-from .._errors import DeviceError, ExecutionError
-from ..runtime import _gpu
+from .._errors import DeviceError, GpuError
 from ..runtime._gpu_device import GpuContext, LaunchContext
 from ._completion import Completion
 from ._stream import StreamBackend
@@ -75,7 +74,8 @@ class GpuStreamBackend(StreamBackend):
         self.name = name
         self.context = context
         context.activate()
-        self.stream = _gpu.stream_create(_gpu.STREAM_NON_BLOCKING)
+        self._rt = rt = context.runtime
+        self.stream = rt.stream_create(rt.STREAM_NON_BLOCKING)
         context.add_stream(self.stream)
         self.launch_context = LaunchContext(self.stream, context)
         self._launch_lock = threading.Lock()   # launches vs preparers of launch state
@@ -85,7 +85,7 @@ class GpuStreamBackend(StreamBackend):
         except BaseException as exc:
             self.launch_context.release()
             context.remove_stream(self.stream)
-            _gpu.stream_destroy(self.stream)
+            rt.stream_destroy(self.stream)
             if isinstance(exc, Exception) and not isinstance(exc, DeviceError):
                 raise DeviceError(f"GPU stream '{name}': cannot prepare its launch state: "
                                   f"{exc}") from exc
@@ -123,7 +123,7 @@ class GpuStreamBackend(StreamBackend):
         try:
             return self._free_events.popleft()
         except IndexError:
-            return _gpu.event_create()
+            return self._rt.event_create()
 
     def launch(self, item: Completion) -> None:
         """Enqueue ``item``'s work on the GPU stream now; finish it when its event fires."""
@@ -138,9 +138,9 @@ class GpuStreamBackend(StreamBackend):
         event = 0
         try:
             event = self._event()
-            _gpu.event_record(event, self.stream)
-        except _gpu.GpuError as exc:
-            error = error or ExecutionError(f"{item.describe()}: {exc} [stream '{self.name}']")
+            self._rt.event_record(event, self.stream)
+        except GpuError as exc:   # keeps its type and status
+            error = error or exc.prefixed(f"{item.describe()} [stream '{self.name}']")
             event = 0
         if item._control:
             self._marker_events[id(item)] = event
@@ -150,7 +150,7 @@ class GpuStreamBackend(StreamBackend):
         """Later work on this stream waits on the GPU for ``marker``'s event."""
         event = self._foreign_event(marker)
         if event:
-            _gpu.stream_wait_event(self.stream, event)
+            self._rt.stream_wait_event(self.stream, event)
 
     @staticmethod
     def _foreign_event(marker: Completion) -> int:
@@ -169,10 +169,10 @@ class GpuStreamBackend(StreamBackend):
             event, item, value, error = entry
             if event:
                 try:
-                    _gpu.event_synchronize(event)
-                except _gpu.GpuError as exc:
-                    error = error or ExecutionError(
-                        f"{item.describe()}: the GPU reported {exc} [stream '{self.name}']")
+                    self._rt.event_synchronize(event)
+                except GpuError as exc:   # keeps its type and status
+                    error = error or exc.prefixed(
+                        f"{item.describe()} [stream '{self.name}']: the GPU reported")
             if item._control:
                 self._marker_events.pop(id(item), None)  # before the event can be reused
             if event:
@@ -195,12 +195,13 @@ class GpuStreamBackend(StreamBackend):
         if threading.current_thread() is not self._thread:
             self._thread.join()
         try:
-            _gpu.stream_synchronize(self.stream)
+            rt = self._rt
+            rt.stream_synchronize(self.stream)
             self.launch_context.release()
             self.context.remove_stream(self.stream)
             while self._free_events:
-                _gpu.event_destroy(self._free_events.popleft())
-            _gpu.stream_synchronize(self.stream)
-            _gpu.stream_destroy(self.stream)
-        except _gpu.GpuError:
+                rt.event_destroy(self._free_events.popleft())
+            rt.stream_synchronize(self.stream)
+            rt.stream_destroy(self.stream)
+        except GpuError:
             pass  # a broken context: nothing left to release safely

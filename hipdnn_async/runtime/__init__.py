@@ -2,22 +2,30 @@
 
 The CPU device's memory is host memory; ``DeviceArray`` gives it the same surface a GPU
 array has (``dims``, ``strides``, ``dtype``, ``await to_numpy()``), so code written for a
-GPU device runs unchanged on ``"cpu"``. ``GpuArray`` is the GPU's (``_gpu_device``);
-``_gpu`` and ``_cudnn`` are the compiled bindings over the CUDA runtime and cuDNN, loaded
-at run time by ``load_cuda`` (``_libs``). This package imports nothing from the graph layer.
+GPU device runs unchanged on ``"cpu"``. ``GpuArray`` is the GPU's (``_gpu_device``).
+
+The compiled bindings sit on one loader (``_loader``: ``Library``, ``LibraryTable``,
+``LoadRecord``): ``_gpu`` (one ``Runtime`` type, a CUDA and a HIP instance) and one
+module per DNN library (``_cudnn``, ...). ``_vendors`` says which runtime and DNN library
+each vendor (``"cuda"``, ``"hip"``) needs and where to find them; ``load_vendor`` loads
+them. This package imports nothing from the graph layer, nor from providers.
 """
 from ._buffer import DeviceArray
-from ._libs import LoadedLibrary, cuda_status, load_cuda
+from ._vendors import VENDORS, VendorState, cuda_status, load_cuda, load_vendor, vendor_status
 
 try:  # the compiled bindings build everywhere (no SDK needed); a source tree may lack them
     from . import _cudnn, _gpu
     from ._gpu_device import GpuArray, GpuContext, LaunchContext, context_for, current_launch
-except ImportError:  # pragma: no cover - load_cuda then reports "not built"
+    from ._loader import LoadRecord
+except ImportError:  # pragma: no cover - load_vendor then reports "not built"
     _gpu = _cudnn = None
-    GpuArray = GpuContext = LaunchContext = context_for = None
+    GpuArray = GpuContext = LaunchContext = context_for = LoadRecord = None
 
     def current_launch():
         return None
 
-__all__ = ["DeviceArray", "GpuArray", "GpuContext", "LaunchContext", "LoadedLibrary",
-           "context_for", "cuda_status", "current_launch", "load_cuda"]
+LoadedLibrary = LoadRecord   # the former name of the load record
+
+__all__ = ["DeviceArray", "GpuArray", "GpuContext", "LaunchContext", "LoadRecord",
+           "LoadedLibrary", "VENDORS", "VendorState", "context_for", "cuda_status",
+           "current_launch", "load_cuda", "load_vendor", "vendor_status"]

@@ -5,9 +5,15 @@ filter / convolution / activation / op-tensor descriptors, convolution forward, 
 data and backward filter (heuristics, ``Find...Ex``, workspace sizes, execution), fused
 convolution + bias + activation, batchnorm, activation and ``OpTensor``. Handles,
 descriptors, streams and device pointers are ints; ``direction`` is 0 forward, 1 backward
-data, 2 backward filter. A non-zero status or a missing symbol raises ``CudnnError``.
+data, 2 backward filter. A non-zero status raises the type of ``STATUS`` (all
+``CudnnError``: ``CudnnNotSupportedError``, ``CudnnBadParamError``); a missing symbol or an
+unloaded library raises ``LibraryError`` (a ``DeviceError``).
 """
 from collections.abc import Sequence
+
+from hipdnn_async._errors import HipdnnError
+
+from ._loader import LibraryTable, LoadRecord
 
 DATA_FLOAT: int
 DATA_HALF: int
@@ -31,30 +37,22 @@ STATUS_NOT_SUPPORTED: int
 STATUS_BAD_PARAM: int
 BN_OPS_BN: int
 BN_OPS_BN_ACTIVATION: int
-NAMES: tuple[str, ...]
-INDEX: dict[str, int]
+STATUS: dict[int, tuple[str, type[HipdnnError] | None]]
 
-class CudnnError(RuntimeError):
-    """A cuDNN call failed; ``status`` is the cudnnStatus_t value, ``name`` its name."""
+class CudnnError(HipdnnError):
+    """A cuDNN call failed (``hipdnn_async._errors.CudnnError``, an ExecutionError)."""
 
-    call: str
-    status: int
-    name: str
-    text: str
+class CudnnTable(LibraryTable):
+    """The symbol table of ``libcudnn.so.9`` (one per process)."""
 
-    def __init__(self, call: str, status: int, name: str, text: str = "") -> None:
-        """Message ``"{call} failed: {name} ({status})"`` plus ``": {text}"`` when given."""
-    @property
-    def not_supported(self) -> bool:
-        """True for the CUDNN_STATUS_NOT_SUPPORTED class (3000-3999)."""
-    def __reduce__(self) -> tuple[type[CudnnError], tuple[str, int, str, str]]:
-        """Pickle by the four constructor arguments."""
+    def __init__(self) -> None:
+        """An empty table; ``load`` fills it."""
 
 # ------------------------------------------------------------------ loading, handles
-def load(path: str) -> tuple[str, int]:
-    """Load cuDNN from ``path``; idempotent; returns ``(path, version)``; OSError on failure."""
-def loaded() -> tuple[str, int] | None:
-    """``(path, version)`` of the loaded library, or None."""
+def load(path: str, found_via: str = "explicit") -> LoadRecord:
+    """Load cuDNN from ``path``; idempotent; LibraryError when it does not open or is not cuDNN."""
+def loaded() -> LoadRecord | None:
+    """The record of the loaded library, or None."""
 def version() -> int:
     """cudnnGetVersion(): MAJOR*10000 + MINOR*100 + PATCH since 9.0."""
 def create() -> int:
@@ -121,7 +119,7 @@ def find_algorithms(direction: int, handle: int, ad: int, a: int, bd: int, b: in
     """``Find...AlgorithmEx``: runs every algorithm (``c`` overwritten), fastest first."""
 def workspace_size(direction: int, handle: int, a: int, b: int, conv: int, c: int,
                    algo: int) -> int:
-    """Workspace bytes ``algo`` needs; CudnnError (NOT_SUPPORTED) if inapplicable."""
+    """Workspace bytes ``algo`` needs; CudnnNotSupportedError if inapplicable."""
 def convolution(direction: int, handle: int, ad: int, a: int, bd: int, b: int, conv: int,
                 algo: int, workspace: int, workspace_size: int, cd: int, c: int,
                 alpha: float = 1.0, beta: float = 0.0) -> None:

@@ -1,99 +1,122 @@
 """Stubs of the GPU runtime bindings (``src_pyx/_gpu.pyx``).
 
-Covers the CUDA or HIP runtime opened with ``dlopen`` (symbols ``<prefix><Name>``, prefix
-``cuda`` or ``hip``): devices, memory, async copies and memsets, streams, events, pointer
-attributes, versions. Handles (streams, events) and device pointers are ints. A non-zero
-status, an unloaded runtime or a missing symbol raises ``GpuError``.
+One ``Runtime`` type with one instance per runtime (``instance("cuda")``: libcudart,
+symbols ``cuda<Name>``; ``instance("hip")``: libamdhip64, symbols ``hip<Name>``), each with
+its own constants and status tables; both can be loaded in one process. Handles (streams,
+events) and pointers are ints. A non-zero status raises the status table's type (all
+``GpuError``); a missing symbol or an unloaded runtime raises ``LibraryError``.
 """
+from hipdnn_async._errors import HipdnnError
+
+from ._loader import LibraryTable
 
 __all__: list[str]
 
-STREAM_NON_BLOCKING: int
-EVENT_BLOCKING_SYNC: int
-EVENT_DISABLE_TIMING: int
-MEMCPY_HOST_TO_DEVICE: int
-MEMCPY_DEVICE_TO_HOST: int
-MEMCPY_DEVICE_TO_DEVICE: int
-NOT_READY: int
-ATTR_CC_MAJOR: int
-ATTR_CC_MINOR: int
-ATTR_MEMORY_POOLS_SUPPORTED: int
+CUDA_VERSIONS: str
+HIP_VERSIONS: str
+HIP5_VERSIONS: str
+CUDA_CONSTANTS: dict[str, tuple[int, str, str]]
+HIP_CONSTANTS: dict[str, tuple[int, str, str]]
+HIP5_CONSTANTS: dict[str, tuple[int, str, str]]
+CUDA_STATUS: dict[int, tuple[str, type[HipdnnError] | None]]
+HIP_STATUS: dict[int, tuple[str, type[HipdnnError] | None]]
 
-class GpuError(RuntimeError):
-    """A runtime call failed; ``status`` is the runtime's code, ``name`` its enum name."""
+class GpuError(HipdnnError):
+    """A GPU runtime call failed (``hipdnn_async._errors.GpuError``, an ExecutionError)."""
 
-    call: str
-    status: int
-    name: str
-    text: str
+class Runtime(LibraryTable):
+    """One GPU runtime: its symbol table, constants (also attributes: ``rt.MEMCPY_HOST_TO_DEVICE``) and status table."""
 
-    def __init__(self, call: str, status: int, name: str, text: str) -> None:
-        """Message ``"{call} failed: {name} ({status}): {text}"``."""
-    def __reduce__(self) -> tuple[type[GpuError], tuple[str, int, str, str]]:
-        """Pickle by the four constructor arguments."""
+    kind: str
+    constants: dict[str, int]
+    constant_sources: dict[str, str]
+    statuses: dict[int, tuple[str, type[HipdnnError] | None]]
 
-# ------------------------------------------------------------------ loading
-def load(path: str, prefix: str = "cuda") -> tuple[str, str]:
-    """Load the runtime at ``path`` with symbol prefix ``"cuda"`` or ``"hip"``; idempotent; OSError on failure."""
-def loaded() -> tuple[str, str] | None:
-    """``(path, prefix)`` of the loaded runtime, or None."""
+    def __init__(self, kind: str) -> None:
+        """A runtime of ``kind`` ``"cuda"`` or ``"hip"``, not loaded."""
+    def __getattr__(self, name: str) -> int:
+        """A constant by name; AttributeError for any other name."""
+    @property
+    def version(self) -> int:
+        """The runtime's version as loaded (13000, HIP_VERSION); 0 before load."""
+    # devices
+    def device_count(self) -> int:
+        """Number of visible devices (0 when the driver finds none or fails)."""
+    def set_device(self, device: int) -> None:
+        """Make ``device`` current on the calling thread."""
+    def get_device(self) -> int:
+        """The calling thread's current device."""
+    def device_attribute(self, attr: int, device: int) -> int:
+        """``DeviceGetAttribute(attr, device)``; ``attr`` one of this runtime's ATTR_* constants."""
+    def device_name(self, device: int) -> str:
+        """The device's marketing name."""
+    def compute_capability(self, device: int) -> tuple[int, int]:
+        """(major, minor) compute capability."""
+    def arch_name(self, device: int) -> str:
+        """``"sm_90"`` (CUDA) or ``gcnArchName`` (HIP)."""
+    def multiprocessor_count(self, device: int) -> int:
+        """SMs (CUDA) or compute units (HIP)."""
+    def memory_pools_supported(self, device: int) -> bool:
+        """Stream-ordered memory pools available on ``device`` and exported by the runtime."""
+    def total_memory(self, device: int) -> int:
+        """Total memory of ``device`` in bytes."""
+    def mem_get_info(self) -> tuple[int, int]:
+        """(free, total) bytes of the current device."""
+    def runtime_version(self) -> int:
+        """``RuntimeGetVersion()``."""
+    def driver_version(self) -> int:
+        """Driver version; 0 when no driver is installed."""
+    # streams
+    def stream_create(self, flags: int | None = None) -> int:
+        """A stream on the current device (default STREAM_NON_BLOCKING)."""
+    def stream_create_with_priority(self, priority: int, flags: int | None = None) -> int:
+        """A stream with ``priority`` (lower = higher priority)."""
+    def stream_priority_range(self) -> tuple[int, int]:
+        """(least, greatest) stream priority."""
+    def stream_destroy(self, stream: int) -> None:
+        """Destroy a stream (enqueued work still completes)."""
+    def stream_synchronize(self, stream: int) -> None:
+        """Block (GIL released) until all work on ``stream`` is done."""
+    def stream_query(self, stream: int) -> bool:
+        """True when all work on ``stream`` is done."""
+    def stream_wait_event(self, stream: int, event: int) -> None:
+        """Later work on ``stream`` waits for ``event`` on the GPU."""
+    # events
+    def event_create(self, flags: int | None = None) -> int:
+        """An event (default EVENT_DISABLE_TIMING | EVENT_BLOCKING_SYNC)."""
+    def event_record(self, event: int, stream: int) -> None:
+        """Record ``event`` on ``stream``."""
+    def event_synchronize(self, event: int) -> None:
+        """Block (GIL released) until ``event`` completes; raises the error of failed work."""
+    def event_query(self, event: int) -> bool:
+        """True when ``event`` has completed."""
+    def event_elapsed_time(self, start: int, end: int) -> float:
+        """Milliseconds between two completed timing events."""
+    def event_destroy(self, event: int) -> None:
+        """Destroy an event."""
+    # memory
+    def malloc(self, nbytes: int, stream: int = 0, pooled: bool = True) -> int:
+        """Device memory usable from any stream at once; 0 for 0 bytes."""
+    def malloc_async(self, nbytes: int, stream: int) -> int:
+        """Stream-ordered allocation usable at once on ``stream`` only; 0 for 0 bytes."""
+    def free(self, ptr: int, stream: int = 0, pooled: bool = True) -> None:
+        """Free memory from :meth:`malloc`; 0 is a no-op."""
+    def host_alloc(self, nbytes: int) -> int:
+        """Pinned host memory; 0 for 0 bytes."""
+    def host_free(self, ptr: int) -> None:
+        """Free memory from :meth:`host_alloc`; 0 is a no-op."""
+    def memcpy(self, dst: int, src: int, nbytes: int, kind: int) -> None:
+        """Blocking copy (GIL released); ``kind`` a MEMCPY_* constant of this runtime."""
+    def memcpy_async(self, dst: int, src: int, nbytes: int, kind: int, stream: int) -> None:
+        """Copy enqueued on ``stream``."""
+    def memset_async(self, dst: int, value: int, nbytes: int, stream: int) -> None:
+        """Set ``nbytes`` bytes at ``dst`` to ``value`` on ``stream``."""
+    def pool_keep_memory(self, device: int) -> bool:
+        """Keep freed memory in the default pool; False where pools are unavailable."""
+    def pointer_device(self, ptr: int) -> int:
+        """Owning device of device/managed memory, -1 otherwise, -2 if it cannot tell."""
 
-# ------------------------------------------------------------------ devices
-def device_count() -> int:
-    """Number of visible devices (0 when the driver finds none)."""
-def set_device(device: int) -> None:
-    """Make ``device`` current on the calling thread."""
-def get_device() -> int:
-    """The calling thread's current device."""
-def device_attribute(attr: int, device: int) -> int:
-    """``DeviceGetAttribute(attr, device)``; ``attr`` is an ATTR_* constant."""
-def device_name(device: int) -> str:
-    """The device's marketing name."""
-def mem_get_info() -> tuple[int, int]:
-    """(free, total) bytes of the current device."""
-def runtime_version() -> int:
-    """Runtime version as the runtime reports it (e.g. 13000)."""
-def driver_version() -> int:
-    """Driver version (e.g. 13000); 0 when no driver is installed."""
-
-# ------------------------------------------------------------------ streams
-def stream_create(flags: int = ...) -> int:
-    """Create a stream on the current device (default STREAM_NON_BLOCKING); returns its handle."""
-def stream_destroy(stream: int) -> None:
-    """Destroy a stream (work already enqueued still completes)."""
-def stream_synchronize(stream: int) -> None:
-    """Block (GIL released) until all work on ``stream`` is done."""
-def stream_wait_event(stream: int, event: int) -> None:
-    """Make later work on ``stream`` wait for ``event`` on the GPU; the host does not wait."""
-
-# ------------------------------------------------------------------ events
-def event_create(flags: int = ...) -> int:
-    """Create an event (default EVENT_DISABLE_TIMING | EVENT_BLOCKING_SYNC); returns its handle."""
-def event_record(event: int, stream: int) -> None:
-    """Record ``event`` on ``stream``."""
-def event_synchronize(event: int) -> None:
-    """Block (GIL released) until ``event`` completes; raises the error of failed work."""
-def event_query(event: int) -> bool:
-    """True when ``event`` has completed, False while pending."""
-def event_elapsed_time(start: int, end: int) -> float:
-    """Milliseconds between two completed timing events."""
-def event_destroy(event: int) -> None:
-    """Destroy an event."""
-
-# ------------------------------------------------------------------ memory
-def malloc(nbytes: int, stream: int = 0, pooled: bool = True) -> int:
-    """Allocate ``nbytes`` of device memory, usable on any stream at once; pointer, 0 for 0 bytes."""
-def malloc_async(nbytes: int, stream: int) -> int:
-    """Stream-ordered allocation usable at once on ``stream`` only; pointer, 0 for 0 bytes."""
-def free(ptr: int, stream: int = 0, pooled: bool = True) -> None:
-    """Free memory from :func:`malloc` (stream-ordered on ``stream`` when pooled); 0 is a no-op."""
-def memcpy(dst: int, src: int, nbytes: int, kind: int) -> None:
-    """Blocking copy (GIL released); ``kind`` is a MEMCPY_* constant."""
-def memcpy_async(dst: int, src: int, nbytes: int, kind: int, stream: int) -> None:
-    """Copy enqueued on ``stream``; asynchronous to the host only for pinned host memory."""
-def memset_async(dst: int, value: int, nbytes: int, stream: int) -> None:
-    """Set ``nbytes`` bytes at ``dst`` to ``value`` on ``stream``."""
-def pool_keep_memory(device: int) -> bool:
-    """Keep freed memory in the device's default pool; False where pools are unavailable."""
-def pointer_device(ptr: int) -> int:
-    """Device owning ``ptr`` if device or managed memory, -1 otherwise, -2 if it cannot tell."""
+def instance(kind: str) -> Runtime:
+    """The process-wide runtime of ``kind`` (``"cuda"`` or ``"hip"``), loaded or not."""
+def runtime(kind: str) -> Runtime | None:
+    """The process-wide runtime of ``kind`` once loaded, else None."""

@@ -1,8 +1,11 @@
 """GPU device state: a context per device, device arrays, and the launch context.
 
-``GpuContext`` holds what one GPU device shares across its streams: the device ordinal,
-a copy stream for host transfers and allocation, and the set of compute streams (so that
-copies can be ordered after work already launched on them). ``GpuArray`` is device memory
+``GpuContext`` holds what one GPU device shares across its streams: the runtime it
+belongs to (a loaded ``_gpu.Runtime``, CUDA or HIP), the device ordinal and what the
+runtime says of the device by meaning (name, compute capability, architecture name,
+multiprocessor count, memory pools), a copy stream for host transfers and allocation, and
+the set of compute streams (so that copies can be ordered after work already launched on
+them). Every call below goes through ``context.runtime``: nothing here names a vendor. ``GpuArray`` is device memory
 with the surface of the CPU ``DeviceArray``. ``LaunchContext`` is what a provider sees
 while its plan enqueues work: the compute stream, per-stream resources (a DNN handle),
 and a per-stream workspace that grows on demand; see ``current_launch``.
@@ -15,23 +18,31 @@ import weakref
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from .._errors import DeviceError
-from . import _gpu
+from .._errors import DeviceError, GpuError
 from ._buffer import element_extent
 
 __all__ = ["GpuContext", "GpuArray", "LaunchContext", "current_launch", "context_for"]
 
-_contexts: dict[int, "GpuContext"] = {}
+_contexts: dict[tuple, "GpuContext"] = {}   # (runtime, index) -> context
 _contexts_lock = threading.Lock()
 _tls = threading.local()
 
 
-def context_for(index: int) -> "GpuContext":
-    """The process-wide context of CUDA device ``index`` (created once)."""
+def context_for(index: int, runtime) -> "GpuContext":
+    """The process-wide context of device ``index`` of ``runtime`` (created once).
+
+    Parameters
+    ----------
+    index : int
+        Device ordinal of the runtime.
+    runtime : _gpu.Runtime
+        A loaded runtime (``_gpu.runtime("cuda")``, ``load_vendor(...).runtime``), or an
+        object with the same methods (the tests' fakes).
+    """
     with _contexts_lock:
-        ctx = _contexts.get(index)
+        ctx = _contexts.get((runtime, index))
         if ctx is None:
-            ctx = _contexts[index] = GpuContext(index)
+            ctx = _contexts[(runtime, index)] = GpuContext(index, runtime)
         return ctx
 
 
@@ -46,26 +57,43 @@ class GpuContext:
     Parameters
     ----------
     index : int
-        Device ordinal of the CUDA runtime.
+        Device ordinal of ``runtime``.
+    runtime : _gpu.Runtime
+        The loaded runtime the device belongs to.
+
+    Attributes
+    ----------
+    name : str
+        Marketing name.
+    compute_capability : tuple of int
+        (major, minor); on HIP the GCN/CDNA version.
+    arch : str
+        ``"sm_90"`` or HIP's ``gcnArchName`` (``"gfx942:sramecc+:xnack-"``).
+    multiprocessor_count : int
+        SMs (CUDA) or compute units (HIP).
+    pooled : bool
+        Stream-ordered memory pools are used.
     """
 
-    def __init__(self, index: int):
+    def __init__(self, index: int, runtime):
         self.index = index
-        _gpu.set_device(index)
-        self.name = _gpu.device_name(index)
-        self.compute_capability = (_gpu.device_attribute(_gpu.ATTR_CC_MAJOR, index),
-                                   _gpu.device_attribute(_gpu.ATTR_CC_MINOR, index))
-        self.pooled = bool(_gpu.device_attribute(_gpu.ATTR_MEMORY_POOLS_SUPPORTED, index))
+        self.runtime = rt = runtime
+        rt.set_device(index)
+        self.name = rt.device_name(index)
+        self.compute_capability = rt.compute_capability(index)
+        self.arch = rt.arch_name(index)
+        self.multiprocessor_count = rt.multiprocessor_count(index)
+        self.pooled = rt.memory_pools_supported(index)
         if self.pooled:
-            _gpu.pool_keep_memory(index)
+            rt.pool_keep_memory(index)
         # The copy stream lives as long as the process: arrays free on it when collected.
-        self.copy_stream = _gpu.stream_create()
+        self.copy_stream = rt.stream_create()
         self._streams: set[int] = set()
         self._lock = threading.Lock()
 
     def activate(self) -> None:
         """Make this device current on the calling thread."""
-        _gpu.set_device(self.index)
+        self.runtime.set_device(self.index)
 
     def add_stream(self, stream: int) -> None:
         with self._lock:
@@ -79,23 +107,24 @@ class GpuContext:
         """Make the copy stream wait (on the GPU) for all work launched so far on every
         compute stream: copies then see finished results and never overwrite an array
         that launched work still reads."""
+        rt = self.runtime
         with self._lock:
             streams = tuple(self._streams)
         for s in streams:
-            ev = _gpu.event_create(_gpu.EVENT_DISABLE_TIMING)
+            ev = rt.event_create(rt.EVENT_DISABLE_TIMING)
             try:
-                _gpu.event_record(ev, s)
-                _gpu.stream_wait_event(self.copy_stream, ev)
+                rt.event_record(ev, s)
+                rt.stream_wait_event(self.copy_stream, ev)
             finally:
-                _gpu.event_destroy(ev)   # released once the wait no longer needs it
+                rt.event_destroy(ev)   # released once the wait no longer needs it
 
     def malloc(self, nbytes: int) -> int:
         """Device memory usable from any stream at once; 0 for 0 bytes."""
         self.activate()
-        return _gpu.malloc(nbytes, self.copy_stream, self.pooled)
+        return self.runtime.malloc(nbytes, self.copy_stream, self.pooled)
 
     def free(self, ptr: int) -> None:
-        _gpu.free(ptr, self.copy_stream, self.pooled)
+        self.runtime.free(ptr, self.copy_stream, self.pooled)
 
 
 def _release(ctx: GpuContext, ptr: int) -> None:
@@ -138,7 +167,7 @@ class GpuArray:
         self.nbytes = self._extent * self.dtype.itemsize
         try:
             self.ptr = context.malloc(self.nbytes)
-        except _gpu.GpuError as exc:
+        except GpuError as exc:
             raise DeviceError(f"Device.empty: cannot allocate {self.nbytes} bytes (dims "
                               f"{self.dims}, {self.dtype.name}) on '{device}': {exc}") from None
         self._finalizer = weakref.finalize(self, _release, context, self.ptr)
@@ -165,9 +194,10 @@ class GpuArray:
         ctx = self.context
         ctx.activate()
         ctx.order_copy_stream()
-        _gpu.memcpy_async(self.ptr, flat.ctypes.data, self.nbytes, _gpu.MEMCPY_HOST_TO_DEVICE,
-                          ctx.copy_stream)
-        _gpu.stream_synchronize(ctx.copy_stream)
+        rt = ctx.runtime
+        rt.memcpy_async(self.ptr, flat.ctypes.data, self.nbytes, rt.MEMCPY_HOST_TO_DEVICE,
+                        ctx.copy_stream)
+        rt.stream_synchronize(ctx.copy_stream)
 
     def to_numpy_sync(self) -> np.ndarray:
         """A C-contiguous NumPy copy in logical shape (blocking; waits for work already
@@ -177,9 +207,10 @@ class GpuArray:
             ctx = self.context
             ctx.activate()
             ctx.order_copy_stream()
-            _gpu.memcpy_async(flat.ctypes.data, self.ptr, self.nbytes,
-                              _gpu.MEMCPY_DEVICE_TO_HOST, ctx.copy_stream)
-            _gpu.stream_synchronize(ctx.copy_stream)
+            rt = ctx.runtime
+            rt.memcpy_async(flat.ctypes.data, self.ptr, self.nbytes, rt.MEMCPY_DEVICE_TO_HOST,
+                            ctx.copy_stream)
+            rt.stream_synchronize(ctx.copy_stream)
         return np.ascontiguousarray(view)
 
     async def to_numpy(self) -> np.ndarray:
@@ -220,11 +251,12 @@ class LaunchContext:
         if nbytes <= self._ws_size:
             return self._ws_ptr
         size = max(nbytes, 2 * self._ws_size)
+        rt = self.context.runtime
         if self._ws_ptr:
-            _gpu.free(self._ws_ptr, self.stream, self.context.pooled)  # stream-ordered
+            rt.free(self._ws_ptr, self.stream, self.context.pooled)  # stream-ordered
         self._ws_ptr, self._ws_size = 0, 0
-        self._ws_ptr = (_gpu.malloc_async(size, self.stream) if self.context.pooled
-                        else _gpu.malloc(size, 0, False))
+        self._ws_ptr = (rt.malloc_async(size, self.stream) if self.context.pooled
+                        else rt.malloc(size, 0, False))
         self._ws_size = size
         return self._ws_ptr
 
@@ -243,5 +275,5 @@ class LaunchContext:
                 close()
         self.resources.clear()
         if self._ws_ptr:
-            _gpu.free(self._ws_ptr, self.stream, self.context.pooled)
+            self.context.runtime.free(self._ws_ptr, self.stream, self.context.pooled)
             self._ws_ptr, self._ws_size = 0, 0

@@ -22,7 +22,7 @@ import numpy as np
 from ..._errors import VariantPackError
 from ..._types import numpy_dtype
 from ..._layout import element_extent, packed_strides, stride_order, strides_match
-from ...runtime import GpuArray, _gpu
+from ...runtime import GpuArray
 from ._dlpack import (DEVICE_NAMES, GPU_DEVICE_TYPES, KDL_CPU, KDL_CUDA_HOST, KDL_ROCM_HOST,
                       read_dlpack)
 
@@ -40,13 +40,13 @@ class GpuTarget:
     spec : str
         The device spec for messages, e.g. ``"cuda:0"``.
     runtime : object
-        The loaded GPU runtime: ``pointer_device(ptr) -> int`` (the owning ordinal, -1 for
-        host memory, -2 when it cannot tell).
+        The loaded GPU runtime (``GpuContext.runtime``): ``pointer_device(ptr) -> int``
+        (the owning ordinal, -1 for host memory, -2 when it cannot tell).
     """
 
     index: int
     spec: str
-    runtime: Any = field(default=_gpu, repr=False)
+    runtime: Any = field(repr=False)
 
     @property
     def kind(self) -> str:

@@ -20,7 +20,7 @@ from typing import Callable
 
 from ..._errors import DeviceError, ExecutionError
 from ...queues._gpu_backend import prepare_streams
-from ...runtime import _gpu, current_launch
+from ...runtime import current_launch
 
 __all__ = ["StreamHandle", "StreamResources", "LaunchResources", "stream_resources"]
 
@@ -69,11 +69,11 @@ class StreamResources:
         ``owns_handle`` is False (a handle lent for a trial run).
     pooled : bool
         Whether the device allocates from a stream-ordered pool.
-    runtime : module or object
+    runtime : _gpu.Runtime or object
         The GPU runtime (``malloc``, ``malloc_async``, ``free``).
     """
 
-    def __init__(self, stream: int, handle, *, pooled: bool, runtime=_gpu,
+    def __init__(self, stream: int, handle, *, pooled: bool, runtime,
                  owns_handle: bool = True):
         self.stream = stream
         self._handle = handle
@@ -157,15 +157,15 @@ class LaunchResources:
         The resource key (``"cudnn"``, ``"miopen"``).
     make_handle : callable
         ``make_handle(stream)`` -> a ``StreamHandle``.
-    runtime : module or object
-        The GPU runtime.
+    runtime : _gpu.Runtime or object, optional
+        The GPU runtime; default the context's.
     """
 
-    def __init__(self, context, key: str, make_handle: Callable[[int], object], runtime=_gpu):
+    def __init__(self, context, key: str, make_handle: Callable[[int], object], runtime=None):
         self.context = context
         self.key = key
         self._make_handle = make_handle
-        self._rt = runtime
+        self._rt = runtime if runtime is not None else context.runtime
         self._lock = threading.Lock()
         self._reserved = 0
         prepare_streams(context, self._prepare)

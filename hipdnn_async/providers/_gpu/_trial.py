@@ -11,7 +11,7 @@ import threading
 from typing import Callable
 
 from ..._types import numpy_dtype
-from ...runtime import GpuArray, LaunchContext, _gpu
+from ...runtime import GpuArray, LaunchContext
 from ._launch import StreamResources
 
 __all__ = ["BuildStream"]
@@ -32,8 +32,9 @@ class BuildStream:
     make_handle : callable
         ``make_handle(stream) -> resource`` with ``.ptr`` and ``.close()`` (a
         ``StreamHandle``).
-    runtime : module or object
-        The GPU runtime (``stream_create``, ``stream_synchronize``, ``memset_async``).
+    runtime : _gpu.Runtime or object, optional
+        The GPU runtime (``stream_create``, ``stream_synchronize``, ``memset_async``);
+        default the context's.
 
     Attributes
     ----------
@@ -42,13 +43,13 @@ class BuildStream:
     """
 
     def __init__(self, context, spec: str, key: str, make_handle: Callable[[int], object],
-                 runtime=_gpu):
+                 runtime=None):
         self.context = context
         self.spec = spec
         self.key = key
         self.lock = threading.Lock()
         self._make_handle = make_handle
-        self._rt = runtime
+        self._rt = runtime if runtime is not None else context.runtime
         self.stream = 0
         self._res: StreamResources | None = None
 

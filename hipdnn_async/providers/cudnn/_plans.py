@@ -29,7 +29,7 @@ How the patterns map (shared/reference/vendor-c-apis.md s.2.3-2.5):
 """
 from __future__ import annotations
 
-from ...runtime import _cudnn, _gpu
+from ...runtime import _cudnn, current_launch
 from .._base import ProviderPlan
 from .._gpu._launch import StreamHandle, stream_resources
 from .._gpu._workspace import Segments, align as _align
@@ -171,7 +171,8 @@ class BnTrainingPlan(_BnPlan):
             nbytes = 4 * self.channels
             for src, dst in ((b["prev_running_mean"], run_mean), (b["prev_running_variance"], run_var)):
                 if src != dst:
-                    _gpu.memcpy_async(dst, src, nbytes, _gpu.MEMCPY_DEVICE_TO_DEVICE, res.stream)
+                    rt = current_launch().context.runtime
+                    rt.memcpy_async(dst, src, nbytes, rt.MEMCPY_DEVICE_TO_DEVICE, res.stream)
         factor = p["momentum"] if run_mean else 0.0
         if self.ex is not None:
             bn_ops, act, ex_ws, reserve = self.ex

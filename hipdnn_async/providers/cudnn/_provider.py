@@ -19,7 +19,7 @@ from ..._errors import DeviceError, NotSupportedError
 from ..._types import DataType, numpy_dtype
 from ..._layout import packed_strides, stride_order
 from ...patterns import Pattern
-from ...runtime import GpuArray, _cudnn, _gpu, context_for, load_cuda
+from ...runtime import GpuArray, _cudnn, context_for, load_vendor
 from .. import _tuning
 from .._base import Provider, ProviderEngine, ProviderPlan
 from .._gpu._bind import GpuTarget, bind_workspace, make_binder
@@ -66,32 +66,31 @@ class CudnnProvider(Provider):
     ENGINES = (GraphApiEngine, LegacyEngine)   # the graph API first (issue 11)
 
     def __init__(self, index: int = 0):
-        state = load_cuda()
-        if not state["ok"]:
-            raise DeviceError(f"Device: cuda:{index} is unavailable: {state['reason']}")
-        if not 0 <= index < state["device_count"]:
-            raise DeviceError(f"Device: no device cuda:{index}; {state['device_count']} CUDA "
+        state = load_vendor("cuda")
+        if not state.ok:
+            raise DeviceError(f"Device: cuda:{index} is unavailable: {state.reason}")
+        if not 0 <= index < state.device_count:
+            raise DeviceError(f"Device: no device cuda:{index}; {state.device_count} CUDA "
                               f"device(s) present", code="INVALID_VALUE")
         self.name = "cudnn"
         self.index = index
         self.spec = f"cuda:{index}"
-        self.context = context_for(index)
+        self.context = context_for(index, state.runtime)
         self._libs = state
-        self._target = GpuTarget(index, self.spec, _gpu)
+        self._target = GpuTarget(index, self.spec, self.context.runtime)
         self._build = BuildStream(self.context, self.spec, _plans.RESOURCE_KEY,
-                                  _plans.make_handle, _gpu)
+                                  _plans.make_handle)
         # every stream of the device gets its cuDNN handle at start, and a workspace
         # sized at build for each plan: plans' run() only enqueues (capture-safe)
-        self._launch = LaunchResources(self.context, _plans.RESOURCE_KEY, _plans.make_handle,
-                                       _gpu)
+        self._launch = LaunchResources(self.context, _plans.RESOURCE_KEY, _plans.make_handle)
         self._conv_cache: dict[str, tuple] = {}   # match.signature -> (ConvSetup, algorithms)
 
     # ------------------------------------------------------------------ identity
     def describe(self) -> dict:
         cc = self.context.compute_capability
         return {"device": f"{self.context.name} (sm_{cc[0]}{cc[1]})",
-                "library_versions": (f"cudnn {self._libs['cudnn'].version}; cudart "
-                                     f"{self._libs['cudart'].version}")}
+                "library_versions": (f"cudnn {self._libs.dnn.version}; cudart "
+                                     f"{self._libs.runtime.version}")}
 
     # ------------------------------------------------------------------ engines
     def _legacy_knobs(self, match) -> list:
@@ -296,11 +295,11 @@ class CudnnProvider(Provider):
                 self._build.trial(match, plan, bufs)
                 return plan
             except _cudnn.CudnnError as exc:
-                if not exc.not_supported and exc.status // 1000 != 2:  # not NOT_SUPPORTED / BAD_PARAM
+                if not isinstance(exc.at_build(), NotSupportedError):  # NOT_SUPPORTED / BAD_PARAM
                     raise
                 log.info("%s: algorithm %s declined at its trial run: %s", where,
                          plan.algorithm, exc)
-                declined.append(f"{plan.algorithm} ({exc.name})")
+                declined.append(f"{plan.algorithm} ({exc.status_name})")
         raise NotSupportedError(f"{where}: cuDNN ran none of its algorithms: "
                                 f"{', '.join(declined)}")
 

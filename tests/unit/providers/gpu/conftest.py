@@ -1,8 +1,9 @@
 """A Python-level fake GPU runtime and fake cuDNN that record every call (no GPU needed).
 
-``fake_cuda`` installs them where the GPU layers look up their runtime modules, opens the
-way for ``hd.Device("cuda:0")`` (``load_cuda`` says a device and cuDNN are present) and
-returns the ``Recorder``. Device memory is host memory (NumPy buffers), so copies move real
+``fake_cuda`` installs them where the GPU layers look them up (the fake runtime is the
+``runtime`` of the vendor state, so every ``GpuContext`` made for it calls the fake; the
+fake cuDNN replaces the ``_cudnn`` module), opens the way for ``hd.Device("cuda:0")``
+(``load_vendor("cuda")`` says a device and cuDNN are present) and returns the ``Recorder``. Device memory is host memory (NumPy buffers), so copies move real
 bytes and ``pointer_device`` can tell device addresses (ours) from host ones. cuDNN calls
 compute nothing: these fakes test call discipline and binding, not numbers (the C-level
 fakes of tests/contract/ and the H200 runs test those).
@@ -20,9 +21,10 @@ import threading
 import numpy as np
 import pytest
 
+from hipdnn_async._errors import GpuError
 from hipdnn_async.runtime import _cudnn as real_cudnn
 from hipdnn_async.runtime import _gpu as real_gpu
-from hipdnn_async.runtime._libs import LoadedLibrary
+from hipdnn_async.runtime import LoadRecord, VendorState
 
 # allocation, freeing, synchronisation, handle / stream / descriptor creation, and the
 # vendor queries that belong to build time
@@ -66,10 +68,17 @@ class Recorder:
             self.violations.clear()
 
 
-class FakeGpuRuntime:
-    """The surface of ``runtime._gpu`` (constants from the real module), host-backed."""
+_CUDA = real_gpu.instance("cuda")   # the real CUDA runtime's constants (not loaded here)
 
-    GpuError = real_gpu.GpuError
+
+class FakeGpuRuntime:
+    """The surface of a ``runtime._gpu.Runtime`` (the CUDA instance's constants),
+    host-backed."""
+
+    GpuError = GpuError
+    kind = "cuda"
+    version = 13000
+    record = LoadRecord("cudart", "fake", "test", 13000)
 
     def __init__(self, rec: Recorder, *, pooled: bool = True):
         self._rec = rec
@@ -78,11 +87,10 @@ class FakeGpuRuntime:
         self._handles = itertools.count(0x1000)
         self.live = 0                            # allocations not yet freed
 
-    def __getattr__(self, name):                 # constants: the real module's values
-        value = getattr(real_gpu, name)
-        if callable(value):
-            raise AttributeError(f"the fake GPU runtime has no {name}()")
-        return value
+    def __getattr__(self, name):                 # constants: the real CUDA runtime's values
+        if name in _CUDA.constants:
+            return _CUDA.constants[name]
+        raise AttributeError(f"the fake GPU runtime has no {name}")
 
     def _r(self, name, *args):
         self._rec.record("gpu." + name, args)
@@ -94,9 +102,17 @@ class FakeGpuRuntime:
     def device_name(self, index):
         return "Fake GPU"
 
-    def device_attribute(self, attr, index):
-        return {real_gpu.ATTR_CC_MAJOR: 9, real_gpu.ATTR_CC_MINOR: 0,
-                real_gpu.ATTR_MEMORY_POOLS_SUPPORTED: int(self._pooled)}[attr]
+    def compute_capability(self, index):
+        return (9, 0)
+
+    def arch_name(self, index):
+        return "sm_90"
+
+    def multiprocessor_count(self, index):
+        return 132
+
+    def memory_pools_supported(self, index):
+        return self._pooled
 
     def pool_keep_memory(self, index):
         return self._pooled
@@ -244,23 +260,20 @@ class FakeCudnn:
 
 def _install(monkeypatch, *, pooled=True):
     import hipdnn_async.runtime as runtime
-    from hipdnn_async.providers._gpu import _launch, _trial
     from hipdnn_async.providers.cudnn import _conv, _plans, _provider
-    from hipdnn_async.queues import _gpu_backend
     from hipdnn_async.runtime import _gpu_device
 
     rec = Recorder()
     gpu, cudnn = FakeGpuRuntime(rec, pooled=pooled), FakeCudnn(rec)
-    for mod in (_gpu_device, _gpu_backend, _launch, _trial, _plans, _provider):
-        monkeypatch.setattr(mod, "_gpu", gpu)
     for mod in (_conv, _plans, _provider):
         monkeypatch.setattr(mod, "_cudnn", cudnn)
     monkeypatch.setattr(_gpu_device, "_contexts", {})    # a fresh GpuContext per test
-    state = {"ok": True, "reason": "", "device_count": 1,
-             "cudart": LoadedLibrary("cudart", "fake", "test", 13000),
-             "cudnn": LoadedLibrary("cudnn", "fake", "test", 91900)}
-    monkeypatch.setattr(runtime, "load_cuda", lambda: state)
-    monkeypatch.setattr(_provider, "load_cuda", lambda: state)
+    state = VendorState("cuda", True, runtime=gpu, device_count=1,
+                        dnn=LoadRecord("cudnn", "fake", "test", 91900))
+    load = {"cuda": state}.get
+    monkeypatch.setattr(runtime, "load_vendor",
+                        lambda name: load(name) or VendorState(name, False, "not faked"))
+    monkeypatch.setattr(_provider, "load_vendor", lambda name: state)
     rec.gpu, rec.cudnn = gpu, cudnn
     return rec
 

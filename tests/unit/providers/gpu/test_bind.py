@@ -14,7 +14,7 @@ from hipdnn_async.runtime import _gpu
 def _binder(dtype="float32", dims=(2, 3, 4, 5), runtime=None):
     g = hd.Graph(io_data_type=dtype)
     t = g.tensor(dims=dims, name="x")
-    return make_binder(t, output=False, target=GpuTarget(0, "cuda:0", runtime or _gpu))
+    return make_binder(t, output=False, target=GpuTarget(0, "cuda:0", runtime or _gpu.instance("cuda")))
 
 
 def test_host_arrays_are_refused_by_a_gpu_binder():
@@ -40,7 +40,7 @@ def test_cuda_array_interface_checks(buf, match):
         _binder()(buf)
 
 
-@pytest.mark.skipif(_gpu.loaded() is None, reason="no CUDA runtime library to ask")
+@pytest.mark.skipif(_gpu.runtime("cuda") is None, reason="no CUDA runtime library to ask")
 def test_a_host_pointer_never_reaches_a_kernel():
     host = np.zeros(120, np.float32)
     with pytest.raises(hd.VariantPackError, match="is not device memory of cuda:0"):
