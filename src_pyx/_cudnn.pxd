@@ -64,8 +64,7 @@ ctypedef int (*f_act_bwd)(void*, void*, const void*, void*, const void*, void*, 
 ctypedef int (*f_op_tensor)(void*, void*, const void*, void*, const void*, const void*,
                             void*, const void*, const void*, void*, void*) noexcept nogil
 
-# One named pointer per function (the name is cudnn<Field>); per direction the forward,
-# backward-data and backward-filter variants sit in arrays indexed by direction 0/1/2.
+# One named pointer per function; the field is the symbol without its ``cudnn`` prefix.
 ctypedef struct CudnnFns:
     f_version GetVersion
     f_errstr GetErrorString
@@ -90,11 +89,21 @@ ctypedef struct CudnnFns:
     f_create CreateOpTensorDescriptor
     f_set_op SetOpTensorDescriptor
     f_destroy DestroyOpTensorDescriptor
-    f_max_count AlgorithmMaxCount[3]     # GetConvolution{Forward,BackwardData,BackwardFilter}AlgorithmMaxCount
-    f_get_v7 GetAlgorithm_v7[3]          # GetConvolution...Algorithm_v7
-    f_find_ex FindAlgorithmEx[3]         # FindConvolution...AlgorithmEx
-    f_ws_size WorkspaceSize[3]           # GetConvolution...WorkspaceSize
-    f_conv Convolution[3]                # ConvolutionForward / BackwardData / BackwardFilter
+    f_max_count GetConvolutionForwardAlgorithmMaxCount
+    f_max_count GetConvolutionBackwardDataAlgorithmMaxCount
+    f_max_count GetConvolutionBackwardFilterAlgorithmMaxCount
+    f_get_v7 GetConvolutionForwardAlgorithm_v7
+    f_get_v7 GetConvolutionBackwardDataAlgorithm_v7
+    f_get_v7 GetConvolutionBackwardFilterAlgorithm_v7
+    f_find_ex FindConvolutionForwardAlgorithmEx
+    f_find_ex FindConvolutionBackwardDataAlgorithmEx
+    f_find_ex FindConvolutionBackwardFilterAlgorithmEx
+    f_ws_size GetConvolutionForwardWorkspaceSize
+    f_ws_size GetConvolutionBackwardDataWorkspaceSize
+    f_ws_size GetConvolutionBackwardFilterWorkspaceSize
+    f_conv ConvolutionForward
+    f_conv ConvolutionBackwardData
+    f_conv ConvolutionBackwardFilter
     f_cba ConvolutionBiasActivationForward
     f_bn_inf BatchNormalizationForwardInference
     f_bn_train BatchNormalizationForwardTraining

@@ -119,7 +119,8 @@ STATUS = {
 }
 del _NS, _BP
 
-# Per-direction names (0 forward, 1 backward data, 2 backward filter), without the prefix.
+# The convolution calls come in three directions (0 forward, 1 backward data, 2 backward
+# filter), named below without the prefix; _per_direction picks the named pointer.
 _GET_V7 = (b"GetConvolutionForwardAlgorithm_v7", b"GetConvolutionBackwardDataAlgorithm_v7",
            b"GetConvolutionBackwardFilterAlgorithm_v7")
 _FIND_EX = (b"FindConvolutionForwardAlgorithmEx", b"FindConvolutionBackwardDataAlgorithmEx",
@@ -127,9 +128,6 @@ _FIND_EX = (b"FindConvolutionForwardAlgorithmEx", b"FindConvolutionBackwardDataA
 _WORKSPACE = (b"GetConvolutionForwardWorkspaceSize", b"GetConvolutionBackwardDataWorkspaceSize",
               b"GetConvolutionBackwardFilterWorkspaceSize")
 _CONVOLUTION = (b"ConvolutionForward", b"ConvolutionBackwardData", b"ConvolutionBackwardFilter")
-_MAX_COUNT = (b"GetConvolutionForwardAlgorithmMaxCount",
-              b"GetConvolutionBackwardDataAlgorithmMaxCount",
-              b"GetConvolutionBackwardFilterAlgorithmMaxCount")
 
 
 cdef class CudnnTable(LibraryTable):
@@ -142,7 +140,6 @@ cdef class CudnnTable(LibraryTable):
 
     cdef int _fill(self, Library lib) except -1:
         cdef CudnnFns* f = &self.f
-        cdef int d
         f.GetVersion = <f_version>lib.sym("GetVersion")
         f.GetErrorString = <f_errstr>lib.sym("GetErrorString")
         f.GetLastErrorString = <f_last_err>lib.sym("GetLastErrorString")
@@ -166,12 +163,33 @@ cdef class CudnnTable(LibraryTable):
         f.CreateOpTensorDescriptor = <f_create>lib.sym("CreateOpTensorDescriptor")
         f.SetOpTensorDescriptor = <f_set_op>lib.sym("SetOpTensorDescriptor")
         f.DestroyOpTensorDescriptor = <f_destroy>lib.sym("DestroyOpTensorDescriptor")
-        for d in range(3):
-            f.AlgorithmMaxCount[d] = <f_max_count>lib.sym(_MAX_COUNT[d].decode())
-            f.GetAlgorithm_v7[d] = <f_get_v7>lib.sym(_GET_V7[d].decode())
-            f.FindAlgorithmEx[d] = <f_find_ex>lib.sym(_FIND_EX[d].decode())
-            f.WorkspaceSize[d] = <f_ws_size>lib.sym(_WORKSPACE[d].decode())
-            f.Convolution[d] = <f_conv>lib.sym(_CONVOLUTION[d].decode())
+        f.GetConvolutionForwardAlgorithmMaxCount = <f_max_count>lib.sym(
+            "GetConvolutionForwardAlgorithmMaxCount")
+        f.GetConvolutionBackwardDataAlgorithmMaxCount = <f_max_count>lib.sym(
+            "GetConvolutionBackwardDataAlgorithmMaxCount")
+        f.GetConvolutionBackwardFilterAlgorithmMaxCount = <f_max_count>lib.sym(
+            "GetConvolutionBackwardFilterAlgorithmMaxCount")
+        f.GetConvolutionForwardAlgorithm_v7 = <f_get_v7>lib.sym(
+            "GetConvolutionForwardAlgorithm_v7")
+        f.GetConvolutionBackwardDataAlgorithm_v7 = <f_get_v7>lib.sym(
+            "GetConvolutionBackwardDataAlgorithm_v7")
+        f.GetConvolutionBackwardFilterAlgorithm_v7 = <f_get_v7>lib.sym(
+            "GetConvolutionBackwardFilterAlgorithm_v7")
+        f.FindConvolutionForwardAlgorithmEx = <f_find_ex>lib.sym(
+            "FindConvolutionForwardAlgorithmEx")
+        f.FindConvolutionBackwardDataAlgorithmEx = <f_find_ex>lib.sym(
+            "FindConvolutionBackwardDataAlgorithmEx")
+        f.FindConvolutionBackwardFilterAlgorithmEx = <f_find_ex>lib.sym(
+            "FindConvolutionBackwardFilterAlgorithmEx")
+        f.GetConvolutionForwardWorkspaceSize = <f_ws_size>lib.sym(
+            "GetConvolutionForwardWorkspaceSize")
+        f.GetConvolutionBackwardDataWorkspaceSize = <f_ws_size>lib.sym(
+            "GetConvolutionBackwardDataWorkspaceSize")
+        f.GetConvolutionBackwardFilterWorkspaceSize = <f_ws_size>lib.sym(
+            "GetConvolutionBackwardFilterWorkspaceSize")
+        f.ConvolutionForward = <f_conv>lib.sym("ConvolutionForward")
+        f.ConvolutionBackwardData = <f_conv>lib.sym("ConvolutionBackwardData")
+        f.ConvolutionBackwardFilter = <f_conv>lib.sym("ConvolutionBackwardFilter")
         f.ConvolutionBiasActivationForward = <f_cba>lib.sym("ConvolutionBiasActivationForward")
         f.BatchNormalizationForwardInference = <f_bn_inf>lib.sym(
             "BatchNormalizationForwardInference")
@@ -248,6 +266,38 @@ cdef const char* _per_direction(tuple names, int direction) except NULL:
         raise ValueError(f"direction must be 0 (forward), 1 (backward data) or 2 (backward "
                          f"filter); got {direction}")
     return names[direction]
+
+
+cdef void* _get_v7_fn(int direction) noexcept:
+    if direction == 0:
+        return <void*>_T.f.GetConvolutionForwardAlgorithm_v7
+    if direction == 1:
+        return <void*>_T.f.GetConvolutionBackwardDataAlgorithm_v7
+    return <void*>_T.f.GetConvolutionBackwardFilterAlgorithm_v7
+
+
+cdef void* _find_ex_fn(int direction) noexcept:
+    if direction == 0:
+        return <void*>_T.f.FindConvolutionForwardAlgorithmEx
+    if direction == 1:
+        return <void*>_T.f.FindConvolutionBackwardDataAlgorithmEx
+    return <void*>_T.f.FindConvolutionBackwardFilterAlgorithmEx
+
+
+cdef void* _workspace_fn(int direction) noexcept:
+    if direction == 0:
+        return <void*>_T.f.GetConvolutionForwardWorkspaceSize
+    if direction == 1:
+        return <void*>_T.f.GetConvolutionBackwardDataWorkspaceSize
+    return <void*>_T.f.GetConvolutionBackwardFilterWorkspaceSize
+
+
+cdef void* _convolution_fn(int direction) noexcept:
+    if direction == 0:
+        return <void*>_T.f.ConvolutionForward
+    if direction == 1:
+        return <void*>_T.f.ConvolutionBackwardData
+    return <void*>_T.f.ConvolutionBackwardFilter
 
 
 def load(str path, str found_via="explicit"):
@@ -422,7 +472,7 @@ def get_algorithms(int direction, uintptr_t handle, uintptr_t a, uintptr_t b,
     cdef AlgoPerf perf[MAX_ALGOS]
     cdef int n = 0
     cdef const char* name = _per_direction(_GET_V7, direction)
-    cdef f_get_v7 f = <f_get_v7>_need(_T.f.GetAlgorithm_v7[direction], name)
+    cdef f_get_v7 f = <f_get_v7>_need(_get_v7_fn(direction), name)
     memset(perf, 0, sizeof(perf))
     _check(f(<void*>handle, <void*>a, <void*>b, <void*>conv, <void*>c, MAX_ALGOS, &n, perf), name)
     return _perf_list(perf, n)
@@ -437,7 +487,7 @@ def find_algorithms(int direction, uintptr_t handle, uintptr_t ad, uintptr_t a,
     cdef int n = 0
     cdef int st
     cdef const char* name = _per_direction(_FIND_EX, direction)
-    cdef f_find_ex f = <f_find_ex>_need(_T.f.FindAlgorithmEx[direction], name)
+    cdef f_find_ex f = <f_find_ex>_need(_find_ex_fn(direction), name)
     memset(perf, 0, sizeof(perf))
     with nogil:
         st = f(<void*>handle, <void*>ad, <const void*>a, <void*>bd, <const void*>b,
@@ -452,7 +502,7 @@ def workspace_size(int direction, uintptr_t handle, uintptr_t a, uintptr_t b,
     """Workspace bytes ``algo`` needs; raises CudnnNotSupportedError if inapplicable."""
     cdef size_t n = 0
     cdef const char* name = _per_direction(_WORKSPACE, direction)
-    cdef f_ws_size f = <f_ws_size>_need(_T.f.WorkspaceSize[direction], name)
+    cdef f_ws_size f = <f_ws_size>_need(_workspace_fn(direction), name)
     _check(f(<void*>handle, <void*>a, <void*>b, <void*>conv, <void*>c, algo, &n), name)
     return n
 
@@ -463,7 +513,7 @@ def convolution(int direction, uintptr_t handle, uintptr_t ad, uintptr_t a, uint
                 float beta=0.0):
     """Run one convolution: fwd (x, w -> y), dgrad (w, dy -> dx), wgrad (x, dy -> dw)."""
     cdef const char* name = _per_direction(_CONVOLUTION, direction)
-    cdef f_conv f = <f_conv>_need(_T.f.Convolution[direction], name)
+    cdef f_conv f = <f_conv>_need(_convolution_fn(direction), name)
     cdef int st
     with nogil:
         st = f(<void*>handle, &alpha, <void*>ad, <const void*>a, <void*>bd, <const void*>b,

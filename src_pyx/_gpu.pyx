@@ -37,8 +37,8 @@ from libc.string cimport memset
 from hipdnn_async import _errors
 from hipdnn_async._errors import GpuError
 
-from ._gpu_api cimport (PointerAttributes, RuntimeConstants, RuntimeFns, f_create_with_flags, f_create_with_priority,
-                        f_default_mem_pool, f_device_attribute, f_device_properties,
+from ._gpu_api cimport (PointerAttributes, RuntimeConstants, RuntimeFns, f_create_with_flags,
+                        f_create_with_priority, f_default_mem_pool, f_device_attribute, f_device_properties,
                         f_error_text, f_event_elapsed, f_event_record, f_free_async,
                         f_handle, f_host_alloc, f_int_in, f_int_out, f_malloc,
                         f_malloc_async, f_mem_get_info, f_mem_pool_set, f_memcpy,
@@ -209,7 +209,8 @@ cdef class Runtime(LibraryTable):
             table = [(CUDA_CONSTANTS, CUDA_VERSIONS)]
         else:
             table = [(HIP_CONSTANTS, HIP_VERSIONS)]
-            if 0 < version < 60000000:      # HIP_VERSION = major * 10000000 + minor * 100000 + patch
+            # HIP_VERSION = major * 10000000 + minor * 100000 + patch (hip_version.h)
+            if 0 < version < 60000000:
                 table.append((HIP5_CONSTANTS, HIP5_VERSIONS))
         values, sources = {}, {}
         for entries, versions in table:

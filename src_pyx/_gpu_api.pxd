@@ -12,28 +12,41 @@ runtime's constants table (``_gpu.pyx``), not here.
 """
 
 # ------------------------------------------------------------------ function-pointer types
-ctypedef int (*f_int_out)(int*) noexcept nogil                         # GetDeviceCount, GetDevice, ...Version
+# GetDeviceCount, GetDevice, ...Version
+ctypedef int (*f_int_out)(int*) noexcept nogil
 ctypedef int (*f_int_in)(int) noexcept nogil                           # SetDevice
-ctypedef const char* (*f_error_text)(int) noexcept nogil               # GetErrorName, GetErrorString
-ctypedef int (*f_device_attribute)(int*, int, int) noexcept nogil      # DeviceGetAttribute(value, attr, device)
-ctypedef int (*f_device_properties)(void*, int) noexcept nogil         # GetDeviceProperties(prop, device)
+# GetErrorName, GetErrorString
+ctypedef const char* (*f_error_text)(int) noexcept nogil
+# DeviceGetAttribute(value, attr, device)
+ctypedef int (*f_device_attribute)(int*, int, int) noexcept nogil
+# GetDeviceProperties(prop, device)
+ctypedef int (*f_device_properties)(void*, int) noexcept nogil
 ctypedef int (*f_mem_get_info)(size_t*, size_t*) noexcept nogil        # MemGetInfo(free, total)
-ctypedef int (*f_priority_range)(int*, int*) noexcept nogil            # DeviceGetStreamPriorityRange(least, greatest)
-ctypedef int (*f_create_with_flags)(void**, unsigned int) noexcept nogil   # StreamCreateWithFlags, EventCreateWithFlags
-ctypedef int (*f_create_with_priority)(void**, unsigned int, int) noexcept nogil  # StreamCreateWithPriority
-ctypedef int (*f_handle)(void*) noexcept nogil                         # StreamDestroy/Synchronize/Query, Event*, Free, FreeHost
+# DeviceGetStreamPriorityRange(least, greatest)
+ctypedef int (*f_priority_range)(int*, int*) noexcept nogil
+# StreamCreateWithFlags, EventCreateWithFlags
+ctypedef int (*f_create_with_flags)(void**, unsigned int) noexcept nogil
+# StreamCreateWithPriority
+ctypedef int (*f_create_with_priority)(void**, unsigned int, int) noexcept nogil
+# StreamDestroy/Synchronize/Query, Event*, Free, FreeHost
+ctypedef int (*f_handle)(void*) noexcept nogil
 ctypedef int (*f_stream_wait_event)(void*, void*, unsigned int) noexcept nogil
 ctypedef int (*f_event_record)(void*, void*) noexcept nogil            # EventRecord(event, stream)
-ctypedef int (*f_event_elapsed)(float*, void*, void*) noexcept nogil   # EventElapsedTime(ms, start, end)
+# EventElapsedTime(ms, start, end)
+ctypedef int (*f_event_elapsed)(float*, void*, void*) noexcept nogil
 ctypedef int (*f_malloc)(void**, size_t) noexcept nogil
-ctypedef int (*f_malloc_async)(void**, size_t, void*) noexcept nogil   # MallocAsync(ptr, size, stream)
+# MallocAsync(ptr, size, stream)
+ctypedef int (*f_malloc_async)(void**, size_t, void*) noexcept nogil
 ctypedef int (*f_free_async)(void*, void*) noexcept nogil              # FreeAsync(ptr, stream)
-ctypedef int (*f_host_alloc)(void**, size_t, unsigned int) noexcept nogil  # cudaHostAlloc / hipHostMalloc
+# cudaHostAlloc / hipHostMalloc
+ctypedef int (*f_host_alloc)(void**, size_t, unsigned int) noexcept nogil
 ctypedef int (*f_memcpy)(void*, const void*, size_t, int) noexcept nogil
 ctypedef int (*f_memcpy_async)(void*, const void*, size_t, int, void*) noexcept nogil
 ctypedef int (*f_memset_async)(void*, int, size_t, void*) noexcept nogil
-ctypedef int (*f_default_mem_pool)(void**, int) noexcept nogil         # DeviceGetDefaultMemPool(pool, device)
-ctypedef int (*f_mem_pool_set)(void*, int, void*) noexcept nogil       # MemPoolSetAttribute(pool, attr, value)
+# DeviceGetDefaultMemPool(pool, device)
+ctypedef int (*f_default_mem_pool)(void**, int) noexcept nogil
+# MemPoolSetAttribute(pool, attr, value)
+ctypedef int (*f_mem_pool_set)(void*, int, void*) noexcept nogil
 ctypedef int (*f_pointer_attributes)(void*, const void*) noexcept nogil
 
 

@@ -5,10 +5,11 @@ belongs to (a loaded ``_gpu.Runtime``, CUDA or HIP), the device ordinal and what
 runtime says of the device by meaning (name, compute capability, architecture name,
 multiprocessor count, memory pools), a copy stream for host transfers and allocation, and
 the set of compute streams (so that copies can be ordered after work already launched on
-them). Every call below goes through ``context.runtime``: nothing here names a vendor. ``GpuArray`` is device memory
-with the surface of the CPU ``DeviceArray``. ``LaunchContext`` is what a provider sees
-while its plan enqueues work: the compute stream, per-stream resources (a DNN handle),
-and a per-stream workspace that grows on demand; see ``current_launch``.
+them). Every call below goes through ``context.runtime``: nothing here names a vendor.
+``GpuArray`` is device memory with the surface of the CPU ``DeviceArray``.
+``LaunchContext`` is what a provider sees while its plan enqueues work: the compute
+stream, per-stream resources (a DNN handle), and a per-stream workspace that grows on
+demand; see ``current_launch``.
 """
 from __future__ import annotations
 

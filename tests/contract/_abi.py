@@ -38,22 +38,16 @@ class Check:
 _GPU = "hipdnn_async.runtime._gpu"
 _CUDNN = "hipdnn_async.runtime._cudnn"
 
-# cuda_runtime_api.h / driver_types.h (CUDA 13)
-CUDART_CONSTANTS = (
-    Check(_GPU, "STREAM_NON_BLOCKING", "cudaStreamNonBlocking"),
-    Check(_GPU, "EVENT_BLOCKING_SYNC", "cudaEventBlockingSync"),
-    Check(_GPU, "EVENT_DISABLE_TIMING", "cudaEventDisableTiming"),
-    Check(_GPU, "MEMCPY_HOST_TO_DEVICE", "cudaMemcpyHostToDevice"),
-    Check(_GPU, "MEMCPY_DEVICE_TO_HOST", "cudaMemcpyDeviceToHost"),
-    Check(_GPU, "MEMCPY_DEVICE_TO_DEVICE", "cudaMemcpyDeviceToDevice"),
-    Check(_GPU, "NOT_READY", "cudaErrorNotReady"),
-    Check(_GPU, "ATTR_CC_MAJOR", "cudaDevAttrComputeCapabilityMajor"),
-    Check(_GPU, "ATTR_CC_MINOR", "cudaDevAttrComputeCapabilityMinor"),
-    Check(_GPU, "ATTR_MEMORY_POOLS_SUPPORTED", "cudaDevAttrMemoryPoolsSupported"),
-    Check(_GPU, "_POOL_ATTR_RELEASE_THRESHOLD", "cudaMemPoolAttrReleaseThreshold"),
-    Check(_GPU, "_MEMORY_TYPE_DEVICE", "cudaMemoryTypeDevice"),
-    Check(_GPU, "_MEMORY_TYPE_MANAGED", "cudaMemoryTypeManaged"),
-)
+def _table_checks(module: str, table: str) -> tuple:
+    """One Check per row of a binding's constants table ``{name: (value, C name, header)}``
+    (``_gpu.CUDA_CONSTANTS``); rows whose C name is a note in parentheses have no enumerator."""
+    rows = getattr(importlib.import_module(module), table)
+    return tuple(Check(module, f"{table}[{name}]", cname)
+                 for name, (_value, cname, _header) in rows.items() if not cname.startswith("("))
+
+
+# cuda_runtime_api.h / driver_types.h (CUDA 13): the CUDA runtime's constants table
+CUDART_CONSTANTS = _table_checks(_GPU, "CUDA_CONSTANTS")
 
 # cudnn_graph.h / cudnn_ops.h / cudnn_cnn.h (cuDNN 9.19)
 CUDNN_CONSTANTS = (
@@ -107,8 +101,12 @@ STRUCTS = (
 
 
 def python_value(check: Check):
-    """Our value of a constant, or None when the module no longer has it."""
+    """Our value of a constant (``attr`` or ``TABLE[name]``), or None when the module no
+    longer has it."""
     mod = importlib.import_module(check.module)
+    if "[" in check.attr:
+        table, name = check.attr.rstrip("]").split("[", 1)
+        return getattr(mod, table, {}).get(name, (None,))[0]
     return getattr(mod, check.attr, None)
 
 
