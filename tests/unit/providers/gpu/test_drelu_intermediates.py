@@ -15,6 +15,7 @@ from oracle import test_patterns as tp
 from oracle._cases import Harness, rank_of
 
 import hipdnn_async as hd
+from hipdnn_async import _errors
 from hipdnn_async.runtime import _cudnn as real_cudnn
 
 DTYPE_CODE = {"float32": real_cudnn.DATA_FLOAT, "float16": real_cudnn.DATA_HALF,
@@ -86,8 +87,9 @@ def test_a_refused_conversion_declines_instead_of_losing_precision(fake_cuda, mo
     def refuse(*args):
         if fake_cuda.cudnn.descriptors[args[3]].args[0] != fake_cuda.cudnn.descriptors[
                 args[8]].args[0]:
-            raise real_cudnn.CudnnError("cudnnOpTensor", 3000, "CUDNN_STATUS_NOT_SUPPORTED",
-                                        "fake: mixed types")
+            raise _errors.status_error(real_cudnn.STATUS, real_cudnn.CudnnError,
+                                       library="fake", call="cudnnOpTensor", status=3000,
+                                       vendor_message="fake: mixed types")
     monkeypatch.setattr(fake_cuda.cudnn, "op_tensor", refuse)
     with hd.Device("cuda:0", streams=1) as dev:
         with pytest.raises(hd.NotSupportedError, match="intermediate data type FLOAT.*mixed"):
