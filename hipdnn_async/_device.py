@@ -63,6 +63,9 @@ def devices() -> list[str]:
 def engines(graph: Graph, device) -> list[Engine]:
     """Engines of ``device`` (a Device or a spec string) able to run ``graph``, best first.
 
+    This is the order ``Device.build`` tries them in (and ``get_ranked_engine_ids``'s);
+    an engine that cannot take the graph at all is left out.
+
     Raises
     ------
     GraphError
