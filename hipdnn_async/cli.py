@@ -1,4 +1,5 @@
-"""The ``hipdnn-async`` command: ``demo``, ``info``, ``bench``, ``perfdb {show,clear,export,import}``."""
+"""The ``hipdnn-async`` command: ``demo``, ``info``, ``bench``, ``perfdb {show,clear,export,import}``,
+``serve`` (with the ``ray`` extra)."""
 from __future__ import annotations
 
 import argparse
@@ -96,6 +97,11 @@ def _demo(args) -> int:
     return demo_main(args.rest)
 
 
+def _serve(args) -> int:
+    from .ray._cli import main as serve_main
+    return serve_main(args.rest)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; return the exit status."""
     parser = argparse.ArgumentParser(prog="hipdnn-async", description=__doc__)
@@ -111,16 +117,21 @@ def main(argv: list[str] | None = None) -> int:
                        add_help=False)
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(func=_bench)
+    p = sub.add_parser("serve", help="serve a model saved by 'demo --save' on a local Ray "
+                       "Serve app at 127.0.0.1 (the ray extra)", add_help=False)
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(func=_serve)
     p = sub.add_parser("perfdb", help="show, clear, export or import the perf db (JSON)")
     p.add_argument("action", choices=["show", "clear", "export", "import"])
     p.add_argument("file", nargs="?", help="JSON file for export/import")
     p.add_argument("--db", help="perf db file (default: $HIPDNN_ASYNC_PERFDB or ~/.config)")
     p.set_defaults(func=_perfdb_cmd)
     argv = list(sys.argv[1:] if argv is None else argv)
-    # demo and bench parse their own options (argparse's REMAINDER drops leading options).
-    if argv[:1] in (["demo"], ["bench"]):
-        args = argparse.Namespace(command=argv[0], rest=argv[1:],
-                                  func=_demo if argv[0] == "demo" else _bench)
+    # demo, bench and serve parse their own options (argparse's REMAINDER drops leading
+    # options).
+    own = {"demo": _demo, "bench": _bench, "serve": _serve}
+    if argv[:1] and argv[0] in own:
+        args = argparse.Namespace(command=argv[0], rest=argv[1:], func=own[argv[0]])
     else:
         args = parser.parse_args(argv)
     if args.command == "perfdb" and args.action in ("export", "import") and not args.file:

@@ -38,6 +38,8 @@ class DemoConfig:
         Test accuracy under which the run fails (fraction).
     perfdb : str or None
         Perf db file; default the per-user one.
+    save : str or None
+        Write the trained weights there after evaluation (``_saved.save_weights``).
     """
 
     epochs: int = 8
@@ -54,6 +56,7 @@ class DemoConfig:
     max_delay_ms: float = 2.0
     min_accuracy: float = 0.97
     perfdb: str | None = None
+    save: str | None = None
 
     @property
     def knobs(self) -> dict | None:

@@ -51,6 +51,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[DemoConfig, argparse.Name
                    help=f"fail below this test accuracy, default {d.min_accuracy}")
     p.add_argument("--json", metavar="FILE", help="write every figure as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="save loss/accuracy and latency plots")
+    p.add_argument("--save", metavar="FILE",
+                   help="write the trained weights (.npz) for 'hipdnn-async serve --model "
+                        "FILE' and hipdnn_async.demo.digits_model")
     p.add_argument("--quiet", action="store_true", help="print nothing but errors")
     a = p.parse_args(argv)
     for name in ("epochs", "batch_size", "clients", "rounds", "max_batch_size"):
@@ -63,7 +66,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[DemoConfig, argparse.Name
         p.error(f"--min-accuracy is a fraction in [0, 1]; got {a.min_accuracy}")
     if not (a.lr > 0 and a.lr < float("inf")):
         p.error(f"--lr must be a finite number > 0; got {a.lr}")
-    for flag, path in (("--json", a.json), ("--plot", a.plot)):
+    for flag, path in (("--json", a.json), ("--plot", a.plot), ("--save", a.save)):
         folder = os.path.dirname(os.path.abspath(path)) if path else None
         if folder and not (os.path.isdir(folder) and os.access(folder, os.W_OK)):
             p.error(f"{flag} {path}: folder {folder} does not exist or is not writable")
@@ -77,7 +80,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[DemoConfig, argparse.Name
     cfg = DemoConfig(epochs=a.epochs, batch_size=a.batch_size, device=a.device, seed=a.seed,
                      benchmarking=a.benchmarking, lr=a.lr, clients=a.clients, rounds=a.rounds,
                      max_batch_size=a.max_batch_size, min_accuracy=a.min_accuracy,
-                     perfdb=a.perfdb)
+                     perfdb=a.perfdb, save=a.save)
     return cfg, a
 
 
@@ -128,6 +131,13 @@ async def run(cfg: DemoConfig, progress) -> dict:
         progress.line(f"  evaluated: (a) {ev['accuracy']['bn_inference']:.2%}  "
                       f"(b) {ev['accuracy']['folded']:.2%}; serving "
                       f"{cfg.clients * cfg.rounds} requests from {cfg.clients} clients ...")
+        if cfg.save:
+            from ._saved import save_weights
+            try:
+                saved = save_weights(cfg.save, net, data)
+            except OSError as exc:
+                raise DemoError(f"--save {cfg.save}: cannot write: {exc}") from None
+            progress.line(f"  weights saved to {saved}")
 
         t0 = time.perf_counter()
         sv = await serve(dev, net, data, ev.pop("folded"),

@@ -1,0 +1,62 @@
+"""Ray Data: ``Dataset.map_batches(Predictor, ...)`` over 10,000 digit images equals the
+local ``plan.execute`` evaluation, row for row (matched by id, not by position)."""
+import warnings
+
+import numpy as np
+import pytest
+from ray_support import ATOL, RTOL, ray_or_skip
+
+# Ray Data's own internals warn about its deprecated settings (e.g. use_push_based_shuffle).
+pytestmark = [pytest.mark.ray, pytest.mark.filterwarnings("ignore::DeprecationWarning:ray")]
+
+N_IMAGES = 10_000
+BLOCKS = 4                      # >= the actor count, so both actors get work
+
+
+def _dataset(images, ids):
+    """A dataset of columns ``id`` (int64) and ``data`` (tensor (1, 8, 8)), in blocks."""
+    import pyarrow as pa
+    import ray
+    from ray.data.extensions import ArrowTensorArray
+    tables = [pa.table({"id": pa.array(ids[s]), "data": ArrowTensorArray.from_numpy(images[s])})
+              for s in np.array_split(np.arange(len(ids)), BLOCKS)]
+    return ray.data.from_arrow(tables)
+
+
+def test_map_batches_over_10000_images_equals_local_evaluation(
+        ray_cluster, digits_file, digits_images, digits_reference):
+    ray_or_skip()
+    from hipdnn_async import ray as hdray
+    from hipdnn_async.demo import digits_model
+    images, labels = digits_images
+    rng = np.random.default_rng(2024)
+    pick = rng.integers(0, len(images), N_IMAGES)      # image of each dataset row
+    ids = rng.permutation(N_IMAGES).astype(np.int64)   # row ids, in no particular order
+    ds = _dataset(images[pick], ids)
+    out = ds.map_batches(hdray.Predictor, fn_constructor_args=(digits_model(digits_file),),
+                         concurrency=2, num_cpus=1, batch_size=500)
+    rows = out.take_all()
+    assert len(rows) == N_IMAGES
+    assert set(rows[0]) == {"id", "outputs"}           # input dropped, other columns kept
+    got_ids = np.array([r["id"] for r in rows])
+    got = np.stack([r["outputs"] for r in rows])
+    assert sorted(got_ids.tolist()) == sorted(ids.tolist())   # each row exactly once
+    image_of_id = dict(zip(ids.tolist(), pick.tolist()))
+    expected = digits_reference[[image_of_id[i] for i in got_ids.tolist()]]
+    np.testing.assert_allclose(got, expected, rtol=RTOL, atol=ATOL)
+    accuracy = (got.argmax(1) == labels[[image_of_id[i] for i in got_ids.tolist()]]).mean()
+    assert accuracy > 0.9
+
+
+def test_map_batches_with_a_malformed_column_fails_with_the_reason(ray_cluster, digits_file):
+    ray = ray_or_skip()
+    from hipdnn_async import ray as hdray
+    from hipdnn_async.demo import digits_model
+    ds = _dataset(np.zeros((8, 1, 8, 7), np.float32), np.arange(8))
+    with warnings.catch_warnings():
+        # Ray Data warns that 4 small blocks cannot keep 2 actors busy; not our concern.
+        warnings.simplefilter("ignore", UserWarning)
+        with pytest.raises((ray.exceptions.RayTaskError, Exception),
+                           match=r"needs shape \(N, 1, 8, 8\); got \(\d+, 1, 8, 7\)"):
+            ds.map_batches(hdray.Predictor, fn_constructor_args=(digits_model(digits_file),),
+                           concurrency=1, num_cpus=1, batch_size=4).take_all()
