@@ -20,7 +20,7 @@ from ray_support import ATOL, RTOL, ray_or_skip, wait_until
 
 pytestmark = pytest.mark.ray
 
-APP = "digits"
+APP = "digits_test"
 DEPLOYMENT = "HipdnnModel"
 REPLICAS = 2
 RESULT_TIMEOUT_S = 60          # bound on any one reply
@@ -39,10 +39,10 @@ def app(ray_cluster, digits_file):
                                    num_replicas=REPLICAS,
                                    ray_actor_options={"num_cpus": 0.5},
                                    graceful_shutdown_timeout_s=30)
-    handle = serve.run(application, name=APP, route_prefix="/digits",
+    handle = serve.run(application, name=APP, route_prefix="/digits_test",
                        logging_config={"enable_access_log": False, "log_level": "WARNING"})
     try:
-        yield handle, ray_cluster["http"] + "/digits"
+        yield handle, ray_cluster["http"] + "/digits_test"
     finally:
         if APP in serve.status().applications:
             serve.delete(APP)
@@ -214,10 +214,14 @@ def test_replica_counters_reach_rays_metrics_endpoint(app, digits_images):
     ours = _replica_metrics(handle)
     want = {k: float(v["requests"]) for k, v in ours.items()}
     # Ray exports every few seconds: poll (bounded) until the endpoint has caught up.
-    wait_until(lambda: _prometheus("ray_hipdnn_async_requests_total") == want, timeout_s=60,
-               period_s=2.0, what=f"Ray's metrics endpoint to report {want}")
+    def caught_up():
+        got = _prometheus("ray_hipdnn_async_requests_total")
+        return all(got.get(k) == v for k, v in want.items())
+
+    wait_until(caught_up, timeout_s=60, period_s=2.0,
+               what=f"Ray's metrics endpoint to report {want}")
     rows = _prometheus("ray_hipdnn_async_rows_total")
-    assert rows == {k: float(v["rows"]) for k, v in ours.items()}
+    assert {k: rows.get(k) for k in ours} == {k: float(v["rows"]) for k, v in ours.items()}
 
 
 # ---------------------------------------------------------------------------------------
@@ -348,7 +352,9 @@ def test_killed_replica_mid_load_loses_nothing_silently(app, digits_images, digi
     y = np.stack([r.result(timeout_s=RESULT_TIMEOUT_S)
                   for r in [handle.remote(images[i]) for i in range(100)]])
     np.testing.assert_allclose(y, digits_reference[:100], rtol=RTOL, atol=ATOL)
-    assert len(_replica_metrics(handle)) == REPLICAS
+    # The handle's router learns of the new replica on its own schedule: both serve again.
+    wait_until(lambda: len(_replica_metrics(handle, rounds=2)) == REPLICAS, timeout_s=60,
+               what="the handle to route to the new replica")
 
 
 def test_shutdown_drains_requests_in_flight(app, digits_images, digits_reference):
