@@ -253,7 +253,7 @@ class ModelReplica:
         from starlette.responses import JSONResponse, Response
 
         if request.method == "GET":
-            return JSONResponse(self.info())
+            return JSONResponse(self._describe())
         if request.method != "POST":
             return JSONResponse({"error": f"method {request.method} not allowed; POST an "
                                           "array (JSON or .npy), or GET for the model's "
@@ -277,9 +277,14 @@ class ModelReplica:
         return Response(content, media_type=media)
 
     # ------------------------------------------------------------------ inspection
+    # Serve runs a replica's sync methods on its event loop and warns about it once, so the
+    # methods a caller or Serve may call are async.
 
-    def info(self) -> dict:
+    async def info(self) -> dict:
         """What this replica serves: device, model, input it expects, batching, formats."""
+        return self._describe()
+
+    def _describe(self) -> dict:
         i = self._inputs
         return {"model": self._model_name, "device": self.spec,
                 "sample_shape": list(i.sample_shape) if i.sample_shape is not None else None,
@@ -287,17 +292,17 @@ class ModelReplica:
                 "max_batch_size": self.max_batch_size,
                 "formats": [_requests.JSON_MEDIA_TYPE, _requests.NPY_MEDIA_TYPES[0]]}
 
-    def metrics(self) -> dict:
+    async def metrics(self) -> dict:
         """This replica's counters and percentiles, and the model's own ``metrics()``."""
         return self._metrics.snapshot(self._host.model)
 
-    def check_health(self) -> None:
+    async def check_health(self) -> None:
         """Serve's periodic probe: unhealthy (so replaced) once the device or model ended."""
         if self._host.stopped or self._task.done():
             raise DeviceError(f"hipdnn_async.ray: the model on '{self.spec}' has stopped"
                               + (f": {self._host.error!r}" if self._host.error else ""))
 
-    def reconfigure(self, config: dict) -> None:
+    async def reconfigure(self, config: dict) -> None:
         """Serve's ``user_config``: ``max_batch_size`` and/or ``max_delay_ms`` at run time."""
         config = dict(config or {})
         if "max_batch_size" in config:
@@ -311,14 +316,29 @@ class ModelReplica:
             raise GraphError(f"hipdnn_async.ray: user_config keys {sorted(config)} are not "
                              "settings; use max_batch_size, max_delay_ms")
 
-    async def __del__(self):
-        """Close the model (draining its batches), then the device."""
+    def __del__(self):
+        """Close the model (draining its batches), then the device.
+
+        Serve calls this at shutdown, on the replica's event loop, and awaits what it
+        returns: the close. (A sync method returning an awaitable, not an ``async def``,
+        so that a garbage collector's call leaves no coroutine un-awaited.)
+        """
         host, task = getattr(self, "_host", None), getattr(self, "_task", None)
-        if host is None or task is None:
-            return
-        host.stop()
+        if host is None or task is None or getattr(self, "_closing", False):
+            return None
+        self._closing = True
         try:
-            await task
+            loop = asyncio.get_running_loop()
+        except RuntimeError:       # the interpreter is exiting: nothing left to drain into
+            return None
+        if task.get_loop() is not loop:
+            return None
+        host.stop()
+        return self._closed()
+
+    async def _closed(self) -> None:
+        try:
+            await self._task
         except Exception:          # already reported by check_health / the requests
             pass
 
