@@ -15,7 +15,7 @@ import pytest
 import hipdnn_async
 
 PKG = pathlib.Path(hipdnn_async.__file__).parent
-MODULES = ["hipdnn_async.runtime._loader", "hipdnn_async.runtime._gpu",
+MODULES = ["hipdnn_async.runtime._loader", "hipdnn_async.runtime._gpu", "hipdnn_async.runtime._miopen",
            "hipdnn_async.runtime._cudnn"]
 
 

@@ -1,0 +1,268 @@
+"""What our MIOpen and HIP bindings assume about the vendors' ABI, as C++ compile-time checks.
+
+The bindings declare their own C types (``src_pyx/_miopen.pxd``, ``src_pyx/_gpu_api.pxd``)
+and hard-code enum values (the ``_miopen`` module's constants, the HIP runtime's
+constants table), so that they build with no SDK. This module reads all of that from *our*
+side and writes one C++ translation unit that includes the real headers of a ROCm release
+next to our declarations and ``static_assert``s that they agree:
+
+- every constant: our value == the header's enumerator (a table below names the
+  enumerator; constants a header version lacks are checked only where it has them);
+- every mirrored struct: same size, every field at the same offset with the same size
+  (``miopenConvSolution_t`` is 32 bytes, for example);
+- every function of a binding's table: our function-pointer type is ABI-compatible with
+  the header's prototype (same arity; each parameter and the return value of the same
+  class and width; pointers compared through their pointees, ``void`` matching any
+  opaque handle; enums and ints of one size alike).
+
+``build_rocm`` (``_build_rocm.py``) compiles the unit against each header set before it
+builds the fakes, so a wrong declaration fails every contract test of that header set.
+``unchecked_constants`` names public constants of ``_miopen`` no table row checks.
+"""
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import _abi
+
+__all__ = ["MiopenCheck", "MIOPEN_CONSTANTS", "MIOPEN_STRUCTS", "parse_fn_types",
+           "parse_table", "checks_source", "unchecked_constants"]
+
+SRC_PYX = _abi.SRC_PYX
+_MIOPEN = "hipdnn_async.runtime._miopen"
+
+
+@dataclass(frozen=True)
+class MiopenCheck:
+    """``_miopen.<attr>`` must equal the header's ``c_expr`` (from MIOpen ``since`` on)."""
+
+    attr: str
+    c_expr: str
+    since: tuple = (0, 0, 0)
+
+
+# miopen.h (MIOpen 3.4.0, 3.5.1)
+MIOPEN_CONSTANTS = (
+    MiopenCheck("STATUS_SUCCESS", "miopenStatusSuccess"),
+    MiopenCheck("STATUS_NOT_INITIALIZED", "miopenStatusNotInitialized"),
+    MiopenCheck("STATUS_INVALID_VALUE", "miopenStatusInvalidValue"),
+    MiopenCheck("STATUS_BAD_PARM", "miopenStatusBadParm"),
+    MiopenCheck("STATUS_ALLOC_FAILED", "miopenStatusAllocFailed"),
+    MiopenCheck("STATUS_INTERNAL_ERROR", "miopenStatusInternalError"),
+    MiopenCheck("STATUS_NOT_IMPLEMENTED", "miopenStatusNotImplemented"),
+    MiopenCheck("STATUS_UNKNOWN_ERROR", "miopenStatusUnknownError"),
+    MiopenCheck("STATUS_UNSUPPORTED_OP", "miopenStatusUnsupportedOp"),
+    MiopenCheck("STATUS_GPU_OPERATIONS_SKIPPED", "miopenStatusGpuOperationsSkipped"),
+    MiopenCheck("STATUS_VERSION_MISMATCH", "miopenStatusVersionMismatch"),
+    MiopenCheck("DATA_HALF", "miopenHalf"),
+    MiopenCheck("DATA_FLOAT", "miopenFloat"),
+    MiopenCheck("DATA_BFLOAT16", "miopenBFloat16"),
+    MiopenCheck("CONVOLUTION", "miopenConvolution"),
+    MiopenCheck("CONV_ATTRIB_DETERMINISTIC", "MIOPEN_CONVOLUTION_ATTRIB_DETERMINISTIC"),
+    MiopenCheck("ALGO_GEMM", "miopenConvolutionAlgoGEMM"),
+    MiopenCheck("ALGO_DIRECT", "miopenConvolutionAlgoDirect"),
+    MiopenCheck("ALGO_FFT", "miopenConvolutionAlgoFFT"),
+    MiopenCheck("ALGO_WINOGRAD", "miopenConvolutionAlgoWinograd"),
+    MiopenCheck("ALGO_IMPLICIT_GEMM", "miopenConvolutionAlgoImplicitGEMM"),
+    MiopenCheck("CONV_FWD_ALGO_DIRECT", "miopenConvolutionFwdAlgoDirect"),
+    MiopenCheck("PROBLEM_FORWARD", "miopenProblemDirectionForward"),
+    MiopenCheck("PROBLEM_BACKWARD", "miopenProblemDirectionBackward"),
+    MiopenCheck("PROBLEM_BACKWARD_WEIGHTS", "miopenProblemDirectionBackwardWeights"),
+    # our direction numbering is the Find 2.0 one (find_solutions passes it through)
+    MiopenCheck("FORWARD", "miopenProblemDirectionForward"),
+    MiopenCheck("BACKWARD_DATA", "miopenProblemDirectionBackward"),
+    MiopenCheck("BACKWARD_WEIGHTS", "miopenProblemDirectionBackwardWeights"),
+    MiopenCheck("TENSOR_CONV_X", "miopenTensorConvolutionX"),
+    MiopenCheck("TENSOR_CONV_W", "miopenTensorConvolutionW"),
+    MiopenCheck("TENSOR_CONV_Y", "miopenTensorConvolutionY"),
+    MiopenCheck("RESULTS_ORDER_BY_TIME", "miopenFindResultsOrderByTime"),
+    MiopenCheck("VERTICAL_FUSION", "miopenVerticalFusion"),
+    MiopenCheck("ACTIVATION_PASTHRU", "miopenActivationPASTHRU"),
+    MiopenCheck("ACTIVATION_RELU", "miopenActivationRELU"),
+    MiopenCheck("ACTIVATION_CLIPPEDRELU", "miopenActivationCLIPPEDRELU"),
+    MiopenCheck("ACTIVATION_CLAMP", "miopenActivationCLAMP", (3, 5, 0)),
+    MiopenCheck("BN_SPATIAL", "miopenBNSpatial"),
+    MiopenCheck("TENSOR_OP_ADD", "miopenTensorOpAdd"),
+    MiopenCheck("TENSOR_OP_MUL", "miopenTensorOpMul"),
+    MiopenCheck("TUNING_POLICY_NONE", "miopenTuningPolicyNone", (3, 5, 0)),
+    MiopenCheck("TUNING_POLICY_SEARCH", "miopenTuningPolicySearch", (3, 5, 0)),
+)
+
+# our struct (src_pyx) -> (header type, fields the header names alike)
+MIOPEN_STRUCTS = {
+    "ConvSolution": ("miopenConvSolution_t", ("time", "workspace_size", "solution_id", "algorithm")),
+}
+
+_CYTHON_TO_C = {"bint": "int"}
+
+
+def _strip_comments(text: str) -> str:
+    return "\n".join(line.split("#", 1)[0] for line in text.splitlines())
+
+
+_FN_RE = re.compile(r"ctypedef\s+([\w\s\*]+?)\s*\(\s*\*\s*(\w+)\s*\)\s*\(([^)]*)\)\s*noexcept\s+nogil",
+                    re.S)
+
+
+def parse_fn_types(path: Path) -> dict[str, tuple[str, list[str]]]:
+    """``{typedef: (return type, [parameter types])}`` of every function-pointer
+    ``ctypedef`` in a Cython file, as C types."""
+    out = {}
+    for ret, name, args in _FN_RE.findall(_strip_comments(Path(path).read_text())):
+        params = [" ".join(a.split()) for a in args.split(",") if a.strip()]
+        params = [_CYTHON_TO_C.get(p, p) for p in params]
+        if params == ["void"]:
+            params = []
+        out[name] = (" ".join(ret.split()), params)
+    return out
+
+
+def parse_table(struct: str, paths=None) -> list[tuple[str, str]]:
+    """``[(typedef, field)]`` of a binding's table struct (``MiopenFns``, ``RuntimeFns``)."""
+    fields = _abi.parse_structs(paths).get(struct)
+    if fields is None:
+        raise LookupError(f"no struct {struct} in src_pyx")
+    return [(t, f) for t, f, _arr in fields]
+
+
+def _since_guard(since: tuple) -> str:
+    major, minor, patch = since
+    return (f"#if (MIOPEN_VERSION_MAJOR * 10000 + MIOPEN_VERSION_MINOR * 100 + "
+            f"MIOPEN_VERSION_PATCH) >= {major * 10000 + minor * 100 + patch}")
+
+
+_TEMPLATES = r"""
+namespace hd_abi {
+// ABI-compatible types: same class (integral-or-enum / floating / pointer / class) and
+// width; pointers through their pointees, void matching any (opaque handles)
+template <class A, class B, class = void> struct same_impl : std::false_type {};
+template <class A, class B> constexpr bool same_v =
+    same_impl<std::remove_cv_t<A>, std::remove_cv_t<B>>::value;
+template <> struct same_impl<void, void, void> : std::true_type {};
+template <class A, class B>
+struct same_impl<A, B, std::enable_if_t<(std::is_integral_v<A> || std::is_enum_v<A>) &&
+                                        (std::is_integral_v<B> || std::is_enum_v<B>)>>
+    : std::bool_constant<sizeof(A) == sizeof(B)> {};
+template <class A, class B>
+struct same_impl<A, B, std::enable_if_t<std::is_floating_point_v<A> && std::is_floating_point_v<B>>>
+    : std::bool_constant<sizeof(A) == sizeof(B)> {};
+template <class A, class B>
+struct same_impl<A, B, std::enable_if_t<std::is_class_v<A> && std::is_class_v<B>>>
+    : std::bool_constant<sizeof(A) == sizeof(B)> {};
+template <class A, class B>
+struct same_impl<A*, B*, void>
+    : std::bool_constant<std::is_void_v<std::remove_cv_t<A>> || std::is_void_v<std::remove_cv_t<B>> ||
+                         same_v<A, B>> {};
+struct none {};
+template <class F> struct arity;
+template <class R, class... A> struct arity<R (*)(A...)> : std::integral_constant<size_t, sizeof...(A)> {};
+template <class F> struct result;
+template <class R, class... A> struct result<R (*)(A...)> { using type = R; };
+template <size_t I, class F> struct param { using type = none; };
+template <size_t I, class R, class... A> struct param<I, R (*)(A...)> {
+  using type = std::conditional_t<(I < sizeof...(A)),
+                                  std::tuple_element_t<(I < sizeof...(A) ? I : 0), std::tuple<A..., none>>, none>;
+};
+template <size_t I, class F, class G> constexpr bool param_same =
+    same_v<typename param<I, F>::type, typename param<I, G>::type>;
+}  // namespace hd_abi
+"""
+
+
+def _c_string(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _signature_checks(prefix: str, table: list[tuple[str, str]], fn_types: dict,
+                      guards: dict, names: dict | None = None) -> list[str]:
+    """static_asserts of one binding table against the header's prototypes.
+
+    ``names`` maps a field to the C symbol (default ``prefix + field``); ``guards`` a
+    field to a preprocessor condition under which the header declares it."""
+    out = []
+    for typedef, field in table:
+        if typedef not in fn_types:
+            out.append(f"#error {_c_string(f'{field}: no function-pointer ctypedef {typedef}')}")
+            continue
+        sym = (names or {}).get(field, prefix + field)
+        ret, params = fn_types[typedef]
+        guard = guards.get(field)
+        if guard:
+            out.append(guard)
+        ours, theirs = f"ours::{typedef}", f"decltype(&{sym})"
+        out.append(f"static_assert(hd_abi::arity<{theirs}>::value == {len(params)}, "
+                   f"{_c_string(f'{sym}: the header takes a different number of parameters than our {typedef} ({len(params)})')});")
+        out.append(f"static_assert(hd_abi::same_v<hd_abi::result<{theirs}>::type, {ret}>, "
+                   f"{_c_string(f'{sym}: return type differs from our {typedef} ({ret})')});")
+        for i, p in enumerate(params):
+            out.append(f"static_assert(hd_abi::param_same<{i}, {theirs}, {ours}>, "
+                       f"{_c_string(f'{sym}: parameter {i + 1} differs from our {typedef} ({p})')});")
+        if guard:
+            out.append("#endif")
+    return out
+
+
+def _struct_checks(ours_name: str, fields, theirs: str, named: tuple) -> list[str]:
+    tag = f"ours::{ours_name}"
+    out = [f"static_assert(sizeof({tag}) == sizeof({theirs}), "
+           f"{_c_string(f'sizeof(our {ours_name}) != sizeof({theirs})')});"]
+    ours_fields = [f for _t, f, _a in fields]
+    for f in named:
+        if f not in ours_fields:
+            out.append(f"#error {_c_string(f'our {ours_name} lacks field {f} of {theirs}')}")
+            continue
+        out.append(f"static_assert(offsetof({tag}, {f}) == offsetof({theirs}, {f}) && "
+                   f"sizeof((({tag}*)0)->{f}) == sizeof((({theirs}*)0)->{f}), "
+                   f"{_c_string(f'field {f} of our {ours_name} is not where {theirs} has it')});")
+    return out
+
+
+def checks_source() -> str:
+    """The C++ unit checking the MIOpen binding (and, where its tables exist, the HIP
+    runtime's) against the headers it is compiled with."""
+    mod = importlib.import_module(_MIOPEN)
+    lines = ["// generated by tests/contract/hip/_abi_rocm.py: our MIOpen declarations vs the header",
+             "#include <cstddef>", "#include <cstdint>", "#include <tuple>", "#include <type_traits>",
+             "#define MIOPEN_BETA_API 1", "#include <miopen/miopen.h>", "#include <miopen/version.h>",
+             "#include <hip/hip_runtime_api.h>", _TEMPLATES]
+    # our types
+    structs = _abi.parse_structs([SRC_PYX / "_miopen.pxd"])
+    fn_types = parse_fn_types(SRC_PYX / "_miopen.pxd")
+    lines.append("namespace ours {")
+    for name in MIOPEN_STRUCTS:
+        lines.append(f"struct {name} {{")
+        lines.extend(f"  {t} {f}{a};" for t, f, a in structs[name])
+        lines.append("};")
+    for name, (ret, params) in fn_types.items():
+        lines.append(f"typedef {ret} (*{name})({', '.join(params)});")
+    lines.append("}  // namespace ours")
+    # constants
+    for c in MIOPEN_CONSTANTS:
+        value = getattr(mod, c.attr, None)
+        if value is None:
+            lines.append(f"#error {_c_string(f'_miopen.{c.attr} is gone: update tests/contract/hip/_abi_rocm.py')}")
+            continue
+        if c.since != (0, 0, 0):
+            lines.append(_since_guard(c.since))
+        lines.append(f"static_assert((long long)({c.c_expr}) == {int(value)}LL, "
+                     f"{_c_string(f'_miopen.{c.attr} = {value} disagrees with the header: {c.c_expr}')});")
+        if c.since != (0, 0, 0):
+            lines.append("#endif")
+    for ours_name, (theirs, named) in MIOPEN_STRUCTS.items():
+        lines.extend(_struct_checks(ours_name, structs[ours_name], theirs, named))
+    # signatures: the optional entry points exist from the version _miopen.OPTIONAL names
+    guards = {name: _since_guard(since) for name, since in mod.OPTIONAL.items()}
+    lines.extend(_signature_checks("miopen", parse_table("MiopenFns", [SRC_PYX / "_miopen.pxd"]),
+                                   fn_types, guards))
+    return "\n".join(lines) + "\n"
+
+
+def unchecked_constants() -> list[str]:
+    """Public integer constants of ``_miopen`` that no row of MIOPEN_CONSTANTS checks."""
+    mod = importlib.import_module(_MIOPEN)
+    checked = {c.attr for c in MIOPEN_CONSTANTS}
+    return [f"{_MIOPEN}.{name} = {value}" for name, value in vars(mod).items()
+            if re.fullmatch(r"[A-Z][A-Z0-9_]+", name) and type(value) is int and name not in checked]
