@@ -120,9 +120,18 @@ def parse_fn_types(path: Path) -> dict[str, tuple[str, list[str]]]:
     return out
 
 
+def parse_structs(paths) -> dict[str, list[tuple[str, str, str]]]:
+    """``{name: [(c_type, field, array_suffix)]}`` of the struct blocks of ``paths`` (the
+    first definition of each name)."""
+    out = {}
+    for name, found in _abi.parse_structs(paths).items():
+        out[name] = found[0] if found and isinstance(found[0], list) else found
+    return out
+
+
 def parse_table(struct: str, paths=None) -> list[tuple[str, str]]:
     """``[(typedef, field)]`` of a binding's table struct (``MiopenFns``, ``RuntimeFns``)."""
-    fields = _abi.parse_structs(paths).get(struct)
+    fields = parse_structs(paths).get(struct)
     if fields is None:
         raise LookupError(f"no struct {struct} in src_pyx")
     return [(t, f) for t, f, _arr in fields]
@@ -229,7 +238,7 @@ def checks_source() -> str:
              "#define MIOPEN_BETA_API 1", "#include <miopen/miopen.h>", "#include <miopen/version.h>",
              "#include <hip/hip_runtime_api.h>", _TEMPLATES]
     # our types
-    structs = _abi.parse_structs([SRC_PYX / "_miopen.pxd"])
+    structs = parse_structs([SRC_PYX / "_miopen.pxd"])
     fn_types = parse_fn_types(SRC_PYX / "_miopen.pxd")
     lines.append("namespace ours {")
     for name in MIOPEN_STRUCTS:
