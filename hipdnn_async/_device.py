@@ -16,7 +16,7 @@ try:
 except ImportError:  # NumPy < 1.25
     from numpy import TooHardError
 
-from . import _knobs, _perfdb
+from . import _capture, _knobs, _perfdb
 from ._errors import DECLINE_TYPES, DeviceError, GraphError, NotSupportedError, VariantPackError
 from ._layout import dense_strides_like
 from ._types import as_data_type, numpy_dtype
@@ -200,6 +200,39 @@ class Device:
         launch to the completion event)."""
         with self._stats_lock:
             return {k: dict(v) for k, v in self._plan_stats.items()}
+
+    def capture(self, stream=None) -> "_capture.Step":
+        """Record plan executions on one stream, to replay them as one launch.
+
+        ::
+
+            async with dev.capture() as step:    # records, runs nothing
+                plan_a.submit(vp_a)
+                plan_b.submit(vp_b)
+            await step.replay()                  # one launch of all that was recorded
+            step.close()
+
+        Parameters
+        ----------
+        stream : Stream or int, optional
+            The stream to record and replay on; default the least loaded when the block
+            is entered.
+
+        Returns
+        -------
+        Step
+            Use as ``async with`` / ``with``; then ``await step.replay()``,
+            ``step.replay_sync()``, ``step.submit()`` (the handle at once),
+            ``step.recapture()`` (record again: new buffers) and ``step.close()``.
+
+        Notes
+        -----
+        The buffers named at capture are the ones every replay reads and writes: copy new
+        inputs into them. On a GPU a step is a CUDA/HIP graph (one launch, one completion
+        event per replay); on the CPU the recorded executions run in order as one work
+        item. See ``hipdnn_async._capture``.
+        """
+        return _capture.Step(self, stream)
 
     # -- memory --------------------------------------------------------------------------
     def empty(self, dims, dtype, *, layout: str | None = None, strides=None):
@@ -561,8 +594,8 @@ class ExecutionPlan:
                     "no buffer; call set_output(True) on it before building to get it back")
         return f"execute: variant pack key {key!r} names no tensor of graph '{self.graph.name}'"
 
-    def _work(self, variant_pack, workspace):
-        buffers, ws = self._bind(variant_pack, workspace)
+    def _runner(self, buffers: dict, ws):
+        """The work-item function of one execution with bound ``buffers`` / ``ws``."""
         pplan, device, pattern = self._pplan, self.device, self.pattern
 
         def run():
@@ -570,7 +603,11 @@ class ExecutionPlan:
             pplan.run(buffers, ws)
             device._record_execution(pattern, (time.perf_counter() - t0) * 1e3)
 
-        return run, (buffers, ws, variant_pack)
+        return run
+
+    def _work(self, variant_pack, workspace):
+        buffers, ws = self._bind(variant_pack, workspace)
+        return self._runner(buffers, ws), (buffers, ws, variant_pack)
 
     # -- execution -----------------------------------------------------------------------
     def submit(self, variant_pack: Mapping, *, workspace=None, stream=None):
@@ -586,15 +623,28 @@ class ExecutionPlan:
         VariantPackError
             Missing, virtual or mismatched buffers (raised here, before enqueueing).
         DeviceError
-            The device is closed, or ``stream`` is not one of its streams.
+            The device is closed, or ``stream`` is not one of its streams (or, inside
+            ``dev.capture()``, not the step's stream).
+
+        Notes
+        -----
+        Inside ``dev.capture()`` the execution is bound and recorded, not run: the
+        handle is complete at once.
         """
+        step = _capture.active_step(self.device)
+        if step is not None:
+            return step._record(self, variant_pack, workspace, stream)
         fn, keep = self._work(variant_pack, workspace)
         return self.device._pool.submit_now(fn, keepalive=keep, label=self._label,
                                             stream=self.device._stream(stream))
 
     async def enqueue(self, variant_pack: Mapping, *, workspace=None, stream=None):
         """As ``submit``, but first wait (asynchronously, cancellably) while the stream has
-        ``max_inflight`` executions in flight: backpressure for producers."""
+        ``max_inflight`` executions in flight: backpressure for producers (inside
+        ``dev.capture()``: recorded, as ``submit``)."""
+        step = _capture.active_step(self.device)
+        if step is not None:
+            return step._record(self, variant_pack, workspace, stream)
         fn, keep = self._work(variant_pack, workspace)
         return await self.device._pool.submit(fn, keepalive=keep, label=self._label,
                                               stream=self.device._stream(stream))
@@ -629,12 +679,18 @@ class ExecutionPlan:
         it is enqueued: it runs to completion and writes its outputs, and the library
         keeps every buffer of the variant pack alive until then. Use
         ``await dev.synchronize()`` before reusing the buffers of a cancelled execution.
+        Inside ``dev.capture()`` the execution is recorded and this returns at once.
         """
         handle = await self.enqueue(variant_pack, workspace=workspace, stream=stream)
         await handle
 
     def execute_sync(self, variant_pack: Mapping, *, workspace=None, stream=None) -> None:
-        """Blocking ``execute`` for threads without an event loop (same path)."""
+        """Blocking ``execute`` for threads without an event loop (same path; inside
+        ``dev.capture()``: recorded)."""
+        step = _capture.active_step(self.device)
+        if step is not None:
+            step._record(self, variant_pack, workspace, stream)
+            return
         fn, keep = self._work(variant_pack, workspace)
         self.device._pool.submit_blocking(fn, keepalive=keep, label=self._label,
                                           stream=self.device._stream(stream)).result()

@@ -11,6 +11,7 @@ vendor event and calls ``item._finish(value, error)`` when it completes; ``recor
 from __future__ import annotations
 
 import collections
+import functools
 import queue
 import threading
 import time
@@ -22,7 +23,7 @@ from .._errors import DeviceError
 from ._completion import Completion
 from ._metrics import Histogram
 
-__all__ = ["StreamBackend", "CpuStreamBackend", "Stream", "Event"]
+__all__ = ["StreamBackend", "CpuStreamBackend", "Stream", "Event", "SequenceReplay"]
 
 
 # ==================================================================== backends
@@ -51,9 +52,50 @@ class StreamBackend:
         """Make items launched after this call wait until ``marker`` (another stream's) is done."""
         self.launch(Completion(marker.wait, label="wait_event", _control=True))
 
+    def capture(self, fns: tuple, *, previous=None):
+        """A work-item function that turns ``fns`` (work-item functions, in order) into one
+        replayable unit of this stream, and returns it when run by :meth:`launch`.
+
+        The unit has ``launcher()`` (the work-item function of one replay, made at
+        submission) and ``close()`` (replays submitted before it still run). The default replays by calling ``fns`` in order (a host backend);
+        ``previous`` is the unit being recaptured (closed here: a host sequence has
+        nothing to update in place).
+        """
+        if previous is not None:
+            previous.close()
+        return lambda: SequenceReplay(fns)
+
     def close(self) -> None:
         """Finish every launched item, then release the backend; idempotent."""
         raise NotImplementedError
+
+
+class SequenceReplay:
+    """Recorded work-item functions run in order as one item (a host stream's replay).
+
+    :meth:`launcher` gives the work-item function of one replay, bound to the
+    recording at that moment, so a replay submitted before :meth:`close` still runs.
+    """
+
+    __slots__ = ("_fns",)
+
+    def __init__(self, fns: tuple):
+        self._fns = tuple(fns)
+
+    def launcher(self):
+        """The work-item function of one replay."""
+        fns = self._fns
+        if fns is None:
+            raise DeviceError("replay of a closed capture step")
+        return functools.partial(_run_in_order, fns)
+
+    def close(self) -> None:
+        self._fns = None
+
+
+def _run_in_order(fns: tuple) -> None:
+    for fn in fns:
+        fn()
 
 
 _STOP = object()
