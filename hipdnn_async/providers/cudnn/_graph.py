@@ -33,7 +33,7 @@ from ... import _knobs, _perfdb
 from ..._errors import KnobError, NotSupportedError
 from ..._types import DataType
 from ...patterns import Pattern
-from ...runtime import GpuArray, _gpu, load_cuda
+from ...runtime import GpuArray, _gpu, load_vendor
 from .._base import Engine, ProviderEngine, engine_id
 from . import _graph_ir, _graph_lower, _graph_plan
 
@@ -75,10 +75,10 @@ def backend():
                                 f"({exc}); run `pip install -e .`") from None
     ok, why = be.available()
     if not ok and be.loaded_path() is None:
-        state = load_cuda()
-        if not state.get("ok"):
-            raise NotSupportedError(f"{CUDNN_GRAPH_ENGINE}: {state.get('reason')}")
-        be.load(_library(state["cudnn"].path))
+        state = load_vendor("cuda")
+        if not state.ok:
+            raise NotSupportedError(f"{CUDNN_GRAPH_ENGINE}: {state.reason}")
+        be.load(_library(state.dnn.path))
         ok, why = be.available()
     if not ok:
         raise NotSupportedError(f"{CUDNN_GRAPH_ENGINE}: {why}")
