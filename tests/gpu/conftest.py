@@ -37,8 +37,10 @@ def _engine_params():
     out = []
     for spec in gpu_specs():
         names = engine_names(spec)
-        out += [pytest.param((spec, name, i == 0), id=f"{spec}-{name}")
-                for i, name in enumerate(names)]
+        # engine None: dev.build's own choice, which must take every case; each named
+        # engine may decline a case (it is then skipped for that engine, with the reason)
+        out.append(pytest.param((spec, None, True), id=f"{spec}-auto"))
+        out += [pytest.param((spec, name, False), id=f"{spec}-{name}") for name in names]
     return out or [pytest.param(None, id="no-gpu")]
 
 
@@ -58,8 +60,9 @@ def gpu_device(request):
 
 @pytest.fixture(scope="module", params=_engine_params())
 def gpu_engine_device(request):
-    """(device, engine name, is the default engine) for every GPU device and every
-    engine of its provider; the device is shared by a test module."""
+    """(device, engine name or None, whether the case must run) for every GPU device:
+    once with the device's own engine choice (None, must run), then with every engine of
+    its provider by name (may decline); the device is shared by a test module."""
     if request.param is None:
         pytest.skip(NO_GPU)
     spec, engine, default = request.param

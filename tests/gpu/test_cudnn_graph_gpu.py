@@ -98,9 +98,17 @@ def test_pattern_on_each_cudnn_engine(gpu_module_device, monkeypatch, engine, pa
                                           ("float32", "NCHW")])
 def test_graph_engine_computes_asymmetric_padding(gpu_module_device, monkeypatch, shape,
                                                   direction, dtype, layout):
-    """The graph engine expresses pre and post padding directly: never a decline."""
+    """The graph engine expresses pre and post padding directly: never a decline, except
+    FLOAT wgrad, which it leaves to the legacy engine for accuracy (see _graph.py's
+    ranks_after_legacy) and which the legacy engine cannot pad asymmetrically: a
+    NotSupportedError naming both reasons."""
     real_run = Harness.run
     monkeypatch.setattr(Harness, "run", lambda self, dev, **kw: real_run(self, dev, engine=GRAPH))
+    if direction == "wgrad" and dtype == "float32":
+        with pytest.raises(hd.NotSupportedError, match="FLOAT weight gradients"):
+            _conv_shape_case(gpu_module_device, ASYMMETRIC[shape], shape, direction, dtype,
+                             layout)
+        return
     h, got, want, limits = _conv_shape_case(gpu_module_device, ASYMMETRIC[shape], shape,
                                             direction, dtype, layout)
     assert h.plan.engine.name == GRAPH

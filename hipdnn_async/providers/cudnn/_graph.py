@@ -33,7 +33,7 @@ from ... import _knobs, _perfdb
 from ..._errors import KnobError, NotSupportedError
 from ..._types import DataType
 from ...patterns import Pattern
-from ...runtime import GpuArray, _gpu, load_vendor
+from ...runtime import GpuArray, load_vendor
 from .._base import Engine, ProviderEngine, engine_id
 from . import _graph_ir, _graph_lower, _graph_plan
 
@@ -311,21 +311,22 @@ class CudnnGraphEngine:
         ptrs = {r: a.ptr for r, a in bufs.items()}
         with b.lock:
             handle = b.handle()
-            start, end = _gpu.event_create(0), _gpu.event_create(0)
+            rt = b.context.runtime
+            start, end = rt.event_create(0), rt.event_create(0)  # 0: timing enabled
             try:
                 pack = plan.pointers(ptrs, ws.ptr)
                 cudnn_ws = ws.ptr if plan._cudnn_ws else 0
                 for _ in range(2):
                     plan._be.execute(handle, plan.plan, plan._uids, pack, cudnn_ws)
-                _gpu.event_record(start, b.stream)
+                rt.event_record(start, b.stream)
                 for _ in range(_BENCH_RUNS):
                     plan._be.execute(handle, plan.plan, plan._uids, pack, cudnn_ws)
-                _gpu.event_record(end, b.stream)
-                _gpu.event_synchronize(end)
-                return _gpu.event_elapsed_time(start, end) / _BENCH_RUNS
+                rt.event_record(end, b.stream)
+                rt.event_synchronize(end)
+                return rt.event_elapsed_time(start, end) / _BENCH_RUNS
             finally:
-                _gpu.event_destroy(start)
-                _gpu.event_destroy(end)
+                rt.event_destroy(start)
+                rt.event_destroy(end)
 
     # ------------------------------------------------------------------ perf db
     def _key(self, match, bench: bool, allow_tf32: bool, limit) -> _perfdb.PerfKey:
