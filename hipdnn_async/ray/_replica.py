@@ -34,7 +34,7 @@ from . import _requests
 from ._deps import require_ray
 from ._metrics import ReplicaMetrics
 from ._requests import HttpError, ModelInputs
-from ._session import ModelHost, parse_device, worker_device
+from ._session import ModelHost, _assigned_gpus, parse_device, worker_device
 
 __all__ = ["deployment", "ModelReplica"]
 
@@ -281,12 +281,14 @@ class ModelReplica:
     # methods a caller or Serve may call are async.
 
     async def info(self) -> dict:
-        """What this replica serves: device, model, input it expects, batching, formats."""
+        """What this replica serves: device (and the GPU ids Ray assigned), model, the input
+        it expects, batching, formats."""
         return self._describe()
 
     def _describe(self) -> dict:
         i = self._inputs
         return {"model": self._model_name, "device": self.spec,
+                "ray_gpu_ids": [str(g) for g in _assigned_gpus()],
                 "sample_shape": list(i.sample_shape) if i.sample_shape is not None else None,
                 "dtype": str(i.dtype) if i.dtype is not None else None,
                 "max_batch_size": self.max_batch_size,
