@@ -9,17 +9,32 @@ provider takes as ``tests/gpu/test_patterns_gpu.py`` does).
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 
 import numpy as np
 
 from ._fakes import FakeControl
 
-__all__ = ["control", "tensor_facts", "node_facts", "pattern_case", "plan_facts"]
+__all__ = ["control", "quiet_gc", "tensor_facts", "node_facts", "pattern_case", "plan_facts"]
 
 
 def control() -> FakeControl:
     return FakeControl(os.environ["HIPDNN_ASYNC_CUDART"])
+
+
+@contextlib.contextmanager
+def quiet_gc():
+    """Collect earlier scenarios' garbage now and pause the cyclic collector: descriptors
+    of a previous plan destroyed by a collection in the middle of an execution would read
+    as that execution's calls."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def tensor_facts(graph) -> dict:
@@ -84,15 +99,16 @@ def pattern_case(pattern: str, dtype: str, layout: str, *, executions: int = 2, 
         checks = tp.PATTERNS[pattern](h, rank_of(layout), rng)
         h._alloc_outputs()
         h.g.validate()
-        ctl.clear()
-        ctl.mark("build")
-        plan = dev.build_sync(h.g, knobs=knobs)
-        ctl.mark("stage")
-        staged = h.stage(dev)
-        for i in range(executions):
-            ctl.mark(f"exec{i}")
-            plan.execute_sync(staged, stream=stream)
-        ctl.mark("read")
+        with quiet_gc():
+            ctl.clear()
+            ctl.mark("build")
+            plan = dev.build_sync(h.g, knobs=knobs)
+            ctl.mark("stage")
+            staged = h.stage(dev)
+            for i in range(executions):
+                ctl.mark(f"exec{i}")
+                plan.execute_sync(staged, stream=stream)
+            ctl.mark("read")
         got = {name: staged[name].to_numpy_sync() for name in h.outputs}
         ctl.mark("end")
         result = {"plan": plan_facts(plan), "tensors": tensor_facts(h.g), "nodes": node_facts(h.g),
@@ -101,3 +117,268 @@ def pattern_case(pattern: str, dtype: str, layout: str, *, executions: int = 2, 
     result["log"] = ctl.log()
     result["violations"] = ctl.violations()
     return result
+
+
+def _error_facts(exc) -> dict:
+    return {"error": exc, "type": type(exc).__name__,
+            "mro": [c.__name__ for c in type(exc).__mro__], "message": str(exc),
+            "fields": {k: getattr(exc, k, None) for k in
+                       ("status", "status_name", "call", "library", "vendor_message", "code")}}
+
+
+def error_case(pattern: str, dtype: str, layout: str, *, inject, phase: str = "build",
+               then_run: bool = True, knobs=None) -> dict:
+    """Inject failures (``[(function, status, nth, count)]``) before the build
+    (``phase="build"``) or before the first execution (``"exec"``); report the error
+    (``error``: the exception itself, or None) and, with ``then_run``, whether a
+    clean execution afterwards gives the oracle's results (``checks``)."""
+    import hipdnn_async as hd
+    from oracle._cases import DTYPES, LAYOUTS, Harness, rank_of
+
+    tp = _oracle_for_gpu()
+    ctl = control()
+    rng = np.random.default_rng([7, sorted(tp.PATTERNS).index(pattern), DTYPES.index(dtype),
+                                 LAYOUTS.index(layout)])
+    result = {"error": None, "plan": None, "checks": []}
+    with hd.Device("cuda:0") as dev:
+        h = Harness(dtype, layout, name=f"contract_err_{pattern}")
+        checks = tp.PATTERNS[pattern](h, rank_of(layout), rng)
+        h._alloc_outputs()
+        h.g.validate()
+        ctl.clear()
+        ctl.clear_injections()
+
+        def arm():
+            for fn, status, nth, count in inject:
+                ctl.inject(fn, status, nth=nth, count=count)
+        try:
+            if phase == "build":
+                arm()
+            ctl.mark("build")
+            plan = dev.build_sync(h.g, knobs=knobs)
+            result["plan"] = plan_facts(plan)
+            staged = h.stage(dev)
+            if phase == "exec":
+                arm()
+            ctl.mark("exec0")
+            plan.execute_sync(staged, stream=0)
+        except Exception as exc:  # noqa: BLE001 - reported to the test
+            result.update(_error_facts(exc))
+        ctl.clear_injections()
+        if then_run and result["plan"] is not None:
+            staged = h.stage(dev)
+            ctl.mark("exec1")
+            plan.execute_sync(staged, stream=0)
+            got = {name: staged[name].to_numpy_sync() for name in h.outputs}
+            result["checks"] = [(n, got[n], w, tol) for n, w, tol in checks]
+        ctl.mark("read")
+    result["log"] = ctl.log()
+    result["violations"] = ctl.violations()
+    return result
+
+
+def _conv_graph(hd, direction="fprop", dtype="float32", x=(2, 4, 7, 6), w=(5, 4, 3, 3), pad=1):
+    """A small convolution graph of the public API: (graph, x or dy, w or x, output)."""
+    from oracle import _reference as ref
+    g = hd.Graph(name=f"contract_{direction}", io_data_type=dtype,
+                 compute_data_type=hd.DataType.FLOAT)
+    y_dims = ref.conv_out_dims(x, w, (pad, pad), (pad, pad), (1, 1), (1, 1))
+    if direction == "fprop":
+        a, b = g.tensor(dims=x, name="x"), g.tensor(dims=w, name="w")
+        out = g.conv_fprop(a, b, padding=pad)
+    elif direction == "dgrad":
+        a, b = g.tensor(dims=y_dims, name="dy"), g.tensor(dims=w, name="w")
+        out = g.conv_dgrad(a, b, dx_dims=x, padding=pad)
+    else:
+        a, b = g.tensor(dims=y_dims, name="dy"), g.tensor(dims=x, name="x")
+        out = g.conv_wgrad(a, b, dw_dims=w, padding=pad)
+    out.set_output(True).set_name("out")
+    return g, a, b, out
+
+
+def knob_case(direction: str, knobs: dict, *, builds: int = 1) -> dict:
+    """Build a small convolution ``builds`` times, each in a new Device, with ``knobs``;
+    returns per build its plan facts (or the error) and its slice of the log."""
+    import hipdnn_async as hd
+    ctl = control()
+    ctl.clear()
+    out = []
+    for i in range(builds):
+        g = _conv_graph(hd, direction)[0]
+        with hd.Device("cuda:0") as dev:
+            ctl.mark(f"build{i}")
+            try:
+                out.append({"plan": plan_facts(dev.build_sync(g, knobs=knobs)), "error": None})
+            except Exception as exc:  # noqa: BLE001 - reported to the test
+                out.append(dict(_error_facts(exc), plan=None))
+            ctl.mark(f"built{i}")
+    log = ctl.log()
+    from ._fakes import between
+    for i, b in enumerate(out):
+        b["log"] = between(log, f"build{i}", f"built{i}")
+    return {"builds": out, "violations": ctl.violations()}
+
+
+def _conv_inputs(rng, x, w, dtype=np.float32):
+    return rng.uniform(-1, 1, x).astype(dtype), rng.uniform(-1, 1, w).astype(dtype)
+
+
+def queue_case(backend: str = "asyncio", n: int = 5, cancel_after_s: float | None = None) -> dict:
+    """``n`` executions of one conv plan submitted at once on stream 0 (``plan.submit``),
+    each with its own input and output; with ``cancel_after_s``, the awaiting task of the
+    first is cancelled that soon and its input arrays dropped at once. Returns outputs,
+    their float64 references and the log."""
+    import anyio
+    import hipdnn_async as hd
+    from oracle import _reference as ref
+
+    ctl = control()
+    rng = np.random.default_rng(3)
+    result = {}
+
+    async def main():
+        async with hd.Device("cuda:0") as dev:
+            g, xt, wt, yt = _conv_graph(hd)
+            plan = await dev.build(g)
+            packs, wants, outs = [], [], []
+            for _ in range(n):
+                xs, ws = _conv_inputs(rng, xt.dims, wt.dims)
+                wants.append(ref.conv_fprop(xs, ws, pre=1, post=1))
+                X, W = await dev.asarray(xs), await dev.asarray(ws)
+                Y = dev.empty(yt.dims, np.float32)
+                packs.append({xt: X, wt: W, yt: Y})
+                outs.append(Y)
+            ctl.clear()
+            ctl.mark("submit")
+            cancelled = None
+            if cancel_after_s is not None:
+                first = packs.pop(0)
+                with anyio.move_on_after(cancel_after_s) as scope:
+                    await plan.execute(first, stream=0)
+                cancelled = scope.cancelled_caught
+                del first          # our last references to its inputs and output wrapper
+            handles = [plan.submit(p, stream=0) for p in packs]
+            del packs
+            for h in handles:
+                await h
+            await dev.synchronize()
+            ctl.mark("done")
+            result["cancelled"] = cancelled
+            result["outputs"] = [await y.to_numpy() for y in outs]
+            result["wants"] = wants
+        result["log"] = ctl.log()
+        result["violations"] = ctl.violations()
+    anyio.run(main, backend=backend)
+    return result
+
+
+def cross_stream_case(wait: bool = True) -> dict:
+    """conv on stream 0 writes y; a second conv on stream 1 reads it after
+    ``streams[1].wait_event(streams[0].record_event())`` (or without the wait)."""
+    import hipdnn_async as hd
+    from oracle import _reference as ref
+
+    ctl = control()
+    rng = np.random.default_rng(5)
+    with hd.Device("cuda:0", streams=2) as dev:
+        g1, x1, w1, y1 = _conv_graph(hd, x=(1, 2, 6, 6), w=(2, 2, 3, 3))
+        g2, x2, w2, y2 = _conv_graph(hd, x=(1, 2, 6, 6), w=(2, 2, 3, 3))
+        p1, p2 = dev.build_sync(g1), dev.build_sync(g2)
+        xs, ws = _conv_inputs(rng, x1.dims, w1.dims)
+        vs = rng.uniform(-1, 1, w2.dims).astype(np.float32)
+        X, W, V = dev.empty(x1.dims, np.float32), dev.empty(w1.dims, np.float32), dev.empty(w2.dims, np.float32)
+        X.copy_from(xs), W.copy_from(ws), V.copy_from(vs)
+        Y, Z = dev.empty(y1.dims, np.float32), dev.empty(y2.dims, np.float32)
+        Y.copy_from(np.zeros(y1.dims, np.float32))
+        ctl.clear()
+        ctl.mark("start")
+        h1 = p1.submit({x1: X, w1: W, y1: Y}, stream=0)
+        if wait:
+            dev.streams[1].wait_event(dev.streams[0].record_event())
+        h2 = p2.submit({x2: Y, w2: V, y2: Z}, stream=1)
+        h2.result()
+        h1.result()
+        got = Z.to_numpy_sync()
+        want = ref.conv_fprop(ref.conv_fprop(xs, ws, pre=1, post=1), vs, pre=1, post=1)
+    return {"got": got, "want": want, "log": ctl.log(), "violations": ctl.violations()}
+
+
+def capture_case() -> dict:
+    """Two conv plans with different workspaces, built first, then executed for the first
+    time on streams that have run nothing: the executions' log slices."""
+    import hipdnn_async as hd
+    ctl = control()
+    rng = np.random.default_rng(9)
+    with hd.Device("cuda:0", streams=2) as dev:
+        small = _conv_graph(hd, x=(1, 2, 5, 5), w=(2, 2, 3, 3))
+        big = _conv_graph(hd, x=(2, 8, 9, 9), w=(8, 8, 3, 3))
+        plans = [dev.build_sync(small[0]), dev.build_sync(big[0])]
+        packs = []
+        for (g, xt, wt, yt) in (small, big):
+            xs, ws = _conv_inputs(rng, xt.dims, wt.dims)
+            X, W = dev.empty(xt.dims, np.float32), dev.empty(wt.dims, np.float32)
+            X.copy_from(xs), W.copy_from(ws)
+            packs.append({xt: X, wt: W, yt: dev.empty(yt.dims, np.float32)})
+        with quiet_gc():
+            ctl.clear()
+            for label, i, stream in (("small_s1", 0, 1), ("small_s0", 0, 0), ("big_s0", 1, 0)):
+                ctl.mark(label)
+                plans[i].execute_sync(packs[i], stream=stream)
+            ctl.mark("end")
+        sizes = [p.workspace_size for p in plans]
+    return {"log": ctl.log(), "workspace_sizes": sizes, "violations": ctl.violations()}
+
+
+def runtime_case() -> dict:
+    """The runtime layer through the public API: device discovery, Device start-up calls,
+    ``await dev.asarray`` of a channels-last array, and variant packs the binder must
+    refuse (host memory as a NumPy array and as an int pointer)."""
+    import anyio
+    import hipdnn_async as hd
+
+    ctl = control()
+    ctl.clear()
+    out = {"devices": hd.devices()}
+    ctl.mark("open")
+    with hd.Device("cuda:0") as dev:
+        ctl.mark("opened")
+        a = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
+        nhwc = np.ascontiguousarray(a.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+        ctl.mark("asarray")
+        arr = anyio.run(dev.asarray, nhwc)
+        ctl.mark("read")
+        out.update(strides=tuple(arr.strides), dims=tuple(arr.dims), ptr=int(arr.ptr),
+                   nbytes=int(arr.nbytes), back=arr.to_numpy_sync(), want=a)
+        g, xt, wt, yt = _conv_graph(hd)
+        plan = dev.build_sync(g)
+        X, W = dev.empty(xt.dims, np.float32), dev.empty(wt.dims, np.float32)
+        host = np.zeros(yt.dims, np.float32)
+        ctl.mark("execute")
+        plan.execute_sync({xt: X, wt: W, yt: dev.empty(yt.dims, np.float32)})
+        errors = {}
+        ctl.mark("bind")
+        for label, buf in (("numpy", host), ("host_int", int(host.ctypes.data))):
+            try:
+                plan.execute_sync({xt: X, wt: W, yt: buf})
+                errors[label] = None
+            except Exception as exc:  # noqa: BLE001 - reported to the test
+                errors[label] = _error_facts(exc)
+        out["errors"] = errors
+        out["host_ptr"] = int(host.ctypes.data)
+        ctl.mark("close")
+    ctl.mark("closed")
+    out["log"] = ctl.log()
+    out["violations"] = ctl.violations()
+    return out
+
+
+def no_device_case() -> dict:
+    """What the public API says when the runtime sees no GPU."""
+    import hipdnn_async as hd
+    out = {"devices": hd.devices()}
+    try:
+        hd.Device("cuda:0")
+        out["error"] = None
+    except Exception as exc:  # noqa: BLE001 - reported to the test
+        out.update(_error_facts(exc))
+    return out

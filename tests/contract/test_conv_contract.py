@@ -79,5 +79,6 @@ def test_conv_calls_and_results(fake_gpu, hdr, direction, dtype, layout):
         # the plan's work goes on a compute stream; an event on that stream marks completion
         ev = calls(records, "cudaEventRecord")
         assert ev and ev[-1]["stream"] == r["stream"] and ev[-1]["seq"] > r["seq"]
+    assert_no_setup(exec_calls(log, 0), "execution 0 (first on its stream)", cold=True)
     assert_no_setup(exec_calls(log, 1), "execution 1 (steady state)")
     assert_results(case)

@@ -98,6 +98,7 @@ def test_results_and_call_sequence(cases, hdr, pattern, dtype, layout):
     for i in range(2):
         got = dnn_names(exec_calls(case["log"], i))
         assert got == want, f"execution {i} of {pattern} {dtype} {layout}: {got}, expected {want}"
+    assert_no_setup(exec_calls(case["log"], 0), f"{pattern} execution 0 (cold stream)", cold=True)
     assert_no_setup(exec_calls(case["log"], 1), f"{pattern} execution 1 (warm stream)")
     # every enqueued call succeeded and ran on the stream the execution used
     records = [r for r in exec_calls(case["log"], 1) if r["fn"] in want]

@@ -1,0 +1,81 @@
+"""Knobs on the fake cuDNN: global.workspace_size_limit picks within the limit or is a
+KnobError below every candidate; global.benchmarking runs cuDNN's Find once, takes the
+fastest allowed result and remembers it in the perf db, so a later build finds nothing.
+The candidates and timings are the fake's own answers, read from the same log."""
+from __future__ import annotations
+
+import pytest
+
+import hipdnn_async as hd
+
+from . import _scenarios
+from ._expect import ALGOS, TRANSFORMS, algo_name, expected_algorithm
+from ._fakes import calls
+
+LIMIT = "global.workspace_size_limit"
+HEUR = {"fprop": "cudnnGetConvolutionForwardAlgorithm_v7",
+        "dgrad": "cudnnGetConvolutionBackwardDataAlgorithm_v7"}
+DIRECTION = {"fprop": 0, "dgrad": 1}
+
+
+def build(fake_gpu, direction, knobs, builds=1):
+    r = fake_gpu.call(_scenarios.knob_case, direction, knobs, builds=builds)
+    assert r["violations"] == 0
+    return r["builds"]
+
+
+def candidates(hdr, perf, direction):
+    """The heuristic entries the policy may take (FLOAT I/O)."""
+    return [e for e in perf if e["status"] == 0 and e["determinism"] == hdr.CUDNN_DETERMINISTIC
+            and algo_name(hdr, direction, e["algo"]) not in TRANSFORMS]
+
+
+@pytest.mark.parametrize("direction", ["fprop", "dgrad"])
+def test_default_build_asks_heuristics_once_and_never_finds(fake_gpu, direction):
+    b = build(fake_gpu, direction, {})[0]
+    assert b["error"] is None, b.get("message")
+    assert len(calls(b["log"], HEUR[direction])) == 1
+    assert not calls(b["log"], "cudnnFind*")
+
+
+def test_workspace_limit_takes_the_best_candidate_within_it(fake_gpu, hdr):
+    first = build(fake_gpu, "fprop", {})[0]
+    perf = calls(first["log"], HEUR["fprop"])[0]["perf"]
+    default = expected_algorithm(hdr, perf, 0, True)
+    assert first["plan"]["algorithm"] == default["name"]
+    limit = default["memory"] - 1
+    assert limit >= min(e["memory"] for e in candidates(hdr, perf, 0)), "the fake offers no smaller one"
+    b = build(fake_gpu, "fprop", {LIMIT: limit})[0]
+    assert b["error"] is None, b.get("message")
+    want = expected_algorithm(hdr, perf, 0, True, limit=limit)
+    assert b["plan"]["algorithm"] == want["name"] != default["name"]
+    assert b["plan"]["workspace_size"] <= limit
+
+
+def test_workspace_limit_below_every_candidate_is_a_knob_error(fake_gpu, hdr):
+    first = build(fake_gpu, "dgrad", {})[0]
+    perf = calls(first["log"], HEUR["dgrad"])[0]["perf"]
+    smallest = min(e["memory"] for e in candidates(hdr, perf, 1))
+    assert smallest > 0, "the fake's dgrad candidates need workspace"
+    b = build(fake_gpu, "dgrad", {LIMIT: smallest - 1})[0]
+    assert isinstance(b["error"], hd.KnobError), b.get("mro")
+    assert LIMIT in b["message"] and str(smallest - 1) in b["message"]
+
+
+def test_benchmarking_finds_once_and_remembers(fake_gpu, hdr):
+    first, second = build(fake_gpu, "fprop", {"global.benchmarking": 1}, builds=2)
+    assert first["error"] is None and second["error"] is None
+    finds = calls(first["log"], "cudnnFindConvolutionForwardAlgorithmEx")
+    assert len(finds) == 1, "Find must run once per build of a new problem"
+    perf = calls(first["log"], HEUR["fprop"])[0]["perf"]
+    allowed = {e["algo"] for e in candidates(hdr, perf, 0)}
+    fastest = next(e for e in finds[0]["perf"] if e["status"] == 0 and e["algo"] in allowed
+                   and e["mathType"] in (hdr.CUDNN_DEFAULT_MATH, hdr.CUDNN_FMA_MATH))
+    assert first["plan"]["algorithm"] == algo_name(hdr, 0, fastest["algo"])
+    assert first["plan"]["benchmarked"] and not first["plan"]["perfdb_hit"]
+    heuristic = expected_algorithm(hdr, perf, 0, True)
+    assert fastest["algo"] != heuristic["algo"], "the fake's timings should differ from its heuristic order"
+    # the second build, in a new Device, reads the perf db: no Find
+    assert not calls(second["log"], "cudnnFind*")
+    assert second["plan"]["perfdb_hit"] and second["plan"]["algorithm"] == first["plan"]["algorithm"]
+    assert ALGOS  # names come from cudnn_cnn.h via _expect
