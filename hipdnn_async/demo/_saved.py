@@ -247,10 +247,12 @@ class DigitsModel:
         import hipdnn_async as hd
         if self._stack is None:
             raise hd.DeviceError("DigitsModel: not open; use 'async with model:'")
-        h = self.normalise(images)
-        if h.ndim != 4 or h.shape[1:] != self.sample_shape or len(h) < 1:
+        raw = np.asarray(images)
+        if raw.dtype.kind not in "iuf" or raw.ndim != 4 or raw.shape[1:] != self.sample_shape \
+                or len(raw) < 1:
             raise hd.VariantPackError(f"DigitsModel: images need dims (N, 1, 8, 8) with "
-                                      f"N >= 1; got {h.shape}")
+                                      f"N >= 1, ints or floats; got {raw.dtype} {raw.shape}")
+        h = self.normalise(raw)
         for batcher in self._stages:
             h = await batcher(h)
         logits = h.reshape(len(h), _CLASSES)

@@ -102,6 +102,8 @@ def test_digits_model_equals_local_plans_on_the_cpu(digits_file, digits_images):
                 got = await model(images[:100])          # split into 16-row batches
                 with pytest.raises(hd.VariantPackError, match=r"\(N, 1, 8, 8\)"):
                     await model(images[:2, :, :4])
+                with pytest.raises(hd.VariantPackError, match="got <U1"):
+                    await model(np.full((1, 1, 8, 8), "a"))
                 m = model.metrics()
             return got, m
 
