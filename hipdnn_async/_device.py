@@ -27,6 +27,7 @@ from .patterns import match as match_pattern
 from .providers._base import Engine
 from .providers._registry import available_devices, parse_spec, provider_for
 from .queues import StreamPool
+from .queues._pool import MAX_STREAMS
 
 __all__ = ["Device", "ExecutionPlan", "devices", "engines", "stats"]
 
@@ -85,7 +86,8 @@ class Device:
     spec : str
         Device spec; ``"gpu:N"`` picks whichever GPU runtime is present.
     streams : int, optional
-        Number of streams (CPU: worker threads). Default: sized to the machine.
+        Number of streams (CPU: worker threads), 1 to 256 (``queues.MAX_STREAMS``).
+        Default: sized to the machine.
     max_inflight : int, optional
         Submissions allowed in flight per stream before ``submit`` waits (backpressure).
     perfdb : PerfDb or str or None
@@ -109,8 +111,8 @@ class Device:
         self.provider = provider_for(kind, index)
         # "gpu:N" resolves to the runtime that serves it ("cuda:N")
         self.spec = "cpu" if kind == "cpu" else getattr(self.provider, "spec", f"{kind}:{index}")
-        if isinstance(perfdb, (str, os.PathLike)):
-            perfdb = _perfdb.PerfDb(os.fspath(perfdb))
+        if isinstance(perfdb, (str, bytes, os.PathLike)):
+            perfdb = _perfdb.PerfDb(perfdb)
         elif perfdb is not None and not isinstance(perfdb, _perfdb.PerfDb):
             raise DeviceError(f"Device('{spec}'): perfdb must be a PerfDb, a path or None; got "
                               f"{type(perfdb).__name__}", code="INVALID_VALUE")
@@ -119,6 +121,10 @@ class Device:
             if value is not None and (type(value) is not int or value < 1):
                 raise DeviceError(f"Device('{spec}'): {what} = {value!r}; need an int >= 1",
                                   code="INVALID_VALUE")
+        if streams is not None and streams > MAX_STREAMS:
+            raise DeviceError(f"Device('{spec}'): streams = {streams}; at most {MAX_STREAMS} "
+                              "streams per device (each is a worker thread or a GPU stream; "
+                              f"this machine has {os.cpu_count()} cores)", code="INVALID_VALUE")
         try:
             self._pool = StreamPool(self.spec, n_streams=streams, max_inflight=max_inflight,
                                     backend_factory=_backend_factory(self.provider))

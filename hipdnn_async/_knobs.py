@@ -8,17 +8,17 @@ completed with defaults, so the two APIs share a single code path.
 The ``global.*`` names and the benchmarking override variable follow hipDNN
 (``hipdnn_plugin_sdk/GlobalKnobDefines.hpp``, ``HD/docs/Environment.md``).
 
-This module imports only ``_errors`` (and the stdlib).
+This module imports only ``_errors`` and ``_log`` (and the stdlib).
 """
 from __future__ import annotations
 
-import logging
 import numbers
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ._errors import KnobError
+from ._log import warn_bad_env
 
 __all__ = [
     "Knob",
@@ -34,7 +34,6 @@ __all__ = [
     "apply_forced_benchmarking",
 ]
 
-_logger = logging.getLogger("hipdnn_async")
 
 # hipdnn_plugin_sdk::BENCHMARKING_KNOB_NAME / WORKSPACE_SIZE_LIMIT_KNOB_NAME.
 BENCHMARKING = "global.benchmarking"
@@ -271,16 +270,14 @@ def resolve_knobs(knobs: Sequence[Knob], settings=None, *, engine_name: str) -> 
 # Environment override of global.benchmarking
 # ---------------------------------------------------------------------------
 
-_warned_env: set[tuple[str, str]] = set()
-
-
 def forced_benchmarking() -> bool | None:
     """Return the benchmarking override from the environment, read on every call.
 
     ``HIPDNN_ASYNC_FORCE_BENCHMARKING`` is read first, then hipDNN's
     ``HIPDNN_FORCE_BENCHMARKING``. Accepted (case-insensitive): 1, true, on, yes,
     enable, enabled -> True; 0, false, off, no, disable, disabled -> False. An
-    unrecognised value is logged once (logger ``hipdnn_async``) and ignored.
+    unrecognised value is a ``RuntimeWarning`` once per process and value (also logged,
+    logger ``hipdnn_async``), naming the accepted values, and is ignored.
 
     Returns
     -------
@@ -296,10 +293,8 @@ def forced_benchmarking() -> bool | None:
             return True
         if word in _FALSE_WORDS:
             return False
-        if (name, raw) not in _warned_env:
-            _warned_env.add((name, raw))
-            _logger.warning("%s=%r is not one of 1/true/on/yes/enable(d) or "
-                            "0/false/off/no/disable(d); ignored", name, raw)
+        warn_bad_env(name, raw, "1, true, on, yes, enable, enabled (benchmark) or 0, false, "
+                     "off, no, disable, disabled (do not)", "ignored (the knob decides)")
     return None
 
 

@@ -21,8 +21,10 @@ import logging
 import os
 import sys
 import threading
+import warnings
 
-__all__ = ["logger", "configure_from_env", "LOG_LEVEL_ENV", "LOG_FILE_ENV", "OFF"]
+__all__ = ["logger", "configure_from_env", "warn_bad_env", "LOG_LEVEL_ENV", "LOG_FILE_ENV",
+           "OFF"]
 
 logger = logging.getLogger("hipdnn_async")
 
@@ -46,6 +48,33 @@ _FORMAT = "%(asctime)s hipdnn_async %(levelname)s [%(process)d:%(threadName)s] %
 _lock = threading.Lock()
 _handler: logging.Handler | None = None
 _config: tuple | None = None
+_warned_env: set = set()
+_warned_lock = threading.Lock()
+
+
+def warn_bad_env(name: str, value: str, accepted: str, effect: str, *,
+                 import_safe: bool = False) -> None:
+    """Warn once per process that ``$name`` holds ``value``, which is not accepted.
+
+    A ``RuntimeWarning`` (shown on stderr by default, whatever the logging level, and
+    filterable with the ``warnings`` module), also logged on the ``hipdnn_async`` logger.
+    The message names the variable, the value, the accepted values and what happens
+    instead (``effect``). With ``import_safe`` (the import-time logging setup) a warnings
+    filter of ``error`` prints the message on stderr instead of failing the import.
+    """
+    with _warned_lock:
+        if (name, value) in _warned_env:
+            return
+        _warned_env.add((name, value))
+    msg = f"hipdnn_async: {name}={value!r} is not one of {accepted}; {effect}"
+    if logger.hasHandlers():   # else logging's last-resort handler would print it twice
+        logger.warning("%s", msg)
+    try:
+        warnings.warn(msg, RuntimeWarning, stacklevel=3)
+    except Warning:
+        if not import_safe:
+            raise
+        sys.stderr.write(msg + "\n")
 
 
 def configure_from_env() -> int:
@@ -58,9 +87,10 @@ def configure_from_env() -> int:
 
     Notes
     -----
-    An unrecognised level word, or a log file that cannot be opened, is reported
-    once on stderr and treated as ``off`` / stderr respectively; importing the
-    package never fails because of the logging environment.
+    An unrecognised level word is a ``RuntimeWarning`` once (``warn_bad_env``, naming
+    the accepted words) and treated as ``off``; a log file that cannot be opened is
+    reported on stderr and logging goes to stderr. Importing the package never fails
+    because of the logging environment.
     """
     global _handler, _config
     word = os.environ.get(LOG_LEVEL_ENV, "off").strip().lower() or "off"
@@ -70,9 +100,9 @@ def configure_from_env() -> int:
         if (word, path) == _config and (level == OFF or _handler in logger.handlers):
             return logger.level
         if level is None:
-            sys.stderr.write(f"hipdnn_async: {LOG_LEVEL_ENV}={word!r} is not one of "
-                             f"{', '.join(sorted(set(_LEVELS) - {'none', '0'}))}; "
-                             "logging stays off\n")
+            warn_bad_env(LOG_LEVEL_ENV, os.environ.get(LOG_LEVEL_ENV, ""),
+                         ", ".join(sorted(set(_LEVELS) - {"none", "0"})),
+                         "logging stays off", import_safe=True)
             level = OFF
         if _handler is not None:
             logger.removeHandler(_handler)

@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass, field
 
 from ._device import Device, engines
-from ._errors import HipdnnError, KnobError, NotSupportedError
+from ._errors import GraphError, KnobError, NotSupportedError
 from ._knobs import KnobSetting, resolve_knobs
 from .graph._graph import set_lowering
 
@@ -37,8 +37,8 @@ class _State:
 def _state(graph, step: str) -> _State:
     st = getattr(graph, "_lowering_state", None)
     if st is None:
-        raise HipdnnError(f"{step}: call build_operation_graph(device) first",
-                          code="ATTRIBUTE_NOT_SET")
+        raise GraphError(f"{step}: call build_operation_graph(device) first",
+                         code="ATTRIBUTE_NOT_SET")
     return st
 
 
@@ -111,7 +111,7 @@ def build_plans(graph) -> None:
 def _plan(graph, step):
     st = _state(graph, step)
     if st.plan is None:
-        raise HipdnnError(f"{step}: call build_plans() first", code="ATTRIBUTE_NOT_SET")
+        raise GraphError(f"{step}: call build_plans() first", code="ATTRIBUTE_NOT_SET")
     return st.plan
 
 

@@ -34,14 +34,16 @@ import logging
 import math
 import numbers
 import os
+import pathlib
 import random
 import sqlite3
+import stat
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
 
-from ._errors import HipdnnError
+from ._errors import DeviceError
 
 try:  # POSIX advisory lock, used only around repair of a broken file.
     import fcntl
@@ -84,6 +86,11 @@ _STR_FIELDS = ("provider", "engine", "library_versions", "device", "problem", "a
 # Schema 1 (hipdnn_async 0.1.0): the same columns without ``engine``.
 _SCHEMA1_FIELDS = tuple(f for f in _FIELDS if f != "engine")
 
+# Our SQLite application_id (``PRAGMA application_id``, bytes 68-71 of the file header,
+# https://www.sqlite.org/fileformat.html#application_id): "hDNA". A file carrying it is
+# ours without opening it; one carrying another non-zero id is another program's.
+_APPLICATION_ID = 0x68444E41
+
 _SCHEMA = f"""
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE perf (
@@ -100,6 +107,7 @@ CREATE TABLE perf (
     PRIMARY KEY (provider, engine, library_versions, device, problem, workspace_limit)
 );
 PRAGMA user_version = {SCHEMA_VERSION};
+PRAGMA application_id = {_APPLICATION_ID};
 """
 
 # SQLite primary result codes (sqlite3.h).
@@ -110,30 +118,36 @@ _SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
 # Keys and records
 # ---------------------------------------------------------------------------
 
+def _error(message: str) -> DeviceError:
+    """The perf db's error for a bad argument, file or entry: a DeviceError (the perf db
+    is part of a device's configuration, as ``Device(perfdb=...)``), code INVALID_VALUE."""
+    return DeviceError(message, code="INVALID_VALUE")
+
+
 def _check_str(owner: str, name: str, value) -> str:
     if not isinstance(value, str):
-        raise HipdnnError(f"{owner}: field '{name}' must be a str; got "
-                          f"{type(value).__name__} {value!r}")
+        raise _error(f"{owner}: field '{name}' must be a str; got "
+                     f"{type(value).__name__} {value!r}")
     return value
 
 
 def _check_int(owner: str, name: str, value) -> int:
     if isinstance(value, bool) or not hasattr(value, "__index__"):
-        raise HipdnnError(f"{owner}: field '{name}' must be an int; got "
-                          f"{type(value).__name__} {value!r}")
+        raise _error(f"{owner}: field '{name}' must be an int; got "
+                     f"{type(value).__name__} {value!r}")
     value = int(value)
     if value < 0:
-        raise HipdnnError(f"{owner}: field '{name}' must be >= 0; got {value}")
+        raise _error(f"{owner}: field '{name}' must be >= 0; got {value}")
     return value
 
 
 def _check_float(owner: str, name: str, value) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise HipdnnError(f"{owner}: field '{name}' must be a number; got "
-                          f"{type(value).__name__} {value!r}")
+        raise _error(f"{owner}: field '{name}' must be a number; got "
+                     f"{type(value).__name__} {value!r}")
     value = float(value)
     if not math.isfinite(value) or value < 0:
-        raise HipdnnError(f"{owner}: field '{name}' must be finite and >= 0; got {value}")
+        raise _error(f"{owner}: field '{name}' must be finite and >= 0; got {value}")
     return value
 
 
@@ -291,11 +305,56 @@ def _write_txn(conn: sqlite3.Connection, fn):
 
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
+_SIDE_SUFFIXES = ("-wal", "-shm", "-journal")
 
 
 def _ro_uri(path: str) -> str:
-    """A read-only SQLite URI for ``path`` (``?`` and ``#`` escaped)."""
-    return "file:" + path.replace("?", "%3f").replace("#", "%23") + "?mode=ro"
+    """A read-only, immutable SQLite URI for the absolute ``path``.
+
+    The whole path is percent-encoded (``pathlib``'s ``as_uri``: ``%``, ``?``, ``#``,
+    spaces, non-ASCII), so the probe opens exactly this file; ``immutable=1`` takes no
+    locks and creates no ``-wal``/``-shm``/``-journal`` beside it (sqlite.org/uri.html).
+    """
+    return pathlib.Path(path).as_uri() + "?mode=ro&immutable=1"
+
+
+def _file_kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _read_head(path: str, n: int = 100) -> bytes | None:
+    """The first ``n`` bytes of a regular file, or None (missing, unreadable, or not a
+    regular file: a FIFO is opened non-blocking and refused by fstat, never read)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, n)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _regular_or_missing(path: str, what: str) -> None:
+    """Raise _Unusable when ``path`` exists and is not a regular file (never opened)."""
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):   # the directory checks say why
+        return
+    except OSError as exc:
+        raise _Unusable(f"cannot stat {what} {path!r} ({exc.strerror or exc})")
+    if not stat.S_ISREG(st.st_mode):
+        raise _Unusable(f"{what} {path!r} is {_file_kind(st.st_mode)}, not a regular file; "
+                        "it is not opened")
 
 
 def _builtin_default() -> str:
@@ -367,10 +426,12 @@ class PerfDb:
     def __init__(self, path: str | os.PathLike | None = None):
         if path is None:
             path = default_path()
-        if not isinstance(path, (str, os.PathLike)):
-            raise HipdnnError(f"PerfDb: path must be a str or os.PathLike; got "
-                              f"{type(path).__name__}")
-        path = os.fspath(path)
+        if not isinstance(path, (str, bytes, os.PathLike)):
+            raise _error(f"PerfDb: path must be a str, bytes or os.PathLike; got "
+                         f"{type(path).__name__} {path!r}")
+        path = os.fsdecode(path)
+        if not path or "\x00" in path:
+            raise _error(f"PerfDb: path {path!r} is empty or holds a NUL character")
         self.path: str = path if path == _MEMORY else os.path.abspath(os.path.expanduser(path))
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
@@ -418,8 +479,15 @@ class PerfDb:
 
     def _check_location(self) -> None:
         path = self.path
-        if os.path.isdir(path):
-            raise _Unusable("the path is a directory")
+        # A FIFO would block the open (every build, `hipdnn-async info`), a device such as
+        # /dev/null would get a -journal beside it: refuse both before opening anything.
+        _regular_or_missing(path, "the file")
+        for suffix in _SIDE_SUFFIXES:
+            _regular_or_missing(path + suffix, "its side file")
+        if not os.path.exists(path) and not self._our_name() and any(
+                os.path.lexists(path + suffix) for suffix in _SIDE_SUFFIXES):
+            raise _Unusable("the file is missing but side files (-wal/-shm/-journal) of "
+                            "another db are beside it; they are left untouched")
         parent = os.path.dirname(path) or "."
         try:
             os.makedirs(parent, exist_ok=True)
@@ -437,8 +505,7 @@ class PerfDb:
         if not os.path.isfile(self.path):
             return
         try:
-            conn = sqlite3.connect(_ro_uri(self.path) + "&immutable=1", uri=True,
-                                   isolation_level=None)
+            conn = sqlite3.connect(_ro_uri(self.path), uri=True, isolation_level=None)
             try:
                 version = conn.execute("PRAGMA user_version").fetchone()[0]
                 if version in (1, SCHEMA_VERSION):
@@ -448,28 +515,40 @@ class PerfDb:
         except sqlite3.Error:
             self._seed = []
 
+    def _our_name(self) -> bool:
+        """The built-in default path or a ``*.sqlite3`` name: what this library creates."""
+        return self.path == _builtin_default() or self.path.endswith(".sqlite3")
+
     def _foreign(self) -> str | None:
         """Why an existing file is not ours and must be left untouched, or None.
 
-        Ours, and repaired when damaged: a SQLite file with this library's ``meta``
-        format (or one too damaged to read its schema), and a non-SQLite file at the
-        built-in default path or named ``*.sqlite3``. Anything else (a JSON export,
-        another application's db, /etc/passwd) is never moved or written.
+        Decided from the file's first 100 bytes and, for a SQLite file without our
+        ``application_id``, an immutable read-only probe (no locks, no side files):
+
+        - empty: ours (SQLite starts a new db in it);
+        - SQLite with our application_id, or with our ``meta`` format: ours;
+        - SQLite with another application_id, with tables but not our ``meta`` format, or
+          with no tables at all (e.g. only a ``user_version``; we never leave a file so):
+          another program's, never written;
+        - not SQLite, or SQLite too damaged to read: ours (and repaired: moved aside)
+          only under our own names (:meth:`_our_name`); anything else (a JSON export,
+          /etc/passwd) is left alone.
         """
-        try:
-            with open(self.path, "rb") as f:
-                head = f.read(16)
-        except OSError:
+        head = _read_head(self.path)
+        if head is None:
             return None                      # missing or unreadable: handled elsewhere
         if not head:
             return None                      # empty: SQLite starts a new db in it
-        if head != _SQLITE_MAGIC:
-            # Repairable only under our own names: the built-in default path or *.sqlite3
-            # (what we create); a path from $HIPDNN_ASYNC_PERFDB or --db gets no benefit
-            # of the doubt.
-            if self.path == _builtin_default() or self.path.endswith(".sqlite3"):
+        if head[:16] != _SQLITE_MAGIC:
+            if self._our_name():
                 return None
             return "not a SQLite file (a perf db was expected here)"
+        if len(head) == 100:
+            app_id = int.from_bytes(head[68:72], "big")
+            if app_id == _APPLICATION_ID:
+                return None
+            if app_id:
+                return f"a SQLite db of another application (application_id {app_id:#x})"
         try:
             conn = sqlite3.connect(_ro_uri(self.path), uri=True, isolation_level=None)
             try:
@@ -479,13 +558,19 @@ class PerfDb:
                 if "meta" in tables:
                     row = conn.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
                     fmt = row[0] if row else None
+                version = conn.execute("PRAGMA user_version").fetchone()[0]
             finally:
                 conn.close()
-        except sqlite3.Error:
-            return None                      # too damaged to tell: treat as ours
-        if tables and fmt != _FORMAT:
+        except sqlite3.Error:                # too damaged to tell
+            if self._our_name():
+                return None
+            return "a SQLite file too damaged to read (not known to be a perf db)"
+        if fmt == _FORMAT:
+            return None
+        if tables:
             return f"a SQLite db of another application (tables {sorted(tables)})"
-        return None
+        return (f"a SQLite db of another application (no tables, user_version {version}; "
+                "content may sit in its -wal)")
 
     def _open_file(self) -> sqlite3.Connection:
         self._check_location()
@@ -561,6 +646,8 @@ class PerfDb:
             cols = [r[1] for r in conn.execute("PRAGMA table_info(perf)")]
             if cols != list(_FIELDS):
                 raise _Broken(f"table 'perf' has columns {cols}; expected {list(_FIELDS)}")
+            if conn.execute("PRAGMA application_id").fetchone()[0] == 0:  # made before ids
+                conn.execute(f"PRAGMA application_id = {_APPLICATION_ID}")
 
         _retry_busy(lambda: _write_txn(conn, check))
 
@@ -676,7 +763,7 @@ class PerfDb:
             the engine that was its provider's single engine when schema 1 was written.
         """
         if not isinstance(key, PerfKey):
-            raise HipdnnError(f"PerfDb.lookup: key must be a PerfKey; got {type(key).__name__}")
+            raise _error(f"PerfDb.lookup: key must be a PerfKey; got {type(key).__name__}")
         args = tuple(getattr(key, f) for f in _KEY_FIELDS)
         where = " AND ".join(f"{f} = ?" for f in _KEY_FIELDS if f != "engine")
         others = args[:1] + args[2:]
@@ -699,7 +786,7 @@ class PerfDb:
         if row is not None:
             try:
                 record = PerfRecord(*row)
-            except HipdnnError as exc:   # a row some other tool wrote: treat as a miss
+            except DeviceError as exc:   # a row some other tool wrote: treat as a miss
                 _warn_once(("badrow", self.path), "perf db %s: ignoring an invalid "
                            "entry (%s)", self.path, exc)
         count("perfdb_misses" if record is None else "perfdb_hits")
@@ -708,8 +795,8 @@ class PerfDb:
     def store(self, key: PerfKey, record: PerfRecord) -> None:
         """Insert or replace the record for ``key`` (the last store wins)."""
         if not isinstance(key, PerfKey) or not isinstance(record, PerfRecord):
-            raise HipdnnError(f"PerfDb.store: need a PerfKey and a PerfRecord; got "
-                              f"{type(key).__name__}, {type(record).__name__}")
+            raise _error(f"PerfDb.store: need a PerfKey and a PerfRecord; got "
+                         f"{type(key).__name__}, {type(record).__name__}")
         row = tuple(getattr(key, f) for f in _KEY_FIELDS) + \
             tuple(getattr(record, f) for f in _RECORD_FIELDS)
         self._run("store", lambda conn: _write_txn(conn, lambda c: _upsert(c, [row])),
@@ -736,16 +823,21 @@ class PerfDb:
             conn, lambda c: c.execute("DELETE FROM perf").rowcount), default=0)
 
     def export_json(self, path: str | os.PathLike) -> int:
-        """Write every entry to a JSON file (atomically); return the number written."""
-        path = os.fspath(path)
+        """Write every entry to a JSON file (atomically); return the number written.
+
+        The file is replaced by a rename, so an existing target must be a regular file
+        (a symlink is followed: the link stays and its target is rewritten); a FIFO, a
+        device or a directory is refused, and so is a SQLite file (the db itself?).
+        """
+        path = os.path.realpath(os.fsdecode(path))
         try:
-            with open(path, "rb") as f:
-                head = f.read(16)
-        except OSError:
-            head = b""
-        if head == _SQLITE_MAGIC or (self.path != _MEMORY and os.path.abspath(path) == self.path):
-            raise HipdnnError(f"PerfDb.export_json: {path!r} is a SQLite database (the perf db "
-                              "itself?); refusing to overwrite it with JSON")
+            _regular_or_missing(path, "export target")
+        except _Unusable as exc:
+            raise _error(f"PerfDb.export_json: {exc}; export to a regular file") from None
+        head = (_read_head(path, 16) or b"")
+        if head == _SQLITE_MAGIC or (self.path != _MEMORY and path == self.path):
+            raise _error(f"PerfDb.export_json: {path!r} is a SQLite database (the perf db "
+                         "itself?); refusing to overwrite it with JSON")
         entries = self.entries()
         doc = {"format": _FORMAT, "version": SCHEMA_VERSION, "entries": entries}
         tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
@@ -757,8 +849,8 @@ class PerfDb:
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.remove(tmp)
-            raise HipdnnError(f"PerfDb.export_json: cannot write {path!r}: "
-                              f"{exc.strerror or exc}") from exc
+            raise _error(f"PerfDb.export_json: cannot write {path!r}: "
+                         f"{exc.strerror or exc}") from exc
         return len(entries)
 
     def import_json(self, path: str | os.PathLike) -> int:
@@ -774,20 +866,24 @@ class PerfDb:
 
         Raises
         ------
-        HipdnnError
+        DeviceError
             Code ``INVALID_VALUE``: the file cannot be read, is not JSON, is not a perf
             db export, or an entry has a missing, extra or mistyped field (the message
             names the file, the entry index and the field).
         """
-        path = os.fspath(path)
+        path = os.fsdecode(path)
         where = f"PerfDb.import_json: {path!r}"
+        try:
+            _regular_or_missing(path, "import source")
+        except _Unusable as exc:   # a FIFO would block the read
+            raise _error(f"PerfDb.import_json: {exc}; import from a regular file") from None
         try:
             with open(path, encoding="utf-8") as f:
                 doc = json.load(f)
         except OSError as exc:
-            raise HipdnnError(f"{where}: cannot read ({exc.strerror or exc})") from exc
+            raise _error(f"{where}: cannot read ({exc.strerror or exc})") from exc
         except (ValueError, UnicodeDecodeError) as exc:
-            raise HipdnnError(f"{where}: not valid JSON ({exc})") from exc
+            raise _error(f"{where}: not valid JSON ({exc})") from exc
         rows = _validate_export(doc, where)
         if rows:
             self._run("import", lambda conn: _write_txn(
@@ -826,32 +922,32 @@ def _validate_export(doc, where: str) -> list[tuple]:
     """Check an export document field by field; return rows in column order."""
     if isinstance(doc, dict) and set(doc) == {"format", "version", "entries"}:
         if doc["format"] != _FORMAT:
-            raise HipdnnError(f"{where}: field 'format' must be {_FORMAT!r}; "
-                              f"got {doc['format']!r}")
+            raise _error(f"{where}: field 'format' must be {_FORMAT!r}; "
+                         f"got {doc['format']!r}")
         if doc["version"] not in (1, SCHEMA_VERSION) or isinstance(doc["version"], bool):
-            raise HipdnnError(f"{where}: field 'version' must be 1 or {SCHEMA_VERSION}; "
-                              f"got {doc['version']!r}")
+            raise _error(f"{where}: field 'version' must be 1 or {SCHEMA_VERSION}; "
+                         f"got {doc['version']!r}")
         # a schema-1 export has no engine: its entries import as schema-1 entries
         fields = _SCHEMA1_FIELDS if doc["version"] == 1 else _FIELDS
         entries = doc["entries"]
         if not isinstance(entries, list):
-            raise HipdnnError(f"{where}: field 'entries' must be a list; "
-                              f"got {type(entries).__name__}")
+            raise _error(f"{where}: field 'entries' must be a list; "
+                         f"got {type(entries).__name__}")
     else:
         got = sorted(doc) if isinstance(doc, dict) else type(doc).__name__
-        raise HipdnnError(f"{where}: not a perf db export; need an object with fields "
-                          f"'format', 'version', 'entries'; got {got}")
+        raise _error(f"{where}: not a perf db export; need an object with fields "
+                     f"'format', 'version', 'entries'; got {got}")
     rows = []
     for i, e in enumerate(entries):
         at = f"{where}: entry {i}"
         if not isinstance(e, dict):
-            raise HipdnnError(f"{at}: must be an object; got {type(e).__name__}")
+            raise _error(f"{at}: must be an object; got {type(e).__name__}")
         missing = [f for f in fields if f not in e]
         extra = sorted(set(e) - set(fields))
         if missing:
-            raise HipdnnError(f"{at}: missing field '{missing[0]}'")
+            raise _error(f"{at}: missing field '{missing[0]}'")
         if extra:
-            raise HipdnnError(f"{at}: unknown field '{extra[0]}'")
+            raise _error(f"{at}: unknown field '{extra[0]}'")
         row = []
         for f in _FIELDS:
             v = e.get(f, SCHEMA1_ENGINE)      # only "engine" can be absent (schema 1)
@@ -867,7 +963,7 @@ def _validate_export(doc, where: str) -> list[tuple]:
                 want = "a finite number >= 0"
                 v = float(v) if ok else v
             if not ok:
-                raise HipdnnError(f"{at}: field '{f}' must be {want}; got {v!r}")
+                raise _error(f"{at}: field '{f}' must be {want}; got {v!r}")
             row.append(v)
         rows.append(tuple(row))
     return rows

@@ -1,6 +1,7 @@
 """The demo (hipdnn_async.demo): its host math against peers, its network against PyTorch
 float64 autograd, the gradient check's teeth, and one end-to-end run through ``main``."""
 import io
+import os
 import json
 import sys
 
@@ -271,6 +272,22 @@ def test_parse_args_defaults_and_rejections():
         with pytest.raises(SystemExit) as exc:
             parse_args(bad)
         assert exc.value.code == 2, bad
+
+
+@pytest.mark.parametrize("bad, says", [(["--seed", "-1"], "--seed must be an int in [0, 4294967295]"),
+                                       (["--seed", str(2 ** 32)], "--seed must be"),
+                                       (["--lr", "1e308"], "finite float32")])
+def test_bad_seed_and_lr_are_clear_messages_not_tracebacks(bad, says):
+    """Issue 10 item 9: `--seed -1` ended in a raw scikit-learn traceback."""
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "hipdnn_async", "demo", "--quiet", *bad],
+                       capture_output=True, text=True, timeout=120,
+                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert r.returncode == 2 and says in r.stderr, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
+    cfg, _ = parse_args(["--seed", str(2 ** 32 - 1)])     # the largest scikit-learn takes
+    assert cfg.seed == 2 ** 32 - 1
 
 
 class _Stream(io.StringIO):

@@ -15,6 +15,9 @@ from ._common import DemoConfig, DemoError
 __all__ = ["main", "run", "parse_args"]
 
 _GRADCHECK_BATCH = 4
+# scikit-learn's random_state takes [0, 2**32 - 1] (sklearn.utils.check_random_state);
+# NumPy's default_rng(seed + 1) any int >= 0.
+_MAX_SEED = 2 ** 32 - 1
 
 
 # matplotlib's Agg/PDF/SVG/PS writers (matplotlib.backend_bases.FigureCanvasBase filetypes)
@@ -34,7 +37,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[DemoConfig, argparse.Name
                    help=f"training batch size, default {d.batch_size}")
     p.add_argument("--device", default=d.device,
                    help="cpu (default), gpu:N, cuda:N or hip:N")
-    p.add_argument("--seed", type=int, default=d.seed, help="split, weights and batch order")
+    p.add_argument("--seed", type=int, default=d.seed,
+                   help=f"split, weights and batch order, 0 to {_MAX_SEED}")
     p.add_argument("--benchmarking", action="store_true",
                    help="build every plan with global.benchmarking=1 (tuned once, kept in "
                         "the perf db)")
@@ -62,10 +66,12 @@ def parse_args(argv: list[str] | None = None) -> tuple[DemoConfig, argparse.Name
     if a.batch_size < 2:
         p.error(f"--batch-size must be >= 2 (batchnorm training needs two values per "
                 f"channel); got {a.batch_size}")
+    if not 0 <= a.seed <= _MAX_SEED:
+        p.error(f"--seed must be an int in [0, {_MAX_SEED}]; got {a.seed}")
     if not 0.0 <= a.min_accuracy <= 1.0:
         p.error(f"--min-accuracy is a fraction in [0, 1]; got {a.min_accuracy}")
-    if not (a.lr > 0 and a.lr < float("inf")):
-        p.error(f"--lr must be a finite number > 0; got {a.lr}")
+    if not (a.lr > 0 and a.lr <= float(np.finfo(np.float32).max)):  # SGD runs in float32
+        p.error(f"--lr must be a finite float32 number > 0; got {a.lr}")
     for flag, path in (("--json", a.json), ("--plot", a.plot), ("--save", a.save)):
         folder = os.path.dirname(os.path.abspath(path)) if path else None
         if folder and not (os.path.isdir(folder) and os.access(folder, os.W_OK)):

@@ -14,9 +14,13 @@ from ._completion import Completion
 from ._metrics import Histogram
 from ._stream import Stream, StreamBackend
 
-__all__ = ["StreamPool", "DEFAULT_MAX_INFLIGHT"]
+__all__ = ["StreamPool", "DEFAULT_MAX_INFLIGHT", "MAX_STREAMS"]
 
 DEFAULT_MAX_INFLIGHT = 64  # work items in flight per stream before submit waits
+# Streams per device at most. A CPU stream is a worker thread (and a GPU stream a vendor
+# stream, handle, workspace and completion thread): 20,000 of them (issue 10) exhaust the
+# process long before they help; 256 is far beyond any core count they could use.
+MAX_STREAMS = 256
 
 
 def _default_n_streams() -> int:
@@ -31,7 +35,8 @@ class StreamPool:
     device_name : str
         The device, e.g. ``"cpu"``; streams are named ``"<device_name>:s<i>"``.
     n_streams : int, optional
-        Number of streams, >= 1. Default ``min(4, os.cpu_count())``, at least 2.
+        Number of streams, 1 to ``MAX_STREAMS`` (256). Default ``min(4, os.cpu_count())``,
+        at least 2.
     max_inflight : int, optional
         Work items submitted and not completed per stream before ``submit`` waits, >= 1.
         Default 64.
@@ -42,7 +47,7 @@ class StreamPool:
     Raises
     ------
     ValueError
-        ``n_streams`` or ``max_inflight`` < 1.
+        ``n_streams`` outside [1, 256] or ``max_inflight`` < 1.
 
     Notes
     -----
@@ -55,9 +60,9 @@ class StreamPool:
             n_streams = _default_n_streams()
         if max_inflight is None:
             max_inflight = DEFAULT_MAX_INFLIGHT
-        if int(n_streams) != n_streams or n_streams < 1:
+        if int(n_streams) != n_streams or not 1 <= n_streams <= MAX_STREAMS:
             raise ValueError(f"StreamPool '{device_name}': n_streams = {n_streams!r}; "
-                             "need an int >= 1")
+                             f"need an int in [1, {MAX_STREAMS}]")
         if int(max_inflight) != max_inflight or max_inflight < 1:
             raise ValueError(f"StreamPool '{device_name}': max_inflight = {max_inflight!r}; "
                              "need an int >= 1")

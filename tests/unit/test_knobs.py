@@ -221,11 +221,15 @@ def test_read_on_every_call(monkeypatch):
 
 
 def test_bad_value_warns_once_and_is_ignored(monkeypatch, caplog):
+    """Issue 10 item 9: an unknown value used to be logged only (logging is off by
+    default, so: silent). Now a RuntimeWarning, once, naming the accepted values."""
     monkeypatch.setenv("HIPDNN_ASYNC_FORCE_BENCHMARKING", "maybe-7f3a")
     monkeypatch.setenv("HIPDNN_FORCE_BENCHMARKING", "yes")
     with caplog.at_level(logging.WARNING, logger="hipdnn_async"):
-        assert forced_benchmarking() is True      # falls through to the next variable
-        assert forced_benchmarking() is True
+        with pytest.warns(RuntimeWarning, match="maybe-7f3a.*1, true, on.*0, false, off") as w:
+            assert forced_benchmarking() is True      # falls through to the next variable
+            assert forced_benchmarking() is True
+    assert len(w) == 1
     hits = [r for r in caplog.records if "maybe-7f3a" in r.getMessage()]
     assert len(hits) == 1 and hits[0].name == "hipdnn_async"
 

@@ -37,21 +37,29 @@ def logical_view(tensor, buffer, *, output: bool, where: str = "execute") -> np.
     elif isinstance(buffer, int) and not isinstance(buffer, bool):
         buffer = _from_pointer(buffer, tensor, label, output)
     if not isinstance(buffer, np.ndarray):
-        if hasattr(buffer, "__dlpack__"):
+        # On the type: hasattr on the object runs a property, which may raise anything.
+        if hasattr(type(buffer), "__dlpack__") or "__dlpack__" in getattr(buffer, "__dict__", ()):
             try:
                 buffer = _from_dlpack(buffer)
-            except (TypeError, RuntimeError, BufferError, ValueError) as exc:
+            except Exception as exc:  # the producer's own code: KeyError, AttributeError, ...
                 raise VariantPackError(
-                    f"{label}: cannot import the buffer through DLPack on the CPU: {exc}") from None
+                    f"{label}: cannot import the buffer through DLPack on the CPU: "
+                    f"{type(exc).__name__}: {exc}") from None
         else:
             raise VariantPackError(
                 f"{label}: the CPU device takes NumPy arrays, DeviceArrays, __dlpack__ "
                 f"objects or int host pointers; got {type(buffer).__name__}")
+    if isinstance(buffer, np.ma.MaskedArray):   # the mask would be ignored: silently wrong
+        raise VariantPackError(f"{label}: masked arrays are not taken (the mask would be "
+                               "ignored); pass arr.filled(value) or arr.data")
     want_dtype = numpy_dtype(tensor.data_type)
     dims, strides = tuple(tensor.dims), tuple(tensor.strides)
     if buffer.dtype != want_dtype:
+        got = buffer.dtype.name
+        if got == want_dtype.name:      # same kind, other byte order ('>f4')
+            got = f"{got} in non-native byte order ({buffer.dtype.str})"
         raise VariantPackError(
-            f"{label} needs dtype {want_dtype.name} ({tensor.data_type.name}); got {buffer.dtype.name}")
+            f"{label} needs dtype {want_dtype.name} ({tensor.data_type.name}); got {got}")
     if output and not buffer.flags.writeable:
         raise VariantPackError(f"{label} is an output, but the buffer is read-only")
     item = buffer.itemsize

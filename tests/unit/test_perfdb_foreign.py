@@ -1,0 +1,329 @@
+"""The perf db never touches a file that is not ours, nor its side files (issue 10 items
+5 and 6).
+
+Each case snapshots the whole directory (names, file types, bytes) before and after and
+requires it unchanged: no file moved, written or created (-wal, -shm, -journal, .lock,
+.corrupt-*). Cases that could hang (a FIFO) run in a child process with a timeout.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sqlite3
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import hipdnn_async as hd
+from hipdnn_async import _perfdb
+from hipdnn_async._perfdb import PerfDb, PerfKey, PerfRecord
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+LOGGER = "hipdnn_async"
+SIDE = ("-wal", "-shm", "-journal", ".lock")
+
+
+def key(i=0):
+    return PerfKey("cpu", "libs", "dev", f"problem {i}", 1024)
+
+
+def rec(t=1.0):
+    return PerfRecord("direct", t, 0, 5.0)
+
+
+def tree(folder) -> dict:
+    """{relative name: (file type, bytes or None)} of everything under ``folder``."""
+    out = {}
+    for p in sorted(Path(folder).rglob("*")):
+        st = p.lstat()
+        data = p.read_bytes() if stat.S_ISREG(st.st_mode) else None
+        out[str(p.relative_to(folder))] = (stat.S_IFMT(st.st_mode), data)
+    return out
+
+
+def assert_untouched_in_memory(path, caplog, *, what):
+    """Open ``path`` as a perf db: it falls back to memory, warns once naming ``what``, and
+    nothing in its directory changes."""
+    folder = os.path.dirname(path)
+    before = tree(folder)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        for _ in range(2):
+            with PerfDb(path) as db:
+                assert db.in_memory
+                db.store(key(), rec())            # still tunes, in memory
+                assert db.lookup(key()) == rec()
+    assert tree(folder) == before
+    msgs = [r.getMessage() for r in caplog.records
+            if r.name == LOGGER and r.levelno == logging.WARNING and path in r.getMessage()]
+    assert len(msgs) == 1 and what in msgs[0], msgs
+
+
+@pytest.fixture(autouse=True)
+def _reset_warnings():
+    _perfdb._warned.clear()
+    yield
+    _perfdb.reset_default_perfdb()
+
+
+def foreign_db(path, *, wal=False, tables=True, user_version=0):
+    conn = sqlite3.connect(path)
+    if wal:
+        assert conn.execute("PRAGMA journal_mode = WAL").fetchone()[0] == "wal"
+    if tables:
+        conn.execute("CREATE TABLE notes (k TEXT PRIMARY KEY, v TEXT)")
+        conn.execute("INSERT INTO notes VALUES ('a', 'b')")
+    if user_version:
+        conn.execute(f"PRAGMA user_version = {user_version}")
+    conn.commit()
+    return conn
+
+
+# -- 5a: paths with %, ?, #, spaces ------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["app%41.sqlite3", "app%2541.db", "a?b#c d.sqlite3",
+                                  "caf\u00e9%20.sqlite3"])
+def test_foreign_db_at_a_path_needing_uri_escapes_is_left_untouched(tmp_path, caplog, name):
+    """Only ? and # used to be escaped, so 'app%41' probed 'appA' (missing: 'too damaged,
+    treat as ours') and the real file was moved aside as corrupt."""
+    path = str(tmp_path / name)
+    foreign_db(path).close()
+    decoded = tmp_path / name.replace("%41", "A").replace("%25", "%")
+    assert not decoded.exists() or decoded == Path(path)
+    assert_untouched_in_memory(path, caplog, what="another application")
+
+
+@pytest.mark.parametrize("name", ["perf%41.sqlite3", "p?q#r s%25.sqlite3"])
+def test_our_db_at_a_path_needing_uri_escapes_works_and_persists(tmp_path, name):
+    path = str(tmp_path / name)
+    with PerfDb(path) as db:
+        assert not db.in_memory
+        db.store(key(1), rec(2.0))
+    with PerfDb(path) as db:
+        assert not db.in_memory and db.lookup(key(1)) == rec(2.0)
+    assert sorted(os.listdir(tmp_path)) == [name]
+
+
+# -- 5b: SQLite files that are not ours --------------------------------------------------
+
+@pytest.mark.parametrize("name", ["other.db", "perf.sqlite3"])
+@pytest.mark.parametrize("user_version", [0, 7])
+def test_sqlite_file_without_tables_is_left_untouched(tmp_path, caplog, name, user_version):
+    path = str(tmp_path / name)
+    foreign_db(path, tables=False, user_version=user_version or 1).close()
+    if user_version == 0:      # a header-only db: journal_mode=WAL on an empty file
+        os.remove(path)
+        conn = sqlite3.connect(path)
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.close()
+    assert Path(path).stat().st_size > 0
+    assert_untouched_in_memory(path, caplog, what="another application")
+
+
+@pytest.mark.parametrize("name", ["app.db", "app.sqlite3"])
+def test_foreign_wal_db_gets_no_wal_or_shm_beside_it(tmp_path, caplog, name):
+    path = str(tmp_path / name)
+    foreign_db(path, wal=True).close()            # closed cleanly: only the main file
+    assert os.listdir(tmp_path) == [name]
+    assert_untouched_in_memory(path, caplog, what="another application")
+
+
+def test_foreign_wal_db_with_a_live_writer_is_left_untouched(tmp_path, caplog):
+    """Its tables live only in the -wal (not checkpointed): the main file shows none, and
+    the name is one of ours. Still not ours."""
+    path = str(tmp_path / "live.sqlite3")
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA wal_autocheckpoint = 0")
+    conn.execute("CREATE TABLE notes (k TEXT)")
+    conn.commit()
+    try:
+        assert {"live.sqlite3-wal", "live.sqlite3-shm"} <= set(os.listdir(tmp_path))
+        assert_untouched_in_memory(path, caplog, what="another application")
+        assert conn.execute("SELECT count(*) FROM notes").fetchone() == (0,)
+    finally:
+        conn.close()
+
+
+def test_foreign_application_id_is_refused_from_the_header(tmp_path, caplog):
+    path = str(tmp_path / "other.sqlite3")
+    conn = foreign_db(path, tables=False)
+    conn.execute("PRAGMA application_id = 1234")
+    conn.commit()
+    conn.close()
+    assert_untouched_in_memory(path, caplog, what="application_id 0x4d2")
+
+
+def test_our_db_carries_our_application_id_and_old_ones_get_it(tmp_path):
+    path = str(tmp_path / "perf.sqlite3")
+    with PerfDb(path) as db:
+        db.store(key(), rec())
+    head = Path(path).read_bytes()[:100]
+    assert int.from_bytes(head[68:72], "big") == 0x68444E41          # b"hDNA"
+    assert head[68:72] == b"hDNA"
+    conn = sqlite3.connect(path)            # a db of ours made before application ids
+    conn.execute("PRAGMA application_id = 0")
+    conn.close()
+    with PerfDb(path) as db:
+        assert not db.in_memory and db.lookup(key()) == rec()
+    assert Path(path).read_bytes()[68:72] == b"hDNA"
+
+
+def test_damaged_sqlite_is_repaired_only_under_our_names(tmp_path, caplog):
+    good = foreign_db(str(tmp_path / "x.db"))
+    good.close()
+    data = bytearray(Path(tmp_path / "x.db").read_bytes())
+    data[100:400] = b"\xff" * 300                                   # garbled schema page
+    os.remove(tmp_path / "x.db")
+    (tmp_path / "elsewhere.db").write_bytes(bytes(data))
+    assert_untouched_in_memory(str(tmp_path / "elsewhere.db"), caplog, what="damaged")
+    ours = tmp_path / "ours" / "perf.sqlite3"
+    ours.parent.mkdir()
+    ours.write_bytes(bytes(data))
+    with PerfDb(str(ours)) as db:
+        assert not db.in_memory
+    assert any(n.startswith("perf.sqlite3.corrupt-") for n in os.listdir(ours.parent))
+
+
+# -- 5c: devices and other non-regular files (no -journal beside /dev/null) --------------
+
+@pytest.mark.skipif(not os.path.exists("/dev/null"), reason="needs /dev/null")
+def test_dev_null_is_refused_and_gets_no_side_files(caplog):
+    before = {s: os.path.lexists("/dev/null" + s) for s in SIDE}
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        with PerfDb("/dev/null") as db:
+            assert db.in_memory
+            db.store(key(), rec())
+            assert db.lookup(key()) == rec()
+    assert {s: os.path.lexists("/dev/null" + s) for s in SIDE} == before
+    assert any("character device" in r.getMessage() for r in caplog.records)
+
+
+def test_directory_and_socket_are_refused(tmp_path, caplog):
+    import socket
+    (tmp_path / "d").mkdir()
+    assert_untouched_in_memory(str(tmp_path / "d"), caplog, what="a directory")
+    sock_path = str(tmp_path / "s.sqlite3")
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.bind(sock_path)
+        assert_untouched_in_memory(sock_path, caplog, what="a socket")
+    finally:
+        s.close()
+
+
+def test_side_file_that_is_not_regular_is_refused(tmp_path, caplog):
+    path = str(tmp_path / "perf.sqlite3")
+    with PerfDb(path) as db:
+        db.store(key(), rec())
+    os.mkfifo(path + "-journal")
+    assert_untouched_in_memory(path, caplog, what="a FIFO")
+
+
+def test_orphan_side_files_of_another_db_are_left_untouched(tmp_path, caplog):
+    path = str(tmp_path / "their.db")
+    Path(path + "-journal").write_bytes(b"\xd9\xd5\x05\xf9\x20\xa1\x63\xd7" + b"\0" * 504)
+    assert_untouched_in_memory(path, caplog, what="side files")
+
+
+# -- 6: a FIFO hangs nothing (child processes with a timeout) ------------------------------
+
+FIFO_CHILD = textwrap.dedent("""
+    import json, os, sys
+    import numpy as np
+    import hipdnn_async as hd
+    from hipdnn_async import _perfdb
+    fifo = sys.argv[1]
+    db = hd.PerfDb(fifo)
+    g = hd.Graph(io_data_type="float32")
+    x = g.tensor(dims=(1, 2, 4, 4), name="x")
+    w = g.tensor(dims=(2, 2, 3, 3), name="w")
+    g.conv_fprop(x, w, padding=1).set_output(True)
+    with hd.Device("cpu", streams=1) as dev:        # the default db: $HIPDNN_ASYNC_PERFDB
+        plan = dev.build_sync(g, knobs={"global.benchmarking": 1})
+    print(json.dumps({"in_memory": db.in_memory,
+                      "default_in_memory": _perfdb.default_perfdb().in_memory,
+                      "benchmarked": plan.benchmarked,
+                      "warnings": hd.stats()["perfdb_warnings"]}))
+""")
+
+
+def _child(args, env, timeout=90):
+    return subprocess.run(args, cwd=ROOT, env=env, timeout=timeout, capture_output=True,
+                          text=True)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_fifo_as_the_perf_db_hangs_nothing(tmp_path):
+    fifo = str(tmp_path / "perf.sqlite3")
+    os.mkfifo(fifo)
+    before = tree(tmp_path)
+    env = dict(os.environ, HIPDNN_ASYNC_PERFDB=fifo, HIPDNN_ASYNC_LOG_LEVEL="warn")
+    t0 = time.monotonic()
+    r = _child([sys.executable, "-c", FIFO_CHILD, fifo], env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out == {"in_memory": True, "default_in_memory": True, "benchmarked": True,
+                   "warnings": 1}
+    assert "a FIFO" in r.stderr and "in-memory" in r.stderr
+    cli = [sys.executable, "-m", "hipdnn_async"]
+    r = _child(cli + ["info"], env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    info = json.loads(r.stdout)
+    assert info["perfdb_in_memory"] is True
+    r = _child(cli + ["perfdb", "show"], env)
+    assert r.returncode == 0 and "(in memory)" in r.stdout and "not usable" in r.stderr
+    r = _child(cli + ["perfdb", "clear"], env)
+    assert r.returncode == 1 and "nothing done" in r.stderr
+    r = _child(cli + ["perfdb", "import", fifo], dict(env, HIPDNN_ASYNC_PERFDB=":memory:"))
+    assert r.returncode == 2 and "DeviceError" in r.stderr and "FIFO" in r.stderr
+    r = _child(cli + ["perfdb", "export", fifo], dict(env, HIPDNN_ASYNC_PERFDB=":memory:"))
+    assert r.returncode == 2 and "FIFO" in r.stderr
+    assert time.monotonic() - t0 < 300
+    assert tree(tmp_path) == before
+
+
+# -- export keeps links and refuses non-regular targets ----------------------------------
+
+def test_export_through_a_symlink_keeps_the_link(tmp_path):
+    target = tmp_path / "real.json"
+    target.write_text("{}")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    with PerfDb(":memory:") as db:
+        db.store(key(), rec())
+        assert db.export_json(link) == 1
+    assert link.is_symlink() and json.loads(target.read_text())["entries"][0]["problem"] == \
+        "problem 0"
+    assert sorted(os.listdir(tmp_path)) == ["link.json", "real.json"]
+
+
+def test_export_to_a_directory_is_refused(tmp_path):
+    with PerfDb(":memory:") as db:
+        with pytest.raises(hd.DeviceError, match="a directory"):
+            db.export_json(tmp_path)
+
+
+# -- argument types (issue 10 item 9) ------------------------------------------------------
+
+def test_bytes_and_pathlike_paths_work_other_types_are_device_errors(tmp_path):
+    path = tmp_path / "b.sqlite3"
+    with PerfDb(os.fsencode(path)) as db:
+        assert db.path == str(path) and not db.in_memory
+        db.store(key(), rec())
+    with PerfDb(path) as db:
+        assert db.lookup(key()) == rec()
+    for bad in (3, 1.5, ["x"]):
+        with pytest.raises(hd.DeviceError, match="path must be") as ei:
+            PerfDb(bad)
+        assert type(ei.value) is hd.DeviceError and ei.value.code == "INVALID_VALUE"
+    for bad in ("", "a\0b"):
+        with pytest.raises(hd.DeviceError, match="empty or holds a NUL"):
+            PerfDb(bad)
+    with pytest.raises(hd.DeviceError, match="must be a str"):
+        PerfKey(1, "l", "d", "p", 0)
