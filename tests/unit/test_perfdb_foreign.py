@@ -30,7 +30,7 @@ SIDE = ("-wal", "-shm", "-journal", ".lock")
 
 
 def key(i=0):
-    return PerfKey("cpu", "libs", "dev", f"problem {i}", 1024)
+    return PerfKey("cpu", "CPU_ENGINE", "libs", "dev", f"problem {i}", 1024)
 
 
 def rec(t=1.0):
@@ -326,4 +326,4 @@ def test_bytes_and_pathlike_paths_work_other_types_are_device_errors(tmp_path):
         with pytest.raises(hd.DeviceError, match="empty or holds a NUL"):
             PerfDb(bad)
     with pytest.raises(hd.DeviceError, match="must be a str"):
-        PerfKey(1, "l", "d", "p", 0)
+        PerfKey(1, "e", "l", "d", "p", 0)
