@@ -382,3 +382,22 @@ def no_device_case() -> dict:
     except Exception as exc:  # noqa: BLE001 - reported to the test
         out.update(_error_facts(exc))
     return out
+
+
+def conv_shape_case(shape: str, direction: str, dtype: str, layout: str) -> dict:
+    """One of the GPU suite's hard convolution shapes (groups, depthwise, dilation, 3-D;
+    tests/gpu/test_patterns_gpu.py CONV_SHAPES) on the fake: output, reference, limits,
+    the node's attributes and the log."""
+    import hipdnn_async as hd
+    from gpu import test_patterns_gpu as tpg
+
+    ctl = control()
+    with hd.Device("cuda:0") as dev, quiet_gc():
+        ctl.clear()
+        h, got, want, limits = tpg._conv_shape_case(dev, tpg.CONV_SHAPES[shape], shape, direction,
+                                                    dtype, layout)
+        result = {"plan": plan_facts(h.plan), "nodes": node_facts(h.g), "got": got, "want": want,
+                  "limits": limits}
+    result["log"] = ctl.log()
+    result["violations"] = ctl.violations()
+    return result

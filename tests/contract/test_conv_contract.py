@@ -82,3 +82,30 @@ def test_conv_calls_and_results(fake_gpu, hdr, direction, dtype, layout):
     assert_no_setup(exec_calls(log, 0), "execution 0 (first on its stream)", cold=True)
     assert_no_setup(exec_calls(log, 1), "execution 1 (steady state)")
     assert_results(case)
+
+
+SHAPES = ("groups2", "depthwise_s2", "1x1_s2_pad1", "dilated_anisotropic", "c3_7x7_s2", "3d_s2")
+SHAPE_CASES = [(s, d, dt, lay) for s in SHAPES for d in ("fprop", "dgrad", "wgrad")
+               for dt, lay in (("float32", "NCHW"), ("float16", "NHWC"))]
+
+
+@pytest.mark.parametrize("shape,direction,dtype,layout", SHAPE_CASES,
+                         ids=["-".join(c) for c in SHAPE_CASES])
+def test_conv_shapes(fake_gpu, shape, direction, dtype, layout):
+    """Groups, depthwise, strides, dilation and 3-D reach cuDNN's descriptors as the graph
+    says, and the results are the oracle's."""
+    from oracle._cases import assert_close
+    r = fake_gpu.call(_scenarios.conv_shape_case, shape, direction, dtype, layout)
+    assert not violations(r["log"]), violations(r["log"])
+    assert r["plan"]["provider"] == "cudnn", r["plan"]
+    attrs = r["nodes"][0]["attrs"]
+    conv = calls(r["log"], "cudnnSetConvolutionNdDescriptor")[-1]
+    assert conv["pad"] == list(attrs["pre_padding"]) and conv["stride"] == list(attrs["stride"])
+    assert conv["dilation"] == list(attrs["dilation"])
+    groups = calls(r["log"], "cudnnSetConvolutionGroupCount")
+    if attrs["groups"] > 1:
+        assert groups and groups[-1]["groups"] == attrs["groups"]
+    name = DIRECTIONS[{"fprop": 0, "dgrad": 1, "wgrad": 2}[direction]][1]
+    run = calls(r["log"], name)[-1]
+    assert run["convDesc"]["groups"] == attrs["groups"] and run["status"] == 0
+    assert_close(r["got"], r["want"], *r["limits"], f"{shape} {direction} {dtype} {layout}")
