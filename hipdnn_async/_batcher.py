@@ -146,8 +146,7 @@ def _host_buffer(t) -> np.ndarray:
 def _named_error(exc: Exception, where: str) -> HipdnnError:
     """`exc` as one of our errors whose message starts with `where` (which names the tensor)."""
     if isinstance(exc, HipdnnError):
-        err = type(exc)(f"{where}: {exc.message}", code=exc.code, status=exc.status,
-                        status_name=exc.status_name)
+        return exc.prefixed(where)    # same type and fields (a vendor error's call, library)
     else:
         err = DeviceError(f"{where}: {type(exc).__name__}: {exc}")
     err.__cause__ = exc

@@ -21,7 +21,7 @@ import abc
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping, Sequence
 
-from .._errors import DECLINE_TYPES, NotSupportedError
+from .._errors import DECLINE_TYPES, BadParamError, NotSupportedError
 from .._knobs import Knob
 
 __all__ = ["Engine", "Provider", "ProviderEngine", "ProviderPlan", "engine_id",
@@ -177,6 +177,8 @@ class Provider(abc.ABC):
         for impl in self._engine_impls():
             try:
                 offered.append(impl.offer(match))
+            except BadParamError as exc:   # at build a vendor's BAD_PARAM means "not this graph"
+                declined.append(f"{impl.name}: {exc.at_build()}")
             except DECLINE_TYPES as exc:
                 declined.append(f"{impl.name}: {exc}")
         if not offered:
@@ -187,8 +189,12 @@ class Provider(abc.ABC):
 
     def build(self, match, engine: Engine, knobs: Mapping[str, int], perfdb) -> ProviderPlan:
         """Build (and tune when ``knobs['global.benchmarking']``) a plan with ``engine``
-        (one that ``engines(match)`` offered); DECLINE_TYPES when the engine declines."""
-        return self.engine_impl(engine).build(match, engine, knobs, perfdb)
+        (one that ``engines(match)`` offered); DECLINE_TYPES when the engine declines (a
+        vendor's BAD_PARAM at build becomes its NotSupportedError naming the call)."""
+        try:
+            return self.engine_impl(engine).build(match, engine, knobs, perfdb)
+        except BadParamError as exc:
+            raise exc.at_build() from exc
 
     def engine_impl(self, engine: Engine) -> ProviderEngine:
         """The ``ProviderEngine`` behind an offered ``Engine`` (NotSupportedError if none)."""

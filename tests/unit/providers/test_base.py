@@ -198,3 +198,55 @@ def test_a_provider_without_engines_offers_none(engines):
     engines()
     with pytest.raises(hd.NotSupportedError, match="no engines"):
         hd.engines(conv_graph(), "cpu")
+
+
+def _bad_param(call):
+    from hipdnn_async import _errors
+    return _errors.CudnnBadParamError(
+        f"{call} failed: CUDNN_STATUS_BAD_PARAM (2000): bad stride", status=2000,
+        status_name="CUDNN_STATUS_BAD_PARAM", library="libcudnn.so.9", call=call,
+        vendor_message="bad stride")
+
+
+class BadParamAtBuild(DeclinesAtBuild):
+    """A vendor engine whose descriptor call refuses the graph's parameters at build."""
+
+    name = "FAKE_BAD_PARAM_AT_BUILD"
+
+    def build(self, match, engine, knobs, perfdb):
+        raise _bad_param("cudnnSetTensorNdDescriptor")
+
+
+class BadParamAtOffer(DeclinesAtBuild):
+    name = "FAKE_BAD_PARAM_AT_OFFER"
+
+    def knobs(self, match):
+        raise _bad_param("cudnnGetConvolutionForwardAlgorithm_v7")
+
+
+def test_a_vendor_bad_param_at_build_declines_naming_the_call(engines):
+    from hipdnn_async import _errors
+    engines(BadParamAtBuild, CpuEngine)
+    g = conv_graph()
+    with hd.Device("cpu") as dev:
+        assert dev.build_sync(g).engine.name == "CPU_ENGINE"     # the next engine built
+    with hd.Device("cpu") as dev:    # a fresh plan cache: the engine's own error
+        with pytest.raises(_errors.CudnnNotSupportedError) as e:
+            dev.build_sync(g, engine="FAKE_BAD_PARAM_AT_BUILD")
+    err = e.value
+    assert isinstance(err, hd.NotSupportedError) and isinstance(err, _errors.CudnnError)
+    assert (err.call, err.status, err.status_name) == ("cudnnSetTensorNdDescriptor", 2000,
+                                                      "CUDNN_STATUS_BAD_PARAM")
+    assert str(err) == ("cudnnSetTensorNdDescriptor refused this graph's parameters: "
+                        "CUDNN_STATUS_BAD_PARAM (2000): bad stride")
+
+
+def test_a_vendor_bad_param_while_offering_is_not_offered(engines):
+    engines(BadParamAtOffer, CpuEngine)
+    offered = hd.engines(conv_graph(), "cpu")
+    assert [e.name for e in offered] == ["CPU_ENGINE"]
+    engines(BadParamAtOffer)
+    with pytest.raises(hd.NotSupportedError, match="FAKE_BAD_PARAM_AT_OFFER: "
+                                                   "cudnnGetConvolutionForwardAlgorithm_v7 "
+                                                   "refused this graph's parameters"):
+        hd.engines(conv_graph(), "cpu")
