@@ -58,7 +58,8 @@ class CpuEngine(ProviderEngine):
 
     name = CPU_ENGINE_NAME
     notes = ("all nine patterns; FLOAT/HALF/BFLOAT16 I/O accumulated in float32; any strides; "
-             "batchnorm training also with running statistics; ReLU clips on every activation")
+             "batchnorm training also with running statistics; ReLU clips on every activation; "
+             "NaN propagates through ReLU (a NaN input gives NaN)")
     schema1 = True   # the provider's only engine when the perf db had no engine column
 
     def knobs(self, match):

@@ -54,7 +54,8 @@ _NOTES = ("cuDNN 9 graph (backend) API with cached execution plans; conv fprop/d
           "batchnorm training (+ReLU), backward and inference+dReLU+backward; FLOAT/HALF/"
           "BFLOAT16 I/O, FLOAT per-channel tensors; FLOAT convolutions without TF32 unless "
           f"'{ALLOW_TF32}' = 1; no down-converting or reduced-precision-reduction engines; "
-          "deterministic engines first")
+          "deterministic engines first; NaN propagates through ReLU (pointwise "
+          "NAN_PROPAGATION = PROPAGATE_NAN)")
 
 
 def backend():

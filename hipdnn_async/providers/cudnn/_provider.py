@@ -45,7 +45,8 @@ class LegacyEngine(ProviderEngine):
     schema1 = True   # the provider's only engine when the perf db had no engine column
     notes = ("cuDNN 9 legacy API; FLOAT/HALF/BFLOAT16 I/O with FLOAT per-channel tensors; "
              "4-D and 5-D; packed filters; FLOAT convolutions without TF32; ReLU upper clip "
-             "only")
+             "only; NaN entering a ReLU comes out as 0 (cuDNN activations with "
+             "CUDNN_NOT_PROPAGATE_NAN)")
 
     def knobs(self, match):
         return self.provider._legacy_knobs(match)
