@@ -1,5 +1,5 @@
 """Shared fixtures of the Ray tests: one local Ray cluster on 127.0.0.1 with 2 CPUs for
-the whole session (starting Ray and Serve takes ~10 s on 2 cores, so it is started once),
+all of them (starting Ray and Serve takes ~10 s on 2 cores, so it is started once),
 a trained digits model file, and its local evaluation by ``plan.execute``.
 
 Tests that need Ray are marked ``ray`` and skip with a reason when the ``ray`` extra is
@@ -22,27 +22,60 @@ os.environ.update(loopback_environment())
 os.environ.setdefault("RAY_SERVE_QUEUE_LENGTH_RESPONSE_DEADLINE_S", "1.0")
 
 
-@pytest.fixture(scope="session")
-def ray_cluster():
-    """A local Ray (2 CPUs, no dashboard, 127.0.0.1) with Serve's HTTP proxy started.
+_CLUSTER: dict = {}                      # {"http": base URL} while the cluster is up
+_HERE = os.path.dirname(os.path.abspath(__file__))
 
-    Yields a dict: ``http`` (the proxy's base URL).
-    """
+
+def _start_cluster() -> None:
     ray = ray_or_skip()
     from ray import serve
     ray.init(address="local", num_cpus=2, include_dashboard=False,
              _node_ip_address=LOOPBACK, log_to_driver=False)
+    # The loopback settings took: the node (hence every Ray server) is on 127.0.0.1.
+    assert ray.util.get_node_ip_address() == LOOPBACK
+    port = free_port()
+    serve.start(http_options={"host": LOOPBACK, "port": port})
+    _CLUSTER["http"] = f"http://{LOOPBACK}:{port}"
+
+
+def _stop_cluster() -> None:
+    if not _CLUSTER:
+        return
+    _CLUSTER.clear()
+    import ray
+    from ray import serve
     try:
-        # The loopback settings took: the node (hence every Ray server) is on 127.0.0.1.
-        assert ray.util.get_node_ip_address() == LOOPBACK
-        port = free_port()
-        serve.start(http_options={"host": LOOPBACK, "port": port})
-        yield {"http": f"http://{LOOPBACK}:{port}"}
+        serve.shutdown()
     finally:
-        try:
-            serve.shutdown()
-        finally:
-            ray.shutdown()
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A local Ray (2 CPUs, no dashboard, 127.0.0.1) with Serve's HTTP proxy started.
+
+    Started by the first test that asks and shared by all (module scope only so that it
+    can be started again should a Ray test follow others); stopped once the Ray tests are
+    done (``pytest_runtest_teardown``). Returns a dict: ``http`` (the proxy's base URL).
+    """
+    ray_or_skip()
+    if not _CLUSTER:
+        _start_cluster()
+    return _CLUSTER
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    # An idle Ray with Serve costs ~40% of a core: stop it as soon as the next test is not
+    # a Ray test, so that the rest of the suite on a 2-core machine does not pay for it.
+    # trylast: after the module fixtures' teardown (serve.delete of their applications).
+    if _CLUSTER and (nextitem is None
+                     or not os.path.abspath(str(nextitem.path)).startswith(_HERE + os.sep)):
+        _stop_cluster()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    _stop_cluster()
 
 
 @pytest.fixture(scope="session")
