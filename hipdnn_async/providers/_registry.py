@@ -25,7 +25,7 @@ _SPEC = re.compile(r"^(cpu|gpu|cuda|hip)(?::(\d+))?$")
 
 # GPU vendor (a key of runtime._vendors.VENDORS) -> (module under providers, class) of the
 # provider serving its devices; the module is imported only when a device is opened.
-PROVIDERS = {"cuda": ("cudnn", "CudnnProvider")}
+PROVIDERS = {"cuda": ("cudnn", "CudnnProvider"), "hip": ("miopen", "MiopenProvider")}
 
 
 def parse_spec(spec: str) -> tuple[str, int]:

@@ -20,8 +20,10 @@ from ._fakes import FakeControl
 __all__ = ["control", "quiet_gc", "tensor_facts", "node_facts", "pattern_case", "plan_facts"]
 
 
-def control() -> FakeControl:
-    return FakeControl(os.environ["HIPDNN_ASYNC_CUDART"])
+def control(spec: str = "cuda:0") -> FakeControl:
+    """The control of the fake runtime serving ``spec`` (the CUDA or the HIP fake)."""
+    env = "HIPDNN_ASYNC_CUDART" if spec.startswith("cuda") else "HIPDNN_ASYNC_HIP_RUNTIME"
+    return FakeControl(os.environ[env])
 
 
 @contextlib.contextmanager
@@ -65,19 +67,22 @@ def plan_facts(plan) -> dict:
             "perfdb_hit": bool(getattr(plan, "perfdb_hit", False))}
 
 
-def _oracle_for_gpu():
-    """The oracle builders with the cuDNN provider's limits (tests/gpu does the same)."""
+def _oracle_for_gpu(clips=None):
+    """The oracle builders with the cuDNN provider's limits (tests/gpu does the same), or
+    the ReLU clips ``clips`` (dtype -> (lower, upper)) where given."""
     from gpu import test_patterns_gpu as tpg
     from oracle import test_patterns as tp
-    tp.CLIPS = tpg.GPU_CLIPS
+    tp.CLIPS = clips or tpg.GPU_CLIPS
     tp.CONV = tpg.GPU_CONV
     return tp
 
 
 def pattern_case(pattern: str, dtype: str, layout: str, *, executions: int = 2, knobs=None,
-                 seed: int = 0, stream=0) -> dict:
-    """Build, stage and execute one oracle case on the fake "cuda:0" (every execution on
-    ``stream``: the first one there meets a cold stream, later ones a warm one).
+                 seed: int = 0, stream=0, spec: str = "cuda:0", clips=None) -> dict:
+    """Build, stage and execute one oracle case on the fake device ``spec`` (``"cuda:0"``;
+    ``"hip:0"`` for the MIOpen harness, tests/contract/hip) with every execution on
+    ``stream``: the first one there meets a cold stream, later ones a warm one. ``clips``
+    replaces the GPU suite's ReLU clips (see ``_oracle_for_gpu``).
 
     Returns
     -------
@@ -90,11 +95,11 @@ def pattern_case(pattern: str, dtype: str, layout: str, *, executions: int = 2, 
     import hipdnn_async as hd
     from oracle._cases import DTYPES, LAYOUTS, Harness, rank_of
 
-    tp = _oracle_for_gpu()
-    ctl = control()
+    tp = _oracle_for_gpu(clips)
+    ctl = control(spec)
     rng = np.random.default_rng([seed, sorted(tp.PATTERNS).index(pattern), DTYPES.index(dtype),
                                  LAYOUTS.index(layout)])
-    with hd.Device("cuda:0") as dev:
+    with hd.Device(spec) as dev:
         h = Harness(dtype, layout, name=f"contract_{pattern}_{dtype}_{layout}")
         checks = tp.PATTERNS[pattern](h, rank_of(layout), rng)
         h._alloc_outputs()

@@ -1,6 +1,7 @@
-"""Our MIOpen declarations against the real headers of both MIOpen releases: the ABI
-checks compile (so every constant, struct and signature of ``_miopen`` agrees with
-miopen.h 3.4.0 and 3.5.1), they can fail, and nothing the binding hard-codes is unchecked.
+"""Our MIOpen and HIP declarations against the real headers of both ROCm releases: the ABI
+checks compile (every constant, struct and signature of ``_miopen``, and of the HIP
+instance of ``_gpu``, agrees with miopen.h 3.4.0 / 3.5.1 and hip_runtime_api.h 6.4.3 /
+7.2.4), they can fail, and nothing the MIOpen binding hard-codes is unchecked.
 """
 from __future__ import annotations
 
@@ -39,7 +40,13 @@ def test_checks_compile_against_the_headers(rocm, rocm_include, tmp_path):
      "typedef int (*f_version)(size_t*, int*, size_t*);", "miopenGetVersion: parameter 2 differs"),
     ("struct ConvSolution {\n  float time;", "struct ConvSolution {\n  double time;",
      "field time of our ConvSolution is not where"),
-], ids=["constant", "signature", "struct"])
+    # the HIP runtime's table (helper rt's _gpu.HIP_CONSTANTS): CUDA's number for the
+    # attribute would be 75
+    ("== 23LL, \"_gpu.HIP_CONSTANTS['ATTR_CC_MAJOR']", "== 75LL, \"_gpu.HIP_CONSTANTS['ATTR_CC_MAJOR']",
+     "_gpu.HIP_CONSTANTS['ATTR_CC_MAJOR'] = 23 disagrees"),
+    ("typedef int (*f_malloc_async)(void**, size_t, void*);",
+     "typedef int (*f_malloc_async)(void**, int, void*);", "hipMallocAsync: parameter 2 differs"),
+], ids=["constant", "signature", "struct", "hip-constant", "hip-signature"])
 def test_a_wrong_declaration_fails_the_checks(rocm, rocm_include, tmp_path, right, wrong, message):
     source = _abi_rocm.checks_source()
     assert right in source

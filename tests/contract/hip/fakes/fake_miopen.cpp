@@ -425,9 +425,12 @@ size_t ws_of(const Solver& s, const ConvProb& p) {
 }
 
 std::vector<const Solver*> solvers_for(const ConvProb& p, bool tuned) {
+  // $HIPDNN_ASYNC_FAKE_MIOPEN_NO_NAIVE: the naive solvers are left out (as MIOpen's
+  // MIOPEN_DEBUG_CONV_DIRECT_NAIVE_* switches do), so every solution needs a workspace
+  bool naive = std::getenv("HIPDNN_ASYNC_FAKE_MIOPEN_NO_NAIVE") == nullptr;
   std::vector<const Solver*> out;
   for (const auto& s : kSolvers)
-    if (applicable(s, p)) out.push_back(&s);
+    if (applicable(s, p) && (naive || s.algo != miopenConvolutionAlgoDirect)) out.push_back(&s);
   std::stable_sort(out.begin(), out.end(), [&](const Solver* a, const Solver* b) {
     return tuned ? a->tuned_ms < b->tuned_ms : a->heuristic_ms < b->heuristic_ms;
   });
