@@ -228,10 +228,10 @@ def _conv_inputs(rng, x, w, dtype=np.float32):
     return rng.uniform(-1, 1, x).astype(dtype), rng.uniform(-1, 1, w).astype(dtype)
 
 
-def queue_case(backend: str = "asyncio", n: int = 5, cancel_after_s: float | None = None) -> dict:
+def queue_case(backend: str = "asyncio", n: int = 5, cancel: bool = False) -> dict:
     """``n`` executions of one conv plan submitted at once on stream 0 (``plan.submit``),
-    each with its own input and output; with ``cancel_after_s``, the awaiting task of the
-    first is cancelled that soon and its input arrays dropped at once. Returns outputs,
+    each with its own input and output; with ``cancel``, the task awaiting the first is
+    cancelled while it runs and its input arrays are dropped at once. Returns outputs,
     their float64 references and the log."""
     import anyio
     import hipdnn_async as hd
@@ -256,11 +256,23 @@ def queue_case(backend: str = "asyncio", n: int = 5, cancel_after_s: float | Non
             ctl.clear()
             ctl.mark("submit")
             cancelled = None
-            if cancel_after_s is not None:
+            if cancel:
+                # the first execution's awaiter is cancelled once its work is enqueued
+                # (logged) and long before it can finish (a 50 ms stream delay)
+                ctl.set_delay_us(50000)
                 first = packs.pop(0)
-                with anyio.move_on_after(cancel_after_s) as scope:
-                    await plan.execute(first, stream=0)
+                scope = anyio.CancelScope()
+
+                async def waiter():
+                    with scope:
+                        await plan.execute(first, stream=0)
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(waiter)
+                    while not [r for r in ctl.log() if r["fn"] == "cudnnConvolutionForward"]:
+                        await anyio.sleep(0.0005)
+                    scope.cancel()
                 cancelled = scope.cancelled_caught
+                ctl.set_delay_us(2000)
                 del first          # our last references to its inputs and output wrapper
             handles = [plan.submit(p, stream=0) for p in packs]
             del packs
