@@ -153,10 +153,11 @@ class BnTrainingPlan(_BnPlan):
             act.ptr if act is not None else 0)
         self.ex = (bn_ops, act, _align(ws), _align(reserve))
         self.workspace_size = self.stats_size + _align(ws) + _align(reserve)
+        self.algorithm = "SPATIAL_PERSISTENT Ex" + (", ReLU fused" if self.relu_only else "")
 
     def drop_ex(self) -> None:
         """Back to the plain training call (the Ex one declined at its trial run)."""
-        self.ex, self.workspace_size = None, self.stats_size
+        self.ex, self.workspace_size, self.algorithm = None, self.stats_size, None
 
     def run(self, b, workspace) -> None:
         res, h = handle_for_launch()

@@ -46,7 +46,9 @@ class LegacyEngine(ProviderEngine):
     notes = ("cuDNN 9 legacy API; FLOAT/HALF/BFLOAT16 I/O with FLOAT per-channel tensors; "
              "4-D and 5-D; packed filters; FLOAT convolutions without TF32; ReLU upper clip "
              "only; NaN entering a ReLU comes out as 0 (cuDNN activations with "
-             "CUDNN_NOT_PROPAGATE_NAN)")
+             "CUDNN_NOT_PROPAGATE_NAN), except where cuDNN fuses the ReLU into channels-last "
+             "batchnorm training (plan.algorithm 'SPATIAL_PERSISTENT Ex, ReLU fused'): there "
+             "NaN propagates (seen on the H200, cuDNN 9.19)")
 
     def knobs(self, match):
         return self.provider._legacy_knobs(match)
