@@ -128,6 +128,7 @@ class Step:
         self._token = None
         self._replay = None          # the backend's replayable unit
         self._keep: tuple = ()       # what every replay keeps alive
+        self._ws = None              # the step's own workspace (GPU)
         self._lock = threading.Lock()
         self._label = "capture step"
 
@@ -192,7 +193,9 @@ class Step:
             return None, None
         nbytes = max(r.plan.workspace_size for r in need)
         provider = self.device.provider
-        arr = provider.empty((nbytes,), np.dtype(np.uint8), (1,))
+        arr = self._ws
+        if arr is None or arr.nbytes < nbytes:   # a recapture keeps a large enough one
+            arr = self._ws = provider.empty((nbytes,), np.dtype(np.uint8), (1,))
         return arr, provider.bind_workspace(nbytes, arr, where=self._label)
 
     def _capture_fn(self, previous):
@@ -359,5 +362,6 @@ class Step:
             self._state = _CLOSED
             self._records = []
             self._keep = ()
+            self._ws = None
         if replay is not None:
             replay.close()

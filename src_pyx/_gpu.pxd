@@ -5,13 +5,15 @@ runtime, CUDA or HIP) and its ``nogil`` calls, for other Cython modules to cimpo
 Each ``c_*`` method raises (taking the GIL only then) on a non-zero status or a missing
 symbol and returns 0; the hot calls of a launch path need no Python object.
 """
-from ._gpu_api cimport PointerAttributes, RuntimeConstants, RuntimeFns
+from ._gpu_api cimport CudaOnlyFns, HipOnlyFns, PointerAttributes, RuntimeConstants, RuntimeFns
 from ._loader cimport Library, LibraryTable
 
 
 cdef class Runtime(LibraryTable):
     cdef readonly str kind                # "cuda" or "hip"
     cdef RuntimeFns f
+    cdef CudaOnlyFns f_cuda               # filled for kind "cuda" only
+    cdef HipOnlyFns f_hip                 # filled for kind "hip" only
     cdef RuntimeConstants c
     cdef readonly dict constants          # name -> value, as selected for the loaded version
     cdef readonly dict constant_sources   # name -> the header and version it was read from
@@ -37,3 +39,4 @@ cdef class Runtime(LibraryTable):
                             void* stream) except -1 nogil
     cdef int c_memset_async(self, void* dst, int value, size_t nbytes,
                             void* stream) except -1 nogil
+    cdef int c_graph_launch(self, void* graph_exec, void* stream) except -1 nogil

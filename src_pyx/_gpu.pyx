@@ -18,7 +18,9 @@ Wrapping contract
   ``multiprocessor_count``, ``memory_pools_supported``, ``total_memory``), never by enum.
 - Covered: devices, device properties, stream-ordered pool allocation with a plain
   ``Malloc`` fallback, pinned host memory, async copies and memsets, streams (flags,
-  priorities), events, pointer attributes, versions. Where the runtimes' exports differ the
+  priorities), events, pointer attributes, versions, stream capture and graphs (begin /
+  end capture, instantiate, launch, in-place update, destroy; HIP's ``GraphExecUpdate``
+  has the older four-argument form, a named branch). Where the runtimes' exports differ the
   names are listed per runtime (``GetDeviceProperties_v2`` / ``GetDevicePropertiesR0600``,
   ``HostAlloc`` / ``HostMalloc``, ``FreeHost`` / ``HostFree``). Handles (streams, events,
   pools) and pointers travel as Python ints. Method names are the C names without prefix,
@@ -37,7 +39,10 @@ from libc.string cimport memset
 from hipdnn_async import _errors
 from hipdnn_async._errors import GpuError
 
-from ._gpu_api cimport (PointerAttributes, RuntimeConstants, RuntimeFns, f_create_with_flags,
+from ._gpu_api cimport (GraphExecUpdateResultInfo, PointerAttributes, RuntimeConstants,
+                        RuntimeFns, CudaOnlyFns, HipOnlyFns, f_begin_capture, f_create_with_flags, f_end_capture,
+                        f_graph_exec_update, f_graph_exec_update_hip, f_graph_instantiate,
+                        f_graph_launch, f_is_capturing,
                         f_create_with_priority, f_default_mem_pool, f_device_attribute, f_device_properties,
                         f_error_text, f_event_elapsed, f_event_record, f_free_async,
                         f_handle, f_host_alloc, f_int_in, f_int_out, f_malloc,
@@ -78,6 +83,20 @@ CUDA_CONSTANTS = {
     "MEMORY_TYPE_DEVICE": (2, "cudaMemoryTypeDevice", "driver_types.h"),
     "MEMORY_TYPE_MANAGED": (3, "cudaMemoryTypeManaged", "driver_types.h"),
     "HOST_ALLOC_DEFAULT": (0x0, "cudaHostAllocDefault", "driver_types.h"),
+    "STREAM_CAPTURE_MODE_GLOBAL": (0, "cudaStreamCaptureModeGlobal", "driver_types.h"),
+    "STREAM_CAPTURE_MODE_THREAD_LOCAL": (1, "cudaStreamCaptureModeThreadLocal",
+                                         "driver_types.h"),
+    "STREAM_CAPTURE_MODE_RELAXED": (2, "cudaStreamCaptureModeRelaxed", "driver_types.h"),
+    "STREAM_CAPTURE_STATUS_NONE": (0, "cudaStreamCaptureStatusNone", "driver_types.h"),
+    "STREAM_CAPTURE_STATUS_ACTIVE": (1, "cudaStreamCaptureStatusActive", "driver_types.h"),
+    "STREAM_CAPTURE_STATUS_INVALIDATED": (2, "cudaStreamCaptureStatusInvalidated",
+                                          "driver_types.h"),
+    "GRAPH_EXEC_UPDATE_SUCCESS": (0x0, "cudaGraphExecUpdateSuccess", "driver_types.h"),
+    "ERROR_STREAM_CAPTURE_UNSUPPORTED": (900, "cudaErrorStreamCaptureUnsupported",
+                                         "driver_types.h"),
+    "ERROR_STREAM_CAPTURE_INVALIDATED": (901, "cudaErrorStreamCaptureInvalidated",
+                                         "driver_types.h"),
+    "ERROR_GRAPH_EXEC_UPDATE_FAILURE": (910, "cudaErrorGraphExecUpdateFailure", "driver_types.h"),
 }
 HIP_VERSIONS = "ROCm 6.4, 7.2"
 HIP_CONSTANTS = {
@@ -106,6 +125,22 @@ HIP_CONSTANTS = {
     "MEMORY_TYPE_DEVICE": (2, "hipMemoryTypeDevice", "hip/hip_runtime_api.h"),
     "MEMORY_TYPE_MANAGED": (3, "hipMemoryTypeManaged", "hip/hip_runtime_api.h"),
     "HOST_ALLOC_DEFAULT": (0x0, "hipHostMallocDefault", "hip/hip_runtime_api.h"),
+    "STREAM_CAPTURE_MODE_GLOBAL": (0, "hipStreamCaptureModeGlobal", "hip/hip_runtime_api.h"),
+    "STREAM_CAPTURE_MODE_THREAD_LOCAL": (1, "hipStreamCaptureModeThreadLocal",
+                                         "hip/hip_runtime_api.h"),
+    "STREAM_CAPTURE_MODE_RELAXED": (2, "hipStreamCaptureModeRelaxed", "hip/hip_runtime_api.h"),
+    "STREAM_CAPTURE_STATUS_NONE": (0, "hipStreamCaptureStatusNone", "hip/hip_runtime_api.h"),
+    "STREAM_CAPTURE_STATUS_ACTIVE": (1, "hipStreamCaptureStatusActive",
+                                     "hip/hip_runtime_api.h"),
+    "STREAM_CAPTURE_STATUS_INVALIDATED": (2, "hipStreamCaptureStatusInvalidated",
+                                          "hip/hip_runtime_api.h"),
+    "GRAPH_EXEC_UPDATE_SUCCESS": (0x0, "hipGraphExecUpdateSuccess", "hip/hip_runtime_api.h"),
+    "ERROR_STREAM_CAPTURE_UNSUPPORTED": (900, "hipErrorStreamCaptureUnsupported",
+                                         "hip/hip_runtime_api.h"),
+    "ERROR_STREAM_CAPTURE_INVALIDATED": (901, "hipErrorStreamCaptureInvalidated",
+                                         "hip/hip_runtime_api.h"),
+    "ERROR_GRAPH_EXEC_UPDATE_FAILURE": (910, "hipErrorGraphExecUpdateFailure",
+                                        "hip/hip_runtime_api.h"),
 }
 # What ROCm 5 (hipRuntimeGetVersion < 60000000) numbers differently: hipMemoryType was
 # {Host, Device, Array, Unified}; it had no unregistered or managed type (-1: none).
@@ -138,6 +173,9 @@ CUDA_STATUS = {
     700: ("cudaErrorIllegalAddress", GpuError),
     719: ("cudaErrorLaunchFailure", GpuError),
     801: ("cudaErrorNotSupported", _errors.GpuNotSupportedError),
+    900: ("cudaErrorStreamCaptureUnsupported", GpuError),
+    901: ("cudaErrorStreamCaptureInvalidated", GpuError),
+    910: ("cudaErrorGraphExecUpdateFailure", GpuError),
     803: ("cudaErrorSystemDriverMismatch", _errors.GpuDeviceError),
     804: ("cudaErrorCompatNotSupportedOnDevice", _errors.GpuDeviceError),
 }
@@ -155,6 +193,9 @@ HIP_STATUS = {
     700: ("hipErrorIllegalAddress", GpuError),
     719: ("hipErrorLaunchFailure", GpuError),
     801: ("hipErrorNotSupported", _errors.GpuNotSupportedError),
+    900: ("hipErrorStreamCaptureUnsupported", GpuError),
+    901: ("hipErrorStreamCaptureInvalidated", GpuError),
+    910: ("hipErrorGraphExecUpdateFailure", GpuError),
 }
 
 # Every runtime we support exports these; a library lacking one is refused at load.
@@ -232,6 +273,8 @@ cdef class Runtime(LibraryTable):
         c.POOL_ATTR_RELEASE_THRESHOLD = values["POOL_ATTR_RELEASE_THRESHOLD"]
         c.MEMORY_TYPE_DEVICE = values["MEMORY_TYPE_DEVICE"]
         c.MEMORY_TYPE_MANAGED = values["MEMORY_TYPE_MANAGED"]
+        c.STREAM_CAPTURE_MODE_THREAD_LOCAL = values["STREAM_CAPTURE_MODE_THREAD_LOCAL"]
+        c.ERROR_GRAPH_EXEC_UPDATE_FAILURE = values["ERROR_GRAPH_EXEC_UPDATE_FAILURE"]
         return 0
 
     def __getattr__(self, str name):
@@ -281,6 +324,17 @@ cdef class Runtime(LibraryTable):
         f.DeviceGetDefaultMemPool = <f_default_mem_pool>lib.sym("DeviceGetDefaultMemPool")
         f.MemPoolSetAttribute = <f_mem_pool_set>lib.sym("MemPoolSetAttribute")
         f.PointerGetAttributes = <f_pointer_attributes>lib.sym("PointerGetAttributes")
+        f.StreamBeginCapture = <f_begin_capture>lib.sym("StreamBeginCapture")
+        f.StreamEndCapture = <f_end_capture>lib.sym("StreamEndCapture")
+        f.StreamIsCapturing = <f_is_capturing>lib.sym("StreamIsCapturing")
+        f.GraphInstantiateWithFlags = <f_graph_instantiate>lib.sym("GraphInstantiateWithFlags")
+        f.GraphLaunch = <f_graph_launch>lib.sym("GraphLaunch")
+        if self.kind == "cuda":
+            self.f_cuda.GraphExecUpdate = <f_graph_exec_update>lib.sym("GraphExecUpdate")
+        else:
+            self.f_hip.GraphExecUpdate = <f_graph_exec_update_hip>lib.sym("GraphExecUpdate")
+        f.GraphDestroy = <f_handle>lib.sym("GraphDestroy")
+        f.GraphExecDestroy = <f_handle>lib.sym("GraphExecDestroy")
         if self.kind == "hip" and f.GetDeviceProperties != NULL:
             for name in aliases["GetDeviceProperties"]:   # the struct layout follows the name
                 if lib.address(name) == <uintptr_t>f.GetDeviceProperties:
@@ -294,6 +348,8 @@ cdef class Runtime(LibraryTable):
 
     cdef void _clear(self) noexcept:
         memset(&self.f, 0, sizeof(self.f))
+        memset(&self.f_cuda, 0, sizeof(self.f_cuda))
+        memset(&self.f_hip, 0, sizeof(self.f_hip))
         self._props_arch_offset = -1
         self._runtime_version = 0
 
@@ -379,6 +435,11 @@ cdef class Runtime(LibraryTable):
         if self.f.MemsetAsync == NULL:
             self.missing(b"MemsetAsync")
         return self.c_check(self.f.MemsetAsync(dst, value, nbytes, stream), b"MemsetAsync")
+
+    cdef int c_graph_launch(self, void* graph_exec, void* stream) except -1 nogil:
+        if self.f.GraphLaunch == NULL:
+            self.missing(b"GraphLaunch")
+        return self.c_check(self.f.GraphLaunch(graph_exec, stream), b"GraphLaunch")
 
     # -------------------------------------------------------------- devices
     @property
@@ -680,6 +741,84 @@ cdef class Runtime(LibraryTable):
     def memset_async(self, uintptr_t dst, int value, size_t nbytes, uintptr_t stream):
         """Set ``nbytes`` bytes at ``dst`` to ``value`` on ``stream``."""
         self.c_memset_async(<void*>dst, value, nbytes, <void*>stream)
+
+    # -------------------------------------------------------------- capture and graphs
+    def stream_begin_capture(self, uintptr_t stream, mode=None):
+        """Start capturing the work enqueued on ``stream`` into a graph; ``mode`` is one
+        of STREAM_CAPTURE_MODE_* (default THREAD_LOCAL: only this thread's unsafe calls
+        are refused meanwhile, so other threads' synchronizes go on)."""
+        cdef int m = self.c.STREAM_CAPTURE_MODE_THREAD_LOCAL if mode is None else mode
+        if self.f.StreamBeginCapture == NULL:
+            self.missing(b"StreamBeginCapture")
+        self.c_check(self.f.StreamBeginCapture(<void*>stream, m), b"StreamBeginCapture")
+
+    def stream_end_capture(self, uintptr_t stream):
+        """End the capture on ``stream``; the captured graph's handle (raises when the
+        capture was invalidated, e.g. by a call not allowed during capture)."""
+        cdef void* g = NULL
+        if self.f.StreamEndCapture == NULL:
+            self.missing(b"StreamEndCapture")
+        self.c_check(self.f.StreamEndCapture(<void*>stream, &g), b"StreamEndCapture")
+        return <uintptr_t>g
+
+    def stream_is_capturing(self, uintptr_t stream):
+        """The capture status of ``stream``: one of STREAM_CAPTURE_STATUS_*."""
+        cdef int status = 0
+        if self.f.StreamIsCapturing == NULL:
+            self.missing(b"StreamIsCapturing")
+        self.c_check(self.f.StreamIsCapturing(<void*>stream, &status), b"StreamIsCapturing")
+        return status
+
+    def graph_instantiate(self, uintptr_t graph, unsigned long long flags=0):
+        """An executable graph of ``graph`` (``GraphInstantiateWithFlags``); its handle."""
+        cdef void* e = NULL
+        cdef int st
+        if self.f.GraphInstantiateWithFlags == NULL:
+            self.missing(b"GraphInstantiateWithFlags")
+        with nogil:
+            st = self.f.GraphInstantiateWithFlags(&e, <void*>graph, flags)
+        self.c_check(st, b"GraphInstantiateWithFlags")
+        return <uintptr_t>e
+
+    def graph_exec_update(self, uintptr_t graph_exec, uintptr_t graph):
+        """Update the executable graph ``graph_exec`` in place to the parameters of
+        ``graph`` (same topology, other pointers); True when done, False when the graphs
+        differ in a way an update cannot take (then instantiate anew)."""
+        cdef GraphExecUpdateResultInfo info
+        cdef void* error_node = NULL
+        cdef int result = 0
+        cdef int st
+        memset(&info, 0, sizeof(info))
+        if self.kind == "hip":     # the pre-CUDA-12 form: error node and result apart
+            if self.f_hip.GraphExecUpdate == NULL:
+                self.missing(b"GraphExecUpdate")
+            st = self.f_hip.GraphExecUpdate(<void*>graph_exec, <void*>graph, &error_node,
+                                            &result)
+        else:
+            if self.f_cuda.GraphExecUpdate == NULL:
+                self.missing(b"GraphExecUpdate")
+            st = self.f_cuda.GraphExecUpdate(<void*>graph_exec, <void*>graph, &info)
+        if st == self.c.ERROR_GRAPH_EXEC_UPDATE_FAILURE:
+            return False
+        self.c_check(st, b"GraphExecUpdate")
+        return True
+
+    def graph_launch(self, uintptr_t graph_exec, uintptr_t stream):
+        """Enqueue one launch of an executable graph on ``stream``."""
+        self.c_graph_launch(<void*>graph_exec, <void*>stream)
+
+    def graph_destroy(self, uintptr_t graph):
+        """Destroy a graph (executable graphs made from it are independent of it)."""
+        if self.f.GraphDestroy == NULL:
+            self.missing(b"GraphDestroy")
+        self.c_check(self.f.GraphDestroy(<void*>graph), b"GraphDestroy")
+
+    def graph_exec_destroy(self, uintptr_t graph_exec):
+        """Destroy an executable graph; launches in flight complete first (the runtime
+        frees it when they are done)."""
+        if self.f.GraphExecDestroy == NULL:
+            self.missing(b"GraphExecDestroy")
+        self.c_check(self.f.GraphExecDestroy(<void*>graph_exec), b"GraphExecDestroy")
 
     def pool_keep_memory(self, int device):
         """Keep freed memory in the device's default pool (release threshold = max), as

@@ -48,6 +48,21 @@ ctypedef int (*f_default_mem_pool)(void**, int) noexcept nogil
 # MemPoolSetAttribute(pool, attr, value)
 ctypedef int (*f_mem_pool_set)(void*, int, void*) noexcept nogil
 ctypedef int (*f_pointer_attributes)(void*, const void*) noexcept nogil
+# Stream capture and graphs (CUDA >= 12 / ROCm >= 5.2). Enum out-parameters and the CUDA
+# update's result struct travel as void* (their C types differ per runtime).
+# StreamBeginCapture(stream, mode)
+ctypedef int (*f_begin_capture)(void*, int) noexcept nogil
+# StreamEndCapture(stream, graph*)
+ctypedef int (*f_end_capture)(void*, void**) noexcept nogil
+# StreamIsCapturing(stream, cudaStreamCaptureStatus* / hipStreamCaptureStatus*)
+ctypedef int (*f_is_capturing)(void*, void*) noexcept nogil
+# GraphInstantiateWithFlags(exec*, graph, flags)
+ctypedef int (*f_graph_instantiate)(void**, void*, unsigned long long) noexcept nogil
+ctypedef int (*f_graph_launch)(void*, void*) noexcept nogil           # GraphLaunch(exec, stream)
+# cudaGraphExecUpdate(exec, graph, cudaGraphExecUpdateResultInfo*) of CUDA >= 12
+ctypedef int (*f_graph_exec_update)(void*, void*, void*) noexcept nogil
+# hipGraphExecUpdate(exec, graph, hipGraphNode_t* error_node, hipGraphExecUpdateResult*)
+ctypedef int (*f_graph_exec_update_hip)(void*, void*, void**, void*) noexcept nogil
 
 
 # ------------------------------------------------------------------ the table of one runtime
@@ -87,6 +102,24 @@ ctypedef struct RuntimeFns:
     f_default_mem_pool DeviceGetDefaultMemPool
     f_mem_pool_set MemPoolSetAttribute
     f_pointer_attributes PointerGetAttributes
+    f_begin_capture StreamBeginCapture
+    f_end_capture StreamEndCapture
+    f_is_capturing StreamIsCapturing
+    f_graph_instantiate GraphInstantiateWithFlags
+    f_graph_launch GraphLaunch
+    f_handle GraphDestroy
+    f_handle GraphExecDestroy
+
+
+# ------------------------------------------------------------------ calls that differ per runtime
+# Where the two runtimes' C signatures differ, each has its own table, filled only for that
+# runtime and checked against its own header (tests/contract/_abi.py FUNCTION_TABLES,
+# tests/contract/hip/_abi_rocm.py).
+ctypedef struct CudaOnlyFns:
+    f_graph_exec_update GraphExecUpdate
+
+ctypedef struct HipOnlyFns:
+    f_graph_exec_update_hip GraphExecUpdate
 
 
 # ------------------------------------------------------------------ the constants the C code uses
@@ -106,6 +139,8 @@ ctypedef struct RuntimeConstants:
     int POOL_ATTR_RELEASE_THRESHOLD
     int MEMORY_TYPE_DEVICE
     int MEMORY_TYPE_MANAGED
+    int STREAM_CAPTURE_MODE_THREAD_LOCAL
+    int ERROR_GRAPH_EXEC_UPDATE_FAILURE
 
 
 # cudaPointerAttributes (CUDA >= 11: 88 bytes in CUDA 13) / hipPointerAttribute_t (32 bytes,
@@ -117,3 +152,11 @@ ctypedef struct PointerAttributes:
     void* devicePointer
     void* hostPointer
     char pad[192]
+
+
+# cudaGraphExecUpdateResultInfo (driver_types.h, CUDA >= 12): the out-parameter of
+# cudaGraphExecUpdate. HIP's update returns the result enum and error node separately.
+ctypedef struct GraphExecUpdateResultInfo:
+    int result
+    void* errorNode
+    void* errorFromNode

@@ -17,6 +17,7 @@ handles are created and stream workspaces sized; a plan's ``run`` only enqueues.
 from __future__ import annotations
 
 import collections
+import functools
 import queue
 import threading
 import time
@@ -26,6 +27,7 @@ from typing import Callable
 from .._errors import DeviceError, GpuError
 from ..runtime._gpu_device import GpuContext, LaunchContext
 from ._completion import Completion
+from ._graph import capture_graph
 from ._stream import StreamBackend
 
 __all__ = ["GpuStreamBackend", "prepare_streams"]
@@ -145,6 +147,11 @@ class GpuStreamBackend(StreamBackend):
         if item._control:
             self._marker_events[id(item)] = event
         self._queue.put((event, item, value, error))
+
+    def capture(self, fns: tuple, *, previous=None):
+        """The work item of a capture step: ``fns`` captured from this stream into a
+        CUDA/HIP graph, replayed with one launch (``queues._graph.capture_graph``)."""
+        return functools.partial(capture_graph, self._rt, self.stream, tuple(fns), previous)
 
     def wait(self, marker: Completion) -> None:
         """Later work on this stream waits on the GPU for ``marker``'s event."""

@@ -111,6 +111,23 @@ class Runtime(LibraryTable):
         """Copy enqueued on ``stream``."""
     def memset_async(self, dst: int, value: int, nbytes: int, stream: int) -> None:
         """Set ``nbytes`` bytes at ``dst`` to ``value`` on ``stream``."""
+    # capture and graphs
+    def stream_begin_capture(self, stream: int, mode: int | None = None) -> None:
+        """Capture ``stream``'s work into a graph (default STREAM_CAPTURE_MODE_THREAD_LOCAL)."""
+    def stream_end_capture(self, stream: int) -> int:
+        """End the capture; the graph's handle."""
+    def stream_is_capturing(self, stream: int) -> int:
+        """One of STREAM_CAPTURE_STATUS_*."""
+    def graph_instantiate(self, graph: int, flags: int = 0) -> int:
+        """An executable graph's handle."""
+    def graph_exec_update(self, graph_exec: int, graph: int) -> bool:
+        """Update in place; False when the topologies differ."""
+    def graph_launch(self, graph_exec: int, stream: int) -> None:
+        """One launch of the executable graph on ``stream``."""
+    def graph_destroy(self, graph: int) -> None:
+        """Destroy a graph (its executable graphs are independent of it)."""
+    def graph_exec_destroy(self, graph_exec: int) -> None:
+        """Destroy an executable graph; launches in flight complete first."""
     def pool_keep_memory(self, device: int) -> bool:
         """Keep freed memory in the default pool; False where pools are unavailable."""
     def pointer_device(self, ptr: int) -> int:

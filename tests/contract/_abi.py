@@ -97,6 +97,7 @@ STRUCTS = (
     StructCheck("AlgoPerf", ("cudnnConvolutionFwdAlgoPerf_t", "cudnnConvolutionBwdDataAlgoPerf_t",
                              "cudnnConvolutionBwdFilterAlgoPerf_t"), "==", "cudnn"),
     StructCheck("PointerAttributes", ("struct cudaPointerAttributes",), ">=", "cudart"),
+    StructCheck("GraphExecUpdateResultInfo", ("cudaGraphExecUpdateResultInfo",), "==", "cudart"),
 )
 
 
@@ -213,6 +214,7 @@ _THEIR_FIELDS = {
     "cudnnConvolutionBwdFilterAlgoPerf_t": ("algo", "status", "time", "memory", "determinism",
                                             "mathType", "reserved"),
     "struct cudaPointerAttributes": ("type", "device", "devicePointer", "hostPointer"),
+    "cudaGraphExecUpdateResultInfo": ("result", "errorNode", "errorFromNode"),
 }
 
 
@@ -249,8 +251,11 @@ def unchecked_constants() -> list[str]:
 # minus the prefix (RuntimeFns.Malloc -> cudaMalloc), or the whole symbol when it already
 # starts with the prefix.
 FUNCTION_TABLES = {"RuntimeFns": ("cuda", "cudart"), "CudnnFns": ("cudnn", "cudnn"),
+                   "CudaOnlyFns": ("cuda", "cudart"),
                    # checked in C++ against both MIOpen headers by tests/contract/hip
-                   "MiopenFns": ("miopen", "miopen")}
+                   "MiopenFns": ("miopen", "miopen"),
+                   # checked in C++ against the HIP headers by tests/contract/hip
+                   "HipOnlyFns": ("hip", "hip")}
 
 _FNTYPE_RE = re.compile(r"^\s*ctypedef\s+(.+?)\s*\(\s*\*\s*(\w+)\s*\)\s*\((.*?)\)\s*(noexcept)?\s*(nogil)?\s*(#.*)?$")
 

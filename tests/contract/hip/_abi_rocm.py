@@ -323,6 +323,8 @@ def _hip_checks() -> list[str]:
     table = parse_table("RuntimeFns", [api])
     names = {f: "hip" + aliases[f][0] for _t, f in table if f in aliases}
     checks = _signature_checks("hip", table, fn_types, {}, names)
+    # the calls whose signature is HIP's own (RuntimeFns holds the common ones)
+    checks += _signature_checks("hip", parse_table("HipOnlyFns", [api]), fn_types, {})
     out.extend(c.replace("ours::", "ours_hip::") for c in checks)
     return out
 

@@ -409,7 +409,11 @@ typedef struct work {
     void (*free_arg)(void *);
 } work;
 
+typedef struct fake_nodes fake_nodes;
+
 struct fake_stream {
+    fake_nodes *capture;   /* non-NULL while capturing: enqueued work goes here */
+    int capture_invalid;
     int id;
     unsigned flags;
     int priority;
@@ -507,6 +511,8 @@ int fake_stream_id(fake_stream *s) { return s ? s->id : 0; }
 unsigned fake_stream_flags(fake_stream *s) { return s ? s->flags : 0; }
 int fake_stream_priority(fake_stream *s) { return s ? s->priority : 0; }
 
+static void nodes_append(fake_nodes *n, work *w);
+
 void fake_stream_enqueue(fake_stream *s, const char *label, fake_work_fn fn, void *arg,
                          void (*free_arg)(void *)) {
     work *w = (work *)calloc(1, sizeof *w);
@@ -516,6 +522,11 @@ void fake_stream_enqueue(fake_stream *s, const char *label, fake_work_fn fn, voi
     w->arg = arg;
     w->free_arg = free_arg;
     pthread_mutex_lock(&s->mu);
+    if (s->capture) {                  /* captured: a node of the graph, not run now */
+        nodes_append(s->capture, w);
+        pthread_mutex_unlock(&s->mu);
+        return;
+    }
     if (s->tail) s->tail->next = w; else s->head = w;
     s->tail = w;
     s->enqueued++;
@@ -577,6 +588,174 @@ void fake_device_synchronize(void) {
     memcpy(list, all_streams, (size_t)n * sizeof *list);
     pthread_mutex_unlock(&s_mu);
     for (int i = 0; i < n; i++) fake_stream_synchronize(list[i]);
+}
+
+/* ================================================================== capture, graphs */
+struct fake_nodes {
+    pthread_mutex_t mu;
+    int refs;
+    int n;
+    work *head, *tail;
+};
+
+struct fake_graph {
+    int id;
+    int exec;
+    pthread_mutex_t mu;
+    fake_nodes *nodes;
+};
+
+static fake_nodes *nodes_new(void) {
+    fake_nodes *n = (fake_nodes *)calloc(1, sizeof *n);
+    if (!n) abort();
+    pthread_mutex_init(&n->mu, NULL);
+    n->refs = 1;
+    return n;
+}
+
+static void nodes_append(fake_nodes *n, work *w) {
+    if (n->tail) n->tail->next = w; else n->head = w;
+    n->tail = w;
+    n->n++;
+}
+
+static fake_nodes *nodes_ref(fake_nodes *n) {
+    pthread_mutex_lock(&n->mu);
+    n->refs++;
+    pthread_mutex_unlock(&n->mu);
+    return n;
+}
+
+static void nodes_unref(void *p) {
+    fake_nodes *n = (fake_nodes *)p;
+    pthread_mutex_lock(&n->mu);
+    int left = --n->refs;
+    pthread_mutex_unlock(&n->mu);
+    if (left) return;
+    for (work *w = n->head; w;) {
+        work *next = w->next;
+        if (w->free_arg) w->free_arg(w->arg);
+        free(w);
+        w = next;
+    }
+    free(n);
+}
+
+static void run_nodes(void *p) {
+    fake_nodes *n = (fake_nodes *)p;
+    for (work *w = n->head; w; w = w->next) {
+        if (w->fn) w->fn(w->arg);
+        if (w->label) {
+            fake_rec *r = fake_rec_begin("exec", w->label);
+            fake_rec_int(r, "graph_node", 1);
+            fake_rec_end(r, 0);
+        }
+    }
+}
+
+int fake_stream_begin_capture(fake_stream *s) {
+    pthread_mutex_lock(&s->mu);
+    int busy = s->capture != NULL;
+    if (!busy) {
+        s->capture = nodes_new();
+        s->capture_invalid = 0;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return busy ? -1 : 0;
+}
+
+int fake_stream_capturing(fake_stream *s) {
+    pthread_mutex_lock(&s->mu);
+    int st = !s->capture ? 0 : s->capture_invalid ? 2 : 1;
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
+void fake_stream_invalidate_capture(fake_stream *s) {
+    pthread_mutex_lock(&s->mu);
+    if (s->capture) s->capture_invalid = 1;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static fake_graph *graph_new(fake_nodes *nodes, int exec) {
+    fake_graph *g = (fake_graph *)calloc(1, sizeof *g);
+    if (!g) abort();
+    pthread_mutex_init(&g->mu, NULL);
+    g->nodes = nodes;
+    g->exec = exec;
+    g->id = fake_handle_register(g, exec ? FAKE_KIND_GRAPH_EXEC : FAKE_KIND_GRAPH);
+    return g;
+}
+
+fake_graph *fake_stream_end_capture(fake_stream *s, int *invalidated) {
+    pthread_mutex_lock(&s->mu);
+    fake_nodes *n = s->capture;
+    int bad = s->capture_invalid;
+    s->capture = NULL;
+    s->capture_invalid = 0;
+    pthread_mutex_unlock(&s->mu);
+    if (invalidated) *invalidated = n && bad;
+    if (!n) return NULL;
+    if (bad) { nodes_unref(n); return NULL; }
+    return graph_new(n, 0);
+}
+
+fake_graph *fake_graph_get(void *handle, int kind, const char *fn) {
+    if (fake_handle_kind(handle) != kind) {
+        fake_violation(fn, "%s handle %p is not a live one", kind == FAKE_KIND_GRAPH ?
+                       "graph" : "executable graph", handle);
+        return NULL;
+    }
+    return (fake_graph *)handle;
+}
+
+fake_graph *fake_graph_instantiate(fake_graph *g) {
+    pthread_mutex_lock(&g->mu);
+    fake_nodes *n = nodes_ref(g->nodes);
+    pthread_mutex_unlock(&g->mu);
+    return graph_new(n, 1);
+}
+
+int fake_graph_update(fake_graph *exec, fake_graph *g) {
+    pthread_mutex_lock(&g->mu);
+    fake_nodes *fresh = nodes_ref(g->nodes);
+    pthread_mutex_unlock(&g->mu);
+    pthread_mutex_lock(&exec->mu);
+    fake_nodes *old = exec->nodes;
+    int same = old->n == fresh->n;
+    for (work *a = old->head, *b = fresh->head; same && a && b; a = a->next, b = b->next)
+        same = a->fn == b->fn;
+    if (same) exec->nodes = fresh;
+    pthread_mutex_unlock(&exec->mu);
+    nodes_unref(same ? old : fresh);
+    return same;
+}
+
+void fake_graph_launch(fake_graph *exec, fake_stream *s) {
+    pthread_mutex_lock(&exec->mu);
+    fake_nodes *n = nodes_ref(exec->nodes);
+    pthread_mutex_unlock(&exec->mu);
+    fake_stream_enqueue(s, "graph launch", run_nodes, n, nodes_unref);
+}
+
+int fake_graph_id(fake_graph *g) { return g ? g->id : 0; }
+
+int fake_graph_nodes(fake_graph *g) {
+    pthread_mutex_lock(&g->mu);
+    int n = g->nodes->n;
+    pthread_mutex_unlock(&g->mu);
+    return n;
+}
+
+void fake_graph_destroy(fake_graph *g) {
+    /* launches in flight hold their own reference to the nodes */
+    fake_handle_unregister(g);
+    pthread_mutex_lock(&g->mu);
+    fake_nodes *n = g->nodes;
+    g->nodes = NULL;
+    pthread_mutex_unlock(&g->mu);
+    if (n) nodes_unref(n);
+    free(g);
 }
 
 /* ================================================================== events */

@@ -83,7 +83,8 @@ FAKE_API int fake_injected(const char *fn);
  * lookups of unknown or destroyed handles return 0 / NULL. */
 enum {
     FAKE_KIND_NONE = 0, FAKE_KIND_STREAM, FAKE_KIND_EVENT, FAKE_KIND_POOL,
-    FAKE_KIND_DNN_HANDLE, FAKE_KIND_DESCRIPTOR, FAKE_KIND_OTHER
+    FAKE_KIND_DNN_HANDLE, FAKE_KIND_DESCRIPTOR, FAKE_KIND_OTHER, FAKE_KIND_GRAPH,
+    FAKE_KIND_GRAPH_EXEC
 };
 FAKE_API int fake_handle_register(void *h, int kind);      /* returns the id */
 FAKE_API void fake_handle_unregister(void *h);
@@ -140,6 +141,29 @@ FAKE_API void fake_event_synchronize(fake_event *e);
 FAKE_API int fake_event_recorded(fake_event *e);       /* ever recorded */
 FAKE_API double fake_event_time_ms(fake_event *e);     /* when its last record ran */
 FAKE_API void fake_event_destroy(fake_event *e);
+
+/* ------------------------------------------------------------------ stream capture, graphs
+ * Between fake_stream_begin_capture and fake_stream_end_capture, work enqueued on the
+ * stream (from any thread) is kept as a node of a graph instead of running. A graph is a
+ * list of nodes run in order; an executable graph shares its graph's nodes (their
+ * arguments live until the last graph, executable graph or launch using them is gone), and
+ * one launch is one work item of the stream that runs every node. */
+typedef struct fake_graph fake_graph;
+/* 0: started; -1: the stream is capturing already */
+FAKE_API int fake_stream_begin_capture(fake_stream *s);
+FAKE_API int fake_stream_capturing(fake_stream *s);            /* 0 none, 1 active, 2 invalidated */
+FAKE_API void fake_stream_invalidate_capture(fake_stream *s);
+/* the captured graph (a new handle), NULL when the stream was not capturing or the
+ * capture was invalidated (*invalidated = 1) */
+FAKE_API fake_graph *fake_stream_end_capture(fake_stream *s, int *invalidated);
+FAKE_API fake_graph *fake_graph_get(void *handle, int kind, const char *fn);
+FAKE_API fake_graph *fake_graph_instantiate(fake_graph *g);   /* an executable graph of g */
+/* 1: exec now runs g's nodes (same node count and functions); 0: the shapes differ */
+FAKE_API int fake_graph_update(fake_graph *exec, fake_graph *g);
+FAKE_API void fake_graph_launch(fake_graph *exec, fake_stream *s);
+FAKE_API int fake_graph_id(fake_graph *g);
+FAKE_API int fake_graph_nodes(fake_graph *g);
+FAKE_API void fake_graph_destroy(fake_graph *g);
 
 /* delay each stream worker waits before running an item (default 2000 us, or
  * $HIPDNN_ASYNC_FAKE_DELAY_US) */

@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "fake_core.h"
+#include "fake_cudart_capture.h"
 #include "fake_cudart_checks.h"   /* generated: our constants against this header */
 
 #define RT_VERSION 13000          /* CUDA 13.0, what the H200 machine's cudart reports */
@@ -188,6 +189,7 @@ cudaError_t cudaDriverGetVersion(int *v) {
 cudaError_t cudaDeviceSynchronize(void) {
     BEGIN("cudaDeviceSynchronize");
     INJECT();
+    if (fake_capture_unsafe(FN)) return done(R, cudaErrorStreamCaptureUnsupported);
     fake_device_synchronize();
     return done(R, cudaSuccess);
 }
@@ -260,6 +262,8 @@ cudaError_t cudaStreamSynchronize(cudaStream_t h) {
     BEGIN("cudaStreamSynchronize");
     STREAM_OR_FAIL(s, h);
     INJECT();
+    if (fake_capture_on(s, FN, "synchronizes")) return done(R, cudaErrorStreamCaptureUnsupported);
+    if (fake_capture_unsafe(FN)) return done(R, cudaErrorStreamCaptureUnsupported);
     fake_stream_synchronize(s);
     return done(R, cudaSuccess);
 }
@@ -268,6 +272,7 @@ cudaError_t cudaStreamQuery(cudaStream_t h) {
     BEGIN("cudaStreamQuery");
     STREAM_OR_FAIL(s, h);
     INJECT();
+    if (fake_capture_on(s, FN, "queries")) return done(R, cudaErrorStreamCaptureUnsupported);
     return done(R, fake_stream_idle(s) ? cudaSuccess : cudaErrorNotReady);
 }
 
@@ -278,6 +283,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t h, cudaEvent_t event, unsigned int 
     fake_rec_int(R, "event", fake_event_id(e));
     fake_rec_uint(R, "flags", flags);
     INJECT();
+    if (fake_capture_on(s, FN, "(not modeled) makes wait on an event")) return done(R, cudaErrorStreamCaptureUnsupported);
     if (!e) return done(R, cudaErrorInvalidResourceHandle);
     fake_stream_wait_event(s, e);
     return done(R, cudaSuccess);
@@ -295,6 +301,7 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t h, cudaHostFn_t fn, void *userData) 
     STREAM_OR_FAIL(s, h);
     fake_rec_ptr(R, "fn", (const void *)(uintptr_t)fn);
     INJECT();
+    if (fake_capture_on(s, FN, "(not modeled) launches a host function on")) return done(R, cudaErrorStreamCaptureUnsupported);
     if (!fn) return done(R, cudaErrorInvalidValue);
     host_fn_arg *a = (host_fn_arg *)malloc(sizeof *a);
     a->fn = fn;
@@ -331,6 +338,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t h) {
     fake_rec_int(R, "event", fake_event_id(e));
     STREAM_OR_FAIL(s, h);
     INJECT();
+    if (fake_capture_on(s, FN, "(not modeled) records an event on")) return done(R, cudaErrorStreamCaptureUnsupported);
     if (!e) return done(R, cudaErrorInvalidResourceHandle);
     fake_event_record(e, s);
     return done(R, cudaSuccess);
@@ -343,6 +351,7 @@ cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t h, unsigned
     fake_rec_uint(R, "flags", flags);
     STREAM_OR_FAIL(s, h);
     INJECT();
+    if (fake_capture_on(s, FN, "(not modeled) records an event on")) return done(R, cudaErrorStreamCaptureUnsupported);
     if (!e) return done(R, cudaErrorInvalidResourceHandle);
     fake_event_record(e, s);
     return done(R, cudaSuccess);
@@ -364,6 +373,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
     if (e && !(fake_event_flags(e) & cudaEventBlockingSync))
         fake_rec_int(R, "spins", 1);       /* a real one would busy-wait a CPU core */
     if (!e) return done(R, cudaErrorInvalidResourceHandle);
+    if (fake_capture_unsafe(FN)) return done(R, cudaErrorStreamCaptureUnsupported);
     fake_event_synchronize(e);             /* wait first: an injected failure is the GPU's */
     INJECT();
     return done(R, cudaSuccess);
@@ -400,6 +410,7 @@ cudaError_t cudaMalloc(void **p, size_t size) {
     BEGIN("cudaMalloc");
     fake_rec_uint(R, "size", size);
     INJECT();
+    if (fake_capture_unsafe(FN)) return done(R, cudaErrorStreamCaptureUnsupported);
     if (!p) return done(R, cudaErrorInvalidValue);
     if (size > fake_mem_total() - fake_mem_in_use()) return done(R, cudaErrorMemoryAllocation);
     *p = size ? fake_mem_alloc(size, FAKE_MEM_DEVICE) : NULL;
@@ -411,6 +422,7 @@ cudaError_t cudaFree(void *p) {
     BEGIN("cudaFree");
     fake_rec_ptr(R, "ptr", p);
     INJECT();
+    if (fake_capture_unsafe(FN)) return done(R, cudaErrorStreamCaptureUnsupported);
     fake_device_synchronize();             /* cudaFree synchronizes the device */
     if (!p) return done(R, cudaSuccess);
     if (fake_mem_free(p, FAKE_MEM_DEVICE) != 0) {
@@ -433,6 +445,7 @@ cudaError_t cudaMallocAsync(void **p, size_t size, cudaStream_t h) {
     fake_rec_uint(R, "size", size);
     STREAM_OR_FAIL(s, h);
     INJECT();
+    if (fake_capture_on(s, FN, "(not modeled) allocates on")) return done(R, cudaErrorStreamCaptureUnsupported);
     (void)s;
     if (!p) return done(R, cudaErrorInvalidValue);
     if (size > fake_mem_total() - fake_mem_in_use()) return done(R, cudaErrorMemoryAllocation);
@@ -447,6 +460,7 @@ cudaError_t cudaMallocFromPoolAsync(void **p, size_t size, cudaMemPool_t pool, c
     fake_rec_int(R, "pool", fake_handle_id(pool));
     STREAM_OR_FAIL(s, h);
     INJECT();
+    if (fake_capture_on(s, FN, "(not modeled) allocates on")) return done(R, cudaErrorStreamCaptureUnsupported);
     (void)s;
     if (!p || fake_handle_kind(pool) != FAKE_KIND_POOL) return done(R, cudaErrorInvalidValue);
     *p = size ? fake_mem_alloc(size, FAKE_MEM_DEVICE) : NULL;
@@ -459,6 +473,7 @@ cudaError_t cudaFreeAsync(void *p, cudaStream_t h) {
     fake_rec_ptr(R, "ptr", p);
     STREAM_OR_FAIL(s, h);
     INJECT();
+    if (fake_capture_on(s, FN, "(not modeled) frees on")) return done(R, cudaErrorStreamCaptureUnsupported);
     if (!p) return done(R, cudaSuccess);
     if (!fake_mem_find(p, NULL, NULL, NULL)) {
         fake_violation(FN, "%p is not a live device allocation", p);
@@ -474,6 +489,7 @@ cudaError_t cudaMallocHost(void **p, size_t size) {
     BEGIN("cudaMallocHost");
     fake_rec_uint(R, "size", size);
     INJECT();
+    if (fake_capture_unsafe(FN)) return done(R, cudaErrorStreamCaptureUnsupported);
     *p = fake_mem_alloc(size, FAKE_MEM_HOST);
     fake_rec_ptr(R, "ptr", *p);
     return done(R, cudaSuccess);
@@ -484,6 +500,7 @@ cudaError_t cudaHostAlloc(void **p, size_t size, unsigned int flags) {
     fake_rec_uint(R, "size", size);
     fake_rec_uint(R, "flags", flags);
     INJECT();
+    if (fake_capture_unsafe(FN)) return done(R, cudaErrorStreamCaptureUnsupported);
     *p = fake_mem_alloc(size, FAKE_MEM_HOST);
     fake_rec_ptr(R, "ptr", *p);
     return done(R, cudaSuccess);
@@ -493,6 +510,7 @@ cudaError_t cudaFreeHost(void *p) {
     BEGIN("cudaFreeHost");
     fake_rec_ptr(R, "ptr", p);
     INJECT();
+    if (fake_capture_unsafe(FN)) return done(R, cudaErrorStreamCaptureUnsupported);
     fake_device_synchronize();
     if (p && fake_mem_free(p, FAKE_MEM_HOST) != 0) {
         fake_violation(FN, "%p is not pinned host memory from cudaMallocHost/cudaHostAlloc", p);
@@ -507,6 +525,7 @@ cudaError_t cudaHostRegister(void *p, size_t size, unsigned int flags) {
     fake_rec_uint(R, "size", size);
     fake_rec_uint(R, "flags", flags);
     INJECT();
+    if (fake_capture_unsafe(FN)) return done(R, cudaErrorStreamCaptureUnsupported);
     if (fake_mem_find(p, NULL, NULL, NULL)) return done(R, cudaErrorHostMemoryAlreadyRegistered);
     fake_mem_register(p, size, FAKE_MEM_HOST);
     return done(R, cudaSuccess);
@@ -516,6 +535,7 @@ cudaError_t cudaHostUnregister(void *p) {
     BEGIN("cudaHostUnregister");
     fake_rec_ptr(R, "ptr", p);
     INJECT();
+    if (fake_capture_unsafe(FN)) return done(R, cudaErrorStreamCaptureUnsupported);
     fake_device_synchronize();
     int kind = 0;
     void *base = NULL;
@@ -574,6 +594,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind
     BEGIN("cudaMemcpy");
     cudaError_t st = check_copy(R, FN, dst, src, n, kind);
     INJECT();
+    if (fake_capture_unsafe(FN)) return done(R, cudaErrorStreamCaptureUnsupported);
     if (st) return done(R, st);
     /* the legacy default stream: ordered after work on it (our streams are
      * non-blocking, so nothing else) */
@@ -602,6 +623,10 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
         memcpy(a->staged, src, n);
     }
     fake_rec_int(R, "pageable", h2d_pageable || d2h_pageable);
+    if ((h2d_pageable || d2h_pageable) && fake_capture_on(s, FN, "(not modeled) copies pageable host memory on")) {
+        free_copy(a);
+        return done(R, cudaErrorStreamCaptureUnsupported);
+    }
     fake_stream_enqueue(s, "cudaMemcpyAsync", do_copy, a, free_copy);
     if (d2h_pageable) fake_stream_synchronize(s);   /* returns once the copy is done */
     return done(R, cudaSuccess);
@@ -620,6 +645,7 @@ cudaError_t cudaMemset(void *dst, int value, size_t n) {
     fake_rec_int(R, "value", value);
     fake_rec_uint(R, "count", n);
     INJECT();
+    if (fake_capture_unsafe(FN)) return done(R, cudaErrorStreamCaptureUnsupported);
     if (n && !fake_mem_check(dst, n, FN, "dst")) return done(R, cudaErrorInvalidValue);
     fake_stream_synchronize(fake_stream_get(NULL, FN));
     memset(dst, value, n);

@@ -1,0 +1,225 @@
+"""Capture-and-replay scenarios for the worker process (see ``_worker.py``): public API only,
+on the fake "cuda:0", returning logs, inputs and outputs for the tests to check.
+
+A step here is conv fprop -> batchnorm training + ReLU -> conv fprop (FLOAT, NCHW): each
+plan reads the previous one's output, so a replay that skips or reorders one is wrong.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ._scenarios import control
+
+__all__ = ["step3_case", "capture_failure_case", "chain_case", "EPS"]
+
+EPS = 1e-5
+N, C, HW = 2, 4, 6
+
+
+def _graphs(hd):
+    def conv(name):
+        g = hd.Graph(name=name)
+        x = g.tensor(dims=(N, C, HW, HW), name="x")
+        w = g.tensor(dims=(C, C, 3, 3), name="w")
+        y = g.conv_fprop(x, w, padding=1).set_output(True).set_name("y")
+        return g, (x, w, y)
+
+    g = hd.Graph(name="bn_relu")
+    x = g.tensor(dims=(N, C, HW, HW), name="x")
+    s = g.tensor(dims=(1, C, 1, 1), name="scale")
+    b = g.tensor(dims=(1, C, 1, 1), name="bias")
+    y, mean, inv, _, _ = g.batchnorm(x, s, b, epsilon=EPS)
+    r = g.pointwise(y, mode=hd.PointwiseMode.RELU_FWD).set_output(True).set_name("r")
+    mean.set_output(True).set_name("mean")
+    inv.set_output(True).set_name("inv")
+    return conv("conv1"), (g, (x, s, b, r, mean, inv)), conv("conv2")
+
+
+class _Step3:
+    def __init__(self, hd, dev, rng):
+        (g1, self.t1), (g2, self.t2), (g3, self.t3) = _graphs(hd)
+        self.plans = [dev.build_sync(g) for g in (g1, g2, g3)]
+        f32 = np.float32
+        self.host = {"x": rng.uniform(-1, 1, (N, C, HW, HW)).astype(f32),
+                     "w1": rng.uniform(-1, 1, (C, C, 3, 3)).astype(f32),
+                     "w2": rng.uniform(-1, 1, (C, C, 3, 3)).astype(f32),
+                     "scale": rng.uniform(0.5, 1.5, (1, C, 1, 1)).astype(f32),
+                     "bias": rng.uniform(-0.5, 0.5, (1, C, 1, 1)).astype(f32)}
+        shapes = {"y": (N, C, HW, HW), "r": (N, C, HW, HW), "mean": (1, C, 1, 1),
+                  "inv": (1, C, 1, 1), "z": (N, C, HW, HW), "z2": (N, C, HW, HW)}
+        self.dev = {}
+        for name, a in self.host.items():
+            self.dev[name] = dev.empty(a.shape, a.dtype)
+            self.dev[name].copy_from(a)
+        for name, shape in shapes.items():
+            self.dev[name] = dev.empty(shape, f32)
+            self.dev[name].copy_from(np.full(shape, np.nan, f32))
+
+    def submit_all(self, z="z"):
+        d = self.dev
+        (x1, w1, y1), (x2, s2, b2, r2, m2, i2), (x3, w3, y3) = self.t1, self.t2, self.t3
+        self.plans[0].submit({x1: d["x"], w1: d["w1"], y1: d["y"]})
+        self.plans[1].submit({x2: d["y"], s2: d["scale"], b2: d["bias"], r2: d["r"],
+                              m2: d["mean"], i2: d["inv"]})
+        self.plans[2].submit({x3: d["r"], w3: d["w2"], y3: d[z]})
+
+    def read(self, *names):
+        return {n: self.dev[n].to_numpy_sync() for n in names}
+
+
+OUTS = ("y", "r", "mean", "inv", "z")
+
+
+def step3_case(seed: int = 0) -> dict:
+    """Capture the 3-plan step, replay it, copy a new x in and replay, recapture into
+    another output buffer (the executable graph updated in place), close.
+
+    Returns
+    -------
+    dict
+        ``log`` (marks "capture", "captured", "replay0", "read0", "replay1", "read1",
+        "recapture", "replay2", "read2", "close", "end"), ``inputs`` (host values of the
+        inputs; ``x1`` the second x), ``before`` (outputs after the capture, before any
+        replay), ``out0``, ``out1``, ``out2`` (outputs after each replay; out2 also z2),
+        ``stream`` (the step's stream name), ``updates``, ``violations``.
+    """
+    import hipdnn_async as hd
+    ctl = control()
+    rng = np.random.default_rng(seed)
+    with hd.Device("cuda:0", streams=2) as dev:
+        s = _Step3(hd, dev, rng)
+        ctl.clear()
+        ctl.mark("capture")
+        with dev.capture() as step:
+            s.submit_all()
+        ctl.mark("captured")
+        before = s.read(*OUTS)
+        ctl.mark("replay0")
+        step.replay_sync()
+        ctl.mark("read0")
+        out0 = s.read(*OUTS)
+        x1 = rng.uniform(-1, 1, s.host["x"].shape).astype(np.float32)
+        s.dev["x"].copy_from(x1)
+        ctl.mark("replay1")
+        step.replay_sync()
+        ctl.mark("read1")
+        out1 = s.read(*OUTS)
+        ctl.mark("recapture")
+        with step.recapture():
+            s.submit_all(z="z2")
+        ctl.mark("replay2")
+        step.replay_sync()
+        ctl.mark("read2")
+        out2 = s.read(*OUTS, "z2")
+        updates = step._replay.updates
+        ctl.mark("close")
+        step.close()
+        ctl.mark("end")
+        stream = step.stream.name
+    return {"log": ctl.log(), "violations": ctl.violations(), "inputs": dict(s.host, x1=x1),
+            "before": before, "out0": out0, "out1": out1, "out2": out2, "stream": stream,
+            "updates": updates}
+
+
+def capture_failure_case(inject: str, status: int, *, when: str = "capture") -> dict:
+    """A step whose capture (``when="capture"``: ``inject`` fails inside the recorded
+    work) or recapture update (``when="update"``) fails by injection.
+
+    Returns
+    -------
+    dict
+        ``error`` (type name and message of what the block raised, or None), ``replay``
+        (what ``step.replay_sync()`` raised then, or None), ``after`` (outputs of an
+        ordinary execution of the step's plans on the step's stream afterwards, or of the
+        replay after the fallback), ``inputs``, ``log``, ``violations``.
+    """
+    import hipdnn_async as hd
+    ctl = control()
+    rng = np.random.default_rng(1)
+    with hd.Device("cuda:0", streams=1) as dev:
+        s = _Step3(hd, dev, rng)
+        error = replay = None
+        ctl.clear()
+        if when == "update":
+            with dev.capture() as step:
+                s.submit_all()
+            ctl.inject(inject, status)
+            ctl.mark("capture")
+            with step.recapture():
+                s.submit_all(z="z2")
+        else:
+            ctl.inject(inject, status)
+            ctl.mark("capture")
+            try:
+                with dev.capture() as step:
+                    s.submit_all()
+            except Exception as exc:   # noqa: BLE001 - reported to the test
+                error = (type(exc).__name__, str(exc))
+        ctl.mark("replay")
+        ctl.clear_injections()
+        try:
+            step.replay_sync()
+        except Exception as exc:   # noqa: BLE001
+            replay = (type(exc).__name__, str(exc))
+        ctl.mark("after")
+        if replay is not None:      # the device goes on: run the plans plainly
+            s.submit_all(z="z2" if when == "update" else "z")
+            dev._pool.synchronize_blocking()
+        after = s.read(*OUTS, "z2")
+        step.close()
+        ctl.mark("end")
+    return {"error": error, "replay": replay, "after": after, "inputs": s.host,
+            "log": ctl.log(), "violations": ctl.violations()}
+
+
+def chain_case(length: int = 20, seed: int = 2) -> dict:
+    """A step of ``length`` executions of one 1x1 conv plan, each reading the previous
+    one's output (b0 -> b1 -> ... -> b<length>), replayed twice with a new b0 between.
+
+    Returns
+    -------
+    dict
+        ``w``, ``b0`` (first input), ``b0_next`` (second), ``out`` / ``out_next`` (every
+        b_i after each replay), ``log`` (marks "capture", "replay0", "replay1", "end"),
+        ``violations``.
+    """
+    import hipdnn_async as hd
+    ctl = control()
+    rng = np.random.default_rng(seed)
+    shape = (2, 8, 5, 5)
+    with hd.Device("cuda:0", streams=1) as dev:
+        g = hd.Graph(name="chain")
+        x = g.tensor(dims=shape, name="x")
+        w = g.tensor(dims=(8, 8, 1, 1), name="w")
+        y = g.conv_fprop(x, w).set_output(True).set_name("y")
+        plan = dev.build_sync(g)
+        # orthogonal-ish weights keep 20 products bounded
+        q, _ = np.linalg.qr(rng.standard_normal((8, 8)))
+        wa = q.astype(np.float32).reshape(8, 8, 1, 1)
+        wd = dev.empty(wa.shape, np.float32)
+        wd.copy_from(wa)
+        bufs = [dev.empty(shape, np.float32) for _ in range(length + 1)]
+        b0 = rng.uniform(-1, 1, shape).astype(np.float32)
+        bufs[0].copy_from(b0)
+        for b in bufs[1:]:
+            b.copy_from(np.full(shape, np.nan, np.float32))
+        ctl.clear()
+        ctl.mark("capture")
+        with dev.capture() as step:
+            for i in range(length):
+                plan.submit({x: bufs[i], w: wd, y: bufs[i + 1]})
+        ctl.mark("replay0")
+        step.replay_sync()
+        ctl.mark("read0")
+        out = [b.to_numpy_sync() for b in bufs]
+        b0_next = rng.uniform(-1, 1, shape).astype(np.float32)
+        bufs[0].copy_from(b0_next)
+        ctl.mark("replay1")
+        handle = step.submit()
+        handle.result()
+        ctl.mark("read1")
+        out_next = [b.to_numpy_sync() for b in bufs]
+        step.close()
+        ctl.mark("end")
+    return {"w": wa, "b0": b0, "b0_next": b0_next, "out": out, "out_next": out_next,
+            "log": ctl.log(), "violations": ctl.violations()}
