@@ -1,6 +1,7 @@
 """Devices and execution plans: the public face over patterns, providers and queues."""
 from __future__ import annotations
 
+import copy
 import functools
 import logging
 import os
@@ -24,7 +25,7 @@ from .graph import Graph, TensorAttributes, strides_for
 from .graph._tensor import as_int_tuple, check_strides, packed_strides
 from .runtime._buffer import element_extent
 from .patterns import match as match_pattern
-from .providers._base import Engine
+from .providers._base import DeclinedError, Engine, engine_id
 from .providers._registry import available_devices, parse_spec, provider_for
 from .queues import StreamPool
 from .queues._pool import MAX_STREAMS
@@ -327,7 +328,9 @@ class Device:
         Raises
         ------
         NotSupportedError
-            Every engine declined; the message gives each engine's reason.
+            Every engine declined: a ``DeclinedError`` whose message gives each engine's
+            reason and whose ``declines`` holds (engine name, its own error) pairs. With
+            ``engine=``, that engine's own error.
         """
         t0 = time.perf_counter()
         if self._pool.closed:
@@ -338,9 +341,8 @@ class Device:
         # signature) reads only this snapshot: later edits of `graph` change no plan.
         snapshot, tensor_map = graph._snapshot()
         match = match_pattern(snapshot)
-        offered = self.provider.engines(match)
-        tried = offered if engine is None else [_pick_engine(offered, engine, match)]
-        declined = []
+        offered, declines = self.provider.offers(match)
+        tried = offered if engine is None else [_pick_engine(offered, engine, match, declines)]
         for chosen in tried:
             try:
                 settings, pplan = self._provider_plan(match, chosen, knobs)
@@ -348,13 +350,15 @@ class Device:
             except DECLINE_TYPES as exc:
                 if engine is not None:
                     raise
-                declined.append(f"{chosen.name}: {exc}")
+                declines.append((chosen.name, exc))
                 log.info("build: engine %s declined pattern %s of graph '%s': %s",
                          chosen.name, match.pattern.name, graph.name, exc)
         else:
-            raise NotSupportedError(
+            raise DeclinedError(
                 f"build: every engine of device '{self.spec}' declined pattern "
-                f"{match.pattern.name} (graph '{graph.name}'): " + "; ".join(declined))
+                f"{match.pattern.name} (graph '{graph.name}'): "
+                + ("; ".join(f"{n}: {e}" for n, e in declines) or "the device has no engines"),
+                declines=declines)
         originals = {id(tensor_map[id(t)]): t for t in graph.tensors}
         plan = ExecutionPlan(self, graph, match, chosen, settings, pplan,
                              (time.perf_counter() - t0) * 1e3, originals=originals)
@@ -370,8 +374,9 @@ class Device:
     def _provider_plan(self, match, chosen: Engine, knobs):
         """(knob settings, ProviderPlan) of one engine, from the plan cache or built.
 
-        A decline is cached too (as its reason), so the next build of the same graph goes
-        straight to the engine that takes it.
+        A decline is cached too (a copy of its error, without the traceback and so without
+        the build's frames), so the next build of the same graph goes straight to the engine
+        that takes it.
         """
         settings = _knobs.apply_forced_benchmarking(
             _knobs.resolve_knobs(chosen.knobs, knobs, engine_name=chosen.name))
@@ -382,7 +387,7 @@ class Device:
                 self._plan_cache.move_to_end(key)
         if isinstance(pplan, _Declined):
             _count("plan_cache_hits")
-            raise NotSupportedError(pplan.reason)
+            raise pplan.error.with_traceback(None)
         if pplan is not None:
             _count("plan_cache_hits")
             return settings, pplan
@@ -394,7 +399,7 @@ class Device:
             else:
                 pplan = self.provider.build(match, chosen, settings, perfdb)
         except DECLINE_TYPES as exc:
-            self._cache(key, _Declined(str(exc)))
+            self._cache(key, _Declined(exc))
             raise
         self._cache(key, pplan)
         _count("plans_built")
@@ -425,19 +430,25 @@ def _backend_factory(provider):
 class _Declined:
     """A plan-cache entry: the engine declined this graph with these knobs."""
 
-    __slots__ = ("reason",)
+    __slots__ = ("error",)
 
-    def __init__(self, reason: str):
-        self.reason = reason
+    def __init__(self, error: BaseException):
+        try:   # a copy: the type and fields, not the traceback (which holds build frames)
+            self.error = copy.copy(error)
+        except Exception:  # noqa: BLE001 - an exception type that cannot be copied
+            self.error = NotSupportedError(str(error))
 
 
-def _pick_engine(offered: list[Engine], engine, match) -> Engine:
-    if engine is None:
-        return offered[0]
+def _pick_engine(offered: list[Engine], engine, match, declines=()) -> Engine:
+    """The offered engine that ``engine`` (an Engine, id or name) names. One that declined
+    to be offered raises its own error; one the device does not have, a NotSupportedError."""
     for e in offered:
         if engine == e or engine == e.id or engine == e.name:
             return e
-    names = ", ".join(f"{e.name} ({e.id})" for e in offered)
+    for name, exc in declines:
+        if engine in (name, engine_id(name)) or getattr(engine, "name", None) == name:
+            raise exc
+    names = ", ".join(f"{e.name} ({e.id})" for e in offered) or "none"
     raise NotSupportedError(
         f"build: engine {getattr(engine, 'name', engine)!r} is not offered for pattern "
         f"{match.pattern.name}; offered: {names}")

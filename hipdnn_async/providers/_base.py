@@ -13,7 +13,9 @@ Engines: a provider lists its engine implementations, best first, in ``ENGINES``
 ``Provider.engines(match)`` offers every engine that takes the pattern, in that order;
 an engine declines by raising one of ``DECLINE_TYPES`` (``NotSupportedError``,
 ``ImportError``), from ``knobs`` (not offered at all) or from ``build`` (``Device.build``
-then moves on to the next one offered).
+then moves on to the next one offered). A vendor error raised while an engine is offered
+or builds is reported as a build reports it (``VendorError.at_build``): a BAD_PARAM
+becomes the library's NotSupportedError naming the call, so it declines too.
 """
 from __future__ import annotations
 
@@ -21,11 +23,11 @@ import abc
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping, Sequence
 
-from .._errors import DECLINE_TYPES, BadParamError, NotSupportedError
+from .._errors import DECLINE_TYPES, NotSupportedError, VendorError
 from .._knobs import Knob
 
-__all__ = ["Engine", "Provider", "ProviderEngine", "ProviderPlan", "engine_id",
-           "DECLINE_TYPES"]
+__all__ = ["Engine", "Provider", "ProviderEngine", "ProviderPlan", "DeclinedError",
+           "engine_id", "DECLINE_TYPES"]
 
 # FNV-1a, 64-bit (http://www.isthe.com/chongo/tech/comp/fnv/): hipDNN derives engine ids
 # from engine names this way (hipdnn docs/0003_EngineIdDesign.md, fnv1aHash).
@@ -74,6 +76,33 @@ class Engine:
     def knob(self, knob_id: str) -> Knob | None:
         """Return the offered knob named ``knob_id``, or None."""
         return next((k for k in self.knobs if k.id == knob_id), None)
+
+
+class DeclinedError(NotSupportedError):
+    """No engine takes the graph: a ``NotSupportedError`` whose message gives each engine's
+    reason, and whose ``declines`` keeps each engine's own error.
+
+    Attributes
+    ----------
+    declines : tuple of (str, Exception)
+        (engine name, the error it declined with: e.g. a ``CudnnNotSupportedError`` with
+        ``.status`` and ``.call``), best-ranked engine first.
+    """
+
+    def __init__(self, message: str = "", *, declines=(), **kw):
+        super().__init__(message, **kw)
+        self.declines = tuple(declines)
+
+    def __reduce__(self):
+        return (_rebuild_declined, (type(self), self.message, self.code, self.declines))
+
+
+def _rebuild_declined(cls, message, code, declines):
+    return cls(message, code=code, declines=declines)
+
+
+def _reasons(declines) -> str:
+    return "; ".join(f"{name}: {exc}" for name, exc in declines)
 
 
 class ProviderPlan(abc.ABC):
@@ -170,31 +199,31 @@ class Provider(abc.ABC):
 
         Raises
         ------
-        NotSupportedError
+        DeclinedError
             No engine takes the pattern; the message gives each engine's reason.
         """
-        offered, declined = [], []
+        offered, declines = self.offers(match)
+        if not offered:
+            raise DeclinedError(f"{self.name}: no engine takes pattern {match.pattern.name}: "
+                                + (_reasons(declines) or "the provider has no engines"),
+                                declines=declines)
+        return offered
+
+    def offers(self, match) -> tuple[list[Engine], list[tuple[str, Exception]]]:
+        """(engines offered for ``match``, best first; (name, error) of those that
+        declined to be offered)."""
+        offered, declines = [], []
         for impl in self._engine_impls():
             try:
-                offered.append(impl.offer(match))
-            except BadParamError as exc:   # at build a vendor's BAD_PARAM means "not this graph"
-                declined.append(f"{impl.name}: {exc.at_build()}")
+                offered.append(_at_build(impl.offer, match))
             except DECLINE_TYPES as exc:
-                declined.append(f"{impl.name}: {exc}")
-        if not offered:
-            raise NotSupportedError(
-                f"{self.name}: no engine takes pattern {match.pattern.name}: "
-                + ("; ".join(declined) or "the provider has no engines"))
-        return offered
+                declines.append((impl.name, exc))
+        return offered, declines
 
     def build(self, match, engine: Engine, knobs: Mapping[str, int], perfdb) -> ProviderPlan:
         """Build (and tune when ``knobs['global.benchmarking']``) a plan with ``engine``
-        (one that ``engines(match)`` offered); DECLINE_TYPES when the engine declines (a
-        vendor's BAD_PARAM at build becomes its NotSupportedError naming the call)."""
-        try:
-            return self.engine_impl(engine).build(match, engine, knobs, perfdb)
-        except BadParamError as exc:
-            raise exc.at_build() from exc
+        (one that ``engines(match)`` offered); DECLINE_TYPES when the engine declines."""
+        return _at_build(self.engine_impl(engine).build, match, engine, knobs, perfdb)
 
     def engine_impl(self, engine: Engine) -> ProviderEngine:
         """The ``ProviderEngine`` behind an offered ``Engine`` (NotSupportedError if none)."""
@@ -222,3 +251,15 @@ class Provider(abc.ABC):
     def describe(self) -> dict:
         """Device model, library versions and anything else that keys the perf db."""
         return {}
+
+
+def _at_build(fn, *args):
+    """``fn(*args)``, a vendor error raised as a build reports it (``VendorError.at_build``:
+    a BAD_PARAM is the library's NotSupportedError naming the call)."""
+    try:
+        return fn(*args)
+    except VendorError as exc:
+        err = exc.at_build()
+        if err is exc:
+            raise
+        raise err from exc

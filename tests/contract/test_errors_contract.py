@@ -67,12 +67,17 @@ def test_not_supported_at_build_is_a_decline(fake_gpu, hdr):
 
 def test_bad_param_at_build_is_not_supported_naming_the_call(fake_gpu, hdr):
     """DESIGN.md: a BAD_PARAM at build means "this engine cannot take the graph": a
-    decline whose message names the call and the status (BadParamError.at_build)."""
+    decline whose message names the call and the status (BadParamError.at_build). Every
+    engine declines here; the legacy engine's own error, kept in the DeclinedError's
+    ``declines``, is cuDNN's NotSupportedError with the status and call."""
     call = "cudnnSetTensorNdDescriptor"
     r = run(fake_gpu, [(call, hdr.CUDNN_STATUS_BAD_PARAM, 1, 1)], "build")
     assert isinstance(r["error"], hd.NotSupportedError), r["mro"]
     assert not isinstance(r["error"], hd.ExecutionError), r["mro"]
     assert call in r["message"] and "CUDNN_STATUS_BAD_PARAM" in r["message"], r["message"]
+    legacy = dict(r["error"].declines)["CUDNN_LEGACY_ENGINE"]
+    assert_typed(_scenarios._error_facts(legacy), _errors.CudnnError, hd.NotSupportedError,
+                 hdr.CUDNN_STATUS_BAD_PARAM, call)
 
 
 def test_internal_error_at_build_is_an_execution_error(fake_gpu, hdr):

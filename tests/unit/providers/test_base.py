@@ -250,3 +250,29 @@ def test_a_vendor_bad_param_while_offering_is_not_offered(engines):
                                                    "cudnnGetConvolutionForwardAlgorithm_v7 "
                                                    "refused this graph's parameters"):
         hd.engines(conv_graph(), "cpu")
+
+
+def test_declines_keep_each_engines_own_error(engines):
+    import pickle
+    from hipdnn_async.providers._base import DeclinedError
+    engines(DeclinesAtOffer, DeclinesAtBuild)
+    with hd.Device("cpu") as dev:
+        with pytest.raises(DeclinedError) as e:
+            dev.build_sync(conv_graph())
+        names = [n for n, _ in e.value.declines]
+        assert names == ["FAKE_NOT_OFFERED", "FAKE_DECLINES_AT_BUILD"]
+        errs = dict(e.value.declines)
+        assert type(errs["FAKE_NOT_OFFERED"]) is ImportError
+        assert type(errs["FAKE_DECLINES_AT_BUILD"]) is hd.NotSupportedError
+        back = pickle.loads(pickle.dumps(e.value))
+        assert type(back) is DeclinedError and str(back) == str(e.value)
+        assert [(n, type(x), str(x)) for n, x in back.declines] == \
+            [(n, type(x), str(x)) for n, x in e.value.declines]
+        # asked for by name: the engine's own error, at offer or (from the cache) at build
+        with pytest.raises(ImportError, match="libfake.so.1"):
+            dev.build_sync(conv_graph(), engine="FAKE_NOT_OFFERED")
+        for _ in range(2):
+            with pytest.raises(hd.NotSupportedError, match="trial run refused") as again:
+                dev.build_sync(conv_graph(), engine=engine_id("FAKE_DECLINES_AT_BUILD"))
+            assert not isinstance(again.value, DeclinedError)
+        assert Calls.build == 1          # the second came from the plan cache
