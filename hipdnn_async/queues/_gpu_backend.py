@@ -11,7 +11,7 @@ Cross-stream waits are GPU-side (``stream_wait_event``): the host never blocks.
 Launch state is prepared before launches, never inside one: a provider registers a
 *preparer* for a device (``prepare_streams``); it runs on every open stream of that
 device at once and on each stream started later, before the stream's first launch, under
-the stream's launch lock (so it never races an enqueue). That is where per-stream vendor
+the stream's launch lock (the registry is the device's ``GpuContext``'s) (so it never races an enqueue). That is where per-stream vendor
 handles are created and stream workspaces sized; a plan's ``run`` only enqueues.
 """
 from __future__ import annotations
@@ -21,7 +21,6 @@ import functools
 import queue
 import threading
 import time
-import weakref
 from typing import Callable
 
 from .._errors import DeviceError, GpuError
@@ -34,31 +33,11 @@ __all__ = ["GpuStreamBackend", "prepare_streams"]
 
 _STOP = object()
 
-# context -> open backends, and context -> preparers (weak: a provider that is gone
-# prepares nothing). Guarded by _registry_lock.
-_open: "weakref.WeakKeyDictionary[object, weakref.WeakSet]" = weakref.WeakKeyDictionary()
-_preparers: "weakref.WeakKeyDictionary[object, list]" = weakref.WeakKeyDictionary()
-_registry_lock = threading.Lock()
-
-
-def _weak(fn: Callable):
-    return weakref.WeakMethod(fn) if hasattr(fn, "__self__") else (lambda: fn)
-
-
 def prepare_streams(context, prepare: Callable[[LaunchContext], None], *,
                     later: bool = True) -> None:
-    """Run ``prepare(launch_context)`` on every open stream of ``context`` now, each under
-    its stream's launch lock; with ``later``, also on every stream started afterwards,
-    before its first launch (a bound method is held weakly).
-
-    Raises whatever ``prepare`` raises (the first failing stream stops the round).
-    """
-    with _registry_lock:
-        if later:
-            _preparers.setdefault(context, []).append(_weak(prepare))
-        backends = list(_open.get(context, ()))
-    for backend in backends:
-        backend.prepare(prepare)
+    """``context.prepare_streams(prepare, later=later)`` (the registry lives on the
+    device's ``GpuContext``, so providers reach it without importing the queues)."""
+    context.prepare_streams(prepare, later=later)
 
 
 class GpuStreamBackend(StreamBackend):
@@ -103,14 +82,7 @@ class GpuStreamBackend(StreamBackend):
     def _start_prepared(self) -> None:
         """Run the device's preparers on this new stream, then make it visible to later
         ``prepare_streams`` rounds (under the registry lock, so no round misses it)."""
-        with _registry_lock:
-            refs = list(_preparers.get(self.context, ()))
-            _preparers[self.context] = [r for r in refs if r() is not None] if refs else []
-            for ref in refs:
-                fn = ref()
-                if fn is not None:
-                    self.prepare(fn)
-            _open.setdefault(self.context, weakref.WeakSet()).add(self)
+        self.context.open_prepared(self)
 
     def prepare(self, fn: Callable[[LaunchContext], None]) -> None:
         """Run ``fn(launch_context)`` between launches (never during one)."""
@@ -194,10 +166,7 @@ class GpuStreamBackend(StreamBackend):
             if self._closed:
                 return
             self._closed = True
-        with _registry_lock:
-            backends = _open.get(self.context)
-            if backends is not None:
-                backends.discard(self)
+        self.context.close_prepared(self)
         self._queue.put(_STOP)
         if threading.current_thread() is not self._thread:
             self._thread.join()

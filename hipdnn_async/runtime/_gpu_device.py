@@ -91,6 +91,12 @@ class GpuContext:
         self.copy_stream = rt.stream_create()
         self._streams: set[int] = set()
         self._lock = threading.Lock()
+        # Launch-state preparers (weak refs) and the open streams they run on: objects with
+        # ``prepare(fn)``, the queues' stream backends. Guarded by _prep_lock, so no stream
+        # opened during a round misses a preparer.
+        self._preparers: list = []
+        self._prepared: "weakref.WeakSet" = weakref.WeakSet()
+        self._prep_lock = threading.Lock()
 
     def activate(self) -> None:
         """Make this device current on the calling thread."""
@@ -103,6 +109,40 @@ class GpuContext:
     def remove_stream(self, stream: int) -> None:
         with self._lock:
             self._streams.discard(stream)
+
+    # ------------------------------------------------------------------ launch state
+    def prepare_streams(self, prepare, *, later: bool = True) -> None:
+        """Run ``prepare(launch_context)`` on every open stream of this device now, each
+        through the stream's ``prepare`` (under its launch lock, never during a launch);
+        with ``later``, also on every stream opened afterwards, before its first launch. A
+        bound method is held weakly (a provider that is gone prepares nothing).
+
+        Raises whatever ``prepare`` raises (the first failing stream stops the round).
+        """
+        with self._prep_lock:
+            if later:
+                self._preparers.append(weakref.WeakMethod(prepare) if hasattr(prepare, "__self__")
+                                       else (lambda: prepare))
+            targets = list(self._prepared)
+        for target in targets:
+            target.prepare(prepare)
+
+    def open_prepared(self, target) -> None:
+        """Run every registered preparer on ``target`` (a new stream: ``target.prepare(fn)``),
+        then include it in later ``prepare_streams`` rounds."""
+        with self._prep_lock:
+            refs = [r for r in self._preparers if r() is not None]
+            self._preparers = refs
+            for ref in refs:
+                fn = ref()
+                if fn is not None:
+                    target.prepare(fn)
+            self._prepared.add(target)
+
+    def close_prepared(self, target) -> None:
+        """Leave ``target`` out of later ``prepare_streams`` rounds."""
+        with self._prep_lock:
+            self._prepared.discard(target)
 
     def order_copy_stream(self) -> None:
         """Make the copy stream wait (on the GPU) for all work launched so far on every

@@ -22,8 +22,9 @@ pytestmark = pytest.mark.anyio
 
 
 class EventSignalledBackend(StreamBackend):
-    def __init__(self, name, delay=0.02):
+    def __init__(self, name, delay=0.02, gate=None):
         self.delay = delay
+        self.gate = gate                        # if set, no event fires before it is set
         self.launched = []
         self._q = queue.SimpleQueue()
         self._device = threading.Thread(target=self._run_device, daemon=True, name=name)
@@ -46,6 +47,8 @@ class EventSignalledBackend(StreamBackend):
                 item.wait()
                 continue
             time.sleep(self.delay)              # the kernels run
+            if self.gate is not None:
+                self.gate.wait()
             item._finish(value, error)          # the event fires
 
     def close(self):
@@ -55,9 +58,10 @@ class EventSignalledBackend(StreamBackend):
 
 async def test_buffers_live_until_the_event_not_until_launch(anyio_backend):
     backends = []
+    gate = threading.Event()    # the "GPU" finishes only when the test says so (no timing race)
 
     def factory(name):
-        backends.append(EventSignalledBackend(name))
+        backends.append(EventSignalledBackend(name, gate=gate))
         return backends[-1]
 
     async with StreamPool("fakegpu", n_streams=2, backend_factory=factory) as pool:
@@ -68,6 +72,7 @@ async def test_buffers_live_until_the_event_not_until_launch(anyio_backend):
         gc.collect()
         assert backends[0].launched == ["k0"] or backends[1].launched == ["k0"]
         assert not handle.done() and ref() is not None, "buffer released before the event"
+        gate.set()
         assert await handle == 7
         gc.collect()
         assert ref() is None

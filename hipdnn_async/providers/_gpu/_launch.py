@@ -19,10 +19,15 @@ import threading
 from typing import Callable
 
 from ..._errors import DeviceError, ExecutionError
-from ...queues._gpu_backend import prepare_streams
 from ...runtime import current_launch
 
-__all__ = ["StreamHandle", "StreamResources", "LaunchResources", "stream_resources"]
+__all__ = ["StreamHandle", "StreamResources", "LaunchResources", "prepare_streams",
+           "stream_resources"]
+
+
+def prepare_streams(context, prepare, *, later: bool = True) -> None:
+    """``context.prepare_streams(prepare, later=later)``: see ``GpuContext.prepare_streams``."""
+    context.prepare_streams(prepare, later=later)
 
 
 class StreamHandle:
@@ -168,7 +173,7 @@ class LaunchResources:
         self._rt = runtime if runtime is not None else context.runtime
         self._lock = threading.Lock()
         self._reserved = 0
-        prepare_streams(context, self._prepare)
+        context.prepare_streams(self._prepare)
 
     @property
     def reserved(self) -> int:
@@ -196,7 +201,7 @@ class LaunchResources:
             if nbytes <= self._reserved:
                 return
             self._reserved = int(nbytes)
-            prepare_streams(self.context, self._prepare, later=False)
+            self.context.prepare_streams(self._prepare, later=False)
 
 
 def stream_resources(key: str, who: str) -> StreamResources:
