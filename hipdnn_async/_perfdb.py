@@ -357,6 +357,17 @@ def _regular_or_missing(path: str, what: str) -> None:
                         "it is not opened")
 
 
+def _is_export(path: str) -> bool:
+    """Whether ``path`` holds a JSON export of a perf db (what ``export_json`` writes), the
+    only existing file an export may replace."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and doc.get("format") == _FORMAT
+
+
 def _builtin_default() -> str:
     return os.path.join(os.path.expanduser("~"), ".config", "hipdnn_async", "perfdb.sqlite3")
 
@@ -516,8 +527,11 @@ class PerfDb:
             self._seed = []
 
     def _our_name(self) -> bool:
-        """The built-in default path or a ``*.sqlite3`` name: what this library creates."""
-        return self.path == _builtin_default() or self.path.endswith(".sqlite3")
+        """The built-in default path (``~/.config/hipdnn_async/``, a folder only this library
+        writes): a damaged file there is ours whatever its bytes. A file named elsewhere is
+        ours only by its content (our SQLite application_id or ``meta`` format), not by its
+        name: a JSON file called ``x.sqlite3`` is left alone."""
+        return self.path == _builtin_default()
 
     def _foreign(self) -> str | None:
         """Why an existing file is not ours and must be left untouched, or None.
@@ -531,8 +545,8 @@ class PerfDb:
           with no tables at all (e.g. only a ``user_version``; we never leave a file so):
           another program's, never written;
         - not SQLite, or SQLite too damaged to read: ours (and repaired: moved aside)
-          only under our own names (:meth:`_our_name`); anything else (a JSON export,
-          /etc/passwd) is left alone.
+          only at the built-in default path (:meth:`_our_name`); anything else (a JSON
+          export, /etc/passwd, random bytes named ``*.sqlite3``) is left alone.
         """
         head = _read_head(self.path)
         if head is None:
@@ -827,7 +841,8 @@ class PerfDb:
 
         The file is replaced by a rename, so an existing target must be a regular file
         (a symlink is followed: the link stays and its target is rewritten); a FIFO, a
-        device or a directory is refused, and so is a SQLite file (the db itself?).
+        device or a directory is refused, and so is a SQLite file (the db itself?) and any
+        non-empty file that is not an earlier export (nothing of the user's is clobbered).
         """
         path = os.path.realpath(os.fsdecode(path))
         try:
@@ -838,6 +853,9 @@ class PerfDb:
         if head == _SQLITE_MAGIC or (self.path != _MEMORY and path == self.path):
             raise _error(f"PerfDb.export_json: {path!r} is a SQLite database (the perf db "
                          "itself?); refusing to overwrite it with JSON")
+        if head and not _is_export(path):
+            raise _error(f"PerfDb.export_json: {path!r} exists and is not a perf-db export; "
+                         "refusing to overwrite it (remove it or choose another path)")
         entries = self.entries()
         doc = {"format": _FORMAT, "version": SCHEMA_VERSION, "entries": entries}
         tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"

@@ -330,12 +330,31 @@ def _check_moved_aside_and_recreated(caplog, path, original_bytes=None):
     assert stats()["perfdb_warnings"] == warned_before + 1  # visible with logging off
 
 
-def test_corrupt_file_is_moved_aside(tmp_path, caplog):
-    path = str(tmp_path / "perf.sqlite3")
+def _builtin_path(monkeypatch, tmp_path) -> str:
+    """The built-in default path (~/.config/hipdnn_async/perfdb.sqlite3) under a temporary
+    HOME: the one place where a file whose bytes are unrecognisable is still ours."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    path = _perfdb._builtin_default()
+    os.makedirs(os.path.dirname(path))
+    return path
+
+
+def test_corrupt_file_is_moved_aside(tmp_path, caplog, monkeypatch):
+    path = _builtin_path(monkeypatch, tmp_path)
     data = os.urandom(8192)
     with open(path, "wb") as f:
         f.write(data)
     _check_moved_aside_and_recreated(caplog, path, data)
+
+
+@pytest.mark.parametrize("content", [b'{"a": 1}\n', b"garbage not sqlite at all", None])
+def test_unrecognisable_file_named_sqlite3_is_left_untouched(tmp_path, caplog, content):
+    """Reviewer's F1: the name does not make a file ours; only its content (our SQLite
+    application_id / meta format) or the built-in default path does."""
+    path = str(tmp_path / "j.sqlite3")
+    with open(path, "wb") as f:
+        f.write(os.urandom(8192) if content is None else content)
+    _check_left_untouched(caplog, path, "not a SQLite file")
 
 
 def test_truncated_file_is_moved_aside(tmp_path, caplog):
@@ -348,8 +367,8 @@ def test_truncated_file_is_moved_aside(tmp_path, caplog):
     _check_moved_aside_and_recreated(caplog, path)
 
 
-def test_file_truncated_inside_header(tmp_path, caplog):
-    path = str(tmp_path / "perf.sqlite3")
+def test_file_truncated_inside_header(tmp_path, caplog, monkeypatch):
+    path = _builtin_path(monkeypatch, tmp_path)
     _make_valid_db(path, n=3)
     with open(path, "r+b") as f:
         f.truncate(60)
@@ -485,8 +504,8 @@ def test_read_only_location_keeps_readable_entries(tmp_path, caplog, monkeypatch
     assert len(warnings_of(caplog, path)) == 1
 
 
-def test_corrupted_while_closed_is_repaired_on_next_use(tmp_path, caplog):
-    path = str(tmp_path / "perf.sqlite3")
+def test_corrupted_while_closed_is_repaired_on_next_use(tmp_path, caplog, monkeypatch):
+    path = _builtin_path(monkeypatch, tmp_path)
     d = PerfDb(path)
     d.store(key(), rec(at=1.0))
     d.close()

@@ -174,7 +174,7 @@ def test_our_db_carries_our_application_id_and_old_ones_get_it(tmp_path):
     assert Path(path).read_bytes()[68:72] == b"hDNA"
 
 
-def test_damaged_sqlite_is_repaired_only_under_our_names(tmp_path, caplog):
+def test_damaged_sqlite_is_repaired_only_at_the_builtin_path(tmp_path, caplog, monkeypatch):
     good = foreign_db(str(tmp_path / "x.db"))
     good.close()
     data = bytearray(Path(tmp_path / "x.db").read_bytes())
@@ -182,12 +182,16 @@ def test_damaged_sqlite_is_repaired_only_under_our_names(tmp_path, caplog):
     os.remove(tmp_path / "x.db")
     (tmp_path / "elsewhere.db").write_bytes(bytes(data))
     assert_untouched_in_memory(str(tmp_path / "elsewhere.db"), caplog, what="damaged")
-    ours = tmp_path / "ours" / "perf.sqlite3"
-    ours.parent.mkdir()
+    named = tmp_path / "perf.sqlite3"          # our name, but not known to be ours
+    named.write_bytes(bytes(data))
+    assert_untouched_in_memory(str(named), caplog, what="damaged")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    ours = Path(_perfdb._builtin_default())
+    ours.parent.mkdir(parents=True)
     ours.write_bytes(bytes(data))
     with PerfDb(str(ours)) as db:
         assert not db.in_memory
-    assert any(n.startswith("perf.sqlite3.corrupt-") for n in os.listdir(ours.parent))
+    assert any(n.startswith("perfdb.sqlite3.corrupt-") for n in os.listdir(ours.parent))
 
 
 # -- 5c: devices and other non-regular files (no -journal beside /dev/null) --------------
@@ -292,7 +296,7 @@ def test_fifo_as_the_perf_db_hangs_nothing(tmp_path):
 
 def test_export_through_a_symlink_keeps_the_link(tmp_path):
     target = tmp_path / "real.json"
-    target.write_text("{}")
+    target.write_text('{"format": "hipdnn_async.perfdb", "version": 2, "entries": []}')
     link = tmp_path / "link.json"
     link.symlink_to(target)
     with PerfDb(":memory:") as db:
@@ -327,3 +331,22 @@ def test_bytes_and_pathlike_paths_work_other_types_are_device_errors(tmp_path):
             PerfDb(bad)
     with pytest.raises(hd.DeviceError, match="must be a str"):
         PerfKey(1, "e", "l", "d", "p", 0)
+
+
+def test_export_never_clobbers_a_file_that_is_not_an_export(tmp_path):
+    """Reviewer's F2: `perfdb export FILE` over an existing text file is refused (the file
+    is byte-identical after); over an earlier export, or an empty file, it writes."""
+    precious = tmp_path / "precious.txt"
+    precious.write_bytes(b"precious\n")
+    with PerfDb(str(tmp_path / "db.sqlite3")) as db:
+        db.store(key(), rec())
+        with pytest.raises(hd.DeviceError, match="not a perf-db export"):
+            db.export_json(precious)
+        assert precious.read_bytes() == b"precious\n"
+        earlier = tmp_path / "earlier.json"
+        assert db.export_json(earlier) == 1
+        assert db.export_json(earlier) == 1          # replacing an export is fine
+        empty = tmp_path / "empty.json"
+        empty.write_bytes(b"")
+        assert db.export_json(empty) == 1
+        assert json.loads(empty.read_text())["entries"][0]["algorithm"] == rec().algorithm
