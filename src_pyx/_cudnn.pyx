@@ -130,6 +130,19 @@ _WORKSPACE = (b"GetConvolutionForwardWorkspaceSize", b"GetConvolutionBackwardDat
 _CONVOLUTION = (b"ConvolutionForward", b"ConvolutionBackwardData", b"ConvolutionBackwardFilter")
 
 
+def status_error(str call, int status, str status_name=None, str vendor_message="",
+                 str library="libcudnn.so.9"):
+    """The typed error of ``status`` returned by cuDNN's ``call``, from :data:`STATUS` (a
+    value newer than the table is a ``CudnnNotSupportedError`` when cuDNN's own name for it
+    says NOT_SUPPORTED, else a ``CudnnError``). Every cuDNN binding raises through it."""
+    family = CudnnError
+    if (status not in STATUS and status_name
+            and status_name.startswith("CUDNN_STATUS_NOT_SUPPORTED")):
+        family = _errors.CudnnNotSupportedError
+    return _errors.status_error(STATUS, family, library=library, call=call, status=status,
+                                status_name=status_name, vendor_message=vendor_message or "")
+
+
 cdef class CudnnTable(LibraryTable):
     """The symbol table of ``libcudnn.so.9`` (one per process: ``table()``)."""
 
@@ -228,13 +241,8 @@ cdef class CudnnTable(LibraryTable):
             memset(buf, 0, sizeof(buf))
             self.f.GetLastErrorString(buf, sizeof(buf) - 1)
             text = buf.decode(errors="replace").strip()
-        family = CudnnError
-        if status not in STATUS and name and name.startswith("CUDNN_STATUS_NOT_SUPPORTED"):
-            family = _errors.CudnnNotSupportedError    # a NOT_SUPPORTED value newer than the table
-        return _errors.status_error(STATUS, family,
-                                    library=self.lib.path if self.lib is not None else self.name,
-                                    call=self.prefix + call, status=status, status_name=name,
-                                    vendor_message=text)
+        return status_error(self.prefix + call, status, name, text,
+                            self.lib.path if self.lib is not None else self.name)
 
     cdef int c_check(self, int status, const char* call) except -1 nogil:
         if status == 0:

@@ -26,16 +26,18 @@ Loading: the symbol table is filled by name from a library object with ``path`` 
 nothing here opens a library. A symbol that is absent raises at its first call, naming it; :func:`available`
 says up front whether the backend API is usable, and why not.
 
-Errors: a non-zero ``cudnnStatus_t`` raises the library's typed error (:func:`error_for`):
-the NOT_SUPPORTED family (3000-3999) is a ``NotSupportedError``, so the next engine may
-try; every other status is an ``ExecutionError``; each keeps ``.status``,
-``.status_name`` and cuDNN's last error message.
+Errors: a non-zero ``cudnnStatus_t`` raises the library's typed error (:func:`error_for`,
+from cuDNN's one status table, ``runtime._cudnn.STATUS``): NOT_SUPPORTED* is a
+``CudnnNotSupportedError`` (a ``NotSupportedError``, so the next engine may try), BAD_PARAM*
+a ``CudnnBadParamError``, anything else a ``CudnnError`` (an ``ExecutionError``); each keeps
+``.status``, ``.status_name``, ``.call`` and cuDNN's last error message.
 """
 from libc.stdint cimport int64_t, uintptr_t
 from libc.string cimport memset
 import threading
 
 from .. import _errors
+from . import _cudnn
 
 # ------------------------------------------------------------------ constants
 # cudnnBackendDescriptorType_t (cudnn_graph.h, cuDNN 9.19.1)
@@ -340,30 +342,18 @@ def last_error():
 
 
 def error_for(str call, int status, str name=None, str text=None):
-    """The typed error of ``status`` returned by ``call``.
-
-    NOT_SUPPORTED* (3000-3999) is a ``NotSupportedError`` (the decline set); a missing
-    symbol a ``DeviceError``; anything else an ``ExecutionError``. The shared cuDNN error
-    family of ``_errors`` (``CudnnNotSupportedError`` etc.) is used where it exists.
-    """
+    """The typed error of ``status`` returned by ``call``: cuDNN's status table
+    (``runtime._cudnn.STATUS`` through ``_cudnn.status_error``: NOT_SUPPORTED* a
+    ``CudnnNotSupportedError``, BAD_PARAM* a ``CudnnBadParamError``, else ``CudnnError``);
+    a missing symbol a ``LibraryError`` (a ``DeviceError``)."""
     name = status_name(status) if name is None else name
     text = last_error() if text is None else text
-    msg = f"{call} failed: {name} ({status})" + (f": {text}" if text else "")
     if status == STATUS_MISSING_SYMBOL:
-        cls = getattr(_errors, "LibraryError", _errors.DeviceError)
-    elif status // 1000 == 3:
-        cls = getattr(_errors, "CudnnNotSupportedError", _errors.NotSupportedError)
-    elif status // 1000 == 2:
-        cls = getattr(_errors, "CudnnBadParamError", _errors.ExecutionError)
-    else:
-        cls = getattr(_errors, "CudnnError", _errors.ExecutionError)
-    try:
-        err = cls(msg, status=status, status_name=name, library=_path, call=call,
-                  vendor_message=text)
-    except TypeError:       # the plain HipdnnError types take no vendor fields
-        err = cls(msg, status=status, status_name=name)
-        err.call, err.vendor_message = call, text
-    return err
+        msg = f"{call} failed: {name} ({status})" + (f": {text}" if text else "")
+        return _errors.LibraryError(msg, status=status, status_name=name, library=_path, call=call,
+                                    vendor_message=text)
+    return _cudnn.status_error(call, status, None if name == "?" else name, text,
+                               _path or "libcudnn.so.9")
 
 
 cdef int check(int status, str call) except -1:

@@ -42,6 +42,10 @@ STATUS: dict[int, tuple[str, type[HipdnnError] | None]]
 class CudnnError(HipdnnError):
     """A cuDNN call failed (``hipdnn_async._errors.CudnnError``, an ExecutionError)."""
 
+def status_error(call: str, status: int, status_name: str | None = None,
+                 vendor_message: str = "", library: str = "libcudnn.so.9") -> CudnnError:
+    """The typed error of ``status`` returned by ``call``, from :data:`STATUS`."""
+
 class CudnnTable(LibraryTable):
     """The symbol table of ``libcudnn.so.9`` (one per process)."""
 
