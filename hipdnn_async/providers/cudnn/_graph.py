@@ -30,7 +30,7 @@ import time
 import numpy as np
 
 from ... import _knobs, _perfdb
-from ..._errors import KnobError, NotSupportedError
+from ..._errors import BadParamError, CudnnError, KnobError, NotSupportedError
 from ..._types import DataType
 from ...patterns import Pattern
 from ...runtime import GpuArray, load_vendor
@@ -404,10 +404,11 @@ def _declines(exc: BaseException) -> bool:
     """True for the cuDNN failures that mean "this config / graph cannot be used":
     NOT_SUPPORTED*, BAD_PARAM* (at build, the parameters are ours) and INTERNAL_ERROR*
     (some engines' finalize); EXECUTION_FAILED and CUDA errors propagate."""
-    if isinstance(exc, NotSupportedError):
+    if isinstance(exc, (NotSupportedError, BadParamError)):
         return True
-    status = getattr(exc, "status", None)
-    return isinstance(status, int) and status // 1000 in (2, 3, 4)
+    # named by cuDNN's status table (runtime._cudnn.STATUS), not by status arithmetic
+    return isinstance(exc, CudnnError) and (exc.status_name or "").startswith(
+        "CUDNN_STATUS_INTERNAL_ERROR")
 
 
 def _json_path(perfdb, key, name: str) -> str | None:
