@@ -14,7 +14,9 @@ every access (as PyTorch's Python property does); int device pointers.
 
     python bench/bench_submit_path.py [--rounds 30] [--batch 20] [--profile]
 
-``--profile`` prints the cProfile of the GpuArray case (top 25 by own time). The targets
+``--profile`` prints the cProfile of the GpuArray case (top 25 by own time). The
+``ours only`` rows repeat two cases with every vendor call of the launch and completion
+made a no-op and the plan's enqueue a no-op: what remains is our own code. The targets
 (issue 11) are for the H200: <= 10 µs per submit with GpuArrays, <= 12 µs with tensors;
 this machine's figures are the part of it that is ours.
 """
@@ -75,16 +77,63 @@ def _graph(hd):
     return g, (x, w, b, y)
 
 
-def _time_batches(fn, sync, rounds: int, batch: int) -> float:
-    """Median µs per call of ``batch`` back-to-back ``fn()`` calls (then ``sync()``)."""
-    per = []
+def _time_batches(fn, sync, rounds: int, batch: int) -> tuple[float, float]:
+    """Median (wall µs, this thread's CPU µs) per call of ``batch`` back-to-back ``fn()``
+    calls (then ``sync()``, not timed). CPU time is the steadier figure on a shared
+    machine; the wall time includes waiting for the GIL held by the completion thread."""
+    wall, cpu = [], []
     for _ in range(rounds):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         for _ in range(batch):
             fn()
-        per.append((time.perf_counter() - t0) / batch * 1e6)
+        cpu.append((time.thread_time() - c0) / batch * 1e6)
+        wall.append((time.perf_counter() - t0) / batch * 1e6)
         sync()
-    return statistics.median(per)
+    return statistics.median(wall), statistics.median(cpu)
+
+
+class _FreeRuntime:
+    """The loaded runtime with the calls of a launch and its completion made free (no-ops):
+    what is left of a submission is our own code."""
+
+    def __init__(self, rt):
+        self._rt = rt
+
+    def __getattr__(self, name):
+        return getattr(self._rt, name)
+
+    def set_device(self, index):
+        pass
+
+    def event_record(self, event, stream):
+        pass
+
+    def event_synchronize(self, event):
+        pass
+
+    def stream_wait_event(self, stream, event):
+        pass
+
+
+def _ours_only(dev, plan):
+    """Make the vendor side of ``dev``'s launches free (see _FreeRuntime); return undo."""
+    backends = [s.backend for s in dev.streams]
+    ctx = backends[0].context
+    saved = [(be, be._rt) for be in backends], ctx.runtime, plan._pplan.__dict__.get("run")
+    for be in backends:
+        be._rt = _FreeRuntime(be._rt)
+    ctx.runtime = _FreeRuntime(ctx.runtime)
+    plan._pplan.run = lambda buffers, ws: None
+
+    def undo():
+        for be, rt in saved[0]:
+            be._rt = rt
+        ctx.runtime = saved[1]
+        if saved[2] is None:
+            del plan._pplan.run
+        else:
+            plan._pplan.run = saved[2]
+    return undo
 
 
 def _fake_call_us(ctl_lib, rounds: int = 2000) -> float:
@@ -142,9 +191,18 @@ def main(argv=None) -> int:
             for _ in range(20):
                 plan.submit(cases["GpuArray"])
         step20.replay_sync()
-        us20 = _time_batches(step20.submit, sync, args.rounds, args.batch)
-        rows.append(("step.submit (20 plans), per plan", us20 / 20))
+        w20, c20 = _time_batches(step20.submit, sync, args.rounds, args.batch)
+        rows.append(("step.submit (20 plans), per plan", (w20 / 20, c20 / 20)))
         step20.close()
+        undo = _ours_only(dev, plan)      # the same, with every vendor call free
+        try:
+            for name in ("GpuArray", "CAI property (PyTorch-like)"):
+                vp = cases[name]
+                rows.append((f"ours only: plan.submit, {name}",
+                             _time_batches(lambda: plan.submit(vp), sync, args.rounds,
+                                           args.batch)))
+        finally:
+            undo()
         sync()
         fake_us = _fake_call_us(lib)
         log = ctl.log()
@@ -164,9 +222,10 @@ def main(argv=None) -> int:
             pstats.Stats(prof).sort_stats("tottime").print_stats(25)
     print(f"hipdnn_async {hd.__version__}: plan {plan.pattern}, engine {plan.engine.name}, "
           f"{args.rounds} rounds x {args.batch} back-to-back submits (fake CUDA runtime + cuDNN)")
-    for label, us in rows:
-        print(f"  {label:<42s} {us:8.2f} us")
-    print(f"  fake runtime call (log record)             {fake_us:8.2f} us; calls per submit: "
+    print(f"  {'':<46s} {'wall':>8s} {'CPU':>8s}  (us per call, median)")
+    for label, (wall, cpu) in rows:
+        print(f"  {label:<46s} {wall:8.2f} {cpu:8.2f}")
+    print(f"  a fake runtime call costs {fake_us:.2f} us (its log record); calls per submit: "
           f"{len(calls)} ({', '.join(calls)})")
     return 0
 

@@ -18,6 +18,7 @@ except ImportError:  # NumPy < 1.25
     from numpy import TooHardError
 
 from . import _capture, _knobs, _perfdb
+from ._binding import BindingCache
 from ._errors import DECLINE_TYPES, DeviceError, GraphError, NotSupportedError, VariantPackError
 from ._layout import dense_strides_like
 from ._types import as_data_type, numpy_dtype
@@ -509,6 +510,8 @@ class ExecutionPlan:
         self._out_roles = tuple(role for role, t in self._roles if id(t) in outputs)
         self._extent = {role: element_extent(tuple(t.dims), tuple(t.strides))
                         * numpy_dtype(t.data_type).itemsize for role, t in self._roles}
+        # The submit path reuses a binding while the same buffers come again (GPU).
+        self._bindings = BindingCache(self._bind, self._make_fn, enabled=not device.is_host)
 
     algorithm = property(lambda self: self._pplan.algorithm)
     workspace_size = property(lambda self: self._pplan.workspace_size)
@@ -622,9 +625,26 @@ class ExecutionPlan:
 
         return run
 
+    def _make_fn(self, buffers: dict, ws):
+        """The work-item function of one binding: the provider plan's own launcher for
+        these buffers where it has one (a prebuilt vendor launch), else ``_runner``."""
+        make = getattr(self._pplan, "launcher", None)
+        if make is None:
+            return self._runner(buffers, ws)
+        launch, device, pattern = make(buffers, ws), self.device, self.pattern
+        perf_counter = time.perf_counter
+
+        def run():
+            t0 = perf_counter()
+            launch()
+            device._record_execution(pattern, (perf_counter() - t0) * 1e3)
+
+        return run
+
     def _work(self, variant_pack, workspace):
-        buffers, ws = self._bind(variant_pack, workspace)
-        return self._runner(buffers, ws), (buffers, ws, variant_pack)
+        b = self._bindings.get(variant_pack, workspace)
+        # the binding and the buffer objects stay alive until the execution completes
+        return b.fn, (b, tuple(variant_pack.values()))
 
     # -- execution -----------------------------------------------------------------------
     def submit(self, variant_pack: Mapping, *, workspace=None, stream=None):

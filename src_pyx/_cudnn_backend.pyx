@@ -19,7 +19,10 @@ the attribute name and, where the attribute type is not implied, the attribute t
 Descriptors set on another one stay referenced by it (cuDNN keeps their pointers).
 Execution is :func:`execute` from Python or :func:`execute_c` (``nogil``, C arrays) from
 Cython: the variant pack is built, executed and destroyed in C (0.4-0.7 us measured on the
-H200, shared/reference/gpu-fast-paths.md s.1).
+H200, shared/reference/gpu-fast-paths.md s.1). :class:`GraphLaunch` is the submit path's
+form: one bound execution whose variant pack is built once (per stream and workspace) and
+reused, so an execution is one ``cudnnBackendExecute`` call with the GIL released.
+``_cudnn_backend.pxd`` declares the C surface for other Cython modules.
 
 Loading: the symbol table is filled by name from a library object with ``path`` and
 ``address(name) -> int`` (0 when absent: the shared loader's ``runtime._loader.Library``);
@@ -38,6 +41,7 @@ import threading
 
 from .. import _errors
 from . import _cudnn
+from ._gpu_device import current_launch as _current_launch
 
 # ------------------------------------------------------------------ constants
 # cudnnBackendDescriptorType_t (cudnn_graph.h, cuDNN 9.19.1)
@@ -364,11 +368,6 @@ cdef int check(int status, str call) except -1:
 
 # ------------------------------------------------------------------ descriptors
 cdef class Descriptor:
-    cdef void* ptr
-    cdef readonly int kind
-    cdef readonly bint finalized
-    cdef list _refs          # descriptors set on this one: cuDNN keeps pointers to them
-
     """One backend descriptor of type ``kind`` (``BACKEND_*_DESCRIPTOR``).
 
     ``ptr`` is its address as an int. ``close()`` destroys it (idempotent; also on
@@ -612,3 +611,126 @@ def execute(uintptr_t handle, Descriptor plan, uids, pointers, uintptr_t workspa
         st = execute_c(<void*>handle, plan.ptr, n, u, p, <void*>workspace)
     if st != 0:
         raise error_for("cudnnBackendExecute", st)
+
+
+# ------------------------------------------------------------------ the submit path
+cdef int make_pack(void** out, int n, const int64_t* uids, void** pointers,
+                   void* workspace) noexcept nogil:
+    """A finalized variant pack of ``n`` (uid, pointer) pairs and ``workspace`` in
+    ``*out``; the first failing status (nothing is left allocated then)."""
+    cdef void* vp = NULL
+    cdef int st
+    out[0] = NULL
+    if not _filled or _fn[I_CREATE] == NULL:
+        return C_NOT_INITIALIZED
+    st = (<f_create>_fn[I_CREATE])(16, &vp)           # BACKEND_VARIANT_PACK_DESCRIPTOR
+    if st != 0:
+        return st
+    st = (<f_set>_fn[I_SET])(vp, 1000, 3, n, uids)     # UNIQUE_IDS, INT64
+    if st == 0:
+        st = (<f_set>_fn[I_SET])(vp, 1001, 6, n, pointers)   # DATA_POINTERS, VOID_PTR
+    if st == 0:
+        st = (<f_set>_fn[I_SET])(vp, 1003, 6, 1, &workspace)  # WORKSPACE, VOID_PTR
+    if st == 0:
+        st = (<f_finalize>_fn[I_FINALIZE])(vp)
+    if st != 0:
+        (<f_destroy>_fn[I_DESTROY])(vp)
+        return st
+    out[0] = vp
+    return 0
+
+
+_UNBUILT = object()     # GraphLaunch.lc before the first build (None is "no launch context")
+
+
+cdef class GraphLaunch:
+    """One bound execution of an execution plan: the work-item function the submit path
+    reuses while the same buffers come again.
+
+    Calling it executes ``plan`` on the launching stream's cuDNN handle with a variant
+    pack built once and kept: it is rebuilt only when the launch comes from another
+    stream or the stream's workspace moved (``resolve`` is asked then), so a steady-state
+    execution is a single ``cudnnBackendExecute`` with the GIL released.
+
+    Parameters
+    ----------
+    plan : Descriptor
+        A finalized EXECUTION_PLAN.
+    uids : sequence of int
+        The variant pack's uids (at most 32).
+    resolve : callable
+        ``resolve(launch_context) -> (handle, pointers, workspace, marker)``: the stream's
+        handle, the pack's pointers in uid order, the plan's workspace pointer, and an
+        object whose ``workspace_ptr`` attribute changes when the stream's workspace
+        moves (None when the workspace is the caller's own).
+    lock : lock
+        Taken around the execution (a plan executes on one stream at a time).
+
+    Raises (when called)
+    --------------------
+    ExecutionError, NotSupportedError
+        cuDNN refused the execution, or ``resolve``'s error.
+    """
+
+    def __cinit__(self):
+        self.vp = NULL
+
+    def __init__(self, plan, uids, resolve, lock):
+        cdef int i
+        if not isinstance(plan, Descriptor):   # a value error: the stub test's dummies
+            raise ValueError(f"GraphLaunch: plan must be an EXECUTION_PLAN Descriptor; got "
+                             f"{type(plan).__name__}")
+        if len(uids) > MAX_PACK:
+            raise ValueError(f"GraphLaunch: {len(uids)} uids (at most {MAX_PACK})")
+        self.plan = plan
+        self.n = len(uids)
+        for i in range(self.n):
+            self.uids[i] = uids[i]
+        self.resolve = resolve
+        self.lock = lock
+        self.lc = _UNBUILT
+        self.marker = None
+        self.ws_ptr = 0
+        self.handle = NULL
+
+    cdef int _rebuild(self, object lc) except -1:
+        cdef void* p[MAX_PACK]
+        cdef void* vp = NULL
+        cdef int i, st
+        handle, pointers, workspace, marker = self.resolve(lc)
+        if len(pointers) != self.n:
+            raise ValueError(f"GraphLaunch: {len(pointers)} pointers for {self.n} uids")
+        for i in range(self.n):
+            p[i] = <void*><uintptr_t>pointers[i]
+        st = make_pack(&vp, self.n, self.uids, p, <void*><uintptr_t>workspace)
+        check(st, "cudnnBackendFinalize (variant pack)")
+        if self.vp != NULL:
+            (<f_destroy>_fn[I_DESTROY])(self.vp)
+        self.vp = vp
+        self.handle = <void*><uintptr_t>handle
+        self.lc = lc
+        self.marker = marker
+        self.ws_ptr = marker.workspace_ptr if marker is not None else 0
+        return 0
+
+    def __call__(self):
+        cdef int st
+        cdef void* h
+        cdef void* vp
+        lc = _current_launch()
+        marker = self.marker
+        if lc is not self.lc or (marker is not None and marker.workspace_ptr != self.ws_ptr):
+            self._rebuild(lc)
+        if _fn[I_EXECUTE] == NULL:
+            _sym(I_EXECUTE)
+        h, vp = self.handle, self.vp
+        with self.lock:
+            with nogil:
+                st = (<f_execute>_fn[I_EXECUTE])(h, self.plan.ptr, vp)
+        if st != 0:
+            raise error_for("cudnnBackendExecute", st)
+
+    def __dealloc__(self):
+        if self.vp != NULL and _fn[I_DESTROY] != NULL:
+            (<f_destroy>_fn[I_DESTROY])(self.vp)
+        self.vp = NULL

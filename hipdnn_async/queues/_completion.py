@@ -4,8 +4,8 @@ A completion is finished exactly once, by the stream's backend (the CPU worker t
 or a GPU backend's event watcher), with a result or an error. Waiters are woken as:
 
 - event loops (asyncio, trio): one thread-safe callback per item and per loop that has
-  an awaiter (``_asyncio.post`` / ``_trio.post``); the loop is identified at submission
-  time through sniffio, and a task of another loop that awaits registers its own;
+  an awaiter (``_asyncio.post`` / ``_trio.post``); each awaiting task registers its loop
+  (through sniffio) when it awaits;
 - plain threads: a ``threading.Event`` created on first use.
 
 No polling, no thread per call.
@@ -111,8 +111,9 @@ class Completion:
         self._error = None
         self._tevent = None
         self._callbacks = None
-        mod, token = _current_loop()
-        self._waiters = [_LoopWaiter(mod, token)] if mod is not None else []
+        # awaiters register their loop when they await (``_wait_done``): asking sniffio
+        # here would cost every submission, awaited or not
+        self._waiters = []
 
     # ---------------------------------------------------------------- state
 

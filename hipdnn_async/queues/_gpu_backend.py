@@ -103,7 +103,7 @@ class GpuStreamBackend(StreamBackend):
         """Enqueue ``item``'s work on the GPU stream now; finish it when its event fires."""
         ctx = self.launch_context
         with self._launch_lock:
-            self.context.activate()
+            self._rt.set_device(self.context.index)    # context.activate(), one call less
             ctx.enter()
             try:
                 value, error = item._execute()

@@ -6,7 +6,8 @@ Constants are cudnn_graph.h's (cuDNN 9) without the ``CUDNN_`` prefix. A non-zer
 raises the type of cuDNN's status table (``_cudnn.STATUS``); a missing symbol a
 ``LibraryError``.
 """
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from hipdnn_async._errors import HipdnnError
 
@@ -244,3 +245,14 @@ def error_for(call: str, status: int, name: str | None = None,
 def execute(handle: int, plan: Descriptor, uids: Sequence[int], pointers: Sequence[int],
             workspace: int = 0) -> None:
     """Execute a finalized execution plan on ``handle``'s stream."""
+
+
+class GraphLaunch:
+    """One bound execution of a plan (the submit path): the variant pack is built on the
+    first call from a stream and reused until the stream or its workspace changes."""
+
+    def __init__(self, plan: Descriptor, uids: Sequence[int],
+                 resolve: Callable[[Any], tuple], lock: Any) -> None:
+        """``resolve(launch_context) -> (handle, pointers, workspace, marker)``."""
+    def __call__(self) -> None:
+        """Execute once on the launching stream (cudnnBackendExecute, GIL released)."""

@@ -223,3 +223,67 @@ def chain_case(length: int = 20, seed: int = 2) -> dict:
         ctl.mark("end")
     return {"w": wa, "b0": b0, "b0_next": b0_next, "out": out, "out_next": out_next,
             "log": ctl.log(), "violations": ctl.violations()}
+
+
+class _Cai:
+    """A device array known only through ``__cuda_array_interface__`` (CuPy-like), whose
+    data pointer can be moved to another allocation."""
+
+    def __init__(self, arr):
+        self.arr = arr
+        self.__cuda_array_interface__ = dict(arr.__cuda_array_interface__)
+
+    def point_at(self, arr):
+        self.arr = arr
+        self.__cuda_array_interface__ = dict(arr.__cuda_array_interface__)
+
+
+def submit_reuse_case(seed: int = 3) -> dict:
+    """One conv plan submitted with the same CAI buffers several times, then with its x
+    pointed at another allocation, then with new buffer objects.
+
+    Returns
+    -------
+    dict
+        ``log`` (marks "first", "again", "moved", "new", "end"), ``x`` / ``x2`` / ``w``
+        inputs, ``y_again`` (after the second submission, x's data replaced in place
+        before it), ``y_moved``, ``violations``.
+    """
+    import hipdnn_async as hd
+    ctl = control()
+    rng = np.random.default_rng(seed)
+    with hd.Device("cuda:0", streams=1) as dev:
+        g = hd.Graph(name="reuse")
+        x = g.tensor(dims=(N, C, HW, HW), name="x")
+        w = g.tensor(dims=(C, C, 3, 3), name="w")
+        y = g.conv_fprop(x, w, padding=1).set_output(True).set_name("y")
+        plan = dev.build_sync(g)
+        host = {k: rng.uniform(-1, 1, t.dims).astype(np.float32) for k, t in (("x", x), ("w", w))}
+        host["x_new"] = rng.uniform(-1, 1, x.dims).astype(np.float32)
+        host["x2"] = rng.uniform(-1, 1, x.dims).astype(np.float32)
+        arrs = {}
+        for k in ("x", "w", "x2"):
+            arrs[k] = dev.empty(host[k].shape, np.float32)
+            arrs[k].copy_from(host[k])
+        arrs["y"] = dev.empty(y.dims, np.float32)
+        cai = {k: _Cai(a) for k, a in arrs.items()}
+        vp = {x: cai["x"], w: cai["w"], y: cai["y"]}
+        ctl.clear()
+        ctl.mark("first")
+        plan.submit(dict(vp)).result()
+        arrs["x"].copy_from(host["x_new"])           # new data, same buffer
+        ctl.mark("again")
+        plan.submit(dict(vp)).result()
+        plan.submit(vp).result()
+        ctl.mark("read_again")
+        y_again = arrs["y"].to_numpy_sync()
+        cai["x"].point_at(arrs["x2"])                 # the same object, another allocation
+        ctl.mark("moved")
+        plan.submit(vp).result()
+        ctl.mark("read_moved")
+        y_moved = arrs["y"].to_numpy_sync()
+        ctl.mark("new")
+        plan.submit({x: _Cai(arrs["x"]), w: cai["w"], y: cai["y"]}).result()
+        ctl.mark("end")
+    return {"log": ctl.log(), "violations": ctl.violations(), "x_new": host["x_new"],
+            "x2": host["x2"], "w": host["w"], "y_again": y_again, "y_moved": y_moved}

@@ -269,6 +269,28 @@ class GraphPlan(ProviderPlan):
                 out.append(self._host[uid].ctypes.data)
         return out
 
+    def launcher(self, buffers, workspace):
+        """The submit path's work-item function for these buffers: a ``GraphLaunch``
+        (``runtime._cudnn_backend``), whose variant pack is built on its first launch on a
+        stream and reused until the stream or its workspace changes, so each execution is
+        one ``cudnnBackendExecute``. Pointer alignment is checked here, once.
+
+        Raises
+        ------
+        VariantPackError
+            A buffer is not aligned as the plan was built for.
+        """
+        self.pointers(buffers, 0)          # the alignment check, before anything is enqueued
+
+        def resolve(lc):
+            res, handle = _plans.handle_for_launch()
+            ws = res.workspace(workspace, self.workspace_size) if self.workspace_size else 0
+            cudnn_ws = self._segments.pointer(ws, "cudnn") if self._cudnn_ws else 0
+            marker = res if workspace is None and self.workspace_size else None
+            return handle, self.pointers(buffers, ws), cudnn_ws, marker
+
+        return self._be.GraphLaunch(self.plan, self._uids, resolve, self._lock)
+
     def run(self, buffers, workspace) -> None:
         res, handle = _plans.handle_for_launch()
         ws = res.workspace(workspace, self.workspace_size) if self.workspace_size else 0

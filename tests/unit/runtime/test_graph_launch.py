@@ -1,0 +1,131 @@
+"""runtime._cudnn_backend.GraphLaunch, the submit path's bound execution (issue 11 item 2):
+the variant pack is built once and reused while the launch comes from the same stream
+with the same workspace, rebuilt when either changes; one cudnnBackendExecute per call;
+errors typed. The backend table is one per process, so the case runs in a fresh
+interpreter on the fake of fakes/fake_cudnn_backend.c."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+_PROBE = r"""
+import ctypes, json, sys, threading
+from hipdnn_async import _errors
+from hipdnn_async.runtime import _cudnn_backend as be, _loader
+from hipdnn_async.runtime._gpu_device import LaunchContext
+
+path = sys.argv[1]
+lib = ctypes.CDLL(path)
+be.load(_loader.Library("cudnn", path, "explicit", ""))
+def counts():
+    a = (ctypes.c_long * 5)()
+    lib.fake_counts(a)
+    return dict(zip(("creates", "destroys", "finalizes", "executes", "packs"), a))
+def last():
+    a = (ctypes.c_uint64 * 80)()
+    lib.fake_last(a)
+    n = a[3]
+    return {"handle": a[0], "plan": a[1], "ws": a[2], "uids": list(a[4:4 + n]),
+            "ptrs": list(a[4 + n:4 + 2 * n])}
+
+class Marker:          # stands in for the stream's resources: its workspace may move
+    workspace_ptr = 0x7000
+
+asked = []
+def resolve(lc):
+    asked.append(lc.stream if lc is not None else None)
+    if lc is None:
+        raise _errors.ExecutionError("cuDNN plans run on a GPU stream")
+    base = 0x100000 * lc.stream
+    return 0xA0 + lc.stream, [base + 0x10, base + 0x20, base + 0x30], marker.workspace_ptr + 8, marker
+
+marker = Marker()
+plan = be.Descriptor(be.BACKEND_EXECUTION_PLAN_DESCRIPTOR)
+launch = be.GraphLaunch(plan, (7, 8, 9), resolve, threading.Lock())
+out = {"start": counts()}
+s1, s2 = LaunchContext(1, None), LaunchContext(2, None)
+s1.enter()
+for _ in range(3):
+    launch()
+out["three_on_s1"], out["last_s1"], out["asked_s1"] = counts(), last(), list(asked)
+out["plan"] = plan.address
+marker.workspace_ptr = 0x9000        # the stream's workspace grew: a new pack
+launch()
+out["moved"], out["last_moved"], out["asked_moved"] = counts(), last(), list(asked)
+s2.enter()
+launch(); launch()
+out["s2"], out["last_s2"], out["asked_s2"] = counts(), last(), list(asked)
+LaunchContext.exit()
+try:
+    launch()
+except _errors.ExecutionError as e:
+    out["off_stream"] = [type(e).__name__, str(e)]
+s2.enter()
+import os
+os.environ["FAKE_EXECUTE_STATUS"] = "5000"
+try:
+    launch()
+except _errors.HipdnnError as e:
+    out["failed"] = [type(e).__name__, e.status, e.call, isinstance(e, _errors.ExecutionError)]
+del os.environ["FAKE_EXECUTE_STATUS"]
+launch()
+out["after_failure"] = counts()
+del launch
+out["end"] = counts()
+try:
+    be.GraphLaunch(plan, tuple(range(40)), resolve, threading.Lock())
+except ValueError as e:
+    out["too_many"] = str(e)
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def probe(build_fake):
+    path = build_fake("fake_cudnn_backend")
+    r = subprocess.run([sys.executable, "-c", _PROBE, path], capture_output=True, text=True,
+                       timeout=120, env=dict(os.environ))
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.splitlines()[-1])
+
+
+def _delta(a, b):
+    return {k: b[k] - a[k] for k in a}
+
+
+def test_the_variant_pack_is_built_once_per_stream_and_reused(probe):
+    d = _delta(probe["start"], probe["three_on_s1"])
+    # the plan descriptor + one pack; one finalize; three executions
+    assert d == {"creates": 1, "destroys": 0, "finalizes": 1, "executes": 3, "packs": 1}, d
+    assert probe["asked_s1"] == [1]
+    last = probe["last_s1"]
+    assert last["uids"] == [7, 8, 9] and last["ptrs"] == [0x100010, 0x100020, 0x100030]
+    assert last["handle"] == 0xA1 and last["plan"] == probe["plan"] and last["ws"] == 0x7008
+
+
+def test_a_moved_workspace_or_another_stream_builds_a_new_pack(probe):
+    d = _delta(probe["three_on_s1"], probe["moved"])
+    assert d == {"creates": 1, "destroys": 1, "finalizes": 1, "executes": 1, "packs": 0}, d
+    assert probe["asked_moved"] == [1, 1] and probe["last_moved"]["ws"] == 0x9008
+    d = _delta(probe["moved"], probe["s2"])
+    assert d == {"creates": 1, "destroys": 1, "finalizes": 1, "executes": 2, "packs": 0}, d
+    assert probe["asked_s2"] == [1, 1, 2]
+    last = probe["last_s2"]
+    assert last["handle"] == 0xA2 and last["ptrs"] == [0x200010, 0x200020, 0x200030]
+
+
+def test_off_a_stream_the_resolver_error_propagates(probe):
+    assert probe["off_stream"] == ["ExecutionError", "cuDNN plans run on a GPU stream"]
+
+
+def test_a_failed_execution_is_typed_and_the_launch_goes_on(probe):
+    name, status, call, is_exec = probe["failed"]
+    assert status == 5000 and call == "cudnnBackendExecute" and is_exec, probe["failed"]
+    assert probe["after_failure"]["executes"] == probe["s2"]["executes"] + 1
+
+
+def test_the_pack_is_destroyed_with_the_launch(probe):
+    assert probe["end"]["packs"] == 0
+    assert "40 uids (at most 32)" in probe["too_many"]

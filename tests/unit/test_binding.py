@@ -1,0 +1,155 @@
+"""hipdnn_async._binding: a binding is reused only for the same keys and buffer objects with
+unchanged fingerprints; int pointers, DLPack-only objects and non-dict packs are bound on
+every call; the cache holds buffers weakly; host devices do not cache."""
+import gc
+import weakref
+
+import pytest
+
+from hipdnn_async import VariantPackError
+from hipdnn_async._binding import CACHE_SIZE, BindingCache
+
+
+class TorchLike:
+    """data_ptr() / shape / stride() / dtype, and a CAI (as a PyTorch CUDA tensor)."""
+
+    def __init__(self, ptr, shape=(2, 3), strides=(3, 1), dtype="float32"):
+        self.ptr, self.shape, self.strides_, self.dtype = ptr, shape, strides, dtype
+
+    def data_ptr(self):
+        return self.ptr
+
+    def stride(self):
+        return self.strides_
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"data": (self.ptr, False), "shape": self.shape, "typestr": "<f4",
+                "strides": None, "version": 3}
+
+
+class CaiDict:
+    def __init__(self, ptr):
+        self.__cuda_array_interface__ = {"data": (ptr, False), "shape": (4,), "typestr": "<f4",
+                                         "version": 3}
+
+
+class DlpackOnly:
+    def __dlpack__(self, stream=None):
+        raise NotImplementedError
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+
+class Recorder:
+    def __init__(self):
+        self.binds = 0
+
+    def bind(self, vp, ws):
+        self.binds += 1
+        for k, v in vp.items():
+            if v is None:
+                raise VariantPackError(f"execute: tensor {k!r} is None")
+        return {k: id(v) for k, v in vp.items()}, ws
+
+    @staticmethod
+    def make_fn(buffers, ws):
+        return lambda: (buffers, ws)
+
+
+def cache(enabled=True):
+    r = Recorder()
+    return r, BindingCache(r.bind, r.make_fn, enabled=enabled)
+
+
+def test_the_same_buffers_reuse_the_binding():
+    r, c = cache()
+    a, b = TorchLike(0x1000), CaiDict(0x2000)
+    first = c.get({"x": a, "y": b}, None)
+    again = c.get({"x": a, "y": b}, None)       # a new dict with the same buffers
+    assert again is first and r.binds == 1 and (c.hits, c.misses) == (1, 1)
+    assert c.get({"y": b, "x": a}, None) is not first   # another order binds anew
+    assert r.binds == 2
+
+
+@pytest.mark.parametrize("change", ["ptr", "shape", "stride", "dtype"])
+def test_a_changed_torch_like_buffer_binds_anew(change):
+    r, c = cache()
+    a = TorchLike(0x1000)
+    first = c.get({"x": a}, None)
+    if change == "ptr":
+        a.ptr = 0x3000            # Tensor.set_() / resize_() moved the data
+    elif change == "shape":
+        a.shape = (3, 2)
+    elif change == "stride":
+        a.strides_ = (1, 2)
+    else:
+        a.dtype = "float16"
+    second = c.get({"x": a}, None)
+    assert second is not first and r.binds == 2
+
+
+def test_a_mutated_interface_dict_binds_anew():
+    r, c = cache()
+    b = CaiDict(0x2000)
+    first = c.get({"y": b}, None)
+    b.__cuda_array_interface__["data"] = (0x4000, False)
+    assert c.get({"y": b}, None) is not first and r.binds == 2
+
+
+@pytest.mark.parametrize("buf", [0x5000, DlpackOnly()], ids=["int pointer", "dlpack"])
+def test_ints_and_dlpack_objects_bind_every_time(buf):
+    r, c = cache()
+    c.get({"x": buf}, None)
+    c.get({"x": buf}, None)
+    assert r.binds == 2 and c.hits == 0
+
+
+def test_a_new_workspace_object_binds_anew_and_a_mapping_is_never_cached():
+    r, c = cache()
+    a, ws1, ws2 = TorchLike(0x1000), CaiDict(0x9000), CaiDict(0x9000)
+    first = c.get({"x": a}, ws1)
+    assert c.get({"x": a}, ws1) is first
+    assert c.get({"x": a}, ws2) is not first
+    n = r.binds
+
+    class Pack(dict):
+        pass
+    c.get(Pack(x=a), ws1)
+    c.get(Pack(x=a), ws1)
+    assert r.binds == n + 2
+
+
+def test_errors_come_from_the_full_binding_and_nothing_is_cached():
+    r, c = cache()
+    with pytest.raises(VariantPackError, match="tensor 'x' is None"):
+        c.get({"x": None}, None)
+    with pytest.raises(VariantPackError):
+        c.get({"x": None}, None)
+    assert r.binds == 2
+
+
+def test_the_cache_holds_buffers_weakly_and_keeps_a_few():
+    r, c = cache()
+    a = TorchLike(0x1000)
+    ref = weakref.ref(a)
+    c.get({"x": a}, None)
+    del a
+    gc.collect()
+    assert ref() is None
+    bufs = [TorchLike(0x1000 + i) for i in range(CACHE_SIZE + 1)]
+    for b in bufs:
+        c.get({"x": b}, None)
+    n = r.binds
+    c.get({"x": bufs[-1]}, None)                  # recent: cached
+    c.get({"x": bufs[0]}, None)                   # the oldest was dropped
+    assert r.binds == n + 1
+
+
+def test_a_host_device_binds_every_time():
+    r, c = cache(enabled=False)
+    a = TorchLike(0x1000)
+    c.get({"x": a}, None)
+    c.get({"x": a}, None)
+    assert r.binds == 2
