@@ -61,6 +61,10 @@ GRAPH_BUGS = ("neg_padding", "stride0", "dilation0", "bad_channels", "io_double"
               "pointwise_mode", "extra_node", "wrong_order")
 
 
+class _NotApplied(Exception):
+    """The case's graph bug does not apply to the graph drawn (build it without)."""
+
+
 class Finding(Exception):
     """A broken promise of the library (the message says which)."""
 
@@ -285,8 +289,10 @@ def build_bn(case, pattern, bug):
     m = dims[0] * math.prod(dims[2:])
     g = case.graph()
     eps = case.spec.get("epsilon", 1e-5)
-    if bug == "epsilon":
+    if bug == "epsilon":   # epsilon must be a finite float > 0
         eps = case.spec.get("bad_value", 0.0)
+        if eps is None or (isinstance(eps, float) and math.isfinite(eps) and eps > 0):
+            eps = -eps if eps else 0.0
     lo, hi = _bug_clips(bug, *case.spec.get("clips", (None, None)))
     if pattern == "BN_INFERENCE_VARIANCE":
         x = case.input("x", case.u(-1, 1, dims))
@@ -348,13 +354,15 @@ def build_bn(case, pattern, bug):
         return
     # training (+ relu)
     momentum = case.spec.get("momentum", 0.1)
-    if bug == "momentum":
+    if bug == "momentum":  # momentum must be a finite float in [0, 1]
         momentum = case.spec.get("bad_value", float("nan"))
+        if momentum is None or (isinstance(momentum, float) and 0.0 <= momentum <= 1.0):
+            momentum = -1.0
     x = case.input("x", case.u(-1, 1, dims) * 2 + 0.3)
     scale = case.stat("scale", case.u(-2, 2, cs))
     bias = case.stat("bias", case.u(-2, 2, cs))
     running = case.spec.get("running", True)
-    kw = {}
+    kw = {"momentum": momentum} if bug == "momentum" else {}
     if running:
         kw = dict(momentum=momentum, prev_running_mean=case.stat("prev_running_mean",
                                                                   case.u(-1, 1, cs)),
@@ -370,7 +378,9 @@ def build_bn(case, pattern, bug):
         names = [("mean", mean), ("inv_variance", inv)] + names
     for name, t in names:
         case.output(t, name, dtype="float32")
-    if bug == "output_left_virtual" and running:
+    if bug == "output_left_virtual":
+        if not running:
+            raise _NotApplied()
         nrm.set_output(False)
         del case.outputs["next_running_mean"]
     if m < 2:
@@ -501,7 +511,7 @@ def _hole_pointer(nbytes, state):
     return base
 
 
-def mutate(case, plan, vp, keys, readers, mutation, target, state, dev):
+def mutate(case, plan, vp, keys, readers, mutation, target, state, dev, touched=None):
     """Apply one mutation to the variant pack (in place); returns execute kwargs, or None
     where the mutation does not apply. ``keys[name]`` is the key the pack uses now."""
     if not isinstance(vp, dict):
@@ -514,11 +524,20 @@ def mutate(case, plan, vp, keys, readers, mutation, target, state, dev):
 
     class _Put(dict):          # vp[t[n]] = buf  ->  under the key in use for n
         def __setitem__(self, tensor, buf):
+            if touched is not None and tensor.name in touched:
+                raise _Skip()      # one mutation per tensor: a later one would undo it
             vp[keys[tensor.name]] = buf
+            if touched is not None:
+                touched.add(tensor.name)
     t = {n: case.tensors[n] for n in case.tensors}
     put = _Put()
     if mutation == "drop":
-        vp.pop(keys[pick(names)])
+        n = pick(names)
+        if touched is not None and n in touched:
+            return None
+        vp.pop(keys[n])
+        if touched is not None:
+            touched.add(n)
     elif mutation == "extra_virtual":
         virt = [x for x in case.g.tensors if x.is_virtual]
         if not virt:
@@ -567,16 +586,21 @@ def mutate(case, plan, vp, keys, readers, mutation, target, state, dev):
         others = [n for n in names if n != o and case.pack[n].dtype == case.pack[o].dtype
                   and case.pack[n].shape == case.pack[o].shape
                   and case.pack[n].strides == case.pack[o].strides]
+        others = [n for n in others if keys[n] in vp]
         if not others:
             return None
-        put[t[o]] = case.pack[others[target % len(others)]]
+        put[t[o]] = vp[keys[others[target % len(others)]]]   # whatever buffer it has now
     elif mutation == "not_mapping":
         return {"_replace": list(vp.items())}
     elif mutation == "key_float":
         vp[1.5] = np.zeros(1, np.float32)
     elif mutation == "given_twice":
         n = pick(names)
+        if touched is not None and n in touched:
+            return None
         vp[t[n].uid if keys[n] is not t[n].uid else t[n]] = case.pack[n]
+        if touched is not None:
+            touched.add(n)
     elif mutation.startswith("workspace_"):
         ws = plan.workspace_size
         if mutation == "workspace_small":
@@ -656,6 +680,10 @@ def _root(buf):
     return base
 
 
+class _Skip(Exception):
+    """The mutation does not apply (it would touch a tensor already mutated)."""
+
+
 def _contiguous_extent(buf) -> bool:
     """The buffer is a view starting at offset 0 of one contiguous array (what alloc makes)."""
     base = _root(buf)
@@ -676,10 +704,11 @@ def build_case(spec, case=None):
     bug = spec.get("graph_bug")
     if bug is not None and pattern not in BUG_APPLIES.get(bug, ()):
         bug = spec["graph_bug"] = None
-    if pattern in CONV_PATTERNS:
-        build_conv(case, pattern, bug)
-    else:
-        build_bn(case, pattern, bug)
+    try:
+        (build_conv if pattern in CONV_PATTERNS else build_bn)(case, pattern, bug)
+    except _NotApplied:
+        spec["graph_bug"] = bug = None
+        return build_case(spec, Case(spec))
     if bug is not None:
         apply_graph_bug(case, bug)
     return case, bug
@@ -747,6 +776,7 @@ def run_spec(spec, state):
     vp = {keys[n]: buf for n, buf in case.pack.items()}
     readers = {n: case.pack[n] for n in case.outputs}
     mutations = [m for m in spec.get("mutations", ()) if m in MUTATIONS]
+    mutations.sort(key=lambda m: m not in ("by_uid", "by_name"))   # re-keying first
     kw, must_fail, either, applied = {}, False, False, []
     if rebound is not None:
         # a buffer that fits the edited tensor but not the plan's snapshot: refused at
@@ -756,8 +786,13 @@ def run_spec(spec, state):
         readers.pop(name, None)
         must_fail = True
         applied.append("rebind after edit")
+    touched = set()
     for i, m in enumerate(mutations):
-        got = mutate(case, plan, vp, keys, readers, m, spec.get("target", 0) + i, state, dev)
+        try:
+            got = mutate(case, plan, vp, keys, readers, m, spec.get("target", 0) + i, state, dev,
+                         touched)
+        except _Skip:
+            continue
         if got is None:
             continue
         applied.append(m)
@@ -810,7 +845,9 @@ def _edit_after_build(case, edit):
     elif kind == "set_name":
         t.set_name("renamed")
     after = (tuple(t.dims), tuple(t.strides), t.data_type)
-    if len(edit) > 2 and edit[2] and after != before and t.name in case.pack:
+    same = (after[0] == before[0] and after[2] == before[2] and all(
+        d <= 1 or a == b for d, a, b in zip(after[0], after[1], before[1])))  # size-1 dims
+    if len(edit) > 2 and edit[2] and not same and t.name in case.pack:
         dt = {hd.DataType.FLOAT: np.float32, hd.DataType.HALF: np.float16,
               hd.DataType.BFLOAT16: np_dtype("bfloat16")}[t.data_type]
         buf = alloc(after[0], after[1], dt, fill=0.5)

@@ -175,3 +175,26 @@ def test_cpu_perf_key_names_the_cpu_model_and_blas_threads(tmp_path):
     assert keys[0].endswith("1 threads") and keys[1].endswith("2 threads")
     model = _provider._cpu_model()
     assert model and all(model in k for k in keys)
+
+
+# -- found by the fuzzer ------------------------------------------------------------------
+
+def test_memory_order_array_with_size1_dims_elsewhere_is_the_same_memory(dev):
+    """NDHWC dims (3, 1, 5, 1, 3): memory order N, D, H, W, C; with C == H == 1 the
+    C-contiguous (3, 5, 1, 1, 3) array is that memory too (size-1 dims have no place).
+    It used to be refused; the fuzzer found it (tests/property/corpus)."""
+    g = hd.Graph(name="s1", io_data_type="float32")
+    x = g.tensor(dims=(3, 1, 5, 1, 3), layout="NDHWC", name="x")
+    st = [g.tensor(dims=(1, 1, 1, 1, 1), name=n) for n in ("m", "v", "s", "b")]
+    y = g.batchnorm_inference_variance_ext(x, *st, epsilon=1e-5).set_output(True)
+    plan = dev.build_sync(g)
+    xs = np.random.default_rng(0).uniform(-1, 1, (3, 5, 1, 1, 3)).astype(np.float32)
+    ys = np.full((3, 1, 5, 3, 1), np.nan, np.float32).reshape(3, 5, 1, 3, 1)  # the other placement
+    one = np.ones((1, 1, 1, 1, 1), np.float32)
+    plan.execute_sync({x: xs, y: ys, st[0]: one * 0.25, st[1]: one * 3, st[2]: one * 2,
+                       st[3]: one})
+    want = 2 * (xs.astype(np.float64) - 0.25) / np.sqrt(3 + 1e-5) + 1      # float64 reference
+    np.testing.assert_allclose(ys.reshape(-1), want.reshape(-1), rtol=1e-6, atol=1e-6)
+    with pytest.raises(hd.VariantPackError):           # the non-unit dims out of order: no
+        plan.execute_sync({x: np.ascontiguousarray(xs.transpose(0, 4, 2, 3, 1)), y: ys,
+                           st[0]: one, st[1]: one, st[2]: one, st[3]: one})

@@ -72,8 +72,11 @@ def logical_view(tensor, buffer, *, output: bool, where: str = "execute") -> np.
             s % item == 0 for s in buffer.strides):
         return buffer
     # Memory-order shape; checked second because e.g. (4, 3, 3, 3) is both a logical and
-    # an NHWC physical shape.
-    if buffer.flags.c_contiguous and buffer.shape == physical:
+    # an NHWC physical shape. Size-1 dims have no place in memory, so any placement of
+    # them is the same memory order: for NDHWC dims (3, 1, 5, 1, 3), (3, 5, 1, 1, 3) is as
+    # good as (3, 5, 1, 3, 1) (the fuzzer found the first refused).
+    if buffer.flags.c_contiguous and (buffer.shape == physical or (
+            buffer.ndim == len(dims) and _non_unit(buffer.shape) == _non_unit(physical))):
         if buffer.shape == dims and order != tuple(range(len(dims))):
             # e.g. an NHWC tensor with C == H == W: a C-contiguous array of this shape may
             # be logical NCHW (wrong strides) or NHWC memory order; guessing could be
@@ -93,6 +96,10 @@ def logical_view(tensor, buffer, *, output: bool, where: str = "execute") -> np.
         f"{label} needs a buffer of logical shape {dims} with strides {strides} in elements, "
         f"or a C-contiguous array of shape {physical} (memory order); got shape "
         f"{buffer.shape} with strides {tuple(s // item for s in buffer.strides)}")
+
+
+def _non_unit(shape) -> tuple:
+    return tuple(d for d in shape if d != 1)
 
 
 def _from_dlpack(obj) -> np.ndarray:
