@@ -30,3 +30,21 @@ def test_readme_example_runs_and_is_right(capsys):
             ref += xp[:, i:i + 56, j:j + 56, :] @ wa[:, i, j, :].T.astype(np.float64)
     ref = np.maximum(ref + ba.reshape(1, 1, 1, 64), 0)
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_reliability_section_names_tests_that_exist():
+    """Every test the README's reliability section names is a test function of that file
+    (so a promise cannot outlive the test that proves it)."""
+    text = README.read_text()
+    section = text[text.index("## Reliability"):]
+    section = section[:section.index("\n## ", 1)]
+    root = README.parent
+    named, current = [], None
+    for ref in re.findall(r"`((?:tests/[\w/]+\.py)?::\w+)`", section):
+        path, _, name = ref.partition("::")
+        current = path or current
+        named.append((current, name))
+    assert len(named) >= 25, named
+    for path, name in named:
+        source = (root / path).read_text()
+        assert re.search(rf"^(async )?def {name}\(", source, re.M), f"{path}::{name} is not a test"
