@@ -13,6 +13,7 @@ __all__ = [
     "stride_order",
     "element_extent",
     "dense_strides_like",
+    "same_memory_order",
 ]
 
 # Stride orders (outermost -> innermost) of the named layouts; hipDNN data SDK TensorLayout.
@@ -59,6 +60,17 @@ def stride_order(dims: tuple, strides: tuple) -> tuple:
             if _matches(dims, strides, packed_strides(dims, order), ignore_unit):
                 return order
     return tuple(sorted(range(rank), key=lambda i: (-strides[i], i)))
+
+
+def same_memory_order(shape: tuple, physical: tuple) -> bool:
+    """Whether a C-contiguous array of ``shape`` is the memory of dims in memory order
+    ``physical``: the same shape, or the same rank with the non-unit dims in the same
+    order (size-1 dims have no place in memory: (3, 5, 1, 1, 3) is (3, 5, 1, 3, 1))."""
+    shape, physical = tuple(shape), tuple(physical)
+    if shape == physical:
+        return True
+    return len(shape) == len(physical) and (
+        tuple(d for d in shape if d != 1) == tuple(d for d in physical if d != 1))
 
 
 def element_extent(dims, strides) -> int:

@@ -21,7 +21,8 @@ import numpy as np
 
 from ..._errors import VariantPackError
 from ..._types import numpy_dtype
-from ..._layout import element_extent, packed_strides, stride_order, strides_match
+from ..._layout import (element_extent, packed_strides, same_memory_order, stride_order,
+                        strides_match)
 from ...runtime import GpuArray
 from ._dlpack import (DEVICE_NAMES, GPU_DEVICE_TYPES, KDL_CPU, KDL_CUDA_HOST, KDL_ROCM_HOST,
                       read_dlpack)
@@ -97,7 +98,8 @@ def _layout_error(tensor, shape, strides, label) -> str | None:
     if shape == dims and strides_match(dims, want, got):
         return None
     contiguous = strides_match(shape, c_order, got)
-    if contiguous and shape == physical and strides_match(dims, want, packed_strides(dims, order)):
+    if contiguous and same_memory_order(shape, physical) and strides_match(
+            dims, want, packed_strides(dims, order)):
         if shape != dims or order == tuple(range(len(dims))):
             return None
         return (f"{label}: a C-contiguous array of shape {shape} is ambiguous here (it reads "

@@ -12,7 +12,8 @@ from numpy.lib.stride_tricks import as_strided
 from ..._errors import ExecutionError, VariantPackError
 from ..._knobs import WORKSPACE_SIZE_LIMIT
 from ..._types import DataType, numpy_dtype
-from ..._layout import element_extent, packed_strides, stride_order, strides_match
+from ..._layout import (element_extent, packed_strides, same_memory_order, stride_order,
+                        strides_match)
 from ...runtime import DeviceArray
 
 __all__ = ["logical_view", "make_binder", "bind_workspace", "allocate_workspace"]
@@ -75,8 +76,7 @@ def logical_view(tensor, buffer, *, output: bool, where: str = "execute") -> np.
     # an NHWC physical shape. Size-1 dims have no place in memory, so any placement of
     # them is the same memory order: for NDHWC dims (3, 1, 5, 1, 3), (3, 5, 1, 1, 3) is as
     # good as (3, 5, 1, 3, 1) (the fuzzer found the first refused).
-    if buffer.flags.c_contiguous and (buffer.shape == physical or (
-            buffer.ndim == len(dims) and _non_unit(buffer.shape) == _non_unit(physical))):
+    if buffer.flags.c_contiguous and same_memory_order(buffer.shape, physical):
         if buffer.shape == dims and order != tuple(range(len(dims))):
             # e.g. an NHWC tensor with C == H == W: a C-contiguous array of this shape may
             # be logical NCHW (wrong strides) or NHWC memory order; guessing could be
@@ -96,10 +96,6 @@ def logical_view(tensor, buffer, *, output: bool, where: str = "execute") -> np.
         f"{label} needs a buffer of logical shape {dims} with strides {strides} in elements, "
         f"or a C-contiguous array of shape {physical} (memory order); got shape "
         f"{buffer.shape} with strides {tuple(s // item for s in buffer.strides)}")
-
-
-def _non_unit(shape) -> tuple:
-    return tuple(d for d in shape if d != 1)
 
 
 def _from_dlpack(obj) -> np.ndarray:
