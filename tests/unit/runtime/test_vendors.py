@@ -121,7 +121,8 @@ def test_a_hip_runtime_without_miopen_says_miopen_is_missing(build_fake):
         assert "MIOpen binding (hipdnn_async.runtime._miopen) is not built" in hip["reason"]
     else:
         assert "HIPDNN_ASYNC_MIOPEN=/nonexistent/libMIOpen.so.1 does not load" in hip["reason"]
-    assert hip["reason"] in out["hip:0"] and out["devices"] == ["cpu"]
+    # no HIP device is listed (a CUDA one may be, on a GPU machine: seen on the H200)
+    assert hip["reason"] in out["hip:0"] and not [d for d in out["devices"] if "hip" in d]
 
 
 @pytest.mark.parametrize("version, ok", [(91900, True), (80907, False)])
