@@ -206,8 +206,8 @@ def build_conv(case, pattern, bug):
     nsp = case.rank - 2
     red = geo["x"][1] // geo["groups"] * math.prod(geo["w"][2:])
     w_dims = geo["w"]
-    if bug == "bad_channels":
-        w_dims = (w_dims[0], w_dims[1] + 1) + w_dims[2:]
+    if bug == "bad_channels":   # x.C + 1 divides no x.C: no groups count fits
+        w_dims = (w_dims[0], geo["x"][1] + 1) + w_dims[2:]
     if pattern == "CONV_DGRAD":
         dy = case.input("dy", case.u(-1, 1, geo["y"]))
         w = case.input("w", case.u(-1, 1, w_dims))
@@ -589,7 +589,12 @@ def mutate(case, plan, vp, keys, readers, mutation, target, state, dev, touched=
         others = [n for n in others if keys[n] in vp]
         if not others:
             return None
-        put[t[o]] = vp[keys[others[target % len(others)]]]   # whatever buffer it has now
+        other = others[target % len(others)]
+        if touched is not None and other in touched:
+            return None
+        put[t[o]] = vp[keys[other]]            # whatever buffer it has now
+        if touched is not None:
+            touched.add(other)                 # a later mutation must not undo the alias
     elif mutation == "not_mapping":
         return {"_replace": list(vp.items())}
     elif mutation == "key_float":
@@ -637,6 +642,8 @@ def mutate(case, plan, vp, keys, readers, mutation, target, state, dev, touched=
         if sum(d > 1 for d in tt.dims) < 2 or case.layout.endswith("nonpacked"):
             return None
         phys = np.ascontiguousarray(case.pack[n].transpose(order))
+        if phys.shape == tuple(tt.dims) and order != tuple(range(len(order))):
+            return None      # reads as logical dims too: refused as ambiguous, by design
         put[t[n]] = phys
         if n in case.outputs:
             readers[n] = phys.transpose(np.argsort(order))
