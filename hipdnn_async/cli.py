@@ -29,7 +29,10 @@ def _existing_db(path):
     """The PerfDb at ``path`` (None: the default) if its file exists, else None: read-only
     commands neither create a perf db nor its directory."""
     from . import _perfdb
-    target = os.path.abspath(os.path.expanduser(path)) if path else _perfdb.default_path()
+    if path == ":memory:":           # SQLite's name for a private in-memory db, not a file
+        target = path
+    else:
+        target = os.path.abspath(os.path.expanduser(path)) if path else _perfdb.default_path()
     if target != ":memory:" and not os.path.exists(target):
         return None, target
     return (_perfdb.PerfDb(path) if path else _default_db()), target

@@ -86,3 +86,15 @@ def test_export_refuses_to_overwrite_a_sqlite_file(tmp_path, capsys):
     assert "refusing to overwrite" in capsys.readouterr().err
     assert (tmp_path / "a.sqlite3").read_bytes()[:16] == before
     assert len(hd.PerfDb(str(src.path)).entries()) == 3
+
+
+def test_memory_db_name_is_not_a_file(tmp_path, capsys, monkeypatch):
+    """`--db :memory:` is SQLite's private in-memory db, not a file ':memory:' in the
+    current directory (show/export used to say 'no such file /cwd/:memory:')."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["perfdb", "show", "--db", ":memory:"]) == 0
+    assert "perf db :memory:: 0 entries" in capsys.readouterr().out
+    out = tmp_path / "e.json"
+    assert main(["perfdb", "export", str(out), "--db", ":memory:"]) == 0
+    assert json.loads(out.read_text())["entries"] == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["e.json"]
