@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import sys
 import threading
 import warnings
@@ -77,6 +78,31 @@ def warn_bad_env(name: str, value: str, accepted: str, effect: str, *,
         sys.stderr.write(msg + "\n")
 
 
+def _log_handler(path: str) -> logging.Handler:
+    """A handler appending to ``path``. A FIFO is opened without blocking (opening one for
+    writing waits for a reader: with none, ``import hipdnn_async`` hung): with no reader it
+    is an OSError (ENXIO) and logging goes to stderr; with one, records go to it."""
+    try:
+        is_fifo = stat.S_ISFIFO(os.stat(path).st_mode)
+    except OSError:
+        is_fifo = False
+    if not is_fifo:
+        return logging.FileHandler(path, mode="a", encoding="utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK)
+    os.set_blocking(fd, True)
+    return _OwnedStreamHandler(os.fdopen(fd, "a", encoding="utf-8"))
+
+
+class _OwnedStreamHandler(logging.StreamHandler):
+    """A StreamHandler that closes its stream (the FIFO it opened) when closed."""
+
+    def close(self) -> None:
+        try:
+            self.stream.close()
+        finally:
+            super().close()
+
+
 def configure_from_env() -> int:
     """Apply ``HIPDNN_ASYNC_LOG_LEVEL`` / ``HIPDNN_ASYNC_LOG_FILE`` to the logger.
 
@@ -116,10 +142,10 @@ def configure_from_env() -> int:
         handler: logging.Handler
         if path is not None:
             try:
-                handler = logging.FileHandler(path, mode="a", encoding="utf-8")
+                handler = _log_handler(path)
             except OSError as exc:
                 sys.stderr.write(f"hipdnn_async: {LOG_FILE_ENV}={path!r} cannot be "
-                                 f"opened ({exc}); logging to stderr\n")
+                                 f"opened ({exc.strerror or exc}); logging to stderr\n")
                 handler = logging.StreamHandler(sys.stderr)
         else:
             handler = logging.StreamHandler(sys.stderr)

@@ -198,3 +198,28 @@ def test_memory_order_array_with_size1_dims_elsewhere_is_the_same_memory(dev):
     with pytest.raises(hd.VariantPackError):           # the non-unit dims out of order: no
         plan.execute_sync({x: np.ascontiguousarray(xs.transpose(0, 4, 2, 3, 1)), y: ys,
                            st[0]: one, st[1]: one, st[2]: one, st[3]: one})
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_log_file_that_is_a_fifo_hangs_nothing(tmp_path):
+    """HIPDNN_ASYNC_LOG_FILE naming a FIFO with no reader hung `import hipdnn_async`
+    (opening a FIFO for writing waits for a reader); with a reader, records reach it."""
+    fifo = str(tmp_path / "log.fifo")
+    os.mkfifo(fifo)
+    env = {"HIPDNN_ASYNC_LOG_LEVEL": "info", "HIPDNN_ASYNC_LOG_FILE": fifo}
+    r = _import_with(env)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+    assert "cannot be opened" in r.stderr and "logging to stderr" in r.stderr
+    got = []
+
+    def read():
+        with open(fifo, "rb") as f:
+            got.append(f.read())
+    reader = threading.Thread(target=read)
+    reader.start()
+    code = "import logging, hipdnn_async; logging.getLogger('hipdnn_async').info('via fifo 9d1')"
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=dict(os.environ, **env),
+                       capture_output=True, text=True, timeout=120)
+    reader.join(60)
+    assert r.returncode == 0, r.stderr
+    assert b"via fifo 9d1" in got[0]
