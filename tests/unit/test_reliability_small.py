@@ -223,3 +223,15 @@ def test_log_file_that_is_a_fifo_hangs_nothing(tmp_path):
     reader.join(60)
     assert r.returncode == 0, r.stderr
     assert b"via fifo 9d1" in got[0]
+
+
+def test_cpu_perf_key_without_threadpoolctl_names_the_blas_environment(monkeypatch):
+    from hipdnn_async.providers.cpu import _provider
+    monkeypatch.setitem(sys.modules, "threadpoolctl", None)      # import fails
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.delenv(var, raising=False)
+    assert _provider._blas_threads() == f"blas threads default of {os.cpu_count()} cores"
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert _provider._blas_threads() == "blas threads OMP_NUM_THREADS=3"
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")                # OpenBLAS's own wins
+    assert _provider._blas_threads() == "blas threads OPENBLAS_NUM_THREADS=1"

@@ -8,6 +8,7 @@ remembering the winner in the perf db. Batchnorm patterns have one implementatio
 from __future__ import annotations
 
 import logging
+import os
 import platform
 import time
 
@@ -168,7 +169,11 @@ def _blas_threads() -> str:
     try:
         from threadpoolctl import threadpool_info
     except ImportError:
-        return "blas threads unknown (threadpoolctl not installed)"
+        # Without threadpoolctl nothing can change the count after start-up: the
+        # environment read when the BLAS loaded (OpenBLAS / OpenMP / MKL) decides it.
+        env = next((f"{v}={os.environ[v]}" for v in ("OPENBLAS_NUM_THREADS",
+                    "OMP_NUM_THREADS", "MKL_NUM_THREADS") if os.environ.get(v)), None)
+        return f"blas threads {env or f'default of {os.cpu_count()} cores'}"
     blas = [i for i in threadpool_info() if i.get("user_api") == "blas"]
     mine = [i for i in blas if "numpy" in (i.get("filepath") or "")] or blas
     if not mine:
