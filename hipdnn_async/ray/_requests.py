@@ -99,8 +99,9 @@ def as_batch(x, inputs: ModelInputs, *, where: str = "request",
     elif isinstance(x, (list, tuple, int, float, np.generic)):
         try:
             a = np.asarray(x)
-        except ValueError as exc:           # ragged nested lists
-            raise VariantPackError(f"{where}: not a rectangular array ({exc})") from None
+        except (ValueError, RecursionError) as exc:   # ragged or absurdly deep nesting
+            raise VariantPackError(f"{where}: not a rectangular array "
+                                   f"({type(exc).__name__}: {exc})") from None
     else:
         raise VariantPackError(f"{where}: needs a NumPy array {inputs.describe()}; got "
                                f"{type(x).__name__}")
@@ -153,8 +154,8 @@ def decode_body(body: bytes, content_type: str | None) -> tuple[object, bool]:
                              f"or {NPY_MEDIA_TYPES[0]}")
     try:
         doc = json.loads(body)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise HttpError(400, f"body is not JSON ({exc})") from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # deep nesting too
+        raise HttpError(400, f"body is not JSON ({type(exc).__name__}: {exc})") from None
     if isinstance(doc, Mapping):
         if "inputs" not in doc:
             raise HttpError(400, f"JSON object without 'inputs'; got keys {sorted(doc)[:8]}")

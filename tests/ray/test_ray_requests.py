@@ -125,3 +125,11 @@ def test_reply_format_follows_the_request_unless_accept_says():
     assert wants_npy("application/x-npy", False)
     assert not wants_npy("application/json", True)
     assert wants_npy("text/html, application/npy;q=0.9", False)
+
+
+def test_absurdly_deep_json_is_a_400_not_a_500():
+    """Fresh-user review F10: a deeply nested JSON body raised RecursionError (HTTP 500)."""
+    depth = 200_000
+    with pytest.raises(HttpError) as info:
+        decode_body(b"[" * depth + b"]" * depth, "application/json")
+    assert info.value.status == 400 and "RecursionError" in str(info.value)
