@@ -77,7 +77,10 @@ class MiopenEngine(ProviderEngine):
              "miopenConvolutionForwardBias and miopenActivationForward on one stream with the "
              "intermediate in the workspace (plan.algorithm says which). A ReLU lower clip "
              "needs MIOpen >= 3.5 (CLAMP); before it, fused batchnorm + activation runs "
-             "composed")
+             "composed, and batchnorm inference + DReLU + backward of HALF/BFLOAT16 data with "
+             "FLOAT intermediates is declined. NaN propagates through ReLU (MIOpen's RELU "
+             "kernel computes x * (x > 0)); its clipped kernels (fmin/fmax) may not: not yet "
+             "verified on AMD hardware")
 
     def knobs(self, match):
         return self.provider._knobs(match)
@@ -346,6 +349,17 @@ class MiopenProvider(Provider):
                              where)
             fused = _miopen.has("BatchNormBackwardActivation")
             ones = None
+            inter = match.nodes[0].outputs["y"].data_type
+            if not fused and inter != x.data_type:
+                # the composed form recomputes the BN output in x's type (MIOpen converts
+                # no types): a clip it lands on decides the gradient, so rounding it is not
+                # a small error; decline (issue 10 item 8)
+                raise NotSupportedError(
+                    f"{where}: MIOpen {'.'.join(map(str, self.version))} has no "
+                    "miopenBatchNormBackwardActivation, and composing it would round the "
+                    f"recomputed batchnorm output to {x.data_type.name}, not the graph's "
+                    f"intermediate type {inter.name} (set the graph's intermediate data type "
+                    f"to {x.data_type.name} to accept that, or use MIOpen >= 3.5)")
             if not fused:
                 d["z"] = tensor_descriptor(x, where, strides=packed_like(x))
                 ones = self._filled(cdims, 1.0 - _plans.DRELU_EPSILON)

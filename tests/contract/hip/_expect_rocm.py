@@ -13,7 +13,7 @@ from hipdnn_async.runtime import _miopen
 from .._fakes import calls
 
 __all__ = ["NEWER", "DTYPE", "FORBIDDEN_PER_EXECUTION", "miopen_names", "assert_no_setup",
-           "assert_tensor_desc", "fuses", "expected_sequence", "channels_last"]
+           "assert_tensor_desc", "fuses", "declines", "expected_sequence", "channels_last"]
 
 NEWER = (3, 5, 0)      # the first MIOpen with the *Activation / _v2 / CLAMP entry points
 # hd.DataType value -> miopenDataType_t (miopen.h: miopenHalf 0, miopenFloat 1, miopenBFloat16 5)
@@ -60,6 +60,14 @@ def fuses(version: tuple, dtype: str, layout: str) -> bool:
     """Whether the fake MIOpen compiles the conv + bias + activation fusion plan (its rule,
     fakes/fake_miopen.cpp: 2-D ungrouped; FLOAT only before 3.5)."""
     return layout in ("NCHW", "NHWC") and (tuple(version) >= NEWER or dtype == "float32")
+
+
+def declines(pattern: str, dtype: str, version: tuple) -> bool:
+    """Whether the provider declines the case: batchnorm inference + DReLU + backward of
+    HALF/BFLOAT16 data with the oracle's FLOAT intermediates before MIOpen 3.5 (the
+    composed form would round the recomputed BN output to the I/O type)."""
+    return (pattern == "BN_INFERENCE_DRELU_BACKWARD" and dtype != "float32"
+            and tuple(version) < NEWER)
 
 
 def expected_sequence(pattern: str, dtype: str, layout: str, version: tuple) -> list[str]:

@@ -14,7 +14,7 @@ from .._scenarios import _oracle_for_gpu, plan_facts
 
 __all__ = ["control", "conv_graph", "engine_knobs", "knob_build", "exec_error",
            "build_error", "cancelled_execution", "async_fault", "streams_case",
-           "device_facts", "lower_clip_build"]
+           "device_facts", "lower_clip_build", "drelu_boundary"]
 
 
 def control() -> FakeControl:
@@ -268,3 +268,25 @@ def lower_clip_build(dtype: str = "bfloat16") -> dict:
             return {"plan": plan_facts(plan), "error": None}
         except Exception as exc:  # noqa: BLE001 - returned to the test
             return {"plan": None, "error": exc}
+
+
+def drelu_boundary(dtype: str, layout: str, intermediate) -> dict:
+    """tests/gpu/_bn_cases.drelu_boundary_case on "hip:0", the graph's intermediate data
+    type set to ``intermediate`` when given: its checks with the outputs, the float64 dx a
+    rounded z gives (``flipped``), the plan's algorithm, or the build's error."""
+    import hipdnn_async as hd
+    from gpu._bn_cases import drelu_boundary_case
+    h, checks, flipped = drelu_boundary_case(dtype, layout)
+    if intermediate is not None:
+        h.g.set_intermediate_data_type(intermediate)
+        for n in h.g.nodes:   # the virtual tensors take the graph's new intermediate type
+            for t in n.outputs.values():
+                if t.is_virtual:
+                    t.set_data_type(intermediate)
+    with hd.Device("hip:0") as dev:
+        try:
+            got = h.run(dev)
+        except hd.NotSupportedError as exc:
+            return {"error": exc, "checks": [], "flipped": flipped, "algorithm": None}
+        return {"error": None, "algorithm": h.plan.algorithm, "flipped": flipped,
+                "checks": [(name, got[name], want, tol) for name, want, tol in checks]}
