@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 
 import numpy as np
 
@@ -65,6 +66,22 @@ def _at_build():
         raise built from exc
 
 
+def _hip_runtimes_mapped() -> list[str]:
+    """The distinct libamdhip64 files mapped into this process (Linux ``/proc/self/maps``;
+    [] where it cannot be read). MIOpen must run on the HIP runtime instance we loaded
+    (shared/reference/vendor-c-apis.md s.1.1)."""
+    paths = set()
+    try:
+        with open("/proc/self/maps") as fh:
+            for line in fh:
+                path = line.rstrip("\n").split(None, 5)[-1] if line.count(" ") >= 5 else ""
+                if os.path.basename(path).startswith("libamdhip64.so"):
+                    paths.add(os.path.realpath(path))
+    except OSError:
+        return []
+    return sorted(paths)
+
+
 class MiopenEngine(ProviderEngine):
     """``MIOPEN_ENGINE``: the nine patterns through MIOpen."""
 
@@ -108,6 +125,13 @@ class MiopenProvider(Provider):
         if not 0 <= index < state.device_count:
             raise DeviceError(f"Device: no device hip:{index}; {state.device_count} HIP "
                               f"device(s) present", code="INVALID_VALUE")
+        runtimes = _hip_runtimes_mapped()
+        if len(runtimes) > 1:
+            raise DeviceError(
+                f"Device: hip:{index}: two HIP runtimes are loaded ({', '.join(runtimes)}): "
+                f"MIOpen ({state.dnn.path}) links another libamdhip64 than the one loaded "
+                f"({state.runtime_record.path}), and streams of one are not streams of the "
+                "other; point HIPDNN_ASYNC_HIP_RUNTIME at the libamdhip64 beside that MIOpen")
         self.version = _miopen.version()
         if self.version < _miopen.MIN_VERSION:
             raise DeviceError(f"Device: hip:{index}: MIOpen {'.'.join(map(str, self.version))} "

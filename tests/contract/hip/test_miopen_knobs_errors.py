@@ -260,3 +260,24 @@ def test_hip_without_rocm_is_a_device_error_naming_the_libraries():
         hd.Device("hip:0")
     text = str(info.value)
     assert "hip:0" in text and "libamdhip64.so" in text, text
+
+
+def test_miopen_on_another_hip_runtime_is_a_device_error(tmp_path):
+    """The ROCm 6.4 fake runtime (libamdhip64.so.6) loaded, and the MIOpen 3.5.1 fake, which
+    links libamdhip64.so.7: two HIP runtimes in one process, refused by name."""
+    from . import _debian
+    from .. import _headers
+    from ._build_rocm import build_rocm
+    try:
+        libs = [build_rocm(src, *_headers.ensure(src)) for src in _debian.ROCM_SOURCES]
+    except _headers.HeadersUnavailable as exc:
+        pytest.skip(f"ROCm headers unavailable: {exc}")
+    old, new = sorted(libs, key=lambda lib: lib.miopen_version)
+    proc = FakeGpuProcess({"HIPDNN_ASYNC_HIP_RUNTIME": old.hip, "HIPDNN_ASYNC_MIOPEN": new.miopen,
+                           "HIPDNN_ASYNC_PERFDB": str(tmp_path / "perfdb.sqlite3")})
+    try:
+        err = proc.call(_device_error)
+    finally:
+        proc.close()
+    assert isinstance(err, hd.DeviceError), err
+    assert "two HIP runtimes" in str(err) and "libamdhip64.so.6" in str(err), err
