@@ -233,3 +233,22 @@ def test_plan_cache_is_bounded(dev, monkeypatch):
         out = np.zeros((1, 2, 3, 3), np.float32)
         plan.execute_sync({x: xs, w: ws, y: out})
         np.testing.assert_allclose(out, ref.conv_fprop(xs, ws), atol=1e-5, rtol=1e-5)
+
+
+def test_aliasing_is_checked_on_every_pack_not_only_the_first(dev):
+    """The check remembers the last pack that passed (same objects: not compared again);
+    a new pack that aliases is still refused, and int pointers are compared by value."""
+    plan, arrays, t = _bn_backward(dev)
+    for _ in range(2):
+        plan.execute_sync(arrays)                          # passes, then hits the memo
+    bad = dict(arrays)
+    bad[t["dx"]] = arrays[t["x"]]
+    with pytest.raises(hd.VariantPackError, match="shares memory"):
+        plan.execute_sync(bad)
+    plan.execute_sync(arrays)
+    ptrs = dict(arrays)
+    ptrs[t["dx"]] = arrays[t["dx"]].ctypes.data
+    plan.execute_sync(ptrs)
+    ptrs[t["dx"]] = arrays[t["dy"]].ctypes.data            # a new value: checked again
+    with pytest.raises(hd.VariantPackError, match="shares memory"):
+        plan.execute_sync(ptrs)
