@@ -141,7 +141,7 @@ small = st.integers(1, 3)
 
 @st.composite
 def conv_spec(draw):
-    return {"n": draw(st.integers(1, 3)), "g": draw(st.sampled_from([1, 1, 2, 3])),
+    return {"n": draw(st.sampled_from([1, 1, 2, 2, 3, 0])), "g": draw(st.sampled_from([1, 1, 2, 3])),
             "cg": draw(small), "kg": draw(small),
             "sp": [draw(st.integers(1, 7)) for _ in range(3)],
             "k": [draw(st.integers(1, 3)) for _ in range(3)],
@@ -153,7 +153,7 @@ def conv_spec(draw):
 
 @st.composite
 def bn_spec(draw):
-    return {"n": draw(st.integers(1, 3)), "c": draw(st.integers(1, 4)),
+    return {"n": draw(st.sampled_from([1, 1, 2, 2, 3, 0])), "c": draw(st.integers(1, 4)),
             "sp": [draw(st.integers(1, 5)) for _ in range(3)]}
 
 
@@ -182,6 +182,8 @@ def specs(draw):
         spec["momentum"] = draw(st.sampled_from([0.1, 0.0, 1.0, 0.05]))
     if pattern in ("BN_TRAINING", "BN_TRAINING_RELU", "BN_INFERENCE_VARIANCE"):
         spec["epsilon"] = draw(st.sampled_from([1e-5, 1e-3, 0.1]))
+    if pattern in ("BN_INFERENCE_VARIANCE", "CONV_FPROP_RELU", "CONV_FPROP"):
+        spec["special"] = draw(st.integers(0, 7)) == 0     # NaN / inf in x
     kind = draw(st.sampled_from(["valid"] * 4 + ["graph", "pack", "pack", "knobs", "edit"]))
     if kind == "graph":
         spec["graph_bug"] = draw(st.sampled_from(GRAPH_BUGS))

@@ -124,6 +124,12 @@ class Case:
     def input(self, name, values, *, dtype=None, layout=None):
         dtype = dtype or self.dtype
         values = np.asarray(values, dtype=np.float64) * self.spec.get("scale", 1.0)
+        if name == "x" and self.spec.get("special") and values.size:
+            # NaN and +-inf in the data: IEEE propagation is the answer (API.md: NaN
+            # propagates on the CPU); the reference computes the same from the same inputs.
+            flat = values.reshape(-1)
+            idx = self.rng.integers(0, flat.size, size=min(3, flat.size))
+            flat[idx] = self.rng.choice([np.nan, np.inf, -np.inf], size=idx.size)
         strides = layout_strides(values.shape, layout or self.layout)
         t = self.g.tensor(dims=values.shape, strides=strides, name=name)
         t.set_data_type(dtype)
@@ -192,7 +198,8 @@ def _rkw(geo):
 
 def build_conv(case, pattern, bug):
     geo = conv_geometry(case)
-    case.valid = geo["ok"]
+    # API.md / the graph: N = 0 only for conv_fprop, batchnorm inference and pointwise
+    case.valid = geo["ok"] and (geo["x"][0] > 0 or pattern.startswith("CONV_FPROP"))
     kw = _conv_kw(geo)
     if bug == "neg_padding":
         kw["pre_padding"] = (-1,) + tuple(kw["pre_padding"][1:])
@@ -311,6 +318,8 @@ def build_bn(case, pattern, bug):
         return
     if pattern.startswith("BN_TRAINING") and m < 2:
         case.valid = False      # API.md: training with one value per channel is a GraphError
+    if dims[0] == 0 and pattern != "BN_INFERENCE_VARIANCE":
+        case.valid = False      # N = 0 only for batchnorm inference (and conv_fprop)
     if pattern == "BN_BACKWARD" or pattern == "BN_INFERENCE_DRELU_BACKWARD":
         drelu = pattern == "BN_INFERENCE_DRELU_BACKWARD"
         xv = case.u(-1.8, 1.8, dims) if drelu else case.u(-1, 1, dims)
@@ -566,6 +575,8 @@ def mutate(case, plan, vp, keys, readers, mutation, target, state, dev, touched=
         put[t[pick(names)]] = obj
     elif mutation.startswith("ptr_"):
         n = pick(names)
+        if case.pack[n].size == 0:
+            return None          # an empty tensor reads and writes nothing: any address
         if mutation == "ptr_good":
             buf = case.pack[n]
             if buf.size == 0 or not _contiguous_extent(buf):
@@ -583,6 +594,8 @@ def mutate(case, plan, vp, keys, readers, mutation, target, state, dev, touched=
                          "ptr_unmapped": 0x7ff0_0000_0000 + 4096 * target}[mutation]
     elif mutation == "alias":
         o = pick(outs)
+        if case.pack[o].size == 0:
+            return None          # an empty output shares no memory with anything
         others = [n for n in names if n != o and case.pack[n].dtype == case.pack[o].dtype
                   and case.pack[n].shape == case.pack[o].shape
                   and case.pack[n].strides == case.pack[o].strides]
