@@ -37,12 +37,12 @@ __all__ = ["Device", "ExecutionPlan", "devices", "engines", "stats"]
 log = logging.getLogger("hipdnn_async")
 
 _counters_lock = threading.Lock()
+_counters = {"plans_built": 0, "plan_cache_hits": 0}
 
 # Provider plans kept per device for reuse by graphs of the same signature (oldest
 # dropped first): a long-lived device that builds many shapes (a server, a fuzzer)
 # must not grow without bound. Plans already built keep their provider plan.
 PLAN_CACHE_SIZE = 256
-_counters = {"plans_built": 0, "plan_cache_hits": 0}
 
 
 def stats() -> dict:
