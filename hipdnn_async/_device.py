@@ -476,6 +476,16 @@ class ExecutionPlan:
         Wall time of the build, in ms.
     benchmarked, perfdb_hit : bool
         Whether this build timed candidates, or took the choice from the perf db.
+
+    Notes
+    -----
+    A plan is a snapshot of its graph at build (API.md). Editing the graph afterwards
+    (``set_dims``, ``set_data_type``, ``set_strides``, ``set_name``, ``set_output``, new
+    nodes), or editing another graph of the same signature, changes nothing the plan
+    computes or accepts: it keeps running as built. Variant-pack keys resolve as they did
+    at build (tensors, their uids and names then), and buffers are checked at submit
+    against the build-time dims, strides and dtypes; a buffer that fits only the edited
+    graph is a ``VariantPackError`` naming the edit. Build a new plan for the edited graph.
     """
 
     def __init__(self, device: Device, graph: Graph, match, engine: Engine, knobs: dict,
@@ -711,7 +721,9 @@ class ExecutionPlan:
             logical shape with the tensor's strides or C-contiguous in memory order. CPU:
             NumPy arrays, DeviceArrays, ``__dlpack__`` objects, int host pointers. GPU:
             GpuArrays, ``__cuda_array_interface__`` objects (CuPy, PyTorch CUDA tensors),
-            int device pointers (checked to be memory of this device).
+            int device pointers (checked to be memory of this device). An output may not
+            share memory with any other buffer of the pack (no operation runs in place);
+            inputs may share memory with each other.
         workspace : array, optional
             At least ``workspace_size`` writable contiguous bytes; allocated per call if
             omitted.
