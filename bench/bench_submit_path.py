@@ -114,6 +114,9 @@ class _FreeRuntime:
     def stream_wait_event(self, stream, event):
         pass
 
+    def graph_launch(self, graph_exec, stream):
+        pass
+
 
 def _ours_only(dev, plan):
     """Make the vendor side of ``dev``'s launches free (see _FreeRuntime); return undo."""
@@ -201,6 +204,14 @@ def main(argv=None) -> int:
                 rows.append((f"ours only: plan.submit, {name}",
                              _time_batches(lambda: plan.submit(vp), sync, args.rounds,
                                            args.batch)))
+            for n_plans in (1, 20):       # captured under the free runtime: free launches
+                with dev.capture() as st:
+                    for _ in range(n_plans):
+                        plan.submit(cases["GpuArray"])
+                w, c = _time_batches(st.submit, sync, args.rounds, args.batch)
+                rows.append((f"ours only: step.submit ({n_plans} plans), per plan",
+                             (w / n_plans, c / n_plans)))
+                st.close()
         finally:
             undo()
         sync()

@@ -718,13 +718,15 @@ cdef class GraphLaunch:
         cdef void* h
         cdef void* vp
         lc = _current_launch()
-        marker = self.marker
-        if lc is not self.lc or (marker is not None and marker.workspace_ptr != self.ws_ptr):
-            self._rebuild(lc)
         if _fn[I_EXECUTE] == NULL:
             _sym(I_EXECUTE)
-        h, vp = self.handle, self.vp
+        # under the lock: launches from two streams take turns, and one never destroys
+        # the pack the other is executing with
         with self.lock:
+            marker = self.marker
+            if lc is not self.lc or (marker is not None and marker.workspace_ptr != self.ws_ptr):
+                self._rebuild(lc)
+            h, vp = self.handle, self.vp
             with nogil:
                 st = (<f_execute>_fn[I_EXECUTE])(h, self.plan.ptr, vp)
         if st != 0:
