@@ -6,6 +6,13 @@ Sections (each a ratio to an anchor timed in this process, on this GPU):
   pointer buffers), per ``await plan.execute`` round trip and per ``execute_sync`` of a
   tiny convolution, against a tiny torch conv + ``torch.cuda.synchronize()`` round trip,
   a bare ``torch.cuda.synchronize()`` and torch's per-launch host time.
+- ``submit``: host µs per ``plan.submit`` of a ResNet-50 3x3 convolution (GpuArray,
+  torch tensor, CuPy buffers) and wall µs of 20 back-to-back executions plus a synchronize,
+  against torch launching the same convolution (``bench/_bench_capture.py``).
+- ``capture``: that convolution captured as a one-plan step, and a 20-plan ResNet-like
+  training step (4 layers of conv, batchnorm + ReLU forward and backward) captured as one
+  graph: host µs per replay, per plan amortised, GPU ms per replay, against
+  ``torch.cuda.CUDAGraph`` replays of the same work and the step in PyTorch eager.
 - ``overlap``: mid-sized convolutions, all on one stream vs alternating over two streams
   (time of two / time of one; 1.0 = no overlap, 0.5 = perfect), next to the same ratio
   for two ``torch.cuda.Stream``s.
@@ -39,7 +46,9 @@ import tempfile
 import time
 import traceback
 
-SECTIONS = ("overhead", "overlap", "batcher", "batchnorm", "conv")
+import _bench_capture  # noqa: E402 - bench/ is on sys.path when run as a script
+
+SECTIONS = ("overhead", "submit", "capture", "overlap", "batcher", "batchnorm", "conv")
 
 # ResNet-50 v1.5 convolutions (He et al. 2016, table 1; stride 2 in the 3x3 of the first
 # block of res3-res5): name, (C, H, W) of the input, (K, C, R, S), padding, stride.
@@ -673,6 +682,11 @@ async def run(args):
             try:
                 if section == "overhead":
                     res = await bench_overhead(hd, torch, dev.spec, args)
+                elif section == "submit":
+                    res = await _bench_capture.bench_submit(hd, torch, dev, args, table, f)
+                elif section == "capture":
+                    res = await _bench_capture.bench_capture(hd, torch, dev, args, table, f,
+                                                             our_stream)
                 elif section == "overlap":
                     res = await bench_overlap(hd, torch, args, dev.spec)
                 elif section == "batcher":

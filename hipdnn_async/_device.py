@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import logging
 import os
@@ -96,6 +97,14 @@ class Device:
     perfdb : PerfDb or str or None
         Perf db for benchmarking results; default ``$HIPDNN_ASYNC_PERFDB`` or
         ``~/.config/hipdnn_async/perfdb.sqlite3``.
+    deterministic : bool, optional
+        Ask every engine for bitwise-reproducible results: the default of each offered
+        knob named ``<engine>.deterministic`` becomes 1 (a value set in ``knobs=`` still
+        wins). Default False: the fastest algorithm within the tolerance table.
+    allow_tf32 : bool, optional
+        Let FLOAT convolutions use TF32 tensor cores (outside the FLOAT tolerance table):
+        the default of each offered ``<engine>.allow_tf32`` knob becomes 1. Default
+        False (strict FP32).
 
     Raises
     ------
@@ -109,7 +118,15 @@ class Device:
     """
 
     def __init__(self, spec: str = "cpu", *, streams: int | None = None,
-                 max_inflight: int | None = None, perfdb=None):
+                 max_inflight: int | None = None, perfdb=None, deterministic: bool = False,
+                 allow_tf32: bool = False):
+        for what, value in (("deterministic", deterministic), ("allow_tf32", allow_tf32)):
+            if not isinstance(value, bool):
+                raise DeviceError(f"Device('{spec}'): {what} = {value!r}; need True or False",
+                                  code="INVALID_VALUE")
+        # knob-id suffix -> default 1 (device-wide numerics options; see the docstring)
+        self._knob_defaults = tuple(suffix for suffix, on in (
+            (".deterministic", deterministic), (".allow_tf32", allow_tf32)) if on)
         kind, index = parse_spec(spec)
         self.provider = provider_for(kind, index)
         # "gpu:N" resolves to the runtime that serves it ("cuda:N")
@@ -380,8 +397,13 @@ class Device:
         the build's frames), so the next build of the same graph goes straight to the engine
         that takes it.
         """
+        offered = chosen.knobs
+        if self._knob_defaults:
+            offered = [dataclasses.replace(k, default=1)
+                       if k.id.endswith(self._knob_defaults) and k.max >= 1 else k
+                       for k in offered]
         settings = _knobs.apply_forced_benchmarking(
-            _knobs.resolve_knobs(chosen.knobs, knobs, engine_name=chosen.name))
+            _knobs.resolve_knobs(offered, knobs, engine_name=chosen.name))
         key = (match.signature, chosen.id, tuple(sorted(settings.items())))
         with self._cache_lock:
             pplan = self._plan_cache.get(key)

@@ -26,13 +26,28 @@ from .. import _knobs, _perfdb
 from .._errors import KnobError
 from ..patterns import Pattern
 
-__all__ = ["Candidate", "Choice", "WORKSPACE_KNOB_PATTERNS", "engine_knobs", "within_limit",
+__all__ = ["Algorithm", "Candidate", "Choice", "WORKSPACE_KNOB_PATTERNS", "engine_knobs", "within_limit",
            "perf_key", "tuned", "choose"]
 
 log = logging.getLogger("hipdnn_async")
 
 # Patterns offered the workspace knob: the single-node convolutions (the seed, "Knobs").
 WORKSPACE_KNOB_PATTERNS = frozenset({Pattern.CONV_DGRAD, Pattern.CONV_FPROP, Pattern.CONV_WGRAD})
+
+
+class Algorithm(str):
+    """``plan.algorithm``: the algorithm's name (a plain ``str``: what the perf db stores
+    and comparisons see) carrying why the engine chose it in ``.reason`` (e.g. "cuDNN
+    heuristics mode A, rank 1 of the 4 configs the numerical policy accepts; tensor
+    cores, deterministic")."""
+
+    def __new__(cls, name: str, reason: str = ""):
+        obj = super().__new__(cls, name)
+        obj.reason = reason
+        return obj
+
+    def __reduce__(self):
+        return (Algorithm, (str(self), self.reason))
 
 
 @dataclass(frozen=True)

@@ -77,7 +77,8 @@ def test_workspace_knob_not_offered_for_batchnorm_or_fused(gpu_module_device):
     hb.output(inv, "inv_variance", dtype="float32")
     for g in (h.g, hb.g):
         (engine, *_) = hd.engines(g, dev)
-        assert [k.id for k in engine.knobs] == [BENCH]
+        ids = [k.id for k in engine.knobs]
+        assert ids[0] == BENCH and WS not in ids, ids   # engines add their own (determinism)
         with pytest.raises(hd.KnobError, match=WS):
             dev.build_sync(g, knobs={WS: 0})
 

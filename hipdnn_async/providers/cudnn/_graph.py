@@ -35,15 +35,17 @@ from ..._types import DataType
 from ...patterns import Pattern
 from ...runtime import GpuArray, load_vendor
 from .._base import Engine, ProviderEngine, engine_id
+from .._tuning import Algorithm
 from . import _graph_ir, _graph_lower, _graph_plan
 
-__all__ = ["CUDNN_GRAPH_ENGINE", "ALLOW_TF32", "DISABLE_ENV", "CudnnGraphEngine", "GraphApiEngine",
+__all__ = ["CUDNN_GRAPH_ENGINE", "ALLOW_TF32", "DETERMINISTIC", "DISABLE_ENV", "CudnnGraphEngine", "GraphApiEngine",
            "backend", "with_graph_engine", "ranks_after_legacy"]
 
 log = logging.getLogger("hipdnn_async")
 
 CUDNN_GRAPH_ENGINE = "CUDNN_GRAPH_ENGINE"
 ALLOW_TF32 = "cudnn_graph.allow_tf32"
+DETERMINISTIC = "cudnn_graph.deterministic"
 _CONV = (Pattern.CONV_FPROP, Pattern.CONV_DGRAD, Pattern.CONV_WGRAD)
 # "0" turns the engine off (every graph goes to the legacy engine)
 DISABLE_ENV = "HIPDNN_ASYNC_CUDNN_GRAPH"
@@ -52,10 +54,14 @@ _BENCH_RUNS = 5
 _NOTES = ("cuDNN 9 graph (backend) API with cached execution plans; conv fprop/dgrad/wgrad "
           "and conv+bias+ReLU/clamp with asymmetric padding and any lower clip; channels-last "
           "batchnorm training (+ReLU), backward and inference+dReLU+backward; FLOAT/HALF/"
-          "BFLOAT16 I/O, FLOAT per-channel tensors; FLOAT convolutions without TF32 unless "
-          f"'{ALLOW_TF32}' = 1; no down-converting or reduced-precision-reduction engines; "
-          "deterministic engines first; NaN propagates through ReLU (pointwise "
-          "NAN_PROPAGATION = PROPAGATE_NAN)")
+          "BFLOAT16 I/O, FLOAT per-channel tensors. Algorithm policy: the fastest engine "
+          "config the tolerance table allows, in cuDNN's heuristic order (global.benchmarking"
+          " = 1: the fastest of up to 8 timed); never down-converting or reduced-precision-"
+          "reduction engines; FLOAT data strict FP32 (no TF32 tensor cores, no FFT/Winograd) "
+          f"unless '{ALLOW_TF32}' = 1; non-deterministic engines (FLOAT reductions) allowed "
+          f"unless '{DETERMINISTIC}' = 1 (Device(..., deterministic=True) sets it); "
+          "plan.algorithm.reason says why a config was chosen; NaN propagates through ReLU "
+          "(pointwise NAN_PROPAGATION = PROPAGATE_NAN)")
 
 
 def backend():
@@ -175,6 +181,9 @@ class CudnnGraphEngine:
             if _float_io(match):
                 knobs.append(_knobs.Knob(ALLOW_TF32, "int64", 0, 0, 1,
                                          "Allow TF32 tensor-core engines for FLOAT data"))
+        knobs.append(_knobs.Knob(DETERMINISTIC, "int64", 0, 0, 1,
+                                 "Only engine configs without cuDNN's NONDETERMINISTIC note "
+                                 "(bitwise-reproducible results)"))
         return Engine(engine_id(CUDNN_GRAPH_ENGINE), CUDNN_GRAPH_ENGINE, "cudnn", tuple(knobs),
                       _NOTES)
 
@@ -229,9 +238,10 @@ class CudnnGraphEngine:
         prep = self._prepare(match, where)
         bench = bool(knobs.get(_knobs.BENCHMARKING, 0))
         allow_tf32 = bool(knobs.get(ALLOW_TF32, 0))
+        deterministic = bool(knobs.get(DETERMINISTIC, 0))
         limit = knobs.get(_knobs.WORKSPACE_SIZE_LIMIT)
         float_io = _float_io(match)
-        key = self._key(match, bench, allow_tf32, limit)
+        key = self._key(match, bench, allow_tf32, limit, deterministic)
         bufs = self._build.scratch_pack(match)
         plan = self._restore(be, match, prep, key, perfdb, bufs, limit, where)
         if plan is not None:
@@ -240,8 +250,12 @@ class CudnnGraphEngine:
         pools = []
         for spec, graph, cands in prep.variants:
             ok = [c for c in cands
-                  if not _graph_plan.rejection(be, c, float_io=float_io, allow_tf32=allow_tf32)]
+                  if not _graph_plan.rejection(be, c, float_io=float_io, allow_tf32=allow_tf32,
+                                               deterministic=deterministic)]
             pools.append((spec, graph, ok))
+        if not any(ok for _, _, ok in pools):
+            raise NotSupportedError(f"{where}: no engine config cuDNN's heuristics offer meets "
+                                    f"the numerical policy (knobs {dict(knobs)})")
         if limit is not None and all(c.workspace > limit for _, _, ok in pools for c in ok):
             raise KnobError(f"knob '{_knobs.WORKSPACE_SIZE_LIMIT}' = {limit} is below every "
                             f"engine config's workspace for engine '{engine.name}'")
@@ -275,10 +289,15 @@ class CudnnGraphEngine:
 
     def _first(self, be, match, pools, bufs, limit, where):
         declined = []
+        of = sum(len(cands) for _, _, cands in pools)
+        rank = 0
         for spec, _graph, cands in pools:
             for cand in cands:
+                rank += 1
                 plan, why = self._verified(be, match, spec, cand, bufs, limit)
                 if plan is not None:
+                    plan.algorithm = Algorithm(plan.algorithm,
+                                               _graph_plan.explain(be, cand, rank=rank, of=of))
                     return plan, cand, 0.0
                 declined.append(f"engine {cand.index}: {why}")
                 log.info("%s: engine %d declined: %s", where, cand.index, why)
@@ -301,6 +320,8 @@ class CudnnGraphEngine:
             raise NotSupportedError(f"{where}: no cuDNN engine config runs this graph: "
                                     + "; ".join(declined[:6]))
         ms, plan, cand = min(timed, key=lambda t: t[0])
+        plan.algorithm = Algorithm(plan.algorithm, _graph_plan.explain(
+            be, cand, rank=0, of=0, timed=len(timed), ms=ms))
         log.info("%s: benchmarked %d configs, fastest %s %.4f ms", where, len(timed),
                  plan.algorithm, ms)
         return plan, cand, ms
@@ -330,9 +351,11 @@ class CudnnGraphEngine:
                 rt.event_destroy(end)
 
     # ------------------------------------------------------------------ perf db
-    def _key(self, match, bench: bool, allow_tf32: bool, limit) -> _perfdb.PerfKey:
+    def _key(self, match, bench: bool, allow_tf32: bool, limit,
+             deterministic: bool = False) -> _perfdb.PerfKey:
         desc = self._describe()
-        policy = ("benchmark" if bench else "heuristic") + (" tf32" if allow_tf32 else "")
+        policy = (("benchmark" if bench else "heuristic") + (" tf32" if allow_tf32 else "")
+                  + (" deterministic" if deterministic else ""))
         return _perfdb.PerfKey(provider="cudnn", engine=CUDNN_GRAPH_ENGINE,
                                library_versions=desc["library_versions"], device=desc["device"],
                                problem=f"[{policy}] {match.signature}",
@@ -389,7 +412,9 @@ class CudnnGraphEngine:
                 exec_plan, ws = _graph_plan.execution_plan(be, cfg, handle)
         if limit is not None and ws > limit:
             return None
-        algorithm = name + (f" ({spec.variant})" if spec.variant else "")
+        algorithm = Algorithm(name + (f" ({spec.variant})" if spec.variant else ""),
+                              "the perf db's choice for this problem (rebuilt from its "
+                              + ("serialized plan)" if source == "json" else "engine config)"))
         plan = _graph_plan.GraphPlan(be, spec, exec_plan, ws, algorithm)
         self._build.trial(match, plan, bufs)
         return plan

@@ -3,12 +3,17 @@
 - :func:`heuristic_candidates`: the engine configs of cuDNN's heuristics for an operation
   graph (mode A; B, then FALLBACK when A yields nothing usable), ranked best first, each
   with its engine's global index, numerical and behaviour notes and workspace size.
-- :func:`rejection`: the numerical policy. Never DOWN_CONVERT_INPUTS nor
-  REDUCED_PRECISION_REDUCTION (our accumulation is at least FLOAT); for FLOAT I/O no
-  TENSOR_CORE (that is TF32 for FLOAT data, as PyTorch reads the note) unless the
-  ``cudnn_graph.allow_tf32`` knob allows it, and no FFT / Winograd (outside the FLOAT
-  tolerance, measured with the legacy engine on the H200). Non-deterministic engines go
-  last.
+- :func:`rejection`: the numerical policy, which is the tolerance table's: never
+  DOWN_CONVERT_INPUTS nor REDUCED_PRECISION_REDUCTION (our accumulation is at least
+  FLOAT); for FLOAT I/O no TENSOR_CORE (that is TF32 for FLOAT data, as PyTorch reads the
+  note) unless the ``cudnn_graph.allow_tf32`` knob allows it, and no FFT / Winograd
+  (outside the FLOAT tolerance, measured with the legacy engine on the H200); engines with
+  the NONDETERMINISTIC note only where ``cudnn_graph.deterministic`` is 0 (their
+  reductions are FLOAT: within tolerance, not bitwise reproducible).
+- :func:`ordered`: the accepted configs in cuDNN's heuristic order (mode A ranks by
+  predicted speed): the default choice is the fastest the policy allows, as PyTorch's
+  heuristic choice is; :func:`explain` says why a config was chosen
+  (``plan.algorithm.reason``).
 - :func:`execution_plan` / :func:`plan_from_json` / :func:`config_from_name`: a finalized
   execution plan from a config, from its serialized JSON, or from an engine index and knob
   choices (what the perf db keeps).
@@ -138,9 +143,12 @@ def heuristic_candidates(be, graph, accept, log=None) -> list[Candidate]:
     return out
 
 
-def rejection(be, c: Candidate, *, float_io: bool, allow_tf32: bool) -> str | None:
+def rejection(be, c: Candidate, *, float_io: bool, allow_tf32: bool,
+              deterministic: bool = False) -> str | None:
     """Why the numerical policy (module docstring) rejects ``c``, or None."""
     n = c.numerical
+    if deterministic and be.NUMERICAL_NOTE_NONDETERMINISTIC in n:
+        return "not deterministic (knob cudnn_graph.deterministic = 1)"
     if be.NUMERICAL_NOTE_DOWN_CONVERT_INPUTS in n and not (float_io and allow_tf32):
         return "down-converts its inputs"
     if be.NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION in n:
@@ -156,8 +164,32 @@ def rejection(be, c: Candidate, *, float_io: bool, allow_tf32: bool) -> str | No
 
 
 def ordered(be, candidates: list) -> list:
-    """Deterministic engines first, cuDNN's order kept within each group."""
-    return sorted(candidates, key=lambda c: be.NUMERICAL_NOTE_NONDETERMINISTIC in c.numerical)
+    """The candidates in cuDNN's heuristic order (predicted fastest first): the policy has
+    already removed what is outside tolerance, and determinism is asked for with a knob,
+    so nothing is moved down."""
+    return list(candidates)
+
+
+_NOTE_WORDS = (("NUMERICAL_NOTE_TENSOR_CORE", "tensor cores"),
+               ("NUMERICAL_NOTE_NONDETERMINISTIC", "not deterministic"),
+               ("NUMERICAL_NOTE_WINOGRAD", "Winograd"), ("NUMERICAL_NOTE_FFT", "FFT"))
+
+
+def describe_notes(be, c: Candidate) -> str:
+    """The numerical notes of ``c`` in words (``"tensor cores, deterministic"``)."""
+    words = [w for note, w in _NOTE_WORDS if getattr(be, note, None) in c.numerical]
+    if "not deterministic" not in words:
+        words.append("deterministic")
+    return ", ".join(words)
+
+
+def explain(be, c: Candidate, *, rank: int, of: int, timed: int = 0, ms: float = 0.0) -> str:
+    """Why ``c`` was chosen, for ``plan.algorithm.reason``: cuDNN's heuristic rank among
+    the configs the policy accepts (or the benchmark), and its numerical notes."""
+    how = (f"fastest of {timed} configs timed ({ms:.4f} ms)" if timed else
+           f"cuDNN heuristics mode {c.mode}, rank {rank} of the {of} configs the numerical "
+           "policy accepts")
+    return f"{how}; {describe_notes(be, c)}"
 
 
 def execution_plan(be, cfg, handle: int):

@@ -43,10 +43,31 @@ def test_numerical_policy(be, note, float_io, tf32, rejected):
         assert why is not None and rejected in why
 
 
-def test_nondeterministic_engines_go_last_in_order(be):
+def test_the_order_is_cudnns_heuristic_order(be):
+    # determinism is asked for with a knob; by default the predicted fastest come first
     a = _cand(be, be.NUMERICAL_NOTE_NONDETERMINISTIC, index=5)
     b, c = _cand(be, index=7), _cand(be, be.NUMERICAL_NOTE_TENSOR_CORE, index=2)
-    assert [x.index for x in _graph_plan.ordered(be, [a, b, c])] == [7, 2, 5]
+    assert [x.index for x in _graph_plan.ordered(be, [a, b, c])] == [5, 7, 2]
+
+
+@pytest.mark.parametrize("float_io", [True, False])
+def test_the_deterministic_knob_rejects_nondeterministic_engines(be, float_io):
+    nondet = _cand(be, be.NUMERICAL_NOTE_NONDETERMINISTIC)
+    why = _graph_plan.rejection(be, nondet, float_io=float_io, allow_tf32=False,
+                                deterministic=True)
+    assert why and "deterministic" in why
+    assert _graph_plan.rejection(be, nondet, float_io=float_io, allow_tf32=False) is None
+    assert _graph_plan.rejection(be, _cand(be), float_io=float_io, allow_tf32=False,
+                                 deterministic=True) is None
+
+
+def test_explain_names_rank_policy_and_notes(be):
+    c = _cand(be, be.NUMERICAL_NOTE_TENSOR_CORE, be.NUMERICAL_NOTE_NONDETERMINISTIC)
+    assert _graph_plan.explain(be, c, rank=2, of=5) == (
+        "cuDNN heuristics mode A, rank 2 of the 5 configs the numerical policy accepts; "
+        "tensor cores, not deterministic")
+    assert _graph_plan.explain(be, _cand(be), rank=0, of=0, timed=8, ms=0.0123) == (
+        "fastest of 8 configs timed (0.0123 ms); deterministic")
 
 
 def _cfg(be, index, notes=(), ws=64, knobs=()):
