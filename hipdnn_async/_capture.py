@@ -1,9 +1,9 @@
 """Capture and replay: record plan executions on one stream, replay them as one launch.
 
 ``dev.capture(stream=None)`` returns a :class:`Step`. Inside its ``async with`` (or
-``with``) block every execution of a plan of that device (``plan.submit``,
-``enqueue``, ``execute``, ``execute_sync``) is bound and *recorded*, nothing runs; at
-the end of the block the recording becomes one replayable unit of the step's stream:
+``with``) block every ``plan.submit`` / ``plan.enqueue`` of a plan of that device is bound
+and *recorded*, nothing runs; at the end of the block the recording becomes one
+replayable unit of the step's stream:
 
 - GPU streams: a CUDA/HIP graph, captured from the stream in one work item (begin
   capture, the plans enqueue as they always do, end capture, instantiate), so a replay
@@ -16,63 +16,172 @@ closed, and each replay keeps them until it completes. On a GPU the step owns on
 workspace for all its plans (the stream's own workspace may be reallocated by later
 builds, and a graph keeps the pointers it was captured with).
 
-Which device is capturing is a context variable: the task (or thread) inside the block
-records; other tasks submit to the device as usual, the step's stream included (the
-capture itself is a single work item, so nothing of theirs lands in the graph).
+Inside the block nothing of the capturing task runs on a device behind its back, since
+whatever ran there would be missing from every replay (CUDA's stream capture likewise
+refuses synchronous work): ``execute`` / ``execute_sync`` (which promise finished
+results), a replay of a step, and any execution of another device's plan are a
+``DeviceError`` with code ``INVALID_VALUE``; awaiting the handle of a recorded
+``submit`` is one too (the execution runs at each replay, not before).
+
+A capture belongs to the task that entered the block (the asyncio or trio task; without
+an event loop, the thread). Every other task and thread submits and executes as usual,
+on any stream, the step's included, also while the block is open and also when it was
+started inside the block (it inherits the block's context variables, not its capture):
+the capture itself is one work item at the end of the block, so none of their work
+lands in the graph and none is lost.
+
+The plans' hot path pays one module attribute test for all this (``OPEN``, the number of
+blocks open in the process); the context variable and the task are looked at only
+while some block is open.
 """
 from __future__ import annotations
 
+import asyncio
 import contextvars
+import sys
 import threading
+
 import anyio
 import anyio.lowlevel
 import numpy as np
 
 from ._errors import DeviceError
 
-__all__ = ["Step", "Recorded", "active_step"]
+__all__ = ["Step", "Recorded", "OPEN", "recording_step", "refuse_eager"]
 
-# the steps recording in this context, innermost last (one per device at most)
+# the steps recording in this context, innermost last (one per device and task at most);
+# a task started inside a block inherits the tuple, so entries are also checked for
+# their owner (``_owner()``)
 _ACTIVE: contextvars.ContextVar[tuple] = contextvars.ContextVar("hipdnn_async_capture",
                                                                 default=())
+# capture blocks open in the process, any thread: 0 means no submission anywhere records
+OPEN = 0
+_open_lock = threading.Lock()
 
 _NEW, _RECORDING, _READY, _FAILED, _CLOSED = "new", "recording", "ready", "failed", "closed"
+# a misuse of the capture API (wrong state, wrong place): hipDNN's code for a bad argument
+MISUSE = "INVALID_VALUE"
 
 
-def active_step(device) -> "Step | None":
-    """The step recording executions of ``device`` in this context, or None."""
-    for step in _ACTIVE.get():
-        if step.device is device:
+def _owner():
+    """Who submits: the running asyncio or trio task, else the thread (a capture's owner)."""
+    if asyncio._get_running_loop() is not None:
+        task = asyncio.current_task()
+        if task is not None:
+            return task
+    trio = sys.modules.get("trio")
+    if trio is not None:
+        try:
+            return trio.lowlevel.current_task()
+        except RuntimeError:   # not in a trio thread
+            pass
+    return threading.current_thread()
+
+
+def _mine() -> list:
+    """The steps recording for this task, innermost last (only while ``OPEN``)."""
+    steps = _ACTIVE.get()
+    if not steps:
+        return []
+    me = _owner()
+    return [s for s in steps if s._owner is me and s._state == _RECORDING]
+
+
+def recording_step(plan) -> "Step | None":
+    """The step that records this submission of ``plan``, or None (it runs as usual).
+
+    Called by ``ExecutionPlan.submit`` / ``enqueue`` only while ``OPEN``.
+
+    Raises
+    ------
+    DeviceError
+        This task is capturing, but not ``plan``'s device (the plan would run at once and
+        the replay would compute nothing of it).
+    """
+    mine = _mine()
+    if not mine:
+        return None
+    for step in mine:
+        if step.device is plan.device:
             return step
-    return None
+    raise _foreign(plan, "submitted", mine[-1])
+
+
+def refuse_eager(device, where: str, plan=None) -> None:
+    """DeviceError when this task is inside a capture block: ``where`` (an execute, a
+    replay) would run at once on ``device`` and be missing from every replay.
+
+    Called by ``execute`` / ``execute_sync`` / replays only while ``OPEN``.
+    """
+    mine = _mine()
+    if not mine:
+        return
+    step = next((s for s in mine if s.device is device), None)
+    if step is None and plan is not None:
+        raise _foreign(plan, "executed", mine[-1])
+    step = step or mine[-1]
+    if plan is not None:
+        raise DeviceError(
+            f"{where} inside a capture: use submit; results come from replay (`await "
+            f"step.replay()` after the block); in {step._label} of device "
+            f"'{step.device.spec}' an execute would run now and be missing from every "
+            "replay", code=MISUSE)
+    raise DeviceError(
+        f"{where} inside a capture ({step._label} of device '{step.device.spec}'): a step "
+        "records plan submissions only, and this would run now and be missing from every "
+        "replay; replay it after the block", code=MISUSE)
+
+
+def _foreign(plan, how: str, step) -> DeviceError:
+    return DeviceError(
+        f"{plan._label}: a plan of device '{plan.device.spec}' {how} inside a capture of "
+        f"device '{step.device.spec}' ({step._label}); a step records only plans of its own "
+        f"device, and this one would run now and be missing from every replay: build the "
+        f"plan on '{step.device.spec}', run it outside the block, or capture "
+        f"'{plan.device.spec}' too (`async with a.capture() as sa, b.capture() as sb:`)",
+        code=MISUSE)
 
 
 class Recorded:
-    """The handle of an execution recorded into a step: it runs only at replay, so it is
-    complete as soon as it is recorded (``await`` returns None at once)."""
+    """The handle of an execution recorded into a step (``plan.submit`` inside
+    ``dev.capture()``): the execution runs at each replay of the step, never by itself.
 
-    __slots__ = ("label",)
+    ``done()`` is False; ``await handle``, ``result()``, ``exception()`` and ``wait()``
+    raise ``DeviceError`` (code ``INVALID_VALUE``) naming the step: wait for a replay
+    instead (``await step.replay()`` or the handle of ``step.submit()``). Waiting would
+    otherwise deadlock inside the block (no replay can start before it ends) or claim a
+    result that nothing computed.
+    """
 
-    def __init__(self, label: str):
+    __slots__ = ("label", "step")
+
+    def __init__(self, label: str, step: "Step"):
         self.label = label
+        self.step = step
+
+    def _error(self, what: str) -> DeviceError:
+        return DeviceError(
+            f"{self.label}: {what} of an execution recorded into {self.step._label}: it runs "
+            "only when the step is replayed; await step.replay() (or the handle of "
+            "step.submit()) after the block instead", code=MISUSE)
 
     def done(self) -> bool:
-        return True
+        return False
 
-    def result(self, timeout: float | None = None) -> None:
-        return None
+    def result(self, timeout: float | None = None):
+        raise self._error("result()")
 
-    def exception(self, timeout: float | None = None) -> None:
-        return None
+    def exception(self, timeout: float | None = None):
+        raise self._error("exception()")
 
     def wait(self, timeout: float | None = None) -> bool:
-        return True
+        raise self._error("wait()")
 
     def __await__(self):
-        return anyio.lowlevel.checkpoint().__await__()
+        raise self._error("await")
 
     def __repr__(self) -> str:
-        return f"<Recorded {self.label!r}>"
+        return f"<Recorded {self.label!r} in {self.step._label}>"
 
 
 class _Record:
@@ -111,11 +220,20 @@ class Step:
 
     Notes
     -----
-    Inside the block an execution is bound (every check of ``plan.submit`` runs, and a
-    bad variant pack raises there) and returns at once: ``plan.submit`` gives a handle
-    that is already complete and ``await plan.execute(...)`` returns; nothing runs until
-    a replay. An execution on another stream than the step's is a ``DeviceError``.
-    Leaving the block with an exception records nothing (the step cannot be replayed).
+    Inside the block ``plan.submit`` (and ``await plan.enqueue``) of a plan of this device
+    binds the execution (every check of ``submit`` runs, and a bad variant pack raises
+    there) and records it; nothing runs until a replay. Its handle is not a result:
+    ``done()`` is False and awaiting it (or ``result()``, ``wait()``) raises
+    ``DeviceError``; wait for a replay instead. Also a ``DeviceError`` (code
+    ``INVALID_VALUE``), since each would run at once and be missing from every replay:
+    ``execute`` / ``execute_sync`` (use ``submit``; results come from replay), a plan of
+    another device, a replay of any step, a submission to another stream than the step's.
+
+    The capture belongs to the task that entered the block (asyncio or trio task; the
+    thread without an event loop): other tasks and threads, also ones started inside the
+    block, submit and execute as usual and nothing of theirs is recorded (see
+    ``hipdnn_async._capture``). Leaving the block with an exception records nothing (the
+    step cannot be replayed).
     """
 
     def __init__(self, device, stream=None):
@@ -126,6 +244,7 @@ class Step:
         self._state = _NEW
         self._why = ""
         self._token = None
+        self._owner = None           # the task (or thread) recording, while recording
         self._replay = None          # the backend's replayable unit
         self._keep: tuple = ()       # what every replay keeps alive
         self._ws = None              # the step's own workspace (GPU)
@@ -142,47 +261,55 @@ class Step:
         return f"<Step {self._state}, {len(self._records)} executions{where}>"
 
     def _begin(self) -> "Step":
+        global OPEN
         if self._state == _CLOSED:
-            raise DeviceError(f"{self._label}: the step is closed; capture a new one")
+            raise DeviceError(f"{self._label}: the step is closed; capture a new one",
+                              code=MISUSE)
         if self._state == _RECORDING:
             raise DeviceError(f"{self._label}: already recording (a step's block is not "
-                              "re-entrant)")
-        if active_step(self.device) is not None:
+                              "re-entrant)", code=MISUSE)
+        if any(s.device is self.device for s in _mine()):
             raise DeviceError(f"{self._label}: device '{self.device.spec}' is already "
-                              "capturing in this task; captures do not nest")
+                              "capturing in this task; captures do not nest", code=MISUSE)
         self.device._check_open("capture")
         if self.stream is None:
             self.stream = self.device._pool.pick(self.device._stream(self._stream_arg))
             self._label = f"capture step on stream '{self.stream.name}'"
         self._records = []
+        self._owner = _owner()
         self._state = _RECORDING
+        with _open_lock:
+            OPEN += 1
         self._token = _ACTIVE.set(_ACTIVE.get() + (self,))
         return self
 
     def _end_recording(self) -> None:
+        global OPEN
         token, self._token = self._token, None
-        if token is not None:
-            try:
-                _ACTIVE.reset(token)
-            except ValueError:   # left in another context than entered: drop it by hand
-                _ACTIVE.set(tuple(s for s in _ACTIVE.get() if s is not self))
+        if token is None:
+            return
+        self._owner = None
+        with _open_lock:
+            OPEN -= 1
+        try:
+            _ACTIVE.reset(token)
+        except ValueError:   # left in another context than entered: drop it by hand
+            _ACTIVE.set(tuple(s for s in _ACTIVE.get() if s is not self))
 
     def _record(self, plan, variant_pack, workspace, stream) -> Recorded:
         """Bind one execution of ``plan`` and keep it for the capture (ExecutionPlan's
-        hook while this step is active)."""
-        if self._state != _RECORDING:
-            raise DeviceError(f"{self._label}: not recording")
+        hook, for the step's owner while it records: ``recording_step``)."""
         if stream is not None and self.device._stream(stream) is not self.stream:
             chosen = self.device._stream(stream)
             raise DeviceError(
                 f"{plan._label}: submitted to stream '{chosen.name}' during a capture on "
                 f"stream '{self.stream.name}'; a step records one stream (pass stream=None "
                 "or the step's stream, or capture another step for the other stream)",
-                code="INVALID_VALUE")
+                code=MISUSE)
         buffers, ws = plan._bind(variant_pack, workspace)
         keep = tuple(variant_pack.values()) + ((workspace,) if workspace is not None else ())
         self._records.append(_Record(plan, buffers, ws, keep))
-        return Recorded(plan._label)
+        return Recorded(plan._label, self)
 
     # ------------------------------------------------------------------ capture
     def _workspace(self):
@@ -288,7 +415,8 @@ class Step:
             This step, to use as ``async with step.recapture():``.
         """
         if self._state == _CLOSED:
-            raise DeviceError(f"{self._label}: the step is closed; capture a new one")
+            raise DeviceError(f"{self._label}: the step is closed; capture a new one",
+                              code=MISUSE)
         return self
 
     # ------------------------------------------------------------------ replay
@@ -297,18 +425,22 @@ class Step:
         if state == _READY:
             return self._replay
         if state == _CLOSED:
-            raise DeviceError(f"{where}: {self._label} is closed")
-        if state == _RECORDING:
-            raise DeviceError(f"{where}: {self._label} is still recording; replay after its "
-                              "block has ended")
-        if state == _FAILED:
-            raise DeviceError(f"{where}: {self._label} has nothing to replay ({self._why})")
-        raise DeviceError(f"{where}: {self._label} was never captured (use it as "
-                          "`async with dev.capture() as step:` first)")
+            why = f"{self._label} is closed"
+        elif state == _RECORDING:
+            why = f"{self._label} is still recording; replay after its block has ended"
+        elif state == _FAILED:
+            why = f"{self._label} has nothing to replay ({self._why})"
+        else:
+            why = (f"{self._label} was never captured (use it as `async with "
+                   "dev.capture() as step:` first)")
+        raise DeviceError(f"{where}: {why}", code=MISUSE)
 
     def _launcher(self, where: str):
         with self._lock:
-            return self._ready(where).launcher()
+            replay = self._ready(where)
+            if OPEN:   # a replay inside a capture block would run now, unrecorded
+                refuse_eager(self.device, f"{where} of {self._label}")
+            return replay.launcher()
 
     def submit(self):
         """Launch one replay and return its awaitable handle at once (as ``plan.submit``:

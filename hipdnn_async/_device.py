@@ -165,7 +165,8 @@ class Device:
 
     def _check_open(self, where: str) -> None:
         if self._pool.closed:
-            raise DeviceError(f"{where}: device '{self.spec}' is closed; open a new Device")
+            raise DeviceError(f"{where}: device '{self.spec}' is closed; open a new Device",
+                              code="INVALID_VALUE")
 
     async def __aexit__(self, *exc) -> None:
         await self.aclose()
@@ -256,7 +257,11 @@ class Device:
         The buffers named at capture are the ones every replay reads and writes: copy new
         inputs into them. On a GPU a step is a CUDA/HIP graph (one launch, one completion
         event per replay); on the CPU the recorded executions run in order as one work
-        item. See ``hipdnn_async._capture``.
+        item. Inside the block only ``plan.submit`` / ``plan.enqueue`` of this device's
+        plans record; ``execute``, ``execute_sync``, replays and other devices' plans are
+        a ``DeviceError`` there (they would run now, missing from every replay), and
+        awaiting a recorded handle is one too. The capture is the entering task's (or
+        thread's): other tasks and threads run as usual. See ``hipdnn_async._capture``.
         """
         return _capture.Step(self, stream)
 
@@ -353,7 +358,8 @@ class Device:
         """
         t0 = time.perf_counter()
         if self._pool.closed:
-            raise DeviceError(f"build: device '{self.spec}' is closed; open a new Device")
+            raise DeviceError(f"build: device '{self.spec}' is closed; open a new Device",
+                              code="INVALID_VALUE")
         if not isinstance(graph, Graph):
             raise GraphError(f"build: expected a hipdnn_async.Graph; got {type(graph).__name__}")
         # The plan (and the provider plan it may share with other graphs of the same
@@ -707,17 +713,20 @@ class ExecutionPlan:
         VariantPackError
             Missing, virtual or mismatched buffers (raised here, before enqueueing).
         DeviceError
-            The device is closed, or ``stream`` is not one of its streams (or, inside
-            ``dev.capture()``, not the step's stream).
+            The device is closed, or ``stream`` is not one of its streams; inside a
+            ``dev.capture()`` block of this task: ``stream`` is not the step's, or the
+            plan is of another device than the capture's.
 
         Notes
         -----
-        Inside ``dev.capture()`` the execution is bound and recorded, not run: the
-        handle is complete at once.
+        Inside ``dev.capture()`` (in the task that entered it) the execution is bound and
+        recorded, not run: it runs at each replay of the step, and its handle only says
+        so (awaiting it is a ``DeviceError``; await the replay).
         """
-        step = _capture.active_step(self.device)
-        if step is not None:
-            return step._record(self, variant_pack, workspace, stream)
+        if _capture.OPEN:   # some capture block is open: is this task's one of them?
+            step = _capture.recording_step(self)
+            if step is not None:
+                return step._record(self, variant_pack, workspace, stream)
         fn, keep = self._work(variant_pack, workspace)
         return self.device._pool.submit_now(fn, keepalive=keep, label=self._label,
                                             stream=self.device._stream(stream))
@@ -726,9 +735,10 @@ class ExecutionPlan:
         """As ``submit``, but first wait (asynchronously, cancellably) while the stream has
         ``max_inflight`` executions in flight: backpressure for producers (inside
         ``dev.capture()``: recorded, as ``submit``)."""
-        step = _capture.active_step(self.device)
-        if step is not None:
-            return step._record(self, variant_pack, workspace, stream)
+        if _capture.OPEN:
+            step = _capture.recording_step(self)
+            if step is not None:
+                return step._record(self, variant_pack, workspace, stream)
         fn, keep = self._work(variant_pack, workspace)
         return await self.device._pool.submit(fn, keepalive=keep, label=self._label,
                                               stream=self.device._stream(stream))
@@ -758,6 +768,10 @@ class ExecutionPlan:
             Bad variant pack (before anything runs).
         ExecutionError
             The provider failed while running; the stream keeps working.
+        DeviceError
+            Inside a ``dev.capture()`` block of this task (code ``INVALID_VALUE``): an
+            execute would run now and be missing from every replay; use ``submit``
+            there, results come from replay.
 
         Notes
         -----
@@ -765,18 +779,17 @@ class ExecutionPlan:
         it is enqueued: it runs to completion and writes its outputs, and the library
         keeps every buffer of the variant pack alive until then. Use
         ``await dev.synchronize()`` before reusing the buffers of a cancelled execution.
-        Inside ``dev.capture()`` the execution is recorded and this returns at once.
         """
+        if _capture.OPEN:
+            _capture.refuse_eager(self.device, f"{self._label}: execute", self)
         handle = await self.enqueue(variant_pack, workspace=workspace, stream=stream)
         await handle
 
     def execute_sync(self, variant_pack: Mapping, *, workspace=None, stream=None) -> None:
-        """Blocking ``execute`` for threads without an event loop (same path; inside
-        ``dev.capture()``: recorded)."""
-        step = _capture.active_step(self.device)
-        if step is not None:
-            step._record(self, variant_pack, workspace, stream)
-            return
+        """Blocking ``execute`` for threads without an event loop (same path and errors;
+        inside a ``dev.capture()`` block of this thread a ``DeviceError``, as ``execute``)."""
+        if _capture.OPEN:
+            _capture.refuse_eager(self.device, f"{self._label}: execute_sync", self)
         fn, keep = self._work(variant_pack, workspace)
         self.device._pool.submit_blocking(fn, keepalive=keep, label=self._label,
                                           stream=self.device._stream(stream)).result()

@@ -121,9 +121,12 @@ class ExecutionError(HipdnnError, RuntimeError):
 
 
 class DeviceError(HipdnnError, RuntimeError):
-    """Device absent, runtime library missing or broken."""
+    """Device absent, runtime library missing or broken (a misuse of a device, e.g. of
+    its capture API or a bad spec, says ``INVALID_VALUE``)."""
 
-    default_code = "GRAPH_EXECUTION_PLAN_CREATION_FAILED"
+    # hipDNN's code for a failure below the frontend (Error.hpp): no device is no plan
+    # problem (no plan is being created), so not GRAPH_EXECUTION_PLAN_CREATION_FAILED
+    default_code = "HIPDNN_BACKEND_ERROR"
 
 
 class VendorError(HipdnnError):

@@ -65,7 +65,7 @@ class GraphReplay:
         """
         with self._lock:
             if self._closed:
-                raise DeviceError("replay of a closed capture step")
+                raise DeviceError("replay of a closed capture step", code="INVALID_VALUE")
             self._pending += 1
         return _Launch(self)
 

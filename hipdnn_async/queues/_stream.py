@@ -86,7 +86,7 @@ class SequenceReplay:
         """The work-item function of one replay."""
         fns = self._fns
         if fns is None:
-            raise DeviceError("replay of a closed capture step")
+            raise DeviceError("replay of a closed capture step", code="INVALID_VALUE")
         return functools.partial(_run_in_order, fns)
 
     def close(self) -> None:

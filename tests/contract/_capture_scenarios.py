@@ -10,7 +10,7 @@ import numpy as np
 
 from ._scenarios import control
 
-__all__ = ["step3_case", "capture_failure_case", "chain_case", "EPS"]
+__all__ = ["step3_case", "capture_failure_case", "chain_case", "rules_case", "EPS"]
 
 EPS = 1e-5
 N, C, HW = 2, 4, 6
@@ -287,3 +287,116 @@ def submit_reuse_case(seed: int = 3) -> dict:
         ctl.mark("end")
     return {"log": ctl.log(), "violations": ctl.violations(), "x_new": host["x_new"],
             "x2": host["x2"], "w": host["w"], "y_again": y_again, "y_moved": y_moved}
+
+
+def _error(call):
+    """(type name, code, message) of what ``call()`` raised, or None."""
+    import hipdnn_async as hd
+    try:
+        call()
+    except hd.HipdnnError as exc:
+        return (type(exc).__name__, exc.code, str(exc))
+    return None
+
+
+async def _aerror(make):
+    import hipdnn_async as hd
+    try:
+        await make()
+    except hd.HipdnnError as exc:
+        return (type(exc).__name__, exc.code, str(exc))
+    return None
+
+
+def rules_case(backend: str = "asyncio", seed: int = 5) -> dict:
+    """What may happen inside a capture block on the fake "cuda:0" (and a CPU device),
+    awaited on ``backend``: refused executes, a recorded handle awaited, plans of the
+    other device, another thread's execute on the step's stream while the block is open,
+    a replay of a closed step.
+
+    Returns
+    -------
+    dict
+        ``errors`` (name -> (type, code, message) or None), ``x`` / ``w`` inputs,
+        ``out`` (name -> output after everything: ``refused`` (the refused executes'),
+        ``thread`` (the other thread's), ``rec`` (the recorded submit's, after the
+        replay), ``rec_before`` (the same before the replay), ``cpu_rec`` and
+        ``cpu_refused`` (the CPU plan's)), ``recorded`` (len of each step), ``log`` (marks
+        "block", "other", "other_done", "captured", "replay", "replayed", "cpu_block",
+        "cpu_captured", "end"), ``violations``.
+    """
+    import anyio
+
+    import hipdnn_async as hd
+    ctl = control()
+    rng = np.random.default_rng(seed)
+    g = hd.Graph(name="rules")
+    x = g.tensor(dims=(N, C, HW, HW), name="x")
+    w = g.tensor(dims=(C, C, 3, 3), name="w")
+    y = g.conv_fprop(x, w, padding=1).set_output(True).set_name("y")
+    xa = rng.uniform(-1, 1, x.dims).astype(np.float32)
+    wa = rng.uniform(-1, 1, w.dims).astype(np.float32)
+    errors, out, recorded = {}, {}, {}
+
+    with hd.Device("cuda:0", streams=2) as dev, hd.Device("cpu") as cpu:
+        plan, cpu_plan = dev.build_sync(g), cpu.build_sync(g)
+        xd, wd = dev.empty(x.dims, np.float32), dev.empty(w.dims, np.float32)
+        xd.copy_from(xa)
+        wd.copy_from(wa)
+        ys = {}
+        for name in ("refused", "thread", "rec"):
+            ys[name] = dev.empty(y.dims, np.float32)
+            ys[name].copy_from(np.full(y.dims, np.nan, np.float32))
+        cpu_ys = {n: np.full(y.dims, np.nan, np.float32) for n in ("cpu_rec", "cpu_refused")}
+
+        def vp(name):
+            return {x: xd, w: wd, y: ys[name]}
+
+        def cpu_vp(name):
+            return {x: xa, w: wa, y: cpu_ys[name]}
+
+        async def main():
+            ctl.clear()
+            ctl.mark("block")
+            async with dev.capture(stream=0) as step:
+                errors["execute"] = await _aerror(lambda: plan.execute(vp("refused")))
+                errors["execute_sync"] = _error(lambda: plan.execute_sync(vp("refused")))
+                errors["cpu_plan_submit"] = _error(lambda: cpu_plan.submit(cpu_vp("cpu_refused")))
+                errors["cpu_plan_execute"] = await _aerror(
+                    lambda: cpu_plan.execute(cpu_vp("cpu_refused")))
+                handle = plan.submit(vp("rec"))
+                errors["await_handle"] = await _aerror(lambda: handle)
+                ctl.mark("other")
+                # another thread, the step's stream, while the block is open: runs now
+                await anyio.to_thread.run_sync(
+                    lambda: plan.execute_sync(vp("thread"), stream=0))
+                ctl.mark("other_done")
+            ctl.mark("captured")
+            recorded["cuda"] = len(step)
+            out["rec_before"] = ys["rec"].to_numpy_sync()
+            ctl.mark("replay")
+            await step.replay()
+            ctl.mark("replayed")
+            ctl.mark("cpu_block")
+            async with cpu.capture() as cstep:
+                errors["cuda_plan_submit"] = _error(lambda: plan.submit(vp("refused")))
+                errors["cuda_plan_execute_sync"] = _error(
+                    lambda: plan.execute_sync(vp("refused")))
+                errors["cuda_replay"] = await _aerror(step.replay)
+                cpu_plan.submit(cpu_vp("cpu_rec"))
+            await dev.synchronize()
+            ctl.mark("cpu_captured")
+            recorded["cpu"] = len(cstep)
+            await cstep.replay()
+            cstep.close()
+            step.close()
+            errors["closed_replay"] = await _aerror(step.replay)
+            errors["closed_replay_sync"] = _error(step.replay_sync)
+            ctl.mark("end")
+
+        anyio.run(main, backend=backend)
+        for name, arr in ys.items():
+            out[name] = arr.to_numpy_sync()
+        out.update(cpu_ys)
+    return {"errors": errors, "x": xa, "w": wa, "out": out, "recorded": recorded,
+            "log": ctl.log(), "violations": ctl.violations()}

@@ -1,9 +1,14 @@
 """Capture and replay on the GPU (issue 11 item 3): a step is a CUDA/HIP graph of the
 plans' work; replays compute from the buffers named at capture (new inputs copied in),
 in order, on both engines; a recapture with new buffers; a 20-plan step; a step keeps its
-own workspace when the stream's grows; cancellation and the stream rule. Every result
-against the float64 oracle (tests/oracle/_reference.py) of the values the GPU holds."""
+own workspace when the stream's grows; cancellation and the stream rule; what is refused
+inside a block (execute, execute_sync, another device's plan, a replay, awaiting a recorded
+handle: DeviceError, code INVALID_VALUE, nothing runs) and what runs as usual (another
+thread, a task started inside the block). Every result against the float64 oracle
+(tests/oracle/_reference.py) of the values the GPU holds."""
 from __future__ import annotations
+
+import threading
 
 import anyio
 import numpy as np
@@ -100,7 +105,7 @@ def test_one_plan_replays_on_the_captured_buffers(gpu_device, engine, dtype, lay
     yd = _nan(dev, y.dims, dtype, layout)
     with dev.capture() as step:
         handle = plan.submit({x: xd, w: wd, y: yd})
-    assert handle.done() and len(step) == 1
+    assert not handle.done() and len(step) == 1     # it runs at each replay, not before
     assert np.isnan(_host(yd)).all(), "the capture ran the plan"
     for i in range(3):
         if i:
@@ -222,7 +227,7 @@ async def test_await_replay_and_cancellation(gpu_device, anyio_backend):
     wd = _array(dev, rng.uniform(-1, 1, w.dims), dtype, layout)
     yd = _nan(dev, y.dims, dtype, layout)
     async with dev.capture() as step:
-        await plan.execute({x: xd, w: wd, y: yd})            # recorded, returns at once
+        plan.submit({x: xd, w: wd, y: yd})                   # recorded
     await step.replay()
     _conv_check(_host(yd), _host(xd), _host(wd), dtype, "await replay")
     xd.copy_from(rng.uniform(-1, 1, x.dims).astype(np.float16))
@@ -247,5 +252,100 @@ def test_submitting_to_another_stream_during_capture(gpu_device):
         vp[w].copy_from(np.ones(w.dims, np.float32))
         plan.execute_sync(vp, stream=1)                      # the device goes on
         assert _host(vp[y])[0, 0, 5, 5] == 16 * 9
+    finally:
+        dev.close()
+
+
+def _refused(excinfo, match):
+    assert excinfo.value.code == "INVALID_VALUE", excinfo.value.code
+    assert match in str(excinfo.value), str(excinfo.value)
+
+
+async def test_what_a_capture_block_refuses_runs_nothing(gpu_device, anyio_backend):
+    dev = gpu_device
+    dtype, layout = "float32", "NCHW"
+    rng = np.random.default_rng(5)
+    g, x, w, y = _conv("cap_rules", dtype, layout)
+    plan = await dev.build(g)
+    xd = _array(dev, rng.uniform(-1, 1, x.dims), dtype, layout)
+    wd = _array(dev, rng.uniform(-1, 1, w.dims), dtype, layout)
+    refused, rec = _nan(dev, y.dims, dtype, layout), _nan(dev, y.dims, dtype, layout)
+    async with hd.Device("cpu") as cpu:
+        cpu_plan = await cpu.build(g)
+        cpu_y = np.full(y.dims, np.nan, np.float32)
+        cpu_vp = {x: _host(xd).astype(np.float32), w: _host(wd).astype(np.float32), y: cpu_y}
+        async with dev.capture() as step:
+            with pytest.raises(hd.DeviceError) as ei:
+                await plan.execute({x: xd, w: wd, y: refused})
+            _refused(ei, "execute inside a capture: use submit; results come from replay")
+            with pytest.raises(hd.DeviceError) as ei:
+                plan.execute_sync({x: xd, w: wd, y: refused})
+            _refused(ei, "execute_sync inside a capture")
+            with pytest.raises(hd.DeviceError) as ei:
+                cpu_plan.submit(cpu_vp)
+            _refused(ei, f"inside a capture of device '{dev.spec}'")
+            handle = plan.submit({x: xd, w: wd, y: rec})
+            with pytest.raises(hd.DeviceError) as ei:
+                with anyio.fail_after(10):
+                    await handle
+            _refused(ei, "recorded into capture step")
+        async with cpu.capture() as cstep:
+            with pytest.raises(hd.DeviceError) as ei:
+                plan.submit({x: xd, w: wd, y: refused})
+            _refused(ei, "inside a capture of device 'cpu'")
+            with pytest.raises(hd.DeviceError) as ei:
+                await step.replay()
+            _refused(ei, "inside a capture")
+        await dev.synchronize()
+        assert len(step) == 1 and len(cstep) == 0
+        assert np.isnan(_host(rec)).all() and np.isnan(cpu_y).all()
+        await step.replay()
+        _conv_check(_host(rec), _host(xd), _host(wd), dtype, "the recorded submit")
+        assert np.isnan(_host(refused)).all(), "a refused execution ran"
+        step.close()
+        cstep.close()
+        with pytest.raises(hd.DeviceError) as ei:
+            step.replay_sync()
+        _refused(ei, "is closed")
+
+
+async def test_other_threads_and_tasks_run_as_usual_during_a_capture(gpu_device, anyio_backend):
+    dev = hd.Device(gpu_device.spec, streams=1)     # one stream: all of it on the step's
+    try:
+        dtype, layout = "float16", "NHWC"
+        rng = np.random.default_rng(6)
+        g, x, w, y = _conv("cap_others", dtype, layout)
+        plan = await dev.build(g)
+        xd = _array(dev, rng.uniform(-1, 1, x.dims), dtype, layout)
+        wd = _array(dev, rng.uniform(-1, 1, w.dims), dtype, layout)
+        outs = {n: _nan(dev, y.dims, dtype, layout) for n in ("rec", "thread", "task", "worker")}
+        errors = []
+
+        def plain_thread():
+            try:
+                plan.execute_sync({x: xd, w: wd, y: outs["thread"]})
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        async def child():
+            await plan.execute({x: xd, w: wd, y: outs["task"]})
+
+        async with anyio.create_task_group() as tg:
+            async with dev.capture() as step:
+                plan.submit({x: xd, w: wd, y: outs["rec"]})
+                tg.start_soon(child)                  # inherits the context, not the capture
+                t = threading.Thread(target=plain_thread)
+                t.start()
+                await anyio.to_thread.run_sync(
+                    plan.execute_sync, {x: xd, w: wd, y: outs["worker"]})
+                await anyio.to_thread.run_sync(t.join)
+        assert not errors, errors
+        assert len(step) == 1 and np.isnan(_host(outs["rec"])).all()
+        xh, wh = _host(xd), _host(wd)
+        for name in ("thread", "task", "worker"):
+            _conv_check(_host(outs[name]), xh, wh, dtype, f"the {name}'s execute")
+        await step.replay()
+        _conv_check(_host(outs["rec"]), xh, wh, dtype, "the replay")
+        step.close()
     finally:
         dev.close()

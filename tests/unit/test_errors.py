@@ -11,7 +11,7 @@ CASES = [
     (hd.KnobError, ValueError, "INVALID_VALUE"),
     (hd.VariantPackError, ValueError, "INVALID_VARIANT_PACK"),
     (hd.ExecutionError, RuntimeError, "GRAPH_EXECUTION_FAILED"),
-    (hd.DeviceError, RuntimeError, "GRAPH_EXECUTION_PLAN_CREATION_FAILED"),
+    (hd.DeviceError, RuntimeError, "HIPDNN_BACKEND_ERROR"),
 ]
 
 
@@ -91,7 +91,7 @@ def test_every_failure_of_a_library_is_its_family_and_an_execution_error(family,
 def test_no_device_is_a_device_error_and_a_gpu_error():
     err = _vendor(E.GpuDeviceError, status=100, status_name="cudaErrorNoDevice")
     assert isinstance(err, hd.DeviceError) and isinstance(err, E.GpuError)
-    assert err.code == "GRAPH_EXECUTION_PLAN_CREATION_FAILED"
+    assert err.code == "HIPDNN_BACKEND_ERROR"
 
 
 def test_a_missing_library_or_symbol_is_a_device_error_not_an_execution_error():
