@@ -449,8 +449,9 @@ class Step:
         Raises
         ------
         DeviceError
-            The step is closed, still recording, or its capture failed; the device is
-            closed.
+            Code ``INVALID_VALUE``: the step is closed, still recording, or its capture
+            failed; called inside a capture block of this task (the replay would run now,
+            missing from that capture's replays); the device is closed.
         """
         fn = self._launcher("replay")
         return self.device._pool.submit_now(fn, keepalive=self._keep, stream=self.stream,
