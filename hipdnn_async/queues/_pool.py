@@ -140,7 +140,7 @@ class StreamPool:
         if self._closed:
             what = f" {label}" if label else ""
             raise DeviceError(f"StreamPool '{self.device_name}': submit{what} after close; "
-                              "open a new device")
+                              "open a new device", code="INVALID_VALUE")
 
     async def submit(self, fn, *, keepalive=(), stream: Stream | int | None = None,
                      label: str = "") -> Completion:

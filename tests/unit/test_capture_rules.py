@@ -342,6 +342,8 @@ async def test_capture_api_errors_say_invalid_value(anyio_backend):
             with pytest.raises(hd.DeviceError, match="closed") as ei:
                 call()
             codes.append(ei.value.code)
+        async with dev.capture() as ready:
+            c.plan.submit(c.pack())
         unit = step.stream.backend.capture(())()            # the backend's unit, closed
         unit.close()
         with pytest.raises(hd.DeviceError, match="closed capture step") as ei:
@@ -351,6 +353,10 @@ async def test_capture_api_errors_say_invalid_value(anyio_backend):
         async with dev.capture():
             pass
     codes.append(ei.value.code)
+    for call in (ready.replay_sync, ready.submit):     # a step of a closed device
+        with pytest.raises(hd.DeviceError, match="after close") as ei:
+            call()
+        codes.append(ei.value.code)
     assert codes == [MISUSE] * len(codes)
 
 
