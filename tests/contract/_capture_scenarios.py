@@ -319,10 +319,11 @@ def rules_case(backend: str = "asyncio", seed: int = 5) -> dict:
     dict
         ``errors`` (name -> (type, code, message) or None), ``x`` / ``w`` inputs,
         ``out`` (name -> output after everything: ``refused`` (the refused executes'),
-        ``thread`` (the other thread's), ``rec`` (the recorded submit's, after the
+        ``thread`` (the other thread's), ``task`` (a task's started inside the block),
+        ``rec`` (the recorded submit's, after the
         replay), ``rec_before`` (the same before the replay), ``cpu_rec`` and
         ``cpu_refused`` (the CPU plan's)), ``recorded`` (len of each step), ``log`` (marks
-        "block", "other", "other_done", "captured", "replay", "replayed", "cpu_block",
+        "block", "other", "other_done", "task_done", "captured", "replay", "replayed", "cpu_block",
         "cpu_captured", "end"), ``violations``.
     """
     import anyio
@@ -344,7 +345,7 @@ def rules_case(backend: str = "asyncio", seed: int = 5) -> dict:
         xd.copy_from(xa)
         wd.copy_from(wa)
         ys = {}
-        for name in ("refused", "thread", "rec"):
+        for name in ("refused", "thread", "task", "rec"):
             ys[name] = dev.empty(y.dims, np.float32)
             ys[name].copy_from(np.full(y.dims, np.nan, np.float32))
         cpu_ys = {n: np.full(y.dims, np.nan, np.float32) for n in ("cpu_rec", "cpu_refused")}
@@ -371,6 +372,10 @@ def rules_case(backend: str = "asyncio", seed: int = 5) -> dict:
                 await anyio.to_thread.run_sync(
                     lambda: plan.execute_sync(vp("thread"), stream=0))
                 ctl.mark("other_done")
+                # a task started inside the block (its context, not its capture): runs now
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(lambda: plan.execute(vp("task"), stream=0))
+                ctl.mark("task_done")
             ctl.mark("captured")
             recorded["cuda"] = len(step)
             out["rec_before"] = ys["rec"].to_numpy_sync()
@@ -389,7 +394,9 @@ def rules_case(backend: str = "asyncio", seed: int = 5) -> dict:
             recorded["cpu"] = len(cstep)
             await cstep.replay()
             cstep.close()
+            unit = step._replay                # the executable graph's owner
             step.close()
+            errors["closed_graph_launcher"] = _error(unit.launcher)
             errors["closed_replay"] = await _aerror(step.replay)
             errors["closed_replay_sync"] = _error(step.replay_sync)
             ctl.mark("end")

@@ -71,13 +71,18 @@ def test_plans_of_the_other_device_are_refused(rules):
     _close(rules["out"]["cpu_rec"], rules, "the CPU step's replay")
 
 
-def test_another_thread_runs_at_once_and_stays_out_of_the_graph(rules):
-    log = rules["log"]
-    other = between(log, "other", "other_done")
+@pytest.mark.parametrize("who, start, end", [("thread", "other", "other_done"),
+                                             ("task", "other_done", "task_done")])
+def test_another_thread_or_task_runs_at_once_and_stays_out_of_the_graph(rules, who, start,
+                                                                         end):
+    other = between(rules["log"], start, end)
     assert [x["fn"] for x in dnn_calls(other)] == ["cudnnConvolutionForward"]
     assert not calls(other, "cudaStream*Capture")
-    _close(rules["out"]["thread"], rules, "the other thread's execute")
-    cap = between(log, "other_done", "captured")
+    _close(rules["out"][who], rules, f"the other {who}'s execute")
+
+
+def test_the_graph_holds_the_recorded_submit_only(rules):
+    cap = between(rules["log"], "task_done", "captured")
     names = [x["fn"] for x in cap if x["rec"] == "call"]
     begin, end = names.index("cudaStreamBeginCapture"), names.index("cudaStreamEndCapture")
     inside = [n for n in names[begin:end] if n.startswith("cudnn")]
@@ -94,3 +99,4 @@ def test_the_recorded_submit_runs_at_replay_only(rules):
 def test_a_closed_step_says_invalid_value(rules):
     for name in ("closed_replay", "closed_replay_sync"):
         _refused(rules, name, "is closed")
+    _refused(rules, "closed_graph_launcher", "replay of a closed capture step")
