@@ -3,13 +3,14 @@
 Cython modules to cimport: the function-pointer types, the named table ``CudnnFns``, the
 table object (``table()``) and the ``nogil`` status check.
 
-Signatures follow ``cudnn_graph.h``, ``cudnn_ops.h`` and ``cudnn_cnn.h`` of cuDNN 9
-(shared/reference/vendor-c-apis.md s.2); handles and descriptors are ``void*``, enums
-``int``, ``cudnnStatus_t`` an ``int``.
+Signatures follow ``cudnn_graph.h``, ``cudnn_ops.h`` and ``cudnn_cnn.h`` of cuDNN 9.19.1
+(the ``nvidia-cudnn-cu13`` 9.19.1.2 wheel; shared/reference/vendor-c-apis.md s.2), against
+which tests/contract compiles every type below; handles and descriptors are ``void*``,
+enums ``int``, ``cudnnStatus_t`` an ``int``.
 """
 from ._loader cimport Library, LibraryTable
 
-# cudnnConvolution{Fwd,BwdData,BwdFilter}AlgoPerf_t: 48 bytes on x86-64 (cudnn_cnn.h)
+# cudnnConvolution{Fwd,BwdData,BwdFilter}AlgoPerf_t: 48 bytes on x86-64 (cudnn_cnn.h, cuDNN 9.19.1)
 ctypedef struct AlgoPerf:
     int algo
     int status

@@ -35,7 +35,7 @@ from hipdnn_async._errors import CudnnError
 
 from ._loader cimport Library, LibraryTable
 
-# cudnnDataType_t, cudnnTensorFormat_t, ... (cudnn_graph.h / cudnn_ops.h, cuDNN 9.28)
+# cudnnDataType_t, cudnnTensorFormat_t, ... (cudnn_graph.h, cudnn_ops.h, cudnn_cnn.h; cuDNN 9.19.1)
 DATA_FLOAT = 0
 DATA_HALF = 2
 DATA_BFLOAT16 = 9
@@ -252,6 +252,7 @@ cdef class CudnnTable(LibraryTable):
 
 
 cdef CudnnTable _T = CudnnTable()
+TABLE = _T
 
 
 cdef CudnnTable table():
@@ -647,6 +648,7 @@ def op_tensor(uintptr_t handle, uintptr_t op, float alpha1, uintptr_t ad, uintpt
 
 
 # ------------------------------------------------------------------ batchnorm Ex (NHWC fast path)
+# cudnnBatchNormOps_t (cudnn_ops.h, cuDNN 9.19.1)
 BN_OPS_BN = 0
 BN_OPS_BN_ACTIVATION = 1
 

@@ -1,9 +1,57 @@
 # cython: language_level=3
 """C-level surface of ``hipdnn_async.runtime._cudnn_backend`` (the cuDNN 9 backend API),
-for other Cython modules to cimport: descriptors, the ``nogil`` execution and the submit
-path's bound launch. See ``_cudnn_backend.pyx`` for the wrapping contract."""
+for other Cython modules to cimport: the function-pointer types, the named table
+``BackendFns``, the table object (``table()``), descriptors, the ``nogil`` execution and
+the submit path's bound launch. See ``_cudnn_backend.pyx`` for the wrapping contract.
+
+Signatures follow ``cudnn_graph.h`` of cuDNN 9.19.1 (the ``nvidia-cudnn-cu13`` 9.19.1.2
+wheel; tests/contract compiles every type below against that header): handles and
+descriptors are ``void*``, enums ``int``, ``cudnnStatus_t`` an ``int``.
+"""
 from libc.stdint cimport int64_t, uintptr_t
 
+from ._loader cimport Library, LibraryTable
+
+# ------------------------------------------------------------------ function-pointer types
+# cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t, cudnnBackendDescriptor_t*)
+ctypedef int (*f_create_descriptor)(int, void**) noexcept nogil
+# cudnnBackendDestroyDescriptor(cudnnBackendDescriptor_t), cudnnBackendFinalize(same)
+ctypedef int (*f_descriptor)(void*) noexcept nogil
+# cudnnBackendSetAttribute(desc, cudnnBackendAttributeName_t, cudnnBackendAttributeType_t,
+#                          int64_t elementCount, const void* arrayOfElements)
+ctypedef int (*f_set_attribute)(void*, int, int, int64_t, const void*) noexcept nogil
+# cudnnBackendGetAttribute(desc, name, type, int64_t requestedElementCount,
+#                          int64_t* elementCount, void* arrayOfElements)
+ctypedef int (*f_get_attribute)(void*, int, int, int64_t, int64_t*, void*) noexcept nogil
+# cudnnBackendExecute(cudnnHandle_t, executionPlan, variantPack)
+ctypedef int (*f_execute)(void*, void*, void*) noexcept nogil
+ctypedef size_t (*f_version)() noexcept nogil                         # cudnnGetVersion
+ctypedef const char* (*f_errstr)(int) noexcept nogil                  # cudnnGetErrorString
+ctypedef void (*f_last_err)(char*, size_t) noexcept nogil             # cudnnGetLastErrorString
+ctypedef int (*f_set_stream)(void*, void*) noexcept nogil             # cudnnSetStream
+
+# ------------------------------------------------------------------ the table
+# One named pointer per function; the field is the symbol without its ``cudnn`` prefix.
+# Field order is the order of NAMES in _cudnn_backend.pyx (a test checks they agree).
+ctypedef struct BackendFns:
+    f_create_descriptor BackendCreateDescriptor
+    f_descriptor BackendDestroyDescriptor
+    f_set_attribute BackendSetAttribute
+    f_get_attribute BackendGetAttribute
+    f_descriptor BackendFinalize
+    f_execute BackendExecute
+    f_version GetVersion
+    f_errstr GetErrorString
+    f_last_err GetLastErrorString
+    f_set_stream SetStream
+
+
+cdef class BackendTable(LibraryTable):
+    cdef BackendFns f
+    cdef int _version_number
+
+
+cdef BackendTable table()
 
 
 cdef class Descriptor:

@@ -24,10 +24,14 @@ form: one bound execution whose variant pack is built once (per stream and works
 reused, so an execution is one ``cudnnBackendExecute`` call with the GIL released.
 ``_cudnn_backend.pxd`` declares the C surface for other Cython modules.
 
-Loading: the symbol table is filled by name from a library object with ``path`` and
-``address(name) -> int`` (0 when absent: the shared loader's ``runtime._loader.Library``);
-nothing here opens a library. A symbol that is absent raises at its first call, naming it; :func:`available`
-says up front whether the backend API is usable, and why not.
+Loading: the symbol table is a ``_loader.LibraryTable`` (``BackendTable``, one per
+process: :data:`TABLE`) with one named pointer per function (``BackendFns`` of
+``_cudnn_backend.pxd``), filled by name, once and under the table's lock, when
+:func:`load` opens ``libcudnn.so.9`` through the shared loader (the same library the
+legacy binding ``runtime._cudnn`` opens; ``dlopen`` returns the same handle). A library
+that lacks the backend API is still taken (its legacy API may serve): :func:`available`
+says up front whether the backend API is usable, and why not; a symbol that is absent
+raises ``LibraryError`` (a ``DeviceError``) at its first call, naming symbol and library.
 
 Errors: a non-zero ``cudnnStatus_t`` raises the library's typed error (:func:`error_for`,
 from cuDNN's one status table, ``runtime._cudnn.STATUS``): NOT_SUPPORTED* is a
@@ -37,10 +41,10 @@ a ``CudnnBadParamError``, anything else a ``CudnnError`` (an ``ExecutionError``)
 """
 from libc.stdint cimport int64_t, uintptr_t
 from libc.string cimport memset
-import threading
 
 from .. import _errors
 from . import _cudnn
+from ._loader cimport Library, LibraryTable
 from ._gpu_device import current_launch as _current_launch
 
 # ------------------------------------------------------------------ constants
@@ -175,7 +179,7 @@ ATTR_OPERATION_NORM_BWD_DSCALE_DESC = 2107
 ATTR_OPERATION_NORM_BWD_DBIAS_DESC = 2108
 ATTR_OPERATION_NORM_BWD_DXDESC = 2109
 
-# cudnnDataType_t, cudnnConvolutionMode_t, cudnnNanPropagation_t (cudnn_graph.h, 9.19.1)
+# cudnnDataType_t, cudnnConvolutionMode_t, cudnnNanPropagation_t (cudnn_graph.h, cuDNN 9.19.1)
 DATA_FLOAT = 0
 DATA_DOUBLE = 1
 DATA_HALF = 2
@@ -184,21 +188,21 @@ CONVOLUTION = 0
 CROSS_CORRELATION = 1
 NOT_PROPAGATE_NAN = 0
 PROPAGATE_NAN = 1
-# cudnnPointwiseMode_t (cudnn_graph.h, 9.19.1)
+# cudnnPointwiseMode_t (cudnn_graph.h, cuDNN 9.19.1)
 POINTWISE_ADD = 0
 POINTWISE_IDENTITY = 21
 POINTWISE_RELU_FWD = 100
 POINTWISE_RELU_BWD = 200
-# cudnnBackendNormMode_t, cudnnBackendNormFwdPhase_t (cudnn_graph.h, 9.19.1)
+# cudnnBackendNormMode_t, cudnnBackendNormFwdPhase_t (cudnn_graph.h, cuDNN 9.19.1)
 BATCH_NORM = 2
 NORM_FWD_INFERENCE = 0
 NORM_FWD_TRAINING = 1
-# cudnnBackendHeurMode_t (cudnn_graph.h, 9.19.1): A is an alias of INSTANT
+# cudnnBackendHeurMode_t (cudnn_graph.h, cuDNN 9.19.1): A is an alias of INSTANT
 HEUR_MODE_INSTANT = 0
 HEUR_MODE_B = 1
 HEUR_MODE_FALLBACK = 2
 HEUR_MODE_A = 3
-# cudnnBackendNumericalNote_t (cudnn_graph.h, 9.19.1)
+# cudnnBackendNumericalNote_t (cudnn_graph.h, cuDNN 9.19.1)
 NUMERICAL_NOTE_TENSOR_CORE = 0
 NUMERICAL_NOTE_DOWN_CONVERT_INPUTS = 1
 NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION = 2
@@ -210,11 +214,11 @@ NUMERICAL_NOTE_WINOGRAD_TILE_6x6 = 7
 NUMERICAL_NOTE_WINOGRAD_TILE_13x13 = 8
 NUMERICAL_NOTE_STRICT_NAN_PROP = 9
 NUMERICAL_NOTE_TYPE_COUNT = 10
-# cudnnBackendBehaviorNote_t (cudnn_graph.h, 9.19.1)
+# cudnnBackendBehaviorNote_t (cudnn_graph.h, cuDNN 9.19.1)
 BEHAVIOR_NOTE_RUNTIME_COMPILATION = 0
 BEHAVIOR_NOTE_SUPPORTS_CUDA_GRAPH_NATIVE_API = 3
 BEHAVIOR_NOTE_TYPE_COUNT = 5
-# cudnnStatus_t (cudnn_graph.h, 9.19.1): categories are the thousands
+# cudnnStatus_t (cudnn_graph.h, cuDNN 9.19.1): categories are the thousands
 STATUS_SUCCESS = 0
 STATUS_NOT_INITIALIZED = 1001
 STATUS_BAD_PARAM = 2000
@@ -224,112 +228,124 @@ STATUS_NOT_SUPPORTED_GRAPH_PATTERN = 3001
 STATUS_NOT_SUPPORTED_SHAPE = 3002
 STATUS_INTERNAL_ERROR = 4000
 STATUS_EXECUTION_FAILED = 5000
-# statuses of this binding itself (outside cuDNN's range)
-STATUS_MISSING_SYMBOL = -1
 
-DEF C_NOT_INITIALIZED = 1001    # CUDNN_STATUS_NOT_INITIALIZED, for the nogil paths
+# C copies of the constants the nogil paths use (values of the checked constants above)
+cdef int _C_NOT_INITIALIZED = STATUS_NOT_INITIALIZED     # the table lacks the call
+cdef int _C_VARIANT_PACK = BACKEND_VARIANT_PACK_DESCRIPTOR
+cdef int _C_UNIQUE_IDS = ATTR_VARIANT_PACK_UNIQUE_IDS
+cdef int _C_DATA_POINTERS = ATTR_VARIANT_PACK_DATA_POINTERS
+cdef int _C_WORKSPACE = ATTR_VARIANT_PACK_WORKSPACE
+cdef int _C_TYPE_INT64 = TYPE_INT64
+cdef int _C_TYPE_VOID_PTR = TYPE_VOID_PTR
 DEF MAX_PACK = 32               # variant-pack entries per execution (the patterns use <= 12)
 DEF MAX_VALUES = 64             # elements of one attribute (dims: 8; knob choices: 44)
 
 # ------------------------------------------------------------------ symbol table
-ctypedef int (*f_create)(int, void**) noexcept nogil
-ctypedef int (*f_destroy)(void*) noexcept nogil
-ctypedef int (*f_set)(void*, int, int, int64_t, const void*) noexcept nogil
-ctypedef int (*f_get)(void*, int, int, int64_t, int64_t*, void*) noexcept nogil
-ctypedef int (*f_finalize)(void*) noexcept nogil
-ctypedef int (*f_execute)(void*, void*, void*) noexcept nogil
-ctypedef size_t (*f_version)() noexcept nogil
-ctypedef const char* (*f_errstr)(int) noexcept nogil
-ctypedef void (*f_last_err)(char*, size_t) noexcept nogil
-ctypedef int (*f_set_stream)(void*, void*) noexcept nogil
-
+# In BackendFns field order (a test checks it against the .pxd); looked up as "cudnn" + name.
 NAMES = (
-    "cudnnBackendCreateDescriptor", "cudnnBackendDestroyDescriptor",
-    "cudnnBackendSetAttribute", "cudnnBackendGetAttribute", "cudnnBackendFinalize",
-    "cudnnBackendExecute", "cudnnGetVersion", "cudnnGetErrorString",
-    "cudnnGetLastErrorString", "cudnnSetStream",
+    "BackendCreateDescriptor", "BackendDestroyDescriptor", "BackendSetAttribute",
+    "BackendGetAttribute", "BackendFinalize", "BackendExecute", "GetVersion",
+    "GetErrorString", "GetLastErrorString", "SetStream",
 )
-DEF N_FUNCS = 10
-DEF I_CREATE = 0
-DEF I_DESTROY = 1
-DEF I_SET = 2
-DEF I_GET = 3
-DEF I_FINALIZE = 4
-DEF I_EXECUTE = 5
-DEF I_VERSION = 6
-DEF I_ERRSTR = 7
-DEF I_LASTERR = 8
-DEF I_SET_STREAM = 9
-# the calls without which the backend API cannot be used at all
+# the calls without which the backend API cannot be used at all (see available())
 REQUIRED = NAMES[:7]
-INDEX = {name: i for i, name in enumerate(NAMES)}
-
-cdef void* _fn[N_FUNCS]
-cdef bint _filled = False
-_lock = threading.Lock()
-_path = None
-_missing = ()
 
 
-def load(library):
-    """Fill the symbol table from ``library`` (``.path``, ``.address(name) -> int``, the
-    shared loader's ``Library`` opened with no prefix); idempotent.
+cdef class BackendTable(LibraryTable):
+    """The backend-API symbol table of ``libcudnn.so.9`` (one per process: :data:`TABLE`).
+
+    It requires nothing at load (a cuDNN without the backend API is still loaded, and
+    :func:`available` says why it cannot be used); its version is ``cudnnGetVersion()``.
+    """
+
+    def __init__(self):
+        LibraryTable.__init__(self, "cudnn", "cudnn", "cuDNN backend API")
+        self._version_number = 0
+
+    cdef int _fill(self, Library lib) except -1:
+        cdef BackendFns* f = &self.f
+        f.BackendCreateDescriptor = <f_create_descriptor>lib.sym("BackendCreateDescriptor")
+        f.BackendDestroyDescriptor = <f_descriptor>lib.sym("BackendDestroyDescriptor")
+        f.BackendSetAttribute = <f_set_attribute>lib.sym("BackendSetAttribute")
+        f.BackendGetAttribute = <f_get_attribute>lib.sym("BackendGetAttribute")
+        f.BackendFinalize = <f_descriptor>lib.sym("BackendFinalize")
+        f.BackendExecute = <f_execute>lib.sym("BackendExecute")
+        f.GetVersion = <f_version>lib.sym("GetVersion")
+        f.GetErrorString = <f_errstr>lib.sym("GetErrorString")
+        f.GetLastErrorString = <f_last_err>lib.sym("GetLastErrorString")
+        f.SetStream = <f_set_stream>lib.sym("SetStream")
+        self._version_number = <int>f.GetVersion() if f.GetVersion != NULL else 0
+        return 0
+
+    cdef void _clear(self) noexcept:
+        memset(&self.f, 0, sizeof(self.f))
+        self._version_number = 0
+
+    cdef object _version(self):
+        return self._version_number
+
+
+cdef BackendTable _T = BackendTable()
+# The table's pointers for the nogil paths (the table lives as long as the module).
+cdef BackendFns* _f = &_T.f
+TABLE = _T
+
+
+cdef BackendTable table():
+    return _T
+
+
+def load(str path, str found_via="explicit"):
+    """Open cuDNN at ``path`` (absolute path or soname) and fill the backend table;
+    idempotent (a loaded table returns its record and ignores ``path``).
 
     Returns
     -------
-    tuple of str
-        The names of :data:`NAMES` that the library does not export (they raise at call).
+    LoadRecord
+        ``version`` is ``cudnnGetVersion()`` (0 when the library lacks it).
+
+    Raises
+    ------
+    LibraryError
+        ``dlopen`` failed (the message names the path and ``dlerror()``).
     """
-    global _filled, _path, _missing
-    if _filled:
-        return _missing
-    with _lock:
-        if _filled:
-            return _missing
-        found = [int(library.address(name) or 0) for name in NAMES]
-        for i, addr in enumerate(found):
-            _fn[i] = <void*><uintptr_t>addr
-        _path = str(library.path)
-        _missing = tuple(n for n, a in zip(NAMES, found) if not a)
-        _filled = True
-        return _missing
+    return _T.load(path, found_via)
+
+
+def loaded():
+    """The ``LoadRecord`` of the loaded library, or None."""
+    return _T.record
 
 
 def available():
     """``(ok, reason)``: whether the backend API can be used; ``reason`` names the missing
     calls or says that nothing was loaded."""
-    if not _filled:
+    if _T.lib is None:
         return False, "the cuDNN backend API is not loaded"
-    lacking = [n for n in REQUIRED if n in _missing]
+    lacking = [_T.prefix + n for n in REQUIRED if (_T.prefix + n) in _T.lib.missing]
     if lacking:
-        return False, f"{_path} does not export the cuDNN backend API ({', '.join(lacking)})"
+        return False, f"{_T.lib.path} does not export the cuDNN backend API ({', '.join(lacking)})"
     return True, ""
 
 
 def loaded_path():
     """The library path the table was filled from, or None."""
-    return _path
+    return _T.lib.path if _T.lib is not None else None
 
 
 def version():
     """cudnnGetVersion(): MAJOR*10000 + MINOR*100 + PATCH since 9.0."""
-    return int((<f_version>_sym(I_VERSION))())
+    if _f.GetVersion == NULL:
+        _T.missing(b"GetVersion")
+    return int(_f.GetVersion())
 
 
 # ------------------------------------------------------------------ errors
-cdef inline void* _sym(int i) except NULL:
-    if not _filled or _fn[i] == NULL:
-        where = _path if _filled else "the cuDNN library (not loaded)"
-        raise error_for(NAMES[i], STATUS_MISSING_SYMBOL, "MISSING_SYMBOL",
-                        f"{NAMES[i]} is not exported by {where}")
-    return _fn[i]
-
-
 def status_name(int status):
     """cuDNN's name of ``status`` (``cudnnGetErrorString``), or ``"?"``."""
     cdef const char* s
-    if _filled and _fn[I_ERRSTR] != NULL:
-        s = (<f_errstr>_fn[I_ERRSTR])(status)
+    if _f.GetErrorString != NULL:
+        s = _f.GetErrorString(status)
         if s != NULL:
             return s.decode(errors="replace")
     return "?"
@@ -338,26 +354,21 @@ def status_name(int status):
 def last_error():
     """cuDNN's last error message of this thread (``cudnnGetLastErrorString``)."""
     cdef char buf[1024]
-    if not (_filled and _fn[I_LASTERR] != NULL):
+    if _f.GetLastErrorString == NULL:
         return ""
     memset(buf, 0, sizeof(buf))
-    (<f_last_err>_fn[I_LASTERR])(buf, sizeof(buf) - 1)
+    _f.GetLastErrorString(buf, sizeof(buf) - 1)
     return buf.decode(errors="replace").strip()
 
 
 def error_for(str call, int status, str name=None, str text=None):
     """The typed error of ``status`` returned by ``call``: cuDNN's status table
     (``runtime._cudnn.STATUS`` through ``_cudnn.status_error``: NOT_SUPPORTED* a
-    ``CudnnNotSupportedError``, BAD_PARAM* a ``CudnnBadParamError``, else ``CudnnError``);
-    a missing symbol a ``LibraryError`` (a ``DeviceError``)."""
+    ``CudnnNotSupportedError``, BAD_PARAM* a ``CudnnBadParamError``, else ``CudnnError``)."""
     name = status_name(status) if name is None else name
     text = last_error() if text is None else text
-    if status == STATUS_MISSING_SYMBOL:
-        msg = f"{call} failed: {name} ({status})" + (f": {text}" if text else "")
-        return _errors.LibraryError(msg, status=status, status_name=name, library=_path, call=call,
-                                    vendor_message=text)
     return _cudnn.status_error(call, status, None if name == "?" else name, text,
-                               _path or "libcudnn.so.9")
+                               loaded_path() or "libcudnn.so.9")
 
 
 cdef int check(int status, str call) except -1:
@@ -387,7 +398,9 @@ cdef class Descriptor:
         self.finalized = False
         self._refs = []
         cdef void* d = NULL
-        check((<f_create>_sym(I_CREATE))(kind, &d), "cudnnBackendCreateDescriptor")
+        if _f.BackendCreateDescriptor == NULL:
+            _T.missing(b"BackendCreateDescriptor")
+        check(_f.BackendCreateDescriptor(kind, &d), "cudnnBackendCreateDescriptor")
         self.ptr = d
 
     @property
@@ -396,20 +409,22 @@ cdef class Descriptor:
 
     def close(self):
         """Destroy the descriptor; idempotent."""
-        if self.ptr != NULL and _fn[I_DESTROY] != NULL:
-            (<f_destroy>_fn[I_DESTROY])(self.ptr)
+        if self.ptr != NULL and _f.BackendDestroyDescriptor != NULL:
+            _f.BackendDestroyDescriptor(self.ptr)
         self.ptr = NULL
         self._refs = []
 
     def __dealloc__(self):
-        if self.ptr != NULL and _fn[I_DESTROY] != NULL:
-            (<f_destroy>_fn[I_DESTROY])(self.ptr)
+        if self.ptr != NULL and _f.BackendDestroyDescriptor != NULL:
+            _f.BackendDestroyDescriptor(self.ptr)
         self.ptr = NULL
 
     cdef int _set(self, int attr, int attr_type, int64_t count, const void* values) except -1:
         if self.ptr == NULL:
             raise _errors.ExecutionError(f"cudnnBackendSetAttribute({attr}): descriptor closed")
-        cdef int st = (<f_set>_sym(I_SET))(self.ptr, attr, attr_type, count, values)
+        if _f.BackendSetAttribute == NULL:
+            _T.missing(b"BackendSetAttribute")
+        cdef int st = _f.BackendSetAttribute(self.ptr, attr, attr_type, count, values)
         if st != 0:
             raise error_for(f"cudnnBackendSetAttribute(attribute {attr}, type {attr_type}, "
                             f"descriptor type {self.kind})", st)
@@ -474,7 +489,9 @@ cdef class Descriptor:
         """``cudnnBackendFinalize``; NotSupportedError for what cuDNN cannot take."""
         if self.ptr == NULL:
             raise _errors.ExecutionError("cudnnBackendFinalize: descriptor closed")
-        cdef f_finalize f = <f_finalize>_sym(I_FINALIZE)
+        cdef f_descriptor f = _f.BackendFinalize
+        if f == NULL:
+            _T.missing(b"BackendFinalize")
         cdef int st
         with nogil:
             st = f(self.ptr)     # plan finalize may compile kernels (NVRTC): seconds
@@ -487,7 +504,9 @@ cdef class Descriptor:
                   void* values) except -1:
         if self.ptr == NULL:
             raise _errors.ExecutionError(f"cudnnBackendGetAttribute({attr}): descriptor closed")
-        cdef int st = (<f_get>_sym(I_GET))(self.ptr, attr, attr_type, requested, count, values)
+        if _f.BackendGetAttribute == NULL:
+            _T.missing(b"BackendGetAttribute")
+        cdef int st = _f.BackendGetAttribute(self.ptr, attr, attr_type, requested, count, values)
         if st != 0:
             raise error_for(f"cudnnBackendGetAttribute(attribute {attr}, type {attr_type}, "
                             f"descriptor type {self.kind})", st)
@@ -552,29 +571,21 @@ cdef int execute_c(void* handle, void* plan, int n, const int64_t* uids, void** 
     ``plan`` on ``handle``'s stream, destroy the pack; the first failing status."""
     cdef void* vp = NULL
     cdef int st
-    if not _filled or _fn[I_CREATE] == NULL or _fn[I_EXECUTE] == NULL:
-        return C_NOT_INITIALIZED
-    st = (<f_create>_fn[I_CREATE])(16, &vp)           # BACKEND_VARIANT_PACK_DESCRIPTOR
+    if _f.BackendExecute == NULL:
+        return _C_NOT_INITIALIZED
+    st = make_pack(&vp, n, uids, pointers, workspace)
     if st != 0:
         return st
-    st = (<f_set>_fn[I_SET])(vp, 1000, 3, n, uids)     # UNIQUE_IDS, INT64
-    if st == 0:
-        st = (<f_set>_fn[I_SET])(vp, 1001, 6, n, pointers)   # DATA_POINTERS, VOID_PTR
-    if st == 0:
-        st = (<f_set>_fn[I_SET])(vp, 1003, 6, 1, &workspace)  # WORKSPACE, VOID_PTR
-    if st == 0:
-        st = (<f_finalize>_fn[I_FINALIZE])(vp)
-    if st == 0:
-        st = (<f_execute>_fn[I_EXECUTE])(handle, plan, vp)
-    (<f_destroy>_fn[I_DESTROY])(vp)
+    st = _f.BackendExecute(handle, plan, vp)
+    _f.BackendDestroyDescriptor(vp)
     return st
 
 
 cdef int set_stream_c(void* handle, void* stream) noexcept nogil:
     """``cudnnSetStream``; CUDNN_STATUS_NOT_INITIALIZED when the table lacks it."""
-    if not _filled or _fn[I_SET_STREAM] == NULL:
-        return C_NOT_INITIALIZED
-    return (<f_set_stream>_fn[I_SET_STREAM])(handle, stream)
+    if _f.SetStream == NULL:
+        return _C_NOT_INITIALIZED
+    return _f.SetStream(handle, stream)
 
 
 def execute(uintptr_t handle, Descriptor plan, uids, pointers, uintptr_t workspace=0):
@@ -603,7 +614,8 @@ def execute(uintptr_t handle, Descriptor plan, uids, pointers, uintptr_t workspa
     cdef int st
     if n != len(pointers) or n > MAX_PACK:
         raise ValueError(f"execute: {n} uids and {len(pointers)} pointers (at most {MAX_PACK})")
-    _sym(I_EXECUTE)
+    if _f.BackendExecute == NULL:
+        _T.missing(b"BackendExecute")
     for i in range(n):
         u[i] = uids[i]
         p[i] = <void*><uintptr_t>pointers[i]
@@ -621,20 +633,21 @@ cdef int make_pack(void** out, int n, const int64_t* uids, void** pointers,
     cdef void* vp = NULL
     cdef int st
     out[0] = NULL
-    if not _filled or _fn[I_CREATE] == NULL:
-        return C_NOT_INITIALIZED
-    st = (<f_create>_fn[I_CREATE])(16, &vp)           # BACKEND_VARIANT_PACK_DESCRIPTOR
+    if (_f.BackendCreateDescriptor == NULL or _f.BackendSetAttribute == NULL
+            or _f.BackendFinalize == NULL or _f.BackendDestroyDescriptor == NULL):
+        return _C_NOT_INITIALIZED
+    st = _f.BackendCreateDescriptor(_C_VARIANT_PACK, &vp)
     if st != 0:
         return st
-    st = (<f_set>_fn[I_SET])(vp, 1000, 3, n, uids)     # UNIQUE_IDS, INT64
+    st = _f.BackendSetAttribute(vp, _C_UNIQUE_IDS, _C_TYPE_INT64, n, uids)
     if st == 0:
-        st = (<f_set>_fn[I_SET])(vp, 1001, 6, n, pointers)   # DATA_POINTERS, VOID_PTR
+        st = _f.BackendSetAttribute(vp, _C_DATA_POINTERS, _C_TYPE_VOID_PTR, n, pointers)
     if st == 0:
-        st = (<f_set>_fn[I_SET])(vp, 1003, 6, 1, &workspace)  # WORKSPACE, VOID_PTR
+        st = _f.BackendSetAttribute(vp, _C_WORKSPACE, _C_TYPE_VOID_PTR, 1, &workspace)
     if st == 0:
-        st = (<f_finalize>_fn[I_FINALIZE])(vp)
+        st = _f.BackendFinalize(vp)
     if st != 0:
-        (<f_destroy>_fn[I_DESTROY])(vp)
+        _f.BackendDestroyDescriptor(vp)
         return st
     out[0] = vp
     return 0
@@ -705,7 +718,7 @@ cdef class GraphLaunch:
         st = make_pack(&vp, self.n, self.uids, p, <void*><uintptr_t>workspace)
         check(st, "cudnnBackendFinalize (variant pack)")
         if self.vp != NULL:
-            (<f_destroy>_fn[I_DESTROY])(self.vp)
+            _f.BackendDestroyDescriptor(self.vp)
         self.vp = vp
         self.handle = <void*><uintptr_t>handle
         self.lc = lc
@@ -718,8 +731,8 @@ cdef class GraphLaunch:
         cdef void* h
         cdef void* vp
         lc = _current_launch()
-        if _fn[I_EXECUTE] == NULL:
-            _sym(I_EXECUTE)
+        if _f.BackendExecute == NULL:
+            _T.missing(b"BackendExecute")
         # under the lock: launches from two streams take turns, and one never destroys
         # the pack the other is executing with
         with self.lock:
@@ -728,11 +741,11 @@ cdef class GraphLaunch:
                 self._rebuild(lc)
             h, vp = self.handle, self.vp
             with nogil:
-                st = (<f_execute>_fn[I_EXECUTE])(h, self.plan.ptr, vp)
+                st = _f.BackendExecute(h, self.plan.ptr, vp)
         if st != 0:
             raise error_for("cudnnBackendExecute", st)
 
     def __dealloc__(self):
-        if self.vp != NULL and _fn[I_DESTROY] != NULL:
-            (<f_destroy>_fn[I_DESTROY])(self.vp)
+        if self.vp != NULL and _f.BackendDestroyDescriptor != NULL:
+            _f.BackendDestroyDescriptor(self.vp)
         self.vp = NULL

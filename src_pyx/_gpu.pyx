@@ -55,11 +55,13 @@ __all__ = ["Runtime", "runtime", "instance", "GpuError", "CUDA_CONSTANTS", "HIP_
            "HIP5_CONSTANTS", "CUDA_STATUS", "HIP_STATUS"]
 
 # ------------------------------------------------------------------ constants tables
-# name -> (value, C name, header). Checked by compiling against the headers of the NVIDIA
-# wheels nvidia-cuda-runtime-cu12 12.9 and nvidia-cuda-runtime 13.5 (identical values),
-# and of Debian's libamdhip64-dev 5.2.3, 6.4.3 and 7.2.4 (ROCm 6.4 and 7.2 identical;
-# ROCm 5.2 differs only in the memory types, HIP5_CONSTANTS).
-CUDA_VERSIONS = "CUDA 12.9, 13.5"
+# name -> (value, C name, header); ``*_VERSIONS`` names the header versions each table is
+# compile-checked against by tests/contract (a test keeps them equal to the headers it
+# downloads): the NVIDIA wheel nvidia-cuda-runtime 13.0 (13.0.96) for CUDA, Debian's
+# libamdhip64-dev 6.4.3 and 7.2.4 for HIP (identical values). ROCm 5.2 differs only in
+# the memory types (HIP5_CONSTANTS), read from its hip_runtime_api.h (5.2.3, Debian 12)
+# but not compile-checked: the contract tests download no ROCm 5 headers.
+CUDA_VERSIONS = "CUDA 13.0"
 CUDA_CONSTANTS = {
     "STREAM_DEFAULT": (0x0, "cudaStreamDefault", "driver_types.h"),
     "STREAM_NON_BLOCKING": (0x1, "cudaStreamNonBlocking", "driver_types.h"),
@@ -98,7 +100,7 @@ CUDA_CONSTANTS = {
                                          "driver_types.h"),
     "ERROR_GRAPH_EXEC_UPDATE_FAILURE": (910, "cudaErrorGraphExecUpdateFailure", "driver_types.h"),
 }
-HIP_VERSIONS = "ROCm 6.4, 7.2"
+HIP_VERSIONS = "ROCm 6.4.3, 7.2.4"
 HIP_CONSTANTS = {
     "STREAM_DEFAULT": (0x0, "hipStreamDefault", "hip/hip_runtime_api.h"),
     "STREAM_NON_BLOCKING": (0x1, "hipStreamNonBlocking", "hip/hip_runtime_api.h"),
@@ -144,7 +146,7 @@ HIP_CONSTANTS = {
 }
 # What ROCm 5 (hipRuntimeGetVersion < 60000000) numbers differently: hipMemoryType was
 # {Host, Device, Array, Unified}; it had no unregistered or managed type (-1: none).
-HIP5_VERSIONS = "ROCm 5.2"
+HIP5_VERSIONS = "ROCm 5.2.3 (not compile-checked)"
 HIP5_CONSTANTS = {
     "MEMORY_TYPE_UNREGISTERED": (-1, "(none in ROCm 5)", "hip/hip_runtime_api.h"),
     "MEMORY_TYPE_HOST": (0, "hipMemoryTypeHost", "hip/hip_runtime_api.h"),
@@ -209,11 +211,13 @@ _ALIASES = {
     "hip": {"GetDeviceProperties": ("GetDevicePropertiesR0600", "GetDeviceProperties"),
             "HostAlloc": ("HostMalloc", "HostAlloc"), "FreeHost": ("HostFree", "FreeHost")},
 }
-# offsetof(hipDeviceProp_t, gcnArchName): 1160 in hipDeviceProp_tR0600 (ROCm 6.4, 7.2),
-# 396 in the struct of the unsuffixed hipGetDeviceProperties (ROCm 5.2); char[256] in both.
+# offsetof(hipDeviceProp_t, gcnArchName): 1160 in hipDeviceProp_tR0600 (ROCm 6.4.3, 7.2.4;
+# compile-checked), 396 in the struct of the unsuffixed hipGetDeviceProperties (ROCm 5.2.3;
+# not compile-checked); char[256] in both.
 _GCN_ARCH_OFFSET = {"GetDevicePropertiesR0600": 1160, "GetDeviceProperties": 396}
 DEF PROPS_BYTES = 8192   # larger than cudaDeviceProp (1032) and hipDeviceProp_tR0600 (1472)
-DEF NAME_BYTES = 256
+DEF NAME_BYTES = 256     # the device name: char[256] at offset 0 of both structs
+_PROPS_BYTES, _NAME_BYTES = PROPS_BYTES, NAME_BYTES   # for the contract checks of both
 
 
 cdef class Runtime(LibraryTable):

@@ -3,8 +3,9 @@
 
 One function-pointer type per signature and one struct of named pointers, ``RuntimeFns``,
 that a ``Runtime`` (``_gpu.pyx``) fills by name with the prefix ``cuda`` or ``hip``. The
-signatures are those of ``cuda_runtime_api.h`` (CUDA 12.x / 13.x) and
-``hip/hip_runtime_api.h`` (ROCm 5.2, 6.4, 7.2), which agree call for call: handles
+signatures are those of ``cuda_runtime_api.h`` (CUDA 13.0) and ``hip/hip_runtime_api.h``
+(ROCm 6.4.3, 7.2.4), the headers tests/contract compiles every type below against (ROCm
+5.2 is taken too but not compile-checked); the two agree call for call: handles
 (``cudaStream_t``/``hipStream_t``, events, memory pools) are ``void*``, status and enum
 arguments are ``int`` (``cudaError_t``/``hipError_t`` are C enums, int-sized on every ABI
 we build for). The values of those enums differ between the runtimes and live in each

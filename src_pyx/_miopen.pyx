@@ -102,7 +102,8 @@ SINCE = {"ACTIVATION_CLAMP": (3, 5, 0), "TUNING_POLICY_NONE": (3, 5, 0),
 MIN_VERSION = (3, 4, 0)
 
 # Convolution directions of the immediate-mode family, in our numbering (= the Find 2.0
-# miopenProblemDirection_t values): 0 forward, 1 backward data, 2 backward weights.
+# miopenProblemDirection_t values of miopen.h, MIOpen 3.4.0 and 3.5.1): 0 forward, 1 backward
+# data, 2 backward weights.
 FORWARD, BACKWARD_DATA, BACKWARD_WEIGHTS = 0, 1, 2
 
 # ------------------------------------------------------------------ the symbol table

@@ -52,6 +52,8 @@ class CudnnTable(LibraryTable):
     def __init__(self) -> None:
         """An empty table; ``load`` fills it."""
 
+TABLE: CudnnTable
+
 # ------------------------------------------------------------------ loading, handles
 def load(path: str, found_via: str = "explicit") -> LoadRecord:
     """Load cuDNN from ``path``; idempotent; LibraryError when it does not open or is not cuDNN."""

@@ -1,7 +1,8 @@
 """Stubs of the cuDNN 9 backend (graph) API bindings (``src_pyx/_cudnn_backend.pyx``).
 
 Backend descriptors (create, set/get attributes, finalize, destroy) and plan execution on
-a handle's stream; the symbol table is filled by name from the shared loader's ``Library``.
+a handle's stream; the symbol table (``BackendTable``, a ``_loader.LibraryTable``) is
+filled by name at ``load``.
 Constants are cudnn_graph.h's (cuDNN 9) without the ``CUDNN_`` prefix. A non-zero status
 raises the type of cuDNN's status table (``_cudnn.STATUS``); a missing symbol a
 ``LibraryError``.
@@ -11,7 +12,7 @@ from typing import Any
 
 from hipdnn_async._errors import HipdnnError
 
-from ._loader import Library
+from ._loader import LibraryTable, LoadRecord
 
 BACKEND_POINTWISE_DESCRIPTOR: int
 BACKEND_CONVOLUTION_DESCRIPTOR: int
@@ -180,10 +181,16 @@ STATUS_NOT_SUPPORTED_GRAPH_PATTERN: int
 STATUS_NOT_SUPPORTED_SHAPE: int
 STATUS_INTERNAL_ERROR: int
 STATUS_EXECUTION_FAILED: int
-STATUS_MISSING_SYMBOL: int
 NAMES: tuple[str, ...]
 REQUIRED: tuple[str, ...]
-INDEX: dict[str, int]
+
+class BackendTable(LibraryTable):
+    """The backend-API symbol table of ``libcudnn.so.9`` (one per process: ``TABLE``)."""
+
+    def __init__(self) -> None:
+        """An empty table; ``load`` fills it."""
+
+TABLE: BackendTable
 
 class Descriptor:
     """Owns one backend descriptor of type ``kind`` (BACKEND_*), destroyed on ``close()``."""
@@ -227,8 +234,10 @@ class Descriptor:
     def get_chars(self, attr: int) -> bytes:
         """A CHAR attribute as bytes (trailing NULs dropped)."""
 
-def load(library: Library) -> tuple[str, ...]:
-    """Fill the symbol table from ``library``; idempotent; the names it does not export."""
+def load(path: str, found_via: str = "explicit") -> LoadRecord:
+    """Open cuDNN at ``path`` and fill the backend table once; idempotent."""
+def loaded() -> LoadRecord | None:
+    """The ``LoadRecord`` of the loaded library, or None."""
 def available() -> tuple[bool, str]:
     """``(ok, reason)``: whether the backend API can be used."""
 def loaded_path() -> str | None:

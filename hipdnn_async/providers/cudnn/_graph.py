@@ -85,21 +85,11 @@ def backend():
         state = load_vendor("cuda")
         if not state.ok:
             raise NotSupportedError(f"{CUDNN_GRAPH_ENGINE}: {state.reason}")
-        be.load(_library(state.dnn.path))
+        be.load(state.dnn.path, state.dnn.found_via)
         ok, why = be.available()
     if not ok:
         raise NotSupportedError(f"{CUDNN_GRAPH_ENGINE}: {why}")
     return be
-
-
-def _library(path: str):
-    """The cuDNN library opened through the shared loader (``runtime._loader``)."""
-    try:
-        from ...runtime import _loader
-    except ImportError:
-        raise NotSupportedError(f"{CUDNN_GRAPH_ENGINE}: the shared library loader "
-                                "(hipdnn_async.runtime._loader) is not available") from None
-    return _loader.Library("cudnn", path, "explicit", "")
 
 
 def with_graph_engine(graph_engine, match, others) -> list:

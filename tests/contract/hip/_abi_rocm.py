@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import _abi
+from .. import _abi, _abi_cxx
 
 __all__ = ["MiopenCheck", "MIOPEN_CONSTANTS", "MIOPEN_STRUCTS", "parse_fn_types",
            "parse_table", "checks_source", "unchecked_constants"]
@@ -149,46 +149,10 @@ def _since_guard(since: tuple) -> str:
             f"MIOPEN_VERSION_PATCH) >= {major * 10000 + minor * 100 + patch}")
 
 
-_TEMPLATES = r"""
-namespace hd_abi {
-// ABI-compatible types: same class (integral-or-enum / floating / pointer / class) and
-// width; pointers through their pointees, void matching any (opaque handles)
-template <class A, class B, class = void> struct same_impl : std::false_type {};
-template <class A, class B> constexpr bool same_v =
-    same_impl<std::remove_cv_t<A>, std::remove_cv_t<B>>::value;
-template <> struct same_impl<void, void, void> : std::true_type {};
-template <class A, class B>
-struct same_impl<A, B, std::enable_if_t<(std::is_integral_v<A> || std::is_enum_v<A>) &&
-                                        (std::is_integral_v<B> || std::is_enum_v<B>)>>
-    : std::bool_constant<sizeof(A) == sizeof(B)> {};
-template <class A, class B>
-struct same_impl<A, B, std::enable_if_t<std::is_floating_point_v<A> && std::is_floating_point_v<B>>>
-    : std::bool_constant<sizeof(A) == sizeof(B)> {};
-template <class A, class B>
-struct same_impl<A, B, std::enable_if_t<std::is_class_v<A> && std::is_class_v<B>>>
-    : std::bool_constant<sizeof(A) == sizeof(B)> {};
-template <class A, class B>
-struct same_impl<A*, B*, void>
-    : std::bool_constant<std::is_void_v<std::remove_cv_t<A>> || std::is_void_v<std::remove_cv_t<B>> ||
-                         same_v<A, B>> {};
-struct none {};
-template <class F> struct arity;
-template <class R, class... A> struct arity<R (*)(A...)> : std::integral_constant<size_t, sizeof...(A)> {};
-template <class F> struct result;
-template <class R, class... A> struct result<R (*)(A...)> { using type = R; };
-template <size_t I, class F> struct param { using type = none; };
-template <size_t I, class R, class... A> struct param<I, R (*)(A...)> {
-  using type = std::conditional_t<(I < sizeof...(A)),
-                                  std::tuple_element_t<(I < sizeof...(A) ? I : 0), std::tuple<A..., none>>, none>;
-};
-template <size_t I, class F, class G> constexpr bool param_same =
-    same_v<typename param<I, F>::type, typename param<I, G>::type>;
-}  // namespace hd_abi
-"""
+_TEMPLATES = _abi_cxx.TEMPLATES
 
 
-def _c_string(s: str) -> str:
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+_c_string = _abi_cxx.c_string
 
 
 # Names hip_runtime_api.h overloads with function templates in C++ even under
@@ -199,33 +163,9 @@ _OVERLOADED = {"hipMallocAsync": "hipError_t (*)(void**, size_t, hipStream_t)"}
 
 def _signature_checks(prefix: str, table: list[tuple[str, str]], fn_types: dict,
                       guards: dict, names: dict | None = None) -> list[str]:
-    """static_asserts of one binding table against the header's prototypes.
-
-    ``names`` maps a field to the C symbol (default ``prefix + field``); ``guards`` a
-    field to a preprocessor condition under which the header declares it."""
-    out = []
-    for typedef, field in table:
-        if typedef not in fn_types:
-            out.append(f"#error {_c_string(f'{field}: no function-pointer ctypedef {typedef}')}")
-            continue
-        sym = (names or {}).get(field, prefix + field)
-        ret, params = fn_types[typedef]
-        guard = guards.get(field)
-        if guard:
-            out.append(guard)
-        ours, theirs = f"ours::{typedef}", f"decltype(&{sym})"
-        if sym in _OVERLOADED:
-            theirs = f"decltype(static_cast<{_OVERLOADED[sym]}>(&{sym}))"
-        out.append(f"static_assert(hd_abi::arity<{theirs}>::value == {len(params)}, "
-                   f"{_c_string(f'{sym}: the header takes a different number of parameters than our {typedef} ({len(params)})')});")
-        out.append(f"static_assert(hd_abi::same_v<hd_abi::result<{theirs}>::type, {ret}>, "
-                   f"{_c_string(f'{sym}: return type differs from our {typedef} ({ret})')});")
-        for i, p in enumerate(params):
-            out.append(f"static_assert(hd_abi::param_same<{i}, {theirs}, {ours}>, "
-                       f"{_c_string(f'{sym}: parameter {i + 1} differs from our {typedef} ({p})')});")
-        if guard:
-            out.append("#endif")
-    return out
+    """static_asserts of one binding table against the header's prototypes
+    (``_abi_cxx.signature_asserts``, with HIP's overloaded names)."""
+    return _abi_cxx.signature_asserts(prefix, table, fn_types, guards, names, _OVERLOADED)
 
 
 def _struct_checks(ours_name: str, fields, theirs: str, named: tuple) -> list[str]:
@@ -300,6 +240,11 @@ def _hip_checks() -> list[str]:
     out.append(f"static_assert(offsetof(hipDeviceProp_tR0600, gcnArchName) == {offset} && "
                "sizeof(((hipDeviceProp_tR0600*)0)->gcnArchName) == 256, "
                f"{_c_string(f'_gpu._GCN_ARCH_OFFSET: gcnArchName is not a char[256] at {offset}')});")
+    size, name = gpu._PROPS_BYTES, gpu._NAME_BYTES
+    out.append(f"static_assert(sizeof(hipDeviceProp_tR0600) <= {size} && "
+               f"offsetof(hipDeviceProp_tR0600, name) == 0 && "
+               f"sizeof(((hipDeviceProp_tR0600*)0)->name) == {name}, "
+               f"{_c_string(f'hipDeviceProp_tR0600 does not fit _gpu.PROPS_BYTES ({size}) or its name is not a char[{name}] at 0')});")
     api = SRC_PYX / "_gpu_api.pxd"
     structs = parse_structs([api])
     out.append("namespace ours_hip {")

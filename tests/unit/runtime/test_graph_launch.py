@@ -13,12 +13,12 @@ import pytest
 _PROBE = r"""
 import ctypes, json, sys, threading
 from hipdnn_async import _errors
-from hipdnn_async.runtime import _cudnn_backend as be, _loader
+from hipdnn_async.runtime import _cudnn_backend as be
 from hipdnn_async.runtime._gpu_device import LaunchContext
 
 path = sys.argv[1]
 lib = ctypes.CDLL(path)
-be.load(_loader.Library("cudnn", path, "explicit", ""))
+be.load(path)
 def counts():
     a = (ctypes.c_long * 5)()
     lib.fake_counts(a)
