@@ -214,6 +214,10 @@ def checks_source() -> str:
                      f"{_c_string(f'_miopen.{c.attr} = {value} disagrees with the header: {c.c_expr}')});")
         if c.since != (0, 0, 0):
             lines.append("#endif")
+    # the status table: each row's name must be the header's name of its value
+    for value, (c_name, _type) in mod.STATUS.items():
+        lines.append(f"static_assert((long long)({c_name}) == {int(value)}LL, "
+                     f"{_c_string(f'_miopen.STATUS[{value}] names {c_name}, whose value differs')});")
     for ours_name, (theirs, named) in MIOPEN_STRUCTS.items():
         lines.extend(_struct_checks(ours_name, structs[ours_name], theirs, named))
     # signatures: the optional entry points exist from the version _miopen.OPTIONAL names

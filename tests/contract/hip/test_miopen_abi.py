@@ -46,7 +46,10 @@ def test_checks_compile_against_the_headers(rocm, rocm_include, tmp_path):
      "_gpu.HIP_CONSTANTS['ATTR_CC_MAJOR'] = 23 disagrees"),
     ("typedef int (*f_malloc_async)(void**, size_t, void*);",
      "typedef int (*f_malloc_async)(void**, int, void*);", "hipMallocAsync: parameter 2 differs"),
-], ids=["constant", "signature", "struct", "hip-constant", "hip-signature"])
+    # a status row naming the wrong enumerator
+    ('(miopenStatusBadParm) == 3LL, "_miopen.STATUS[3]', '(miopenStatusInvalidValue) == 3LL, "_miopen.STATUS[3]',
+     "_miopen.STATUS[3] names miopenStatusBadParm, whose value differs"),
+], ids=["constant", "signature", "struct", "hip-constant", "hip-signature", "status-row"])
 def test_a_wrong_declaration_fails_the_checks(rocm, rocm_include, tmp_path, right, wrong, message):
     source = _abi_rocm.checks_source()
     assert right in source
