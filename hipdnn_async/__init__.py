@@ -13,7 +13,7 @@ from the modules' ``__all__``.
 """
 from ._version import __version__
 from ._errors import (DECLINE_TYPES, DeviceError, ExecutionError, GraphError, HipdnnError,
-                      KnobError, NotSupportedError, VariantPackError)
+                      KnobError, NotSupportedError, PerfDbError, VariantPackError)
 from ._types import ConvolutionMode, DataType, PointwiseMode
 from .graph import Graph, TensorAttributes, strides_for
 from .patterns import Pattern
@@ -30,7 +30,7 @@ _log.configure_from_env()
 __all__ = [
     "__version__",
     "HipdnnError", "GraphError", "NotSupportedError", "KnobError", "VariantPackError",
-    "ExecutionError", "DeviceError", "DECLINE_TYPES",
+    "ExecutionError", "DeviceError", "PerfDbError", "DECLINE_TYPES",
     "DataType", "PointwiseMode", "ConvolutionMode",
     "Graph", "TensorAttributes", "strides_for", "Pattern",
     "Knob", "KnobSetting", "PerfDb", "Engine", "DeviceArray", "GpuArray",

@@ -27,6 +27,7 @@ __all__ = [
     "VariantPackError",
     "ExecutionError",
     "DeviceError",
+    "PerfDbError",
     "DECLINE_TYPES",
     "VendorError",
     "BadParamError",
@@ -127,6 +128,15 @@ class DeviceError(HipdnnError, RuntimeError):
     # hipDNN's code for a failure below the frontend (Error.hpp): no device is no plan
     # problem (no plan is being created), so not GRAPH_EXECUTION_PLAN_CREATION_FAILED
     default_code = "HIPDNN_BACKEND_ERROR"
+
+
+class PerfDbError(HipdnnError, ValueError):
+    """A perf-db argument, file or entry that cannot be used: a path or key of the wrong
+    type, an import file that is not JSON or not a perf-db export or has an entry with a
+    bad field, an export target that is not a regular file or is someone else's file.
+    (The operating system failing to read or write a file is a ``DeviceError``.)"""
+
+    default_code = "INVALID_VALUE"
 
 
 class VendorError(HipdnnError):

@@ -43,7 +43,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from ._errors import DeviceError
+from ._errors import DeviceError, PerfDbError
 
 try:  # POSIX advisory lock, used only around repair of a broken file.
     import fcntl
@@ -58,6 +58,7 @@ __all__ = [
     "SCHEMA1_ENGINE",
     "PERFDB_ENV",
     "default_path",
+    "env_refusal",
     "default_perfdb",
     "reset_default_perfdb",
     "stats",
@@ -118,9 +119,14 @@ _SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
 # Keys and records
 # ---------------------------------------------------------------------------
 
-def _error(message: str) -> DeviceError:
-    """The perf db's error for a bad argument, file or entry: a DeviceError (the perf db
-    is part of a device's configuration, as ``Device(perfdb=...)``), code INVALID_VALUE."""
+def _error(message: str) -> PerfDbError:
+    """The perf db's error for a bad argument, file or entry (a ``ValueError``)."""
+    return PerfDbError(message)
+
+
+def _os_error(message: str) -> DeviceError:
+    """The perf db's error for the operating system failing to read or write a file the
+    user named (permissions, a full disk): a ``DeviceError``, code INVALID_VALUE."""
     return DeviceError(message, code="INVALID_VALUE")
 
 
@@ -373,11 +379,28 @@ def _builtin_default() -> str:
 
 
 def default_path() -> str:
-    """Return ``$HIPDNN_ASYNC_PERFDB`` or ``~/.config/hipdnn_async/perfdb.sqlite3``."""
+    """Return ``$HIPDNN_ASYNC_PERFDB`` or ``~/.config/hipdnn_async/perfdb.sqlite3``.
+
+    The variable's value is ``":memory:"`` or a path, ``~`` expanded. A value that is still
+    not absolute (``perf.db``, a SQLite URI such as ``file:x.db?mode=memory``) is returned
+    as it is: :func:`env_refusal` says why it is not used (it would follow each process's
+    working directory), and the default db is then in memory.
+    """
     env = os.environ.get(PERFDB_ENV, "").strip()
     if env:
-        return env if env == _MEMORY else os.path.abspath(os.path.expanduser(env))
-    return os.path.join(os.path.expanduser("~"), ".config", "hipdnn_async", "perfdb.sqlite3")
+        return env if env == _MEMORY else os.path.expanduser(env)
+    return _builtin_default()
+
+
+def env_refusal(path: str) -> str | None:
+    """Why ``path`` (from :func:`default_path`) is not used as the default perf db, or None:
+    a relative ``$HIPDNN_ASYNC_PERFDB`` is refused rather than resolved against whatever
+    directory each process happens to start in (creating directories there)."""
+    if path == _MEMORY or os.path.isabs(path):
+        return None
+    return (f"${PERFDB_ENV}={path!r} is not an absolute path (a relative path would follow "
+            "the working directory; a SQLite URI is not taken); set an absolute path, "
+            "'~/...' or ':memory:'")
 
 
 class _Unusable(Exception):
@@ -415,7 +438,15 @@ class PerfDb:
     path : str or os.PathLike, optional
         The db file; ``":memory:"`` for a private in-memory db. Default
         :func:`default_path` (``$HIPDNN_ASYNC_PERFDB`` or
-        ``~/.config/hipdnn_async/perfdb.sqlite3``). Missing directories are created.
+        ``~/.config/hipdnn_async/perfdb.sqlite3``); a ``$HIPDNN_ASYNC_PERFDB`` that is not
+        an absolute path (after ``~``) is refused with a warning and the db is in memory
+        (:func:`env_refusal`). A relative `path` given here is taken from the current
+        directory, as ``open`` does. Missing parent directories are created.
+
+    Raises
+    ------
+    PerfDbError
+        `path` is not a str, bytes or os.PathLike, is empty or holds a NUL.
 
     Attributes
     ----------
@@ -435,19 +466,25 @@ class PerfDb:
     """
 
     def __init__(self, path: str | os.PathLike | None = None):
+        refusal = None
         if path is None:
             path = default_path()
+            refusal = env_refusal(path)
         if not isinstance(path, (str, bytes, os.PathLike)):
             raise _error(f"PerfDb: path must be a str, bytes or os.PathLike; got "
                          f"{type(path).__name__} {path!r}")
         path = os.fsdecode(path)
         if not path or "\x00" in path:
             raise _error(f"PerfDb: path {path!r} is empty or holds a NUL character")
-        self.path: str = path if path == _MEMORY else os.path.abspath(os.path.expanduser(path))
+        if refusal is None:
+            path = path if path == _MEMORY else os.path.abspath(os.path.expanduser(path))
+        self.path: str = path
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
         self._fallback = self.path == _MEMORY
         self._seed: list[tuple] = []      # rows carried into a fallback in-memory db
+        if refusal is not None:
+            self._go_memory(refusal, key=("relative", path))
         with self._lock:
             self._ensure_open()
 
@@ -800,7 +837,7 @@ class PerfDb:
         if row is not None:
             try:
                 record = PerfRecord(*row)
-            except DeviceError as exc:   # a row some other tool wrote: treat as a miss
+            except PerfDbError as exc:   # a row some other tool wrote: treat as a miss
                 _warn_once(("badrow", self.path), "perf db %s: ignoring an invalid "
                            "entry (%s)", self.path, exc)
         count("perfdb_misses" if record is None else "perfdb_hits")
@@ -843,6 +880,16 @@ class PerfDb:
         (a symlink is followed: the link stays and its target is rewritten); a FIFO, a
         device or a directory is refused, and so is a SQLite file (the db itself?) and any
         non-empty file that is not an earlier export (nothing of the user's is clobbered).
+
+        Raises
+        ------
+        PerfDbError
+            (a ``ValueError``) The target is not a regular file, is a SQLite file, or
+            exists and is not an earlier export.
+            Also: its directory does not exist.
+        DeviceError
+            Code ``INVALID_VALUE``: the operating system could not write it (permissions,
+            a full disk, an I/O error).
         """
         path = os.path.realpath(os.fsdecode(path))
         try:
@@ -867,7 +914,10 @@ class PerfDb:
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.remove(tmp)
-            raise _error(f"PerfDb.export_json: cannot write {path!r}: "
+            if isinstance(exc, (FileNotFoundError, NotADirectoryError)):   # no such directory
+                raise _error(f"PerfDb.export_json: cannot write {path!r}: "
+                             f"{exc.strerror or exc}") from None
+            raise _os_error(f"PerfDb.export_json: cannot write {path!r}: "
                          f"{exc.strerror or exc}") from exc
         return len(entries)
 
@@ -884,10 +934,13 @@ class PerfDb:
 
         Raises
         ------
+        PerfDbError
+            (a ``ValueError``) The file is missing or not a regular file, is not JSON, is
+            not a perf db export, or an entry has a missing, extra or mistyped field (the
+            message names the file, the entry index and the field).
         DeviceError
-            Code ``INVALID_VALUE``: the file cannot be read, is not JSON, is not a perf
-            db export, or an entry has a missing, extra or mistyped field (the message
-            names the file, the entry index and the field).
+            Code ``INVALID_VALUE``: the operating system could not read the file
+            (permissions, an I/O error).
         """
         path = os.fsdecode(path)
         where = f"PerfDb.import_json: {path!r}"
@@ -898,8 +951,10 @@ class PerfDb:
         try:
             with open(path, encoding="utf-8") as f:
                 doc = json.load(f)
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as exc:
+            raise _error(f"{where}: cannot read ({exc.strerror or exc})") from None
         except OSError as exc:
-            raise _error(f"{where}: cannot read ({exc.strerror or exc})") from exc
+            raise _os_error(f"{where}: cannot read ({exc.strerror or exc})") from exc
         except (ValueError, UnicodeDecodeError) as exc:
             raise _error(f"{where}: not valid JSON ({exc})") from exc
         rows = _validate_export(doc, where)
@@ -1003,7 +1058,7 @@ def default_perfdb() -> PerfDb:
         if _default is None or _default.path != path:
             # An old default may still be held by plans; it stays usable and is closed
             # when the last reference goes.
-            _default = PerfDb(path)
+            _default = PerfDb(path) if env_refusal(path) is None else PerfDb()
         return _default
 
 

@@ -33,7 +33,9 @@ def _existing_db(path):
         target = path
     else:
         target = os.path.abspath(os.path.expanduser(path)) if path else _perfdb.default_path()
-    if target != ":memory:" and not os.path.exists(target):
+    # A relative $HIPDNN_ASYNC_PERFDB is refused (the default db is in memory, with a
+    # warning): never look for it in the working directory.
+    if target != ":memory:" and os.path.isabs(target) and not os.path.exists(target):
         return None, target
     return (_perfdb.PerfDb(path) if path else _default_db()), target
 

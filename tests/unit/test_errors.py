@@ -12,6 +12,7 @@ CASES = [
     (hd.VariantPackError, ValueError, "INVALID_VARIANT_PACK"),
     (hd.ExecutionError, RuntimeError, "GRAPH_EXECUTION_FAILED"),
     (hd.DeviceError, RuntimeError, "HIPDNN_BACKEND_ERROR"),
+    (hd.PerfDbError, ValueError, "INVALID_VALUE"),
 ]
 
 

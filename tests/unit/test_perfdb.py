@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import hipdnn_async as hd
 from hipdnn_async._errors import HipdnnError
 from hipdnn_async import _perfdb
 from hipdnn_async._perfdb import (PerfDb, PerfKey, PerfRecord, cli_clear, cli_export,
@@ -226,11 +227,12 @@ def _doc(*entries):
     (_doc(_good_entry(), {**_good_entry(), "measured_at": [1]}), "entry 1: field 'measured_at'"),
 ])
 def test_import_malformed_rejected(db, tmp_path, doc, pattern):
+    """A bad file's content is a PerfDbError, a ValueError (review F3: was DeviceError)."""
     p = tmp_path / "bad.json"
     p.write_text(json.dumps(doc))
-    with pytest.raises(HipdnnError, match=pattern) as ei:
+    with pytest.raises(ValueError, match=pattern) as ei:
         db.import_json(p)
-    assert ei.value.code == "INVALID_VALUE"
+    assert type(ei.value) is hd.PerfDbError and ei.value.code == "INVALID_VALUE"
     assert str(p) in str(ei.value)
     assert db.entries() == []          # all or nothing
 
@@ -238,14 +240,33 @@ def test_import_malformed_rejected(db, tmp_path, doc, pattern):
 def test_import_not_json(db, tmp_path):
     p = tmp_path / "bad.json"
     p.write_text("{not json")
-    with pytest.raises(HipdnnError, match="not valid JSON") as ei:
+    with pytest.raises(ValueError, match="not valid JSON") as ei:
         db.import_json(p)
-    assert str(p) in str(ei.value)
+    assert type(ei.value) is hd.PerfDbError and str(p) in str(ei.value)
+    p.write_bytes(b"\xff\xfe not utf-8")
+    with pytest.raises(hd.PerfDbError, match="not valid JSON"):
+        db.import_json(p)
 
 
 def test_import_missing_file(db, tmp_path):
-    with pytest.raises(HipdnnError, match="cannot read"):
+    with pytest.raises(hd.PerfDbError, match="cannot read"):
         db.import_json(tmp_path / "nope.json")
+    with pytest.raises(hd.PerfDbError, match="a directory"):
+        db.import_json(tmp_path)
+
+
+def test_import_unreadable_file_is_a_device_error(db, tmp_path, monkeypatch):
+    """The OS refusing the read (EACCES; simulated: root reads mode 000) is a DeviceError."""
+    p = tmp_path / "locked.json"
+    p.write_text(json.dumps(_doc()))
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(_perfdb, "open", refuse, raising=False)
+    with pytest.raises(hd.DeviceError, match="cannot read.*Permission denied") as ei:
+        db.import_json(p)
+    assert not isinstance(ei.value, ValueError)
 
 
 # -- default db -------------------------------------------------------------------
@@ -268,6 +289,50 @@ def test_default_path_under_home(monkeypatch, tmp_path):
     d = default_perfdb()
     expected = tmp_path / "home" / ".config" / "hipdnn_async" / "perfdb.sqlite3"
     assert d.path == str(expected) and expected.is_file()
+
+
+@pytest.mark.parametrize("value", ["rel/perf.sqlite3", "perf.sqlite3",
+                                   "file:/tmp/x.db?mode=memory", "./a/../b.db"])
+def test_relative_env_path_is_refused_for_memory_and_creates_nothing(monkeypatch, tmp_path,
+                                                                       capsys, value):
+    """Review F4: a relative $HIPDNN_ASYNC_PERFDB (or a SQLite URI) was resolved against the
+    working directory, which got directories and a db. Now: a warning, an in-memory db, and
+    nothing created in the working directory, by builds' default db, PerfDb() and `info`."""
+    from hipdnn_async import cli
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("HIPDNN_ASYNC_PERFDB", value)
+    reset_default_perfdb()
+    warned = _perfdb.stats()["perfdb_warnings"]
+    d = default_perfdb()
+    assert d.in_memory and d.path == value
+    assert _perfdb.stats()["perfdb_warnings"] == warned + 1
+    assert _perfdb.env_refusal(value) and "not an absolute path" in _perfdb.env_refusal(value)
+    r = rec()
+    d.store(key(), r)                           # works, in memory
+    assert d.lookup(key()) == r and default_perfdb() is d
+    with PerfDb() as explicit_default:
+        assert explicit_default.in_memory
+    assert cli.main(["info"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["perfdb_in_memory"] is True and info["perfdb"] == value
+    assert os.listdir(work) == []
+
+
+def test_env_path_with_tilde_is_absolute_and_used(monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HIPDNN_ASYNC_PERFDB", "~/dbs/perf.sqlite3")
+    reset_default_perfdb()
+    d = default_perfdb()
+    assert not d.in_memory and d.path == str(tmp_path / "home" / "dbs" / "perf.sqlite3")
+    assert _perfdb.env_refusal(d.path) is None
+
+
+def test_an_explicit_relative_path_follows_the_working_directory(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    with PerfDb("here.sqlite3") as d:
+        assert d.path == str(tmp_path / "here.sqlite3") and not d.in_memory
 
 
 # -- command-line helpers -----------------------------------------------------------

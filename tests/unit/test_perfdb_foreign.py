@@ -285,7 +285,7 @@ def test_fifo_as_the_perf_db_hangs_nothing(tmp_path):
     r = _child(cli + ["perfdb", "clear"], env)
     assert r.returncode == 1 and "nothing done" in r.stderr
     r = _child(cli + ["perfdb", "import", fifo], dict(env, HIPDNN_ASYNC_PERFDB=":memory:"))
-    assert r.returncode == 2 and "DeviceError" in r.stderr and "FIFO" in r.stderr
+    assert r.returncode == 2 and "PerfDbError" in r.stderr and "FIFO" in r.stderr
     r = _child(cli + ["perfdb", "export", fifo], dict(env, HIPDNN_ASYNC_PERFDB=":memory:"))
     assert r.returncode == 2 and "FIFO" in r.stderr
     assert time.monotonic() - t0 < 300
@@ -309,13 +309,13 @@ def test_export_through_a_symlink_keeps_the_link(tmp_path):
 
 def test_export_to_a_directory_is_refused(tmp_path):
     with PerfDb(":memory:") as db:
-        with pytest.raises(hd.DeviceError, match="a directory"):
+        with pytest.raises(hd.PerfDbError, match="a directory"):
             db.export_json(tmp_path)
 
 
 # -- argument types (issue 10 item 9) ------------------------------------------------------
 
-def test_bytes_and_pathlike_paths_work_other_types_are_device_errors(tmp_path):
+def test_bytes_and_pathlike_paths_work_other_types_are_perfdb_errors(tmp_path):
     path = tmp_path / "b.sqlite3"
     with PerfDb(os.fsencode(path)) as db:
         assert db.path == str(path) and not db.in_memory
@@ -323,13 +323,13 @@ def test_bytes_and_pathlike_paths_work_other_types_are_device_errors(tmp_path):
     with PerfDb(path) as db:
         assert db.lookup(key()) == rec()
     for bad in (3, 1.5, ["x"]):
-        with pytest.raises(hd.DeviceError, match="path must be") as ei:
+        with pytest.raises(ValueError, match="path must be") as ei:
             PerfDb(bad)
-        assert type(ei.value) is hd.DeviceError and ei.value.code == "INVALID_VALUE"
+        assert type(ei.value) is hd.PerfDbError and ei.value.code == "INVALID_VALUE"
     for bad in ("", "a\0b"):
-        with pytest.raises(hd.DeviceError, match="empty or holds a NUL"):
+        with pytest.raises(hd.PerfDbError, match="empty or holds a NUL"):
             PerfDb(bad)
-    with pytest.raises(hd.DeviceError, match="must be a str"):
+    with pytest.raises(hd.PerfDbError, match="must be a str"):
         PerfKey(1, "e", "l", "d", "p", 0)
 
 
@@ -340,7 +340,7 @@ def test_export_never_clobbers_a_file_that_is_not_an_export(tmp_path):
     precious.write_bytes(b"precious\n")
     with PerfDb(str(tmp_path / "db.sqlite3")) as db:
         db.store(key(), rec())
-        with pytest.raises(hd.DeviceError, match="not a perf-db export"):
+        with pytest.raises(hd.PerfDbError, match="not a perf-db export"):
             db.export_json(precious)
         assert precious.read_bytes() == b"precious\n"
         earlier = tmp_path / "earlier.json"
