@@ -60,6 +60,20 @@ def test_device_specs():
             hd.Device("cuda:0")
 
 
+@pytest.mark.parametrize("spec", ["cuda:0", "hip:0", "gpu:0", "cuda:7"])
+def test_absent_gpu_is_a_device_error_with_code_invalid_value(spec):
+    """Review F7: opening a device that is not present had .code
+    GRAPH_EXECUTION_PLAN_CREATION_FAILED (nothing is planned); it is INVALID_VALUE, as for
+    an index beyond the devices present and an unknown spec."""
+    kind = spec.split(":")[0]
+    present = [d for d in hd.devices() if d != "cpu" and (kind == "gpu" or d.startswith(kind))]
+    if spec in present or (kind == "gpu" and present):
+        pytest.skip(f"{spec} is present here")
+    with pytest.raises(hd.DeviceError) as ei:
+        hd.Device(spec)
+    assert ei.value.code == "INVALID_VALUE" and spec in str(ei.value)
+
+
 def test_build_execute_conv_matches_reference(dev):
     g, x, w, y = conv_graph()
     plan = dev.build_sync(g)
