@@ -452,6 +452,22 @@ class DynamicBatcher:
     def _spec(self) -> str:
         return repr(getattr(self._device, "spec", type(self._device).__name__))
 
+    @property
+    def sample_shape(self) -> tuple | None:
+        """Dims of one sample of the single batched input (its dims past N), or None when
+        there are several inputs; a served model declares it (``hipdnn_async.ray``)."""
+        if len(self.inputs) != 1:
+            return None
+        return tuple(int(d) for d in self._in_tensors[self.inputs[0]].dims[1:])
+
+    @property
+    def dtype(self) -> np.dtype | None:
+        """NumPy dtype a request of the single batched input must have, or None when there
+        are several inputs (``hipdnn_async.ray`` casts HTTP and Ray Data rows to it)."""
+        if len(self.inputs) != 1:
+            return None
+        return np.dtype(numpy_dtype(self._in_tensors[self.inputs[0]].data_type))
+
     # ------------------------------------------------------------------ lifetime
 
     async def __aenter__(self) -> "DynamicBatcher":
@@ -510,7 +526,9 @@ class DynamicBatcher:
         request : mapping of str to array, or array
             ``{input_name: array}`` with each array in logical order (N_k, C, [D,] H, W)
             matching the input's dims past the batch dim; a bare array when the batcher has
-            exactly one input. Floating arrays are cast to the tensor's dtype.
+            exactly one input. Each array has the tensor's dtype (``float32`` for FLOAT,
+            ``float16``, ``ml_dtypes.bfloat16``), as ``plan.execute`` requires: requests
+            are not cast.
 
         Returns
         -------
@@ -522,7 +540,8 @@ class DynamicBatcher:
         Raises
         ------
         VariantPackError
-            A missing or unknown input, a shape that does not match, or different N_k.
+            A missing or unknown input, a shape or dtype that does not match, or
+            different N_k.
         DeviceError
             The batcher is not running (use ``async with``), or on a GPU a copy to or from
             the device failed (the message names the tensor).
@@ -587,12 +606,16 @@ class DynamicBatcher:
             elif arr.shape[0] != n:
                 raise VariantPackError(f"DynamicBatcher: tensor {name!r} has {arr.shape[0]} "
                                        f"rows; the request's other inputs have {n}")
+            # The rule of plan.execute: no cast (a float64 or int request would be rounded
+            # or overflow silently); the caller casts, knowing its values.
             dtype = np.dtype(numpy_dtype(t.data_type))
             if arr.dtype != dtype:
-                if arr.dtype.kind not in "fiu" and arr.dtype.name != "bfloat16":
-                    raise VariantPackError(f"DynamicBatcher: tensor {name!r} needs dtype "
-                                           f"{dtype}; got {arr.dtype}")
-                arr = arr.astype(dtype)
+                got = arr.dtype.name
+                if got == dtype.name:      # same kind, other byte order ('>f4')
+                    got = f"{got} in non-native byte order ({arr.dtype.str})"
+                raise VariantPackError(f"DynamicBatcher: tensor {name!r} needs dtype "
+                                       f"{dtype.name} ({t.data_type.name}); got {got} (cast "
+                                       f"with .astype(...) first: requests are not cast)")
             arrays[name] = arr
         return arrays, n
 

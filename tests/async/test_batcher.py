@@ -252,6 +252,32 @@ async def test_wrong_shape_request_fails_alone():
             np.testing.assert_allclose(results[i], ref_cbr(req, w, b), rtol=RTOL, atol=ATOL)
 
 
+async def test_a_request_of_another_dtype_is_refused_as_plan_execute_refuses_it():
+    """Review F12: the batcher cast float64 (and int) requests silently while plan.execute
+    refuses a float64 buffer. One rule now: the tensor's dtype or a VariantPackError naming
+    tensor and dtypes, from both; the batcher declares that dtype and the sample shape."""
+    rng = np.random.default_rng(16)
+    w, b = weights()
+    x = samples(rng, 2)
+    async with hd.Device("cpu") as dev:
+        g = cbr_graph()
+        async with hd.DynamicBatcher(dev, g, constants={"w": w, "b": b},
+                                     max_batch_size=4, max_delay_ms=1.0) as batcher:
+            assert batcher.dtype == np.float32 and batcher.sample_shape == (C, H, W)
+            for bad, got in ((x.astype(np.float64), "float64"), (x.astype(np.int32), "int32"),
+                             (x.astype(">f4"), "non-native byte order"),
+                             (x.astype(np.float16), "float16"), (x.tolist(), "float64")):
+                with pytest.raises(VariantPackError, match=f"'x' needs dtype float32 "
+                                                           f"\\(FLOAT\\); got .*{got}"):
+                    await batcher(bad)
+            np.testing.assert_allclose(await batcher(x), ref_cbr(x, w, b), rtol=RTOL, atol=ATOL)
+            assert batcher.metrics()["requests"] == 1
+        plan = await dev.build(g)
+        y = np.empty((1, K, H, W), np.float32)
+        with pytest.raises(VariantPackError, match="needs dtype float32 \\(FLOAT\\); got float64"):
+            await plan.execute({"x": x[:1].astype(np.float64), "w": w, "b": b, "y": y})
+
+
 async def test_execution_error_fails_its_batch_and_serving_goes_on():
     rng = np.random.default_rng(7)
     w, b = weights()
