@@ -91,8 +91,9 @@ def as_batch(x, inputs: ModelInputs, *, where: str = "request",
     Raises
     ------
     VariantPackError
-        Not an array of numbers, ragged, empty, or the wrong shape; the message gives the
-        shape expected and the one seen.
+        Not an array of numbers, ragged, empty, or the wrong shape (the message gives the
+        shape expected and the one seen); or a NaN or infinite value, or one beyond the
+        model dtype's range (1e308 for float32): the model would answer it with NaN.
     """
     if isinstance(x, np.ndarray):
         a = x
@@ -118,8 +119,18 @@ def as_batch(x, inputs: ModelInputs, *, where: str = "request",
     if a.ndim < 1 or a.shape[0] < 1:
         raise VariantPackError(f"{where}: needs at least one row (N >= 1); got shape "
                                f"{a.shape}")
+    sent = a
     if inputs.dtype is not None and a.dtype != inputs.dtype:
-        a = a.astype(inputs.dtype)
+        with np.errstate(over="ignore", invalid="ignore"):   # checked just below
+            a = a.astype(inputs.dtype)
+    if a.dtype.kind == "f" or a.dtype.name == "bfloat16":
+        finite = np.isfinite(a.astype(np.float32) if a.dtype.name == "bfloat16" else a)
+        if not finite.all():
+            bad = np.argwhere(~finite)
+            raise VariantPackError(
+                f"{where}: needs finite numbers; {len(bad)} value(s) are NaN or infinite "
+                f"or beyond the range of {a.dtype} (the first at index "
+                f"{tuple(int(i) for i in bad[0])}: {sent[tuple(bad[0])].item()!r})")
     return a, single
 
 

@@ -133,3 +133,24 @@ def test_absurdly_deep_json_is_a_400_not_a_500():
     with pytest.raises(HttpError) as info:
         decode_body(b"[" * depth + b"]" * depth, "application/json")
     assert info.value.status == 400 and "RecursionError" in str(info.value)
+
+
+@pytest.mark.parametrize("body", [b"[[[[1e308, 1, 2, 3]]]]", b"[[[[Infinity, 0, 0, 0]]]]",
+                                  b"[[[[NaN, 0, 0, 0]]]]", b"[[[[-1e39, 0, 0, 0]]]]"])
+def test_non_finite_pixels_are_refused_not_answered_with_nan(body):
+    """Fresh-user review F11: 1e308 (inf once float32), Infinity or NaN pixels were accepted
+    (HTTP 200 with all-NaN logits). They are a VariantPackError (the replica's 400) naming
+    the first bad value and where it is."""
+    inputs = ModelInputs((1, 1, 4), np.dtype(np.float32))
+    doc, _ = decode_body(body, "application/json")
+    with pytest.raises(hd.VariantPackError, match=r"needs finite numbers; 1 value\(s\).*"
+                                                  r"float32.*index \(0, 0, 0, 0\)"):
+        as_batch(doc, inputs)
+    with pytest.raises(hd.VariantPackError, match="finite"):          # one sample, .npy
+        as_batch(np.asarray(doc, np.float64)[0], inputs)
+    big = np.zeros((3, 1, 1, 4), np.float16)
+    big[2, 0, 0, 3] = np.inf
+    with pytest.raises(hd.VariantPackError, match=r"index \(2, 0, 0, 3\): inf"):
+        as_batch(big, ModelInputs((1, 1, 4), None))
+    ok, _ = as_batch(np.full((2, 1, 1, 4), 3.4e38), inputs)            # float32's max: fine
+    assert ok.dtype == np.float32 and np.isfinite(ok).all()
