@@ -124,11 +124,16 @@ async def test_two_streams_overlap():
                 best = min(best, (time.perf_counter() - t0) / one)
                 if best < 1.5:
                     break
+        baseline = None
         if best >= 1.7:
             baseline = min(_thread_ratio(a, reps) for _ in range(2))
             if baseline >= 1.6:
                 pytest.skip(f"machine busy: two plain threads take {baseline:.2f}x one")
-    assert best < 1.7, f"two streams took {best:.2f}x one item"
+    # On a loaded box (other processes on the 2 cores) even plain threads overlap only
+    # partly, and the load changes between the two measurements: streams must overlap as
+    # well as plain threads do, within a quarter (a serialising queue takes 2x).
+    limit = 1.7 if baseline is None else max(1.7, min(1.9, 1.25 * baseline))
+    assert best < limit, f"two streams took {best:.2f}x one item (plain threads: {baseline})"
 
 
 # ---------------------------------------------------------------------------- backpressure
