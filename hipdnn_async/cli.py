@@ -48,7 +48,9 @@ def _info(args) -> int:
         "devices": hd.devices(),
         "gpu": _gpu_info(),
         "perfdb": str(db.path) if db else target,
-        "perfdb_exists": db is not None,
+        # a refused relative $HIPDNN_ASYNC_PERFDB is an in-memory db, not a file
+        "perfdb_exists": db is not None and (db.path == ":memory:" or (
+            os.path.isabs(db.path) and os.path.exists(db.path))),
         "perfdb_entries": len(db.entries()) if db else 0,
         # True: the file was unusable or not a perf db (see stats.perfdb_warnings)
         "perfdb_in_memory": db.in_memory if db else False,
@@ -141,6 +143,10 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     if args.command == "perfdb" and args.action in ("export", "import") and not args.file:
         parser.error(f"perfdb {args.action} needs a FILE")
+    if args.command == "perfdb" and args.action in ("show", "clear") and args.file:
+        # e.g. `perfdb clear other.sqlite3` would clear the default db, not that file
+        parser.error(f"perfdb {args.action} takes no FILE (got {args.file!r}); name the db "
+                     "with --db")
     from ._errors import HipdnnError
     try:
         return args.func(args)

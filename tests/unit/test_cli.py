@@ -98,3 +98,34 @@ def test_memory_db_name_is_not_a_file(tmp_path, capsys, monkeypatch):
     assert main(["perfdb", "export", str(out), "--db", ":memory:"]) == 0
     assert json.loads(out.read_text())["entries"] == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["e.json"]
+
+
+def test_show_or_clear_with_a_file_argument_is_refused_not_run_on_the_default(tmp_path, capsys,
+                                                                            monkeypatch):
+    """`perfdb clear other.sqlite3` used to clear the *default* db (the FILE was ignored)."""
+    default = seeded_db(tmp_path / "default.sqlite3")
+    monkeypatch.setenv("HIPDNN_ASYNC_PERFDB", default.path)
+    _perfdb.reset_default_perfdb()
+    other = tmp_path / "other.sqlite3"
+    for action in ("show", "clear"):
+        try:
+            rc = main(["perfdb", action, str(other)])
+        except SystemExit as exc:
+            rc = exc.code
+        assert rc == 2 and "takes no FILE" in capsys.readouterr().err
+    assert len(hd.PerfDb(default.path).entries()) == 3 and not other.exists()
+    _perfdb.reset_default_perfdb()
+
+
+def test_info_of_a_refused_relative_env_db_says_it_does_not_exist(tmp_path, capsys,
+                                                                  monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rel.db").write_bytes(b"")          # even with a file of that name in cwd
+    monkeypatch.setenv("HIPDNN_ASYNC_PERFDB", "rel.db")
+    _perfdb.reset_default_perfdb()
+    assert main(["info"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["perfdb"] == "rel.db" and info["perfdb_in_memory"] is True
+    assert info["perfdb_exists"] is False
+    assert (tmp_path / "rel.db").read_bytes() == b""
+    _perfdb.reset_default_perfdb()
