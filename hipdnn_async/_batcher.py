@@ -213,11 +213,12 @@ class DynamicBatcher:
         A validated graph built at any batch size N. Its pattern must be per-sample
         independent: ``CONV_FPROP``, ``CONV_FPROP_BIAS_RELU`` or ``BN_INFERENCE_VARIANCE``.
         Per-bucket graphs are made with ``graph.with_batch_size(n)``.
-    inputs : sequence of str, optional
-        Names of the per-request (batched) input tensors. Default: the non-virtual graph
+    inputs : str or sequence of str, optional
+        Names of the per-request (batched) input tensors (a str is one name). Default: the non-virtual graph
         inputs whose dims[0] follows the batch size and that are not in `constants`.
-    outputs : sequence of str, optional
-        Names of the non-virtual outputs returned to callers. Default: all of them.
+    outputs : str or sequence of str, optional
+        Names of the non-virtual outputs returned to callers (a str is one name). Default:
+        all of them.
     constants : mapping of str to array, optional
         The other non-virtual inputs (weights, bias, scale, mean, variance...), logical
         dims order, any layout and a dtype castable to the tensor's; copied once (to the
@@ -230,7 +231,7 @@ class DynamicBatcher:
         Batch sizes plans are built for: "pow2" (1, 2, 4, ..., max_batch_size), "exact"
         (every size) or an increasing sequence ending >= max_batch_size. A batch of r
         rows runs on the smallest bucket >= r, padded with zero rows. Default "pow2".
-    knobs : mapping, optional
+    knobs : mapping or sequence of KnobSetting, optional
         Knob settings passed to every ``device.build``.
     max_concurrent_batches : int, optional
         Batches in flight at once (extension, as Ray Serve's argument of that name).
@@ -240,8 +241,11 @@ class DynamicBatcher:
     ------
     NotSupportedError
         The graph's pattern couples samples (e.g. ``BN_TRAINING``).
+    KnobError
+        `knobs` is neither a mapping nor a sequence.
     GraphError
-        Bad `buckets`, `max_batch_size`, `max_delay_ms`, or an input/output/constant name
+        Bad `buckets`, `max_batch_size`, `max_delay_ms`, `max_concurrent_batches` (an int
+        >= 1), or an input/output/constant name
         that is not a non-virtual tensor of the graph in the right role.
     VariantPackError
         A constant whose shape does not match its tensor, or a missing constant.
@@ -275,7 +279,13 @@ class DynamicBatcher:
         # A device without is_host (a duck-typed stand-in) is taken as host memory.
         self._host = bool(getattr(device, "is_host", True))
         self._graph = graph
-        self._knobs = dict(knobs) if knobs else None
+        if knobs is None or isinstance(knobs, Mapping):
+            self._knobs = dict(knobs) if knobs else None
+        elif isinstance(knobs, (list, tuple)):        # KnobSettings, as device.build takes
+            self._knobs = tuple(knobs)
+        else:
+            raise KnobError(f"DynamicBatcher: knobs={knobs!r} must be a mapping of knob id "
+                            "to value or a sequence of KnobSetting")
         self.max_batch_size = int(max_batch_size)
         self.max_delay_ms = float(max_delay_ms)
         self.buckets = _resolve_buckets(buckets, self.max_batch_size)
@@ -285,9 +295,10 @@ class DynamicBatcher:
                 max_concurrent_batches = len(streams) if streams is not None else 2
             except TypeError:
                 max_concurrent_batches = int(streams) if isinstance(streams, int) else 2
-        if int(max_concurrent_batches) < 1:
+        if type(max_concurrent_batches) is bool or not isinstance(
+                max_concurrent_batches, numbers.Integral) or max_concurrent_batches < 1:
             raise GraphError(f"DynamicBatcher: max_concurrent_batches="
-                             f"{max_concurrent_batches} must be >= 1")
+                             f"{max_concurrent_batches!r} must be an int >= 1")
         self.max_concurrent_batches = int(max_concurrent_batches)
 
         self._pattern_checked = self._check_pattern(graph)
@@ -360,7 +371,7 @@ class DynamicBatcher:
                                  "must be a per-request input")
         if inputs is None:
             inputs = [k for k in in_by_key if k in batched and k not in constants]
-        inputs = list(inputs)
+        inputs = [inputs] if isinstance(inputs, str) else list(inputs)   # one name
         if not inputs:
             raise GraphError(f"DynamicBatcher: graph {graph.name!r} has no batched input "
                              "(no non-virtual input follows dims[0] = N)")
@@ -379,7 +390,7 @@ class DynamicBatcher:
                                    "in constants=")
         if outputs is None:
             outputs = list(out_by_key)
-        outputs = list(outputs)
+        outputs = [outputs] if isinstance(outputs, str) else list(outputs)
         for name in outputs:
             if name not in out_by_key:
                 raise GraphError(f"DynamicBatcher: output {name!r} is not a non-virtual "
@@ -472,7 +483,8 @@ class DynamicBatcher:
 
     async def __aenter__(self) -> "DynamicBatcher":
         if self._state != "new":
-            raise DeviceError(f"DynamicBatcher: cannot start a batcher that is {self._state}")
+            raise DeviceError(f"DynamicBatcher: cannot start a batcher that is {self._state}",
+                              code="INVALID_VALUE")
         if not self._pattern_checked:
             await self._get_bucket(self.buckets[0])   # checks plan.pattern
         self._send, self._recv = anyio.create_memory_object_stream(math.inf)
@@ -550,7 +562,8 @@ class DynamicBatcher:
         """
         if self._state != "running":
             raise DeviceError(f"DynamicBatcher: not running (state {self._state}); call it "
-                              "inside 'async with DynamicBatcher(...) as batcher:'")
+                              "inside 'async with DynamicBatcher(...) as batcher:'",
+                              code="INVALID_VALUE")
         arrays, n = self._check_request(request)
         now, window = time.perf_counter(), anyio.current_time()
         pieces = []
@@ -595,6 +608,10 @@ class DynamicBatcher:
         for name, t in self._in_tensors.items():
             if name not in request:
                 raise VariantPackError(f"DynamicBatcher: request lacks input {name!r}")
+            if isinstance(request[name], np.ma.MaskedArray):   # the mask would be ignored
+                raise VariantPackError(f"DynamicBatcher: tensor {name!r}: masked arrays are "
+                                       "not taken (the mask would be ignored); pass "
+                                       "arr.filled(value) or arr.data")
             arr = np.asarray(request[name])
             want = tuple(t.dims[1:])
             if arr.ndim != len(t.dims) or tuple(arr.shape[1:]) != want or arr.shape[0] < 1:

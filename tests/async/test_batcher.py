@@ -16,6 +16,7 @@ from hipdnn_async._errors import (
     DeviceError,
     ExecutionError,
     GraphError,
+    KnobError,
     NotSupportedError,
     VariantPackError,
 )
@@ -434,6 +435,39 @@ async def test_bad_arguments():
                 hd.DynamicBatcher(dev, g, constants={"w": w, "b": b}, **kw)
         with pytest.raises(VariantPackError, match="constant 'w' needs a real numeric"):
             hd.DynamicBatcher(dev, g, constants={"w": w.astype(np.complex64), "b": b})
+
+
+async def test_odd_arguments_and_requests_found_trying_to_break_it():
+    """Issue 10 "widen the search": knobs=5 escaped as a TypeError; max_concurrent_batches
+    2.5 or "2" were truncated silently; a masked request lost its mask silently (execute
+    refuses masked arrays); calling a closed batcher had the code of a plan failure."""
+    rng = np.random.default_rng(17)
+    w, b = weights()
+    consts = {"w": w, "b": b}
+    async with hd.Device("cpu") as dev:
+        g = cbr_graph()
+        with pytest.raises(KnobError, match="knobs=5 must be a mapping"):
+            hd.DynamicBatcher(dev, g, constants=consts, knobs=5)
+        for bad in (2.5, "2", True, 0):
+            with pytest.raises(GraphError, match=f"max_concurrent_batches={bad!r} must be an "
+                                                 "int >= 1"):
+                hd.DynamicBatcher(dev, g, constants=consts, max_concurrent_batches=bad)
+        x = samples(rng, 2)
+        async with hd.DynamicBatcher(dev, g, constants=consts, inputs="x", outputs="y",
+                                     knobs=[hd.KnobSetting("global.benchmarking", 0)],
+                                     max_batch_size=4, max_delay_ms=1.0) as batcher:
+            assert batcher.inputs == ("x",) and batcher.outputs == ("y",)
+            masked = np.ma.masked_array(x, mask=x < 0)
+            with pytest.raises(VariantPackError, match="'x': masked arrays are not taken"):
+                await batcher(masked)
+            np.testing.assert_allclose(await batcher(x), ref_cbr(x, w, b), rtol=RTOL, atol=ATOL)
+        with pytest.raises(DeviceError, match="not running") as ei:
+            await batcher(x)
+        assert ei.value.code == "INVALID_VALUE"
+        with pytest.raises(DeviceError, match="cannot start") as ei:
+            async with batcher:
+                pass
+        assert ei.value.code == "INVALID_VALUE"
 
 
 async def test_error_in_body_fails_waiting_callers_and_propagates():
