@@ -130,10 +130,26 @@ def _os_error(message: str) -> DeviceError:
     return DeviceError(message, code="INVALID_VALUE")
 
 
+# SQLite INTEGER is a signed 64-bit integer (sqlite.org/datatype3.html).
+_INT_MAX = (1 << 63) - 1
+
+
+def _encodable(value: str) -> bool:
+    """Whether SQLite can store `value` (UTF-8: no lone surrogates such as '\\udcff')."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _check_str(owner: str, name: str, value) -> str:
     if not isinstance(value, str):
         raise _error(f"{owner}: field '{name}' must be a str; got "
                      f"{type(value).__name__} {value!r}")
+    if not _encodable(value):
+        raise _error(f"{owner}: field '{name}' must be valid Unicode text (no lone "
+                     f"surrogates); got {value!r}")
     return value
 
 
@@ -142,9 +158,23 @@ def _check_int(owner: str, name: str, value) -> int:
         raise _error(f"{owner}: field '{name}' must be an int; got "
                      f"{type(value).__name__} {value!r}")
     value = int(value)
-    if value < 0:
-        raise _error(f"{owner}: field '{name}' must be >= 0; got {value}")
+    if not 0 <= value <= _INT_MAX:
+        raise _error(f"{owner}: field '{name}' must be in [0, 2**63 - 1]; got {value}")
     return value
+
+
+def _check_path(owner: str, path) -> str:
+    """`path` (str, bytes or os.PathLike) as a str, or a PerfDbError naming what it is."""
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise _error(f"{owner}: path must be a str, bytes or os.PathLike; got "
+                     f"{type(path).__name__} {path!r}")
+    try:
+        path = os.fsdecode(path)
+    except TypeError as exc:            # an os.PathLike whose __fspath__ returns junk
+        raise _error(f"{owner}: path {path!r}: {exc}") from None
+    if not path or "\x00" in path:
+        raise _error(f"{owner}: path {path!r} is empty or holds a NUL character")
+    return path
 
 
 def _check_float(owner: str, name: str, value) -> float:
@@ -470,12 +500,7 @@ class PerfDb:
         if path is None:
             path = default_path()
             refusal = env_refusal(path)
-        if not isinstance(path, (str, bytes, os.PathLike)):
-            raise _error(f"PerfDb: path must be a str, bytes or os.PathLike; got "
-                         f"{type(path).__name__} {path!r}")
-        path = os.fsdecode(path)
-        if not path or "\x00" in path:
-            raise _error(f"PerfDb: path {path!r} is empty or holds a NUL character")
+        path = _check_path("PerfDb", path)
         if refusal is None:
             path = path if path == _MEMORY else os.path.abspath(os.path.expanduser(path))
         self.path: str = path
@@ -891,7 +916,7 @@ class PerfDb:
             Code ``INVALID_VALUE``: the operating system could not write it (permissions,
             a full disk, an I/O error).
         """
-        path = os.path.realpath(os.fsdecode(path))
+        path = os.path.realpath(_check_path("PerfDb.export_json", path))
         try:
             _regular_or_missing(path, "export target")
         except _Unusable as exc:
@@ -942,7 +967,7 @@ class PerfDb:
             Code ``INVALID_VALUE``: the operating system could not read the file
             (permissions, an I/O error).
         """
-        path = os.fsdecode(path)
+        path = _check_path("PerfDb.import_json", path)
         where = f"PerfDb.import_json: {path!r}"
         try:
             _regular_or_missing(path, "import source")
@@ -1025,11 +1050,11 @@ def _validate_export(doc, where: str) -> list[tuple]:
         for f in _FIELDS:
             v = e.get(f, SCHEMA1_ENGINE)      # only "engine" can be absent (schema 1)
             if f in _STR_FIELDS:
-                ok = isinstance(v, str)
-                want = "a str"
+                ok = isinstance(v, str) and _encodable(v)
+                want = "a str (valid Unicode: no lone surrogates)"
             elif f in ("workspace_limit", "workspace_bytes"):
-                ok = isinstance(v, int) and not isinstance(v, bool) and v >= 0
-                want = "an int >= 0"
+                ok = isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= _INT_MAX
+                want = "an int in [0, 2**63 - 1]"
             else:
                 ok = (isinstance(v, (int, float)) and not isinstance(v, bool)
                       and math.isfinite(v) and v >= 0)

@@ -222,7 +222,11 @@ def _doc(*entries):
     (_doc({**_good_entry(), "extra": 1}), "entry 0: unknown field 'extra'"),
     (_doc({**_good_entry(), "time_ms": "fast"}), "entry 0: field 'time_ms' must be a finite number"),
     (_doc({**_good_entry(), "workspace_limit": True}), "entry 0: field 'workspace_limit' must be an int"),
-    (_doc({**_good_entry(), "workspace_bytes": -1}), "entry 0: field 'workspace_bytes' must be an int >= 0"),
+    (_doc({**_good_entry(), "workspace_bytes": -1}), "entry 0: field 'workspace_bytes' must be an int in \\[0, 2\\*\\*63 - 1\\]"),
+    # SQLite's INTEGER is 64-bit signed: 2**63 raised OverflowError (widen the search)
+    (_doc({**_good_entry(), "workspace_limit": 2 ** 63}), "entry 0: field 'workspace_limit' must be an int in"),
+    # a lone surrogate ("\\udcff" in JSON) cannot be stored: it raised UnicodeEncodeError
+    (_doc({**_good_entry(), "problem": "\udcff"}), "entry 0: field 'problem' must be a str \\(valid Unicode"),
     (_doc({**_good_entry(), "problem": None}), "entry 0: field 'problem' must be a str"),
     (_doc(_good_entry(), {**_good_entry(), "measured_at": [1]}), "entry 1: field 'measured_at'"),
 ])
@@ -235,6 +239,28 @@ def test_import_malformed_rejected(db, tmp_path, doc, pattern):
     assert type(ei.value) is hd.PerfDbError and ei.value.code == "INVALID_VALUE"
     assert str(p) in str(ei.value)
     assert db.entries() == []          # all or nothing
+
+
+def test_odd_keys_records_and_paths_are_perfdb_errors_not_overflow_or_type_errors(db):
+    """Widen the search (issue 10): a workspace beyond SQLite's 64-bit INTEGER raised
+    OverflowError at store, a lone surrogate UnicodeEncodeError, a path of None/int a
+    TypeError and one holding NUL a bare ValueError; each is a PerfDbError naming it."""
+    for make, pattern in [
+            (lambda: PerfKey("cpu", "E", "v", "d", "p", 2 ** 63), "'workspace_limit' must be in"),
+            (lambda: PerfRecord("a", 1.0, 2 ** 64), "'workspace_bytes' must be in"),
+            (lambda: PerfKey("cpu", "E", "v", "d", "\udcff", 0), "'problem' must be valid Unicode"),
+            (lambda: PerfRecord("\ud800", 1.0, 0), "'algorithm' must be valid Unicode")]:
+        with pytest.raises(hd.PerfDbError, match=pattern):
+            make()
+    biggest = PerfKey("cpu", "E", "v", "d", "p", 2 ** 63 - 1)
+    r = rec()
+    db.store(biggest, r)
+    assert db.lookup(biggest) == r
+    for call in (db.export_json, db.import_json):
+        for bad, pattern in ((None, "path must be a str"), (5, "path must be a str"),
+                             ("a\0b", "holds a NUL"), ("", "is empty")):
+            with pytest.raises(hd.PerfDbError, match=pattern):
+                call(bad)
 
 
 def test_import_not_json(db, tmp_path):
