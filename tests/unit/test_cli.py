@@ -3,6 +3,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 import hipdnn_async as hd
 from hipdnn_async import _perfdb
 from hipdnn_async.cli import main
@@ -129,3 +131,17 @@ def test_info_of_a_refused_relative_env_db_says_it_does_not_exist(tmp_path, caps
     assert info["perfdb_exists"] is False
     assert (tmp_path / "rel.db").read_bytes() == b""
     _perfdb.reset_default_perfdb()
+
+
+def test_bench_json_in_a_missing_folder_is_a_usage_error_before_benchmarking(tmp_path, capsys,
+                                                                              monkeypatch):
+    """Widen the search (issue 10): `bench --json /no/such/dir/x.json` benchmarked for
+    minutes, then died with a FileNotFoundError traceback."""
+    from hipdnn_async import _bench
+    monkeypatch.setattr(_bench, "run", lambda *a: pytest.fail("benchmarked before the check"))
+    for path, why in ((tmp_path / "no" / "x.json", "does not exist"), (tmp_path, "directory")):
+        try:
+            rc = main(["bench", "--quick", "--json", str(path)])
+        except SystemExit as exc:
+            rc = exc.code
+        assert rc == 2 and why in capsys.readouterr().err
