@@ -102,9 +102,9 @@ def test_streams_beyond_the_maximum_are_a_device_error_and_start_nothing():
 def test_perfdb_path_types(tmp_path):
     with hd.Device("cpu", streams=1, perfdb=os.fsencode(tmp_path / "p.sqlite3")) as d:
         assert d._perfdb.path == str(tmp_path / "p.sqlite3") and not d._perfdb.in_memory
-    with pytest.raises(hd.DeviceError) as ei:
+    with pytest.raises(hd.PerfDbError) as ei:       # review F3: a ValueError, not DeviceError
         hd.PerfDb(3)
-    assert type(ei.value) is hd.DeviceError
+    assert type(ei.value) is hd.PerfDbError and isinstance(ei.value, ValueError)
 
 
 @pytest.mark.parametrize("call", ["get_ranked_engine_ids", "get_workspace_size", "build_plans",
