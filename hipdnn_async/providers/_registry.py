@@ -99,7 +99,7 @@ def provider_for(kind: str, index: int) -> Provider:
         raise DeviceError(
             f"Device: no usable {'GPU' if kind == 'gpu' else kind.upper()} device for "
             f"'{kind}:{index}': {gpu_unavailable_reason(kind)}; devices present: "
-            f"{available_devices()}", code="INVALID_VALUE")   # as for an index beyond them
+            f"{available_devices()}")
     if kind == "gpu":
         if index >= len(mine):
             raise DeviceError(f"Device: no device 'gpu:{index}'; {len(mine)} GPU(s) present: "
