@@ -166,9 +166,11 @@ def build_nvidia(headers: dict) -> FakeLibs:
                     str(final))
 
 
-def header_constants(names, headers: dict, includes=("cuda_runtime_api.h", "cudnn.h")) -> dict:
+def header_constants(names, headers: dict, includes=("cuda_runtime_api.h", "cudnn.h"),
+                     defines=()) -> dict:
     """The headers' own values of enumerators / macros ``names`` (compiled and run once
     with the system compiler): the independent truth the tests compare logs against.
+    ``defines`` are extra compiler flags (``-D__HIP_PLATFORM_AMD__`` for the HIP headers).
 
     Raises
     ------
@@ -179,7 +181,8 @@ def header_constants(names, headers: dict, includes=("cuda_runtime_api.h", "cudn
     src = "".join(f"#include <{h}>\n" for h in includes) + "#include <stdio.h>\nint main(void) {\n"
     src += "".join(f'    printf("%s %lld\\n", "{n}", (long long)({n}));\n' for n in names)
     src += "    return 0;\n}\n"
-    key = _digest([compiler("c"), src, json.dumps({k: v[1] for k, v in headers.items()}, sort_keys=True)])
+    key = _digest([compiler("c"), src, *defines,
+                   json.dumps({k: v[1] for k, v in headers.items()}, sort_keys=True)])
     root = _headers.cache_root() / "probe"
     root.mkdir(parents=True, exist_ok=True)
     out_json = root / f"{key}.json"
@@ -187,7 +190,7 @@ def header_constants(names, headers: dict, includes=("cuda_runtime_api.h", "cudn
         with tempfile.TemporaryDirectory(dir=root) as tmp:
             c_file, exe = Path(tmp) / "probe.c", Path(tmp) / "probe"
             c_file.write_text(src)
-            cmd = shlex.split(compiler("c")) + ["-std=gnu11", "-o", str(exe), str(c_file)]
+            cmd = shlex.split(compiler("c")) + ["-std=gnu11", *defines, "-o", str(exe), str(c_file)]
             cmd += [a for v in headers.values() for a in ("-isystem", str(v[0]))]
             proc = subprocess.run(cmd, capture_output=True, text=True)
             if proc.returncode != 0:
