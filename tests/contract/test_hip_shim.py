@@ -212,7 +212,7 @@ def test_stream_order_and_events(hip_on_fake, cuda_values):
     log = between(r["log"], "order", "end")
     assert not violations(r["log"]), violations(r["log"])
     assert r["ordered_ok"], "stream 2 ran before the event of stream 1"
-    assert r["pending_seen"] and r["stream_pending_seen"], "the 20 ms copy was not seen in flight"
+    assert r["pending_seen"] and r["stream_pending_seen"], "the delayed copy was not seen in flight"
     assert r["complete_after"] and r["stream_idle_after"]
     assert r["elapsed_ms"] > 0
     assert r["untimed_error"] is not None and "GpuError" in r["untimed_error"]["mro"]

@@ -191,7 +191,7 @@ def order_case(fake: bool = False, nbytes: int = 1 << 16) -> dict:
     ev, done = hip.event_create(), hip.event_create()
     t0, t1 = hip.event_create(hip.EVENT_DEFAULT), hip.event_create(hip.EVENT_DEFAULT)
     if fake:
-        ctl.set_delay_us(20000)      # the first copy stays in flight long enough to see it
+        ctl.set_delay_us(50000)      # the first copy stays in flight long enough to see it
         ctl.mark("order")
     hip.event_record(t0, s1)
     hip.memset_async(a, 0, nbytes, s1)   # two items ahead of the event: stream 2 would win
@@ -432,6 +432,8 @@ def queue_case(fake: bool = False, backend: str = "asyncio", n: int = 8,
                 hip.memcpy_async(mid.ptr, host.ptr, big, hip.MEMCPY_HOST_TO_DEVICE, s)
                 hip.memcpy_async(out_big.ptr, mid.ptr, big, hip.MEMCPY_DEVICE_TO_DEVICE, s)
 
+            if fake:
+                ctl.set_delay_us(100000)   # in flight for 0.2 s: a busy host still sees it
             c = await pool.submit(long_work, keepalive=(token,), stream=0)
             del token
             scope = anyio.CancelScope()
