@@ -13,6 +13,9 @@ semantics of API.md and the perf-db records are one implementation:
 - ``choose``: without benchmarking the engine's heuristic pick; with it the perf db's
   winner for (provider, engine, library versions, device, problem, limit), or the
   engine's measurement, stored there.
+- ``fastest``: which of several timed candidates a benchmark keeps: the heuristic's own
+  choice unless another is faster by more than the timing noise (``BENCH_MARGIN``), so
+  that benchmarking never ends on something slower than the heuristic's pick.
 """
 from __future__ import annotations
 
@@ -26,28 +29,35 @@ from .. import _knobs, _perfdb
 from .._errors import KnobError
 from ..patterns import Pattern
 
-__all__ = ["Algorithm", "Candidate", "Choice", "WORKSPACE_KNOB_PATTERNS", "engine_knobs", "within_limit",
-           "perf_key", "tuned", "choose"]
+__all__ = ["Algorithm", "Candidate", "Choice", "WORKSPACE_KNOB_PATTERNS", "BENCH_MARGIN",
+           "engine_knobs", "within_limit", "perf_key", "tuned", "choose", "fastest"]
 
 log = logging.getLogger("hipdnn_async")
 
 # Patterns offered the workspace knob: the single-node convolutions (the seed, "Knobs").
 WORKSPACE_KNOB_PATTERNS = frozenset({Pattern.CONV_DGRAD, Pattern.CONV_FPROP, Pattern.CONV_WGRAD})
+# A timed candidate replaces the heuristic's choice only when its median time is lower by
+# more than this fraction: run-to-run spread of a median of 7 event-timed runs on the
+# H200 is 1-2 %, and a switch inside the noise can only lose.
+BENCH_MARGIN = 0.03
 
 
 class Algorithm(str):
     """``plan.algorithm``: the algorithm's name (a plain ``str``: what the perf db stores
     and comparisons see) carrying why the engine chose it in ``.reason`` (e.g. "cuDNN
     heuristics mode A, rank 1 of the 4 configs the numerical policy accepts; tensor
-    cores, deterministic")."""
+    cores, deterministic") and, in ``.trials``, what was considered: ``(name, ms)`` pairs
+    in the engine's heuristic order (``ms`` the measured median with benchmarking, None
+    for a candidate not timed), for benchmarks and diagnostics."""
 
-    def __new__(cls, name: str, reason: str = ""):
+    def __new__(cls, name: str, reason: str = "", trials=()):
         obj = super().__new__(cls, name)
         obj.reason = reason
+        obj.trials = tuple((str(n), None if ms is None else float(ms)) for n, ms in trials)
         return obj
 
     def __reduce__(self):
-        return (Algorithm, (str(self), self.reason))
+        return (Algorithm, (str(self), self.reason, self.trials))
 
 
 @dataclass(frozen=True)
@@ -84,7 +94,7 @@ class Choice:
     (taken from the perf db); neither for a heuristic choice. ``limit`` is the workspace
     limit in force, ``fitting`` the candidates within it (for an engine that falls back
     when its choice refuses to run), ``time_ms`` the measured time (None unless
-    benchmarked)."""
+    benchmarked), ``trials`` the measurement's ``(name, ms)`` pairs where it gave them."""
 
     candidate: Candidate
     limit: int
@@ -92,6 +102,7 @@ class Choice:
     benchmarked: bool = False
     perfdb_hit: bool = False
     time_ms: float | None = None
+    trials: tuple = ()
 
 
 def engine_knobs(match, candidates: Sequence[Candidate] = ()) -> list:
@@ -138,7 +149,7 @@ def perf_key(provider, engine_name: str, match, limit: int, *,
 def tuned(perfdb, key: _perfdb.PerfKey, fitting: Sequence[Candidate],
           measure: Callable[[list], tuple], *, schema1: bool = False) -> Choice:
     """The perf db's winner for ``key`` among ``fitting``; else ``measure(fitting)``
-    -> (candidate, ms), stored under ``key``.
+    -> (candidate, ms) or (candidate, ms, trials), stored under ``key``.
 
     A stored algorithm that no longer fits (or exists) is tuned again, with a warning.
     ``schema1``: the engine may claim an entry of a schema-1 db (``PerfDb.lookup``).
@@ -153,13 +164,15 @@ def tuned(perfdb, key: _perfdb.PerfKey, fitting: Sequence[Candidate],
                     "bytes for engine %s; tuning again", record.algorithm,
                     key.workspace_limit, key.engine)
     _perfdb.count("benchmarks_run")
-    best, ms = measure(list(fitting))
-    ms = float(ms)
+    measured = measure(list(fitting))
+    best, ms = measured[0], float(measured[1])
+    trials = tuple(measured[2]) if len(measured) > 2 else ()
     perfdb.store(key, _perfdb.PerfRecord(algorithm=best.name,
                                          time_ms=ms if math.isfinite(ms) and ms >= 0 else 0.0,
                                          workspace_bytes=best.workspace_bytes,
                                          measured_at=time.time()))
-    return Choice(best, key.workspace_limit, tuple(fitting), benchmarked=True, time_ms=ms)
+    return Choice(best, key.workspace_limit, tuple(fitting), benchmarked=True, time_ms=ms,
+                  trials=trials)
 
 
 def choose(engine, match, candidates: Sequence[Candidate], knobs: Mapping[str, int], perfdb,
@@ -179,7 +192,8 @@ def choose(engine, match, candidates: Sequence[Candidate], knobs: Mapping[str, i
     heuristic : callable
         ``heuristic(fitting, limit) -> Candidate`` without benchmarking.
     measure : callable
-        ``measure(fitting) -> (Candidate, ms)`` with benchmarking, on a perf-db miss.
+        ``measure(fitting) -> (Candidate, ms[, trials])`` with benchmarking, on a
+        perf-db miss.
     tunable : callable, optional
         ``tunable(fitting) -> list``: the candidates benchmarking may pick (perf-db hit
         or measurement), e.g. those whose workspace this machine can hold; non-empty.
@@ -199,3 +213,30 @@ def choose(engine, match, candidates: Sequence[Candidate], knobs: Mapping[str, i
         fitting = tunable(fitting)
     key = perf_key(engine.provider, engine.name, match, limit, device=device)
     return tuned(perfdb, key, fitting, measure, schema1=engine.schema1)
+
+
+def fastest(times: Sequence[float], margin: float = BENCH_MARGIN) -> int:
+    """Index of the candidate a benchmark keeps, of ``times`` (ms, in the engine's
+    heuristic order: index 0 is the heuristic's own choice).
+
+    The fastest finite time wins only if it beats the heuristic's choice by more than
+    ``margin`` (a fraction); a NaN, infinite or negative time (a failed or unusable
+    measurement) never wins. With no usable time at all, index 0.
+
+    Raises
+    ------
+    ValueError
+        ``times`` is empty.
+    """
+    if not times:
+        raise ValueError("fastest: no candidates were timed")
+    usable = [(t, i) for i, t in enumerate(times)
+              if t is not None and math.isfinite(t) and t >= 0]
+    if not usable:
+        return 0
+    best_ms, best = min(usable)
+    first = times[0]
+    if best != 0 and first is not None and math.isfinite(first) and first >= 0 \
+            and best_ms >= first * (1.0 - margin):
+        return 0
+    return best

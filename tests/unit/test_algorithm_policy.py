@@ -72,3 +72,188 @@ def test_algorithm_is_a_name_with_a_reason():
     b = pickle.loads(pickle.dumps(a))
     assert b == a and b.reason == a.reason and type(b) is Algorithm
     assert Algorithm("x").reason == ""
+
+
+# ---------------------------------------------------------------------------------------
+# Benchmarking (issue 11, bench_gpu's 37.9x case): the timing of candidates on the build
+# stream, and which candidate a benchmark keeps. A fake runtime with one clock per stream
+# stands in for the GPU: a launch advances its stream's clock by the kernel's duration, an
+# event takes its stream's time, and an elapsed time can only be read once the event has
+# completed (a synchronize), as cudaEventElapsedTime returns cudaErrorNotReady before.
+
+import types  # noqa: E402
+
+from hipdnn_async.providers import _tuning  # noqa: E402
+from hipdnn_async.providers._gpu import _trial  # noqa: E402
+
+
+class ClockRuntime:
+    def __init__(self):
+        self.clock, self.events, self.done, self.calls = {}, {}, set(), []
+        self._next = iter(range(0x100, 0x10000))
+
+    def stream_create(self):
+        s = next(self._next)
+        self.clock[s] = 0.0
+        return s
+
+    def kernel(self, stream, ms):
+        self.calls.append(("kernel", stream, ms))
+        self.clock[stream] += ms
+
+    def event_create(self, flags):
+        assert flags == 0, "timing events need flags 0 (cudaEventDefault)"
+        e = next(self._next)
+        self.calls.append(("event_create", e))
+        return e
+
+    def event_record(self, event, stream):
+        self.calls.append(("event_record", event, stream))
+        self.events[event] = (stream, self.clock[stream])
+        self.done.discard(event)
+
+    def _complete(self, stream):
+        self.done.update(e for e, (s, _) in self.events.items() if s == stream)
+
+    def event_synchronize(self, event):
+        self.calls.append(("event_synchronize", event))
+        self._complete(self.events[event][0])
+
+    def stream_synchronize(self, stream):
+        self.calls.append(("stream_synchronize", stream))
+        self._complete(stream)
+
+    def event_elapsed_time(self, start, end):
+        if not {start, end} <= self.done:
+            raise RuntimeError("cudaErrorNotReady: elapsed time read before the events completed")
+        (s0, t0), (s1, t1) = self.events[start], self.events[end]
+        assert s0 == s1
+        return t1 - t0
+
+    def event_destroy(self, event):
+        self.calls.append(("event_destroy", event))
+
+
+def _build_stream(rt):
+    ctx = types.SimpleNamespace(activate=lambda: None, pooled=False, runtime=rt)
+    bound = {}
+
+    def make_handle(stream):
+        bound["stream"] = stream
+        return types.SimpleNamespace(ptr=0x5EED, close=lambda: None)
+    return _trial.BuildStream(ctx, "cuda:0", "cudnn", make_handle), bound
+
+
+def test_time_runs_times_the_build_stream_after_warm_up_and_gives_each_run():
+    rt = ClockRuntime()
+    b, bound = _build_stream(rt)
+    # the first call compiles (NVRTC) and the second loads a module lazily: warm-up only
+    durations = iter([40.0, 3.0, 1.0, 1.0, 1.1, 0.9, 1.0, 9.0, 1.0, 1.0])
+    with b.lock:
+        b.handle()
+        times = b.time_runs(lambda: rt.kernel(bound["stream"], next(durations)))
+    assert times == pytest.approx([1.0, 1.1, 0.9, 1.0, 9.0, 1.0, 1.0])
+    assert _trial.median(times) == pytest.approx(1.0)        # the 9 ms stall does not count
+    records = [c for c in rt.calls if c[0] == "event_record"]
+    assert len(records) == 2 * _trial.TIMED_RUNS and {c[2] for c in records} == {b.stream}
+    # the warm-ups are waited for before the first timing event
+    first_record = rt.calls.index(records[0])
+    assert ("stream_synchronize", b.stream) in rt.calls[:first_record]
+    made = {c[1] for c in rt.calls if c[0] == "event_create"}
+    assert made == {c[1] for c in rt.calls if c[0] == "event_destroy"}
+
+
+def test_median():
+    assert _trial.median([3.0, 1.0, 2.0]) == 2.0
+    assert _trial.median([4.0, 1.0, 2.0, 3.0]) == 2.5
+    with pytest.raises(ValueError):
+        _trial.median([])
+
+
+@pytest.mark.parametrize("times,kept", [
+    ([1.0, 0.99, 1.2], 0),          # within the noise: the heuristic's choice stays
+    ([1.0, 0.5, 0.7], 1),           # clearly faster: it wins
+    ([1.0, 1.5, 0.98], 0),          # 2%: inside the 3% margin
+    ([1.0, 1.5, 0.95], 2),          # 5%: past it
+    ([float("nan"), 2.0, 3.0], 1),  # the heuristic's choice could not be timed
+    ([1.0, float("nan"), -1.0, float("inf")], 0),   # unusable times never win
+    ([float("nan")], 0),
+])
+def test_a_benchmark_keeps_the_heuristic_choice_unless_another_is_clearly_faster(times, kept):
+    assert _tuning.fastest(times) == kept
+
+
+def test_fastest_needs_candidates():
+    with pytest.raises(ValueError):
+        _tuning.fastest([])
+
+
+# The graph engine's benchmark over scripted candidates: which are timed, which is kept.
+
+from hipdnn_async.providers.cudnn import _graph as cudnn_graph, _graph_plan  # noqa: E402
+
+
+class _Plan:
+    def __init__(self, name):
+        self.algorithm = name
+
+
+def _graph_engine(monkeypatch, times, declined=()):
+    eng = cudnn_graph.CudnnGraphEngine(build=None, describe=lambda: {})
+    timed = []
+    monkeypatch.setattr(eng, "_verified", lambda be, m, spec, cand, bufs, limit: (
+        (None, "finalize: NOT_SUPPORTED") if cand.index in declined else (_Plan(f"eng{cand.index}"), "")))
+
+    def fake_time(plan, bufs):
+        timed.append(plan.algorithm)
+        return times[int(plan.algorithm[3:])]
+    monkeypatch.setattr(eng, "_time", fake_time)
+    be = types.SimpleNamespace(NUMERICAL_NOTE_TENSOR_CORE=1, NUMERICAL_NOTE_NONDETERMINISTIC=2)
+    cands = [_graph_plan.Candidate(None, i, frozenset(), frozenset(), 0, "A")
+             for i in range(len(times))]
+    return eng, be, [("spec", "graph", cands)], timed
+
+
+def test_graph_benchmark_keeps_the_heuristic_first_within_the_noise(monkeypatch):
+    eng, be, pools, timed = _graph_engine(monkeypatch, [0.120, 0.119, 4.5, 0.2])
+    plan, cand, ms = eng._benchmark(be, None, pools, {}, None, "t")
+    assert plan.algorithm == "eng0" and cand.index == 0 and ms == 0.120
+    assert plan.algorithm.trials == (("eng0", 0.120), ("eng1", 0.119), ("eng2", 4.5),
+                                     ("eng3", 0.2))
+    assert "heuristic's choice, kept" in plan.algorithm.reason
+
+
+def test_graph_benchmark_takes_a_clearly_faster_config(monkeypatch):
+    eng, be, pools, timed = _graph_engine(monkeypatch, [3.9, 0.29, 0.5], declined={1})
+    plan, cand, ms = eng._benchmark(be, None, pools, {}, None, "t")
+    assert plan.algorithm == "eng2" and ms == 0.5 and timed == ["eng0", "eng2"]
+    assert "the heuristic's choice took 3.9000 ms" in plan.algorithm.reason
+
+
+def test_graph_benchmark_times_at_least_8_configs_as_pytorch_does(monkeypatch):
+    n = 24
+    eng, be, pools, timed = _graph_engine(monkeypatch, [1.0] * (n - 1) + [0.1])
+    plan, *_ = eng._benchmark(be, None, pools, {}, None, "t")
+    assert 8 <= cudnn_graph._BENCH_CANDIDATES == len(timed) < n
+    assert timed == [f"eng{i}" for i in range(len(timed))]     # in heuristic order
+    assert plan.algorithm == "eng0"
+
+
+def test_graph_time_is_the_median_on_the_build_stream_through_the_build_handle(monkeypatch):
+    rt = ClockRuntime()
+    b, bound = _build_stream(rt)
+    b.context.runtime = rt
+    eng = cudnn_graph.CudnnGraphEngine(build=b, describe=lambda: {})
+    monkeypatch.setattr(cudnn_graph, "GpuArray", lambda dims, *a: types.SimpleNamespace(ptr=0x9000))
+    durations = iter([50.0, 0.2, 0.2] + [0.2, 0.21, 0.19, 5.0, 0.2, 0.2, 0.2])
+    handles = []
+
+    def execute(handle, plan, uids, pack, ws):
+        handles.append(handle)
+        rt.kernel(bound["stream"], next(durations))     # the handle is bound to this stream
+    plan = types.SimpleNamespace(workspace_size=0, _cudnn_ws=0, plan="P", _uids=(1,),
+                                 _be=types.SimpleNamespace(execute=execute),
+                                 pointers=lambda ptrs, ws: [ptrs["x"]])
+    ms = eng._time(plan, {"x": types.SimpleNamespace(ptr=0x1000)})
+    assert ms == pytest.approx(0.2) and set(handles) == {0x5EED}
+    assert len(handles) == _trial.WARMUP_RUNS + _trial.TIMED_RUNS

@@ -4,6 +4,12 @@ Every GPU plan runs once at build on zero-filled scratch buffers, on a stream an
 handle of its own: vendor libraries list algorithms (or modes) that their execution then
 refuses for our layout or math type, and a refusal at build lets the provider pick the
 next one instead of failing the user's first execution.
+
+Benchmarks time candidates here too (:meth:`BuildStream.time_runs`): on the build stream
+(the stream the build handle is bound to), after warm-up runs that absorb the first
+call's one-time costs (NVRTC compile, lazy module load, plan-internal setup), with a
+pair of timing events around each run and the median of the runs, so that one host
+stall or clock change does not decide the choice.
 """
 from __future__ import annotations
 
@@ -14,7 +20,19 @@ from ..._types import numpy_dtype
 from ...runtime import GpuArray, LaunchContext
 from ._launch import StreamResources
 
-__all__ = ["BuildStream"]
+__all__ = ["BuildStream", "median", "WARMUP_RUNS", "TIMED_RUNS"]
+
+WARMUP_RUNS = 3     # untimed runs first (the first one may compile or load modules)
+TIMED_RUNS = 7      # event-timed runs; their median is the candidate's time
+
+
+def median(values) -> float:
+    """The median of a non-empty sequence of floats (mean of the middle two if even)."""
+    v = sorted(values)
+    n = len(v)
+    if not n:
+        raise ValueError("median of no values")
+    return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
 
 
 class BuildStream:
@@ -100,3 +118,42 @@ class BuildStream:
                 lc.exit()
                 lc.resources.clear()   # the build stream keeps its resources
                 self._rt.stream_synchronize(self.stream)
+
+    def time_runs(self, launch: Callable[[], None], *, warmup: int = WARMUP_RUNS,
+                  runs: int = TIMED_RUNS) -> list[float]:
+        """Milliseconds of each of ``runs`` executions of ``launch()`` on the build stream.
+
+        ``launch()`` enqueues one execution on the build stream (through the build
+        handle, which is bound to it). ``warmup`` untimed executions run first and are
+        waited for; then each timed execution is enqueued between two timing events
+        recorded on the build stream, and the last event is waited for before any
+        elapsed time is read. The caller holds :attr:`lock`.
+
+        Raises
+        ------
+        ValueError
+            ``runs`` < 1.
+        GpuError, CudnnError
+            A launch or the runtime failed.
+        """
+        if runs < 1:
+            raise ValueError(f"time_runs: runs must be >= 1; got {runs}")
+        rt = self._rt
+        self._resources()
+        for _ in range(max(warmup, 0)):
+            launch()
+        rt.stream_synchronize(self.stream)
+        events = []
+        try:
+            for _ in range(runs):
+                events.append((rt.event_create(0), rt.event_create(0)))   # 0: timing on
+            for start, end in events:
+                rt.event_record(start, self.stream)
+                launch()
+                rt.event_record(end, self.stream)
+            rt.event_synchronize(events[-1][1])
+            return [float(rt.event_elapsed_time(start, end)) for start, end in events]
+        finally:
+            for pair in events:
+                for ev in pair:
+                    rt.event_destroy(ev)

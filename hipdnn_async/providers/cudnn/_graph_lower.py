@@ -27,13 +27,13 @@ def data_type(be, dt: DataType) -> int:
             DataType.BFLOAT16: be.DATA_BFLOAT16, DataType.DOUBLE: be.DATA_DOUBLE}[dt]
 
 
-def _tensor(be, t):
+def _tensor(be, t, alignment: int = BYTE_ALIGNMENT):
     d = be.Descriptor(be.BACKEND_TENSOR_DESCRIPTOR)
     d.set_enum(be.ATTR_TENSOR_DATA_TYPE, be.TYPE_DATA_TYPE, data_type(be, t.data_type))
     d.set_int64(be.ATTR_TENSOR_DIMENSIONS, t.dims)
     d.set_int64(be.ATTR_TENSOR_STRIDES, t.strides)
     d.set_int64(be.ATTR_TENSOR_UNIQUE_ID, t.uid)
-    d.set_int64(be.ATTR_TENSOR_BYTE_ALIGNMENT, BYTE_ALIGNMENT)
+    d.set_int64(be.ATTR_TENSOR_BYTE_ALIGNMENT, alignment)
     if t.virtual:
         d.set_bool(be.ATTR_TENSOR_IS_VIRTUAL, True)
     if t.by_value:
@@ -168,15 +168,19 @@ _OPS = {"conv_fprop": _conv_op, "conv_dgrad": _conv_op, "conv_wgrad": _conv_op,
         "norm_backward": _norm_backward}
 
 
-def lower(be, spec, handle: int):
+def lower(be, spec, handle: int, *, alignment: int = BYTE_ALIGNMENT):
     """The finalized OPERATIONGRAPH descriptor of ``spec`` on cuDNN handle ``handle``.
+
+    ``alignment``: the BYTE_ALIGNMENT declared for every tensor (plans are built with
+    ``BYTE_ALIGNMENT``; another value only serves diagnostics such as bench_gpu's
+    heuristic orders: PyTorch declares up to 32 for cudaMalloc'ed buffers).
 
     Raises
     ------
     NotSupportedError, ExecutionError
         A descriptor's finalize refused (cuDNN names the reason in the message).
     """
-    tensors = {t.uid: _tensor(be, t) for t in spec.tensors}
+    tensors = {t.uid: _tensor(be, t, alignment) for t in spec.tensors}
     ops = [_OPS[op.kind](be, op, tensors) for op in spec.ops]
     g = be.Descriptor(be.BACKEND_OPERATIONGRAPH_DESCRIPTOR)
     g.set_descriptors(be.ATTR_OPERATIONGRAPH_OPS, ops)

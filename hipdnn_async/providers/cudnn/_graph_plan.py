@@ -31,11 +31,12 @@ import numpy as np
 from ..._errors import VariantPackError
 from .._base import ProviderPlan
 from .._gpu._workspace import Segments
+from .._tuning import BENCH_MARGIN as _BENCH_MARGIN
 from . import _plans
 from ._graph_lower import BYTE_ALIGNMENT
 
-__all__ = ["Candidate", "heuristic_candidates", "rejection", "ordered", "execution_plan",
-           "plan_from_json", "config_from_name", "GraphPlan", "parse_name"]
+__all__ = ["Candidate", "heuristic_candidates", "heuristic_order", "rejection", "ordered",
+           "execution_plan", "plan_from_json", "config_from_name", "GraphPlan", "parse_name"]
 
 
 @dataclass
@@ -143,6 +144,22 @@ def heuristic_candidates(be, graph, accept, log=None) -> list[Candidate]:
     return out
 
 
+def heuristic_order(be, graph, mode_label: str, *, float_io: bool) -> list[str]:
+    """One heuristics mode's configs for ``graph`` in cuDNN's order, as short strings
+    (``"eng25"``; ``"eng9!tf32"`` where the default numerical policy rejects it, with the
+    first word of the reason), for diagnostics (bench_gpu). ``mode_label``: "A", "B" or
+    "FALLBACK"."""
+    mode = {"A": be.HEUR_MODE_A, "B": be.HEUR_MODE_B, "FALLBACK": be.HEUR_MODE_FALLBACK}[mode_label]
+    out = []
+    for cfg in _query(be, graph, mode):
+        c = _inspect(be, cfg, mode_label)
+        why = rejection(be, c, float_io=float_io, allow_tf32=False)
+        tag = "" if why is None else "!" + {"down-converts": "downconv", "reduces": "rpr",
+                                            "uses": "tf32", "FFT": "fft"}.get(why.split()[0], "x")
+        out.append(f"eng{c.index}{tag}")
+    return out
+
+
 def rejection(be, c: Candidate, *, float_io: bool, allow_tf32: bool,
               deterministic: bool = False) -> str | None:
     """Why the numerical policy (module docstring) rejects ``c``, or None."""
@@ -183,12 +200,21 @@ def describe_notes(be, c: Candidate) -> str:
     return ", ".join(words)
 
 
-def explain(be, c: Candidate, *, rank: int, of: int, timed: int = 0, ms: float = 0.0) -> str:
+def explain(be, c: Candidate, *, rank: int, of: int, timed: int = 0, ms: float = 0.0,
+            kept_first: bool = False, first_ms: float | None = None) -> str:
     """Why ``c`` was chosen, for ``plan.algorithm.reason``: cuDNN's heuristic rank among
-    the configs the policy accepts (or the benchmark), and its numerical notes."""
-    how = (f"fastest of {timed} configs timed ({ms:.4f} ms)" if timed else
-           f"cuDNN heuristics mode {c.mode}, rank {rank} of the {of} configs the numerical "
-           "policy accepts")
+    the configs the policy accepts (or the benchmark: how many were timed, the median,
+    and whether the heuristic's own choice was kept), and its numerical notes."""
+    if timed:
+        how = f"fastest of {timed} configs timed ({ms:.4f} ms median)"
+        if kept_first and timed > 1:
+            how = (f"the heuristic's choice, kept: none of the {timed} configs timed was "
+                   f"faster by over {int(round(_BENCH_MARGIN * 100))}% ({ms:.4f} ms median)")
+        elif first_ms is not None and timed > 1:
+            how += f"; the heuristic's choice took {first_ms:.4f} ms"
+    else:
+        how = (f"cuDNN heuristics mode {c.mode}, rank {rank} of the {of} configs the "
+               "numerical policy accepts")
     return f"{how}; {describe_notes(be, c)}"
 
 

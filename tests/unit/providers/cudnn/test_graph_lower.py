@@ -134,3 +134,14 @@ def test_constants_match_cudnn_graph_h(be):
     assert (be.ATTR_TENSOR_UNIQUE_ID, be.ATTR_VARIANT_PACK_WORKSPACE) == (906, 1003)
     assert (be.ATTR_OPERATION_NORM_FWD_YDESC, be.ATTR_OPERATION_NORM_BWD_DXDESC) == (2013, 2109)
     assert (be.POINTWISE_RELU_BWD, be.HEUR_MODE_A, be.DATA_BFLOAT16) == (200, 3, 9)
+
+
+def test_lower_declares_another_alignment_only_when_asked():
+    be = _fake_backend.fake_module()
+    (spec,) = graph_spec(match(_conv_graph("fprop")), "t")
+    for align in (None, 32):
+        _fake_backend.CALLS.clear()
+        _graph_lower.lower(be, spec, 7, **({} if align is None else {"alignment": align}))
+        tensors = [d for kind, k, d in _fake_backend.CALLS if k == be.BACKEND_TENSOR_DESCRIPTOR]
+        assert tensors and {d.values[be.ATTR_TENSOR_BYTE_ALIGNMENT] for d in tensors} == {
+            (align or _graph_lower.BYTE_ALIGNMENT,)}

@@ -66,8 +66,14 @@ def test_explain_names_rank_policy_and_notes(be):
     assert _graph_plan.explain(be, c, rank=2, of=5) == (
         "cuDNN heuristics mode A, rank 2 of the 5 configs the numerical policy accepts; "
         "tensor cores, not deterministic")
-    assert _graph_plan.explain(be, _cand(be), rank=0, of=0, timed=8, ms=0.0123) == (
-        "fastest of 8 configs timed (0.0123 ms); deterministic")
+    assert _graph_plan.explain(be, _cand(be), rank=0, of=0, timed=8, ms=0.0123,
+                               first_ms=0.05) == (
+        "fastest of 8 configs timed (0.0123 ms median); the heuristic's choice took "
+        "0.0500 ms; deterministic")
+    assert _graph_plan.explain(be, _cand(be), rank=0, of=0, timed=3, ms=0.02,
+                               kept_first=True, first_ms=0.02) == (
+        "the heuristic's choice, kept: none of the 3 configs timed was faster by over 3% "
+        "(0.0200 ms median); deterministic")
 
 
 def _cfg(be, index, notes=(), ws=64, knobs=()):
@@ -260,3 +266,25 @@ def test_graph_api_engine_declines_float_wgrad_and_without_the_backend(monkeypat
     monkeypatch.setenv(_graph.DISABLE_ENV, "0")
     with pytest.raises(hd.NotSupportedError, match="turned off"):
         eng.offer(match(_conv_graph("fprop", dtype="float16")))
+
+
+def test_heuristic_order_lists_one_mode_and_marks_what_the_policy_rejects(be):
+    F = _fake_backend.FakeDescriptor
+    results = [_cfg(be, 2), _cfg(be, 9, notes=(be.NUMERICAL_NOTE_TENSOR_CORE,)), _cfg(be, 25)]
+    asked = []
+
+    class Heur(F):
+        def finalize(self):
+            asked.append(self.values.get(be.ATTR_ENGINEHEUR_MODE))
+
+        def count(self, attr, t):
+            return len(results)
+
+        def get_descriptors(self, attr, kind, n):
+            return results[:n]
+
+    be.Descriptor = lambda kind: Heur(kind) if kind == be.BACKEND_ENGINEHEUR_DESCRIPTOR else F(kind)
+    graph = F(be.BACKEND_OPERATIONGRAPH_DESCRIPTOR)
+    assert _graph_plan.heuristic_order(be, graph, "B", float_io=True) == ["eng2", "eng9!tf32", "eng25"]
+    assert _graph_plan.heuristic_order(be, graph, "A", float_io=False) == ["eng2", "eng9", "eng25"]
+    assert asked == [be.HEUR_MODE_B, be.HEUR_MODE_A]
