@@ -60,6 +60,7 @@ def node_facts(graph) -> list[dict]:
 def plan_facts(plan) -> dict:
     engine = plan.engine
     return {"pattern": plan.pattern, "algorithm": plan.algorithm,
+            "reason": getattr(plan.algorithm, "reason", ""), "knobs": dict(plan.knobs),
             "workspace_size": int(plan.workspace_size),
             "engine": getattr(engine, "name", str(engine)),
             "provider": getattr(engine, "provider", None),

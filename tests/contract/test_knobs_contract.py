@@ -1,6 +1,8 @@
 """Knobs on the fake cuDNN: global.workspace_size_limit picks within the limit or is a
 KnobError below every candidate; global.benchmarking runs cuDNN's Find once, takes the
-fastest allowed result and remembers it in the perf db, so a later build finds nothing.
+fastest allowed result and remembers it in the perf db, so a later build finds nothing;
+cudnn_legacy.deterministic keeps cuDNN's non-deterministic ALGO_0 / ALGO_3 out of FLOAT
+convolutions, which take them by default (FLOAT atomics: within tolerance).
 The candidates and timings are the fake's own answers, read from the same log."""
 from __future__ import annotations
 
@@ -13,9 +15,11 @@ from ._expect import ALGOS, TRANSFORMS, algo_name, expected_algorithm
 from ._fakes import calls
 
 LIMIT = "global.workspace_size_limit"
+DET = "cudnn_legacy.deterministic"
 HEUR = {"fprop": "cudnnGetConvolutionForwardAlgorithm_v7",
-        "dgrad": "cudnnGetConvolutionBackwardDataAlgorithm_v7"}
-DIRECTION = {"fprop": 0, "dgrad": 1}
+        "dgrad": "cudnnGetConvolutionBackwardDataAlgorithm_v7",
+        "wgrad": "cudnnGetConvolutionBackwardFilterAlgorithm_v7"}
+DIRECTION = {"fprop": 0, "dgrad": 1, "wgrad": 2}
 
 
 def build(fake_gpu, direction, knobs, builds=1):
@@ -24,9 +28,10 @@ def build(fake_gpu, direction, knobs, builds=1):
     return r["builds"]
 
 
-def candidates(hdr, perf, direction):
+def candidates(hdr, perf, direction, deterministic=False):
     """The heuristic entries the policy may take (FLOAT I/O)."""
-    return [e for e in perf if e["status"] == 0 and e["determinism"] == hdr.CUDNN_DETERMINISTIC
+    return [e for e in perf if e["status"] == 0
+            and (e["determinism"] == hdr.CUDNN_DETERMINISTIC or not deterministic)
             and algo_name(hdr, direction, e["algo"]) not in TRANSFORMS]
 
 
@@ -55,11 +60,39 @@ def test_workspace_limit_takes_the_best_candidate_within_it(fake_gpu, hdr):
 def test_workspace_limit_below_every_candidate_is_a_knob_error(fake_gpu, hdr):
     first = build(fake_gpu, "dgrad", {})[0]
     perf = calls(first["log"], HEUR["dgrad"])[0]["perf"]
-    smallest = min(e["memory"] for e in candidates(hdr, perf, 1))
-    assert smallest > 0, "the fake's dgrad candidates need workspace"
-    b = build(fake_gpu, "dgrad", {LIMIT: smallest - 1})[0]
+    smallest = min(e["memory"] for e in candidates(hdr, perf, 1, deterministic=True))
+    assert smallest > 0, "the fake's deterministic dgrad candidates need workspace"
+    b = build(fake_gpu, "dgrad", {LIMIT: smallest - 1, DET: 1})[0]
     assert isinstance(b["error"], hd.KnobError), b.get("mro")
     assert LIMIT in b["message"] and str(smallest - 1) in b["message"]
+
+
+@pytest.mark.parametrize("direction", ["dgrad", "wgrad"])
+def test_float_convolutions_take_nondeterministic_algorithms_unless_the_knob_says(
+        fake_gpu, hdr, direction):
+    d = DIRECTION[direction]
+    first = build(fake_gpu, direction, {})[0]
+    assert first["error"] is None, first.get("message")
+    assert first["plan"]["knobs"][DET] == 0
+    perf = calls(first["log"], HEUR[direction])[0]["perf"]
+    nondet = [e for e in candidates(hdr, perf, d) if e["determinism"] != hdr.CUDNN_DETERMINISTIC]
+    det = candidates(hdr, perf, d, deterministic=True)
+    assert nondet and det, "the fake offers both kinds"
+    # a limit that only a non-deterministic algorithm fits: taken by default ...
+    limit = min(e["memory"] for e in nondet)
+    assert limit < min(e["memory"] for e in det), "the fake's non-deterministic one is smaller"
+    b = build(fake_gpu, direction, {LIMIT: limit})[0]
+    assert b["error"] is None, b.get("message")
+    want = expected_algorithm(hdr, perf, d, True, limit=limit)
+    assert want["determinism"] != hdr.CUDNN_DETERMINISTIC
+    assert b["plan"]["algorithm"] == want["name"], b["plan"]
+    assert "not deterministic" in b["plan"]["reason"], b["plan"]["reason"]
+    # ... and refused with the knob (no algorithm left within the limit)
+    c = build(fake_gpu, direction, {LIMIT: limit, DET: 1})[0]
+    assert isinstance(c["error"], hd.KnobError), c.get("mro")
+    d1 = build(fake_gpu, direction, {DET: 1})[0]
+    assert d1["plan"]["algorithm"] == expected_algorithm(hdr, perf, d, True,
+                                                         deterministic=True)["name"]
 
 
 def test_benchmarking_finds_once_and_remembers(fake_gpu, hdr):

@@ -90,42 +90,52 @@ class ConvSetup:
     float_io: bool
 
     def algorithms(self, handle: int) -> list[Candidate]:
-        """Applicable heuristic entries, best first, with this setup's math type (the
-        knob's workspace limit is applied by the provider); ``props["time_ms"]`` is the
-        heuristic's estimate.
-
-        The accurate algorithms (:meth:`accurate`) are offered when cuDNN has any for the
-        problem; otherwise the others, deterministic ones first (some 1x1 and depthwise
-        weight gradients have only ALGO_0 / ALGO_3)."""
+        """Every entry of cuDNN's heuristic list that reports SUCCESS, best first, each
+        algorithm once, with this setup's math type (the knob's workspace limit is
+        applied by the provider, the numerical policy by :meth:`accepted`);
+        ``props["time_ms"]`` is the heuristic's estimate."""
         a, b, c = (d.ptr for d in self.descs)
-        preferred, fallback = [], []
+        out = []
         for algo, status, t, memory, det, _math in _cudnn.get_algorithms(
                 self.direction, handle, a, b, self.conv.ptr, c):
             # The descriptor's math type (FMA for FLOAT: no TF32) is what runs, whatever the
             # entry's; the provider's trial run drops an algorithm that refuses it.
-            if status != 0 or any(algo == f.id for f in preferred + [e for _, e in fallback]):
+            if status != 0 or any(algo == e.id for e in out):
                 continue
             try:  # the size under our math type, if cuDNN answers (else the list's)
                 memory = max(memory, _cudnn.workspace_size(self.direction, handle, a, b,
                                                            self.conv.ptr, c, algo))
             except _cudnn.CudnnError:
                 pass
-            entry = Candidate(self.name(algo), algo, memory, det == _cudnn.DETERMINISTIC,
-                              {"time_ms": t})
-            if self.accurate(algo, det):
-                preferred.append(entry)
-            else:
-                fallback.append((det != _cudnn.DETERMINISTIC, entry))
-        return preferred or [e for _, e in sorted(fallback, key=lambda f: f[0])]
+            out.append(Candidate(self.name(algo), algo, memory, det == _cudnn.DETERMINISTIC,
+                                 {"time_ms": t}))
+        return out
 
-    def accurate(self, algo: int, determinism: int) -> bool:
-        """Algorithms kept: deterministic ones (cuDNN's atomics-based ALGO_0 / ALGO_3 vary
-        run to run, and for HALF accumulate in HALF: 20% errors measured on the H200), and
-        for FLOAT I/O no Winograd or FFT transforms (errors 10x fp32 direct summation,
-        outside the FLOAT tolerance; measured on the H200, cuDNN 9.19)."""
-        if determinism != _cudnn.DETERMINISTIC:
+    def accepted(self, candidates, *, deterministic: bool) -> list[Candidate]:
+        """The numerical policy over :meth:`algorithms`' list, in its order: the
+        :meth:`accurate` entries when cuDNN has any for the problem; otherwise all,
+        deterministic ones first (some 1x1 and depthwise weight gradients have only
+        ALGO_0 / ALGO_3)."""
+        good = [e for e in candidates if self.accurate(e.id, e.deterministic,
+                                                       deterministic=deterministic)]
+        return good or sorted(candidates, key=lambda e: not e.deterministic)
+
+    def accurate(self, algo: int, determinism, *, deterministic: bool = True) -> bool:
+        """Whether the policy keeps ``algo`` (``determinism``: cuDNN's flag, or a bool).
+
+        - HALF / BFLOAT16 I/O: deterministic algorithms only (cuDNN's atomics-based
+          ALGO_0 / ALGO_3 accumulate in HALF there: 20% errors measured on the H200).
+        - FLOAT I/O: no Winograd or FFT transforms (errors 10x fp32 direct summation,
+          outside the FLOAT tolerance; measured on the H200, cuDNN 9.19); ALGO_0 / ALGO_3
+          (FLOAT atomics: within the tolerance, not bitwise reproducible) unless
+          ``deterministic`` (knob ``cudnn_legacy.deterministic``), as the graph engine's
+          NONDETERMINISTIC configs and PyTorch's default (``deterministic=False``)."""
+        det = determinism if isinstance(determinism, bool) else determinism == _cudnn.DETERMINISTIC
+        if not self.float_io:
+            return det
+        if not det and deterministic:
             return False
-        return not self.float_io or self.name(algo) not in _TRANSFORM_ALGOS
+        return self.name(algo) not in _TRANSFORM_ALGOS
 
     def math_ok(self, math: int) -> bool:
         # FLOAT I/O runs strict fp32 (no TF32): keep entries that do not need tensor ops.

@@ -2,11 +2,14 @@
 legacy API. Another engine is one more class in ``CudnnProvider.ENGINES`` (best first).
 
 Convolution patterns choose a cuDNN algorithm: by default the first applicable entry of
-cuDNN's heuristic list (``cudnnGetConvolution*Algorithm_v7``) that fits the workspace
-limit; with ``global.benchmarking = 1``, the fastest entry measured by
-``cudnnFindConvolution*AlgorithmEx`` on scratch buffers, remembered in the perf db.
-FLOAT convolutions use FMA math (no TF32), so results match a float32 reference;
-HALF/BFLOAT16 use tensor cores with float32 accumulation.
+cuDNN's heuristic list (``cudnnGetConvolution*Algorithm_v7``) that the numerical policy
+accepts (``ConvSetup.accurate``) and that fits the workspace limit; with
+``global.benchmarking = 1``, the entry ``cudnnFindConvolution*AlgorithmEx`` measures
+fastest on scratch buffers (the heuristic's choice kept unless another is faster beyond
+``_tuning.BENCH_MARGIN``), remembered in the perf db. FLOAT convolutions use FMA math (no
+TF32), so results match a float32 reference; their non-deterministic ALGO_0 / ALGO_3
+(FLOAT atomics) are allowed unless the knob ``cudnn_legacy.deterministic`` is 1.
+HALF/BFLOAT16 use tensor cores with float32 accumulation, deterministic algorithms only.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import math
 
 import numpy as np
 
+from ... import _knobs
 from ..._errors import DeviceError, NotSupportedError
 from ..._types import DataType, numpy_dtype
 from ..._layout import packed_strides, stride_order
@@ -34,6 +38,7 @@ __all__ = ["CudnnProvider", "CUDNN_ENGINE_NAME"]
 log = logging.getLogger("hipdnn_async")
 
 CUDNN_ENGINE_NAME = "CUDNN_LEGACY_ENGINE"
+LEGACY_DETERMINISTIC = "cudnn_legacy.deterministic"
 _CONV = (Pattern.CONV_FPROP, Pattern.CONV_DGRAD, Pattern.CONV_WGRAD)
 _IMPLICIT_PRECOMP_GEMM = 1
 
@@ -44,7 +49,10 @@ class LegacyEngine(ProviderEngine):
     name = CUDNN_ENGINE_NAME
     schema1 = True   # the provider's only engine when the perf db had no engine column
     notes = ("cuDNN 9 legacy API; FLOAT/HALF/BFLOAT16 I/O with FLOAT per-channel tensors; "
-             "4-D and 5-D; packed filters; FLOAT convolutions without TF32; ReLU upper clip "
+             "4-D and 5-D; packed filters; FLOAT convolutions without TF32, FFT or Winograd, "
+             "cuDNN's non-deterministic ALGO_0/ALGO_3 (FLOAT atomics) allowed unless "
+             f"'{LEGACY_DETERMINISTIC}' = 1; HALF/BFLOAT16 convolutions deterministic "
+             "algorithms only; plan.algorithm.reason says why; ReLU upper clip "
              "only; NaN entering a ReLU comes out as 0 (cuDNN activations with "
              "CUDNN_NOT_PROPAGATE_NAN), except where cuDNN fuses the ReLU into channels-last "
              "batchnorm training (plan.algorithm 'SPATIAL_PERSISTENT Ex, ReLU fused'): there "
@@ -100,8 +108,32 @@ class CudnnProvider(Provider):
         where = f"{CUDNN_ENGINE_NAME} ({match.pattern.name})"
         self._check_supported(match, where)
         if match.pattern in _CONV or match.pattern == Pattern.CONV_FPROP_BIAS_RELU:
-            return _tuning.engine_knobs(match, self._conv_candidates(match, where)[1])
+            setup, raw = self._conv_candidates(match, where)
+            knobs = _tuning.engine_knobs(match, self._policy(match, setup, raw, False))
+            if self._offers_determinism(setup, raw):
+                knobs.append(_knobs.Knob(LEGACY_DETERMINISTIC, "int64", 0, 0, 1,
+                                         "Only deterministic cuDNN algorithms (no ALGO_0 / "
+                                         "ALGO_3 atomics: bitwise-reproducible results)"))
+            return knobs
         return _tuning.engine_knobs(match)
+
+    @staticmethod
+    def _offers_determinism(setup, raw) -> bool:
+        """The determinism knob is offered where it changes the choice: FLOAT I/O with a
+        non-deterministic algorithm in cuDNN's list."""
+        return setup.float_io and any(not c.deterministic for c in raw)
+
+    def _policy(self, match, setup, raw, deterministic: bool) -> list:
+        """The algorithms the numerical policy accepts, in cuDNN's order (a fused
+        conv+bias+ReLU with an upper clip runs IMPLICIT_PRECOMP_GEMM only)."""
+        algos = setup.accepted(raw, deterministic=deterministic)
+        if match.pattern == Pattern.CONV_FPROP_BIAS_RELU and match.params.get("relu_upper_clip") is not None:
+            algos = [a for a in algos if a.id == _IMPLICIT_PRECOMP_GEMM]
+        if not algos:
+            raise NotSupportedError(f"{CUDNN_ENGINE_NAME} ({match.pattern.name}): cuDNN offers no "
+                                    "algorithm for this convolution (layouts/dtypes "
+                                    f"{self._layouts(match)})")
+        return algos
 
     def _check_supported(self, match, where: str) -> None:
         p, t = match.params, match.tensors
@@ -130,21 +162,18 @@ class CudnnProvider(Provider):
                     "y's data type")
 
     def _conv_candidates(self, match, where: str):
-        """(ConvSetup, applicable algorithms) of a convolution pattern, asked of cuDNN once
-        per problem: ``engines`` and ``build`` of the same graph share the answer."""
+        """(ConvSetup, cuDNN's heuristic list) of a convolution pattern, asked of cuDNN once
+        per problem: ``engines`` and ``build`` of the same graph share the answer (the
+        policy, :meth:`_policy`, is applied per build, as it depends on a knob)."""
         cached = self._conv_cache.get(match.signature)
         if cached is not None:
             return cached
         setup = conv_setup(match, where)
         with self._build.lock:
-            algos = setup.algorithms(self._build.handle())
-        if match.pattern == Pattern.CONV_FPROP_BIAS_RELU and match.params.get("relu_upper_clip") is not None:
-            algos = [a for a in algos if a.id == _IMPLICIT_PRECOMP_GEMM]
-        if not algos:
-            raise NotSupportedError(f"{where}: cuDNN offers no algorithm for this convolution "
-                                    f"(layouts/dtypes {self._layouts(match)})")
-        self._conv_cache[match.signature] = setup, algos
-        return setup, algos
+            raw = setup.algorithms(self._build.handle())
+        self._policy(match, setup, raw, False)     # none at all: declined here
+        self._conv_cache[match.signature] = setup, raw
+        return setup, raw
 
     @staticmethod
     def _layouts(match) -> str:
@@ -272,7 +301,9 @@ class CudnnProvider(Provider):
 
     def _build_conv(self, match, engine, knobs, perfdb, where):
         fused = match.pattern == Pattern.CONV_FPROP_BIAS_RELU
-        setup, candidates = self._conv_candidates(match, where)
+        setup, raw = self._conv_candidates(match, where)
+        deterministic = bool(knobs.get(LEGACY_DETERMINISTIC, 0))
+        candidates = self._policy(match, setup, raw, deterministic)
         choice = _tuning.choose(self.engine_impl(engine), match, candidates, knobs, perfdb,
                                 heuristic=lambda fitting, limit: fitting[0],
                                 measure=lambda fitting: self._find(match, setup, fitting))
@@ -283,7 +314,29 @@ class CudnnProvider(Provider):
             plan = self._verified(match, fitting, chosen, where,
                                   lambda a, ws: _plans.ConvPlan(setup, a, ws))
         plan.benchmarked, plan.perfdb_hit = choice.benchmarked, choice.perfdb_hit
+        plan.algorithm = self._explain(plan.algorithm, choice, fitting, raw, deterministic)
         return plan
+
+    @staticmethod
+    def _explain(name, choice, fitting, raw, deterministic: bool) -> _tuning.Algorithm:
+        """``plan.algorithm`` with its reason and trials (see ``_tuning.Algorithm``)."""
+        det = next((c.deterministic for c in raw if c.name == name), True)
+        notes = "deterministic" if det else "not deterministic (FLOAT atomics)"
+        if choice.benchmarked:
+            how = (f"cudnnFind over the {len(fitting)} algorithms the policy accepts "
+                   f"({choice.time_ms:.4f} ms)" if choice.time_ms is not None and
+                   math.isfinite(choice.time_ms) else "cudnnFind (no usable timing: the "
+                   "heuristic's choice)")
+            trials = choice.trials or [(c.name, None) for c in fitting]
+        elif choice.perfdb_hit:
+            how, trials = "the perf db's benchmarked choice for this problem", ()
+        else:
+            names = [c.name for c in fitting]
+            rank = names.index(name) + 1 if name in names else 0
+            how = (f"cuDNN _v7 heuristics, rank {rank} of the {len(fitting)} algorithms the "
+                   "policy accepts" + (" (deterministic only)" if deterministic else ""))
+            trials = [(c.name, None) for c in fitting]
+        return _tuning.Algorithm(name, f"{how}; {notes}", trials)
 
     def _verified(self, match, fitting, choice, where, make):
         """The plan of the first algorithm (``choice``, then the other fitting ones) that
@@ -324,8 +377,10 @@ class CudnnProvider(Provider):
             setup, a, ws, bias_desc, zero_bias, p.get("relu_upper_clip")))
 
     def _find(self, match, setup, fitting):
-        """(candidate, ms): the fastest of ``fitting`` that cudnnFind*AlgorithmEx measures
-        on scratch buffers under this setup's math type (the first, ms NaN, if none)."""
+        """(candidate, ms, trials): of ``fitting``, the one ``_tuning.fastest`` keeps from
+        cudnnFind*AlgorithmEx's times on scratch buffers under this setup's math type
+        (the heuristic's first, ms NaN, if none was timed); trials are (name, ms) in
+        the heuristic's order."""
         a, b, c = (self._build.scratch(match.tensors[r]) for r in setup.roles)
         ws_bytes = max(f.workspace_bytes for f in fitting)
         ws = GpuArray((max(ws_bytes, 1),), np.uint8, (1,), self.context, self.spec)
@@ -335,12 +390,15 @@ class CudnnProvider(Provider):
                                              a.ptr, bd.ptr, b.ptr, setup.conv.ptr, cd.ptr, c.ptr,
                                              ws.ptr, ws_bytes)
             self._build.synchronize()
-        by_id = {f.id: f for f in fitting}
+        measured = {}
         for algo, status, ms, _memory, _det, mt in results:
-            if status == 0 and algo in by_id and setup.math_ok(mt):
-                choice = by_id[algo]
-                break
-        else:
-            choice, ms = fitting[0], float("nan")
-        log.info("benchmark %s: %s %.4f ms", match.pattern.name, choice.name, ms)
-        return choice, ms
+            if status == 0 and setup.math_ok(mt) and algo not in measured:
+                measured[algo] = float(ms)
+        # in the heuristic's order, so that _tuning.fastest keeps its choice within the noise
+        times = [measured.get(f.id, float("nan")) for f in fitting]
+        pick = _tuning.fastest(times)
+        choice, ms = fitting[pick], times[pick]
+        trials = tuple((f.name, None if math.isnan(t) else t) for f, t in zip(fitting, times))
+        log.info("benchmark %s: %s %.4f ms (of %s)", match.pattern.name, choice.name, ms,
+                 ", ".join(f"{n} {t}" for n, t in trials))
+        return choice, ms, trials

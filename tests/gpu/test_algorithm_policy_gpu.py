@@ -1,0 +1,105 @@
+"""The algorithm policy on the GPU (issue 11 item 4; bench_gpu's 10.3x fp32 wgrad and
+37.9x benchmark cases of the 64f5d8e run):
+
+- FLOAT convolutions on the legacy cuDNN engine may take cuDNN's non-deterministic
+  ALGO_0 / ALGO_3 (FLOAT atomics) by default and stay within the float64 oracle's
+  tolerance; with ``cudnn_legacy.deterministic = 1`` (or ``Device(deterministic=True)``)
+  they take only deterministic algorithms, and repeated runs are bitwise equal.
+- ``global.benchmarking = 1`` never keeps something slower than the heuristic's choice:
+  the benchmarked plan's median device time is within 10 % of the heuristic plan's.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+import pytest
+
+from oracle._cases import assert_close
+
+import hipdnn_async as hd
+
+from .test_knobs_gpu import conv_case
+
+pytestmark = pytest.mark.gpu
+
+DET = "cudnn_legacy.deterministic"
+
+
+def _legacy_knob_or_skip(dev, h):
+    engines = {e.name: e for e in hd.engines(h.g, dev)}
+    legacy = engines.get("CUDNN_LEGACY_ENGINE")
+    if legacy is None or DET not in [k.id for k in legacy.knobs]:
+        pytest.skip(f"{dev.spec}: no legacy cuDNN engine with '{DET}' for this case")
+    return legacy
+
+
+@pytest.mark.parametrize("direction", ["dgrad", "wgrad"])
+def test_float_legacy_convolutions_default_and_deterministic(gpu_module_device, direction):
+    dev = gpu_module_device
+    h, want, limits = conv_case(direction, "float32", "NCHW", seed=11)
+    legacy = _legacy_knob_or_skip(dev, h)
+    got = h.run(dev, engine=legacy)["out"]
+    assert h.plan.knobs[DET] == 0
+    assert_close(got, want(), *limits, f"{direction} default ({h.plan.algorithm}: "
+                 f"{h.plan.algorithm.reason})")
+    runs = [h.run(dev, engine=legacy, knobs={DET: 1})["out"] for _ in range(3)]
+    assert "not deterministic" not in h.plan.algorithm.reason, h.plan.algorithm.reason
+    assert_close(runs[0], want(), *limits, f"{direction} deterministic ({h.plan.algorithm})")
+    assert all(np.array_equal(runs[0], r) for r in runs[1:]), h.plan.algorithm
+    with hd.Device(dev.spec, deterministic=True) as ddev:
+        h2, _, _ = conv_case(direction, "float32", "NCHW", seed=11)
+        h2.run(ddev, engine="CUDNN_LEGACY_ENGINE")
+        assert h2.plan.knobs[DET] == 1
+
+
+def _device_ms(dev, plan, pack, reps=30, rounds=5):
+    """Median wall ms per execution of `reps` back-to-back submissions (the kernels below
+    take far longer than a submission, so this is the device's time)."""
+    for _ in range(3):
+        plan.execute_sync(pack)
+    out = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        handles = [plan.submit(pack) for _ in range(reps)]
+        for hd_ in handles:
+            hd_.result()
+        out.append((time.perf_counter() - t0) * 1e3 / reps)
+    return statistics.median(out)
+
+
+@pytest.mark.parametrize("dtype,layout", [("float32", "NCHW"), ("float16", "NHWC")])
+@pytest.mark.parametrize("direction", ["fprop", "dgrad", "wgrad"])
+def test_benchmarking_never_keeps_a_slower_plan(gpu_module_device, direction, dtype, layout):
+    """ResNet-50 res2 1x1 256>64 at batch 16 (0.05-2 ms kernels): the benchmarked plan is
+    at most 10 % (plus 5 us) slower than the heuristic plan, measured here."""
+    dev = gpu_module_device
+    rng = np.random.default_rng(3)
+    x_dims, w_dims = (16, 256, 56, 56), (64, 256, 1, 1)
+    y_dims = (16, 64, 56, 56)
+    g = hd.Graph(name=f"bench_policy_{direction}", io_data_type=dtype,
+                 compute_data_type=hd.DataType.FLOAT, intermediate_data_type=hd.DataType.FLOAT)
+    if direction == "fprop":
+        a, b = g.tensor(dims=x_dims, layout=layout, name="a"), g.tensor(dims=w_dims, layout=layout, name="b")
+        out = g.conv_fprop(a, b)
+    elif direction == "dgrad":
+        a, b = g.tensor(dims=y_dims, layout=layout, name="a"), g.tensor(dims=w_dims, layout=layout, name="b")
+        out = g.conv_dgrad(a, b, dx_dims=x_dims)
+    else:
+        a, b = g.tensor(dims=y_dims, layout=layout, name="a"), g.tensor(dims=x_dims, layout=layout, name="b")
+        out = g.conv_wgrad(a, b, dw_dims=w_dims)
+    out.set_output(True).set_name("out")
+    pack = {}
+    for t in (a, b):
+        arr = dev.empty(t.dims, dtype, strides=t.strides)
+        arr.copy_from(rng.uniform(-1, 1, t.dims).astype(dtype))
+        pack[t.name] = arr
+    pack["out"] = dev.empty(out.dims, dtype, strides=out.strides)
+    heur = dev.build_sync(g)
+    tuned = dev.build_sync(g, knobs={"global.benchmarking": 1})
+    assert tuned.engine.name == heur.engine.name
+    t_heur, t_tuned = _device_ms(dev, heur, pack), _device_ms(dev, tuned, pack)
+    assert t_tuned <= 1.10 * t_heur + 0.005, (
+        f"benchmarked {tuned.algorithm} {t_tuned:.4f} ms ({tuned.algorithm.reason}) vs "
+        f"heuristic {heur.algorithm} {t_heur:.4f} ms")
