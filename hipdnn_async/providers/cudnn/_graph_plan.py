@@ -39,6 +39,9 @@ __all__ = ["Candidate", "heuristic_candidates", "heuristic_order", "rejection", 
            "execution_plan", "plan_from_json", "config_from_name", "GraphPlan", "parse_name"]
 
 
+_KNOB_TYPE_COUNTS = 44     # CUDNN_KNOB_TYPE_COUNTS of cuDNN 9.19 (cudnn_graph.h)
+
+
 @dataclass
 class Candidate:
     """One engine config: ``cfg`` (descriptor), the engine's ``index`` (global index),
@@ -54,13 +57,19 @@ class Candidate:
     knobs: tuple | None = None      # ((knob type, value), ...), read on demand
 
     def knob_choices(self, be) -> tuple:
+        """The config's ((knob type, value), ...), sorted: what makes its name, and so the
+        perf db's record, name this exact config (a config rebuilt from an engine index
+        without its knobs is another, possibly much slower, kernel)."""
         if self.knobs is None:
-            try:   # the count first, as for heuristics results; else cudnn-frontend's 44
+            try:   # the count first, as for heuristics results
                 n = self.cfg.count(be.ATTR_ENGINECFG_KNOB_CHOICES, be.TYPE_BACKEND_DESCRIPTOR)
             except Exception:  # noqa: BLE001
-                n = 44     # CUDNN_KNOB_TYPE_COUNTS of cuDNN 9.19
+                n = 0
+            # a count of 0 is not proof of no knobs (the H200 run named every config
+            # without any): ask with cudnn-frontend's full array, as its getTag() does
+            n = n if n > 0 else _KNOB_TYPE_COUNTS
             made = self.cfg.get_descriptors(be.ATTR_ENGINECFG_KNOB_CHOICES,
-                                            be.BACKEND_KNOB_CHOICE_DESCRIPTOR, n) if n else []
+                                            be.BACKEND_KNOB_CHOICE_DESCRIPTOR, n)
             self.knobs = tuple(sorted(
                 (k.get_enums(be.ATTR_KNOB_CHOICE_KNOB_TYPE, be.TYPE_KNOB_TYPE, 1)[0],
                  k.get_int64(be.ATTR_KNOB_CHOICE_KNOB_VALUE)[0]) for k in made))

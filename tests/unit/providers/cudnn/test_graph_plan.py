@@ -288,3 +288,20 @@ def test_heuristic_order_lists_one_mode_and_marks_what_the_policy_rejects(be):
     assert _graph_plan.heuristic_order(be, graph, "B", float_io=True) == ["eng2", "eng9!tf32", "eng25"]
     assert _graph_plan.heuristic_order(be, graph, "A", float_io=False) == ["eng2", "eng9", "eng25"]
     assert asked == [be.HEUR_MODE_B, be.HEUR_MODE_A]
+
+
+def test_candidate_names_carry_the_knobs_when_the_count_reads_zero(be):
+    # the H200 run named every config without knobs: a count of 0 is asked again with the
+    # full array, so that a perf-db name rebuilds this config, not the engine's default one
+    cfg = _cfg(be, 70, knobs=((2, 1), (3, 4)))
+    cfg.count = lambda attr, t: 0
+    asked = []
+    inner = cfg.get_descriptors
+
+    def get_descriptors(attr, kind, n):
+        asked.append(n)
+        return inner(attr, kind, n)
+    cfg.get_descriptors = get_descriptors
+    c = _graph_plan.Candidate(cfg, 70, frozenset(), frozenset(), 0, "A")
+    assert c.name(be) == "eng70 k2=1 k3=4"
+    assert asked == [44]
