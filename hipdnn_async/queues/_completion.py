@@ -27,6 +27,7 @@ __all__ = ["Completion"]
 _log = logging.getLogger("hipdnn_async.queues")
 
 _PENDING, _RUNNING, _DONE = 0, 1, 2
+_STATE_LOCK = threading.Lock()
 _LOOP_MODULES: dict = {}
 
 
@@ -92,8 +93,12 @@ class Completion:
     """
 
     __slots__ = ("label", "stream", "submitted_at", "started_at", "finished_at",
-                 "_fn", "_keepalive", "_control", "_lock", "_state", "_value", "_error",
-                 "_waiters", "_tevent", "_callbacks", "__weakref__")
+                 "_fn", "_keepalive", "_control", "_state", "_value", "_error",
+                 "_waiters", "_tevent", "_callbacks", "_batch", "__weakref__")
+
+    # One lock for every completion's waiter registration and publication (each holds it
+    # for a few attribute writes): a lock per item would be an allocation per submission.
+    _lock = _STATE_LOCK
 
     def __init__(self, fn, *, keepalive=(), label: str = "", _control: bool = False):
         if not callable(fn):
@@ -105,7 +110,6 @@ class Completion:
         self._fn = fn
         self._keepalive = keepalive
         self._control = _control  # event marker / wait: not counted as work
-        self._lock = threading.Lock()
         self._state = _PENDING
         self._value = None
         self._error = None
@@ -113,13 +117,24 @@ class Completion:
         self._callbacks = None
         # awaiters register their loop when they await (``_wait_done``): asking sniffio
         # here would cost every submission, awaited or not
-        self._waiters = []
+        self._waiters = None
+        # GPU streams: the completion batch it was launched in, until it is retired
+        # (``_gpu_backend``: completion is observed when someone asks, not per item)
+        self._batch = None
 
     # ---------------------------------------------------------------- state
 
     def done(self) -> bool:
         """Return True once the item has finished (with a result or an error)."""
+        if self._state != _DONE and self._batch is not None:
+            self.stream._backend.poll()     # a GPU stream retires what has completed
         return self._state == _DONE
+
+    def _watch(self) -> None:
+        """Make sure the stream's backend finishes this item as soon as it completes (a GPU
+        stream otherwise notices completions lazily); called after a waiter registered."""
+        if self._batch is not None:
+            self.stream._backend.watch(self)
 
     @property
     def queue_wait_ms(self) -> float | None:
@@ -154,12 +169,18 @@ class Completion:
         """Block the calling thread until done; return False if ``timeout`` (s) passed."""
         if self._state == _DONE:
             return True
+        if timeout is None and self._batch is not None:
+            # a launched GPU item: wait for its event on this thread, no hand-off
+            self.stream._backend.wait_item(self)
+            if self._state == _DONE:
+                return True
         with self._lock:
             if self._state == _DONE:
                 return True
             if self._tevent is None:
                 self._tevent = threading.Event()
             tevent = self._tevent
+        self._watch()
         return tevent.wait(timeout)
 
     def result(self, timeout: float | None = None):
@@ -192,8 +213,13 @@ class Completion:
                 if self._callbacks is None:
                     self._callbacks = []
                 self._callbacks.append(callback)
-                return
-        _call_back(callback, self)
+                queued = True
+            else:
+                queued = False
+        if queued:
+            self._watch()
+        else:
+            _call_back(callback, self)
 
     # ---------------------------------------------------------------- waiting, loops
 
@@ -216,6 +242,8 @@ class Completion:
             if self._state == _DONE:
                 event = None
             else:
+                if self._waiters is None:
+                    self._waiters = []
                 for waiter in self._waiters:
                     if waiter.token is token:
                         break
@@ -228,6 +256,7 @@ class Completion:
         if event is None:
             await anyio.lowlevel.checkpoint_if_cancelled()
         else:
+            self._watch()
             await event.wait()
 
     def _outcome(self):
@@ -266,17 +295,27 @@ class Completion:
         self._keepalive = None  # the work is done with the buffers
         if stream is not None and not self._control:
             stream._item_finished(self, error is None)  # free the slot before waking
+        self._publish(value, error)
+
+    def _publish(self, value, error) -> None:
+        """The second half of ``_finish``: publish and wake (the stream already counted
+        the item: ``Stream._items_finished``)."""
+        if self._state == _DONE:
+            raise RuntimeError(f"{self.describe()}: completed twice")  # backend bug
+        self._keepalive = None
         with self._lock:
             self._value = value
             self._error = error
             self._state = _DONE
             tevent = self._tevent
-            wake = [w for w in self._waiters if w.event is not None]
+            waiters = self._waiters
             callbacks, self._callbacks = self._callbacks, None
         if tevent is not None:
             tevent.set()
-        for waiter in wake:
-            waiter.mod.post(waiter.token, waiter.event.set)
+        if waiters:
+            for waiter in waiters:
+                if waiter.event is not None:
+                    waiter.mod.post(waiter.token, waiter.event.set)
         if callbacks:
             for callback in callbacks:
                 _call_back(callback, self)

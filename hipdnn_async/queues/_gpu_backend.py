@@ -1,11 +1,23 @@
-"""GPU stream backend: work is enqueued on the submitting thread, completion comes from an
-event, observed by one completion thread per stream.
+"""GPU stream backend: work is enqueued on the submitting thread; completion is observed
+from events, lazily, and never costs a thread hand-off per submission.
 
-``launch`` makes the stream's ``LaunchContext`` current, calls ``item._execute()`` (the
-plan enqueues its kernels on the GPU stream and returns at once), records an event and
-hands (event, item) to the completion thread, which sleeps in ``event_synchronize``
-(blocking-sync events: no spinning) and then finishes items in launch order. The
-variant-pack buffers stay alive until that moment (``Completion._keepalive``).
+``launch`` makes the stream's ``LaunchContext`` current and calls ``item._execute()`` (the
+plan enqueues its kernels on the GPU stream and returns at once). Items are grouped in
+*completion batches*: an event is recorded after every ``EVENT_EVERY`` work items, after
+every event marker, and on demand when someone needs an item whose batch has no event
+yet. Nobody is woken per item (on a real machine a thread wake-up per submission costs
+20-50 us of host time and contends for the GIL with the submitter); the launched items
+are finished, in launch order, by whoever asks:
+
+- the submitting thread, when a batch closes (one ``cudaEventQuery``) and when the stream
+  is full (``poll``);
+- a thread that waits (``handle.result()``, ``execute_sync``): it synchronizes the event
+  on its own thread (``wait_item``);
+- the stream's completion thread, for items someone awaits from an event loop, waits for
+  with a timeout, or adds a callback to (``watch``): it sleeps in ``event_synchronize``
+  (blocking-sync events: no spinning) and wakes only for those.
+
+The variant-pack buffers stay alive until an item is finished (``Completion._keepalive``).
 Cross-stream waits are GPU-side (``stream_wait_event``): the host never blocks.
 
 Launch state is prepared before launches, never inside one: a provider registers a
@@ -25,7 +37,7 @@ from typing import Callable
 
 from .._errors import DeviceError, GpuError
 from ..runtime._gpu_device import GpuContext, LaunchContext
-from ._completion import Completion
+from ._completion import _DONE, Completion
 from ._graph import capture_graph
 from ._stream import StreamBackend
 
@@ -40,6 +52,26 @@ def prepare_streams(context, prepare: Callable[[LaunchContext], None], *,
     context.prepare_streams(prepare, later=later)
 
 
+# Work items per completion event when nobody waits for them: an event record costs host
+# time (about a microsecond), and completions are only looked at batch by batch.
+EVENT_EVERY = 16
+
+
+class _Batch:
+    """Items launched in order on one stream, completed by one event recorded after the
+    last of them (``event`` None while the batch is open, 0 when the record failed)."""
+
+    __slots__ = ("items", "event", "record_error", "sync_error", "synced", "retired")
+
+    def __init__(self):
+        self.items: list = []
+        self.event = None
+        self.record_error = None
+        self.sync_error = None
+        self.synced = False
+        self.retired = False
+
+
 class GpuStreamBackend(StreamBackend):
     """One non-blocking GPU stream plus its completion thread.
 
@@ -51,6 +83,8 @@ class GpuStreamBackend(StreamBackend):
         The device.
     """
 
+    poll_due = False
+
     def __init__(self, name: str, context: GpuContext):
         self.name = name
         self.context = context
@@ -59,7 +93,9 @@ class GpuStreamBackend(StreamBackend):
         self.stream = rt.stream_create(rt.STREAM_NON_BLOCKING)
         context.add_stream(self.stream)
         self.launch_context = LaunchContext(self.stream, context)
-        self._launch_lock = threading.Lock()   # launches vs preparers of launch state
+        # launches vs preparers of launch state and on-demand event records (reentrant:
+        # a preparer may run from inside a launch of the same thread)
+        self._launch_lock = threading.RLock()
         self._closed = False
         try:
             self._start_prepared()
@@ -73,8 +109,11 @@ class GpuStreamBackend(StreamBackend):
             raise
         self._free_events: collections.deque = collections.deque()
         self._marker_events: dict[int, int] = {}   # id(marker) -> event, until it completes
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._complete_loop,
+        self._open = _Batch()                      # items launched since the last event
+        self._batches: collections.deque = collections.deque()   # closed, not retired
+        self._retire_lock = threading.Lock()       # items are finished in launch order
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()     # items to watch
+        self._thread = threading.Thread(target=self._watch_loop,
                                         name=f"hipdnn_async completion {name}", daemon=True)
         self._thread.start()
 
@@ -93,32 +132,58 @@ class GpuStreamBackend(StreamBackend):
             fn(self.launch_context)
 
     # ------------------------------------------------------------------ launch side
-    def _event(self) -> int:
-        try:
-            return self._free_events.popleft()
-        except IndexError:
-            return self._rt.event_create()
-
     def launch(self, item: Completion) -> None:
-        """Enqueue ``item``'s work on the GPU stream now; finish it when its event fires."""
+        """Enqueue ``item``'s work on the GPU stream now; it is finished once its batch's
+        event has fired and someone looks (module docstring)."""
         ctx = self.launch_context
         with self._launch_lock:
             self._rt.set_device(self.context.index)    # context.activate(), one call less
             ctx.enter()
             try:
-                value, error = item._execute()
+                item._value, item._error = item._execute()
             finally:
                 ctx.exit()
+            batch = self._open
+            batch.items.append(item)
+            item._batch = batch
+            if item._control or len(batch.items) >= EVENT_EVERY:
+                self._close()
+        if item._waiters or item._tevent is not None or item._callbacks:
+            self.watch(item)     # waited for before it was launched (it was parked)
+
+    def _close(self) -> None:
+        """Record the open batch's event and start a new batch (launch lock held)."""
+        batch = self._open
+        self._open = _Batch()
         event = 0
         try:
-            event = self._event()
+            try:
+                event = self._free_events.popleft()
+            except IndexError:
+                event = self._rt.event_create()
             self._rt.event_record(event, self.stream)
         except GpuError as exc:   # keeps its type and status
-            error = error or exc.prefixed(f"{item.describe()} [stream '{self.name}']")
+            batch.record_error = exc
+            if event:
+                self._free_events.append(event)
             event = 0
-        if item._control:
-            self._marker_events[id(item)] = event
-        self._queue.put((event, item, value, error))
+        batch.event = event
+        for item in batch.items:
+            if item._control:
+                self._marker_events[id(item)] = event
+        self._batches.append(batch)
+        self.poll_due = len(self._batches) > 1
+
+    def _cover(self, item: Completion):
+        """The batch of launched ``item``, its event recorded (now, if it was open); None
+        when the item is already finished."""
+        batch = item._batch
+        if batch is not None and batch.event is None:
+            with self._launch_lock:
+                if batch is self._open and batch.items:
+                    self._rt.set_device(self.context.index)
+                    self._close()
+        return batch
 
     def capture(self, fns: tuple, *, previous=None):
         """The work item of a capture step: ``fns`` captured from this stream into a
@@ -140,25 +205,111 @@ class GpuStreamBackend(StreamBackend):
         return 0
 
     # ------------------------------------------------------------------ completion side
-    def _complete_loop(self) -> None:
-        while True:
-            entry = self._queue.get()
-            if entry is _STOP:
-                return
-            event, item, value, error = entry
-            if event:
-                try:
-                    self._rt.event_synchronize(event)
-                except GpuError as exc:   # keeps its type and status
-                    error = error or exc.prefixed(
-                        f"{item.describe()} [stream '{self.name}']: the GPU reported")
+    def poll(self) -> None:
+        """Finish the items of every batch whose event has fired; never blocks (another
+        thread finishing items meanwhile is left to it)."""
+        self.poll_due = False
+        if self._batches:
+            self._retire(None, blocking=False)
+
+    def watch(self, item: Completion) -> None:
+        """The completion thread finishes ``item`` as soon as it completes."""
+        self._queue.put(item)
+
+    def wait_item(self, item: Completion) -> None:
+        """Block this thread (GIL released) until ``item`` completes, then finish every
+        item up to it."""
+        batch = self._cover(item)
+        if batch is not None:
+            self._sync(batch)
+            self._retire(batch)
+
+    def _sync(self, batch: _Batch) -> None:
+        event = batch.event
+        if event and not batch.retired:
+            try:
+                self._rt.event_synchronize(event)
+            except GpuError as exc:   # keeps its type and status
+                batch.sync_error = exc
+        batch.synced = True
+
+    def _retire(self, upto, blocking: bool = True) -> None:
+        """Finish, in launch order, the items of the closed batches that have completed:
+        through batch ``upto`` (synchronized by the caller), or as far as their events
+        say (``upto`` None)."""
+        lock = self._retire_lock
+        if not lock.acquire(blocking):
+            return
+        try:
+            batches = self._batches
+            while batches:
+                batch = batches[0]
+                error = batch.record_error
+                if batch.synced:
+                    error = error or batch.sync_error
+                elif batch.event:
+                    try:
+                        done = self._rt.event_query(batch.event)
+                    except GpuError as exc:
+                        done, error = True, error or exc
+                    if not done:
+                        if upto is None or upto.retired:
+                            return
+                        self._sync(batch)     # before ``upto`` on the stream: done soon
+                        error = error or batch.sync_error
+                batches.popleft()
+                self._finish_batch(batch, error)
+                if batch is upto:
+                    return
+        finally:
+            lock.release()
+
+    def _finish_batch(self, batch: _Batch, error) -> None:
+        items, event = batch.items, batch.event
+        batch.retired = True
+        for item in items:
             if item._control:
                 self._marker_events.pop(id(item), None)  # before the event can be reused
-            if event:
-                self._free_events.append(event)
-            item.finished_at = time.perf_counter()
-            item._finish(value, error)
-            entry = item = None
+        if event:
+            self._free_events.append(event)
+        now = time.perf_counter()
+        for item in items:
+            item._batch = None
+            item.finished_at = now
+            item._keepalive = None          # the work is done with the buffers
+            if error is not None and item._error is None:
+                how = ": the GPU reported" if error is batch.sync_error else ""
+                item._error = error.prefixed(f"{item.describe()} [stream '{self.name}']{how}")
+        batch.items = []
+        stream = items[0].stream if items else None
+        if stream is not None:
+            stream._items_finished(items)      # free the slots before waking
+        for item in items:
+            item._publish(item._value, item._error)
+
+    def _watch_loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                return
+            if item._state == _DONE:
+                continue
+            batch = self._cover(item)
+            if batch is not None:
+                self._sync(batch)
+                self._retire(batch)
+            item = batch = None
+
+    def _drain(self) -> None:
+        """Finish every launched item (at close)."""
+        with self._launch_lock:
+            if self._open.items:
+                self._rt.set_device(self.context.index)
+                self._close()
+            last = self._batches[-1] if self._batches else None
+        if last is not None:
+            self._sync(last)
+            self._retire(last)
 
     def close(self) -> None:
         """Finish every launched item, then release the stream; idempotent."""
@@ -167,9 +318,12 @@ class GpuStreamBackend(StreamBackend):
                 return
             self._closed = True
         self.context.close_prepared(self)
-        self._queue.put(_STOP)
-        if threading.current_thread() is not self._thread:
-            self._thread.join()
+        try:
+            self._drain()
+        finally:
+            self._queue.put(_STOP)
+            if threading.current_thread() is not self._thread:
+                self._thread.join()
         try:
             rt = self._rt
             rt.stream_synchronize(self.stream)

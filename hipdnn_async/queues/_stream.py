@@ -20,7 +20,7 @@ import weakref
 import anyio.lowlevel
 
 from .._errors import DeviceError
-from ._completion import Completion
+from ._completion import _DONE, Completion
 from ._metrics import Histogram
 
 __all__ = ["StreamBackend", "CpuStreamBackend", "Stream", "Event", "SequenceReplay"]
@@ -43,6 +43,22 @@ class StreamBackend:
         block on other items.
         """
         raise NotImplementedError
+
+    # A backend that notices completions lazily (a GPU stream: no thread wakes per item)
+    # finishes launched items when asked through these three; a backend whose worker
+    # finishes every item itself (the CPU one) needs none of them.
+    poll_due = False     # True: the backend asks the submitter to call poll() once
+
+    def poll(self) -> None:
+        """Finish the launched items that have completed (never blocks; must not be
+        called with the stream's lock held)."""
+
+    def watch(self, item: Completion) -> None:
+        """Finish ``item`` (and every item launched before it) as soon as it completes:
+        someone waits for it."""
+
+    def wait_item(self, item: Completion) -> None:
+        """Block the calling thread until ``item`` has completed, and finish it."""
 
     def record(self, marker: Completion) -> None:
         """Complete ``marker`` once every item launched before it has finished."""
@@ -230,6 +246,8 @@ class Stream:
         With ``park``, a full stream takes the item anyway into its host-side line, in
         order; it is launched as soon as a slot frees (``_unpark``), and None is returned.
         """
+        if limit is not None and len(self._inflight) >= limit:
+            self._backend.poll()        # completed items free their slots first
         with self._lock:
             if self._closed:
                 raise DeviceError(f"stream '{self.name}': {item.describe()} submitted "
@@ -242,10 +260,14 @@ class Stream:
             self._submitted += 1
             if full:
                 self._limit = limit
+                if not self._parked and self._inflight:
+                    self._backend.watch(self._inflight[0])   # its completion frees a slot
                 self._parked.append(("launch", item))
             else:
                 self._inflight.append(item)
                 self._backend.launch(item)
+        if self._backend.poll_due:
+            self._backend.poll()        # outside the lock: finishing items takes it
         return None
 
     def _unpark(self) -> None:
@@ -255,7 +277,7 @@ class Stream:
             kind, item = parked[0]
             if kind == "launch":
                 if limit is not None and len(self._inflight) >= limit:
-                    return
+                    break
                 self._inflight.append(item)
                 self._backend.launch(item)
             elif kind == "record":
@@ -263,6 +285,8 @@ class Stream:
             else:
                 self._backend.wait(item)
             parked.popleft()
+        if parked and self._inflight:
+            self._backend.watch(self._inflight[0])   # the next free slot unparks more
 
     def _item_finished(self, item: Completion, ok: bool) -> None:
         """Backend hook, before waiters wake: free the slot, count, time."""
@@ -282,6 +306,32 @@ class Stream:
                 self._queue_wait.record(wait_ms)
             if exec_ms is not None:
                 self._exec.record(exec_ms)
+
+    def _items_finished(self, items: list) -> None:
+        """Backend hook for items finished together, in launch order (a GPU stream's
+        completion batch), before their waiters wake: as ``_item_finished``, one lock."""
+        with self._lock:
+            inflight = self._inflight
+            wait_h, exec_h = self._queue_wait, self._exec
+            for item in items:
+                if item._control:
+                    continue
+                head = inflight.popleft()
+                if head is not item:
+                    inflight.appendleft(head)
+                    inflight.remove(item)
+                if item._error is None:
+                    self._completed += 1
+                else:
+                    self._failed += 1
+                started = item.started_at
+                if started is not None:
+                    if item.submitted_at is not None:
+                        wait_h.record((started - item.submitted_at) * 1e3)
+                    if item.finished_at is not None:
+                        exec_h.record((item.finished_at - started) * 1e3)
+            if self._parked:
+                self._unpark()
 
     def _oldest(self) -> Completion | None:
         with self._lock:
@@ -321,7 +371,7 @@ class Stream:
         with self._lock:
             if self._closed:
                 raise DeviceError(f"stream '{self.name}': wait_event after close")
-            if marker is None or marker.done() or marker.stream is self:
+            if marker is None or marker._state == _DONE or marker.stream is self:
                 return  # never recorded, already complete, or ordered by this stream
             if self._parked:
                 self._parked.append(("wait", marker))
