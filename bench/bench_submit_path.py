@@ -1,100 +1,134 @@
-"""Host cost of ``plan.submit`` on the fake CUDA runtime and cuDNN of tests/contract (no GPU).
+"""Host cost of ``plan.submit``, ours against PyTorch's conv launch, with a breakdown.
 
-The fakes (``tests/contract/fakes``, compiled with cc against NVIDIA's headers, fetched at
-first use into the contract suite's cache) stand in for libcudart and libcudnn, so what
-is timed is our Python and Cython path from ``plan.submit(vp)`` to the vendor calls, plus
-the fakes' own cost per call (each logs a JSON record; measured here as ``fake call``
-and printed, so the figures can be read net of it). Nothing runs on a GPU.
+One run prints, in µs of host time per call (median over rounds of ``--batch``
+back-to-back calls, ``time.perf_counter_ns``):
 
-Prints, per case, the median over rounds of (wall time of ``--batch`` back-to-back
-``plan.submit`` calls) / batch, in µs, and the same for a replay of a captured step
-(``step.submit``). Cases: GpuArray buffers; objects with a precomputed
-``__cuda_array_interface__`` dict (as CuPy's is C-level); objects that build the dict on
-every access (as PyTorch's Python property does); int device pointers.
+- ``plan.submit`` with GpuArrays, torch tensors, CuPy arrays and int pointers, and a
+  captured step's replay (1 plan, 20 plans);
+- the breakdown of one steady-state submission: *bind* (the binding cache hit), *C launch*
+  (the bound work-item function on the stream: ``GraphLaunch`` -> ``cudnnBackendExecute``,
+  or the legacy engine's call), *queue* (the rest of ``submit``: the handle, the stream's
+  bookkeeping, ``cudaSetDevice``, the batch's event record), and *completion* (finishing
+  the item once the GPU is done: event query, slot, wake-up), amortized per item;
+- Python allocations per submission (``sys.getallocatedblocks`` delta, the handle included);
+- the anchors where torch and a GPU are present: ``F.conv2d`` launch and ``torch.mm``.
 
-    python bench/bench_submit_path.py [--rounds 30] [--batch 20] [--profile]
+Runtimes: ``--runtime real`` on a GPU machine (the default when a CUDA device is there);
+``--runtime fake`` (the default elsewhere): the contract suite's fake CUDA runtime and
+cuDNN (tests/contract, compiled against NVIDIA's headers, fetched at first use), with
+the plan's provider plan replaced by a cuDNN *graph* plan over the unit tests' fake
+backend API (tests/unit/runtime/fakes/fake_cudnn_backend.c: ``cudnnBackendExecute``
+checks the pack and returns), so what is timed is our whole path down to the vendor call,
+and the vendor calls cost the fakes' own time (printed: each fake runtime call writes a
+log record). Fake-runtime figures are this machine's, not the GPU's.
 
-``--profile`` prints the cProfile of the GpuArray case (top 25 by own time). The
-``ours only`` rows repeat two cases with every vendor call of the launch and completion
-made a no-op and the plan's enqueue a no-op: what remains is our own code. The targets
-(issue 11) are for the H200: <= 10 µs per submit with GpuArrays, <= 12 µs with tensors;
-this machine's figures are the part of it that is ours.
+    python bench/bench_submit_path.py [--runtime auto|real|fake] [--rounds 50]
+        [--batch 200] [--profile]
+
+Targets (issue 11 item 2, on the H200): submit <= 10 µs with GpuArrays, <= 12 µs with
+torch/CuPy tensors (PyTorch 18.7 µs per conv launch in the issue's run).
 """
 from __future__ import annotations
 
 import argparse
 import ctypes
 import os
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from types import SimpleNamespace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)          # this checkout's hipdnn_async, built in place
 
 
+# ---------------------------------------------------------------------- the fake runtime
 def _fake_env() -> dict:
-    """Build (or find in the cache) the fakes; the loader's override variables."""
+    """Build (or find in the cache) the contract fakes; the loader's override variables."""
     sys.path.insert(0, os.path.join(ROOT, "tests"))
     from contract import _build, _headers
     headers = {s.name: _headers.ensure(s) for s in _headers.NVIDIA_SOURCES}
     return _build.build_nvidia(headers).env()
 
 
-class CachedCai:
-    """A device array whose ``__cuda_array_interface__`` is a stored dict (CuPy-like)."""
+def _fake_backend_lib() -> str:
+    """Compile the unit tests' fake cuDNN backend API; its path."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        raise SystemExit("bench_submit_path --runtime fake: needs a C compiler (cc)")
+    src = os.path.join(ROOT, "tests", "unit", "runtime", "fakes", "fake_cudnn_backend.c")
+    out = os.path.join(tempfile.mkdtemp(prefix="hipdnn_bench_"), "libfake_cudnn_backend.so")
+    subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", out, src], check=True)
+    return out
 
-    def __init__(self, arr):
-        self.__cuda_array_interface__ = dict(arr.__cuda_array_interface__)
-        self._arr = arr
+
+def _graph_plan_over_fake_backend(plan, be):
+    """Put a cuDNN graph plan (``GraphPlan``, the real launcher and ``GraphLaunch``) over
+    the fake backend API under ``plan``: its roles become the variant pack's uids."""
+    from hipdnn_async.providers.cudnn._graph_plan import GraphPlan
+    pack = [SimpleNamespace(uid=i + 1, binding=("role", role), name=t.name)
+            for i, (role, t) in enumerate(plan._roles)]
+    desc = be.Descriptor(be.BACKEND_EXECUTION_PLAN_DESCRIPTOR)
+    plan._pplan = GraphPlan(be, SimpleNamespace(pack=pack, segments=()), desc, 0,
+                            "fake backend plan")
+    plan._bindings.clear()
 
 
+# ---------------------------------------------------------------------- buffers
 class PropertyCai:
-    """A device array whose ``__cuda_array_interface__`` is built on each access
-    (PyTorch-like: a Python property)."""
+    """A device array whose ``__cuda_array_interface__`` is a property building the dict
+    on every access, with ``data_ptr()`` / ``stride()`` (PyTorch-like, for the fake)."""
 
     def __init__(self, arr):
         self._arr = arr
-        self._shape, self._strides = arr.dims, tuple(s * arr.dtype.itemsize for s in arr.strides)
-        self._ptr, self._typestr = arr.ptr, arr.dtype.str
+        self.shape = tuple(arr.dims)
+        self._strides = tuple(arr.strides)
+        self._ptr, self.dtype = arr.ptr, arr.dtype
+
+    def data_ptr(self):
+        return self._ptr
+
+    def stride(self):
+        return self._strides
 
     @property
     def __cuda_array_interface__(self):
-        return {"typestr": self._typestr, "shape": tuple(self._shape),
-                "strides": tuple(self._strides), "data": (self._ptr, False), "version": 3}
+        return {"typestr": self.dtype.str, "shape": self.shape,
+                "strides": tuple(s * self.dtype.itemsize for s in self._strides),
+                "data": (self._ptr, False), "version": 3}
+
+
+class CachedCai:
+    """A device array with a stored ``__cuda_array_interface__`` and CuPy's ``data.ptr``
+    (CuPy-like, for the fake)."""
+
+    def __init__(self, arr):
+        self.__cuda_array_interface__ = dict(arr.__cuda_array_interface__)
+        self.data = SimpleNamespace(ptr=arr.ptr)
+        self.shape = tuple(arr.dims)
+        self.strides = self.__cuda_array_interface__["strides"]
+        self.dtype = arr.dtype
+        self._arr = arr
 
 
 def _graph(hd):
-    g = hd.Graph(name="submit_bench", io_data_type=hd.DataType.HALF,
-                 intermediate_data_type=hd.DataType.FLOAT, compute_data_type=hd.DataType.FLOAT)
-    x = g.tensor(dims=(1, 8, 4, 4), layout="NHWC", name="x")
-    w = g.tensor(dims=(8, 8, 1, 1), layout="NHWC", name="w")
-    b = g.tensor(dims=(1, 8, 1, 1), layout="NHWC", name="b")
-    y = g.conv_fprop(x, w, padding=0)
-    y = g.pointwise(y, b, mode=hd.PointwiseMode.ADD)
-    y = g.pointwise(y, mode=hd.PointwiseMode.RELU_FWD).set_output(True).set_name("y")
-    return g, (x, w, b, y)
-
-
-def _time_batches(fn, sync, rounds: int, batch: int) -> tuple[float, float]:
-    """Median (wall µs, this thread's CPU µs) per call of ``batch`` back-to-back ``fn()``
-    calls (then ``sync()``, not timed). CPU time is the steadier figure on a shared
-    machine; the wall time includes waiting for the GIL held by the completion thread."""
-    wall, cpu = [], []
-    for _ in range(rounds):
-        t0, c0 = time.perf_counter(), time.thread_time()
-        for _ in range(batch):
-            fn()
-        cpu.append((time.thread_time() - c0) / batch * 1e6)
-        wall.append((time.perf_counter() - t0) / batch * 1e6)
-        sync()
-    return statistics.median(wall), statistics.median(cpu)
+    """The issue's overhead case: a tiny fp32 NCHW 3x3 conv (bench_gpu.py's 'overhead')."""
+    f32 = hd.DataType.FLOAT
+    g = hd.Graph(name="submit_bench", io_data_type=f32, intermediate_data_type=f32,
+                 compute_data_type=f32)
+    x = g.tensor(dims=(1, 8, 8, 8), name="x")
+    w = g.tensor(dims=(8, 8, 3, 3), name="w")
+    y = g.conv_fprop(x, w, padding=(1, 1)).set_output(True).set_name("y")
+    return g, (x, w, y)
 
 
 class _FreeRuntime:
-    """The loaded runtime with the calls of a launch and its completion made free (no-ops):
-    what is left of a submission is our own code."""
+    """The stream's runtime with the calls of a launch and its completion made no-ops
+    (``--runtime fake`` only): what is left of a submission is our own code."""
 
     def __init__(self, rt):
         self._rt = rt
@@ -108,136 +142,261 @@ class _FreeRuntime:
     def event_record(self, event, stream):
         pass
 
+    def event_query(self, event):
+        return True
+
     def event_synchronize(self, event):
         pass
 
-    def stream_wait_event(self, stream, event):
-        pass
 
-    def graph_launch(self, graph_exec, stream):
-        pass
-
-
-def _ours_only(dev, plan):
-    """Make the vendor side of ``dev``'s launches free (see _FreeRuntime); return undo."""
-    backends = [s.backend for s in dev.streams]
-    ctx = backends[0].context
-    saved = [(be, be._rt) for be in backends], ctx.runtime, plan._pplan.__dict__.get("run")
-    for be in backends:
-        be._rt = _FreeRuntime(be._rt)
-    ctx.runtime = _FreeRuntime(ctx.runtime)
-    plan._pplan.run = lambda buffers, ws: None
-
-    def undo():
-        for be, rt in saved[0]:
-            be._rt = rt
-        ctx.runtime = saved[1]
-        if saved[2] is None:
-            del plan._pplan.run
-        else:
-            plan._pplan.run = saved[2]
-    return undo
+# ---------------------------------------------------------------------- timing
+def _per_call_us(fn, after, rounds: int, batch: int) -> tuple[float, float]:
+    """Medians over ``rounds`` of (wall ns, this thread's CPU ns) of ``batch`` back-to-back
+    ``fn()`` / batch, in µs; ``after()`` (untimed) runs after each round. The CPU time
+    is the steadier figure on a shared machine (it leaves out time descheduled)."""
+    wall, cpu = [], []
+    pc, tt = time.perf_counter_ns, time.thread_time_ns
+    for _ in range(rounds):
+        t0, c0 = pc(), tt()
+        for _ in range(batch):
+            fn()
+        c1, t1 = tt(), pc()
+        wall.append((t1 - t0) / batch / 1e3)
+        cpu.append((c1 - c0) / batch / 1e3)
+        after()
+    return statistics.median(wall), statistics.median(cpu)
 
 
-def _fake_call_us(ctl_lib, rounds: int = 2000) -> float:
-    """µs of one cheap fake runtime call (cudaGetLastError: log record + return)."""
-    f = ctl_lib.cudaGetLastError
-    t0 = time.perf_counter()
+def _allocations(fn, n: int = 2000) -> float:
+    """Python memory blocks still allocated per call after ``n`` calls (the handles kept)."""
+    import gc
+    keep = []
+    gc.collect()
+    gc.disable()
+    try:
+        b0 = sys.getallocatedblocks()
+        for _ in range(n):
+            keep.append(fn())
+        b1 = sys.getallocatedblocks()
+    finally:
+        gc.enable()
+    return (b1 - b0) / n - 8 / 1000        # the list's own growth is negligible
+
+
+def _fake_call_us(path: str, rounds: int = 5000) -> float:
+    """µs of one cheap fake runtime call (cudaGetLastError: a log record and a return)."""
+    f = ctypes.CDLL(path).cudaGetLastError
+    t0 = time.perf_counter_ns()
     for _ in range(rounds):
         f()
-    return (time.perf_counter() - t0) / rounds * 1e6
+    return (time.perf_counter_ns() - t0) / rounds / 1e3
 
 
+def _torch_anchor(torch, rounds, batch):
+    """µs per F.conv2d launch of the same conv, and per torch.mm of 64x64 (torch's own)."""
+    conv = torch.nn.functional.conv2d
+    x = torch.randn(1, 8, 8, 8, device="cuda")
+    w = torch.randn(8, 8, 3, 3, device="cuda")
+    a = torch.randn(64, 64, device="cuda")
+    for _ in range(50):
+        conv(x, w, padding=1)
+    torch.cuda.synchronize()
+    out = {"torch F.conv2d launch": _per_call_us(lambda: conv(x, w, padding=1),
+                                                 torch.cuda.synchronize, rounds, batch),
+           "torch.mm 64x64 launch": _per_call_us(lambda: torch.mm(a, a),
+                                                 torch.cuda.synchronize, rounds, batch)}
+    return out
+
+
+# ---------------------------------------------------------------------- main
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=30)
-    ap.add_argument("--batch", type=int, default=20)
-    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--runtime", choices=("auto", "real", "fake"), default="auto")
+    ap.add_argument("--rounds", type=int, default=50)
+    ap.add_argument("--batch", type=int, default=200)
+    ap.add_argument("--profile", action="store_true", help="cProfile of the GpuArray case")
     args = ap.parse_args(argv)
-    os.environ.update(_fake_env())
-    os.environ.setdefault("HIPDNN_ASYNC_PERFDB", ":memory:")
+    runtime = args.runtime
+    if runtime == "auto":     # decided before anything loads a runtime
+        runtime = "real" if os.path.exists("/dev/nvidia0") else "fake"
+    be = None
+    if runtime == "fake":
+        os.environ.update(_fake_env())
+        os.environ.setdefault("HIPDNN_ASYNC_PERFDB", ":memory:")
+        from hipdnn_async.runtime import _cudnn_backend as be
+        from hipdnn_async.runtime import _loader
+        be.load(_loader.Library("cudnn", _fake_backend_lib(), "explicit", ""))
     import numpy as np
     import hipdnn_async as hd
-    sys.path.insert(0, os.path.join(ROOT, "tests"))
-    from contract._fakes import FakeControl
+    torch = cupy = None
+    if runtime == "real":
+        try:
+            import torch
+            if not torch.cuda.is_available():
+                torch = None
+        except ImportError:
+            torch = None
+        try:
+            import cupy
+        except ImportError:
+            cupy = None
+    ctl = None
+    if runtime == "fake":
+        sys.path.insert(0, os.path.join(ROOT, "tests"))
+        from contract._fakes import FakeControl
+        ctl = FakeControl(os.environ["HIPDNN_ASYNC_CUDART"])
+        ctl.set_delay_us(0)
 
-    ctl = FakeControl(os.environ["HIPDNN_ASYNC_CUDART"])
-    ctl.set_delay_us(0)
-    lib = ctypes.CDLL(os.environ["HIPDNN_ASYNC_CUDART"])
-    g, (x, w, b, y) = _graph(hd)
-    rows = []
-    with hd.Device("cuda:0", streams=1, max_inflight=4 * args.batch) as dev:
+    g, (x, w, y) = _graph(hd)
+    rounds, batch = args.rounds, args.batch
+    rows, notes = [], []
+    with hd.Device("cuda:0", streams=1, max_inflight=batch + 64) as dev:
         plan = dev.build_sync(g)
-        arrs = {t: dev.empty(t.dims, t.data_type, strides=t.strides) for t in (x, w, b, y)}
+        engine = plan.engine.name
+        if be is not None:
+            _graph_plan_over_fake_backend(plan, be)
+            engine += " replaced by a cuDNN graph plan over the fake backend API"
+        arrs = {t: dev.empty(t.dims, t.data_type) for t in (x, w, y)}
         for a in arrs.values():
             a.copy_from(np.zeros(a.dims, a.dtype))
-        cases = {"GpuArray": dict(arrs),
-                 "CAI dict (CuPy-like)": {t: CachedCai(a) for t, a in arrs.items()},
-                 "CAI property (PyTorch-like)": {t: PropertyCai(a) for t, a in arrs.items()},
-                 "int pointers": {t: a.ptr for t, a in arrs.items()}}
+        packs = {"GpuArray": {"x": arrs[x], "w": arrs[w], "y": arrs[y]}}
+        if torch is not None:
+            tt = {k: torch.zeros(tuple(t.dims), device="cuda") for k, t in
+                  (("x", x), ("w", w), ("y", y))}
+            packs["torch tensors"] = tt
+        else:
+            packs["torch-like (fake)"] = {k: PropertyCai(arrs[t]) for k, t in
+                                          (("x", x), ("w", w), ("y", y))}
+        if cupy is not None:
+            packs["CuPy arrays"] = {k: cupy.zeros(tuple(t.dims), dtype=cupy.float32)
+                                    for k, t in (("x", x), ("w", w), ("y", y))}
+        elif torch is None:
+            packs["CuPy-like (fake)"] = {k: CachedCai(arrs[t]) for k, t in
+                                         (("x", x), ("w", w), ("y", y))}
+        packs["int pointers"] = {k: arrs[t].ptr for k, t in (("x", x), ("w", w), ("y", y))}
+        stream = dev.streams[0]
+        be_stream = stream.backend
+        rt = be_stream._rt
 
         def sync():
             dev._pool.synchronize_blocking()
-            ctl.clear()
+            if ctl is not None:
+                ctl.clear()
 
-        for name, vp in cases.items():
-            plan.execute_sync(vp)         # warm
-            us = _time_batches(lambda: plan.submit(vp), sync, args.rounds, args.batch)
-            rows.append((f"plan.submit, {name}", us))
-        with dev.capture() as step:
-            plan.submit(cases["GpuArray"])
-        step.replay_sync()
-        rows.append(("step.submit (1 plan captured)",
-                     _time_batches(step.submit, sync, args.rounds, args.batch)))
-        step.close()
-        with dev.capture() as step20:
-            for _ in range(20):
-                plan.submit(cases["GpuArray"])
-        step20.replay_sync()
-        w20, c20 = _time_batches(step20.submit, sync, args.rounds, args.batch)
-        rows.append(("step.submit (20 plans), per plan", (w20 / 20, c20 / 20)))
-        step20.close()
-        undo = _ours_only(dev, plan)      # the same, with every vendor call free
-        try:
-            for name in ("GpuArray", "CAI property (PyTorch-like)"):
-                vp = cases[name]
-                rows.append((f"ours only: plan.submit, {name}",
-                             _time_batches(lambda: plan.submit(vp), sync, args.rounds,
-                                           args.batch)))
-            for n_plans in (1, 20):       # captured under the free runtime: free launches
-                with dev.capture() as st:
-                    for _ in range(n_plans):
-                        plan.submit(cases["GpuArray"])
-                w, c = _time_batches(st.submit, sync, args.rounds, args.batch)
-                rows.append((f"ours only: step.submit ({n_plans} plans), per plan",
-                             (w / n_plans, c / n_plans)))
-                st.close()
-        finally:
-            undo()
+        for name, vp in packs.items():
+            plan.execute_sync(vp, stream=0)          # bind once, warm
+            rows.append((f"plan.submit, {name}",
+                         _per_call_us(lambda: plan.submit(vp, stream=0), sync, rounds, batch)))
+        vp = packs["GpuArray"]
+        # ---- breakdown of the GpuArray submission
+        bindings = plan._bindings
+        bind_us = _per_call_us(lambda: bindings.get(vp, None), lambda: None, rounds, batch)
+        fn = bindings.get(vp, None).fn
+        lc = be_stream.launch_context
+
+        def c_launch_round():
+            lc.enter()
+            try:
+                for _ in range(batch):
+                    fn()
+            finally:
+                lc.exit()
+        c_wall, c_cpu = [], []
+        for _ in range(rounds):
+            t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+            with be_stream._launch_lock:
+                c_launch_round()
+            c_cpu.append((time.thread_time_ns() - c0) / batch / 1e3)
+            c_wall.append((time.perf_counter_ns() - t0) / batch / 1e3)
+            sync()
+        c_us = statistics.median(c_wall), statistics.median(c_cpu)
+        ev = rt.event_create()
+        rec_us = _per_call_us(lambda: rt.event_record(ev, be_stream.stream),
+                              lambda: rt.stream_synchronize(be_stream.stream), rounds, batch)
+        rt.event_destroy(ev)
+        d_wall, d_cpu = [], []
+        for _ in range(rounds):
+            for _ in range(batch):
+                plan.submit(vp, stream=0)
+            rt.stream_synchronize(be_stream.stream)    # the GPU is done; what is left is ours
+            t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+            dev._pool.synchronize_blocking()
+            d_cpu.append((time.thread_time_ns() - c0) / batch / 1e3)
+            d_wall.append((time.perf_counter_ns() - t0) / batch / 1e3)
+            if ctl is not None:
+                ctl.clear()
+        done_us = statistics.median(d_wall), statistics.median(d_cpu)
+        submit_us = rows[0][1]
+        rows += [("  bind (binding cache hit)", bind_us),
+                 ("  C launch (bound work item -> vendor call)", c_us),
+                 ("  queue (handle, stream, set_device, 1/16 event)",
+                  tuple(a - b - c for a, b, c in zip(submit_us, bind_us, c_us))),
+                 ("  completion per item (GPU done; amortized)", done_us),
+                 ("  (cudaEventRecord alone)", rec_us)]
+        allocs = _allocations(lambda: plan.submit(vp, stream=0), n=min(batch, 2000))
         sync()
-        fake_us = _fake_call_us(lib)
-        log = ctl.log()
-        plan.submit(cases["GpuArray"]).result()
-        calls = [r["fn"] for r in ctl.log()[len(log):] if r["rec"] == "call"]
+        if ctl is not None:   # the same with the fake runtime's calls free: ours alone
+            be_stream._rt = _FreeRuntime(rt)
+            try:
+                for name in ("GpuArray", "torch-like (fake)"):
+                    p = packs[name]
+                    rows.append((f"ours only (runtime calls free): submit, {name}",
+                                 _per_call_us(lambda: plan.submit(p, stream=0), sync, rounds,
+                                              batch)))
+            finally:
+                be_stream._rt = rt
+        # ---- replays of captured steps
+        for n_plans in (1, 20):
+            with dev.capture(stream=0) as step:
+                for _ in range(n_plans):
+                    plan.submit(vp)
+            step.replay_sync()
+            per = _per_call_us(step.submit, sync, rounds, max(1, batch // 4))
+            rows.append((f"step.submit ({n_plans} plan{'s' if n_plans > 1 else ''}), per plan",
+                         tuple(v / n_plans for v in per)))
+            step.close()
+        if ctl is not None:
+            sync()
+            log0 = len(ctl.log())
+            plan.submit(vp, stream=0).result()
+            calls = [r["fn"] for r in ctl.log()[log0:] if r["rec"] == "call"]
+            notes.append(f"a fake runtime call costs {_fake_call_us(os.environ['HIPDNN_ASYNC_CUDART']):.2f} us "
+                         f"(its log record); one submit + result() made {len(calls)} "
+                         f"runtime calls: {', '.join(calls)}")
         if args.profile:
             import cProfile
             import pstats
-            vp = cases["GpuArray"]
             prof = cProfile.Profile()
             prof.enable()
-            for _ in range(args.rounds):
-                for _ in range(args.batch):
-                    plan.submit(vp)
+            for _ in range(rounds):
+                for _ in range(batch):
+                    plan.submit(vp, stream=0)
                 sync()
             prof.disable()
             pstats.Stats(prof).sort_stats("tottime").print_stats(25)
-    print(f"hipdnn_async {hd.__version__}: plan {plan.pattern}, engine {plan.engine.name}, "
-          f"{args.rounds} rounds x {args.batch} back-to-back submits (fake CUDA runtime + cuDNN)")
-    print(f"  {'':<46s} {'wall':>8s} {'CPU':>8s}  (us per call, median)")
+    if torch is not None:
+        rows += list(_torch_anchor(torch, rounds, batch).items())
+    where = ("FAKE runtime (tests/contract fakes + fake backend API; this machine's CPU, "
+             "not a GPU's)" if runtime == "fake" else
+             f"{dev.provider.context.name if hasattr(dev.provider, 'context') else 'GPU'}")
+    print(f"hipdnn_async {hd.__version__} on {where}")
+    print(f"plan {plan.pattern}, engine {engine}; {rounds} rounds x {batch} back-to-back calls")
+    if torch is not None:
+        print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}")
+    print(f"  {'':<56s} {'wall':>8s} {'CPU':>8s}  (us per call, medians)")
     for label, (wall, cpu) in rows:
-        print(f"  {label:<46s} {wall:8.2f} {cpu:8.2f}")
-    print(f"  a fake runtime call costs {fake_us:.2f} us (its log record); calls per submit: "
-          f"{len(calls)} ({', '.join(calls)})")
+        print(f"  {label:<56s} {wall:8.2f} {cpu:8.2f}")
+    print(f"  Python blocks allocated per submit (handle incl.): {allocs:.1f}")
+    if torch is not None:
+        t = {k: v[0] for k, v in rows}
+        print(f"  wall-time ratios: submit(GpuArray) / torch conv launch "
+              f"{t['plan.submit, GpuArray'] / t['torch F.conv2d launch']:.2f}; "
+              f"submit(torch tensors) / torch conv launch "
+              f"{t['plan.submit, torch tensors'] / t['torch F.conv2d launch']:.2f}")
+    for n in notes:
+        print("  " + n)
+    if runtime == "fake":
+        print("  (fake-runtime numbers: the vendor calls cost the fakes' time, not a GPU's)")
     return 0
 
 

@@ -684,20 +684,26 @@ class ExecutionPlan:
         make = getattr(self._pplan, "launcher", None)
         if make is None:
             return self._runner(buffers, ws)
-        launch, device, pattern = make(buffers, ws), self.device, self.pattern
+        launch = make(buffers, ws)
+        lock, stats = self.device._stats_lock, self.device._plan_stats[self.pattern]
         perf_counter = time.perf_counter
 
         def run():
             t0 = perf_counter()
             launch()
-            device._record_execution(pattern, (perf_counter() - t0) * 1e3)
+            t = perf_counter() - t0
+            with lock:
+                stats["executions"] += 1
+                stats["exec_ms"] += t * 1e3
 
         return run
 
     def _work(self, variant_pack, workspace):
         b = self._bindings.get(variant_pack, workspace)
-        # the binding and the buffer objects stay alive until the execution completes
-        return b.fn, (b, tuple(variant_pack.values()))
+        # the buffer objects (and the workspace) stay alive until the execution completes;
+        # the binding need not (a launch reads its variant pack when it is enqueued)
+        keep = tuple(variant_pack.values())
+        return b.fn, (keep if workspace is None else (keep, workspace))
 
     # -- execution -----------------------------------------------------------------------
     def submit(self, variant_pack: Mapping, *, workspace=None, stream=None):

@@ -8,6 +8,7 @@ Signatures follow ``cudnn_graph.h`` of cuDNN 9.19.1 (the ``nvidia-cudnn-cu13`` 9
 wheel; tests/contract compiles every type below against that header): handles and
 descriptors are ``void*``, enums ``int``, ``cudnnStatus_t`` an ``int``.
 """
+from cpython.pythread cimport PyThread_type_lock
 from libc.stdint cimport int64_t, uintptr_t
 
 from ._loader cimport Library, LibraryTable
@@ -65,12 +66,21 @@ cdef class Descriptor:
                   void* values) except -1
 
 
+cdef class PlanLock:
+    cdef PyThread_type_lock lock
+
+    cdef void take(self)
+    cdef void give(self)
+
+
 cdef class GraphLaunch:
     cdef Descriptor plan
     cdef int n
     cdef int64_t uids[32]        # MAX_PACK of the .pyx
     cdef object resolve
     cdef object lock
+    cdef PlanLock plock          # the same lock when it is a PlanLock (taken in C)
+    cdef readonly long long executions
     cdef object lc               # the launch context the variant pack was built for
     cdef object marker           # its workspace_ptr moves with the stream's workspace
     cdef uintptr_t ws_ptr
@@ -78,6 +88,8 @@ cdef class GraphLaunch:
     cdef void* vp                # finalized variant pack, owned
 
     cdef int _rebuild(self, object lc) except -1
+    cdef bint _stale(self, object lc) except -1
+    cdef int _execute(self, object lc) except -1
 
 
 # Build a variant pack, execute, destroy it; the first failing status (0: success).

@@ -39,13 +39,16 @@ from cuDNN's one status table, ``runtime._cudnn.STATUS``): NOT_SUPPORTED* is a
 a ``CudnnBadParamError``, anything else a ``CudnnError`` (an ``ExecutionError``); each keeps
 ``.status``, ``.status_name``, ``.call`` and cuDNN's last error message.
 """
+from cpython.pythread cimport (NOWAIT_LOCK, WAIT_LOCK, PyThread_acquire_lock,
+                               PyThread_allocate_lock, PyThread_free_lock,
+                               PyThread_release_lock)
 from libc.stdint cimport int64_t, uintptr_t
 from libc.string cimport memset
 
 from .. import _errors
 from . import _cudnn
 from ._loader cimport Library, LibraryTable
-from ._gpu_device import current_launch as _current_launch
+from ._gpu_device import _tls as _launch_tls     # current_launch()'s thread-local
 
 # ------------------------------------------------------------------ constants
 # cudnnBackendDescriptorType_t (cudnn_graph.h, cuDNN 9.19.1)
@@ -656,6 +659,38 @@ cdef int make_pack(void** out, int n, const int64_t* uids, void** pointers,
 _UNBUILT = object()     # GraphLaunch.lc before the first build (None is "no launch context")
 
 
+cdef class PlanLock:
+    """The lock of one execution plan's launches (cuDNN does not promise that a plan may
+    execute on two streams at once): a context manager for Python, taken in C by
+    :class:`GraphLaunch` (no Python call on the submit path)."""
+
+    def __cinit__(self):
+        self.lock = PyThread_allocate_lock()
+        if self.lock == NULL:
+            raise MemoryError("PlanLock: cannot allocate a lock")
+
+    def __dealloc__(self):
+        if self.lock != NULL:
+            PyThread_free_lock(self.lock)
+            self.lock = NULL
+
+    cdef void take(self):
+        if not PyThread_acquire_lock(self.lock, NOWAIT_LOCK):
+            with nogil:
+                PyThread_acquire_lock(self.lock, WAIT_LOCK)
+
+    cdef void give(self):
+        PyThread_release_lock(self.lock)
+
+    def __enter__(self):
+        self.take()
+        return self
+
+    def __exit__(self, *exc):
+        self.give()
+        return False
+
+
 cdef class GraphLaunch:
     """One bound execution of an execution plan: the work-item function the submit path
     reuses while the same buffers come again.
@@ -663,7 +698,9 @@ cdef class GraphLaunch:
     Calling it executes ``plan`` on the launching stream's cuDNN handle with a variant
     pack built once and kept: it is rebuilt only when the launch comes from another
     stream or the stream's workspace moved (``resolve`` is asked then), so a steady-state
-    execution is a single ``cudnnBackendExecute`` with the GIL released.
+    execution is a single ``cudnnBackendExecute`` with the GIL released, and the call
+    itself makes no Python call and allocates nothing (the plan's lock is taken in C
+    when it is a :class:`PlanLock`).
 
     Parameters
     ----------
@@ -676,8 +713,13 @@ cdef class GraphLaunch:
         handle, the pack's pointers in uid order, the plan's workspace pointer, and an
         object whose ``workspace_ptr`` attribute changes when the stream's workspace
         moves (None when the workspace is the caller's own).
-    lock : lock
+    lock : PlanLock or lock
         Taken around the execution (a plan executes on one stream at a time).
+
+    Attributes
+    ----------
+    executions : int
+        Successful executions so far (counted in C, under the plan's lock).
 
     Raises (when called)
     --------------------
@@ -701,10 +743,12 @@ cdef class GraphLaunch:
             self.uids[i] = uids[i]
         self.resolve = resolve
         self.lock = lock
+        self.plock = lock if isinstance(lock, PlanLock) else None
         self.lc = _UNBUILT
         self.marker = None
         self.ws_ptr = 0
         self.handle = NULL
+        self.executions = 0
 
     cdef int _rebuild(self, object lc) except -1:
         cdef void* p[MAX_PACK]
@@ -726,24 +770,41 @@ cdef class GraphLaunch:
         self.ws_ptr = marker.workspace_ptr if marker is not None else 0
         return 0
 
-    def __call__(self):
+    cdef bint _stale(self, object lc) except -1:
+        marker = self.marker
+        return lc is not self.lc or (marker is not None and marker.workspace_ptr != self.ws_ptr)
+
+    cdef int _execute(self, object lc) except -1:
+        """Rebuild when stale, then execute; the caller holds the plan's lock."""
         cdef int st
         cdef void* h
         cdef void* vp
-        lc = _current_launch()
+        if self._stale(lc):
+            self._rebuild(lc)
+        h, vp = self.handle, self.vp
+        with nogil:
+            st = _f.BackendExecute(h, self.plan.ptr, vp)
+        if st != 0:
+            raise error_for("cudnnBackendExecute", st)
+        self.executions += 1
+        return 0
+
+    def __call__(self):
+        lc = getattr(_launch_tls, "launch", None)
         if _f.BackendExecute == NULL:
             _T.missing(b"BackendExecute")
         # under the lock: launches from two streams take turns, and one never destroys
         # the pack the other is executing with
-        with self.lock:
-            marker = self.marker
-            if lc is not self.lc or (marker is not None and marker.workspace_ptr != self.ws_ptr):
-                self._rebuild(lc)
-            h, vp = self.handle, self.vp
-            with nogil:
-                st = _f.BackendExecute(h, self.plan.ptr, vp)
-        if st != 0:
-            raise error_for("cudnnBackendExecute", st)
+        cdef PlanLock plock = self.plock
+        if plock is not None:
+            plock.take()
+            try:
+                self._execute(lc)
+            finally:
+                plock.give()
+        else:
+            with self.lock:
+                self._execute(lc)
 
     def __dealloc__(self):
         if self.vp != NULL and _f.BackendDestroyDescriptor != NULL:

@@ -127,7 +127,7 @@ class Completion:
     def done(self) -> bool:
         """Return True once the item has finished (with a result or an error)."""
         if self._state != _DONE and self._batch is not None:
-            self.stream._backend.poll()     # a GPU stream retires what has completed
+            self.stream._backend.poll(self)     # a GPU stream retires what has completed
         return self._state == _DONE
 
     def _watch(self) -> None:
@@ -180,6 +180,8 @@ class Completion:
             if self._tevent is None:
                 self._tevent = threading.Event()
             tevent = self._tevent
+        if self._state == _DONE:    # published meanwhile without looking (see _publish)
+            return True
         self._watch()
         return tevent.wait(timeout)
 
@@ -217,9 +219,19 @@ class Completion:
             else:
                 queued = False
         if queued:
-            self._watch()
+            if self._state == _DONE:     # published meanwhile: run what is left, once
+                self._run_callbacks()
+            else:
+                self._watch()
         else:
             _call_back(callback, self)
+
+    def _run_callbacks(self) -> None:
+        with self._lock:
+            callbacks, self._callbacks = self._callbacks, None
+        if callbacks:
+            for callback in callbacks:
+                _call_back(callback, self)
 
     # ---------------------------------------------------------------- waiting, loops
 
@@ -253,7 +265,7 @@ class Completion:
                 if waiter.event is None:
                     waiter.event = anyio.Event()
                 event = waiter.event
-        if event is None:
+        if event is None or self._state == _DONE:   # (published meanwhile: _publish)
             await anyio.lowlevel.checkpoint_if_cancelled()
         else:
             self._watch()
@@ -303,10 +315,17 @@ class Completion:
         if self._state == _DONE:
             raise RuntimeError(f"{self.describe()}: completed twice")  # backend bug
         self._keepalive = None
+        self._value = value
+        self._error = error
+        # Published without the lock when nobody waits (the common case: no lock per
+        # item). Waiters register under the lock and then look at the state again, and
+        # the state is written here before the waiter fields are read: with the GIL's
+        # ordering one side always sees the other (a waiter may be woken twice, which
+        # is harmless; callbacks are taken under the lock, so they run once).
+        self._state = _DONE
+        if self._tevent is None and self._waiters is None and self._callbacks is None:
+            return
         with self._lock:
-            self._value = value
-            self._error = error
-            self._state = _DONE
             tevent = self._tevent
             waiters = self._waiters
             callbacks, self._callbacks = self._callbacks, None

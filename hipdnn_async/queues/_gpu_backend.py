@@ -37,6 +37,7 @@ from typing import Callable
 
 from .._errors import DeviceError, GpuError
 from ..runtime._gpu_device import GpuContext, LaunchContext
+from ..runtime._gpu_device import _tls as _launch_tls    # current_launch()'s thread-local
 from ._completion import _DONE, Completion
 from ._graph import capture_graph
 from ._stream import StreamBackend
@@ -93,9 +94,9 @@ class GpuStreamBackend(StreamBackend):
         self.stream = rt.stream_create(rt.STREAM_NON_BLOCKING)
         context.add_stream(self.stream)
         self.launch_context = LaunchContext(self.stream, context)
-        # launches vs preparers of launch state and on-demand event records (reentrant:
-        # a preparer may run from inside a launch of the same thread)
-        self._launch_lock = threading.RLock()
+        self._index = context.index
+        # launches vs preparers of launch state and on-demand event records
+        self._launch_lock = threading.Lock()
         self._closed = False
         try:
             self._start_prepared()
@@ -135,20 +136,20 @@ class GpuStreamBackend(StreamBackend):
     def launch(self, item: Completion) -> None:
         """Enqueue ``item``'s work on the GPU stream now; it is finished once its batch's
         event has fired and someone looks (module docstring)."""
-        ctx = self.launch_context
         with self._launch_lock:
-            self._rt.set_device(self.context.index)    # context.activate(), one call less
-            ctx.enter()
+            self._rt.set_device(self._index)    # context.activate(), one call less
+            _launch_tls.launch = self.launch_context      # LaunchContext.enter(), inlined
             try:
                 item._value, item._error = item._execute()
             finally:
-                ctx.exit()
+                _launch_tls.launch = None
             batch = self._open
-            batch.items.append(item)
+            items = batch.items
+            items.append(item)
             item._batch = batch
-            if item._control or len(batch.items) >= EVENT_EVERY:
+            if item._control or len(items) >= EVENT_EVERY:
                 self._close()
-        if item._waiters or item._tevent is not None or item._callbacks:
+        if item._waiters is not None or item._tevent is not None or item._callbacks:
             self.watch(item)     # waited for before it was launched (it was parked)
 
     def _close(self) -> None:
@@ -205,10 +206,13 @@ class GpuStreamBackend(StreamBackend):
         return 0
 
     # ------------------------------------------------------------------ completion side
-    def poll(self) -> None:
+    def poll(self, item: Completion | None = None) -> None:
         """Finish the items of every batch whose event has fired; never blocks (another
-        thread finishing items meanwhile is left to it)."""
+        thread finishing items meanwhile is left to it). ``item``: someone asks whether
+        it is done, so its batch gets its event now if it has none yet."""
         self.poll_due = False
+        if item is not None:
+            self._cover(item)
         if self._batches:
             self._retire(None, blocking=False)
 

@@ -211,7 +211,8 @@ class StreamPool:
         DeviceError
             The pool is closed.
         """
-        self._check_open(label)
+        if self._closed:
+            self._check_open(label)
         item = Completion(fn, keepalive=keepalive, label=label)
         self.pick(stream)._try_submit(item, self.max_inflight, park=True)
         return item

@@ -49,9 +49,9 @@ class StreamBackend:
     # finishes every item itself (the CPU one) needs none of them.
     poll_due = False     # True: the backend asks the submitter to call poll() once
 
-    def poll(self) -> None:
+    def poll(self, item: Completion | None = None) -> None:
         """Finish the launched items that have completed (never blocks; must not be
-        called with the stream's lock held)."""
+        called with the stream's lock held); ``item``: someone asks about that one."""
 
     def watch(self, item: Completion) -> None:
         """Finish ``item`` (and every item launched before it) as soon as it completes:

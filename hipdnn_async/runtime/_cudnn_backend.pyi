@@ -256,9 +256,18 @@ def execute(handle: int, plan: Descriptor, uids: Sequence[int], pointers: Sequen
     """Execute a finalized execution plan on ``handle``'s stream."""
 
 
+class PlanLock:
+    """The lock of one plan's launches: a context manager; GraphLaunch takes it in C."""
+
+    def __enter__(self) -> "PlanLock": ...
+    def __exit__(self, *exc: Any) -> bool: ...
+
+
 class GraphLaunch:
     """One bound execution of a plan (the submit path): the variant pack is built on the
     first call from a stream and reused until the stream or its workspace changes."""
+
+    executions: int
 
     def __init__(self, plan: Descriptor, uids: Sequence[int],
                  resolve: Callable[[Any], tuple], lock: Any) -> None:

@@ -316,7 +316,8 @@ class GraphPlan(ProviderPlan):
         self._bind = tuple((t.uid, t.binding[0], t.binding[1], t.name) for t in pack)
         # cuDNN does not promise that one plan may execute on two streams at once
         # (PyTorch keeps its plans thread-local); launches of this plan take turns.
-        self._lock = threading.Lock()
+        # (the backend's PlanLock: GraphLaunch takes it in C, with no Python call)
+        self._lock = be.PlanLock() if hasattr(be, "PlanLock") else threading.Lock()
 
     def pointers(self, buffers, ws: int) -> list:
         """The variant pack's pointers, in uid order, for ``buffers`` (role -> pointer)."""
