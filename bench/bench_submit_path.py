@@ -224,8 +224,7 @@ def main(argv=None) -> int:
         os.environ.update(_fake_env())
         os.environ.setdefault("HIPDNN_ASYNC_PERFDB", ":memory:")
         from hipdnn_async.runtime import _cudnn_backend as be
-        from hipdnn_async.runtime import _loader
-        be.load(_loader.Library("cudnn", _fake_backend_lib(), "explicit", ""))
+        be.load(_fake_backend_lib())       # before the cuDNN provider loads its own
     import numpy as np
     import hipdnn_async as hd
     torch = cupy = None

@@ -259,8 +259,10 @@ def execute(handle: int, plan: Descriptor, uids: Sequence[int], pointers: Sequen
 class PlanLock:
     """The lock of one plan's launches: a context manager; GraphLaunch takes it in C."""
 
-    def __enter__(self) -> "PlanLock": ...
-    def __exit__(self, *exc: Any) -> bool: ...
+    def __enter__(self) -> "PlanLock":
+        """Take the lock (the GIL released while it waits)."""
+    def __exit__(self, *exc: Any) -> bool:
+        """Release the lock."""
 
 
 class GraphLaunch:
