@@ -7,10 +7,11 @@ not installed; the others (request parsing, the saved model, the Predictor witho
 always run.
 """
 import os
+import uuid
 
 import numpy as np
 import pytest
-from ray_support import LOOPBACK, free_port, local_logits, ray_or_skip
+from ray_support import RUN_MARK_ENV, LOOPBACK, free_port, local_logits, ray_or_skip
 
 from hipdnn_async.ray._deps import loopback_environment
 
@@ -20,6 +21,9 @@ os.environ.update(loopback_environment())
 # Two shared cores answer Serve's queue-length probes slowly; Serve's default deadline
 # (0.1 s) then logs a warning per request.
 os.environ.setdefault("RAY_SERVE_QUEUE_LENGTH_RESPONSE_DEADLINE_S", "1.0")
+# Every Ray process of this test run inherits this mark (ray_support.ray_processes finds
+# them), so a test can tell that none outlives the cluster (fresh-user review F9).
+os.environ.setdefault(RUN_MARK_ENV, uuid.uuid4().hex)
 
 
 _CLUSTER: dict = {}                      # {"http": base URL} while the cluster is up
@@ -62,6 +66,13 @@ def ray_cluster():
     if not _CLUSTER:
         _start_cluster()
     return _CLUSTER
+
+
+@pytest.fixture
+def stop_ray_cluster():
+    """A function that stops the shared cluster now (Serve, then Ray); a later
+    ``ray_cluster`` starts it again."""
+    return _stop_cluster
 
 
 @pytest.hookimpl(trylast=True)

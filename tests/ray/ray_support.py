@@ -8,6 +8,7 @@ import pytest
 
 from hipdnn_async.ray._deps import RAY_REQUIREMENT
 
+RUN_MARK_ENV = "HIPDNN_ASYNC_RAY_TEST_RUN"     # set by conftest.py before Ray starts
 SKIP_REASON = f"the 'ray' extra is not installed ({RAY_REQUIREMENT}): pip install -e '.[ray]'"
 LOOPBACK = "127.0.0.1"
 
@@ -74,3 +75,32 @@ def local_logits(path, images) -> np.ndarray:
             return await net.predict_folded(x)
 
     return anyio.run(run)
+
+
+def ray_processes(name: str = "") -> list[tuple[int, int, str]]:
+    """(pid, ppid, command) of the live processes of this test run's Ray (their environment
+    holds ``RUN_MARK_ENV``'s value, and they are Ray's: a ``ray::`` worker or a program of
+    the ray package, e.g. raylet, gcs_server, the dashboard and its agents) whose command
+    contains `name`. Reads /proc (Linux); an empty list elsewhere."""
+    import os
+    mark = os.environ.get(RUN_MARK_ENV, "").encode()
+    found = []
+    if not mark or not os.path.isdir("/proc"):
+        return found
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if mark not in f.read():
+                    continue
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+            with open(f"/proc/{pid}/stat") as f:
+                state, ppid = f.read().rsplit(")", 1)[1].split()[:2]
+        except (OSError, ValueError, IndexError):   # gone meanwhile, or not ours to read
+            continue
+        rays = cmd.startswith("ray::") or f"{os.sep}ray{os.sep}" in cmd
+        if rays and name in cmd and state != "Z":   # a zombie has exited already
+            found.append((int(pid), int(ppid), cmd))
+    return found

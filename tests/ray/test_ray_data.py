@@ -1,10 +1,11 @@
 """Ray Data: ``Dataset.map_batches(Predictor, ...)`` over 10,000 digit images equals the
 local ``plan.execute`` evaluation, row for row (matched by id, not by position)."""
+import time
 import warnings
 
 import numpy as np
 import pytest
-from ray_support import ATOL, RTOL, ray_or_skip
+from ray_support import ATOL, RTOL, ray_or_skip, ray_processes
 
 # Ray Data's own internals warn about its deprecated settings (e.g. use_push_based_shuffle).
 pytestmark = [pytest.mark.ray, pytest.mark.filterwarnings("ignore::DeprecationWarning:ray")]
@@ -60,3 +61,26 @@ def test_map_batches_with_a_malformed_column_fails_with_the_reason(ray_cluster, 
                            match=r"needs shape \(N, 1, 8, 8\); got \(\d+, 1, 8, 7\)"):
             ds.map_batches(hdray.Predictor, fn_constructor_args=(digits_model(digits_file),),
                            concurrency=1, num_cpus=1, batch_size=4).take_all()
+
+
+def test_no_map_worker_outlives_the_cluster(ray_cluster, stop_ray_cluster, digits_file):
+    """Fresh-user review F9: ``ray::MapWorker(MapBatches(Predictor))`` processes were found
+    reparented to PID 1 long after their cluster was gone. Run Ray Data through the
+    Predictor (two actors), stop the cluster as the fixtures do, and count this run's
+    MapWorker processes (every Ray process inherits conftest's RUN_MARK_ENV): none may be
+    left, nor any other process of this run's Ray, once Ray has had time to exit."""
+    ray_or_skip()
+    from hipdnn_async import ray as hdray
+    from hipdnn_async.demo import digits_model
+    ds = _dataset(np.zeros((64, 1, 8, 8), np.float32), np.arange(64))
+    rows = ds.map_batches(hdray.Predictor, fn_constructor_args=(digits_model(digits_file),),
+                          concurrency=2, num_cpus=1, batch_size=16).take_all()
+    assert len(rows) == 64
+    assert ray_processes("raylet"), "the count does not see this run's Ray processes"
+    stop_ray_cluster()
+    for name, timeout_s in (("MapWorker", 60), ("", 90)):   # the workers, then all of Ray
+        deadline = time.monotonic() + timeout_s
+        while ray_processes(name) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        left = ray_processes(name)
+        assert not left, f"{timeout_s} s after ray.shutdown() these are still alive: {left}"
