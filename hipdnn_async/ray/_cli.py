@@ -62,11 +62,30 @@ def _port_free(port: int) -> bool:
     return True
 
 
+def _gpus_missing(kind: str, replicas: int) -> str:
+    """Why this machine cannot give each of `replicas` replicas one GPU of `kind` ('' when
+    it can, or for the CPU). Checked before Ray starts: a replica that Ray cannot place
+    would wait for a GPU forever, and ``serve.run`` with it."""
+    if kind == "cpu":
+        return ""
+    from .._device import devices
+    from ..providers._registry import gpu_unavailable_reason
+    gpus = [d for d in devices() if d != "cpu" and (kind == "gpu" or d.startswith(kind + ":"))]
+    if not gpus:
+        return (f"no {kind.upper() if kind != 'gpu' else 'GPU'} device on this machine "
+                f"({gpu_unavailable_reason(kind)}); use --device cpu")
+    if replicas > len(gpus):
+        return (f"each replica takes one GPU and this machine has {len(gpus)} ({gpus}); "
+                f"use --replicas {len(gpus)} or fewer")
+    return ""
+
+
 def main(argv=None) -> int:
     """Run ``hipdnn-async serve``; return the exit status (0 after an interrupt).
 
     Returns 2 when the extra is missing, the model file is bad, the device spec is
-    malformed or the port is taken (each said on stderr), without starting Ray.
+    malformed, the GPUs asked for (one per replica) are not on this machine, or the port
+    is taken (each said on stderr), without starting Ray.
     """
     args = parse_args(sys.argv[1:] if argv is None else argv)
     from ._deps import loopback_environment, require_ray
@@ -82,7 +101,12 @@ def main(argv=None) -> int:
     from ._replica import deployment
     from ._session import parse_device
     try:
-        parse_device(args.device)
+        kind, _ = parse_device(args.device)
+        missing = _gpus_missing(kind, args.replicas)
+        if missing:
+            print(f"hipdnn-async serve: --device {args.device} --replicas {args.replicas}: "
+                  f"{missing}", file=sys.stderr)
+            return 2
         factory = digits_model(args.model, max_batch_size=args.max_batch_size)
     except (DemoError, ValueError, RuntimeError) as exc:
         print(f"hipdnn-async serve: {exc}", file=sys.stderr)

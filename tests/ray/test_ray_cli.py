@@ -85,3 +85,25 @@ def test_serve_command_refuses_a_bad_model_file_without_starting_ray(tmp_path):
                        cwd=REPO, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2
     assert "not a readable .npz file" in r.stderr and str(bad) in r.stderr
+
+
+def test_serve_command_refuses_gpus_this_machine_lacks_without_starting_ray(tmp_path,
+                                                                            monkeypatch):
+    """Widen the search (issue 10): `serve --device gpu:0` on a machine without that GPU
+    (or more replicas than GPUs) started Ray and Serve, whose replica then waited for a GPU
+    that never comes, and serve.run with it. Refused up front, naming what is missing."""
+    ray_or_skip()
+    import hipdnn_async as hd
+    from hipdnn_async import _device
+    from hipdnn_async.ray import _cli
+    if hd.devices() == ["cpu"]:
+        r = subprocess.run([sys.executable, "-m", "hipdnn_async", "serve", "--model",
+                            str(tmp_path / "absent.npz"), "--device", "gpu:0"],
+                           cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and "no GPU device on this machine" in r.stderr, r.stderr
+        assert "absent.npz" not in r.stderr            # said before the model is read
+    monkeypatch.setattr(_device, "devices", lambda: ["cpu", "cuda:0"])
+    assert _cli._gpus_missing("cuda", 1) == "" and _cli._gpus_missing("gpu", 1) == ""
+    assert "this machine has 1" in _cli._gpus_missing("gpu", 2)
+    assert "no HIP device" in _cli._gpus_missing("hip", 1)
+    assert _cli._gpus_missing("cpu", 8) == ""
