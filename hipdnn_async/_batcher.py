@@ -275,6 +275,20 @@ class DynamicBatcher:
                 0.0 <= float(max_delay_ms) < math.inf):
             raise GraphError(f"DynamicBatcher: max_delay_ms={max_delay_ms!r} must be a finite "
                              "number >= 0 (ms)")
+        if not callable(getattr(device, "build", None)) or not callable(
+                getattr(device, "empty", None)):
+            raise DeviceError(f"DynamicBatcher: device must be an hd.Device (with build() "
+                              f"and empty()); got {type(device).__name__} {device!r}",
+                              code="INVALID_VALUE")
+        if constants is not None and not isinstance(constants, Mapping):
+            raise VariantPackError(f"DynamicBatcher: constants must be a mapping of tensor "
+                                   f"name to array; got {type(constants).__name__}")
+        for what, names in (("inputs", inputs), ("outputs", outputs)):
+            if names is not None and not isinstance(names, str) and not (
+                    isinstance(names, (list, tuple)) and all(isinstance(n, (str, int))
+                                                             for n in names)):
+                raise GraphError(f"DynamicBatcher: {what}={names!r} must be a tensor name "
+                                 "or a list of names")
         self._device = device
         # A device without is_host (a duck-typed stand-in) is taken as host memory.
         self._host = bool(getattr(device, "is_host", True))

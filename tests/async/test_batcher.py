@@ -438,7 +438,8 @@ async def test_bad_arguments():
 
 
 async def test_odd_arguments_and_requests_found_trying_to_break_it():
-    """Issue 10 "widen the search": knobs=5 escaped as a TypeError; max_concurrent_batches
+    """Issue 10 "widen the search": knobs=5 escaped as a TypeError (and a device, constants
+    or inputs of the wrong type as TypeError/AttributeError); max_concurrent_batches
     2.5 or "2" were truncated silently; a masked request lost its mask silently (execute
     refuses masked arrays); calling a closed batcher had the code of a plan failure."""
     rng = np.random.default_rng(17)
@@ -448,6 +449,13 @@ async def test_odd_arguments_and_requests_found_trying_to_break_it():
         g = cbr_graph()
         with pytest.raises(KnobError, match="knobs=5 must be a mapping"):
             hd.DynamicBatcher(dev, g, constants=consts, knobs=5)
+        for not_a_device in ("cpu", None):      # were AttributeErrors
+            with pytest.raises(DeviceError, match="device must be an hd.Device"):
+                hd.DynamicBatcher(not_a_device, g, constants=consts)
+        with pytest.raises(VariantPackError, match="constants must be a mapping"):
+            hd.DynamicBatcher(dev, g, constants=list(consts.items()))    # was a TypeError
+        with pytest.raises(GraphError, match="inputs=5 must be a tensor name"):
+            hd.DynamicBatcher(dev, g, constants=consts, inputs=5)         # was a TypeError
         for bad in (2.5, "2", True, 0):
             with pytest.raises(GraphError, match=f"max_concurrent_batches={bad!r} must be an "
                                                  "int >= 1"):
