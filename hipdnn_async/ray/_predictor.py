@@ -56,7 +56,8 @@ class Predictor:
     Raises
     ------
     VariantPackError
-        (per batch) The input column is missing or its rows do not fit the model.
+        (per batch) The input column is missing or its rows do not fit the model (shape,
+        not numbers, or a NaN, infinite or out-of-range value for the model's dtype).
     DeviceError
         (at construction) The device does not open.
     """
