@@ -110,9 +110,9 @@ async def test_two_streams_overlap():
         t0 = time.perf_counter()
         _matmul_work(a, 10)()
         reps = max(4, int(0.1 / ((time.perf_counter() - t0) / 10)))  # ~100 ms per item
-        best = float("inf")
+        best = baseline = float("inf")
         async with StreamPool("cpu", n_streams=2) as p:
-            for _ in range(4):  # best of a few: other processes share the machine
+            for _ in range(5):  # best of a few: other processes share the machine
                 t0 = time.perf_counter()
                 await (await p.submit(_matmul_work(a, reps), stream=0))
                 one = time.perf_counter() - t0
@@ -124,16 +124,15 @@ async def test_two_streams_overlap():
                 best = min(best, (time.perf_counter() - t0) / one)
                 if best < 1.5:
                     break
-        baseline = None
-        if best >= 1.7:
-            baseline = min(_thread_ratio(a, reps) for _ in range(2))
-            if baseline >= 1.6:
-                pytest.skip(f"machine busy: two plain threads take {baseline:.2f}x one")
-    # On a loaded box (other processes on the 2 cores) even plain threads overlap only
-    # partly, and the load changes between the two measurements: streams must overlap as
-    # well as plain threads do, within a quarter (a serialising queue takes 2x).
-    limit = 1.7 if baseline is None else max(1.7, min(1.9, 1.25 * baseline))
-    assert best < limit, f"two streams took {best:.2f}x one item (plain threads: {baseline})"
+                # What two plain threads get right now, measured in the same round (the
+                # load of a shared box changes from second to second).
+                baseline = min(baseline, _thread_ratio(a, reps))
+        if best >= 1.7 and baseline >= 1.6:
+            pytest.skip(f"machine busy: two plain threads take {baseline:.2f}x one")
+    # Streams must overlap as well as plain threads do, within a quarter (a serialising
+    # queue takes 2x).
+    limit = 1.7 if baseline == float("inf") else max(1.7, min(1.9, 1.25 * baseline))
+    assert best < limit, f"two streams took {best:.2f}x one item (plain threads: {baseline:.2f}x)"
 
 
 # ---------------------------------------------------------------------------- backpressure
