@@ -28,6 +28,9 @@ _log = logging.getLogger("hipdnn_async.queues")
 
 _PENDING, _RUNNING, _DONE = 0, 1, 2
 _STATE_LOCK = threading.Lock()
+# How long an awaiter of a launched GPU item polls between loop iterations before it
+# waits for the completion thread (seconds).
+SPIN_S = 50e-6
 _LOOP_MODULES: dict = {}
 
 
@@ -250,6 +253,18 @@ class Completion:
         mod, token = _current_loop()
         if mod is None:
             raise DeviceError(f"{self.describe()}: awaited outside asyncio or trio")
+        if self._batch is not None:
+            # A launched GPU item: look for its completion between loop iterations for a
+            # short while first (a short kernel is done within a few of them), before
+            # asking the completion thread, whose wake-up and the loop's own cost tens
+            # of microseconds.
+            deadline = time.perf_counter() + SPIN_S
+            while True:
+                await anyio.lowlevel.checkpoint()
+                if self.done():
+                    return
+                if time.perf_counter() > deadline:
+                    break
         with self._lock:
             if self._state == _DONE:
                 event = None
