@@ -141,6 +141,10 @@ class FakeGpuRuntime:
     def event_synchronize(self, event):
         self._r("event_synchronize", event)
 
+    def event_query(self, event):                 # work here is complete when enqueued
+        self._r("event_query", event)
+        return True
+
     def event_destroy(self, event):
         self._r("event_destroy", event)
 
