@@ -87,18 +87,69 @@ def _log_handler(path: str) -> logging.Handler:
     except OSError:
         is_fifo = False
     if not is_fifo:
-        return logging.FileHandler(path, mode="a", encoding="utf-8")
+        return _FileHandler(path, mode="a", encoding="utf-8")
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK)
     os.set_blocking(fd, True)
-    return _OwnedStreamHandler(os.fdopen(fd, "a", encoding="utf-8"))
+    return _OwnedStreamHandler(os.fdopen(fd, "a", encoding="utf-8"), path)
 
 
-class _OwnedStreamHandler(logging.StreamHandler):
+class _StderrFallback:
+    """Mixin for the handlers writing to ``$HIPDNN_ASYNC_LOG_FILE``: the first record that
+    cannot be written there (a full disk, ``/dev/full``, a FIFO whose reader left) is a
+    ``RuntimeWarning`` naming the file and the OS error, and that record and every later
+    one go to stderr. Stock logging would print a traceback for every record instead.
+    """
+
+    _path = ""
+    _fallback: logging.Handler | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self._fallback is not None:
+            self._fallback.emit(record)
+        else:
+            super().emit(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        exc = sys.exc_info()[1]
+        if self._fallback is not None or not isinstance(exc, OSError):
+            super().handleError(record)
+            return
+        stream, self.stream = self.stream, None    # its buffer holds what failed: drop it
+        try:
+            stream.close()
+        except (OSError, ValueError):
+            pass
+        self._fallback = logging.StreamHandler(sys.stderr)
+        self._fallback.setFormatter(self.formatter)
+        msg = (f"hipdnn_async: {LOG_FILE_ENV}={self._path!r} cannot be written "
+               f"({exc.strerror or exc}); logging to stderr")
+        level, frame = 1, sys._getframe()    # the warning points at the log call
+        while frame is not None and frame.f_code.co_filename in (__file__, logging.__file__):
+            level, frame = level + 1, frame.f_back
+        try:
+            warnings.warn(msg, RuntimeWarning, stacklevel=level)
+        except Warning:   # a filter of "error": a log call must not raise
+            sys.stderr.write(msg + "\n")
+        self._fallback.emit(record)
+
+
+class _FileHandler(_StderrFallback, logging.FileHandler):
+    def __init__(self, path: str, **kwargs):
+        super().__init__(path, **kwargs)
+        self._path = path
+
+
+class _OwnedStreamHandler(_StderrFallback, logging.StreamHandler):
     """A StreamHandler that closes its stream (the FIFO it opened) when closed."""
+
+    def __init__(self, stream, path: str):
+        super().__init__(stream)
+        self._path = path
 
     def close(self) -> None:
         try:
-            self.stream.close()
+            if self.stream is not None:
+                self.stream.close()
         finally:
             super().close()
 

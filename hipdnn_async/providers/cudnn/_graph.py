@@ -33,6 +33,7 @@ import numpy as np
 
 from ... import _knobs, _perfdb
 from ..._errors import BadParamError, CudnnError, KnobError, NotSupportedError
+from ..._log import warn_bad_env
 from ..._types import DataType
 from ...patterns import Pattern
 from ...runtime import GpuArray, load_vendor
@@ -42,7 +43,8 @@ from .._gpu._trial import median
 from .._tuning import Algorithm
 from . import _graph_ir, _graph_lower, _graph_plan
 
-__all__ = ["CUDNN_GRAPH_ENGINE", "ALLOW_TF32", "DETERMINISTIC", "DISABLE_ENV", "CudnnGraphEngine", "GraphApiEngine",
+__all__ = ["CUDNN_GRAPH_ENGINE", "ALLOW_TF32", "DETERMINISTIC", "DISABLE_ENV", "disabled_by_env",
+           "CudnnGraphEngine", "GraphApiEngine",
            "backend", "with_graph_engine", "ranks_after_legacy"]
 
 log = logging.getLogger("hipdnn_async")
@@ -71,6 +73,20 @@ _NOTES = ("cuDNN 9 graph (backend) API with cached execution plans; conv fprop/d
           "(pointwise NAN_PROPAGATION = PROPAGATE_NAN)")
 
 
+def disabled_by_env() -> bool:
+    """True when ``$HIPDNN_ASYNC_CUDNN_GRAPH`` is ``0`` (the engine is off); unset, empty
+    or ``1`` leave it on. Any other value is a ``RuntimeWarning`` once per process and
+    value (``warn_bad_env``, naming the accepted values) and leaves the engine on."""
+    raw = os.environ.get(DISABLE_ENV, "")
+    word = raw.strip()
+    if word in ("", "1"):
+        return False
+    if word == "0":
+        return True
+    warn_bad_env(DISABLE_ENV, raw, "0 (off) or 1 (on, the default)", "the engine stays on")
+    return False
+
+
 def backend():
     """The loaded backend binding (``runtime._cudnn_backend``).
 
@@ -80,7 +96,7 @@ def backend():
         The binding is not built, cuDNN is not loaded, or the loaded library lacks the
         backend API (a stand-in libcudnn, a pre-8 cuDNN).
     """
-    if os.environ.get(DISABLE_ENV, "").strip() == "0":
+    if disabled_by_env():
         raise NotSupportedError(f"{CUDNN_GRAPH_ENGINE}: turned off by {DISABLE_ENV}=0")
     try:
         from ...runtime import _cudnn_backend as be
