@@ -115,6 +115,11 @@ class Device:
     -----
     Use as ``async with hd.Device("cpu") as dev:`` (leaving drains in-flight work), or
     ``with`` / ``close()`` from code without an event loop.
+
+    A Device is entered once: a second ``with`` or ``async with`` on it while the first
+    is open (nested, or from another task or thread) raises a ``DeviceError``, since
+    leaving it would drain and close the device under the code of the outer one; pass
+    the open device along instead. Entering a closed device is a ``DeviceError`` too.
     """
 
     def __init__(self, spec: str = "cpu", *, streams: int | None = None,
@@ -155,13 +160,24 @@ class Device:
         self._plan_cache: OrderedDict[tuple, Any] = OrderedDict()
         self._cache_lock = threading.Lock()
         self._stats_lock = threading.Lock()
+        self._entered = False                     # by `with` / `async with`: see Notes
         self._plan_stats = defaultdict(lambda: {"plans": 0, "build_ms": 0.0,
                                                 "executions": 0, "exec_ms": 0.0})
 
     # -- lifetime ------------------------------------------------------------------------
     async def __aenter__(self) -> "Device":
-        self._check_open("async with")
+        self._enter("async with")
         return self
+
+    def _enter(self, where: str) -> None:
+        self._check_open(where)
+        with self._stats_lock:
+            if self._entered:
+                raise DeviceError(f"{where}: device '{self.spec}' is already entered (a "
+                                  "`with` or `async with` on it is still open; leaving a "
+                                  "second one would close the device under the first); "
+                                  "use the open device", code="INVALID_VALUE")
+            self._entered = True
 
     def _check_open(self, where: str) -> None:
         if self._pool.closed:
@@ -172,7 +188,7 @@ class Device:
         await self.aclose()
 
     def __enter__(self) -> "Device":
-        self._check_open("with")
+        self._enter("with")
         return self
 
     def __exit__(self, *exc) -> None:
