@@ -60,6 +60,9 @@ class Predictor:
         not numbers, or a NaN, infinite or out-of-range value for the model's dtype).
     DeviceError
         (at construction) The device does not open.
+    GraphError
+        (at construction) `model_factory` is not an async callable, or the model it
+        returns is None or not callable.
     """
 
     def __init__(self, model_factory, *, device: str | None = None,

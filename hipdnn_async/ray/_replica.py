@@ -403,16 +403,15 @@ def deployment(model_factory, *, device: str = "cpu", max_batch_size: int = 64,
     DeviceError
         A malformed device spec.
     GraphError
-        `max_batch_size`, `max_delay_ms` or `max_concurrent_batches` out of range.
-    TypeError
-        `model_factory` is not callable.
+        `model_factory` is not callable, or `max_batch_size`, `max_delay_ms` or
+        `max_concurrent_batches` out of range.
     """
     require_ray("serve")
     from ray import serve
 
     if not callable(model_factory):
-        raise TypeError(f"hipdnn_async.ray.deployment: model_factory must be an async "
-                        f"callable model_factory(dev); got {type(model_factory).__name__}")
+        raise GraphError(f"hipdnn_async.ray.deployment: model_factory must be an async "
+                         f"callable model_factory(dev); got {type(model_factory).__name__}")
     kind, _ = parse_device(device)
     max_batch_size = _check_batch_size(max_batch_size)
     max_delay_ms = _check_delay(max_delay_ms)

@@ -12,12 +12,13 @@ replica's ``__init__`` and ``__del__`` run as different tasks.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import re
 
 import anyio
 
-from .._errors import DeviceError
+from .._errors import DeviceError, GraphError
 
 __all__ = ["ModelHost", "parse_device", "worker_device"]
 
@@ -99,6 +100,12 @@ class ModelHost:
     device_options : mapping, optional
         Keyword arguments of ``hd.Device`` (``streams``, ``perfdb``, ...).
 
+    Raises
+    ------
+    GraphError
+        `model_factory` is not callable (here), or (from ``run``) it is not async or its
+        model is None or not callable.
+
     Attributes
     ----------
     model : object or None
@@ -110,8 +117,8 @@ class ModelHost:
 
     def __init__(self, model_factory, spec: str, device_options=None):
         if not callable(model_factory):
-            raise TypeError(f"hipdnn_async.ray: model_factory must be an async callable "
-                            f"model_factory(dev); got {type(model_factory).__name__}")
+            raise GraphError(f"hipdnn_async.ray: model_factory must be an async callable "
+                             f"model_factory(dev); got {type(model_factory).__name__}")
         self.factory = model_factory
         self.spec = spec
         self.device_options = dict(device_options or {})
@@ -127,11 +134,16 @@ class ModelHost:
         self._stop = anyio.Event()
         try:
             async with hd.Device(self.spec, **self.device_options) as dev:
-                model = await self.factory(dev)
+                made = self.factory(dev)
+                if not inspect.isawaitable(made):
+                    raise GraphError(f"hipdnn_async.ray: model_factory(dev) returned "
+                                     f"{type(made).__name__}, not an awaitable; "
+                                     "model_factory must be an async callable")
+                model = await made
                 if model is None or not callable(model):
-                    raise TypeError(f"hipdnn_async.ray: model_factory returned "
-                                    f"{type(model).__name__}; it must return an async "
-                                    "callable model(batch) -> outputs")
+                    raise GraphError(f"hipdnn_async.ray: model_factory returned "
+                                     f"{type(model).__name__}; it must return an async "
+                                     "callable model(batch) -> outputs")
                 async with contextlib.AsyncExitStack() as stack:
                     if hasattr(type(model), "__aenter__"):
                         model = await stack.enter_async_context(model)

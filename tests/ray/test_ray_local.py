@@ -155,6 +155,31 @@ def test_predictor_construction_fails_clearly_on_a_bad_device(digits_file):
         Predictor(digits_model(digits_file), device="tpu:0")
 
 
+async def _returns_none(dev):
+    return None
+
+
+def _not_async(dev):
+    return digits_model  # a callable, but made without await
+
+
+@pytest.mark.parametrize("factory, fragment", [
+    (None, "model_factory must be an async callable model_factory(dev); got NoneType"),
+    (42, "model_factory must be an async callable model_factory(dev); got int"),
+    (_returns_none, "model_factory returned NoneType; it must return an async callable"),
+    (_not_async, "model_factory(dev) returned function, not an awaitable"),
+])
+def test_predictor_refuses_a_bad_model_factory_with_a_graph_error(factory, fragment):
+    """These were a plain TypeError; a bad argument of hipdnn_async.ray is a GraphError
+    (as max_batch_size=0 is), naming model_factory. No Ray is started."""
+    import threading
+    before = threading.active_count()
+    with pytest.raises(hd.GraphError) as err:
+        Predictor(factory)
+    assert fragment in str(err.value)
+    assert threading.active_count() <= before          # the event-loop thread is gone
+
+
 # ---------------------------------------------------------------------------------------
 # The model host: one task opens, warms up, closes
 # ---------------------------------------------------------------------------------------
@@ -206,10 +231,9 @@ def test_model_host_reports_a_factory_that_returns_no_model():
 
     with pytest.raises(BaseException) as err:
         anyio.run(run)
-    assert "model_factory returned NoneType" in repr(err.value.exceptions[0]
-                                                     if hasattr(err.value, "exceptions")
-                                                     else err.value)
-    with pytest.raises(TypeError, match="model_factory must be an async callable"):
+    inner = err.value.exceptions[0] if hasattr(err.value, "exceptions") else err.value
+    assert isinstance(inner, hd.GraphError) and "model_factory returned NoneType" in str(inner)
+    with pytest.raises(hd.GraphError, match="model_factory must be an async callable"):
         ModelHost(42, "cpu")
 
 
@@ -295,5 +319,5 @@ def test_deployment_checks_its_arguments(kwargs, error, fragment):
 
     with pytest.raises(error, match=fragment):
         hdray.deployment(factory, **kwargs)
-    with pytest.raises(TypeError, match="model_factory must be an async callable"):
+    with pytest.raises(hd.GraphError, match="model_factory must be an async callable"):
         hdray.deployment("not callable")
