@@ -557,8 +557,11 @@ class PerfDb:
         _regular_or_missing(path, "the file")
         for suffix in _SIDE_SUFFIXES:
             _regular_or_missing(path + suffix, "its side file")
-        if not os.path.exists(path) and not self._our_name() and any(
-                os.path.lexists(path + suffix) for suffix in _SIDE_SUFFIXES):
+        # Side files first, then the file: SQLite creates the file before its side files,
+        # so another process creating the db between the two looks is never taken for
+        # orphaned side files (the other order refused a db being created beside us).
+        if any(os.path.lexists(path + suffix) for suffix in _SIDE_SUFFIXES) and (
+                not os.path.exists(path) and not self._our_name()):
             raise _Unusable("the file is missing but side files (-wal/-shm/-journal) of "
                             "another db are beside it; they are left untouched")
         parent = os.path.dirname(path) or "."

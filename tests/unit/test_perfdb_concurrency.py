@@ -154,3 +154,38 @@ def test_writers_killed_mid_write_leave_a_usable_db(tmp_path, caplog):
                     want.algorithm, want.time_ms, want.workspace_bytes)
             assert db._conn.execute("PRAGMA quick_check").fetchall() == [("ok",)]
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_a_db_created_by_another_process_while_we_open_it_is_used(tmp_path, monkeypatch,
+                                                                   caplog):
+    """The moment another process creates the db between our check that the file is
+    missing and our look for its side files: the file and then its -journal appear. That
+    was taken for side files of a missing db, and this PerfDb fell back to memory with a
+    warning (a worker of test_processes_and_threads_share_one_db can meet it under load)."""
+    import os.path
+    path = str(tmp_path / "perf.sqlite3")
+    real_exists = os.path.exists
+    raced = []
+
+    def exists_then_another_process_creates_it(p):
+        answer = real_exists(p)
+        if os.fspath(p) == path and not raced:
+            raced.append(answer)
+            open(path, "wb").close()             # SQLite creates the file first,
+            open(path + "-journal", "wb").close()  # then its journal, as it writes
+        return answer
+
+    monkeypatch.setattr(os.path, "exists", exists_then_another_process_creates_it)
+    with caplog.at_level(logging.WARNING, logger="hipdnn_async"):
+        db = PerfDb(path)
+        try:
+            db.store(worker.make_key(0, 0), worker.make_record(0, 0))
+            assert db.lookup(worker.make_key(0, 0)) == worker.make_record(0, 0)
+            assert not db.in_memory
+        finally:
+            db.close()
+    assert raced == [False]
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    monkeypatch.undo()
+    with PerfDb(path) as again:                     # the record is in the file
+        assert again.lookup(worker.make_key(0, 0)) == worker.make_record(0, 0)
