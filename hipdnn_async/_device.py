@@ -571,6 +571,7 @@ class ExecutionPlan:
         self._alias_passed = None
         # The submit path reuses a binding while the same buffers come again (GPU).
         self._bindings = BindingCache(self._bind, self._make_fn, enabled=not device.is_host)
+        self._pool = device._pool
 
     algorithm = property(lambda self: self._pplan.algorithm)
     workspace_size = property(lambda self: self._pplan.workspace_size)
@@ -750,8 +751,9 @@ class ExecutionPlan:
             if step is not None:
                 return step._record(self, variant_pack, workspace, stream)
         fn, keep = self._work(variant_pack, workspace)
-        return self.device._pool.submit_now(fn, keepalive=keep, label=self._label,
-                                            stream=self.device._stream(stream))
+        if stream is not None:
+            stream = self.device._stream(stream)
+        return self._pool.submit_now(fn, keepalive=keep, label=self._label, stream=stream)
 
     async def enqueue(self, variant_pack: Mapping, *, workspace=None, stream=None):
         """As ``submit``, but first wait (asynchronously, cancellably) while the stream has

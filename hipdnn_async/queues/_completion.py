@@ -28,6 +28,7 @@ _log = logging.getLogger("hipdnn_async.queues")
 
 _PENDING, _RUNNING, _DONE = 0, 1, 2
 _STATE_LOCK = threading.Lock()
+_clock = time.perf_counter
 # How long an awaiter of a launched GPU item polls between loop iterations before it
 # waits for the completion thread (seconds).
 SPIN_S = 50e-6
@@ -297,7 +298,7 @@ class Completion:
         """Run ``fn`` on the calling thread; return (value, error). Drops fn (keepalive is
         dropped by ``_finish``, when the work is complete)."""
         self._state = _RUNNING
-        self.started_at = time.perf_counter()
+        self.started_at = _clock()
         fn = self._fn
         value = error = None
         try:
@@ -309,7 +310,7 @@ class Completion:
                                    + (f" [stream '{self.stream.name}']" if self.stream else ""))
             error.__cause__ = exc
         finally:
-            self.finished_at = time.perf_counter()
+            self.finished_at = _clock()
             fn = None
             self._fn = None  # keepalive stays until _finish: a GPU backend's fn only
         return value, error  # enqueues, and the buffers are in use until its event fires

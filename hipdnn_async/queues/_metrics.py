@@ -56,6 +56,13 @@ class Histogram:
         if len(pending) >= _FOLD_AT:
             self._fold()
 
+    def record_many(self, values_ms: list) -> None:
+        """Add samples (ms)."""
+        pending = self._pending
+        pending.extend(values_ms)
+        if len(pending) >= _FOLD_AT:
+            self._fold()
+
     def _fold(self) -> None:
         """Sort the pending samples into the buckets (vectorized)."""
         pending = self._pending

@@ -23,6 +23,8 @@ from .._errors import DeviceError
 from ._completion import _DONE, Completion
 from ._metrics import Histogram
 
+_clock = time.perf_counter
+
 __all__ = ["StreamBackend", "CpuStreamBackend", "Stream", "Event", "SequenceReplay"]
 
 
@@ -256,7 +258,7 @@ class Stream:
             if full and not park:
                 return self._inflight[0] if self._inflight else self._parked[0][1]
             item.stream = self
-            item.submitted_at = time.perf_counter()
+            item.submitted_at = _clock()
             self._submitted += 1
             if full:
                 self._limit = limit
@@ -310,26 +312,30 @@ class Stream:
     def _items_finished(self, items: list) -> None:
         """Backend hook for items finished together, in launch order (a GPU stream's
         completion batch), before their waiters wake: as ``_item_finished``, one lock."""
+        waits, execs = [], []
+        work = failed = 0
         with self._lock:
             inflight = self._inflight
-            wait_h, exec_h = self._queue_wait, self._exec
             for item in items:
                 if item._control:
                     continue
+                work += 1
                 head = inflight.popleft()
                 if head is not item:
                     inflight.appendleft(head)
                     inflight.remove(item)
-                if item._error is None:
-                    self._completed += 1
-                else:
-                    self._failed += 1
+                if item._error is not None:
+                    failed += 1
                 started = item.started_at
                 if started is not None:
                     if item.submitted_at is not None:
-                        wait_h.record((started - item.submitted_at) * 1e3)
+                        waits.append((started - item.submitted_at) * 1e3)
                     if item.finished_at is not None:
-                        exec_h.record((item.finished_at - started) * 1e3)
+                        execs.append((item.finished_at - started) * 1e3)
+            self._failed += failed
+            self._completed += work - failed
+            self._queue_wait.record_many(waits)
+            self._exec.record_many(execs)
             if self._parked:
                 self._unpark()
 
