@@ -19,6 +19,12 @@ staging array, copied to a device batch buffer, and the outputs are copied back 
 batch has run; constants are uploaded once, and each bucket keeps its staging and device
 buffers for the next batch.
 
+Several devices (the serving path of one process with several GPUs): given a list of
+devices, the batcher keeps one *lane* per device (its plans, constants uploaded once,
+staging buffers, counters) and sends each coalesced batch to the least loaded lane (fewest
+batches in flight; ties in turn), so every device works while requests keep coming.
+``metrics()["devices"]`` has each lane's counters.
+
 Only anyio primitives are used (memory object streams, events, a task group, timeouts,
 ``to_thread`` for blocking device copies), so the batcher runs under asyncio and trio
 alike.
@@ -143,6 +149,16 @@ def _host_buffer(t) -> np.ndarray:
     return DeviceArray(t.dims, numpy_dtype(t.data_type), t.strides, fill=0).view
 
 
+def _n_streams(device) -> int:
+    """Batches a device runs at once by default: its number of streams (2 if it does not
+    say)."""
+    streams = getattr(device, "streams", None)
+    try:
+        return len(streams) if streams is not None else 2
+    except TypeError:
+        return int(streams) if isinstance(streams, int) else 2
+
+
 def _named_error(exc: Exception, where: str) -> HipdnnError:
     """`exc` as one of our errors whose message starts with `where` (which names the tensor)."""
     if isinstance(exc, HipdnnError):
@@ -186,6 +202,28 @@ class _Staging:
 
 
 @dataclass(eq=False)
+class _Lane:
+    """One device of a batcher: its plans per bucket, its constants, its counters."""
+
+    index: int
+    device: Any
+    host: bool              # the device's arrays are host memory (NumPy views)
+    plans: dict = field(default_factory=dict)        # bucket size -> _Bucket
+    plan_locks: dict = field(default_factory=dict)   # bucket size -> anyio.Lock
+    constants: dict = field(default_factory=dict)    # name -> buffer on this device
+    inflight: int = 0
+    batches: int = 0
+    rows: int = 0
+    errors: int = 0
+    exec_ms: collections.deque = field(
+        default_factory=lambda: collections.deque(maxlen=_METRIC_WINDOW))
+
+    @property
+    def spec(self) -> str:
+        return repr(getattr(self.device, "spec", type(self.device).__name__))
+
+
+@dataclass(eq=False)
 class _Bucket:
     """A built plan for one bucket batch size, with its tensors by name."""
 
@@ -205,10 +243,13 @@ class DynamicBatcher:
 
     Parameters
     ----------
-    device : Device
+    device : Device or sequence of Device
         The device that builds and runs the plans (``await device.build(...)``). Where
         ``device.is_host`` is False (a GPU), requests and results stay NumPy and the
-        batcher copies them to and from device buffers.
+        batcher copies them to and from device buffers. Several devices (e.g. one
+        ``Device`` per GPU): each builds its own plans and holds its own copy of the
+        constants, and each batch runs on the device with the fewest batches in flight
+        (ties in turn); ``metrics()["devices"]`` reports each.
     graph : Graph
         A validated graph built at any batch size N. Its pattern must be per-sample
         independent: ``CONV_FPROP``, ``CONV_FPROP_BIAS_RELU`` or ``BN_INFERENCE_VARIANCE``.
@@ -234,8 +275,9 @@ class DynamicBatcher:
     knobs : mapping or sequence of KnobSetting, optional
         Knob settings passed to every ``device.build``.
     max_concurrent_batches : int, optional
-        Batches in flight at once (extension, as Ray Serve's argument of that name).
-        Default: the device's number of streams (2 when it does not say).
+        Batches in flight at once (extension, as Ray Serve's argument of that name), over
+        all devices. Default: the devices' numbers of streams, summed (2 per device that
+        does not say).
 
     Raises
     ------
@@ -275,11 +317,19 @@ class DynamicBatcher:
                 0.0 <= float(max_delay_ms) < math.inf):
             raise GraphError(f"DynamicBatcher: max_delay_ms={max_delay_ms!r} must be a finite "
                              "number >= 0 (ms)")
-        if not callable(getattr(device, "build", None)) or not callable(
-                getattr(device, "empty", None)):
-            raise DeviceError(f"DynamicBatcher: device must be an hd.Device (with build() "
-                              f"and empty()); got {type(device).__name__} {device!r}",
-                              code="INVALID_VALUE")
+        devices = list(device) if isinstance(device, (list, tuple)) else [device]
+        if not devices:
+            raise GraphError("DynamicBatcher: device=[] names no device; give a Device or "
+                             "a list of Devices")
+        for d in devices:
+            if not callable(getattr(d, "build", None)) or not callable(
+                    getattr(d, "empty", None)):
+                raise DeviceError(f"DynamicBatcher: device must be an hd.Device (with build() "
+                                  f"and empty()) or a list of them; got {type(d).__name__} "
+                                  f"{d!r}", code="INVALID_VALUE")
+        if len({id(d) for d in devices}) != len(devices):
+            raise GraphError("DynamicBatcher: the same Device object is listed twice; open "
+                             "one Device per lane (two on one GPU are allowed)")
         if constants is not None and not isinstance(constants, Mapping):
             raise VariantPackError(f"DynamicBatcher: constants must be a mapping of tensor "
                                    f"name to array; got {type(constants).__name__}")
@@ -289,9 +339,12 @@ class DynamicBatcher:
                                                              for n in names)):
                 raise GraphError(f"DynamicBatcher: {what}={names!r} must be a tensor name "
                                  "or a list of names")
-        self._device = device
         # A device without is_host (a duck-typed stand-in) is taken as host memory.
-        self._host = bool(getattr(device, "is_host", True))
+        self._lanes = [_Lane(i, d, bool(getattr(d, "is_host", True)))
+                       for i, d in enumerate(devices)]
+        self._device = devices[0]           # the single-device spelling's device
+        self._host = self._lanes[0].host
+        self._rr = 0                        # the lane a tie goes to next
         self._graph = graph
         if knobs is None or isinstance(knobs, Mapping):
             self._knobs = dict(knobs) if knobs else None
@@ -304,11 +357,7 @@ class DynamicBatcher:
         self.max_delay_ms = float(max_delay_ms)
         self.buckets = _resolve_buckets(buckets, self.max_batch_size)
         if max_concurrent_batches is None:
-            streams = getattr(device, "streams", None)
-            try:
-                max_concurrent_batches = len(streams) if streams is not None else 2
-            except TypeError:
-                max_concurrent_batches = int(streams) if isinstance(streams, int) else 2
+            max_concurrent_batches = sum(_n_streams(d) for d in devices)
         if type(max_concurrent_batches) is bool or not isinstance(
                 max_concurrent_batches, numbers.Integral) or max_concurrent_batches < 1:
             raise GraphError(f"DynamicBatcher: max_concurrent_batches="
@@ -318,8 +367,6 @@ class DynamicBatcher:
         self._pattern_checked = self._check_pattern(graph)
         self._classify(graph, inputs, outputs, constants or {})
 
-        self._plans: dict[int, _Bucket] = {}
-        self._plan_locks: dict[int, anyio.Lock] = {}
         self._state = "new"             # new -> running -> closing -> closed
         self._tg = None
         self._send = self._recv = None
@@ -421,7 +468,6 @@ class DynamicBatcher:
         self.outputs = tuple(outputs)
         self._in_tensors = {k: in_by_key[k] for k in inputs}
 
-        self._constants = {}
         for name, value in constants.items():
             t = in_by_key[name]
             arr = np.asarray(value)
@@ -431,51 +477,62 @@ class DynamicBatcher:
             if arr.shape != tuple(t.dims):
                 raise VariantPackError(f"DynamicBatcher: constant {name!r} needs shape "
                                        f"{tuple(t.dims)}; got {arr.shape}")
-            if self._host:
-                buf = self._alloc(t, zero=False)
-                buf[...] = arr
-                buf.flags.writeable = False
-            else:
-                host = _host_buffer(t)
-                host[...] = arr
-                buf = self._device_empty(name, t)
-                self._copy_in(name, buf, host)
-            self._constants[name] = buf
+            host = _host_buffer(t)
+            host[...] = arr                  # cast once, the same values on every device
+            for lane in self._lanes:
+                if lane.host:
+                    buf = self._alloc(lane, t, zero=False)
+                    buf[...] = host
+                    buf.flags.writeable = False
+                else:
+                    buf = self._device_empty(lane, name, t)
+                    self._copy_in(lane, name, buf, host)
+                lane.constants[name] = buf
+        self._constants = self._lanes[0].constants   # the single-device spelling's
 
-    def _alloc(self, t, *, zero: bool) -> np.ndarray:
-        """A buffer of the (host) device with the tensor's dims and strides (logical view)."""
-        view = self._device.empty(t.dims, t.data_type, strides=t.strides).view
+    @property
+    def devices(self) -> tuple:
+        """The devices this batcher runs on, in the order given."""
+        return tuple(lane.device for lane in self._lanes)
+
+    @staticmethod
+    def _alloc(lane: _Lane, t, *, zero: bool) -> np.ndarray:
+        """A buffer of a host device with the tensor's dims and strides (logical view)."""
+        view = lane.device.empty(t.dims, t.data_type, strides=t.strides).view
         if zero:
             view[...] = 0
         return view
 
-    def _device_empty(self, name, t):
+    @staticmethod
+    def _device_empty(lane: _Lane, name, t):
         """A device array with the tensor's dims and strides (non-host devices)."""
         try:
-            return self._device.empty(t.dims, t.data_type, strides=t.strides)
+            return lane.device.empty(t.dims, t.data_type, strides=t.strides)
         except Exception as exc:
             raise _named_error(exc, f"DynamicBatcher: allocating tensor {name!r} (dims "
-                                    f"{tuple(t.dims)}) on device {self._spec}")
+                                    f"{tuple(t.dims)}) on device {lane.spec}")
 
-    def _copy_in(self, name, buf, host: np.ndarray) -> None:
+    @staticmethod
+    def _copy_in(lane: _Lane, name, buf, host: np.ndarray) -> None:
         """Blocking host-to-device copy into `buf`; errors name the tensor."""
         try:
             buf.copy_from(host)
         except Exception as exc:
             raise _named_error(exc, f"DynamicBatcher: copying tensor {name!r} to device "
-                                    f"{self._spec}")
+                                    f"{lane.spec}")
 
-    async def _copy_out(self, name, buf) -> np.ndarray:
+    @staticmethod
+    async def _copy_out(lane: _Lane, name, buf) -> np.ndarray:
         """Device-to-host copy of `buf` once the work writing it is done; errors name it."""
         try:
             return await buf.to_numpy()
         except Exception as exc:
             raise _named_error(exc, f"DynamicBatcher: copying tensor {name!r} from device "
-                                    f"{self._spec}")
+                                    f"{lane.spec}")
 
     @property
     def _spec(self) -> str:
-        return repr(getattr(self._device, "spec", type(self._device).__name__))
+        return self._lanes[0].spec
 
     @property
     def sample_shape(self) -> tuple | None:
@@ -500,7 +557,7 @@ class DynamicBatcher:
             raise DeviceError(f"DynamicBatcher: cannot start a batcher that is {self._state}",
                               code="INVALID_VALUE")
         if not self._pattern_checked:
-            await self._get_bucket(self.buckets[0])   # checks plan.pattern
+            await self._get_bucket(self.buckets[0], self._lanes[0])   # checks plan.pattern
         self._send, self._recv = anyio.create_memory_object_stream(math.inf)
         self._drained = anyio.Event()
         self._idle = anyio.Event()
@@ -699,7 +756,9 @@ class DynamicBatcher:
                 if self._inflight == 0:
                     self._idle = anyio.Event()
                 self._inflight += 1
-                self._tg.start_soon(self._run_batch, batch, rows, slots)
+                lane = self._pick_lane()
+                lane.inflight += 1
+                self._tg.start_soon(self._run_batch, batch, rows, slots, lane)
         finally:
             err = DeviceError("DynamicBatcher: closed before this request ran")
             for req in pending:
@@ -711,6 +770,16 @@ class DynamicBatcher:
                 pass
             self._recv.close()
             self._drained.set()
+
+    def _pick_lane(self) -> _Lane:
+        """The lane with the fewest batches in flight; ties go to the lanes in turn."""
+        lanes, n = self._lanes, len(self._lanes)
+        if n == 1:
+            return lanes[0]
+        start = self._rr
+        best = min((lanes[(start + k) % n] for k in range(n)), key=lambda ln: ln.inflight)
+        self._rr = (best.index + 1) % n
+        return best
 
     @staticmethod
     def _rows(pending) -> int:
@@ -751,19 +820,20 @@ class DynamicBatcher:
         raise GraphError(f"DynamicBatcher: {rows} rows exceed the largest bucket "
                          f"{self.buckets[-1]}")
 
-    async def _get_bucket(self, size: int) -> _Bucket:
-        """The cached plan for a bucket size, built once (concurrent callers wait)."""
-        bucket = self._plans.get(size)
+    async def _get_bucket(self, size: int, lane: _Lane) -> _Bucket:
+        """The cached plan of `lane`'s device for a bucket size, built once (concurrent
+        callers wait)."""
+        bucket = lane.plans.get(size)
         if bucket is not None:
             return bucket
-        lock = self._plan_locks.setdefault(size, anyio.Lock())
+        lock = lane.plan_locks.setdefault(size, anyio.Lock())
         async with lock:
-            bucket = self._plans.get(size)
+            bucket = lane.plans.get(size)
             if bucket is not None:
                 return bucket
             g = self._graph.with_batch_size(size)
             try:
-                plan = await self._device.build(g, knobs=self._knobs)
+                plan = await lane.device.build(g, knobs=self._knobs)
             except KnobError as exc:  # e.g. a workspace limit outside this size's range
                 raise KnobError(f"DynamicBatcher: the plan for batch bucket {size}: {exc}",
                                 code=exc.code) from None
@@ -777,33 +847,44 @@ class DynamicBatcher:
                 t = tensors[name]
                 keys[name] = t.uid if t.uid is not None else t.name
             bucket = _Bucket(size, plan, tensors, keys)
-            self._plans[size] = bucket
+            lane.plans[size] = bucket
             return bucket
 
-    async def warmup(self, sizes: Sequence[int] | None = None) -> None:
-        """Build the plans of the given bucket sizes now (default: every bucket)."""
-        for size in (self.buckets if sizes is None else sizes):
-            await self._get_bucket(self.bucket_for(int(size)))
+    @property
+    def _plans(self) -> dict:
+        """The first device's plans by bucket size (the single-device spelling's)."""
+        return self._lanes[0].plans
 
-    async def _run_batch(self, batch: list[_Request], rows: int, slots) -> None:
-        """Run one batch on its bucket's plan and hand each caller its rows."""
+    async def warmup(self, sizes: Sequence[int] | None = None) -> None:
+        """Build the plans of the given bucket sizes now (default: every bucket), on every
+        device."""
+        for size in (self.buckets if sizes is None else sizes):
+            for lane in self._lanes:
+                await self._get_bucket(self.bucket_for(int(size)), lane)
+
+    async def _run_batch(self, batch: list[_Request], rows: int, slots, lane: _Lane) -> None:
+        """Run one batch on `lane`'s plan for its bucket and hand each caller its rows."""
         started = time.perf_counter()
         try:
             size = self.bucket_for(rows)
             for req in batch:
                 self._queue_wait_ms.append((started - req.enqueued) * 1e3)
             try:
-                bucket = await self._get_bucket(size)
-                if self._host:
-                    pack, outs = self._pack_host(bucket, batch, rows)
+                bucket = await self._get_bucket(size, lane)
+                if lane.host:
+                    pack, outs = self._pack_host(lane, bucket, batch, rows)
                 else:
-                    staging = bucket.idle.pop() if bucket.idle else self._new_staging(bucket)
-                    pack = await self._pack_staged(bucket, staging, batch, rows)
+                    staging = (bucket.idle.pop() if bucket.idle
+                               else self._new_staging(lane, bucket))
+                    pack = await self._pack_staged(lane, bucket, staging, batch, rows)
                 t0 = time.perf_counter()
                 await bucket.plan.execute(pack)
-                self._exec_ms.append((time.perf_counter() - t0) * 1e3)
-                if not self._host:
-                    outs = {k: await self._copy_out(k, staging.device[k]) for k in self.outputs}
+                ms = (time.perf_counter() - t0) * 1e3
+                self._exec_ms.append(ms)
+                lane.exec_ms.append(ms)
+                if not lane.host:
+                    outs = {k: await self._copy_out(lane, k, staging.device[k])
+                            for k in self.outputs}
                     # Reused only after a clean run: a cancelled execution may still write.
                     bucket.idle.append(staging)
             except Exception as exc:
@@ -813,11 +894,14 @@ class DynamicBatcher:
                     wrapped.__cause__ = exc
                     exc = wrapped
                 self._n_errors += 1
+                lane.errors += 1
                 for req in batch:
                     self._fail(req, exc)
                 return
             self._n_batches += 1
             self._n_rows += rows
+            lane.batches += 1
+            lane.rows += rows
             self._n_bucket_rows += size
             self._buckets_used.add(size)
             lo = 0
@@ -832,39 +916,40 @@ class DynamicBatcher:
             for req in batch:
                 self._fail(req, DeviceError("DynamicBatcher: closed while this request ran"))
             slots.release()
+            lane.inflight -= 1
             self._inflight -= 1
             if self._inflight == 0:
                 self._idle.set()
 
-    def _pack_host(self, bucket: _Bucket, batch: list[_Request], rows: int):
+    def _pack_host(self, lane: _Lane, bucket: _Bucket, batch: list[_Request], rows: int):
         """Variant pack of a batch on a host device: rows gathered into device views."""
         pack, outs = {}, {}
         for name in self.inputs:
-            buf = self._alloc(bucket.tensors[name], zero=rows < bucket.size)
+            buf = self._alloc(lane, bucket.tensors[name], zero=rows < bucket.size)
             lo = 0
             for req in batch:
                 buf[lo:lo + req.n] = req.arrays[name]
                 lo += req.n
             pack[bucket.keys[name]] = buf
-        for name, buf in self._constants.items():
+        for name, buf in lane.constants.items():
             pack[bucket.keys[name]] = buf
         for name in self._all_outputs:
-            outs[name] = self._alloc(bucket.tensors[name], zero=False)
+            outs[name] = self._alloc(lane, bucket.tensors[name], zero=False)
             pack[bucket.keys[name]] = outs[name]
         return pack, outs
 
-    def _new_staging(self, bucket: _Bucket) -> _Staging:
-        """Host staging arrays and device buffers for one batch of `bucket`."""
+    def _new_staging(self, lane: _Lane, bucket: _Bucket) -> _Staging:
+        """Host staging arrays and device buffers for one batch of `bucket` on `lane`."""
         host = {k: _host_buffer(bucket.tensors[k]) for k in self.inputs}
-        device = {k: self._device_empty(k, bucket.tensors[k])
+        device = {k: self._device_empty(lane, k, bucket.tensors[k])
                   for k in (*self.inputs, *self._all_outputs)}
         return _Staging(host, device)
 
-    async def _pack_staged(self, bucket: _Bucket, staging: _Staging,
+    async def _pack_staged(self, lane: _Lane, bucket: _Bucket, staging: _Staging,
                            batch: list[_Request], rows: int) -> dict:
         """Variant pack of a batch on a non-host device: rows gathered on the host and
         copied to the device (off the event loop: the copy waits for earlier device work)."""
-        pack = {bucket.keys[k]: buf for k, buf in self._constants.items()}
+        pack = {bucket.keys[k]: buf for k, buf in lane.constants.items()}
         for name in self.inputs:
             host = staging.host[name]
             lo = 0
@@ -872,7 +957,8 @@ class DynamicBatcher:
                 host[lo:lo + req.n] = req.arrays[name]
                 lo += req.n
             host[rows:] = 0         # padding rows, as on the host path (a no-op when full)
-            await anyio.to_thread.run_sync(self._copy_in, name, staging.device[name], host)
+            await anyio.to_thread.run_sync(self._copy_in, lane, name, staging.device[name],
+                                           host)
         for name in (*self.inputs, *self._all_outputs):
             pack[bucket.keys[name]] = staging.device[name]
         return pack
@@ -892,7 +978,9 @@ class DynamicBatcher:
             from the call to the start of its batch, exec is ``plan.execute``),
             ``plans_built``, ``buckets_used`` (sorted bucket sizes run), ``errors``
             (failed batches), ``cancelled`` (cancelled calls), ``pending`` (batches in
-            flight), ``buckets`` (the policy's sizes).
+            flight), ``buckets`` (the policy's sizes), ``devices`` (one dict per device,
+            in the order given: ``device`` (its spec), ``batches``, ``rows``, ``errors``,
+            ``pending`` (batches in flight there), ``plans_built``, ``exec_ms``).
         """
         return {
             "requests": self._n_requests,
@@ -909,6 +997,10 @@ class DynamicBatcher:
             "cancelled": self._n_cancelled,
             "pending": self._inflight,
             "buckets": list(self.buckets),
+            "devices": [{"device": getattr(ln.device, "spec", type(ln.device).__name__),
+                         "batches": ln.batches, "rows": ln.rows, "errors": ln.errors,
+                         "pending": ln.inflight, "plans_built": len(ln.plans),
+                         "exec_ms": _percentiles(ln.exec_ms)} for ln in self._lanes],
         }
 
     def __repr__(self) -> str:

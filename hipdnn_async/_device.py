@@ -1,6 +1,7 @@
 """Devices and execution plans: the public face over patterns, providers and queues."""
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import functools
@@ -27,6 +28,7 @@ from ._types import as_data_type, numpy_dtype
 from .graph import Graph, TensorAttributes, strides_for
 from .graph._tensor import as_int_tuple, check_strides, packed_strides
 from .runtime._buffer import element_extent
+from .runtime import GpuArray
 from .patterns import match as match_pattern
 from .providers._base import DeclinedError, Engine, engine_id
 from .providers._registry import available_devices, parse_spec, provider_for
@@ -79,7 +81,16 @@ def engines(graph: Graph, device) -> list[Engine]:
         The graph matches none of the nine patterns, or no engine of the device takes it.
     """
     provider = device.provider if isinstance(device, Device) else provider_for(*parse_spec(device))
-    return provider.engines(match_pattern(graph))
+    with _on_device(provider):
+        return provider.engines(match_pattern(graph))
+
+
+def _on_device(provider):
+    """``with _on_device(provider):`` the provider's GPU is current on this thread (the
+    thread's own device restored after): building asks the vendor library on that device.
+    Nothing for the CPU."""
+    context = getattr(provider, "context", None)
+    return context.using() if context is not None else contextlib.nullcontext()
 
 
 class Device:
@@ -320,11 +331,25 @@ class Device:
         array is packed in its own stride order. On a GPU the copy runs in a worker
         thread, ordered after work already launched on the device's streams.
 
+        ``array`` may also be a ``GpuArray`` (of this or another GPU): the copy is
+        device to device, peer to peer between two GPUs with peer access, else staged
+        through pinned host memory (``GpuArray.copy_from``); onto the CPU it is
+        ``await array.to_numpy()``.
+
         Raises
         ------
         DeviceError
             The memory cannot be had.
         """
+        if GpuArray is not None and isinstance(array, GpuArray):
+            if self.is_host:
+                array = await array.to_numpy()
+            else:
+                if layout is None and strides is None:
+                    strides = array.strides
+                out = self.empty(array.dims, array.dtype, layout=layout, strides=strides)
+                await anyio.to_thread.run_sync(out.copy_from, array)
+                return out
         array = np.asarray(array)
         if layout is None and strides is None:
             strides = dense_strides_like(array.shape, array.strides)
@@ -382,6 +407,10 @@ class Device:
         # signature) reads only this snapshot: later edits of `graph` change no plan.
         snapshot, tensor_map = graph._snapshot()
         match = match_pattern(snapshot)
+        with _on_device(self.provider):   # heuristics, trial runs, benchmarks: this GPU's
+            return self._build_matched(graph, match, tensor_map, engine, knobs, t0)
+
+    def _build_matched(self, graph, match, tensor_map, engine, knobs, t0) -> "ExecutionPlan":
         offered, declines = self.provider.offers(match)
         tried = offered if engine is None else [_pick_engine(offered, engine, match, declines)]
         for chosen in tried:

@@ -17,10 +17,11 @@ Wrapping contract
   and ``rt.constants``. Callers ask by meaning (``compute_capability``, ``arch_name``,
   ``multiprocessor_count``, ``memory_pools_supported``, ``total_memory``), never by enum.
 - Covered: devices, device properties, stream-ordered pool allocation with a plain
-  ``Malloc`` fallback, pinned host memory, async copies and memsets, streams (flags,
-  priorities), events, pointer attributes, versions, stream capture and graphs (begin /
-  end capture, instantiate, launch, in-place update, destroy; HIP's ``GraphExecUpdate``
-  has the older four-argument form, a named branch). Where the runtimes' exports differ the
+  ``Malloc`` fallback, pinned host memory, async copies and memsets, peer access and peer
+  copies between two devices, streams (flags, priorities), events, pointer attributes,
+  versions, stream capture and graphs (begin / end capture, instantiate, launch, in-place
+  update, destroy; HIP's ``GraphExecUpdate`` has the older four-argument form, a named
+  branch). Where the runtimes' exports differ the
   names are listed per runtime (``GetDeviceProperties_v2`` / ``GetDevicePropertiesR0600``,
   ``HostAlloc`` / ``HostMalloc``, ``FreeHost`` / ``HostFree``). Handles (streams, events,
   pools) and pointers travel as Python ints. Method names are the C names without prefix,
@@ -48,7 +49,8 @@ from ._gpu_api cimport (GraphExecUpdateResultInfo, PointerAttributes, RuntimeCon
                         f_handle, f_host_alloc, f_int_in, f_int_out, f_malloc,
                         f_malloc_async, f_mem_get_info, f_mem_pool_set, f_memcpy,
                         f_memcpy_async, f_memset_async, f_pointer_attributes,
-                        f_priority_range, f_stream_wait_event)
+                        f_priority_range, f_stream_wait_event, f_can_access_peer,
+                        f_enable_peer_access, f_memcpy_peer_async, f_status)
 from ._loader cimport Library, LibraryTable
 
 __all__ = ["Runtime", "runtime", "instance", "GpuError", "CUDA_CONSTANTS", "HIP_CONSTANTS",
@@ -99,6 +101,8 @@ CUDA_CONSTANTS = {
     "ERROR_STREAM_CAPTURE_INVALIDATED": (901, "cudaErrorStreamCaptureInvalidated",
                                          "driver_types.h"),
     "ERROR_GRAPH_EXEC_UPDATE_FAILURE": (910, "cudaErrorGraphExecUpdateFailure", "driver_types.h"),
+    "ERROR_PEER_ACCESS_ALREADY_ENABLED": (704, "cudaErrorPeerAccessAlreadyEnabled",
+                                          "driver_types.h"),
 }
 HIP_VERSIONS = "ROCm 6.4.3, 7.2.4"
 HIP_CONSTANTS = {
@@ -143,6 +147,8 @@ HIP_CONSTANTS = {
                                          "hip/hip_runtime_api.h"),
     "ERROR_GRAPH_EXEC_UPDATE_FAILURE": (910, "hipErrorGraphExecUpdateFailure",
                                         "hip/hip_runtime_api.h"),
+    "ERROR_PEER_ACCESS_ALREADY_ENABLED": (704, "hipErrorPeerAccessAlreadyEnabled",
+                                          "hip/hip_runtime_api.h"),
 }
 # What ROCm 5 (hipRuntimeGetVersion < 60000000) numbers differently: hipMemoryType was
 # {Host, Device, Array, Unified}; it had no unregistered or managed type (-1: none).
@@ -279,6 +285,7 @@ cdef class Runtime(LibraryTable):
         c.MEMORY_TYPE_MANAGED = values["MEMORY_TYPE_MANAGED"]
         c.STREAM_CAPTURE_MODE_THREAD_LOCAL = values["STREAM_CAPTURE_MODE_THREAD_LOCAL"]
         c.ERROR_GRAPH_EXEC_UPDATE_FAILURE = values["ERROR_GRAPH_EXEC_UPDATE_FAILURE"]
+        c.ERROR_PEER_ACCESS_ALREADY_ENABLED = values["ERROR_PEER_ACCESS_ALREADY_ENABLED"]
         return 0
 
     def __getattr__(self, str name):
@@ -328,6 +335,10 @@ cdef class Runtime(LibraryTable):
         f.DeviceGetDefaultMemPool = <f_default_mem_pool>lib.sym("DeviceGetDefaultMemPool")
         f.MemPoolSetAttribute = <f_mem_pool_set>lib.sym("MemPoolSetAttribute")
         f.PointerGetAttributes = <f_pointer_attributes>lib.sym("PointerGetAttributes")
+        f.DeviceCanAccessPeer = <f_can_access_peer>lib.sym("DeviceCanAccessPeer")
+        f.DeviceEnablePeerAccess = <f_enable_peer_access>lib.sym("DeviceEnablePeerAccess")
+        f.MemcpyPeerAsync = <f_memcpy_peer_async>lib.sym("MemcpyPeerAsync")
+        f.GetLastError = <f_status>lib.sym("GetLastError")
         f.StreamBeginCapture = <f_begin_capture>lib.sym("StreamBeginCapture")
         f.StreamEndCapture = <f_end_capture>lib.sym("StreamEndCapture")
         f.StreamIsCapturing = <f_is_capturing>lib.sym("StreamIsCapturing")
@@ -745,6 +756,41 @@ cdef class Runtime(LibraryTable):
     def memset_async(self, uintptr_t dst, int value, size_t nbytes, uintptr_t stream):
         """Set ``nbytes`` bytes at ``dst`` to ``value`` on ``stream``."""
         self.c_memset_async(<void*>dst, value, nbytes, <void*>stream)
+
+    # -------------------------------------------------------------- peer access
+    def can_access_peer(self, int device, int peer):
+        """Whether ``device`` can address ``peer``'s memory directly
+        (``DeviceCanAccessPeer``); False where the runtime lacks the call."""
+        cdef int can = 0
+        if self.f.DeviceCanAccessPeer == NULL:
+            return False
+        self.c_check(self.f.DeviceCanAccessPeer(&can, device, peer), b"DeviceCanAccessPeer")
+        return can != 0
+
+    def enable_peer_access(self, int peer):
+        """Let the calling thread's current device address ``peer``'s memory
+        (``DeviceEnablePeerAccess``, flags 0); already enabled is no error."""
+        cdef int st
+        if self.f.DeviceEnablePeerAccess == NULL:
+            self.missing(b"DeviceEnablePeerAccess")
+        st = self.f.DeviceEnablePeerAccess(peer, 0)
+        if st == self.c.ERROR_PEER_ACCESS_ALREADY_ENABLED:
+            if self.f.GetLastError != NULL:
+                self.f.GetLastError()   # the runtime keeps it as the sticky last error
+            return
+        self.c_check(st, b"DeviceEnablePeerAccess")
+
+    def memcpy_peer_async(self, uintptr_t dst, int dst_device, uintptr_t src, int src_device,
+                          size_t nbytes, uintptr_t stream):
+        """Device-to-device copy between two devices of this runtime, on ``stream``
+        (``MemcpyPeerAsync``)."""
+        cdef int st
+        if self.f.MemcpyPeerAsync == NULL:
+            self.missing(b"MemcpyPeerAsync")
+        with nogil:
+            st = self.f.MemcpyPeerAsync(<void*>dst, dst_device, <const void*>src, src_device,
+                                        nbytes, <void*>stream)
+        self.c_check(st, b"MemcpyPeerAsync")
 
     # -------------------------------------------------------------- capture and graphs
     def stream_begin_capture(self, uintptr_t stream, mode=None):

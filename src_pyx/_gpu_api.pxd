@@ -49,6 +49,14 @@ ctypedef int (*f_default_mem_pool)(void**, int) noexcept nogil
 # MemPoolSetAttribute(pool, attr, value)
 ctypedef int (*f_mem_pool_set)(void*, int, void*) noexcept nogil
 ctypedef int (*f_pointer_attributes)(void*, const void*) noexcept nogil
+# Peer access between two devices of one runtime (multi-GPU copies)
+# DeviceCanAccessPeer(canAccessPeer, device, peerDevice)
+ctypedef int (*f_can_access_peer)(int*, int, int) noexcept nogil
+ctypedef int (*f_status)() noexcept nogil                              # GetLastError
+# DeviceEnablePeerAccess(peerDevice, flags): from the current device to peerDevice
+ctypedef int (*f_enable_peer_access)(int, unsigned int) noexcept nogil
+# MemcpyPeerAsync(dst, dstDevice, src, srcDevice, count, stream)
+ctypedef int (*f_memcpy_peer_async)(void*, int, const void*, int, size_t, void*) noexcept nogil
 # Stream capture and graphs (CUDA >= 12 / ROCm >= 5.2). Enum out-parameters and the CUDA
 # update's result struct travel as void* (their C types differ per runtime).
 # StreamBeginCapture(stream, mode)
@@ -103,6 +111,10 @@ ctypedef struct RuntimeFns:
     f_default_mem_pool DeviceGetDefaultMemPool
     f_mem_pool_set MemPoolSetAttribute
     f_pointer_attributes PointerGetAttributes
+    f_can_access_peer DeviceCanAccessPeer
+    f_enable_peer_access DeviceEnablePeerAccess
+    f_status GetLastError
+    f_memcpy_peer_async MemcpyPeerAsync
     f_begin_capture StreamBeginCapture
     f_end_capture StreamEndCapture
     f_is_capturing StreamIsCapturing
@@ -142,6 +154,7 @@ ctypedef struct RuntimeConstants:
     int MEMORY_TYPE_MANAGED
     int STREAM_CAPTURE_MODE_THREAD_LOCAL
     int ERROR_GRAPH_EXEC_UPDATE_FAILURE
+    int ERROR_PEER_ACCESS_ALREADY_ENABLED
 
 
 # cudaPointerAttributes (CUDA >= 11: 88 bytes in CUDA 13) / hipPointerAttribute_t (32 bytes,

@@ -18,6 +18,13 @@ are finished, in launch order, by whoever asks:
   (blocking-sync events: no spinning) and wakes only for those.
 
 The variant-pack buffers stay alive until an item is finished (``Completion._keepalive``).
+
+Several devices: a launch or an on-demand event record can come from any host thread (the
+submitting one, a waiting one, a completion thread launching a parked item), and the
+current device is per thread, so every call that makes a stream or event, records, launches
+or releases runs with the stream's device made current and the thread's own device
+restored after (``GpuContext.using``, inlined on the launch path). Waiting on and querying
+events needs no current device.
 Cross-stream waits are GPU-side (``stream_wait_event``): the host never blocks.
 
 Launch state is prepared before launches, never inside one: a provider registers a
@@ -89,9 +96,9 @@ class GpuStreamBackend(StreamBackend):
     def __init__(self, name: str, context: GpuContext):
         self.name = name
         self.context = context
-        context.activate()
         self._rt = rt = context.runtime
-        self.stream = rt.stream_create(rt.STREAM_NON_BLOCKING)
+        with context.using():
+            self.stream = rt.stream_create(rt.STREAM_NON_BLOCKING)
         context.add_stream(self.stream)
         self.launch_context = LaunchContext(self.stream, context)
         self._index = context.index
@@ -101,9 +108,10 @@ class GpuStreamBackend(StreamBackend):
         try:
             self._start_prepared()
         except BaseException as exc:
-            self.launch_context.release()
-            context.remove_stream(self.stream)
-            rt.stream_destroy(self.stream)
+            with context.using():
+                self.launch_context.release()
+                context.remove_stream(self.stream)
+                rt.stream_destroy(self.stream)
             if isinstance(exc, Exception) and not isinstance(exc, DeviceError):
                 raise DeviceError(f"GPU stream '{name}': cannot prepare its launch state: "
                                   f"{exc}") from exc
@@ -129,26 +137,35 @@ class GpuStreamBackend(StreamBackend):
         with self._launch_lock:
             if self._closed:
                 return
-            self.context.activate()
-            fn(self.launch_context)
+            with self.context.using():
+                fn(self.launch_context)
 
     # ------------------------------------------------------------------ launch side
     def launch(self, item: Completion) -> None:
         """Enqueue ``item``'s work on the GPU stream now; it is finished once its batch's
-        event has fired and someone looks (module docstring)."""
+        event has fired and someone looks (module docstring). Runs with the stream's device
+        current, the calling thread's device restored after (``GpuContext.using``, inlined:
+        this is the submit path)."""
+        rt, index = self._rt, self._index
         with self._launch_lock:
-            self._rt.set_device(self._index)    # context.activate(), one call less
-            _launch_tls.launch = self.launch_context      # LaunchContext.enter(), inlined
+            prev = rt.get_device()
+            if prev != index:
+                rt.set_device(index)
             try:
-                item._value, item._error = item._execute()
+                _launch_tls.launch = self.launch_context      # LaunchContext.enter(), inlined
+                try:
+                    item._value, item._error = item._execute()
+                finally:
+                    _launch_tls.launch = None
+                batch = self._open
+                items = batch.items
+                items.append(item)
+                item._batch = batch
+                if item._control or len(items) >= EVENT_EVERY:
+                    self._close()
             finally:
-                _launch_tls.launch = None
-            batch = self._open
-            items = batch.items
-            items.append(item)
-            item._batch = batch
-            if item._control or len(items) >= EVENT_EVERY:
-                self._close()
+                if prev != index:
+                    rt.set_device(prev)
         if item._waiters is not None or item._tevent is not None or item._callbacks:
             self.watch(item)     # waited for before it was launched (it was parked)
 
@@ -182,8 +199,8 @@ class GpuStreamBackend(StreamBackend):
         if batch is not None and batch.event is None:
             with self._launch_lock:
                 if batch is self._open and batch.items:
-                    self._rt.set_device(self.context.index)
-                    self._close()
+                    with self.context.using():   # a waiting thread: keep its device
+                        self._close()
         return batch
 
     def capture(self, fns: tuple, *, previous=None):
@@ -195,7 +212,8 @@ class GpuStreamBackend(StreamBackend):
         """Later work on this stream waits on the GPU for ``marker``'s event."""
         event = self._foreign_event(marker)
         if event:
-            self._rt.stream_wait_event(self.stream, event)
+            with self.context.using():
+                self._rt.stream_wait_event(self.stream, event)
 
     @staticmethod
     def _foreign_event(marker: Completion) -> int:
@@ -322,8 +340,8 @@ class GpuStreamBackend(StreamBackend):
         """Finish every launched item (at close)."""
         with self._launch_lock:
             if self._open.items:
-                self._rt.set_device(self.context.index)
-                self._close()
+                with self.context.using():
+                    self._close()
             last = self._batches[-1] if self._batches else None
         if last is not None:
             self._sync(last)
@@ -344,12 +362,13 @@ class GpuStreamBackend(StreamBackend):
                 self._thread.join()
         try:
             rt = self._rt
-            rt.stream_synchronize(self.stream)
-            self.launch_context.release()
-            self.context.remove_stream(self.stream)
-            while self._free_events:
-                rt.event_destroy(self._free_events.popleft())
-            rt.stream_synchronize(self.stream)
-            rt.stream_destroy(self.stream)
+            with self.context.using():
+                rt.stream_synchronize(self.stream)
+                self.launch_context.release()
+                self.context.remove_stream(self.stream)
+                while self._free_events:
+                    rt.event_destroy(self._free_events.popleft())
+                rt.stream_synchronize(self.stream)
+                rt.stream_destroy(self.stream)
         except GpuError:
             pass  # a broken context: nothing left to release safely

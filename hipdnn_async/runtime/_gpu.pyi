@@ -101,6 +101,14 @@ class Runtime(LibraryTable):
         """Stream-ordered allocation usable at once on ``stream`` only; 0 for 0 bytes."""
     def free(self, ptr: int, stream: int = 0, pooled: bool = True) -> None:
         """Free memory from :meth:`malloc`; 0 is a no-op."""
+    # peer access
+    def can_access_peer(self, device: int, peer: int) -> bool:
+        """``DeviceCanAccessPeer``: ``device`` can address ``peer``'s memory (False without the call)."""
+    def enable_peer_access(self, peer: int) -> None:
+        """``DeviceEnablePeerAccess(peer, 0)`` from the current device; already enabled is no error."""
+    def memcpy_peer_async(self, dst: int, dst_device: int, src: int, src_device: int,
+                          nbytes: int, stream: int) -> None:
+        """``MemcpyPeerAsync``: a copy between two devices of this runtime on ``stream``."""
     def host_alloc(self, nbytes: int) -> int:
         """Pinned host memory; 0 for 0 bytes."""
     def host_free(self, ptr: int) -> None:

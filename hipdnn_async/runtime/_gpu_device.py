@@ -10,6 +10,16 @@ them). Every call below goes through ``context.runtime``: nothing here names a v
 ``LaunchContext`` is what a provider sees while its plan enqueues work: the compute
 stream, per-stream resources (a DNN handle), and a per-stream workspace that grows on
 demand; see ``current_launch``.
+
+Several devices: the current device is per host thread (``cudaSetDevice`` /
+``hipSetDevice``), and a stream, event, allocation or DNN handle belongs to the device
+current when it was made. Every call here that makes one or enqueues work runs inside
+``context.using()`` (``DeviceGuard``): the device is made current for the call and the
+thread's previous device restored afterwards, so a user's thread (the event loop's, a
+worker's, a finalizer's) keeps the device its own code set. Copies between two devices'
+arrays (``GpuArray.copy_from(other)``) go peer to peer where the runtime allows it
+(``can_access_peer``; access enabled once per pair) and through pinned host memory
+otherwise; same-device copies stay device to device.
 """
 from __future__ import annotations
 
@@ -19,14 +29,44 @@ import weakref
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from .._errors import DeviceError, GpuError
+from .._errors import DeviceError, GpuError, GraphError
 from ._buffer import element_extent
 
-__all__ = ["GpuContext", "GpuArray", "LaunchContext", "current_launch", "context_for"]
+__all__ = ["GpuContext", "GpuArray", "LaunchContext", "DeviceGuard", "current_launch",
+           "context_for"]
 
 _contexts: dict[tuple, "GpuContext"] = {}   # (runtime, index) -> context
 _contexts_lock = threading.Lock()
 _tls = threading.local()
+# (runtime, device, peer) -> whether `device` reads/writes `peer`'s memory directly (access
+# enabled); decided once per ordered pair per process, as DeviceEnablePeerAccess is.
+_peers: dict[tuple, bool] = {}
+_peers_lock = threading.Lock()
+
+
+class DeviceGuard:
+    """``with DeviceGuard(runtime, index):`` makes device ``index`` current on the calling
+    thread and restores the thread's previous device on leaving (nothing to restore when it
+    was already current). Cheap: one ``get_device``, and ``set_device`` only on a change.
+    """
+
+    __slots__ = ("_rt", "_index", "_prev")
+
+    def __init__(self, runtime, index: int):
+        self._rt = runtime
+        self._index = index
+        self._prev = index
+
+    def __enter__(self) -> "DeviceGuard":
+        prev = self._rt.get_device()
+        if prev != self._index:
+            self._rt.set_device(self._index)
+        self._prev = prev
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._prev != self._index:
+            self._rt.set_device(self._prev)
 
 
 def context_for(index: int, runtime) -> "GpuContext":
@@ -79,16 +119,16 @@ class GpuContext:
     def __init__(self, index: int, runtime):
         self.index = index
         self.runtime = rt = runtime
-        rt.set_device(index)
-        self.name = rt.device_name(index)
-        self.compute_capability = rt.compute_capability(index)
-        self.arch = rt.arch_name(index)
-        self.multiprocessor_count = rt.multiprocessor_count(index)
-        self.pooled = rt.memory_pools_supported(index)
-        if self.pooled:
-            rt.pool_keep_memory(index)
-        # The copy stream lives as long as the process: arrays free on it when collected.
-        self.copy_stream = rt.stream_create()
+        with DeviceGuard(rt, index):
+            self.name = rt.device_name(index)
+            self.compute_capability = rt.compute_capability(index)
+            self.arch = rt.arch_name(index)
+            self.multiprocessor_count = rt.multiprocessor_count(index)
+            self.pooled = rt.memory_pools_supported(index)
+            if self.pooled:
+                rt.pool_keep_memory(index)
+            # The copy stream lives as long as the process: arrays free on it when collected.
+            self.copy_stream = rt.stream_create()
         self._streams: set[int] = set()
         self._lock = threading.Lock()
         # Launch-state preparers (weak refs) and the open streams they run on: objects with
@@ -99,8 +139,36 @@ class GpuContext:
         self._prep_lock = threading.Lock()
 
     def activate(self) -> None:
-        """Make this device current on the calling thread."""
+        """Make this device current on the calling thread (for the library's own threads;
+        elsewhere use :meth:`using`, which restores the thread's device)."""
         self.runtime.set_device(self.index)
+
+    def using(self) -> DeviceGuard:
+        """``with context.using():`` this device is current inside, the thread's previous
+        device again afterwards."""
+        return DeviceGuard(self.runtime, self.index)
+
+    def peer_access(self, other: "GpuContext") -> bool:
+        """Whether this device reads and writes ``other``'s memory directly (same runtime,
+        ``can_access_peer``, access enabled: done here once per ordered pair). False for
+        the same device, another runtime, or a pair without peer access.
+        """
+        if other is self or other.runtime is not self.runtime or other.index == self.index:
+            return False
+        key = (self.runtime, self.index, other.index)
+        with _peers_lock:
+            ok = _peers.get(key)
+            if ok is None:
+                ok = False
+                try:
+                    if self.runtime.can_access_peer(self.index, other.index):
+                        with self.using():
+                            self.runtime.enable_peer_access(other.index)
+                        ok = True
+                except (GpuError, DeviceError):   # unsupported pair or no such call: stage
+                    ok = False
+                _peers[key] = ok
+        return ok
 
     def add_stream(self, stream: int) -> None:
         with self._lock:
@@ -161,11 +229,22 @@ class GpuContext:
 
     def malloc(self, nbytes: int) -> int:
         """Device memory usable from any stream at once; 0 for 0 bytes."""
-        self.activate()
-        return self.runtime.malloc(nbytes, self.copy_stream, self.pooled)
+        with self.using():
+            return self.runtime.malloc(nbytes, self.copy_stream, self.pooled)
 
     def free(self, ptr: int) -> None:
-        self.runtime.free(ptr, self.copy_stream, self.pooled)
+        """Free memory from :meth:`malloc` (from any thread: a finalizer's too)."""
+        with self.using():
+            self.runtime.free(ptr, self.copy_stream, self.pooled)
+
+    def copy_stream_event(self) -> int:
+        """An event recorded now on the copy stream (the caller destroys it): another
+        device's stream waits on it for the copies enqueued so far."""
+        rt = self.runtime
+        with self.using():
+            ev = rt.event_create(rt.EVENT_DISABLE_TIMING)
+            rt.event_record(ev, self.copy_stream)
+        return ev
 
 
 def _release(ctx: GpuContext, ptr: int) -> None:
@@ -220,38 +299,115 @@ class GpuArray:
                                 tuple(s * self.dtype.itemsize for s in self.strides))
 
     def copy_from(self, array) -> None:
-        """Copy a NumPy array of logical shape ``dims`` into this array (blocking; ordered
-        after work already launched on the device's streams).
+        """Copy a NumPy array, or another ``GpuArray``, of logical shape ``dims`` into this
+        array (blocking; ordered after work already launched on both devices' streams).
+
+        A ``GpuArray`` of the same dtype and strides is copied as bytes: device to device on
+        one device; peer to peer between two devices with peer access
+        (``GpuContext.peer_access``); else staged through pinned host memory. Other strides
+        are reordered through the host.
 
         Raises
         ------
         ValueError
             ``array`` does not broadcast to ``dims``.
+        GraphError
+            A ``GpuArray`` of other dims or dtype (GPU copies do not cast).
         """
+        if isinstance(array, GpuArray):
+            self._copy_from_gpu(array)
+            return
         if self.nbytes == 0:
             return
         flat, view = self._host_staging()
         view[...] = np.asarray(array)
+        self._upload(flat.ctypes.data)
+
+    def _upload(self, host_ptr: int) -> None:
+        """Host bytes (the allocation's size) into this array, ordered after launched work."""
         ctx = self.context
-        ctx.activate()
-        ctx.order_copy_stream()
         rt = ctx.runtime
-        rt.memcpy_async(self.ptr, flat.ctypes.data, self.nbytes, rt.MEMCPY_HOST_TO_DEVICE,
-                        ctx.copy_stream)
-        rt.stream_synchronize(ctx.copy_stream)
+        with ctx.using():
+            ctx.order_copy_stream()
+            rt.memcpy_async(self.ptr, host_ptr, self.nbytes, rt.MEMCPY_HOST_TO_DEVICE,
+                            ctx.copy_stream)
+            rt.stream_synchronize(ctx.copy_stream)
+
+    def _download(self, host_ptr: int) -> None:
+        """This array's bytes into host memory, once launched work is done."""
+        ctx = self.context
+        rt = ctx.runtime
+        with ctx.using():
+            ctx.order_copy_stream()
+            rt.memcpy_async(host_ptr, self.ptr, self.nbytes, rt.MEMCPY_DEVICE_TO_HOST,
+                            ctx.copy_stream)
+            rt.stream_synchronize(ctx.copy_stream)
+
+    def _copy_from_gpu(self, src: "GpuArray") -> None:
+        if src.dims != self.dims or src.dtype != self.dtype:
+            raise GraphError(f"GpuArray.copy_from: source dims {src.dims} {src.dtype.name} "
+                             f"({src.device!r}) do not match dims {self.dims} "
+                             f"{self.dtype.name} ({self.device!r}); GPU copies do not cast")
+        if self.nbytes == 0:
+            return
+        if src.strides != self.strides:        # another memory order: reorder on the host
+            self.copy_from(src.to_numpy_sync())
+            return
+        dst_ctx, src_ctx = self.context, src.context
+        if dst_ctx is src_ctx:
+            rt = dst_ctx.runtime
+            with dst_ctx.using():
+                dst_ctx.order_copy_stream()
+                rt.memcpy_async(self.ptr, src.ptr, self.nbytes, rt.MEMCPY_DEVICE_TO_DEVICE,
+                                dst_ctx.copy_stream)
+                rt.stream_synchronize(dst_ctx.copy_stream)
+        elif dst_ctx.peer_access(src_ctx):
+            self._copy_peer(src)
+        else:
+            self._copy_staged(src)
+
+    def _copy_peer(self, src: "GpuArray") -> None:
+        """Peer copy on this device's copy stream, after the work launched on both."""
+        dst_ctx, src_ctx = self.context, src.context
+        rt = dst_ctx.runtime
+        with src_ctx.using():
+            src_ctx.order_copy_stream()
+        ready = src_ctx.copy_stream_event()    # src's launched work is done at this event
+        try:
+            with dst_ctx.using():
+                dst_ctx.order_copy_stream()
+                rt.stream_wait_event(dst_ctx.copy_stream, ready)
+                rt.memcpy_peer_async(self.ptr, dst_ctx.index, src.ptr, src_ctx.index,
+                                     self.nbytes, dst_ctx.copy_stream)
+                rt.stream_synchronize(dst_ctx.copy_stream)
+        finally:
+            with src_ctx.using():
+                src_ctx.runtime.event_destroy(ready)
+
+    def _copy_staged(self, src: "GpuArray") -> None:
+        """Device to pinned host memory (the source's runtime) to device."""
+        srt = src.context.runtime
+        try:
+            with src.context.using():
+                host = srt.host_alloc(self.nbytes)
+        except (GpuError, DeviceError):        # no pinned memory to be had: pageable
+            flat = np.empty(self.nbytes, np.uint8)
+            src._download(flat.ctypes.data)
+            self._upload(flat.ctypes.data)
+            return
+        try:
+            src._download(host)
+            self._upload(host)
+        finally:
+            with src.context.using():
+                srt.host_free(host)
 
     def to_numpy_sync(self) -> np.ndarray:
         """A C-contiguous NumPy copy in logical shape (blocking; waits for work already
         launched on the device's streams)."""
         flat, view = self._host_staging()
         if self.nbytes:
-            ctx = self.context
-            ctx.activate()
-            ctx.order_copy_stream()
-            rt = ctx.runtime
-            rt.memcpy_async(flat.ctypes.data, self.ptr, self.nbytes, rt.MEMCPY_DEVICE_TO_HOST,
-                            ctx.copy_stream)
-            rt.stream_synchronize(ctx.copy_stream)
+            self._download(flat.ctypes.data)
         return np.ascontiguousarray(view)
 
     async def to_numpy(self) -> np.ndarray:

@@ -73,10 +73,10 @@ class BuildStream:
 
     def _resources(self) -> StreamResources:
         if self._res is None:
-            self.context.activate()
-            self.stream = self._rt.stream_create()
-            self._res = StreamResources(self.stream, self._make_handle(self.stream),
-                                        pooled=self.context.pooled, runtime=self._rt)
+            with self.context.using():   # the stream and handle belong to this device
+                self.stream = self._rt.stream_create()
+                self._res = StreamResources(self.stream, self._make_handle(self.stream),
+                                            pooled=self.context.pooled, runtime=self._rt)
         return self._res
 
     def handle(self) -> int:
@@ -93,8 +93,9 @@ class BuildStream:
         arr = GpuArray(tuple(tensor.dims), numpy_dtype(tensor.data_type), tuple(tensor.strides),
                        self.context, self.spec)
         if arr.nbytes:
-            self._rt.memset_async(arr.ptr, 0, arr.nbytes, self.context.copy_stream)
-            self._rt.stream_synchronize(self.context.copy_stream)
+            with self.context.using():
+                self._rt.memset_async(arr.ptr, 0, arr.nbytes, self.context.copy_stream)
+                self._rt.stream_synchronize(self.context.copy_stream)
         return arr
 
     def scratch_pack(self, match) -> dict:
@@ -106,7 +107,7 @@ class BuildStream:
         wait for it: a vendor error raises here. The plan runs as it will on a compute
         stream: inside a launch context whose resources were prepared beforehand."""
         bufs = self.scratch_pack(match) if bufs is None else bufs
-        with self.lock:
+        with self.lock, self.context.using():
             res = self._resources()
             res.reserve(plan.workspace_size)
             lc = LaunchContext(self.stream, self.context)

@@ -271,7 +271,12 @@ int fake_handle_id(const void *h) {
 }
 
 /* ================================================================== memory */
-typedef struct { char *base; size_t size; int kind; int live; int owned; } mem_entry;
+typedef struct { char *base; size_t size; int kind; int live; int owned; int device; } mem_entry;
+
+/* ================================================================== devices */
+static __thread int cur_device;
+void fake_set_current_device(int device) { cur_device = device; }
+int fake_current_device(void) { return cur_device; }
 static pthread_mutex_t m_mu = PTHREAD_MUTEX_INITIALIZER;
 static mem_entry *mems;
 static size_t n_mems, cap_mems;
@@ -289,6 +294,7 @@ static void add_mem(char *p, size_t n, int kind, int owned) {
     mems[n_mems].kind = kind;
     mems[n_mems].live = 1;
     mems[n_mems].owned = owned;
+    mems[n_mems].device = kind == FAKE_MEM_HOST ? -1 : cur_device;
     n_mems++;
 }
 
@@ -351,7 +357,21 @@ int fake_mem_find(const void *p, void **base, size_t *size, int *kind) {
     return m != NULL;
 }
 
+int fake_mem_device(const void *p) {
+    pthread_mutex_lock(&m_mu);
+    mem_entry *m = find_live(p);
+    int d = m ? m->device : -1;
+    pthread_mutex_unlock(&m_mu);
+    return d;
+}
+
 int fake_mem_check(const void *p, size_t nbytes, const char *fn, const char *what) {
+    int dev = fake_mem_device(p);
+    if (dev >= 0 && dev != cur_device) {
+        fake_violation(fn, "%s: %p is memory of device %d; the calling thread's current "
+                       "device is %d", what, p, dev, cur_device);
+        return 0;
+    }
     void *base;
     size_t size;
     int kind;
@@ -412,6 +432,7 @@ typedef struct work {
 typedef struct fake_nodes fake_nodes;
 
 struct fake_stream {
+    int device;            /* current when created; the worker runs with it current */
     fake_nodes *capture;   /* non-NULL while capturing: enqueued work goes here */
     int capture_invalid;
     int id;
@@ -427,6 +448,7 @@ struct fake_stream {
 };
 
 struct fake_event {
+    int device;
     int id;
     unsigned flags;
     pthread_mutex_t mu;
@@ -443,6 +465,7 @@ static fake_stream *default_stream;
 
 static void *worker_main(void *arg) {
     fake_stream *s = (fake_stream *)arg;
+    cur_device = s->device;
     pthread_mutex_lock(&s->mu);
     for (;;) {
         while (!s->head && !s->closing) pthread_cond_wait(&s->cv, &s->mu);
@@ -472,6 +495,7 @@ static void *worker_main(void *arg) {
 fake_stream *fake_stream_new(unsigned flags, int priority) {
     fake_stream *s = (fake_stream *)calloc(1, sizeof *s);
     if (!s) abort();
+    s->device = cur_device;
     s->flags = flags;
     s->priority = priority;
     pthread_mutex_init(&s->mu, NULL);
@@ -508,6 +532,7 @@ fake_stream *fake_stream_get(void *handle, const char *fn) {
 }
 
 int fake_stream_id(fake_stream *s) { return s ? s->id : 0; }
+int fake_stream_device(fake_stream *s) { return s && s != default_stream ? s->device : -1; }
 unsigned fake_stream_flags(fake_stream *s) { return s ? s->flags : 0; }
 int fake_stream_priority(fake_stream *s) { return s ? s->priority : 0; }
 
@@ -762,6 +787,7 @@ void fake_graph_destroy(fake_graph *g) {
 fake_event *fake_event_new(unsigned flags) {
     fake_event *e = (fake_event *)calloc(1, sizeof *e);
     if (!e) abort();
+    e->device = cur_device;
     e->flags = flags;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
@@ -778,6 +804,7 @@ fake_event *fake_event_get(void *handle, const char *fn) {
 }
 
 int fake_event_id(fake_event *e) { return e ? e->id : 0; }
+int fake_event_device(fake_event *e) { return e ? e->device : -1; }
 unsigned fake_event_flags(fake_event *e) { return e ? e->flags : 0; }
 
 typedef struct { fake_event *e; unsigned long long gen; } record_arg;

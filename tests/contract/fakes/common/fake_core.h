@@ -165,6 +165,19 @@ FAKE_API int fake_graph_id(fake_graph *g);
 FAKE_API int fake_graph_nodes(fake_graph *g);
 FAKE_API void fake_graph_destroy(fake_graph *g);
 
+/* ------------------------------------------------------------------ devices
+ * Several fake devices share one address space. The runtime fake tells the core the
+ * calling thread's current device (cudaSetDevice); streams, events and DEVICE/MANAGED
+ * allocations remember the device current when they were made, and a stream's worker runs
+ * with its stream's device current. fake_mem_check also records a violation when the
+ * memory belongs to another device than the calling thread's current one (a kernel of
+ * device A given device B's memory: an illegal address without peer access). */
+FAKE_API void fake_set_current_device(int device);
+FAKE_API int fake_current_device(void);
+FAKE_API int fake_mem_device(const void *p);           /* -1: not device memory */
+FAKE_API int fake_stream_device(fake_stream *s);       /* -1: NULL or the default stream */
+FAKE_API int fake_event_device(fake_event *e);         /* -1: NULL */
+
 /* delay each stream worker waits before running an item (default 2000 us, or
  * $HIPDNN_ASYNC_FAKE_DELAY_US) */
 FAKE_API void fake_set_delay_us(int us);

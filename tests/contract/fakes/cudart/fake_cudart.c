@@ -3,7 +3,8 @@
  * Compiled against CUDA 13's own cuda_runtime_api.h / driver_types.h (downloaded from the
  * nvidia-cuda-runtime wheel at test time), so every definition here must match the
  * header's prototype, and every constant is the header's. One device (or
- * $HIPDNN_ASYNC_FAKE_DEVICES), "device" memory is host memory tracked by fake_core,
+ * $HIPDNN_ASYNC_FAKE_DEVICES; peer access between them unless $HIPDNN_ASYNC_FAKE_PEER=0),
+ * "device" memory is host memory tracked by fake_core,
  * streams are worker threads that run work in order after a small delay.
  *
  * Semantics kept from the CUDA runtime API reference (CUDA 13):
@@ -17,6 +18,14 @@
  *  - cudaPointerGetAttributes of an unregistered host pointer: cudaSuccess with
  *    type cudaMemoryTypeUnregistered.
  * Misuse that real CUDA turns into a crash or corruption is a violation in the log.
+ *
+ * Several devices: streams, events and allocations belong to the device current when they
+ * were made (fake_core). A call that enqueues work on a stream (copies, memsets, stream-
+ * ordered allocation, event records, host functions, graph launches, the DNN fakes'
+ * kernels) records "on_device" (the stream's) and "current_device" and is a violation when
+ * they differ: the library must set the device on every thread before such a call
+ * (cudaSetDevice is per host thread). A kernel's memory must be its device's
+ * (fake_mem_check); cudaMemcpyPeerAsync records whether peer access was enabled.
  */
 #define _GNU_SOURCE
 #include <cuda_runtime_api.h>
@@ -39,6 +48,18 @@ static __thread cudaError_t last_error;
 static int device_count_env(void) {
     const char *e = getenv("HIPDNN_ASYNC_FAKE_DEVICES");
     return e && *e ? atoi(e) : 1;
+}
+
+/* the stream work of FN runs on device dev: a violation unless it is the current one */
+static int on_device(fake_rec *R, const char *FN, int dev) {
+    fake_rec_int(R, "on_device", dev);
+    fake_rec_int(R, "current_device", current_device);
+    if (dev >= 0 && dev != current_device) {
+        fake_violation(FN, "a stream of device %d used while the calling thread's current "
+                       "device is %d (cudaSetDevice is per host thread)", dev, current_device);
+        return 0;
+    }
+    return 1;
 }
 
 static cudaError_t done(fake_rec *r, cudaError_t st) {
@@ -64,7 +85,8 @@ const char *cudaGetErrorName(cudaError_t error) {
         NAME(cudaErrorInsufficientDriver) NAME(cudaErrorNotSupported) NAME(cudaErrorUnknown)
         NAME(cudaErrorInvalidMemcpyDirection) NAME(cudaErrorNotPermitted)
         NAME(cudaErrorStreamCaptureUnsupported) NAME(cudaErrorHostMemoryAlreadyRegistered)
-        NAME(cudaErrorHostMemoryNotRegistered)
+        NAME(cudaErrorHostMemoryNotRegistered) NAME(cudaErrorPeerAccessAlreadyEnabled)
+        NAME(cudaErrorPeerAccessUnsupported)
         default: return "cudaErrorUnknown";
     }
 }
@@ -109,6 +131,7 @@ cudaError_t cudaSetDevice(int device) {
     INJECT();
     if (device < 0 || device >= device_count_env()) return done(R, cudaErrorInvalidDevice);
     current_device = device;
+    fake_set_current_device(device);
     return done(R, cudaSuccess);
 }
 
@@ -303,6 +326,7 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t h, cudaHostFn_t fn, void *userData) 
     INJECT();
     if (fake_capture_on(s, FN, "(not modeled) launches a host function on")) return done(R, cudaErrorStreamCaptureUnsupported);
     if (!fn) return done(R, cudaErrorInvalidValue);
+    on_device(R, FN, fake_stream_device(s));
     host_fn_arg *a = (host_fn_arg *)malloc(sizeof *a);
     a->fn = fn;
     a->data = userData;
@@ -340,6 +364,12 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t h) {
     INJECT();
     if (fake_capture_on(s, FN, "(not modeled) records an event on")) return done(R, cudaErrorStreamCaptureUnsupported);
     if (!e) return done(R, cudaErrorInvalidResourceHandle);
+    on_device(R, FN, fake_stream_device(s));
+    if (fake_stream_device(s) >= 0 && fake_event_device(e) != fake_stream_device(s)) {
+        fake_violation(FN, "event %d of device %d recorded on a stream of device %d",
+                       fake_event_id(e), fake_event_device(e), fake_stream_device(s));
+        return done(R, cudaErrorInvalidResourceHandle);   /* as CUDA: not the same device */
+    }
     fake_event_record(e, s);
     return done(R, cudaSuccess);
 }
@@ -446,7 +476,7 @@ cudaError_t cudaMallocAsync(void **p, size_t size, cudaStream_t h) {
     STREAM_OR_FAIL(s, h);
     INJECT();
     if (fake_capture_on(s, FN, "(not modeled) allocates on")) return done(R, cudaErrorStreamCaptureUnsupported);
-    (void)s;
+    on_device(R, FN, fake_stream_device(s));
     if (!p) return done(R, cudaErrorInvalidValue);
     if (size > fake_mem_total() - fake_mem_in_use()) return done(R, cudaErrorMemoryAllocation);
     *p = size ? fake_mem_alloc(size, FAKE_MEM_DEVICE) : NULL;
@@ -474,6 +504,7 @@ cudaError_t cudaFreeAsync(void *p, cudaStream_t h) {
     STREAM_OR_FAIL(s, h);
     INJECT();
     if (fake_capture_on(s, FN, "(not modeled) frees on")) return done(R, cudaErrorStreamCaptureUnsupported);
+    on_device(R, FN, fake_stream_device(s));
     if (!p) return done(R, cudaSuccess);
     if (!fake_mem_find(p, NULL, NULL, NULL)) {
         fake_violation(FN, "%p is not a live device allocation", p);
@@ -610,6 +641,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
     cudaError_t st = check_copy(R, FN, dst, src, n, kind);
     STREAM_OR_FAIL(s, h);
     INJECT();
+    on_device(R, FN, fake_stream_device(s));
     if (st) return done(R, st);
     if (!n) return done(R, cudaSuccess);
     copy_arg *a = (copy_arg *)calloc(1, sizeof *a);
@@ -659,6 +691,7 @@ cudaError_t cudaMemsetAsync(void *dst, int value, size_t n, cudaStream_t h) {
     fake_rec_uint(R, "count", n);
     STREAM_OR_FAIL(s, h);
     INJECT();
+    on_device(R, FN, fake_stream_device(s));
     if (n && !fake_mem_check(dst, n, FN, "dst")) return done(R, cudaErrorInvalidValue);
     set_arg *a = (set_arg *)malloc(sizeof *a);
     a->dst = dst;
@@ -735,7 +768,7 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attr, const v
         fake_rec_int(R, "type", attr->type);
         return done(R, cudaSuccess);
     }
-    attr->device = 0;
+    attr->device = kind == FAKE_MEM_HOST ? 0 : fake_mem_device(ptr);
     if (kind == FAKE_MEM_HOST) {
         attr->type = cudaMemoryTypeHost;
         attr->hostPointer = (void *)ptr;
@@ -747,5 +780,92 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attr, const v
     }
     fake_rec_int(R, "type", attr->type);
     fake_rec_int(R, "device", attr->device);
+    return done(R, cudaSuccess);
+}
+
+/* ------------------------------------------------------------------ peer access */
+static int peer_enabled[16][16];   /* [device][peer]: cudaDeviceEnablePeerAccess done */
+static pthread_mutex_t peer_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int peer_possible(int device, int peer) {
+    const char *e = getenv("HIPDNN_ASYNC_FAKE_PEER");
+    return device != peer && !(e && *e == '0');
+}
+
+cudaError_t cudaDeviceCanAccessPeer(int *canAccessPeer, int device, int peerDevice) {
+    BEGIN("cudaDeviceCanAccessPeer");
+    fake_rec_int(R, "device", device);
+    fake_rec_int(R, "peer", peerDevice);
+    INJECT();
+    int n = device_count_env();
+    if (device < 0 || device >= n || peerDevice < 0 || peerDevice >= n || n > 16)
+        return done(R, cudaErrorInvalidDevice);
+    if (!canAccessPeer) return done(R, cudaErrorInvalidValue);
+    *canAccessPeer = peer_possible(device, peerDevice);
+    fake_rec_int(R, "can", *canAccessPeer);
+    return done(R, cudaSuccess);
+}
+
+cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags) {
+    BEGIN("cudaDeviceEnablePeerAccess");
+    fake_rec_int(R, "peer", peerDevice);
+    fake_rec_uint(R, "flags", flags);
+    fake_rec_int(R, "current_device", current_device);
+    INJECT();
+    if (flags) return done(R, cudaErrorInvalidValue);
+    if (peerDevice < 0 || peerDevice >= device_count_env() || peerDevice >= 16
+            || peerDevice == current_device)
+        return done(R, cudaErrorInvalidDevice);
+    if (!peer_possible(current_device, peerDevice)) return done(R, cudaErrorPeerAccessUnsupported);
+    pthread_mutex_lock(&peer_mu);
+    int was = peer_enabled[current_device][peerDevice];
+    peer_enabled[current_device][peerDevice] = 1;
+    pthread_mutex_unlock(&peer_mu);
+    return done(R, was ? cudaErrorPeerAccessAlreadyEnabled : cudaSuccess);
+}
+
+cudaError_t cudaMemcpyPeerAsync(void *dst, int dstDevice, const void *src, int srcDevice,
+                                size_t count, cudaStream_t h) {
+    BEGIN("cudaMemcpyPeerAsync");
+    fake_rec_ptr(R, "dst", dst);
+    fake_rec_int(R, "dst_device", dstDevice);
+    fake_rec_ptr(R, "src", src);
+    fake_rec_int(R, "src_device", srcDevice);
+    fake_rec_uint(R, "count", count);
+    STREAM_OR_FAIL(s, h);
+    INJECT();
+    on_device(R, FN, fake_stream_device(s));
+    int n = device_count_env();
+    if (dstDevice < 0 || dstDevice >= n || srcDevice < 0 || srcDevice >= n || n > 16)
+        return done(R, cudaErrorInvalidDevice);
+    pthread_mutex_lock(&peer_mu);
+    /* the direction a peer copy uses: either device mapping the other's memory */
+    int peer = peer_enabled[dstDevice][srcDevice] || peer_enabled[srcDevice][dstDevice];
+    pthread_mutex_unlock(&peer_mu);
+    fake_rec_int(R, "peer_enabled", peer);
+    if (!count) return done(R, cudaSuccess);
+    void *base = NULL;
+    size_t size = 0;
+    int kind = 0;
+    const struct { const void *p; int dev; const char *what; } side[2] = {
+        {dst, dstDevice, "dst"}, {src, srcDevice, "src"}};
+    for (int i = 0; i < 2; i++) {
+        if (!fake_mem_find(side[i].p, &base, &size, &kind) || kind == FAKE_MEM_HOST
+                || (const char *)side[i].p + count > (const char *)base + size) {
+            fake_violation(FN, "%s: %p + %zu bytes is not device memory", side[i].what,
+                           side[i].p, count);
+            return done(R, cudaErrorInvalidValue);
+        }
+        if (fake_mem_device(side[i].p) != side[i].dev) {
+            fake_violation(FN, "%s: %p is memory of device %d, not of device %d", side[i].what,
+                           side[i].p, fake_mem_device(side[i].p), side[i].dev);
+            return done(R, cudaErrorInvalidValue);
+        }
+    }
+    copy_arg *a = (copy_arg *)calloc(1, sizeof *a);
+    a->dst = dst;
+    a->src = src;
+    a->n = count;
+    fake_stream_enqueue(s, "cudaMemcpyPeerAsync", do_copy, a, free_copy);
     return done(R, cudaSuccess);
 }

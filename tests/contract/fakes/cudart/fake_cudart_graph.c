@@ -172,6 +172,9 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t h) {
     INJECT();
     if (!x) return done(R, cudaErrorInvalidResourceHandle);
     if (fake_capture_on(s, FN, "launches a graph into")) return done(R, cudaErrorStreamCaptureUnsupported);
+    if (fake_stream_device(s) >= 0 && fake_stream_device(s) != fake_current_device())
+        fake_violation(FN, "a stream of device %d used while the calling thread's current "
+                       "device is %d", fake_stream_device(s), fake_current_device());
     fake_graph_launch(x, s);
     return done(R, cudaSuccess);
 }

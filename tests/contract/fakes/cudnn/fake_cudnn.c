@@ -118,7 +118,13 @@ struct cudnnContext *fcd_handle(cudnnHandle_t h) {
 }
 
 fake_stream *fcd_stream(struct cudnnContext *h, const char *fn) {
-    return fake_stream_get((void *)h->stream, fn);
+    fake_stream *s = fake_stream_get((void *)h->stream, fn);
+    int cur = fake_current_device(), sd = fake_stream_device(s);
+    /* cuDNN launches on the handle's device: the current one at cudnnCreate */
+    if (h->device != cur || (sd >= 0 && sd != h->device))
+        fake_violation(fn, "handle %d of device %d with a stream of device %d, called while "
+                       "the current device is %d", h->id, h->device, sd, cur);
+    return s;
 }
 
 /* ------------------------------------------------------------------ helpers */
@@ -250,7 +256,9 @@ cudnnStatus_t cudnnCreate(cudnnHandle_t *handle) {
     if (!handle) FAIL(CUDNN_STATUS_BAD_PARAM_NULL_POINTER, "cudnnCreate: NULL handle pointer");
     struct cudnnContext *h = (struct cudnnContext *)calloc(1, sizeof *h);
     h->id = fake_handle_register(h, FAKE_KIND_DNN_HANDLE);
+    h->device = fake_current_device();
     *handle = h;
+    fake_rec_int(R, "device", h->device);
     fake_rec_int(R, "id", h->id);
     return fcd_done(R, CUDNN_STATUS_SUCCESS);
 }
@@ -275,6 +283,9 @@ cudnnStatus_t cudnnSetStream(cudnnHandle_t handle, cudaStream_t stream) {
     INJECT();
     if (!h) return fcd_done(R, CUDNN_STATUS_BAD_PARAM);
     if (!s) FAIL(CUDNN_STATUS_BAD_PARAM, "cudnnSetStream: %p is not a stream", (void *)stream);
+    if (fake_stream_device(s) >= 0 && fake_stream_device(s) != h->device)
+        fake_violation(FN, "stream %d of device %d given to handle %d of device %d",
+                       fake_stream_id(s), fake_stream_device(s), h->id, h->device);
     h->stream = stream;
     return fcd_done(R, CUDNN_STATUS_SUCCESS);
 }

@@ -21,7 +21,8 @@
 
 #define FAKE_CUDNN_MAX_DIMS 8
 
-struct cudnnContext { int id; cudaStream_t stream; };
+/* device: current at cudnnCreate; the handle's kernels must run with it current */
+struct cudnnContext { int id; cudaStream_t stream; int device; };
 struct cudnnTensorStruct {
     int id, set;
     cudnnDataType_t dt;

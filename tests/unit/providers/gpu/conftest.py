@@ -86,6 +86,7 @@ class FakeGpuRuntime:
         self._mem: dict[int, np.ndarray] = {}   # pointer -> backing host buffer
         self._handles = itertools.count(0x1000)
         self.live = 0                            # allocations not yet freed
+        self._current = threading.local()
 
     def __getattr__(self, name):                 # constants: the real CUDA runtime's values
         if name in _CUDA.constants:
@@ -98,6 +99,10 @@ class FakeGpuRuntime:
     # devices
     def set_device(self, index):
         self._r("set_device", index)
+        self._current.index = index
+
+    def get_device(self):                        # per host thread, as the runtime's
+        return getattr(self._current, "index", 0)
 
     def device_name(self, index):
         return "Fake GPU"
