@@ -21,6 +21,9 @@ Sections (each a ratio to an anchor timed in this process, on this GPU):
   conv+bias+ReLU through our plan and through torch.
 - ``batchnorm``: batchnorm training (with running statistics) and inference on ResNet-50
   activations at batch N, against ``torch.nn.functional.batch_norm``.
+- ``multi`` (with ``--devices all``, or ``--sections multi``): one GPU against all GPUs
+  of the host in the same run, on the ResNet-50 conv + BN + ReLU block at batch 256 and
+  the batcher serving 1,024 clients (``bench/_bench_multi.py``).
 - ``conv``: every ResNet-50 convolution shape at batch N, fprop / dgrad / wgrad, fp16 NHWC
   and fp32 NCHW: our plan with the heuristic choice and with ``global.benchmarking = 1``
   against torch's cuDNN call with ``torch.backends.cudnn.benchmark`` False and True
@@ -33,6 +36,7 @@ back to wall-clock time of back-to-back launches until completion. Every figure 
 ``--json``. A section that fails is reported and the script exits 1 after the others ran.
 
     python bench/bench_gpu.py [--device cuda:0] [--batch 32] [--quick] [--json FILE]
+                              [--devices all|cuda:0,cuda:1]
 """
 from __future__ import annotations
 
@@ -47,6 +51,7 @@ import time
 import traceback
 
 import _bench_capture  # noqa: E402 - bench/ is on sys.path when run as a script
+import _bench_multi  # noqa: E402
 
 SECTIONS = ("overhead", "submit", "capture", "overlap", "batcher", "batchnorm", "conv")
 
@@ -102,8 +107,10 @@ def parse_args(argv=None):
     p.add_argument("--batch", type=_positive, default=32, help="batch N of the ResNet-50 "
                    "convolution and batchnorm shapes (default 32)")
     p.add_argument("--reps", type=_positive, default=20, help="timed launches per figure")
-    p.add_argument("--sections", type=_list(SECTIONS), default=SECTIONS,
-                   help="comma-separated subset of " + ",".join(SECTIONS))
+    p.add_argument("--sections", type=_list(SECTIONS + ("multi",)), default=SECTIONS,
+                   help="comma-separated subset of " + ",".join(SECTIONS) + " (and multi)")
+    p.add_argument("--devices", default=None, metavar="all|SPECS",
+                   help="run the multi section over these GPUs: 'all' or cuda:0,cuda:1")
     p.add_argument("--directions", type=_list(("fprop", "dgrad", "wgrad")),
                    default=("fprop", "dgrad", "wgrad"), help="conv directions")
     p.add_argument("--quick", action="store_true", help="3 conv layers (the slowest of the "
@@ -111,7 +118,12 @@ def parse_args(argv=None):
     p.add_argument("--max-seconds", type=float, default=420.0, help="stop starting new conv "
                    "layers after this much wall time (default 420)")
     p.add_argument("--json", metavar="FILE", help="write every figure as JSON")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.devices and "multi" not in args.sections:       # --devices asks for it
+        args.sections = tuple(args.sections) + ("multi",)
+    elif "multi" in args.sections and not args.devices:
+        args.devices = "all"
+    return args
 
 
 # =======================================================================================
@@ -1034,6 +1046,8 @@ async def run(args):
                     res = await bench_batcher(hd, torch, dev, args)
                 elif section == "batchnorm":
                     res = await bench_batchnorm(hd, torch, dev, args)
+                elif section == "multi":
+                    res = await _bench_multi.bench_multi(hd, args, table, f)
                 else:
                     res = await bench_conv(hd, torch, dev, args, deadline)
                 doc["results"][section] = res

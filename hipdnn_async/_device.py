@@ -46,6 +46,7 @@ _counters = {"plans_built": 0, "plan_cache_hits": 0}
 # dropped first): a long-lived device that builds many shapes (a server, a fuzzer)
 # must not grow without bound. Plans already built keep their provider plan.
 PLAN_CACHE_SIZE = 256
+_LOCK_TYPE = type(threading.Lock())
 
 
 def stats() -> dict:
@@ -166,7 +167,10 @@ class Device:
                                     backend_factory=_backend_factory(self.provider))
         except RuntimeError as exc:  # e.g. "can't start new thread"
             raise DeviceError(f"Device('{spec}'): cannot start {streams} streams: {exc}") from None
-        self._tune_lock = threading.Lock()  # timings of concurrent tunings would skew each other
+        # Timings of concurrent tunings would skew each other: one lock per GPU (two
+        # Devices on one GPU share it), per Device on the CPU.
+        lock = getattr(getattr(self.provider, "context", None), "tune_lock", None)
+        self._tune_lock = lock if isinstance(lock, _LOCK_TYPE) else threading.Lock()
         # (signature, engine id, knobs) -> provider plan, least recently built first.
         self._plan_cache: OrderedDict[tuple, Any] = OrderedDict()
         self._cache_lock = threading.Lock()

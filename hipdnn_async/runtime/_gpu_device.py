@@ -114,6 +114,8 @@ class GpuContext:
         SMs (CUDA) or compute units (HIP).
     pooled : bool
         Stream-ordered memory pools are used.
+    tune_lock : threading.Lock
+        Held while a build benchmarks on this GPU (by any Device on it).
     """
 
     def __init__(self, index: int, runtime):
@@ -131,6 +133,9 @@ class GpuContext:
             self.copy_stream = rt.stream_create()
         self._streams: set[int] = set()
         self._lock = threading.Lock()
+        # Held by a benchmarking build (Device): timings on one GPU must not overlap, and
+        # two Devices on one GPU share this context.
+        self.tune_lock = threading.Lock()
         # Launch-state preparers (weak refs) and the open streams they run on: objects with
         # ``prepare(fn)``, the queues' stream backends. Guarded by _prep_lock, so no stream
         # opened during a round misses a preparer.

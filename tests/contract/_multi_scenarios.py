@@ -43,6 +43,17 @@ def two_devices_case(executions: int = 4) -> dict:
         out["plans"][dev.spec] = plan.algorithm
         out["describe"][dev.spec] = dev.provider.describe()
         got, want = [], []
+        # a captured step replayed on this device's stream (graph launch on its device)
+        xs, ws = _conv_inputs(rng, xt.dims, wt.dims)
+        X, W = await dev.asarray(xs), await dev.asarray(ws)
+        Y = dev.empty(yt.dims, np.float32)
+        async with dev.capture() as step:
+            plan.submit({xt: X, wt: W, yt: Y})
+        await step.replay()
+        await step.replay()
+        step.close()
+        got.append(await Y.to_numpy())
+        want.append(ref.conv_fprop(xs.astype(np.float64), ws.astype(np.float64), pre=1, post=1))
         for _ in range(executions):
             xs, ws = _conv_inputs(rng, xt.dims, wt.dims)
             X, W = await dev.asarray(xs), await dev.asarray(ws)
@@ -192,3 +203,28 @@ def current_device_case() -> dict:
                 seen.append((start, f"executed on {dev.spec}", rt.get_device()))
         seen.append((start, "closed", rt.get_device()))
     return {"seen": seen, "violations": control().violations()}
+
+
+def bench_multi_case(devices: str = "all") -> dict:
+    """bench/_bench_multi.py's section on the fakes at small sizes (the fake's kernels are
+    CPU references): that it runs, on every device, and what it reports."""
+    import argparse
+    import sys
+    from pathlib import Path
+
+    import anyio
+    import hipdnn_async as hd
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    import _bench_multi as bm
+    bm.BLOCK.update(n=2, c=4, hw=6, k=4)
+    bm.SERVE.update(c=4, hw=5, k=4, max_batch_size=4)
+    printed = []
+
+    def table(rows, header):
+        printed.append((header, rows))
+
+    args = argparse.Namespace(devices=devices, quick=True)
+    ctl = control()
+    ctl.clear()
+    out = anyio.run(bm.bench_multi, hd, args, table, lambda x, d=3: f"{x:.{d}f}")
+    return {"out": out, "printed": printed, "violations": ctl.violations()}

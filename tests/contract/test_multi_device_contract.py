@@ -50,7 +50,7 @@ def test_two_devices_run_concurrently_each_on_its_device(two_gpus):
     assert r["violations"] == 0, [x for x in r["log"] if x["rec"] == "violation"]
     assert r["devices"] == ["cpu", "cuda:0", "cuda:1"]
     for spec in ("cuda:0", "cuda:1"):
-        assert len(r["got"][spec]) == 4
+        assert len(r["got"][spec]) == 5          # a captured step's replay, 4 executions
         for got, want in zip(r["got"][spec], r["want"][spec]):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
         assert r["metrics"][spec] >= 4
@@ -60,6 +60,7 @@ def test_two_devices_run_concurrently_each_on_its_device(two_gpus):
     recs = _on_device_records(r["log"])
     assert {x["on_device"] for x in recs} == {0, 1}
     assert all(x["on_device"] == x["current_device"] for x in recs)
+    assert len(calls(r["log"], "cudaGraphLaunch")) == 4          # 2 replays per device
     # each device has its own cuDNN handles: one per compute stream plus the build handle
     handles = calls(r["log"], "cudnnCreate")
     by_dev = {d: sum(1 for h in handles if h["device"] == d) for d in (0, 1)}
@@ -144,3 +145,45 @@ def test_batcher_over_two_devices(two_gpus):
     recs = _on_device_records(r["log"])
     assert {x["on_device"] for x in recs} == {0, 1}
     assert all(x["on_device"] == x["current_device"] for x in recs)
+
+
+@pytest.mark.parametrize("devices", ["all", "cuda:0"])
+def test_bench_multi_section_runs_on_every_device(two_gpus, devices):
+    r = two_gpus.call(ms.bench_multi_case, devices)
+    assert r["violations"] == 0
+    out = r["out"]
+    if devices == "all":
+        assert out["devices"] == ["cuda:0", "cuda:1"] and out["scale_out"] is True
+        assert out["target_ratio"] == pytest.approx(1.8)
+    else:                       # one GPU: two Devices on it, and no scale-out claim
+        assert out["devices"] == ["cuda:0", "cuda:0"] and out["scale_out"] is False
+        assert "target_ratio" not in out
+    assert out["perfdb_device_keys"] == ["Fake H200 (hipdnn_async contract) (sm_90)"]
+    blk, bat = out["block"], out["batcher"]
+    assert blk["max_abs_diff_vs_first"] == [0.0]          # same inputs, same results
+    assert blk["one_images_per_s"] > 0 and blk["all_images_per_s"] > 0
+    assert blk["ratio"] == pytest.approx(blk["all_images_per_s"] / blk["one_images_per_s"])
+    assert len(bat["per_device_batches"]) == 2 and min(bat["per_device_batches"]) >= 1
+    assert bat["ratio"] == pytest.approx(bat["all_samples_per_s"] / bat["one_samples_per_s"])
+    assert r["printed"][0][0][-1] == "all / one"
+
+
+@pytest.mark.slow
+def test_gpu_multi_device_suite_passes_on_two_fake_gpus(fake_libs, tmp_path):
+    """tests/gpu/test_multi_device_gpu.py itself, on the two fake GPUs (every ordered pair
+    and each GPU with itself), in a subprocess: what the H200 runs is proven here first."""
+    import os
+    import re
+    import subprocess
+    import sys
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, **fake_libs.env(), "HIPDNN_ASYNC_FAKE_DEVICES": "2",
+           "HIPDNN_ASYNC_FAKE_DELAY_US": "100",
+           "HIPDNN_ASYNC_PERFDB": str(tmp_path / "perfdb.sqlite3")}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-m", "gpu", "tests/gpu/test_multi_device_gpu.py"], cwd=repo,
+                          env=env, capture_output=True, text=True, timeout=900)
+    tail = (proc.stdout + proc.stderr)[-4000:]
+    assert proc.returncode == 0, tail
+    # 4 pairs (0+1, 1+0, 0+0, 1+1) x 5 tests, at least on asyncio
+    assert int(re.search(r"(\d+) passed", proc.stdout).group(1)) >= 20, tail
