@@ -103,6 +103,17 @@ int sc_Memcpy(void *dst, const void *src, size_t n, int kind) {
 int sc_MemcpyAsync(void *dst, const void *src, size_t n, int kind, void *s) {
     return (int)cudaMemcpyAsync(dst, src, n, (enum cudaMemcpyKind)kind, (cudaStream_t)s);
 }
+int sc_MemcpyPeerAsync(void *dst, int dst_device, const void *src, int src_device, size_t n,
+                       void *s) {
+    return (int)cudaMemcpyPeerAsync(dst, dst_device, src, src_device, n, (cudaStream_t)s);
+}
+int sc_DeviceCanAccessPeer(int *can, int device, int peer) {
+    return (int)cudaDeviceCanAccessPeer(can, device, peer);
+}
+int sc_DeviceEnablePeerAccess(int peer, unsigned flags) {
+    return (int)cudaDeviceEnablePeerAccess(peer, flags);
+}
+int sc_GetLastError(void) { return (int)cudaGetLastError(); }
 int sc_MemsetAsync(void *dst, int value, size_t n, void *s) {
     return (int)cudaMemsetAsync(dst, value, n, (cudaStream_t)s);
 }

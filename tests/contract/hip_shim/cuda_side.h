@@ -63,6 +63,11 @@ SC_API int sc_HostAlloc(void **p, size_t n, unsigned flags);
 SC_API int sc_FreeHost(void *p);
 SC_API int sc_Memcpy(void *dst, const void *src, size_t n, int kind);
 SC_API int sc_MemcpyAsync(void *dst, const void *src, size_t n, int kind, void *s);
+SC_API int sc_MemcpyPeerAsync(void *dst, int dst_device, const void *src, int src_device,
+                              size_t n, void *s);
+SC_API int sc_DeviceCanAccessPeer(int *can, int device, int peer);
+SC_API int sc_DeviceEnablePeerAccess(int peer, unsigned flags);
+SC_API int sc_GetLastError(void);
 SC_API int sc_MemsetAsync(void *dst, int value, size_t n, void *s);
 SC_API int sc_DeviceGetDefaultMemPool(void **pool, int device);
 SC_API int sc_MemPoolSetAttribute(void *pool, int attr, void *value);

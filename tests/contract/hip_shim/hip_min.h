@@ -27,6 +27,7 @@
     X(hipErrorInvalidDevicePointer, 17) X(hipErrorInvalidMemcpyDirection, 21) \
     X(hipErrorInsufficientDriver, 35) X(hipErrorNoDevice, 100) X(hipErrorInvalidDevice, 101) \
     X(hipErrorInvalidContext, 201) X(hipErrorNoBinaryForGpu, 209) \
+    X(hipErrorPeerAccessUnsupported, 217) X(hipErrorPeerAccessAlreadyEnabled, 704) \
     X(hipErrorInvalidHandle, 400) X(hipErrorNotReady, 600) X(hipErrorIllegalAddress, 700) \
     X(hipErrorLaunchOutOfResources, 701) X(hipErrorHostMemoryAlreadyRegistered, 712) \
     X(hipErrorHostMemoryNotRegistered, 713) X(hipErrorLaunchFailure, 719) \

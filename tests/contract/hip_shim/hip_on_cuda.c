@@ -231,6 +231,21 @@ SHIM_API hipError_t hipMemcpyAsync(void *dst, const void *src, size_t sizeBytes,
     CUDA(sc_MemcpyAsync(dst, src, sizeBytes, (int)c, cu_stream(stream)));
 }
 
+SHIM_API hipError_t hipMemcpyPeerAsync(void *dst, int dstDeviceId, const void *src,
+                                       int srcDevice, size_t sizeBytes, hipStream_t stream) {
+    CUDA(sc_MemcpyPeerAsync(dst, dstDeviceId, src, srcDevice, sizeBytes, cu_stream(stream)));
+}
+
+SHIM_API hipError_t hipDeviceCanAccessPeer(int *canAccessPeer, int deviceId, int peerDeviceId) {
+    CUDA(sc_DeviceCanAccessPeer(canAccessPeer, deviceId, peerDeviceId));
+}
+
+SHIM_API hipError_t hipDeviceEnablePeerAccess(int peerDeviceId, unsigned int flags) {
+    CUDA(sc_DeviceEnablePeerAccess(peerDeviceId, flags));
+}
+
+SHIM_API hipError_t hipGetLastError(void) { CUDA(sc_GetLastError()); }
+
 SHIM_API hipError_t hipMemsetAsync(void *dst, int value, size_t sizeBytes, hipStream_t stream) {
     CUDA(sc_MemsetAsync(dst, value, sizeBytes, cu_stream(stream)));
 }

@@ -31,6 +31,8 @@
     X(hipErrorHostMemoryAlreadyRegistered, cudaErrorHostMemoryAlreadyRegistered) \
     X(hipErrorHostMemoryNotRegistered, cudaErrorHostMemoryNotRegistered) \
     X(hipErrorLaunchFailure, cudaErrorLaunchFailure) \
+    X(hipErrorPeerAccessUnsupported, cudaErrorPeerAccessUnsupported) \
+    X(hipErrorPeerAccessAlreadyEnabled, cudaErrorPeerAccessAlreadyEnabled) \
     X(hipErrorNotSupported, cudaErrorNotSupported) \
     X(hipErrorStreamCaptureUnsupported, cudaErrorStreamCaptureUnsupported) \
     X(hipErrorStreamCaptureInvalidated, cudaErrorStreamCaptureInvalidated) \
