@@ -4,6 +4,7 @@ and ``Device(allow_tf32=True)`` make 1 the default of every offered knob named
 other knobs and engines without such knobs are unchanged; ``plan.algorithm`` is a str
 with ``.reason``. The cuDNN graph engine's own policy is tested in
 tests/unit/providers/cudnn/test_graph_plan.py and, on the H200, tests/gpu."""
+import contextlib
 import pickle
 
 import numpy as np
@@ -135,7 +136,9 @@ class ClockRuntime:
 
 
 def _build_stream(rt):
-    ctx = types.SimpleNamespace(activate=lambda: None, pooled=False, runtime=rt)
+    # a GpuContext's surface: using() makes its device current (a no-op here)
+    ctx = types.SimpleNamespace(activate=lambda: None, using=contextlib.nullcontext,
+                                pooled=False, runtime=rt)
     bound = {}
 
     def make_handle(stream):
