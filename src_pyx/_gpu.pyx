@@ -61,8 +61,9 @@ __all__ = ["Runtime", "runtime", "instance", "GpuError", "CUDA_CONSTANTS", "HIP_
 # compile-checked against by tests/contract (a test keeps them equal to the headers it
 # downloads): the NVIDIA wheel nvidia-cuda-runtime 13.0 (13.0.96) for CUDA, Debian's
 # libamdhip64-dev 6.4.3 and 7.2.4 for HIP (identical values). ROCm 5.2 differs only in
-# the memory types (HIP5_CONSTANTS), read from its hip_runtime_api.h (5.2.3, Debian 12)
-# but not compile-checked: the contract tests download no ROCm 5 headers.
+# the memory types (HIP5_CONSTANTS), compile-checked (over HIP_CONSTANTS, with the status
+# table and gcnArchName's offset) against Debian 12's libamdhip64-dev 5.2.3 headers
+# (tests/contract/hip/test_hip5_abi.py).
 CUDA_VERSIONS = "CUDA 13.0"
 CUDA_CONSTANTS = {
     "STREAM_DEFAULT": (0x0, "cudaStreamDefault", "driver_types.h"),
@@ -152,7 +153,7 @@ HIP_CONSTANTS = {
 }
 # What ROCm 5 (hipRuntimeGetVersion < 60000000) numbers differently: hipMemoryType was
 # {Host, Device, Array, Unified}; it had no unregistered or managed type (-1: none).
-HIP5_VERSIONS = "ROCm 5.2.3 (not compile-checked)"
+HIP5_VERSIONS = "ROCm 5.2.3"
 HIP5_CONSTANTS = {
     "MEMORY_TYPE_UNREGISTERED": (-1, "(none in ROCm 5)", "hip/hip_runtime_api.h"),
     "MEMORY_TYPE_HOST": (0, "hipMemoryTypeHost", "hip/hip_runtime_api.h"),
@@ -219,7 +220,7 @@ _ALIASES = {
 }
 # offsetof(hipDeviceProp_t, gcnArchName): 1160 in hipDeviceProp_tR0600 (ROCm 6.4.3, 7.2.4;
 # compile-checked), 396 in the struct of the unsuffixed hipGetDeviceProperties (ROCm 5.2.3;
-# not compile-checked); char[256] in both.
+# compile-checked); char[256] in both.
 _GCN_ARCH_OFFSET = {"GetDevicePropertiesR0600": 1160, "GetDeviceProperties": 396}
 DEF PROPS_BYTES = 8192   # larger than cudaDeviceProp (1032) and hipDeviceProp_tR0600 (1472)
 DEF NAME_BYTES = 256     # the device name: char[256] at offset 0 of both structs

@@ -4,7 +4,7 @@ Debian ships AMD's public headers in ``libamdhip64-dev`` and ``libmiopen-dev``; 
 contract fakes and the ABI checks (``_abi_rocm.py``) are compiled against them, so a wrong
 signature, enum value or struct layout in our bindings fails to compile or fails a
 ``static_assert``. The packages are downloaded with apt's own client into a private apt
-configuration (sid and experimental lists under the cache directory; the machine's apt
+configuration (sid, experimental and bookworm lists under the cache directory; the machine's apt
 state is never touched, nothing is installed) and, where ``apt-get`` is missing or fails,
 from the exact pool URL on deb.debian.org. Every ``.deb`` is checked against the SHA-256
 pinned below, then unpacked with ``dpkg-deb -x`` (or Python's ``ar``/``tar`` readers where
@@ -31,10 +31,12 @@ from pathlib import Path
 
 from .._headers import HeaderSource, HeadersUnavailable, cache_root, locked
 
-__all__ = ["DebPackage", "DebianHeaders", "ROCM_SOURCES", "fetch_deb"]
+__all__ = ["DebPackage", "DebianHeaders", "HipHeaders", "ROCM_SOURCES", "HIP5_SOURCE",
+           "fetch_deb"]
 
 MIRROR = "http://deb.debian.org/debian"
-_SUITES = ("sid", "experimental")
+# bookworm (Debian 12): the suite of ROCm 5.2.3's libamdhip64-dev (5.2.3-8)
+_SUITES = ("sid", "experimental", "bookworm")
 _KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 FetchError = HeadersUnavailable
 
@@ -108,6 +110,40 @@ ROCM_SOURCES = (
 )
 
 
+@dataclass(frozen=True)
+class HipHeaders(HeaderSource):
+    """The HIP headers alone of one ROCm release (no MIOpen: nothing is built against them,
+    they only compile-check ``_gpu.HIP5_CONSTANTS``)."""
+
+    packages: tuple = ()
+    rocm: str = ""
+    hip_major: int = 0
+
+    @property
+    def label(self) -> str:
+        return "hip-" + self.rocm
+
+    def fetch(self, dest: Path) -> dict:
+        for pkg in self.packages:
+            _extract(fetch_deb(pkg), dest)
+        for need in ("hip/hip_runtime_api.h", "hip/hip_version.h", "hip/driver_types.h"):
+            if not (dest / self.include / need).is_file():
+                raise FetchError(f"{self.name}: the packages lack {need}")
+        return {"packages": [f"{p.name} {p.version}" for p in self.packages],
+                "rocm": self.rocm, "version": f"ROCm {self.rocm} (HIP only)"}
+
+
+# apt-cache show libamdhip64-dev=5.2.3-8 on bookworm/main (2026-12-01); sha256 of the
+# downloaded .deb (equal to the Packages index's SHA256). It alone holds
+# hip/hip_runtime_api.h, hip/driver_types.h and hip/hip_version.h (its Depends, the
+# runtime, hiprtc builtins, comgr and hsa -dev packages, add none of them).
+HIP5_SOURCE = HipHeaders("rocm-5.2.3-hip", "usr/include", packages=(
+    DebPackage("libamdhip64-dev", "5.2.3-8",
+               "pool/main/r/rocm-hipamd/libamdhip64-dev_5.2.3-8_amd64.deb",
+               "1f87b72e5aa86025c6cb96312c75ee7f549c42475f4bc51049ab7b67cc4e762e"),
+), rocm="5.2.3", hip_major=5)
+
+
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -121,9 +157,12 @@ def _apt_options(apt_dir: Path) -> list[str]:
     """A private apt configuration: our own sources, lists and cache; no system state."""
     apt_dir.mkdir(parents=True, exist_ok=True)
     sources = apt_dir / "sources.list"
-    if not sources.exists():
-        signed = f"[signed-by={_KEYRING}] " if os.path.exists(_KEYRING) else ""
-        sources.write_text("".join(f"deb {signed}{MIRROR} {s} main\n" for s in _SUITES))
+    signed = f"[signed-by={_KEYRING}] " if os.path.exists(_KEYRING) else ""
+    text = "".join(f"deb {signed}{MIRROR} {s} main\n" for s in _SUITES)
+    if not sources.exists() or sources.read_text() != text:
+        # a cache made with fewer suites: its lists are stale, update again
+        sources.write_text(text)
+        (apt_dir / "lists.updated").unlink(missing_ok=True)
     for sub in ("lists/partial", "cache/archives/partial"):
         (apt_dir / sub).mkdir(parents=True, exist_ok=True)
     return ["-o", f"Dir::Etc::SourceList={sources}", "-o", "Dir::Etc::SourceParts=/dev/null",
