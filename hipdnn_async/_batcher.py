@@ -25,6 +25,14 @@ staging buffers, counters) and sends each coalesced batch to the least loaded la
 batches in flight; ties in turn), so every device works while requests keep coming.
 ``metrics()["devices"]`` has each lane's counters.
 
+A lane whose device is closed (``device.closed``, seen when a batch is dispatched or when
+one of its batches fails with a ``DeviceError``) leaves the dispatch for good, with one
+``RuntimeWarning`` naming the device; its ``metrics()["devices"][i]["closed"]`` is True and
+batches go to the other lanes. A batch whose lane failed that way before its execution
+started (building the plan, staging the rows) is run once more on another lane; one that
+failed in ``plan.execute`` fails its callers (the execution may have begun). With no
+lane left, a request fails with a ``DeviceError`` naming the devices.
+
 Only anyio primitives are used (memory object streams, events, a task group, timeouts,
 ``to_thread`` for blocking device copies), so the batcher runs under asyncio and trio
 alike.
@@ -37,6 +45,7 @@ import math
 import numbers
 import operator
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -215,6 +224,8 @@ class _Lane:
     batches: int = 0
     rows: int = 0
     errors: int = 0
+    closed: bool = False    # out of the dispatch (its device was closed)
+    retried: int = 0        # batches that failed here before executing and ran elsewhere
     exec_ms: collections.deque = field(
         default_factory=lambda: collections.deque(maxlen=_METRIC_WINDOW))
 
@@ -249,7 +260,8 @@ class DynamicBatcher:
         batcher copies them to and from device buffers. Several devices (e.g. one
         ``Device`` per GPU): each builds its own plans and holds its own copy of the
         constants, and each batch runs on the device with the fewest batches in flight
-        (ties in turn); ``metrics()["devices"]`` reports each.
+        (ties in turn); ``metrics()["devices"]`` reports each. A device that is closed
+        leaves the dispatch (one ``RuntimeWarning``); see the module docstring.
     graph : Graph
         A validated graph built at any batch size N. Its pattern must be per-sample
         independent: ``CONV_FPROP``, ``CONV_FPROP_BIAS_RELU`` or ``BN_INFERENCE_VARIANCE``.
@@ -753,10 +765,17 @@ class DynamicBatcher:
                 if not batch:
                     slots.release()
                     continue
+                lane = self._pick_lane()
+                if lane is None:
+                    err = self._no_lane_error()
+                    self._n_errors += 1
+                    for req in batch:
+                        self._fail(req, err)
+                    slots.release()
+                    continue
                 if self._inflight == 0:
                     self._idle = anyio.Event()
                 self._inflight += 1
-                lane = self._pick_lane()
                 lane.inflight += 1
                 self._tg.start_soon(self._run_batch, batch, rows, slots, lane)
         finally:
@@ -771,15 +790,40 @@ class DynamicBatcher:
             self._recv.close()
             self._drained.set()
 
-    def _pick_lane(self) -> _Lane:
-        """The lane with the fewest batches in flight; ties go to the lanes in turn."""
+    def _pick_lane(self, exclude: _Lane | None = None) -> _Lane | None:
+        """The open lane with the fewest batches in flight (ties go to the lanes in turn),
+        other than `exclude`; None when no lane is left."""
         lanes, n = self._lanes, len(self._lanes)
-        if n == 1:
-            return lanes[0]
         start = self._rr
-        best = min((lanes[(start + k) % n] for k in range(n)), key=lambda ln: ln.inflight)
+        live = [ln for ln in (lanes[(start + k) % n] for k in range(n))
+                if ln is not exclude and self._lane_open(ln)]
+        if not live:
+            return None
+        best = min(live, key=lambda ln: ln.inflight)
         self._rr = (best.index + 1) % n
         return best
+
+    def _lane_open(self, lane: _Lane) -> bool:
+        """False once `lane`'s device is closed (the lane then leaves the dispatch, with one
+        warning)."""
+        if lane.closed:
+            return False
+        # `is True`: a stand-in device with no such property (or a method of that name)
+        # counts as open.
+        if getattr(lane.device, "closed", False) is not True:
+            return True
+        lane.closed = True
+        left = [ln.index for ln in self._lanes if not ln.closed]
+        warnings.warn(f"DynamicBatcher: device {lane.spec} of lane {lane.index} is closed; "
+                      f"its batches go to lanes {left} from now on" if left else
+                      f"DynamicBatcher: device {lane.spec} of lane {lane.index} is closed; "
+                      "no lane is left, requests fail", RuntimeWarning, stacklevel=2)
+        return False
+
+    def _no_lane_error(self) -> DeviceError:
+        names = ", ".join(f"lane {ln.index} {ln.spec}" for ln in self._lanes)
+        return DeviceError(f"DynamicBatcher: every device is closed ({names}); open new "
+                           "Devices and a new DynamicBatcher", code="INVALID_VALUE")
 
     @staticmethod
     def _rows(pending) -> int:
@@ -869,14 +913,31 @@ class DynamicBatcher:
             size = self.bucket_for(rows)
             for req in batch:
                 self._queue_wait_ms.append((started - req.enqueued) * 1e3)
+            retried = False
             try:
-                bucket = await self._get_bucket(size, lane)
-                if lane.host:
-                    pack, outs = self._pack_host(lane, bucket, batch, rows)
-                else:
-                    staging = (bucket.idle.pop() if bucket.idle
-                               else self._new_staging(lane, bucket))
-                    pack = await self._pack_staged(lane, bucket, staging, batch, rows)
+                while True:
+                    try:
+                        bucket = await self._get_bucket(size, lane)
+                        if lane.host:
+                            pack, outs = self._pack_host(lane, bucket, batch, rows)
+                        else:
+                            staging = (bucket.idle.pop() if bucket.idle
+                                       else self._new_staging(lane, bucket))
+                            pack = await self._pack_staged(lane, bucket, staging, batch,
+                                                           rows)
+                        break
+                    except DeviceError:
+                        # Nothing ran yet: a lane whose device was closed meanwhile hands
+                        # the batch to another lane, once.
+                        other = (None if retried or self._lane_open(lane)
+                                 else self._pick_lane(exclude=lane))
+                        if other is None:
+                            raise
+                        retried = True
+                        lane.retried += 1
+                        lane.inflight -= 1
+                        lane = other
+                        lane.inflight += 1
                 t0 = time.perf_counter()
                 await bucket.plan.execute(pack)
                 ms = (time.perf_counter() - t0) * 1e3
@@ -893,6 +954,8 @@ class DynamicBatcher:
                                              f"{size}) failed: {type(exc).__name__}: {exc}")
                     wrapped.__cause__ = exc
                     exc = wrapped
+                if isinstance(exc, DeviceError):
+                    self._lane_open(lane)       # a closed device leaves the dispatch
                 self._n_errors += 1
                 lane.errors += 1
                 for req in batch:
@@ -980,7 +1043,11 @@ class DynamicBatcher:
             (failed batches), ``cancelled`` (cancelled calls), ``pending`` (batches in
             flight), ``buckets`` (the policy's sizes), ``devices`` (one dict per device,
             in the order given: ``device`` (its spec), ``batches``, ``rows``, ``errors``,
-            ``pending`` (batches in flight there), ``plans_built``, ``exec_ms``).
+            ``pending`` (batches in flight there), ``plans_built``, ``exec_ms``,
+            ``lane`` (its index in that order: two CPU devices share the spec "cpu"),
+            ``closed`` (True once the lane left the dispatch, its device being closed),
+            ``retried`` (batches that failed there before executing and ran on another
+            lane)).
         """
         return {
             "requests": self._n_requests,
@@ -997,7 +1064,9 @@ class DynamicBatcher:
             "cancelled": self._n_cancelled,
             "pending": self._inflight,
             "buckets": list(self.buckets),
-            "devices": [{"device": getattr(ln.device, "spec", type(ln.device).__name__),
+            "devices": [{"lane": ln.index,
+                         "device": getattr(ln.device, "spec", type(ln.device).__name__),
+                         "closed": ln.closed, "retried": ln.retried,
                          "batches": ln.batches, "rows": ln.rows, "errors": ln.errors,
                          "pending": ln.inflight, "plans_built": len(ln.plans),
                          "exec_ms": _percentiles(ln.exec_ms)} for ln in self._lanes],

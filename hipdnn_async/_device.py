@@ -221,6 +221,12 @@ class Device:
         return f"Device({self.spec!r}, streams={len(self._pool.streams)})"
 
     @property
+    def closed(self) -> bool:
+        """True once ``close()`` or ``aclose()`` ran: the device builds and runs nothing
+        more (a ``DynamicBatcher`` takes it out of its dispatch)."""
+        return self._pool.closed
+
+    @property
     def is_host(self) -> bool:
         """True for the CPU device, whose arrays are host memory (NumPy arrays bind
         directly); False for a GPU device (stage with ``await dev.asarray(...)``)."""

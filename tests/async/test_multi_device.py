@@ -202,3 +202,90 @@ async def test_batcher_device_list_errors():
             hd.DynamicBatcher([], cbr_graph(), constants={"w": w, "b": b})
         with pytest.raises(GraphError, match="listed twice"):
             hd.DynamicBatcher([dev, dev], cbr_graph(), constants={"w": w, "b": b})
+
+
+# ----------------------------------------------------------------------------- closed lanes
+
+async def test_batcher_stops_sending_to_a_closed_device():
+    rng = np.random.default_rng(7)
+    w, b = weights(7)
+    async with hd.Device("cpu") as d0:
+        d1 = hd.Device("cpu")
+        async with hd.DynamicBatcher([d0, d1], cbr_graph(), constants={"w": w, "b": b},
+                                     max_batch_size=1, max_delay_ms=0.0) as batcher:
+            x = samples(rng, 1)
+            np.testing.assert_allclose(await batcher(x), ref_cbr(x, w, b), rtol=RTOL,
+                                       atol=ATOL)
+            d1.close()
+            assert d1.closed and not d0.closed
+            xs = [samples(rng, 1) for _ in range(10)]
+            with pytest.warns(RuntimeWarning, match=r"device 'cpu' of lane 1 is closed") as rec:
+                got = [await batcher(x) for x in xs]
+            assert len([r for r in rec if "is closed" in str(r.message)]) == 1
+            for x, g_ in zip(xs, got):
+                np.testing.assert_allclose(g_, ref_cbr(x, w, b), rtol=RTOL, atol=ATOL)
+            m = batcher.metrics()
+            per = m["devices"]
+            assert [d["lane"] for d in per] == [0, 1]
+            assert [d["closed"] for d in per] == [False, True]
+            assert per[0]["batches"] == 11 and per[1]["batches"] == 0
+            assert m["errors"] == 0 and per[1]["errors"] == 0
+            # the last lane closing too: requests fail naming the devices
+            d0.close()
+            with pytest.warns(RuntimeWarning, match="lane 0 is closed; no lane is left"):
+                with pytest.raises(DeviceError, match=r"every device is closed \(lane 0 'cpu', "
+                                                      r"lane 1 'cpu'\)"):
+                    await batcher(xs[0])
+            assert batcher.metrics()["devices"][0]["closed"] is True
+
+
+class _ClosingDevice(_GatedDevice):
+    """A CPU Device that is closed while the batcher builds its first plan (a close racing
+    the dispatch): its build fails with the device's own DeviceError."""
+
+    def __init__(self, dev):
+        super().__init__(dev, None)
+
+    @property
+    def closed(self):
+        return self._dev.closed
+
+    async def build(self, graph, **kwargs):
+        self._dev.close()
+        return await super().build(graph, **kwargs)
+
+
+async def test_batch_failing_before_execution_on_a_closed_device_runs_on_another_lane():
+    rng = np.random.default_rng(8)
+    w, b = weights(8)
+    async with hd.Device("cpu") as c0, hd.Device("cpu") as d1:
+        closing = _ClosingDevice(c0)
+        batcher = hd.DynamicBatcher([closing, d1], cbr_graph(), constants={"w": w, "b": b},
+                                    max_batch_size=2, max_delay_ms=0.0)
+        async with batcher:
+            x = samples(rng, 2)
+            with pytest.warns(RuntimeWarning, match="lane 0 is closed"):
+                got = await batcher(x)         # the first pick is lane 0 (a tie)
+            np.testing.assert_allclose(got, ref_cbr(x, w, b), rtol=RTOL, atol=ATOL)
+            x2 = samples(rng, 2)
+            np.testing.assert_allclose(await batcher(x2), ref_cbr(x2, w, b), rtol=RTOL,
+                                       atol=ATOL)
+        per = batcher.metrics()["devices"]
+        assert (per[0]["closed"], per[0]["retried"], per[0]["batches"]) == (True, 1, 0)
+        assert (per[1]["closed"], per[1]["retried"], per[1]["batches"]) == (False, 0, 2)
+        assert batcher.metrics()["errors"] == 0 and per[0]["pending"] == per[1]["pending"] == 0
+
+
+async def test_batch_on_a_single_closed_device_fails_with_device_error():
+    w, b = weights(9)
+    async with hd.Device("cpu") as c0:
+        batcher = hd.DynamicBatcher([_ClosingDevice(c0)], cbr_graph(),
+                                    constants={"w": w, "b": b}, max_batch_size=1)
+        async with batcher:
+            with pytest.warns(RuntimeWarning, match="no lane is left"):
+                with pytest.raises(DeviceError, match="build: device 'cpu' is closed"):
+                    await batcher(samples(np.random.default_rng(9), 1))
+            with pytest.raises(DeviceError, match=r"every device is closed \(lane 0 "):
+                await batcher(samples(np.random.default_rng(9), 1))
+        per = batcher.metrics()["devices"]
+        assert per[0]["closed"] is True and per[0]["retried"] == 0 and per[0]["errors"] == 1
