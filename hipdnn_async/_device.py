@@ -569,6 +569,11 @@ class ExecutionPlan:
     at build (tensors, their uids and names then), and buffers are checked at submit
     against the build-time dims, strides and dtypes; a buffer that fits only the edited
     graph is a ``VariantPackError`` naming the edit. Build a new plan for the edited graph.
+
+    Outputs own their memory: an output that overlaps any other buffer of the variant pack
+    is a ``VariantPackError`` at submit (inputs may share memory). So does a workspace
+    passed with ``workspace=``, which an execution writes: one that overlaps any buffer of
+    the pack, input or output, is a ``VariantPackError`` naming the tensor.
     """
 
     def __init__(self, device: Device, graph: Graph, match, engine: Engine, knobs: dict,
@@ -649,51 +654,74 @@ class ExecutionPlan:
             role, t = next((r, t) for r, t in self._roles if r not in buffers)
             raise VariantPackError(f"execute: variant pack is missing tensor '{t.name}' "
                                    f"(uid {t.uid}, role {role}) of plan {self.pattern}")
-        if self._out_roles:
-            self._check_aliasing(buffers)
-        workspace = self.device.provider.bind_workspace(self.workspace_size, workspace,
-                                                        where=f"execute: plan {self.pattern}")
-        return buffers, workspace
+        ws = self.device.provider.bind_workspace(self.workspace_size, workspace,
+                                                 where=f"execute: plan {self.pattern}")
+        # only a user-given workspace can overlap the pack (a fresh one is its own memory)
+        given = workspace if ws is not None else None
+        if self._out_roles or given is not None:
+            self._check_aliasing(buffers, ws, given)
+        return buffers, ws
 
-    def _check_aliasing(self, buffers: dict) -> None:
-        """VariantPackError when an output buffer overlaps another buffer of the pack.
+    def _check_aliasing(self, buffers: dict, ws=None, given=None) -> None:
+        """VariantPackError when an output buffer, or the user's workspace, overlaps another
+        buffer of the pack.
 
         No kernel of any provider is written for in-place operation, and a partial
-        overlap would be silently wrong, so the rule is simple: outputs own their memory.
-        Host arrays are compared exactly (interleaved, disjoint views of one array are
-        fine); device pointers by their byte ranges. The same buffers as the last pack
-        that passed (the steady state of a loop) are not compared again: an array's
-        memory never changes, and a pointer is its value.
+        overlap would be silently wrong, so the rule is simple: outputs own their memory,
+        and so does a workspace passed with ``workspace=`` (``ws``: as bound; ``given``:
+        the user's object), which every execution may write in full. Host arrays are
+        compared exactly (interleaved, disjoint views of one array are fine); device
+        pointers by their byte ranges (a workspace by ``workspace_size`` bytes). The same
+        buffers and workspace object as the last pack that passed (the steady state of a
+        loop) are not compared again: an array's memory never changes, and a pointer is
+        its value.
         """
         bound = [buffers[r] for r in self._alias_roles]
         last = self._alias_passed
-        if last is not None and all(
-                (ref() is b) if type(ref) is weakref.ref else (ref == b and type(b) is int)
-                for ref, b in zip(last, bound)):
+        if last is not None and (last[1]() is given if last[1] is not None else given is None) \
+                and all((ref() is b) if type(ref) is weakref.ref
+                        else (ref == b and type(b) is int)
+                        for ref, b in zip(last[0], bound)):
             return
         for out, role in self._alias_pairs:
             a, b = buffers[out], buffers[role]
-            if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
-                try:
-                    overlap = np.shares_memory(a, b, max_work=100_000)
-                except TooHardError:
-                    overlap = True
-            elif type(a) is int and type(b) is int:
-                overlap = a < b + self._extent[role] and b < a + self._extent[out]
-            else:
-                continue
-            if overlap:
+            if self._overlap(a, self._extent[out], b, self._extent[role]):
                 t, u = self.match.tensors[out], self.match.tensors[role]
                 raise VariantPackError(
                     f"execute: output tensor '{t.name}' (uid {t.uid}, role {out}) shares "
                     f"memory with tensor '{u.name}' (uid {u.uid}, role {role}) of plan "
                     f"{self.pattern}; outputs may not overlap any other buffer (no "
                     "operation runs in place): give the output its own buffer")
+        if ws is not None:
+            nbytes = self.workspace_size
+            for role in self._alias_roles:
+                if self._extent[role] and self._overlap(ws, nbytes, buffers[role],
+                                                        self._extent[role]):
+                    u = self.match.tensors[role]
+                    raise VariantPackError(
+                        f"execute: the workspace given with workspace= ({nbytes} bytes needed) "
+                        f"shares memory with tensor '{u.name}' (uid {u.uid}, role {role}) of "
+                        f"plan {self.pattern}; the execution writes its workspace, which may "
+                        "not overlap any buffer of the variant pack: give it its own memory")
         try:
-            self._alias_passed = [weakref.ref(b) if isinstance(b, np.ndarray) else b
-                                  for b in bound]
+            self._alias_passed = ([weakref.ref(b) if isinstance(b, np.ndarray) else b
+                                   for b in bound],
+                                  None if given is None else weakref.ref(given))
         except TypeError:          # an object that takes no weak reference: no memo
             self._alias_passed = None
+
+    @staticmethod
+    def _overlap(a, a_bytes: int, b, b_bytes: int) -> bool:
+        """Whether bound buffers ``a`` and ``b`` (host arrays, or device pointers spanning
+        ``a_bytes`` / ``b_bytes``) share memory; False for a pair of other kinds."""
+        if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+            try:
+                return bool(np.shares_memory(a, b, max_work=100_000))
+            except TooHardError:
+                return True
+        if type(a) is int and type(b) is int:
+            return a < b + b_bytes and b < a + a_bytes
+        return False
 
     def _edit_hint(self, role: str) -> str:
         """Why a buffer that fits the edited graph is refused: the plan's snapshot."""
@@ -821,7 +849,7 @@ class ExecutionPlan:
             inputs may share memory with each other.
         workspace : array, optional
             At least ``workspace_size`` writable contiguous bytes; allocated per call if
-            omitted.
+            omitted. The execution writes it: it may not overlap any buffer of the pack.
         stream : Stream or int, optional
             Stream to run on; default the least loaded. Waits while it is full.
 

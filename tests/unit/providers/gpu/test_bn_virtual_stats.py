@@ -75,3 +75,32 @@ def test_a_user_workspace_holds_the_virtual_statistics(fake_cuda):
         (args,) = [a for n, a, r in fake_cuda.calls[start:]
                    if r and n == "cudnn.batchnorm_forward_training"]
     assert {args[12], args[13]} == {ws.ptr, ws.ptr + 256}
+
+
+class _DeviceView:
+    """``nbytes`` of device memory at ``ptr``, by __cuda_array_interface__ (version 3)."""
+
+    def __init__(self, ptr, nbytes):
+        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1",
+                                         "data": (ptr, False), "version": 3}
+
+
+def test_a_user_workspace_overlapping_a_buffer_of_the_pack_is_refused(fake_cuda):
+    """The workspace is written by the execution: on any buffer of the variant pack
+    (input or output) it is a VariantPackError at submit, and nothing is launched."""
+    h, _ = bn_training_case("float32", "NCHW")
+    h._alloc_outputs()
+    with hd.Device("cuda:0", streams=1) as dev:
+        plan = dev.build_sync(h.g)
+        assert plan.workspace_size > 0
+        staged = h.stage(dev)
+        start = len(fake_cuda.calls)
+        for key, buf in staged.items():
+            ws = _DeviceView(buf.ptr + 4, plan.workspace_size)    # starts inside the buffer
+            with pytest.raises(hd.VariantPackError,
+                               match=r"workspace given with workspace= .* shares memory with "
+                                     r"tensor '"):
+                plan.execute_sync(staged, workspace=ws)
+        assert [n for n, _, r in fake_cuda.calls[start:] if r] == []
+        own = dev.empty((plan.workspace_size,), "float32", strides=(1,))
+        plan.execute_sync(staged, workspace=own)                  # its own memory: fine
