@@ -131,7 +131,13 @@ def _worker_main(work: queue.SimpleQueue) -> None:
 
 
 class CpuStreamBackend(StreamBackend):
-    """CPU stream: one non-daemon worker thread that runs items in order.
+    """CPU stream: one worker thread that runs items in order.
+
+    The worker is a daemon thread, drained (not stopped) when the interpreter starts to
+    exit: work submitted before then runs, and a device closed afterwards, from an
+    ``atexit`` handler or a late finalizer (Ray shuts a worker down there), still has a
+    worker to drain its streams. A non-daemon worker would have to be stopped first, and
+    that close would wait forever.
 
     Parameters
     ----------
@@ -143,7 +149,7 @@ class CpuStreamBackend(StreamBackend):
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._stopped = False
         self._thread = threading.Thread(target=_worker_main, args=(self._queue,),
-                                        name=f"hipdnn_async stream {name}", daemon=False)
+                                        name=f"hipdnn_async stream {name}", daemon=True)
         self._thread.start()
         _live_backends.add(self)
 
@@ -164,16 +170,35 @@ class CpuStreamBackend(StreamBackend):
             self._thread.join()
 
 
-def _stop_all_workers() -> None:
-    # Runs before the interpreter joins non-daemon threads (as concurrent.futures does),
-    # so a pool that was never closed drains and lets the process exit.
+class _Flush:
+    """A queue entry that reports when the worker has reached it."""
+
+    __slots__ = ("reached",)
+
+    def __init__(self) -> None:
+        self.reached = threading.Event()
+
+    def _run(self) -> None:
+        self.reached.set()
+
+
+def _drain_all_workers() -> None:
+    # Runs where the interpreter joins non-daemon threads (as concurrent.futures' exit
+    # hook does): work queued on a pool that was never closed finishes before exit, as it
+    # would on a non-daemon worker; the workers stay up for atexit handlers.
+    flushes = []
     for backend in list(_live_backends):
-        backend.stop()
+        if not backend._stopped and backend._thread.is_alive():
+            flush = _Flush()
+            backend._queue.put(flush)
+            flushes.append(flush)
+    for flush in flushes:
+        flush.reached.wait()
 
 
 _register = getattr(threading, "_register_atexit", None)
 if _register is not None:
-    _register(_stop_all_workers)
+    _register(_drain_all_workers)
 
 
 # ==================================================================== stream

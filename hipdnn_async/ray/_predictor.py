@@ -114,15 +114,30 @@ class Predictor:
         return out
 
     def close(self) -> None:
-        """Close the model (draining it) and the device, then the event-loop thread."""
+        """Close the model (draining it) and the device, then the event-loop thread.
+
+        Raises
+        ------
+        DeviceError
+            The model and device did not close within 60 s; they were cancelled and the
+            event-loop thread has ended.
+        """
         if getattr(self, "_closed", True):
             return
         self._closed = True
         try:
             self._portal.call(self._host.stop)
             self._run.result(timeout=_CLOSE_TIMEOUT_S)
-        finally:
-            self._stack.close()
+        except BaseException as exc:
+            # Handing the exception to the portal's exit cancels what is still running
+            # there; a plain close would wait for it, and join the loop thread, forever.
+            self._stack.__exit__(type(exc), exc, exc.__traceback__)
+            if isinstance(exc, TimeoutError):
+                raise DeviceError(f"Predictor on '{self.spec}': the model and device did "
+                                  f"not close within {_CLOSE_TIMEOUT_S:g} s; cancelled "
+                                  "them") from exc
+            raise
+        self._stack.close()
 
     def __del__(self):
         with contextlib.suppress(Exception):

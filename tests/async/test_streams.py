@@ -323,6 +323,47 @@ def test_forgotten_pool_stops_its_workers():
         time.sleep(0.01)
 
 
+_LATE_CLOSE = """
+import atexit, os, anyio, anyio.from_thread
+import numpy as np
+import hipdnn_async as hd
+g = hd.Graph(name="late", io_data_type=hd.DataType.FLOAT)
+x = g.tensor(dims=(2, 3, 4, 4), name="x")
+w = g.tensor(dims=(5, 3, 1, 1), name="w")
+y = g.conv_fprop(x, w).set_output(True)
+rng = np.random.default_rng(0)
+xs, ws = rng.random((2, 3, 4, 4), np.float32), rng.random((5, 3, 1, 1), np.float32)
+ref = np.einsum("nchw,kc->nkhw", xs.astype(np.float64), ws[:, :, 0, 0].astype(np.float64))
+portal_cm = anyio.from_thread.start_blocking_portal()
+portal = portal_cm.__enter__()
+dev = portal.call(hd.Device("cpu").__aenter__)
+plan = portal.call(dev.build, g)
+def late():
+    # atexit runs after the interpreter stopped the stream workers (_stop_all_workers)
+    out = np.zeros((2, 5, 4, 4), np.float32)
+    portal.call(plan.execute, {x: xs, w: ws, y: out})
+    print(float(np.abs(out - ref).max()), flush=True)
+    portal.call(dev.__aexit__, None, None, None)
+    print("closed", flush=True)
+    os._exit(0)                     # the portal thread is not ours to stop this late
+atexit.register(late)
+"""
+
+
+def test_device_closed_from_an_atexit_handler_runs_its_work_and_closes():
+    """Found by the Ray tests: a Ray Data worker closed its Predictor from a finalizer at
+    exit, after the interpreter had stopped the CPU stream workers; the device's drain
+    then waited forever (the worker process outlived its cluster). Work submitted after
+    the stop runs in the submitting thread, in order, and the close finishes."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", _LATE_CLOSE], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    error, closed = out.stdout.split()[:2]
+    assert float(error) < 1e-5 and closed == "closed"
+
+
 # ---------------------------------------------------------------------------- threads
 
 def test_submit_blocking_from_plain_thread():

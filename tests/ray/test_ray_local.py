@@ -3,12 +3,13 @@
 Ray workers, the model host's lifetime, the metrics, and the missing-extra error."""
 import subprocess
 import sys
+import threading
 import types
 
 import anyio
 import numpy as np
 import pytest
-from ray_support import ATOL, RTOL, local_logits, ray_or_skip
+from ray_support import ATOL, RTOL, local_logits, ray_or_skip, wait_until
 
 import hipdnn_async as hd
 from hipdnn_async.demo import DigitsModel, digits_model, load_weights
@@ -172,12 +173,21 @@ def _not_async(dev):
 def test_predictor_refuses_a_bad_model_factory_with_a_graph_error(factory, fragment):
     """These were a plain TypeError; a bad argument of hipdnn_async.ray is a GraphError
     (as max_batch_size=0 is), naming model_factory. No Ray is started."""
-    import threading
-    before = threading.active_count()
+    before = set(threading.enumerate())
     with pytest.raises(hd.GraphError) as err:
         Predictor(factory)
     assert fragment in str(err.value)
-    assert threading.active_count() <= before          # the event-loop thread is gone
+    # The event-loop thread (and the device's stream worker, where the factory ran) is
+    # gone. Ray's own driver threads, when a cluster is up, come and go: only threads of
+    # the Predictor's making count, and a worker may take a moment to exit after its
+    # stop sentinel.
+    wait_until(lambda: not _new_threads_of_ours(before), timeout_s=10,
+               what=f"the Predictor's threads to exit: {_new_threads_of_ours(before)}")
+
+
+def _new_threads_of_ours(before: set) -> list[str]:
+    """Names of live threads not in `before`."""
+    return sorted(t.name for t in threading.enumerate() if t not in before and t.is_alive())
 
 
 # ---------------------------------------------------------------------------------------
@@ -218,6 +228,34 @@ def test_model_host_warms_up_serves_and_closes_in_order():
 
     anyio.run(run)
     assert log[-1] == "aclose"
+
+
+class _HangsOnClose(_Doubler):
+    async def aclose(self):
+        self.log.append("aclose")
+        await anyio.sleep_forever()
+
+
+def test_predictor_close_cancels_a_model_that_does_not_close(monkeypatch):
+    """close() is bounded: a model whose aclose never returns is cancelled after the
+    timeout (DeviceError saying so) and the event-loop thread ends; it used to wait for
+    the loop thread forever."""
+    from hipdnn_async.ray import _predictor
+    monkeypatch.setattr(_predictor, "_CLOSE_TIMEOUT_S", 0.5)
+    log = []
+
+    async def factory(dev):
+        return _HangsOnClose(log)
+
+    before = set(threading.enumerate())
+    p = Predictor(factory)
+    np.testing.assert_array_equal(p(np.ones((2, 3), np.float32)), np.full((2, 3), 2))
+    with pytest.raises(hd.DeviceError, match="did not close within 0.5 s; cancelled"):
+        p.close()
+    assert log == ["warmup", "aclose"]
+    wait_until(lambda: not _new_threads_of_ours(before), timeout_s=10,
+               what=f"the Predictor's threads to exit: {_new_threads_of_ours(before)}")
+    p.close()                                  # closed once: a second close does nothing
 
 
 def test_model_host_reports_a_factory_that_returns_no_model():

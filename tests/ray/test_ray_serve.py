@@ -148,30 +148,55 @@ def test_1000_concurrent_requests_across_two_replicas_all_correct(
     got = np.stack(replies)
     np.testing.assert_allclose(got, digits_reference[idx], rtol=RTOL, atol=ATOL)
     after = _replica_metrics(handle)
-    served = {k: after[k]["requests"] - before.get(k, {"requests": 0})["requests"]
-              for k in after}
+    # Per-replica accounting holds only for the replicas that counted it all.
+    assert set(after) == set(before), (f"replicas replaced during the load: {sorted(before)} "
+                                       f"-> {sorted(after)} (Serve: {_replica_states()})")
+    served = {k: after[k]["requests"] - before[k]["requests"] for k in after}
     assert sum(served.values()) == 1000
     assert len([n for n in served.values() if n > 0]) == REPLICAS   # both replicas served
     # Requests were coalesced: fewer model calls than requests.
-    batches = sum(after[k]["batches"] - before.get(k, {"batches": 0})["batches"] for k in after)
+    batches = sum(after[k]["batches"] - before[k]["batches"] for k in after)
     assert batches < 1000
 
 
-def _replica_metrics(handle, rounds: int = 20) -> dict:
-    """metrics() of every replica, by replica id (asks until each has answered).
+def _replica_metrics(handle, timeout_s: float = 90) -> dict:
+    """metrics() of every live replica of the deployment, by replica id.
 
-    Serve routes each call to one replica; concurrent calls spread over all of them.
-    Counters only grow, so each replica's latest answer is kept.
+    Serve routes each call to one replica (the lower queue length of two, from its
+    router's cache); which one is not the caller's to pick. So bursts of concurrent calls
+    are sent, with pauses that let the cache refresh, until every live replica (Ray's
+    named replica actors, whose names end with the id metrics() reports) has answered;
+    the test fails after `timeout_s` naming who answered. Counters only grow: each
+    replica's latest answer is kept.
     """
-    seen = {}
-    for _ in range(rounds):
+    seen: dict = {}
+    deadline = time.monotonic() + timeout_s
+    while True:
         for m in [r.result(timeout_s=RESULT_TIMEOUT_S)
-                  for r in [handle.metrics.remote() for _ in range(8)]]:
+                  for r in [handle.metrics.remote() for _ in range(16)]]:
             if m["requests"] >= seen.get(m["replica"], {"requests": -1})["requests"]:
                 seen[m["replica"]] = m
-        if len(seen) >= REPLICAS:
-            break
-    return seen
+        live = _replica_ids()
+        if live and live <= seen.keys():
+            return {k: seen[k] for k in sorted(live)}
+        if time.monotonic() > deadline:
+            pytest.fail(f"after {timeout_s} s metrics() had reached replicas {sorted(seen)}; "
+                        f"the live ones are {sorted(live)} (Serve: {_replica_states()})")
+        time.sleep(0.5)
+
+
+def _replica_ids() -> set:
+    """Ids of the deployment's live replica actors ('SERVE_REPLICA::app#deployment#id')."""
+    import ray
+    prefix = f"SERVE_REPLICA::{APP}#{DEPLOYMENT}#"
+    return {a["name"][len(prefix):] for a in ray.util.list_named_actors(all_namespaces=True)
+            if a["name"].startswith(prefix)}
+
+
+def _replica_states() -> dict:
+    from ray import serve
+    status = serve.status().applications.get(APP)
+    return {} if status is None else dict(status.deployments[DEPLOYMENT].replica_states)
 
 
 def test_replica_metrics_count_batches_and_latencies(app, digits_images):
@@ -297,17 +322,8 @@ def test_malformed_request_among_good_ones_fails_alone(app, digits_images, digit
 
 def _replica_actors():
     import ray
-    names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
-             if a["name"].startswith("SERVE_REPLICA::") and f"{APP}#{DEPLOYMENT}#" in a["name"]]
-    return [ray.get_actor(n, namespace="serve") for n in names]
-
-
-def _running_replicas() -> int:
-    from ray import serve
-    status = serve.status().applications.get(APP)
-    if status is None:
-        return 0
-    return status.deployments[DEPLOYMENT].replica_states.get("RUNNING", 0)
+    prefix = f"SERVE_REPLICA::{APP}#{DEPLOYMENT}#"
+    return [ray.get_actor(prefix + i, namespace="serve") for i in sorted(_replica_ids())]
 
 
 def test_killed_replica_mid_load_loses_nothing_silently(app, digits_images, digits_reference):
@@ -346,15 +362,14 @@ def test_killed_replica_mid_load_loses_nothing_silently(app, digits_images, digi
         answered += 1
     assert answered >= len(idx) // 2          # the surviving replica kept serving
     # Serve replaces the dead replica; the new one answers correctly too.
-    wait_until(lambda: _running_replicas() == REPLICAS and len(_replica_actors()) == REPLICAS,
+    wait_until(lambda: _replica_states().get("RUNNING", 0) == REPLICAS and len(_replica_actors()) == REPLICAS,
                timeout_s=120, what="Serve to replace the killed replica")
     assert victim_id not in {a._actor_id.hex() for a in _replica_actors()}
     y = np.stack([r.result(timeout_s=RESULT_TIMEOUT_S)
                   for r in [handle.remote(images[i]) for i in range(100)]])
     np.testing.assert_allclose(y, digits_reference[:100], rtol=RTOL, atol=ATOL)
     # The handle's router learns of the new replica on its own schedule: both serve again.
-    wait_until(lambda: len(_replica_metrics(handle, rounds=2)) == REPLICAS, timeout_s=60,
-               what="the handle to route to the new replica")
+    assert len(_replica_metrics(handle, timeout_s=60)) == REPLICAS
 
 
 def test_shutdown_drains_requests_in_flight(app, digits_images, digits_reference):
