@@ -78,66 +78,17 @@ async def test_timing_fields(pool):
 
 # ---------------------------------------------------------------------------- overlap
 
-def _matmul_work(a, reps):
-    def run():
-        acc = 0.0
-        for _ in range(reps):
-            acc += float((a @ a)[0, 0])
-        return acc
-    return run
-
-
-def _thread_ratio(a, reps):
-    """Two plain threads vs one: what this machine offers right now (independent of us)."""
-    t0 = time.perf_counter()
-    _matmul_work(a, reps)()
-    one = time.perf_counter() - t0
-    threads = [threading.Thread(target=_matmul_work(a, reps)) for _ in range(2)]
-    t0 = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return (time.perf_counter() - t0) / one
-
-
-@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs >= 2 cores to overlap")
-async def test_two_streams_overlap():
-    threadpoolctl = pytest.importorskip("threadpoolctl")
-    rng = np.random.default_rng(0)
-    a = rng.standard_normal((256, 256))
-    with threadpoolctl.threadpool_limits(1):  # one BLAS thread per call: overlap is ours
-        t0 = time.perf_counter()
-        _matmul_work(a, 10)()
-        reps = max(4, int(0.1 / ((time.perf_counter() - t0) / 10)))  # ~100 ms per item
-        best = baseline = float("inf")
-        async with StreamPool("cpu", n_streams=2) as p:
-            for _ in range(5):  # best of a few: other processes share the machine
-                t0 = time.perf_counter()
-                await (await p.submit(_matmul_work(a, reps), stream=0))
-                one = time.perf_counter() - t0
-                t0 = time.perf_counter()
-                h0 = await p.submit(_matmul_work(a, reps), stream=0)
-                h1 = await p.submit(_matmul_work(a, reps), stream=1)
-                await h0
-                await h1
-                best = min(best, (time.perf_counter() - t0) / one)
-                if best < 1.5:
-                    break
-                # What two plain threads get right now, measured in the same round (the
-                # load of a shared box changes from second to second).
-                baseline = min(baseline, _thread_ratio(a, reps))
-        if best >= 1.7 and baseline >= 1.6:
-            pytest.skip(f"machine busy: two plain threads take {baseline:.2f}x one")
-        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-        if best >= 1.7 and load > 1.5 * (os.cpu_count() or 1):
-            # Other processes want more than the cores: a timing ratio is noise then (plain
-            # threads were measured at 0.93x one item in such a run).
-            pytest.skip(f"machine busy: load average {load:.1f} on {os.cpu_count()} cores")
-    # Streams must overlap as well as plain threads do, within a quarter (a serialising
-    # queue takes 2x).
-    limit = 1.7 if baseline == float("inf") else max(1.7, min(1.9, 1.25 * baseline))
-    assert best < limit, f"two streams took {best:.2f}x one item (plain threads: {baseline:.2f}x)"
+async def test_two_streams_run_at_once():
+    """Items on two streams run at the same time: each waits at a two-party rendezvous
+    that one-at-a-time execution can never complete (it breaks after 10 s). How well
+    compute overlaps is a measurement, not a test: bench/bench_queues.py's overlap ratio
+    beside two plain threads' on the same machine."""
+    barrier = threading.Barrier(2, timeout=10)
+    async with StreamPool("cpu", n_streams=2) as p:
+        h0 = await p.submit(barrier.wait, stream=0)
+        h1 = await p.submit(barrier.wait, stream=1)
+        with anyio.fail_after(30):
+            assert {await h0, await h1} == {0, 1}     # each party's own arrival index
 
 
 # ---------------------------------------------------------------------------- backpressure
