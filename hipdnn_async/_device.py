@@ -749,7 +749,11 @@ class ExecutionPlan:
             when = "" if t.is_virtual else " when this plan was built"
             return (f"execute: tensor '{snap.name}' (uid {snap.uid}) was virtual{when} and takes "
                     "no buffer; call set_output(True) on it before building to get it back")
-        return f"execute: variant pack key {key!r} names no tensor of graph '{self.graph.name}'"
+        takes = ", ".join(f"'{g.name}' (uid {g.uid})" for g in self._snapshot.tensors
+                          if not g.is_virtual)
+        return (f"execute: variant pack key {key!r} names no tensor of graph "
+                f"'{self.graph.name}'; its tensors that take a buffer are {takes} (keys are "
+                "those tensors, their names or their uids)")
 
     def _runner(self, buffers: dict, ws):
         """The work-item function of one execution with bound ``buffers`` / ``ws``."""

@@ -129,8 +129,10 @@ def test_variant_pack_errors_name_the_tensor(dev):
     ro.flags.writeable = False
     with pytest.raises(hd.VariantPackError, match=r"'conv1::Y'|read-only"):
         plan.execute_sync({x: xa, w: wa, y: ro})
-    with pytest.raises(hd.VariantPackError, match="names no tensor"):
+    with pytest.raises(hd.VariantPackError, match="names no tensor") as err:
         plan.execute_sync({x: xa, w: wa, y: ya, "nope": ya})
+    for t in (x, w, y):                     # ... and lists the ones that take a buffer
+        assert f"'{t.name}' (uid {t.uid})" in str(err.value)
     with pytest.raises(hd.VariantPackError, match="CPU device takes NumPy"):
         plan.execute_sync({x: xa.tolist(), w: wa, y: ya})
     err = pytest.raises(hd.VariantPackError, plan.execute_sync, {x: xa, y: ya}).value
