@@ -150,6 +150,18 @@ def _percentiles(values) -> dict[str, float]:
     return {"p50": float(p50), "p90": float(p90), "p99": float(p99), "mean": float(a.mean())}
 
 
+def _check_cast(name: str, value: np.ndarray, cast: np.ndarray) -> None:
+    """Refuse a constant whose cast to the tensor's dtype turned a finite value into an
+    infinity or NaN (1e5 as float16 is inf): that would be a silently wrong model."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        lost = np.isfinite(value.astype(np.float64)) & ~np.isfinite(cast.astype(np.float64))
+    if lost.any():
+        at = tuple(int(i) for i in np.argwhere(lost)[0])
+        raise VariantPackError(f"DynamicBatcher: constant {name!r} holds {value[at].item()!r} at "
+                               f"index {at}, beyond the range of the tensor's dtype "
+                               f"{cast.dtype.name} (it would be {float(cast[at])})")
+
+
 def _host_buffer(t) -> np.ndarray:
     """A zeroed NumPy array with the tensor's dims, element strides and dtype.
 
@@ -274,8 +286,9 @@ class DynamicBatcher:
         all of them.
     constants : mapping of str to array, optional
         The other non-virtual inputs (weights, bias, scale, mean, variance...), logical
-        dims order, any layout and a dtype castable to the tensor's; copied once (to the
-        device, on a GPU).
+        dims order, any layout and a dtype castable to the tensor's; cast and copied once
+        (to the device, on a GPU). A value the cast makes infinite or NaN (1e5 as
+        float16) is a VariantPackError naming the constant and index.
     max_batch_size : int, optional
         Most rows in one execution. Default 64.
     max_delay_ms : float, optional
@@ -490,7 +503,10 @@ class DynamicBatcher:
                 raise VariantPackError(f"DynamicBatcher: constant {name!r} needs shape "
                                        f"{tuple(t.dims)}; got {arr.shape}")
             host = _host_buffer(t)
-            host[...] = arr                  # cast once, the same values on every device
+            with np.errstate(over="ignore", invalid="ignore"):   # _check_cast says it
+                host[...] = arr              # cast once, the same values on every device
+            if arr.dtype != host.dtype:
+                _check_cast(name, arr, host)
             for lane in self._lanes:
                 if lane.host:
                     buf = self._alloc(lane, t, zero=False)

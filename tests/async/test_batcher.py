@@ -435,6 +435,13 @@ async def test_bad_arguments():
                 hd.DynamicBatcher(dev, g, constants={"w": w, "b": b}, **kw)
         with pytest.raises(VariantPackError, match="constant 'w' needs a real numeric"):
             hd.DynamicBatcher(dev, g, constants={"w": w.astype(np.complex64), "b": b})
+        # Constants are cast once to the tensor's dtype (float64 weights are fine), but a
+        # value the cast turns into inf is refused, naming where it is.
+        huge = w.astype(np.float64)
+        huge[1, 0, 2, 0] = 1e39                                  # > float32's 3.4e38
+        with pytest.raises(VariantPackError, match=r"constant 'w' holds 1e\+39 at index "
+                                                   r"\(1, 0, 2, 0\).*float32"):
+            hd.DynamicBatcher(dev, g, constants={"w": huge, "b": b})
 
 
 async def test_odd_arguments_and_requests_found_trying_to_break_it():
