@@ -62,6 +62,7 @@ from ._errors import (
     VariantPackError,
 )
 from ._types import numpy_dtype
+from .queues._metrics import percentiles as _percentiles
 from .runtime import DeviceArray
 
 __all__ = ["DynamicBatcher"]
@@ -139,15 +140,6 @@ def _resolve_buckets(buckets, max_batch_size: int) -> tuple[int, ...]:
         raise GraphError(f"DynamicBatcher: buckets {list(out)} must be positive, strictly "
                          f"increasing and end at >= max_batch_size={max_batch_size}")
     return out
-
-
-def _percentiles(values) -> dict[str, float]:
-    """p50/p90/p99/mean of a sample, in the unit given (0.0 when empty)."""
-    if not values:
-        return {"p50": 0.0, "p90": 0.0, "p99": 0.0, "mean": 0.0}
-    a = np.fromiter(values, dtype=np.float64)
-    p50, p90, p99 = np.percentile(a, [50, 90, 99])
-    return {"p50": float(p50), "p90": float(p90), "p99": float(p99), "mean": float(a.mean())}
 
 
 def _check_cast(name: str, value: np.ndarray, cast: np.ndarray) -> None:

@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-__all__ = ["Histogram"]
+__all__ = ["Histogram", "percentiles"]
 
 # Log-spaced buckets, 10 per decade from 1 us to 100 s (in ms): the relative error of a
 # percentile read from them is at most one bucket width, 10**0.1 - 1 ~ 26 %, and recording
@@ -161,3 +161,14 @@ class Histogram:
             "p99": self.percentile(99),
             "buckets": buckets,  # (upper edge in ms, count), non-empty buckets only
         }
+
+
+def percentiles(values) -> dict[str, float]:
+    """Exact p50/p90/p99 and mean of a sample (NumPy's linear interpolation), in the
+    sample's unit; all 0.0 for an empty sample. For windows of samples kept whole (the
+    batcher's, a Ray replica's); a stream's histogram reads buckets instead."""
+    if not values:
+        return {"p50": 0.0, "p90": 0.0, "p99": 0.0, "mean": 0.0}
+    a = np.fromiter(values, dtype=np.float64)
+    p50, p90, p99 = np.percentile(a, [50, 90, 99])
+    return {"p50": float(p50), "p90": float(p90), "p99": float(p99), "mean": float(a.mean())}

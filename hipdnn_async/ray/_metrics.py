@@ -15,19 +15,13 @@ import time
 
 import numpy as np
 
+from ..queues._metrics import percentiles as _percentiles
+
 __all__ = ["ReplicaMetrics", "flatten_numbers"]
 
 _WINDOW = 10_000                   # latency samples kept for the percentiles
 _REFRESH_S = 1.0                   # gauges refreshed at most this often
 _MS_BOUNDARIES = [0.1, 0.25, 0.5, 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 10000]
-
-
-def _percentiles(values) -> dict[str, float]:
-    if not values:
-        return {"p50": 0.0, "p90": 0.0, "p99": 0.0, "mean": 0.0}
-    a = np.fromiter(values, dtype=np.float64)
-    p50, p90, p99 = np.percentile(a, [50, 90, 99])
-    return {"p50": float(p50), "p90": float(p90), "p99": float(p99), "mean": float(a.mean())}
 
 
 def flatten_numbers(doc, prefix: str = "") -> dict[str, float]:
