@@ -191,7 +191,7 @@ async def test_max_delay_flushes_a_lone_request():
             elapsed = anyio.current_time() - t0
             m = batcher.metrics()
     np.testing.assert_allclose(y, ref_cbr(x, w, b), rtol=RTOL, atol=ATOL)
-    assert 0.025 <= elapsed < 2.0
+    assert 0.025 <= elapsed < 10.0           # waited max_delay_ms for company, then ran
     assert m["batches"] == 1 and m["buckets_used"] == [1]
     assert m["queue_wait_ms"]["p50"] >= 25.0
 
