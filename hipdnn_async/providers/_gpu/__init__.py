@@ -6,5 +6,6 @@
   stream's workspace), looked up by a plan's ``run``.
 - ``_trial``: the build stream: heuristics queries, benchmarks and the trial run of each
   plan on zero-filled scratch buffers.
+- ``_vendor``: the vendor libraries and the device, loaded and checked (``open_vendor``).
 - ``_workspace``: workspace sizing (aligned segments carved from one allocation).
 """

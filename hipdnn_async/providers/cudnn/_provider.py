@@ -23,12 +23,13 @@ from ..._errors import DeviceError, NotSupportedError
 from ..._types import DataType, numpy_dtype
 from ..._layout import packed_strides, stride_order
 from ...patterns import Pattern
-from ...runtime import GpuArray, _cudnn, context_for, load_vendor
+from ...runtime import GpuArray, _cudnn, context_for
 from .. import _tuning
 from .._base import Provider, ProviderEngine, ProviderPlan
 from .._gpu._bind import GpuTarget, bind_workspace, make_binder
 from .._gpu._launch import LaunchResources
 from .._gpu._trial import BuildStream
+from .._gpu._vendor import open_vendor
 from . import _plans
 from ._graph import GraphApiEngine
 from ._conv import CUDNN_DTYPE, conv_setup, is_channels_last, tensor_descriptor
@@ -77,12 +78,7 @@ class CudnnProvider(Provider):
     ENGINES = (GraphApiEngine, LegacyEngine)   # the graph API first (issue 11)
 
     def __init__(self, index: int = 0):
-        state = load_vendor("cuda")
-        if not state.ok:
-            raise DeviceError(f"Device: cuda:{index} is unavailable: {state.reason}")
-        if not 0 <= index < state.device_count:
-            raise DeviceError(f"Device: no device cuda:{index}; {state.device_count} CUDA "
-                              f"device(s) present", code="INVALID_VALUE")
+        state = open_vendor("cuda", index)
         self.name = "cudnn"
         self.index = index
         self.spec = f"cuda:{index}"

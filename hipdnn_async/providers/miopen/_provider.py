@@ -29,12 +29,13 @@ from ..._errors import DeviceError, MiopenError, NotSupportedError
 from ..._layout import packed_strides
 from ..._types import numpy_dtype
 from ...patterns import Pattern
-from ...runtime import GpuArray, _miopen, context_for, load_vendor
+from ...runtime import GpuArray, _miopen, context_for
 from .. import _tuning
 from .._base import Provider, ProviderEngine, ProviderPlan
 from .._gpu._bind import GpuTarget, bind_workspace, make_binder
 from .._gpu._launch import LaunchResources, prepare_streams
 from .._gpu._trial import BuildStream
+from .._gpu._vendor import open_vendor
 from . import _plans
 from ._descriptors import (activation, channel_descriptor, conv_setup, packed_layout,
                            packed_like, tensor_descriptor)
@@ -119,12 +120,7 @@ class MiopenProvider(Provider):
     ENGINES = (MiopenEngine,)
 
     def __init__(self, index: int = 0):
-        state = load_vendor("hip")
-        if not state.ok:
-            raise DeviceError(f"Device: hip:{index} is unavailable: {state.reason}")
-        if not 0 <= index < state.device_count:
-            raise DeviceError(f"Device: no device hip:{index}; {state.device_count} HIP "
-                              f"device(s) present", code="INVALID_VALUE")
+        state = open_vendor("hip", index)
         runtimes = _hip_runtimes_mapped()
         if len(runtimes) > 1:
             raise DeviceError(

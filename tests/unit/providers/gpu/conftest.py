@@ -269,6 +269,7 @@ class FakeCudnn:
 
 def _install(monkeypatch, *, pooled=True):
     import hipdnn_async.runtime as runtime
+    from hipdnn_async.providers._gpu import _vendor
     from hipdnn_async.providers.cudnn import _conv, _plans, _provider
     from hipdnn_async.runtime import _gpu_device
 
@@ -282,7 +283,7 @@ def _install(monkeypatch, *, pooled=True):
     load = {"cuda": state}.get
     monkeypatch.setattr(runtime, "load_vendor",
                         lambda name: load(name) or VendorState(name, False, "not faked"))
-    monkeypatch.setattr(_provider, "load_vendor", lambda name: state)
+    monkeypatch.setattr(_vendor, "load_vendor", lambda name: state)
     rec.gpu, rec.cudnn = gpu, cudnn
     return rec
 
