@@ -134,10 +134,12 @@ class CpuStreamBackend(StreamBackend):
     """CPU stream: one worker thread that runs items in order.
 
     The worker is a daemon thread, drained (not stopped) when the interpreter starts to
-    exit: work submitted before then runs, and a device closed afterwards, from an
+    exit: work submitted before then runs, and a device used or closed afterwards, from an
     ``atexit`` handler or a late finalizer (Ray shuts a worker down there), still has a
-    worker to drain its streams. A non-daemon worker would have to be stopped first, and
-    that close would wait forever.
+    worker. A non-daemon worker would have to be stopped first, and that close would wait
+    forever. From then on a submission returns only once the worker has run it
+    (:meth:`poll`): a daemon thread does not outlive the interpreter, so work nobody
+    waits for would otherwise be lost.
 
     Parameters
     ----------
@@ -152,10 +154,25 @@ class CpuStreamBackend(StreamBackend):
                                         name=f"hipdnn_async stream {name}", daemon=True)
         self._thread.start()
         _live_backends.add(self)
+        if _exiting:
+            self.poll_due = True
 
     def launch(self, item: Completion) -> None:
         """Queue ``item`` for the worker."""
         self._queue.put(item)
+
+    def poll(self, item: Completion | None = None) -> None:
+        """Once the interpreter exits (``poll_due`` is then True, so every submission
+        calls this outside the stream's lock): wait until the worker has run all that is
+        queued. Before that, nothing to do: the worker finishes every item itself."""
+        if not self.poll_due or threading.current_thread() is self._thread:
+            return
+        while self._thread.is_alive():
+            flush = _Flush()
+            self._queue.put(flush)
+            flush.reached.wait()
+            if self._queue.empty():      # nothing was launched meanwhile (unparked items)
+                return
 
     def stop(self) -> None:
         """Ask the worker to exit after the items already queued; do not wait."""
@@ -182,12 +199,19 @@ class _Flush:
         self.reached.set()
 
 
+_exiting = False     # set once the interpreter exits: CPU submissions then wait (poll)
+
+
 def _drain_all_workers() -> None:
     # Runs where the interpreter joins non-daemon threads (as concurrent.futures' exit
     # hook does): work queued on a pool that was never closed finishes before exit, as it
-    # would on a non-daemon worker; the workers stay up for atexit handlers.
+    # would on a non-daemon worker; the workers stay up for atexit handlers, whose
+    # submissions run before they return.
+    global _exiting
+    _exiting = True
     flushes = []
     for backend in list(_live_backends):
+        backend.poll_due = True
         if not backend._stopped and backend._thread.is_alive():
             flush = _Flush()
             backend._queue.put(flush)
@@ -241,8 +265,10 @@ class Stream:
         self._queue_wait = Histogram()
         self._exec = Histogram()
         if isinstance(self._backend, CpuStreamBackend):
-            # a forgotten stream must not keep its worker (and the process) alive
-            weakref.finalize(self, self._backend.stop)
+            # a forgotten stream must not keep its worker; not at exit, though: an atexit
+            # handler registered before this stream existed runs after finalize's own
+            # exit hook and may still use the stream
+            weakref.finalize(self, self._backend.stop).atexit = False
 
     # ---------------------------------------------------------------- properties
 

@@ -274,8 +274,20 @@ def test_forgotten_pool_stops_its_workers():
         time.sleep(0.01)
 
 
-_LATE_CLOSE = """
-import atexit, os, anyio, anyio.from_thread
+_LATE_USE = """
+import atexit, os, sys
+EARLY = sys.argv[1] == "early"
+def late():
+    # atexit runs after the interpreter's exit hook drained the stream workers
+    outs = [np.zeros((2, 5, 4, 4), np.float32) for _ in range(3)]
+    plan.execute_sync({x: xs, w: ws, y: outs[0]})             # waited for
+    handle = plan.submit({x: xs, w: ws, y: outs[1]})          # not waited for: it has run
+    done_at_once = handle.done()
+    plan.submit({x: xs, w: ws, y: outs[2]})                    # ... and the close drains
+    dev.close()
+    print(done_at_once, *(float(np.abs(o - ref).max()) for o in outs), "closed", flush=True)
+if EARLY:                           # before any stream exists: runs after their finalizers
+    atexit.register(late)
 import numpy as np
 import hipdnn_async as hd
 g = hd.Graph(name="late", io_data_type=hd.DataType.FLOAT)
@@ -285,34 +297,29 @@ y = g.conv_fprop(x, w).set_output(True)
 rng = np.random.default_rng(0)
 xs, ws = rng.random((2, 3, 4, 4), np.float32), rng.random((5, 3, 1, 1), np.float32)
 ref = np.einsum("nchw,kc->nkhw", xs.astype(np.float64), ws[:, :, 0, 0].astype(np.float64))
-portal_cm = anyio.from_thread.start_blocking_portal()
-portal = portal_cm.__enter__()
-dev = portal.call(hd.Device("cpu").__aenter__)
-plan = portal.call(dev.build, g)
-def late():
-    # atexit runs after the interpreter stopped the stream workers (_stop_all_workers)
-    out = np.zeros((2, 5, 4, 4), np.float32)
-    portal.call(plan.execute, {x: xs, w: ws, y: out})
-    print(float(np.abs(out - ref).max()), flush=True)
-    portal.call(dev.__aexit__, None, None, None)
-    print("closed", flush=True)
-    os._exit(0)                     # the portal thread is not ours to stop this late
-atexit.register(late)
+dev = hd.Device("cpu")
+plan = dev.build_sync(g)
+if not EARLY:
+    atexit.register(late)
 """
 
 
-def test_device_closed_from_an_atexit_handler_runs_its_work_and_closes():
-    """Found by the Ray tests: a Ray Data worker closed its Predictor from a finalizer at
-    exit, after the interpreter had stopped the CPU stream workers; the device's drain
-    then waited forever (the worker process outlived its cluster). Work submitted after
-    the stop runs in the submitting thread, in order, and the close finishes."""
+@pytest.mark.parametrize("registered", ["early", "late"])
+def test_a_device_used_and_closed_from_an_atexit_handler_runs_everything(registered):
+    """Found by the Ray tests and a new-user review: a Ray Data worker closed its Predictor
+    from a finalizer at exit after the interpreter had stopped the CPU stream workers, and
+    the close waited forever (the worker process outlived its cluster); an atexit handler
+    registered before the device existed ran after the streams' finalizers had stopped
+    them (execute hung; submit + close returned with nothing run). Now every execution
+    of the handler runs, a submission is complete when it returns, and the close ends."""
     import subprocess
     import sys
-    out = subprocess.run([sys.executable, "-c", _LATE_CLOSE], capture_output=True,
+    out = subprocess.run([sys.executable, "-c", _LATE_USE, registered], capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    error, closed = out.stdout.split()[:2]
-    assert float(error) < 1e-5 and closed == "closed"
+    done_at_once, *errors, closed = out.stdout.split()
+    assert done_at_once == "True" and closed == "closed"
+    assert max(float(e) for e in errors) < 1e-5, errors
 
 
 # ---------------------------------------------------------------------------- threads
