@@ -7,9 +7,14 @@ is awaited there. Nothing here calls ``asyncio.run``; no loop of Ray's is borrow
 """
 from __future__ import annotations
 
-import contextlib
+import asyncio
+import concurrent.futures
+import sys
+import threading
+import weakref
 from typing import Mapping
 
+import anyio
 import anyio.from_thread
 import numpy as np
 
@@ -21,6 +26,86 @@ from ._session import ModelHost, _assigned_gpus, worker_device
 __all__ = ["Predictor"]
 
 _CLOSE_TIMEOUT_S = 60.0            # bound on draining the model and device at close
+_CANCEL_TIMEOUT_S = 10.0           # bound on the loop thread ending once cancelled
+
+
+class _LoopThread:
+    """An asyncio event loop on a daemon thread, reached through an anyio BlockingPortal.
+
+    anyio's ``start_blocking_portal`` joins its thread without a bound, and a Predictor
+    is closed from finalizers and at exit (Ray shuts its workers down there), where one
+    model that does not stop would hang the process: here every wait is bounded.
+    """
+
+    def __init__(self, name: str):
+        started: concurrent.futures.Future = concurrent.futures.Future()
+        self.thread = threading.Thread(target=self._main, args=(started,), name=name,
+                                       daemon=True)
+        self.thread.start()
+        self.portal, self._loop = started.result()
+
+    @staticmethod
+    def _main(started: concurrent.futures.Future) -> None:
+        async def serve():
+            async with anyio.from_thread.BlockingPortal() as portal:
+                started.set_result((portal, asyncio.get_running_loop()))
+                await portal.sleep_until_stopped()
+        try:
+            anyio.run(serve, backend="asyncio")
+        except BaseException as exc:
+            if not started.done():
+                started.set_exception(exc)
+
+    def alive(self) -> bool:
+        return self.thread.is_alive()
+
+    def stop(self, *, cancel: bool, timeout: float) -> bool:
+        """Stop the loop (cancelling what still runs in it if `cancel`); wait up to
+        `timeout` s for the thread to end. True if it has ended."""
+        if self.thread.is_alive():
+            self.call_soon(lambda: self._loop.create_task(self.portal.stop(cancel)))
+            self.thread.join(timeout)
+        return not self.thread.is_alive()
+
+    def call_soon(self, fn) -> None:
+        """Run ``fn()`` on the loop thread soon; never waits (the portal's own calls wait
+        for the loop to take them, and a blocked loop never does)."""
+        try:
+            self._loop.call_soon_threadsafe(fn)
+        except RuntimeError:              # the loop has closed already
+            pass
+
+
+def _close(loop: _LoopThread, host: ModelHost, run: concurrent.futures.Future,
+           spec: str) -> None:
+    """Stop the model host (it drains the model, then the device) and the loop thread.
+
+    A weakref.finalize callback: it runs once, from ``close()``, when the Predictor is
+    collected, or at exit (finalize's atexit hook, while threads still run). Not once the
+    interpreter is finalizing: its threads are frozen then and nothing could finish.
+    """
+    if sys.is_finalizing() or not loop.alive():
+        return
+    if threading.current_thread() is loop.thread:
+        # collected by a garbage collection that ran on the loop thread itself: waiting
+        # here would stop the very loop that has to do the closing
+        threading.Thread(target=_close, args=(loop, host, run, spec), daemon=True,
+                         name="hipdnn_async.ray.Predictor close").start()
+        return
+    try:
+        loop.call_soon(host.stop)                  # never blocks, even on a busy loop
+        run.result(timeout=_CLOSE_TIMEOUT_S)
+    except concurrent.futures.TimeoutError:
+        ended = loop.stop(cancel=True, timeout=_CANCEL_TIMEOUT_S)
+        raise DeviceError(f"Predictor on '{spec}': the model and device did not close "
+                          f"within {_CLOSE_TIMEOUT_S:g} s; cancelled them"
+                          + ("" if ended else f", but the event-loop thread is still busy "
+                             f"after {_CANCEL_TIMEOUT_S:g} s more (a blocking call in the "
+                             "model?) and was left behind")) from None
+    except BaseException:
+        loop.stop(cancel=True, timeout=_CANCEL_TIMEOUT_S)
+        raise
+    loop.stop(cancel=False, timeout=_CANCEL_TIMEOUT_S)
 
 
 class Predictor:
@@ -73,16 +158,17 @@ class Predictor:
         self.spec = worker_device(device)
         self.input_column = input_column
         self.output_column = output_column
-        self._stack = contextlib.ExitStack()
+        self._host = ModelHost(model_factory, self.spec, device_options)
+        loop = _LoopThread("hipdnn_async.ray.Predictor loop")
         try:
-            self._portal = self._stack.enter_context(
-                anyio.from_thread.start_blocking_portal(backend="asyncio"))
-            self._host = ModelHost(model_factory, self.spec, device_options)
-            self._run, model = self._portal.start_task(self._host.run,
-                                                       name="hipdnn_async.ray.Predictor")
+            self._run, model = loop.portal.start_task(self._host.run,
+                                                      name="hipdnn_async.ray.Predictor")
         except BaseException:
-            self._stack.close()
+            loop.stop(cancel=True, timeout=_CANCEL_TIMEOUT_S)
             raise
+        self._portal = loop.portal
+        self._finalizer = weakref.finalize(self, _close, loop, self._host, self._run,
+                                           self.spec)
         self._inputs = ModelInputs.of(model)
         self._closed = False
 
@@ -116,32 +202,18 @@ class Predictor:
     def close(self) -> None:
         """Close the model (draining it) and the device, then the event-loop thread.
 
+        Also done when the Predictor is collected and at interpreter exit. Idempotent.
+
         Raises
         ------
         DeviceError
-            The model and device did not close within 60 s; they were cancelled and the
-            event-loop thread has ended.
+            The model and device did not close within 60 s; they were cancelled (and the
+            event-loop thread, should it not end either, left behind).
         """
-        if getattr(self, "_closed", True):
-            return
         self._closed = True
-        try:
-            self._portal.call(self._host.stop)
-            self._run.result(timeout=_CLOSE_TIMEOUT_S)
-        except BaseException as exc:
-            # Handing the exception to the portal's exit cancels what is still running
-            # there; a plain close would wait for it, and join the loop thread, forever.
-            self._stack.__exit__(type(exc), exc, exc.__traceback__)
-            if isinstance(exc, TimeoutError):
-                raise DeviceError(f"Predictor on '{self.spec}': the model and device did "
-                                  f"not close within {_CLOSE_TIMEOUT_S:g} s; cancelled "
-                                  "them") from exc
-            raise
-        self._stack.close()
-
-    def __del__(self):
-        with contextlib.suppress(Exception):
-            self.close()
+        finalizer = getattr(self, "_finalizer", None)
+        if finalizer is not None:
+            finalizer()
 
     def __repr__(self) -> str:
         return (f"Predictor(device={self.spec!r}, input_column={self.input_column!r}, "

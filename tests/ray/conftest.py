@@ -69,6 +69,16 @@ def ray_cluster():
 
 
 @pytest.fixture
+def ray_cluster_now():
+    """As ``ray_cluster``, started again for each test that asks if it was stopped: for
+    tests that stop it themselves (a module-scoped fixture is not run again)."""
+    ray_or_skip()
+    if not _CLUSTER:
+        _start_cluster()
+    return _CLUSTER
+
+
+@pytest.fixture
 def stop_ray_cluster():
     """A function that stops the shared cluster now (Serve, then Ray); a later
     ``ray_cluster`` starts it again."""

@@ -63,7 +63,9 @@ def test_map_batches_with_a_malformed_column_fails_with_the_reason(ray_cluster, 
                            concurrency=1, num_cpus=1, batch_size=4).take_all()
 
 
-def test_no_map_worker_outlives_the_cluster(ray_cluster, stop_ray_cluster, digits_file):
+@pytest.mark.parametrize("cyclic", [False, True])
+def test_no_map_worker_outlives_the_cluster(ray_cluster_now, stop_ray_cluster, digits_file,
+                                            cyclic):
     """Fresh-user review F9: ``ray::MapWorker(MapBatches(Predictor))`` processes were found
     reparented to PID 1 long after their cluster was gone. Run Ray Data through the
     Predictor (two actors), stop the cluster as the fixtures do, and count this run's
@@ -72,8 +74,17 @@ def test_no_map_worker_outlives_the_cluster(ray_cluster, stop_ray_cluster, digit
     ray_or_skip()
     from hipdnn_async import ray as hdray
     from hipdnn_async.demo import digits_model
+    predictor = hdray.Predictor
+    if cyclic:
+        # New-user review F1: a Predictor in a reference cycle is collected late (at exit,
+        # after Ray's shutdown); its MapWorkers then hung for good.
+        class CyclicPredictor(hdray.Predictor):     # local: Ray pickles it by value
+            def __init__(self, factory):
+                super().__init__(factory)
+                self.me = self
+        predictor = CyclicPredictor
     ds = _dataset(np.zeros((64, 1, 8, 8), np.float32), np.arange(64))
-    rows = ds.map_batches(hdray.Predictor, fn_constructor_args=(digits_model(digits_file),),
+    rows = ds.map_batches(predictor, fn_constructor_args=(digits_model(digits_file),),
                           concurrency=2, num_cpus=1, batch_size=16).take_all()
     assert len(rows) == 64
     assert ray_processes("raylet"), "the count does not see this run's Ray processes"

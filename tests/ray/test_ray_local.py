@@ -258,6 +258,52 @@ def test_predictor_close_cancels_a_model_that_does_not_close(monkeypatch):
     p.close()                                  # closed once: a second close does nothing
 
 
+_PREDICTOR_AT_EXIT = """
+import sys, time
+import numpy as np
+from hipdnn_async.ray import Predictor, _predictor
+_predictor._CLOSE_TIMEOUT_S = _predictor._CANCEL_TIMEOUT_S = 1.0
+case = sys.argv[1]
+class M:
+    async def __call__(self, x):
+        return np.asarray(x) * 2
+    async def aclose(self):
+        if case == "blocking":
+            time.sleep(40)          # blocks the event loop: not even a cancel gets through
+        print("aclose", flush=True)
+async def factory(dev):
+    return M()
+P = Predictor(factory)
+print(float(P(np.ones((2, 3), np.float32)).sum()), flush=True)
+if case == "cycle":
+    P.me = P
+    del P
+elif case == "blocking":
+    try:
+        P.close()
+    except Exception as exc:
+        print(type(exc).__name__, "left behind" in str(exc), flush=True)
+"""
+
+
+@pytest.mark.parametrize("case, lines", [
+    ("global", ["12.0", "aclose"]),                # a module global: closed at exit
+    ("cycle", ["12.0", "aclose"]),                 # in a reference cycle: closed at exit
+    ("blocking", ["12.0", "DeviceError True"]),    # close gives up; exit does not wait
+])
+def test_predictor_at_exit_closes_its_model_and_never_hangs(case, lines):
+    """New-user review F1/F5: a Predictor in a reference cycle hung the process at exit
+    forever (its finalizer waited for a loop thread the interpreter had frozen; in Ray
+    its MapWorkers outlived the cluster), a module-global one never closed its model, and
+    a model blocking in aclose made close() join the loop thread forever."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", _PREDICTOR_AT_EXIT, case],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:len(lines)] == lines, out.stdout
+
+
 def test_model_host_reports_a_factory_that_returns_no_model():
     async def factory(dev):
         return None
