@@ -61,6 +61,7 @@ from ._errors import (
     NotSupportedError,
     VariantPackError,
 )
+from ._layout import packed_strides, same_memory_order, stride_order, strides_match
 from ._types import numpy_dtype
 from .queues._metrics import percentiles as _percentiles
 from .runtime import DeviceArray
@@ -140,6 +141,41 @@ def _resolve_buckets(buckets, max_batch_size: int) -> tuple[int, ...]:
         raise GraphError(f"DynamicBatcher: buckets {list(out)} must be positive, strictly "
                          f"increasing and end at >= max_batch_size={max_batch_size}")
     return out
+
+
+def _logical_constant(name: str, t, arr: np.ndarray) -> np.ndarray:
+    """`arr` as an array of the tensor's logical dims, read as ``plan.execute`` reads a
+    buffer: logical dims (N, C, [D,] H, W) with any strides, or a C-contiguous array in
+    the tensor's memory order (e.g. (N, H, W, C) for NHWC).
+
+    Raises
+    ------
+    VariantPackError
+        Neither shape; or a C-contiguous array whose shape is both (an NHWC tensor with
+        C == H == W): logical or memory order cannot be told apart, and a guess could be
+        silently wrong.
+    """
+    dims = tuple(t.dims)
+    order = stride_order(dims, tuple(t.strides))
+    physical = tuple(dims[a] for a in order)
+    memory_order = arr.flags.c_contiguous and same_memory_order(arr.shape, physical)
+    if arr.shape == dims:
+        # C-contiguous logical data is laid out as the tensor is (size-1 dims aside): then
+        # both readings agree; otherwise they give other values
+        natural = packed_strides(dims, tuple(range(len(dims))))
+        if memory_order and not strides_match(dims, tuple(t.strides), natural):
+            raise VariantPackError(
+                f"DynamicBatcher: constant {name!r}: a C-contiguous array of shape "
+                f"{arr.shape} is ambiguous here (it reads as logical dims and as memory "
+                f"order {order}); pass the memory-order array's logical view "
+                f"(arr.transpose{tuple(order.index(a) for a in range(len(dims)))}) or a "
+                "logical array that is not C-contiguous (np.asfortranarray(arr))")
+        return arr
+    if memory_order:
+        return arr.reshape(physical).transpose([order.index(a) for a in range(len(dims))])
+    raise VariantPackError(f"DynamicBatcher: constant {name!r} needs logical shape {dims} "
+                           f"(N, C, [D,] H, W order) or a C-contiguous array of shape "
+                           f"{physical} (memory order); got {arr.shape}")
 
 
 def _check_cast(name: str, value: np.ndarray, cast: np.ndarray) -> None:
@@ -277,10 +313,14 @@ class DynamicBatcher:
         Names of the non-virtual outputs returned to callers (a str is one name). Default:
         all of them.
     constants : mapping of str to array, optional
-        The other non-virtual inputs (weights, bias, scale, mean, variance...), logical
-        dims order, any layout and a dtype castable to the tensor's; cast and copied once
-        (to the device, on a GPU). A value the cast makes infinite or NaN (1e5 as
-        float16) is a VariantPackError naming the constant and index.
+        The other non-virtual inputs (weights, bias, scale, mean, variance...), each read
+        as ``plan.execute`` reads a buffer: logical dims (N, C, [D,] H, W) with any
+        strides, or a C-contiguous array in the tensor's memory order ((K, R, S, C) for
+        NHWC filters); any dtype castable to the tensor's, cast and copied once (to the
+        device, on a GPU). Values are taken as given, NaN and inf included. Refused
+        (VariantPackError naming the constant): neither shape; a C-contiguous array whose
+        shape is both (NHWC with C == H == W: ambiguous); a masked array; a value the cast
+        makes infinite or NaN (1e5 as float16), with its index.
     max_batch_size : int, optional
         Most rows in one execution. Default 64.
     max_delay_ms : float, optional
@@ -487,13 +527,15 @@ class DynamicBatcher:
 
         for name, value in constants.items():
             t = in_by_key[name]
+            if isinstance(value, np.ma.MaskedArray):   # as plan.execute: silently wrong
+                raise VariantPackError(f"DynamicBatcher: constant {name!r} is a masked "
+                                       "array (the mask would be ignored); pass "
+                                       "arr.filled(value) or arr.data")
             arr = np.asarray(value)
             if arr.dtype.kind not in "fiu" and arr.dtype.name != "bfloat16":
                 raise VariantPackError(f"DynamicBatcher: constant {name!r} needs a real "
                                        f"numeric array; got dtype {arr.dtype}")
-            if arr.shape != tuple(t.dims):
-                raise VariantPackError(f"DynamicBatcher: constant {name!r} needs shape "
-                                       f"{tuple(t.dims)}; got {arr.shape}")
+            arr = _logical_constant(name, t, arr)
             host = _host_buffer(t)
             with np.errstate(over="ignore", invalid="ignore"):   # _check_cast says it
                 host[...] = arr              # cast once, the same values on every device

@@ -444,6 +444,47 @@ async def test_bad_arguments():
             hd.DynamicBatcher(dev, g, constants={"w": huge, "b": b})
 
 
+async def test_constants_are_read_as_plan_execute_reads_buffers():
+    """New-user review F6/F8: constants in the tensor's memory order (as the README passes
+    NHWC data to plan.execute) are taken as such; a C-contiguous array whose shape is both
+    the logical and the memory-order one (NHWC with C == H == W) was taken as logical,
+    silently wrong for memory-order data, and is refused as plan.execute refuses it; a
+    masked array's mask was ignored."""
+    rng = np.random.default_rng(5)
+    w, b = weights()
+    x = samples(rng, 3)
+    want = ref_cbr(x, w, b)
+    async with hd.Device("cpu") as dev:
+        g = cbr_graph(3, "NHWC")
+        memory = np.ascontiguousarray(w.transpose(0, 2, 3, 1))       # (K, 3, 3, C) = NHWC
+        for given in (memory, as_layout(w, "NHWC"), w.astype(np.float64)):
+            async with hd.DynamicBatcher(dev, g, constants={"w": given, "b": b},
+                                         max_batch_size=4) as batcher:
+                got = await batcher({"x": as_layout(x, "NHWC")})
+            np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+        with pytest.raises(VariantPackError, match=r"constant 'w'.*masked"):
+            hd.DynamicBatcher(dev, g, constants={"w": np.ma.masked_less(w, 0), "b": b})
+        with pytest.raises(VariantPackError, match=r"constant 'w' needs logical shape "
+                                                   r"\(5, 4, 3, 3\).*\(5, 3, 3, 4\)"):
+            hd.DynamicBatcher(dev, g, constants={"w": memory[:, :, :, :3], "b": b})
+        # C == H == W == 3: (K, 3, 3, 3) reads both ways
+        g3 = hd.Graph(name="amb", io_data_type=F32)
+        x3 = g3.tensor(dims=(1, 3, 8, 8), layout="NHWC", name="x")
+        w3 = g3.tensor(dims=(2, 3, 3, 3), layout="NHWC", name="w")
+        g3.conv_fprop(x3, w3, padding=1).set_output(True).set_name("y")
+        w3s = rng.standard_normal((2, 3, 3, 3)).astype(np.float32)
+        with pytest.raises(VariantPackError, match=r"constant 'w'.*ambiguous"):
+            hd.DynamicBatcher(dev, g3, constants={"w": w3s})
+        async with hd.DynamicBatcher(dev, g3, constants={"w": np.asfortranarray(w3s)},
+                                     max_batch_size=2) as batcher:   # logical, not C order
+            x3s = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
+            got = await batcher({"x": as_layout(x3s, "NHWC")})
+        xp = np.pad(x3s.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+        ref = sum(np.einsum("nchw,kc->nkhw", xp[:, :, i:i + 8, j:j + 8], w3s[:, :, i, j])
+                  for i in range(3) for j in range(3))
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
 async def test_odd_arguments_and_requests_found_trying_to_break_it():
     """Issue 10 "widen the search": knobs=5 escaped as a TypeError (and a device, constants
     or inputs of the wrong type as TypeError/AttributeError); max_concurrent_batches
