@@ -296,6 +296,9 @@ class GpuArray:
             raise DeviceError(f"Device.empty: cannot allocate {self.nbytes} bytes (dims "
                               f"{self.dims}, {self.dtype.name}) on '{device}': {exc}") from None
         self._finalizer = weakref.finalize(self, _release, context, self.ptr)
+        # Not at exit: an atexit handler registered before this array runs after
+        # finalize's exit hook and may still use it; the process's end frees the memory.
+        self._finalizer.atexit = False
 
     def _host_staging(self) -> tuple:
         """(flat host buffer of the allocation's size, its logical view)."""

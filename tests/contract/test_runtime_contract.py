@@ -74,3 +74,32 @@ def test_no_gpu_is_a_device_error(fake_libs, tmp_path):
         proc.close()
     assert r["devices"] == ["cpu"]
     assert isinstance(r["error"], hd.DeviceError), r.get("mro")
+
+
+_GPU_AT_EXIT = """
+import atexit
+import numpy as np
+def late():
+    # registered before the array existed: runs after weakref.finalize's exit hook
+    back = a.to_numpy_sync()
+    print(np.array_equal(back, ref), flush=True)
+atexit.register(late)
+import hipdnn_async as hd
+dev = hd.Device("cuda:0")
+ref = np.arange(24, dtype=np.float32).reshape(2, 3, 2, 2)
+a = dev.empty(ref.shape, "float32")
+a.copy_from(ref)
+"""
+
+
+def test_a_gpu_array_is_still_there_for_an_atexit_handler(fake_libs, tmp_path):
+    """A GpuArray's memory was freed by its finalizer at exit, before an atexit handler
+    registered earlier (so run later) read it: a read of freed device memory. As the CPU
+    streams and captured graphs, it is left to the process's end (the driver frees it)."""
+    import subprocess
+    import sys
+    env = dict(fake_libs.env(), HIPDNN_ASYNC_PERFDB=str(tmp_path / "perfdb.sqlite3"))
+    out = subprocess.run([sys.executable, "-c", _GPU_AT_EXIT], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[:1] == ["True"], (out.stdout, out.stderr[-2000:])
