@@ -120,13 +120,16 @@ _STOP = object()
 _live_backends: "weakref.WeakSet[CpuStreamBackend]" = weakref.WeakSet()
 
 
-def _worker_main(work: queue.SimpleQueue) -> None:
-    """Worker loop of a CPU stream: run items in order until the stop sentinel."""
+def _worker_main(work: queue.SimpleQueue, ran: list) -> None:
+    """Worker loop of a CPU stream: run items in order until the stop sentinel;
+    ``ran[0]`` counts the launched items run (flush markers aside)."""
     while True:
         item = work.get()
         if item is _STOP:
             return
         item._run()
+        if item.__class__ is not _Flush:
+            ran[0] += 1
         item = None  # hold nothing (keepalive, the stream) while idle
 
 
@@ -150,7 +153,9 @@ class CpuStreamBackend(StreamBackend):
     def __init__(self, name: str) -> None:
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._stopped = False
-        self._thread = threading.Thread(target=_worker_main, args=(self._queue,),
+        self._launched = 0               # under the stream's lock (launch)
+        self._ran = [0]                  # by the worker only
+        self._thread = threading.Thread(target=_worker_main, args=(self._queue, self._ran),
                                         name=f"hipdnn_async stream {name}", daemon=True)
         self._thread.start()
         _live_backends.add(self)
@@ -159,19 +164,26 @@ class CpuStreamBackend(StreamBackend):
 
     def launch(self, item: Completion) -> None:
         """Queue ``item`` for the worker."""
+        self._launched += 1
         self._queue.put(item)
 
     def poll(self, item: Completion | None = None) -> None:
         """Once the interpreter exits (``poll_due`` is then True, so every submission
         calls this outside the stream's lock): wait until the worker has run all that is
         queued. Before that, nothing to do: the worker finishes every item itself."""
-        if not self.poll_due or threading.current_thread() is self._thread:
-            return
+        if self.poll_due and threading.current_thread() is not self._thread:
+            self._drain()
+
+    def _drain(self) -> None:
+        """Wait until the worker has run every item launched, including those a finishing
+        item launches from the stream's host-side line (parked beyond max_inflight)."""
         while self._thread.is_alive():
             flush = _Flush()
             self._queue.put(flush)
             flush.reached.wait()
-            if self._queue.empty():      # nothing was launched meanwhile (unparked items)
+            # every item launched before the flush has run; one launched meanwhile (a
+            # parked item, freed by a finishing one) has not, or has only just
+            if self._ran[0] >= self._launched:
                 return
 
     def stop(self) -> None:
@@ -209,15 +221,12 @@ def _drain_all_workers() -> None:
     # submissions run before they return.
     global _exiting
     _exiting = True
-    flushes = []
-    for backend in list(_live_backends):
+    backends = list(_live_backends)
+    for backend in backends:
         backend.poll_due = True
-        if not backend._stopped and backend._thread.is_alive():
-            flush = _Flush()
-            backend._queue.put(flush)
-            flushes.append(flush)
-    for flush in flushes:
-        flush.reached.wait()
+    for backend in backends:
+        if not backend._stopped:
+            backend._drain()
 
 
 _register = getattr(threading, "_register_atexit", None)

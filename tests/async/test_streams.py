@@ -322,6 +322,45 @@ def test_a_device_used_and_closed_from_an_atexit_handler_runs_everything(registe
     assert max(float(e) for e in errors) < 1e-5, errors
 
 
+_UNAWAITED_AT_EXIT = """
+import sys
+import numpy as np
+import hipdnn_async as hd
+path, n, limit = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+g = hd.Graph(name="exit", io_data_type=hd.DataType.FLOAT)
+x = g.tensor(dims=(1, 16, 64, 64), name="x")
+w = g.tensor(dims=(16, 16, 3, 3), name="w")
+y = g.conv_fprop(x, w, padding=1).set_output(True)
+dev = hd.Device("cpu", streams=1, max_inflight=limit)
+plan = dev.build_sync(g)
+out = np.memmap(path, np.float32, "w+", shape=(n, 1, 16, 64, 64))
+xs, ws = np.ones((1, 16, 64, 64), np.float32), np.full((16, 16, 3, 3), 0.01, np.float32)
+for i in range(n):                  # never awaited; beyond max_inflight they wait host-side
+    plan.submit({x: xs * (i + 1), w: ws, y: out[i]})
+"""
+
+
+@pytest.mark.parametrize("limit", [1, 8])
+def test_work_submitted_and_never_awaited_is_done_before_exit(tmp_path, limit):
+    """Second new-user review F1: executions parked host-side beyond max_inflight were
+    lost at exit (the exit drain waited for what had reached the worker only; 64 of 100
+    written with the default limit, 1 of 20 with max_inflight=1)."""
+    import subprocess
+    import sys
+    path, n = tmp_path / "out.bin", 40
+    proc = subprocess.run([sys.executable, "-c", _UNAWAITED_AT_EXIT, str(path), str(n),
+                           str(limit)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    got = np.memmap(path, np.float32, "r", shape=(n, 1, 16, 64, 64))
+    # float64 reference: a 3x3 window of ones (zero padding) summed over 16 channels
+    ones = np.pad(np.ones((64, 64)), 1)
+    taps = sum(ones[i:i + 64, j:j + 64] for i in range(3) for j in range(3))
+    one = 16 * 0.01 * taps
+    for i in range(n):
+        np.testing.assert_allclose(got[i, 0], np.broadcast_to((i + 1) * one, (16, 64, 64)),
+                                   rtol=1e-5, err_msg=f"execution {i} of {n}")
+
+
 # ---------------------------------------------------------------------------- threads
 
 def test_submit_blocking_from_plain_thread():
