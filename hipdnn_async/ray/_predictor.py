@@ -8,6 +8,7 @@ is awaited there. Nothing here calls ``asyncio.run``; no loop of Ray's is borrow
 from __future__ import annotations
 
 import asyncio
+import logging
 import concurrent.futures
 import sys
 import threading
@@ -24,6 +25,8 @@ from ._requests import ModelInputs
 from ._session import ModelHost, _assigned_gpus, worker_device
 
 __all__ = ["Predictor"]
+
+log = logging.getLogger("hipdnn_async")
 
 _CLOSE_TIMEOUT_S = 60.0            # bound on draining the model and device at close
 _CANCEL_TIMEOUT_S = 10.0           # bound on the loop thread ending once cancelled
@@ -76,20 +79,54 @@ class _LoopThread:
             pass
 
 
+_exiting = False          # set where the interpreter starts to exit (before atexit runs)
+
+
+def _mark_exiting() -> None:
+    global _exiting
+    _exiting = True
+
+
+_register = getattr(threading, "_register_atexit", None)
+if _register is not None:
+    _register(_mark_exiting)
+
+
+def _finalize(loop: _LoopThread, host: ModelHost, run: concurrent.futures.Future,
+              spec: str) -> None:
+    """The weakref.finalize callback: the Predictor was collected, or the interpreter is
+    exiting (finalize's atexit hook). A collection may run on any thread at any moment,
+    one holding a lock the close needs included (the import lock, a stream's): the close
+    is handed to a thread of its own then and nobody waits. At exit it runs here, so that
+    it is done before the interpreter freezes its threads."""
+    if _exiting:
+        _close(loop, host, run, spec)
+        return
+    threading.Thread(target=_close_logged, args=(loop, host, run, spec), daemon=True,
+                     name="hipdnn_async.ray.Predictor close").start()
+
+
+def _close_logged(*args) -> None:
+    try:
+        _close(*args)
+    except Exception as exc:  # noqa: BLE001 - nobody to raise to: say it
+        log.warning("hipdnn_async.ray: closing a collected Predictor: %s", exc)
+
+
 def _close(loop: _LoopThread, host: ModelHost, run: concurrent.futures.Future,
            spec: str) -> None:
     """Stop the model host (it drains the model, then the device) and the loop thread.
 
-    A weakref.finalize callback: it runs once, from ``close()``, when the Predictor is
-    collected, or at exit (finalize's atexit hook, while threads still run). Not once the
-    interpreter is finalizing: its threads are frozen then and nothing could finish.
+    From ``close()``, from the finalizer (collected, or at exit while threads still run);
+    not once the interpreter is finalizing: its threads are frozen then and nothing could
+    finish.
     """
     if sys.is_finalizing() or not loop.alive():
         return
     if threading.current_thread() is loop.thread:
-        # collected by a garbage collection that ran on the loop thread itself: waiting
-        # here would stop the very loop that has to do the closing
-        threading.Thread(target=_close, args=(loop, host, run, spec), daemon=True,
+        # close() called from the model itself, on the loop thread: waiting here would
+        # stop the very loop that has to do the closing
+        threading.Thread(target=_close_logged, args=(loop, host, run, spec), daemon=True,
                          name="hipdnn_async.ray.Predictor close").start()
         return
     try:
@@ -167,7 +204,7 @@ class Predictor:
             loop.stop(cancel=True, timeout=_CANCEL_TIMEOUT_S)
             raise
         self._portal = loop.portal
-        self._finalizer = weakref.finalize(self, _close, loop, self._host, self._run,
+        self._finalizer = weakref.finalize(self, _finalize, loop, self._host, self._run,
                                            self.spec)
         self._inputs = ModelInputs.of(model)
         self._closed = False
@@ -189,7 +226,12 @@ class Predictor:
         x = batch[self.input_column] if columns else batch
         rows, _ = _requests.as_batch(x, self._inputs, allow_single=False,
                                      where=f"Predictor column {self.input_column!r}")
-        y = self._portal.call(self._predict, rows)
+        try:
+            y = self._portal.call(self._predict, rows)
+        except RuntimeError:
+            if self._closed:                  # closed meanwhile: the portal has stopped
+                raise DeviceError(f"Predictor on '{self.spec}': closed") from None
+            raise
         if not columns:
             return y
         out = {k: v for k, v in batch.items() if k != self.input_column}
@@ -212,8 +254,10 @@ class Predictor:
         """
         self._closed = True
         finalizer = getattr(self, "_finalizer", None)
-        if finalizer is not None:
-            finalizer()
+        detached = finalizer.detach() if finalizer is not None else None
+        if detached is not None:              # not closed before: close here, and wait
+            _, _, args, _ = detached
+            _close(*args)
 
     def __repr__(self) -> str:
         return (f"Predictor(device={self.spec!r}, input_column={self.input_column!r}, "

@@ -258,6 +258,53 @@ def test_predictor_close_cancels_a_model_that_does_not_close(monkeypatch):
     p.close()                                  # closed once: a second close does nothing
 
 
+def test_a_collected_predictor_closes_on_a_thread_of_its_own(monkeypatch):
+    """Second new-user review F2: a Predictor collected by the garbage collector closed on
+    the collecting thread, which waited up to 70 s (and deadlocked when that thread held
+    a lock the close needed). The collection now returns at once: here the model's aclose
+    can only finish after gc.collect() has returned (it waits for a gate set afterwards)."""
+    import gc
+    from hipdnn_async.ray import _predictor
+    monkeypatch.setattr(_predictor, "_CLOSE_TIMEOUT_S", 5.0)
+    gate, log = threading.Event(), []
+
+    class Gated(_Doubler):
+        async def aclose(self):
+            await anyio.to_thread.run_sync(gate.wait, 20)
+            self.log.append("aclose" if gate.is_set() else "gate never opened")
+
+    async def factory(dev):
+        return Gated(log)
+
+    p = Predictor(factory)
+    np.testing.assert_array_equal(p(np.ones((2, 3), np.float32)), np.full((2, 3), 2))
+    p.me = p                                   # only a collection can free it
+    del p
+    gc.collect()
+    gate.set()
+    wait_until(lambda: log == ["warmup", "aclose"], timeout_s=20,
+               what=f"the collected Predictor's model to close (log {log})")
+
+
+def test_a_call_that_races_close_is_a_device_error():
+    """Second new-user review F6: a call that passed the closed check just before close()
+    stopped the event loop got anyio's "This portal is not running" RuntimeError."""
+    async def factory(dev):
+        return _Doubler([])
+
+    p = Predictor(factory)
+    portal = p._portal
+
+    class ClosedMeanwhile:                      # close() ran between check and call
+        def call(self, *args):
+            p.close()
+            return portal.call(*args)
+
+    p._portal = ClosedMeanwhile()
+    with pytest.raises(hd.DeviceError, match="Predictor on 'cpu': closed"):
+        p(np.ones((2, 3), np.float32))
+
+
 _PREDICTOR_AT_EXIT = """
 import sys, time
 import numpy as np
