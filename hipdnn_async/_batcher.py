@@ -145,34 +145,44 @@ def _resolve_buckets(buckets, max_batch_size: int) -> tuple[int, ...]:
 
 def _logical_constant(name: str, t, arr: np.ndarray) -> np.ndarray:
     """`arr` as an array of the tensor's logical dims, read as ``plan.execute`` reads a
-    buffer: logical dims (N, C, [D,] H, W) with any strides, or a C-contiguous array in
-    the tensor's memory order (e.g. (N, H, W, C) for NHWC).
+    buffer: logical dims (N, C, [D,] H, W), or a C-contiguous array in the tensor's memory
+    order (e.g. (N, H, W, C) for NHWC). Where the two shapes differ, a logical array may
+    have any strides; where they are the same (an NHWC filter with C == R == S), it must
+    have the tensor's strides (the logical view of memory-order data), as in execute.
 
     Raises
     ------
     VariantPackError
-        Neither shape; or a C-contiguous array whose shape is both (an NHWC tensor with
-        C == H == W): logical or memory order cannot be told apart, and a guess could be
-        silently wrong.
+        Neither shape; a memory-order array that is not C-contiguous; or, where the shapes
+        are the same, an array without the tensor's strides (C-contiguous or not, it may
+        hold either order: a guess could be silently wrong).
     """
-    dims = tuple(t.dims)
-    order = stride_order(dims, tuple(t.strides))
+    dims, strides = tuple(t.dims), tuple(t.strides)
+    order = stride_order(dims, strides)
     physical = tuple(dims[a] for a in order)
-    memory_order = arr.flags.c_contiguous and same_memory_order(arr.shape, physical)
+    inverse = tuple(order.index(a) for a in range(len(dims)))
+    natural = packed_strides(dims, tuple(range(len(dims))))
+    # both readings give other values: a non-trivial memory order that the shape hides
+    ambiguous = same_memory_order(dims, physical) and not strides_match(dims, strides,
+                                                                         natural)
     if arr.shape == dims:
-        # C-contiguous logical data is laid out as the tensor is (size-1 dims aside): then
-        # both readings agree; otherwise they give other values
-        natural = packed_strides(dims, tuple(range(len(dims))))
-        if memory_order and not strides_match(dims, tuple(t.strides), natural):
-            raise VariantPackError(
-                f"DynamicBatcher: constant {name!r}: a C-contiguous array of shape "
-                f"{arr.shape} is ambiguous here (it reads as logical dims and as memory "
-                f"order {order}); pass the memory-order array's logical view "
-                f"(arr.transpose{tuple(order.index(a) for a in range(len(dims)))}) or a "
-                "logical array that is not C-contiguous (np.asfortranarray(arr))")
-        return arr
-    if memory_order:
-        return arr.reshape(physical).transpose([order.index(a) for a in range(len(dims))])
+        item = arr.itemsize
+        got = tuple(s // item for s in arr.strides)
+        if not ambiguous or (all(s % item == 0 for s in arr.strides)
+                             and strides_match(dims, strides, got)):
+            return arr
+        raise VariantPackError(
+            f"DynamicBatcher: constant {name!r}: an array of shape {arr.shape} is ambiguous "
+            f"here (the logical dims and the memory order {order} have the same shape); "
+            f"pass the logical view with the tensor's strides {strides}: "
+            f"memory_order_array.transpose{inverse}, or for logical data "
+            f"np.ascontiguousarray(arr.transpose{order}).transpose{inverse}")
+    if same_memory_order(arr.shape, physical):
+        if not arr.flags.c_contiguous:
+            raise VariantPackError(f"DynamicBatcher: constant {name!r}: a memory-order "
+                                   f"array (shape {arr.shape}) must be C-contiguous; pass "
+                                   "np.ascontiguousarray(arr)")
+        return arr.reshape(physical).transpose(inverse)
     raise VariantPackError(f"DynamicBatcher: constant {name!r} needs logical shape {dims} "
                            f"(N, C, [D,] H, W order) or a C-contiguous array of shape "
                            f"{physical} (memory order); got {arr.shape}")
@@ -182,7 +192,8 @@ def _check_cast(name: str, value: np.ndarray, cast: np.ndarray) -> None:
     """Refuse a constant whose cast to the tensor's dtype turned a finite value into an
     infinity or NaN (1e5 as float16 is inf): that would be a silently wrong model."""
     with np.errstate(invalid="ignore", over="ignore"):
-        lost = np.isfinite(value.astype(np.float64)) & ~np.isfinite(cast.astype(np.float64))
+        # finiteness in each array's own dtype (a long double beyond float64 is finite)
+        lost = np.isfinite(value) & ~np.isfinite(cast.astype(np.float64))
     if lost.any():
         at = tuple(int(i) for i in np.argwhere(lost)[0])
         raise VariantPackError(f"DynamicBatcher: constant {name!r} holds {value[at].item()!r} at "
@@ -318,9 +329,10 @@ class DynamicBatcher:
         strides, or a C-contiguous array in the tensor's memory order ((K, R, S, C) for
         NHWC filters); any dtype castable to the tensor's, cast and copied once (to the
         device, on a GPU). Values are taken as given, NaN and inf included. Refused
-        (VariantPackError naming the constant): neither shape; a C-contiguous array whose
-        shape is both (NHWC with C == H == W: ambiguous); a masked array; a value the cast
-        makes infinite or NaN (1e5 as float16), with its index.
+        (VariantPackError naming the constant): neither shape; a memory-order array that
+        is not C-contiguous; where both shapes are the same (NHWC with C == H == W), any
+        array but the logical view with the tensor's strides (ambiguous); a masked array;
+        a value the cast makes infinite or NaN (1e5 as float16), with its index.
     max_batch_size : int, optional
         Most rows in one execution. Default 64.
     max_delay_ms : float, optional

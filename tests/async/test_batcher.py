@@ -442,6 +442,12 @@ async def test_bad_arguments():
         with pytest.raises(VariantPackError, match=r"constant 'w' holds 1e\+39 at index "
                                                    r"\(1, 0, 2, 0\).*float32"):
             hd.DynamicBatcher(dev, g, constants={"w": huge, "b": b})
+        if np.finfo(np.longdouble).max > np.finfo(np.float64).max:   # x86-64: 80-bit
+            long = w.astype(np.longdouble)
+            long[0, 1, 0, 0] = np.longdouble("1e4000")              # beyond float64 too
+            with pytest.raises(VariantPackError, match=r"constant 'w' holds .* at index "
+                                                       r"\(0, 1, 0, 0\)"):
+                hd.DynamicBatcher(dev, g, constants={"w": long, "b": b})
 
 
 async def test_constants_are_read_as_plan_execute_reads_buffers():
@@ -464,6 +470,10 @@ async def test_constants_are_read_as_plan_execute_reads_buffers():
             np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
         with pytest.raises(VariantPackError, match=r"constant 'w'.*masked"):
             hd.DynamicBatcher(dev, g, constants={"w": np.ma.masked_less(w, 0), "b": b})
+        with pytest.raises(VariantPackError, match=r"constant 'w': a memory-order array "
+                                                   r"\(shape \(5, 3, 3, 4\)\) must be "
+                                                   r"C-contiguous"):
+            hd.DynamicBatcher(dev, g, constants={"w": memory[:, ::-1], "b": b})
         with pytest.raises(VariantPackError, match=r"constant 'w' needs logical shape "
                                                    r"\(5, 4, 3, 3\).*\(5, 3, 3, 4\)"):
             hd.DynamicBatcher(dev, g, constants={"w": memory[:, :, :, :3], "b": b})
@@ -473,10 +483,13 @@ async def test_constants_are_read_as_plan_execute_reads_buffers():
         w3 = g3.tensor(dims=(2, 3, 3, 3), layout="NHWC", name="w")
         g3.conv_fprop(x3, w3, padding=1).set_output(True).set_name("y")
         w3s = rng.standard_normal((2, 3, 3, 3)).astype(np.float32)
-        with pytest.raises(VariantPackError, match=r"constant 'w'.*ambiguous"):
-            hd.DynamicBatcher(dev, g3, constants={"w": w3s})
-        async with hd.DynamicBatcher(dev, g3, constants={"w": np.asfortranarray(w3s)},
-                                     max_batch_size=2) as batcher:   # logical, not C order
+        w3m = np.ascontiguousarray(w3s.transpose(0, 2, 3, 1))   # its memory order
+        for either in (w3s, w3m, np.asfortranarray(w3s),
+                       np.repeat(w3m, 2, axis=-1)[..., ::2]):     # (review 2 F3)
+            with pytest.raises(VariantPackError, match=r"constant 'w'.*ambiguous"):
+                hd.DynamicBatcher(dev, g3, constants={"w": either})
+        async with hd.DynamicBatcher(dev, g3, constants={"w": w3m.transpose(0, 3, 1, 2)},
+                                     max_batch_size=2) as batcher:   # the tensor's strides
             x3s = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
             got = await batcher({"x": as_layout(x3s, "NHWC")})
         xp = np.pad(x3s.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
