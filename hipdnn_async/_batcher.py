@@ -171,12 +171,16 @@ def _logical_constant(name: str, t, arr: np.ndarray) -> np.ndarray:
         if not ambiguous or (all(s % item == 0 for s in arr.strides)
                              and strides_match(dims, strides, got)):
             return arr
+        if strides_match(dims, strides, packed_strides(dims, order)):
+            how = (f"memory_order_array.transpose{inverse}, or for logical data "
+                   f"np.ascontiguousarray(arr.transpose{order}).transpose{inverse}")
+        else:                             # padded strides: no transpose gives them
+            how = ("np.lib.stride_tricks.as_strided over a buffer laid out with those "
+                   "strides")
         raise VariantPackError(
             f"DynamicBatcher: constant {name!r}: an array of shape {arr.shape} is ambiguous "
             f"here (the logical dims and the memory order {order} have the same shape); "
-            f"pass the logical view with the tensor's strides {strides}: "
-            f"memory_order_array.transpose{inverse}, or for logical data "
-            f"np.ascontiguousarray(arr.transpose{order}).transpose{inverse}")
+            f"pass the logical view with the tensor's strides {strides}: {how}")
     if same_memory_order(arr.shape, physical):
         if not arr.flags.c_contiguous:
             raise VariantPackError(f"DynamicBatcher: constant {name!r}: a memory-order "

@@ -102,7 +102,9 @@ def _finalize(loop: _LoopThread, host: ModelHost, run: concurrent.futures.Future
     if _exiting:
         _close(loop, host, run, spec)
         return
-    threading.Thread(target=_close_logged, args=(loop, host, run, spec), daemon=True,
+    # not a daemon: a close still running when the interpreter exits is waited for (it is
+    # bounded: 60 s, then a cancel and 10 s more), so the model's aclose is not cut off
+    threading.Thread(target=_close_logged, args=(loop, host, run, spec), daemon=False,
                      name="hipdnn_async.ray.Predictor close").start()
 
 

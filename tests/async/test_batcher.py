@@ -488,6 +488,13 @@ async def test_constants_are_read_as_plan_execute_reads_buffers():
                        np.repeat(w3m, 2, axis=-1)[..., ::2]):     # (review 2 F3)
             with pytest.raises(VariantPackError, match=r"constant 'w'.*ambiguous"):
                 hd.DynamicBatcher(dev, g3, constants={"w": either})
+        gp = hd.Graph(name="padded", io_data_type=F32)      # NHWC with padded strides
+        xp_ = gp.tensor(dims=(1, 3, 8, 8), layout="NHWC", name="x")
+        wp = gp.tensor(dims=(2, 3, 3, 3), strides=(40, 1, 12, 4), name="w")
+        gp.conv_fprop(xp_, wp, padding=1).set_output(True).set_name("y")
+        with pytest.raises(VariantPackError, match=r"ambiguous.*strides \(40, 1, 12, 4\): "
+                                                   r"np.lib.stride_tricks.as_strided"):
+            hd.DynamicBatcher(dev, gp, constants={"w": w3m.transpose(0, 3, 1, 2)})
         async with hd.DynamicBatcher(dev, g3, constants={"w": w3m.transpose(0, 3, 1, 2)},
                                      max_batch_size=2) as batcher:   # the tensor's strides
             x3s = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)

@@ -307,6 +307,7 @@ def test_a_call_that_races_close_is_a_device_error():
 
 _PREDICTOR_AT_EXIT = """
 import sys, time
+import anyio
 import numpy as np
 from hipdnn_async.ray import Predictor, _predictor
 _predictor._CLOSE_TIMEOUT_S = _predictor._CANCEL_TIMEOUT_S = 1.0
@@ -314,9 +315,11 @@ case = sys.argv[1]
 class M:
     async def __call__(self, x):
         return np.asarray(x) * 2
+    aclose_delay = 0.0
     async def aclose(self):
         if case == "blocking":
             time.sleep(40)          # blocks the event loop: not even a cancel gets through
+        await anyio.sleep(self.aclose_delay)
         print("aclose", flush=True)
 async def factory(dev):
     return M()
@@ -325,6 +328,12 @@ print(float(P(np.ones((2, 3), np.float32)).sum()), flush=True)
 if case == "cycle":
     P.me = P
     del P
+elif case == "collected":           # collected just before exit: its close must finish
+    M.aclose_delay = 0.3
+    P.me = P
+    del P
+    import gc
+    gc.collect()
 elif case == "blocking":
     try:
         P.close()
@@ -336,6 +345,7 @@ elif case == "blocking":
 @pytest.mark.parametrize("case, lines", [
     ("global", ["12.0", "aclose"]),                # a module global: closed at exit
     ("cycle", ["12.0", "aclose"]),                 # in a reference cycle: closed at exit
+    ("collected", ["12.0", "aclose"]),             # collected just before exit: finished
     ("blocking", ["12.0", "DeviceError True"]),    # close gives up; exit does not wait
 ])
 def test_predictor_at_exit_closes_its_model_and_never_hangs(case, lines):
