@@ -6,7 +6,7 @@ stream's worker. See ``docs/internals.md`` section 6.
 from ._completion import Completion
 from ._metrics import Histogram
 from ._pool import DEFAULT_MAX_INFLIGHT, StreamPool
-from ._stream import CpuStreamBackend, Event, Stream, StreamBackend
+from ._stream import CpuStreamBackend, Event, Stream, StreamBackend, interpreter_exiting
 
 __all__ = [
     "Completion",
@@ -17,4 +17,5 @@ __all__ = [
     "Stream",
     "StreamBackend",
     "StreamPool",
+    "interpreter_exiting",
 ]

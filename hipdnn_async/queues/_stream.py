@@ -214,6 +214,12 @@ class _Flush:
 _exiting = False     # set once the interpreter exits: CPU submissions then wait (poll)
 
 
+def interpreter_exiting() -> bool:
+    """True once the interpreter has begun to exit (where it joins non-daemon threads,
+    before atexit handlers and finalize's exit hook run)."""
+    return _exiting
+
+
 def _drain_all_workers() -> None:
     # Runs where the interpreter joins non-daemon threads (as concurrent.futures' exit
     # hook does): work queued on a pool that was never closed finishes before exit, as it

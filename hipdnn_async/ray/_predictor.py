@@ -20,6 +20,7 @@ import anyio.from_thread
 import numpy as np
 
 from .._errors import DeviceError, VariantPackError
+from ..queues import interpreter_exiting
 from . import _requests
 from ._requests import ModelInputs
 from ._session import ModelHost, _assigned_gpus, worker_device
@@ -79,19 +80,6 @@ class _LoopThread:
             pass
 
 
-_exiting = False          # set where the interpreter starts to exit (before atexit runs)
-
-
-def _mark_exiting() -> None:
-    global _exiting
-    _exiting = True
-
-
-_register = getattr(threading, "_register_atexit", None)
-if _register is not None:
-    _register(_mark_exiting)
-
-
 def _finalize(loop: _LoopThread, host: ModelHost, run: concurrent.futures.Future,
               spec: str) -> None:
     """The weakref.finalize callback: the Predictor was collected, or the interpreter is
@@ -99,7 +87,7 @@ def _finalize(loop: _LoopThread, host: ModelHost, run: concurrent.futures.Future
     one holding a lock the close needs included (the import lock, a stream's): the close
     is handed to a thread of its own then and nobody waits. At exit it runs here, so that
     it is done before the interpreter freezes its threads."""
-    if _exiting:
+    if interpreter_exiting():
         _close(loop, host, run, spec)
         return
     # not a daemon: a close still running when the interpreter exits is waited for (it is
