@@ -136,14 +136,18 @@ def within_limit(candidates: Sequence[Candidate], knobs: Mapping[str, int], *,
 
 
 def perf_key(provider, engine_name: str, match, limit: int, *,
-             device: str | None = None) -> _perfdb.PerfKey:
+             device: str | None = None, policy: str = "") -> _perfdb.PerfKey:
     """The perf-db key of a tuning: provider name and ``describe()`` (library versions,
-    device; ``device`` overrides the latter), engine, problem signature, limit."""
+    device; ``device`` overrides the latter), engine, problem signature, limit.
+    ``policy``: knob settings that narrow the candidates (e.g. ``"deterministic"``); a
+    winner under one policy may not be allowed under another, so it prefixes the problem
+    as ``"[policy] "`` (the default policy, "", keeps the plain signature)."""
     desc = provider.describe()
+    problem = f"[{policy}] {match.signature}" if policy else match.signature
     return _perfdb.PerfKey(provider=provider.name, engine=engine_name,
                            library_versions=desc["library_versions"],
                            device=desc["device"] if device is None else device,
-                           problem=match.signature, workspace_limit=int(limit))
+                           problem=problem, workspace_limit=int(limit))
 
 
 def tuned(perfdb, key: _perfdb.PerfKey, fitting: Sequence[Candidate],
@@ -178,7 +182,7 @@ def tuned(perfdb, key: _perfdb.PerfKey, fitting: Sequence[Candidate],
 def choose(engine, match, candidates: Sequence[Candidate], knobs: Mapping[str, int], perfdb,
            *, heuristic: Callable[[list, int], Candidate],
            measure: Callable[[list], tuple], tunable: Callable[[list], list] | None = None,
-           device: str | None = None) -> Choice:
+           device: str | None = None, policy: str = "") -> Choice:
     """Choose the candidate a build of ``engine`` (a ``ProviderEngine``) runs.
 
     Parameters
@@ -200,6 +204,8 @@ def choose(engine, match, candidates: Sequence[Candidate], knobs: Mapping[str, i
         Default: all that fit the limit. The limit (and so the perf-db key) is unchanged.
     device : str, optional
         The perf-db key's device, when not ``provider.describe()["device"]``.
+    policy : str, optional
+        The knob settings that narrowed `candidates`, for the perf-db key (``perf_key``).
 
     Raises
     ------
@@ -211,7 +217,7 @@ def choose(engine, match, candidates: Sequence[Candidate], knobs: Mapping[str, i
         return Choice(heuristic(fitting, limit), limit, tuple(fitting))
     if tunable is not None:
         fitting = tunable(fitting)
-    key = perf_key(engine.provider, engine.name, match, limit, device=device)
+    key = perf_key(engine.provider, engine.name, match, limit, device=device, policy=policy)
     return tuned(perfdb, key, fitting, measure, schema1=engine.schema1)
 
 

@@ -112,3 +112,29 @@ def test_benchmarking_finds_once_and_remembers(fake_gpu, hdr):
     assert not calls(second["log"], "cudnnFind*")
     assert second["plan"]["perfdb_hit"] and second["plan"]["algorithm"] == first["plan"]["algorithm"]
     assert ALGOS  # names come from cudnn_cnn.h via _expect
+
+
+def test_benchmarked_winners_are_remembered_per_determinism_policy(fake_gpu, hdr):
+    """A winner benchmarked with cudnn_legacy.deterministic=0 (possibly ALGO_0/ALGO_3)
+    must not stand in for a deterministic build, nor the other way round: the knob is in
+    the perf-db key (review of the change: it was not, while the graph engine's was)."""
+    bench = {"global.benchmarking": 1}
+    free, det, det_again = build(fake_gpu, "wgrad", dict(bench), builds=1) + build(
+        fake_gpu, "wgrad", dict(bench, **{DET: 1}), builds=2)
+    for b in (free, det, det_again):
+        assert b["error"] is None, b.get("message")
+    assert free["plan"]["benchmarked"] and not free["plan"]["perfdb_hit"]
+    # the deterministic build benchmarks its own candidates (no hit of the other policy's)
+    assert len(calls(det["log"], "cudnnFindConvolutionBackwardFilterAlgorithmEx")) == 1
+    assert det["plan"]["benchmarked"] and not det["plan"]["perfdb_hit"]
+    perf = calls(free["log"], HEUR["wgrad"])[0]["perf"]
+    deterministic = {algo_name(hdr, 2, e["algo"]) for e in candidates(hdr, perf, 2, True)}
+    assert det["plan"]["algorithm"] in deterministic
+    assert free["plan"]["algorithm"] not in deterministic, \
+        "the fake's fastest FLOAT wgrad should be a non-deterministic one"
+    # ... and remembers it under its own key, beside the other policy's winner
+    assert det_again["plan"]["perfdb_hit"] and not calls(det_again["log"], "cudnnFind*")
+    assert det_again["plan"]["algorithm"] == det["plan"]["algorithm"]
+    free_again = build(fake_gpu, "wgrad", dict(bench))[0]
+    assert free_again["plan"]["perfdb_hit"], free_again["plan"]
+    assert free_again["plan"]["algorithm"] == free["plan"]["algorithm"]

@@ -302,7 +302,8 @@ class CudnnProvider(Provider):
         candidates = self._policy(match, setup, raw, deterministic)
         choice = _tuning.choose(self.engine_impl(engine), match, candidates, knobs, perfdb,
                                 heuristic=lambda fitting, limit: fitting[0],
-                                measure=lambda fitting: self._find(match, setup, fitting))
+                                measure=lambda fitting: self._find(match, setup, fitting),
+                                policy="deterministic" if deterministic else "")
         fitting, chosen = list(choice.fitting), choice.candidate
         if fused:
             plan = self._fused_plan(match, setup, fitting, chosen, where)
