@@ -415,8 +415,6 @@ class DynamicBatcher:
         # A device without is_host (a duck-typed stand-in) is taken as host memory.
         self._lanes = [_Lane(i, d, bool(getattr(d, "is_host", True)))
                        for i, d in enumerate(devices)]
-        self._device = devices[0]           # the single-device spelling's device
-        self._host = self._lanes[0].host
         self._rr = 0                        # the lane a tie goes to next
         self._graph = graph
         if knobs is None or isinstance(knobs, Mapping):
@@ -566,7 +564,6 @@ class DynamicBatcher:
                     buf = self._device_empty(lane, name, t)
                     self._copy_in(lane, name, buf, host)
                 lane.constants[name] = buf
-        self._constants = self._lanes[0].constants   # the single-device spelling's
 
     @property
     def devices(self) -> tuple:
@@ -607,10 +604,6 @@ class DynamicBatcher:
         except Exception as exc:
             raise _named_error(exc, f"DynamicBatcher: copying tensor {name!r} from device "
                                     f"{lane.spec}")
-
-    @property
-    def _spec(self) -> str:
-        return self._lanes[0].spec
 
     @property
     def sample_shape(self) -> tuple | None:
@@ -953,17 +946,12 @@ class DynamicBatcher:
             self._plans_built += 1
             tensors = _tensor_by_key(g)
             keys = {}
-            for name in (*self.inputs, *self._constants, *self._all_outputs):
+            for name in (*self.inputs, *self._lanes[0].constants, *self._all_outputs):
                 t = tensors[name]
                 keys[name] = t.uid if t.uid is not None else t.name
             bucket = _Bucket(size, plan, tensors, keys)
             lane.plans[size] = bucket
             return bucket
-
-    @property
-    def _plans(self) -> dict:
-        """The first device's plans by bucket size (the single-device spelling's)."""
-        return self._lanes[0].plans
 
     async def warmup(self, sizes: Sequence[int] | None = None) -> None:
         """Build the plans of the given bucket sizes now (default: every bucket), on every

@@ -112,25 +112,6 @@ class Binding:
     def cacheable(self) -> bool:
         return self.refs is not None
 
-    def matches(self, items, workspace) -> bool:
-        """True when ``items`` (the variant pack's (key, buffer) pairs) and ``workspace``
-        are this binding's, unchanged."""
-        keys, refs, checks, prints = self.keys, self.refs, self.checks, self.prints
-        if len(items) != len(keys) or workspace is not self.ws_obj:
-            return False
-        i = 0
-        for key, buf in items:
-            k = keys[i]
-            if (key is not k and key != k) or refs[i]() is not buf:
-                return False
-            f = checks[i]
-            if f is not _fp_none and f(buf) != prints[i]:
-                return False
-            i += 1
-        if workspace is not None and _fingerprint_fn(workspace)(workspace) != self.ws_print:
-            return False
-        return True
-
 
 class BindingCache:
     """The last few bindings of one plan, most recent first.

@@ -91,8 +91,6 @@ class GpuStreamBackend(StreamBackend):
         The device.
     """
 
-    poll_due = False
-
     def __init__(self, name: str, context: GpuContext):
         self.name = name
         self.context = context

@@ -2,11 +2,12 @@
 
 A :class:`Stream` owns the bookkeeping (in-flight items, counters, histograms, events);
 a :class:`StreamBackend` owns execution. The CPU backend runs items on one worker thread
-(the items' heavy parts release the GIL, so streams overlap on several cores). A GPU
-backend would implement the same four methods over a vendor stream: ``launch`` calls
-``item._execute()`` on the submitting thread (the call enqueues kernels), records a
-vendor event and calls ``item._finish(value, error)`` when it completes; ``record`` and
-``wait`` map to event record / stream-wait-event.
+(the items' heavy parts release the GIL, so streams overlap on several cores). The GPU
+backend (``_gpu_backend``) implements the same methods over a vendor stream: ``launch``
+calls ``item._execute()`` on the submitting thread (the call enqueues kernels) and adds
+the item to a completion batch closed by one vendor event; completions are observed in
+batches when someone asks (``poll``/``watch``/``wait_item``), ``record`` and ``wait``
+map to event record / stream-wait-event.
 """
 from __future__ import annotations
 

@@ -20,19 +20,10 @@ from ..._types import numpy_dtype
 from ...runtime import GpuArray, LaunchContext
 from ._launch import StreamResources
 
-__all__ = ["BuildStream", "median", "WARMUP_RUNS", "TIMED_RUNS"]
+__all__ = ["BuildStream", "WARMUP_RUNS", "TIMED_RUNS"]
 
 WARMUP_RUNS = 3     # untimed runs first (the first one may compile or load modules)
 TIMED_RUNS = 7      # event-timed runs; their median is the candidate's time
-
-
-def median(values) -> float:
-    """The median of a non-empty sequence of floats (mean of the middle two if even)."""
-    v = sorted(values)
-    n = len(v)
-    if not n:
-        raise ValueError("median of no values")
-    return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
 
 
 class BuildStream:

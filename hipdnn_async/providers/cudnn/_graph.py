@@ -28,6 +28,7 @@ import logging
 import os
 import tempfile
 import time
+from statistics import median
 
 import numpy as np
 
@@ -39,7 +40,6 @@ from ...patterns import Pattern
 from ...runtime import GpuArray, load_vendor
 from .._base import Engine, ProviderEngine, engine_id
 from .. import _tuning
-from .._gpu._trial import median
 from .._tuning import Algorithm
 from . import _graph_ir, _graph_lower, _graph_plan
 
