@@ -28,7 +28,7 @@ from ._types import as_data_type, numpy_dtype
 from .graph import Graph, TensorAttributes, strides_for
 from .graph._tensor import as_int_tuple, check_strides, packed_strides
 from .runtime._buffer import element_extent
-from .runtime import GpuArray
+from .runtime import ExecCounter, GpuArray
 from .patterns import match as match_pattern
 from .providers._base import DeclinedError, Engine, engine_id
 from .providers._registry import available_devices, parse_spec, provider_for
@@ -176,8 +176,9 @@ class Device:
         self._cache_lock = threading.Lock()
         self._stats_lock = threading.Lock()
         self._entered = False                     # by `with` / `async with`: see Notes
-        self._plan_stats = defaultdict(lambda: {"plans": 0, "build_ms": 0.0,
-                                                "executions": 0, "exec_ms": 0.0})
+        self._plan_stats = defaultdict(lambda: {"plans": 0, "build_ms": 0.0})
+        # per pattern; a C launch bumps its counter itself (no Python call per execution)
+        self._exec_counters: defaultdict[str, ExecCounter] = defaultdict(ExecCounter)
 
     # -- lifetime ------------------------------------------------------------------------
     async def __aenter__(self) -> "Device":
@@ -263,7 +264,19 @@ class Device:
         CPU, only the enqueueing on a GPU (GPU time is in ``metrics()``' ``exec_ms``, from
         launch to the completion event)."""
         with self._stats_lock:
-            return {k: dict(v) for k, v in self._plan_stats.items()}
+            out = {k: dict(v) for k, v in self._plan_stats.items()}
+            counters = dict(self._exec_counters)
+        for k, c in counters.items():
+            s = out.setdefault(k, {"plans": 0, "build_ms": 0.0})
+            s["executions"], s["exec_ms"] = c.executions, c.exec_ms
+        for s in out.values():
+            s.setdefault("executions", 0)
+            s.setdefault("exec_ms", 0.0)
+        return out
+
+    def _exec_counter(self, pattern: str) -> ExecCounter:
+        with self._stats_lock:
+            return self._exec_counters[pattern]
 
     def capture(self, stream=None) -> "_capture.Step":
         """Record plan executions on one stream, to replay them as one launch.
@@ -496,11 +509,6 @@ class Device:
             while len(self._plan_cache) > PLAN_CACHE_SIZE:
                 self._plan_cache.popitem(last=False)
 
-    def _record_execution(self, pattern: str, ms: float) -> None:
-        with self._stats_lock:
-            s = self._plan_stats[pattern]
-            s["executions"] += 1
-            s["exec_ms"] += ms
 
 
 def _backend_factory(provider):
@@ -757,34 +765,24 @@ class ExecutionPlan:
 
     def _runner(self, buffers: dict, ws):
         """The work-item function of one execution with bound ``buffers`` / ``ws``."""
-        pplan, device, pattern = self._pplan, self.device, self.pattern
+        pplan, add = self._pplan, self.device._exec_counter(self.pattern).add
+        clock = time.perf_counter_ns
 
         def run():
-            t0 = time.perf_counter()
+            t0 = clock()
             pplan.run(buffers, ws)
-            device._record_execution(pattern, (time.perf_counter() - t0) * 1e3)
+            add(clock() - t0)
 
         return run
 
     def _make_fn(self, buffers: dict, ws):
         """The work-item function of one binding: the provider plan's own launcher for
-        these buffers where it has one (a prebuilt vendor launch), else ``_runner``."""
+        these buffers where it has one (a prebuilt vendor launch that counts itself in
+        the device's ``plan_stats``), else ``_runner``."""
         make = getattr(self._pplan, "launcher", None)
         if make is None:
             return self._runner(buffers, ws)
-        launch = make(buffers, ws)
-        lock, stats = self.device._stats_lock, self.device._plan_stats[self.pattern]
-        perf_counter = time.perf_counter
-
-        def run():
-            t0 = perf_counter()
-            launch()
-            t = perf_counter() - t0
-            with lock:
-                stats["executions"] += 1
-                stats["exec_ms"] += t * 1e3
-
-        return run
+        return make(buffers, ws, counter=self.device._exec_counter(self.pattern))
 
     def _work(self, variant_pack, workspace):
         b = self._bindings.get(variant_pack, workspace)

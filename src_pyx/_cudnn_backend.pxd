@@ -11,6 +11,7 @@ descriptors are ``void*``, enums ``int``, ``cudnnStatus_t`` an ``int``.
 from cpython.pythread cimport PyThread_type_lock
 from libc.stdint cimport int64_t, uintptr_t
 
+from ._gpu cimport ExecCounter
 from ._loader cimport Library, LibraryTable
 
 # ------------------------------------------------------------------ function-pointer types
@@ -81,6 +82,7 @@ cdef class GraphLaunch:
     cdef object lock
     cdef PlanLock plock          # the same lock when it is a PlanLock (taken in C)
     cdef readonly long long executions
+    cdef readonly ExecCounter counter   # None, or bumped per execution with its host time
     cdef object lc               # the launch context the variant pack was built for
     cdef object marker           # its workspace_ptr moves with the stream's workspace
     cdef uintptr_t ws_ptr

@@ -44,9 +44,11 @@ from cpython.pythread cimport (NOWAIT_LOCK, WAIT_LOCK, PyThread_acquire_lock,
                                PyThread_release_lock)
 from libc.stdint cimport int64_t, uintptr_t
 from libc.string cimport memset
+from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 from .. import _errors
 from . import _cudnn
+from ._gpu cimport ExecCounter
 from ._loader cimport Library, LibraryTable
 from ._gpu_device import _tls as _launch_tls     # current_launch()'s thread-local
 
@@ -715,11 +717,16 @@ cdef class GraphLaunch:
         moves (None when the workspace is the caller's own).
     lock : PlanLock or lock
         Taken around the execution (a plan executes on one stream at a time).
+    counter : runtime._gpu.ExecCounter, optional
+        Bumped in C after each successful execution with the call's host time
+        (``CLOCK_MONOTONIC``): the device's per-pattern ``plan_stats``, kept with no
+        Python call on the submit path.
 
     Attributes
     ----------
     executions : int
         Successful executions so far (counted in C, under the plan's lock).
+    counter : ExecCounter or None
 
     Raises (when called)
     --------------------
@@ -730,11 +737,14 @@ cdef class GraphLaunch:
     def __cinit__(self):
         self.vp = NULL
 
-    def __init__(self, plan, uids, resolve, lock):
+    def __init__(self, plan, uids, resolve, lock, counter=None):
         cdef int i
         if not isinstance(plan, Descriptor):   # a value error: the stub test's dummies
             raise ValueError(f"GraphLaunch: plan must be an EXECUTION_PLAN Descriptor; got "
                              f"{type(plan).__name__}")
+        if counter is not None and not isinstance(counter, ExecCounter):
+            raise ValueError(f"GraphLaunch: counter must be an ExecCounter or None; got "
+                             f"{type(counter).__name__}")
         if len(uids) > MAX_PACK:
             raise ValueError(f"GraphLaunch: {len(uids)} uids (at most {MAX_PACK})")
         self.plan = plan
@@ -749,6 +759,7 @@ cdef class GraphLaunch:
         self.ws_ptr = 0
         self.handle = NULL
         self.executions = 0
+        self.counter = counter
 
     cdef int _rebuild(self, object lc) except -1:
         cdef void* p[MAX_PACK]
@@ -790,6 +801,8 @@ cdef class GraphLaunch:
         return 0
 
     def __call__(self):
+        cdef timespec t0, t1
+        clock_gettime(CLOCK_MONOTONIC, &t0)
         lc = getattr(_launch_tls, "launch", None)
         if _f.BackendExecute == NULL:
             _T.missing(b"BackendExecute")
@@ -805,6 +818,9 @@ cdef class GraphLaunch:
         else:
             with self.lock:
                 self._execute(lc)
+        if self.counter is not None:
+            clock_gettime(CLOCK_MONOTONIC, &t1)
+            self.counter.bump((t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec))
 
     def __dealloc__(self):
         if self.vp != NULL and _f.BackendDestroyDescriptor != NULL:

@@ -40,3 +40,14 @@ cdef class Runtime(LibraryTable):
     cdef int c_memset_async(self, void* dst, int value, size_t nbytes,
                             void* stream) except -1 nogil
     cdef int c_graph_launch(self, void* graph_exec, void* stream) except -1 nogil
+
+
+cdef class ExecCounter:
+    # executions of one pattern's plans on a device and the host time their launches took;
+    # bumped in C (with the GIL held, so no count is lost) by launches that take one
+    cdef readonly long long executions
+    cdef readonly long long host_ns
+
+    cdef inline void bump(self, long long ns) noexcept:
+        self.executions += 1
+        self.host_ns += ns

@@ -53,7 +53,7 @@ from ._gpu_api cimport (GraphExecUpdateResultInfo, PointerAttributes, RuntimeCon
                         f_enable_peer_access, f_memcpy_peer_async, f_status)
 from ._loader cimport Library, LibraryTable
 
-__all__ = ["Runtime", "runtime", "instance", "GpuError", "CUDA_CONSTANTS", "HIP_CONSTANTS",
+__all__ = ["Runtime", "ExecCounter", "runtime", "instance", "GpuError", "CUDA_CONSTANTS", "HIP_CONSTANTS",
            "HIP5_CONSTANTS", "CUDA_STATUS", "HIP_STATUS"]
 
 # ------------------------------------------------------------------ constants tables
@@ -898,6 +898,36 @@ cdef class Runtime(LibraryTable):
         if attrs.type == self.c.MEMORY_TYPE_DEVICE or attrs.type == self.c.MEMORY_TYPE_MANAGED:
             return attrs.device
         return -1
+
+
+# ------------------------------------------------------------------ launch accounting
+cdef class ExecCounter:
+    """Executions of one pattern's plans on one device, and the host time they took.
+
+    A C launch (``_cudnn_backend.GraphLaunch``) bumps it in C after each successful
+    execution, so the submit path makes no Python call to keep ``Device.plan_stats()``;
+    other work items call :meth:`add`. Bumped with the GIL held: concurrent launches
+    from several streams never lose a count.
+
+    Attributes
+    ----------
+    executions : int
+        Successful executions so far.
+    host_ns : int
+        Their host time in nanoseconds (on a GPU the enqueueing, not the kernels).
+    """
+
+    def add(self, long long ns):
+        """Count one execution that took ``ns`` nanoseconds of host time."""
+        self.bump(ns)
+
+    @property
+    def exec_ms(self):
+        """``host_ns`` in milliseconds (float)."""
+        return self.host_ns / 1e6
+
+    def __repr__(self):
+        return f"ExecCounter(executions={self.executions}, host_ns={self.host_ns})"
 
 
 # ------------------------------------------------------------------ the two instances

@@ -15,6 +15,7 @@ from ._vendors import VENDORS, VendorState, cuda_status, load_cuda, load_vendor,
 
 try:  # the compiled bindings build everywhere (no SDK needed); a source tree may lack them
     from . import _cudnn, _gpu
+    from ._gpu import ExecCounter
     from ._gpu_device import GpuArray, GpuContext, LaunchContext, context_for, current_launch
     from ._loader import LoadRecord
 except ImportError:  # pragma: no cover - load_vendor then reports "not built"
@@ -24,8 +25,18 @@ except ImportError:  # pragma: no cover - load_vendor then reports "not built"
     def current_launch():
         return None
 
+    class ExecCounter:   # _gpu.ExecCounter's surface, for a tree without the bindings
+        def __init__(self):
+            self.executions = self.host_ns = 0
+
+        def add(self, ns):
+            self.executions += 1
+            self.host_ns += ns
+
+        exec_ms = property(lambda self: self.host_ns / 1e6)
+
 LoadedLibrary = LoadRecord   # the former name of the load record
 
-__all__ = ["DeviceArray", "GpuArray", "GpuContext", "LaunchContext", "LoadRecord",
+__all__ = ["DeviceArray", "ExecCounter", "GpuArray", "GpuContext", "LaunchContext", "LoadRecord",
            "LoadedLibrary", "VENDORS", "VendorState", "context_for", "cuda_status",
            "current_launch", "load_cuda", "load_vendor", "vendor_status"]

@@ -270,9 +270,10 @@ class GraphLaunch:
     first call from a stream and reused until the stream or its workspace changes."""
 
     executions: int
+    counter: Any
 
     def __init__(self, plan: Descriptor, uids: Sequence[int],
-                 resolve: Callable[[Any], tuple], lock: Any) -> None:
+                 resolve: Callable[[Any], tuple], lock: Any, counter: Any = None) -> None:
         """``resolve(launch_context) -> (handle, pointers, workspace, marker)``."""
     def __call__(self) -> None:
         """Execute once on the launching stream (cudnnBackendExecute, GIL released)."""

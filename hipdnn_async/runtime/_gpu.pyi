@@ -141,6 +141,17 @@ class Runtime(LibraryTable):
     def pointer_device(self, ptr: int) -> int:
         """Owning device of device/managed memory, -1 otherwise, -2 if it cannot tell."""
 
+class ExecCounter:
+    """Executions of one pattern's plans on a device and their host time (bumped in C)."""
+
+    executions: int
+    host_ns: int
+    exec_ms: float
+
+    def add(self, ns: int) -> None:
+        """Count one execution that took ``ns`` nanoseconds of host time."""
+
+
 def instance(kind: str) -> Runtime:
     """The process-wide runtime of ``kind`` (``"cuda"`` or ``"hip"``), loaded or not."""
 def runtime(kind: str) -> Runtime | None:

@@ -150,6 +150,29 @@ def test_graph_engine_rank_and_knobs(gpu_module_device):
     assert plan.engine.name == GRAPH and plan.algorithm.startswith("eng"), plan.algorithm
 
 
+def test_graph_launches_count_themselves_in_plan_stats(gpu_module_device):
+    # the submit path's work item is the C launch itself (no Python wrapper); it bumps the
+    # device's per-pattern counter in C: executions and their host time in plan_stats
+    from hipdnn_async.runtime._cudnn_backend import GraphLaunch
+    dev = gpu_module_device
+    h = Harness("float16", "NHWC", name="graph_stats")
+    x, w = h.input("x", np.ones((2, 8, 9, 9))), h.input("w", np.ones((8, 8, 3, 3)))
+    h.output(h.g.conv_fprop(x, w, padding=(1, 1)), "y")
+    plan = dev.build_sync(h.g)
+    assert plan.engine.name == GRAPH, plan.engine.name
+    vp = {"x": dev.empty((2, 8, 9, 9), "float16", layout="NHWC"),
+          "w": dev.empty((8, 8, 3, 3), "float16", layout="NHWC"),
+          "y": dev.empty((2, 8, 9, 9), "float16", layout="NHWC")}
+    before = dev.plan_stats().get("CONV_FPROP", {}).get("executions", 0)
+    handles = [plan.submit(vp, stream=0) for _ in range(25)]
+    for hd_ in handles:
+        hd_.result()
+    assert isinstance(plan._bindings.get(vp, None).fn, GraphLaunch)
+    stats = dev.plan_stats()["CONV_FPROP"]
+    assert stats["executions"] - before == 25, stats
+    assert stats["exec_ms"] > 0.0, stats
+
+
 _CHILD = textwrap.dedent("""
     import json, sys
     import numpy as np

@@ -337,11 +337,12 @@ class GraphPlan(ProviderPlan):
                 out.append(self._host[uid].ctypes.data)
         return out
 
-    def launcher(self, buffers, workspace):
+    def launcher(self, buffers, workspace, counter=None):
         """The submit path's work-item function for these buffers: a ``GraphLaunch``
         (``runtime._cudnn_backend``), whose variant pack is built on its first launch on a
         stream and reused until the stream or its workspace changes, so each execution is
-        one ``cudnnBackendExecute``. Pointer alignment is checked here, once.
+        one ``cudnnBackendExecute``. Pointer alignment is checked here, once. ``counter``
+        (a ``runtime.ExecCounter``) is bumped in C per execution.
 
         Raises
         ------
@@ -357,7 +358,7 @@ class GraphPlan(ProviderPlan):
             marker = res if workspace is None and self.workspace_size else None
             return handle, self.pointers(buffers, ws), cudnn_ws, marker
 
-        return self._be.GraphLaunch(self.plan, self._uids, resolve, self._lock)
+        return self._be.GraphLaunch(self.plan, self._uids, resolve, self._lock, counter)
 
     def run(self, buffers, workspace) -> None:
         res, handle = _plans.handle_for_launch()

@@ -14,7 +14,9 @@ _PROBE = r"""
 import ctypes, json, sys, threading
 from hipdnn_async import _errors
 from hipdnn_async.runtime import _cudnn_backend as be
+from hipdnn_async.runtime._gpu import ExecCounter
 from hipdnn_async.runtime._gpu_device import LaunchContext
+import time
 
 path = sys.argv[1]
 lib = ctypes.CDLL(path)
@@ -43,7 +45,9 @@ def resolve(lc):
 
 marker = Marker()
 plan = be.Descriptor(be.BACKEND_EXECUTION_PLAN_DESCRIPTOR)
-launch = be.GraphLaunch(plan, (7, 8, 9), resolve, threading.Lock())
+counter = ExecCounter()
+launch = be.GraphLaunch(plan, (7, 8, 9), resolve, threading.Lock(), counter)
+wall0 = time.perf_counter_ns()
 out = {"start": counts()}
 s1, s2 = LaunchContext(1, None), LaunchContext(2, None)
 s1.enter()
@@ -72,7 +76,12 @@ except _errors.HipdnnError as e:
 del os.environ["FAKE_EXECUTE_STATUS"]
 launch()
 out["after_failure"] = counts()
-del launch
+out["wall_ns"] = time.perf_counter_ns() - wall0
+out["counter"] = [counter.executions, counter.host_ns, launch.executions, launch.counter is counter]
+plain = be.GraphLaunch(plan, (7,), lambda lc: (1, [0x10], 0, None), threading.Lock())
+plain()
+out["plain"] = [plain.executions, plain.counter is None, counter.executions]
+del launch, plain
 out["end"] = counts()
 try:
     be.GraphLaunch(plan, tuple(range(40)), resolve, threading.Lock())
@@ -129,3 +138,14 @@ def test_a_failed_execution_is_typed_and_the_launch_goes_on(probe):
 def test_the_pack_is_destroyed_with_the_launch(probe):
     assert probe["end"]["packs"] == 0
     assert "40 uids (at most 32)" in probe["too_many"]
+
+
+def test_a_counter_is_bumped_per_successful_execution_with_its_host_time(probe):
+    # the probe's launch ran 3 + 1 + 2 times, then once more after a refused and a failed
+    # call: 7 successful executions, each counted in C with its host time, which cannot
+    # exceed the probe's own wall clock around all of them
+    executions, host_ns, launch_executions, same = probe["counter"]
+    assert executions == launch_executions == 7 and same
+    assert 0 < host_ns <= probe["wall_ns"]
+    # without a counter a launch still counts its own executions, and bumps no one else's
+    assert probe["plain"] == [1, True, 7]
