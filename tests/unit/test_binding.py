@@ -90,6 +90,25 @@ def test_a_changed_torch_like_buffer_binds_anew(change):
     assert second is not first and r.binds == 2
 
 
+@pytest.mark.parametrize("what", ["shape", "stride"])
+def test_a_torch_like_buffer_with_a_mutable_shape_is_checked_by_its_interface(what):
+    # the torch fingerprint keeps shape and stride() as they come (torch.Size and tuples
+    # are immutable); a list mutated in place would still compare equal to itself, so
+    # such an object is fingerprinted through its __cuda_array_interface__ instead
+    from hipdnn_async._binding import _fingerprint_fn, _fp_cai
+    r, c = cache()
+    a = TorchLike(0x1000, shape=[2, 3]) if what == "shape" else TorchLike(0x1000, strides=[3, 1])
+    assert _fingerprint_fn(a) is _fp_cai
+    assert _fingerprint_fn(TorchLike(0x1000)) is not _fp_cai       # tuples: the torch one
+    first = c.get({"x": a}, None)
+    assert c.get({"x": a}, None) is first
+    if what == "shape":
+        a.shape[0] = 3                            # in place: the same list object
+    else:
+        a.ptr = 0x5000
+    assert c.get({"x": a}, None) is not first and r.binds == 2
+
+
 def test_a_mutated_interface_dict_binds_anew():
     r, c = cache()
     b = CaiDict(0x2000)
