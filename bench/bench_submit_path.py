@@ -1,7 +1,8 @@
 """Host cost of ``plan.submit``, ours against PyTorch's conv launch, with a breakdown.
 
 One run prints, in µs of host time per call (median over rounds of ``--batch``
-back-to-back calls, ``time.perf_counter_ns``):
+back-to-back calls, ``time.perf_counter_ns``; the rounds of the submit cases and of the
+torch anchors are interleaved, so a slow phase of the machine falls on all of them):
 
 - ``plan.submit`` with GpuArrays, torch tensors, CuPy arrays and int pointers, and a
   captured step's replay (1 plan, 20 plans);
@@ -167,6 +168,21 @@ def _per_call_us(fn, after, rounds: int, batch: int) -> tuple[float, float]:
     return statistics.median(wall), statistics.median(cpu)
 
 
+def _interleaved_us(cases: dict, rounds: int, batch: int) -> dict:
+    """``_per_call_us`` of every ``name -> (fn, after)`` with their rounds interleaved
+    (round r of each case, then round r + 1 of each): a slow phase of the machine (another
+    tenant, a frequency change) then falls on every case alike instead of on whichever was
+    measured at that moment, so their ratios are the steadier figures."""
+    samples = {name: ([], []) for name in cases}
+    for _ in range(rounds):
+        for name, (fn, after) in cases.items():
+            wall, cpu = _per_call_us(fn, after, 1, batch)
+            samples[name][0].append(wall)
+            samples[name][1].append(cpu)
+    return {name: (statistics.median(w), statistics.median(c))
+            for name, (w, c) in samples.items()}
+
+
 def _allocations(fn, n: int = 2000) -> float:
     """Python memory blocks still allocated per call after ``n`` calls (the handles kept)."""
     import gc
@@ -192,20 +208,19 @@ def _fake_call_us(path: str, rounds: int = 5000) -> float:
     return (time.perf_counter_ns() - t0) / rounds / 1e3
 
 
-def _torch_anchor(torch, rounds, batch):
-    """µs per F.conv2d launch of the same conv, and per torch.mm of 64x64 (torch's own)."""
+def _torch_anchor(torch):
+    """The anchors' cases for ``_interleaved_us``: an F.conv2d launch of the same conv
+    and a torch.mm of 64x64 (torch's own), each round followed by a synchronize."""
     conv = torch.nn.functional.conv2d
     x = torch.randn(1, 8, 8, 8, device="cuda")
     w = torch.randn(8, 8, 3, 3, device="cuda")
     a = torch.randn(64, 64, device="cuda")
     for _ in range(50):
         conv(x, w, padding=1)
+        torch.mm(a, a)
     torch.cuda.synchronize()
-    out = {"torch F.conv2d launch": _per_call_us(lambda: conv(x, w, padding=1),
-                                                 torch.cuda.synchronize, rounds, batch),
-           "torch.mm 64x64 launch": _per_call_us(lambda: torch.mm(a, a),
-                                                 torch.cuda.synchronize, rounds, batch)}
-    return out
+    return {"torch F.conv2d launch": (lambda: conv(x, w, padding=1), torch.cuda.synchronize),
+            "torch.mm 64x64 launch": (lambda: torch.mm(a, a), torch.cuda.synchronize)}
 
 
 # ---------------------------------------------------------------------- main
@@ -282,11 +297,14 @@ def main(argv=None) -> int:
             if ctl is not None:
                 ctl.clear()
 
+        cases = {}
         for name, vp in packs.items():
             plan.execute_sync(vp, stream=0)          # bind once
-            _per_call_us(lambda: plan.submit(vp, stream=0), sync, 3, batch)    # warm
-            rows.append((f"plan.submit, {name}",
-                         _per_call_us(lambda: plan.submit(vp, stream=0), sync, rounds, batch)))
+            _per_call_us(lambda vp=vp: plan.submit(vp, stream=0), sync, 3, batch)    # warm
+            cases[f"plan.submit, {name}"] = (lambda vp=vp: plan.submit(vp, stream=0), sync)
+        anchors = _torch_anchor(torch) if torch is not None else {}
+        timed = _interleaved_us({**cases, **anchors}, rounds, batch)
+        rows += [(name, timed[name]) for name in cases]
         vp = packs["GpuArray"]
         # ---- breakdown of the GpuArray submission
         bindings = plan._bindings
@@ -374,8 +392,7 @@ def main(argv=None) -> int:
                 sync()
             prof.disable()
             pstats.Stats(prof).sort_stats("tottime").print_stats(25)
-    if torch is not None:
-        rows += list(_torch_anchor(torch, rounds, batch).items())
+    rows += [(name, timed[name]) for name in anchors]
     where = ("FAKE runtime (tests/contract fakes + fake backend API; this machine's CPU, "
              "not a GPU's)" if runtime == "fake" else
              f"{dev.provider.context.name if hasattr(dev.provider, 'context') else 'GPU'}")
