@@ -11,7 +11,7 @@ import anyio.to_thread
 
 from .._errors import DeviceError
 from ._completion import Completion
-from ._metrics import Histogram
+from ._metrics import Histogram, _copy_summary
 from ._stream import Stream, StreamBackend
 
 __all__ = ["StreamPool", "DEFAULT_MAX_INFLIGHT", "MAX_STREAMS"]
@@ -304,24 +304,32 @@ class StreamPool:
         ``p50``, ``p90``, ``p99`` in ms and non-empty ``buckets`` as (upper edge ms,
         count)), and ``streams``: a list of the same per stream with ``id`` and ``name``.
         """
-        per_stream = []
-        wait_all, exec_all = Histogram(), Histogram()
+        streams = self.streams
         totals = {"submitted": 0, "completed": 0, "failed": 0, "in_flight": 0, "parked": 0}
-        for s in self.streams:
-            m = s.metrics()
-            per_stream.append(m)
+        if len(streams) == 1:
+            # the pool-wide summaries are the stream's own: copied, not recomputed
+            m = streams[0].metrics()
+            per_stream = [m]
+            wait_ms, exec_ms = _copy_summary(m["queue_wait_ms"]), _copy_summary(m["exec_ms"])
+        else:
+            per_stream, waits, execs = [], [], []
+            for s in streams:
+                m, wait_h, exec_h = s._metrics_and_histograms()
+                per_stream.append(m)
+                waits.append(wait_h)
+                execs.append(exec_h)
+            wait_ms = Histogram.merged(waits).summary()
+            exec_ms = Histogram.merged(execs).summary()
+        for m in per_stream:
             for key in totals:
                 totals[key] += m[key]
-            wait_h, exec_h = s._histograms()
-            wait_all.merge(wait_h)
-            exec_all.merge(exec_h)
         return {
             "device": self.device_name,
-            "n_streams": len(self.streams),
+            "n_streams": len(streams),
             "max_inflight": self.max_inflight,
             "closed": self._closed,
             **totals,
-            "queue_wait_ms": wait_all.summary(),
-            "exec_ms": exec_all.summary(),
+            "queue_wait_ms": wait_ms,
+            "exec_ms": exec_ms,
             "streams": per_stream,
         }

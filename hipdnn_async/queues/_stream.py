@@ -467,21 +467,26 @@ class Stream:
     def metrics(self) -> dict:
         """Plain dict: id, name, submitted, completed, failed, in_flight, queue_wait_ms, exec_ms."""
         with self._lock:
-            return {
-                "id": self.id,
-                "name": self.name,
-                "submitted": self._submitted,
-                "completed": self._completed,
-                "failed": self._failed,
-                "in_flight": len(self._inflight),
-                "parked": len(self._parked),
-                "queue_wait_ms": self._queue_wait.summary(),
-                "exec_ms": self._exec.summary(),
-            }
+            return self._metrics_locked()
 
-    def _histograms(self) -> tuple[Histogram, Histogram]:
+    def _metrics_and_histograms(self) -> tuple[dict, Histogram, Histogram]:
+        """:meth:`metrics` and copies of the two histograms, read under one hold of the
+        lock (the pool sums the histograms of several streams)."""
         with self._lock:
-            return self._queue_wait.copy(), self._exec.copy()
+            return self._metrics_locked(), self._queue_wait.copy(), self._exec.copy()
+
+    def _metrics_locked(self) -> dict:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "submitted": self._submitted,
+            "completed": self._completed,
+            "failed": self._failed,
+            "in_flight": len(self._inflight),
+            "parked": len(self._parked),
+            "queue_wait_ms": self._queue_wait.summary(),
+            "exec_ms": self._exec.summary(),
+        }
 
     def close(self) -> None:
         """Stop accepting work, finish what was submitted, release the worker; idempotent."""
