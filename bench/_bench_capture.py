@@ -45,6 +45,20 @@ def _median_host(fn, rounds=ROUNDS, batch=BATCH, finish=None):
     return statistics.median(host), statistics.median(wall)
 
 
+def _interleaved_host(cases: dict, rounds=ROUNDS, batch=BATCH) -> dict:
+    """``_median_host`` of every ``name -> (fn, finish)`` with their rounds interleaved
+    (round r of each case, then round r + 1 of each), so a slow phase of the machine
+    falls on every case alike."""
+    host = {k: [] for k in cases}
+    wall = {k: [] for k in cases}
+    for _ in range(rounds):
+        for k, (fn, finish) in cases.items():
+            h, w = _median_host(fn, rounds=1, batch=batch, finish=finish)
+            host[k].append(h)
+            wall[k].append(w)
+    return {k: (statistics.median(host[k]), statistics.median(wall[k])) for k in cases}
+
+
 def _conv3x3(hd, n):
     f32 = hd.DataType.FLOAT
     g = hd.Graph(name="bench_res2_3x3", io_data_type="float16", intermediate_data_type=f32,
@@ -88,18 +102,23 @@ async def bench_submit(hd, torch, dev, args, table, f):
                     "reason": getattr(plan.algorithm, "reason", "")}, "submit_us": {},
            "wall_20_plus_sync_us": {}}
     sync = dev._pool.synchronize_blocking
+    cases = {}
     for kind, vp in packs.items():
         for _ in range(5):
             plan.execute_sync(vp, stream=0)
-        host, wall = _median_host(lambda: plan.submit(vp, stream=0), finish=sync)
-        out["submit_us"][kind], out["wall_20_plus_sync_us"][kind] = host, wall
-    # anchor: torch launching the same convolution (cudnn.benchmark on, as in conv)
+        cases[kind] = (lambda vp=vp: plan.submit(vp, stream=0), sync)
+    # anchor: torch launching the same convolution (cudnn.benchmark on, as in conv), its
+    # rounds interleaved with ours
     torch.backends.cudnn.benchmark = True
     conv = torch.nn.functional.conv2d
     for _ in range(10):
         conv(xt, wt, padding=1)
     torch.cuda.synchronize()
-    host, wall = _median_host(lambda: conv(xt, wt, padding=1), finish=torch.cuda.synchronize)
+    cases["torch"] = (lambda: conv(xt, wt, padding=1), torch.cuda.synchronize)
+    timed = _interleaved_host(cases)
+    for kind in packs:
+        out["submit_us"][kind], out["wall_20_plus_sync_us"][kind] = timed[kind]
+    host, wall = timed["torch"]
     out["torch_launch_us"], out["torch_wall_20_plus_sync_us"] = host, wall
     out["ratio_submit_over_torch"] = {k: v / host for k, v in out["submit_us"].items()}
     out["ratio_wall_over_torch"] = {k: v / wall for k, v in out["wall_20_plus_sync_us"].items()}

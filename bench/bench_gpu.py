@@ -346,12 +346,13 @@ def geomean(values):
 
 
 # Why a case is above 1.0x PyTorch's time (the classes of issue 11's "How it is checked"):
+TIE = "tie"                    # kernels equal and wall within GPU_SLACK: window noise
 HOST = "host-bound"            # our kernel is as fast as torch's: the submit cost shows
 ALGO = "algorithm choice"      # graph engine; one of our own timed configs matches torch
 NOCFG = "no config matches"    # graph engine; none of our timed configs reaches torch
 LEGACY = "engine (legacy)"     # the legacy engine runs it, its kernel is slower
 LAYOUT = "layout path"         # the legacy engine on channels-last data
-REASONS = (HOST, ALGO, NOCFG, LEGACY, LAYOUT)
+REASONS = (TIE, HOST, ALGO, NOCFG, LEGACY, LAYOUT)
 GPU_SLACK = 1.05               # device times within 5 % count as equal
 
 
@@ -362,7 +363,7 @@ def reason(ratio, gpu_ratio, engine, layout, best_gpu_ratio=None):
     if ratio is None or not math.isfinite(ratio) or ratio <= 1.0:
         return None
     if gpu_ratio is not None and math.isfinite(gpu_ratio) and gpu_ratio <= GPU_SLACK:
-        return HOST
+        return TIE if ratio <= GPU_SLACK else HOST
     if engine == "CUDNN_LEGACY_ENGINE":
         return LAYOUT if layout in ("NHWC", "NDHWC") else LEGACY
     if best_gpu_ratio is not None and math.isfinite(best_gpu_ratio) and best_gpu_ratio <= GPU_SLACK:
