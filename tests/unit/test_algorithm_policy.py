@@ -167,6 +167,27 @@ def test_time_runs_times_the_build_stream_after_warm_up_and_gives_each_run():
     assert made == {c[1] for c in rt.calls if c[0] == "event_destroy"}
 
 
+@pytest.mark.parametrize("fail_at", [1, 2, 5])
+def test_time_runs_destroys_every_event_it_made_when_one_cannot_be_made(fail_at):
+    # an event_create failing part-way (even the second of a run's pair) leaks nothing
+    rt = ClockRuntime()
+    b, bound = _build_stream(rt)
+    real, made = rt.event_create, []
+
+    def event_create(flags):
+        if len(made) + 1 == fail_at:
+            raise RuntimeError("cudaErrorMemoryAllocation")
+        made.append(real(flags))
+        return made[-1]
+    rt.event_create = event_create
+    with b.lock:
+        b.handle()
+        with pytest.raises(RuntimeError, match="MemoryAllocation"):
+            b.time_runs(lambda: rt.kernel(bound["stream"], 1.0))
+    assert len(made) == fail_at - 1
+    assert sorted(made) == sorted(c[1] for c in rt.calls if c[0] == "event_destroy")
+
+
 @pytest.mark.parametrize("times,kept", [
     ([1.0, 0.99, 1.2], 0),          # within the noise: the heuristic's choice stays
     ([1.0, 0.5, 0.7], 1),           # clearly faster: it wins

@@ -138,7 +138,12 @@ class BuildStream:
         events = []
         try:
             for _ in range(runs):
-                events.append((rt.event_create(0), rt.event_create(0)))   # 0: timing on
+                start = rt.event_create(0)                              # 0: timing on
+                try:
+                    events.append((start, rt.event_create(0)))
+                except BaseException:
+                    rt.event_destroy(start)      # its pair could not be made
+                    raise
             for start, end in events:
                 rt.event_record(start, self.stream)
                 launch()
