@@ -28,10 +28,14 @@ DET = "cudnn_legacy.deterministic"
 
 
 def _legacy_knob_or_skip(dev, h):
+    """The legacy cuDNN engine for ``h``; skips only on a device that is not a cuDNN one
+    (MIOpen: no cuDNN engine at all); on cuDNN a missing engine or knob is a failure."""
     engines = {e.name: e for e in hd.engines(h.g, dev)}
+    if not any(name.startswith("CUDNN") for name in engines):
+        pytest.skip(f"{dev.spec}: not a cuDNN device (engines {sorted(engines)})")
     legacy = engines.get("CUDNN_LEGACY_ENGINE")
-    if legacy is None or DET not in [k.id for k in legacy.knobs]:
-        pytest.skip(f"{dev.spec}: no legacy cuDNN engine with '{DET}' for this case")
+    assert legacy is not None, f"{dev.spec}: no CUDNN_LEGACY_ENGINE for this case: {sorted(engines)}"
+    assert DET in [k.id for k in legacy.knobs], [k.id for k in legacy.knobs]
     return legacy
 
 
