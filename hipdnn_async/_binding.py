@@ -10,7 +10,9 @@ and the same buffer objects, in the same order, and each buffer's cheap fingerpr
 unchanged) the binding is reused and no check runs again.
 
 Fingerprints: a ``GpuArray`` is immutable (nothing to check); an array with
-``data_ptr()``, ``shape``, ``stride()`` and ``dtype`` (PyTorch-style) is checked by those;
+``data_ptr()``, ``shape``, ``stride()`` and ``dtype`` (PyTorch-style; its shape a tuple or
+``torch.Size`` and its stride() a tuple, not a subclass that may compare equal to anything
+or change its items) is checked by those;
 one with ``data.ptr``, ``shape``, ``strides``, ``dtype`` (CuPy-style) by those; any other
 ``__cuda_array_interface__`` object by its interface dict. Int pointers and DLPack-only
 objects are not cached (an int may name freed memory next time; a DLPack export is the
@@ -22,6 +24,7 @@ path's binding is a small part of a host computation.
 """
 from __future__ import annotations
 
+import sys
 import weakref
 
 from .runtime import GpuArray
@@ -39,8 +42,11 @@ def _fp_none(buf):
 
 def _fp_torch(buf):
     # shape (torch.Size) and stride() are immutable tuples: kept as they come (a tuple()
-    # of each would cost a third of the fingerprint)
-    return (buf.data_ptr(), buf.shape, buf.stride(), buf.dtype)
+    # of each would cost a third of the fingerprint). Their types are in the print: a
+    # tuple subclass may compare equal to anything, and one that comes later is not
+    # trusted on its word (_fingerprint_fn admits only tuple and torch.Size)
+    shape, stride = buf.shape, buf.stride()
+    return (buf.data_ptr(), type(shape), shape, type(stride), stride, buf.dtype)
 
 
 def _fp_cupy(buf):
@@ -49,8 +55,21 @@ def _fp_cupy(buf):
 
 def _fp_cai(buf):
     cai = buf.__cuda_array_interface__
-    return (cai.get("data"), tuple(cai.get("shape", ())), cai.get("strides"),
-            cai.get("typestr"), cai.get("mask"))
+    strides = cai.get("strides")
+    # strides as a tuple: a list kept in the dict and changed in place would compare
+    # equal to the print holding that same list
+    return (cai.get("data"), tuple(cai.get("shape", ())),
+            strides if strides is None else tuple(strides), cai.get("typestr"), cai.get("mask"))
+
+
+def _exact_tuple(value) -> bool:
+    """A plain tuple or a torch.Size (whose ``==`` and iteration are tuple's): a print
+    holding it changes when its items do. torch is imported where a tensor exists."""
+    t = type(value)
+    if t is tuple:
+        return True
+    torch = sys.modules.get("torch")
+    return torch is not None and t is getattr(torch, "Size", None)
 
 
 def _fingerprint_fn(buf):
@@ -62,8 +81,7 @@ def _fingerprint_fn(buf):
             "__cuda_array_interface__" not in getattr(buf, "__dict__", ()):
         return _NOT_CACHED
     if callable(getattr(buf, "data_ptr", None)) and callable(getattr(buf, "stride", None)) \
-            and isinstance(getattr(buf, "shape", None), tuple) \
-            and isinstance(buf.stride(), tuple):
+            and _exact_tuple(getattr(buf, "shape", None)) and _exact_tuple(buf.stride()):
         return _fp_torch
     data = getattr(buf, "data", None)
     if hasattr(data, "ptr") and hasattr(buf, "strides") and hasattr(buf, "dtype"):

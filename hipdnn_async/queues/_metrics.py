@@ -31,6 +31,11 @@ _EDGE = _UPPER + (math.inf,)
 _MIDDLE = (_LOW_MS,) + tuple(math.sqrt(_UPPER[i - 1] * _UPPER[i])
                              for i in range(1, _N_FINITE + 1)) + (math.inf,)  # inf: clipped to max
 _log10 = math.log10
+# samples above the last finite edge (and inf, NaN: no finite log10, and past ~1e305 ms
+# v / LOW overflows) go to the top bucket without a log10; NumPy clips them to _CLIP_MS
+# first, whose bucket is past the top one
+_HIGH_MS = _UPPER[-1]
+_CLIP_MS = _HIGH_MS * 100.0
 
 
 class Histogram:
@@ -46,7 +51,9 @@ class Histogram:
     and sorted into the buckets in bulk when read, or every ``_FOLD_AT`` samples. Reading
     walks only the buckets between the lowest and the highest non-empty one (``_lo``,
     ``_hi``): latencies of one workload sit in a few adjacent buckets. :meth:`summary`
-    finds its three percentiles in one pass and is kept until a sample arrives.
+    finds its three percentiles in one pass and is kept until a sample arrives. A sample
+    above the last edge (100 s), inf or NaN is counted in the top bucket; NaN leaves min
+    and max alone and makes the mean NaN.
     """
 
     __slots__ = ("_counts", "_count", "_total", "_min", "_max", "_pending", "_lo", "_hi",
@@ -102,10 +109,12 @@ class Histogram:
         for v in pending:
             if v <= _LOW_MS:
                 index = 0
-            else:
+            elif v <= _HIGH_MS:
                 index = int(_log10(v / _LOW_MS) * _PER_DECADE) + 1
                 if index > _TOP:
                     index = _TOP
+            else:           # above the last edge, inf or NaN
+                index = _TOP
             counts[index] += 1
             if index < lo:
                 lo = index
@@ -125,7 +134,9 @@ class Histogram:
         above = v > _LOW_MS
         # samples <= LOW: log10(LOW / LOW) = 0 and `above` adds 0, so bucket 0; above LOW
         # the same division and log10 as the loop's, so the same bucket
-        index = (np.log10(np.maximum(v, _LOW_MS) / _LOW_MS) * _PER_DECADE).astype(np.int64)
+        # fmin: NaN and inf become _CLIP_MS (the top bucket), so no log10 overflows
+        index = (np.log10(np.fmin(np.maximum(v, _LOW_MS), _CLIP_MS) / _LOW_MS)
+                 * _PER_DECADE).astype(np.int64)
         index += above
         np.minimum(index, _TOP, out=index)
         binned = np.bincount(index, minlength=_TOP + 1)
@@ -137,8 +148,10 @@ class Histogram:
         self._hi = max(self._hi, int(nonzero[-1]))
         self._count += len(pending)
         self._total += float(v.sum())
-        self._min = min(self._min, float(v.min()))
-        self._max = max(self._max, float(v.max()))
+        # fmin/fmax skip NaN, as the loop's comparisons do (min() keeps its first argument
+        # against a NaN)
+        self._min = min(self._min, float(np.fmin.reduce(v)))
+        self._max = max(self._max, float(np.fmax.reduce(v)))
 
     def merge(self, other: "Histogram") -> None:
         """Add another histogram's samples to this one."""

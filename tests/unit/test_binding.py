@@ -109,6 +109,73 @@ def test_a_torch_like_buffer_with_a_mutable_shape_is_checked_by_its_interface(wh
     assert c.get({"x": a}, None) is not first and r.binds == 2
 
 
+
+class EqualsAnything(tuple):
+    """A tuple that claims equality with any other (a fake's shape or strides)."""
+
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return False
+
+    __hash__ = tuple.__hash__
+
+
+class LiveShape(tuple):
+    """A tuple whose items are read from a list that changes in place (one object)."""
+
+    def __new__(cls, items):
+        self = super().__new__(cls, ())
+        self.items = items
+        return self
+
+    def __iter__(self):
+        return iter(self.items)
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+
+@pytest.mark.parametrize("change", ["eq shape", "live shape", "to eq shape", "to eq stride"])
+def test_a_tuple_subclass_cannot_hide_a_changed_shape_or_stride(change):
+    # a changed shape or stride() binds anew (as in the test above), whatever the
+    # shape's or stride()'s own __eq__ / __iter__ say; the shape is the interface's too,
+    # which a GPU binding reads: a stale binding would keep the old one
+    r, c = cache()
+    if change == "eq shape":
+        a = TorchLike(0x1000, shape=EqualsAnything((2, 3)))
+    elif change == "live shape":
+        a = TorchLike(0x1000, shape=LiveShape([2, 3]))
+    else:
+        a = TorchLike(0x1000)
+    first = c.get({"x": a}, None)
+    if change == "eq shape":
+        a.shape = EqualsAnything((3, 2))
+    elif change == "live shape":
+        a.shape.items[:] = [3, 2]
+    elif change == "to eq shape":
+        a.shape = EqualsAnything((3, 2))     # a plain tuple at first, then the subclass
+    else:
+        a.strides_ = EqualsAnything((1, 2))
+    assert tuple(a.__cuda_array_interface__["shape"]) == ((2, 3) if change == "to eq stride"
+                                                          else (3, 2))
+    assert c.get({"x": a}, None) is not first and r.binds == 2
+
+
+def test_interface_strides_changed_in_place_bind_anew():
+    r, c = cache()
+    b = CaiDict(0x2000)
+    b.__cuda_array_interface__["strides"] = [4]
+    first = c.get({"y": b}, None)
+    assert c.get({"y": b}, None) is first
+    b.__cuda_array_interface__["strides"][0] = 8        # the same list, in place
+    assert c.get({"y": b}, None) is not first and r.binds == 2
+
+
 def test_a_mutated_interface_dict_binds_anew():
     r, c = cache()
     b = CaiDict(0x2000)

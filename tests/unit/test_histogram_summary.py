@@ -102,6 +102,31 @@ def test_samples_on_bucket_edges_folded_a_few_at_a_time():
     _assert_same(h.summary(), _reference_summary(seen))
 
 
+
+@pytest.mark.parametrize("pending", [1, 64], ids=["loop fold", "numpy fold"])
+def test_samples_past_any_edge_go_to_the_top_bucket_and_lose_nothing(pending):
+    # 1e306 ms overflows the log10 of v / 1 us to inf, inf and NaN have no finite log10:
+    # each such sample is counted above the last edge (100 s), the finite ones as ever,
+    # and a read never raises (it used to, after dropping every pending sample)
+    finite = [0.5] * pending + [2.0]
+    odd = [1e306, math.inf, 1e300]
+    h = Histogram()
+    h.record_many(finite + odd)
+    s = h.summary()
+    assert s["count"] == len(finite) + len(odd)
+    assert s["min"] == 0.5 and s["max"] == math.inf and s["mean"] == math.inf
+    assert s["buckets"] == _reference_summary(finite)["buckets"] + [(math.inf, len(odd))]
+    # nearest rank 3 of 5 is past the finite samples; rank 34 of 68 in 0.5's bucket
+    # (0.398, 0.501], whose middle 0.447 is clipped to the minimum
+    assert s["p50"] == (math.inf if pending == 1 else 0.5) and s["p99"] == math.inf
+    h = Histogram()
+    h.record_many(finite + [math.nan])
+    s = h.summary()
+    # NaN: counted above the last edge, min/max those of the other samples, mean NaN
+    assert s["count"] == len(finite) + 1 and (s["min"], s["max"]) == (0.5, 2.0)
+    assert s["buckets"][-1] == (math.inf, 1) and math.isnan(s["mean"])
+
+
 @pytest.mark.parametrize("n", [2, 7, 8, 39, 40, 41, 100, 4095, 4096, 4097, 12_000])
 def test_summary_matches_the_reference_algorithm(n):
     rng = np.random.default_rng(n)
