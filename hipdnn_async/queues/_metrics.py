@@ -238,7 +238,15 @@ class Histogram:
         return out
 
     def percentile(self, q: float) -> float | None:
-        """Return the q-th percentile (0 <= q <= 100) in ms, or None when empty."""
+        """Return the q-th percentile (0 <= q <= 100) in ms, or None when empty.
+
+        Raises
+        ------
+        ValueError
+            ``q`` is outside [0, 100] (or NaN).
+        """
+        if not 0.0 <= q <= 100.0:
+            raise ValueError(f"Histogram.percentile: q must be in [0, 100]; got {q!r}")
         self._fold()
         if self._count == 0:
             return None

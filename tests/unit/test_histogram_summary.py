@@ -276,3 +276,13 @@ def _short_work(i: int):
         if seconds:
             time.sleep(seconds)
     return run
+
+
+@pytest.mark.parametrize("q", [-1.0, 100.5, 1e9, float("nan")])
+def test_a_percentile_outside_0_100_is_a_value_error(q):
+    h = Histogram()
+    for v in (0.5, 2.0, 1e6):
+        h.record(v)
+    with pytest.raises(ValueError, match="q must be in"):
+        h.percentile(q)
+    assert h.percentile(100) == 1e6 and h.percentile(0) == 0.5
