@@ -76,6 +76,29 @@ def test_algorithm_is_a_name_with_a_reason():
     assert Algorithm("x").reason == ""
 
 
+def test_cpu_algorithm_says_why_as_the_gpu_engines_do(tmp_path):
+    # code written against a GPU plan reads plan.algorithm.reason / .trials: the CPU's
+    # convolution plans carry them too (heuristic, benchmarked, perf db hit)
+    from hipdnn_async.providers.cpu import _conv
+    from hipdnn_async.providers.cpu._provider import conv_problem
+    db = str(tmp_path / "perfdb.sqlite3")
+    with hd.Device("cpu", perfdb=db) as dev:
+        plan = dev.build_sync(_graph())
+        a = plan.algorithm
+        assert isinstance(a, Algorithm) and a.reason.startswith("CPU heuristic"), a.reason
+        want = _conv.heuristic_choice(conv_problem(plan.match), 2 ** 62).name
+        assert str(a) == want and a.trials[0][0] == want and "rank 1 of" in a.reason
+        assert all(ms is None for _, ms in a.trials)
+        tuned = dev.build_sync(_graph(), knobs={"global.benchmarking": 1}).algorithm
+        assert tuned.reason.startswith("benchmarked") and tuned.trials
+        timed = {n: ms for n, ms in tuned.trials if ms is not None}
+        assert str(tuned) in timed and timed[str(tuned)] == min(timed.values())
+    with hd.Device("cpu", perfdb=db) as dev:
+        hit = dev.build_sync(_graph(), knobs={"global.benchmarking": 1})
+        assert hit.perfdb_hit and hit.algorithm == tuned
+        assert hit.algorithm.reason.startswith("perf db"), hit.algorithm.reason
+
+
 # ---------------------------------------------------------------------------------------
 # Benchmarking (issue 11, bench_gpu's 37.9x case): the timing of candidates on the build
 # stream, and which candidate a benchmark keeps. A fake runtime with one clock per stream

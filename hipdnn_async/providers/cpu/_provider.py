@@ -104,14 +104,15 @@ class CpuEngine(ProviderEngine):
             return kept or [c for c in fitting if c.workspace_bytes == 0]
 
         def measure(fitting):
-            algo, ms = _benchmark(match, problem, [algorithms[c.id] for c in fitting])
-            return next(c for c in fitting if c.name == algo.name), ms
+            algo, ms, trials = _benchmark(match, problem, [algorithms[c.id] for c in fitting])
+            return next(c for c in fitting if c.name == algo.name), ms, trials
 
         choice = _tuning.choose(self, match, self._candidates(match, problem), knobs, perfdb,
                                 heuristic=heuristic, measure=measure, tunable=affordable,
                                 device=self.provider.perf_device())
         plan = CpuPlan(match, problem, algorithms[choice.candidate.id])
         plan.benchmarked, plan.perfdb_hit = choice.benchmarked, choice.perfdb_hit
+        plan.algorithm = _explain(choice)
         return plan
 
 
@@ -194,8 +195,30 @@ def _nbytes(tensor) -> int:
         numpy_dtype(tensor.data_type).itemsize
 
 
+def _explain(choice) -> _tuning.Algorithm:
+    """``plan.algorithm`` of a CPU convolution: the chosen name, why (as the GPU engines
+    say it) and the candidates considered, in preference order."""
+    name = choice.candidate.name
+    names = [c.name for c in choice.fitting]
+    if choice.benchmarked:
+        reason = (f"benchmarked: the fastest of {len(choice.trials) or len(names)} timed "
+                  f"(the minimum of up to {_BENCH_RUNS} runs each within {_BENCH_BUDGET_S} s, "
+                  "after a warm-up)")
+        trials = choice.trials
+    else:
+        rank = names.index(name) + 1 if name in names else 1
+        reason = ("perf db: the benchmarked winner remembered for this problem"
+                  if choice.perfdb_hit else
+                  "CPU heuristic (preference order of bench/bench_conv_algorithms.py), "
+                  f"rank {rank} of the {len(names)} algorithms within the workspace limit "
+                  f"of {choice.limit} bytes")
+        trials = tuple((n, None) for n in names)
+    return _tuning.Algorithm(name, reason, trials)
+
+
 def _benchmark(match, problem, algorithms):
-    """Time each algorithm on the real problem; return (fastest, its time in ms).
+    """Time each algorithm on the real problem; return (fastest, its time in ms, the
+    (name, ms) of every candidate, ms None where it could not be allocated).
 
     A candidate whose workspace (or whose own temporaries) cannot be allocated is skipped;
     ``direct`` needs no workspace, so something is always timed unless the problem's own
@@ -208,7 +231,7 @@ def _benchmark(match, problem, algorithms):
         raise DeviceError(f"CPU_ENGINE: benchmarking conv_{problem.direction} needs {need} bytes "
                           "of scratch tensors, which cannot be allocated; build without "
                           f"'{_knobs.BENCHMARKING}'") from None
-    best = None
+    best, trials = None, []
     for algo in algorithms:
         ws_bytes = algo.workspace_size(problem)
         try:
@@ -217,6 +240,7 @@ def _benchmark(match, problem, algorithms):
         except MemoryError:
             log.info("benchmark %s: skipping %s, its workspace of %d B (or temporaries) "
                      "cannot be allocated", problem.direction, algo.name, ws_bytes)
+            trials.append((algo.name, None))
             continue
         times = []
         start = time.perf_counter()
@@ -225,6 +249,7 @@ def _benchmark(match, problem, algorithms):
             algo.run(problem, a, b, out, ws)
             times.append((time.perf_counter() - t0) * 1e3)
         ms = min(times)
+        trials.append((algo.name, ms))
         log.info("benchmark %s: %s %.3f ms", problem.direction, algo.name, ms)
         if best is None or ms < best[1]:
             best = (algo, ms)
@@ -233,7 +258,7 @@ def _benchmark(match, problem, algorithms):
         raise DeviceError(f"CPU_ENGINE: benchmarking conv_{problem.direction}: no candidate "
                           f"({', '.join(a.name for a in algorithms)}) could allocate its "
                           f"memory; lower '{_knobs.WORKSPACE_SIZE_LIMIT}' or the batch size")
-    return best
+    return best[0], best[1], tuple(trials)
 
 
 class CpuPlan(ProviderPlan):
