@@ -176,9 +176,10 @@ class Device:
         self._cache_lock = threading.Lock()
         self._stats_lock = threading.Lock()
         self._entered = False                     # by `with` / `async with`: see Notes
-        self._plan_stats = defaultdict(lambda: {"plans": 0, "build_ms": 0.0})
-        # per pattern; a C launch bumps its counter itself (no Python call per execution)
-        self._exec_counters: defaultdict[str, ExecCounter] = defaultdict(ExecCounter)
+        # per pattern: plans built, build ms, and the executions' counter (a C launch bumps
+        # it itself: no Python call per execution)
+        self._plan_stats = defaultdict(lambda: {"plans": 0, "build_ms": 0.0,
+                                                "counter": ExecCounter()})
 
     # -- lifetime ------------------------------------------------------------------------
     async def __aenter__(self) -> "Device":
@@ -264,19 +265,13 @@ class Device:
         CPU, only the enqueueing on a GPU (GPU time is in ``metrics()``' ``exec_ms``, from
         launch to the completion event)."""
         with self._stats_lock:
-            out = {k: dict(v) for k, v in self._plan_stats.items()}
-            counters = dict(self._exec_counters)
-        for k, c in counters.items():
-            s = out.setdefault(k, {"plans": 0, "build_ms": 0.0})
-            s["executions"], s["exec_ms"] = c.executions, c.exec_ms
-        for s in out.values():
-            s.setdefault("executions", 0)
-            s.setdefault("exec_ms", 0.0)
-        return out
+            return {k: {"plans": s["plans"], "build_ms": s["build_ms"],
+                        "executions": s["counter"].executions, "exec_ms": s["counter"].exec_ms}
+                    for k, s in self._plan_stats.items()}
 
     def _exec_counter(self, pattern: str) -> ExecCounter:
         with self._stats_lock:
-            return self._exec_counters[pattern]
+            return self._plan_stats[pattern]["counter"]
 
     def capture(self, stream=None) -> "_capture.Step":
         """Record plan executions on one stream, to replay them as one launch.
@@ -508,7 +503,6 @@ class Device:
             self._plan_cache[key] = value
             while len(self._plan_cache) > PLAN_CACHE_SIZE:
                 self._plan_cache.popitem(last=False)
-
 
 
 def _backend_factory(provider):

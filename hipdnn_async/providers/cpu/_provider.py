@@ -206,7 +206,7 @@ def _explain(choice) -> _tuning.Algorithm:
                   "after a warm-up)")
         trials = choice.trials
     else:
-        rank = names.index(name) + 1 if name in names else 1
+        rank = names.index(name) + 1          # the choice is always one of the fitting
         reason = ("perf db: the benchmarked winner remembered for this problem"
                   if choice.perfdb_hit else
                   "CPU heuristic (preference order of bench/bench_conv_algorithms.py), "
