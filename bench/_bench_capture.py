@@ -22,7 +22,7 @@ from __future__ import annotations
 import statistics
 import time
 
-__all__ = ["bench_submit", "bench_capture"]
+__all__ = ["bench_submit", "bench_capture", "interleaved"]
 
 ROUNDS = 30
 BATCH = 20
@@ -45,18 +45,22 @@ def _median_host(fn, rounds=ROUNDS, batch=BATCH, finish=None):
     return statistics.median(host), statistics.median(wall)
 
 
-def _interleaved_host(cases: dict, rounds=ROUNDS, batch=BATCH) -> dict:
-    """``_median_host`` of every ``name -> (fn, finish)`` with their rounds interleaved
-    (round r of each case, then round r + 1 of each), so a slow phase of the machine
-    falls on every case alike."""
-    host = {k: [] for k in cases}
-    wall = {k: [] for k in cases}
+def interleaved(cases: dict, rounds: int, one_round) -> dict:
+    """name -> the medians of ``one_round(fn, finish)``'s figures (a tuple) over
+    ``rounds``, for every ``name -> (fn, finish)`` of ``cases``, their rounds interleaved
+    (round r of each case, then round r + 1 of each): a slow phase of the machine then
+    falls on every case alike, so their ratios are the steadier figures."""
+    samples = {k: [] for k in cases}
     for _ in range(rounds):
         for k, (fn, finish) in cases.items():
-            h, w = _median_host(fn, rounds=1, batch=batch, finish=finish)
-            host[k].append(h)
-            wall[k].append(w)
-    return {k: (statistics.median(host[k]), statistics.median(wall[k])) for k in cases}
+            samples[k].append(one_round(fn, finish))
+    return {k: tuple(statistics.median(col) for col in zip(*v)) for k, v in samples.items()}
+
+
+def _interleaved_host(cases: dict, rounds=ROUNDS, batch=BATCH) -> dict:
+    """``_median_host`` of every ``name -> (fn, finish)``, rounds interleaved."""
+    return interleaved(cases, rounds,
+                       lambda fn, finish: _median_host(fn, rounds=1, batch=batch, finish=finish))
 
 
 def _conv3x3(hd, n):

@@ -45,6 +45,8 @@ from types import SimpleNamespace
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)          # this checkout's hipdnn_async, built in place
+sys.path.insert(0, HERE)
+from _bench_capture import interleaved  # noqa: E402 - bench/'s shared round interleaving
 
 
 # ---------------------------------------------------------------------- the fake runtime
@@ -169,18 +171,9 @@ def _per_call_us(fn, after, rounds: int, batch: int) -> tuple[float, float]:
 
 
 def _interleaved_us(cases: dict, rounds: int, batch: int) -> dict:
-    """``_per_call_us`` of every ``name -> (fn, after)`` with their rounds interleaved
-    (round r of each case, then round r + 1 of each): a slow phase of the machine (another
-    tenant, a frequency change) then falls on every case alike instead of on whichever was
-    measured at that moment, so their ratios are the steadier figures."""
-    samples = {name: ([], []) for name in cases}
-    for _ in range(rounds):
-        for name, (fn, after) in cases.items():
-            wall, cpu = _per_call_us(fn, after, 1, batch)
-            samples[name][0].append(wall)
-            samples[name][1].append(cpu)
-    return {name: (statistics.median(w), statistics.median(c))
-            for name, (w, c) in samples.items()}
+    """``_per_call_us`` of every ``name -> (fn, after)``, rounds interleaved
+    (``_bench_capture.interleaved``)."""
+    return interleaved(cases, rounds, lambda fn, after: _per_call_us(fn, after, 1, batch))
 
 
 def _allocations(fn, n: int = 2000) -> float:

@@ -19,7 +19,7 @@ sys.path[:0] = [HERE, os.path.join(HERE, "..", "tests")]
 import torch  # noqa: E402
 
 import hipdnn_async as hd  # noqa: E402
-from bench_gpu import _torch_conv_fn, conv_graph, gpu_copy  # noqa: E402
+from bench_gpu import Timer, _torch_conv_fn, conv_graph, gpu_copy  # noqa: E402
 from oracle._cases import gpu_wgrad_tol, reduction_tol  # noqa: E402
 
 CASES = [("res3 3x3", (128, 28, 28), (128, 128, 3, 3), 1, 1, "fprop", "float32", "NCHW"),
@@ -43,16 +43,8 @@ def kernels(fn, n=3):
 
 
 def ms(fn, reps=20):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(reps):
-        fn()
-    b.record()
-    b.synchronize()
-    return a.elapsed_time(b) / reps
+    """ms per call of ``fn`` (bench_gpu's ``Timer.events`` on torch's current stream)."""
+    return Timer(torch).events(torch.cuda.current_stream(), fn, reps)
 
 
 def over_bound(got, ref, atol, rtol):

@@ -29,43 +29,39 @@ def us(v):
     return f"{v:7.2f}"
 
 
-async def window(dev, plan, vp, ext, reps, metrics_inside):
+def _timed(stream, launch, reps, extra=None):
+    """CUDA events on ``stream`` around ``reps`` calls of ``launch()`` (then ``extra()``,
+    also inside the window): (start, end, host us of each call, the launches' results)."""
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
-    host = []
-    clock = time.perf_counter_ns
-    with _NoGc():
-        start.record(ext)
-        handles = []
-        for _ in range(reps):
-            t0 = clock()
-            handles.append(plan.submit(vp, stream=0))
-            host.append((clock() - t0) / 1e3)
-        if metrics_inside:
-            t0 = clock()
-            dev.metrics()
-            host.append((clock() - t0) / 1e3)
-        end.record(ext)
-        for h in handles:
-            await h
-        end.synchronize()
-    return start.elapsed_time(end) * 1e3 / reps, host
-
-
-def torch_window(fn, reps):
-    stream = torch.cuda.current_stream()
-    start = torch.cuda.Event(enable_timing=True)
-    end = torch.cuda.Event(enable_timing=True)
-    host = []
+    host, results = [], []
     clock = time.perf_counter_ns
     with _NoGc():
         start.record(stream)
         for _ in range(reps):
             t0 = clock()
-            fn()
+            results.append(launch())
+            host.append((clock() - t0) / 1e3)
+        if extra is not None:
+            t0 = clock()
+            extra()
             host.append((clock() - t0) / 1e3)
         end.record(stream)
-        end.synchronize()
+    return start, end, host, results
+
+
+async def window(dev, plan, vp, ext, reps, metrics_inside):
+    start, end, host, handles = _timed(ext, lambda: plan.submit(vp, stream=0), reps,
+                                       dev.metrics if metrics_inside else None)
+    for h in handles:
+        await h
+    end.synchronize()
+    return start.elapsed_time(end) * 1e3 / reps, host
+
+
+def torch_window(fn, reps):
+    start, end, host, _ = _timed(torch.cuda.current_stream(), fn, reps)
+    end.synchronize()
     return start.elapsed_time(end) * 1e3 / reps, host
 
 
