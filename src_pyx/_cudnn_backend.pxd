@@ -11,7 +11,7 @@ descriptors are ``void*``, enums ``int``, ``cudnnStatus_t`` an ``int``.
 from cpython.pythread cimport PyThread_type_lock
 from libc.stdint cimport int64_t, uintptr_t
 
-from ._gpu cimport ExecCounter
+from ._gpu cimport ExecCounter, Runtime
 from ._loader cimport Library, LibraryTable
 
 # ------------------------------------------------------------------ function-pointer types
@@ -88,10 +88,23 @@ cdef class GraphLaunch:
     cdef uintptr_t ws_ptr
     cdef void* handle
     cdef void* vp                # finalized variant pack, owned
+    # the launch as a CUDA graph (cudaGraphLaunch ~2 us instead of cudnnBackendExecute's
+    # 7-14 us of host time): captured once the same pack has run graph_after times
+    cdef int graph_after         # direct executions of one pack before capture; 0: never
+    cdef int pack_runs           # direct executions since the pack was built
+    cdef bint no_graph           # this pack's capture failed: direct executions only
+    cdef Runtime rt              # the launching stream's runtime (None: no graphs)
+    cdef void* stream            # the launching stream (of lc)
+    cdef void* gexec             # executable graph of the current pack, owned, or NULL
+    cdef readonly long long graph_launches
 
     cdef int _rebuild(self, object lc) except -1
     cdef bint _stale(self, object lc) except -1
     cdef int _execute(self, object lc) except -1
+    cdef int _direct(self) except -1
+    cdef bint _capturing(self) noexcept nogil
+    cdef int _capture(self) except -1
+    cdef void _drop_graph(self) noexcept
 
 
 # Build a variant pack, execute, destroy it; the first failing status (0: success).

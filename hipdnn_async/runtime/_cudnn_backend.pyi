@@ -267,13 +267,18 @@ class PlanLock:
 
 class GraphLaunch:
     """One bound execution of a plan (the submit path): the variant pack is built on the
-    first call from a stream and reused until the stream or its workspace changes."""
+    first call from a stream and reused until the stream or its workspace changes; with
+    ``graph_after`` > 0, after that many direct executions of one pack the next is
+    captured into a CUDA graph and later ones launch it."""
 
     executions: int
+    graph_launches: int
     counter: Any
 
     def __init__(self, plan: Descriptor, uids: Sequence[int],
-                 resolve: Callable[[Any], tuple], lock: Any, counter: Any = None) -> None:
+                 resolve: Callable[[Any], tuple], lock: Any, counter: Any = None,
+                 graph_after: int = 0) -> None:
         """``resolve(launch_context) -> (handle, pointers, workspace, marker)``."""
     def __call__(self) -> None:
-        """Execute once on the launching stream (cudnnBackendExecute, GIL released)."""
+        """Execute once on the launching stream (cudnnBackendExecute with the GIL released,
+        or a launch of the graph captured from it)."""

@@ -173,6 +173,81 @@ def test_graph_launches_count_themselves_in_plan_stats(gpu_module_device):
     assert stats["exec_ms"] > 0.0, stats
 
 
+# Per-binding CUDA graphs (GraphLaunch's graph_after): the same bound buffers submitted
+# again and again, new input data copied into them before each submission; from the
+# (GRAPH_AFTER + 1)-th execution on each one is a launch of the graph captured from it,
+# which must read the buffers' current data (a graph replays kernels with the captured
+# pointers: stale data or a skipped kernel would fail the float64 comparison).
+REPEAT_CASES = [("CONV_FPROP", "float16", "NHWC"), ("CONV_DGRAD", "float16", "NHWC"),
+                ("CONV_WGRAD", "float16", "NHWC"), ("CONV_FPROP_BIAS_RELU", "float16", "NHWC"),
+                ("CONV_FPROP_BIAS_RELU/no-bias", "bfloat16", "NHWC"),
+                ("BN_TRAINING_RELU", "float16", "NHWC"), ("BN_BACKWARD", "bfloat16", "NHWC"),
+                ("BN_INFERENCE_DRELU_BACKWARD", "float16", "NHWC"),
+                ("CONV_FPROP", "float32", "NCHW"), ("CONV_DGRAD", "float32", "NCHW")]
+
+
+def _rounds(pattern, dtype, layout, n):
+    out = []
+    for seed in range(n):
+        h = Harness(dtype, layout, name=f"repeat_{pattern}_{dtype}_{layout}".replace("/", "_"))
+        checks = tp.PATTERNS[pattern](h, rank_of(layout), np.random.default_rng([seed, 29]))
+        out.append((h, checks))
+    return out
+
+
+def _submit_round(plan, staged, h, checks, where, submit=None):
+    for name, values in h.pack.items():         # the round's inputs, into the bound buffers
+        staged[name].copy_from(np.ascontiguousarray(values))
+    (submit or (lambda: plan.submit(staged, stream=0).result()))()
+    for name, want, (atol, rtol) in checks:
+        assert_close(staged[name].to_numpy_sync(), want, atol, rtol, f"{where} output '{name}'")
+
+
+@pytest.mark.parametrize("pattern,dtype,layout", REPEAT_CASES,
+                         ids=["-".join(c) for c in REPEAT_CASES])
+def test_repeated_submissions_launch_a_captured_graph_that_reads_new_data(
+        gpu_module_device, monkeypatch, pattern, dtype, layout):
+    from hipdnn_async.providers.cudnn._graph_plan import GRAPH_AFTER
+    from hipdnn_async.runtime._cudnn_backend import GraphLaunch
+    monkeypatch.setattr(tp, "BN", GRAPH_BN)
+    dev = gpu_module_device
+    rounds = _rounds(pattern, dtype, layout, GRAPH_AFTER + 4)
+    h0 = rounds[0][0]
+    h0._alloc_outputs()
+    plan = dev.build_sync(h0.g, engine=GRAPH)
+    staged = h0.stage(dev)
+    for k, (h, checks) in enumerate(rounds):
+        _submit_round(plan, staged, h, checks, f"{pattern} {dtype} {layout} round {k}")
+    launch = plan._bindings.get(staged, None).fn
+    assert isinstance(launch, GraphLaunch)
+    assert launch.executions == len(rounds)
+    assert launch.graph_launches == len(rounds) - GRAPH_AFTER, (launch.executions,
+                                                               launch.graph_launches)
+
+
+def test_a_plan_on_graph_launches_is_recorded_and_replayed_by_a_capture_step(gpu_module_device):
+    # the binding already launches its own graph; inside a capture block its execution is
+    # recorded directly (a graph launch is not captured), and the step's replay computes
+    # with the data in the buffers at replay time
+    from hipdnn_async.providers.cudnn._graph_plan import GRAPH_AFTER
+    dev = gpu_module_device
+    rounds = _rounds("CONV_FPROP", "float16", "NHWC", GRAPH_AFTER + 4)
+    h0 = rounds[0][0]
+    h0._alloc_outputs()
+    plan = dev.build_sync(h0.g, engine=GRAPH)
+    staged = h0.stage(dev)
+    for k, (h, checks) in enumerate(rounds[:GRAPH_AFTER + 2]):
+        _submit_round(plan, staged, h, checks, f"round {k}")
+    launch = plan._bindings.get(staged, None).fn
+    assert launch.graph_launches == 2
+    with dev.capture(stream=0) as step:
+        plan.submit(staged)
+    for k, (h, checks) in enumerate(rounds[GRAPH_AFTER + 2:]):
+        _submit_round(plan, staged, h, checks, f"replay {k}", submit=step.replay_sync)
+    step.close()
+    assert launch.graph_launches == 2       # the replays launched the step's graph
+
+
 _CHILD = textwrap.dedent("""
     import json, sys
     import numpy as np

@@ -23,12 +23,14 @@
 """
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..._errors import VariantPackError
+from ..._log import warn_bad_env
 from .._base import ProviderPlan
 from .._gpu._workspace import Segments
 from .._tuning import BENCH_MARGIN as _BENCH_MARGIN
@@ -36,10 +38,32 @@ from . import _plans
 from ._graph_lower import BYTE_ALIGNMENT
 
 __all__ = ["Candidate", "heuristic_candidates", "heuristic_order", "rejection", "ordered",
-           "execution_plan", "plan_from_json", "config_from_name", "GraphPlan", "parse_name"]
+           "execution_plan", "plan_from_json", "config_from_name", "GraphPlan", "parse_name",
+           "LAUNCH_GRAPHS_ENV", "GRAPH_AFTER", "graph_after"]
 
 
 _KNOB_TYPE_COUNTS = 44     # CUDNN_KNOB_TYPE_COUNTS of cuDNN 9.19 (cudnn_graph.h)
+
+# A binding's execution becomes a CUDA graph launch after this many direct executions of
+# its variant pack (``GraphLaunch``'s ``graph_after``): the first loads the engine's
+# kernels, and a binding used only once or twice never pays the capture (~10-50 us).
+GRAPH_AFTER = 2
+# "0": every execution is a cudnnBackendExecute (no CUDA graph per binding)
+LAUNCH_GRAPHS_ENV = "HIPDNN_ASYNC_LAUNCH_GRAPHS"
+
+
+def graph_after() -> int:
+    """``GraphLaunch``'s ``graph_after`` for new bindings: :data:`GRAPH_AFTER`, or 0 (never
+    a graph) when ``$HIPDNN_ASYNC_LAUNCH_GRAPHS`` is ``0``; any value but unset, empty,
+    ``0`` or ``1`` is a ``RuntimeWarning`` once per value and leaves graphs on."""
+    raw = os.environ.get(LAUNCH_GRAPHS_ENV, "")
+    word = raw.strip()
+    if word == "0":
+        return 0
+    if word not in ("", "1"):
+        warn_bad_env(LAUNCH_GRAPHS_ENV, raw, "0 (off) or 1 (on, the default)",
+                     "graph launches stay on")
+    return GRAPH_AFTER
 
 
 @dataclass
@@ -341,8 +365,9 @@ class GraphPlan(ProviderPlan):
         """The submit path's work-item function for these buffers: a ``GraphLaunch``
         (``runtime._cudnn_backend``), whose variant pack is built on its first launch on a
         stream and reused until the stream or its workspace changes, so each execution is
-        one ``cudnnBackendExecute``. Pointer alignment is checked here, once. ``counter``
-        (a ``runtime.ExecCounter``) is bumped in C per execution.
+        one ``cudnnBackendExecute``, and from the third on one launch of a CUDA graph
+        captured from it (:func:`graph_after`). Pointer alignment is checked here, once.
+        ``counter`` (a ``runtime.ExecCounter``) is bumped in C per execution.
 
         Raises
         ------
@@ -358,7 +383,8 @@ class GraphPlan(ProviderPlan):
             marker = res if workspace is None and self.workspace_size else None
             return handle, self.pointers(buffers, ws), cudnn_ws, marker
 
-        return self._be.GraphLaunch(self.plan, self._uids, resolve, self._lock, counter)
+        return self._be.GraphLaunch(self.plan, self._uids, resolve, self._lock, counter,
+                                    graph_after())
 
     def run(self, buffers, workspace) -> None:
         res, handle = _plans.handle_for_launch()

@@ -1,0 +1,100 @@
+"""Scenarios of the cuDNN graph engine's per-binding CUDA graphs (``GraphLaunch``'s
+``graph_after``; issue 11 item 2) for the worker process (``_worker.py``): a plan whose
+provider plan is a ``GraphPlan`` over the fake backend API (tests/unit/runtime/fakes/
+fake_cudnn_backend.c: ``cudnnBackendExecute`` counts and returns), on the fake CUDA
+runtime, whose stream capture and graph calls are logged. The fake backend enqueues
+nothing, so these scenarios check the calls made, not data (tests/gpu does that).
+"""
+from __future__ import annotations
+
+import ctypes
+from types import SimpleNamespace
+
+import numpy as np
+
+from ._scenarios import control
+
+__all__ = ["graph_plan_over_fake_backend", "launch_graph_case"]
+
+
+def graph_plan_over_fake_backend(plan, be) -> None:
+    """Put a cuDNN graph plan (``GraphPlan``: the real launcher and ``GraphLaunch``) over
+    the fake backend API under ``plan``: its roles become the variant pack's uids."""
+    from hipdnn_async.providers.cudnn._graph_plan import GraphPlan
+    pack = [SimpleNamespace(uid=i + 1, binding=("role", role), name=t.name)
+            for i, (role, t) in enumerate(plan._roles)]
+    desc = be.Descriptor(be.BACKEND_EXECUTION_PLAN_DESCRIPTOR)
+    plan._pplan = GraphPlan(be, SimpleNamespace(pack=pack, segments=()), desc, 0,
+                            "fake backend plan")
+    plan._bindings.clear()
+
+
+def _executes(lib) -> int:
+    a = (ctypes.c_long * 5)()
+    lib.fake_counts(a)
+    return int(a[3])
+
+
+def launch_graph_case(backend_lib: str, *, submits: int = 6, inject: tuple | None = None,
+                      env_off: bool = False, step: bool = False) -> dict:
+    """``submits`` submissions of one plan with the same buffers, each awaited.
+
+    ``inject``: (runtime function, status) made to fail once, at its first call;
+    ``env_off``: ``$HIPDNN_ASYNC_LAUNCH_GRAPHS=0``; ``step``: afterwards, a capture block
+    records one more submission and the step is replayed once (marks "capture", "replay").
+
+    Returns
+    -------
+    dict
+        ``log`` (marks "start", "end", ...), ``executes`` (fake cudnnBackendExecute calls
+        between "start" and "end"), ``executions`` / ``graph_launches`` of the binding's
+        ``GraphLaunch``, ``plan_stats`` executions, ``step_executes``.
+    """
+    import os
+
+    from hipdnn_async.runtime import _cudnn_backend as be
+    if be.loaded_path() != backend_lib:
+        be.load(backend_lib)        # before any plan is built (one backend table a process)
+    import hipdnn_async as hd
+    lib = ctypes.CDLL(backend_lib)
+    ctl = control()
+    if env_off:
+        os.environ["HIPDNN_ASYNC_LAUNCH_GRAPHS"] = "0"
+    try:
+        with hd.Device("cuda:0", streams=1) as dev:
+            g = hd.Graph(name="launch_graph")
+            x = g.tensor(dims=(2, 4, 6, 6), name="x")
+            w = g.tensor(dims=(4, 4, 3, 3), name="w")
+            y = g.conv_fprop(x, w, padding=1).set_output(True).set_name("y")
+            plan = dev.build_sync(g)
+            graph_plan_over_fake_backend(plan, be)
+            vp = {t: dev.empty(t.dims, np.float32) for t in (x, w, y)}
+            plan.execute_sync(vp, stream=0)           # binds (one direct execution)
+            ctl.clear()
+            if inject is not None:
+                ctl.inject(inject[0], inject[1])
+            e0 = _executes(lib)
+            ctl.mark("start")
+            for _ in range(submits):
+                plan.submit(vp, stream=0).result()
+            ctl.mark("end")
+            out = {"executes": _executes(lib) - e0}
+            ctl.clear_injections()
+            launch = plan._bindings._entries[0].fn       # the binding's GraphLaunch
+            out["step_executes"] = None
+            if step:
+                e1 = _executes(lib)
+                ctl.mark("capture")
+                with dev.capture(stream=0) as st:
+                    plan.submit(vp)
+                ctl.mark("replay")
+                st.replay_sync()
+                ctl.mark("replayed")
+                out["step_executes"] = _executes(lib) - e1
+                st.close()
+            out["plan_stats"] = sum(s["executions"] for s in dev.plan_stats().values())
+            out["launch"] = [launch.executions, launch.graph_launches]
+            out["log"] = ctl.log()
+            return out
+    finally:
+        os.environ.pop("HIPDNN_ASYNC_LAUNCH_GRAPHS", None)

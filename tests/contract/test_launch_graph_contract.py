@@ -1,0 +1,100 @@
+"""Per-binding CUDA graphs of the cuDNN graph engine (issue 11 item 2), on the fake CUDA
+runtime with a GraphPlan over the fake backend API (``_launch_graph_scenarios``): after
+``GRAPH_AFTER`` direct executions of a bound variant pack, the next one is captured once
+(thread-local mode) and every later one is one ``cudaGraphLaunch``; a capture that fails
+at any step leaves the pack on direct executions and runs the work directly (once); ``$HIPDNN_ASYNC_LAUNCH_GRAPHS=0`` turns it off; inside
+a ``dev.capture()`` block the execution is direct (recorded), not a graph launch."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from hipdnn_async.providers.cudnn._graph_plan import GRAPH_AFTER
+
+from . import _launch_graph_scenarios as S
+from ._fakes import between, calls, violations
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SUBMITS = 6
+# cudaStreamCaptureModeThreadLocal (driver_types.h; the contract ABI test checks our
+# constant against the header)
+THREAD_LOCAL = 1
+
+
+@pytest.fixture(scope="module")
+def backend_lib(tmp_path_factory):
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler for the fake backend API")
+    out = tmp_path_factory.mktemp("fake_backend") / "libfake_cudnn_backend.so"
+    src = os.path.join(ROOT, "tests", "unit", "runtime", "fakes", "fake_cudnn_backend.c")
+    subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", str(out), src], check=True)
+    return str(out)
+
+
+def _run(fake_gpu, backend_lib, **kw):
+    r = fake_gpu.call(S.launch_graph_case, backend_lib, submits=SUBMITS, **kw)
+    assert not violations(r["log"]), violations(r["log"])
+    return r
+
+
+def _window(r):
+    return between(r["log"], "start", "end")
+
+
+def test_after_graph_after_direct_executions_the_binding_launches_one_captured_graph(
+        fake_gpu, backend_lib):
+    r = _run(fake_gpu, backend_lib)
+    win = _window(r)
+    begin = calls(win, "cudaStreamBeginCapture")
+    assert len(begin) == 1 and len(calls(win, "cudaStreamEndCapture")) == 1
+    assert len(calls(win, "cudaGraphInstantiateWithFlags")) == 1
+    # the binding ran once directly before the window (execute_sync), so the window's
+    # first GRAPH_AFTER - 1 submissions are direct, the next is captured (recorded, not
+    # run) and launched, every later one is a launch
+    direct = GRAPH_AFTER - 1
+    assert r["executes"] == direct + 1                         # + the captured call
+    assert len(calls(win, "cudaGraphLaunch")) == SUBMITS - direct
+    assert r["launch"] == [1 + SUBMITS, SUBMITS - direct]      # executions, graph launches
+    assert r["plan_stats"] == 1 + SUBMITS
+
+
+@pytest.mark.parametrize("fn", ["cudaStreamBeginCapture", "cudaStreamEndCapture",
+                                "cudaGraphInstantiateWithFlags", "cudaGraphLaunch"])
+def test_a_failed_capture_runs_the_work_directly_and_stays_direct(fake_gpu, backend_lib, fn):
+    r = _run(fake_gpu, backend_lib, inject=(fn, 900))   # cudaErrorStreamCaptureUnsupported
+    win = _window(r)
+    captured = 0 if fn == "cudaStreamBeginCapture" else 1
+    # every submission ran directly once (the failed capture's recorded call did not run)
+    assert r["executes"] == SUBMITS + captured
+    assert r["launch"] == [1 + SUBMITS, 0]
+    assert len(calls(win, "cudaStreamBeginCapture")) == 1      # never tried again
+    assert len(calls(win, "cudaGraphLaunch")) == (1 if fn == "cudaGraphLaunch" else 0)
+    if fn != "cudaStreamBeginCapture":
+        # what was made is released: the captured graph (for a failed end, the one its
+        # second end made: the fake's failed end leaves the capture open, as a CUDA end
+        # that fails without invalidation may) and an instantiated one whose launch failed
+        assert len(calls(win, "cudaGraphDestroy")) == 1
+        assert len(calls(win, "cudaGraphExecDestroy")) == (fn == "cudaGraphLaunch")
+    assert r["plan_stats"] == 1 + SUBMITS
+
+
+def test_the_environment_variable_turns_graph_launches_off(fake_gpu, backend_lib):
+    r = _run(fake_gpu, backend_lib, env_off=True)
+    win = _window(r)
+    assert r["executes"] == SUBMITS and r["launch"] == [1 + SUBMITS, 0]
+    assert not calls(win, "cudaStreamBeginCapture") and not calls(win, "cudaGraphLaunch")
+
+
+def test_inside_a_capture_block_the_execution_is_recorded_directly(fake_gpu, backend_lib):
+    r = _run(fake_gpu, backend_lib, step=True)
+    rec = between(r["log"], "capture", "replay")
+    # the step's capture: one begin (the step's own), the plan's call recorded directly
+    # (no graph launch inside the capture), then one replay = one graph launch
+    assert len(calls(rec, "cudaStreamBeginCapture")) == 1
+    assert not calls(rec, "cudaGraphLaunch")
+    assert r["step_executes"] == 1
+    assert len(calls(between(r["log"], "replay", "replayed"), "cudaGraphLaunch")) == 1
