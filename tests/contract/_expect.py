@@ -11,9 +11,9 @@ import numpy as np
 
 from ._fakes import between, calls, dnn_calls
 
-__all__ = ["HEADER_NAMES", "ALGOS", "Header", "DTYPE_ENUM", "FORBIDDEN_PER_EXECUTION",
-           "expected_algorithm", "assert_tensor_desc", "assert_filter_desc", "assert_no_setup",
-           "exec_calls", "assert_results", "algo_value"]
+__all__ = ["HEADER_NAMES", "ALGOS", "FFTS", "WINOGRADS", "float_declines", "Header",
+           "DTYPE_ENUM", "FORBIDDEN_PER_EXECUTION", "expected_algorithm", "assert_tensor_desc",
+           "assert_filter_desc", "assert_no_setup", "exec_calls", "assert_results", "algo_value"]
 
 # algorithm names per direction, as in cudnn_cnn.h (the enumerator minus its prefix)
 ALGOS = (
@@ -24,7 +24,17 @@ ALGOS = (
 )
 _ALGO_PREFIX = ("CUDNN_CONVOLUTION_FWD_ALGO_", "CUDNN_CONVOLUTION_BWD_DATA_ALGO_",
                 "CUDNN_CONVOLUTION_BWD_FILTER_ALGO_")
-TRANSFORMS = frozenset({"FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"})
+FFTS = frozenset({"FFT", "FFT_TILING"})
+WINOGRADS = frozenset({"WINOGRAD", "WINOGRAD_NONFUSED"})
+
+
+def float_declines(direction: int, name: str, allow_fft: bool = True) -> bool:
+    """Whether the documented policy for FLOAT I/O (README "algorithm choice";
+    providers/cudnn/_conv.ConvSetup.accurate) declines algorithm ``name``: Winograd
+    always; FFT / FFT_TILING for weight gradients (direction 2) always and for fprop /
+    dgrad only with ``cudnn_legacy.allow_fft = 0``."""
+    return name in WINOGRADS or (name in FFTS and (direction == 2 or not allow_fft))
+
 
 HEADER_NAMES = [p + a for p, names in zip(_ALGO_PREFIX, ALGOS) for a in names] + [
     "CUDNN_DATA_FLOAT", "CUDNN_DATA_HALF", "CUDNN_DATA_BFLOAT16", "CUDNN_TENSOR_NCHW",
@@ -71,19 +81,19 @@ def algo_name(hdr, direction: int, value: int) -> str:
 
 
 def expected_algorithm(hdr, perf: list[dict], direction: int, float_io: bool, limit=None,
-                       only=None, deterministic: bool = False) -> dict:
+                       only=None, deterministic: bool = False, allow_fft: bool = True) -> dict:
     """The heuristic entry the provider's documented policy picks: the first with status
-    SUCCESS that is, for HALF/BFLOAT16 I/O, deterministic and, for FLOAT I/O, not an
-    FFT/Winograd transform and deterministic only with ``deterministic`` (knob
-    ``cudnn_legacy.deterministic``), within the workspace limit (README "algorithm
-    policy"; providers/cudnn docstrings)."""
+    SUCCESS that is, for HALF/BFLOAT16 I/O, deterministic and, for FLOAT I/O, not declined
+    by :func:`float_declines` (``allow_fft``: knob ``cudnn_legacy.allow_fft``) and
+    deterministic only with ``deterministic`` (knob ``cudnn_legacy.deterministic``),
+    within the workspace limit (README "algorithm choice"; providers/cudnn docstrings)."""
     for e in perf:
         name = algo_name(hdr, direction, e["algo"])
         if e["status"] != hdr.CUDNN_STATUS_SUCCESS:
             continue
         if e["determinism"] != hdr.CUDNN_DETERMINISTIC and (deterministic or not float_io):
             continue
-        if float_io and name in TRANSFORMS:
+        if float_io and float_declines(direction, name, allow_fft):
             continue
         if limit is not None and e["memory"] > limit:
             continue

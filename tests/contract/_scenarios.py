@@ -61,6 +61,7 @@ def plan_facts(plan) -> dict:
     engine = plan.engine
     return {"pattern": plan.pattern, "algorithm": plan.algorithm,
             "reason": getattr(plan.algorithm, "reason", ""), "knobs": dict(plan.knobs),
+            "trials": [tuple(t) for t in getattr(plan.algorithm, "trials", ())],
             "workspace_size": int(plan.workspace_size),
             "engine": getattr(engine, "name", str(engine)),
             "provider": getattr(engine, "provider", None),
@@ -222,7 +223,10 @@ def knob_case(direction: str, knobs: dict, *, builds: int = 1) -> dict:
     from ._fakes import between
     for i, b in enumerate(out):
         b["log"] = between(log, f"build{i}", f"built{i}")
-    return {"builds": out, "violations": ctl.violations()}
+    from hipdnn_async import _perfdb
+    return {"builds": out, "violations": ctl.violations(),
+            "perfdb": [(e["engine"], e["problem"], e["algorithm"])
+                       for e in _perfdb.default_perfdb().entries()]}
 
 
 def _conv_inputs(rng, x, w, dtype=np.float32):

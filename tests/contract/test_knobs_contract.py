@@ -2,37 +2,41 @@
 KnobError below every candidate; global.benchmarking runs cuDNN's Find once, takes the
 fastest allowed result and remembers it in the perf db, so a later build finds nothing;
 cudnn_legacy.deterministic keeps cuDNN's non-deterministic ALGO_0 / ALGO_3 out of FLOAT
-convolutions, which take them by default (FLOAT atomics: within tolerance).
+convolutions, which take them by default (FLOAT atomics: within tolerance);
+cudnn_legacy.allow_fft (default 1, FLOAT fprop/dgrad only) keeps FFT / FFT_TILING out, and
+FLOAT weight gradients never take them; no FLOAT convolution takes Winograd.
 The candidates and timings are the fake's own answers, read from the same log."""
 from __future__ import annotations
 
 import pytest
 
 import hipdnn_async as hd
+from hipdnn_async.patterns import match
 
 from . import _scenarios
-from ._expect import ALGOS, TRANSFORMS, algo_name, expected_algorithm
+from ._expect import ALGOS, FFTS, WINOGRADS, algo_name, expected_algorithm, float_declines
 from ._fakes import calls
 
 LIMIT = "global.workspace_size_limit"
 DET = "cudnn_legacy.deterministic"
+FFT = "cudnn_legacy.allow_fft"
 HEUR = {"fprop": "cudnnGetConvolutionForwardAlgorithm_v7",
         "dgrad": "cudnnGetConvolutionBackwardDataAlgorithm_v7",
         "wgrad": "cudnnGetConvolutionBackwardFilterAlgorithm_v7"}
 DIRECTION = {"fprop": 0, "dgrad": 1, "wgrad": 2}
 
 
-def build(fake_gpu, direction, knobs, builds=1):
+def build(fake_gpu, direction, knobs, builds=1, perfdb=False):
     r = fake_gpu.call(_scenarios.knob_case, direction, knobs, builds=builds)
     assert r["violations"] == 0
-    return r["builds"]
+    return (r["builds"], r["perfdb"]) if perfdb else r["builds"]
 
 
-def candidates(hdr, perf, direction, deterministic=False):
+def candidates(hdr, perf, direction, deterministic=False, allow_fft=True):
     """The heuristic entries the policy may take (FLOAT I/O)."""
     return [e for e in perf if e["status"] == 0
             and (e["determinism"] == hdr.CUDNN_DETERMINISTIC or not deterministic)
-            and algo_name(hdr, direction, e["algo"]) not in TRANSFORMS]
+            and not float_declines(direction, algo_name(hdr, direction, e["algo"]), allow_fft)]
 
 
 @pytest.mark.parametrize("direction", ["fprop", "dgrad"])
@@ -138,3 +142,82 @@ def test_benchmarked_winners_are_remembered_per_determinism_policy(fake_gpu, hdr
     free_again = build(fake_gpu, "wgrad", dict(bench))[0]
     assert free_again["plan"]["perfdb_hit"], free_again["plan"]
     assert free_again["plan"]["algorithm"] == free["plan"]["algorithm"]
+
+
+def _names(hdr, entries, direction):
+    return [algo_name(hdr, direction, e["algo"]) for e in entries]
+
+
+@pytest.mark.parametrize("direction", ["fprop", "dgrad"])
+def test_float_fprop_dgrad_consider_fft_unless_allow_fft_is_0(fake_gpu, hdr, direction):
+    d = DIRECTION[direction]
+    first = build(fake_gpu, direction, {})[0]
+    assert first["error"] is None, first.get("message")
+    assert first["plan"]["knobs"][FFT] == 1
+    perf = calls(first["log"], HEUR[direction])[0]["perf"]
+    offered = set(_names(hdr, [e for e in perf if e["status"] == 0], d))
+    assert FFTS <= offered and WINOGRADS & offered, "the fake offers FFT and Winograd here"
+    # the candidates the plan considered (heuristic order, policy applied): FFT in,
+    # Winograd out
+    considered = [name for name, _ in first["plan"]["trials"]]
+    assert considered == _names(hdr, candidates(hdr, perf, d), d)
+    assert FFTS <= set(considered) and not WINOGRADS & set(considered), considered
+    b = build(fake_gpu, direction, {FFT: 0})[0]
+    assert b["error"] is None, b.get("message")
+    considered = [name for name, _ in b["plan"]["trials"]]
+    assert considered == _names(hdr, candidates(hdr, perf, d, allow_fft=False), d)
+    assert not (FFTS | WINOGRADS) & set(considered), considered
+
+
+def test_float_wgrad_never_considers_fft_and_has_no_fft_knob(fake_gpu, hdr):
+    first = build(fake_gpu, "wgrad", {})[0]
+    assert first["error"] is None, first.get("message")
+    assert FFT not in first["plan"]["knobs"], first["plan"]["knobs"]
+    perf = calls(first["log"], HEUR["wgrad"])[0]["perf"]
+    assert FFTS <= set(_names(hdr, [e for e in perf if e["status"] == 0], 2)), \
+        "the fake offers FFT for this weight gradient"
+    considered = {name for name, _ in first["plan"]["trials"]}
+    assert considered and not (FFTS | WINOGRADS) & considered, considered
+    b = build(fake_gpu, "wgrad", {FFT: 0})[0]
+    assert isinstance(b["error"], hd.KnobError) and FFT in b["message"], b.get("mro")
+
+
+def test_benchmarked_dgrad_takes_fft_and_remembers_it_per_fft_policy(fake_gpu, hdr):
+    """With FFT accepted the fake's fastest allowed FLOAT dgrad is an FFT one; with
+    allow_fft = 0 another. The knob is in the perf-db key: the default key carries
+    "[fft]", the allow_fft = 0 key is the earlier default's (FFT declined then), so that a
+    winner of the earlier policy is never taken by the new default and the other way
+    round."""
+    bench = {"global.benchmarking": 1}
+    fft = build(fake_gpu, "dgrad", dict(bench))[0]
+    no_fft = build(fake_gpu, "dgrad", dict(bench, **{FFT: 0}))[0]
+    (fft_again,), db = build(fake_gpu, "dgrad", dict(bench), perfdb=True)
+    for b in (fft, no_fft, fft_again):
+        assert b["error"] is None, b.get("message")
+    perf = calls(fft["log"], HEUR["dgrad"])[0]["perf"]
+    find = "cudnnFindConvolutionBackwardDataAlgorithmEx"
+
+    def fastest(b, allow_fft):
+        allowed = set(_names(hdr, candidates(hdr, perf, 1, allow_fft=allow_fft), 1))
+        (f,) = calls(b["log"], find)
+        return next(algo_name(hdr, 1, e["algo"]) for e in f["perf"] if e["status"] == 0
+                    and algo_name(hdr, 1, e["algo"]) in allowed
+                    and e["mathType"] in (hdr.CUDNN_DEFAULT_MATH, hdr.CUDNN_FMA_MATH))
+    assert fft["plan"]["benchmarked"] and not fft["plan"]["perfdb_hit"]
+    assert fft["plan"]["algorithm"] == fastest(fft, True) in FFTS, fft["plan"]
+    assert "FFT" in fft["plan"]["reason"], fft["plan"]["reason"]
+    # allow_fft = 0 benchmarks anew (no hit of the FFT winner) and keeps a direct one
+    assert no_fft["plan"]["benchmarked"] and not no_fft["plan"]["perfdb_hit"]
+    assert no_fft["plan"]["algorithm"] == fastest(no_fft, False) not in FFTS, no_fft["plan"]
+    # the default finds its own winner again, beside the other policy's
+    assert fft_again["plan"]["perfdb_hit"] and not calls(fft_again["log"], "cudnnFind*")
+    assert fft_again["plan"]["algorithm"] == fft["plan"]["algorithm"]
+    # in the db: the default's winner under "[fft] <signature>", the allow_fft = 0 one
+    # under the plain signature, as the FFT-declining default wrote it (so the new
+    # default never reads an entry chosen under the earlier policy)
+    sig = match(_scenarios._conv_graph(hd, "dgrad")[0]._snapshot()[0]).signature
+    ours = {problem: algo for engine, problem, algo in db
+            if engine == "CUDNN_LEGACY_ENGINE" and problem.endswith(sig)}
+    assert ours == {f"[fft] {sig}": fft["plan"]["algorithm"],
+                    sig: no_fft["plan"]["algorithm"]}, ours
+

@@ -7,6 +7,10 @@
   they take only deterministic algorithms, and repeated runs are bitwise equal.
 - ``global.benchmarking = 1`` never keeps something slower than the heuristic's choice:
   the benchmarked plan's median device time is within 10 % of the heuristic plan's.
+- FLOAT fprop / dgrad may run cuDNN's FFT by default on both engines (bench/diag_fft.py:
+  within our bound on the H200) and stay within the float64 oracle's reduction bound;
+  with ``<engine>.allow_fft = 0`` no FFT algorithm runs, also within the bound; FLOAT
+  weight gradients offer no such knob (FFT declined there).
 """
 from __future__ import annotations
 
@@ -16,7 +20,8 @@ import time
 import numpy as np
 import pytest
 
-from oracle._cases import assert_close
+from oracle import _reference as ref
+from oracle._cases import Harness, assert_close, reduction_tol
 
 import hipdnn_async as hd
 
@@ -113,3 +118,70 @@ def _check_benchmark(dev, direction, dtype, layout):
     assert t_tuned <= 1.10 * t_heur + 0.005, (
         f"benchmarked {tuned.algorithm} {t_tuned:.4f} ms ({tuned.algorithm.reason}) vs "
         f"heuristic {heur.algorithm} {t_heur:.4f} ms")
+
+
+FFT_KNOB = {"CUDNN_GRAPH_ENGINE": "cudnn_graph.allow_fft",
+            "CUDNN_LEGACY_ENGINE": "cudnn_legacy.allow_fft"}
+# ResNet-50 res3 3x3 (128 channels, 28x28), where bench/diag_fft.py saw cuDNN's FFT
+# configs chosen at batch 32; batch 4 keeps the float64 reference quick
+RES3_X, RES3_W, RES3_PAD = (4, 128, 28, 28), (128, 128, 3, 3), (1, 1)
+
+
+def _res3_case(direction):
+    rng = np.random.default_rng([5, ("fprop", "dgrad", "wgrad").index(direction)])
+    h = Harness("float32", "NCHW", name=f"fft_policy_{direction}")
+    if direction == "fprop":
+        x, w = h.input("x", rng.uniform(-1, 1, RES3_X)), h.input("w", rng.uniform(-1, 1, RES3_W))
+        h.output(h.g.conv_fprop(x, w, padding=RES3_PAD), "out")
+        return h, lambda: ref.conv_fprop(h.ref["x"], h.ref["w"], RES3_PAD, RES3_PAD)
+    if direction == "dgrad":
+        dy, w = h.input("dy", rng.uniform(-1, 1, RES3_X)), h.input("w", rng.uniform(-1, 1, RES3_W))
+        h.output(h.g.conv_dgrad(dy, w, dx_dims=RES3_X, padding=RES3_PAD), "out")
+        return h, lambda: ref.conv_dgrad(h.ref["dy"], h.ref["w"], RES3_X, RES3_PAD, RES3_PAD)
+    dy, x = h.input("dy", rng.uniform(-1, 1, RES3_X)), h.input("x", rng.uniform(-1, 1, RES3_X))
+    h.output(h.g.conv_wgrad(dy, x, dw_dims=RES3_W, padding=RES3_PAD), "out")
+    return h, None
+
+
+def _cudnn_engines_or_skip(dev, h):
+    engines = {e.name: e for e in hd.engines(h.g, dev)}
+    if not any(name.startswith("CUDNN") for name in engines):
+        pytest.skip(f"{dev.spec}: not a cuDNN device (engines {sorted(engines)})")
+    return engines
+
+
+@pytest.mark.parametrize("engine", sorted(FFT_KNOB))
+@pytest.mark.parametrize("direction", ["fprop", "dgrad"])
+def test_float_fft_by_default_and_direct_summation_with_allow_fft_0(
+        gpu_module_device, tmp_path, direction, engine):
+    h, want = _res3_case(direction)
+    engines = _cudnn_engines_or_skip(gpu_module_device, h)
+    assert engine in engines, f"{engine} is not offered for FLOAT {direction}: {sorted(engines)}"
+    knob = engines[engine].knob(FFT_KNOB[engine])
+    assert (knob.default, knob.min, knob.max) == (1, 0, 1), knob
+    n = RES3_W[1 if direction == "fprop" else 0] * RES3_W[2] * RES3_W[3]
+    atol, rtol = reduction_tol(f"conv_{direction}", "float32", n)
+    expected = want()
+    # a fresh perf db: both plans are chosen here (a restored plan's reason names no notes)
+    with hd.Device(gpu_module_device.spec, perfdb=str(tmp_path / "perfdb.sqlite3")) as dev:
+        got = h.run(dev, engine=engine)["out"]
+        plan = h.plan
+        assert plan.knobs[FFT_KNOB[engine]] == 1 and not plan.perfdb_hit
+        assert_close(got, expected, atol, rtol, f"{engine} {direction} default "
+                     f"({plan.algorithm}: {plan.algorithm.reason})")
+        got = h.run(dev, engine=engine, knobs={FFT_KNOB[engine]: 0})["out"]
+        direct = h.plan
+        assert direct.knobs[FFT_KNOB[engine]] == 0 and not direct.perfdb_hit
+        assert "FFT" not in str(direct.algorithm) and "FFT" not in direct.algorithm.reason, (
+            direct.algorithm, direct.algorithm.reason)
+        assert_close(got, expected, atol, rtol, f"{engine} {direction} allow_fft=0 "
+                     f"({direct.algorithm}: {direct.algorithm.reason})")
+
+
+def test_float_wgrad_offers_no_fft_knob(gpu_module_device):
+    h, _ = _res3_case("wgrad")
+    engines = _cudnn_engines_or_skip(gpu_module_device, h)
+    for e in engines.values():
+        assert not any(k.id.endswith(".allow_fft") for k in e.knobs), (e.name, e.knobs)
+    plan = gpu_module_device.build_sync(h.g, engine="CUDNN_LEGACY_ENGINE")
+    assert "FFT" not in str(plan.algorithm), plan.algorithm

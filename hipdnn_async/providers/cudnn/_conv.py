@@ -33,7 +33,8 @@ ALGO_NAMES = (
 # ConvDirection's values are cuDNN's direction indices (ALGO_NAMES, _cudnn's calls).
 _C_ORDER = {ConvDirection.FPROP: ("x", "w", "y"), ConvDirection.DGRAD: ("w", "y", "x"),
             ConvDirection.WGRAD: ("x", "y", "w")}
-_TRANSFORM_ALGOS = frozenset({"FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"})
+_FFT_ALGOS = frozenset({"FFT", "FFT_TILING"})
+_WINOGRAD_ALGOS = frozenset({"WINOGRAD", "WINOGRAD_NONFUSED"})
 
 
 def data_type_code(tensor, where: str) -> int:
@@ -111,31 +112,54 @@ class ConvSetup:
                                  {"time_ms": t}))
         return out
 
-    def accepted(self, candidates, *, deterministic: bool) -> list[Candidate]:
+    @property
+    def fft_applies(self) -> bool:
+        """Whether the FFT part of the policy (knob ``cudnn_legacy.allow_fft``) applies:
+        FLOAT fprop and dgrad (conv+bias+activation is fprop); never FLOAT weight
+        gradients, HALF / BFLOAT16 not at all (see :meth:`accurate`)."""
+        return self.float_io and self.direction != int(ConvDirection.WGRAD)
+
+    def accepted(self, candidates, *, deterministic: bool,
+                 allow_fft: bool) -> list[Candidate]:
         """The numerical policy over :meth:`algorithms`' list, in its order: the
         :meth:`accurate` entries when cuDNN has any for the problem; otherwise all,
         deterministic ones first (some 1x1 and depthwise weight gradients have only
         ALGO_0 / ALGO_3)."""
         good = [e for e in candidates if self.accurate(e.id, e.deterministic,
-                                                       deterministic=deterministic)]
+                                                       deterministic=deterministic,
+                                                       allow_fft=allow_fft)]
         return good or sorted(candidates, key=lambda e: not e.deterministic)
 
-    def accurate(self, algo: int, determinism, *, deterministic: bool = True) -> bool:
+    def accurate(self, algo: int, determinism, *, deterministic: bool = True,
+                 allow_fft: bool = False) -> bool:
         """Whether the policy keeps ``algo`` (``determinism``: cuDNN's flag, or a bool).
+        The defaults are the strictest policy; the engine's defaults are
+        ``deterministic=False, allow_fft=True``.
 
         - HALF / BFLOAT16 I/O: deterministic algorithms only (cuDNN's atomics-based
           ALGO_0 / ALGO_3 accumulate in HALF there: 20% errors measured on the H200).
-        - FLOAT I/O: no Winograd or FFT transforms (errors 10x fp32 direct summation,
-          outside the FLOAT tolerance; measured on the H200, cuDNN 9.19); ALGO_0 / ALGO_3
-          (FLOAT atomics: within the tolerance, not bitwise reproducible) unless
-          ``deterministic`` (knob ``cudnn_legacy.deterministic``), as the graph engine's
-          NONDETERMINISTIC configs and PyTorch's default (``deterministic=False``)."""
+        - FLOAT I/O: no Winograd (never measured within our bound: PyTorch's Winograd
+          FLOAT 3x3 weight gradient was at 2.02x it on the H200, cuDNN 9.19); FFT and
+          FFT_TILING for fprop and dgrad when ``allow_fft`` (knob
+          ``cudnn_legacy.allow_fft``, default 1: bench/diag_fft.py, H200, cuDNN 9.19,
+          measured cuDNN's FFT engine configs, through the graph API that cuDNN 9's legacy
+          calls build on, on the ResNet-50 fp32 3x3 fprop/dgrad shapes at batch 32 at most
+          0.19 of our bound, ``tests/oracle/_cases.reduction_tol``, against 0.44 for
+          direct summation, and 2x faster; PyTorch runs them by default),
+          never for weight gradients (FFT for FLOAT wgrad was not measured: declined as
+          before); ALGO_0 / ALGO_3 (FLOAT atomics: within the tolerance, not bitwise
+          reproducible) unless ``deterministic`` (knob ``cudnn_legacy.deterministic``),
+          as the graph engine's NONDETERMINISTIC configs and PyTorch's default
+          (``deterministic=False``)."""
         det = determinism if isinstance(determinism, bool) else determinism == _cudnn.DETERMINISTIC
         if not self.float_io:
             return det
         if not det and deterministic:
             return False
-        return self.name(algo) not in _TRANSFORM_ALGOS
+        name = self.name(algo)
+        if name in _FFT_ALGOS:
+            return allow_fft and self.fft_applies
+        return name not in _WINOGRAD_ALGOS
 
     def math_ok(self, math: int) -> bool:
         # FLOAT I/O runs strict fp32 (no TF32): keep entries that do not need tensor ops.

@@ -43,7 +43,8 @@ from .. import _tuning
 from .._tuning import Algorithm
 from . import _graph_ir, _graph_lower, _graph_plan
 
-__all__ = ["CUDNN_GRAPH_ENGINE", "ALLOW_TF32", "DETERMINISTIC", "DISABLE_ENV", "disabled_by_env",
+__all__ = ["CUDNN_GRAPH_ENGINE", "ALLOW_TF32", "ALLOW_FFT", "DETERMINISTIC", "DISABLE_ENV",
+           "disabled_by_env",
            "CudnnGraphEngine", "GraphApiEngine",
            "backend", "with_graph_engine", "ranks_after_legacy"]
 
@@ -51,8 +52,11 @@ log = logging.getLogger("hipdnn_async")
 
 CUDNN_GRAPH_ENGINE = "CUDNN_GRAPH_ENGINE"
 ALLOW_TF32 = "cudnn_graph.allow_tf32"
+ALLOW_FFT = "cudnn_graph.allow_fft"
 DETERMINISTIC = "cudnn_graph.deterministic"
 _CONV = (Pattern.CONV_FPROP, Pattern.CONV_DGRAD, Pattern.CONV_WGRAD)
+# where FFT configs may run on FLOAT data (measured: _graph_plan's docstring); never wgrad
+_FFT_PATTERNS = (Pattern.CONV_FPROP, Pattern.CONV_DGRAD, Pattern.CONV_FPROP_BIAS_RELU)
 # "0" turns the engine off (every graph goes to the legacy engine)
 DISABLE_ENV = "HIPDNN_ASYNC_CUDNN_GRAPH"
 # configs timed with global.benchmarking = 1 (PyTorch's cudnn.benchmark times every config
@@ -66,8 +70,11 @@ _NOTES = ("cuDNN 9 graph (backend) API with cached execution plans; conv fprop/d
           " = 1: the fastest of up to 16 timed, the median of 7 runs after warm-up; the "
           "heuristic's choice is kept unless another is over 3% faster); never "
           "down-converting or reduced-precision-"
-          "reduction engines; FLOAT data strict FP32 (no TF32 tensor cores, no FFT/Winograd) "
-          f"unless '{ALLOW_TF32}' = 1; non-deterministic engines (FLOAT reductions) allowed "
+          "reduction engines; FLOAT data without TF32 tensor cores unless "
+          f"'{ALLOW_TF32}' = 1 and without Winograd; FLOAT fprop/dgrad/conv+bias+activation "
+          f"may run FFT configs (measured within tolerance, H200) unless '{ALLOW_FFT}' = 0 "
+          "(direct summation only), FLOAT weight gradients never; "
+          "non-deterministic engines (FLOAT reductions) allowed "
           f"unless '{DETERMINISTIC}' = 1 (Device(..., deterministic=True) sets it); "
           "plan.algorithm.reason says why a config was chosen; NaN propagates through ReLU "
           "(pointwise NAN_PROPAGATION = PROPAGATE_NAN)")
@@ -194,6 +201,10 @@ class CudnnGraphEngine:
             if _float_io(match):
                 knobs.append(_knobs.Knob(ALLOW_TF32, "int64", 0, 0, 1,
                                          "Allow TF32 tensor-core engines for FLOAT data"))
+        if _fft_applies(match):
+            knobs.append(_knobs.Knob(ALLOW_FFT, "int64", 1, 0, 1,
+                                     "Allow FFT engine configs for FLOAT data (0: direct "
+                                     "summation only)"))
         knobs.append(_knobs.Knob(DETERMINISTIC, "int64", 0, 0, 1,
                                  "Only engine configs without cuDNN's NONDETERMINISTIC note "
                                  "(bitwise-reproducible results)"))
@@ -206,7 +217,7 @@ class CudnnGraphEngine:
             return cached
         specs = _graph_ir.graph_spec(match, where)
         be = backend()
-        float_io = _float_io(match)
+        float_io, fft = _float_io(match), _fft_applies(match)
         variants, refused = [], []
         for spec in specs:
             with self._build.lock:
@@ -219,10 +230,13 @@ class CudnnGraphEngine:
                     continue
                 cands = _graph_plan.heuristic_candidates(
                     be, graph, lambda c: _graph_plan.rejection(be, c, float_io=float_io,
-                                                               allow_tf32=True), log)
-            strict = [c for c in cands
-                      if not _graph_plan.rejection(be, c, float_io=float_io, allow_tf32=False)]
-            if strict:   # TF32-only configs are kept for the knob, never offered alone
+                                                               allow_tf32=True, allow_fft=fft),
+                    log)
+            default = [c for c in cands if not _graph_plan.rejection(
+                be, c, float_io=float_io, allow_tf32=False, allow_fft=fft)]
+            # TF32-only configs are kept for the knob, never offered alone (FFT-only ones
+            # are offered: the default accepts them; with allow_fft = 0 the build declines)
+            if default:
                 variants.append((spec, graph, _graph_plan.ordered(be, cands)))
                 log.info("%s%s: engine configs %s", where, f" ({spec.variant})" if spec.variant
                          else "", ", ".join(f"{c.index}{sorted(c.numerical)}" for c in cands))
@@ -251,10 +265,11 @@ class CudnnGraphEngine:
         prep = self._prepare(match, where)
         bench = bool(knobs.get(_knobs.BENCHMARKING, 0))
         allow_tf32 = bool(knobs.get(ALLOW_TF32, 0))
+        allow_fft = _fft_applies(match) and bool(knobs.get(ALLOW_FFT, 1))
         deterministic = bool(knobs.get(DETERMINISTIC, 0))
         limit = knobs.get(_knobs.WORKSPACE_SIZE_LIMIT)
         float_io = _float_io(match)
-        key = self._key(match, bench, allow_tf32, limit, deterministic)
+        key = self._key(match, bench, allow_tf32, limit, deterministic, allow_fft)
         bufs = self._build.scratch_pack(match)
         plan = self._restore(be, match, prep, key, perfdb, bufs, limit, where)
         if plan is not None:
@@ -264,7 +279,8 @@ class CudnnGraphEngine:
         for spec, graph, cands in prep.variants:
             ok = [c for c in cands
                   if not _graph_plan.rejection(be, c, float_io=float_io, allow_tf32=allow_tf32,
-                                               deterministic=deterministic)]
+                                               deterministic=deterministic,
+                                               allow_fft=allow_fft)]
             pools.append((spec, graph, ok))
         if not any(ok for _, _, ok in pools):
             raise NotSupportedError(f"{where}: no engine config cuDNN's heuristics offer meets "
@@ -364,10 +380,15 @@ class CudnnGraphEngine:
 
     # ------------------------------------------------------------------ perf db
     def _key(self, match, bench: bool, allow_tf32: bool, limit,
-             deterministic: bool = False) -> _perfdb.PerfKey:
+             deterministic: bool = False, allow_fft: bool = False) -> _perfdb.PerfKey:
+        """The perf-db key: the problem prefixed with the policy that narrowed the configs
+        (``"[heuristic fft] ..."``), so that a choice made under one policy is never taken
+        under another. ``allow_fft``: FFT accepted for FLOAT data (the default since FFT
+        was measured; the earlier, FFT-declining default's keys carry no ``fft``, so the
+        new default never takes a choice made under it)."""
         desc = self._describe()
         policy = (("benchmark" if bench else "heuristic") + (" tf32" if allow_tf32 else "")
-                  + (" deterministic" if deterministic else ""))
+                  + (" deterministic" if deterministic else "") + (" fft" if allow_fft else ""))
         return _perfdb.PerfKey(provider="cudnn", engine=CUDNN_GRAPH_ENGINE,
                                library_versions=desc["library_versions"], device=desc["device"],
                                problem=f"[{policy}] {match.signature}",
@@ -435,6 +456,13 @@ class CudnnGraphEngine:
 def _float_io(match) -> bool:
     return any(t.data_type == DataType.FLOAT for r, t in match.tensors.items()
                if r in ("x", "y", "dx", "dy", "w", "dw"))
+
+
+def _fft_applies(match) -> bool:
+    """Whether ``cudnn_graph.allow_fft`` is offered and consulted: FLOAT fprop, dgrad and
+    conv+bias+activation (HALF / BFLOAT16 take FFT configs as before; FLOAT weight
+    gradients never, as FFT was not measured there)."""
+    return match.pattern in _FFT_PATTERNS and _float_io(match)
 
 
 def _declines(exc: BaseException) -> bool:

@@ -6,10 +6,21 @@
 - :func:`rejection`: the numerical policy, which is the tolerance table's: never
   DOWN_CONVERT_INPUTS nor REDUCED_PRECISION_REDUCTION (our accumulation is at least
   FLOAT); for FLOAT I/O no TENSOR_CORE (that is TF32 for FLOAT data, as PyTorch reads the
-  note) unless the ``cudnn_graph.allow_tf32`` knob allows it, and no FFT / Winograd
-  (outside the FLOAT tolerance, measured with the legacy engine on the H200); engines with
-  the NONDETERMINISTIC note only where ``cudnn_graph.deterministic`` is 0 (their
-  reductions are FLOAT: within tolerance, not bitwise reproducible).
+  note) unless the ``cudnn_graph.allow_tf32`` knob allows it, and no Winograd (never
+  measured within our bound: PyTorch's Winograd FLOAT 3x3 weight gradient was at 2.02x
+  it on the H200). FFT-noted configs are accepted for FLOAT fprop, dgrad and
+  conv+bias+activation unless ``cudnn_graph.allow_fft`` is 0. Measured with
+  bench/diag_fft.py on the H200
+  (cuDNN 9.19), every ResNet-50 fp32 NCHW fprop and dgrad shape at batch 32, inputs
+  U(-1, 1) and a wide-range set (magnitudes 2^-8..2^8): where FFT configs were chosen
+  (res2 3x3 dgrad: eng50; res3 3x3 fprop: eng3 k11=2, dgrad: eng50) their max
+  |got - float64| was at most 0.19 of our bound (tests/oracle/_cases.reduction_tol;
+  0.03 with the wide set), below the 0.41-0.44 of the direct kernels they replace, at
+  0.19-0.23 ms instead of 0.43-0.46 ms; every other shape chose the same config either
+  way. PyTorch runs cuDNN's FFT on these shapes by default. FLOAT weight gradients
+  decline FFT (not measured). Engines with the NONDETERMINISTIC
+  note only where ``cudnn_graph.deterministic`` is 0 (their reductions are FLOAT: within
+  tolerance, not bitwise reproducible).
 - :func:`ordered`: the accepted configs in cuDNN's heuristic order (mode A ranks by
   predicted speed): the default choice is the fastest the policy allows, as PyTorch's
   heuristic choice is; :func:`explain` says why a config was chosen
@@ -177,25 +188,36 @@ def heuristic_candidates(be, graph, accept, log=None) -> list[Candidate]:
     return out
 
 
-def heuristic_order(be, graph, mode_label: str, *, float_io: bool) -> list[str]:
+def heuristic_order(be, graph, mode_label: str, *, float_io: bool,
+                    allow_fft: bool = True) -> list[str]:
     """One heuristics mode's configs for ``graph`` in cuDNN's order, as short strings
     (``"eng25"``; ``"eng9!tf32"`` where the default numerical policy rejects it, with the
     first word of the reason), for diagnostics (bench_gpu). ``mode_label``: "A", "B" or
-    "FALLBACK"."""
+    "FALLBACK"; ``allow_fft``: as for :func:`rejection` (False for FLOAT weight
+    gradients)."""
     mode = {"A": be.HEUR_MODE_A, "B": be.HEUR_MODE_B, "FALLBACK": be.HEUR_MODE_FALLBACK}[mode_label]
     out = []
     for cfg in _query(be, graph, mode):
         c = _inspect(be, cfg, mode_label)
-        why = rejection(be, c, float_io=float_io, allow_tf32=False)
+        why = rejection(be, c, float_io=float_io, allow_tf32=False, allow_fft=allow_fft)
         tag = "" if why is None else "!" + {"down-converts": "downconv", "reduces": "rpr",
-                                            "uses": "tf32", "FFT": "fft"}.get(why.split()[0], "x")
+                                            "uses": "tf32", "FFT": "fft",
+                                            "Winograd": "winograd"}.get(why.split()[0], "x")
         out.append(f"eng{c.index}{tag}")
     return out
 
 
+_WINOGRAD_NOTES = ("NUMERICAL_NOTE_WINOGRAD", "NUMERICAL_NOTE_WINOGRAD_TILE_4x4",
+                   "NUMERICAL_NOTE_WINOGRAD_TILE_6x6", "NUMERICAL_NOTE_WINOGRAD_TILE_13x13")
+
+
 def rejection(be, c: Candidate, *, float_io: bool, allow_tf32: bool,
-              deterministic: bool = False) -> str | None:
-    """Why the numerical policy (module docstring) rejects ``c``, or None."""
+              deterministic: bool = False, allow_fft: bool = True) -> str | None:
+    """Why the numerical policy (module docstring) rejects ``c``, or None.
+
+    ``allow_fft``: whether FFT-noted configs are accepted for FLOAT I/O (knob
+    ``cudnn_graph.allow_fft``, default 1; the engine passes False for weight gradients,
+    where FFT was not measured); HALF / BFLOAT16 I/O never consults it."""
     n = c.numerical
     if deterministic and be.NUMERICAL_NOTE_NONDETERMINISTIC in n:
         return "not deterministic (knob cudnn_graph.deterministic = 1)"
@@ -205,11 +227,11 @@ def rejection(be, c: Candidate, *, float_io: bool, allow_tf32: bool,
         return "reduces in reduced precision"
     if float_io and not allow_tf32 and be.NUMERICAL_NOTE_TENSOR_CORE in n:
         return "uses tensor cores (TF32) on FLOAT data"
-    transforms = {be.NUMERICAL_NOTE_FFT, be.NUMERICAL_NOTE_WINOGRAD,
-                  be.NUMERICAL_NOTE_WINOGRAD_TILE_4x4, be.NUMERICAL_NOTE_WINOGRAD_TILE_6x6,
-                  be.NUMERICAL_NOTE_WINOGRAD_TILE_13x13}
-    if float_io and n & transforms:
-        return "FFT / Winograd transform on FLOAT data"
+    if float_io and n & {getattr(be, note) for note in _WINOGRAD_NOTES}:
+        return "Winograd transform on FLOAT data (not measured within the FLOAT tolerance)"
+    if float_io and not allow_fft and be.NUMERICAL_NOTE_FFT in n:
+        return ("FFT transform on FLOAT data (knob cudnn_graph.allow_fft = 0, or a weight "
+                "gradient)")
     return None
 
 

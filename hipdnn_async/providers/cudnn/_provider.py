@@ -8,7 +8,10 @@ accepts (``ConvSetup.accurate``) and that fits the workspace limit; with
 fastest on scratch buffers (the heuristic's choice kept unless another is faster beyond
 ``_tuning.BENCH_MARGIN``), remembered in the perf db. FLOAT convolutions use FMA math (no
 TF32), so results match a float32 reference; their non-deterministic ALGO_0 / ALGO_3
-(FLOAT atomics) are allowed unless the knob ``cudnn_legacy.deterministic`` is 1.
+(FLOAT atomics) are allowed unless the knob ``cudnn_legacy.deterministic`` is 1; FLOAT
+fprop and dgrad (and conv+bias+activation) may take FFT / FFT_TILING (measured within
+tolerance: ``ConvSetup.accurate``) unless the knob ``cudnn_legacy.allow_fft`` is 0; FLOAT
+weight gradients never take FFT, and no FLOAT convolution takes Winograd.
 HALF/BFLOAT16 use tensor cores with float32 accumulation, deterministic algorithms only.
 """
 from __future__ import annotations
@@ -40,6 +43,7 @@ log = logging.getLogger("hipdnn_async")
 
 CUDNN_ENGINE_NAME = "CUDNN_LEGACY_ENGINE"
 LEGACY_DETERMINISTIC = "cudnn_legacy.deterministic"
+LEGACY_ALLOW_FFT = "cudnn_legacy.allow_fft"
 _CONV = (Pattern.CONV_FPROP, Pattern.CONV_DGRAD, Pattern.CONV_WGRAD)
 _IMPLICIT_PRECOMP_GEMM = 1
 
@@ -50,7 +54,10 @@ class LegacyEngine(ProviderEngine):
     name = CUDNN_ENGINE_NAME
     schema1 = True   # the provider's only engine when the perf db had no engine column
     notes = ("cuDNN 9 legacy API; FLOAT/HALF/BFLOAT16 I/O with FLOAT per-channel tensors; "
-             "4-D and 5-D; packed filters; FLOAT convolutions without TF32, FFT or Winograd, "
+             "4-D and 5-D; packed filters; FLOAT convolutions without TF32 or Winograd, "
+             "FLOAT fprop/dgrad/conv+bias+ReLU may run FFT/FFT_TILING (measured within "
+             f"tolerance, H200) unless '{LEGACY_ALLOW_FFT}' = 0 (direct summation "
+             "only), FLOAT weight gradients never; "
              "cuDNN's non-deterministic ALGO_0/ALGO_3 (FLOAT atomics) allowed unless "
              f"'{LEGACY_DETERMINISTIC}' = 1; HALF/BFLOAT16 convolutions deterministic "
              "algorithms only; plan.algorithm.reason says why; ReLU upper clip "
@@ -105,11 +112,15 @@ class CudnnProvider(Provider):
         self._check_supported(match, where)
         if match.pattern in _CONV or match.pattern == Pattern.CONV_FPROP_BIAS_RELU:
             setup, raw = self._conv_candidates(match, where)
-            knobs = _tuning.engine_knobs(match, self._policy(match, setup, raw, False))
+            knobs = _tuning.engine_knobs(match, self._policy(match, setup, raw, False, True))
             if self._offers_determinism(setup, raw):
                 knobs.append(_knobs.Knob(LEGACY_DETERMINISTIC, "int64", 0, 0, 1,
                                          "Only deterministic cuDNN algorithms (no ALGO_0 / "
                                          "ALGO_3 atomics: bitwise-reproducible results)"))
+            if setup.fft_applies:
+                knobs.append(_knobs.Knob(LEGACY_ALLOW_FFT, "int64", 1, 0, 1,
+                                         "Allow cuDNN's FFT / FFT_TILING algorithms for FLOAT "
+                                         "data (0: direct summation only)"))
             return knobs
         return _tuning.engine_knobs(match)
 
@@ -119,10 +130,10 @@ class CudnnProvider(Provider):
         non-deterministic algorithm in cuDNN's list."""
         return setup.float_io and any(not c.deterministic for c in raw)
 
-    def _policy(self, match, setup, raw, deterministic: bool) -> list:
+    def _policy(self, match, setup, raw, deterministic: bool, allow_fft: bool) -> list:
         """The algorithms the numerical policy accepts, in cuDNN's order (a fused
         conv+bias+ReLU with an upper clip runs IMPLICIT_PRECOMP_GEMM only)."""
-        algos = setup.accepted(raw, deterministic=deterministic)
+        algos = setup.accepted(raw, deterministic=deterministic, allow_fft=allow_fft)
         if match.pattern == Pattern.CONV_FPROP_BIAS_RELU and match.params.get("relu_upper_clip") is not None:
             algos = [a for a in algos if a.id == _IMPLICIT_PRECOMP_GEMM]
         if not algos:
@@ -167,7 +178,7 @@ class CudnnProvider(Provider):
         setup = conv_setup(match, where)
         with self._build.lock:
             raw = setup.algorithms(self._build.handle())
-        self._policy(match, setup, raw, False)     # none at all: declined here
+        self._policy(match, setup, raw, False, True)     # none at all: declined here
         self._conv_cache[match.signature] = setup, raw
         return setup, raw
 
@@ -299,11 +310,17 @@ class CudnnProvider(Provider):
         fused = match.pattern == Pattern.CONV_FPROP_BIAS_RELU
         setup, raw = self._conv_candidates(match, where)
         deterministic = bool(knobs.get(LEGACY_DETERMINISTIC, 0))
-        candidates = self._policy(match, setup, raw, deterministic)
+        allow_fft = setup.fft_applies and bool(knobs.get(LEGACY_ALLOW_FFT, 1))
+        candidates = self._policy(match, setup, raw, deterministic, allow_fft)
+        # the knobs that set the candidates, for the perf-db key: "fft" where FFT is
+        # accepted (the default), so that winners benchmarked under the earlier,
+        # FFT-declining default (keys without it) are never taken as this one's
+        policy = " ".join(w for w, on in (("deterministic", deterministic), ("fft", allow_fft))
+                          if on)
         choice = _tuning.choose(self.engine_impl(engine), match, candidates, knobs, perfdb,
                                 heuristic=lambda fitting, limit: fitting[0],
                                 measure=lambda fitting: self._find(match, setup, fitting),
-                                policy="deterministic" if deterministic else "")
+                                policy=policy)
         fitting, chosen = list(choice.fitting), choice.candidate
         if fused:
             plan = self._fused_plan(match, setup, fitting, chosen, where)
@@ -319,6 +336,8 @@ class CudnnProvider(Provider):
         """``plan.algorithm`` with its reason and trials (see ``_tuning.Algorithm``)."""
         det = next((c.deterministic for c in raw if c.name == name), True)
         notes = "deterministic" if det else "not deterministic (FLOAT atomics)"
+        if name.startswith("FFT"):
+            notes = f"FFT transform, {notes}"
         if choice.benchmarked:
             how = (f"cudnnFind over the {len(fitting)} algorithms the policy accepts "
                    f"({choice.time_ms:.4f} ms)" if choice.time_ms is not None and

@@ -1,5 +1,8 @@
 """Engine configs and plans of the cuDNN graph engine without a GPU: the numerical
 policy, heuristics order, perf-db names, config rebuilding and variant-pack binding."""
+import dataclasses
+import types
+
 import numpy as np
 import pytest
 
@@ -21,26 +24,44 @@ def _cand(be, *notes, index=1, ws=0):
     return _graph_plan.Candidate(None, index, frozenset(notes), frozenset(), ws, "A")
 
 
-@pytest.mark.parametrize("note,float_io,tf32,rejected", [
-    ("NUMERICAL_NOTE_TENSOR_CORE", True, False, "TF32"),
-    ("NUMERICAL_NOTE_TENSOR_CORE", True, True, None),
-    ("NUMERICAL_NOTE_TENSOR_CORE", False, False, None),    # fp16/bf16 tensor cores: FLOAT accumulation
-    ("NUMERICAL_NOTE_DOWN_CONVERT_INPUTS", False, False, "down-converts"),
-    ("NUMERICAL_NOTE_DOWN_CONVERT_INPUTS", True, False, "down-converts"),
-    ("NUMERICAL_NOTE_DOWN_CONVERT_INPUTS", True, True, None),
-    ("NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION", False, False, "reduced precision"),
-    ("NUMERICAL_NOTE_WINOGRAD_TILE_4x4", True, False, "Winograd"),
-    ("NUMERICAL_NOTE_FFT", True, True, "FFT"),
-    ("NUMERICAL_NOTE_FFT", False, False, None),
-    ("NUMERICAL_NOTE_NONDETERMINISTIC", True, False, None),
+@pytest.mark.parametrize("note,float_io,tf32,fft,rejected", [
+    ("NUMERICAL_NOTE_TENSOR_CORE", True, False, True, "TF32"),
+    ("NUMERICAL_NOTE_TENSOR_CORE", True, True, True, None),
+    ("NUMERICAL_NOTE_TENSOR_CORE", False, False, True, None),   # fp16/bf16: FLOAT accumulation
+    ("NUMERICAL_NOTE_DOWN_CONVERT_INPUTS", False, False, True, "down-converts"),
+    ("NUMERICAL_NOTE_DOWN_CONVERT_INPUTS", True, False, True, "down-converts"),
+    ("NUMERICAL_NOTE_DOWN_CONVERT_INPUTS", True, True, True, None),
+    ("NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION", False, False, True, "reduced precision"),
+    # Winograd stays declined for FLOAT whatever allow_fft says (never measured within bound)
+    ("NUMERICAL_NOTE_WINOGRAD", True, False, True, "Winograd"),
+    ("NUMERICAL_NOTE_WINOGRAD_TILE_4x4", True, False, True, "Winograd"),
+    ("NUMERICAL_NOTE_WINOGRAD_TILE_6x6", True, True, True, "Winograd"),
+    ("NUMERICAL_NOTE_WINOGRAD_TILE_13x13", True, False, False, "Winograd"),
+    ("NUMERICAL_NOTE_WINOGRAD", False, False, True, None),
+    # FFT: accepted for FLOAT by default (measured within bound: bench/diag_fft.py),
+    # declined with allow_fft = 0 (the knob, and weight gradients)
+    ("NUMERICAL_NOTE_FFT", True, False, True, None),
+    ("NUMERICAL_NOTE_FFT", True, True, True, None),
+    ("NUMERICAL_NOTE_FFT", True, False, False, "FFT"),
+    ("NUMERICAL_NOTE_FFT", True, True, False, "FFT"),
+    ("NUMERICAL_NOTE_FFT", False, False, False, None),
+    ("NUMERICAL_NOTE_NONDETERMINISTIC", True, False, True, None),
 ])
-def test_numerical_policy(be, note, float_io, tf32, rejected):
+def test_numerical_policy(be, note, float_io, tf32, fft, rejected):
     why = _graph_plan.rejection(be, _cand(be, getattr(be, note)), float_io=float_io,
-                                allow_tf32=tf32)
+                                allow_tf32=tf32, allow_fft=fft)
     if rejected is None:
         assert why is None
     else:
         assert why is not None and rejected in why
+
+
+def test_the_policy_default_accepts_fft_for_float_but_not_winograd(be):
+    fft, wino = _cand(be, be.NUMERICAL_NOTE_FFT), _cand(be, be.NUMERICAL_NOTE_WINOGRAD)
+    assert _graph_plan.rejection(be, fft, float_io=True, allow_tf32=False) is None
+    assert "Winograd" in _graph_plan.rejection(be, wino, float_io=True, allow_tf32=False)
+    assert "allow_fft = 0" in _graph_plan.rejection(be, fft, float_io=True, allow_tf32=False,
+                                                     allow_fft=False)
 
 
 def test_the_order_is_cudnns_heuristic_order(be):
@@ -270,7 +291,9 @@ def test_graph_api_engine_declines_float_wgrad_and_without_the_backend(monkeypat
 
 def test_heuristic_order_lists_one_mode_and_marks_what_the_policy_rejects(be):
     F = _fake_backend.FakeDescriptor
-    results = [_cfg(be, 2), _cfg(be, 9, notes=(be.NUMERICAL_NOTE_TENSOR_CORE,)), _cfg(be, 25)]
+    results = [_cfg(be, 2), _cfg(be, 9, notes=(be.NUMERICAL_NOTE_TENSOR_CORE,)), _cfg(be, 25),
+               _cfg(be, 50, notes=(be.NUMERICAL_NOTE_FFT,)),
+               _cfg(be, 7, notes=(be.NUMERICAL_NOTE_WINOGRAD_TILE_4x4,))]
     asked = []
 
     class Heur(F):
@@ -285,9 +308,13 @@ def test_heuristic_order_lists_one_mode_and_marks_what_the_policy_rejects(be):
 
     be.Descriptor = lambda kind: Heur(kind) if kind == be.BACKEND_ENGINEHEUR_DESCRIPTOR else F(kind)
     graph = F(be.BACKEND_OPERATIONGRAPH_DESCRIPTOR)
-    assert _graph_plan.heuristic_order(be, graph, "B", float_io=True) == ["eng2", "eng9!tf32", "eng25"]
-    assert _graph_plan.heuristic_order(be, graph, "A", float_io=False) == ["eng2", "eng9", "eng25"]
-    assert asked == [be.HEUR_MODE_B, be.HEUR_MODE_A]
+    assert _graph_plan.heuristic_order(be, graph, "B", float_io=True) == [
+        "eng2", "eng9!tf32", "eng25", "eng50", "eng7!winograd"]
+    assert _graph_plan.heuristic_order(be, graph, "A", float_io=False) == [
+        "eng2", "eng9", "eng25", "eng50", "eng7"]
+    assert _graph_plan.heuristic_order(be, graph, "A", float_io=True, allow_fft=False) == [
+        "eng2", "eng9!tf32", "eng25", "eng50!fft", "eng7!winograd"]
+    assert asked == [be.HEUR_MODE_B, be.HEUR_MODE_A, be.HEUR_MODE_A]
 
 
 def test_candidate_names_carry_the_knobs_when_the_count_reads_zero(be):
@@ -305,3 +332,109 @@ def test_candidate_names_carry_the_knobs_when_the_count_reads_zero(be):
     c = _graph_plan.Candidate(cfg, 70, frozenset(), frozenset(), 0, "A")
     assert c.name(be) == "eng70 k2=1 k3=4"
     assert asked == [44]
+
+
+# The FFT part of the policy through the engine: which knobs are offered, which configs a
+# build may choose from, and the perf-db key (a choice made under one policy is never
+# taken under another).
+
+class _SpyDb:
+    def __init__(self):
+        self.looked_up, self.stored = [], []
+
+    def lookup(self, key):
+        self.looked_up.append(key)
+
+    def store(self, key, record):
+        self.stored.append((key, record))
+
+
+def _conv_bias_relu(dtype):
+    from .test_graph_ir import NCHW, _t
+    g = hd.Graph(io_data_type=dtype, compute_data_type=hd.DataType.FLOAT)
+    y = g.conv_fprop(_t(g, "x", (2, 8, 9, 9)), _t(g, "w", (16, 8, 3, 3)), padding=(1, 1))
+    y = g.pointwise(y, _t(g, "bias", (1, 16, 1, 1), layout=NCHW), mode=hd.PointwiseMode.ADD)
+    g.pointwise(y, mode=hd.PointwiseMode.RELU_FWD).set_output(True).set_name("y")
+    return g
+
+
+def _policy_engine(monkeypatch, be):
+    """A CudnnGraphEngine whose heuristics offer a direct (eng1), an FFT (eng50) and a
+    Winograd (eng7) config, and whose ``_first`` / ``_benchmark`` record the configs a
+    build may take."""
+    cands = [dataclasses.replace(c, knobs=()) for c in (
+        _cand(be, index=1, ws=16), _cand(be, be.NUMERICAL_NOTE_FFT, index=50, ws=64),
+        _cand(be, be.NUMERICAL_NOTE_WINOGRAD, index=7, ws=32))]
+    build = type("B", (), {"scratch_pack": staticmethod(lambda m: {})})()
+    eng = _graph.CudnnGraphEngine(build, lambda: {"device": "fake", "library_versions": "cudnn 0"})
+    monkeypatch.setattr(_graph, "backend", lambda: be)
+    monkeypatch.setattr(_graph._graph_plan, "plan_json", lambda be, plan: "")
+
+    def prepare(m, where):
+        float_io, fft = _graph._float_io(m), _graph._fft_applies(m)
+        # what _prepare keeps: the widest policy (TF32 allowed; FFT where it may apply)
+        kept = [c for c in cands if not _graph_plan.rejection(
+            be, c, float_io=float_io, allow_tf32=True, allow_fft=fft)]
+        return _graph._Prepared([("spec", "graph", kept)])
+    monkeypatch.setattr(eng, "_prepare", prepare)
+    chose_from = []
+
+    def first(be_, m, pools, bufs, limit, where):
+        chose_from.append([c.index for _, _, ok in pools for c in ok])
+        return types.SimpleNamespace(plan=None, workspace_size=0), pools[0][2][0], 0.0
+    monkeypatch.setattr(eng, "_first", first)
+    monkeypatch.setattr(eng, "_benchmark", first)
+    return eng, chose_from
+
+
+def _build(eng, m, **settings):
+    offered = eng.offer(m)
+    knobs = {k.id: k.default for k in offered.knobs}
+    knobs.update(settings)
+    db = _SpyDb()
+    eng.build(m, offered, knobs, db)
+    (key, _), = db.stored
+    assert db.looked_up == [key]
+    return {k.id: k for k in offered.knobs}, key
+
+
+@pytest.mark.parametrize("graph", [lambda: _conv_graph("fprop", dtype="float32"),
+                                   lambda: _conv_graph("dgrad", dtype="float32"),
+                                   lambda: _conv_bias_relu("float32")],
+                         ids=["fprop", "dgrad", "conv_bias_relu"])
+def test_float_fprop_dgrad_take_fft_unless_allow_fft_is_0(monkeypatch, be, graph):
+    eng, chose_from = _policy_engine(monkeypatch, be)
+    m = match(graph())
+    knobs, key = _build(eng, m)
+    fft = knobs[_graph.ALLOW_FFT]
+    assert (fft.default, fft.min, fft.max) == (1, 0, 1)
+    assert chose_from[-1] == [1, 50]                  # FFT accepted, Winograd not
+    assert key.problem == f"[heuristic fft] {m.signature}"
+    _, key0 = _build(eng, m, **{_graph.ALLOW_FFT: 0})
+    assert chose_from[-1] == [1]
+    # the key of the earlier default (FFT declined): what allow_fft = 0 reads, and never
+    # what the new default reads
+    assert key0.problem == f"[heuristic] {m.signature}" != key.problem
+    _, keyb = _build(eng, m, **{"global.benchmarking": 1, _graph.DETERMINISTIC: 1})
+    assert keyb.problem == f"[benchmark deterministic fft] {m.signature}"
+
+
+def test_float_wgrad_never_takes_fft_and_has_no_fft_knob(monkeypatch, be):
+    # the graph engine declines FLOAT wgrad (ranks_after_legacy), but bench_gpu builds it
+    # directly: FFT for FLOAT weight gradients was not measured, so it stays declined
+    eng, chose_from = _policy_engine(monkeypatch, be)
+    m = match(_conv_graph("wgrad", dtype="float32"))
+    knobs, key = _build(eng, m)
+    assert _graph.ALLOW_FFT not in knobs and _graph.ALLOW_TF32 in knobs
+    assert chose_from[-1] == [1]
+    assert key.problem == f"[heuristic] {m.signature}"
+
+
+@pytest.mark.parametrize("direction", ["fprop", "wgrad"])
+def test_half_convolutions_keep_their_policy_and_key(monkeypatch, be, direction):
+    eng, chose_from = _policy_engine(monkeypatch, be)
+    m = match(_conv_graph(direction, dtype="float16"))
+    knobs, key = _build(eng, m)
+    assert _graph.ALLOW_FFT not in knobs
+    assert chose_from[-1] == [1, 50, 7]               # transforms in FLOAT accumulation, as before
+    assert key.problem == f"[heuristic] {m.signature}"

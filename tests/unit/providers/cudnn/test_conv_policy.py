@@ -1,0 +1,56 @@
+"""The legacy cuDNN engine's numerical policy (providers/cudnn/_conv.ConvSetup.accurate),
+without a GPU: per direction and data type, which of cuDNN's algorithms it keeps. The
+algorithm names are ``_conv.ALGO_NAMES``, which tests/contract/test_abi.py checks against
+cudnn_cnn.h."""
+import pytest
+
+from hipdnn_async.providers._tuning import Candidate
+from hipdnn_async.providers.cudnn._conv import ALGO_NAMES, ConvSetup
+
+FPROP, DGRAD, WGRAD = 0, 1, 2
+FFT = {"FFT", "FFT_TILING"}
+WINOGRAD = {"WINOGRAD", "WINOGRAD_NONFUSED"}
+
+
+def _setup(direction, float_io=True):
+    return ConvSetup(direction, ("a", "b", "c"), (None, None, None), None, float_io)
+
+
+def _kept(setup, **policy):
+    return {name for algo, name in enumerate(ALGO_NAMES[setup.direction])
+            if setup.accurate(algo, True, **policy)}
+
+
+@pytest.mark.parametrize("direction", [FPROP, DGRAD])
+def test_float_fprop_and_dgrad_take_fft_unless_the_knob_says_not(direction):
+    s = _setup(direction)
+    assert s.fft_applies
+    names = set(ALGO_NAMES[direction])
+    assert _kept(s, deterministic=False, allow_fft=True) == names - WINOGRAD
+    assert _kept(s, deterministic=False, allow_fft=False) == names - WINOGRAD - FFT
+
+
+def test_float_wgrad_declines_fft_and_winograd_whatever_the_knob():
+    s = _setup(WGRAD)
+    assert not s.fft_applies
+    names = set(ALGO_NAMES[WGRAD])
+    assert FFT <= names
+    for allow_fft in (True, False):
+        assert _kept(s, deterministic=False, allow_fft=allow_fft) == names - WINOGRAD - FFT
+
+
+@pytest.mark.parametrize("direction", [FPROP, DGRAD, WGRAD])
+def test_half_keeps_every_deterministic_algorithm_as_before(direction):
+    s = _setup(direction, float_io=False)
+    assert not s.fft_applies
+    assert _kept(s, deterministic=False, allow_fft=False) == set(ALGO_NAMES[direction])
+
+
+def test_accepted_keeps_cudnns_order_under_the_policy():
+    s = _setup(DGRAD)
+    names = ALGO_NAMES[DGRAD]
+    order = ["ALGO_1", "WINOGRAD_NONFUSED", "FFT_TILING", "ALGO_0", "FFT"]
+    cands = [Candidate(n, names.index(n), 0, n != "ALGO_0") for n in order]
+    assert [c.name for c in s.accepted(cands, deterministic=False, allow_fft=True)] == [
+        "ALGO_1", "FFT_TILING", "ALGO_0", "FFT"]
+    assert [c.name for c in s.accepted(cands, deterministic=True, allow_fft=False)] == ["ALGO_1"]
