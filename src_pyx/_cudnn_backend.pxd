@@ -74,6 +74,25 @@ cdef class PlanLock:
     cdef void give(self)
 
 
+cdef class StreamPack:
+    # the variant pack of one GraphLaunch on one stream; the CUDA graph captured from it
+    # (cudaGraphLaunch ~2 us instead of cudnnBackendExecute's 7-14 us of host time)
+    cdef object lc               # the launch context (stream) it was built for
+    cdef object marker           # its workspace_ptr moves with the stream's workspace
+    cdef uintptr_t ws_ptr
+    cdef void* handle
+    cdef void* vp                # finalized variant pack, owned
+    cdef int pack_runs           # direct executions since the pack was built
+    cdef bint no_graph           # this pack's capture failed: direct executions only
+    cdef Runtime rt              # the stream's runtime (None: no graphs)
+    cdef void* stream            # the stream (of lc)
+    cdef void* gexec             # executable graph of the pack, owned, or NULL
+
+    cdef bint stale(self) except -1
+    cdef bint capturing(self) noexcept nogil
+    cdef void drop_graph(self) noexcept
+
+
 cdef class GraphLaunch:
     cdef Descriptor plan
     cdef int n
@@ -82,29 +101,17 @@ cdef class GraphLaunch:
     cdef object lock
     cdef PlanLock plock          # the same lock when it is a PlanLock (taken in C)
     cdef readonly long long executions
-    cdef readonly ExecCounter counter   # None, or bumped per execution with its host time
-    cdef object lc               # the launch context the variant pack was built for
-    cdef object marker           # its workspace_ptr moves with the stream's workspace
-    cdef uintptr_t ws_ptr
-    cdef void* handle
-    cdef void* vp                # finalized variant pack, owned
-    # the launch as a CUDA graph (cudaGraphLaunch ~2 us instead of cudnnBackendExecute's
-    # 7-14 us of host time): captured once the same pack has run graph_after times
-    cdef int graph_after         # direct executions of one pack before capture; 0: never
-    cdef int pack_runs           # direct executions since the pack was built
-    cdef bint no_graph           # this pack's capture failed: direct executions only
-    cdef Runtime rt              # the launching stream's runtime (None: no graphs)
-    cdef void* stream            # the launching stream (of lc)
-    cdef void* gexec             # executable graph of the current pack, owned, or NULL
     cdef readonly long long graph_launches
+    cdef readonly ExecCounter counter   # None, or bumped per execution with its host time
+    cdef int graph_after         # direct executions of one pack before capture; 0: never
+    cdef list packs              # StreamPack per stream, oldest first
+    cdef StreamPack last         # the pack of the latest launch
 
-    cdef int _rebuild(self, object lc) except -1
-    cdef bint _stale(self, object lc) except -1
+    cdef StreamPack _pack(self, object lc)
+    cdef int _build(self, StreamPack p, object lc) except -1
     cdef int _execute(self, object lc) except -1
-    cdef int _direct(self) except -1
-    cdef bint _capturing(self) noexcept nogil
-    cdef int _capture(self) except -1
-    cdef void _drop_graph(self) noexcept
+    cdef int _direct(self, StreamPack p) except -1
+    cdef int _capture(self, StreamPack p) except -1
 
 
 # Build a variant pack, execute, destroy it; the first failing status (0: success).

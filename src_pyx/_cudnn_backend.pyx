@@ -694,16 +694,59 @@ cdef class PlanLock:
         return False
 
 
+DEF MAX_STREAM_PACKS = 8     # streams one GraphLaunch keeps a pack for (a device has 2-4 by default)
+
+
+cdef class StreamPack:
+    """The variant pack of one :class:`GraphLaunch` on one stream, and the CUDA graph
+    captured from it (owned: destroyed with it)."""
+
+    def __cinit__(self):
+        self.vp = NULL
+        self.gexec = NULL
+        self.stream = NULL
+        self.handle = NULL
+        self.lc = _UNBUILT
+
+    cdef bint stale(self) except -1:
+        marker = self.marker
+        return self.vp == NULL or (marker is not None and marker.workspace_ptr != self.ws_ptr)
+
+    cdef bint capturing(self) noexcept nogil:
+        """Whether the stream is being captured (a status it cannot tell counts as yes:
+        the direct path is always right)."""
+        cdef int status = 0
+        if self.rt.f.StreamIsCapturing == NULL:
+            return True
+        if self.rt.f.StreamIsCapturing(self.stream, &status) != 0:
+            return True
+        return status != 0     # cuda/hipStreamCaptureStatusNone is 0 in both headers
+
+    cdef void drop_graph(self) noexcept:
+        # launches already enqueued complete (the runtime keeps what they need)
+        if self.gexec != NULL and self.rt is not None and self.rt.f.GraphExecDestroy != NULL:
+            self.rt.f.GraphExecDestroy(self.gexec)
+        self.gexec = NULL
+
+    def __dealloc__(self):
+        self.drop_graph()
+        if self.vp != NULL and _f.BackendDestroyDescriptor != NULL:
+            _f.BackendDestroyDescriptor(self.vp)
+        self.vp = NULL
+
+
 cdef class GraphLaunch:
     """One bound execution of an execution plan: the work-item function the submit path
     reuses while the same buffers come again.
 
     Calling it executes ``plan`` on the launching stream's cuDNN handle with a variant
-    pack built once and kept: it is rebuilt only when the launch comes from another
-    stream or the stream's workspace moved (``resolve`` is asked then), so a steady-state
-    execution is a single ``cudnnBackendExecute`` with the GIL released, and the call
-    itself makes no Python call and allocates nothing (the plan's lock is taken in C
-    when it is a :class:`PlanLock`).
+    pack built once per stream and kept (a :class:`StreamPack`; up to
+    ``MAX_STREAM_PACKS`` streams, the least recently built dropped beyond): it is rebuilt
+    only when that stream's workspace moved (``resolve`` is asked then), so launches that
+    alternate between a device's streams reuse their packs, a steady-state execution is
+    a single ``cudnnBackendExecute`` with the GIL released, and the call itself makes no
+    Python call and allocates nothing (the plan's lock is taken in C when it is a
+    :class:`PlanLock`).
 
     With ``graph_after`` > 0, once the same pack has executed ``graph_after`` times on a
     stream of a loaded GPU runtime, the next execution is captured on that stream into a
@@ -715,8 +758,8 @@ cdef class GraphLaunch:
     capture fails (begin, execute, end, instantiate or first launch), the pack stays on
     direct executions and the work runs directly, with the runtime's last error
     cleared; while the stream is itself being captured (a ``dev.capture()`` block being
-    recorded) the execution is direct, so it is recorded as such. A new pack (stream or
-    workspace moved) drops the graph.
+    recorded) the execution is direct, so it is recorded as such. A rebuilt pack (the
+    workspace moved) drops its graph.
 
     Parameters
     ----------
@@ -756,11 +799,6 @@ cdef class GraphLaunch:
         cuDNN refused the execution, the graph launch failed, or ``resolve``'s error.
     """
 
-    def __cinit__(self):
-        self.vp = NULL
-        self.gexec = NULL
-        self.stream = NULL
-
     def __init__(self, plan, uids, resolve, lock, counter=None, int graph_after=0):
         cdef int i
         if not isinstance(plan, Descriptor):   # a value error: the stub test's dummies
@@ -780,112 +818,111 @@ cdef class GraphLaunch:
         self.resolve = resolve
         self.lock = lock
         self.plock = lock if isinstance(lock, PlanLock) else None
-        self.lc = _UNBUILT
-        self.marker = None
-        self.ws_ptr = 0
-        self.handle = NULL
         self.executions = 0
+        self.graph_launches = 0
         self.counter = counter
         self.graph_after = graph_after
-        self.pack_runs = 0
-        self.no_graph = False
-        self.rt = None
-        self.graph_launches = 0
+        self.packs = []
+        self.last = None
 
-    cdef int _rebuild(self, object lc) except -1:
-        cdef void* p[MAX_PACK]
+    cdef StreamPack _pack(self, object lc):
+        """The pack of launch context ``lc``, built (or rebuilt) when needed."""
+        cdef StreamPack p = self.last
+        if p is None or p.lc is not lc:
+            p = None
+            for q in self.packs:
+                if (<StreamPack>q).lc is lc:
+                    p = <StreamPack>q
+                    break
+            if p is None:
+                p = StreamPack()
+                p.lc = lc
+                if len(self.packs) >= MAX_STREAM_PACKS:
+                    del self.packs[0]
+                self.packs.append(p)
+        if p.stale():
+            self._build(p, lc)
+        self.last = p
+        return p
+
+    cdef int _build(self, StreamPack p, object lc) except -1:
+        cdef void* ptrs[MAX_PACK]
         cdef void* vp = NULL
         cdef int i, st
         handle, pointers, workspace, marker = self.resolve(lc)
         if len(pointers) != self.n:
             raise ValueError(f"GraphLaunch: {len(pointers)} pointers for {self.n} uids")
         for i in range(self.n):
-            p[i] = <void*><uintptr_t>pointers[i]
-        st = make_pack(&vp, self.n, self.uids, p, <void*><uintptr_t>workspace)
+            ptrs[i] = <void*><uintptr_t>pointers[i]
+        st = make_pack(&vp, self.n, self.uids, ptrs, <void*><uintptr_t>workspace)
         check(st, "cudnnBackendFinalize (variant pack)")
-        if self.vp != NULL:
-            _f.BackendDestroyDescriptor(self.vp)
-        self.vp = vp
-        self.handle = <void*><uintptr_t>handle
-        self.lc = lc
-        self.marker = marker
-        self.ws_ptr = marker.workspace_ptr if marker is not None else 0
-        self._drop_graph()      # captured with the old pack's pointers
-        self.pack_runs = 0
-        self.no_graph = False
+        if p.vp != NULL:
+            _f.BackendDestroyDescriptor(p.vp)
+        p.vp = vp
+        p.handle = <void*><uintptr_t>handle
+        p.marker = marker
+        p.ws_ptr = marker.workspace_ptr if marker is not None else 0
+        p.drop_graph()          # captured with the old pack's pointers
+        p.pack_runs = 0
+        p.no_graph = False
         rt = getattr(getattr(lc, "context", None), "runtime", None)
-        self.rt = rt if self.graph_after > 0 and isinstance(rt, Runtime) else None
-        self.stream = <void*><uintptr_t>lc.stream if self.rt is not None else NULL
+        p.rt = rt if self.graph_after > 0 and isinstance(rt, Runtime) else None
+        p.stream = <void*><uintptr_t>lc.stream if p.rt is not None else NULL
         return 0
 
-    cdef bint _stale(self, object lc) except -1:
-        marker = self.marker
-        return lc is not self.lc or (marker is not None and marker.workspace_ptr != self.ws_ptr)
-
     cdef int _execute(self, object lc) except -1:
-        """Rebuild when stale, then execute (graph launch, capture or direct); the caller
-        holds the plan's lock."""
-        if self._stale(lc):
-            self._rebuild(lc)
-        if self.rt is None:
-            return self._direct()
-        if self.gexec != NULL:
-            if self._capturing():
-                return self._direct()
+        """Execute on ``lc``'s stream (graph launch, capture or direct); the caller holds
+        the plan's lock."""
+        cdef StreamPack p = self._pack(lc)
+        if p.rt is None:
+            return self._direct(p)
+        if p.gexec != NULL:
+            if p.capturing():
+                return self._direct(p)
             with nogil:
-                self.rt.c_graph_launch(self.gexec, self.stream)
+                p.rt.c_graph_launch(p.gexec, p.stream)
             self.executions += 1
             self.graph_launches += 1
             return 0
-        if not self.no_graph and self.pack_runs >= self.graph_after and not self._capturing():
-            return self._capture()
-        return self._direct()
+        if not p.no_graph and p.pack_runs >= self.graph_after and not p.capturing():
+            return self._capture(p)
+        return self._direct(p)
 
-    cdef int _direct(self) except -1:
+    cdef int _direct(self, StreamPack p) except -1:
         cdef int st
-        cdef void* h = self.handle
-        cdef void* vp = self.vp
+        cdef void* h = p.handle
+        cdef void* vp = p.vp
         with nogil:
             st = _f.BackendExecute(h, self.plan.ptr, vp)
         if st != 0:
             raise error_for("cudnnBackendExecute", st)
         self.executions += 1
-        self.pack_runs += 1
+        p.pack_runs += 1
         return 0
 
-    cdef bint _capturing(self) noexcept nogil:
-        """Whether the stream is being captured (a status it cannot tell counts as yes:
-        the direct path is always right)."""
-        cdef int status = 0
-        if self.rt.f.StreamIsCapturing == NULL:
-            return True
-        if self.rt.f.StreamIsCapturing(self.stream, &status) != 0:
-            return True
-        return status != 0     # cuda/hipStreamCaptureStatusNone is 0 in both headers
-
-    cdef int _capture(self) except -1:
+    cdef int _capture(self, StreamPack p) except -1:
         """This execution captured into a graph, instantiated and launched; on any failure
         the pack stays on direct executions and this one runs directly."""
-        cdef RuntimeFns* f = &self.rt.f
+        cdef RuntimeFns* f = &p.rt.f
         cdef void* graph = NULL
         cdef void* gexec = NULL
         cdef int st = 1, end_st
-        cdef int mode = self.rt.c.STREAM_CAPTURE_MODE_THREAD_LOCAL
-        cdef void* stream = self.stream
-        cdef void* h = self.handle
-        cdef void* vp = self.vp
+        cdef int mode = p.rt.c.STREAM_CAPTURE_MODE_THREAD_LOCAL
+        cdef void* stream = p.stream
+        cdef void* h = p.handle
+        cdef void* vp = p.vp
         cdef void* plan = self.plan.ptr
         if (f.StreamBeginCapture == NULL or f.StreamEndCapture == NULL
                 or f.GraphInstantiateWithFlags == NULL or f.GraphLaunch == NULL
                 or f.GraphDestroy == NULL or f.GraphExecDestroy == NULL):
-            self.no_graph = True
-            return self._direct()
+            p.no_graph = True
+            return self._direct(p)
         with nogil:
             st = f.StreamBeginCapture(stream, mode)
             if st == 0:
                 st = _f.BackendExecute(h, plan, vp)      # recorded, not run
                 end_st = f.StreamEndCapture(stream, &graph)
-                if end_st != 0 and self._capturing():
+                if end_st != 0 and p.capturing():
                     # an end that failed without ending (CUDA ends an invalidated capture
                     # itself; another failure may not): end it again, drop what it made
                     if graph != NULL:
@@ -912,23 +949,17 @@ cdef class GraphLaunch:
                 # the last error after its own launches)
                 f.GetLastError()
         if st != 0:
-            self.no_graph = True
-            if self._capturing():
+            p.no_graph = True
+            if p.capturing():
                 raise _errors.ExecutionError(
                     f"cuDNN graph launch: stream {<uintptr_t>stream:#x} is still capturing "
                     f"after a failed capture of this plan (status {st}); the execution did "
                     "not run")
-            return self._direct()      # nothing captured ran: the work runs now
-        self.gexec = gexec
+            return self._direct(p)      # nothing captured ran: the work runs now
+        p.gexec = gexec
         self.executions += 1
         self.graph_launches += 1
         return 0
-
-    cdef void _drop_graph(self) noexcept:
-        # launches already enqueued complete (the runtime keeps what they need)
-        if self.gexec != NULL and self.rt is not None and self.rt.f.GraphExecDestroy != NULL:
-            self.rt.f.GraphExecDestroy(self.gexec)
-        self.gexec = NULL
 
     def __call__(self):
         cdef timespec t0, t1
@@ -951,9 +982,3 @@ cdef class GraphLaunch:
         if self.counter is not None:
             clock_gettime(CLOCK_MONOTONIC, &t1)
             self.counter.bump((t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec))
-
-    def __dealloc__(self):
-        self._drop_graph()
-        if self.vp != NULL and _f.BackendDestroyDescriptor != NULL:
-            _f.BackendDestroyDescriptor(self.vp)
-        self.vp = NULL

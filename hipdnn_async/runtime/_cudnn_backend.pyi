@@ -265,9 +265,14 @@ class PlanLock:
         """Release the lock."""
 
 
+class StreamPack:
+    """The variant pack of one GraphLaunch on one stream and the CUDA graph captured from
+    it (internal to GraphLaunch; no Python API)."""
+
+
 class GraphLaunch:
-    """One bound execution of a plan (the submit path): the variant pack is built on the
-    first call from a stream and reused until the stream or its workspace changes; with
+    """One bound execution of a plan (the submit path): a variant pack is built on the
+    first call from each stream and reused until that stream's workspace moves; with
     ``graph_after`` > 0, after that many direct executions of one pack the next is
     captured into a CUDA graph and later ones launch it."""
 

@@ -36,12 +36,14 @@ def _executes(lib) -> int:
 
 
 def launch_graph_case(backend_lib: str, *, submits: int = 6, inject: tuple | None = None,
-                      env_off: bool = False, step: bool = False) -> dict:
+                      env_off: bool = False, step: bool = False, streams: int = 1) -> dict:
     """``submits`` submissions of one plan with the same buffers, each awaited.
 
     ``inject``: (runtime function, status) made to fail once, at its first call;
     ``env_off``: ``$HIPDNN_ASYNC_LAUNCH_GRAPHS=0``; ``step``: afterwards, a capture block
-    records one more submission and the step is replayed once (marks "capture", "replay").
+    records one more submission and the step is replayed once (marks "capture", "replay");
+    ``streams`` > 1: a device of that many streams, the submissions left to its pick
+    (round robin between idle streams).
 
     Returns
     -------
@@ -61,7 +63,7 @@ def launch_graph_case(backend_lib: str, *, submits: int = 6, inject: tuple | Non
     if env_off:
         os.environ["HIPDNN_ASYNC_LAUNCH_GRAPHS"] = "0"
     try:
-        with hd.Device("cuda:0", streams=1) as dev:
+        with hd.Device("cuda:0", streams=streams) as dev:
             g = hd.Graph(name="launch_graph")
             x = g.tensor(dims=(2, 4, 6, 6), name="x")
             w = g.tensor(dims=(4, 4, 3, 3), name="w")
@@ -75,8 +77,9 @@ def launch_graph_case(backend_lib: str, *, submits: int = 6, inject: tuple | Non
                 ctl.inject(inject[0], inject[1])
             e0 = _executes(lib)
             ctl.mark("start")
+            on = 0 if streams == 1 else None
             for _ in range(submits):
-                plan.submit(vp, stream=0).result()
+                plan.submit(vp, stream=on).result()
             ctl.mark("end")
             out = {"executes": _executes(lib) - e0}
             ctl.clear_injections()

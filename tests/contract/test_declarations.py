@@ -135,6 +135,7 @@ _OWN_DEFS = {
     "MAX_DIMS": "our bound on tensor ranks (8 >= every layout we take)",
     "MAX_ALGOS": "our bound on the algorithm lists we ask for",
     "MAX_PACK": "our bound on variant-pack entries",
+    "MAX_STREAM_PACKS": "our bound on the streams a GraphLaunch keeps a variant pack for",
     "MAX_VALUES": "our bound on the elements of one backend attribute",
     "MAX_SOLUTIONS": "our bound on the MIOpen solutions we ask for",
     "PROPS_BYTES": "checked: _gpu._PROPS_BYTES >= sizeof the properties struct",

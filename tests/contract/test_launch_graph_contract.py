@@ -36,7 +36,8 @@ def backend_lib(tmp_path_factory):
 
 
 def _run(fake_gpu, backend_lib, **kw):
-    r = fake_gpu.call(S.launch_graph_case, backend_lib, submits=SUBMITS, **kw)
+    kw.setdefault("submits", SUBMITS)
+    r = fake_gpu.call(S.launch_graph_case, backend_lib, **kw)
     assert not violations(r["log"]), violations(r["log"])
     return r
 
@@ -98,3 +99,16 @@ def test_inside_a_capture_block_the_execution_is_recorded_directly(fake_gpu, bac
     assert not calls(rec, "cudaGraphLaunch")
     assert r["step_executes"] == 1
     assert len(calls(between(r["log"], "replay", "replayed"), "cudaGraphLaunch")) == 1
+
+
+def test_submissions_alternating_between_streams_get_a_graph_on_each(fake_gpu, backend_lib):
+    # a device's default pick goes round robin between idle streams: each stream keeps
+    # its own pack and captures its own graph once, and later launches on either reuse it
+    r = _run(fake_gpu, backend_lib, streams=2, submits=10)
+    win = _window(r)
+    executions, graph_launches = r["launch"]
+    assert executions == 1 + 10
+    assert len(calls(win, "cudaStreamBeginCapture")) == 2          # one per stream
+    assert len(calls(win, "cudaGraphInstantiateWithFlags")) == 2
+    assert len(calls(win, "cudaGraphLaunch")) == graph_launches >= 10 - 2 * GRAPH_AFTER
+    assert r["executes"] == executions - 1 - graph_launches + 2     # direct + 2 captured

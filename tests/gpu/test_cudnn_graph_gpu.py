@@ -195,10 +195,10 @@ def _rounds(pattern, dtype, layout, n):
     return out
 
 
-def _submit_round(plan, staged, h, checks, where, submit=None):
+def _submit_round(plan, staged, h, checks, where, submit=None, stream=0):
     for name, values in h.pack.items():         # the round's inputs, into the bound buffers
         staged[name].copy_from(np.ascontiguousarray(values))
-    (submit or (lambda: plan.submit(staged, stream=0).result()))()
+    (submit or (lambda: plan.submit(staged, stream=stream).result()))()
     for name, want, (atol, rtol) in checks:
         assert_close(staged[name].to_numpy_sync(), want, atol, rtol, f"{where} output '{name}'")
 
@@ -223,6 +223,25 @@ def test_repeated_submissions_launch_a_captured_graph_that_reads_new_data(
     assert launch.executions == len(rounds)
     assert launch.graph_launches == len(rounds) - GRAPH_AFTER, (launch.executions,
                                                                launch.graph_launches)
+
+
+def test_graph_launches_on_alternating_streams_read_new_data(gpu_module_device):
+    # no stream given: the device's pick goes round robin between its idle streams; each
+    # stream keeps its own pack and graph
+    from hipdnn_async.providers.cudnn._graph_plan import GRAPH_AFTER
+    dev = gpu_module_device
+    n_streams = len(dev.streams)
+    assert n_streams >= 2, "the default device has 2-4 streams"
+    rounds = _rounds("CONV_FPROP", "float16", "NHWC", n_streams * (GRAPH_AFTER + 2))
+    h0 = rounds[0][0]
+    h0._alloc_outputs()
+    plan = dev.build_sync(h0.g, engine=GRAPH)
+    staged = h0.stage(dev)
+    for k, (h, checks) in enumerate(rounds):
+        _submit_round(plan, staged, h, checks, f"round {k}", stream=None)
+    launch = plan._bindings.get(staged, None).fn
+    assert launch.executions == len(rounds)
+    assert launch.graph_launches >= len(rounds) - n_streams * GRAPH_AFTER, launch.graph_launches
 
 
 def test_a_plan_on_graph_launches_is_recorded_and_replayed_by_a_capture_step(gpu_module_device):

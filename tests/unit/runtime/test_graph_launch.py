@@ -1,6 +1,6 @@
 """runtime._cudnn_backend.GraphLaunch, the submit path's bound execution (issue 11 item 2):
-the variant pack is built once and reused while the launch comes from the same stream
-with the same workspace, rebuilt when either changes; one cudnnBackendExecute per call;
+the variant pack is built once per stream and reused while that stream's workspace stays
+(launches alternating between streams keep each stream's pack), rebuilt when it moves; one cudnnBackendExecute per call;
 errors typed. The backend table is one per process, so the case runs in a fresh
 interpreter on the fake of fakes/fake_cudnn_backend.c."""
 import json
@@ -61,6 +61,11 @@ out["moved"], out["last_moved"], out["asked_moved"] = counts(), last(), list(ask
 s2.enter()
 launch(); launch()
 out["s2"], out["last_s2"], out["asked_s2"] = counts(), last(), list(asked)
+for lc in (s1, s2, s1, s2):          # alternating streams (a pool's round robin)
+    lc.enter()
+    launch()
+out["alternate"], out["asked_alternate"] = counts(), list(asked)
+s2.enter()
 LaunchContext.exit()
 try:
     launch()
@@ -119,10 +124,17 @@ def test_a_moved_workspace_or_another_stream_builds_a_new_pack(probe):
     assert d == {"creates": 1, "destroys": 1, "finalizes": 1, "executes": 1, "packs": 0}, d
     assert probe["asked_moved"] == [1, 1] and probe["last_moved"]["ws"] == 0x9008
     d = _delta(probe["moved"], probe["s2"])
-    assert d == {"creates": 1, "destroys": 1, "finalizes": 1, "executes": 2, "packs": 0}, d
+    # a pack of its own for the second stream; the first stream's is kept
+    assert d == {"creates": 1, "destroys": 0, "finalizes": 1, "executes": 2, "packs": 1}, d
     assert probe["asked_s2"] == [1, 1, 2]
     last = probe["last_s2"]
     assert last["handle"] == 0xA2 and last["ptrs"] == [0x200010, 0x200020, 0x200030]
+
+
+def test_launches_alternating_between_streams_reuse_each_streams_pack(probe):
+    d = _delta(probe["s2"], probe["alternate"])
+    assert d == {"creates": 0, "destroys": 0, "finalizes": 0, "executes": 4, "packs": 0}, d
+    assert probe["asked_alternate"] == probe["asked_s2"]     # resolve not asked again
 
 
 def test_off_a_stream_the_resolver_error_propagates(probe):
@@ -132,7 +144,7 @@ def test_off_a_stream_the_resolver_error_propagates(probe):
 def test_a_failed_execution_is_typed_and_the_launch_goes_on(probe):
     name, status, call, is_exec = probe["failed"]
     assert status == 5000 and call == "cudnnBackendExecute" and is_exec, probe["failed"]
-    assert probe["after_failure"]["executes"] == probe["s2"]["executes"] + 1
+    assert probe["after_failure"]["executes"] == probe["alternate"]["executes"] + 1
 
 
 def test_the_pack_is_destroyed_with_the_launch(probe):
@@ -141,11 +153,11 @@ def test_the_pack_is_destroyed_with_the_launch(probe):
 
 
 def test_a_counter_is_bumped_per_successful_execution_with_its_host_time(probe):
-    # the probe's launch ran 3 + 1 + 2 times, then once more after a refused and a failed
-    # call: 7 successful executions, each counted in C with its host time, which cannot
-    # exceed the probe's own wall clock around all of them
+    # the probe's launch ran 3 + 1 + 2 + 4 times, then once more after a refused and a
+    # failed call: 11 successful executions, each counted in C with its host time, which
+    # cannot exceed the probe's own wall clock around all of them
     executions, host_ns, launch_executions, same = probe["counter"]
-    assert executions == launch_executions == 7 and same
+    assert executions == launch_executions == 11 and same
     assert 0 < host_ns <= probe["wall_ns"]
     # without a counter a launch still counts its own executions, and bumps no one else's
-    assert probe["plain"] == [1, True, 7]
+    assert probe["plain"] == [1, True, 11]
