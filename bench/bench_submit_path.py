@@ -11,6 +11,9 @@ torch anchors are interleaved, so a slow phase of the machine falls on all of th
   or the legacy engine's call), *queue* (the rest of ``submit``: the handle, the stream's
   bookkeeping, ``cudaSetDevice``, the batch's event record), and *completion* (finishing
   the item once the GPU is done: event query, slot, wake-up), amortized per item;
+- with ``--runtime fake``, the same submissions and a one-plan step's replay with the
+  runtime calls of a launch and its completion made no-ops (``_FreeRuntime``): our own
+  code alone;
 - Python allocations per submission (``sys.getallocatedblocks`` delta, the handle included);
 - the anchors where torch and a GPU are present: ``F.conv2d`` launch and ``torch.mm``.
 
@@ -149,6 +152,9 @@ class _FreeRuntime:
         return True
 
     def event_synchronize(self, event):
+        pass
+
+    def graph_launch(self, graph_exec, stream):    # a step captured under this runtime
         pass
 
 
@@ -366,6 +372,17 @@ def main(argv=None) -> int:
             rows.append((f"step.submit ({n_plans} plan{'s' if n_plans > 1 else ''}), per plan",
                          tuple(v / n_plans for v in per)))
             step.close()
+        if ctl is not None:   # a step captured under the free runtime: its graph launch free
+            be_stream._rt = _FreeRuntime(rt)
+            try:
+                with dev.capture(stream=0) as step:
+                    plan.submit(vp)
+                step.replay_sync()
+                rows.append(("ours only (runtime calls free): step.submit (1 plan)",
+                             _per_call_us(step.submit, sync, rounds, batch)))
+                step.close()
+            finally:
+                be_stream._rt = rt
         if ctl is not None:
             sync()
             log0 = len(ctl.log())

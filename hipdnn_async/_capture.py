@@ -246,6 +246,10 @@ class Step:
         self._token = None
         self._owner = None           # the task (or thread) recording, while recording
         self._replay = None          # the backend's replayable unit
+        # (replay's work-item function, keepalive, label) while READY, else None: what
+        # ``submit`` reads without the lock (one attribute, so one consistent triple)
+        self._armed = None
+        self._pool = device._pool
         self._keep: tuple = ()       # what every replay keeps alive
         self._ws = None              # the step's own workspace (GPU)
         self._lock = threading.Lock()
@@ -278,6 +282,8 @@ class Step:
         self._records = []
         self._owner = _owner()
         self._state = _RECORDING
+        self._armed = None           # a recapture: no replay while recording (after the
+        #                              state: whoever then finds no triple sees RECORDING)
         with _open_lock:
             OPEN += 1
         self._token = _ACTIVE.set(_ACTIVE.get() + (self,))
@@ -354,6 +360,7 @@ class Step:
             raise
 
     def _fail(self, why: str) -> None:
+        self._armed = None
         self._state = _FAILED
         self._why = why
         self._records = []
@@ -374,6 +381,7 @@ class Step:
             self._state = _READY
             self._label = (f"capture step of {len(self._records)} executions on stream "
                            f"'{self.stream.name}'")
+            self._armed = (replay.launcher(), self._keep, self._label)
 
     def _submit_capture(self, fn, keep):
         return self.device._pool.submit_now(fn, keepalive=keep, stream=self.stream,
@@ -435,12 +443,16 @@ class Step:
                    "dev.capture() as step:` first)")
         raise DeviceError(f"{where}: {why}", code=MISUSE)
 
-    def _launcher(self, where: str):
+    def _arm(self, where: str) -> tuple:
+        """(work-item function, keepalive, label) of a replay, or the DeviceError of the
+        step's state or of a capture block of this task."""
         with self._lock:
-            replay = self._ready(where)
+            armed = self._armed
+            if armed is None:        # not READY (``_begin`` clears it after the state)
+                self._ready(where)
             if OPEN:   # a replay inside a capture block would run now, unrecorded
                 refuse_eager(self.device, f"{where} of {self._label}")
-            return replay.launcher()
+            return armed
 
     def submit(self):
         """Launch one replay and return its awaitable handle at once (as ``plan.submit``:
@@ -453,9 +465,16 @@ class Step:
             failed; called inside a capture block of this task (the replay would run now,
             missing from that capture's replays); the device is closed.
         """
-        fn = self._launcher("replay")
-        return self.device._pool.submit_now(fn, keepalive=self._keep, stream=self.stream,
-                                            label=self._label)
+        # The hot path reads ``_armed`` once, without the lock. A close or a recapture in
+        # another thread that races this call is ordered after it: the replay is
+        # submitted with the triple read, and its function keeps the executable graph
+        # until it has launched (as with the lock, which never covered the enqueue).
+        # Any other state, or a capture block open somewhere, takes the checked path.
+        armed = self._armed
+        if armed is None or OPEN:
+            armed = self._arm("replay")
+        fn, keep, label = armed
+        return self._pool._submit_now(fn, keep, self.stream, label)
 
     async def replay(self) -> None:
         """Run every recorded execution, in order, as one launch; return when done.
@@ -473,16 +492,15 @@ class Step:
         completion and its buffers stay alive until then.
         """
         await anyio.lowlevel.checkpoint_if_cancelled()
-        fn = self._launcher("replay")
-        handle = await self.device._pool.submit(fn, keepalive=self._keep,
-                                                stream=self.stream, label=self._label)
+        fn, keep, label = self._arm("replay")
+        handle = await self._pool.submit(fn, keepalive=keep, stream=self.stream, label=label)
         await handle
 
     def replay_sync(self) -> None:
         """Blocking :meth:`replay` for threads without an event loop."""
-        fn = self._launcher("replay_sync")
-        self.device._pool.submit_blocking(fn, keepalive=self._keep, stream=self.stream,
-                                          label=self._label).result()
+        fn, keep, label = self._arm("replay_sync")
+        self._pool.submit_blocking(fn, keepalive=keep, stream=self.stream,
+                                   label=label).result()
 
     def close(self) -> None:
         """Release the replayable unit (the GPU graph) and the step's buffers; idempotent.
@@ -491,6 +509,7 @@ class Step:
         with self._lock:
             if self._state == _CLOSED:
                 return
+            self._armed = None
             replay, self._replay = self._replay, None
             self._state = _CLOSED
             self._records = []

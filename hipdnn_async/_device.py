@@ -815,8 +815,8 @@ class ExecutionPlan:
                 return step._record(self, variant_pack, workspace, stream)
         fn, keep = self._work(variant_pack, workspace)
         if stream is not None:
-            stream = self.device._stream(stream)
-        return self._pool.submit_now(fn, keepalive=keep, label=self._label, stream=stream)
+            stream = self.device._stream(stream)      # checked once: the pool takes it as is
+        return self._pool._submit_now(fn, keep, stream, self._label)
 
     async def enqueue(self, variant_pack: Mapping, *, workspace=None, stream=None):
         """As ``submit``, but first wait (asynchronously, cancellably) while the stream has

@@ -104,7 +104,8 @@ class Completion:
     # for a few attribute writes): a lock per item would be an allocation per submission.
     _lock = _STATE_LOCK
 
-    def __init__(self, fn, *, keepalive=(), label: str = "", _control: bool = False):
+    def __init__(self, fn, keepalive=(), label: str = "", _control: bool = False):
+        # (positional too: the library's submit path passes them so, which is cheaper)
         if not callable(fn):
             raise TypeError(f"queues: work item {label!r}: fn must be callable; "
                             f"got {type(fn).__name__}")
@@ -306,14 +307,36 @@ class Completion:
         except HipdnnError as exc:
             error = exc
         except BaseException as exc:  # noqa: BLE001 - the worker must survive anything
-            error = ExecutionError(f"{self.describe()}: {type(exc).__name__}: {exc}"
-                                   + (f" [stream '{self.stream.name}']" if self.stream else ""))
-            error.__cause__ = exc
+            error = self._wrapped(exc)
         finally:
             self.finished_at = _clock()
             fn = None
             self._fn = None  # keepalive stays until _finish: a GPU backend's fn only
         return value, error  # enqueues, and the buffers are in use until its event fires
+
+    def _enqueue(self) -> None:
+        """``_execute`` for a backend whose ``fn`` only enqueues work (a GPU stream's
+        launch, the submit path): the value or error is stored on the item, ``fn`` is
+        dropped, and ``finished_at`` is left to the item's completion (stamped then)."""
+        self._state = _RUNNING
+        self.started_at = _clock()
+        fn = self._fn
+        self._fn = None
+        try:
+            self._value = fn()
+        except HipdnnError as exc:
+            self._error = exc
+        except BaseException as exc:  # noqa: BLE001 - the launching thread goes on
+            self._error = self._wrapped(exc)
+        finally:
+            fn = None      # not kept by a traceback: it may hold a replay's graph
+
+    def _wrapped(self, exc: BaseException) -> ExecutionError:
+        """The ExecutionError of a foreign exception raised by ``fn``."""
+        error = ExecutionError(f"{self.describe()}: {type(exc).__name__}: {exc}"
+                               + (f" [stream '{self.stream.name}']" if self.stream else ""))
+        error.__cause__ = exc
+        return error
 
     def _finish(self, value, error) -> None:
         """Publish the outcome (exactly once) and wake every waiter."""
@@ -327,7 +350,7 @@ class Completion:
 
     def _publish(self, value, error) -> None:
         """The second half of ``_finish``: publish and wake (the stream already counted
-        the item: ``Stream._items_finished``)."""
+        the item)."""
         if self._state == _DONE:
             raise RuntimeError(f"{self.describe()}: completed twice")  # backend bug
         self._keepalive = None
@@ -339,8 +362,11 @@ class Completion:
         # ordering one side always sees the other (a waiter may be woken twice, which
         # is harmless; callbacks are taken under the lock, so they run once).
         self._state = _DONE
-        if self._tevent is None and self._waiters is None and self._callbacks is None:
-            return
+        if self._tevent is not None or self._waiters is not None or self._callbacks is not None:
+            self._wake()
+
+    def _wake(self) -> None:
+        """Wake every waiter and run the callbacks of a published item."""
         with self._lock:
             tevent = self._tevent
             waiters = self._waiters
@@ -354,6 +380,15 @@ class Completion:
         if callbacks:
             for callback in callbacks:
                 _call_back(callback, self)
+
+    def _publish_stored(self) -> None:
+        """``_publish`` of the outcome already stored on the item (``_enqueue``), its
+        keepalive already dropped: a GPU stream's completion batch."""
+        if self._state == _DONE:
+            raise RuntimeError(f"{self.describe()}: completed twice")  # backend bug
+        self._state = _DONE        # before the waiter fields are read: see _publish
+        if self._tevent is not None or self._waiters is not None or self._callbacks is not None:
+            self._wake()
 
     def _drop(self) -> None:
         """Release fn and keepalive of an item that was never enqueued."""

@@ -1,7 +1,7 @@
 """GPU stream backend: work is enqueued on the submitting thread; completion is observed
 from events, lazily, and never costs a thread hand-off per submission.
 
-``launch`` makes the stream's ``LaunchContext`` current and calls ``item._execute()`` (the
+``launch`` makes the stream's ``LaunchContext`` current and calls ``item._enqueue()`` (the
 plan enqueues its kernels on the GPU stream and returns at once). Items are grouped in
 *completion batches*: an event is recorded after every ``EVENT_EVERY`` work items, after
 every event marker, and on demand when someone needs an item whose batch has no event
@@ -23,8 +23,10 @@ Several devices: a launch or an on-demand event record can come from any host th
 submitting one, a waiting one, a completion thread launching a parked item), and the
 current device is per thread, so every call that makes a stream or event, records, launches
 or releases runs with the stream's device made current and the thread's own device
-restored after (``GpuContext.using``, inlined on the launch path). Waiting on and querying
-events needs no current device.
+restored after (``GpuContext.using``, inlined on the launch path). Where the runtime sees
+one device that device is current on every thread (no other index is valid), so the
+launch path and the on-demand event record skip it. Waiting on and querying events needs
+no current device.
 Cross-stream waits are GPU-side (``stream_wait_event``): the host never blocks.
 
 Launch state is prepared before launches, never inside one: a provider registers a
@@ -100,6 +102,11 @@ class GpuStreamBackend(StreamBackend):
         context.add_stream(self.stream)
         self.launch_context = LaunchContext(self.stream, context)
         self._index = context.index
+        # Whether a launch must make the stream's device current (and restore the
+        # thread's after): not when the runtime sees one device, which is then current
+        # on every thread whatever anyone set (the only valid index); that saves a
+        # get_device per submission.
+        self._switch = rt.device_count() != 1
         # launches vs preparers of launch state and on-demand event records
         self._launch_lock = threading.Lock()
         self._closed = False
@@ -144,28 +151,31 @@ class GpuStreamBackend(StreamBackend):
         event has fired and someone looks (module docstring). Runs with the stream's device
         current, the calling thread's device restored after (``GpuContext.using``, inlined:
         this is the submit path)."""
-        rt, index = self._rt, self._index
-        with self._launch_lock:
-            prev = rt.get_device()
-            if prev != index:
-                rt.set_device(index)
+        prev = index = self._index
+        lock = self._launch_lock
+        lock.acquire()                  # (not ``with``: half the cost on the submit path)
+        try:
+            if self._switch:
+                rt = self._rt
+                current = rt.get_device()
+                if current != index:
+                    rt.set_device(index)
+                    prev = current
+            _launch_tls.launch = self.launch_context      # LaunchContext.enter(), inlined
             try:
-                _launch_tls.launch = self.launch_context      # LaunchContext.enter(), inlined
-                try:
-                    item._value, item._error = item._execute()
-                finally:
-                    _launch_tls.launch = None
-                batch = self._open
-                items = batch.items
-                items.append(item)
-                item._batch = batch
-                if item._control or len(items) >= EVENT_EVERY:
-                    self._close()
+                item._enqueue()
             finally:
-                if prev != index:
-                    rt.set_device(prev)
-        if item._waiters is not None or item._tevent is not None or item._callbacks:
-            self.watch(item)     # waited for before it was launched (it was parked)
+                _launch_tls.launch = None
+            batch = self._open
+            items = batch.items
+            items.append(item)
+            item._batch = batch
+            if item._control or len(items) >= EVENT_EVERY:
+                self._close()
+        finally:
+            if prev != index:
+                self._rt.set_device(prev)
+            lock.release()
 
     def _close(self) -> None:
         """Record the open batch's event and start a new batch (launch lock held)."""
@@ -197,7 +207,10 @@ class GpuStreamBackend(StreamBackend):
         if batch is not None and batch.event is None:
             with self._launch_lock:
                 if batch is self._open and batch.items:
-                    with self.context.using():   # a waiting thread: keep its device
+                    if self._switch:
+                        with self.context.using():   # a waiting thread: keep its device
+                            self._close()
+                    else:
                         self._close()
         return batch
 
@@ -300,25 +313,25 @@ class GpuStreamBackend(StreamBackend):
     def _finish_batch(self, batch: _Batch, error) -> None:
         items, event = batch.items, batch.event
         batch.retired = True
-        for item in items:
-            if item._control:
-                self._marker_events.pop(id(item), None)  # before the event can be reused
-        if event:
-            self._free_events.append(event)
+        batch.items = []
         now = time.perf_counter()
         for item in items:
             item._batch = None
             item.finished_at = now
             item._keepalive = None          # the work is done with the buffers
+            if item._control:
+                self._marker_events.pop(id(item), None)  # before the event can be reused
             if error is not None and item._error is None:
                 how = ": the GPU reported" if error is batch.sync_error else ""
                 item._error = error.prefixed(f"{item.describe()} [stream '{self.name}']{how}")
-        batch.items = []
-        stream = items[0].stream if items else None
-        if stream is not None:
-            stream._items_finished(items)      # free the slots before waking
-        for item in items:
-            item._publish(item._value, item._error)
+        if event:
+            self._free_events.append(event)
+        if items:
+            stream = items[0].stream
+            if stream is not None:
+                stream._items_finished(items)      # free the slots before waking
+            for item in items:
+                item._publish_stored()
 
     def _watch_loop(self) -> None:
         while True:

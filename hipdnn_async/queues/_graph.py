@@ -10,13 +10,14 @@ step's previous executable graph in place when the new one has the same shape
 (``graph_exec_update``: pointers changed, no instantiation). A failure inside ends the
 capture and drops the partial graph before it propagates.
 
-``GraphReplay`` is the step's replayable unit: ``launcher()`` gives one replay's work-item
-function (a graph launch on the stream); ``close()`` destroys the executable graph once
-every replay already submitted has launched (the runtime lets launches in flight finish).
+``GraphReplay`` is the step's replayable unit: ``launcher()`` gives the work-item function
+of a replay (one graph launch on the stream, the same function for every replay);
+``close()`` lets the executable graph go, which is destroyed once every replay already
+submitted has launched (the runtime lets launches in flight finish).
 """
 from __future__ import annotations
 
-import threading
+import functools
 import weakref
 
 from .._errors import DeviceError, GpuError
@@ -42,89 +43,62 @@ class GraphReplay:
         The executable graph (owned from now on).
     stream : int
         The stream it was captured from and is launched on.
+
+    Notes
+    -----
+    The work-item function of every replay is one object, ``rt.graph_launch`` bound to the
+    graph and the stream (a C call: no Python frame per replay), and the executable graph
+    lives exactly as long as it: its finalizer destroys the graph when the last reference
+    goes. The references are this unit's, dropped by :meth:`close`, and one per submitted
+    replay, dropped by its work item once it has launched (or when it is never enqueued:
+    ``Completion._execute`` / ``_drop``). So ``close`` never destroys a graph that a
+    submitted replay will still launch, without a count or a lock per replay.
     """
+
+    __slots__ = ("_rt", "_exec", "_stream", "_launch", "updates")
 
     def __init__(self, rt, graph_exec: int, stream: int):
         self._rt = rt
         self._exec = graph_exec
         self._stream = stream
-        self._lock = threading.Lock()
-        self._pending = 0        # replays submitted and not yet launched (or dropped)
-        self._closed = False
         self.updates = 0         # in-place updates by recaptures
-        self._finalizer = weakref.finalize(self, _destroy_exec, rt, graph_exec)
-        self._finalizer.atexit = False   # the runtime may be gone at interpreter exit
+        self._launch = launch = functools.partial(rt.graph_launch, graph_exec, stream)
+        # not at interpreter exit: the runtime may be gone by then
+        weakref.finalize(launch, _destroy_exec, rt, graph_exec).atexit = False
 
-    def launcher(self) -> "_Launch":
-        """The work-item function of one replay.
+    def launcher(self):
+        """The work-item function of a replay (the same for every replay).
 
         Raises
         ------
         DeviceError
             The unit is closed.
         """
-        with self._lock:
-            if self._closed:
-                raise DeviceError("replay of a closed capture step", code="INVALID_VALUE")
-            self._pending += 1
-        return _Launch(self)
-
-    def _launch(self) -> None:
-        self._rt.graph_launch(self._exec, self._stream)
-
-    def _release(self) -> None:
-        """One replay's function is done with (launched, failed or never run)."""
-        with self._lock:
-            self._pending -= 1
-            destroy = self._closed and not self._pending
-        if destroy:
-            self._finalizer()
+        launch = self._launch
+        if launch is None:
+            raise DeviceError("replay of a closed capture step", code="INVALID_VALUE")
+        return launch
 
     def update(self, graph: int) -> bool:
         """Take ``graph``'s parameters into the executable graph in place (called by the
         capture item, between launches on the stream); False when it cannot (closed, or
         the graph's shape differs)."""
-        with self._lock:
-            if self._closed:
-                return False
+        launch = self._launch     # held: a close meanwhile cannot destroy it under us
+        if launch is None:
+            return False
         ok = self._rt.graph_exec_update(self._exec, graph)
         if ok:
             self.updates += 1
         return ok
 
     def close(self) -> None:
-        """Destroy the executable graph once every submitted replay has launched;
-        idempotent."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            destroy = not self._pending
-        if destroy:
-            self._finalizer()
+        """Let the executable graph go: destroyed now, or once the last replay submitted
+        before has launched; idempotent."""
+        self._launch = None
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else f"{self._pending} pending"
+        state = "closed" if self._launch is None else "open"
         return f"<GraphReplay exec={self._exec:#x} stream={self._stream:#x} {state}>"
-
-
-class _Launch:
-    """One replay's work-item function; releases its hold on the graph when dropped
-    (after it ran, or when the item was never run), so ``close`` never destroys a graph
-    that a submitted replay will still launch."""
-
-    __slots__ = ("_replay",)
-
-    def __init__(self, replay: GraphReplay):
-        self._replay = replay
-
-    def __call__(self) -> None:
-        self._replay._launch()
-
-    def __del__(self):
-        replay, self._replay = self._replay, None
-        if replay is not None:
-            replay._release()
 
 
 def capture_graph(rt, stream: int, fns: tuple, previous: GraphReplay | None) -> GraphReplay:

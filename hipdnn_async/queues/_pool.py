@@ -121,6 +121,8 @@ class StreamPool:
                             break
             self._rr = (best.id + 1) % n
             return best
+        if type(stream) is int and 0 <= stream < len(streams):    # the common index
+            return streams[stream]
         if isinstance(stream, Stream):
             if stream.id < len(streams) and streams[stream.id] is stream:
                 return stream
@@ -215,6 +217,17 @@ class StreamPool:
             self._check_open(label)
         item = Completion(fn, keepalive=keepalive, label=label)
         self.pick(stream)._try_submit(item, self.max_inflight, park=True)
+        return item
+
+    def _submit_now(self, fn, keepalive, stream: Stream | None, label: str) -> Completion:
+        """``submit_now`` for the library's own hot paths (``plan.submit``, ``step.submit``):
+        ``stream`` is a Stream of this pool already (``Device._stream``) or None."""
+        if self._closed:
+            self._check_open(label)
+        item = Completion(fn, keepalive, label)
+        if stream is None:
+            stream = self.pick()
+        stream._try_submit(item, self.max_inflight, True)
         return item
 
     def submit_blocking(self, fn, *, keepalive=(), stream: Stream | int | None = None,

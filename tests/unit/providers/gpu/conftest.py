@@ -104,6 +104,9 @@ class FakeGpuRuntime:
     def get_device(self):                        # per host thread, as the runtime's
         return getattr(self._current, "index", 0)
 
+    def device_count(self):                      # one device: launches need not switch
+        return 1
+
     def device_name(self, index):
         return "Fake GPU"
 
