@@ -19,8 +19,11 @@ Sections (each a ratio to an anchor timed in this process, on this GPU):
 - ``batcher``: samples/s of ``hd.DynamicBatcher`` serving concurrent single-sample
   requests (host arrays in, host arrays out) against one-at-a-time execution of the same
   conv+bias+ReLU through our plan and through torch.
-- ``batchnorm``: batchnorm training (with running statistics) and inference on ResNet-50
-  activations at batch N, against ``torch.nn.functional.batch_norm``.
+- ``batchnorm``: batchnorm training (with running statistics), inference and backward on
+  ResNet-50 activations at batch N, against ``torch.nn.functional.batch_norm`` and the
+  backward call its autograd makes (``aten.cudnn_batch_norm_backward`` where PyTorch picks
+  cuDNN); GB/s and % of an x-sized device-to-device copy's bandwidth, measured in the same
+  run; the backward outputs' max error against float64 in units of the tolerance.
 - ``multi`` (with ``--devices all``, or ``--sections multi``): one GPU against all GPUs
   of the host in the same run, on the ResNet-50 conv + BN + ReLU block at batch 256 and
   the batcher serving 1,024 clients (``bench/_bench_multi.py``).
@@ -36,7 +39,7 @@ back to wall-clock time of back-to-back launches until completion. Every figure 
 ``--json``. A section that fails is reported and the script exits 1 after the others ran.
 
     python bench/bench_gpu.py [--device cuda:0] [--batch 32] [--quick] [--json FILE]
-                              [--devices all|cuda:0,cuda:1]
+                              [--devices all|cuda:0,cuda:1] [--sections batchnorm,conv]
 """
 from __future__ import annotations
 
@@ -667,104 +670,402 @@ async def bench_batcher(hd, torch, dev, args):
     return out
 
 
+BN_EPS, BN_MOMENTUM = 1e-5, 0.1
+# x-sized passes over device memory of a two-pass batchnorm kernel: no output can be
+# written before the per-channel sums over all of x are complete, so a tensor larger than
+# the chip's L2 + shared memory is read twice. Training reads x for mean / variance, reads
+# it again to normalize and writes y (running statistics, mean and inv_variance are
+# C-sized); backward reads x and dy for dscale / dbias, reads them again for dx and writes
+# dx. A kernel that keeps x (and dy) on chip moves 2 / 3 passes and can read above 100 % of
+# the copy bandwidth measured for the same size.
+BN_PASSES = {"train": 3, "backward": 5}
+# (atol, rtol) of batchnorm backward by I/O dtype: tests/oracle/_cases.py TOL["bn_backward"]
+# (hipDNN batchnorm::getToleranceBackward, fp16 raised to 1e-3); dscale and dbias are FLOAT
+# outputs and take the float32 entry (as tests/gpu/test_torch_peer_gpu.py)
+BN_BACKWARD_TOL = {"float32": 2e-3, "float16": 1e-3, "bfloat16": 3e-3}
+BN_COPY_TARGET = 75.0          # issue 11: NHWC training / backward >= 75 % of copy bandwidth
+
+
 def _bn_graphs(hd, dims, dtype, layout):
+    """(training with running statistics, inference with variance, backward) graphs of
+    one batchnorm shape; every per-channel tensor is FLOAT (1, C, 1, 1)."""
     f32 = hd.DataType.FLOAT
     c = dims[1]
 
     def chan(g, name):
         return g.tensor(dims=(1, c, 1, 1), name=name, data_type="float32")
 
-    gt = hd.Graph(name="bench_bn_train", io_data_type=dtype, intermediate_data_type=f32,
-                  compute_data_type=f32)
+    def graph(name):
+        return hd.Graph(name=name, io_data_type=dtype, intermediate_data_type=f32,
+                        compute_data_type=f32)
+
+    gt = graph("bench_bn_train")
     x = gt.tensor(dims=dims, layout=layout, name="x")
-    outs = gt.batchnorm(x, chan(gt, "scale"), chan(gt, "bias"), epsilon=1e-5, momentum=0.1,
-                        prev_running_mean=chan(gt, "rm"), prev_running_variance=chan(gt, "rv"))
+    outs = gt.batchnorm(x, chan(gt, "scale"), chan(gt, "bias"), epsilon=BN_EPS,
+                        momentum=BN_MOMENTUM, prev_running_mean=chan(gt, "rm"),
+                        prev_running_variance=chan(gt, "rv"))
     for t, n in zip(outs, ("y", "mean", "inv_variance", "nrm", "nrv")):
         t.set_output(True).set_name(n)
-    gi = hd.Graph(name="bench_bn_infer", io_data_type=dtype, intermediate_data_type=f32,
-                  compute_data_type=f32)
+    gi = graph("bench_bn_infer")
     xi = gi.tensor(dims=dims, layout=layout, name="x")
     gi.batchnorm_inference_variance_ext(xi, chan(gi, "rm"), chan(gi, "rv"), chan(gi, "scale"),
-                                        chan(gi, "bias"), epsilon=1e-5).set_output(True).set_name("y")
-    return gt, gi
+                                        chan(gi, "bias"), epsilon=BN_EPS
+                                        ).set_output(True).set_name("y")
+    gb = graph("bench_bn_backward")
+    dy, xb = gb.tensor(dims=dims, layout=layout, name="dy"), gb.tensor(dims=dims, layout=layout,
+                                                                       name="x")
+    dx, dscale, dbias = gb.batchnorm_backward(dy, xb, chan(gb, "scale"), mean=chan(gb, "mean"),
+                                              inv_variance=chan(gb, "inv_variance"))
+    dx.set_output(True).set_name("dx")
+    dscale.set_output(True).set_name("dscale").set_data_type("float32")
+    dbias.set_output(True).set_name("dbias").set_data_type("float32")
+    return gt, gi, gb
 
 
-async def bench_batchnorm(hd, torch, dev, args):
+def bn_gbps(passes, nbytes, ms):
+    """GB/s of `passes` transfers of `nbytes` bytes each in `ms` ms (None without a time)."""
+    if not ms or not math.isfinite(ms) or ms <= 0:
+        return None
+    return passes * nbytes / ms / 1e6
+
+
+def pct_of(gbps, ref_gbps):
+    """100 * gbps / ref_gbps (None where either is missing)."""
+    r = _ratio(gbps, ref_gbps)
+    return None if r is None else 100.0 * r
+
+
+def err_over_tol(got, want, atol, rtol):
+    """max |got - want| / (atol + rtol * |want|) over all elements of two torch tensors of
+    equal element count (`got` is reshaped to `want`'s shape): <= 1 is within the tolerance
+    (the elementwise test of tests/oracle/_cases.assert_close). A NaN counts as inf."""
+    got = got.double().reshape(want.shape)
+    q = (got - want).abs() / (atol + rtol * want.abs())
+    return float(q.nan_to_num(nan=math.inf, posinf=math.inf).max())
+
+
+def err_text(v):
+    """An err/tol figure: 2 decimals, "inf" for a NaN or inf output, "-" for none."""
+    return "inf" if v == math.inf else f(v, 2)
+
+
+def bn_backward_reference(x, dy, scale, mean, inv_variance):
+    """(dx, dscale, dbias) in float64 from torch tensors x, dy (N, C, ...) and per-channel
+    scale, mean, inv_variance (C elements): xhat = (x - mean) * inv; dbias = sum dy;
+    dscale = sum dy * xhat; dx = scale * inv / m * (m * dy - dbias - xhat * dscale),
+    m = N * spatial (tests/oracle/_reference.bn_backward); dscale, dbias have C elements."""
+    c = x.shape[1]
+    shape = (1, c) + (1,) * (x.dim() - 2)
+    axes = (0,) + tuple(range(2, x.dim()))
+    m = x.numel() // c
+
+    def chan(t):
+        return t.double().reshape(shape)
+
+    inv = chan(inv_variance)
+    dy = dy.double()
+    xhat = (x.double() - chan(mean)) * inv
+    dbias = dy.sum(dim=axes, keepdim=True)
+    dscale = (dy * xhat).sum(dim=axes, keepdim=True)
+    dx = chan(scale) * inv / m * (m * dy - dbias - xhat * dscale)
+    return dx, dscale.reshape(c), dbias.reshape(c)
+
+
+def torch_bn_backend(torch, x, weight):
+    """'cudnn', 'native' or 'dispatch': the batchnorm that PyTorch's F.batch_norm(training=
+    True) with running statistics runs, and so its autograd backward. ATen's
+    _select_batch_norm_backend (aten/src/ATen/native/Normalization.cpp, PyTorch >= 2.3,
+    for _batch_norm_with_update and batch_norm_backward) takes cuDNN for a CUDA input of
+    >= 3 dims unless the input or the weight is bfloat16, a half input has a non-float
+    weight, the batch exceeds 880801 or the tensor has 2^31-1 elements or more (its
+    epsilon floor, CUDNN_BN_MIN_EPSILON, is 0 in cuDNN 9); otherwise its native CUDA
+    kernels. On ROCm ('dispatch') ATen may pick MIOpen: its own batch_norm_backward
+    decides."""
+    if getattr(torch.version, "hip", None):
+        return "dispatch"
+    cudnn = torch.backends.cudnn
+    if (x.is_cuda and cudnn.is_available() and cudnn.enabled and x.dim() >= 3
+            and torch.bfloat16 not in (x.dtype, weight.dtype)
+            and (x.dtype != torch.float16 or weight.dtype == torch.float32)
+            and x.shape[0] <= 880801 and x.numel() < 2 ** 31 - 1):
+        return "cudnn"
+    return "native"
+
+
+def aten_call(torch, op, values):
+    """(op, positional args) of torch.ops.aten.`op` with each argument taken from `values`
+    by its name in the op's schema, so no argument can land in another's place (a name
+    missing from `values` is a KeyError)."""
+    fn = getattr(torch.ops.aten, op).default
+    return fn, tuple(values[a.name] for a in fn._schema.arguments if not a.kwarg_only)
+
+
+# (forward op, backward op) of each backend; the forward's outputs after y are the saved
+# mean and inverse standard deviation (cuDNN's and MIOpen's "save_var" is
+# 1/sqrt(var + eps), as native's save_invstd) and, where there is one, the reserve space
+TORCH_BN_OPS = {"cudnn": ("cudnn_batch_norm", "cudnn_batch_norm_backward"),
+                "native": ("native_batch_norm", "native_batch_norm_backward"),
+                "dispatch": ("_batch_norm_with_update", "batch_norm_backward")}
+
+
+def torch_bn_backward(torch, x, dy, scale, bias, eps=BN_EPS, momentum=BN_MOMENTUM):
+    """(name, fn, save_mean, save_invstd): PyTorch's batchnorm backward as F.batch_norm's
+    autograd runs it on this build (torch_bn_backend), called directly without autograd on
+    x and dy after one training forward with running statistics; fn() -> (dx, dscale,
+    dbias). save_mean / save_invstd (C elements, float32) are that forward's statistics."""
+    fwd_op, bwd_op = TORCH_BN_OPS[torch_bn_backend(torch, x, scale)]
+    c = x.shape[1]
+    rm = torch.zeros(c, device=x.device, dtype=scale.dtype)
+    rv = torch.ones(c, device=x.device, dtype=scale.dtype)
+    values = bn_forward_values(x, scale, bias, rm, rv, eps, momentum)
+    fwd, args = aten_call(torch, fwd_op, values)
+    saved = fwd(*args)
+    values.update(bn_backward_values(dy, saved))
+    bwd, bargs = aten_call(torch, bwd_op, values)
+    return f"aten.{bwd_op}", (lambda: bwd(*bargs)), saved[1], saved[2]
+
+
+def bn_forward_values(x, scale, bias, running_mean, running_var, eps, momentum):
+    """The arguments of TORCH_BN_OPS' training forwards by their schemas' names (each
+    backend names some differently)."""
+    return {"input": x, "weight": scale, "bias": bias, "running_mean": running_mean,
+            "running_var": running_var, "training": True, "train": True, "update": True,
+            "momentum": momentum, "exponential_average_factor": momentum, "eps": eps,
+            "epsilon": eps}
+
+
+def bn_backward_values(dy, saved):
+    """The further arguments of TORCH_BN_OPS' backwards: dy and the forward's outputs
+    `saved` = (y, save_mean, save_invstd[, reserve])."""
+    reserve = saved[3] if len(saved) > 3 else None
+    return {"grad_out": dy, "grad_output": dy, "save_mean": saved[1], "save_var": saved[2],
+            "save_invstd": saved[2], "output_mask": [True, True, True], "reserve": reserve,
+            "reserveSpace": reserve}
+
+
+async def bench_batchnorm(hd, torch, dev, args, deadline=math.inf):
+    """Batchnorm training (running statistics), inference and backward against PyTorch's
+    calls on the same tensors, with an x-sized device-to-device copy as the bandwidth
+    anchor of each shape. A shape past `deadline` (perf_counter) is skipped."""
+    torch.backends.cudnn.benchmark = True          # the run loop resets it after the section
     shapes = RESNET50_BN[1:3] if args.quick else RESNET50_BN
-    rows, out = [], []
+    out = []
     for dtype, layout in CONFIGS:
         for chw in shapes:
-            dims = (args.batch,) + chw
-            c = chw[0]
-            rec = {"dims": dims, "dtype": dtype, "layout": layout}
-            try:
-                gt, gi = _bn_graphs(hd, dims, dtype, layout)
-                pt, pi = await dev.build(gt), await dev.build(gi)
-                rec["train_engine"], rec["train_algorithm"] = engine_of(pt), str(pt.algorithm)
-                rec["infer_engine"], rec["infer_algorithm"] = engine_of(pi), str(pi.algorithm)
-                x = torch_tensor(torch, dims, dtype, layout)
-                y = torch.empty_like(x)
-                scale, bias = torch.ones(c, device="cuda"), torch.zeros(c, device="cuda")
-                rm, rv = torch.zeros(c, device="cuda"), torch.ones(c, device="cuda")
-                stats = [torch.empty(c, device="cuda") for _ in range(4)]
-
-                def c4(t):
-                    return t.reshape(1, c, 1, 1)
-
-                torch.cuda.synchronize()
-                g = {k: gpu_copy(torch, dev, v, layout) for k, v in (
-                    ("x", x), ("y", y), ("scale", c4(scale)), ("bias", c4(bias)), ("rm", c4(rm)),
-                    ("rv", c4(rv)), ("mean", c4(stats[0])), ("inv_variance", c4(stats[1])),
-                    ("nrm", c4(stats[2])), ("nrv", c4(stats[3])))}
-                vt = dict(g)
-                vi = {k: g[k] for k in ("x", "scale", "bias", "rm", "rv", "y")}
-                rec["ours_train_ms"], method, rec["ours_train_gpu_ms"] = await time_plan(
-                    torch, dev, pt, vt, args.reps)
-                rec["ours_infer_ms"], _, rec["ours_infer_gpu_ms"] = await time_plan(
-                    torch, dev, pi, vi, args.reps)
-                trm, trv = rm.clone(), rv.clone()
-                bn = torch.nn.functional.batch_norm
-                rec["torch_train_ms"], rec["torch_train_gpu_ms"] = time_torch(torch, lambda: bn(
-                    x, trm, trv, scale, bias, training=True, momentum=0.1, eps=1e-5),
-                    args.reps, method)
-                rec["torch_infer_ms"], rec["torch_infer_gpu_ms"] = time_torch(torch, lambda: bn(
-                    x, rm, rv, scale, bias, training=False, eps=1e-5), args.reps, method)
-                for what in ("train", "infer"):
-                    rec[f"{what}_ratio"] = rec[f"ours_{what}_ms"] / rec[f"torch_{what}_ms"]
-                    rec[f"{what}_gpu_ratio"] = _ratio(rec[f"ours_{what}_gpu_ms"],
-                                                      rec[f"torch_{what}_gpu_ms"])
-                    rec[f"{what}_reason"] = reason(rec[f"{what}_ratio"], rec[f"{what}_gpu_ratio"],
-                                                   rec[f"{what}_engine"], layout)
-                # bandwidth: training reads x twice and writes y (issue 11: >= 75% of copy)
-                nbytes = math.prod(dims) * (2 if dtype == "float16" else 4)
-                if rec["ours_train_gpu_ms"]:
-                    rec["train_gbps"] = 3 * nbytes / rec["ours_train_gpu_ms"] / 1e6
-                rec["timing"] = method
-            except Exception as exc:  # noqa: BLE001 - one shape failing must not hide the rest
-                rec["error"] = f"{type(exc).__name__}: {exc}"
+            rec = {"dims": (args.batch,) + chw, "dtype": dtype, "layout": layout}
             out.append(rec)
-            rows.append([f"{dtype} {layout}", "x".join(map(str, dims)),
-                         _short(rec.get("train_engine"), rec.get("train_algorithm")),
-                         f(rec.get("ours_train_ms")), f(rec.get("torch_train_ms")),
-                         f(rec.get("train_ratio"), 2), f(rec.get("train_gpu_ratio"), 2),
-                         f(rec.get("train_gbps"), 0),
-                         _short(rec.get("infer_engine"), rec.get("infer_algorithm")),
-                         f(rec.get("ours_infer_ms")), f(rec.get("torch_infer_ms")),
-                         f(rec.get("infer_ratio"), 2), f(rec.get("infer_gpu_ratio"), 2),
-                         rec.get("error", "")[:80]])
-    print("\n== batchnorm (ms per call; ratio = ours / torch wall, gpu = device-only ratio; "
-          "GB/s = 3 x-sized passes / device time)")
-    table(rows, ["config", "dims", "train engine/algo", "train", "torch", "ratio", "gpu",
-                 "GB/s", "infer engine/algo", "infer", "torch", "ratio", "gpu", "error"])
+            if time.perf_counter() > deadline:
+                rec["error"] = "skipped: --max-seconds reached"
+                continue
+            try:
+                await _bn_shape(hd, torch, dev, args, rec)
+            except Exception as exc:  # noqa: BLE001 - one shape failing must not hide the rest
+                rec.setdefault("error", f"{type(exc).__name__}: {exc}")
+    return bn_report(out)
+
+
+async def _bn_shape(hd, torch, dev, args, rec):
+    """Every figure of one shape into rec; each part's failure is its own error entry
+    (copy_error, error, backward_error) so the others still report."""
+    dims, dtype, layout = rec["dims"], rec["dtype"], rec["layout"]
+    x = torch_tensor(torch, dims, dtype, layout)
+    rec["x_bytes"] = nbytes = x.numel() * x.element_size()
+    try:                           # the anchor: an x-sized device-to-device copy
+        dst = torch.empty_like(x)
+        rec["copy_ms"], rec["copy_gpu_ms"] = time_torch(torch, lambda: dst.copy_(x),
+                                                        args.reps, "cuda_events")
+        rec["copy_gbps"] = bn_gbps(2, nbytes, rec["copy_gpu_ms"] or rec["copy_ms"])
+    except Exception as exc:  # noqa: BLE001 - one part failing must not hide the rest
+        rec["copy_error"] = f"{type(exc).__name__}: {exc}"
+    try:
+        gt, gi, gb = _bn_graphs(hd, dims, dtype, layout)
+    except Exception as exc:  # noqa: BLE001
+        rec["error"] = f"{type(exc).__name__}: {exc}"
+        return
+    try:
+        await _bn_train_infer(torch, dev, args, rec, gt, gi, x)
+    except Exception as exc:  # noqa: BLE001
+        rec["error"] = f"{type(exc).__name__}: {exc}"
+    try:
+        await _bn_backward(torch, dev, args, rec, gb, x)
+    except Exception as exc:  # noqa: BLE001
+        rec["backward_error"] = f"{type(exc).__name__}: {exc}"
+    bn_bandwidth(rec)
+
+
+def bn_bandwidth(rec):
+    """rec's train_ / backward_ bytes, GB/s and % of copy_gbps, ours and torch_ (None
+    where a device time is missing), from x_bytes and the *_gpu_ms figures."""
+    nbytes = rec["x_bytes"]
+    for what in ("train", "backward"):
+        rec[f"{what}_bytes"] = BN_PASSES[what] * nbytes
+        for who, key in (("ours", ""), ("torch", "torch_")):
+            gbps = bn_gbps(BN_PASSES[what], nbytes, rec.get(f"{who}_{what}_gpu_ms"))
+            rec[f"{key}{what}_gbps"] = gbps
+            rec[f"{key}{what}_pct_of_copy"] = pct_of(gbps, rec.get("copy_gbps"))
+
+
+async def _bn_train_infer(torch, dev, args, rec, gt, gi, x):
+    dims, layout = rec["dims"], rec["layout"]
+    c = dims[1]
+    pt, pi = await dev.build(gt), await dev.build(gi)
+    rec["train_engine"], rec["train_algorithm"] = engine_of(pt), str(pt.algorithm)
+    rec["infer_engine"], rec["infer_algorithm"] = engine_of(pi), str(pi.algorithm)
+    y = torch.empty_like(x)
+    scale, bias = torch.ones(c, device="cuda"), torch.zeros(c, device="cuda")
+    rm, rv = torch.zeros(c, device="cuda"), torch.ones(c, device="cuda")
+    stats = [torch.empty(c, device="cuda") for _ in range(4)]
+
+    def c4(t):
+        return t.reshape(1, c, 1, 1)
+
+    torch.cuda.synchronize()
+    g = {k: gpu_copy(torch, dev, v, layout) for k, v in (
+        ("x", x), ("y", y), ("scale", c4(scale)), ("bias", c4(bias)), ("rm", c4(rm)),
+        ("rv", c4(rv)), ("mean", c4(stats[0])), ("inv_variance", c4(stats[1])),
+        ("nrm", c4(stats[2])), ("nrv", c4(stats[3])))}
+    vt = dict(g)
+    vi = {k: g[k] for k in ("x", "scale", "bias", "rm", "rv", "y")}
+    rec["ours_train_ms"], method, rec["ours_train_gpu_ms"] = await time_plan(
+        torch, dev, pt, vt, args.reps)
+    rec["ours_infer_ms"], _, rec["ours_infer_gpu_ms"] = await time_plan(
+        torch, dev, pi, vi, args.reps)
+    trm, trv = rm.clone(), rv.clone()
+    bn = torch.nn.functional.batch_norm
+    rec["torch_train_ms"], rec["torch_train_gpu_ms"] = time_torch(torch, lambda: bn(
+        x, trm, trv, scale, bias, training=True, momentum=BN_MOMENTUM, eps=BN_EPS),
+        args.reps, method)
+    rec["torch_infer_ms"], rec["torch_infer_gpu_ms"] = time_torch(torch, lambda: bn(
+        x, rm, rv, scale, bias, training=False, eps=BN_EPS), args.reps, method)
+    for what in ("train", "infer"):
+        _bn_ratios(rec, what)
+    rec["timing"] = method
+
+
+def _bn_ratios(rec, what):
+    rec[f"{what}_ratio"] = _ratio(rec[f"ours_{what}_ms"], rec[f"torch_{what}_ms"])
+    rec[f"{what}_gpu_ratio"] = _ratio(rec[f"ours_{what}_gpu_ms"], rec[f"torch_{what}_gpu_ms"])
+    rec[f"{what}_reason"] = reason(rec[f"{what}_ratio"], rec[f"{what}_gpu_ratio"],
+                                   rec[f"{what}_engine"], rec["layout"])
+
+
+async def _bn_backward(torch, dev, args, rec, gb, x):
+    """BN_BACKWARD from the saved statistics of a torch training forward on x, against
+    PyTorch's backward call (torch_bn_backward) on the same x, dy and statistics; both
+    results' max error against float64 in units of the bn_backward tolerance."""
+    dims, dtype, layout = rec["dims"], rec["dtype"], rec["layout"]
+    c = dims[1]
+    pb = await dev.build(gb)
+    rec["backward_engine"], rec["backward_algorithm"] = engine_of(pb), str(pb.algorithm)
+    dy = torch_tensor(torch, dims, dtype, layout)
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    scale = torch.rand(c, device="cuda", generator=gen) + 0.5      # not 1: dx must use it
+    bias = torch.zeros(c, device="cuda")
+    call, fn, mean, inv = torch_bn_backward(torch, x, dy, scale, bias)
+    rec["torch_backward_call"] = call
+    torch.cuda.synchronize()
+
+    def c4(t):
+        return t.reshape(1, c, 1, 1)
+
+    vb = {k: gpu_copy(torch, dev, v, layout) for k, v in (
+        ("dy", dy), ("x", x), ("scale", c4(scale)), ("mean", c4(mean)),
+        ("inv_variance", c4(inv)))}
+    vb["dx"] = dev.empty(dims, dtype, layout=layout)
+    vb["dscale"], vb["dbias"] = (dev.empty((1, c, 1, 1), "float32") for _ in range(2))
+    for k in ("dx", "dscale", "dbias"):           # NaN: an output left unwritten shows
+        torch.as_tensor(vb[k], device="cuda").fill_(float("nan"))
+    torch.cuda.synchronize()
+    rec["ours_backward_ms"], method, rec["ours_backward_gpu_ms"] = await time_plan(
+        torch, dev, pb, vb, args.reps)
+    rec["torch_backward_ms"], rec["torch_backward_gpu_ms"] = time_torch(torch, fn, args.reps,
+                                                                        method)
+    _bn_ratios(rec, "backward")
+    rec["backward_timing"] = method
+    # numerics: our outputs of one more execution and torch's, against float64
+    await pb.execute(vb)
+    theirs = fn()
+    torch.cuda.synchronize()
+    want = bn_backward_reference(x, dy, scale, mean, inv)
+    ours = [torch.as_tensor(vb[k], device="cuda") for k in ("dx", "dscale", "dbias")]
+    tols = (BN_BACKWARD_TOL[dtype], BN_BACKWARD_TOL["float32"], BN_BACKWARD_TOL["float32"])
+    for who, got in (("ours", ours), ("torch", theirs)):
+        rec[f"{who}_backward_err_over_tol"] = max(
+            err_over_tol(g, w, t, t) for g, w, t in zip(got, want, tols))
+    del want, theirs, ours
+
+
+def bn_report(out):
+    """Print the batchnorm tables from the records of bench_batchnorm and return the
+    section's result: rows, geomean ratios, NHWC % of copy bandwidth, cases above 1.0x."""
+    def shape(r):
+        return "x".join(map(str, r["dims"]))
+
+    rows = [[f"{r['dtype']} {r['layout']}", shape(r), f(r.get("copy_gbps"), 0),
+             _short(r.get("train_engine"), r.get("train_algorithm")),
+             f(r.get("ours_train_ms")), f(r.get("torch_train_ms")),
+             f(r.get("train_ratio"), 2), f(r.get("train_gpu_ratio"), 2),
+             f(r.get("train_gbps"), 0), f(r.get("train_pct_of_copy"), 0),
+             f(r.get("torch_train_pct_of_copy"), 0),
+             _short(r.get("infer_engine"), r.get("infer_algorithm")),
+             f(r.get("ours_infer_ms")), f(r.get("torch_infer_ms")),
+             f(r.get("infer_ratio"), 2), f(r.get("infer_gpu_ratio"), 2),
+             "; ".join(r[k] for k in ("error", "copy_error") if r.get(k))[:80]] for r in out]
+    print("\n== batchnorm training / inference (ms per call; ratio = ours / torch wall, gpu = "
+          f"device-only ratio; GB/s = {BN_PASSES['train']}|x| / device time: x read for the "
+          "statistics, read again to normalize, y written (running statistics are C-sized); "
+          "%copy = that / copy GB/s, copy = 2|x| / device time of torch dst.copy_(src) of x's "
+          "size; torch% = torch's %copy)")
+    table(rows, ["config", "dims", "copy GB/s", "train engine/algo", "train", "torch", "ratio",
+                 "gpu", "GB/s", "%copy", "torch%", "infer engine/algo", "infer", "torch",
+                 "ratio", "gpu", "error"])
+    brows = [[f"{r['dtype']} {r['layout']}", shape(r),
+              _short(r.get("backward_engine"), r.get("backward_algorithm")),
+              f(r.get("ours_backward_ms")), f(r.get("torch_backward_ms")),
+              f(r.get("backward_ratio"), 2), f(r.get("backward_gpu_ratio"), 2),
+              f(r.get("backward_gbps"), 0), f(r.get("backward_pct_of_copy"), 0),
+              f(r.get("torch_backward_pct_of_copy"), 0),
+              err_text(r.get("ours_backward_err_over_tol")),
+              err_text(r.get("torch_backward_err_over_tol")), r.get("torch_backward_call", "-"),
+              (r.get("backward_error")
+               or ("" if "ours_backward_ms" in r else r.get("error", "")))[:80]] for r in out]
+    print("\n== batchnorm backward (dx, dscale, dbias from a torch training forward's saved "
+          "mean / inv_variance; torch: its call for F.batch_norm's autograd on the same "
+          f"tensors; GB/s = {BN_PASSES['backward']}|x| / device time: x and dy read for "
+          "dscale / dbias, read again for dx, dx written; err/tol = max |out - float64| / "
+          "(atol + rtol |float64|) over dx, dscale, dbias, bn_backward tolerance: <= 1 within)")
+    table(brows, ["config", "dims", "backward engine/algo", "ours", "torch", "ratio", "gpu",
+                  "GB/s", "%copy", "torch%", "err/tol", "torch err/tol", "torch call",
+                  "error"])
+    whats = ("train", "infer", "backward")
     summary = {f"{d} {l} {what}": geomean([r.get(f"{what}_ratio") for r in out
                                           if r["dtype"] == d and r["layout"] == l])
-               for d, l in CONFIGS for what in ("train", "infer")}
+               for d, l in CONFIGS for what in whats}
     print("  geomean ratios: " + ", ".join(f"{k} {f(v, 2)}" for k, v in summary.items()))
-    above = [(f"batchnorm {r['dtype']} {r['layout']} {'x'.join(map(str, r['dims']))} {w}",
+    pct = bn_copy_verdict(out)
+    for what, v in pct.items():
+        print(f"  NHWC {what} % of copy bandwidth (issue 11: >= {BN_COPY_TARGET:.0f}%): "
+              f"min {f(v['min'], 0)} ({v['min_dims'] or '-'}), {v['below']} of {v['cases']} "
+              "below")
+    above = [(f"batchnorm {r['dtype']} {r['layout']} {shape(r)} {w}",
               r[f"{w}_ratio"], r.get(f"{w}_gpu_ratio"), r[f"{w}_reason"],
               _short(r.get(f"{w}_engine"), r.get(f"{w}_algorithm")), None)
-             for r in out for w in ("train", "infer") if r.get(f"{w}_reason")]
-    return {"rows": out, "geomean_ratio": summary, "above_1": above}
+             for r in out for w in whats if r.get(f"{w}_reason")]
+    return {"rows": out, "geomean_ratio": summary, "nhwc_pct_of_copy": pct, "above_1": above}
+
+
+def bn_copy_verdict(out):
+    """{"train"|"backward": {min, min_dims, below, cases}}: the channels-last rows' % of
+    the copy bandwidth against issue 11's BN_COPY_TARGET (rows without a figure are not
+    cases)."""
+    res = {}
+    for what in ("train", "backward"):
+        vals = [(r[f"{what}_pct_of_copy"], "x".join(map(str, r["dims"]))) for r in out
+                if r["layout"] in ("NHWC", "NDHWC") and r.get(f"{what}_pct_of_copy") is not None]
+        low = min(vals, default=(None, None))
+        res[what] = {"min": low[0], "min_dims": low[1], "cases": len(vals),
+                     "below": sum(1 for v, _ in vals if v < BN_COPY_TARGET)}
+    return res
 
 
 def _ratio(a, b):
@@ -1052,7 +1353,7 @@ async def run(args):
                 elif section == "batcher":
                     res = await bench_batcher(hd, torch, dev, args)
                 elif section == "batchnorm":
-                    res = await bench_batchnorm(hd, torch, dev, args)
+                    res = await bench_batchnorm(hd, torch, dev, args, deadline)
                 elif section == "multi":
                     res = await _bench_multi.bench_multi(hd, args, table, f)
                 else:
