@@ -107,8 +107,9 @@ class GpuStreamBackend(StreamBackend):
         # on every thread whatever anyone set (the only valid index); that saves a
         # get_device per submission.
         self._switch = rt.device_count() != 1
-        # launches vs preparers of launch state and on-demand event records
-        self._launch_lock = threading.Lock()
+        # launches vs preparers of launch state and on-demand event records; it is also
+        # the stream's lock (``StreamBackend.lock``), so every launch runs with it held
+        self.lock = self._launch_lock = threading.Lock()
         self._closed = False
         try:
             self._start_prepared()
@@ -152,9 +153,7 @@ class GpuStreamBackend(StreamBackend):
         current, the calling thread's device restored after (``GpuContext.using``, inlined:
         this is the submit path)."""
         prev = index = self._index
-        lock = self._launch_lock
-        lock.acquire()                  # (not ``with``: half the cost on the submit path)
-        try:
+        try:            # under the stream's lock, which is the launch lock (``lock``)
             if self._switch:
                 rt = self._rt
                 current = rt.get_device()
@@ -175,7 +174,6 @@ class GpuStreamBackend(StreamBackend):
         finally:
             if prev != index:
                 self._rt.set_device(prev)
-            lock.release()
 
     def _close(self) -> None:
         """Record the open batch's event and start a new batch (launch lock held)."""

@@ -47,6 +47,13 @@ class StreamBackend:
         """
         raise NotImplementedError
 
+    # A backend whose launches must exclude other work of its own (a GPU stream's
+    # preparers and on-demand event records) gives the lock for that here: the stream
+    # takes it as its own lock, so ``launch``, always called with the stream's lock
+    # held, needs no second one. Such a backend must not call back into the stream
+    # while holding it.
+    lock = None
+
     # A backend that notices completions lazily (a GPU stream: no thread wakes per item)
     # finishes launched items when asked through these three; a backend whose worker
     # finishes every item itself (the CPU one) needs none of them.
@@ -267,7 +274,8 @@ class Stream:
         self.id = id
         self.name = name
         self._backend = backend if backend is not None else CpuStreamBackend(name)
-        self._lock = threading.Lock()
+        lock = self._backend.lock
+        self._lock = lock if lock is not None else threading.Lock()
         self._inflight: collections.deque = collections.deque()
         # Host-side line in front of the bounded stream, in submission order: work items
         # submitted with park=True beyond the in-flight limit, and the event records /
