@@ -10,7 +10,8 @@ import numpy as np
 
 from ._scenarios import control
 
-__all__ = ["step3_case", "capture_failure_case", "chain_case", "rules_case", "EPS"]
+__all__ = ["step3_case", "capture_failure_case", "chain_case", "rules_case",
+           "close_parked_case", "EPS"]
 
 EPS = 1e-5
 N, C, HW = 2, 4, 6
@@ -223,6 +224,58 @@ def chain_case(length: int = 20, seed: int = 2) -> dict:
         ctl.mark("end")
     return {"w": wa, "b0": b0, "b0_next": b0_next, "out": out, "out_next": out_next,
             "log": ctl.log(), "violations": ctl.violations()}
+
+
+def close_parked_case(replays: int = 4, delay_us: int = 20000, seed: int = 4) -> dict:
+    """A one-plan step (1x1 conv x -> y) on a stream with ``max_inflight=1`` whose device
+    runs each item ``delay_us`` late: ``replays`` replays submitted back to back (one in
+    flight, the rest parked host-side), the step closed while they wait, then each
+    handle's outcome and a submit after the close.
+
+    Returns
+    -------
+    dict
+        ``log`` (marks "submit", "close", "closed", "done"), ``parked`` (items parked
+        when the step was closed), ``errors`` (each handle's exception, None when it
+        succeeded), ``closed_submit`` (what ``step.submit()`` after the close raised),
+        ``x``, ``w``, ``y`` (y read after the replays), ``violations``.
+    """
+    import hipdnn_async as hd
+    ctl = control()
+    rng = np.random.default_rng(seed)
+    shape = (2, 8, 5, 5)
+    with hd.Device("cuda:0", streams=1, max_inflight=1) as dev:
+        g = hd.Graph(name="parked")
+        x = g.tensor(dims=shape, name="x")
+        w = g.tensor(dims=(8, 8, 1, 1), name="w")
+        y = g.conv_fprop(x, w).set_output(True).set_name("y")
+        plan = dev.build_sync(g)
+        xa = rng.uniform(-1, 1, shape).astype(np.float32)
+        wa = rng.uniform(-1, 1, (8, 8, 1, 1)).astype(np.float32)
+        bufs = {t: dev.empty(t.dims, np.float32) for t in (x, w, y)}
+        bufs[x].copy_from(xa)
+        bufs[w].copy_from(wa)
+        bufs[y].copy_from(np.full(y.dims, np.nan, np.float32))
+        with dev.capture() as step:
+            plan.submit(bufs)
+        ctl.clear()
+        ctl.set_delay_us(delay_us)
+        try:
+            ctl.mark("submit")
+            handles = [step.submit() for _ in range(replays)]
+            parked = step.stream.metrics()["parked"]
+            ctl.mark("close")
+            step.close()
+            ctl.mark("closed")
+            errors = [h.exception(timeout=60) for h in handles]
+            ctl.mark("done")
+        finally:
+            ctl.set_delay_us(0)
+        closed_submit = _error(step.submit)
+        ya = bufs[y].to_numpy_sync()
+    return {"log": ctl.log(), "violations": ctl.violations(), "parked": parked,
+            "errors": [None if e is None else repr(e) for e in errors],
+            "closed_submit": closed_submit, "x": xa, "w": wa, "y": ya}
 
 
 class _Cai:

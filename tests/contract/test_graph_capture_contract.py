@@ -107,6 +107,30 @@ def test_close_destroys_the_executable_graph_once(step3):
     assert len(calls(step3["log"], "cudaGraphExecDestroy")) == 1
 
 
+def test_closing_a_step_with_replays_parked_destroys_its_graph_after_the_last_launch(
+        fake_gpu):
+    n = 4
+    r = fake_gpu.call(S.close_parked_case, n)
+    assert not violations(r["log"]), violations(r["log"])
+    assert r["parked"] == n - 1, r["parked"]       # one in flight, the rest host-side
+    assert r["errors"] == [None] * n, r["errors"]
+    log = r["log"]
+    launches = [i for i, x in enumerate(log) if x["rec"] == "call"
+                and x["fn"] == "cudaGraphLaunch"]
+    destroys = [i for i, x in enumerate(log) if x["rec"] == "call"
+                and x["fn"] == "cudaGraphExecDestroy"]
+    assert len(launches) == n and len({log[i]["exec"] for i in launches}) == 1
+    assert len(destroys) == 1 and log[destroys[0]]["exec"] == log[launches[0]]["exec"]
+    assert destroys[0] > launches[-1], "the graph was destroyed before a submitted replay"
+    assert not calls(between(log, "close", "closed"), "cudaGraphExecDestroy")
+    assert calls(between(log, "closed", "done"), "cudaGraphExecDestroy")
+    kind, code, msg = r["closed_submit"]
+    assert kind == "DeviceError" and code == "INVALID_VALUE" and "is closed" in msg, msg
+    want = np.einsum("oc,nchw->nohw", r["w"][:, :, 0, 0].astype(np.float64),
+                     r["x"].astype(np.float64))
+    assert_close(r["y"], want, *reduction_tol("conv_fprop", "float32", 8), what="replay")
+
+
 def test_a_failing_plan_ends_the_capture_and_the_stream_goes_on(fake_gpu, hdr):
     r = fake_gpu.call(S.capture_failure_case, "cudnnConvolutionForward",
                       hdr.CUDNN_STATUS_EXECUTION_FAILED)

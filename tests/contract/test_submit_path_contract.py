@@ -40,3 +40,12 @@ def test_a_moved_pointer_or_a_new_object_binds_again(reuse):
     tol = reduction_tol("conv_fprop", "float32", S.C * 9)
     assert_close(reuse["y_moved"], R.conv_fprop(reuse["x2"], reuse["w"], pre=1, post=1), *tol)
     assert _checks(reuse, "new", "end") == 3
+
+
+def test_on_one_device_a_submission_leaves_the_current_device_alone(reuse):
+    # the fake runtime sees one device: it is current on every thread, so neither the
+    # launch nor a waiter's on-demand event record asks or switches (multi-GPU
+    # discipline: test_multi_device_contract)
+    again = between(reuse["log"], "again", "read_again")
+    assert len(calls(again, "cudnnConvolutionForward")) == 2
+    assert not calls(again, "cudaGetDevice") and not calls(again, "cudaSetDevice")

@@ -367,3 +367,53 @@ def test_an_absent_gpu_is_a_backend_error_not_a_plan_creation_failure():
     with pytest.raises(hd.DeviceError, match="no usable CUDA device") as ei:
         hd.Device("cuda:0")
     assert ei.value.code == "HIPDNN_BACKEND_ERROR"
+
+
+# ---------------------------------------------------------- replays racing a close
+def test_replays_submitted_from_threads_racing_a_close_run_or_say_closed():
+    # step.submit reads the ready step without its lock: a submission that saw it ready
+    # runs to completion even when close() came right after; later ones say closed
+    g, x, w, y = _graph("race")
+    with hd.Device("cpu", streams=1) as dev:
+        c = Conv(dev.build_sync(g), x, w, y, seed=7)
+        vp = c.pack()
+        with dev.capture() as step:
+            c.plan.submit(vp)
+        step.replay_sync()
+        c.check(vp, "the first replay")
+        vp[y].fill(np.nan)
+        handles, ends = [], []          # ends: (replays submitted, the error or None)
+        start = threading.Barrier(5)
+
+        def submitter():
+            start.wait()
+            mine, error = [], None
+            for _ in range(200):
+                try:
+                    mine.append(step.submit())
+                except hd.DeviceError as exc:
+                    error = exc
+                    break
+            handles.extend(mine)
+            ends.append((len(mine), error))
+
+        threads = [threading.Thread(target=submitter) for _ in range(4)]
+        for t in threads:
+            t.start()
+        start.wait()
+        step.close()
+        for t in threads:
+            t.join()
+        for h in handles:
+            assert h.result(timeout=60) is None
+        assert len(ends) == 4
+        for n, error in ends:
+            if error is None:
+                assert n == 200
+            else:               # once closed, every later submit says so
+                assert error.code == MISUSE and "is closed" in str(error), str(error)
+        m = dev.metrics()
+        # the capture item, replay_sync and every handle: all run, none failed
+        assert m["completed"] == m["submitted"] == len(handles) + 2 and m["failed"] == 0
+        if handles:
+            c.check(vp, "the replays submitted before the close")
