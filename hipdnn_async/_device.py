@@ -813,7 +813,11 @@ class ExecutionPlan:
             step = _capture.recording_step(self)
             if step is not None:
                 return step._record(self, variant_pack, workspace, stream)
-        fn, keep = self._work(variant_pack, workspace)
+        # ``_work``, inlined (the submit path)
+        fn = self._bindings.get(variant_pack, workspace).fn
+        keep = tuple(variant_pack.values())
+        if workspace is not None:
+            keep = (keep, workspace)
         if stream is not None:
             stream = self.device._stream(stream)      # checked once: the pool takes it as is
         return self._pool._submit_now(fn, keep, stream, self._label)
