@@ -13,7 +13,9 @@ torch anchors are interleaved, so a slow phase of the machine falls on all of th
   the item once the GPU is done: event query, slot, wake-up), amortized per item;
 - with ``--runtime fake``, the same submissions and a one-plan step's replay with the
   runtime calls of a launch and its completion made no-ops (``_FreeRuntime``): our own
-  code alone;
+  code alone (with ``HIPDNN_ASYNC_LAUNCH_GRAPHS=0``: otherwise a bound pack's launch is
+  the fake's ``cudaGraphLaunch``, called from C and not through ``_FreeRuntime``, and
+  its cost is in the submit rows);
 - Python allocations per submission (``sys.getallocatedblocks`` delta, the handle included);
 - the anchors where torch and a GPU are present: ``F.conv2d`` launch and ``torch.mm``.
 
