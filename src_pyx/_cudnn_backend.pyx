@@ -39,6 +39,7 @@ from cuDNN's one status table, ``runtime._cudnn.STATUS``): NOT_SUPPORTED* is a
 a ``CudnnBadParamError``, anything else a ``CudnnError`` (an ``ExecutionError``); each keeps
 ``.status``, ``.status_name``, ``.call`` and cuDNN's last error message.
 """
+cimport cython
 from cpython.pythread cimport (NOWAIT_LOCK, WAIT_LOCK, PyThread_acquire_lock,
                                PyThread_allocate_lock, PyThread_free_lock,
                                PyThread_release_lock)
@@ -697,6 +698,9 @@ cdef class PlanLock:
 DEF MAX_STREAM_PACKS = 8     # streams one GraphLaunch keeps a pack for (a device has 2-4 by default)
 
 
+# no_gc_clear: the cyclic GC may otherwise clear ``rt`` (tp_clear) before __dealloc__ runs,
+# and the executable graph, which needs rt's GraphExecDestroy, would never be destroyed
+@cython.no_gc_clear
 cdef class StreamPack:
     """The variant pack of one :class:`GraphLaunch` on one stream, and the CUDA graph
     captured from it (owned: destroyed with it)."""

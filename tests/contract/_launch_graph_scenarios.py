@@ -12,9 +12,10 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from ._fakes import calls
 from ._scenarios import control
 
-__all__ = ["graph_plan_over_fake_backend", "launch_graph_case"]
+__all__ = ["graph_plan_over_fake_backend", "launch_graph_case", "collected_in_a_cycle_case"]
 
 
 def graph_plan_over_fake_backend(plan, be) -> None:
@@ -29,10 +30,15 @@ def graph_plan_over_fake_backend(plan, be) -> None:
     plan._bindings.clear()
 
 
-def _executes(lib) -> int:
+def _counts(lib) -> list:
+    """The fake backend's creates, destroys, finalizes, executes, live variant packs."""
     a = (ctypes.c_long * 5)()
     lib.fake_counts(a)
-    return int(a[3])
+    return [int(v) for v in a]
+
+
+def _executes(lib) -> int:
+    return _counts(lib)[3]
 
 
 def launch_graph_case(backend_lib: str, *, submits: int = 6, inject: tuple | None = None,
@@ -101,3 +107,54 @@ def launch_graph_case(backend_lib: str, *, submits: int = 6, inject: tuple | Non
             return out
     finally:
         os.environ.pop("HIPDNN_ASYNC_LAUNCH_GRAPHS", None)
+
+
+def collected_in_a_cycle_case(backend_lib: str) -> dict:
+    """A binding whose second stream's pack captured a graph, dropped inside a reference
+    cycle and collected by the cyclic GC, in the order that clears the younger pack before
+    its launch (the pack younger than the launch: the GC clears gen0 before gen1).
+
+    Returns
+    -------
+    dict
+        ``instantiated`` / ``destroyed``: executable graphs from "start" on;
+        ``packs_freed``: variant packs destroyed by the collection (the launch's two).
+    """
+    import gc
+
+    from hipdnn_async.runtime import _cudnn_backend as be
+    if be.loaded_path() != backend_lib:
+        be.load(backend_lib)
+    import hipdnn_async as hd
+    lib = ctypes.CDLL(backend_lib)
+    ctl = control()
+    with hd.Device("cuda:0", streams=2) as dev:
+        g = hd.Graph(name="launch_graph_gc")
+        x = g.tensor(dims=(2, 4, 6, 6), name="x")
+        w = g.tensor(dims=(4, 4, 3, 3), name="w")
+        y = g.conv_fprop(x, w, padding=1).set_output(True).set_name("y")
+        plan = dev.build_sync(g)
+        graph_plan_over_fake_backend(plan, be)
+        vp = {t: dev.empty(t.dims, np.float32) for t in (x, w, y)}
+        gc.collect()
+        gc.disable()
+        try:
+            plan.execute_sync(vp, stream=0)          # the launch and stream 0's pack
+            gc.collect(0)                            # both now in generation 1
+            ctl.clear()
+            ctl.mark("start")
+            for _ in range(4):                       # stream 1's pack (generation 0): a graph
+                plan.submit(vp, stream=1).result()
+            launch = plan._bindings._entries[0].fn
+            cycle = [launch]
+            cycle.append(cycle)
+            plan._bindings.clear()
+            packs = _counts(lib)[4]
+            del launch, cycle
+            gc.collect()
+        finally:
+            gc.enable()
+        log = ctl.log()
+        return {"instantiated": len(calls(log, "cudaGraphInstantiateWithFlags")),
+                "destroyed": len(calls(log, "cudaGraphExecDestroy")),
+                "packs_freed": packs - _counts(lib)[4]}

@@ -112,3 +112,11 @@ def test_submissions_alternating_between_streams_get_a_graph_on_each(fake_gpu, b
     assert len(calls(win, "cudaGraphInstantiateWithFlags")) == 2
     assert len(calls(win, "cudaGraphLaunch")) == graph_launches >= 10 - 2 * GRAPH_AFTER
     assert r["executes"] == executions - 1 - graph_launches + 2     # direct + 2 captured
+
+
+def test_a_launch_collected_in_a_reference_cycle_destroys_its_graphs(fake_gpu, backend_lib):
+    # the cyclic GC may clear a pack (its Python fields: the runtime) before the pack is
+    # deallocated; the pack must still destroy its executable graph then
+    r = fake_gpu.call(S.collected_in_a_cycle_case, backend_lib)
+    assert r["instantiated"] == 1 and r["packs_freed"] == 2, r
+    assert r["destroyed"] == r["instantiated"], r
