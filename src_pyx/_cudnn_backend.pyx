@@ -695,6 +695,46 @@ cdef class PlanLock:
         return False
 
 
+cdef bint _stream_capturing(Runtime rt, void* stream) noexcept nogil:
+    """Whether ``stream`` is being captured (a status it cannot tell counts as yes: the
+    direct path is always right)."""
+    cdef int status = 0
+    if rt.f.StreamIsCapturing == NULL:
+        return True
+    if rt.f.StreamIsCapturing(stream, &status) != 0:
+        return True
+    return status != 0     # cuda/hipStreamCaptureStatusNone is 0 in both headers
+
+
+cdef int _record(Runtime rt, void* side, void* h, void* plan, void* vp,
+                 void** graph) noexcept nogil:
+    """One ``cudnnBackendExecute`` captured on ``side`` (``h`` bound to it, thread-local
+    mode) into ``*graph``; the first failing status (``*graph`` NULL then)."""
+    cdef RuntimeFns* f = &rt.f
+    cdef void* extra = NULL
+    cdef int st, end_st
+    graph[0] = NULL
+    st = f.StreamBeginCapture(side, rt.c.STREAM_CAPTURE_MODE_THREAD_LOCAL)
+    if st != 0:
+        return st
+    st = _f.BackendExecute(h, plan, vp)      # recorded, not run
+    end_st = f.StreamEndCapture(side, graph)
+    if end_st != 0 and _stream_capturing(rt, side):
+        # an end that failed without ending (CUDA ends an invalidated capture itself;
+        # another failure may not): end it again, drop what that makes
+        f.StreamEndCapture(side, &extra)
+        if extra != NULL:
+            f.GraphDestroy(extra)
+    if st == 0:
+        st = end_st
+    if st == 0 and graph[0] == NULL:
+        st = -1
+    if st != 0 and graph[0] != NULL:
+        f.GraphDestroy(graph[0])
+        graph[0] = NULL
+    return st
+
+
 DEF MAX_STREAM_PACKS = 8     # streams one GraphLaunch keeps a pack for (a device has 2-4 by default)
 
 
@@ -717,14 +757,8 @@ cdef class StreamPack:
         return self.vp == NULL or (marker is not None and marker.workspace_ptr != self.ws_ptr)
 
     cdef bint capturing(self) noexcept nogil:
-        """Whether the stream is being captured (a status it cannot tell counts as yes:
-        the direct path is always right)."""
-        cdef int status = 0
-        if self.rt.f.StreamIsCapturing == NULL:
-            return True
-        if self.rt.f.StreamIsCapturing(self.stream, &status) != 0:
-            return True
-        return status != 0     # cuda/hipStreamCaptureStatusNone is 0 in both headers
+        """Whether the pack's stream is being captured (a ``dev.capture()`` block)."""
+        return _stream_capturing(self.rt, self.stream)
 
     cdef void drop_graph(self) noexcept:
         # launches already enqueued complete (the runtime keeps what they need)
@@ -753,15 +787,16 @@ cdef class GraphLaunch:
     :class:`PlanLock`).
 
     With ``graph_after`` > 0, once the same pack has executed ``graph_after`` times on a
-    stream of a loaded GPU runtime, the next execution is captured on that stream into a
-    CUDA graph (thread-local capture mode: other threads are not affected) and every
+    stream of a loaded GPU runtime, the next execution is captured into a CUDA graph (on
+    a stream of its own, thread-local mode, the stream's handle bound to it meanwhile:
+    no other thread's call can touch that capture) and launched on the stream, and every
     later one is a ``cudaGraphLaunch`` of it: the same kernels with the same pointers
     and plan constants, for ~2 us of host time instead of ``cudnnBackendExecute``'s
     7.6-14 us (cuDNN 9.19 on the H200, shared/reference/gpu-fast-paths.md s.1 and s.3;
     cuDNN's execution plans are capturable, as PyTorch's CUDA graphs rely on). Where the
-    capture fails (begin, execute, end, instantiate or first launch), the pack stays on
-    direct executions and the work runs directly, with the runtime's last error
-    cleared; while the stream is itself being captured (a ``dev.capture()`` block being
+    capture fails (side stream, begin, execute, end, instantiate or first launch), the
+    pack stays on direct executions and the work runs directly, with the runtime's last
+    error cleared; while the stream is itself being captured (a ``dev.capture()`` block being
     recorded) the execution is direct, so it is recorded as such. A rebuilt pack (the
     workspace moved) drops its graph.
 
@@ -905,60 +940,61 @@ cdef class GraphLaunch:
         return 0
 
     cdef int _capture(self, StreamPack p) except -1:
-        """This execution captured into a graph, instantiated and launched; on any failure
-        the pack stays on direct executions and this one runs directly."""
+        """This execution captured into a graph, instantiated and launched on the pack's
+        stream; on any failure the pack stays on direct executions and this one runs
+        directly.
+
+        The capture is made on a stream of its own (created here, the handle bound to it
+        meanwhile; PyTorch's graphs capture on a side stream too): no other thread knows
+        that stream, so none of their calls on the pack's stream (a copy's event record
+        on every compute stream, ``GpuContext.order_copy_stream``) can join the capture,
+        be swallowed by it or invalidate it."""
         cdef RuntimeFns* f = &p.rt.f
         cdef void* graph = NULL
         cdef void* gexec = NULL
-        cdef int st = 1, end_st
-        cdef int mode = p.rt.c.STREAM_CAPTURE_MODE_THREAD_LOCAL
+        cdef void* side = NULL
+        cdef int st, back = 0
+        cdef unsigned int flags = p.rt.c.STREAM_NON_BLOCKING
         cdef void* stream = p.stream
         cdef void* h = p.handle
         cdef void* vp = p.vp
         cdef void* plan = self.plan.ptr
         if (f.StreamBeginCapture == NULL or f.StreamEndCapture == NULL
                 or f.GraphInstantiateWithFlags == NULL or f.GraphLaunch == NULL
-                or f.GraphDestroy == NULL or f.GraphExecDestroy == NULL):
+                or f.GraphDestroy == NULL or f.GraphExecDestroy == NULL
+                or f.StreamCreateWithFlags == NULL or f.StreamDestroy == NULL
+                or _f.SetStream == NULL):
             p.no_graph = True
             return self._direct(p)
         with nogil:
-            st = f.StreamBeginCapture(stream, mode)
+            st = f.StreamCreateWithFlags(&side, flags)    # on the launch's (current) device
             if st == 0:
-                st = _f.BackendExecute(h, plan, vp)      # recorded, not run
-                end_st = f.StreamEndCapture(stream, &graph)
-                if end_st != 0 and p.capturing():
-                    # an end that failed without ending (CUDA ends an invalidated capture
-                    # itself; another failure may not): end it again, drop what it made
-                    if graph != NULL:
-                        f.GraphDestroy(graph)
-                        graph = NULL
-                    f.StreamEndCapture(stream, &graph)
-                    if graph != NULL:
-                        f.GraphDestroy(graph)
-                        graph = NULL
+                st = _f.SetStream(h, side)
                 if st == 0:
-                    st = end_st
-                if st == 0 and graph == NULL:
-                    st = -1
-                if st == 0:
-                    st = f.GraphInstantiateWithFlags(&gexec, graph, 0)
-                if graph != NULL:
-                    f.GraphDestroy(graph)
-                if st == 0:
-                    st = f.GraphLaunch(gexec, stream)
-                    if st != 0:
-                        f.GraphExecDestroy(gexec)
-            if st != 0 and f.GetLastError != NULL:
+                    st = _record(p.rt, side, h, plan, vp, &graph)
+                    back = _f.SetStream(h, stream)
+                # nothing ran on it; kept while the handle may still be bound to it (or
+                # while a capture that would not end holds it)
+                if back == 0 and not _stream_capturing(p.rt, side):
+                    f.StreamDestroy(side)
+            if st == 0 and back == 0:
+                st = f.GraphInstantiateWithFlags(&gexec, graph, 0)
+            if graph != NULL:
+                f.GraphDestroy(graph)
+            if st == 0 and back == 0:
+                st = f.GraphLaunch(gexec, stream)
+                if st != 0:
+                    f.GraphExecDestroy(gexec)
+            if (st != 0 or back != 0) and f.GetLastError != NULL:
                 # leave no error behind for the runtime's next caller (PyTorch checks
                 # the last error after its own launches)
                 f.GetLastError()
+        if back != 0:
+            p.no_graph = True
+            raise error_for(f"cudnnSetStream (back to stream {<uintptr_t>stream:#x} after "
+                            "capturing this plan's execution on a stream of its own)", back)
         if st != 0:
             p.no_graph = True
-            if p.capturing():
-                raise _errors.ExecutionError(
-                    f"cuDNN graph launch: stream {<uintptr_t>stream:#x} is still capturing "
-                    f"after a failed capture of this plan (status {st}); the execution did "
-                    "not run")
             return self._direct(p)      # nothing captured ran: the work runs now
         p.gexec = gexec
         self.executions += 1

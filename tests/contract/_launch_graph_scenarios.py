@@ -15,7 +15,8 @@ import numpy as np
 from ._fakes import calls
 from ._scenarios import control
 
-__all__ = ["graph_plan_over_fake_backend", "launch_graph_case", "collected_in_a_cycle_case"]
+__all__ = ["graph_plan_over_fake_backend", "launch_graph_case", "collected_in_a_cycle_case",
+           "copy_during_capture_case"]
 
 
 def graph_plan_over_fake_backend(plan, be) -> None:
@@ -41,6 +42,14 @@ def _executes(lib) -> int:
     return _counts(lib)[3]
 
 
+def _stream_log(lib) -> list:
+    """The fake backend's [kind (1 cudnnSetStream, 2 execute), handle, stream] entries
+    since the last call."""
+    a = (ctypes.c_uint64 * (3 * 256))()
+    n = lib.fake_stream_log(a, 256)
+    return [[int(a[3 * i]), int(a[3 * i + 1]), int(a[3 * i + 2])] for i in range(n)]
+
+
 def launch_graph_case(backend_lib: str, *, submits: int = 6, inject: tuple | None = None,
                       env_off: bool = False, step: bool = False, streams: int = 1) -> dict:
     """``submits`` submissions of one plan with the same buffers, each awaited.
@@ -55,7 +64,7 @@ def launch_graph_case(backend_lib: str, *, submits: int = 6, inject: tuple | Non
     -------
     dict
         ``log`` (marks "start", "end", ...), ``executes`` (fake cudnnBackendExecute calls
-        between "start" and "end"), ``executions`` / ``graph_launches`` of the binding's
+        between "start" and "end"), ``streams`` (the fake backend's stream log there), ``executions`` / ``graph_launches`` of the binding's
         ``GraphLaunch``, ``plan_stats`` executions, ``step_executes``.
     """
     import os
@@ -82,12 +91,13 @@ def launch_graph_case(backend_lib: str, *, submits: int = 6, inject: tuple | Non
             if inject is not None:
                 ctl.inject(inject[0], inject[1])
             e0 = _executes(lib)
+            _stream_log(lib)
             ctl.mark("start")
             on = 0 if streams == 1 else None
             for _ in range(submits):
                 plan.submit(vp, stream=on).result()
             ctl.mark("end")
-            out = {"executes": _executes(lib) - e0}
+            out = {"executes": _executes(lib) - e0, "streams": _stream_log(lib)}
             ctl.clear_injections()
             launch = plan._bindings._entries[0].fn       # the binding's GraphLaunch
             out["step_executes"] = None
@@ -158,3 +168,69 @@ def collected_in_a_cycle_case(backend_lib: str) -> dict:
         return {"instantiated": len(calls(log, "cudaGraphInstantiateWithFlags")),
                 "destroyed": len(calls(log, "cudaGraphExecDestroy")),
                 "packs_freed": packs - _counts(lib)[4]}
+
+
+def copy_during_capture_case(backend_lib: str, *, submits: int = 5,
+                             delay_us: int = 20000) -> dict:
+    """One thread submits one binding ``submits`` times (its capture included) while
+    every ``cudnnBackendExecute`` takes ``delay_us``; another thread copies host data into
+    a device array of the same device (``GpuArray.copy_from``, which orders the copy stream
+    after every compute stream's launched work) all the while.
+
+    Returns
+    -------
+    dict
+        ``log`` (marks "start", "end"), ``copies`` done, ``copy_errors`` (type and text of
+        each failed copy), ``graph_launches`` of the binding, ``copied_ok`` (the last copy's
+        bytes read back equal what was copied).
+    """
+    import os
+    import threading
+
+    from hipdnn_async.runtime import _cudnn_backend as be
+    if be.loaded_path() != backend_lib:
+        be.load(backend_lib)
+    import hipdnn_async as hd
+    ctl = control()
+    with hd.Device("cuda:0", streams=1) as dev:
+        g = hd.Graph(name="launch_graph_copy")
+        x = g.tensor(dims=(2, 4, 6, 6), name="x")
+        w = g.tensor(dims=(4, 4, 3, 3), name="w")
+        y = g.conv_fprop(x, w, padding=1).set_output(True).set_name("y")
+        plan = dev.build_sync(g)
+        graph_plan_over_fake_backend(plan, be)
+        vp = {t: dev.empty(t.dims, np.float32) for t in (x, w, y)}
+        plan.execute_sync(vp, stream=0)
+        other = dev.empty((64,), np.float32)
+        stop = threading.Event()
+        out = {"copies": 0, "copy_errors": []}
+        data = np.arange(64, dtype=np.float32)
+
+        def copier():
+            while not stop.is_set():
+                try:
+                    other.copy_from(data + out["copies"])
+                    out["copies"] += 1
+                except Exception as exc:  # noqa: BLE001 - reported to the test
+                    out["copy_errors"].append(f"{type(exc).__name__}: {exc}")
+                    return
+
+        ctl.clear()
+        ctl.mark("start")
+        os.environ["FAKE_EXECUTE_DELAY_US"] = str(delay_us)
+        t = threading.Thread(target=copier)
+        t.start()
+        try:
+            for _ in range(submits):
+                plan.submit(vp, stream=0).result()
+        finally:
+            os.environ.pop("FAKE_EXECUTE_DELAY_US", None)
+            stop.set()
+            t.join()
+        ctl.mark("end")
+        n = out["copies"]
+        out["copied_ok"] = bool(n) and bool(np.array_equal(other.to_numpy_sync(),
+                                                            data + (n - 1)))
+        out["graph_launches"] = plan._bindings._entries[0].fn.graph_launches
+        out["log"] = ctl.log()
+        return out

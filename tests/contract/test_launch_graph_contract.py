@@ -61,20 +61,44 @@ def test_after_graph_after_direct_executions_the_binding_launches_one_captured_g
     assert len(calls(win, "cudaGraphLaunch")) == SUBMITS - direct
     assert r["launch"] == [1 + SUBMITS, SUBMITS - direct]      # executions, graph launches
     assert r["plan_stats"] == 1 + SUBMITS
+    # the capture is made on a stream of its own, created and destroyed around it, with
+    # the handle bound to it meanwhile and then back; the graph launches go to the
+    # submissions' stream
+    side = begin[0]["stream"]
+    made = [c for c in calls(win, "cudaStreamCreateWithFlags") if c["id"] == side]
+    assert len(made) == 1 and made[0]["seq"] < begin[0]["seq"]
+    assert [c["seq"] > begin[0]["seq"] for c in calls(win, "cudaStreamDestroy")
+            if c["stream"] == side] == [True]
+    launched_on = {c["stream"] for c in calls(win, "cudaGraphLaunch")}
+    assert len(launched_on) == 1 and side not in launched_on
+    sets = [e for e in r["streams"] if e[0] == 1]
+    handle, side_handle = sets[0][1], made[0]["handle"]
+    assert sets == [[1, handle, side_handle], [1, handle, sets[1][2]]], r["streams"]
+    assert sets[1][2] not in (0, side_handle)
+    # the captured execution ran with the handle bound to the side stream
+    assert [e for e in r["streams"] if e[0] == 2][-1] == [2, handle, side_handle]
 
 
-@pytest.mark.parametrize("fn", ["cudaStreamBeginCapture", "cudaStreamEndCapture",
-                                "cudaGraphInstantiateWithFlags", "cudaGraphLaunch"])
+@pytest.mark.parametrize("fn", ["cudaStreamCreateWithFlags", "cudaStreamBeginCapture",
+                                "cudaStreamEndCapture", "cudaGraphInstantiateWithFlags",
+                                "cudaGraphLaunch"])
 def test_a_failed_capture_runs_the_work_directly_and_stays_direct(fake_gpu, backend_lib, fn):
     r = _run(fake_gpu, backend_lib, inject=(fn, 900))   # cudaErrorStreamCaptureUnsupported
     win = _window(r)
-    captured = 0 if fn == "cudaStreamBeginCapture" else 1
+    early = fn in ("cudaStreamCreateWithFlags", "cudaStreamBeginCapture")
+    captured = 0 if early else 1
     # every submission ran directly once (the failed capture's recorded call did not run)
     assert r["executes"] == SUBMITS + captured
     assert r["launch"] == [1 + SUBMITS, 0]
-    assert len(calls(win, "cudaStreamBeginCapture")) == 1      # never tried again
+    # never tried again
+    assert len(calls(win, "cudaStreamCreateWithFlags")) == 1
+    assert len(calls(win, "cudaStreamBeginCapture")) == (fn != "cudaStreamCreateWithFlags")
     assert len(calls(win, "cudaGraphLaunch")) == (1 if fn == "cudaGraphLaunch" else 0)
-    if fn != "cudaStreamBeginCapture":
+    # the side stream is destroyed, and the handle bound back to the launching stream
+    assert len(calls(win, "cudaStreamDestroy")) == (fn != "cudaStreamCreateWithFlags")
+    sets = [e for e in r["streams"] if e[0] == 1]
+    assert len(sets) == (0 if fn == "cudaStreamCreateWithFlags" else 2)
+    if not early:
         # what was made is released: the captured graph (for a failed end, the one its
         # second end made: the fake's failed end leaves the capture open, as a CUDA end
         # that fails without invalidation may) and an instantiated one whose launch failed
@@ -120,3 +144,14 @@ def test_a_launch_collected_in_a_reference_cycle_destroys_its_graphs(fake_gpu, b
     r = fake_gpu.call(S.collected_in_a_cycle_case, backend_lib)
     assert r["instantiated"] == 1 and r["packs_freed"] == 2, r
     assert r["destroyed"] == r["instantiated"], r
+
+
+def test_copies_on_another_thread_during_a_capture_are_not_disturbed(fake_gpu, backend_lib):
+    # a copy orders the copy stream after every compute stream (an event recorded on each,
+    # from the copying thread); the capture of a binding on one of them must neither take
+    # that record into its graph nor fail the copy, and the binding still gets its graph
+    r = fake_gpu.call(S.copy_during_capture_case, backend_lib)
+    assert not r["copy_errors"], r["copy_errors"]
+    assert not violations(r["log"]), violations(r["log"])
+    assert r["copies"] > 0 and r["copied_ok"]
+    assert r["graph_launches"] == 5 - (GRAPH_AFTER - 1), r["graph_launches"]

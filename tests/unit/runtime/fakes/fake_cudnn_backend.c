@@ -2,11 +2,15 @@
  * submit path (GraphLaunch). Descriptors are heap cells; a variant pack keeps the uids,
  * pointers and workspace set on it; cudnnBackendExecute checks that the pack is finalized
  * and remembers what it was given. Counters and the last execution are read through
- * fake_counts / fake_last. cudnnBackendExecute returns $FAKE_EXECUTE_STATUS (0 when unset). */
+ * fake_counts / fake_last. cudnnBackendExecute returns $FAKE_EXECUTE_STATUS (0 when unset),
+ * after sleeping $FAKE_EXECUTE_DELAY_US microseconds (a long host call: a window for other
+ * threads). cudnnSetStream calls and each execution's handle stream (the one last set on it
+ * here; 0 if none) are kept in order for fake_stream_log. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct {
     int kind, finalized, n;
@@ -23,7 +27,40 @@ static int last_n;
 size_t cudnnGetVersion(void) { return 91900; }
 const char *cudnnGetErrorString(int s) { return s == 5000 ? "CUDNN_STATUS_EXECUTION_FAILED" : "CUDNN_STATUS_UNKNOWN"; }
 void cudnnGetLastErrorString(char *buf, size_t n) { snprintf(buf, n, "fake last error"); }
-int cudnnSetStream(void *h, void *s) { (void)h; (void)s; return 0; }
+#define STREAM_LOG 256
+#define HANDLES 16
+static uint64_t stream_log[STREAM_LOG][3];     /* 1 set / 2 execute, handle, stream */
+static int n_stream_log;
+static void *bound_handle[HANDLES], *bound_stream[HANDLES];
+
+static void log_stream(int what, void *h, void *s) {
+    if (n_stream_log >= STREAM_LOG) return;
+    stream_log[n_stream_log][0] = (uint64_t)what;
+    stream_log[n_stream_log][1] = (uint64_t)(uintptr_t)h;
+    stream_log[n_stream_log][2] = (uint64_t)(uintptr_t)s;
+    n_stream_log++;
+}
+
+static void *stream_of(void *h) {
+    for (int i = 0; i < HANDLES; i++) if (bound_handle[i] == h) return bound_stream[i];
+    return NULL;
+}
+
+int cudnnSetStream(void *h, void *s) {
+    int i;
+    for (i = 0; i < HANDLES && bound_handle[i] && bound_handle[i] != h; i++) {}
+    if (i < HANDLES) { bound_handle[i] = h; bound_stream[i] = s; }
+    log_stream(1, h, s);
+    return 0;
+}
+
+/* entries (kind, handle, stream) since the last call, at most max; their count */
+int fake_stream_log(uint64_t *out, int max) {
+    int n = n_stream_log < max ? n_stream_log : max;
+    memcpy(out, stream_log, (size_t)n * sizeof stream_log[0]);
+    n_stream_log = 0;
+    return n;
+}
 
 int cudnnBackendCreateDescriptor(int kind, void **out) {
     desc *d = calloc(1, sizeof *d);
@@ -66,11 +103,14 @@ int cudnnBackendFinalize(void *p) {
 
 int cudnnBackendExecute(void *handle, void *plan, void *vp) {
     const char *s = getenv("FAKE_EXECUTE_STATUS");
+    const char *delay = getenv("FAKE_EXECUTE_DELAY_US");
     int st = s ? atoi(s) : 0;
     desc *d = vp;
+    if (delay) usleep((useconds_t)atoi(delay));
     if (st) return st;
     if (!d || d->kind != 16 || !d->finalized) return 2000;     /* BAD_PARAM */
     executes++;
+    log_stream(2, handle, stream_of(handle));
     last_handle = handle;
     last_plan = plan;
     last_n = d->n;
