@@ -51,14 +51,16 @@ def _stream_log(lib) -> list:
 
 
 def launch_graph_case(backend_lib: str, *, submits: int = 6, inject: tuple | None = None,
-                      env_off: bool = False, step: bool = False, streams: int = 1) -> dict:
+                      env_off: bool = False, step: bool = False, streams: int = 1,
+                      spec: str = "cuda:0") -> dict:
     """``submits`` submissions of one plan with the same buffers, each awaited.
 
     ``inject``: (runtime function, status) made to fail once, at its first call;
     ``env_off``: ``$HIPDNN_ASYNC_LAUNCH_GRAPHS=0``; ``step``: afterwards, a capture block
     records one more submission and the step is replayed once (marks "capture", "replay");
     ``streams`` > 1: a device of that many streams, the submissions left to its pick
-    (round robin between idle streams).
+    (round robin between idle streams); ``spec``: the device (on another than cuda:0 the
+    submitting thread keeps device 0 current).
 
     Returns
     -------
@@ -78,7 +80,7 @@ def launch_graph_case(backend_lib: str, *, submits: int = 6, inject: tuple | Non
     if env_off:
         os.environ["HIPDNN_ASYNC_LAUNCH_GRAPHS"] = "0"
     try:
-        with hd.Device("cuda:0", streams=streams) as dev:
+        with hd.Device(spec, streams=streams) as dev:
             g = hd.Graph(name="launch_graph")
             x = g.tensor(dims=(2, 4, 6, 6), name="x")
             w = g.tensor(dims=(4, 4, 3, 3), name="w")

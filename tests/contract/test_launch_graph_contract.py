@@ -16,6 +16,7 @@ from hipdnn_async.providers.cudnn._graph_plan import GRAPH_AFTER
 
 from . import _launch_graph_scenarios as S
 from ._fakes import between, calls, violations
+from ._worker import FakeGpuProcess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SUBMITS = 6
@@ -155,3 +156,26 @@ def test_copies_on_another_thread_during_a_capture_are_not_disturbed(fake_gpu, b
     assert not violations(r["log"]), violations(r["log"])
     assert r["copies"] > 0 and r["copied_ok"]
     assert r["graph_launches"] == 5 - (GRAPH_AFTER - 1), r["graph_launches"]
+
+
+@pytest.fixture(scope="module")
+def two_gpus(fake_libs, tmp_path_factory):
+    env = fake_libs.env()
+    env["HIPDNN_ASYNC_PERFDB"] = str(tmp_path_factory.mktemp("perfdb") / "perfdb.sqlite3")
+    env["HIPDNN_ASYNC_FAKE_DEVICES"] = "2"
+    proc = FakeGpuProcess(env)
+    yield proc
+    proc.close()
+
+
+def test_a_binding_of_the_second_device_captures_and_launches_there(two_gpus, backend_lib):
+    # the submitting thread has device 0 current: the side stream, the capture and every
+    # graph launch are on device 1 (the fake counts a launch on a stream of another device
+    # than the current one as a violation)
+    r = _run(two_gpus, backend_lib, spec="cuda:1")
+    win = _window(r)
+    assert r["launch"][1] == SUBMITS - (GRAPH_AFTER - 1)
+    assert len(calls(win, "cudaGraphLaunch")) == SUBMITS - (GRAPH_AFTER - 1)
+    side = calls(win, "cudaStreamBeginCapture")[0]["stream"]
+    assert [c["device"] for c in calls(win, "cudaStreamCreateWithFlags")
+            if c["id"] == side] == [1]

@@ -238,6 +238,7 @@ static cudaError_t create_stream(fake_rec *R, const char *FN, cudaStream_t *p, u
     *p = (cudaStream_t)s;
     fake_rec_int(R, "id", fake_stream_id(s));
     fake_rec_ptr(R, "handle", s);
+    fake_rec_int(R, "device", fake_stream_device(s));   /* the current one */
     return done(R, cudaSuccess);
 }
 
