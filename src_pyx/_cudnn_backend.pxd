@@ -104,7 +104,7 @@ cdef class GraphLaunch:
     cdef readonly long long graph_launches
     cdef readonly ExecCounter counter   # None, or bumped per execution with its host time
     cdef int graph_after         # direct executions of one pack before capture; 0: never
-    cdef list packs              # StreamPack per stream, oldest first
+    cdef dict packs              # launch context -> its StreamPack, oldest first
     cdef StreamPack last         # the pack of the latest launch
 
     cdef StreamPack _pack(self, object lc)

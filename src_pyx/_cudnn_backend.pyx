@@ -660,7 +660,7 @@ cdef int make_pack(void** out, int n, const int64_t* uids, void** pointers,
     return 0
 
 
-_UNBUILT = object()     # GraphLaunch.lc before the first build (None is "no launch context")
+_UNBUILT = object()     # StreamPack.lc before it is given one (None is "no launch context")
 
 
 cdef class PlanLock:
@@ -735,7 +735,10 @@ cdef int _record(Runtime rt, void* side, void* h, void* plan, void* vp,
     return st
 
 
-DEF MAX_STREAM_PACKS = 8     # streams one GraphLaunch keeps a pack for (a device has 2-4 by default)
+# streams one GraphLaunch keeps a pack for: queues.MAX_STREAMS, a device's most (a binding
+# is of one device; with fewer slots than a device's streams, its round-robin pick would
+# evict each pack just before it is needed again, and no execution would reuse one)
+DEF MAX_STREAM_PACKS = 256
 
 
 # no_gc_clear: the cyclic GC may otherwise clear ``rt`` (tp_clear) before __dealloc__ runs,
@@ -778,9 +781,9 @@ cdef class GraphLaunch:
     reuses while the same buffers come again.
 
     Calling it executes ``plan`` on the launching stream's cuDNN handle with a variant
-    pack built once per stream and kept (a :class:`StreamPack`; up to
-    ``MAX_STREAM_PACKS`` streams, the least recently built dropped beyond): it is rebuilt
-    only when that stream's workspace moved (``resolve`` is asked then), so launches that
+    pack built once per stream and kept (a :class:`StreamPack`, for up to
+    ``MAX_STREAM_PACKS`` streams: 256, a device's most): it is rebuilt only when that
+    stream's workspace moved (``resolve`` is asked then), so launches that
     alternate between a device's streams reuse their packs, a steady-state execution is
     a single ``cudnnBackendExecute`` with the GIL released, and the call itself makes no
     Python call and allocates nothing (the plan's lock is taken in C when it is a
@@ -861,24 +864,21 @@ cdef class GraphLaunch:
         self.graph_launches = 0
         self.counter = counter
         self.graph_after = graph_after
-        self.packs = []
+        self.packs = {}
         self.last = None
 
     cdef StreamPack _pack(self, object lc):
         """The pack of launch context ``lc``, built (or rebuilt) when needed."""
         cdef StreamPack p = self.last
         if p is None or p.lc is not lc:
-            p = None
-            for q in self.packs:
-                if (<StreamPack>q).lc is lc:
-                    p = <StreamPack>q
-                    break
+            p = self.packs.get(lc)         # LaunchContext: hashed by identity
             if p is None:
                 p = StreamPack()
                 p.lc = lc
+                self._build(p, lc)         # kept only once built (resolve may refuse lc)
                 if len(self.packs) >= MAX_STREAM_PACKS:
-                    del self.packs[0]
-                self.packs.append(p)
+                    del self.packs[next(iter(self.packs))]     # the oldest
+                self.packs[lc] = p
         if p.stale():
             self._build(p, lc)
         self.last = p

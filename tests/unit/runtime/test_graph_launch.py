@@ -86,7 +86,20 @@ out["counter"] = [counter.executions, counter.host_ns, launch.executions, launch
 plain = be.GraphLaunch(plan, (7,), lambda lc: (1, [0x10], 0, None), threading.Lock())
 plain()
 out["plain"] = [plain.executions, plain.counter is None, counter.executions]
-del launch, plain
+# a device of more streams than a handful, its default pick going round robin: every
+# stream keeps its pack (the second round builds nothing and asks resolve nothing)
+many = be.GraphLaunch(plan, (7, 8, 9), resolve, threading.Lock())
+lcs = [LaunchContext(10 + i, None) for i in range(12)]
+for lc in lcs:
+    lc.enter()
+    many()
+c0, n0 = counts(), len(asked)
+for lc in lcs:
+    lc.enter()
+    many()
+out["twelve_streams"] = [counts()["finalizes"] - c0["finalizes"], len(asked) - n0,
+                         counts()["executes"] - c0["executes"]]
+del launch, plain, many
 out["end"] = counts()
 try:
     be.GraphLaunch(plan, tuple(range(40)), resolve, threading.Lock())
@@ -161,3 +174,9 @@ def test_a_counter_is_bumped_per_successful_execution_with_its_host_time(probe):
     assert 0 < host_ns <= probe["wall_ns"]
     # without a counter a launch still counts its own executions, and bumps no one else's
     assert probe["plain"] == [1, True, 11]
+
+
+def test_a_device_of_many_streams_keeps_a_pack_per_stream(probe):
+    # twelve streams alternating (a round-robin pick on a 12-stream device): the second
+    # round reuses each stream's pack (no finalize, resolve not asked), twelve executions
+    assert probe["twelve_streams"] == [0, 0, 12], probe["twelve_streams"]
