@@ -267,6 +267,51 @@ def test_a_plan_on_graph_launches_is_recorded_and_replayed_by_a_capture_step(gpu
     assert launch.graph_launches == 2       # the replays launched the step's graph
 
 
+def test_copies_on_another_thread_while_bindings_capture_their_graphs(gpu_module_device):
+    # a copy orders the copy stream after every compute stream (an event recorded on each
+    # from the copying thread); a binding's capture, made on a side stream of its own,
+    # must neither fail such a copy nor take it into its graph, and still get its graph
+    import threading
+
+    from hipdnn_async.providers.cudnn._graph_plan import GRAPH_AFTER
+    dev = gpu_module_device
+    other = dev.empty((1 << 16,), np.float32)
+    stop, errors, copies = threading.Event(), [], [0]
+
+    def copier():
+        base = np.arange(1 << 16, dtype=np.float32)
+        while not stop.is_set():
+            try:
+                other.copy_from(base + copies[0])
+                back = other.to_numpy_sync()
+                if not np.array_equal(back, base + copies[0]):
+                    errors.append(f"copy {copies[0]} read back other values")
+                    return
+                copies[0] += 1
+            except Exception as exc:  # noqa: BLE001 - reported below
+                errors.append(f"{type(exc).__name__}: {exc}")
+                return
+
+    rounds = _rounds("CONV_FPROP", "float16", "NHWC", GRAPH_AFTER + 2)
+    h0 = rounds[0][0]
+    h0._alloc_outputs()
+    plan = dev.build_sync(h0.g, engine=GRAPH)
+    t = threading.Thread(target=copier)
+    t.start()
+    try:
+        for b in range(8):                 # 8 bindings: 8 captures while the copies run
+            staged = h0.stage(dev)
+            for k, (h, checks) in enumerate(rounds):
+                _submit_round(plan, staged, h, checks, f"binding {b} round {k}")
+            launch = plan._bindings.get(staged, None).fn
+            assert launch.graph_launches == 2, (b, launch.executions, launch.graph_launches)
+    finally:
+        stop.set()
+        t.join()
+    assert not errors, errors
+    assert copies[0] > 0
+
+
 _CHILD = textwrap.dedent("""
     import json, sys
     import numpy as np
