@@ -46,6 +46,19 @@ _counters = {"plans_built": 0, "plan_cache_hits": 0}
 # dropped first): a long-lived device that builds many shapes (a server, a fuzzer)
 # must not grow without bound. Plans already built keep their provider plan.
 PLAN_CACHE_SIZE = 256
+def _element_layout(dims, strides, dtype) -> tuple:
+    """What places a tensor's elements in memory: dims, dtype and the strides of the dims
+    longer than 1 (a (1, C, 1, 1) tensor in NCHW and in NHWC strides is one layout)."""
+    return (tuple(dims), dtype, tuple(s for d, s in zip(dims, strides) if d > 1))
+
+
+# Running statistics may be updated in place, as PyTorch keeps running_mean / running_var:
+# next_running_* given exactly its prev_running_* buffer (the same memory and element
+# layout, _element_layout). Every provider reads prev before it writes next per channel (cuDNN's
+# and MIOpen's training calls update one running buffer in place; the CPU computes next
+# whole before storing it); any other overlap of an output stays an error.
+_IN_PLACE = (("next_running_mean", "prev_running_mean"),
+             ("next_running_variance", "prev_running_variance"))
 _LOCK_TYPE = type(threading.Lock())
 
 
@@ -613,6 +626,9 @@ class ExecutionPlan:
                         * numpy_dtype(t.data_type).itemsize for role, t in self._roles}
         self._alias_pairs = tuple((o, r) for o in self._out_roles for r, _ in self._roles
                                   if r != o and self._extent[o] and self._extent[r])
+        layout = {role: _element_layout(t.dims, t.strides, t.data_type) for role, t in self._roles}
+        self._in_place = frozenset((o, r) for o, r in _IN_PLACE
+                                   if o in layout and r in layout and layout[o] == layout[r])
         self._alias_roles = tuple(r for r, _ in self._roles)
         self._alias_passed = None
         # The submit path reuses a binding while the same buffers come again (GPU).
@@ -669,8 +685,9 @@ class ExecutionPlan:
         buffer of the pack.
 
         No kernel of any provider is written for in-place operation, and a partial
-        overlap would be silently wrong, so the rule is simple: outputs own their memory,
-        and so does a workspace passed with ``workspace=`` (``ws``: as bound; ``given``:
+        overlap would be silently wrong, so the rule is simple: outputs own their memory
+        (the one exception: a running statistic updated in place, ``_IN_PLACE``), and so
+        does a workspace passed with ``workspace=`` (``ws``: as bound; ``given``:
         the user's object), which every execution may write in full. Host arrays are
         compared exactly (interleaved, disjoint views of one array are fine); device
         pointers by their byte ranges (a workspace by ``workspace_size`` bytes). The same
@@ -688,12 +705,16 @@ class ExecutionPlan:
         for out, role in self._alias_pairs:
             a, b = buffers[out], buffers[role]
             if self._overlap(a, self._extent[out], b, self._extent[role]):
+                if (out, role) in self._in_place and self._same_memory(a, b):
+                    continue        # a running statistic updated in place (_IN_PLACE)
                 t, u = self.match.tensors[out], self.match.tensors[role]
                 raise VariantPackError(
                     f"execute: output tensor '{t.name}' (uid {t.uid}, role {out}) shares "
                     f"memory with tensor '{u.name}' (uid {u.uid}, role {role}) of plan "
                     f"{self.pattern}; outputs may not overlap any other buffer (no "
-                    "operation runs in place): give the output its own buffer")
+                    "operation runs in place, except running statistics: next_running_* "
+                    "may be exactly its prev_running_* buffer): give the output its own "
+                    "buffer")
         if ws is not None:
             nbytes = self.workspace_size
             for role in self._alias_roles:
@@ -711,6 +732,17 @@ class ExecutionPlan:
                                   None if given is None else weakref.ref(given))
         except TypeError:          # an object that takes no weak reference: no memo
             self._alias_passed = None
+
+    @staticmethod
+    def _same_memory(a, b) -> bool:
+        """Whether bound buffers ``a`` and ``b`` are exactly one memory (a device pointer
+        of tensors whose dims, strides and type agree; host arrays of one start, shape,
+        strides and dtype)."""
+        if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+            return (a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+                    and _element_layout(a.shape, a.strides, a.dtype)
+                    == _element_layout(b.shape, b.strides, b.dtype))
+        return type(a) is int and type(b) is int and a == b
 
     @staticmethod
     def _overlap(a, a_bytes: int, b, b_bytes: int) -> bool:

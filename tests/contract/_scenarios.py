@@ -423,3 +423,27 @@ def conv_shape_case(shape: str, direction: str, dtype: str, layout: str) -> dict
     result["log"] = ctl.log()
     result["violations"] = ctl.violations()
     return result
+
+
+def bn_in_place_case(dtype: str = "float32", layout: str = "NCHW") -> dict:
+    """BN training with its running statistics updated in place (next_running_* bound to
+    the prev_running_* buffers; tests/oracle/test_patterns.bn_training_in_place), two
+    executions on the fake "cuda:0".
+
+    Returns
+    -------
+    dict
+        ``checks`` ([(label, got, want, (atol, rtol))]), ``engine``, ``log`` (marks
+        "run", "end"), ``violations``.
+    """
+    import hipdnn_async as hd
+    from oracle import test_patterns as tp
+    ctl = control()
+    with hd.Device("cuda:0") as dev:
+        with quiet_gc():
+            ctl.clear()
+            ctl.mark("run")
+            plan, checks = tp.bn_training_in_place(dev, dtype, layout, rounds=2)
+            ctl.mark("end")
+        engine = plan.engine.name
+    return {"checks": checks, "engine": engine, "log": ctl.log(), "violations": ctl.violations()}

@@ -312,6 +312,21 @@ def test_copies_on_another_thread_while_bindings_capture_their_graphs(gpu_module
     assert copies[0] > 0
 
 
+@pytest.mark.parametrize("engine,dtype,layout", [(GRAPH, "float16", "NHWC"),
+                                                 (GRAPH, "bfloat16", "NHWC"),
+                                                 (LEGACY, "float32", "NCHW"),
+                                                 (LEGACY, "float16", "NHWC")])
+def test_running_statistics_updated_in_place(gpu_module_device, engine, dtype, layout):
+    # next_running_* bound to the prev_running_* buffers (as PyTorch keeps them): cuDNN
+    # reads prev and writes next per channel; two executions chain against float64, the
+    # second (graph engine) a graph launch or not, both must read the updated statistics
+    plan, checks = tp.bn_training_in_place(gpu_module_device, dtype, layout, rounds=3,
+                                           bn_dims=GRAPH_BN, engine=engine)
+    assert plan.engine.name == engine
+    for label, got, want, (atol, rtol) in checks:
+        assert_close(got, want, atol, rtol, f"{engine} {dtype} {layout} {label}")
+
+
 _CHILD = textwrap.dedent("""
     import json, sys
     import numpy as np

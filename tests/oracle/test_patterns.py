@@ -78,11 +78,15 @@ def build_bn_inference_drelu_backward(h, rank, rng):
             ("dbias", want["dbias"], tf)]
 
 
+# epsilon within hipDNN's U[1e-6, 1e-4], momentum in [0.05, 0.15]
+BN_TRAIN_EPS, BN_TRAIN_MOMENTUM = 3e-5, 0.1
+
+
 def _bn_training(h, rank, rng, relu):
     hd = h.hd
     dims = BN[rank]
     cs = chan_shape(dims[1], rank)
-    eps, momentum = 3e-5, 0.1   # epsilon within hipDNN's U[1e-6, 1e-4], momentum in [0.05, 0.15]
+    eps, momentum = BN_TRAIN_EPS, BN_TRAIN_MOMENTUM
     x = h.input("x", rng.uniform(-1, 1, dims) * 2 + 0.3)
     scale = h.float_input("scale", rng.uniform(-2, 2, cs))
     bias = h.float_input("bias", rng.uniform(-2, 2, cs))
@@ -206,6 +210,53 @@ PATTERNS = {
     "CONV_FPROP_BIAS_RELU/no-bias": build_conv_fprop_relu_clipped,
     "CONV_WGRAD": build_conv_wgrad,
 }
+
+
+def bn_training_in_place(dev, dtype, layout, *, rounds=2, seed=0, bn_dims=None, **build_kw):
+    """BN_TRAINING with next_running_mean / next_running_variance bound to the
+    prev_running_* buffers themselves (updated in place, as PyTorch keeps running
+    statistics), executed ``rounds`` times on the same x: round r's expected statistics
+    start from round r-1's (float64, tests/oracle/_reference.bn_training).
+
+    Returns
+    -------
+    (plan, checks): checks = [(label, got, want, (atol, rtol))] for y and both running
+    statistics of every round.
+    """
+    global BN
+    rng = np.random.default_rng([seed, 71, DTYPES.index(dtype), LAYOUTS.index(layout)])
+    h = Harness(dtype, layout, name=f"bn_in_place_{dtype}_{layout}")
+    saved = BN
+    try:
+        BN = bn_dims or BN
+        checks = {name: (want, tol_) for name, want, tol_ in
+                  build_bn_training(h, rank_of(layout), rng)}
+    finally:
+        BN = saved
+    h._alloc_outputs()
+    h.g.validate()
+    plan = dev.build_sync(h.g, **build_kw)
+    staged = dict(h.pack) if getattr(dev, "is_host", True) else h.stage(dev)
+    for nxt, prev in (("next_running_mean", "prev_running_mean"),
+                      ("next_running_variance", "prev_running_variance")):
+        staged[nxt] = staged[prev]
+
+    def read(name):
+        buf = staged[name]
+        return np.array(buf) if isinstance(buf, np.ndarray) else buf.to_numpy_sync()
+
+    r = h.ref
+    prm, prv = r["prev_running_mean"], r["prev_running_variance"]
+    out = []
+    for k in range(rounds):
+        plan.execute_sync(staged)
+        want = ref.bn_training(r["x"], r["scale"], r["bias"], BN_TRAIN_EPS, BN_TRAIN_MOMENTUM,
+                               prm, prv)
+        out.append((f"round {k} y", read("y"), want["y"], checks["y"][1]))
+        for name in ("next_running_mean", "next_running_variance"):
+            out.append((f"round {k} {name}", read(name), want[name], checks[name][1]))
+        prm, prv = want["next_running_mean"], want["next_running_variance"]
+    return plan, out
 
 
 def run_case(dev, pattern, dtype, layout, seed=0):

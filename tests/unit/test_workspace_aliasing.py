@@ -90,3 +90,49 @@ def test_adjacent_workspace_is_accepted_and_results_are_correct(dev):
     with pytest.raises(hd.VariantPackError, match="workspace.*tensor 'x'"):
         plan.execute_sync(vp, workspace=buf.view(np.uint8)[:ws])
     np.testing.assert_array_equal(Xv, X)
+
+
+# ---- running statistics updated in place (next_running_* bound to prev_running_*)
+from oracle import test_patterns as _tp          # noqa: E402
+from oracle._cases import assert_close as _close  # noqa: E402
+
+
+@pytest.mark.parametrize("dtype,layout", [("float32", "NCHW"), ("float16", "NHWC"),
+                                          ("bfloat16", "NDHWC")])
+def test_running_statistics_may_be_updated_in_place(cpu_device, dtype, layout):
+    # PyTorch keeps running_mean / running_var and updates them in place; two executions
+    # chain: the second starts from the first's statistics (float64 reference)
+    plan, checks = _tp.bn_training_in_place(cpu_device, dtype, layout, rounds=2)
+    assert len(checks) == 6
+    for label, got, want, (atol, rtol) in checks:
+        _close(got, want, atol, rtol, f"{dtype} {layout} {label}")
+
+
+def _bn_in_place_pack(dev):
+    h = _tp.Harness("float32", "NCHW", name="bn_alias")
+    _tp.build_bn_training(h, 4, np.random.default_rng(5))
+    h._alloc_outputs()
+    plan = dev.build_sync(h.g)
+    return plan, dict(h.pack)
+
+
+def test_a_running_statistic_aliasing_another_tensor_is_still_refused(cpu_device):
+    plan, pack = _bn_in_place_pack(cpu_device)
+    pack["next_running_mean"] = pack["prev_running_variance"]          # the wrong one
+    with pytest.raises(hd.VariantPackError, match=r"role next_running_mean\) shares memory "
+                                                  r"with tensor 'prev_running_variance'"):
+        plan.execute_sync(pack)
+    plan, pack = _bn_in_place_pack(cpu_device)
+    pack["y"] = pack["x"]                                              # not a statistic
+    with pytest.raises(hd.VariantPackError, match=r"role y\) shares memory with tensor 'x'"):
+        plan.execute_sync(pack)
+
+
+def test_a_partial_overlap_of_a_running_statistic_is_refused(cpu_device):
+    plan, pack = _bn_in_place_pack(cpu_device)
+    c = pack["prev_running_mean"].shape[1]
+    base = np.zeros(c + 1, np.float32)
+    pack["prev_running_mean"] = base[:c].reshape(1, c, 1, 1)
+    pack["next_running_mean"] = base[1:].reshape(1, c, 1, 1)          # shifted by one
+    with pytest.raises(hd.VariantPackError, match=r"role next_running_mean\) shares memory"):
+        plan.execute_sync(pack)
