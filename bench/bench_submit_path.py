@@ -39,9 +39,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import os
-import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -61,29 +59,6 @@ def _fake_env() -> dict:
     from contract import _build, _headers
     headers = {s.name: _headers.ensure(s) for s in _headers.NVIDIA_SOURCES}
     return _build.build_nvidia(headers).env()
-
-
-def _fake_backend_lib() -> str:
-    """Compile the unit tests' fake cuDNN backend API; its path."""
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        raise SystemExit("bench_submit_path --runtime fake: needs a C compiler (cc)")
-    src = os.path.join(ROOT, "tests", "unit", "runtime", "fakes", "fake_cudnn_backend.c")
-    out = os.path.join(tempfile.mkdtemp(prefix="hipdnn_bench_"), "libfake_cudnn_backend.so")
-    subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", out, src], check=True)
-    return out
-
-
-def _graph_plan_over_fake_backend(plan, be):
-    """Put a cuDNN graph plan (``GraphPlan``, the real launcher and ``GraphLaunch``) over
-    the fake backend API under ``plan``: its roles become the variant pack's uids."""
-    from hipdnn_async.providers.cudnn._graph_plan import GraphPlan
-    pack = [SimpleNamespace(uid=i + 1, binding=("role", role), name=t.name)
-            for i, (role, t) in enumerate(plan._roles)]
-    desc = be.Descriptor(be.BACKEND_EXECUTION_PLAN_DESCRIPTOR)
-    plan._pplan = GraphPlan(be, SimpleNamespace(pack=pack, segments=()), desc, 0,
-                            "fake backend plan")
-    plan._bindings.clear()
 
 
 # ---------------------------------------------------------------------- buffers
@@ -240,7 +215,10 @@ def main(argv=None) -> int:
         os.environ.update(_fake_env())
         os.environ.setdefault("HIPDNN_ASYNC_PERFDB", ":memory:")
         from hipdnn_async.runtime import _cudnn_backend as be
-        be.load(_fake_backend_lib())       # before the cuDNN provider loads its own
+        sys.path.insert(0, os.path.join(ROOT, "tests"))
+        from contract._launch_graph_scenarios import (build_fake_backend,
+                                                      graph_plan_over_fake_backend)
+        be.load(build_fake_backend(tempfile.mkdtemp(prefix="hipdnn_bench_")))  # first
     import numpy as np
     import hipdnn_async as hd
     torch = cupy = None
@@ -269,7 +247,7 @@ def main(argv=None) -> int:
         plan = dev.build_sync(g)
         engine = plan.engine.name
         if be is not None:
-            _graph_plan_over_fake_backend(plan, be)
+            graph_plan_over_fake_backend(plan, be)
             engine += " replaced by a cuDNN graph plan over the fake backend API"
         arrs = {t: dev.empty(t.dims, t.data_type) for t in (x, w, y)}
         for a in arrs.values():

@@ -8,6 +8,9 @@ nothing, so these scenarios check the calls made, not data (tests/gpu does that)
 from __future__ import annotations
 
 import ctypes
+import os
+import shutil
+import subprocess
 from types import SimpleNamespace
 
 import numpy as np
@@ -15,8 +18,22 @@ import numpy as np
 from ._fakes import calls
 from ._scenarios import control
 
-__all__ = ["graph_plan_over_fake_backend", "launch_graph_case", "collected_in_a_cycle_case",
-           "copy_during_capture_case"]
+__all__ = ["build_fake_backend", "graph_plan_over_fake_backend", "launch_graph_case",
+           "collected_in_a_cycle_case", "copy_during_capture_case"]
+
+_FAKE_BACKEND_SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                 "unit", "runtime", "fakes", "fake_cudnn_backend.c")
+
+
+def build_fake_backend(out_dir: str) -> str:
+    """Compile the fake cuDNN backend API (tests/unit/runtime/fakes/fake_cudnn_backend.c)
+    into ``out_dir``; its path. RuntimeError without a C compiler."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        raise RuntimeError("the fake cuDNN backend API needs a C compiler (cc or gcc)")
+    out = os.path.join(out_dir, "libfake_cudnn_backend.so")
+    subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", out, _FAKE_BACKEND_SRC], check=True)
+    return out
 
 
 def graph_plan_over_fake_backend(plan, be) -> None:
@@ -69,8 +86,6 @@ def launch_graph_case(backend_lib: str, *, submits: int = 6, inject: tuple | Non
         between "start" and "end"), ``streams`` (the fake backend's stream log there), ``executions`` / ``graph_launches`` of the binding's
         ``GraphLaunch``, ``plan_stats`` executions, ``step_executes``.
     """
-    import os
-
     from hipdnn_async.runtime import _cudnn_backend as be
     if be.loaded_path() != backend_lib:
         be.load(backend_lib)        # before any plan is built (one backend table a process)
@@ -186,7 +201,6 @@ def copy_during_capture_case(backend_lib: str, *, submits: int = 5,
         each failed copy), ``graph_launches`` of the binding, ``copied_ok`` (the last copy's
         bytes read back equal what was copied).
     """
-    import os
     import threading
 
     from hipdnn_async.runtime import _cudnn_backend as be

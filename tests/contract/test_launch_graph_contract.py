@@ -6,19 +6,15 @@ at any step leaves the pack on direct executions and runs the work directly (onc
 a ``dev.capture()`` block the execution is direct (recorded), not a graph launch."""
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-
 import pytest
 
 from hipdnn_async.providers.cudnn._graph_plan import GRAPH_AFTER
 
 from . import _launch_graph_scenarios as S
+from .conftest import unavailable
 from ._fakes import between, calls, violations
 from ._worker import FakeGpuProcess
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SUBMITS = 6
 # cudaStreamCaptureModeThreadLocal (driver_types.h; the contract ABI test checks our
 # constant against the header)
@@ -27,13 +23,10 @@ THREAD_LOCAL = 1
 
 @pytest.fixture(scope="module")
 def backend_lib(tmp_path_factory):
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler for the fake backend API")
-    out = tmp_path_factory.mktemp("fake_backend") / "libfake_cudnn_backend.so"
-    src = os.path.join(ROOT, "tests", "unit", "runtime", "fakes", "fake_cudnn_backend.c")
-    subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", str(out), src], check=True)
-    return str(out)
+    try:
+        return S.build_fake_backend(str(tmp_path_factory.mktemp("fake_backend")))
+    except RuntimeError as exc:
+        unavailable(str(exc))
 
 
 def _run(fake_gpu, backend_lib, **kw):
