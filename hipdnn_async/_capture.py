@@ -360,11 +360,14 @@ class Step:
             raise
 
     def _fail(self, why: str) -> None:
-        self._armed = None
-        self._state = _FAILED
-        self._why = why
-        self._records = []
-        self._keep = ()
+        with self._lock:
+            if self._state == _CLOSED:   # closed meanwhile (another thread): stays closed
+                return
+            self._armed = None
+            self._state = _FAILED
+            self._why = why
+            self._records = []
+            self._keep = ()
 
     def _captured(self, handle) -> None:
         """Take the outcome of the capture item (its value is the replayable unit)."""
@@ -384,8 +387,15 @@ class Step:
             self._armed = (replay.launcher(), self._keep, self._label)
 
     def _submit_capture(self, fn, keep):
-        return self.device._pool.submit_now(fn, keepalive=keep, stream=self.stream,
-                                            label=f"{self._label}: capture")
+        try:
+            return self.device._pool.submit_now(fn, keepalive=keep, stream=self.stream,
+                                                label=f"{self._label}: capture")
+        except BaseException as exc:
+            # e.g. the device closed inside the block: the step is not left recording
+            # (which would refuse every recapture as re-entrant), but says why it has
+            # nothing to replay; a recapture's previous unit is released with ``fn``
+            self._fail(f"the capture could not be submitted: {exc}")
+            raise
 
     async def __aenter__(self) -> "Step":
         return self._begin()

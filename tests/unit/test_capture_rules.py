@@ -417,3 +417,62 @@ def test_replays_submitted_from_threads_racing_a_close_run_or_say_closed():
         assert m["completed"] == m["submitted"] == len(handles) + 2 and m["failed"] == 0
         if handles:
             c.check(vp, "the replays submitted before the close")
+
+
+# ------------------------------------------- a capture that cannot even be submitted
+async def test_a_block_whose_capture_cannot_be_submitted_fails_the_step(anyio_backend):
+    # the device closed inside the block: the block's end cannot submit the capture item;
+    # the step must then say why it has nothing to replay (it is no longer recording)
+    # and take a recapture, not claim to be still recording forever
+    dev = hd.Device("cpu")
+    async with dev:
+        c = await conv(dev)
+        step = dev.capture()
+        with pytest.raises(hd.DeviceError, match="after close"):
+            async with step:
+                c.plan.submit(c.pack())
+                dev.close()
+    assert "recording" not in repr(step), repr(step)
+    for call in (step.submit, step.replay_sync):
+        with pytest.raises(hd.DeviceError, match="nothing to replay") as ei:
+            call()
+        assert ei.value.code == MISUSE and "after close" in str(ei.value), str(ei.value)
+        assert "still recording" not in str(ei.value)
+    with pytest.raises(hd.DeviceError, match="closed") as ei:    # the device, not the step
+        with step.recapture():
+            pass
+    assert "already recording" not in str(ei.value), str(ei.value)
+    step.close()
+
+
+def test_a_sync_block_whose_capture_cannot_be_submitted_fails_the_step():
+    g, x, w, y = _graph("sync_closed")
+    dev = hd.Device("cpu")
+    with dev:
+        c = Conv(dev.build_sync(g), x, w, y, seed=8)
+        step = dev.capture()
+        with pytest.raises(hd.DeviceError, match="after close"):
+            with step:
+                c.plan.submit(c.pack())
+                dev.close()
+    with pytest.raises(hd.DeviceError, match="nothing to replay") as ei:
+        step.submit()
+    assert "after close" in str(ei.value), str(ei.value)
+
+
+def test_a_step_closed_while_its_capture_fails_stays_closed():
+    # another thread's close() during a failing capture: the step stays closed (a
+    # closed step is never recapturable)
+    g, x, w, y = _graph("closed_fail")
+    with hd.Device("cpu") as dev:
+        c = Conv(dev.build_sync(g), x, w, y, seed=9)
+        step = dev.capture()
+        with step:
+            c.plan.submit(c.pack())
+        step.close()
+        step._fail("a late failure")          # what a failing capture item reports
+        assert "closed" in repr(step), repr(step)
+        with pytest.raises(hd.DeviceError, match="is closed"):
+            step.submit()
+        with pytest.raises(hd.DeviceError, match="closed"):
+            step.recapture()
