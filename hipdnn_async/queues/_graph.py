@@ -49,10 +49,12 @@ class GraphReplay:
     The work-item function of every replay is one object, ``rt.graph_launch`` bound to the
     graph and the stream (a C call: no Python frame per replay), and the executable graph
     lives exactly as long as it: its finalizer destroys the graph when the last reference
-    goes. The references are this unit's, dropped by :meth:`close`, and one per submitted
-    replay, dropped by its work item once it has launched (or when it is never enqueued:
-    ``Completion._execute`` / ``_drop``). So ``close`` never destroys a graph that a
-    submitted replay will still launch, without a count or a lock per replay.
+    goes. The references are this unit's, dropped by :meth:`close`; the ready step's
+    (``Step._armed``, dropped by ``step.close()`` and when a recapture begins); and one
+    per submitted replay, dropped by its work item once it has launched
+    (``Completion._enqueue``) or when it is never enqueued (``_drop``). So ``close``
+    never destroys a graph that a submitted replay will still launch, without a count or
+    a lock per replay.
     """
 
     __slots__ = ("_rt", "_exec", "_stream", "_launch", "updates")
