@@ -266,12 +266,7 @@ class Step:
 
     def _begin(self) -> "Step":
         global OPEN
-        if self._state == _CLOSED:
-            raise DeviceError(f"{self._label}: the step is closed; capture a new one",
-                              code=MISUSE)
-        if self._state == _RECORDING:
-            raise DeviceError(f"{self._label}: already recording (a step's block is not "
-                              "re-entrant)", code=MISUSE)
+        self._check_enterable()
         if any(s.device is self.device for s in _mine()):
             raise DeviceError(f"{self._label}: device '{self.device.spec}' is already "
                               "capturing in this task; captures do not nest", code=MISUSE)
@@ -279,15 +274,28 @@ class Step:
         if self.stream is None:
             self.stream = self.device._pool.pick(self.device._stream(self._stream_arg))
             self._label = f"capture step on stream '{self.stream.name}'"
-        self._records = []
-        self._owner = _owner()
-        self._state = _RECORDING
-        self._armed = None           # a recapture: no replay while recording (after the
-        #                              state: whoever then finds no triple sees RECORDING)
+        with self._lock:
+            # checked again where the state changes: a close() or another entry from
+            # another thread since the checks above must not be overwritten (a closed
+            # step recording again, or two owners of one block)
+            self._check_enterable()
+            self._records = []
+            self._owner = _owner()
+            self._state = _RECORDING
+            self._armed = None       # a recapture: no replay while recording (after the
+            #                          state: whoever then finds no triple sees RECORDING)
         with _open_lock:
             OPEN += 1
         self._token = _ACTIVE.set(_ACTIVE.get() + (self,))
         return self
+
+    def _check_enterable(self) -> None:
+        if self._state == _CLOSED:
+            raise DeviceError(f"{self._label}: the step is closed; capture a new one",
+                              code=MISUSE)
+        if self._state == _RECORDING:
+            raise DeviceError(f"{self._label}: already recording (a step's block is not "
+                              "re-entrant)", code=MISUSE)
 
     def _end_recording(self) -> None:
         global OPEN

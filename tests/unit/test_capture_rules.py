@@ -476,3 +476,35 @@ def test_a_step_closed_while_its_capture_fails_stays_closed():
             step.submit()
         with pytest.raises(hd.DeviceError, match="closed"):
             step.recapture()
+
+
+def test_a_close_racing_a_recapture_leaves_the_step_closed():
+    # close() from another thread while a recapture is being entered (here: during the
+    # device check of its entry, the widest point of that window): the step stays
+    # closed, the block is refused, and nothing is left open (OPEN back to 0)
+    g, x, w, y = _graph("close_vs_recapture")
+    with hd.Device("cpu") as dev:
+        c = Conv(dev.build_sync(g), x, w, y, seed=10)
+        step = dev.capture()
+        with step:
+            c.plan.submit(c.pack())
+        check_open = dev._check_open
+
+        def closing_meanwhile(what):
+            check_open(what)
+            t = threading.Thread(target=step.close)
+            t.start()
+            t.join()
+
+        dev._check_open = closing_meanwhile
+        try:
+            with pytest.raises(hd.DeviceError, match="closed") as ei:
+                with step.recapture():
+                    c.plan.submit(c.pack())
+        finally:
+            del dev._check_open
+        assert ei.value.code == MISUSE
+        assert "closed" in repr(step), repr(step)
+        assert _capture.OPEN == 0
+        with pytest.raises(hd.DeviceError, match="is closed"):
+            step.submit()
