@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._fakes import calls
 from ._scenarios import control
 
 __all__ = ["step3_case", "capture_failure_case", "chain_case", "rules_case",
-           "close_parked_case", "EPS"]
+           "close_parked_case", "recapture_race_case", "EPS"]
 
 EPS = 1e-5
 N, C, HW = 2, 4, 6
@@ -460,3 +461,79 @@ def rules_case(backend: str = "asyncio", seed: int = 5) -> dict:
         out.update(cpu_ys)
     return {"errors": errors, "x": xa, "w": wa, "out": out, "recorded": recorded,
             "log": ctl.log(), "violations": ctl.violations()}
+
+
+def recapture_race_case(rounds: int = 6, threads: int = 3, seed: int = 6) -> dict:
+    """A one-plan step (1x1 conv x -> y) replayed from ``threads`` threads (each replay
+    awaited) while the main thread recaptures it ``rounds`` times into a new y buffer (the
+    executable graph updated in place) and replays it.
+
+    Returns
+    -------
+    dict
+        ``x``, ``w``, ``ys`` (each round's y after its replay), ``replays`` (replays that
+        ran), ``failed`` (their errors), ``refusals`` (the distinct DeviceError messages of
+        refused submits), ``foreign`` (any other exception), ``updates``, ``instantiates``,
+        ``destroys`` (calls after the first capture), ``violations``.
+    """
+    import threading
+
+    import hipdnn_async as hd
+    ctl = control()
+    rng = np.random.default_rng(seed)
+    shape = (2, 8, 5, 5)
+    with hd.Device("cuda:0", streams=1, max_inflight=2) as dev:
+        g = hd.Graph(name="race")
+        x = g.tensor(dims=shape, name="x")
+        w = g.tensor(dims=(8, 8, 1, 1), name="w")
+        y = g.conv_fprop(x, w).set_output(True).set_name("y")
+        plan = dev.build_sync(g)
+        xa = rng.uniform(-1, 1, shape).astype(np.float32)
+        wa = rng.uniform(-1, 1, (8, 8, 1, 1)).astype(np.float32)
+        bufs = {t: dev.empty(t.dims, np.float32) for t in (x, w, y)}
+        bufs[x].copy_from(xa)
+        bufs[w].copy_from(wa)
+        with dev.capture() as step:
+            plan.submit(bufs)
+        ctl.clear()
+        stop = threading.Event()
+        ran, failed, refusals, foreign = [], [], set(), []
+
+        def replayer():
+            while not stop.is_set():
+                try:
+                    error = step.submit().exception(timeout=60)
+                except hd.DeviceError as exc:
+                    refusals.add(str(exc))
+                    continue
+                except BaseException as exc:  # noqa: BLE001 - reported to the test
+                    foreign.append(repr(exc))
+                    return
+                ran.append(1)
+                if error is not None:
+                    failed.append(repr(error))
+
+        workers = [threading.Thread(target=replayer) for _ in range(threads)]
+        for t in workers:
+            t.start()
+        ys = []
+        try:
+            for _ in range(rounds):
+                y2 = dev.empty(y.dims, np.float32)
+                y2.copy_from(np.full(y.dims, np.nan, np.float32))
+                with step.recapture():
+                    plan.submit({x: bufs[x], w: bufs[w], y: y2})
+                step.replay_sync()
+                ys.append(y2.to_numpy_sync())
+        finally:
+            stop.set()
+            for t in workers:
+                t.join()
+        step.close()
+    log = ctl.log()
+    return {"x": xa, "w": wa, "ys": ys, "replays": len(ran), "failed": failed,
+            "refusals": sorted(refusals), "foreign": foreign,
+            "updates": len(calls(log, "cudaGraphExecUpdate")),
+            "instantiates": len(calls(log, "cudaGraphInstantiateWithFlags")),
+            "destroys": len(calls(log, "cudaGraphExecDestroy")),
+            "violations": ctl.violations()}

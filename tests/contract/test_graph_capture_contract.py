@@ -174,3 +174,25 @@ def test_a_twenty_plan_step_replays_with_one_launch(fake_gpu):
             assert_close(out[k], R.conv_fprop(out[k - 1], r["w"]),
                          *reduction_tol("conv_fprop", "float32", 8), what=f"b{k}")
         np.testing.assert_array_equal(out[0], b0)
+
+
+def test_replays_from_threads_racing_recaptures_run_or_say_recording(fake_gpu):
+    # step.submit reads the ready step without a lock and a recapture updates the one
+    # executable graph in place: every replay that was taken runs, the others say the
+    # step is recording; each recaptured round computes into its own new buffer; the
+    # graph is updated per round and destroyed once, at close
+    rounds = 6
+    r = fake_gpu.call(S.recapture_race_case, rounds)
+    assert r["violations"] == 0
+    assert not r["foreign"], r["foreign"]
+    assert r["replays"] > 0           # the threads replayed between the recaptures
+    assert not r["failed"], r["failed"][:3]
+    for msg in r["refusals"]:
+        assert "is still recording" in msg, msg
+    want = np.einsum("oc,nchw->nohw", r["w"][:, :, 0, 0].astype(np.float64),
+                     r["x"].astype(np.float64))
+    assert len(r["ys"]) == rounds
+    for i, y in enumerate(r["ys"]):
+        assert_close(y, want, *reduction_tol("conv_fprop", "float32", 8), what=f"round {i}")
+    assert r["updates"] == rounds and r["instantiates"] == 0, (r["updates"], r["instantiates"])
+    assert r["destroys"] == 1
