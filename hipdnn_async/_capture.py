@@ -483,11 +483,13 @@ class Step:
             failed; called inside a capture block of this task (the replay would run now,
             missing from that capture's replays); the device is closed.
         """
-        # The hot path reads ``_armed`` once, without the lock. A close or a recapture in
-        # another thread that races this call is ordered after it: the replay is
-        # submitted with the triple read, and its function keeps the executable graph
-        # until it has launched (as with the lock, which never covered the enqueue).
-        # Any other state, or a capture block open somewhere, takes the checked path.
+        # The hot path reads ``_armed`` once, without the lock. A close in another
+        # thread that races this call is ordered after it: the replay is submitted with
+        # the triple read, and its function keeps the executable graph until it has
+        # launched (as with the lock, which never covered the enqueue). A racing
+        # recapture may come before or after it: a replay enqueued after the recapture's
+        # capture item runs the graph as updated in place (the new recording). Any other
+        # state, or a capture block open somewhere, takes the checked path.
         armed = self._armed
         if armed is None or OPEN:
             armed = self._arm("replay")
