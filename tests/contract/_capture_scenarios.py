@@ -227,6 +227,26 @@ def chain_case(length: int = 20, seed: int = 2) -> dict:
             "log": ctl.log(), "violations": ctl.violations()}
 
 
+def _captured_conv1x1(hd, dev, name: str, rng):
+    """A 1x1 conv fprop (x (2, 8, 5, 5), w (8, 8, 1, 1), FLOAT) on ``dev`` with U(-1, 1)
+    inputs and a NaN-filled y, captured once: (plan, (x, w, y), buffers, x values,
+    w values, step)."""
+    g = hd.Graph(name=name)
+    x = g.tensor(dims=(2, 8, 5, 5), name="x")
+    w = g.tensor(dims=(8, 8, 1, 1), name="w")
+    y = g.conv_fprop(x, w).set_output(True).set_name("y")
+    plan = dev.build_sync(g)
+    xa = rng.uniform(-1, 1, x.dims).astype(np.float32)
+    wa = rng.uniform(-1, 1, w.dims).astype(np.float32)
+    bufs = {t: dev.empty(t.dims, np.float32) for t in (x, w, y)}
+    bufs[x].copy_from(xa)
+    bufs[w].copy_from(wa)
+    bufs[y].copy_from(np.full(y.dims, np.nan, np.float32))
+    with dev.capture() as step:
+        plan.submit(bufs)
+    return plan, (x, w, y), bufs, xa, wa, step
+
+
 def close_parked_case(replays: int = 4, delay_us: int = 20000, seed: int = 4) -> dict:
     """A one-plan step (1x1 conv x -> y) on a stream with ``max_inflight=1`` whose device
     runs each item ``delay_us`` late: ``replays`` replays submitted back to back (one in
@@ -244,21 +264,8 @@ def close_parked_case(replays: int = 4, delay_us: int = 20000, seed: int = 4) ->
     import hipdnn_async as hd
     ctl = control()
     rng = np.random.default_rng(seed)
-    shape = (2, 8, 5, 5)
     with hd.Device("cuda:0", streams=1, max_inflight=1) as dev:
-        g = hd.Graph(name="parked")
-        x = g.tensor(dims=shape, name="x")
-        w = g.tensor(dims=(8, 8, 1, 1), name="w")
-        y = g.conv_fprop(x, w).set_output(True).set_name("y")
-        plan = dev.build_sync(g)
-        xa = rng.uniform(-1, 1, shape).astype(np.float32)
-        wa = rng.uniform(-1, 1, (8, 8, 1, 1)).astype(np.float32)
-        bufs = {t: dev.empty(t.dims, np.float32) for t in (x, w, y)}
-        bufs[x].copy_from(xa)
-        bufs[w].copy_from(wa)
-        bufs[y].copy_from(np.full(y.dims, np.nan, np.float32))
-        with dev.capture() as step:
-            plan.submit(bufs)
+        plan, (x, w, y), bufs, xa, wa, step = _captured_conv1x1(hd, dev, "parked", rng)
         ctl.clear()
         ctl.set_delay_us(delay_us)
         try:
@@ -481,20 +488,8 @@ def recapture_race_case(rounds: int = 6, threads: int = 3, seed: int = 6) -> dic
     import hipdnn_async as hd
     ctl = control()
     rng = np.random.default_rng(seed)
-    shape = (2, 8, 5, 5)
     with hd.Device("cuda:0", streams=1, max_inflight=2) as dev:
-        g = hd.Graph(name="race")
-        x = g.tensor(dims=shape, name="x")
-        w = g.tensor(dims=(8, 8, 1, 1), name="w")
-        y = g.conv_fprop(x, w).set_output(True).set_name("y")
-        plan = dev.build_sync(g)
-        xa = rng.uniform(-1, 1, shape).astype(np.float32)
-        wa = rng.uniform(-1, 1, (8, 8, 1, 1)).astype(np.float32)
-        bufs = {t: dev.empty(t.dims, np.float32) for t in (x, w, y)}
-        bufs[x].copy_from(xa)
-        bufs[w].copy_from(wa)
-        with dev.capture() as step:
-            plan.submit(bufs)
+        plan, (x, w, y), bufs, xa, wa, step = _captured_conv1x1(hd, dev, "race", rng)
         ctl.clear()
         stop = threading.Event()
         ran, failed, refusals, foreign = [], [], set(), []

@@ -48,6 +48,28 @@ def graph_plan_over_fake_backend(plan, be) -> None:
     plan._bindings.clear()
 
 
+def _backend(backend_lib: str):
+    """The backend binding over the fake backend API (loaded before any plan is built:
+    one backend table a process)."""
+    from hipdnn_async.runtime import _cudnn_backend as be
+    if be.loaded_path() != backend_lib:
+        be.load(backend_lib)
+    return be
+
+
+def _fake_backend_conv(dev, be, name: str):
+    """(plan, variant pack) of a small conv fprop on ``dev`` whose provider plan is a
+    GraphPlan over the fake backend API; the pack's buffers are fresh device arrays."""
+    import hipdnn_async as hd
+    g = hd.Graph(name=name)
+    x = g.tensor(dims=(2, 4, 6, 6), name="x")
+    w = g.tensor(dims=(4, 4, 3, 3), name="w")
+    y = g.conv_fprop(x, w, padding=1).set_output(True).set_name("y")
+    plan = dev.build_sync(g)
+    graph_plan_over_fake_backend(plan, be)
+    return plan, {t: dev.empty(t.dims, np.float32) for t in (x, w, y)}
+
+
 def _counts(lib) -> list:
     """The fake backend's creates, destroys, finalizes, executes, live variant packs."""
     a = (ctypes.c_long * 5)()
@@ -86,9 +108,7 @@ def launch_graph_case(backend_lib: str, *, submits: int = 6, inject: tuple | Non
         between "start" and "end"), ``streams`` (the fake backend's stream log there), ``executions`` / ``graph_launches`` of the binding's
         ``GraphLaunch``, ``plan_stats`` executions, ``step_executes``.
     """
-    from hipdnn_async.runtime import _cudnn_backend as be
-    if be.loaded_path() != backend_lib:
-        be.load(backend_lib)        # before any plan is built (one backend table a process)
+    be = _backend(backend_lib)
     import hipdnn_async as hd
     lib = ctypes.CDLL(backend_lib)
     ctl = control()
@@ -96,13 +116,7 @@ def launch_graph_case(backend_lib: str, *, submits: int = 6, inject: tuple | Non
         os.environ["HIPDNN_ASYNC_LAUNCH_GRAPHS"] = "0"
     try:
         with hd.Device(spec, streams=streams) as dev:
-            g = hd.Graph(name="launch_graph")
-            x = g.tensor(dims=(2, 4, 6, 6), name="x")
-            w = g.tensor(dims=(4, 4, 3, 3), name="w")
-            y = g.conv_fprop(x, w, padding=1).set_output(True).set_name("y")
-            plan = dev.build_sync(g)
-            graph_plan_over_fake_backend(plan, be)
-            vp = {t: dev.empty(t.dims, np.float32) for t in (x, w, y)}
+            plan, vp = _fake_backend_conv(dev, be, "launch_graph")
             plan.execute_sync(vp, stream=0)           # binds (one direct execution)
             ctl.clear()
             if inject is not None:
@@ -149,20 +163,12 @@ def collected_in_a_cycle_case(backend_lib: str) -> dict:
     """
     import gc
 
-    from hipdnn_async.runtime import _cudnn_backend as be
-    if be.loaded_path() != backend_lib:
-        be.load(backend_lib)
+    be = _backend(backend_lib)
     import hipdnn_async as hd
     lib = ctypes.CDLL(backend_lib)
     ctl = control()
     with hd.Device("cuda:0", streams=2) as dev:
-        g = hd.Graph(name="launch_graph_gc")
-        x = g.tensor(dims=(2, 4, 6, 6), name="x")
-        w = g.tensor(dims=(4, 4, 3, 3), name="w")
-        y = g.conv_fprop(x, w, padding=1).set_output(True).set_name("y")
-        plan = dev.build_sync(g)
-        graph_plan_over_fake_backend(plan, be)
-        vp = {t: dev.empty(t.dims, np.float32) for t in (x, w, y)}
+        plan, vp = _fake_backend_conv(dev, be, "launch_graph_gc")
         gc.collect()
         gc.disable()
         try:
@@ -203,19 +209,11 @@ def copy_during_capture_case(backend_lib: str, *, submits: int = 5,
     """
     import threading
 
-    from hipdnn_async.runtime import _cudnn_backend as be
-    if be.loaded_path() != backend_lib:
-        be.load(backend_lib)
+    be = _backend(backend_lib)
     import hipdnn_async as hd
     ctl = control()
     with hd.Device("cuda:0", streams=1) as dev:
-        g = hd.Graph(name="launch_graph_copy")
-        x = g.tensor(dims=(2, 4, 6, 6), name="x")
-        w = g.tensor(dims=(4, 4, 3, 3), name="w")
-        y = g.conv_fprop(x, w, padding=1).set_output(True).set_name("y")
-        plan = dev.build_sync(g)
-        graph_plan_over_fake_backend(plan, be)
-        vp = {t: dev.empty(t.dims, np.float32) for t in (x, w, y)}
+        plan, vp = _fake_backend_conv(dev, be, "launch_graph_copy")
         plan.execute_sync(vp, stream=0)
         other = dev.empty((64,), np.float32)
         stop = threading.Event()

@@ -56,6 +56,16 @@ async def conv(dev, seed=0, name="c"):
     return Conv(await dev.build(g), x, w, y, seed)
 
 
+def captured(dev, name, seed):
+    """(Conv, step) of a conv plan built on ``dev`` and captured once (sync block)."""
+    g, x, w, y = _graph(name)
+    c = Conv(dev.build_sync(g), x, w, y, seed)
+    step = dev.capture()
+    with step:
+        c.plan.submit(c.pack())
+    return c, step
+
+
 def untouched(vp, c):
     return np.isnan(vp[c.y]).all()
 
@@ -463,12 +473,8 @@ def test_a_sync_block_whose_capture_cannot_be_submitted_fails_the_step():
 def test_a_step_closed_while_its_capture_fails_stays_closed():
     # another thread's close() during a failing capture: the step stays closed (a
     # closed step is never recapturable)
-    g, x, w, y = _graph("closed_fail")
     with hd.Device("cpu") as dev:
-        c = Conv(dev.build_sync(g), x, w, y, seed=9)
-        step = dev.capture()
-        with step:
-            c.plan.submit(c.pack())
+        _, step = captured(dev, "closed_fail", seed=9)
         step.close()
         step._fail("a late failure")          # what a failing capture item reports
         assert "closed" in repr(step), repr(step)
@@ -482,12 +488,8 @@ def test_a_close_racing_a_recapture_leaves_the_step_closed():
     # close() from another thread while a recapture is being entered (here: during the
     # device check of its entry, the widest point of that window): the step stays
     # closed, the block is refused, and nothing is left open (OPEN back to 0)
-    g, x, w, y = _graph("close_vs_recapture")
     with hd.Device("cpu") as dev:
-        c = Conv(dev.build_sync(g), x, w, y, seed=10)
-        step = dev.capture()
-        with step:
-            c.plan.submit(c.pack())
+        c, step = captured(dev, "close_vs_recapture", seed=10)
         check_open = dev._check_open
 
         def closing_meanwhile(what):
