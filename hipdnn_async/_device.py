@@ -29,7 +29,7 @@ from .graph import Graph, TensorAttributes, strides_for
 from .graph._tensor import as_int_tuple, check_strides, packed_strides
 from .runtime._buffer import element_extent
 from .runtime import ExecCounter, GpuArray
-from .patterns import match as match_pattern
+from .patterns import match as match_pattern, spec_for
 from .providers._base import DeclinedError, Engine, engine_id
 from .providers._registry import available_devices, parse_spec, provider_for
 from .queues import StreamPool
@@ -52,13 +52,6 @@ def _element_layout(dims, strides, dtype) -> tuple:
     return (tuple(dims), dtype, tuple(s for d, s in zip(dims, strides) if d > 1))
 
 
-# Running statistics may be updated in place, as PyTorch keeps running_mean / running_var:
-# next_running_* given exactly its prev_running_* buffer (the same memory and element
-# layout, _element_layout). Every provider reads prev before it writes next per channel (cuDNN's
-# and MIOpen's training calls update one running buffer in place; the CPU computes next
-# whole before storing it); any other overlap of an output stays an error.
-_IN_PLACE = (("next_running_mean", "prev_running_mean"),
-             ("next_running_variance", "prev_running_variance"))
 _LOCK_TYPE = type(threading.Lock())
 
 
@@ -627,7 +620,10 @@ class ExecutionPlan:
         self._alias_pairs = tuple((o, r) for o in self._out_roles for r, _ in self._roles
                                   if r != o and self._extent[o] and self._extent[r])
         layout = {role: _element_layout(t.dims, t.strides, t.data_type) for role, t in self._roles}
-        self._in_place = frozenset((o, r) for o, r in _IN_PLACE
+        # outputs the pattern lets be exactly an input's buffer (PatternSpec.in_place: a
+        # running statistic updated in place), where both tensors lay elements out alike
+        self._in_place = frozenset((o, r) for spec in spec_for(match.pattern)
+                                   for o, r in spec.in_place
                                    if o in layout and r in layout and layout[o] == layout[r])
         self._alias_roles = tuple(r for r, _ in self._roles)
         self._alias_passed = None
@@ -686,7 +682,7 @@ class ExecutionPlan:
 
         No kernel of any provider is written for in-place operation, and a partial
         overlap would be silently wrong, so the rule is simple: outputs own their memory
-        (the one exception: a running statistic updated in place, ``_IN_PLACE``), and so
+        (the one exception: a running statistic updated in place, ``PatternSpec.in_place``), and so
         does a workspace passed with ``workspace=`` (``ws``: as bound; ``given``:
         the user's object), which every execution may write in full. Host arrays are
         compared exactly (interleaved, disjoint views of one array are fine); device
@@ -706,7 +702,7 @@ class ExecutionPlan:
             a, b = buffers[out], buffers[role]
             if self._overlap(a, self._extent[out], b, self._extent[role]):
                 if (out, role) in self._in_place and self._same_memory(a, b):
-                    continue        # a running statistic updated in place (_IN_PLACE)
+                    continue        # a running statistic updated in place (PatternSpec.in_place)
                 t, u = self.match.tensors[out], self.match.tensors[role]
                 raise VariantPackError(
                     f"execute: output tensor '{t.name}' (uid {t.uid}, role {out}) shares "

@@ -55,14 +55,17 @@ class Step:
 @dataclass(frozen=True)
 class PatternSpec:
     """A pattern: its steps, role bindings ((role, node, "in"/"out", slot); absent
-    optional slots are skipped) and parameter bindings ((param, node, attribute);
-    attribute ``None`` binds the whole attrs object)."""
+    optional slots are skipped), parameter bindings ((param, node, attribute);
+    attribute ``None`` binds the whole attrs object) and ``in_place``: (output role,
+    input role) pairs whose output may be exactly the input's buffer (every provider
+    reads the input before it writes the output, element by element)."""
 
     pattern: Pattern
     label: str
     steps: tuple
     roles: tuple
     params: tuple = ()
+    in_place: tuple = ()
 
     @property
     def describe(self) -> str:
@@ -72,6 +75,11 @@ class PatternSpec:
 
 _BN_STATS = frozenset({"mean", "inv_variance"})
 _RELU_PARAMS = ("relu_lower_clip", "relu_upper_clip")
+# Running statistics may be updated in place, as PyTorch keeps running_mean / running_var
+# (cuDNN's and MIOpen's training calls update one running buffer in place; the CPU
+# computes next whole before storing it)
+_BN_RUNNING_IN_PLACE = (("next_running_mean", "prev_running_mean"),
+                        ("next_running_variance", "prev_running_variance"))
 
 
 def _bn_training_roles(y_node: int, y_dir: str, y_slot: str) -> tuple:
@@ -109,14 +117,16 @@ CATALOG = (
         Pattern.BN_TRAINING, "batchnorm",
         (Step("batchnorm", may_be_virtual=_BN_STATS),),
         _bn_training_roles(0, "out", "y"),
-        (("epsilon", 0, "epsilon"), ("momentum", 0, "momentum"))),
+        (("epsilon", 0, "epsilon"), ("momentum", 0, "momentum")),
+        _BN_RUNNING_IN_PLACE),
     PatternSpec(
         Pattern.BN_TRAINING_RELU, "batchnorm+relu",
         (Step("batchnorm", virtual=frozenset({"y"}), may_be_virtual=_BN_STATS),
          Step("pointwise", PointwiseMode.RELU_FWD, links=(("in0", 0, "y"),))),
         _bn_training_roles(1, "out", "out"),
         (("epsilon", 0, "epsilon"), ("momentum", 0, "momentum"))
-        + tuple((p, 1, p) for p in _RELU_PARAMS)),
+        + tuple((p, 1, p) for p in _RELU_PARAMS),
+        _BN_RUNNING_IN_PLACE),
     PatternSpec(
         Pattern.BN_BACKWARD, "batchnorm_backward",
         (Step("batchnorm_backward"),),
