@@ -26,7 +26,10 @@ __all__ = ["Completion"]
 
 _log = logging.getLogger("hipdnn_async.queues")
 
-_PENDING, _RUNNING, _DONE = 0, 1, 2
+from ._core import DONE as _DONE
+from ._core import RUNNING as _RUNNING
+from ._core import CompletionCore
+
 _STATE_LOCK = threading.Lock()
 _clock = time.perf_counter
 # How long an awaiter of a launched GPU item polls between loop iterations before it
@@ -74,7 +77,7 @@ class _LoopWaiter:
         self.event = None  # anyio.Event, created on the loop by the first awaiter
 
 
-class Completion:
+class Completion(CompletionCore):
     """Handle for one work item: awaitable from asyncio and trio, waitable from threads.
 
     Parameters
@@ -96,36 +99,18 @@ class Completion:
     Timestamps are ``time.perf_counter()`` seconds.
     """
 
-    __slots__ = ("label", "stream", "submitted_at", "started_at", "finished_at",
-                 "_fn", "_keepalive", "_control", "_state", "_value", "_error",
-                 "_waiters", "_tevent", "_callbacks", "_batch", "__weakref__")
+    # The fields live in ``CompletionCore`` (typed, for the C submission path):
+    # label, stream, submitted_at, started_at, finished_at, and the private _fn,
+    # _keepalive, _control, _state, _value, _error, _waiters, _tevent, _callbacks and
+    # _batch (GPU streams: the completion batch it was launched in, until it is retired;
+    # completion is observed when someone asks, not per item). Awaiters register their
+    # loop when they await (``_wait_done``): asking sniffio at submission would cost
+    # every submission, awaited or not.
+    __slots__ = ()
 
     # One lock for every completion's waiter registration and publication (each holds it
     # for a few attribute writes): a lock per item would be an allocation per submission.
     _lock = _STATE_LOCK
-
-    def __init__(self, fn, keepalive=(), label: str = "", _control: bool = False):
-        # (positional too: the library's submit path passes them so, which is cheaper)
-        if not callable(fn):
-            raise TypeError(f"queues: work item {label!r}: fn must be callable; "
-                            f"got {type(fn).__name__}")
-        self.label = label
-        self.stream = None  # the Stream it was submitted to
-        self.submitted_at = self.started_at = self.finished_at = None
-        self._fn = fn
-        self._keepalive = keepalive
-        self._control = _control  # event marker / wait: not counted as work
-        self._state = _PENDING
-        self._value = None
-        self._error = None
-        self._tevent = None
-        self._callbacks = None
-        # awaiters register their loop when they await (``_wait_done``): asking sniffio
-        # here would cost every submission, awaited or not
-        self._waiters = None
-        # GPU streams: the completion batch it was launched in, until it is retired
-        # (``_gpu_backend``: completion is observed when someone asks, not per item)
-        self._batch = None
 
     # ---------------------------------------------------------------- state
 
@@ -314,23 +299,6 @@ class Completion:
             self._fn = None  # keepalive stays until _finish: a GPU backend's fn only
         return value, error  # enqueues, and the buffers are in use until its event fires
 
-    def _enqueue(self) -> None:
-        """``_execute`` for a backend whose ``fn`` only enqueues work (a GPU stream's
-        launch, the submit path): the value or error is stored on the item, ``fn`` is
-        dropped, and ``finished_at`` is left to the item's completion (stamped then)."""
-        self._state = _RUNNING
-        self.started_at = _clock()
-        fn = self._fn
-        self._fn = None
-        try:
-            self._value = fn()
-        except HipdnnError as exc:
-            self._error = exc
-        except BaseException as exc:  # noqa: BLE001 - the launching thread goes on
-            self._error = self._wrapped(exc)
-        finally:
-            fn = None      # not kept by a traceback: it may hold a replay's graph
-
     def _wrapped(self, exc: BaseException) -> ExecutionError:
         """The ExecutionError of a foreign exception raised by ``fn``."""
         error = ExecutionError(f"{self.describe()}: {type(exc).__name__}: {exc}"
@@ -380,15 +348,6 @@ class Completion:
         if callbacks:
             for callback in callbacks:
                 _call_back(callback, self)
-
-    def _publish_stored(self) -> None:
-        """``_publish`` of the outcome already stored on the item (``_enqueue``), its
-        keepalive already dropped: a GPU stream's completion batch."""
-        if self._state == _DONE:
-            raise RuntimeError(f"{self.describe()}: completed twice")  # backend bug
-        self._state = _DONE        # before the waiter fields are read: see _publish
-        if self._tevent is not None or self._waiters is not None or self._callbacks is not None:
-            self._wake()
 
     def _drop(self) -> None:
         """Release fn and keepalive of an item that was never enqueued."""

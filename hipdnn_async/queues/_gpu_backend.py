@@ -46,8 +46,8 @@ from typing import Callable
 
 from .._errors import DeviceError, GpuError
 from ..runtime._gpu_device import GpuContext, LaunchContext
-from ..runtime._gpu_device import _tls as _launch_tls    # current_launch()'s thread-local
 from ._completion import _DONE, SPIN_S, Completion
+from ._core import EVENT_EVERY, Batch, LaunchCore
 from ._graph import capture_graph
 from ._stream import StreamBackend
 
@@ -62,27 +62,13 @@ def prepare_streams(context, prepare: Callable[[LaunchContext], None], *,
     context.prepare_streams(prepare, later=later)
 
 
-# Work items per completion event when nobody waits for them: an event record costs host
-# time (about a microsecond), and completions are only looked at batch by batch.
-EVENT_EVERY = 16
+# Work items per completion event when nobody waits for them (``_core.EVENT_EVERY``: an
+# event record costs host time, about a microsecond, and completions are only looked at
+# batch by batch); ``_Batch``: items completed by one event (``_core.Batch``).
+_Batch = Batch
 
 
-class _Batch:
-    """Items launched in order on one stream, completed by one event recorded after the
-    last of them (``event`` None while the batch is open, 0 when the record failed)."""
-
-    __slots__ = ("items", "event", "record_error", "sync_error", "synced", "retired")
-
-    def __init__(self):
-        self.items: list = []
-        self.event = None
-        self.record_error = None
-        self.sync_error = None
-        self.synced = False
-        self.retired = False
-
-
-class GpuStreamBackend(StreamBackend):
+class GpuStreamBackend(LaunchCore, StreamBackend):
     """One non-blocking GPU stream plus its completion thread.
 
     Parameters
@@ -147,33 +133,10 @@ class GpuStreamBackend(StreamBackend):
                 fn(self.launch_context)
 
     # ------------------------------------------------------------------ launch side
-    def launch(self, item: Completion) -> None:
-        """Enqueue ``item``'s work on the GPU stream now; it is finished once its batch's
-        event has fired and someone looks (module docstring). Runs with the stream's device
-        current, the calling thread's device restored after (``GpuContext.using``, inlined:
-        this is the submit path)."""
-        prev = index = self._index
-        try:            # under the stream's lock, which is the launch lock (``lock``)
-            if self._switch:
-                rt = self._rt
-                current = rt.get_device()
-                if current != index:
-                    rt.set_device(index)
-                    prev = current
-            _launch_tls.launch = self.launch_context      # LaunchContext.enter(), inlined
-            try:
-                item._enqueue()
-            finally:
-                _launch_tls.launch = None
-            batch = self._open
-            items = batch.items
-            items.append(item)
-            item._batch = batch
-            if item._control or len(items) >= EVENT_EVERY:
-                self._close()
-        finally:
-            if prev != index:
-                self._rt.set_device(prev)
+    # ``launch(item)`` is LaunchCore's (C): with the stream's device current (only where
+    # the runtime sees several devices) and its launch context entered, the item enqueues
+    # its work; it joins the open batch, whose event is recorded after EVENT_EVERY items
+    # or an event marker (``_close``).
 
     def _close(self) -> None:
         """Record the open batch's event and start a new batch (launch lock held)."""

@@ -11,6 +11,7 @@ import anyio.to_thread
 
 from .._errors import DeviceError
 from ._completion import Completion
+from ._core import submit_now as _submit_now
 from ._metrics import Histogram, _copy_summary
 from ._stream import Stream, StreamBackend
 
@@ -224,11 +225,9 @@ class StreamPool:
         ``stream`` is a Stream of this pool already (``Device._stream``) or None."""
         if self._closed:
             self._check_open(label)
-        item = Completion(fn, keepalive, label)
         if stream is None:
             stream = self.pick()
-        stream._try_submit(item, self.max_inflight, True)
-        return item
+        return _submit_now(Completion, stream, fn, keepalive, label, self.max_inflight)
 
     def submit_blocking(self, fn, *, keepalive=(), stream: Stream | int | None = None,
                         label: str = "", timeout: float | None = None) -> Completion:

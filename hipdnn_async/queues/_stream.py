@@ -22,9 +22,9 @@ import anyio.lowlevel
 
 from .._errors import DeviceError
 from ._completion import _DONE, Completion
+from ._core import StreamCore
 from ._metrics import Histogram
 
-_clock = time.perf_counter
 
 __all__ = ["StreamBackend", "CpuStreamBackend", "Stream", "Event", "SequenceReplay"]
 
@@ -250,7 +250,7 @@ if _register is not None:
 
 # ==================================================================== stream
 
-class Stream:
+class Stream(StreamCore):
     """An in-order queue of work items with its own worker.
 
     Created by :class:`StreamPool`; use ``pool.submit(..., stream=s)`` to target one.
@@ -315,43 +315,9 @@ class Stream:
         return f"<Stream {self.id} {self.name!r} pending={self.pending}>"
 
     # ---------------------------------------------------------------- submission
-
-    def _try_submit(self, item: Completion, limit: int | None,
-                    park: bool = False) -> Completion | None:
-        """Enqueue ``item`` unless ``limit`` items are in flight; then return the oldest one.
-
-        With ``park``, a full stream takes the item anyway into its host-side line, in
-        order; it is launched as soon as a slot frees (``_unpark``), and None is returned.
-        """
-        inflight, backend = self._inflight, self._backend
-        if limit is not None and len(inflight) >= limit:
-            backend.poll()              # completed items free their slots first
-        lock = self._lock
-        lock.acquire()                  # (not ``with``: half the cost on the submit path)
-        try:
-            if self._closed:
-                raise DeviceError(f"stream '{self.name}': {item.describe()} submitted "
-                                  "after close")
-            parked = self._parked
-            full = limit is not None and (len(inflight) >= limit or parked)
-            if full and not park:
-                return inflight[0] if inflight else parked[0][1]
-            item.stream = self
-            item.submitted_at = _clock()
-            self._submitted += 1
-            if full:
-                self._limit = limit
-                if not parked and inflight:
-                    backend.watch(inflight[0])   # its completion frees a slot
-                parked.append(("launch", item))
-            else:
-                inflight.append(item)
-                backend.launch(item)
-        finally:
-            lock.release()
-        if backend.poll_due:
-            backend.poll()              # outside the lock: finishing items takes it
-        return None
+    # ``_try_submit(item, limit, park=False)`` is StreamCore's (C): enqueue ``item``
+    # unless ``limit`` items are in flight, else return the oldest one; with ``park`` a
+    # full stream takes it into the host-side line (launched by ``_unpark``).
 
     def _unpark(self) -> None:
         """Launch parked entries while there is room (called with the lock held)."""

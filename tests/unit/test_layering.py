@@ -56,8 +56,8 @@ def _edges() -> dict[str, set[str]]:
                     full = f"{head}.{a.name}".lstrip(".")
                     if full in mods:
                         targets.append(full)
-                    elif not _compiled(full):   # a compiled module is a leaf of its own
-                        targets.append(head)
+                    elif not (_compiled(full) or _compiled(head)):
+                        targets.append(head)    # a compiled module is a leaf of its own
             elif isinstance(node, ast.Import):
                 targets = [a.name[len("hipdnn_async"):].lstrip(".") for a in node.names
                            if a.name.split(".")[0] == "hipdnn_async"]

@@ -1,0 +1,72 @@
+"""Stubs of the queues' submission path in C (``src_pyx/_queue_core.pyx``).
+
+``CompletionCore``, ``StreamCore`` and ``LaunchCore`` hold, typed, the fields a submission
+touches; ``queues.Completion``, ``queues.Stream`` and ``queues.GpuStreamBackend`` derive
+from them. ``submit_now`` runs one whole submission (handle, stream bookkeeping, GPU
+launch, completion batch) without a Python frame. Timestamps are ``perf_counter()``
+seconds (``time.perf_counter``'s clock, CLOCK_MONOTONIC on Linux).
+"""
+from collections import deque
+from typing import Any, Callable
+
+__all__: list[str]
+
+PENDING: int
+RUNNING: int
+DONE: int
+EVENT_EVERY: int
+
+def perf_counter() -> float:
+    """The clock of the timestamps set here, in seconds (``time.perf_counter()``'s)."""
+
+class CompletionCore:
+    """Fields of one work item (``queues.Completion`` documents them)."""
+
+    label: str
+    stream: Any
+    submitted_at: float | None
+    started_at: float | None
+    finished_at: float | None
+
+    def __init__(self, fn: Callable[[], Any], keepalive: Any = (), label: str = "",
+                 _control: bool = False) -> None:
+        """An item for ``fn``; TypeError when ``fn`` is not callable."""
+    def _enqueue(self) -> None:
+        """Run ``fn`` (it only enqueues); store its value or error; drop ``fn``."""
+    def _publish_stored(self) -> None:
+        """Publish the stored outcome and wake the waiters (a GPU completion batch)."""
+
+class Batch:
+    """Items launched in order on one GPU stream, completed by one event."""
+
+    items: list
+    event: int | None
+    record_error: BaseException | None
+    sync_error: BaseException | None
+    synced: bool
+    retired: bool
+
+    def __init__(self) -> None:
+        """An open batch with no items."""
+
+class LaunchCore:
+    """Launch fields of a GPU stream (``queues.GpuStreamBackend`` derives from this)."""
+
+    launch_context: Any
+    poll_due: bool
+
+    def launch(self, item: CompletionCore) -> None:
+        """Enqueue ``item``'s work on the GPU stream now; it joins the open batch."""
+
+class StreamCore:
+    """Submission fields of a stream (``queues.Stream`` derives from this)."""
+
+    name: str
+
+    def _try_submit(self, item: CompletionCore, limit: int | None,
+                    park: bool = False) -> CompletionCore | None:
+        """Enqueue ``item`` unless ``limit`` items are in flight, else return the oldest."""
+
+def submit_now(item_type: type, stream: StreamCore, fn: Callable[[], Any], keepalive: Any,
+               label: str, limit: int | None) -> CompletionCore:
+    """A new ``item_type`` for ``fn``, enqueued on ``stream`` at once (parked when full)."""

@@ -1,0 +1,248 @@
+# cython: language_level=3
+"""The queues' submission path in C: a work item's fields, a stream's submission and a GPU
+stream's launch (``plan.submit`` and ``step.submit`` make one item per call).
+
+``queues.Completion``, ``queues.Stream`` and ``queues.GpuStreamBackend`` derive from the
+cores here. A core holds, typed, the fields the submission touches, and :func:`submit_now`
+runs a whole submission (the handle, the stream's bookkeeping, the launch into the GPU
+stream, its completion batch) without a Python frame: in Python the same steps cost about
+three times as much host time (``bench/bench_submit_path.py --runtime fake``, "ours only"
+rows). Waiting, retiring, parking and metrics stay in Python, in those classes.
+
+Timestamps (``submitted_at``, ``started_at``) are ``time.perf_counter()`` seconds: on Linux
+that clock is ``CLOCK_MONOTONIC`` (PEP 418), read here with ``clock_gettime``.
+"""
+from cpython.object cimport PyObject, PyTypeObject
+from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
+
+from .._errors import DeviceError as _DeviceError
+from .._errors import HipdnnError as _HipdnnError
+from ..runtime._gpu_device import _tls as _launch_tls    # current_launch()'s thread-local
+
+__all__ = ["CompletionCore", "StreamCore", "LaunchCore", "Batch", "submit_now",
+           "perf_counter", "EVENT_EVERY", "PENDING", "RUNNING", "DONE"]
+
+PENDING, RUNNING, DONE = 0, 1, 2
+# Work items per completion event when nobody waits for them: an event record costs host
+# time (about a microsecond), and completions are only looked at batch by batch.
+EVENT_EVERY = 16
+cdef Py_ssize_t _EVENT_EVERY = EVENT_EVERY
+cdef tuple _NO_ARGS = ()
+
+
+cdef inline double _now() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return <double>ts.tv_sec + <double>ts.tv_nsec * 1e-9
+
+
+def perf_counter():
+    """The clock of the timestamps set here, in seconds (``time.perf_counter()``'s)."""
+    return _now()
+
+
+cdef class CompletionCore:
+    """Fields of one work item (``queues.Completion`` derives from this and documents them).
+
+    Parameters
+    ----------
+    fn : callable
+        ``fn()`` is the work.
+    keepalive : object, optional
+        Referenced until the work is done. Default ``()``.
+    label : str, optional
+        What the item is, for messages.
+
+    Raises
+    ------
+    TypeError
+        ``fn`` is not callable.
+    """
+
+    cdef public object label
+    cdef public object stream             # the Stream it was submitted to
+    cdef public object submitted_at, started_at, finished_at
+    cdef public object _fn, _keepalive, _value, _error
+    cdef public object _waiters, _tevent, _callbacks
+    cdef public object _batch             # GPU: its completion batch until retired
+    cdef public bint _control             # an event marker or wait, not counted as work
+    cdef public int _state
+    cdef object __weakref__
+
+    def __init__(self, fn, keepalive=(), label="", _control=False):
+        if not callable(fn):
+            raise TypeError(f"queues: work item {label!r}: fn must be callable; "
+                            f"got {type(fn).__name__}")
+        self.label = label
+        self._fn = fn
+        self._keepalive = keepalive
+        self._control = _control
+
+    cdef int enqueue(self) except -1:
+        # the value or error is stored on the item, fn dropped; ``finished_at`` is left to
+        # the item's completion
+        self._state = RUNNING
+        self.started_at = _now()
+        fn = self._fn
+        self._fn = None
+        try:
+            self._value = fn()
+        except _HipdnnError as exc:
+            self._error = exc
+        except BaseException as exc:  # noqa - the launching thread goes on
+            self._error = self._wrapped(exc)
+        fn = None          # not kept by a traceback: it may hold a replay's graph
+        return 0
+
+    def _enqueue(self):
+        """Run ``fn`` (it only enqueues: a GPU stream's launch); store its value or error
+        on the item and drop ``fn``."""
+        self.enqueue()
+
+    def _publish_stored(self):
+        """Publish the outcome already stored (``_enqueue``), its keepalive already
+        dropped, and wake the waiters: a GPU stream's completion batch."""
+        if self._state == DONE:
+            raise RuntimeError(f"{self.describe()}: completed twice")  # backend bug
+        self._state = DONE     # before the waiter fields are read: see Completion._publish
+        if self._tevent is not None or self._waiters is not None or self._callbacks is not None:
+            self._wake()
+
+
+cdef class Batch:
+    """Items launched in order on one GPU stream, completed by one event recorded after
+    the last of them (``event`` None while the batch is open, 0 when the record failed)."""
+
+    cdef public list items
+    cdef public object event, record_error, sync_error
+    cdef public bint synced, retired
+
+    def __init__(self):
+        self.items = []
+
+
+cdef class LaunchCore:
+    """Launch fields of a GPU stream (``queues.GpuStreamBackend`` derives from this): the
+    device index, whether a launch makes it current, the launch context, the open batch.
+
+    The subclass provides ``_close()`` (record the open batch's event) and ``poll()``.
+    """
+
+    cdef public object _rt, launch_context
+    cdef public int _index
+    cdef public bint _switch              # make the stream's device current per launch
+    cdef public bint poll_due             # the submitter should call poll() once
+    cdef public Batch _open
+
+    cdef int launch_item(self, CompletionCore item) except -1:
+        cdef int prev = self._index, current
+        cdef Batch batch
+        try:
+            if self._switch:
+                current = self._rt.get_device()
+                if current != self._index:
+                    self._rt.set_device(self._index)
+                    prev = current
+            _launch_tls.launch = self.launch_context     # LaunchContext.enter(), inlined
+            try:
+                item.enqueue()
+            finally:
+                _launch_tls.launch = None
+            batch = self._open
+            batch.items.append(item)
+            item._batch = batch
+            if item._control or len(batch.items) >= _EVENT_EVERY:
+                self._close()
+        finally:
+            if prev != self._index:
+                self._rt.set_device(prev)
+        return 0
+
+    def launch(self, item):
+        """Enqueue ``item``'s work on the GPU stream now, with the stream's device current
+        and the thread's restored after; it joins the open completion batch (called with
+        the stream's lock held)."""
+        self.launch_item(item)
+
+
+cdef class StreamCore:
+    """Submission fields of a stream (``queues.Stream`` derives from this and documents
+    them): its backend, lock, in-flight items, host-side line, counters."""
+
+    cdef public object name, _backend, _lock, _limit
+    cdef public object _inflight, _parked     # collections.deque
+    cdef public bint _closed
+    cdef public Py_ssize_t _submitted
+    cdef object __weakref__
+
+    def _try_submit(self, CompletionCore item, limit, bint park=False):
+        """Enqueue ``item`` unless ``limit`` items are in flight; then return the oldest one.
+
+        With ``park``, a full stream takes the item anyway into its host-side line, in
+        order; it is launched as soon as a slot frees (``Stream._unpark``), and None is
+        returned.
+
+        Raises
+        ------
+        DeviceError
+            The stream is closed.
+        """
+        return self.try_submit(item, -1 if limit is None else limit, park)
+
+    cdef object try_submit(self, CompletionCore item, Py_ssize_t limit, bint park):
+        inflight, backend = self._inflight, self._backend
+        cdef LaunchCore gpu = backend if isinstance(backend, LaunchCore) else None
+        cdef bint full
+        if limit >= 0 and len(inflight) >= limit:
+            backend.poll()              # completed items free their slots first
+        lock = self._lock
+        lock.acquire()
+        try:
+            if self._closed:
+                raise _DeviceError(f"stream '{self.name}': {item.describe()} submitted "
+                                  "after close")
+            parked = self._parked
+            full = limit >= 0 and (len(inflight) >= limit or len(parked) > 0)
+            if full and not park:
+                return inflight[0] if inflight else parked[0][1]
+            item.stream = self
+            item.submitted_at = _now()
+            self._submitted += 1
+            if full:
+                self._limit = limit
+                if not parked and inflight:
+                    backend.watch(inflight[0])   # its completion frees a slot
+                parked.append(("launch", item))
+            else:
+                inflight.append(item)
+                if gpu is not None:
+                    gpu.launch_item(item)
+                else:
+                    backend.launch(item)
+        finally:
+            lock.release()
+        if (gpu.poll_due if gpu is not None else backend.poll_due):
+            backend.poll()              # outside the lock: finishing items takes it
+        return None
+
+
+def submit_now(type item_type, StreamCore stream, fn, keepalive, label, limit):
+    """A new ``item_type`` (a ``CompletionCore`` subclass) for ``fn``, enqueued on
+    ``stream`` at once: beyond ``limit`` items in flight (None: no limit) it waits in the
+    stream's host-side line. The library's hot paths (``StreamPool._submit_now``); ``fn``
+    is known to be callable.
+
+    Raises
+    ------
+    DeviceError
+        The stream is closed.
+    """
+    cdef PyTypeObject* t = <PyTypeObject*>item_type
+    if not issubclass(item_type, CompletionCore):
+        raise TypeError(f"queues: {item_type.__name__} is not a work-item type")
+    cdef CompletionCore item = <CompletionCore>t.tp_new(item_type, <PyObject*>_NO_ARGS, NULL)
+    item.label = label
+    item._fn = fn
+    item._keepalive = keepalive
+    stream.try_submit(item, -1 if limit is None else limit, True)
+    return item

@@ -1,0 +1,67 @@
+"""The queues' C submission path (``queues._core``): what it stamps and what it refuses.
+
+The queue behaviour itself (order, limits, parking, completion batches) is the same for
+every caller and is tested through the public API in tests/async and tests/contract.
+"""
+import time
+
+import pytest
+
+from hipdnn_async import DeviceError
+from hipdnn_async.queues import Completion, StreamPool
+from hipdnn_async.queues import _core
+
+
+def test_its_clock_is_time_perf_counter():
+    # every timestamp of an item must be comparable with the Python-side ones (the CPU
+    # worker's started_at / finished_at, queue_wait_ms): the same clock, not just a
+    # monotonic one
+    for _ in range(100):
+        before = time.perf_counter()
+        now = _core.perf_counter()
+        after = time.perf_counter()
+        assert before <= now <= after
+
+
+def test_timestamps_of_a_submission_are_ordered_on_one_clock():
+    with StreamPool("cpu", n_streams=1) as pool:
+        t0 = time.perf_counter()
+        item = pool._submit_now(lambda: 7, (), pool.streams[0], "probe")
+        assert item.result(timeout=10) == 7
+        t1 = time.perf_counter()
+    assert t0 <= item.submitted_at <= item.started_at <= item.finished_at <= t1
+    assert 0.0 <= item.queue_wait_ms <= (t1 - t0) * 1e3
+
+
+def test_submit_now_takes_only_work_item_types():
+    with StreamPool("cpu", n_streams=1) as pool:
+        stream = pool.streams[0]
+        with pytest.raises(TypeError, match="dict is not a work-item type"):
+            _core.submit_now(dict, stream, lambda: None, (), "x", None)
+        assert stream.metrics()["submitted"] == 0
+
+
+def test_submit_now_on_a_closed_stream_names_stream_and_item():
+    pool = StreamPool("cpu", n_streams=1)
+    stream = pool.streams[0]
+    pool.close()
+    with pytest.raises(DeviceError, match=r"stream 'cpu:s0': plan 'p' submitted after close"):
+        _core.submit_now(Completion, stream, lambda: None, (), "plan 'p'", None)
+
+
+def test_a_work_item_must_be_callable():
+    with pytest.raises(TypeError, match="work item 'w': fn must be callable; got int"):
+        Completion(3, label="w")
+
+
+def test_an_error_of_the_work_is_stored_named_and_the_function_dropped():
+    # a GPU launch's item: the value or error is stored, fn released at once (it may
+    # hold a replay's graph)
+    def boom():
+        raise ValueError("bad")
+
+    item = Completion(boom, label="plan 'c'")
+    item._enqueue()
+    assert item._fn is None
+    assert "plan 'c': ValueError: bad" in str(item._error)
+    assert isinstance(item._error.__cause__, ValueError)
