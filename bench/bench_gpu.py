@@ -1207,8 +1207,8 @@ async def _one_conv(hd, torch, dev, args, rec, name, cin, w_dims, pad, stride, d
     rec["ours_tflops"] = rec["flop"] / rec["ours_ms"] / 1e9
     rec["timing"] = method
     if rec["reason"] in (ALGO, NOCFG):
-        rec["heuristic_orders"] = heuristic_orders(dev, g, dtype == "float32",
-                                                   allow_fft=direction != "wgrad")
+        rec["heuristic_orders"] = heuristic_orders(
+            dev, g, dtype == "float32", allow_fft=not (direction == "wgrad" and dtype == "float32"))
     if direction == "wgrad" and dtype == "float32":
         await _graph_wgrad(hd, torch, dev, args, rec, g, plan, t, vp, pad, stride)
 
@@ -1216,8 +1216,8 @@ async def _one_conv(hd, torch, dev, args, rec, name, cin, w_dims, pad, stride, d
 def heuristic_orders(dev, g, float_io, allow_fft=True):
     """cuDNN's heuristic orders for the graph engine's operation graph of `g`: mode A and B
     with the 16-byte alignment our plans declare, mode A with PyTorch's 32 ("!": rejected
-    by the default numerical policy; `allow_fft` False for weight gradients, which never
-    take FFT): which one would have put the fast config first."""
+    by the default numerical policy; `allow_fft` False for FLOAT weight gradients, which
+    never take FFT): which one would have put the fast config first."""
     out = {}
     try:
         from hipdnn_async.patterns import match as match_pattern

@@ -15,6 +15,7 @@ from ..._layout import packed_strides, strides_match
 from ...patterns import ConvDirection, conv_roles
 from ...runtime import _cudnn
 from .._tuning import Candidate
+from . import _fft
 
 __all__ = ["ConvSetup", "ALGO_NAMES", "conv_setup", "tensor_descriptor", "CUDNN_DTYPE"]
 
@@ -114,21 +115,27 @@ class ConvSetup:
 
     @property
     def fft_applies(self) -> bool:
-        """Whether the FFT part of the policy (knob ``cudnn_legacy.allow_fft``) applies:
-        FLOAT fprop and dgrad (conv+bias+activation is fprop); never FLOAT weight
-        gradients, HALF / BFLOAT16 not at all (see :meth:`accurate`)."""
-        return self.float_io and self.direction != int(ConvDirection.WGRAD)
+        """Whether the knob ``cudnn_legacy.allow_fft`` is offered and consulted: every
+        direction and data type but FLOAT weight gradients, which never take FFT
+        (``_fft``; conv+bias+activation is fprop; see :meth:`accurate`)."""
+        return _fft.knob_offered(conv=True, float_io=self.float_io,
+                                 wgrad=self.direction == int(ConvDirection.WGRAD))
 
     def accepted(self, candidates, *, deterministic: bool,
                  allow_fft: bool) -> list[Candidate]:
         """The numerical policy over :meth:`algorithms`' list, in its order: the
         :meth:`accurate` entries when cuDNN has any for the problem; otherwise all,
         deterministic ones first (some 1x1 and depthwise weight gradients have only
-        ALGO_0 / ALGO_3)."""
+        ALGO_0 / ALGO_3), but never FFT where the knob said 0 (``allow_fft`` False where
+        :attr:`fft_applies`)."""
         good = [e for e in candidates if self.accurate(e.id, e.deterministic,
                                                        deterministic=deterministic,
                                                        allow_fft=allow_fft)]
-        return good or sorted(candidates, key=lambda e: not e.deterministic)
+        if good:
+            return good
+        if self.fft_applies and not allow_fft:
+            candidates = [e for e in candidates if self.name(e.id) not in _FFT_ALGOS]
+        return sorted(candidates, key=lambda e: not e.deterministic)
 
     def accurate(self, algo: int, determinism, *, deterministic: bool = True,
                  allow_fft: bool = False) -> bool:
@@ -137,7 +144,11 @@ class ConvSetup:
         ``deterministic=False, allow_fft=True``.
 
         - HALF / BFLOAT16 I/O: deterministic algorithms only (cuDNN's atomics-based
-          ALGO_0 / ALGO_3 accumulate in HALF there: 20% errors measured on the H200).
+          ALGO_0 / ALGO_3 accumulate in HALF there: 20% errors measured on the H200);
+          FFT and FFT_TILING (in FLOAT accumulation, taken as before the knob covered
+          HALF / BFLOAT16) unless ``allow_fft`` is False (knob ``cudnn_legacy.allow_fft``
+          = 0: direct summation only, so a NaN or Inf input stays in the outputs that
+          read it instead of spreading over an FFT tile).
         - FLOAT I/O: no Winograd (never measured within our bound: PyTorch's Winograd
           FLOAT 3x3 weight gradient was at 2.02x it on the H200, cuDNN 9.19); FFT and
           FFT_TILING for fprop and dgrad when ``allow_fft`` (knob
@@ -152,11 +163,11 @@ class ConvSetup:
           as the graph engine's NONDETERMINISTIC configs and PyTorch's default
           (``deterministic=False``)."""
         det = determinism if isinstance(determinism, bool) else determinism == _cudnn.DETERMINISTIC
+        name = self.name(algo)
         if not self.float_io:
-            return det
+            return det and (allow_fft or name not in _FFT_ALGOS)
         if not det and deterministic:
             return False
-        name = self.name(algo)
         if name in _FFT_ALGOS:
             return allow_fft and self.fft_applies
         return name not in _WINOGRAD_ALGOS

@@ -41,7 +41,7 @@ from ...runtime import GpuArray, load_vendor
 from .._base import Engine, ProviderEngine, engine_id
 from .. import _tuning
 from .._tuning import Algorithm
-from . import _graph_ir, _graph_lower, _graph_plan
+from . import _fft, _graph_ir, _graph_lower, _graph_plan
 
 __all__ = ["CUDNN_GRAPH_ENGINE", "ALLOW_TF32", "ALLOW_FFT", "DETERMINISTIC", "DISABLE_ENV",
            "disabled_by_env",
@@ -55,8 +55,8 @@ ALLOW_TF32 = "cudnn_graph.allow_tf32"
 ALLOW_FFT = "cudnn_graph.allow_fft"
 DETERMINISTIC = "cudnn_graph.deterministic"
 _CONV = (Pattern.CONV_FPROP, Pattern.CONV_DGRAD, Pattern.CONV_WGRAD)
-# where FFT configs may run on FLOAT data (measured: _graph_plan's docstring); never wgrad
-_FFT_PATTERNS = (Pattern.CONV_FPROP, Pattern.CONV_DGRAD, Pattern.CONV_FPROP_BIAS_RELU)
+# every convolution pattern, fused included (where ALLOW_FFT may be offered: _fft)
+_ALL_CONV = _CONV + (Pattern.CONV_FPROP_BIAS_RELU,)
 # "0" turns the engine off (every graph goes to the legacy engine)
 DISABLE_ENV = "HIPDNN_ASYNC_CUDNN_GRAPH"
 # configs timed with global.benchmarking = 1 (PyTorch's cudnn.benchmark times every config
@@ -72,8 +72,9 @@ _NOTES = ("cuDNN 9 graph (backend) API with cached execution plans; conv fprop/d
           "down-converting or reduced-precision-"
           "reduction engines; FLOAT data without TF32 tensor cores unless "
           f"'{ALLOW_TF32}' = 1 and without Winograd; FLOAT fprop/dgrad/conv+bias+activation "
-          f"may run FFT configs (measured within tolerance, H200) unless '{ALLOW_FFT}' = 0 "
-          "(direct summation only), FLOAT weight gradients never; "
+          "(measured within tolerance, H200) and every HALF/BFLOAT16 convolution may run "
+          f"FFT configs unless '{ALLOW_FFT}' = 0 (direct summation only, every data type: "
+          "a NaN/Inf input stays in the outputs that read it), FLOAT weight gradients never; "
           "non-deterministic engines (FLOAT reductions) allowed "
           f"unless '{DETERMINISTIC}' = 1 (Device(..., deterministic=True) sets it); "
           "plan.algorithm.reason says why a config was chosen; NaN propagates through ReLU "
@@ -201,10 +202,8 @@ class CudnnGraphEngine:
             if _float_io(match):
                 knobs.append(_knobs.Knob(ALLOW_TF32, "int64", 0, 0, 1,
                                          "Allow TF32 tensor-core engines for FLOAT data"))
-        if _fft_applies(match):
-            knobs.append(_knobs.Knob(ALLOW_FFT, "int64", 1, 0, 1,
-                                     "Allow FFT engine configs for FLOAT data (0: direct "
-                                     "summation only)"))
+        if _fft_knob_offered(match):
+            knobs.append(_fft.fft_knob(ALLOW_FFT, "FFT engine configs"))
         knobs.append(_knobs.Knob(DETERMINISTIC, "int64", 0, 0, 1,
                                  "Only engine configs without cuDNN's NONDETERMINISTIC note "
                                  "(bitwise-reproducible results)"))
@@ -217,7 +216,8 @@ class CudnnGraphEngine:
             return cached
         specs = _graph_ir.graph_spec(match, where)
         be = backend()
-        float_io, fft = _float_io(match), _fft_applies(match)
+        # the widest FFT policy (the knob's default where it is offered)
+        float_io, fft = _float_io(match), _fft_allowed(match, {})
         variants, refused = [], []
         for spec in specs:
             with self._build.lock:
@@ -265,11 +265,11 @@ class CudnnGraphEngine:
         prep = self._prepare(match, where)
         bench = bool(knobs.get(_knobs.BENCHMARKING, 0))
         allow_tf32 = bool(knobs.get(ALLOW_TF32, 0))
-        allow_fft = _fft_applies(match) and bool(knobs.get(ALLOW_FFT, 1))
+        allow_fft = _fft_allowed(match, knobs)
         deterministic = bool(knobs.get(DETERMINISTIC, 0))
         limit = knobs.get(_knobs.WORKSPACE_SIZE_LIMIT)
         float_io = _float_io(match)
-        key = self._key(match, bench, allow_tf32, limit, deterministic, allow_fft)
+        key = self._key(match, bench, allow_tf32, limit, deterministic, allow_fft, float_io)
         bufs = self._build.scratch_pack(match)
         plan = self._restore(be, match, prep, key, perfdb, bufs, limit, where)
         if plan is not None:
@@ -380,15 +380,18 @@ class CudnnGraphEngine:
 
     # ------------------------------------------------------------------ perf db
     def _key(self, match, bench: bool, allow_tf32: bool, limit,
-             deterministic: bool = False, allow_fft: bool = False) -> _perfdb.PerfKey:
+             deterministic: bool = False, allow_fft: bool = False,
+             float_io: bool = True) -> _perfdb.PerfKey:
         """The perf-db key: the problem prefixed with the policy that narrowed the configs
         (``"[heuristic fft] ..."``), so that a choice made under one policy is never taken
-        under another. ``allow_fft``: FFT accepted for FLOAT data (the default since FFT
-        was measured; the earlier, FFT-declining default's keys carry no ``fft``, so the
-        new default never takes a choice made under it)."""
+        under another. ``allow_fft``: FFT accepted, named as ``_fft.key_word`` says (FLOAT:
+        ``fft``, the default since FFT was measured, whose earlier FFT-declining keys carry
+        no word; HALF / BFLOAT16: ``no-fft`` for ``cudnn_graph.allow_fft = 0``, their
+        default keys unchanged)."""
         desc = self._describe()
+        fft = _fft.key_word(float_io=float_io, allow_fft=allow_fft)
         policy = (("benchmark" if bench else "heuristic") + (" tf32" if allow_tf32 else "")
-                  + (" deterministic" if deterministic else "") + (" fft" if allow_fft else ""))
+                  + (" deterministic" if deterministic else "") + (f" {fft}" if fft else ""))
         return _perfdb.PerfKey(provider="cudnn", engine=CUDNN_GRAPH_ENGINE,
                                library_versions=desc["library_versions"], device=desc["device"],
                                problem=f"[{policy}] {match.signature}",
@@ -458,11 +461,18 @@ def _float_io(match) -> bool:
                if r in ("x", "y", "dx", "dy", "w", "dw"))
 
 
-def _fft_applies(match) -> bool:
-    """Whether ``cudnn_graph.allow_fft`` is offered and consulted: FLOAT fprop, dgrad and
-    conv+bias+activation (HALF / BFLOAT16 take FFT configs as before; FLOAT weight
-    gradients never, as FFT was not measured there)."""
-    return match.pattern in _FFT_PATTERNS and _float_io(match)
+def _fft_knob_offered(match) -> bool:
+    """Whether ``cudnn_graph.allow_fft`` is offered: every convolution pattern but FLOAT
+    weight gradients (``_fft``)."""
+    return _fft.knob_offered(conv=match.pattern in _ALL_CONV, float_io=_float_io(match),
+                             wgrad=match.pattern == Pattern.CONV_WGRAD)
+
+
+def _fft_allowed(match, knobs) -> bool:
+    """Whether FFT-noted configs may be chosen under ``knobs`` (``_fft.allowed``: the
+    knob where offered, default 1; never FLOAT weight gradients or FLOAT batchnorm)."""
+    return _fft.allowed(knobs, ALLOW_FFT, conv=match.pattern in _ALL_CONV,
+                        float_io=_float_io(match), wgrad=match.pattern == Pattern.CONV_WGRAD)
 
 
 def _declines(exc: BaseException) -> bool:

@@ -9,7 +9,9 @@
   note) unless the ``cudnn_graph.allow_tf32`` knob allows it, and no Winograd (never
   measured within our bound: PyTorch's Winograd FLOAT 3x3 weight gradient was at 2.02x
   it on the H200). FFT-noted configs are accepted for FLOAT fprop, dgrad and
-  conv+bias+activation unless ``cudnn_graph.allow_fft`` is 0. Measured with
+  conv+bias+activation and for every HALF / BFLOAT16 convolution unless
+  ``cudnn_graph.allow_fft`` is 0, which declines them for every data type (``_fft``: an
+  FFT spreads a NaN or Inf input over its tile). Measured with
   bench/diag_fft.py on the H200
   (cuDNN 9.19), every ResNet-50 fp32 NCHW fprop and dgrad shape at batch 32, inputs
   U(-1, 1) and a wide-range set (magnitudes 2^-8..2^8): where FFT configs were chosen
@@ -194,7 +196,7 @@ def heuristic_order(be, graph, mode_label: str, *, float_io: bool,
     (``"eng25"``; ``"eng9!tf32"`` where the default numerical policy rejects it, with the
     first word of the reason), for diagnostics (bench_gpu). ``mode_label``: "A", "B" or
     "FALLBACK"; ``allow_fft``: as for :func:`rejection` (False for FLOAT weight
-    gradients)."""
+    gradients, True for every other default)."""
     mode = {"A": be.HEUR_MODE_A, "B": be.HEUR_MODE_B, "FALLBACK": be.HEUR_MODE_FALLBACK}[mode_label]
     out = []
     for cfg in _query(be, graph, mode):
@@ -215,9 +217,9 @@ def rejection(be, c: Candidate, *, float_io: bool, allow_tf32: bool,
               deterministic: bool = False, allow_fft: bool = True) -> str | None:
     """Why the numerical policy (module docstring) rejects ``c``, or None.
 
-    ``allow_fft``: whether FFT-noted configs are accepted for FLOAT I/O (knob
-    ``cudnn_graph.allow_fft``, default 1; the engine passes False for weight gradients,
-    where FFT was not measured); HALF / BFLOAT16 I/O never consults it."""
+    ``allow_fft``: whether FFT-noted configs are accepted, for every data type (knob
+    ``cudnn_graph.allow_fft``, default 1; the engine passes False for FLOAT weight
+    gradients, where FFT was not measured: ``_fft.allowed``)."""
     n = c.numerical
     if deterministic and be.NUMERICAL_NOTE_NONDETERMINISTIC in n:
         return "not deterministic (knob cudnn_graph.deterministic = 1)"
@@ -229,8 +231,8 @@ def rejection(be, c: Candidate, *, float_io: bool, allow_tf32: bool,
         return "uses tensor cores (TF32) on FLOAT data"
     if float_io and n & {getattr(be, note) for note in _WINOGRAD_NOTES}:
         return "Winograd transform on FLOAT data (not measured within the FLOAT tolerance)"
-    if float_io and not allow_fft and be.NUMERICAL_NOTE_FFT in n:
-        return ("FFT transform on FLOAT data (knob cudnn_graph.allow_fft = 0, or a weight "
+    if not allow_fft and be.NUMERICAL_NOTE_FFT in n:
+        return ("FFT transform (knob cudnn_graph.allow_fft = 0, or a FLOAT weight "
                 "gradient)")
     return None
 

@@ -10,8 +10,9 @@ fastest on scratch buffers (the heuristic's choice kept unless another is faster
 TF32), so results match a float32 reference; their non-deterministic ALGO_0 / ALGO_3
 (FLOAT atomics) are allowed unless the knob ``cudnn_legacy.deterministic`` is 1; FLOAT
 fprop and dgrad (and conv+bias+activation) may take FFT / FFT_TILING (measured within
-tolerance: ``ConvSetup.accurate``) unless the knob ``cudnn_legacy.allow_fft`` is 0; FLOAT
-weight gradients never take FFT, and no FLOAT convolution takes Winograd.
+tolerance: ``ConvSetup.accurate``), as every HALF/BFLOAT16 convolution may, unless the knob
+``cudnn_legacy.allow_fft`` is 0 (direct summation only, for every data type: ``_fft``);
+FLOAT weight gradients never take FFT, and no FLOAT convolution takes Winograd.
 HALF/BFLOAT16 use tensor cores with float32 accumulation, deterministic algorithms only.
 """
 from __future__ import annotations
@@ -33,7 +34,7 @@ from .._gpu._bind import GpuTarget, bind_workspace, make_binder
 from .._gpu._launch import LaunchResources
 from .._gpu._trial import BuildStream
 from .._gpu._vendor import open_vendor
-from . import _plans
+from . import _fft, _plans
 from ._graph import GraphApiEngine
 from ._conv import CUDNN_DTYPE, conv_setup, is_channels_last, tensor_descriptor
 
@@ -55,9 +56,10 @@ class LegacyEngine(ProviderEngine):
     schema1 = True   # the provider's only engine when the perf db had no engine column
     notes = ("cuDNN 9 legacy API; FLOAT/HALF/BFLOAT16 I/O with FLOAT per-channel tensors; "
              "4-D and 5-D; packed filters; FLOAT convolutions without TF32 or Winograd, "
-             "FLOAT fprop/dgrad/conv+bias+ReLU may run FFT/FFT_TILING (measured within "
-             f"tolerance, H200) unless '{LEGACY_ALLOW_FFT}' = 0 (direct summation "
-             "only), FLOAT weight gradients never; "
+             "FLOAT fprop/dgrad/conv+bias+ReLU (measured within tolerance, H200) and every "
+             "HALF/BFLOAT16 convolution may run FFT/FFT_TILING unless "
+             f"'{LEGACY_ALLOW_FFT}' = 0 (direct summation only, every data type: a NaN/Inf "
+             "input stays in the outputs that read it), FLOAT weight gradients never; "
              "cuDNN's non-deterministic ALGO_0/ALGO_3 (FLOAT atomics) allowed unless "
              f"'{LEGACY_DETERMINISTIC}' = 1; HALF/BFLOAT16 convolutions deterministic "
              "algorithms only; plan.algorithm.reason says why; ReLU upper clip "
@@ -118,9 +120,8 @@ class CudnnProvider(Provider):
                                          "Only deterministic cuDNN algorithms (no ALGO_0 / "
                                          "ALGO_3 atomics: bitwise-reproducible results)"))
             if setup.fft_applies:
-                knobs.append(_knobs.Knob(LEGACY_ALLOW_FFT, "int64", 1, 0, 1,
-                                         "Allow cuDNN's FFT / FFT_TILING algorithms for FLOAT "
-                                         "data (0: direct summation only)"))
+                knobs.append(_fft.fft_knob(LEGACY_ALLOW_FFT,
+                                           "cuDNN's FFT / FFT_TILING algorithms"))
             return knobs
         return _tuning.engine_knobs(match)
 
@@ -312,11 +313,12 @@ class CudnnProvider(Provider):
         deterministic = bool(knobs.get(LEGACY_DETERMINISTIC, 0))
         allow_fft = setup.fft_applies and bool(knobs.get(LEGACY_ALLOW_FFT, 1))
         candidates = self._policy(match, setup, raw, deterministic, allow_fft)
-        # the knobs that set the candidates, for the perf-db key: "fft" where FFT is
+        # the knobs that set the candidates, for the perf-db key: FLOAT "fft" where FFT is
         # accepted (the default), so that winners benchmarked under the earlier,
-        # FFT-declining default (keys without it) are never taken as this one's
-        policy = " ".join(w for w, on in (("deterministic", deterministic), ("fft", allow_fft))
-                          if on)
+        # FFT-declining default (keys without it) are never taken as this one's;
+        # HALF / BFLOAT16 "no-fft" where the knob is 0 (their default keys unchanged)
+        fft = _fft.key_word(float_io=setup.float_io, allow_fft=allow_fft)
+        policy = " ".join(w for w, on in (("deterministic", deterministic), (fft, fft)) if on)
         choice = _tuning.choose(self.engine_impl(engine), match, candidates, knobs, perfdb,
                                 heuristic=lambda fitting, limit: fitting[0],
                                 measure=lambda fitting: self._find(match, setup, fitting),

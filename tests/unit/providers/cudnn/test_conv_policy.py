@@ -40,10 +40,34 @@ def test_float_wgrad_declines_fft_and_winograd_whatever_the_knob():
 
 
 @pytest.mark.parametrize("direction", [FPROP, DGRAD, WGRAD])
-def test_half_keeps_every_deterministic_algorithm_as_before(direction):
+def test_half_keeps_every_deterministic_algorithm_by_default_and_fft_unless_the_knob_says_not(
+        direction):
+    # HALF / BFLOAT16 (float_io False): the engine's default (allow_fft=True) keeps every
+    # deterministic algorithm, FFT included, as before the knob covered them; the knob's 0
+    # drops FFT and FFT_TILING in every direction, weight gradients too
     s = _setup(direction, float_io=False)
-    assert not s.fft_applies
-    assert _kept(s, deterministic=False, allow_fft=False) == set(ALGO_NAMES[direction])
+    assert s.fft_applies
+    names = set(ALGO_NAMES[direction])
+    assert FFT <= names
+    assert _kept(s, deterministic=False, allow_fft=True) == names
+    assert _kept(s, deterministic=False, allow_fft=False) == names - FFT
+    # cuDNN's non-deterministic entries stay out for HALF whatever the knobs say
+    fft = ALGO_NAMES[direction].index("FFT")
+    assert not s.accurate(fft, False, deterministic=False, allow_fft=True)
+
+
+@pytest.mark.parametrize("float_io,other", [(True, "WINOGRAD"), (False, "ALGO_0")])
+def test_with_the_knob_at_0_the_fallback_takes_no_fft_either(float_io, other):
+    # cuDNN lists only what the policy declines (FFT, FFT_TILING and, for FLOAT, Winograd;
+    # for HALF the non-deterministic ALGO_0): accepted() falls back to the whole list,
+    # deterministic first, but a knob set to 0 keeps FFT out of that fallback too
+    s = _setup(DGRAD, float_io=float_io)
+    names = ALGO_NAMES[DGRAD]
+    cands = [Candidate(n, names.index(n), 0, n != "ALGO_0") for n in ("FFT", other, "FFT_TILING")]
+    assert [c.name for c in s.accepted(cands, deterministic=True, allow_fft=False)] == [other]
+    # the default accepts FFT there
+    assert [c.name for c in s.accepted(cands, deterministic=True, allow_fft=True)] == [
+        "FFT", "FFT_TILING"]
 
 
 def test_accepted_keeps_cudnns_order_under_the_policy():

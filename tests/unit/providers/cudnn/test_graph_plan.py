@@ -38,13 +38,15 @@ def _cand(be, *notes, index=1, ws=0):
     ("NUMERICAL_NOTE_WINOGRAD_TILE_6x6", True, True, True, "Winograd"),
     ("NUMERICAL_NOTE_WINOGRAD_TILE_13x13", True, False, False, "Winograd"),
     ("NUMERICAL_NOTE_WINOGRAD", False, False, True, None),
-    # FFT: accepted for FLOAT by default (measured within bound: bench/diag_fft.py),
-    # declined with allow_fft = 0 (the knob, and weight gradients)
+    # FFT: accepted by default (FLOAT: measured within bound, bench/diag_fft.py; HALF /
+    # BFLOAT16: as before), declined with allow_fft = 0 (the knob, and FLOAT weight
+    # gradients) for every data type
     ("NUMERICAL_NOTE_FFT", True, False, True, None),
     ("NUMERICAL_NOTE_FFT", True, True, True, None),
     ("NUMERICAL_NOTE_FFT", True, False, False, "FFT"),
     ("NUMERICAL_NOTE_FFT", True, True, False, "FFT"),
-    ("NUMERICAL_NOTE_FFT", False, False, False, None),
+    ("NUMERICAL_NOTE_FFT", False, False, True, None),
+    ("NUMERICAL_NOTE_FFT", False, False, False, "FFT"),
     ("NUMERICAL_NOTE_NONDETERMINISTIC", True, False, True, None),
 ])
 def test_numerical_policy(be, note, float_io, tf32, fft, rejected):
@@ -371,7 +373,7 @@ def _policy_engine(monkeypatch, be):
     monkeypatch.setattr(_graph._graph_plan, "plan_json", lambda be, plan: "")
 
     def prepare(m, where):
-        float_io, fft = _graph._float_io(m), _graph._fft_applies(m)
+        float_io, fft = _graph._float_io(m), _graph._fft_allowed(m, {})
         # what _prepare keeps: the widest policy (TF32 allowed; FFT where it may apply)
         kept = [c for c in cands if not _graph_plan.rejection(
             be, c, float_io=float_io, allow_tf32=True, allow_fft=fft)]
@@ -430,11 +432,34 @@ def test_float_wgrad_never_takes_fft_and_has_no_fft_knob(monkeypatch, be):
     assert key.problem == f"[heuristic] {m.signature}"
 
 
-@pytest.mark.parametrize("direction", ["fprop", "wgrad"])
-def test_half_convolutions_keep_their_policy_and_key(monkeypatch, be, direction):
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("graph", [lambda dt: _conv_graph("fprop", dtype=dt),
+                                   lambda dt: _conv_graph("dgrad", dtype=dt),
+                                   lambda dt: _conv_graph("wgrad", dtype=dt),
+                                   _conv_bias_relu],
+                         ids=["fprop", "dgrad", "wgrad", "conv_bias_relu"])
+def test_half_convolutions_keep_their_default_and_decline_fft_with_allow_fft_0(
+        monkeypatch, be, graph, dtype):
     eng, chose_from = _policy_engine(monkeypatch, be)
-    m = match(_conv_graph(direction, dtype="float16"))
+    m = match(graph(dtype))
     knobs, key = _build(eng, m)
-    assert _graph.ALLOW_FFT not in knobs
+    fft = knobs[_graph.ALLOW_FFT]
+    assert (fft.default, fft.min, fft.max) == (1, 0, 1)
     assert chose_from[-1] == [1, 50, 7]               # transforms in FLOAT accumulation, as before
-    assert key.problem == f"[heuristic] {m.signature}"
+    assert key.problem == f"[heuristic] {m.signature}"  # the default's key, as before
+    _, key0 = _build(eng, m, **{_graph.ALLOW_FFT: 0})
+    assert chose_from[-1] == [1, 7]                   # FFT declined, Winograd still taken
+    assert key0.problem == f"[heuristic no-fft] {m.signature}" != key.problem
+    _, keyb = _build(eng, m, **{"global.benchmarking": 1, _graph.ALLOW_FFT: 0})
+    assert keyb.problem == f"[benchmark no-fft] {m.signature}"
+
+
+def test_with_allow_fft_0_a_half_conv_whose_configs_are_all_fft_declines(monkeypatch, be):
+    eng, _ = _policy_engine(monkeypatch, be)
+    m = match(_conv_graph("fprop", dtype="float16"))
+    only_fft = [dataclasses.replace(_cand(be, be.NUMERICAL_NOTE_FFT, index=50, ws=64), knobs=())]
+    monkeypatch.setattr(eng, "_prepare",
+                        lambda m_, where: _graph._Prepared([("spec", "graph", only_fft)]))
+    offered = eng.offer(m)
+    with pytest.raises(hd.NotSupportedError, match="numerical policy"):
+        eng.build(m, offered, {_graph.ALLOW_FFT: 0}, _SpyDb())
