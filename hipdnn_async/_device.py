@@ -800,11 +800,12 @@ class ExecutionPlan:
     def _make_fn(self, buffers: dict, ws):
         """The work-item function of one binding: the provider plan's own launcher for
         these buffers where it has one (a prebuilt vendor launch that counts itself in
-        the device's ``plan_stats``), else ``_runner``."""
+        the device's ``plan_stats`` and names this plan in its errors), else ``_runner``."""
         make = getattr(self._pplan, "launcher", None)
         if make is None:
             return self._runner(buffers, ws)
-        return make(buffers, ws, counter=self.device._exec_counter(self.pattern))
+        return make(buffers, ws, counter=self.device._exec_counter(self.pattern),
+                    label=self._label)
 
     def _work(self, variant_pack, workspace):
         b = self._bindings.get(variant_pack, workspace)

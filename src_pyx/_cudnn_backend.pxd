@@ -106,8 +106,10 @@ cdef class GraphLaunch:
     cdef int graph_after         # direct executions of one pack before capture; 0: never
     cdef dict packs              # launch context -> its StreamPack, oldest first
     cdef StreamPack last         # the pack of the latest launch
+    cdef readonly str label      # the plan it executes, for its errors ("" : unnamed)
 
     cdef StreamPack _pack(self, object lc)
+    cdef object _failed(self, object error)
     cdef int _build(self, StreamPack p, object lc) except -1
     cdef int _execute(self, object lc) except -1
     cdef int _direct(self, StreamPack p) except -1

@@ -825,6 +825,10 @@ cdef class GraphLaunch:
         (the default) never captures. The launch context must carry the stream
         (``.stream``) and its device's ``runtime._gpu.Runtime`` (``.context.runtime``);
         without one there are no graphs.
+    label : str, optional
+        The plan, as its errors name it (``"plan CONV_FPROP (graph 'conv1', engine
+        CUDNN_GRAPH_ENGINE)"``): a failed execution's error message starts with it
+        (``HipdnnError.prefixed``, made only on failure). Default "": not named.
 
     Attributes
     ----------
@@ -838,10 +842,13 @@ cdef class GraphLaunch:
     Raises (when called)
     --------------------
     ExecutionError, NotSupportedError
-        cuDNN refused the execution, the graph launch failed, or ``resolve``'s error.
+        cuDNN refused the execution or its variant pack (``CudnnError``), the graph
+        launch failed (``GpuError``: ``cudaGraphLaunch``), each named by ``label`` and
+        the failing call; or ``resolve``'s error.
     """
 
-    def __init__(self, plan, uids, resolve, lock, counter=None, int graph_after=0):
+    def __init__(self, plan, uids, resolve, lock, counter=None, int graph_after=0,
+                 str label=""):
         cdef int i
         if not isinstance(plan, Descriptor):   # a value error: the stub test's dummies
             raise ValueError(f"GraphLaunch: plan must be an EXECUTION_PLAN Descriptor; got "
@@ -866,6 +873,12 @@ cdef class GraphLaunch:
         self.graph_after = graph_after
         self.packs = {}
         self.last = None
+        self.label = label
+
+    cdef object _failed(self, object error):
+        """``error`` (a ``HipdnnError``) named by this launch's plan: built on the failure
+        path only, so a successful execution pays nothing for it."""
+        return error.prefixed(self.label) if self.label else error
 
     cdef StreamPack _pack(self, object lc):
         """The pack of launch context ``lc``, built (or rebuilt) when needed."""
@@ -894,7 +907,8 @@ cdef class GraphLaunch:
         for i in range(self.n):
             ptrs[i] = <void*><uintptr_t>pointers[i]
         st = make_pack(&vp, self.n, self.uids, ptrs, <void*><uintptr_t>workspace)
-        check(st, "cudnnBackendFinalize (variant pack)")
+        if st != 0:
+            raise self._failed(error_for("cudnnBackendFinalize (variant pack)", st))
         if p.vp != NULL:
             _f.BackendDestroyDescriptor(p.vp)
         p.vp = vp
@@ -913,13 +927,18 @@ cdef class GraphLaunch:
         """Execute on ``lc``'s stream (graph launch, capture or direct); the caller holds
         the plan's lock."""
         cdef StreamPack p = self._pack(lc)
+        cdef int st
         if p.rt is None:
             return self._direct(p)
         if p.gexec != NULL:
             if p.capturing():
                 return self._direct(p)
+            # the status, not rt.c_graph_launch, so that the error can name the plan
+            # (GraphLaunch is present: _capture made gexec only where it is)
             with nogil:
-                p.rt.c_graph_launch(p.gexec, p.stream)
+                st = p.rt.f.GraphLaunch(p.gexec, p.stream)
+            if st != 0:
+                raise self._failed(p.rt._error(st, "GraphLaunch"))
             self.executions += 1
             self.graph_launches += 1
             return 0
@@ -934,7 +953,7 @@ cdef class GraphLaunch:
         with nogil:
             st = _f.BackendExecute(h, self.plan.ptr, vp)
         if st != 0:
-            raise error_for("cudnnBackendExecute", st)
+            raise self._failed(error_for("cudnnBackendExecute", st))
         self.executions += 1
         p.pack_runs += 1
         return 0
@@ -991,8 +1010,9 @@ cdef class GraphLaunch:
                 f.GetLastError()
         if back != 0:
             p.no_graph = True
-            raise error_for(f"cudnnSetStream (back to stream {<uintptr_t>stream:#x} after "
-                            "capturing this plan's execution on a stream of its own)", back)
+            raise self._failed(error_for(
+                f"cudnnSetStream (back to stream {<uintptr_t>stream:#x} after capturing this "
+                "plan's execution on a stream of its own)", back))
         if st != 0:
             p.no_graph = True
             return self._direct(p)      # nothing captured ran: the work runs now

@@ -279,11 +279,13 @@ class GraphLaunch:
     executions: int
     graph_launches: int
     counter: Any
+    label: str
 
     def __init__(self, plan: Descriptor, uids: Sequence[int],
                  resolve: Callable[[Any], tuple], lock: Any, counter: Any = None,
-                 graph_after: int = 0) -> None:
-        """``resolve(launch_context) -> (handle, pointers, workspace, marker)``."""
+                 graph_after: int = 0, label: str = "") -> None:
+        """``resolve(launch_context) -> (handle, pointers, workspace, marker)``; a failed
+        execution's error starts with ``label`` (the plan) and names the failing call."""
     def __call__(self) -> None:
         """Execute once on the launching stream (cudnnBackendExecute with the GIL released,
         or a launch of the graph captured from it)."""

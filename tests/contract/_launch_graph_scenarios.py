@@ -19,7 +19,7 @@ from ._fakes import calls
 from ._scenarios import control
 
 __all__ = ["build_fake_backend", "graph_plan_over_fake_backend", "launch_graph_case",
-           "collected_in_a_cycle_case", "copy_during_capture_case"]
+           "collected_in_a_cycle_case", "copy_during_capture_case", "steady_state_failure_case"]
 
 _FAKE_BACKEND_SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                  "unit", "runtime", "fakes", "fake_cudnn_backend.c")
@@ -246,5 +246,54 @@ def copy_during_capture_case(backend_lib: str, *, submits: int = 5,
         out["copied_ok"] = bool(n) and bool(np.array_equal(other.to_numpy_sync(),
                                                             data + (n - 1)))
         out["graph_launches"] = plan._bindings._entries[0].fn.graph_launches
+        out["log"] = ctl.log()
+        return out
+
+
+def steady_state_failure_case(backend_lib: str, fail: str) -> dict:
+    """A binding that runs, then fails once in its steady state, then runs again.
+
+    ``fail``: ``"execute"`` (the direct ``cudnnBackendExecute`` of the bound pack returns
+    CUDNN_STATUS_EXECUTION_FAILED: ``$FAKE_EXECUTE_STATUS``, before any capture) or
+    ``"graph_launch"`` (after the binding's CUDA graph was captured and launched once, its
+    next ``cudaGraphLaunch`` returns cudaErrorLaunchFailure, 719).
+
+    Returns
+    -------
+    dict
+        ``label`` (the plan's), ``error`` (type name, message, ``.status``, ``.call``, the
+        type name of its ``__cause__``) of the failed submission, ``graph_launches`` of
+        the binding before the failure, ``after`` (the next submission ran: no error) and
+        ``log``.
+    """
+    be = _backend(backend_lib)
+    import hipdnn_async as hd
+    ctl = control()
+    with hd.Device("cuda:0", streams=1) as dev:
+        plan, vp = _fake_backend_conv(dev, be, "conv1")
+        plan.execute_sync(vp, stream=0)                  # binds; one direct execution
+        if fail == "graph_launch":
+            for _ in range(3):                           # the capture, then a launch
+                plan.submit(vp, stream=0).result()
+        launch = plan._bindings._entries[0].fn
+        out = {"label": plan._label, "graph_launches": launch.graph_launches}
+        ctl.clear()
+        ctl.mark("start")
+        if fail == "execute":
+            os.environ["FAKE_EXECUTE_STATUS"] = "5000"
+        else:
+            ctl.inject("cudaGraphLaunch", 719)
+        try:
+            plan.submit(vp, stream=0).result()
+            out["error"] = None
+        except hd.HipdnnError as exc:
+            out["error"] = [type(exc).__name__, str(exc), exc.status, getattr(exc, "call", None),
+                            type(exc.__cause__).__name__ if exc.__cause__ else None]
+        finally:
+            os.environ.pop("FAKE_EXECUTE_STATUS", None)
+            ctl.clear_injections()
+        ctl.mark("end")
+        plan.submit(vp, stream=0).result()
+        out["after"] = launch.executions
         out["log"] = ctl.log()
         return out

@@ -151,6 +151,35 @@ def test_copies_on_another_thread_during_a_capture_are_not_disturbed(fake_gpu, b
     assert r["graph_launches"] == 5 - (GRAPH_AFTER - 1), r["graph_launches"]
 
 
+@pytest.mark.parametrize("fail,call,status,kind", [
+    ("execute", "cudnnBackendExecute", 5000, "CudnnError"),   # CUDNN_STATUS_EXECUTION_FAILED
+    ("graph_launch", "cudaGraphLaunch", 719, "GpuError"),     # cudaErrorLaunchFailure
+])
+def test_a_steady_state_failure_names_the_plan_and_the_call(fake_gpu, backend_lib, fail, call,
+                                                            status, kind):
+    r = fake_gpu.call(S.steady_state_failure_case, backend_lib, fail)
+    assert not violations(r["log"]), violations(r["log"])
+    # the fake device's plan is built by the legacy engine (the fake libcudnn has no
+    # backend API), then given a GraphPlan over the fake backend: its label says so
+    assert r["label"] == "plan CONV_FPROP (graph 'conv1', engine CUDNN_LEGACY_ENGINE)"
+    assert r["error"] is not None, "the injected failure did not reach the submission"
+    got_kind, message, got_status, got_call, cause = r["error"]
+    # "plan CONV_FPROP (graph 'conv1', ...): cudaGraphLaunch failed: cudaErrorLaunchFailure
+    # (719): ...": the plan, then the failing call and its status
+    assert message.startswith(f"{r['label']}: {call} failed: "), message
+    assert f"({status})" in message, message
+    # the vendor error's type and fields are kept; the unnamed one is its cause
+    assert (got_kind, got_status, got_call, cause) == (kind, status, call, kind), r["error"]
+    win = _window(r)
+    assert not calls(win, "cudaStreamBeginCapture"), "a steady-state failure is no capture"
+    if fail == "graph_launch":
+        # captured and launched before; the failure is the one launch of the window
+        assert r["graph_launches"] == 2 and len(calls(win, "cudaGraphLaunch")) == 1
+    # the binding goes on: the next submission runs (execute_sync, [3 submissions,] the
+    # failed one not counted, the next one)
+    assert r["after"] == (2 if fail == "execute" else 5)
+
+
 @pytest.fixture(scope="module")
 def two_gpus(fake_libs, tmp_path_factory):
     env = fake_libs.env()

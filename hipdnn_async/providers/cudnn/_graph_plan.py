@@ -385,13 +385,16 @@ class GraphPlan(ProviderPlan):
                 out.append(self._host[uid].ctypes.data)
         return out
 
-    def launcher(self, buffers, workspace, counter=None):
+    def launcher(self, buffers, workspace, counter=None, label=None):
         """The submit path's work-item function for these buffers: a ``GraphLaunch``
         (``runtime._cudnn_backend``), whose variant pack is built on its first launch on a
         stream and reused until the stream or its workspace changes, so each execution is
         one ``cudnnBackendExecute``, and from the third on one launch of a CUDA graph
         captured from it (:func:`graph_after`). Pointer alignment is checked here, once.
-        ``counter`` (a ``runtime.ExecCounter``) is bumped in C per execution.
+        ``counter`` (a ``runtime.ExecCounter``) is bumped in C per execution. ``label``
+        (the execution plan's, e.g. ``"plan CONV_FPROP (graph 'conv1', engine
+        CUDNN_GRAPH_ENGINE)"``; default: this plan's engine config) starts the message of
+        a failed execution's error, before the failing call.
 
         Raises
         ------
@@ -407,8 +410,10 @@ class GraphPlan(ProviderPlan):
             marker = res if workspace is None and self.workspace_size else None
             return handle, self.pointers(buffers, ws), cudnn_ws, marker
 
+        if label is None:
+            label = f"cuDNN graph plan {self.algorithm!s}"
         return self._be.GraphLaunch(self.plan, self._uids, resolve, self._lock, counter,
-                                    graph_after())
+                                    graph_after(), label)
 
     def run(self, buffers, workspace) -> None:
         res, handle = _plans.handle_for_launch()

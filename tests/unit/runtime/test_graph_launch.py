@@ -78,9 +78,25 @@ try:
     launch()
 except _errors.HipdnnError as e:
     out["failed"] = [type(e).__name__, e.status, e.call, isinstance(e, _errors.ExecutionError)]
+    out["failed_message"] = str(e)
 del os.environ["FAKE_EXECUTE_STATUS"]
 launch()
 out["after_failure"] = counts()
+# a launch given its plan's label names it in the error (and the failing call)
+LABEL = "plan CONV_FPROP (graph 'conv1', engine CUDNN_GRAPH_ENGINE)"
+named = be.GraphLaunch(plan, (7,), lambda lc: (1, [0x10], 0, None), threading.Lock(), label=LABEL)
+os.environ["FAKE_EXECUTE_STATUS"] = "5000"
+try:
+    named()
+except _errors.HipdnnError as e:
+    cause = e.__cause__
+    out["named"] = {"type": type(e).__name__, "message": str(e), "status": e.status,
+                    "call": e.call, "label": named.label, "executions": named.executions,
+                    "cause": [type(cause).__name__, str(cause)] if cause is not None else None}
+del os.environ["FAKE_EXECUTE_STATUS"]
+named()
+out["named_after"] = named.executions
+del named
 out["wall_ns"] = time.perf_counter_ns() - wall0
 out["counter"] = [counter.executions, counter.host_ns, launch.executions, launch.counter is counter]
 plain = be.GraphLaunch(plan, (7,), lambda lc: (1, [0x10], 0, None), threading.Lock())
@@ -158,6 +174,21 @@ def test_a_failed_execution_is_typed_and_the_launch_goes_on(probe):
     name, status, call, is_exec = probe["failed"]
     assert status == 5000 and call == "cudnnBackendExecute" and is_exec, probe["failed"]
     assert probe["after_failure"]["executes"] == probe["alternate"]["executes"] + 1
+
+
+def test_a_failed_execution_names_the_plan_given_as_label_and_the_call(probe):
+    label = "plan CONV_FPROP (graph 'conv1', engine CUDNN_GRAPH_ENGINE)"
+    n = probe["named"]
+    assert n["label"] == label
+    # the plan first, then the call and cuDNN's status and text; the same type and fields
+    assert n["message"].startswith(f"{label}: cudnnBackendExecute failed: "), n["message"]
+    assert "CUDNN_STATUS_EXECUTION_FAILED (5000)" in n["message"], n["message"]
+    assert n["type"] == "CudnnError" and n["status"] == 5000 and n["call"] == "cudnnBackendExecute"
+    # the unnamed error is its cause; an unlabelled launch's message is that one
+    assert n["cause"] == ["CudnnError", n["message"][len(label) + 2:]], n
+    assert probe["failed_message"].startswith("cudnnBackendExecute failed: "), probe["failed_message"]
+    # nothing counted for the failure; the launch goes on
+    assert n["executions"] == 0 and probe["named_after"] == 1
 
 
 def test_the_pack_is_destroyed_with_the_launch(probe):
