@@ -125,3 +125,10 @@ cdef class CudnnTable(LibraryTable):
 
 
 cdef CudnnTable table()
+
+# What every table of libcudnn.so.9 reads the same way (this binding's and the backend
+# binding's, ``_cudnn_backend``, which cimports them): its version and its status texts,
+# each from the table's own pointer (NULL: the library lacks the call).
+cdef int version_of(f_version get_version) noexcept nogil          # 0 where NULL
+cdef str status_name_of(f_errstr get_error_string, int status)     # None where unknown
+cdef str last_error_of(f_last_err get_last_error_string)           # "" where NULL

@@ -26,6 +26,11 @@ table) gives: ``CudnnNotSupportedError`` (NOT_SUPPORTED*; in the decline set),
 with ``.status``, ``.status_name``, ``.call``, ``.library`` and cuDNN's last error message.
 A symbol the library lacks raises ``LibraryError`` (a ``DeviceError``) naming it at the
 first call.
+
+Shared with the backend binding (``_cudnn_backend``, whose table points into the same
+library): ``version_of``, ``status_name_of`` and ``last_error_of`` (``_cudnn.pxd``) read the
+version and the status texts through either table's pointers, and :func:`status_error` is
+the one status-to-error mapping.
 """
 from libc.stdint cimport uintptr_t
 from libc.string cimport memset
@@ -218,7 +223,7 @@ cdef class CudnnTable(LibraryTable):
             "GetBatchNormalizationTrainingExReserveSpaceSize")
         f.BatchNormalizationForwardTrainingEx = <f_bn_train_ex>lib.sym(
             "BatchNormalizationForwardTrainingEx")
-        self._version_number = <int>f.GetVersion() if f.GetVersion != NULL else 0
+        self._version_number = version_of(f.GetVersion)
         return 0
 
     cdef void _clear(self) noexcept:
@@ -229,19 +234,9 @@ cdef class CudnnTable(LibraryTable):
         return self._version_number
 
     cdef object _error(self, int status, str call):
-        cdef const char* s
-        cdef char buf[512]
-        name = None
-        if self.f.GetErrorString != NULL:
-            s = self.f.GetErrorString(status)
-            if s != NULL:
-                name = s.decode(errors="replace")
-        text = ""
-        if self.f.GetLastErrorString != NULL:
-            memset(buf, 0, sizeof(buf))
-            self.f.GetLastErrorString(buf, sizeof(buf) - 1)
-            text = buf.decode(errors="replace").strip()
-        return status_error(self.prefix + call, status, name, text,
+        return status_error(self.prefix + call, status,
+                            status_name_of(self.f.GetErrorString, status),
+                            last_error_of(self.f.GetLastErrorString),
                             self.lib.path if self.lib is not None else self.name)
 
     cdef int c_check(self, int status, const char* call) except -1 nogil:
@@ -253,6 +248,34 @@ cdef class CudnnTable(LibraryTable):
 
 cdef CudnnTable _T = CudnnTable()
 TABLE = _T
+
+
+# ------------------------------------------------------------------ shared with _cudnn_backend
+cdef int version_of(f_version get_version) noexcept nogil:
+    """``cudnnGetVersion()`` through a table's pointer (MAJOR*10000 + MINOR*100 + PATCH
+    since 9.0), or 0 where the library lacks it."""
+    return <int>get_version() if get_version != NULL else 0
+
+
+cdef str status_name_of(f_errstr get_error_string, int status):
+    """cuDNN's name of ``status`` (``cudnnGetErrorString`` through a table's pointer), or
+    None where the library lacks the call or names nothing."""
+    cdef const char* s
+    if get_error_string == NULL:
+        return None
+    s = get_error_string(status)
+    return s.decode(errors="replace") if s != NULL else None
+
+
+cdef str last_error_of(f_last_err get_last_error_string):
+    """cuDNN's last error message of this thread (``cudnnGetLastErrorString`` through a
+    table's pointer), or "" where the library lacks the call."""
+    cdef char buf[1024]
+    if get_last_error_string == NULL:
+        return ""
+    memset(buf, 0, sizeof(buf))
+    get_last_error_string(buf, sizeof(buf) - 1)
+    return buf.decode(errors="replace").strip()
 
 
 cdef CudnnTable table():

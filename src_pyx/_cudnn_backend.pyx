@@ -34,7 +34,9 @@ says up front whether the backend API is usable, and why not; a symbol that is a
 raises ``LibraryError`` (a ``DeviceError``) at its first call, naming symbol and library.
 
 Errors: a non-zero ``cudnnStatus_t`` raises the library's typed error (:func:`error_for`,
-from cuDNN's one status table, ``runtime._cudnn.STATUS``): NOT_SUPPORTED* is a
+from cuDNN's one status table, ``runtime._cudnn.STATUS``, its status name and last error
+message read by ``runtime._cudnn``'s shared ``status_name_of`` / ``last_error_of``, as the
+version by ``version_of``): NOT_SUPPORTED* is a
 ``CudnnNotSupportedError`` (a ``NotSupportedError``, so the next engine may try), BAD_PARAM*
 a ``CudnnBadParamError``, anything else a ``CudnnError`` (an ``ExecutionError``); each keeps
 ``.status``, ``.status_name``, ``.call`` and cuDNN's last error message.
@@ -49,6 +51,7 @@ from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 from .. import _errors
 from . import _cudnn
+from ._cudnn cimport last_error_of, status_name_of, version_of
 from ._gpu cimport ExecCounter, Runtime
 from ._gpu_api cimport RuntimeFns
 from ._loader cimport Library, LibraryTable
@@ -281,7 +284,7 @@ cdef class BackendTable(LibraryTable):
         f.GetErrorString = <f_errstr>lib.sym("GetErrorString")
         f.GetLastErrorString = <f_last_err>lib.sym("GetLastErrorString")
         f.SetStream = <f_set_stream>lib.sym("SetStream")
-        self._version_number = <int>f.GetVersion() if f.GetVersion != NULL else 0
+        self._version_number = version_of(f.GetVersion)
         return 0
 
     cdef void _clear(self) noexcept:
@@ -348,32 +351,24 @@ def version():
 
 
 # ------------------------------------------------------------------ errors
+# (the texts are read as the legacy binding reads them: runtime._cudnn's shared helpers)
 def status_name(int status):
     """cuDNN's name of ``status`` (``cudnnGetErrorString``), or ``"?"``."""
-    cdef const char* s
-    if _f.GetErrorString != NULL:
-        s = _f.GetErrorString(status)
-        if s != NULL:
-            return s.decode(errors="replace")
-    return "?"
+    name = status_name_of(_f.GetErrorString, status)
+    return "?" if name is None else name
 
 
 def last_error():
     """cuDNN's last error message of this thread (``cudnnGetLastErrorString``)."""
-    cdef char buf[1024]
-    if _f.GetLastErrorString == NULL:
-        return ""
-    memset(buf, 0, sizeof(buf))
-    _f.GetLastErrorString(buf, sizeof(buf) - 1)
-    return buf.decode(errors="replace").strip()
+    return last_error_of(_f.GetLastErrorString)
 
 
 def error_for(str call, int status, str name=None, str text=None):
     """The typed error of ``status`` returned by ``call``: cuDNN's status table
     (``runtime._cudnn.STATUS`` through ``_cudnn.status_error``: NOT_SUPPORTED* a
     ``CudnnNotSupportedError``, BAD_PARAM* a ``CudnnBadParamError``, else ``CudnnError``)."""
-    name = status_name(status) if name is None else name
-    text = last_error() if text is None else text
+    name = status_name_of(_f.GetErrorString, status) if name is None else name
+    text = last_error_of(_f.GetLastErrorString) if text is None else text
     return _cudnn.status_error(call, status, None if name == "?" else name, text,
                                loaded_path() or "libcudnn.so.9")
 
