@@ -83,9 +83,13 @@ class GpuStreamBackend(LaunchCore, StreamBackend):
         self.name = name
         self.context = context
         self._rt = rt = context.runtime
+        # launches vs preparers of launch state and on-demand event records; it is also
+        # the stream's lock (``StreamBackend.lock``), so every launch runs with it held,
+        # and a copy's event record on this stream takes it (``order_copy_stream``)
+        self.lock = self._launch_lock = threading.Lock()
         with context.using():
             self.stream = rt.stream_create(rt.STREAM_NON_BLOCKING)
-        context.add_stream(self.stream)
+        context.add_stream(self.stream, self._launch_lock)
         self.launch_context = LaunchContext(self.stream, context)
         self._index = context.index
         # Whether a launch must make the stream's device current (and restore the
@@ -93,9 +97,6 @@ class GpuStreamBackend(LaunchCore, StreamBackend):
         # on every thread whatever anyone set (the only valid index); that saves a
         # get_device per submission.
         self._switch = rt.device_count() != 1
-        # launches vs preparers of launch state and on-demand event records; it is also
-        # the stream's lock (``StreamBackend.lock``), so every launch runs with it held
-        self.lock = self._launch_lock = threading.Lock()
         self._closed = False
         try:
             self._start_prepared()
@@ -337,7 +338,8 @@ class GpuStreamBackend(LaunchCore, StreamBackend):
             with self.context.using():
                 rt.stream_synchronize(self.stream)
                 self.launch_context.release()
-                self.context.remove_stream(self.stream)
+                with self._launch_lock:      # not while a copy records on it
+                    self.context.remove_stream(self.stream)
                 while self._free_events:
                     rt.event_destroy(self._free_events.popleft())
                 rt.stream_synchronize(self.stream)

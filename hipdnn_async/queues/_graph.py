@@ -8,7 +8,9 @@ go on), runs the recorded work-item functions (the plans enqueue exactly as they
 do, and plans only enqueue), ends the capture and instantiates the graph, or updates the
 step's previous executable graph in place when the new one has the same shape
 (``graph_exec_update``: pointers changed, no instantiation). A failure inside ends the
-capture and drops the partial graph before it propagates.
+capture and drops the partial graph before it propagates. Another thread's copy records
+an event on every compute stream (``GpuContext.order_copy_stream``) under that stream's
+launch lock, so it waits for the capture rather than joining it.
 
 ``GraphReplay`` is the step's replayable unit: ``launcher()`` gives the work-item function
 of a replay (one graph launch on the stream, the same function for every replay);

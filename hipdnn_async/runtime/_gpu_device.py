@@ -131,7 +131,8 @@ class GpuContext:
                 rt.pool_keep_memory(index)
             # The copy stream lives as long as the process: arrays free on it when collected.
             self.copy_stream = rt.stream_create()
-        self._streams: set[int] = set()
+        # compute stream -> the lock its launches hold (None: none), see order_copy_stream
+        self._streams: dict[int, object] = {}
         self._lock = threading.Lock()
         # Held by a benchmarking build (Device): timings on one GPU must not overlap, and
         # two Devices on one GPU share this context.
@@ -175,13 +176,17 @@ class GpuContext:
                 _peers[key] = ok
         return ok
 
-    def add_stream(self, stream: int) -> None:
+    def add_stream(self, stream: int, lock=None) -> None:
+        """Register a compute stream; ``lock``: the lock held by whatever enqueues on it
+        (a stream backend's launch lock, held through a capture step's whole capture),
+        which :meth:`order_copy_stream` takes to record its event there."""
         with self._lock:
-            self._streams.add(stream)
+            self._streams[stream] = lock
 
     def remove_stream(self, stream: int) -> None:
+        """Unregister a compute stream (before it is destroyed)."""
         with self._lock:
-            self._streams.discard(stream)
+            self._streams.pop(stream, None)
 
     # ------------------------------------------------------------------ launch state
     def prepare_streams(self, prepare, *, later: bool = True) -> None:
@@ -220,17 +225,31 @@ class GpuContext:
     def order_copy_stream(self) -> None:
         """Make the copy stream wait (on the GPU) for all work launched so far on every
         compute stream: copies then see finished results and never overwrite an array
-        that launched work still reads."""
-        rt = self.runtime
+        that launched work still reads. Must not be called with a stream's launch lock
+        held (copies are host calls; plans and preparers make none)."""
         with self._lock:
-            streams = tuple(self._streams)
-        for s in streams:
-            ev = rt.event_create(rt.EVENT_DISABLE_TIMING)
-            try:
-                rt.event_record(ev, s)
-                rt.stream_wait_event(self.copy_stream, ev)
-            finally:
-                rt.event_destroy(ev)   # released once the wait no longer needs it
+            streams = tuple(self._streams.items())
+        for s, lock in streams:
+            if lock is None:
+                self._copy_stream_after(s)
+                continue
+            # The stream's launch lock: an event recorded while the stream is capturing
+            # (a capture step) would join the capture, and the copy stream with it. The
+            # record waits for the capture instead; a stream closed meanwhile is skipped.
+            with lock:
+                with self._lock:
+                    live = s in self._streams
+                if live:
+                    self._copy_stream_after(s)
+
+    def _copy_stream_after(self, stream: int) -> None:
+        rt = self.runtime
+        ev = rt.event_create(rt.EVENT_DISABLE_TIMING)
+        try:
+            rt.event_record(ev, stream)
+            rt.stream_wait_event(self.copy_stream, ev)
+        finally:
+            rt.event_destroy(ev)   # released once the wait no longer needs it
 
     def malloc(self, nbytes: int) -> int:
         """Device memory usable from any stream at once; 0 for 0 bytes."""

@@ -12,7 +12,7 @@ from ._fakes import calls
 from ._scenarios import control
 
 __all__ = ["step3_case", "capture_failure_case", "chain_case", "rules_case",
-           "close_parked_case", "recapture_race_case", "EPS"]
+           "close_parked_case", "recapture_race_case", "copy_during_step_capture_case", "EPS"]
 
 EPS = 1e-5
 N, C, HW = 2, 4, 6
@@ -532,3 +532,71 @@ def recapture_race_case(rounds: int = 6, threads: int = 3, seed: int = 6) -> dic
             "instantiates": len(calls(log, "cudaGraphInstantiateWithFlags")),
             "destroys": len(calls(log, "cudaGraphExecDestroy")),
             "violations": ctl.violations()}
+
+
+def copy_during_step_capture_case(backend_lib: str, *, captures: int = 3,
+                                  delay_us: int = 20000) -> dict:
+    """A one-plan step captured ``captures`` times (``dev.capture()``, each capture's
+    ``cudnnBackendExecute`` taking ``delay_us`` on the host) while another thread copies
+    host data into a device array of the same device all the while (``GpuArray.copy_from``
+    records an event on every compute stream, the capturing one included, to order the
+    copy stream after launched work).
+
+    Returns
+    -------
+    dict
+        ``log`` (marks "start", "end"), ``copies`` done, ``copy_errors`` (each failed
+        copy's type and text), ``capture_errors`` (each failed capture's), ``replayed``
+        (replays that completed), ``copied_ok`` (the last copy's bytes read back equal
+        what was copied).
+    """
+    import os
+    import threading
+
+    from ._launch_graph_scenarios import _backend, _fake_backend_conv
+
+    be = _backend(backend_lib)
+    import hipdnn_async as hd
+    ctl = control()
+    out = {"copies": 0, "copy_errors": [], "capture_errors": [], "replayed": 0}
+    with hd.Device("cuda:0", streams=1) as dev:
+        plan, vp = _fake_backend_conv(dev, be, "step_capture_copy")
+        plan.execute_sync(vp, stream=0)
+        other = dev.empty((64,), np.float32)
+        stop = threading.Event()
+        data = np.arange(64, dtype=np.float32)
+
+        def copier():
+            while not stop.is_set():
+                try:
+                    other.copy_from(data + out["copies"])
+                    out["copies"] += 1
+                except Exception as exc:  # noqa: BLE001 - reported to the test
+                    out["copy_errors"].append(f"{type(exc).__name__}: {exc}")
+                    return
+
+        ctl.clear()
+        ctl.mark("start")
+        os.environ["FAKE_EXECUTE_DELAY_US"] = str(delay_us)
+        t = threading.Thread(target=copier)
+        t.start()
+        try:
+            for _ in range(captures):
+                try:
+                    with dev.capture(stream=0) as step:
+                        plan.submit(vp)
+                    step.replay_sync()
+                    out["replayed"] += 1
+                    step.close()
+                except Exception as exc:  # noqa: BLE001 - reported to the test
+                    out["capture_errors"].append(f"{type(exc).__name__}: {exc}")
+        finally:
+            os.environ.pop("FAKE_EXECUTE_DELAY_US", None)
+            stop.set()
+            t.join()
+        ctl.mark("end")
+        n = out["copies"]
+        out["copied_ok"] = bool(n) and bool(np.array_equal(other.to_numpy_sync(),
+                                                            data + (n - 1)))
+        out["log"] = ctl.log()
+    return out

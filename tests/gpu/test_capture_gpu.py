@@ -349,3 +349,48 @@ async def test_other_threads_and_tasks_run_as_usual_during_a_capture(gpu_device,
         step.close()
     finally:
         dev.close()
+
+
+@pytest.mark.parametrize("dtype,layout", [("float16", "NHWC"), ("float32", "NCHW")])
+def test_copies_on_another_thread_while_steps_capture(gpu_device, engine, dtype, layout):
+    # a copy orders the copy stream after every compute stream by recording an event on
+    # each; on a stream that is capturing a step that record would join the capture. It
+    # waits for the capture instead: every copy and every step must come out right
+    dev = gpu_device
+    rng = np.random.default_rng(9)
+    g, x, w, y = _conv("cap_copy", dtype, layout, n=8, c=32, hw=28, k=32)
+    plan = _build(dev, g, engine)
+    other = dev.empty((1 << 16,), np.float32)
+    stop, errors, copies = threading.Event(), [], [0]
+
+    def copier():
+        base = np.arange(1 << 16, dtype=np.float32)
+        while not stop.is_set():
+            try:
+                other.copy_from(base + copies[0])
+                if not np.array_equal(other.to_numpy_sync(), base + copies[0]):
+                    errors.append(f"copy {copies[0]} read back other values")
+                    return
+                copies[0] += 1
+            except Exception as exc:  # noqa: BLE001 - reported below
+                errors.append(f"{type(exc).__name__}: {exc}")
+                return
+
+    t = threading.Thread(target=copier)
+    t.start()
+    try:
+        for k in range(12):                       # 12 captures while the copies run
+            xd = _array(dev, rng.uniform(-1, 1, x.dims), dtype, layout)
+            wd = _array(dev, rng.uniform(-1, 1, w.dims), dtype, layout)
+            yd = _nan(dev, y.dims, dtype, layout)
+            with dev.capture() as step:
+                plan.submit({x: xd, w: wd, y: yd})
+            step.replay_sync()
+            step.close()
+            _conv_check(_host(yd), _host(xd), _host(wd), dtype,
+                        f"step {k} ({plan.engine.name}, {plan.algorithm})")
+    finally:
+        stop.set()
+        t.join()
+    assert not errors, errors
+    assert copies[0] > 0
