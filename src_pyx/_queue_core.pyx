@@ -215,10 +215,17 @@ cdef class StreamCore:
                 parked.append(("launch", item))
             else:
                 inflight.append(item)
-                if gpu is not None:
-                    gpu.launch_item(item)
-                else:
-                    backend.launch(item)
+                try:
+                    if gpu is not None:
+                        gpu.launch_item(item)
+                    else:
+                        backend.launch(item)
+                except BaseException:
+                    if item._batch is None:    # never launched (e.g. cudaSetDevice
+                        inflight.pop()         # failed): its slot is not taken
+                        self._submitted -= 1
+                        item.stream = None
+                    raise
         finally:
             lock.release()
         if (gpu.poll_due if gpu is not None else backend.poll_due):

@@ -65,3 +65,45 @@ def test_an_error_of_the_work_is_stored_named_and_the_function_dropped():
     assert item._fn is None
     assert "plan 'c': ValueError: bad" in str(item._error)
     assert isinstance(item._error.__cause__, ValueError)
+
+
+class _DeviceCallFails:
+    """A runtime whose cudaGetDevice fails (several devices: a launch makes the stream's
+    device current first)."""
+
+    def __init__(self):
+        self.fail = True
+
+    def get_device(self):
+        if self.fail:
+            from hipdnn_async._errors import GpuError
+            raise GpuError("cudaGetDevice failed: cudaErrorUnknown (999)")
+        return 0
+
+    def set_device(self, index):
+        pass
+
+
+def test_an_item_whose_launch_fails_before_enqueueing_takes_no_slot():
+    from hipdnn_async.queues import Stream
+    from hipdnn_async.queues._stream import StreamBackend
+
+    class Backend(_core.LaunchCore, StreamBackend):
+        def _close(self):
+            pass
+
+        def poll(self, item=None):
+            pass
+
+    backend = Backend()
+    backend._rt, backend._switch, backend._index = _DeviceCallFails(), True, 1
+    backend._open = _core.Batch()
+    stream = Stream("gpu:s0", backend=backend)
+    ran = []
+    with pytest.raises(Exception, match="cudaGetDevice failed"):
+        _core.submit_now(Completion, stream, lambda: ran.append(1), (), "plan 'a'", 4)
+    assert (stream.pending, stream.metrics()["submitted"], ran) == (0, 0, [])
+    backend._rt.fail = False          # the next submission launches and takes its slot
+    item = _core.submit_now(Completion, stream, lambda: ran.append(2), (), "plan 'b'", 4)
+    assert ran == [2] and item._batch is backend._open and stream.pending == 1
+    assert stream.metrics()["submitted"] == 1
