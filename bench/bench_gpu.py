@@ -23,7 +23,9 @@ Sections (each a ratio to an anchor timed in this process, on this GPU):
   ResNet-50 activations at batch N, against ``torch.nn.functional.batch_norm`` and the
   backward call its autograd makes (``aten.cudnn_batch_norm_backward`` where PyTorch picks
   cuDNN); GB/s and % of an x-sized device-to-device copy's bandwidth, measured in the same
-  run; the backward outputs' max error against float64 in units of the tolerance.
+  run; the backward outputs' max error against float64 in units of the tolerance. Training
+  and backward also with ``global.benchmarking = 1`` (a separate device with an in-memory
+  perf db, so every config is timed in this run), with the number of configs it timed.
 - ``multi`` (with ``--devices all``, or ``--sections multi``): one GPU against all GPUs
   of the host in the same run, on the ResNet-50 conv + BN + ReLU block at batch 256 and
   the batcher serving 1,024 clients (``bench/_bench_multi.py``).
@@ -44,6 +46,7 @@ back to wall-clock time of back-to-back launches until completion. Every figure 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -384,6 +387,11 @@ def trials_text(algorithm, limit=8):
     return ", ".join(n if ms is None else f"{n} {ms:.3f}" for n, ms in trials[:limit]) or "-"
 
 
+def timed_count(algorithm):
+    """How many of a plan.algorithm's trials were timed (a measured ms), 0 if none."""
+    return sum(1 for _, ms in getattr(algorithm, "trials", ()) or () if ms is not None)
+
+
 def table(rows, header):
     text = [header] + [[str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in text) for i in range(len(header))]
@@ -684,6 +692,7 @@ BN_PASSES = {"train": 3, "backward": 5}
 # outputs and take the float32 entry (as tests/gpu/test_torch_peer_gpu.py)
 BN_BACKWARD_TOL = {"float32": 2e-3, "float16": 1e-3, "bfloat16": 3e-3}
 BN_COPY_TARGET = 75.0          # issue 11: NHWC training / backward >= 75 % of copy bandwidth
+BN_BENCHED = ("train", "backward")   # the passes also built with global.benchmarking = 1
 
 
 def _bn_graphs(hd, dims, dtype, layout):
@@ -846,27 +855,42 @@ def bn_backward_values(dy, saved):
 async def bench_batchnorm(hd, torch, dev, args, deadline=math.inf):
     """Batchnorm training (running statistics), inference and backward against PyTorch's
     calls on the same tensors, with an x-sized device-to-device copy as the bandwidth
-    anchor of each shape. A shape past `deadline` (perf_counter) is skipped."""
+    anchor of each shape; training and backward also with ``global.benchmarking = 1``.
+    A shape past `deadline` (perf_counter) is skipped, and so is a benchmarked build."""
     torch.backends.cudnn.benchmark = True          # the run loop resets it after the section
     shapes = RESNET50_BN[1:3] if args.quick else RESNET50_BN
     out = []
-    for dtype, layout in CONFIGS:
-        for chw in shapes:
-            rec = {"dims": (args.batch,) + chw, "dtype": dtype, "layout": layout}
-            out.append(rec)
-            if time.perf_counter() > deadline:
-                rec["error"] = "skipped: --max-seconds reached"
-                continue
-            try:
-                await _bn_shape(hd, torch, dev, args, rec)
-            except Exception as exc:  # noqa: BLE001 - one shape failing must not hide the rest
-                rec.setdefault("error", f"{type(exc).__name__}: {exc}")
+    async with contextlib.AsyncExitStack() as stack:
+        # benchmarked plans come from a device of their own with a private in-memory perf
+        # db: every config is timed in this run (a perf-db hit would restore a choice
+        # without timing anything), and the user's perf db is neither read nor written
+        bdev, bdev_error = None, None
+        try:
+            bdev = await stack.enter_async_context(hd.Device(
+                dev.spec, streams=1, max_inflight=max(64, args.reps + 16), perfdb=":memory:"))
+        except Exception as exc:  # noqa: BLE001 - the heuristic figures stand without it
+            bdev_error = f"benchmarking device: {type(exc).__name__}: {exc}"
+        for dtype, layout in CONFIGS:
+            for chw in shapes:
+                rec = {"dims": (args.batch,) + chw, "dtype": dtype, "layout": layout}
+                out.append(rec)
+                if time.perf_counter() > deadline:
+                    rec["error"] = "skipped: --max-seconds reached"
+                    continue
+                if bdev_error:
+                    for what in BN_BENCHED:
+                        rec[f"{what}_bench_error"] = bdev_error
+                try:
+                    await _bn_shape(hd, torch, dev, args, rec, bdev, deadline)
+                except Exception as exc:  # noqa: BLE001 - one shape failing must not hide the rest
+                    rec.setdefault("error", f"{type(exc).__name__}: {exc}")
     return bn_report(out)
 
 
-async def _bn_shape(hd, torch, dev, args, rec):
+async def _bn_shape(hd, torch, dev, args, rec, bdev=None, deadline=math.inf):
     """Every figure of one shape into rec; each part's failure is its own error entry
-    (copy_error, error, backward_error) so the others still report."""
+    (copy_error, error, backward_error, train_bench_error, backward_bench_error) so the
+    others still report. `bdev`: the device of the benchmarked plans (None: none)."""
     dims, dtype, layout = rec["dims"], rec["dtype"], rec["layout"]
     x = torch_tensor(torch, dims, dtype, layout)
     rec["x_bytes"] = nbytes = x.numel() * x.element_size()
@@ -882,35 +906,43 @@ async def _bn_shape(hd, torch, dev, args, rec):
     except Exception as exc:  # noqa: BLE001
         rec["error"] = f"{type(exc).__name__}: {exc}"
         return
+    packs = {}                     # what -> (variant pack[, numerical check]) as made
     try:
-        await _bn_train_infer(torch, dev, args, rec, gt, gi, x)
+        await _bn_train_infer(torch, dev, args, rec, gt, gi, x, packs)
     except Exception as exc:  # noqa: BLE001
         rec["error"] = f"{type(exc).__name__}: {exc}"
+    if bdev is not None:
+        await _bn_bench(torch, bdev, args, rec, "train", gt, packs.get("train"), deadline)
     try:
-        await _bn_backward(torch, dev, args, rec, gb, x)
+        await _bn_backward(torch, dev, args, rec, gb, x, packs)
     except Exception as exc:  # noqa: BLE001
         rec["backward_error"] = f"{type(exc).__name__}: {exc}"
+    if bdev is not None:
+        await _bn_bench(torch, bdev, args, rec, "backward", gb, packs.get("backward"),
+                        deadline, check=packs.get("backward_check"))
     bn_bandwidth(rec)
 
 
 def bn_bandwidth(rec):
-    """rec's train_ / backward_ bytes, GB/s and % of copy_gbps, ours and torch_ (None
-    where a device time is missing), from x_bytes and the *_gpu_ms figures."""
+    """rec's train_ / backward_ bytes, GB/s and % of copy_gbps: ours (train_gbps), torch's
+    (torch_train_gbps) and the benchmarked plan's (train_bench_gbps); None where a device
+    time is missing. From x_bytes and the ours_/torch_ *_gpu_ms, ours_*_bench_gpu_ms."""
     nbytes = rec["x_bytes"]
     for what in ("train", "backward"):
         rec[f"{what}_bytes"] = BN_PASSES[what] * nbytes
-        for who, key in (("ours", ""), ("torch", "torch_")):
-            gbps = bn_gbps(BN_PASSES[what], nbytes, rec.get(f"{who}_{what}_gpu_ms"))
-            rec[f"{key}{what}_gbps"] = gbps
-            rec[f"{key}{what}_pct_of_copy"] = pct_of(gbps, rec.get("copy_gbps"))
+        for ms_key, key in ((f"ours_{what}_gpu_ms", f"{what}"),
+                            (f"torch_{what}_gpu_ms", f"torch_{what}"),
+                            (f"ours_{what}_bench_gpu_ms", f"{what}_bench")):
+            gbps = bn_gbps(BN_PASSES[what], nbytes, rec.get(ms_key))
+            rec[f"{key}_gbps"] = gbps
+            rec[f"{key}_pct_of_copy"] = pct_of(gbps, rec.get("copy_gbps"))
 
 
-async def _bn_train_infer(torch, dev, args, rec, gt, gi, x):
+async def _bn_train_infer(torch, dev, args, rec, gt, gi, x, packs=None):
+    """Training and inference with the heuristic plans against F.batch_norm; the training
+    variant pack goes to packs["train"] once made (the benchmarked plan's, _bn_bench)."""
     dims, layout = rec["dims"], rec["layout"]
     c = dims[1]
-    pt, pi = await dev.build(gt), await dev.build(gi)
-    rec["train_engine"], rec["train_algorithm"] = engine_of(pt), str(pt.algorithm)
-    rec["infer_engine"], rec["infer_algorithm"] = engine_of(pi), str(pi.algorithm)
     y = torch.empty_like(x)
     scale, bias = torch.ones(c, device="cuda"), torch.zeros(c, device="cuda")
     rm, rv = torch.zeros(c, device="cuda"), torch.ones(c, device="cuda")
@@ -926,6 +958,11 @@ async def _bn_train_infer(torch, dev, args, rec, gt, gi, x):
     # running statistics updated in place, as F.batch_norm updates trm / trv below
     vt = {**g, "nrm": g["rm"], "nrv": g["rv"]}
     vi = {k: g[k] for k in ("x", "scale", "bias", "rm", "rv", "y")}
+    if packs is not None:
+        packs["train"] = vt
+    pt, pi = await dev.build(gt), await dev.build(gi)
+    rec["train_engine"], rec["train_algorithm"] = engine_of(pt), str(pt.algorithm)
+    rec["infer_engine"], rec["infer_algorithm"] = engine_of(pi), str(pi.algorithm)
     rec["ours_train_ms"], method, rec["ours_train_gpu_ms"] = await time_plan(
         torch, dev, pt, vt, args.reps)
     rec["ours_infer_ms"], _, rec["ours_infer_gpu_ms"] = await time_plan(
@@ -949,14 +986,66 @@ def _bn_ratios(rec, what):
                                    rec[f"{what}_engine"], rec["layout"])
 
 
-async def _bn_backward(torch, dev, args, rec, gb, x):
+async def _bn_bench(torch, bdev, args, rec, what, graph, vp, deadline=math.inf, check=None):
+    """`what` ("train" or "backward") with ``global.benchmarking = 1``: the plan built on
+    `bdev`, timed on the variant pack `vp` as the heuristic plan is (time_plan), and its
+    ratio to torch's figure of the same pass (cudnn.benchmark=True, timed by the same
+    method); ``await check(plan) -> err/tol`` where given. Into rec as
+    <what>_bench_engine / _algorithm / _trials / _timed (configs the benchmark timed: 1
+    is the heuristic's own only, 0 an engine without a choice to time) / _build_s,
+    ours_<what>_bench_ms / _gpu_ms, <what>_bench_ratio / _gpu_ratio, <what>_bench_timing;
+    a failure, or `deadline` (perf_counter) passed before the build, is
+    <what>_bench_error and leaves every other figure of rec as it was."""
+    key = f"{what}_bench"
+    try:
+        if vp is None:
+            raise RuntimeError("no variant pack (its buffers failed; see error)")
+        if time.perf_counter() > deadline:
+            rec[f"{key}_error"] = "skipped: --max-seconds reached"
+            return
+        t0 = time.perf_counter()
+        tuned = await bdev.build(graph, knobs={"global.benchmarking": 1})
+        rec[f"{key}_build_s"] = time.perf_counter() - t0
+        rec[f"{key}_engine"], rec[f"{key}_algorithm"] = engine_of(tuned), str(tuned.algorithm)
+        rec[f"{key}_trials"] = trials_text(tuned.algorithm, limit=16)
+        rec[f"{key}_timed"] = timed_count(tuned.algorithm)
+        rec[f"ours_{key}_ms"], method, rec[f"ours_{key}_gpu_ms"] = await time_plan(
+            torch, bdev, tuned, vp, args.reps)
+        rec[f"{key}_timing"] = method
+        _bn_bench_ratios(rec, what)
+        if check is not None:
+            rec[f"{what}_bench_err_over_tol"] = await check(tuned)
+    except Exception as exc:  # noqa: BLE001 - the heuristic figures stand without it
+        rec[f"{key}_error"] = f"{type(exc).__name__}: {exc}"
+
+
+def _bn_bench_ratios(rec, what):
+    """The benchmarked plan's ratios to torch's figures of `what` (wall only where both
+    were timed by the same method), and the heuristic case's reason class again with the
+    better of our two device times as the best candidate (reason's best_gpu_ratio)."""
+    key = f"{what}_bench"
+    same = rec.get(f"{key}_timing") == rec.get("timing" if what != "backward"
+                                               else "backward_timing")
+    rec[f"{key}_ratio"] = _ratio(rec.get(f"ours_{key}_ms"), rec.get(f"torch_{what}_ms")) \
+        if same else None
+    rec[f"{key}_gpu_ratio"] = _ratio(rec.get(f"ours_{key}_gpu_ms"),
+                                     rec.get(f"torch_{what}_gpu_ms"))
+    if rec.get(f"{what}_reason"):
+        best = min((v for v in (rec.get(f"ours_{what}_gpu_ms"), rec.get(f"ours_{key}_gpu_ms"))
+                    if v), default=None)
+        rec[f"{what}_reason"] = reason(rec[f"{what}_ratio"], rec.get(f"{what}_gpu_ratio"),
+                                       rec[f"{what}_engine"], rec["layout"],
+                                       _ratio(best, rec.get(f"torch_{what}_gpu_ms")))
+
+
+async def _bn_backward(torch, dev, args, rec, gb, x, packs=None):
     """BN_BACKWARD from the saved statistics of a torch training forward on x, against
     PyTorch's backward call (torch_bn_backward) on the same x, dy and statistics; both
-    results' max error against float64 in units of the bn_backward tolerance."""
+    results' max error against float64 in units of the bn_backward tolerance. The variant
+    pack goes to packs["backward"] once made, and packs["backward_check"] is
+    ``await check(plan) -> err/tol`` of another plan's outputs on it (_bn_bench)."""
     dims, dtype, layout = rec["dims"], rec["dtype"], rec["layout"]
     c = dims[1]
-    pb = await dev.build(gb)
-    rec["backward_engine"], rec["backward_algorithm"] = engine_of(pb), str(pb.algorithm)
     dy = torch_tensor(torch, dims, dtype, layout)
     gen = torch.Generator(device="cuda").manual_seed(11)
     scale = torch.rand(c, device="cuda", generator=gen) + 0.5      # not 1: dx must use it
@@ -973,9 +1062,29 @@ async def _bn_backward(torch, dev, args, rec, gb, x):
         ("inv_variance", c4(inv)))}
     vb["dx"] = dev.empty(dims, dtype, layout=layout)
     vb["dscale"], vb["dbias"] = (dev.empty((1, c, 1, 1), "float32") for _ in range(2))
-    for k in ("dx", "dscale", "dbias"):           # NaN: an output left unwritten shows
-        torch.as_tensor(vb[k], device="cuda").fill_(float("nan"))
-    torch.cuda.synchronize()
+    outs = ("dx", "dscale", "dbias")
+    tols = (BN_BACKWARD_TOL[dtype], BN_BACKWARD_TOL["float32"], BN_BACKWARD_TOL["float32"])
+
+    def fill_nan():                               # NaN: an output left unwritten shows
+        for k in outs:
+            torch.as_tensor(vb[k], device="cuda").fill_(float("nan"))
+        torch.cuda.synchronize()
+
+    async def check(plan):
+        """err/tol of one execution of `plan` (built for gb on any device of this GPU)
+        on vb, its outputs NaN-filled first, against float64."""
+        fill_nan()
+        await plan.execute(vb)
+        torch.cuda.synchronize()
+        want = bn_backward_reference(x, dy, scale, mean, inv)
+        got = [torch.as_tensor(vb[k], device="cuda") for k in outs]
+        return max(err_over_tol(g, w, t, t) for g, w, t in zip(got, want, tols))
+
+    fill_nan()
+    if packs is not None:
+        packs["backward"], packs["backward_check"] = vb, check
+    pb = await dev.build(gb)
+    rec["backward_engine"], rec["backward_algorithm"] = engine_of(pb), str(pb.algorithm)
     rec["ours_backward_ms"], method, rec["ours_backward_gpu_ms"] = await time_plan(
         torch, dev, pb, vb, args.reps)
     rec["torch_backward_ms"], rec["torch_backward_gpu_ms"] = time_torch(torch, fn, args.reps,
@@ -987,8 +1096,7 @@ async def _bn_backward(torch, dev, args, rec, gb, x):
     theirs = fn()
     torch.cuda.synchronize()
     want = bn_backward_reference(x, dy, scale, mean, inv)
-    ours = [torch.as_tensor(vb[k], device="cuda") for k in ("dx", "dscale", "dbias")]
-    tols = (BN_BACKWARD_TOL[dtype], BN_BACKWARD_TOL["float32"], BN_BACKWARD_TOL["float32"])
+    ours = [torch.as_tensor(vb[k], device="cuda") for k in outs]
     for who, got in (("ours", ours), ("torch", theirs)):
         rec[f"{who}_backward_err_over_tol"] = max(
             err_over_tol(g, w, t, t) for g, w, t in zip(got, want, tols))
@@ -1037,35 +1145,89 @@ def bn_report(out):
     table(brows, ["config", "dims", "backward engine/algo", "ours", "torch", "ratio", "gpu",
                   "GB/s", "%copy", "torch%", "err/tol", "torch err/tol", "torch call",
                   "error"])
+    bn_bench_report(out)
     whats = ("train", "infer", "backward")
     summary = {f"{d} {l} {what}": geomean([r.get(f"{what}_ratio") for r in out
                                           if r["dtype"] == d and r["layout"] == l])
                for d, l in CONFIGS for what in whats}
+    bench_summary = {f"{d} {l} {what}": geomean([r.get(f"{what}_bench_ratio") for r in out
+                                                if r["dtype"] == d and r["layout"] == l])
+                     for d, l in CONFIGS for what in BN_BENCHED}
     print("  geomean ratios: " + ", ".join(f"{k} {f(v, 2)}" for k, v in summary.items()))
+    print("  geomean ratios, benchmarked: "
+          + ", ".join(f"{k} {f(v, 2)}" for k, v in bench_summary.items()))
     pct = bn_copy_verdict(out)
+
+    def verdict(v):
+        return (f"min {f(v['min'], 0)} ({v['min_dims'] or '-'}), {v['below']} of {v['cases']} "
+                "below")
+
     for what, v in pct.items():
         print(f"  NHWC {what} % of copy bandwidth (issue 11: >= {BN_COPY_TARGET:.0f}%): "
-              f"min {f(v['min'], 0)} ({v['min_dims'] or '-'}), {v['below']} of {v['cases']} "
-              "below")
+              f"heuristic {verdict(v)}; benchmarked {verdict(v['benchmarked'])}")
+    timed = bn_bench_timed(out)
+    print("  NHWC configs timed by global.benchmarking=1 (1: the heuristic's own config "
+          "only, no choice): " + "; ".join(
+              what + " " + (", ".join(f"{d} {'-' if n is None else n}" for d, n in t.items())
+                            or "-") for what, t in timed.items()))
     above = [(f"batchnorm {r['dtype']} {r['layout']} {shape(r)} {w}",
               r[f"{w}_ratio"], r.get(f"{w}_gpu_ratio"), r[f"{w}_reason"],
-              _short(r.get(f"{w}_engine"), r.get(f"{w}_algorithm")), None)
+              _short(r.get(f"{w}_engine"), r.get(f"{w}_algorithm")), r.get(f"{w}_bench_ratio"))
              for r in out for w in whats if r.get(f"{w}_reason")]
-    return {"rows": out, "geomean_ratio": summary, "nhwc_pct_of_copy": pct, "above_1": above}
+    return {"rows": out, "geomean_ratio": summary, "geomean_ratio_benchmarked": bench_summary,
+            "nhwc_pct_of_copy": pct, "nhwc_bench_timed": timed, "above_1": above}
+
+
+def bn_bench_report(out):
+    """Print the table of the benchmarked plans (training and backward) of bench_batchnorm's
+    records."""
+    rows = []
+    for r in out:
+        for what in BN_BENCHED:
+            key = f"{what}_bench"
+            # its own error, else the shape's (e.g. skipped) where nothing was timed
+            err = r.get(f"{key}_error") or ("" if f"ours_{key}_ms" in r else r.get("error"))
+            rows.append([f"{r['dtype']} {r['layout']}", "x".join(map(str, r["dims"])), what,
+                         _short(r.get(f"{key}_engine"), r.get(f"{key}_algorithm")),
+                         f(r.get(f"ours_{key}_ms")), f(r.get(f"ours_{key}_gpu_ms")),
+                         f(r.get(f"torch_{what}_ms")), f(r.get(f"{key}_ratio"), 2),
+                         f(r.get(f"{key}_gpu_ratio"), 2), f(r.get(f"{key}_gbps"), 0),
+                         f(r.get(f"{key}_pct_of_copy"), 0), f(r.get(f"{what}_pct_of_copy"), 0),
+                         r.get(f"{key}_timed", "-"),
+                         err_text(r.get(f"{key}_err_over_tol")) if what == "backward" else "-",
+                         r.get(f"{key}_trials", "-")[:60], (err or "")[:80]])
+    print("\n== batchnorm benchmarked (global.benchmarking=1, built on a device with an "
+          "in-memory perf db: every config timed in this run; ms per call; device = device-only"
+          " ms; torch = its figure above (cudnn.benchmark=True); ratio = ours / torch wall "
+          "(same timing method only), gpu = device-only ratio; GB/s, %copy as above; heur% = "
+          "the heuristic plan's %copy; timed = configs the benchmark timed, trials = their "
+          "median ms in heuristic order; err/tol of the benchmarked backward as above)")
+    table(rows, ["config", "dims", "pass", "bench engine/algo", "ours", "device", "torch",
+                 "ratio", "gpu", "GB/s", "%copy", "heur%", "timed", "err/tol", "trials",
+                 "error"])
+
+
+def bn_bench_timed(out):
+    """{"train"|"backward": {dims: configs timed or None}} of the channels-last rows: how
+    much choice the benchmark had (1: the heuristic's own config only)."""
+    return {what: {"x".join(map(str, r["dims"])): r.get(f"{what}_bench_timed") for r in out
+                   if r["layout"] in ("NHWC", "NDHWC")} for what in BN_BENCHED}
 
 
 def bn_copy_verdict(out):
-    """{"train"|"backward": {min, min_dims, below, cases}}: the channels-last rows' % of
-    the copy bandwidth against issue 11's BN_COPY_TARGET (rows without a figure are not
-    cases)."""
-    res = {}
-    for what in ("train", "backward"):
-        vals = [(r[f"{what}_pct_of_copy"], "x".join(map(str, r["dims"]))) for r in out
-                if r["layout"] in ("NHWC", "NDHWC") and r.get(f"{what}_pct_of_copy") is not None]
-        low = min(vals, default=(None, None))
-        res[what] = {"min": low[0], "min_dims": low[1], "cases": len(vals),
-                     "below": sum(1 for v, _ in vals if v < BN_COPY_TARGET)}
-    return res
+    """{"train"|"backward": {min, min_dims, below, cases, benchmarked}}: the channels-last
+    rows' % of the copy bandwidth against issue 11's BN_COPY_TARGET, of the heuristic plans
+    and (under "benchmarked", the same keys) of the global.benchmarking=1 plans; rows
+    without a figure are not cases."""
+    def low(key):
+        vals = [(r[key], "x".join(map(str, r["dims"]))) for r in out
+                if r["layout"] in ("NHWC", "NDHWC") and r.get(key) is not None]
+        v, dims = min(vals, default=(None, None))
+        return {"min": v, "min_dims": dims, "cases": len(vals),
+                "below": sum(1 for v, _ in vals if v < BN_COPY_TARGET)}
+
+    return {what: {**low(f"{what}_pct_of_copy"),
+                   "benchmarked": low(f"{what}_bench_pct_of_copy")} for what in BN_BENCHED}
 
 
 def _ratio(a, b):

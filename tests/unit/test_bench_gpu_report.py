@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import sys
 
 import pytest
@@ -41,6 +42,14 @@ def test_trials_text_lists_names_and_medians():
     assert bg.trials_text(a) == "eng2 3.912, eng25 0.286, eng74"
     assert bg.trials_text("ALGO_1") == "-"
     assert bg.trials_text(Algorithm("x", "", [("a", 1.0)] * 20), limit=2) == "a 1.000, a 1.000"
+
+
+def test_timed_count_counts_measured_trials_only():
+    a = Algorithm("eng0 k31=6", "fastest", [("eng0 k31=6", 0.012), ("eng3", None),
+                                             ("eng7", 0.020)])
+    assert bg.timed_count(a) == 2
+    assert bg.timed_count(Algorithm("eng0", "heuristic", [("eng0", None)])) == 0
+    assert bg.timed_count("None") == 0 and bg.timed_count(None) == 0
 
 
 def test_median_ignores_unusable_values():
@@ -79,14 +88,23 @@ def test_quick_mode_covers_the_slow_layers_and_all_directions():
 # ---------------------------------------------------------------------------------------
 # batchnorm section: backward rows, the copy-bandwidth anchor, the numerical check
 
-def _bn_rec(dtype, layout, dims, *, x_bytes, copy_gpu_ms, figures, engines):
-    """A record as bench_batchnorm leaves it, from given timings (ms)."""
+def _bn_rec(dtype, layout, dims, *, x_bytes, copy_gpu_ms, figures, engines, bench=None):
+    """A record as bench_batchnorm leaves it, from given timings (ms); `bench`: what ->
+    (ours_<what>_bench_ms, ours_<what>_bench_gpu_ms, configs timed) of the benchmarked
+    plan, every figure timed with CUDA events."""
     rec = {"dims": dims, "dtype": dtype, "layout": layout, "x_bytes": x_bytes,
-           "copy_gpu_ms": copy_gpu_ms, "copy_gbps": bg.bn_gbps(2, x_bytes, copy_gpu_ms)}
+           "copy_gpu_ms": copy_gpu_ms, "copy_gbps": bg.bn_gbps(2, x_bytes, copy_gpu_ms),
+           "timing": "cuda_events", "backward_timing": "cuda_events"}
     rec.update(figures)
     for what, engine in engines.items():
         rec[f"{what}_engine"], rec[f"{what}_algorithm"] = engine, "eng0"
         bg._bn_ratios(rec, what)
+    for what, (ms, gpu_ms, timed) in (bench or {}).items():
+        rec[f"ours_{what}_bench_ms"], rec[f"ours_{what}_bench_gpu_ms"] = ms, gpu_ms
+        rec[f"{what}_bench_engine"], rec[f"{what}_bench_algorithm"] = G, "eng0 k31=4"
+        rec[f"{what}_bench_timed"], rec[f"{what}_bench_timing"] = timed, "cuda_events"
+        rec[f"{what}_bench_trials"] = ", ".join([f"eng0 k31={i} {ms:.3f}" for i in range(timed)])
+        bg._bn_bench_ratios(rec, what)
     bg.bn_bandwidth(rec)
     return rec
 
@@ -96,7 +114,7 @@ def test_bn_bandwidth_is_passes_over_device_time_against_the_copy():
     rec = _bn_rec("float16", "NHWC", (32, 256, 56, 56), x_bytes=nbytes, copy_gpu_ms=0.030,
                   figures={"ours_train_gpu_ms": 0.050, "torch_train_gpu_ms": 0.060,
                            "ours_backward_gpu_ms": 0.110, "torch_backward_gpu_ms": None},
-                  engines={})
+                  engines={}, bench={"train": (0.07, 0.040, 3)})
     assert rec["copy_gbps"] == pytest.approx(2 * nbytes / 30e-6 / 1e9)
     assert rec["train_gbps"] == pytest.approx(3 * nbytes / 50e-6 / 1e9)
     assert rec["backward_bytes"] == 5 * nbytes and rec["train_bytes"] == 3 * nbytes
@@ -105,10 +123,20 @@ def test_bn_bandwidth_is_passes_over_device_time_against_the_copy():
     assert rec["torch_train_pct_of_copy"] == pytest.approx(100 * 3 * 0.030 / (2 * 0.060))
     assert rec["backward_pct_of_copy"] == pytest.approx(100 * 5 * 0.030 / (2 * 0.110))
     assert rec["torch_backward_gbps"] is None and rec["torch_backward_pct_of_copy"] is None
+    # the benchmarked plan's figures by the same passes over its own device time
+    assert rec["train_bench_gbps"] == pytest.approx(3 * nbytes / 40e-6 / 1e9)
+    assert rec["train_bench_pct_of_copy"] == pytest.approx(100 * 3 * 0.030 / (2 * 0.040))
+    assert rec["backward_bench_gbps"] is None and rec["backward_bench_pct_of_copy"] is None
+
+
+def _cells(line):
+    """The cells of one printed table row (bg.table pads cells with >= 2 spaces)."""
+    return re.split(r"\s{2,}", line.strip())
 
 
 def test_bn_report_has_backward_rows_geomeans_copy_verdict_and_above_cases(capsys):
     nb16, nb32 = 32 * 1024 * 14 * 14 * 2, 32 * 1024 * 14 * 14 * 4
+    nb16b = 32 * 512 * 28 * 28 * 2
     nhwc = _bn_rec("float16", "NHWC", (32, 1024, 14, 14), x_bytes=nb16, copy_gpu_ms=0.010,
                    figures={"ours_train_ms": 0.040, "torch_train_ms": 0.030,
                             "ours_train_gpu_ms": 0.020, "torch_train_gpu_ms": 0.020,
@@ -118,16 +146,28 @@ def test_bn_report_has_backward_rows_geomeans_copy_verdict_and_above_cases(capsy
                             "ours_backward_gpu_ms": 0.040, "torch_backward_gpu_ms": 0.080,
                             "ours_backward_err_over_tol": 0.25,
                             "torch_backward_err_over_tol": float("inf"),
+                            "backward_bench_err_over_tol": 0.3,
                             "torch_backward_call": "aten.cudnn_batch_norm_backward"},
-                   engines={"train": G, "infer": L, "backward": G})
+                   engines={"train": G, "infer": L, "backward": G},
+                   bench={"train": (0.030, 0.016, 1), "backward": (0.045, 0.035, 2)})
+    # a second channels-last shape: its heuristic plans are the better ones, its
+    # benchmarked training the worst of all (the two minima fall on different shapes)
+    nhwc2 = _bn_rec("float16", "NHWC", (32, 512, 28, 28), x_bytes=nb16b, copy_gpu_ms=0.020,
+                    figures={"ours_train_ms": 0.040, "torch_train_ms": 0.050,
+                             "ours_train_gpu_ms": 0.036, "torch_train_gpu_ms": 0.040,
+                             "ours_backward_ms": 0.055, "torch_backward_ms": 0.060,
+                             "ours_backward_gpu_ms": 0.050, "torch_backward_gpu_ms": 0.055},
+                    engines={"train": G, "backward": G},
+                    bench={"train": (0.040, 0.045, 1), "backward": (0.060, 0.050, 1)})
     nchw = _bn_rec("float32", "NCHW", (32, 1024, 14, 14), x_bytes=nb32, copy_gpu_ms=0.020,
                    figures={"ours_backward_ms": 0.120, "torch_backward_ms": 0.060,
                             "ours_backward_gpu_ms": 0.110, "torch_backward_gpu_ms": 0.055,
                             "torch_backward_call": "aten.cudnn_batch_norm_backward"},
                    engines={"backward": L})
     failed = {"dims": (32, 2048, 7, 7), "dtype": "float16", "layout": "NHWC",
-              "backward_error": "GraphError: no engine"}
-    res = bg.bn_report([nhwc, nchw, failed])
+              "backward_error": "GraphError: no engine",
+              "train_bench_error": "NotSupportedError: no config"}
+    res = bg.bn_report([nhwc, nhwc2, nchw, failed])
     text = capsys.readouterr().out
     assert "== batchnorm backward" in text and "5|x| / device time" in text
     assert "3|x| / device time" in text
@@ -136,24 +176,185 @@ def test_bn_report_has_backward_rows_geomeans_copy_verdict_and_above_cases(capsy
     assert " 0.50 " in line and " 0.25 " in line and " inf " in line   # ratio, err/tol
     assert "GraphError: no engine" in text
     # geomean per (config, pass), backward included
-    assert res["geomean_ratio"]["float16 NHWC backward"] == pytest.approx(0.5)
+    assert res["geomean_ratio"]["float16 NHWC backward"] == pytest.approx(
+        math.sqrt(0.050 / 0.100 * 0.055 / 0.060))
     assert res["geomean_ratio"]["float32 NCHW backward"] == pytest.approx(2.0)
     assert "float32 NCHW backward 2.00" in text
-    # NHWC bandwidth verdict: train 100*3*0.010/(2*0.020) = 75 % (at target), backward
-    # 100*5*0.010/(2*0.040) = 62.5 % (below); the failed row has no figure
+    # NHWC bandwidth verdict, % of copy = 100 passes t_copy / (2 t): heuristic train
+    # 1024: 100*3*0.010/(2*0.020) = 75 (at target), 512: 100*3*0.020/(2*0.036) = 83;
+    # backward 1024: 100*5*0.010/(2*0.040) = 62.5 (below), 512: 100*5*0.020/(2*0.050) = 100.
+    # Benchmarked train 1024: 100*3*0.010/(2*0.016), 512: 100*3*0.020/(2*0.045) (below);
+    # backward 1024: 100*5*0.010/(2*0.035) (below), 512: 100*5*0.020/(2*0.050).
+    # The failed row has no figure: not a case.
+    d1, d2 = "32x1024x14x14", "32x512x28x28"
+    heur = {"train": {d1: 100 * 3 * 0.010 / (2 * 0.020), d2: 100 * 3 * 0.020 / (2 * 0.036)},
+            "backward": {d1: 100 * 5 * 0.010 / (2 * 0.040), d2: 100 * 5 * 0.020 / (2 * 0.050)}}
+    bench = {"train": {d1: 100 * 3 * 0.010 / (2 * 0.016), d2: 100 * 3 * 0.020 / (2 * 0.045)},
+             "backward": {d1: 100 * 5 * 0.010 / (2 * 0.035),
+                          d2: 100 * 5 * 0.020 / (2 * 0.050)}}
     pct = res["nhwc_pct_of_copy"]
-    assert pct["train"] == {"min": pytest.approx(75.0), "min_dims": "32x1024x14x14",
-                            "cases": 1, "below": 0}
-    assert pct["backward"]["min"] == pytest.approx(62.5) and pct["backward"]["below"] == 1
-    assert "NHWC backward % of copy bandwidth (issue 11: >= 75%): min 62 (32x1024x14x14)" in text
-    # above 1.0x: NHWC train (kernels equal: host-bound) and fp32 NCHW backward (legacy)
-    above = {name: why for name, _, _, why, _, _ in res["above_1"]}
-    assert above == {"batchnorm float16 NHWC 32x1024x14x14 train": bg.HOST,
-                     "batchnorm float32 NCHW 32x1024x14x14 backward": bg.LEGACY}
+
+    def expect(vals):
+        dims = min(vals, key=vals.get)
+        return {"min": pytest.approx(vals[dims]), "min_dims": dims, "cases": len(vals),
+                "below": sum(v < 75.0 for v in vals.values())}
+
+    for what in ("train", "backward"):
+        want_h, want_b = expect(heur[what]), expect(bench[what])
+        assert pct[what] == {**want_h, "benchmarked": want_b}
+        assert (f"NHWC {what} % of copy bandwidth (issue 11: >= 75%): heuristic min "
+                f"{want_h['min'].expected:.0f} ({want_h['min_dims']}), {want_h['below']} of 2 "
+                f"below; benchmarked min {want_b['min'].expected:.0f} ({want_b['min_dims']}), "
+                f"{want_b['below']} of 2 below") in text
+    assert pct["train"]["min_dims"] == d1 and pct["train"]["benchmarked"]["min_dims"] == d2
+    assert "NHWC backward % of copy bandwidth (issue 11: >= 75%): heuristic min 62 " \
+           "(32x1024x14x14)" in text
+    # the benchmarked table: one row per shape and pass
+    assert "== batchnorm benchmarked (global.benchmarking=1" in text
+    rows = {(c[0], c[1], c[2]): c for c in map(_cells, text.splitlines())
+            if len(c) > 3 and c[0].startswith("float") and c[2] in ("train", "backward")}
+    assert len(rows) == 8                                   # 4 shapes x (train, backward)
+    t = rows[("float16 NHWC", d1, "train")]
+    assert t[3:9] == ["graph eng0 k31=4", "0.030", "0.016", "0.030", f"{0.030 / 0.030:.2f}",
+                      f"{0.016 / 0.020:.2f}"]
+    assert t[9:14] == [f"{3 * nb16 / 0.016e-3 / 1e9:.0f}", f"{bench['train'][d1]:.0f}",
+                       f"{heur['train'][d1]:.0f}", "1", "-"]
+    assert t[14] == "eng0 k31=0 0.030"
+    b = rows[("float16 NHWC", d1, "backward")]
+    assert b[7:14] == [f"{0.045 / 0.100:.2f}", f"{0.035 / 0.080:.2f}",
+                       f"{5 * nb16 / 0.035e-3 / 1e9:.0f}", f"{bench['backward'][d1]:.0f}",
+                       f"{heur['backward'][d1]:.0f}", "2", "0.30"]
+    assert b[14] == "eng0 k31=0 0.045, eng0 k31=1 0.045"
+    assert rows[("float16 NHWC", "32x2048x7x7", "train")][-1] == "NotSupportedError: no config"
+    assert rows[("float32 NCHW", d1, "backward")][3:6] == ["-", "-", "-"]   # none benchmarked
+    # its geomeans per (config, pass); none for fp32 NCHW (no benchmarked figure)
+    gb = res["geomean_ratio_benchmarked"]
+    assert gb["float16 NHWC train"] == pytest.approx(math.sqrt(0.030 / 0.030 * 0.040 / 0.050))
+    assert gb["float16 NHWC backward"] == pytest.approx(math.sqrt(0.045 / 0.100 * 0.060 / 0.060))
+    assert math.isnan(gb["float32 NCHW train"])
+    assert (f"geomean ratios, benchmarked: float16 NHWC train "
+            f"{math.sqrt(0.030 / 0.030 * 0.040 / 0.050):.2f}") in text
+    # configs the benchmark timed, NHWC: the failed shape has none to say
+    assert res["nhwc_bench_timed"] == {"train": {d1: 1, d2: 1, "32x2048x7x7": None},
+                                       "backward": {d1: 2, d2: 1, "32x2048x7x7": None}}
+    assert (f"NHWC configs timed by global.benchmarking=1 (1: the heuristic's own config only, "
+            f"no choice): train {d1} 1, {d2} 1, 32x2048x7x7 -; backward {d1} 2, {d2} 1, "
+            "32x2048x7x7 -") in text
+    # above 1.0x: NHWC train (kernels equal: host-bound) and fp32 NCHW backward (legacy),
+    # each with its benchmarked ratio where there is one
+    above = {name: (why, rb) for name, _, _, why, _, rb in res["above_1"]}
+    assert above == {"batchnorm float16 NHWC 32x1024x14x14 train":
+                     (bg.HOST, pytest.approx(0.030 / 0.030)),
+                     "batchnorm float32 NCHW 32x1024x14x14 backward": (bg.LEGACY, None)}
     doc = {"results": {"batchnorm": res}}
     bg.print_verdict(doc)
     assert doc["verdict"]["by_reason"] == {bg.HOST: 1, bg.LEGACY: 1}
     assert "batchnorm float32 NCHW 32x1024x14x14 backward" in capsys.readouterr().out
+
+
+def test_bn_bench_ratio_needs_the_same_timing_method_and_refines_the_reason():
+    """A benchmarked wall figure is compared with torch's only when both were timed the
+    same way; its device time is the best candidate of the heuristic case's reason."""
+    nb = 32 * 1024 * 14 * 14 * 2
+    figures = {"ours_train_ms": 0.060, "torch_train_ms": 0.040,
+               "ours_train_gpu_ms": 0.060, "torch_train_gpu_ms": 0.040}
+    plain = _bn_rec("float16", "NHWC", (32, 1024, 14, 14), x_bytes=nb, copy_gpu_ms=0.01,
+                    figures=figures, engines={"train": G})
+    assert plain["train_reason"] == bg.NOCFG                 # 1.5x on the device, no candidate
+    rec = _bn_rec("float16", "NHWC", (32, 1024, 14, 14), x_bytes=nb, copy_gpu_ms=0.01,
+                  figures=figures, engines={"train": G}, bench={"train": (0.041, 0.041, 4)})
+    assert rec["train_bench_ratio"] == pytest.approx(0.041 / 0.040)
+    assert rec["train_bench_gpu_ratio"] == pytest.approx(0.041 / 0.040)
+    assert rec["train_reason"] == bg.ALGO                    # a timed config matches torch
+    rec["train_bench_timing"] = "wall_clock"                  # torch's figure is cuda_events
+    bg._bn_bench_ratios(rec, "train")
+    assert rec["train_bench_ratio"] is None
+    assert rec["train_bench_gpu_ratio"] == pytest.approx(0.041 / 0.040)
+
+
+class _FakePlan:
+    def __init__(self, algorithm):
+        self.algorithm = algorithm
+        self.engine = type("E", (), {"name": G})()
+
+
+class _FakeBenchDevice:
+    """Records each build's knobs; `fail` makes the build raise."""
+
+    def __init__(self, algorithm, fail=None):
+        self.algorithm, self.fail, self.builds = algorithm, fail, []
+
+    async def build(self, graph, knobs=None):
+        self.builds.append((graph, knobs))
+        if self.fail:
+            raise self.fail
+        return _FakePlan(self.algorithm)
+
+
+def _bench_args():
+    return bg.parse_args(["--sections", "batchnorm", "--reps", "7"])
+
+
+@pytest.mark.anyio
+async def test_bn_bench_builds_with_benchmarking_and_records_its_figures(monkeypatch):
+    timed = []
+
+    async def fake_time_plan(torch, dev, plan, vp, reps, stream=0, warmup=3):
+        timed.append((dev, plan, vp, reps))
+        return 0.021, "cuda_events", 0.018
+
+    monkeypatch.setattr(bg, "time_plan", fake_time_plan)
+    algo = Algorithm("eng0 k31=4", "fastest of 3", [("eng0 k31=6", 0.0201),
+                                                   ("eng0 k31=4", 0.0180), ("eng0 k31=2", None)])
+    bdev = _FakeBenchDevice(algo)
+    checked = []
+
+    async def check(plan):
+        checked.append(plan)
+        return 0.4
+
+    rec = {"layout": "NHWC", "timing": "cuda_events", "backward_timing": "cuda_events",
+           "torch_backward_ms": 0.030, "torch_backward_gpu_ms": 0.024,
+           "ours_backward_ms": 0.025, "backward_error": None}
+    vp, graph = {"dx": object()}, object()
+    await bg._bn_bench(None, bdev, _bench_args(), rec, "backward", graph, vp, check=check)
+    assert bdev.builds == [(graph, {"global.benchmarking": 1})]
+    assert [(d, v, r) for d, _, v, r in timed] == [(bdev, vp, 7)]
+    assert checked == [timed[0][1]]
+    assert rec["backward_bench_engine"] == G and rec["backward_bench_algorithm"] == "eng0 k31=4"
+    assert rec["backward_bench_timed"] == 2
+    assert rec["backward_bench_trials"] == "eng0 k31=6 0.020, eng0 k31=4 0.018, eng0 k31=2"
+    assert rec["ours_backward_bench_ms"] == 0.021 and rec["ours_backward_bench_gpu_ms"] == 0.018
+    assert rec["backward_bench_ratio"] == pytest.approx(0.021 / 0.030)
+    assert rec["backward_bench_gpu_ratio"] == pytest.approx(0.018 / 0.024)
+    assert rec["backward_bench_err_over_tol"] == 0.4 and "backward_bench_error" not in rec
+    assert rec["backward_bench_build_s"] >= 0
+
+
+@pytest.mark.anyio
+async def test_bn_bench_failure_and_deadline_leave_the_heuristic_figures(monkeypatch):
+    async def no_timing(*a, **k):
+        raise AssertionError("nothing may be timed")
+
+    monkeypatch.setattr(bg, "time_plan", no_timing)
+    heuristic = {"layout": "NHWC", "ours_train_ms": 0.04, "train_ratio": 1.3,
+                 "train_pct_of_copy": 57.0, "train_reason": bg.HOST}
+    bdev = _FakeBenchDevice(Algorithm("x"), fail=RuntimeError("CUDNN_STATUS_NOT_SUPPORTED"))
+    rec = dict(heuristic)
+    await bg._bn_bench(None, bdev, _bench_args(), rec, "train", object(), {"x": 1})
+    assert rec == {**heuristic,
+                   "train_bench_error": "RuntimeError: CUDNN_STATUS_NOT_SUPPORTED"}
+    # past the deadline: no build at all
+    bdev = _FakeBenchDevice(Algorithm("x"))
+    rec = dict(heuristic)
+    await bg._bn_bench(None, bdev, _bench_args(), rec, "train", object(), {"x": 1},
+                       deadline=0.0)
+    assert bdev.builds == [] and rec == {**heuristic,
+                                         "train_bench_error": "skipped: --max-seconds reached"}
+    # no variant pack (the heuristic part's buffers failed): said, nothing built
+    rec = dict(heuristic)
+    await bg._bn_bench(None, bdev, _bench_args(), rec, "train", object(), None)
+    assert bdev.builds == [] and rec["train_bench_error"].startswith("RuntimeError: no variant")
 
 
 def test_bn_backward_tolerance_is_the_oracle_table():
