@@ -147,8 +147,8 @@ class ConvSetup:
           ALGO_0 / ALGO_3 accumulate in HALF there: 20% errors measured on the H200);
           FFT and FFT_TILING (in FLOAT accumulation, taken as before the knob covered
           HALF / BFLOAT16) unless ``allow_fft`` is False (knob ``cudnn_legacy.allow_fft``
-          = 0: direct summation only, so a NaN or Inf input stays in the outputs that
-          read it instead of spreading over an FFT tile).
+          = 0, so that a NaN or Inf input does not spread over an FFT tile; the
+          deterministic Winograd algorithms stay, as before).
         - FLOAT I/O: no Winograd (never measured within our bound: PyTorch's Winograd
           FLOAT 3x3 weight gradient was at 2.02x it on the H200, cuDNN 9.19); FFT and
           FFT_TILING for fprop and dgrad when ``allow_fft`` (knob

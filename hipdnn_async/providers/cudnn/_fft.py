@@ -8,7 +8,9 @@
   never take FFT (not measured) and offer no knob.
 - 0 declines FFT for every data type that offers the knob: an FFT spreads a NaN or Inf
   of its input over every output of its tile or image, where direct summation keeps it
-  to the outputs that read it.
+  to the outputs that read it. FLOAT then sums directly (it never takes Winograd);
+  HALF / BFLOAT16 may still take a Winograd config or algorithm, whose transform mixes
+  one small input tile (4x4 to 13x13 elements), as before.
 - The perf-db key names the setting where it differs from the key of the data type's
   earlier default (FLOAT: FFT used to be declined, so FFT accepted is ``"fft"``;
   HALF / BFLOAT16: FFT was always accepted, so FFT declined is ``"no-fft"``): a choice
@@ -51,5 +53,5 @@ def fft_knob(knob_id: str, what: str) -> _knobs.Knob:
     """The ``allow_fft`` knob: int64 in [0, 1], default 1; ``what`` names the engine's FFT
     (``"FFT engine configs"``, ``"cuDNN's FFT / FFT_TILING algorithms"``)."""
     return _knobs.Knob(knob_id, "int64", 1, 0, 1,
-                       f"Allow {what} (0: direct summation only, for every data type: a "
-                       "NaN or Inf input then stays in the outputs that read it)")
+                       f"Allow {what} (0: none, for every data type: an FFT spreads a NaN "
+                       "or Inf input over its whole tile or image)")

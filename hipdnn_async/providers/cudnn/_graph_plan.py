@@ -244,14 +244,17 @@ def ordered(be, candidates: list) -> list:
     return list(candidates)
 
 
-_NOTE_WORDS = (("NUMERICAL_NOTE_TENSOR_CORE", "tensor cores"),
-               ("NUMERICAL_NOTE_NONDETERMINISTIC", "not deterministic"),
-               ("NUMERICAL_NOTE_WINOGRAD", "Winograd"), ("NUMERICAL_NOTE_FFT", "FFT"))
+# (notes, word): a word where any of its notes is present (a Winograd engine may carry
+# only its tile's note)
+_NOTE_WORDS = ((("NUMERICAL_NOTE_TENSOR_CORE",), "tensor cores"),
+               (("NUMERICAL_NOTE_NONDETERMINISTIC",), "not deterministic"),
+               (_WINOGRAD_NOTES, "Winograd"), (("NUMERICAL_NOTE_FFT",), "FFT"))
 
 
 def describe_notes(be, c: Candidate) -> str:
     """The numerical notes of ``c`` in words (``"tensor cores, deterministic"``)."""
-    words = [w for note, w in _NOTE_WORDS if getattr(be, note, None) in c.numerical]
+    words = [w for notes, w in _NOTE_WORDS
+             if any(getattr(be, note, None) in c.numerical for note in notes)]
     if "not deterministic" not in words:
         words.append("deterministic")
     return ", ".join(words)

@@ -11,7 +11,7 @@ TF32), so results match a float32 reference; their non-deterministic ALGO_0 / AL
 (FLOAT atomics) are allowed unless the knob ``cudnn_legacy.deterministic`` is 1; FLOAT
 fprop and dgrad (and conv+bias+activation) may take FFT / FFT_TILING (measured within
 tolerance: ``ConvSetup.accurate``), as every HALF/BFLOAT16 convolution may, unless the knob
-``cudnn_legacy.allow_fft`` is 0 (direct summation only, for every data type: ``_fft``);
+``cudnn_legacy.allow_fft`` is 0 (no FFT for any data type: ``_fft``);
 FLOAT weight gradients never take FFT, and no FLOAT convolution takes Winograd.
 HALF/BFLOAT16 use tensor cores with float32 accumulation, deterministic algorithms only.
 """
@@ -58,8 +58,9 @@ class LegacyEngine(ProviderEngine):
              "4-D and 5-D; packed filters; FLOAT convolutions without TF32 or Winograd, "
              "FLOAT fprop/dgrad/conv+bias+ReLU (measured within tolerance, H200) and every "
              "HALF/BFLOAT16 convolution may run FFT/FFT_TILING unless "
-             f"'{LEGACY_ALLOW_FFT}' = 0 (direct summation only, every data type: a NaN/Inf "
-             "input stays in the outputs that read it), FLOAT weight gradients never; "
+             f"'{LEGACY_ALLOW_FFT}' = 0 (no FFT for any data type: an FFT spreads a NaN/Inf "
+             "input over its tile; HALF/BFLOAT16 may still take Winograd), FLOAT "
+             "weight gradients never; "
              "cuDNN's non-deterministic ALGO_0/ALGO_3 (FLOAT atomics) allowed unless "
              f"'{LEGACY_DETERMINISTIC}' = 1; HALF/BFLOAT16 convolutions deterministic "
              "algorithms only; plan.algorithm.reason says why; ReLU upper clip "

@@ -99,6 +99,17 @@ def test_explain_names_rank_policy_and_notes(be):
         "(0.0200 ms median); deterministic")
 
 
+@pytest.mark.parametrize("note", ["NUMERICAL_NOTE_WINOGRAD", "NUMERICAL_NOTE_WINOGRAD_TILE_4x4",
+                                  "NUMERICAL_NOTE_WINOGRAD_TILE_6x6",
+                                  "NUMERICAL_NOTE_WINOGRAD_TILE_13x13"])
+def test_the_reason_names_winograd_for_any_of_its_notes(be, note):
+    # a Winograd config may carry only its tile's note; the reason (what tests/gpu reads to
+    # tell a transform from direct summation) names it either way, once
+    c = _cand(be, getattr(be, note), be.NUMERICAL_NOTE_WINOGRAD_TILE_4x4)
+    assert _graph_plan.describe_notes(be, c) == "Winograd, deterministic"
+    assert _graph_plan.describe_notes(be, _cand(be, be.NUMERICAL_NOTE_FFT)) == "FFT, deterministic"
+
+
 def _cfg(be, index, notes=(), ws=64, knobs=()):
     F = _fake_backend.FakeDescriptor
     eng, cfg = F(be.BACKEND_ENGINE_DESCRIPTOR), F(be.BACKEND_ENGINECFG_DESCRIPTOR)
