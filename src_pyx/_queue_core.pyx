@@ -215,17 +215,20 @@ cdef class StreamCore:
                 parked.append(("launch", item))
             else:
                 inflight.append(item)
-                try:
-                    if gpu is not None:
+                if gpu is None:
+                    # a host backend may have handed the item to its worker before
+                    # raising (a KeyboardInterrupt after the queue put): it stays, and
+                    # the worker frees its slot
+                    backend.launch(item)
+                else:
+                    try:
                         gpu.launch_item(item)
-                    else:
-                        backend.launch(item)
-                except BaseException:
-                    if item._batch is None:    # never launched (e.g. cudaSetDevice
-                        inflight.pop()         # failed): its slot is not taken
-                        self._submitted -= 1
-                        item.stream = None
-                    raise
+                    except BaseException:
+                        if item._batch is None:    # never launched (e.g. cudaSetDevice
+                            inflight.pop()         # failed): its slot is not taken
+                            self._submitted -= 1
+                            item.stream = None
+                        raise
         finally:
             lock.release()
         if (gpu.poll_due if gpu is not None else backend.poll_due):

@@ -3,6 +3,7 @@
 The queue behaviour itself (order, limits, parking, completion batches) is the same for
 every caller and is tested through the public API in tests/async and tests/contract.
 """
+import threading
 import time
 
 import pytest
@@ -107,3 +108,46 @@ def test_an_item_whose_launch_fails_before_enqueueing_takes_no_slot():
     item = _core.submit_now(Completion, stream, lambda: ran.append(2), (), "plan 'b'", 4)
     assert ran == [2] and item._batch is backend._open and stream.pending == 1
     assert stream.metrics()["submitted"] == 1
+
+
+class _Interrupt(BaseException):
+    """A KeyboardInterrupt-like exception (not caught as an Exception)."""
+
+
+def test_a_host_backend_that_raises_after_taking_the_item_keeps_it():
+    # A CPU stream's launch hands the item to its worker thread; an exception after that
+    # (a KeyboardInterrupt delivered right after the queue put) must not take the item
+    # back: the worker runs it and frees its slot, so a stream that forgot it had an
+    # empty in-flight line to free it from (the worker died, later items never ran).
+    from hipdnn_async.queues import Stream
+    from hipdnn_async.queues._stream import CpuStreamBackend
+
+    ran = threading.Event()
+
+    class Interrupted(CpuStreamBackend):
+        fail = True
+
+        def launch(self, item):
+            super().launch(item)
+            if self.fail:
+                self.fail = False
+                assert ran.wait(10)
+                time.sleep(0.05)       # the worker now waits for the stream's lock
+                raise _Interrupt
+
+    stream = Stream("cpu:s0", backend=Interrupted("cpu:s0"))
+    try:
+        def work():
+            ran.set()
+            return 7
+
+        item = Completion(work, label="plan 'a'")
+        with pytest.raises(_Interrupt):
+            stream._try_submit(item, 4)
+        assert item.result(timeout=10) == 7
+        after = _core.submit_now(Completion, stream, lambda: 8, (), "plan 'b'", 4)
+        assert after.result(timeout=10) == 8
+        m = stream.metrics()
+        assert (m["submitted"], m["completed"], m["failed"], stream.pending) == (2, 2, 0, 0)
+    finally:
+        stream.close()
