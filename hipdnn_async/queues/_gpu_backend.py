@@ -103,7 +103,8 @@ class GpuStreamBackend(LaunchCore, StreamBackend):
         except BaseException as exc:
             with context.using():
                 self.launch_context.release()
-                context.remove_stream(self.stream)
+                with self._launch_lock:      # not while a copy records on it
+                    context.remove_stream(self.stream)
                 rt.stream_destroy(self.stream)
             if isinstance(exc, Exception) and not isinstance(exc, DeviceError):
                 raise DeviceError(f"GPU stream '{name}': cannot prepare its launch state: "

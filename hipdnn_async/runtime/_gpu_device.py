@@ -235,10 +235,11 @@ class GpuContext:
                 continue
             # The stream's launch lock: an event recorded while the stream is capturing
             # (a capture step) would join the capture, and the copy stream with it. The
-            # record waits for the capture instead; a stream closed meanwhile is skipped.
+            # record waits for the capture instead; a stream closed meanwhile is skipped,
+            # also when a new stream has its handle (registered with its own lock).
             with lock:
                 with self._lock:
-                    live = s in self._streams
+                    live = self._streams.get(s) is lock
                 if live:
                     self._copy_stream_after(s)
 
