@@ -690,42 +690,21 @@ cdef class PlanLock:
         return False
 
 
-cdef bint _stream_capturing(Runtime rt, void* stream) noexcept nogil:
-    """Whether ``stream`` is being captured (a status it cannot tell counts as yes: the
-    direct path is always right)."""
-    cdef int status = 0
-    if rt.f.StreamIsCapturing == NULL:
-        return True
-    if rt.f.StreamIsCapturing(stream, &status) != 0:
-        return True
-    return status != 0     # cuda/hipStreamCaptureStatusNone is 0 in both headers
-
-
 cdef int _record(Runtime rt, void* side, void* h, void* plan, void* vp,
                  void** graph) noexcept nogil:
     """One ``cudnnBackendExecute`` captured on ``side`` (``h`` bound to it, thread-local
     mode) into ``*graph``; the first failing status (``*graph`` NULL then)."""
-    cdef RuntimeFns* f = &rt.f
-    cdef void* extra = NULL
     cdef int st, end_st
     graph[0] = NULL
-    st = f.StreamBeginCapture(side, rt.c.STREAM_CAPTURE_MODE_THREAD_LOCAL)
+    st = rt.f.StreamBeginCapture(side, rt.c.STREAM_CAPTURE_MODE_THREAD_LOCAL)
     if st != 0:
         return st
     st = _f.BackendExecute(h, plan, vp)      # recorded, not run
-    end_st = f.StreamEndCapture(side, graph)
-    if end_st != 0 and _stream_capturing(rt, side):
-        # an end that failed without ending (CUDA ends an invalidated capture itself;
-        # another failure may not): end it again, drop what that makes
-        f.StreamEndCapture(side, &extra)
-        if extra != NULL:
-            f.GraphDestroy(extra)
+    end_st = rt.c_end_capture(side, graph)   # side is left not capturing, even on failure
     if st == 0:
-        st = end_st
-    if st == 0 and graph[0] == NULL:
-        st = -1
-    if st != 0 and graph[0] != NULL:
-        f.GraphDestroy(graph[0])
+        return end_st
+    if graph[0] != NULL:                     # the execute failed: its graph is no use
+        rt.f.GraphDestroy(graph[0])
         graph[0] = NULL
     return st
 
@@ -756,7 +735,7 @@ cdef class StreamPack:
 
     cdef bint capturing(self) noexcept nogil:
         """Whether the pack's stream is being captured (a ``dev.capture()`` block)."""
-        return _stream_capturing(self.rt, self.stream)
+        return self.rt.c_stream_capturing(self.stream)
 
     cdef void drop_graph(self) noexcept:
         # launches already enqueued complete (the runtime keeps what they need)
@@ -989,7 +968,7 @@ cdef class GraphLaunch:
                     back = _f.SetStream(h, stream)
                 # nothing ran on it; kept while the handle may still be bound to it (or
                 # while a capture that would not end holds it)
-                if back == 0 and not _stream_capturing(p.rt, side):
+                if back == 0 and not p.rt.c_stream_capturing(side):
                     f.StreamDestroy(side)
             if st == 0 and back == 0:
                 st = f.GraphInstantiateWithFlags(&gexec, graph, 0)

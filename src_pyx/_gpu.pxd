@@ -3,7 +3,8 @@
 runtime, CUDA or HIP) and its ``nogil`` calls, for other Cython modules to cimport.
 
 Each ``c_*`` method raises (taking the GIL only then) on a non-zero status or a missing
-symbol and returns 0; the hot calls of a launch path need no Python object.
+symbol and returns 0, except the ``noexcept`` ones, which return a status for callers that
+fall back instead; the hot calls of a launch path need no Python object.
 """
 from ._gpu_api cimport CudaOnlyFns, HipOnlyFns, PointerAttributes, RuntimeConstants, RuntimeFns
 from ._loader cimport Library, LibraryTable
@@ -40,6 +41,12 @@ cdef class Runtime(LibraryTable):
     cdef int c_memset_async(self, void* dst, int value, size_t nbytes,
                             void* stream) except -1 nogil
     cdef int c_graph_launch(self, void* graph_exec, void* stream) except -1 nogil
+    # never raise: for launch paths that fall back rather than raise (GraphLaunch)
+    cdef bint c_stream_capturing(self, void* stream) noexcept nogil   # unknown: True
+    # end the capture into *graph: 0, or the end's status (-1: no symbol or no graph) with
+    # *graph NULL and the stream no longer capturing (ended again where the failed end
+    # left it capturing, that graph destroyed)
+    cdef int c_end_capture(self, void* stream, void** graph) noexcept nogil
 
 
 cdef class ExecCounter:

@@ -19,10 +19,10 @@ Wrapping contract
 - Covered: devices, device properties, stream-ordered pool allocation with a plain
   ``Malloc`` fallback, pinned host memory, async copies and memsets, peer access and peer
   copies between two devices, streams (flags, priorities), events, pointer attributes,
-  versions, stream capture and graphs (begin / end capture, instantiate, launch, in-place
-  update, destroy; HIP's ``GraphExecUpdate`` has the older four-argument form, a named
-  branch). Where the runtimes' exports differ the
-  names are listed per runtime (``GetDeviceProperties_v2`` / ``GetDevicePropertiesR0600``,
+  versions, stream capture and graphs (begin / end capture, ``end_capture`` that leaves
+  no capture open when the end fails, instantiate, launch, in-place update, destroy;
+  HIP's ``GraphExecUpdate`` has the older four-argument form, a named branch). Where the
+  runtimes' exports differ the names are listed per runtime (``GetDeviceProperties_v2`` / ``GetDevicePropertiesR0600``,
   ``HostAlloc`` / ``HostMalloc``, ``FreeHost`` / ``HostFree``). Handles (streams, events,
   pools) and pointers travel as Python ints. Method names are the C names without prefix,
   in snake_case (CuPy's convention).
@@ -459,6 +459,38 @@ cdef class Runtime(LibraryTable):
             self.missing(b"GraphLaunch")
         return self.c_check(self.f.GraphLaunch(graph_exec, stream), b"GraphLaunch")
 
+    cdef bint c_stream_capturing(self, void* stream) noexcept nogil:
+        # a status it cannot tell counts as capturing: each caller's safe way is then
+        # taken (end once more, execute directly, keep the stream)
+        cdef int status = 0
+        if self.f.StreamIsCapturing == NULL or self.f.StreamIsCapturing(stream, &status) != 0:
+            return True
+        return status != 0     # cuda/hipStreamCaptureStatusNone is 0 in both headers
+
+    cdef int c_end_capture(self, void* stream, void** graph) noexcept nogil:
+        # the end's status (-1: no StreamEndCapture, or a success without a graph);
+        # *graph is the graph on 0 and NULL otherwise, and the stream is left not capturing
+        cdef void* extra = NULL
+        cdef int st
+        graph[0] = NULL
+        if self.f.StreamEndCapture == NULL:
+            return -1
+        st = self.f.StreamEndCapture(stream, graph)
+        if st != 0 and self.c_stream_capturing(stream):
+            # an end that failed without ending (CUDA ends an invalidated capture itself;
+            # another failure may not): end it again, or every later launch on the stream
+            # would be captured (or refused), and drop what that makes
+            self.f.StreamEndCapture(stream, &extra)
+            if extra != NULL and self.f.GraphDestroy != NULL:
+                self.f.GraphDestroy(extra)
+        if st == 0 and graph[0] == NULL:
+            st = -1
+        if st != 0 and graph[0] != NULL:
+            if self.f.GraphDestroy != NULL:
+                self.f.GraphDestroy(graph[0])
+            graph[0] = NULL
+        return st
+
     # -------------------------------------------------------------- devices
     @property
     def version(self):
@@ -812,6 +844,27 @@ cdef class Runtime(LibraryTable):
         if self.f.StreamEndCapture == NULL:
             self.missing(b"StreamEndCapture")
         self.c_check(self.f.StreamEndCapture(<void*>stream, &g), b"StreamEndCapture")
+        return <uintptr_t>g
+
+    def end_capture(self, uintptr_t stream):
+        """End the capture on ``stream``; the captured graph's handle. Unlike
+        :meth:`stream_end_capture`, a failed end does not leave the stream capturing.
+
+        Raises
+        ------
+        GpuError
+            The end failed (e.g. ``cudaErrorStreamCaptureInvalidated``: a call not allowed
+            during capture). Raised once the stream no longer captures: where the failed
+            end left it capturing it is ended again and that graph destroyed, so the
+            stream's later work runs. Only if that second end fails too may it still be
+            capturing (``stream_is_capturing`` tells).
+        LibraryError
+            The runtime lacks ``StreamEndCapture``.
+        """
+        cdef void* g = NULL
+        if self.f.StreamEndCapture == NULL:
+            self.missing(b"StreamEndCapture")
+        self.c_check(self.c_end_capture(<void*>stream, &g), b"StreamEndCapture")
         return <uintptr_t>g
 
     def stream_is_capturing(self, uintptr_t stream):

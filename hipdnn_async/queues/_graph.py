@@ -8,7 +8,8 @@ go on), runs the recorded work-item functions (the plans enqueue exactly as they
 do, and plans only enqueue), ends the capture and instantiates the graph, or updates the
 step's previous executable graph in place when the new one has the same shape
 (``graph_exec_update``: pointers changed, no instantiation). A failure inside ends the
-capture and drops the partial graph before it propagates. Another thread's copy records
+capture and drops the partial graph before it propagates, and so does a failed end
+(``Runtime.end_capture``): the stream is not left capturing. Another thread's copy records
 an event on every compute stream (``GpuContext.order_copy_stream``) under that stream's
 launch lock, so it waits for the capture rather than joining it.
 
@@ -120,7 +121,8 @@ def capture_graph(rt, stream: int, fns: tuple, previous: GraphReplay | None) -> 
     Exception
         Whatever a recorded function raised (the capture is ended and dropped first), or
         the runtime's error from ending the capture (e.g. a call not allowed during
-        capture invalidated it) or from instantiating the graph.
+        capture invalidated it; ``Runtime.end_capture`` leaves the stream not capturing)
+        or from instantiating the graph.
     """
     rt.stream_begin_capture(stream)
     try:
@@ -128,16 +130,16 @@ def capture_graph(rt, stream: int, fns: tuple, previous: GraphReplay | None) -> 
             fn()
     except BaseException:
         try:
-            partial = rt.stream_end_capture(stream)
+            rt.graph_destroy(rt.end_capture(stream))
         except GpuError:
-            partial = 0
-        if partial:
-            rt.graph_destroy(partial)
+            pass  # the function's error is the one to raise; the stream is ended either way
         if previous is not None:
             previous.close()
         raise
     try:
-        graph = rt.stream_end_capture(stream)
+        # end_capture: a failed end leaves the stream not capturing, so the stream's
+        # later work runs rather than being captured (or refused)
+        graph = rt.end_capture(stream)
     except BaseException:
         if previous is not None:
             previous.close()

@@ -124,6 +124,9 @@ class Runtime(LibraryTable):
         """Capture ``stream``'s work into a graph (default STREAM_CAPTURE_MODE_THREAD_LOCAL)."""
     def stream_end_capture(self, stream: int) -> int:
         """End the capture; the graph's handle."""
+    def end_capture(self, stream: int) -> int:
+        """End the capture; the graph's handle. A failed end raises once the stream no
+        longer captures (ended again where it still did, that graph destroyed)."""
     def stream_is_capturing(self, stream: int) -> int:
         """One of STREAM_CAPTURE_STATUS_*."""
     def graph_instantiate(self, graph: int, flags: int = 0) -> int:

@@ -12,7 +12,8 @@ from ._fakes import calls
 from ._scenarios import control
 
 __all__ = ["step3_case", "capture_failure_case", "chain_case", "rules_case",
-           "close_parked_case", "recapture_race_case", "copy_during_step_capture_case", "EPS"]
+           "close_parked_case", "recapture_race_case", "copy_during_step_capture_case",
+           "end_capture_case", "EPS"]
 
 EPS = 1e-5
 N, C, HW = 2, 4, 6
@@ -123,9 +124,11 @@ def step3_case(seed: int = 0) -> dict:
             "updates": updates}
 
 
-def capture_failure_case(inject: str, status: int, *, when: str = "capture") -> dict:
+def capture_failure_case(inject: str, status: int, *, when: str = "capture",
+                         also: tuple = ()) -> dict:
     """A step whose capture (``when="capture"``: ``inject`` fails inside the recorded
-    work) or recapture update (``when="update"``) fails by injection.
+    work or in ending the capture) or recapture update (``when="update"``) fails by
+    injection; ``also``: more (function, status) injections made with it.
 
     Returns
     -------
@@ -151,6 +154,8 @@ def capture_failure_case(inject: str, status: int, *, when: str = "capture") -> 
                 s.submit_all(z="z2")
         else:
             ctl.inject(inject, status)
+            for fn, st in also:
+                ctl.inject(fn, st)
             ctl.mark("capture")
             try:
                 with dev.capture() as step:
@@ -599,4 +604,80 @@ def copy_during_step_capture_case(backend_lib: str, *, captures: int = 3,
         out["copied_ok"] = bool(n) and bool(np.array_equal(other.to_numpy_sync(),
                                                             data + (n - 1)))
         out["log"] = ctl.log()
+    return out
+
+
+def _gpu_error(call):
+    """(type name, status, call, message) of the GpuError ``call()`` raised, or None."""
+    from hipdnn_async._errors import GpuError
+    try:
+        call()
+    except GpuError as exc:
+        return (type(exc).__name__, exc.status, exc.call, str(exc))
+    return None
+
+
+def end_capture_case(end_status: int, nbytes: int = 256) -> dict:
+    """``Runtime.end_capture`` on the fake CUDA runtime, one stream, a buffer set to 1
+    first; each case captures a memset of the buffer (to 7) and ends the capture:
+
+    - "ok": ends normally (the graph is destroyed after);
+    - "open": the end fails with ``end_status`` by injection, the capture left open (as a
+      CUDA end failing without invalidation may), then a memset to 5 runs on the stream;
+    - "invalidated": a cudaMalloc inside the capture invalidates it (one violation);
+    - "idle": an end on the stream while it captures nothing.
+
+    Returns
+    -------
+    dict
+        Per case name: ``graph`` (the handle returned, or 0), ``error`` (``_gpu_error``
+        facts or None), ``capturing`` (``stream_is_capturing`` after); ``open`` also
+        ``before`` (the buffer after the failed end) and ``after`` (after the memset to
+        5 and a synchronize); "invalidated" also ``malloc`` (what the cudaMalloc raised);
+        ``log`` (marks "ok", "open", "invalidated", "idle", "end").
+    """
+    from hipdnn_async.runtime import load_vendor
+    ctl = control()
+    rt = load_vendor("cuda").runtime
+    rt.set_device(0)
+    s = rt.stream_create()
+    a = rt.malloc(nbytes, 0, False)
+    host = np.zeros(nbytes, np.uint8)
+
+    def read():
+        rt.stream_synchronize(s)
+        rt.memcpy(host.ctypes.data, a, nbytes, rt.MEMCPY_DEVICE_TO_HOST)
+        return host.copy()
+
+    rt.memset_async(a, 1, nbytes, s)
+    read()
+    out = {}
+    ctl.clear()
+    for case in ("ok", "open", "invalidated", "idle"):
+        ctl.mark(case)
+        got = {"graph": 0}
+        if case != "idle":
+            rt.stream_begin_capture(s)
+            rt.memset_async(a, 7, nbytes, s)          # recorded, not run
+        if case == "invalidated":
+            got["malloc"] = _gpu_error(lambda: rt.malloc(16, 0, False))
+        if case == "open":
+            ctl.inject("cudaStreamEndCapture", end_status)
+
+        def end():
+            got["graph"] = rt.end_capture(s)
+        got["error"] = _gpu_error(end)
+        ctl.clear_injections()
+        got["capturing"] = rt.stream_is_capturing(s)
+        if case == "ok" and got["graph"]:
+            rt.graph_destroy(got["graph"])
+        if case == "open":
+            got["before"] = read()
+            rt.memset_async(a, 5, nbytes, s)
+            got["after"] = read()
+        out[case] = got
+    ctl.mark("end")
+    rt.stream_destroy(s)
+    rt.free(a, 0, False)
+    out["log"] = ctl.log()
     return out

@@ -50,7 +50,9 @@ HEADER_NAMES = [p + a for p, names in zip(_ALGO_PREFIX, ALGOS) for a in names] +
     "cudaSuccess", "cudaErrorLaunchFailure", "cudaErrorIllegalAddress", "cudaErrorMemoryAllocation",
     "cudaErrorNotReady", "cudaMemcpyHostToDevice", "cudaMemcpyDeviceToHost",
     "cudaMemcpyDeviceToDevice", "cudaStreamNonBlocking", "cudaEventBlockingSync",
-    "cudaEventDisableTiming", "cudaMemPoolAttrReleaseThreshold",
+    "cudaEventDisableTiming", "cudaMemPoolAttrReleaseThreshold", "cudaErrorIllegalState",
+    "cudaErrorStreamCaptureInvalidated", "cudaErrorStreamCaptureUnsupported",
+    "cudaStreamCaptureStatusNone",
 ]
 
 

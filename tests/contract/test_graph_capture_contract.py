@@ -196,3 +196,91 @@ def test_replays_from_threads_racing_recaptures_run_or_say_recording(fake_gpu):
         assert_close(y, want, *reduction_tol("conv_fprop", "float32", 8), what=f"round {i}")
     assert r["updates"] == rounds and r["instantiates"] == 0, (r["updates"], r["instantiates"])
     assert r["destroys"] == 1
+
+
+# ------------------------------------------------------------------ a failed end of capture
+def _end_calls(rec):
+    return calls(rec, "cudaStreamEndCapture")
+
+
+@pytest.mark.parametrize("also", [(), (("cudnnConvolutionForward", 3000),)],
+                         ids=["end", "plan_and_end"])
+def test_a_failed_end_of_capture_leaves_the_step_stream_not_capturing(fake_gpu, hdr, also):
+    # the end fails without ending (injected: the fake's failed call does nothing, as a
+    # CUDA end failing without invalidation may): the step's stream is ended again and
+    # what that makes dropped; the plans then run on it (before: the stream stayed
+    # capturing, so they were captured and their completion event refused)
+    r = fake_gpu.call(S.capture_failure_case, "cudaStreamEndCapture",
+                      hdr.cudaErrorIllegalState, also=also)
+    assert not violations(r["log"]), violations(r["log"])
+    rec = between(r["log"], "capture", "replay")
+    end = _end_calls(rec)
+    assert [e["status"] for e in end] == [hdr.cudaErrorIllegalState, 0], end
+    assert end[0]["stream"] == end[1]["stream"]
+    assert [g["graph"] for g in calls(rec, "cudaGraphDestroy")] == [end[1]["graph"]]
+    assert not calls(rec, "cudaGraphInstantiate*")
+    kind, message = r["error"]
+    if also:   # the plan's failure is the one raised; the end's is only cleaned up
+        assert "cudnnConvolutionForward" in message, r["error"]
+    else:      # the call and its status
+        assert kind == "GpuError" and message.startswith("cudaStreamEndCapture failed: "), message
+        assert f"({hdr.cudaErrorIllegalState})" in message, message
+    # the step says why it has nothing to replay, naming itself and the failed call
+    kind, message = r["replay"]
+    assert kind == "DeviceError" and "capture step on stream" in message, message
+    assert "nothing to replay" in message
+    assert ("cudnnConvolutionForward" if also else "cudaStreamEndCapture") in message, message
+    after = between(r["log"], "after", "end")
+    assert calls(after, "cudnnConvolutionForward") and not calls(after, "cudaStreamBeginCapture")
+    assert calls(after, "cudaEventRecord")     # completions on the stream, not captured
+    _check_step(r["inputs"], r["after"], "x")
+
+
+@pytest.fixture(scope="module")
+def end_capture(fake_gpu, hdr):
+    return fake_gpu.call(S.end_capture_case, hdr.cudaErrorIllegalState)
+
+
+def test_end_capture_returns_the_graph_of_an_ended_capture(end_capture, hdr):
+    got = end_capture["ok"]
+    assert got["error"] is None and got["graph"] and \
+        got["capturing"] == hdr.cudaStreamCaptureStatusNone
+    rec = between(end_capture["log"], "ok", "open")
+    end = _end_calls(rec)
+    assert len(end) == 1 and end[0]["status"] == 0 and end[0]["nodes"] == 1, end
+    assert [g["graph"] for g in calls(rec, "cudaGraphDestroy")] == [end[0]["graph"]]
+
+
+def test_end_capture_that_fails_without_ending_ends_again_then_raises(end_capture, hdr):
+    got = end_capture["open"]
+    assert got["graph"] == 0
+    assert got["error"][:3] == ("GpuError", hdr.cudaErrorIllegalState, "cudaStreamEndCapture")
+    assert got["capturing"] == hdr.cudaStreamCaptureStatusNone
+    rec = between(end_capture["log"], "open", "invalidated")
+    assert not violations(rec), violations(rec)
+    end = _end_calls(rec)
+    assert [e["status"] for e in end] == [hdr.cudaErrorIllegalState, 0], end
+    assert [g["graph"] for g in calls(rec, "cudaGraphDestroy")] == [end[1]["graph"]]
+    # the captured memset (to 7) never ran; the stream runs work again (memset to 5)
+    assert (got["before"] == 1).all() and (got["after"] == 5).all()
+
+
+def test_end_capture_of_an_invalidated_capture_raises_without_a_second_end(end_capture, hdr):
+    got = end_capture["invalidated"]
+    assert got["malloc"][1] == hdr.cudaErrorStreamCaptureUnsupported, got["malloc"]
+    assert got["graph"] == 0
+    assert got["error"][:3] == ("GpuError", hdr.cudaErrorStreamCaptureInvalidated,
+                                "cudaStreamEndCapture")
+    assert got["capturing"] == hdr.cudaStreamCaptureStatusNone
+    rec = between(end_capture["log"], "invalidated", "idle")
+    # the one violation is the cudaMalloc that invalidated the capture, made on purpose
+    assert [v.split(":")[0] for v in violations(rec)] == ["cudaMalloc"], violations(rec)
+    assert len(_end_calls(rec)) == 1 and not calls(rec, "cudaGraphDestroy")
+
+
+def test_end_capture_of_a_stream_not_capturing_raises(end_capture, hdr):
+    got = end_capture["idle"]
+    assert got["graph"] == 0
+    assert got["error"][:3] == ("GpuError", hdr.cudaErrorIllegalState, "cudaStreamEndCapture")
+    rec = between(end_capture["log"], "idle", "end")
+    assert len(_end_calls(rec)) == 1 and not calls(rec, "cudaGraphDestroy")

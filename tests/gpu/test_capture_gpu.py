@@ -394,3 +394,43 @@ def test_copies_on_another_thread_while_steps_capture(gpu_device, engine, dtype,
         t.join()
     assert not errors, errors
     assert copies[0] > 0
+
+
+def test_end_capture_of_an_invalidated_capture_leaves_the_stream_usable(gpu_device):
+    # Runtime.end_capture, the end of every capture step and of GraphLaunch's capture: a
+    # capture invalidated by a call not allowed during it (synchronizing the capturing
+    # stream: CUDA programming guide, "Prohibited and Unhandled Operations") ends with an
+    # error and no graph, the stream no longer capturing; the captured memset never ran
+    # and later work on the stream runs
+    import ctypes
+
+    from hipdnn_async._errors import GpuError
+    ctx = gpu_device.provider.context
+    rt, n = ctx.runtime, 4096
+    host = np.zeros(n, np.uint8)
+    with ctx.using():
+        s = rt.stream_create()
+        a = rt.malloc(n, 0, False)
+        try:
+            rt.memset_async(a, 1, n, s)
+            rt.stream_synchronize(s)
+            rt.stream_begin_capture(s)
+            rt.memset_async(a, 7, n, s)           # recorded, not run
+            with pytest.raises(GpuError):
+                rt.stream_synchronize(s)          # refused; invalidates the capture
+            with pytest.raises(GpuError) as err:
+                rt.end_capture(s)
+            assert err.value.call == rt.prefix + "StreamEndCapture", err.value
+            assert rt.stream_is_capturing(s) == rt.constants["STREAM_CAPTURE_STATUS_NONE"]
+            rt.memcpy(host.ctypes.data, a, n, rt.MEMCPY_DEVICE_TO_HOST)
+            assert (host == 1).all(), np.unique(host)
+            rt.memset_async(a, 5, n, s)
+            rt.stream_synchronize(s)
+            rt.memcpy(host.ctypes.data, a, n, rt.MEMCPY_DEVICE_TO_HOST)
+            assert (host == 5).all(), np.unique(host)
+        finally:
+            # the refused calls set the thread's last error; leave none behind (PyTorch
+            # checks it after its own launches in later tests)
+            ctypes.CFUNCTYPE(ctypes.c_int)(rt.lib.address("GetLastError"))()
+            rt.stream_destroy(s)
+            rt.free(a, 0, False)
