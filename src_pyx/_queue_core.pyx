@@ -125,7 +125,8 @@ cdef class LaunchCore:
     """Launch fields of a GPU stream (``queues.GpuStreamBackend`` derives from this): the
     device index, whether a launch makes it current, the launch context, the open batch.
 
-    The subclass provides ``_close()`` (record the open batch's event) and ``poll()``.
+    The subclass provides ``name``, ``_close()`` (record the open batch's event) and
+    ``poll()``, and sets ``_open`` (a ``Batch``) before the first launch.
     """
 
     cdef public object _rt, launch_context
@@ -137,6 +138,8 @@ cdef class LaunchCore:
     cdef int launch_item(self, CompletionCore item) except -1:
         cdef int prev = self._index, current
         cdef Batch batch
+        if self._open is None:
+            self._no_batch()
         try:
             if self._switch:
                 current = self._rt.get_device()
@@ -158,11 +161,31 @@ cdef class LaunchCore:
                 self._rt.set_device(prev)
         return 0
 
+    cdef int _no_batch(self) except -1:
+        # a typed access to a None batch would crash the process, not raise
+        raise RuntimeError(f"{type(self).__name__}: launch before the stream started (no "
+                           "open completion batch)")
+
     def launch(self, item):
         """Enqueue ``item``'s work on the GPU stream now, with the stream's device current
         and the thread's restored after; it joins the open completion batch (called with
         the stream's lock held)."""
         self.launch_item(item)
+
+    def fail_unlaunched(self, CompletionCore item, exc):
+        """Fail ``item``, whose launch raised ``exc`` before its work was enqueued, in its
+        place: it joins the open batch with that error and completes in order (a parked
+        item launched as a slot frees has no submitter to raise to). The batch's event is
+        recorded later, with the stream's device current (the next launch, ``_cover``)."""
+        if self._open is None:
+            self._no_batch()
+        item._state = RUNNING
+        item.started_at = _now()
+        item._fn = None
+        item._error = (exc.prefixed(f"{item.describe()} [stream '{self.name}']")
+                       if isinstance(exc, _HipdnnError) else item._wrapped(exc))
+        self._open.items.append(item)
+        item._batch = self._open
 
 
 cdef class StreamCore:

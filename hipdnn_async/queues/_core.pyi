@@ -57,6 +57,8 @@ class LaunchCore:
 
     def launch(self, item: CompletionCore) -> None:
         """Enqueue ``item``'s work on the GPU stream now; it joins the open batch."""
+    def fail_unlaunched(self, item: CompletionCore, exc: BaseException) -> None:
+        """Fail ``item``, whose launch raised ``exc`` before enqueueing, in its place."""
 
 class StreamCore:
     """Submission fields of a stream (``queues.Stream`` derives from this)."""

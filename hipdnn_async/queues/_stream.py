@@ -22,7 +22,7 @@ import anyio.lowlevel
 
 from .._errors import DeviceError
 from ._completion import _DONE, Completion
-from ._core import StreamCore
+from ._core import LaunchCore, StreamCore
 from ._metrics import Histogram
 
 
@@ -328,7 +328,15 @@ class Stream(StreamCore):
                 if limit is not None and len(self._inflight) >= limit:
                     break
                 self._inflight.append(item)
-                self._backend.launch(item)
+                try:
+                    self._backend.launch(item)
+                except Exception as exc:
+                    # no submitter to raise to (a slot freed on a completing thread): a
+                    # GPU launch that failed before enqueueing fails the item in its
+                    # place, and the items finishing now still complete
+                    if not isinstance(self._backend, LaunchCore) or item._batch is not None:
+                        raise
+                    self._backend.fail_unlaunched(item, exc)
             elif kind == "record":
                 self._backend.record(item)
             else:

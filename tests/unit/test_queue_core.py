@@ -3,6 +3,7 @@
 The queue behaviour itself (order, limits, parking, completion batches) is the same for
 every caller and is tested through the public API in tests/async and tests/contract.
 """
+import itertools
 import threading
 import time
 
@@ -151,3 +152,89 @@ def test_a_host_backend_that_raises_after_taking_the_item_keeps_it():
         assert (m["submitted"], m["completed"], m["failed"], stream.pending) == (2, 2, 0, 0)
     finally:
         stream.close()
+
+
+class _TwoDevices:
+    """A runtime on the host with two devices; the calling thread's device is 1 and the
+    stream's 0, so every launch makes device 0 current; ``fail_at``: the number of the
+    cudaSetDevice call that fails."""
+
+    STREAM_NON_BLOCKING, EVENT_DISABLE_TIMING = 1, 2
+
+    def __init__(self):
+        self._handles = itertools.count(0x100)
+        self.set_calls = 0
+        self.fail_at = None
+
+    def get_device(self):
+        return 1
+
+    def set_device(self, index):
+        from hipdnn_async._errors import GpuError
+        self.set_calls += 1
+        if self.set_calls == self.fail_at:
+            raise GpuError("cudaSetDevice failed: cudaErrorUnknown (999)")
+
+    def device_count(self):
+        return 2
+
+    def stream_create(self, flags=0):
+        return next(self._handles)
+
+    event_create = stream_create
+
+    def event_query(self, event):
+        return True
+
+    def __getattr__(self, name):     # device facts, records, waits, destroys: nothing
+        return lambda *args: 0
+
+
+def test_a_parked_item_whose_launch_fails_fails_in_its_place():
+    # A slot freed by a finishing item launches the next parked one on the finishing
+    # thread; when that launch fails before the work is enqueued (cudaSetDevice), there
+    # is no submitter to raise to: the parked item fails with that error, and the item
+    # that was finishing still completes (before: the error escaped the completing thread,
+    # which died with the finishing item unpublished, and the parked item stayed both in
+    # flight and parked).
+    from hipdnn_async._errors import GpuError
+    from hipdnn_async.queues import Stream
+    from hipdnn_async.queues._gpu_backend import GpuStreamBackend
+    from hipdnn_async.runtime._gpu_device import GpuContext
+
+    rt = _TwoDevices()
+    stream = Stream("cuda:0:s0", backend=GpuStreamBackend("cuda:0:s0", GpuContext(0, rt)))
+    try:
+        a = Completion(lambda: "A", label="plan 'a'")
+        b = Completion(lambda: "B", label="plan 'b'")
+        assert stream._try_submit(a, 1, True) is None and stream._try_submit(b, 1, True) is None
+        assert (len(stream._inflight), len(stream._parked)) == (1, 1)
+        # a's completion (on the stream's completion thread): device 0 made current to
+        # record its batch's event (1), the thread's device back (2), then b's launch as
+        # a's slot frees (3: fails)
+        rt.fail_at = rt.set_calls + 3
+        assert a.result(timeout=5) == "A"
+        with pytest.raises(GpuError, match=r"plan 'b'.*cudaSetDevice failed"):
+            b.result(timeout=5)
+        m = stream.metrics()
+        assert (m["completed"], m["failed"], m["in_flight"], m["parked"]) == (1, 1, 0, 0)
+    finally:
+        stream.close()
+
+
+def test_a_launch_core_without_an_open_batch_raises_not_crashes():
+    # the batch is a typed field: read as None it would crash the process
+    from hipdnn_async.queues import Stream
+    from hipdnn_async.queues._stream import StreamBackend
+
+    class Unstarted(_core.LaunchCore, StreamBackend):
+        name = "cuda:0:s0"
+
+        def _close(self):
+            pass
+
+    stream = Stream("cuda:0:s0", backend=Unstarted())
+    ran = []
+    with pytest.raises(RuntimeError, match="Unstarted: launch before the stream started"):
+        _core.submit_now(Completion, stream, lambda: ran.append(1), (), "plan 'a'", 4)
+    assert (ran, stream.pending, stream.metrics()["submitted"]) == ([], 0, 0)
