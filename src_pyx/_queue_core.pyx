@@ -5,9 +5,11 @@ stream's launch (``plan.submit`` and ``step.submit`` make one item per call).
 ``queues.Completion``, ``queues.Stream`` and ``queues.GpuStreamBackend`` derive from the
 cores here. A core holds, typed, the fields the submission touches, and :func:`submit_now`
 runs a whole submission (the handle, the stream's bookkeeping, the launch into the GPU
-stream, its completion batch) without a Python frame: in Python the same steps cost about
-three times as much host time (``bench/bench_submit_path.py --runtime fake``, "ours only"
-rows). Waiting, retiring, parking and metrics stay in Python, in those classes.
+stream, its completion batch) without a Python frame (``bench/bench_submit_path.py``: on
+the H200 a one-plan ``step.submit`` went from 6.9 to 3.3 µs, against PyTorch conv
+launches of 19.6 / 21.0 µs on those machines; with ``--runtime fake`` on a 2-core CPU,
+interleaved runs, "ours only" rows: 1.46 -> 1.13 µs, ``plan.submit`` 3.14 -> 2.90 µs).
+Waiting, retiring, parking and metrics stay in Python, in those classes.
 
 Timestamps (``submitted_at``, ``started_at``) are ``time.perf_counter()`` seconds: on Linux
 that clock is ``CLOCK_MONOTONIC`` (PEP 418), read here with ``clock_gettime``.
