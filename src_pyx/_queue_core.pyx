@@ -128,7 +128,8 @@ cdef class LaunchCore:
     device index, whether a launch makes it current, the launch context, the open batch.
 
     The subclass provides ``name``, ``_close()`` (record the open batch's event) and
-    ``poll()``, and sets ``_open`` (a ``Batch``) before the first launch.
+    ``poll()``, and sets ``_open`` (a ``Batch``) before the first launch. A stream calls
+    the C launch directly, so a subclass cannot override :meth:`launch`.
     """
 
     cdef public object _rt, launch_context
