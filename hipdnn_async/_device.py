@@ -33,7 +33,7 @@ from .patterns import match as match_pattern, spec_for
 from .providers._base import DeclinedError, Engine, engine_id
 from .providers._registry import available_devices, parse_spec, provider_for
 from .queues import StreamPool
-from .queues._pool import MAX_STREAMS
+from .queues._pool import MAX_INFLIGHT, MAX_STREAMS
 
 __all__ = ["Device", "ExecutionPlan", "devices", "engines", "stats"]
 
@@ -111,7 +111,8 @@ class Device:
         Number of streams (CPU: worker threads), 1 to 256 (``queues.MAX_STREAMS``).
         Default: sized to the machine.
     max_inflight : int, optional
-        Submissions allowed in flight per stream before ``submit`` waits (backpressure).
+        Submissions allowed in flight per stream before ``submit`` waits (backpressure),
+        1 to ``sys.maxsize``.
     perfdb : PerfDb or str or None
         Perf db for benchmarking results; default ``$HIPDNN_ASYNC_PERFDB`` or
         ``~/.config/hipdnn_async/perfdb.sqlite3``.
@@ -168,6 +169,10 @@ class Device:
             raise DeviceError(f"Device('{spec}'): streams = {streams}; at most {MAX_STREAMS} "
                               "streams per device (each is a worker thread or a GPU stream; "
                               f"this machine has {os.cpu_count()} cores)", code="INVALID_VALUE")
+        if max_inflight is not None and max_inflight > MAX_INFLIGHT:
+            raise DeviceError(f"Device('{spec}'): max_inflight = {max_inflight}; at most "
+                              f"{MAX_INFLIGHT} (sys.maxsize, the submission core's counter)",
+                              code="INVALID_VALUE")
         try:
             self._pool = StreamPool(self.spec, n_streams=streams, max_inflight=max_inflight,
                                     backend_factory=_backend_factory(self.provider))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 
@@ -15,9 +16,12 @@ from ._core import submit_now as _submit_now
 from ._metrics import Histogram, _copy_summary
 from ._stream import Stream, StreamBackend
 
-__all__ = ["StreamPool", "DEFAULT_MAX_INFLIGHT", "MAX_STREAMS"]
+__all__ = ["StreamPool", "DEFAULT_MAX_INFLIGHT", "MAX_INFLIGHT", "MAX_STREAMS"]
 
 DEFAULT_MAX_INFLIGHT = 64  # work items in flight per stream before submit waits
+# The C submission core (queues._core) compares in-flight counts with max_inflight as a
+# Py_ssize_t: a larger limit would raise OverflowError on every submit.
+MAX_INFLIGHT = sys.maxsize
 # Streams per device at most. A CPU stream is a worker thread (and a GPU stream a vendor
 # stream, handle, workspace and completion thread): 20,000 of them (issue 10) exhaust the
 # process long before they help; 256 is far beyond any core count they could use.
@@ -39,8 +43,8 @@ class StreamPool:
         Number of streams, 1 to ``MAX_STREAMS`` (256). Default ``min(4, os.cpu_count())``,
         at least 2.
     max_inflight : int, optional
-        Work items submitted and not completed per stream before ``submit`` waits, >= 1.
-        Default 64.
+        Work items submitted and not completed per stream before ``submit`` waits, 1 to
+        ``MAX_INFLIGHT`` (``sys.maxsize``, the C core's counter). Default 64.
     backend_factory : callable, optional
         ``backend_factory(stream_name) -> StreamBackend``; default a CPU worker thread per
         stream.
@@ -48,7 +52,7 @@ class StreamPool:
     Raises
     ------
     ValueError
-        ``n_streams`` outside [1, 256] or ``max_inflight`` < 1.
+        ``n_streams`` outside [1, 256] or ``max_inflight`` outside [1, ``MAX_INFLIGHT``].
 
     Notes
     -----
@@ -64,9 +68,9 @@ class StreamPool:
         if int(n_streams) != n_streams or not 1 <= n_streams <= MAX_STREAMS:
             raise ValueError(f"StreamPool '{device_name}': n_streams = {n_streams!r}; "
                              f"need an int in [1, {MAX_STREAMS}]")
-        if int(max_inflight) != max_inflight or max_inflight < 1:
+        if int(max_inflight) != max_inflight or not 1 <= max_inflight <= MAX_INFLIGHT:
             raise ValueError(f"StreamPool '{device_name}': max_inflight = {max_inflight!r}; "
-                             "need an int >= 1")
+                             f"need an int in [1, {MAX_INFLIGHT}]")
         self.device_name = device_name
         self.max_inflight = int(max_inflight)
         streams = []

@@ -392,3 +392,23 @@ def test_torch_bfloat16_requiring_grad_is_refused_like_other_dtypes(dev):
     with pytest.raises(hd.VariantPackError, match="tensor 'x'.*DLPack"):
         plan.execute_sync({"x": xa, "w": torch.ones(2, 2, 1, 1, dtype=torch.bfloat16),
                            "y": torch.zeros(1, 2, 3, 3, dtype=torch.bfloat16)})
+
+
+def test_max_inflight_beyond_a_c_ssize_t_is_refused_at_the_device():
+    """The C submission core counts in-flight items in a Py_ssize_t: a larger max_inflight
+    was accepted by Device and then every submit raised a bare OverflowError."""
+    import sys
+    for bad in (sys.maxsize + 1, 10 ** 30):
+        with pytest.raises(hd.DeviceError, match=f"max_inflight = {bad}") as ei:
+            hd.Device("cpu", max_inflight=bad)
+        assert ei.value.code == "INVALID_VALUE"
+    g, x, w, y = conv_graph()
+    xa, wa = rand(x.dims, seed=1), rand(w.dims, seed=2)
+    with hd.Device("cpu", streams=1, max_inflight=sys.maxsize) as dev:
+        plan = dev.build_sync(g)
+        ys = [np.zeros(y.dims, np.float32) for _ in range(3)]
+        handles = [plan.submit({x: xa, w: wa, y: out}) for out in ys]
+        for h in handles:
+            h.result()
+    for out in ys:
+        np.testing.assert_allclose(out, conv2d_ref(xa, wa, (1, 1)), rtol=1e-5, atol=1e-5)
