@@ -22,7 +22,8 @@ except ImportError:  # NumPy < 1.25
 
 from . import _capture, _knobs, _perfdb
 from ._binding import BindingCache
-from ._errors import DECLINE_TYPES, DeviceError, GraphError, NotSupportedError, VariantPackError
+from ._errors import (DECLINE_TYPES, DeviceError, GraphError, HipdnnError, NotSupportedError,
+                      VariantPackError)
 from ._layout import dense_strides_like
 from ._types import as_data_type, numpy_dtype
 from .graph import Graph, TensorAttributes, strides_for
@@ -791,13 +792,21 @@ class ExecutionPlan:
                 "those tensors, their names or their uids)")
 
     def _runner(self, buffers: dict, ws):
-        """The work-item function of one execution with bound ``buffers`` / ``ws``."""
+        """The work-item function of one execution with bound ``buffers`` / ``ws``.
+
+        A library error of the provider plan (a legacy cuDNN call's ``CudnnError``, a
+        MIOpen call's) names this plan, as a launcher's does: the queue passes a
+        ``HipdnnError`` through unchanged (it wraps only foreign exceptions)."""
         pplan, add = self._pplan, self.device._exec_counter(self.pattern).add
         clock = time.perf_counter_ns
+        label = self._label
 
         def run():
             t0 = clock()
-            pplan.run(buffers, ws)
+            try:
+                pplan.run(buffers, ws)
+            except HipdnnError as exc:
+                raise exc.prefixed(label)   # the unnamed error is its __cause__
             add(clock() - t0)
 
         return run

@@ -412,3 +412,29 @@ def test_max_inflight_beyond_a_c_ssize_t_is_refused_at_the_device():
             h.result()
     for out in ys:
         np.testing.assert_allclose(out, conv2d_ref(xa, wa, (1, 1)), rtol=1e-5, atol=1e-5)
+
+
+def test_a_library_error_of_a_plan_without_its_own_launcher_names_the_plan(dev, monkeypatch):
+    """A HipdnnError from the provider plan's run (cuDNN's legacy calls raise CudnnError,
+    MIOpen's MIOpenError) passes the queue unchanged: the plan's runner names the plan, as
+    the graph engine's launcher does (589ca66); type, code and cause are kept."""
+    g, x, w, y = conv_graph()
+    plan = dev.build_sync(g)
+    vp = {x: rand(x.dims), w: rand(w.dims), y: np.zeros(y.dims, np.float32)}
+    original = hd.ExecutionError("cudnnConvolutionForward failed: CUDNN_STATUS_UNKNOWN",
+                                 code="GRAPH_EXECUTION_FAILED")
+
+    def failing(buffers, ws):
+        raise original
+
+    monkeypatch.setattr(plan._pplan, "run", failing)
+    for call in (plan.execute_sync, lambda vp: plan.submit(vp).result()):
+        with pytest.raises(hd.ExecutionError) as ei:
+            call(vp)
+        assert str(ei.value) == ("plan CONV_FPROP (graph 'conv', engine CPU_ENGINE): "
+                                 "cudnnConvolutionForward failed: CUDNN_STATUS_UNKNOWN")
+        assert type(ei.value) is hd.ExecutionError and ei.value.code == "GRAPH_EXECUTION_FAILED"
+        assert ei.value.__cause__ is original
+    monkeypatch.undo()
+    plan.execute_sync(vp)
+    np.testing.assert_allclose(vp[y], conv2d_ref(vp[x], vp[w], (1, 1)), rtol=1e-5, atol=1e-5)
