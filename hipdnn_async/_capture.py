@@ -46,6 +46,7 @@ import anyio.lowlevel
 import numpy as np
 
 from ._errors import DeviceError
+from .queues._core import Named
 
 __all__ = ["Step", "Recorded", "OPEN", "recording_step", "refuse_eager"]
 
@@ -392,7 +393,8 @@ class Step:
             self._state = _READY
             self._label = (f"capture step of {len(self._records)} executions on stream "
                            f"'{self.stream.name}'")
-            self._armed = (replay.launcher(), self._keep, self._label)
+            # a failed replay names the step (its launch is a bare runtime call)
+            self._armed = (Named(replay.launcher(), self._label), self._keep, self._label)
 
     def _submit_capture(self, fn, keep):
         try:

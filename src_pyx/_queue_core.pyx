@@ -21,7 +21,7 @@ from .._errors import DeviceError as _DeviceError
 from .._errors import HipdnnError as _HipdnnError
 from ..runtime._gpu_device import _tls as _launch_tls    # current_launch()'s thread-local
 
-__all__ = ["CompletionCore", "StreamCore", "LaunchCore", "Batch", "submit_now",
+__all__ = ["CompletionCore", "StreamCore", "LaunchCore", "Batch", "Named", "submit_now",
            "perf_counter", "EVENT_EVERY", "PENDING", "RUNNING", "DONE"]
 
 PENDING, RUNNING, DONE = 0, 1, 2
@@ -109,6 +109,35 @@ cdef class CompletionCore:
         self._state = DONE     # before the waiter fields are read: see Completion._publish
         if self._tevent is not None or self._waiters is not None or self._callbacks is not None:
             self._wake()
+
+
+cdef class Named:
+    """``fn()`` whose library error names ``label``: the work item of a capture step's
+    replay, a bound C launch (``rt.graph_launch``) that knows no step, while the queue
+    passes a ``HipdnnError`` through unchanged.
+
+    Parameters
+    ----------
+    fn : callable
+        The work.
+    label : str
+        Prefixed to the message of a ``HipdnnError`` that ``fn`` raises
+        (``HipdnnError.prefixed``: same type and fields, the original its ``__cause__``;
+        made only on failure).
+    """
+
+    cdef readonly object fn
+    cdef readonly str label
+
+    def __init__(self, fn, str label):
+        self.fn = fn
+        self.label = label
+
+    def __call__(self):
+        try:
+            return self.fn()
+        except _HipdnnError as exc:
+            raise exc.prefixed(self.label)
 
 
 cdef class Batch:

@@ -36,6 +36,17 @@ class CompletionCore:
     def _publish_stored(self) -> None:
         """Publish the stored outcome and wake the waiters (a GPU completion batch)."""
 
+class Named:
+    """``fn()`` whose ``HipdnnError`` is re-raised prefixed with ``label``."""
+
+    fn: Callable[[], Any]
+    label: str
+
+    def __init__(self, fn: Callable[[], Any], label: str) -> None:
+        """Name ``fn``'s library errors with ``label``."""
+    def __call__(self) -> Any:
+        """Run ``fn``."""
+
 class Batch:
     """Items launched in order on one GPU stream, completed by one event."""
 

@@ -127,7 +127,8 @@ def step3_case(seed: int = 0) -> dict:
 def capture_failure_case(inject: str, status: int, *, when: str = "capture",
                          also: tuple = ()) -> dict:
     """A step whose capture (``when="capture"``: ``inject`` fails inside the recorded
-    work or in ending the capture) or recapture update (``when="update"``) fails by
+    work or in ending the capture), recapture update (``when="update"``) or replay
+    (``when="replay"``: the first replay's ``inject``, e.g. its graph launch) fails by
     injection; ``also``: more (function, status) injections made with it.
 
     Returns
@@ -145,7 +146,10 @@ def capture_failure_case(inject: str, status: int, *, when: str = "capture",
         s = _Step3(hd, dev, rng)
         error = replay = None
         ctl.clear()
-        if when == "update":
+        if when == "replay":
+            with dev.capture() as step:
+                s.submit_all()
+        elif when == "update":
             with dev.capture() as step:
                 s.submit_all()
             ctl.inject(inject, status)
@@ -164,6 +168,8 @@ def capture_failure_case(inject: str, status: int, *, when: str = "capture",
                 error = (type(exc).__name__, str(exc))
         ctl.mark("replay")
         ctl.clear_injections()
+        if when == "replay":       # a step captured as usual whose graph launch fails
+            ctl.inject(inject, status)
         try:
             step.replay_sync()
         except Exception as exc:   # noqa: BLE001

@@ -145,6 +145,22 @@ def test_a_failing_plan_ends_the_capture_and_the_stream_goes_on(fake_gpu, hdr):
     _check_step(r["inputs"], r["after"], "x")         # ordinary executions still work
 
 
+def test_a_failed_replay_names_the_step_and_the_stream_goes_on(fake_gpu, hdr):
+    # the replay's work item is a bare graph launch; its error must still say which step
+    r = fake_gpu.call(S.capture_failure_case, "cudaGraphLaunch", hdr.cudaErrorLaunchFailure,
+                      when="replay")
+    assert not violations(r["log"]), violations(r["log"])
+    assert r["error"] is None
+    kind, message = r["replay"]
+    assert kind == "GpuError", r["replay"]
+    assert message.startswith("capture step of 3 executions on stream 'cuda:0:s0': "
+                              "cudaGraphLaunch failed"), message
+    assert f"({hdr.cudaErrorLaunchFailure})" in message, message
+    launches = calls(between(r["log"], "replay", "after"), "cudaGraphLaunch")
+    assert [x["status"] for x in launches] == [hdr.cudaErrorLaunchFailure]
+    _check_step(r["inputs"], r["after"], "x")         # ordinary executions still work
+
+
 def test_a_failed_update_instantiates_anew(fake_gpu):
     from hipdnn_async.runtime import _gpu
     failure = _gpu.CUDA_CONSTANTS["ERROR_GRAPH_EXEC_UPDATE_FAILURE"][0]

@@ -238,3 +238,24 @@ def test_a_launch_core_without_an_open_batch_raises_not_crashes():
     with pytest.raises(RuntimeError, match="Unstarted: launch before the stream started"):
         _core.submit_now(Completion, stream, lambda: ran.append(1), (), "plan 'a'", 4)
     assert (ran, stream.pending, stream.metrics()["submitted"]) == ([], 0, 0)
+
+
+def test_named_names_library_errors_only():
+    from hipdnn_async import ExecutionError
+    from hipdnn_async._errors import GpuError
+
+    def launch_fails():
+        raise GpuError("cudaGraphLaunch failed: cudaErrorLaunchFailure (719)", status=719)
+
+    assert _core.Named(lambda: 5, "step")() == 5
+    with pytest.raises(GpuError) as info:
+        _core.Named(launch_fails, "capture step on stream 's0'")()
+    assert str(info.value) == ("capture step on stream 's0': cudaGraphLaunch failed: "
+                               "cudaErrorLaunchFailure (719)")
+    assert info.value.status == 719 and isinstance(info.value.__cause__, GpuError)
+    # a foreign error passes unchanged: the queue wraps it, naming the item's label
+    with pytest.raises(ZeroDivisionError):
+        _core.Named(lambda: 1 / 0, "step")()
+    item = Completion(_core.Named(lambda: 1 / 0, "step"), label="capture step")
+    item._enqueue()
+    assert isinstance(item._error, ExecutionError) and "capture step: ZeroDivisionError" in str(item._error)
