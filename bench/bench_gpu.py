@@ -1369,17 +1369,15 @@ async def _one_conv(hd, torch, dev, args, rec, name, cin, w_dims, pad, stride, d
     rec["ours_tflops"] = rec["flop"] / rec["ours_ms"] / 1e9
     rec["timing"] = method
     if rec["reason"] in (ALGO, NOCFG):
-        rec["heuristic_orders"] = heuristic_orders(
-            dev, g, dtype == "float32", allow_fft=not (direction == "wgrad" and dtype == "float32"))
+        rec["heuristic_orders"] = heuristic_orders(dev, g, dtype == "float32")
     if direction == "wgrad" and dtype == "float32":
         await _graph_wgrad(hd, torch, dev, args, rec, g, plan, t, vp, pad, stride)
 
 
-def heuristic_orders(dev, g, float_io, allow_fft=True):
+def heuristic_orders(dev, g, float_io):
     """cuDNN's heuristic orders for the graph engine's operation graph of `g`: mode A and B
     with the 16-byte alignment our plans declare, mode A with PyTorch's 32 ("!": rejected
-    by the default numerical policy; `allow_fft` False for FLOAT weight gradients, which
-    never take FFT): which one would have put the fast config first."""
+    by the default numerical policy): which one would have put the fast config first."""
     out = {}
     try:
         from hipdnn_async.patterns import match as match_pattern
@@ -1393,8 +1391,7 @@ def heuristic_orders(dev, g, float_io, allow_fft=True):
                 for mode in modes:
                     try:
                         out[f"mode {mode}, {align}B"] = " ".join(
-                            _graph_plan.heuristic_order(be, graph, mode, float_io=float_io,
-                                                        allow_fft=allow_fft)[:12])
+                            _graph_plan.heuristic_order(be, graph, mode, float_io=float_io)[:12])
                     except Exception as exc:  # noqa: BLE001
                         out[f"mode {mode}, {align}B"] = f"{type(exc).__name__}: {exc}"[:80]
     except Exception as exc:  # noqa: BLE001 - a diagnostic

@@ -1,23 +1,24 @@
 """cuDNN's FFT and FFT_TILING for FLOAT weight gradients against the direct algorithms
-(ALGO_0 / ALGO_1): time, workspace and error in units of our wgrad bound, the measurement
-the numerical policy lacks (issue 11 item 4).
+(ALGO_0 / ALGO_1 / ALGO_3): time, workspace and error in units of our wgrad bound, the
+measurement behind the numerical policy's FFT default for FLOAT wgrad (issue 11 item 4).
 
-Why: on the H200 our fp32 NCHW 3x3 weight gradients take 1.3-3.1x PyTorch's time
+Why: on the H200 our fp32 NCHW 3x3 weight gradients took 1.3-3.1x PyTorch's time
 (bench/results/h200_bench_gpu.log). PyTorch (``cudnn.benchmark=True``) runs cuDNN's
 Winograd nonfused there, measured at 2.02x our bound (bench/results/h200_diag_policy.log),
-so we decline it; our legacy engine then takes ALGO_0 / ALGO_1, because the numerical
-policy declines FFT / FFT_TILING for FLOAT weight gradients as "not measured"
-(hipdnn_async/providers/cudnn/_fft.py). FFT for FLOAT fprop / dgrad was measured
-(bench/diag_fft.py) and is accepted. This script measures the wgrad case.
+so we decline it; our legacy engine then took ALGO_0 / ALGO_1, because the numerical
+policy declined FFT / FFT_TILING for FLOAT weight gradients as "not measured". This
+script measured them; the policy now accepts FFT for every FLOAT convolution by default
+(hipdnn_async/providers/cudnn/_fft.py) and ``cudnn_legacy.allow_fft = 0`` declines it.
 
 What: for every ResNet-50 fp32 NCHW weight-gradient shape at ``--batch`` (3x3 first, then
 the 1x1 and 7x7 ones; ``--layers 3x3`` for the 3x3 ones only), on one device:
 
 - ``default`` / ``default bench``: ``dev.build(g)`` as a user gets it (the legacy engine
-  ranks first for FLOAT wgrad), heuristic and with ``global.benchmarking = 1``;
-- ``fft`` / ``fft bench``: the legacy engine (``CUDNN_LEGACY_ENGINE``) with FFT allowed
-  for FLOAT wgrad, heuristic and benchmarked (cudnnFind over the algorithms the policy
-  then accepts; the trials column gives cudnnFind's time of each);
+  ranks first for FLOAT wgrad; FFT accepted), heuristic and with
+  ``global.benchmarking = 1`` (cudnnFind over the algorithms the policy accepts; the
+  trials column gives cudnnFind's time of each);
+- ``FFT declined`` / ``FFT declined bench``: the legacy engine (``CUDNN_LEGACY_ENGINE``)
+  with ``cudnn_legacy.allow_fft = 0`` (direct summation only, the earlier default);
 - ``force FFT`` / ``force FFT_TILING``: the legacy engine limited to that one algorithm
   (the engine has no knob that selects an algorithm), so each gets its own time, error
   and workspace even where it is not the fastest; "n/a" where cuDNN's list for the
@@ -25,15 +26,12 @@ the 1x1 and 7x7 ones; ``--layers 3x3`` for the 3x3 ones only), on one device:
 - ``torch``: ``torch.ops.aten.convolution_backward`` with ``cudnn.benchmark = True`` and
   ``allow_tf32 = False``, as bench/bench_gpu.py times it.
 
-How FFT is allowed (in this process only, while those plans build): the legacy engine
-reads the FFT policy through ``ConvSetup.fft_applies``, which calls
-``_fft.knob_offered``; that function is patched to offer ``cudnn_legacy.allow_fft`` for
-FLOAT wgrad too (default 1), so ``ConvSetup.accurate`` keeps FFT / FFT_TILING and the
-build honours the knob. ``_fft.allowed`` is the graph engine's test and is not patched
-(the graph engine's FLOAT wgrad stays as it is). ``ConvSetup.accepted`` is wrapped to
-record cuDNN's list (names, workspaces) and, for the forced plans, to keep one algorithm.
-Each patched build is checked: its knobs must include ``cudnn_legacy.allow_fft`` and a
-forced plan must run the forced algorithm, else the case is an ERROR.
+How an algorithm is forced (in this process only, while that plan builds):
+``ConvSetup.accepted`` is wrapped (:class:`AcceptedList`) to record cuDNN's list (names,
+workspaces) of every build and, for the forced plans, to keep only that algorithm of what
+the policy accepted. Each build is checked, else the case is an ERROR: every plan of the
+legacy engine offers ``cudnn_legacy.allow_fft`` (1 by default, 0 in the declined rows),
+an FFT-declined plan runs no FFT algorithm, and a forced plan runs the forced algorithm.
 
 Error: max |dw - float64| / (atol + rtol |ref|) with ``tests/oracle/_cases.gpu_wgrad_tol``
 (n = N * H_out * W_out), the bound tests/gpu checks FLOAT wgrad with: max|dy| = max|x| = 1
@@ -49,9 +47,26 @@ err/bound, workspace, cudnnFind's trials), then a summary line per shape: the fa
 config within ``--margin`` of the bound (default 0.5: err/bound <= 0.5, half the bound
 left for inputs and shapes not drawn here) and the fastest within the bound itself,
 whether the best FFT config within the margin beats the fastest direct one (ALGO_0 /
-ALGO_1 / ALGO_3) by more than the benchmark noise (3 %), and a decision list. Exit status
-1 when any config failed unexpectedly (listed at the end) or no shape ran, 2 without torch or
-a GPU.
+ALGO_1 / ALGO_3) by more than the benchmark noise (3 %), and the shapes sorted by that.
+Exit status 1 when any config failed unexpectedly (listed at the end) or no shape ran, 2
+without torch or a GPU.
+
+Measured on the H200 (2026-12-01, cuDNN 9.19, torch 2.11, batch 32;
+bench/results/h200_diag_wgrad_fft.log: all 14 shapes, U(-1, 1);
+h200_diag_wgrad_fft_wide.log: ``--wide --layers 3x3``) with this script's first form
+(commit 3b0f193), when the default still declined FFT for FLOAT wgrad and a patch of the
+policy accepted it: its ``default`` rows are today's ``FFT declined`` ones and its
+``fft`` / ``fft bench`` rows today's ``default`` ones. Every FFT result was at most 0.05
+of our bound (0.01 with ``--wide``) against up to 0.33 for the direct algorithms (ALGO_1
+on res4 3x3; 0.28 on res5 3x3). With FFT accepted, the legacy heuristic picks FFT on
+res3 3x3 (0.161 ms against ALGO_0's 0.357) and res4 3x3 (0.150 against ALGO_1's 0.322)
+and keeps ALGO_0 / ALGO_1 elsewhere: res2 3x3 FFT 0.329 against ALGO_0's 0.385 only when
+forced (cudnnFind timed it at 0.522, so a benchmark keeps ALGO_0 too), res5 3x3 FFT 1.9x
+slower than ALGO_1, 1x1 shapes 1.4-14x slower; cuDNN listed no FFT at stride 2 (res3
+3x3/2, conv1 7x7/2, res3 down 1x1/2) and no FFT_TILING at all. FFT workspaces: 148-157
+MiB on res2-res4 3x3, 579 MiB on res5 3x3, 157 MiB-2.3 GiB on the 1x1 shapes (never
+chosen there). PyTorch's results were at 2.0-3.4x our bound on the 3x3 shapes with
+U(-1, 1) inputs (0.22-0.39 with ``--wide``), 0.10-0.12 ms on res3 / res4 3x3.
 
     python3 bench/diag_wgrad_fft.py [--batch 32] [--wide] [--layers all|3x3] [--reps 20]
                                     [--margin 0.5] [--max-seconds 110] [--json FILE]
@@ -82,15 +97,17 @@ NOISE = 0.03
 # A forced algorithm cuDNN does not list for the problem: an expected "n/a", not an error.
 NOT_LISTED = "not in cuDNN's list"
 
-# (label, device slot, engine, global.benchmarking, FFT allowed, forced algorithm); one
-# Device per slot, so that no plan-cache or perf-db entry is shared between policies
+# (label, device slot, engine, global.benchmarking, cudnn_legacy.allow_fft, forced
+# algorithm); as bench/diag_fft.py's POLICIES: the default (FFT accepted), then FFT
+# declined. One Device per slot, so that no plan-cache or perf-db entry is shared between
+# policies (the perf-db keys differ too: "[fft] ..." for the default)
 CONFIGS = (
-    ("default", 0, None, 0, False, None),
-    ("default bench", 0, None, 1, False, None),
-    ("fft", 1, LEGACY, 0, True, None),
-    ("fft bench", 1, LEGACY, 1, True, None),
-    ("force FFT", 2, LEGACY, 0, True, "FFT"),
-    ("force FFT_TILING", 3, LEGACY, 0, True, "FFT_TILING"),
+    ("default", 0, None, 0, 1, None),
+    ("default bench", 0, None, 1, 1, None),
+    ("FFT declined", 1, LEGACY, 0, 0, None),
+    ("FFT declined bench", 1, LEGACY, 1, 0, None),
+    ("force FFT", 2, LEGACY, 0, 1, "FFT"),
+    ("force FFT_TILING", 3, LEGACY, 0, 1, "FFT_TILING"),
 )
 N_DEVICES = 4
 
@@ -191,8 +208,8 @@ def summary_line(shape: str, v: dict, margin: float) -> str:
 
 
 def decision(verdicts: dict, margin: float) -> list[str]:
-    """The lines that answer "should FLOAT wgrad accept FFT by default?" from every
-    shape's :func:`verdict` (``{shape: verdict}``)."""
+    """The lines that say where FFT (accepted by default) is worth it for FLOAT wgrad,
+    from every shape's :func:`verdict` (``{shape: verdict}``)."""
     beats = [s for s, v in verdicts.items() if v["beats"]]
     within = [s for s, v in verdicts.items() if v["fft"] is not None]
     over = [f"{s} (" + ", ".join(f"{r['config']} {_num(r['err'], 2)}" for r in v["fft_over"])
@@ -236,13 +253,12 @@ def shapes(convs, layers: str) -> list:
 
 
 # =======================================================================================
-# the FFT policy patch (this process only, while entered)
+# the accepted-list wrapper (this process only, while entered)
 
-class WgradFftPatch:
-    """While entered: the legacy engine treats FLOAT weight gradients like FLOAT fprop
-    for FFT (``cudnn_legacy.allow_fft`` offered, default 1, FFT / FFT_TILING accepted),
-    and, with ``force``, keeps only that algorithm of the accepted list. ``seen`` holds
-    cuDNN's list ((name, workspace bytes) per entry) of each policy call."""
+class AcceptedList:
+    """While entered: the legacy engine's ``ConvSetup.accepted`` records cuDNN's list
+    ((name, workspace bytes) per entry, in ``seen``) of each policy call and, with
+    ``force``, keeps only that algorithm of the list the policy accepted."""
 
     def __init__(self, force: str | None = None):
         self.force = force
@@ -251,17 +267,12 @@ class WgradFftPatch:
 
     def __enter__(self):
         from hipdnn_async._errors import NotSupportedError
-        from hipdnn_async.providers.cudnn import _conv, _fft
-        offered, accepted = _fft.knob_offered, _conv.ConvSetup.accepted
-        self._saved = (_fft, _conv, offered, accepted)
+        from hipdnn_async.providers.cudnn import _conv
+        accepted = _conv.ConvSetup.accepted
+        self._saved = (_conv, accepted)
         force, seen = self.force, self.seen
 
-        def knob_offered(*, conv, float_io, wgrad):
-            if conv and float_io and wgrad:
-                return True
-            return offered(conv=conv, float_io=float_io, wgrad=wgrad)
-
-        def accepted_patched(setup, candidates, *, deterministic, allow_fft):
+        def accepted_wrapped(setup, candidates, *, deterministic, allow_fft):
             got = accepted(setup, candidates, deterministic=deterministic,
                            allow_fft=allow_fft)
             listed = [(setup.name(c.id), int(c.workspace_bytes)) for c in candidates]
@@ -275,21 +286,35 @@ class WgradFftPatch:
             if force not in (n for n, _ in listed):
                 raise NotSupportedError(f"{force} {NOT_LISTED} for this problem (it lists "
                                         f"{names})")
-            # listed but refused: the patch no longer reaches the policy (not a decline)
-            raise RuntimeError(f"diag_wgrad_fft: cuDNN lists {force} but the patched policy "
+            # listed but refused: the policy no longer accepts it (not a decline)
+            raise RuntimeError(f"diag_wgrad_fft: cuDNN lists {force} but the policy "
                                f"refused it (allow_fft={allow_fft}, deterministic="
-                               f"{deterministic}): ConvSetup.accurate no longer reads "
-                               "_fft.knob_offered; update this diagnostic")
+                               f"{deterministic}): ConvSetup.accurate no longer accepts "
+                               "FFT for FLOAT wgrad; update this diagnostic")
 
-        _fft.knob_offered = knob_offered
-        _conv.ConvSetup.accepted = accepted_patched
+        _conv.ConvSetup.accepted = accepted_wrapped
         return self
 
     def __exit__(self, *exc):
-        _fft, _conv, offered, accepted = self._saved
-        _fft.knob_offered = offered
+        _conv, accepted = self._saved
         _conv.ConvSetup.accepted = accepted
         return False
+
+
+def check_plan(rec: dict, allow_fft: int, force: str | None) -> None:
+    """Raise RuntimeError where a plan's record does not show the policy this config asked
+    for (module docstring): a legacy plan without ``cudnn_legacy.allow_fft`` = ``allow_fft``,
+    an FFT-declined plan running FFT, a forced plan running something else."""
+    knobs = rec.get("knobs") or {}
+    if rec.get("engine") == LEGACY and knobs.get(LEGACY_ALLOW_FFT) != allow_fft:
+        raise RuntimeError(f"diag_wgrad_fft: asked for {LEGACY_ALLOW_FFT}={allow_fft}, the "
+                           f"legacy plan has knobs {knobs}; update this diagnostic")
+    if not allow_fft and rec.get("algorithm") in FFT_ALGOS:
+        raise RuntimeError(f"diag_wgrad_fft: {LEGACY_ALLOW_FFT}=0 but the plan runs "
+                           f"{rec['algorithm']}")
+    if force is not None and rec.get("algorithm") != force:
+        raise RuntimeError(f"diag_wgrad_fft: forced {force} but the plan runs "
+                           f"{rec.get('algorithm')}")
 
 
 # =======================================================================================
@@ -337,31 +362,27 @@ class Shape:
 async def run_config(h, shape, devs, cfg, reps):
     """The record of one config on one shape (raises on an unexpected failure)."""
     torch = h.torch
-    label, slot, engine, bench, fft, force = cfg
+    label, slot, engine, bench, allow_fft, force = cfg
     dev, vp = devs[slot], shape.vps[slot]
     knobs = {"global.benchmarking": bench}
-    patch = WgradFftPatch(force) if fft else None
+    if not allow_fft:
+        knobs[LEGACY_ALLOW_FFT] = 0
+    wrap = AcceptedList(force)
     t0 = time.perf_counter()
-    if patch is None:
+    with wrap:
         plan = await dev.build(shape.graph, engine=engine, knobs=knobs)
-    else:
-        with patch:
-            plan = await dev.build(shape.graph, engine=engine, knobs=knobs)
     build_s = time.perf_counter() - t0
     rec = {"config": label, "engine": h.engine_of(plan), "algorithm": str(plan.algorithm),
            "workspace": int(plan.workspace_size), "knobs": dict(plan.knobs),
            "benchmarked": bool(plan.benchmarked), "build_s": build_s,
            "trials": h.trials_text(plan.algorithm, limit=8) if bench else "-",
            "reason": getattr(plan.algorithm, "reason", "")}
-    if patch is not None:
-        rec["listed"] = patch.seen[-1] if patch.seen else None
-        if not patch.seen or LEGACY_ALLOW_FFT not in plan.knobs:
-            raise RuntimeError(f"diag_wgrad_fft: the FFT patch did not reach the legacy "
-                               f"engine (policy calls seen: {len(patch.seen)}, plan knobs "
-                               f"{dict(plan.knobs)}); update this diagnostic")
-        if force is not None and rec["algorithm"] != force:
-            raise RuntimeError(f"diag_wgrad_fft: forced {force} but the plan runs "
-                               f"{rec['algorithm']}")
+    rec["listed"] = wrap.seen[-1] if wrap.seen else None
+    if force is not None and not wrap.seen:
+        raise RuntimeError(f"diag_wgrad_fft: forcing {force} did not reach the legacy "
+                           "engine's policy (no ConvSetup.accepted call); update this "
+                           "diagnostic")
+    check_plan(rec, allow_fft, force)
     if bool(plan.knobs.get("global.benchmarking", 0)) != bool(bench):
         raise RuntimeError(f"diag_wgrad_fft: asked for global.benchmarking={bench}, the plan "
                            f"has {plan.knobs} (is HIPDNN_ASYNC_FORCE_BENCHMARKING set?)")
@@ -484,7 +505,8 @@ async def main_async(args, h):
           f"{1 - NOISE:.2f} x the direct algorithm's)")
     for name, v in verdicts.items():
         print(summary_line(name, v, args.margin))
-    print("\n== decision (run with and without --wide before changing the policy)")
+    print("\n== FFT against direct summation (the default accepts FFT: run with and "
+          "without --wide)")
     for line in decision(verdicts, args.margin):
         print(line)
     print(f"\n  total {time.perf_counter() - start:.1f} s")

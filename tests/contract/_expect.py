@@ -28,12 +28,12 @@ FFTS = frozenset({"FFT", "FFT_TILING"})
 WINOGRADS = frozenset({"WINOGRAD", "WINOGRAD_NONFUSED"})
 
 
-def float_declines(direction: int, name: str, allow_fft: bool = True) -> bool:
+def float_declines(name: str, allow_fft: bool = True) -> bool:
     """Whether the documented policy for FLOAT I/O (README "algorithm choice";
-    providers/cudnn/_conv.ConvSetup.accurate) declines algorithm ``name``: Winograd
-    always; FFT / FFT_TILING for weight gradients (direction 2) always and for fprop /
-    dgrad only with ``cudnn_legacy.allow_fft = 0``."""
-    return name in WINOGRADS or (name in FFTS and (direction == 2 or not allow_fft))
+    providers/cudnn/_conv.ConvSetup.accurate) declines algorithm ``name``, in every
+    direction alike: Winograd always; FFT / FFT_TILING only with ``cudnn_legacy.allow_fft
+    = 0`` (weight gradients declined FFT until bench/diag_wgrad_fft.py measured it)."""
+    return name in WINOGRADS or (name in FFTS and not allow_fft)
 
 
 HEADER_NAMES = [p + a for p, names in zip(_ALGO_PREFIX, ALGOS) for a in names] + [
@@ -95,7 +95,7 @@ def expected_algorithm(hdr, perf: list[dict], direction: int, float_io: bool, li
             continue
         if e["determinism"] != hdr.CUDNN_DETERMINISTIC and (deterministic or not float_io):
             continue
-        if float_io and float_declines(direction, name, allow_fft):
+        if float_io and float_declines(name, allow_fft):
             continue
         if limit is not None and e["memory"] > limit:
             continue

@@ -1,10 +1,11 @@
-"""bench/diag_wgrad_fft.py's FFT policy patch reaches the legacy engine (fake cuDNN):
-with it a FLOAT weight gradient offers ``cudnn_legacy.allow_fft`` (default 1), benchmarks
-FFT and FFT_TILING beside the direct algorithms, and a forced build runs exactly the
-forced algorithm with the workspace cuDNN reported for it; where cuDNN lists no FFT
-(stride 2) the forced build declines naming the list; without the patch, nothing of it
-is left (no knob, no FFT). Expected names and sizes come from the fake's own answers in
-the log (its heuristic list, its workspace sizes), never from the provider's code."""
+"""bench/diag_wgrad_fft.py's configs on the legacy engine (fake cuDNN): by default a FLOAT
+weight gradient offers ``cudnn_legacy.allow_fft`` at 1 and its benchmark times FFT and
+FFT_TILING beside the direct algorithms; with the knob at 0 it times none of them; a
+forced build (the accepted-list wrapper) runs exactly the forced algorithm with the
+workspace cuDNN reported for it; where cuDNN lists no FFT (stride 2) the forced build
+declines naming the list; every plan passes the script's own checks and the wrapper is
+gone afterwards. Expected names and sizes come from the fake's own answers in the log
+(its heuristic list, its workspace sizes), never from the provider's code."""
 from __future__ import annotations
 
 import pytest
@@ -19,6 +20,7 @@ HEUR = "cudnnGetConvolutionBackwardFilterAlgorithm_v7"
 WS = "cudnnGetConvolutionBackwardFilterWorkspaceSize"
 FIND = "cudnnFindConvolutionBackwardFilterAlgorithmEx"
 KNOB = "cudnn_legacy.allow_fft"
+LEGACY = "CUDNN_LEGACY_ENGINE"
 
 
 @pytest.fixture(scope="module")
@@ -36,33 +38,45 @@ def _listed(hdr, build):
             if e["status"] == hdr.CUDNN_STATUS_SUCCESS]
 
 
-def test_without_the_patch_float_wgrad_has_no_fft(case):
-    b = case["default bench"]
+def _ok(b):
     assert b["error"] is None, b.get("message")
-    assert KNOB not in b["plan"]["knobs"] and b["plan"]["benchmarked"]
-    names = {n for n, _ in b["plan"]["trials"]}
-    assert names and not names & (FFTS | WINOGRADS), names
-    k = case["knob without the patch"]
-    assert isinstance(k["error"], hd.KnobError) and KNOB in k["message"], k.get("message")
+    assert b["check"] is None, b["check"]        # the script's own plan check passed
+    return b["plan"]
 
 
-def test_patched_benchmark_times_fft_beside_the_direct_algorithms(case, hdr):
+def test_every_config_builds_and_passes_the_scripts_checks(case):
+    assert set(case) == {"default", "default bench", "FFT declined", "FFT declined bench",
+                         "force FFT", "force FFT_TILING"}
+    for label, b in case.items():
+        p = _ok(b)
+        assert p["engine"] == LEGACY, (label, p["engine"])      # first for FLOAT wgrad
+        assert b["seen"], f"{label}: the wrapper saw no policy call"
+
+
+def test_default_benchmark_times_fft_beside_the_direct_algorithms(case, hdr):
     listed = _listed(hdr, case)
     assert FFTS <= {n for n, _ in listed}, f"the fake lists FFT for this problem: {listed}"
-    b = case["fft bench"]
-    assert b["error"] is None, b.get("message")
-    p = b["plan"]
-    assert p["engine"] == "CUDNN_LEGACY_ENGINE" and p["knobs"][KNOB] == 1 and p["benchmarked"]
+    b = case["default bench"]
+    p = _ok(b)
+    assert p["knobs"][KNOB] == 1 and p["benchmarked"]
     assert [n for n, _ in p["trials"]] == [n for n, _ in listed if n not in WINOGRADS]
     assert calls(b["log"], FIND), "cudnnFind not called"
-    assert b["seen"] and [n for n, _ in b["seen"][-1]] == [n for n, _ in listed]
+    assert [n for n, _ in b["seen"][-1]] == [n for n, _ in listed]
+
+
+def test_fft_declined_benchmark_times_only_direct_algorithms(case, hdr):
+    listed = _listed(hdr, case)
+    p = _ok(case["FFT declined bench"])
+    assert p["knobs"][KNOB] == 0 and p["benchmarked"]
+    assert [n for n, _ in p["trials"]] == [n for n, _ in listed
+                                           if n not in WINOGRADS | FFTS]
+    assert case["FFT declined"]["plan"]["algorithm"] not in FFTS
 
 
 @pytest.mark.parametrize("force", sorted(FFTS))
 def test_forced_build_runs_that_algorithm_with_its_workspace(case, hdr, force):
     b = case[f"force {force}"]
-    assert b["error"] is None, b.get("message")
-    p = b["plan"]
+    p = _ok(b)
     assert p["algorithm"] == force and p["knobs"][KNOB] == 1 and not p["benchmarked"]
     value = hdr[f"CUDNN_CONVOLUTION_BWD_FILTER_ALGO_{force}"]
     sizes = [r["size"] for r in calls(b["log"], WS) if r["algo"] == value and r["status"] == 0]
@@ -81,6 +95,5 @@ def test_forcing_fft_where_cudnn_lists_none_declines_naming_the_list(fake_gpu, h
         assert isinstance(b["error"], hd.NotSupportedError), b.get("mro")
         assert f"{force} not in cuDNN's list" in b["message"]
         assert ", ".join(listed) in b["message"], (b["message"], listed)
-    fb = builds["fft bench"]
-    assert fb["error"] is None and fb["plan"]["knobs"][KNOB] == 1
-    assert not {n for n, _ in fb["plan"]["trials"]} & FFTS
+    p = _ok(builds["default bench"])
+    assert p["knobs"][KNOB] == 1 and not {n for n, _ in p["trials"]} & FFTS

@@ -3,8 +3,9 @@ KnobError below every candidate; global.benchmarking runs cuDNN's Find once, tak
 fastest allowed result and remembers it in the perf db, so a later build finds nothing;
 cudnn_legacy.deterministic keeps cuDNN's non-deterministic ALGO_0 / ALGO_3 out of FLOAT
 convolutions, which take them by default (FLOAT atomics: within tolerance);
-cudnn_legacy.allow_fft (default 1, FLOAT fprop/dgrad only) keeps FFT / FFT_TILING out, and
-FLOAT weight gradients never take them; no FLOAT convolution takes Winograd.
+cudnn_legacy.allow_fft (default 1, every FLOAT convolution, weight gradients included)
+keeps FFT / FFT_TILING out, and the perf-db key names it, so that winners benchmarked under
+the earlier FFT-declining default are chosen anew; no FLOAT convolution takes Winograd.
 The candidates and timings are the fake's own answers, read from the same log."""
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def candidates(hdr, perf, direction, deterministic=False, allow_fft=True):
     """The heuristic entries the policy may take (FLOAT I/O)."""
     return [e for e in perf if e["status"] == 0
             and (e["determinism"] == hdr.CUDNN_DETERMINISTIC or not deterministic)
-            and not float_declines(direction, algo_name(hdr, direction, e["algo"]), allow_fft)]
+            and not float_declines(algo_name(hdr, direction, e["algo"]), allow_fft)]
 
 
 @pytest.mark.parametrize("direction", ["fprop", "dgrad"])
@@ -148,8 +149,8 @@ def _names(hdr, entries, direction):
     return [algo_name(hdr, direction, e["algo"]) for e in entries]
 
 
-@pytest.mark.parametrize("direction", ["fprop", "dgrad"])
-def test_float_fprop_dgrad_consider_fft_unless_allow_fft_is_0(fake_gpu, hdr, direction):
+@pytest.mark.parametrize("direction", ["fprop", "dgrad", "wgrad"])
+def test_float_convolutions_consider_fft_unless_allow_fft_is_0(fake_gpu, hdr, direction):
     d = DIRECTION[direction]
     first = build(fake_gpu, direction, {})[0]
     assert first["error"] is None, first.get("message")
@@ -162,6 +163,9 @@ def test_float_fprop_dgrad_consider_fft_unless_allow_fft_is_0(fake_gpu, hdr, dir
     considered = [name for name, _ in first["plan"]["trials"]]
     assert considered == _names(hdr, candidates(hdr, perf, d), d)
     assert FFTS <= set(considered) and not WINOGRADS & set(considered), considered
+    # the workspace limit's default (no limit) is the largest considered workspace, FFT's
+    # included: the knob bounds FFT's workspace as any other's
+    assert first["plan"]["knobs"][LIMIT] == max(e["memory"] for e in candidates(hdr, perf, d))
     b = build(fake_gpu, direction, {FFT: 0})[0]
     assert b["error"] is None, b.get("message")
     considered = [name for name, _ in b["plan"]["trials"]]
@@ -169,17 +173,57 @@ def test_float_fprop_dgrad_consider_fft_unless_allow_fft_is_0(fake_gpu, hdr, dir
     assert not (FFTS | WINOGRADS) & set(considered), considered
 
 
-def test_float_wgrad_never_considers_fft_and_has_no_fft_knob(fake_gpu, hdr):
+def test_float_wgrad_workspace_limit_below_fft_keeps_fft_out(fake_gpu, hdr):
+    """FLOAT wgrad may now need FFT's workspace; a workspace limit below it keeps the
+    FFT algorithms out of the candidates (and a deterministic build within the limit
+    still finds one)."""
     first = build(fake_gpu, "wgrad", {})[0]
-    assert first["error"] is None, first.get("message")
-    assert FFT not in first["plan"]["knobs"], first["plan"]["knobs"]
     perf = calls(first["log"], HEUR["wgrad"])[0]["perf"]
-    assert FFTS <= set(_names(hdr, [e for e in perf if e["status"] == 0], 2)), \
-        "the fake offers FFT for this weight gradient"
-    considered = {name for name, _ in first["plan"]["trials"]}
-    assert considered and not (FFTS | WINOGRADS) & considered, considered
-    b = build(fake_gpu, "wgrad", {FFT: 0})[0]
-    assert isinstance(b["error"], hd.KnobError) and FFT in b["message"], b.get("mro")
+    ffts = [e for e in candidates(hdr, perf, 2) if algo_name(hdr, 2, e["algo"]) in FFTS]
+    limit = min(e["memory"] for e in ffts) - 1
+    within = [e for e in candidates(hdr, perf, 2) if e["memory"] <= limit]
+    assert within, "the fake offers a direct algorithm below FFT's workspace"
+    b = build(fake_gpu, "wgrad", {LIMIT: limit})[0]
+    assert b["error"] is None, b.get("message")
+    considered = [name for name, _ in b["plan"]["trials"]]
+    assert considered == _names(hdr, within, 2) and not FFTS & set(considered), considered
+    assert b["plan"]["workspace_size"] <= limit
+
+
+def test_benchmarked_wgrad_is_chosen_anew_under_the_fft_default(fake_gpu, hdr):
+    """A FLOAT weight gradient benchmarked with allow_fft = 0 is stored under the plain
+    signature, the key the earlier FFT-declining default wrote; the new default does not
+    take it (it benchmarks FFT too, under "[fft] <signature>"), and allow_fft = 0 finds
+    its own winner again. Both use one workspace limit, 1 byte below the largest
+    candidate's (a key no other test writes: the perf db is the session's)."""
+    first = build(fake_gpu, "wgrad", {})[0]
+    perf = calls(first["log"], HEUR["wgrad"])[0]["perf"]
+    limit = max(e["memory"] for e in candidates(hdr, perf, 2)) - 1
+    assert any(algo_name(hdr, 2, e["algo"]) in FFTS and e["memory"] <= limit
+               for e in candidates(hdr, perf, 2)), "an FFT algorithm fits the limit"
+    bench = {"global.benchmarking": 1, LIMIT: limit}
+    find = "cudnnFindConvolutionBackwardFilterAlgorithmEx"
+    old = build(fake_gpu, "wgrad", dict(bench, **{FFT: 0}))[0]
+    new = build(fake_gpu, "wgrad", dict(bench))[0]
+    old_again = build(fake_gpu, "wgrad", dict(bench, **{FFT: 0}))[0]
+    (new_again,), db = build(fake_gpu, "wgrad", dict(bench), perfdb=True)
+    for b in (old, new, old_again, new_again):
+        assert b["error"] is None, b.get("message")
+    for b, allow_fft in ((old, False), (new, True)):
+        assert b["plan"]["benchmarked"] and not b["plan"]["perfdb_hit"], b["plan"]
+        assert len(calls(b["log"], find)) == 1
+        timed = [name for name, _ in b["plan"]["trials"]]
+        assert timed == _names(hdr, [e for e in candidates(hdr, perf, 2, allow_fft=allow_fft)
+                                     if e["memory"] <= limit], 2)
+    assert FFTS & {name for name, _ in new["plan"]["trials"]}
+    for again, earlier in ((old_again, old), (new_again, new)):
+        assert again["plan"]["perfdb_hit"] and not calls(again["log"], "cudnnFind*")
+        assert again["plan"]["algorithm"] == earlier["plan"]["algorithm"]
+    sig = match(_scenarios._conv_graph(hd, "wgrad")[0]._snapshot()[0]).signature
+    ours = {problem: algo for engine, problem, algo in db
+            if engine == "CUDNN_LEGACY_ENGINE" and problem in (sig, f"[fft] {sig}")}
+    assert ours == {f"[fft] {sig}": new["plan"]["algorithm"],
+                    sig: old["plan"]["algorithm"]}, ours
 
 
 def test_benchmarked_dgrad_takes_fft_and_remembers_it_per_fft_policy(fake_gpu, hdr):

@@ -9,8 +9,12 @@
   the benchmarked plan's median device time is within 10 % of the heuristic plan's.
 - FLOAT fprop / dgrad may run cuDNN's FFT by default on both engines (bench/diag_fft.py:
   within our bound on the H200) and stay within the float64 oracle's reduction bound;
-  with ``<engine>.allow_fft = 0`` no FFT algorithm runs, also within the bound; FLOAT
-  weight gradients offer no such knob (FFT declined there).
+  with ``<engine>.allow_fft = 0`` no FFT algorithm runs, also within the bound.
+- FLOAT weight gradients too (bench/diag_wgrad_fft.py: FFT at most 0.05 of our wgrad
+  bound on the H200), on the legacy engine (the graph engine declines FLOAT wgrad): at
+  ResNet-50's res3 3x3 shape at batch 32, where the H200's heuristic took FFT, the
+  default plan, its benchmark (which times FFT) and ``cudnn_legacy.allow_fft = 0`` (no
+  FFT) stay within the float64 oracle's wgrad bound (``gpu_wgrad_tol``).
 """
 from __future__ import annotations
 
@@ -21,7 +25,7 @@ import numpy as np
 import pytest
 
 from oracle import _reference as ref
-from oracle._cases import Harness, assert_close, reduction_tol
+from oracle._cases import Harness, assert_close, gpu_wgrad_tol, reduction_tol
 
 import hipdnn_async as hd
 
@@ -178,10 +182,60 @@ def test_float_fft_by_default_and_direct_summation_with_allow_fft_0(
                      f"({direct.algorithm}: {direct.algorithm.reason})")
 
 
-def test_float_wgrad_offers_no_fft_knob(gpu_module_device):
-    h, _ = _res3_case("wgrad")
+# bench/diag_wgrad_fft.py's res3 3x3 at its batch: there the H200's heuristic took FFT
+# (0.161 ms against ALGO_0's 0.357); the float64 reference takes a few seconds on the host
+WGRAD_X = (32,) + RES3_X[1:]
+LEGACY = "CUDNN_LEGACY_ENGINE"
+
+
+def _wgrad_case():
+    rng = np.random.default_rng([5, 2, 32])
+    h = Harness("float32", "NCHW", name="fft_policy_wgrad")
+    dy, x = h.input("dy", rng.uniform(-1, 1, WGRAD_X)), h.input("x", rng.uniform(-1, 1, WGRAD_X))
+    h.output(h.g.conv_wgrad(dy, x, dw_dims=RES3_W, padding=RES3_PAD), "out")
+    n = WGRAD_X[0] * WGRAD_X[2] * WGRAD_X[3]          # N * P * Q terms per dw element
+    return (h, lambda: ref.conv_wgrad(h.ref["dy"], h.ref["x"], RES3_W, RES3_PAD, RES3_PAD),
+            gpu_wgrad_tol("float32", n, 1.0, 1.0))
+
+
+def _trial_names(plan):
+    return [name for name, _ms in plan.algorithm.trials]
+
+
+def test_float_wgrad_fft_by_default_and_direct_summation_with_allow_fft_0(
+        gpu_module_device, tmp_path):
+    h, want, (atol, rtol) = _wgrad_case()
     engines = _cudnn_engines_or_skip(gpu_module_device, h)
-    for e in engines.values():
-        assert not any(k.id.endswith(".allow_fft") for k in e.knobs), (e.name, e.knobs)
-    plan = gpu_module_device.build_sync(h.g, engine="CUDNN_LEGACY_ENGINE")
-    assert "FFT" not in str(plan.algorithm), plan.algorithm
+    assert next(iter(engines)) == LEGACY, f"FLOAT wgrad ranks the legacy engine first: {engines}"
+    knob_id = FFT_KNOB[LEGACY]
+    knob = engines[LEGACY].knob(knob_id)
+    assert (knob.default, knob.min, knob.max) == (1, 0, 1), knob
+    expected = want()
+    # a fresh perf db: every plan is chosen here (a restored plan's reason names no notes)
+    with hd.Device(gpu_module_device.spec, perfdb=str(tmp_path / "perfdb.sqlite3")) as dev:
+        got = h.run(dev)["out"]                       # what a user gets: no engine, no knobs
+        plan = h.plan
+        what = f"FLOAT NCHW res3 3x3 wgrad default ({plan.algorithm}: {plan.algorithm.reason})"
+        assert plan.engine.name == LEGACY and plan.knobs[knob_id] == 1, what
+        assert not plan.perfdb_hit, what
+        # the algorithms the policy accepted, in cuDNN's order: FFT among them
+        assert "FFT" in _trial_names(plan), f"{what}: trials {plan.algorithm.trials}"
+        assert_close(got, expected, atol, rtol, what)
+        # benchmarked: cuDNN's Find times FFT beside the direct algorithms (cuDNN lists
+        # FFT for a stride-1 2-D weight gradient; the H200 listed it here)
+        got = h.run(dev, knobs={"global.benchmarking": 1})["out"]
+        tuned = h.plan
+        names = _trial_names(tuned)
+        assert tuned.benchmarked and not tuned.perfdb_hit, tuned
+        assert "FFT" in names, f"the benchmark timed no FFT: {names}"
+        assert_close(got, expected, atol, rtol, f"wgrad default benchmarked ({tuned.algorithm}, "
+                     f"trials {tuned.algorithm.trials})")
+        for bench in (0, 1):
+            got = h.run(dev, engine=LEGACY, knobs={knob_id: 0, "global.benchmarking": bench})["out"]
+            direct = h.plan
+            what = (f"wgrad allow_fft=0 benchmarking={bench} ({direct.algorithm}: "
+                    f"{direct.algorithm.reason}, trials {direct.algorithm.trials})")
+            assert direct.knobs[knob_id] == 0 and not direct.perfdb_hit, what
+            assert "FFT" not in str(direct.algorithm) and "FFT" not in direct.algorithm.reason, what
+            assert not any(n.startswith("FFT") for n in _trial_names(direct)), what
+            assert_close(got, expected, atol, rtol, what)

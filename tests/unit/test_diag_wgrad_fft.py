@@ -1,7 +1,8 @@
 """bench/diag_wgrad_fft.py's CPU parts: the per-shape choice (fastest config within the
 margin, FFT against the direct algorithm, NaN errors never chosen), the decision lines,
-the shape order, and the FFT policy patch on the legacy engine's ``ConvSetup`` (offered
-and accepted for FLOAT wgrad while entered, one forced algorithm, everything restored).
+the shape order, the accepted-list wrapper on the legacy engine's ``ConvSetup`` (cuDNN's
+list recorded, one forced algorithm, everything restored) and the plan checks of each
+config (default: FFT knob at 1; FFT declined: knob 0 and no FFT; forced: that algorithm).
 The timings and errors themselves come from the H200; here the records are given."""
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import diag_wgrad_fft as dw  # noqa: E402
 
 from hipdnn_async import NotSupportedError  # noqa: E402
 from hipdnn_async.providers._tuning import BENCH_MARGIN, Candidate  # noqa: E402
-from hipdnn_async.providers.cudnn import _conv, _fft  # noqa: E402
+from hipdnn_async.providers.cudnn import _conv  # noqa: E402
 
 SCRIPT = os.path.join(BENCH, "diag_wgrad_fft.py")
 
@@ -30,14 +31,18 @@ def rec(config, algorithm, ms, err, workspace=0, status="ok"):
 
 
 def res3(fft_err=0.10, tiling_err=0.30, fft_ms=0.150, tiling_ms=0.200):
-    """A res3-3x3-like shape: direct ALGO_0 slow, FFT fast, torch faster but over bound."""
-    return [rec("default", "ALGO_0", 0.360, 0.04),
-            rec("default bench", "ALGO_0", 0.362, 0.04),
-            rec("fft", "ALGO_0", 0.361, 0.04),
-            rec("fft bench", "FFT", fft_ms + 0.001, fft_err, 64 << 20),
+    """A res3-3x3-like shape: the default takes FFT, the direct ALGO_0 (FFT declined) is
+    slow, torch faster but over the bound."""
+    return [rec("default", "FFT", fft_ms + 0.001, fft_err, 64 << 20),
+            rec("default bench", "FFT", fft_ms + 0.002, fft_err, 64 << 20),
+            rec("FFT declined", "ALGO_0", 0.360, 0.04),
+            rec("FFT declined bench", "ALGO_0", 0.362, 0.04),
             rec("force FFT", "FFT", fft_ms, fft_err, 64 << 20),
             rec("force FFT_TILING", "FFT_TILING", tiling_ms, tiling_err, 16 << 20),
             rec("torch", "cudnn.benchmark", 0.118, 2.02, None)]
+
+
+FFT_RECS = (0, 1, 4, 5)     # the records of res3() that run FFT / FFT_TILING
 
 
 def test_noise_is_the_benchmark_margin():
@@ -50,7 +55,7 @@ def test_fft_within_the_margin_and_faster_is_chosen_over_torch_outside_the_bound
     assert v["best"] is recs[4]                      # force FFT, 0.150 ms; torch is at 2.02
     assert v["best_bound"] is recs[4]                # torch is outside the bound itself
     assert v["fft"] is recs[4] and v["fft_over"] == []
-    assert v["direct"] is recs[0]                    # ALGO_0 at 0.360, the fastest direct
+    assert v["direct"] is recs[2]                    # ALGO_0 at 0.360, the fastest direct
     assert v["ratio"] == pytest.approx(0.150 / 0.360) and v["beats"]
     assert v["torch"] is recs[6]
     line = dw.summary_line("res3 3x3", v, 0.5)
@@ -64,8 +69,9 @@ def test_fft_inside_the_bound_but_over_the_margin_is_not_taken_and_is_named():
     recs = res3(fft_err=0.70, tiling_err=0.60)
     v = dw.verdict(recs, 0.5)
     assert v["fft"] is None
-    assert {r["config"] for r in v["fft_over"]} == {"fft bench", "force FFT", "force FFT_TILING"}
-    assert v["best"] is recs[0] and v["best_bound"] is recs[4]
+    assert {r["config"] for r in v["fft_over"]} == {"default", "default bench", "force FFT",
+                                                    "force FFT_TILING"}
+    assert v["best"] is recs[2] and v["best_bound"] is recs[4]
     assert v["ratio"] is None and not v["beats"]
     line = dw.summary_line("res3 3x3", v, 0.5)
     assert "with err/bound <= 1: FFT (force FFT)" in line
@@ -78,11 +84,11 @@ def test_fft_inside_the_bound_but_over_the_margin_is_not_taken_and_is_named():
 @pytest.mark.parametrize("bad", [math.nan, math.inf, None])
 def test_a_nan_or_missing_error_is_never_within_any_margin(bad):
     recs = res3()
-    for r in recs[3:6]:
-        r["err"] = bad
+    for i in FFT_RECS:
+        recs[i]["err"] = bad
     v = dw.verdict(recs, 1.0)
-    assert v["fft"] is None and v["best"] is recs[0]
-    assert len(v["fft_over"]) == 3
+    assert v["fft"] is None and v["best"] is recs[2]
+    assert len(v["fft_over"]) == len(FFT_RECS)
     if bad is not None and math.isnan(bad):
         assert "err nan OVER 1" in dw.summary_line("s", v, 1.0)
 
@@ -103,7 +109,7 @@ def test_records_that_did_not_run_are_left_out():
              "workspace": None, "message": "FFT not in cuDNN's list"},
             {"config": "force FFT_TILING", "status": "error", "ms": None, "err": None,
              "workspace": None, "message": "RuntimeError: ..."},
-            rec("fft bench", "FFT", 0.01, 0.0, status="error"),     # an error row never counts
+            rec("default", "FFT", 0.01, 0.0, status="error"),       # an error row never counts
             {"config": "torch", "status": "error", "ms": None, "err": None, "workspace": None}]
     v = dw.verdict(recs, 0.5)
     assert v["fft"] is None and v["fft_over"] == [] and v["direct"] is recs[0]
@@ -120,7 +126,8 @@ def test_decision_lines_sort_the_shapes():
     beats, within, over, none = dw.decision(verdicts, 0.5)
     assert beats.endswith("1 of 4 shapes: res3 3x3")
     assert within.endswith("res3 3x3, res2 3x3")
-    assert "res4 3x3 (fft bench 0.80, force FFT 0.80, force FFT_TILING 0.90)" in over
+    assert ("res4 3x3 (default 0.80, default bench 0.80, force FFT 0.80, force FFT_TILING "
+            "0.90)") in over
     assert none.endswith("conv1 7x7/2")
 
 
@@ -165,7 +172,7 @@ def test_help_works_without_torch_and_a_run_says_what_is_missing():
 
 
 # ---------------------------------------------------------------------------------------
-# the FFT policy patch, on the legacy engine's own ConvSetup
+# the accepted-list wrapper, on the legacy engine's own ConvSetup
 
 NAMES = _conv.ALGO_NAMES[2]     # backward filter
 
@@ -187,49 +194,91 @@ def _accepted(setup, raw=RAW, allow_fft=True):
     return [c.name for c in setup.accepted(raw, deterministic=False, allow_fft=allow_fft)]
 
 
-def test_patch_offers_and_accepts_fft_for_float_wgrad_only_while_entered():
+def test_the_policy_itself_accepts_fft_for_float_wgrad_so_forcing_needs_no_patch():
+    # the forced rows only narrow what the policy accepts: FFT must be in it by default
+    assert {"FFT", "FFT_TILING"} <= set(_accepted(_setup()))
+    assert not {"FFT", "FFT_TILING"} & set(_accepted(_setup(), allow_fft=False))
+
+
+@pytest.mark.parametrize("allow_fft", [True, False])
+def test_wrapper_without_force_returns_the_policys_list_and_records_cudnns(allow_fft):
     s = _setup()
-    assert not s.fft_applies and _accepted(s) == ["ALGO_1", "ALGO_0", "ALGO_3"]
-    with dw.WgradFftPatch() as patch:
-        assert s.fft_applies
-        assert _fft.knob_offered(conv=True, float_io=True, wgrad=True)
-        assert _accepted(s) == ["ALGO_1", "ALGO_0", "ALGO_3", "FFT_TILING", "FFT"]
-        assert _accepted(s, allow_fft=False) == ["ALGO_1", "ALGO_0", "ALGO_3"]  # knob 0
-        # everything else as before
-        assert not _fft.knob_offered(conv=False, float_io=True, wgrad=False)
-        assert _fft.knob_offered(conv=True, float_io=False, wgrad=True)
-        assert not _fft.allowed({}, "k", conv=True, float_io=True, wgrad=True)  # graph engine's
-    assert patch.seen[0] == [(c.name, c.workspace_bytes) for c in RAW]
-    assert not s.fft_applies and _accepted(s) == ["ALGO_1", "ALGO_0", "ALGO_3"]
-    assert not _fft.knob_offered(conv=True, float_io=True, wgrad=True)
+    plain = _accepted(s, allow_fft=allow_fft)
+    with dw.AcceptedList() as wrap:
+        assert _accepted(s, allow_fft=allow_fft) == plain
+    assert wrap.seen == [[(c.name, c.workspace_bytes) for c in RAW]]
+    assert _accepted(s, allow_fft=allow_fft) == plain
 
 
 @pytest.mark.parametrize("force", ["FFT", "FFT_TILING"])
-def test_patch_forces_one_algorithm(force):
-    with dw.WgradFftPatch(force):
+def test_wrapper_forces_one_algorithm(force):
+    with dw.AcceptedList(force):
         assert _accepted(_setup()) == [force]
 
 
 def test_forcing_an_algorithm_cuDNN_does_not_list_is_a_decline_naming_the_list():
     raw = [c for c in RAW if c.name != "FFT"]
-    with dw.WgradFftPatch("FFT"), pytest.raises(NotSupportedError) as info:
+    with dw.AcceptedList("FFT"), pytest.raises(NotSupportedError) as info:
         _accepted(_setup(), raw)
     msg = str(info.value)
     assert dw.NOT_LISTED in msg and "ALGO_1, ALGO_0, ALGO_3, WINOGRAD_NONFUSED, FFT_TILING" in msg
 
 
-def test_forcing_an_algorithm_the_policy_refuses_is_an_error_not_a_decline():
-    with dw.WgradFftPatch("WINOGRAD_NONFUSED"), pytest.raises(RuntimeError) as info:
-        _accepted(_setup())
+@pytest.mark.parametrize("force,allow_fft", [("WINOGRAD_NONFUSED", True), ("FFT", False)])
+def test_forcing_an_algorithm_the_policy_refuses_is_an_error_not_a_decline(force, allow_fft):
+    with dw.AcceptedList(force), pytest.raises(RuntimeError) as info:
+        _accepted(_setup(), allow_fft=allow_fft)
     assert not isinstance(info.value, NotSupportedError)
     assert "refused" in str(info.value) and "update this diagnostic" in str(info.value)
+    assert f"allow_fft={allow_fft}" in str(info.value)
 
 
-def test_patch_is_undone_after_an_error():
-    original = (_fft.knob_offered, _conv.ConvSetup.accepted)
-    with pytest.raises(ZeroDivisionError), dw.WgradFftPatch("FFT"):
+def test_wrapper_is_undone_after_an_error():
+    original = _conv.ConvSetup.accepted
+    with pytest.raises(ZeroDivisionError), dw.AcceptedList("FFT"):
         1 / 0
-    assert (_fft.knob_offered, _conv.ConvSetup.accepted) == original
+    assert _conv.ConvSetup.accepted is original
+
+
+def _plan_rec(engine=dw.LEGACY, algorithm="FFT", **knobs):
+    return {"engine": engine, "algorithm": algorithm, "knobs": knobs}
+
+
+@pytest.mark.parametrize("label", [c[0] for c in dw.CONFIGS])
+def test_every_config_accepts_a_plan_that_shows_its_policy(label):
+    _, _, _, _, allow_fft, force = next(c for c in dw.CONFIGS if c[0] == label)
+    algorithm = force or ("FFT" if allow_fft else "ALGO_0")
+    dw.check_plan(_plan_rec(algorithm=algorithm, **{dw.LEGACY_ALLOW_FFT: allow_fft}),
+                  allow_fft, force)
+
+
+def test_configs_are_the_default_the_fft_declined_policy_and_the_forced_rows():
+    by_label = {c[0]: c for c in dw.CONFIGS}
+    assert [c[0] for c in dw.CONFIGS] == ["default", "default bench", "FFT declined",
+                                          "FFT declined bench", "force FFT",
+                                          "force FFT_TILING"]
+    assert by_label["default"][2] is None and by_label["default"][4] == 1
+    assert by_label["FFT declined"][2] == dw.LEGACY and by_label["FFT declined"][4] == 0
+    assert [by_label[k][3] for k in ("default bench", "FFT declined bench")] == [1, 1]
+    assert len({c[1] for c in dw.CONFIGS}) == dw.N_DEVICES    # one Device per policy
+
+
+@pytest.mark.parametrize("rec_,allow_fft,force,words", [
+    (_plan_rec(), 1, None, "has knobs {}"),                              # knob not offered
+    (_plan_rec(**{dw.LEGACY_ALLOW_FFT: 1}), 0, None, "allow_fft=0, the legacy plan"),
+    (_plan_rec(**{dw.LEGACY_ALLOW_FFT: 0}), 0, None, "=0 but the plan runs FFT"),
+    (_plan_rec(algorithm="FFT_TILING", **{dw.LEGACY_ALLOW_FFT: 0}), 0, None, "runs FFT_TILING"),
+    (_plan_rec(algorithm="ALGO_1", **{dw.LEGACY_ALLOW_FFT: 1}), 1, "FFT",
+     "forced FFT but the plan runs ALGO_1"),
+], ids=["no-knob", "knob-not-0", "declined-runs-fft", "declined-runs-tiling", "forced-other"])
+def test_a_plan_that_does_not_show_its_policy_is_an_error(rec_, allow_fft, force, words):
+    with pytest.raises(RuntimeError) as info:
+        dw.check_plan(rec_, allow_fft, force)
+    assert words in str(info.value)
+
+
+def test_a_graph_engine_default_plan_needs_no_legacy_knob():
+    dw.check_plan(_plan_rec(engine="CUDNN_GRAPH_ENGINE", algorithm="eng17"), 1, None)
 
 
 # ---------------------------------------------------------------------------------------
@@ -268,9 +317,11 @@ class _FakeShape:
 
 
 def _fake_run(monkeypatch):
-    times = {"default": ("ALGO_0", 0.36, 0.04), "default bench": ("ALGO_0", 0.35, 0.04),
-             "fft": ("ALGO_0", 0.36, 0.04), "fft bench": ("FFT", 0.151, 0.12),
+    times = {"default": ("FFT", 0.151, 0.12), "default bench": ("FFT", 0.152, 0.12),
+             "FFT declined": ("ALGO_0", 0.36, 0.04),
+             "FFT declined bench": ("ALGO_0", 0.35, 0.04),
              "force FFT": ("FFT", 0.15, 0.12), "force FFT_TILING": ("FFT_TILING", 0.2, 0.3)}
+    stride2 = {"default": ("ALGO_0", 0.36, 0.04), "default bench": ("ALGO_0", 0.35, 0.04)}
 
     async def run_config(h, shape, devs, cfg, reps):
         label = cfg[0]
@@ -278,14 +329,14 @@ def _fake_run(monkeypatch):
             raise NotSupportedError(f"{cfg[5]} {dw.NOT_LISTED} for this problem (it lists "
                                     "ALGO_0, ALGO_1)")
         if shape.name == "res4 3x3" and label == "force FFT_TILING":
-            raise RuntimeError("diag_wgrad_fft: the FFT patch did not reach the legacy engine")
+            raise RuntimeError("diag_wgrad_fft: forced FFT_TILING but the plan runs ALGO_1")
         algo, ms, err = times[label]
-        if shape.name == "res3 3x3/2" and label == "fft bench":    # stride 2: no FFT listed
-            algo, ms, err = times["default bench"]
+        if shape.name == "res3 3x3/2":                              # stride 2: no FFT listed
+            algo, ms, err = stride2.get(label, (algo, ms, err))
         return {"config": label, "engine": dw.LEGACY, "algorithm": algo, "ms": ms, "err": err,
                 "workspace": 32 << 20, "status": "ok", "method": "cuda_events",
                 "trials": "ALGO_0 0.350, FFT 0.150" if cfg[3] else "-",
-                "listed": [("ALGO_0", 0), ("FFT", 32 << 20)] if cfg[4] else None}
+                "listed": [("ALGO_0", 0), ("FFT", 32 << 20)]}
 
     def run_torch(h, shape, reps, method):
         assert method == "cuda_events"

@@ -15,7 +15,6 @@ from ..._layout import packed_strides, strides_match
 from ...patterns import ConvDirection, conv_roles
 from ...runtime import _cudnn
 from .._tuning import Candidate
-from . import _fft
 
 __all__ = ["ConvSetup", "ALGO_NAMES", "conv_setup", "tensor_descriptor", "CUDNN_DTYPE"]
 
@@ -113,27 +112,18 @@ class ConvSetup:
                                  {"time_ms": t}))
         return out
 
-    @property
-    def fft_applies(self) -> bool:
-        """Whether the knob ``cudnn_legacy.allow_fft`` is offered and consulted: every
-        direction and data type but FLOAT weight gradients, which never take FFT
-        (``_fft``; conv+bias+activation is fprop; see :meth:`accurate`)."""
-        return _fft.knob_offered(conv=True, float_io=self.float_io,
-                                 wgrad=self.direction == int(ConvDirection.WGRAD))
-
     def accepted(self, candidates, *, deterministic: bool,
                  allow_fft: bool) -> list[Candidate]:
         """The numerical policy over :meth:`algorithms`' list, in its order: the
         :meth:`accurate` entries when cuDNN has any for the problem; otherwise all,
         deterministic ones first (some 1x1 and depthwise weight gradients have only
-        ALGO_0 / ALGO_3), but never FFT where the knob said 0 (``allow_fft`` False where
-        :attr:`fft_applies`)."""
+        ALGO_0 / ALGO_3), but never FFT where the knob said 0 (``allow_fft`` False)."""
         good = [e for e in candidates if self.accurate(e.id, e.deterministic,
                                                        deterministic=deterministic,
                                                        allow_fft=allow_fft)]
         if good:
             return good
-        if self.fft_applies and not allow_fft:
+        if not allow_fft:
             candidates = [e for e in candidates if self.name(e.id) not in _FFT_ALGOS]
         return sorted(candidates, key=lambda e: not e.deterministic)
 
@@ -149,19 +139,29 @@ class ConvSetup:
           HALF / BFLOAT16) unless ``allow_fft`` is False (knob ``cudnn_legacy.allow_fft``
           = 0, so that a NaN or Inf input does not spread over an FFT tile; the
           deterministic Winograd algorithms stay, as before).
-        - FLOAT I/O: no Winograd (never measured within our bound: PyTorch's Winograd
-          FLOAT 3x3 weight gradient was at 2.02x it on the H200, cuDNN 9.19); FFT and
-          FFT_TILING for fprop and dgrad when ``allow_fft`` (knob
-          ``cudnn_legacy.allow_fft``, default 1: bench/diag_fft.py, H200, cuDNN 9.19,
-          measured cuDNN's FFT engine configs, through the graph API that cuDNN 9's legacy
-          calls build on, on the ResNet-50 fp32 3x3 fprop/dgrad shapes at batch 32 at most
-          0.19 of our bound, ``tests/oracle/_cases.reduction_tol``, against 0.44 for
-          direct summation, and 2x faster; PyTorch runs them by default),
-          never for weight gradients (FFT for FLOAT wgrad was not measured: declined as
-          before); ALGO_0 / ALGO_3 (FLOAT atomics: within the tolerance, not bitwise
-          reproducible) unless ``deterministic`` (knob ``cudnn_legacy.deterministic``),
-          as the graph engine's NONDETERMINISTIC configs and PyTorch's default
-          (``deterministic=False``)."""
+        - FLOAT I/O: no Winograd (never measured within our bound: PyTorch's FLOAT 3x3
+          weight gradients, Winograd nonfused by bench/results/h200_diag_policy.log, were
+          at 2.0-3.4x it with U(-1, 1) inputs on the H200, cuDNN 9.19,
+          bench/results/h200_diag_wgrad_fft.log); FFT and FFT_TILING in every
+          direction when ``allow_fft`` (knob ``cudnn_legacy.allow_fft``, default 1).
+          fprop / dgrad: bench/diag_fft.py, H200, cuDNN 9.19, measured cuDNN's FFT engine
+          configs, through the graph API that cuDNN 9's legacy calls build on, on the
+          ResNet-50 fp32 3x3 fprop/dgrad shapes at batch 32 at most 0.19 of our bound
+          (``tests/oracle/_cases.reduction_tol``) against 0.44 for direct summation, and
+          2x faster; PyTorch runs them by default. wgrad: ``python3
+          bench/diag_wgrad_fft.py`` (and ``--wide --layers 3x3``), H200, cuDNN 9.19,
+          this engine on every ResNet-50 fp32 NCHW wgrad shape at batch 32: every FFT
+          result at most 0.05 of our bound (``tests/oracle/_cases.gpu_wgrad_tol``; 0.01
+          with inputs of magnitudes 2^-8..2^8) against up to 0.33 for ALGO_1 (res4 3x3).
+          The first entry of cuDNN's heuristic list this policy keeps is then FFT on
+          res3 3x3 (0.161 ms against ALGO_0's 0.357) and res4 3x3 (0.150 against
+          ALGO_1's 0.322), workspace ~150 MiB; ALGO_0 / ALGO_1 elsewhere (res2 3x3: FFT
+          0.329 against 0.385 only when forced, cudnnFind timed it slower; res5 3x3: FFT
+          1.9x slower; 1x1: FFT 1.4-14x slower, workspaces 157 MiB-2.3 GiB; no
+          FFT_TILING listed, no FFT at stride 2). ALGO_0 / ALGO_3 (FLOAT atomics: within
+          the tolerance, not bitwise reproducible) unless ``deterministic`` (knob
+          ``cudnn_legacy.deterministic``), as the graph engine's NONDETERMINISTIC configs
+          and PyTorch's default (``deterministic=False``)."""
         det = determinism if isinstance(determinism, bool) else determinism == _cudnn.DETERMINISTIC
         name = self.name(algo)
         if not self.float_io:
@@ -169,7 +169,7 @@ class ConvSetup:
         if not det and deterministic:
             return False
         if name in _FFT_ALGOS:
-            return allow_fft and self.fft_applies
+            return allow_fft
         return name not in _WINOGRAD_ALGOS
 
     def math_ok(self, math: int) -> bool:

@@ -55,7 +55,7 @@ ALLOW_TF32 = "cudnn_graph.allow_tf32"
 ALLOW_FFT = "cudnn_graph.allow_fft"
 DETERMINISTIC = "cudnn_graph.deterministic"
 _CONV = (Pattern.CONV_FPROP, Pattern.CONV_DGRAD, Pattern.CONV_WGRAD)
-# every convolution pattern, fused included (where ALLOW_FFT may be offered: _fft)
+# every convolution pattern, fused included (where ALLOW_FFT is offered: _fft)
 _ALL_CONV = _CONV + (Pattern.CONV_FPROP_BIAS_RELU,)
 # "0" turns the engine off (every graph goes to the legacy engine)
 DISABLE_ENV = "HIPDNN_ASYNC_CUDNN_GRAPH"
@@ -71,11 +71,10 @@ _NOTES = ("cuDNN 9 graph (backend) API with cached execution plans; conv fprop/d
           "heuristic's choice is kept unless another is over 3% faster); never "
           "down-converting or reduced-precision-"
           "reduction engines; FLOAT data without TF32 tensor cores unless "
-          f"'{ALLOW_TF32}' = 1 and without Winograd; FLOAT fprop/dgrad/conv+bias+activation "
-          "(measured within tolerance, H200) and every HALF/BFLOAT16 convolution may run "
-          f"FFT configs unless '{ALLOW_FFT}' = 0 (no FFT for any data type: an FFT spreads a "
-          "NaN/Inf input over its tile; HALF/BFLOAT16 may still take Winograd), FLOAT "
-          "weight gradients never; "
+          f"'{ALLOW_TF32}' = 1 and without Winograd; every convolution (FLOAT ones measured "
+          "within tolerance on the H200, wgrad through the legacy engine's FFT; HALF/BFLOAT16)"
+          f" may run FFT configs unless '{ALLOW_FFT}' = 0 (no FFT for any data type: an FFT "
+          "spreads a NaN/Inf input over its tile; HALF/BFLOAT16 may still take Winograd); "
           "non-deterministic engines (FLOAT reductions) allowed "
           f"unless '{DETERMINISTIC}' = 1 (Device(..., deterministic=True) sets it); "
           "plan.algorithm.reason says why a config was chosen; NaN propagates through ReLU "
@@ -203,7 +202,7 @@ class CudnnGraphEngine:
             if _float_io(match):
                 knobs.append(_knobs.Knob(ALLOW_TF32, "int64", 0, 0, 1,
                                          "Allow TF32 tensor-core engines for FLOAT data"))
-        if _fft_knob_offered(match):
+        if match.pattern in _ALL_CONV:
             knobs.append(_fft.fft_knob(ALLOW_FFT, "FFT engine configs"))
         knobs.append(_knobs.Knob(DETERMINISTIC, "int64", 0, 0, 1,
                                  "Only engine configs without cuDNN's NONDETERMINISTIC note "
@@ -217,7 +216,7 @@ class CudnnGraphEngine:
             return cached
         specs = _graph_ir.graph_spec(match, where)
         be = backend()
-        # the widest FFT policy (the knob's default where it is offered)
+        # the widest FFT policy (the knob's default)
         float_io, fft = _float_io(match), _fft_allowed(match, {})
         variants, refused = [], []
         for spec in specs:
@@ -385,12 +384,13 @@ class CudnnGraphEngine:
              float_io: bool = True) -> _perfdb.PerfKey:
         """The perf-db key: the problem prefixed with the policy that narrowed the configs
         (``"[heuristic fft] ..."``), so that a choice made under one policy is never taken
-        under another. ``allow_fft``: FFT accepted, named as ``_fft.key_word`` says (FLOAT:
-        ``fft``, the default since FFT was measured, whose earlier FFT-declining keys carry
-        no word; HALF / BFLOAT16: ``no-fft`` for ``cudnn_graph.allow_fft = 0``, their
-        default keys unchanged)."""
+        under another. ``allow_fft``: FFT accepted, named as ``_fft.key_word`` says (FLOAT
+        convolutions: ``fft``, the default since FFT was measured, whose earlier
+        FFT-declining keys carry no word; HALF / BFLOAT16: ``no-fft`` for
+        ``cudnn_graph.allow_fft = 0``, their default keys unchanged; batchnorm: none)."""
         desc = self._describe()
-        fft = _fft.key_word(float_io=float_io, allow_fft=allow_fft)
+        fft = _fft.key_word(conv=match.pattern in _ALL_CONV, float_io=float_io,
+                            allow_fft=allow_fft)
         policy = (("benchmark" if bench else "heuristic") + (" tf32" if allow_tf32 else "")
                   + (" deterministic" if deterministic else "") + (f" {fft}" if fft else ""))
         return _perfdb.PerfKey(provider="cudnn", engine=CUDNN_GRAPH_ENGINE,
@@ -462,18 +462,10 @@ def _float_io(match) -> bool:
                if r in ("x", "y", "dx", "dy", "w", "dw"))
 
 
-def _fft_knob_offered(match) -> bool:
-    """Whether ``cudnn_graph.allow_fft`` is offered: every convolution pattern but FLOAT
-    weight gradients (``_fft``)."""
-    return _fft.knob_offered(conv=match.pattern in _ALL_CONV, float_io=_float_io(match),
-                             wgrad=match.pattern == Pattern.CONV_WGRAD)
-
-
 def _fft_allowed(match, knobs) -> bool:
-    """Whether FFT-noted configs may be chosen under ``knobs`` (``_fft.allowed``: the
-    knob where offered, default 1; never FLOAT weight gradients or FLOAT batchnorm)."""
-    return _fft.allowed(knobs, ALLOW_FFT, conv=match.pattern in _ALL_CONV,
-                        float_io=_float_io(match), wgrad=match.pattern == Pattern.CONV_WGRAD)
+    """Whether FFT-noted configs may be chosen under ``knobs`` (``_fft.allowed``: a
+    convolution's ``cudnn_graph.allow_fft``, default 1; batchnorm has no FFT configs)."""
+    return _fft.allowed(knobs, ALLOW_FFT, conv=match.pattern in _ALL_CONV)
 
 
 def _declines(exc: BaseException) -> bool:

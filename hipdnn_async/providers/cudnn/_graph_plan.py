@@ -8,19 +8,24 @@
   FLOAT); for FLOAT I/O no TENSOR_CORE (that is TF32 for FLOAT data, as PyTorch reads the
   note) unless the ``cudnn_graph.allow_tf32`` knob allows it, and no Winograd (never
   measured within our bound: PyTorch's Winograd FLOAT 3x3 weight gradient was at 2.02x
-  it on the H200). FFT-noted configs are accepted for FLOAT fprop, dgrad and
-  conv+bias+activation and for every HALF / BFLOAT16 convolution unless
-  ``cudnn_graph.allow_fft`` is 0, which declines them for every data type (``_fft``: an
-  FFT spreads a NaN or Inf input over its tile). Measured with
-  bench/diag_fft.py on the H200
-  (cuDNN 9.19), every ResNet-50 fp32 NCHW fprop and dgrad shape at batch 32, inputs
-  U(-1, 1) and a wide-range set (magnitudes 2^-8..2^8): where FFT configs were chosen
-  (res2 3x3 dgrad: eng50; res3 3x3 fprop: eng3 k11=2, dgrad: eng50) their max
-  |got - float64| was at most 0.19 of our bound (tests/oracle/_cases.reduction_tol;
-  0.03 with the wide set), below the 0.41-0.44 of the direct kernels they replace, at
-  0.19-0.23 ms instead of 0.43-0.46 ms; every other shape chose the same config either
-  way. PyTorch runs cuDNN's FFT on these shapes by default. FLOAT weight gradients
-  decline FFT (not measured). Engines with the NONDETERMINISTIC
+  it on the H200). FFT-noted configs are accepted for every convolution, every data
+  type, unless ``cudnn_graph.allow_fft`` is 0, which declines them (``_fft``: an FFT
+  spreads a NaN or Inf input over its tile). FLOAT fprop and dgrad were measured with
+  bench/diag_fft.py on the H200 (cuDNN 9.19), every ResNet-50 fp32 NCHW fprop and dgrad
+  shape at batch 32, inputs U(-1, 1) and a wide-range set (magnitudes 2^-8..2^8): where
+  FFT configs were chosen (res2 3x3 dgrad: eng50; res3 3x3 fprop: eng3 k11=2, dgrad:
+  eng50) their max |got - float64| was at most 0.19 of our bound
+  (tests/oracle/_cases.reduction_tol; 0.03 with the wide set), below the 0.41-0.44 of
+  the direct kernels they replace, at 0.19-0.23 ms instead of 0.43-0.46 ms; every other
+  shape chose the same config either way. PyTorch runs cuDNN's FFT on these shapes by
+  default. FLOAT weight gradients were measured with bench/diag_wgrad_fft.py (same
+  machine and versions, every ResNet-50 wgrad shape) through the legacy engine's FFT
+  algorithm (cuDNN 9's legacy calls run this API's engines; the public graph engine
+  declines FLOAT wgrad, ``_graph.ranks_after_legacy``, and only bench_gpu builds it
+  there): every FFT result at most 0.05 of our bound (tests/oracle/_cases.gpu_wgrad_tol;
+  0.01 with the wide set) against up to 0.33 for the direct ALGO_0 / ALGO_1, FFT at
+  0.15-0.16 ms against 0.32-0.36 ms where it was chosen (res3 / res4 3x3: ``_fft``).
+  Engines with the NONDETERMINISTIC
   note only where ``cudnn_graph.deterministic`` is 0 (their reductions are FLOAT: within
   tolerance, not bitwise reproducible).
 - :func:`ordered`: the accepted configs in cuDNN's heuristic order (mode A ranks by
@@ -190,20 +195,18 @@ def heuristic_candidates(be, graph, accept, log=None) -> list[Candidate]:
     return out
 
 
-def heuristic_order(be, graph, mode_label: str, *, float_io: bool,
-                    allow_fft: bool = True) -> list[str]:
+def heuristic_order(be, graph, mode_label: str, *, float_io: bool) -> list[str]:
     """One heuristics mode's configs for ``graph`` in cuDNN's order, as short strings
     (``"eng25"``; ``"eng9!tf32"`` where the default numerical policy rejects it, with the
     first word of the reason), for diagnostics (bench_gpu). ``mode_label``: "A", "B" or
-    "FALLBACK"; ``allow_fft``: as for :func:`rejection` (False for FLOAT weight
-    gradients, True for every other default)."""
+    "FALLBACK"."""
     mode = {"A": be.HEUR_MODE_A, "B": be.HEUR_MODE_B, "FALLBACK": be.HEUR_MODE_FALLBACK}[mode_label]
     out = []
     for cfg in _query(be, graph, mode):
         c = _inspect(be, cfg, mode_label)
-        why = rejection(be, c, float_io=float_io, allow_tf32=False, allow_fft=allow_fft)
+        why = rejection(be, c, float_io=float_io, allow_tf32=False)
         tag = "" if why is None else "!" + {"down-converts": "downconv", "reduces": "rpr",
-                                            "uses": "tf32", "FFT": "fft",
+                                            "uses": "tf32",
                                             "Winograd": "winograd"}.get(why.split()[0], "x")
         out.append(f"eng{c.index}{tag}")
     return out
@@ -217,9 +220,8 @@ def rejection(be, c: Candidate, *, float_io: bool, allow_tf32: bool,
               deterministic: bool = False, allow_fft: bool = True) -> str | None:
     """Why the numerical policy (module docstring) rejects ``c``, or None.
 
-    ``allow_fft``: whether FFT-noted configs are accepted, for every data type (knob
-    ``cudnn_graph.allow_fft``, default 1; the engine passes False for FLOAT weight
-    gradients, where FFT was not measured: ``_fft.allowed``)."""
+    ``allow_fft``: whether FFT-noted configs are accepted, for every data type and
+    convolution direction (knob ``cudnn_graph.allow_fft``, default 1: ``_fft.allowed``)."""
     n = c.numerical
     if deterministic and be.NUMERICAL_NOTE_NONDETERMINISTIC in n:
         return "not deterministic (knob cudnn_graph.deterministic = 1)"
@@ -232,8 +234,7 @@ def rejection(be, c: Candidate, *, float_io: bool, allow_tf32: bool,
     if float_io and n & {getattr(be, note) for note in _WINOGRAD_NOTES}:
         return "Winograd transform on FLOAT data (not measured within the FLOAT tolerance)"
     if not allow_fft and be.NUMERICAL_NOTE_FFT in n:
-        return ("FFT transform (knob cudnn_graph.allow_fft = 0, or a FLOAT weight "
-                "gradient)")
+        return "FFT transform (knob cudnn_graph.allow_fft = 0)"
     return None
 
 

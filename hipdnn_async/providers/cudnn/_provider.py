@@ -8,12 +8,16 @@ accepts (``ConvSetup.accurate``) and that fits the workspace limit; with
 fastest on scratch buffers (the heuristic's choice kept unless another is faster beyond
 ``_tuning.BENCH_MARGIN``), remembered in the perf db. FLOAT convolutions use FMA math (no
 TF32), so results match a float32 reference; their non-deterministic ALGO_0 / ALGO_3
-(FLOAT atomics) are allowed unless the knob ``cudnn_legacy.deterministic`` is 1; FLOAT
-fprop and dgrad (and conv+bias+activation) may take FFT / FFT_TILING (measured within
-tolerance: ``ConvSetup.accurate``), as every HALF/BFLOAT16 convolution may, unless the knob
-``cudnn_legacy.allow_fft`` is 0 (no FFT for any data type: ``_fft``);
-FLOAT weight gradients never take FFT, and no FLOAT convolution takes Winograd.
-HALF/BFLOAT16 use tensor cores with float32 accumulation, deterministic algorithms only.
+(FLOAT atomics) are allowed unless the knob ``cudnn_legacy.deterministic`` is 1; every
+convolution may take FFT / FFT_TILING unless the knob ``cudnn_legacy.allow_fft`` is 0 (no
+FFT for any data type: ``_fft``). FLOAT fprop, dgrad and conv+bias+activation were
+measured within tolerance by bench/diag_fft.py, FLOAT weight gradients by
+bench/diag_wgrad_fft.py (H200, cuDNN 9.19, every ResNet-50 fp32 NCHW wgrad shape at batch
+32: FFT at most 0.05 of our bound, the direct ALGO_0 / ALGO_1 up to 0.33; the heuristic's
+first accepted entry becomes FFT on res3 and res4 3x3, 0.15-0.16 ms instead of
+0.32-0.36 ms, with a ~150 MiB workspace: ``ConvSetup.accurate``); no FLOAT convolution
+takes Winograd. HALF/BFLOAT16 use tensor cores with float32 accumulation, deterministic
+algorithms only.
 """
 from __future__ import annotations
 
@@ -55,12 +59,11 @@ class LegacyEngine(ProviderEngine):
     name = CUDNN_ENGINE_NAME
     schema1 = True   # the provider's only engine when the perf db had no engine column
     notes = ("cuDNN 9 legacy API; FLOAT/HALF/BFLOAT16 I/O with FLOAT per-channel tensors; "
-             "4-D and 5-D; packed filters; FLOAT convolutions without TF32 or Winograd, "
-             "FLOAT fprop/dgrad/conv+bias+ReLU (measured within tolerance, H200) and every "
-             "HALF/BFLOAT16 convolution may run FFT/FFT_TILING unless "
+             "4-D and 5-D; packed filters; FLOAT convolutions without TF32 or Winograd; "
+             "every convolution (FLOAT fprop/dgrad/wgrad/conv+bias+ReLU measured within "
+             "tolerance on the H200; HALF/BFLOAT16) may run FFT/FFT_TILING unless "
              f"'{LEGACY_ALLOW_FFT}' = 0 (no FFT for any data type: an FFT spreads a NaN/Inf "
-             "input over its tile; HALF/BFLOAT16 may still take Winograd), FLOAT "
-             "weight gradients never; "
+             "input over its tile; HALF/BFLOAT16 may still take Winograd); "
              "cuDNN's non-deterministic ALGO_0/ALGO_3 (FLOAT atomics) allowed unless "
              f"'{LEGACY_DETERMINISTIC}' = 1; HALF/BFLOAT16 convolutions deterministic "
              "algorithms only; plan.algorithm.reason says why; ReLU upper clip "
@@ -120,9 +123,7 @@ class CudnnProvider(Provider):
                 knobs.append(_knobs.Knob(LEGACY_DETERMINISTIC, "int64", 0, 0, 1,
                                          "Only deterministic cuDNN algorithms (no ALGO_0 / "
                                          "ALGO_3 atomics: bitwise-reproducible results)"))
-            if setup.fft_applies:
-                knobs.append(_fft.fft_knob(LEGACY_ALLOW_FFT,
-                                           "cuDNN's FFT / FFT_TILING algorithms"))
+            knobs.append(_fft.fft_knob(LEGACY_ALLOW_FFT, "cuDNN's FFT / FFT_TILING algorithms"))
             return knobs
         return _tuning.engine_knobs(match)
 
@@ -312,13 +313,13 @@ class CudnnProvider(Provider):
         fused = match.pattern == Pattern.CONV_FPROP_BIAS_RELU
         setup, raw = self._conv_candidates(match, where)
         deterministic = bool(knobs.get(LEGACY_DETERMINISTIC, 0))
-        allow_fft = setup.fft_applies and bool(knobs.get(LEGACY_ALLOW_FFT, 1))
+        allow_fft = _fft.allowed(knobs, LEGACY_ALLOW_FFT, conv=True)
         candidates = self._policy(match, setup, raw, deterministic, allow_fft)
         # the knobs that set the candidates, for the perf-db key: FLOAT "fft" where FFT is
-        # accepted (the default), so that winners benchmarked under the earlier,
-        # FFT-declining default (keys without it) are never taken as this one's;
-        # HALF / BFLOAT16 "no-fft" where the knob is 0 (their default keys unchanged)
-        fft = _fft.key_word(float_io=setup.float_io, allow_fft=allow_fft)
+        # accepted (the default, weight gradients included), so that winners benchmarked
+        # under the earlier, FFT-declining default (keys without it) are never taken as
+        # this one's; HALF / BFLOAT16 "no-fft" where the knob is 0 (default keys unchanged)
+        fft = _fft.key_word(conv=True, float_io=setup.float_io, allow_fft=allow_fft)
         policy = " ".join(w for w, on in (("deterministic", deterministic), (fft, fft)) if on)
         choice = _tuning.choose(self.engine_impl(engine), match, candidates, knobs, perfdb,
                                 heuristic=lambda fitting, limit: fitting[0],

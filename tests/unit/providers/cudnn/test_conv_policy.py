@@ -21,22 +21,31 @@ def _kept(setup, **policy):
             if setup.accurate(algo, True, **policy)}
 
 
-@pytest.mark.parametrize("direction", [FPROP, DGRAD])
-def test_float_fprop_and_dgrad_take_fft_unless_the_knob_says_not(direction):
+@pytest.mark.parametrize("direction", [FPROP, DGRAD, WGRAD])
+def test_float_convolutions_take_fft_unless_the_knob_says_not(direction):
+    # weight gradients too since bench/diag_wgrad_fft.py measured FFT within the wgrad
+    # bound on the H200 (they declined FFT whatever the knob before)
     s = _setup(direction)
-    assert s.fft_applies
     names = set(ALGO_NAMES[direction])
+    assert FFT <= names
     assert _kept(s, deterministic=False, allow_fft=True) == names - WINOGRAD
     assert _kept(s, deterministic=False, allow_fft=False) == names - WINOGRAD - FFT
+    # deterministic=True drops no FFT algorithm (cuDNN reports them deterministic)
+    assert _kept(s, deterministic=True, allow_fft=True) == names - WINOGRAD
 
 
-def test_float_wgrad_declines_fft_and_winograd_whatever_the_knob():
+def test_float_wgrad_fallback_takes_no_fft_with_the_knob_at_0():
+    # cuDNN lists only what the policy declines for a FLOAT weight gradient (Winograd, FFT
+    # with the knob at 0): the fallback takes the whole list, deterministic first, minus
+    # FFT; with the knob at 1 FFT is simply accepted
     s = _setup(WGRAD)
-    assert not s.fft_applies
-    names = set(ALGO_NAMES[WGRAD])
-    assert FFT <= names
-    for allow_fft in (True, False):
-        assert _kept(s, deterministic=False, allow_fft=allow_fft) == names - WINOGRAD - FFT
+    names = ALGO_NAMES[WGRAD]
+    cands = [Candidate(n, names.index(n), 0, True)
+             for n in ("FFT", "WINOGRAD_NONFUSED", "FFT_TILING")]
+    assert [c.name for c in s.accepted(cands, deterministic=False, allow_fft=False)] == [
+        "WINOGRAD_NONFUSED"]
+    assert [c.name for c in s.accepted(cands, deterministic=False, allow_fft=True)] == [
+        "FFT", "FFT_TILING"]
 
 
 @pytest.mark.parametrize("direction", [FPROP, DGRAD, WGRAD])
@@ -46,7 +55,6 @@ def test_half_keeps_every_deterministic_algorithm_by_default_and_fft_unless_the_
     # deterministic algorithm, FFT included, as before the knob covered them; the knob's 0
     # drops FFT and FFT_TILING in every direction, weight gradients too
     s = _setup(direction, float_io=False)
-    assert s.fft_applies
     names = set(ALGO_NAMES[direction])
     assert FFT <= names
     assert _kept(s, deterministic=False, allow_fft=True) == names

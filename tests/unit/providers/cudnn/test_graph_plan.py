@@ -38,9 +38,9 @@ def _cand(be, *notes, index=1, ws=0):
     ("NUMERICAL_NOTE_WINOGRAD_TILE_6x6", True, True, True, "Winograd"),
     ("NUMERICAL_NOTE_WINOGRAD_TILE_13x13", True, False, False, "Winograd"),
     ("NUMERICAL_NOTE_WINOGRAD", False, False, True, None),
-    # FFT: accepted by default (FLOAT: measured within bound, bench/diag_fft.py; HALF /
-    # BFLOAT16: as before), declined with allow_fft = 0 (the knob, and FLOAT weight
-    # gradients) for every data type
+    # FFT: accepted by default (FLOAT: measured within bound, bench/diag_fft.py and
+    # bench/diag_wgrad_fft.py; HALF / BFLOAT16: as before), declined with allow_fft = 0
+    # (the knob) for every data type
     ("NUMERICAL_NOTE_FFT", True, False, True, None),
     ("NUMERICAL_NOTE_FFT", True, True, True, None),
     ("NUMERICAL_NOTE_FFT", True, False, False, "FFT"),
@@ -325,9 +325,8 @@ def test_heuristic_order_lists_one_mode_and_marks_what_the_policy_rejects(be):
         "eng2", "eng9!tf32", "eng25", "eng50", "eng7!winograd"]
     assert _graph_plan.heuristic_order(be, graph, "A", float_io=False) == [
         "eng2", "eng9", "eng25", "eng50", "eng7"]
-    assert _graph_plan.heuristic_order(be, graph, "A", float_io=True, allow_fft=False) == [
-        "eng2", "eng9!tf32", "eng25", "eng50!fft", "eng7!winograd"]
-    assert asked == [be.HEUR_MODE_B, be.HEUR_MODE_A, be.HEUR_MODE_A]
+    # the default policy accepts the FFT config (eng50) for FLOAT, weight gradients too
+    assert asked == [be.HEUR_MODE_B, be.HEUR_MODE_A]
 
 
 def test_candidate_names_carry_the_knobs_when_the_count_reads_zero(be):
@@ -413,9 +412,14 @@ def _build(eng, m, **settings):
 
 @pytest.mark.parametrize("graph", [lambda: _conv_graph("fprop", dtype="float32"),
                                    lambda: _conv_graph("dgrad", dtype="float32"),
+                                   lambda: _conv_graph("wgrad", dtype="float32"),
                                    lambda: _conv_bias_relu("float32")],
-                         ids=["fprop", "dgrad", "conv_bias_relu"])
-def test_float_fprop_dgrad_take_fft_unless_allow_fft_is_0(monkeypatch, be, graph):
+                         ids=["fprop", "dgrad", "wgrad", "conv_bias_relu"])
+def test_float_convolutions_take_fft_unless_allow_fft_is_0(monkeypatch, be, graph):
+    # FLOAT wgrad too (bench/diag_wgrad_fft.py): the public graph engine declines FLOAT
+    # wgrad (ranks_after_legacy), but bench_gpu builds CudnnGraphEngine directly; its
+    # entries chosen under the FFT-declining default (key "[heuristic] ...") are what
+    # allow_fft = 0 reads, never the new default
     eng, chose_from = _policy_engine(monkeypatch, be)
     m = match(graph())
     knobs, key = _build(eng, m)
@@ -432,14 +436,28 @@ def test_float_fprop_dgrad_take_fft_unless_allow_fft_is_0(monkeypatch, be, graph
     assert keyb.problem == f"[benchmark deterministic fft] {m.signature}"
 
 
-def test_float_wgrad_never_takes_fft_and_has_no_fft_knob(monkeypatch, be):
-    # the graph engine declines FLOAT wgrad (ranks_after_legacy), but bench_gpu builds it
-    # directly: FFT for FLOAT weight gradients was not measured, so it stays declined
-    eng, chose_from = _policy_engine(monkeypatch, be)
-    m = match(_conv_graph("wgrad", dtype="float32"))
+def _bn_graph(dtype):
+    """Channels-last batchnorm training (no running statistics) with ``dtype`` I/O."""
+    from .test_graph_ir import _t
+    g = hd.Graph(io_data_type=dtype, compute_data_type=hd.DataType.FLOAT)
+    per = lambda n: _t(g, n, (1, 8, 1, 1), layout=lambda d: (8, 1, 1, 1), dtype="float32")  # noqa: E731
+    y, mean, inv, _, _ = g.batchnorm(_t(g, "x", (2, 8, 5, 4)), per("scale"), per("bias"),
+                                     epsilon=1e-5)
+    y.set_output(True).set_name("y")
+    for t, n in ((mean, "mean"), (inv, "inv_variance")):
+        t.set_output(True).set_name(n).set_data_type("float32")
+    return g
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_batchnorm_offers_no_fft_knob_and_keeps_its_key(monkeypatch, be, dtype):
+    # batchnorm has no FFT engines: no knob, and no FFT word in its perf-db key for any
+    # data type (the keys written before the knob existed)
+    eng, _ = _policy_engine(monkeypatch, be)
+    m = match(_bn_graph(dtype))
+    assert m.pattern == hd.Pattern.BN_TRAINING
     knobs, key = _build(eng, m)
-    assert _graph.ALLOW_FFT not in knobs and _graph.ALLOW_TF32 in knobs
-    assert chose_from[-1] == [1]
+    assert _graph.ALLOW_FFT not in knobs
     assert key.problem == f"[heuristic] {m.signature}"
 
 
