@@ -1,7 +1,7 @@
 """Channels-last batchnorm training and backward on the cuDNN graph engine: does any knob
 setting of the engine cuDNN's heuristics pick beat the heuristic's own, where the issue's
-">= 75% of copy bandwidth" is missed (issue 11; bench/results/h200_bench_bn.log: fp16 NHWC
-training 57% / 54% on 32x1024x14x14 / 32x2048x7x7)?
+">= 75% of copy bandwidth" is missed (issue 11; bench/results/h200_bench_gpu.log: fp16 NHWC
+training 54-61% on 32x1024x14x14 / 32x2048x7x7)?
 
 For each shape: the heuristic plan (its config, device ms, GB/s, % of an x-sized
 ``dst.copy_(src)``'s bandwidth), then every engine config of a knob sweep of that engine
