@@ -46,7 +46,7 @@ import anyio.lowlevel
 import numpy as np
 
 from ._errors import DeviceError
-from .queues._core import Named
+from .queues import _core as _queue_core
 
 __all__ = ["Step", "Recorded", "OPEN", "recording_step", "refuse_eager"]
 
@@ -394,7 +394,8 @@ class Step:
             self._label = (f"capture step of {len(self._records)} executions on stream "
                            f"'{self.stream.name}'")
             # a failed replay names the step (its launch is a bare runtime call)
-            self._armed = (Named(replay.launcher(), self._label), self._keep, self._label)
+            self._armed = (_queue_core.Named(replay.launcher(), self._label), self._keep,
+                           self._label)
 
     def _submit_capture(self, fn, keep):
         try:

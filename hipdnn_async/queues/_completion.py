@@ -26,10 +26,9 @@ __all__ = ["Completion"]
 
 _log = logging.getLogger("hipdnn_async.queues")
 
-from ._core import DONE as _DONE
-from ._core import RUNNING as _RUNNING
-from ._core import CompletionCore
+from . import _core
 
+_DONE, _RUNNING = _core.DONE, _core.RUNNING
 _STATE_LOCK = threading.Lock()
 _clock = time.perf_counter
 # How long an awaiter of a launched GPU item polls between loop iterations before it
@@ -77,7 +76,7 @@ class _LoopWaiter:
         self.event = None  # anyio.Event, created on the loop by the first awaiter
 
 
-class Completion(CompletionCore):
+class Completion(_core.CompletionCore):
     """Handle for one work item: awaitable from asyncio and trio, waitable from threads.
 
     Parameters

@@ -47,7 +47,7 @@ from typing import Callable
 from .._errors import DeviceError, GpuError
 from ..runtime._gpu_device import GpuContext, LaunchContext
 from ._completion import _DONE, SPIN_S, Completion
-from ._core import EVENT_EVERY, Batch, LaunchCore
+from . import _core
 from ._graph import capture_graph
 from ._stream import StreamBackend
 
@@ -65,10 +65,10 @@ def prepare_streams(context, prepare: Callable[[LaunchContext], None], *,
 # Work items per completion event when nobody waits for them (``_core.EVENT_EVERY``: an
 # event record costs host time, about a microsecond, and completions are only looked at
 # batch by batch); ``_Batch``: items completed by one event (``_core.Batch``).
-_Batch = Batch
+EVENT_EVERY, _Batch = _core.EVENT_EVERY, _core.Batch
 
 
-class GpuStreamBackend(LaunchCore, StreamBackend):
+class GpuStreamBackend(_core.LaunchCore, StreamBackend):
     """One non-blocking GPU stream plus its completion thread.
 
     Parameters

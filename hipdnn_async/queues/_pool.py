@@ -12,7 +12,7 @@ import anyio.to_thread
 
 from .._errors import DeviceError
 from ._completion import Completion
-from ._core import submit_now as _submit_now
+from . import _core
 from ._metrics import Histogram, _copy_summary
 from ._stream import Stream, StreamBackend
 
@@ -231,7 +231,7 @@ class StreamPool:
             self._check_open(label)
         if stream is None:
             stream = self.pick()
-        return _submit_now(Completion, stream, fn, keepalive, label, self.max_inflight)
+        return _core.submit_now(Completion, stream, fn, keepalive, label, self.max_inflight)
 
     def submit_blocking(self, fn, *, keepalive=(), stream: Stream | int | None = None,
                         label: str = "", timeout: float | None = None) -> Completion:

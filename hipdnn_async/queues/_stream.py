@@ -22,7 +22,7 @@ import anyio.lowlevel
 
 from .._errors import DeviceError
 from ._completion import _DONE, Completion
-from ._core import LaunchCore, StreamCore
+from . import _core
 from ._metrics import Histogram
 
 
@@ -250,7 +250,7 @@ if _register is not None:
 
 # ==================================================================== stream
 
-class Stream(StreamCore):
+class Stream(_core.StreamCore):
     """An in-order queue of work items with its own worker.
 
     Created by :class:`StreamPool`; use ``pool.submit(..., stream=s)`` to target one.
@@ -334,7 +334,7 @@ class Stream(StreamCore):
                     # no submitter to raise to (a slot freed on a completing thread): a
                     # GPU launch that failed before enqueueing fails the item in its
                     # place, and the items finishing now still complete
-                    if not isinstance(self._backend, LaunchCore) or item._batch is not None:
+                    if not isinstance(self._backend, _core.LaunchCore) or item._batch is not None:
                         raise
                     self._backend.fail_unlaunched(item, exc)
             elif kind == "record":
