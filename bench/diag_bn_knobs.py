@@ -10,11 +10,12 @@ the knobs the heuristics set for NORM_FORWARD / NORM_BACKWARD, over SWEEP's valu
 heuristics' choices on the H200 were 0-1, 0-7 and 2-3) timed by the engine's own benchmark (``global.benchmarking = 1``,
 the cap on timed configs lifted for this process): the fastest one, re-timed as the bench
 does, and the five fastest with their build-stream medians. Configs cuDNN refuses to
-finalize or run are counted, not timed. Bytes moved as bench_gpu's batchnorm section:
+finalize or run are counted, not timed. Last, the legacy engine's plan (the Ex call,
+SPATIAL_PERSISTENT, as PyTorch runs channels-last batchnorm), for comparison. Bytes moved as bench_gpu's batchnorm section:
 training 3|x|, backward 5|x|.
 
     python3 bench/diag_bn_knobs.py [--batch 32] [--shapes 1024x14x14,2048x7x7]
-        [--what train,backward] [--max-seconds 200]
+        [--what train,backward] [--plans heuristic,sweep,legacy] [--max-seconds 200]
 """
 from __future__ import annotations
 
@@ -70,7 +71,8 @@ def install_sweep():
     _graph._BENCH_CANDIDATES = 10_000
 
 
-async def one(hd, torch, bg, dev_h, dev_s, dims, what):
+async def one(hd, torch, bg, dev_h, dev_s, dims, what, plans):
+    from hipdnn_async.providers.cudnn import CUDNN_ENGINE_NAME
     dtype, layout = "float16", "NHWC"
     x = bg.torch_tensor(torch, dims, dtype, layout)
     nbytes = x.numel() * x.element_size()
@@ -80,10 +82,14 @@ async def one(hd, torch, bg, dev_h, dev_s, dims, what):
     gt, _, gb = bg._bn_graphs(hd, dims, dtype, layout)
     c = dims[1]
     rows = []
-    for label, dev, knobs in (("heuristic", dev_h, {}),
-                              ("sweep", dev_s, {"global.benchmarking": 1})):
+    for label, dev, knobs, engine in (
+            ("heuristic", dev_h, {}, None),
+            ("sweep", dev_s, {"global.benchmarking": 1}, None),
+            ("legacy", dev_h, {}, CUDNN_ENGINE_NAME)):
+        if label not in plans:
+            continue
         t0 = time.perf_counter()
-        plan = await dev.build(gt if what == "train" else gb, knobs=knobs)
+        plan = await dev.build(gt if what == "train" else gb, engine=engine, knobs=knobs)
         build_s = time.perf_counter() - t0
 
         def c4(t):
@@ -133,7 +139,8 @@ async def main_async(args):
                     print(f"{dims} {what}: skipped (--max-seconds)")
                     continue
                 try:
-                    copy_gbps, rows = await one(hd, torch, bg, dev_h, dev_s, dims, what)
+                    copy_gbps, rows = await one(hd, torch, bg, dev_h, dev_s, dims, what,
+                                                   args.plans)
                 except Exception as exc:  # noqa: BLE001 - report and go on
                     print(f"{dims} {what}: {type(exc).__name__}: {exc}", flush=True)
                     continue
@@ -154,6 +161,8 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", default="1024x14x14,2048x7x7",
                     type=lambda s: [tuple(int(v) for v in p.split("x")) for p in s.split(",")])
     ap.add_argument("--what", default="train", type=lambda s: s.split(","))
+    ap.add_argument("--plans", default="heuristic,sweep,legacy", type=lambda s: s.split(","),
+                    help="which plans to time per shape (the sweep takes 30-40 s a shape)")
     ap.add_argument("--max-seconds", type=float, default=200.0)
     args = ap.parse_args(argv)
     os.environ.setdefault("HIPDNN_ASYNC_PERFDB",
