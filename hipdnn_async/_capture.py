@@ -273,7 +273,7 @@ class Step:
                               "capturing in this task; captures do not nest", code=MISUSE)
         self.device._check_open("capture")
         if self.stream is None:
-            self.stream = self.device._pool.pick(self.device._stream(self._stream_arg))
+            self.stream = self.device._pool.pick(self.device._stream(self._stream_arg, "capture"))
             self._label = f"capture step on stream '{self.stream.name}'"
         with self._lock:
             # checked again where the state changes: a close() or another entry from

@@ -252,14 +252,14 @@ class Device:
         """The device's streams (ordered; ``stream=`` takes one of these or its index)."""
         return self._pool.streams
 
-    def _stream(self, stream):
-        """The Stream for a ``stream=`` argument (None: let the queue choose)."""
+    def _stream(self, stream, where: str = "execute"):
+        """The Stream for a ``stream=`` argument of ``where`` (None: let the queue choose)."""
         if stream is None:
             return None
         try:
             return self._pool.pick(stream)
         except ValueError as exc:
-            raise DeviceError(f"execute: {exc}", code="INVALID_VALUE") from None
+            raise DeviceError(f"{where}: {exc}", code="INVALID_VALUE") from None
 
     async def synchronize(self) -> None:
         """Wait until all work submitted so far on every stream has finished."""

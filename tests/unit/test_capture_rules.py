@@ -347,6 +347,13 @@ async def test_capture_api_errors_say_invalid_value(anyio_backend):
                 async with dev.capture():
                     pass
             codes.append(ei.value.code)
+        # a bad stream names the capture, not an execute
+        last = len(dev.streams) - 1
+        with pytest.raises(hd.DeviceError, match=rf"^capture: .*stream index {last + 1} "
+                                                 rf"outside \[0, {last}\]") as ei:
+            async with dev.capture(stream=last + 1):
+                pass
+        codes.append(ei.value.code)
         step.close()
         for call in (step.replay_sync, step.submit, step.recapture):
             with pytest.raises(hd.DeviceError, match="closed") as ei:
