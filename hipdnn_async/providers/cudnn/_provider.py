@@ -70,7 +70,11 @@ class LegacyEngine(ProviderEngine):
              "only; NaN entering a ReLU comes out as 0 (cuDNN activations with "
              "CUDNN_NOT_PROPAGATE_NAN), except where cuDNN fuses the ReLU into channels-last "
              "batchnorm training (plan.algorithm 'SPATIAL_PERSISTENT Ex, ReLU fused'): there "
-             "NaN propagates (seen on the H200, cuDNN 9.19)")
+             "NaN propagates (seen on the H200, cuDNN 9.19). Channels-last batchnorm "
+             "backward (alone or after BN inference + DReLU) runs the plain "
+             "cudnnBatchNormalizationBackward, 22-48x slower than the graph engine's "
+             "NORM_BACKWARD on the H200 (bench/results/h200_diag_bn_legacy.log), which "
+             "ranks first for it")
 
     def knobs(self, match):
         return self.provider._legacy_knobs(match)
