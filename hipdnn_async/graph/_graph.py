@@ -65,6 +65,9 @@ def _scalar(value, *, where: str, what: str, required: bool = True):
         f = float(value)
     except (TypeError, ValueError):
         raise GraphError(f"{where}: {what} must be a float; got {value!r}") from None
+    except OverflowError:          # an int (or Fraction, Decimal) beyond float64's range
+        raise GraphError(f"{where}: {what} {value!r} is not finite as a float (beyond "
+                         "float64's range); need a finite float") from None
     if not math.isfinite(f):
         raise GraphError(f"{where}: {what} {f} is not finite; need a finite float")
     return f

@@ -279,6 +279,11 @@ def test_pointwise_modes_and_broadcast():
      "INVALID_VALUE", ["relu_upper_clip", "nan"]),
     (False, None, dict(mode=PointwiseMode.RELU_FWD, relu_upper_clip="1"),
      "INVALID_VALUE", ["relu_upper_clip", "'1'"]),
+    # an int beyond float64's range was a bare OverflowError from float() (new-user report)
+    (False, None, dict(mode=PointwiseMode.RELU_FWD, relu_upper_clip=10**400),
+     "INVALID_VALUE", ["relu_upper_clip 1000", "not finite as a float"]),
+    (False, None, dict(mode=PointwiseMode.RELU_FWD, relu_lower_clip=-2**1100),
+     "INVALID_VALUE", ["relu_lower_clip -", "not finite as a float"]),
     (False, None, dict(mode=99), "INVALID_VALUE", ["pointwise mode 99"]),
     (False, None, dict(mode=PointwiseMode.NOT_SET), "ATTRIBUTE_NOT_SET", ["NOT_SET"]),
 ])
@@ -340,6 +345,11 @@ def _bn_graph(x_dims=(4, 3, 5, 5)):
      ["momentum 1.5", "[0, 1]"]),
     ((4, 3, 5, 5), dict(epsilon=1e-5, momentum=-0.1), "INVALID_VALUE", ["momentum -0.1"]),
     ((4, 3, 5, 5), dict(epsilon=True), "INVALID_VALUE", ["epsilon", "True"]),
+    # ints beyond float64's range: a bare OverflowError before (new-user report)
+    ((4, 3, 5, 5), dict(epsilon=2**1100), "INVALID_VALUE", ["epsilon 1358",
+                                                            "not finite as a float"]),
+    ((4, 3, 5, 5), dict(epsilon=1e-5, momentum=10**400), "INVALID_VALUE",
+     ["momentum 1000", "not finite as a float"]),
     ((0, 3, 5, 5), dict(epsilon=1e-5), "INVALID_VALUE", ["'x'", "dim 0 is 0"]),
     ((4, 3, 5), dict(epsilon=1e-5), "INVALID_VALUE", ["rank 3"]),
 ])
@@ -413,6 +423,11 @@ def test_batchnorm_inference_and_variance_ext():
     with pytest.raises(GraphError) as e:
         g.batchnorm_inference_variance_ext(x, mean, var, scale, bias, epsilon=0, name="v")
     check_error(e, "INVALID_VALUE", "batchnorm_inference_variance_ext 'v'", "epsilon 0.0")
+    with pytest.raises(GraphError) as e:
+        g.batchnorm_inference_variance_ext(x, mean, var, scale, bias, epsilon=10**400,
+                                           name="v")
+    check_error(e, "INVALID_VALUE", "batchnorm_inference_variance_ext 'v'", "epsilon 1000",
+                "not finite as a float")
 
 
 def test_batchnorm_backward():
