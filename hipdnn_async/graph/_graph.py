@@ -1173,6 +1173,10 @@ def _infer_pointwise(node, fixed, where):
             and a.relu_lower_clip > a.relu_upper_clip):
         raise GraphError(f"{where}: relu_lower_clip {a.relu_lower_clip} > relu_upper_clip "
                          f"{a.relu_upper_clip}; need lower <= upper")
+    if a.relu_lower_clip is None and a.relu_upper_clip is not None and a.relu_upper_clip < 0:
+        raise GraphError(f"{where}: relu_upper_clip {a.relu_upper_clip} < 0, the lower clip "
+                         f"when relu_lower_clip is not given; need lower <= upper (give "
+                         f"relu_lower_clip <= {a.relu_upper_clip} for a clamp)")
     return {"out": in0.dims}, "in0", a
 
 

@@ -284,6 +284,13 @@ def test_pointwise_modes_and_broadcast():
      "INVALID_VALUE", ["relu_upper_clip 1000", "not finite as a float"]),
     (False, None, dict(mode=PointwiseMode.RELU_FWD, relu_lower_clip=-2**1100),
      "INVALID_VALUE", ["relu_lower_clip -", "not finite as a float"]),
+    # the lower clip is 0 when not given, so an upper clip below 0 is lower > upper: it was
+    # accepted here and refused only at build by patterns 4 and 8 (naming no node), and
+    # taken by pattern 2 (new-user report)
+    (False, None, dict(mode=PointwiseMode.RELU_FWD, relu_upper_clip=-1.0),
+     "INVALID_VALUE", ["relu_upper_clip -1.0 < 0", "relu_lower_clip <= -1.0"]),
+    (True, (2, 3, 4, 5), dict(mode=PointwiseMode.RELU_BWD, relu_upper_clip=-0.5),
+     "INVALID_VALUE", ["relu_upper_clip -0.5 < 0"]),
     (False, None, dict(mode=99), "INVALID_VALUE", ["pointwise mode 99"]),
     (False, None, dict(mode=PointwiseMode.NOT_SET), "ATTRIBUTE_NOT_SET", ["NOT_SET"]),
 ])
