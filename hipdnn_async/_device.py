@@ -370,7 +370,12 @@ class Device:
         ------
         DeviceError
             The memory cannot be had.
+        VariantPackError
+            A masked array (the mask would be dropped), as ``plan.execute`` refuses one.
         """
+        if isinstance(array, np.ma.MaskedArray):
+            raise VariantPackError("Device.asarray: masked arrays are not taken (the mask "
+                                   "would be ignored); pass arr.filled(value) or arr.data")
         if GpuArray is not None and isinstance(array, GpuArray):
             if self.is_host:
                 array = await array.to_numpy()

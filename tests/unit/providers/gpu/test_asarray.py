@@ -78,3 +78,24 @@ async def test_an_nhwc_view_staged_by_asarray_binds_to_an_nhwc_tensor(fake_cuda)
     with hd.Device("cuda:0", streams=1) as dev:
         arr = await dev.asarray(_nhwc_view(1, 2, 2, 2))
         assert bind(arr) == arr.ptr
+
+
+@pytest.mark.parametrize("where", ["cpu", "cuda:0"])
+async def test_a_masked_array_is_refused_not_copied_without_its_mask(where, request):
+    """np.asarray dropped the mask: the masked-out values (999 here) were copied as if
+    valid, where plan.execute and the batcher refuse masked arrays (new-user report)."""
+    if where != "cpu":
+        request.getfixturevalue("fake_cuda")
+    data = np.arange(24, dtype=np.float32).reshape(1, 2, 3, 4)
+    data[0, 1, 2, 3] = 999.0
+    masked = np.ma.masked_array(data, mask=data == 999.0)
+    with hd.Device(where, streams=1) as dev:
+        with pytest.raises(hd.VariantPackError) as e:
+            await dev.asarray(masked)
+        assert "Device.asarray: masked arrays are not taken" in str(e.value)
+        assert e.value.code == "INVALID_VARIANT_PACK"
+        # the filled array is taken, with the value chosen for the masked element
+        arr = await dev.asarray(masked.filled(-1.0))
+        want = data.copy()
+        want[0, 1, 2, 3] = -1.0
+        np.testing.assert_array_equal(arr.to_numpy_sync(), want)
