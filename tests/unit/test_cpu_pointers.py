@@ -123,3 +123,42 @@ def test_every_page_is_probed_in_chunks_of_iov_max():
                       mmap.PROT_READ | mmap.PROT_WRITE)
         del arr
         m.close()
+
+
+def test_a_huge_tensor_on_a_small_mapping_is_a_variant_pack_error_not_a_memory_error():
+    """The page probes were one array of 8 bytes per page of the whole range: a tensor of
+    2**40 x 3 x 5 x 5 floats (330 TB) bound to an int pointer asked NumPy for 640 GB and
+    raised an untyped MemoryError (new-user report). The probes are now made per call, so
+    the hole after a 2-page mapping is found in the first call (nothing is dereferenced)."""
+    import ctypes
+    import mmap
+
+    import numpy as np
+
+    import hipdnn_async as hd
+    page = mmap.PAGESIZE
+    m = mmap.mmap(-1, 3 * page)
+    arr = np.frombuffer(m, np.uint8)
+    base = arr.ctypes.data
+    libc = ctypes.CDLL(None, use_errno=True)
+    hole = base + 2 * page
+    assert libc.mprotect(ctypes.c_void_p(hole), ctypes.c_size_t(page), PROT_NONE) == 0
+    try:
+        g = hd.Graph(io_data_type="float32")
+        x = g.tensor(dims=(2 ** 40, 3, 5, 5), name="x")
+        w = g.tensor(dims=(4, 3, 3, 3), name="w")
+        y = g.conv_fprop(x, w).set_output(True)
+        with hd.Device("cpu", streams=1) as dev:
+            plan = dev.build_sync(g)
+            with pytest.raises(hd.VariantPackError) as e:
+                plan.execute_sync({x: base, w: np.zeros((4, 3, 3, 3), np.float32),
+                                   y: base + page})
+        msg = str(e.value)
+        assert "tensor 'x' (uid 0): pointer" in msg, msg
+        assert f"(+{2 ** 40 * 75 * 4} bytes) is not mapped host memory" in msg, msg
+        assert f"address {hole:#x} (offset {2 * page})" in msg, msg
+    finally:
+        libc.mprotect(ctypes.c_void_p(hole), ctypes.c_size_t(page),
+                      mmap.PROT_READ | mmap.PROT_WRITE)
+        del arr
+        m.close()

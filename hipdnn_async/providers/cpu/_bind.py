@@ -161,11 +161,16 @@ def _unmapped_page(address: int, nbytes: int, writable: bool = False):
     if _process_vm_readv is None:
         return ...
     first_page = address - address % _PAGE
-    probes = np.arange(first_page + _PAGE, address + nbytes, _PAGE, dtype=np.uint64)
-    probes = np.concatenate([np.array([address], np.uint64), probes])
+    n_pages = (address + nbytes - 1) // _PAGE - first_page // _PAGE + 1
     pid = os.getpid()
-    for lo in range(0, probes.size, _IOV_MAX):
-        chunk = probes[lo:lo + _IOV_MAX]
+    # The probe addresses (``address``, then the start of every later page) are made one
+    # call's worth at a time: all at once they were an array of 8 bytes per page, a
+    # MemoryError for a tensor of hundreds of TB bound to a small buffer's pointer.
+    for lo in range(0, n_pages, _IOV_MAX):
+        chunk = np.uint64(first_page) + np.arange(lo, min(n_pages, lo + _IOV_MAX),
+                                                  dtype=np.uint64) * np.uint64(_PAGE)
+        if lo == 0:
+            chunk[0] = address
         remote = np.empty((chunk.size, 2), np.uint64)     # struct iovec {void *base; size_t len}
         remote[:, 0], remote[:, 1] = chunk, 1
         local_bytes = ctypes.create_string_buffer(chunk.size)
