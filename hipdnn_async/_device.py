@@ -28,7 +28,7 @@ from ._layout import dense_strides_like
 from ._types import as_data_type, numpy_dtype
 from .graph import Graph, TensorAttributes, strides_for
 from .graph._tensor import as_int_tuple, check_strides, packed_strides
-from .runtime._buffer import element_extent
+from .runtime._buffer import element_extent, refuse_masked
 from .runtime import ExecCounter, GpuArray
 from .patterns import match as match_pattern, spec_for
 from .providers._base import DeclinedError, Engine, engine_id
@@ -337,19 +337,30 @@ class Device:
             ``"NCHW" | "NHWC" | "NCDHW" | "NDHWC"``; packed strides. Default channel-first.
         strides : tuple of int, optional
             Explicit strides in elements (instead of ``layout``).
+
+        Raises
+        ------
+        GraphError
+            A data type other than FLOAT/HALF/BFLOAT16, negative dims, both ``layout``
+            and ``strides``, or strides that do not fit ``dims``.
+        DeviceError
+            The memory cannot be had.
         """
-        dt = numpy_dtype(as_data_type(dtype, where="Device.empty"))
-        dims = as_int_tuple(dims, where="Device.empty", what="dims")
+        return self._empty(dims, dtype, layout, strides, "Device.empty")
+
+    def _empty(self, dims, dtype, layout, strides, where: str):
+        dt = numpy_dtype(as_data_type(dtype, where=where))
+        dims = as_int_tuple(dims, where=where, what="dims")
         if any(d < 0 for d in dims):
-            raise GraphError(f"Device.empty: dims {dims} hold a negative value")
+            raise GraphError(f"{where}: dims {dims} hold a negative value")
         if layout is not None and strides is not None:
-            raise GraphError("Device.empty: give layout or strides, not both")
+            raise GraphError(f"{where}: give layout or strides, not both")
         if strides is None:
             strides = (strides_for(dims, layout) if layout is not None
                        else packed_strides(dims, tuple(range(len(dims)))))
         else:  # the graph's rules: one stride per dim, each >= 1, no overlapping elements
-            strides = as_int_tuple(strides, where="Device.empty", what="strides")
-            check_strides(dims, strides, where="Device.empty")
+            strides = as_int_tuple(strides, where=where, what="strides")
+            check_strides(dims, strides, where=where)
         return self.provider.empty(dims, dt, strides)
 
     async def asarray(self, array, *, layout: str | None = None, strides=None):
@@ -368,27 +379,28 @@ class Device:
 
         Raises
         ------
+        GraphError
+            As ``empty`` (e.g. an integer array: the data types are FLOAT/HALF/BFLOAT16),
+            naming ``Device.asarray``.
         DeviceError
             The memory cannot be had.
         VariantPackError
             A masked array (the mask would be dropped), as ``plan.execute`` refuses one.
         """
-        if isinstance(array, np.ma.MaskedArray):
-            raise VariantPackError("Device.asarray: masked arrays are not taken (the mask "
-                                   "would be ignored); pass arr.filled(value) or arr.data")
+        refuse_masked(array, "Device.asarray")
         if GpuArray is not None and isinstance(array, GpuArray):
             if self.is_host:
                 array = await array.to_numpy()
             else:
                 if layout is None and strides is None:
                     strides = array.strides
-                out = self.empty(array.dims, array.dtype, layout=layout, strides=strides)
+                out = self._empty(array.dims, array.dtype, layout, strides, "Device.asarray")
                 await anyio.to_thread.run_sync(out.copy_from, array)
                 return out
         array = np.asarray(array)
         if layout is None and strides is None:
             strides = dense_strides_like(array.shape, array.strides)
-        out = self.empty(array.shape, array.dtype, layout=layout, strides=strides)
+        out = self._empty(array.shape, array.dtype, layout, strides, "Device.asarray")
         if not self.is_host:  # the copy waits for launched work; the loop must not
             await anyio.to_thread.run_sync(out.copy_from, array)
         else:

@@ -4,9 +4,24 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from .._errors import VariantPackError
 from .._layout import element_extent
 
-__all__ = ["DeviceArray", "element_extent"]
+__all__ = ["DeviceArray", "element_extent", "host_values", "refuse_masked"]
+
+
+def refuse_masked(array, where: str) -> None:
+    """A masked array is a ``VariantPackError`` naming ``where``: np.asarray would drop
+    its mask and copy the masked-out values as if they were valid."""
+    if isinstance(array, np.ma.MaskedArray):
+        raise VariantPackError(f"{where}: masked arrays are not taken (the mask would be "
+                               "ignored); pass arr.filled(value) or arr.data")
+
+
+def host_values(array, where: str) -> np.ndarray:
+    """``np.asarray(array)`` for a copy into a device array (``refuse_masked`` first)."""
+    refuse_masked(array, where)
+    return np.asarray(array)
 
 
 class DeviceArray:
@@ -41,8 +56,16 @@ class DeviceArray:
         return self._flat.nbytes
 
     def copy_from(self, array) -> None:
-        """Copy a NumPy array of logical shape ``dims`` into this array (blocking)."""
-        self.view[...] = np.asarray(array)
+        """Copy a NumPy array of logical shape ``dims`` into this array (blocking).
+
+        Raises
+        ------
+        ValueError
+            ``array`` does not broadcast to ``dims``.
+        VariantPackError
+            A masked array (its mask would be dropped).
+        """
+        self.view[...] = host_values(array, "DeviceArray.copy_from")
 
     def to_numpy_sync(self) -> np.ndarray:
         """Return a C-contiguous NumPy copy in logical shape (blocking)."""

@@ -30,7 +30,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from .._errors import DeviceError, GpuError, GraphError
-from ._buffer import element_extent
+from ._buffer import element_extent, host_values
 
 __all__ = ["GpuContext", "GpuArray", "LaunchContext", "DeviceGuard", "current_launch",
            "context_for"]
@@ -341,14 +341,17 @@ class GpuArray:
             ``array`` does not broadcast to ``dims``.
         GraphError
             A ``GpuArray`` of other dims or dtype (GPU copies do not cast).
+        VariantPackError
+            A masked array (its mask would be dropped).
         """
         if isinstance(array, GpuArray):
             self._copy_from_gpu(array)
             return
+        values = host_values(array, "GpuArray.copy_from")
         if self.nbytes == 0:
             return
         flat, view = self._host_staging()
-        view[...] = np.asarray(array)
+        view[...] = values
         self._upload(flat.ctypes.data)
 
     def _upload(self, host_ptr: int) -> None:

@@ -99,3 +99,38 @@ async def test_a_masked_array_is_refused_not_copied_without_its_mask(where, requ
         want = data.copy()
         want[0, 1, 2, 3] = -1.0
         np.testing.assert_array_equal(arr.to_numpy_sync(), want)
+
+
+@pytest.mark.parametrize("where", ["cpu", "cuda:0"])
+def test_copy_from_refuses_a_masked_array_and_keeps_the_contents(where, request):
+    """DeviceArray / GpuArray.copy_from took np.asarray of a masked array, so its masked-out
+    values were copied as if valid (new-user report); the array keeps what it held."""
+    if where != "cpu":
+        request.getfixturevalue("fake_cuda")
+    data = np.arange(24, dtype=np.float32).reshape(1, 2, 3, 4)
+    masked = np.ma.masked_array(data + 100.0, mask=data == 23.0)
+    with hd.Device(where, streams=1) as dev:
+        arr = dev.empty(data.shape, "float32")
+        arr.copy_from(data)
+        name = "GpuArray" if where != "cpu" else "DeviceArray"
+        with pytest.raises(hd.VariantPackError,
+                           match=f"^{name}.copy_from: masked arrays are not taken") as e:
+            arr.copy_from(masked)
+        assert e.value.code == "INVALID_VARIANT_PACK"
+        np.testing.assert_array_equal(arr.to_numpy_sync(), data)
+        arr.copy_from(masked.filled(-1.0))
+        np.testing.assert_array_equal(arr.to_numpy_sync(), np.where(data == 23.0, -1.0,
+                                                                    data + 100.0))
+
+
+async def test_asarray_errors_name_asarray_not_empty():
+    """An integer array or layout + strides: the error names the call the user made."""
+    async with hd.Device("cpu") as dev:
+        with pytest.raises(hd.GraphError, match=r"^Device.asarray: unsupported data type "
+                                                r"dtype\('int64'\)"):
+            await dev.asarray(np.array([1, 2, 3], np.int64))
+        with pytest.raises(hd.GraphError, match="^Device.asarray: give layout or strides"):
+            await dev.asarray(np.zeros((1, 2, 3, 4), np.float32), layout="NHWC",
+                              strides=(24, 1, 8, 2))
+        with pytest.raises(hd.GraphError, match="^Device.empty: give layout or strides"):
+            dev.empty((1, 2, 3, 4), "float32", layout="NHWC", strides=(24, 1, 8, 2))
