@@ -141,7 +141,7 @@ def _lowered(name: str, doc: str):
                               "not loaded; import hipdnn_async", code="ATTRIBUTE_NOT_SET")
         return getattr(_lowering_impl, name)(self, *args, **kwargs)
     method.__name__ = method.__qualname__ = name
-    method.__doc__ = f"{doc} See ``hipdnn_async._lowering.{name}``."
+    method.__doc__ = doc
     return method
 
 
@@ -175,7 +175,8 @@ class Graph:
     Raises
     ------
     GraphError
-        A data type outside FLOAT/HALF/BFLOAT16 for io or intermediate tensors.
+        ``name`` not a str; a data type no spelling names; io or intermediate type
+        outside FLOAT/HALF/BFLOAT16 (``compute_data_type`` may also be DOUBLE).
     """
 
     def __init__(self, name: str = "graph", io_data_type=DataType.FLOAT,
@@ -211,24 +212,42 @@ class Graph:
         return self._compute_data_type
 
     def set_name(self, name: str) -> "Graph":
-        """Set the graph name; chainable."""
+        """Set the graph name; chainable. GraphError when ``name`` is not a str."""
         if not isinstance(name, str):
             raise GraphError(f"Graph: name must be a str; got {name!r}")
         self._name = name
         return self
 
     def set_io_data_type(self, data_type) -> "Graph":
-        """Set the default type of non-virtual tensors; chainable."""
+        """Set the default type of non-virtual tensors; chainable.
+
+        Raises
+        ------
+        GraphError
+            Not FLOAT, HALF or BFLOAT16 (in any spelling ``Graph`` takes).
+        """
         self._io_data_type = self._io_type(data_type, "io_data_type")
         return self
 
     def set_intermediate_data_type(self, data_type) -> "Graph":
-        """Set the default type of virtual tensors; chainable."""
+        """Set the default type of virtual tensors; chainable.
+
+        Raises
+        ------
+        GraphError
+            Not FLOAT, HALF or BFLOAT16 (in any spelling ``Graph`` takes).
+        """
         self._intermediate_data_type = self._io_type(data_type, "intermediate_data_type")
         return self
 
     def set_compute_data_type(self, data_type) -> "Graph":
-        """Set the default compute type of nodes; chainable."""
+        """Set the default compute type of nodes; chainable.
+
+        Raises
+        ------
+        GraphError
+            A value no data type spelling names, or ``NOT_SET``.
+        """
         self._compute_data_type = as_data_type(
             data_type, where=f"graph '{getattr(self, '_name', '')}': compute_data_type")
         return self
@@ -268,9 +287,9 @@ class Graph:
         data_type : DataType or dtype-like, optional
             FLOAT, HALF or BFLOAT16; default the graph's ``io_data_type``.
         name : str, optional
-            Default ``"tensor_<k>"``.
+            Default ``"tensor_<k>"``, k the number of tensors already in the graph.
         uid : int, optional
-            Unique id; assigned at validate when not given.
+            Unique id in [0, 2**63); assigned at validate when not given.
 
         Returns
         -------
@@ -280,9 +299,11 @@ class Graph:
         Raises
         ------
         GraphError
-            Missing or non-positive dims, strides of another rank, zero, negative or
-            overlapping strides, both ``strides`` and ``layout``, an unknown layout, a
-            data type outside FLOAT/HALF/BFLOAT16.
+            Missing dims (code ``ATTRIBUTE_NOT_SET``), non-integer, negative or zero dims
+            (N = 0 is allowed), strides of another rank, zero, negative or overlapping
+            strides, an extent over 2**48 elements, both ``strides`` and ``layout``, an
+            unknown layout or one of another rank, a data type outside
+            FLOAT/HALF/BFLOAT16, a name that is not a str, a uid outside [0, 2**63).
         """
         if isinstance(dims, TensorAttributes):
             tpl = dims
@@ -325,6 +346,13 @@ class Graph:
 
         A TensorAttributes of another graph (e.g. the original of a ``copy()``) is
         looked up by its uid, then its name.
+
+        Parameters
+        ----------
+        key : TensorAttributes or int or str
+            The tensor, its uid or its name.
+        default : object, optional
+            Returned when nothing matches; default None.
 
         Returns
         -------
@@ -444,9 +472,11 @@ class Graph:
         Raises
         ------
         GraphError
-            Output size < 1, stride or dilation < 1, negative padding, wrong number of
-            spatial entries, rank not 4 or 5, x.C not a multiple of w.C, w.K not a
-            multiple of groups, a tensor of another graph.
+            Output size < 1, stride or dilation < 1, negative padding, ``padding`` given
+            with ``pre_padding``/``post_padding``, wrong number of spatial entries, rank
+            not 4 or 5 (or w's rank not x's), x.C not a multiple of w.C, w.K not a
+            multiple of groups, an unknown or NOT_SET mode, a data type outside
+            FLOAT/HALF/BFLOAT16, a tensor of another graph, a name already used.
 
         References
         ----------
@@ -488,7 +518,8 @@ class Graph:
         Raises
         ------
         GraphError
-            As ``conv_fprop``, and dy's dims inconsistent with ``dx_dims`` and w.
+            As ``conv_fprop``; ``dx_dims`` missing (``ATTRIBUTE_NOT_SET``) or of another
+            rank than dy; dy's N, K or spatial dims inconsistent with ``dx_dims`` and w.
         """
         return self._conv_backward("conv_dgrad", name, dy, ("w", w), ("dx", dx_dims),
                                    (padding, pre_padding, post_padding, stride, dilation, mode),
@@ -519,7 +550,8 @@ class Graph:
         Raises
         ------
         GraphError
-            As ``conv_fprop``, and dy's dims inconsistent with x and ``dw_dims``.
+            As ``conv_fprop``; ``dw_dims`` missing (``ATTRIBUTE_NOT_SET``) or of another
+            rank than dy; dy's N, K or spatial dims inconsistent with x and ``dw_dims``.
         """
         return self._conv_backward("conv_wgrad", name, dy, ("x", x), ("dw", dw_dims),
                                    (padding, pre_padding, post_padding, stride, dilation, mode),
@@ -555,8 +587,10 @@ class Graph:
         mode : PointwiseMode
             ADD, RELU_FWD, RELU_BWD (IDENTITY is accepted by the graph; no pattern uses it).
         relu_lower_clip, relu_upper_clip : float, optional
-            Clips of RELU_FWD / RELU_BWD; finite, lower <= upper.
+            Clips of RELU_FWD / RELU_BWD; finite, lower <= upper. The lower clip is 0
+            when not given, so an upper clip alone must be >= 0.
         compute_data_type : DataType, optional
+            Default the graph's.
         name : str, optional
             Default ``"Pointwise_<n>"``.
 
@@ -568,7 +602,9 @@ class Graph:
         Raises
         ------
         GraphError
-            Missing or extra in1, mismatched dims, clips on a non-ReLU mode or not finite.
+            Unknown mode; NOT_SET mode or missing in1 of ADD/RELU_BWD (code
+            ``ATTRIBUTE_NOT_SET``); extra in1, mismatched dims, rank not 4 or 5, clips on
+            a non-ReLU mode, not finite, or lower > upper (an upper clip < 0 alone).
         """
         name = self._node_name("pointwise", name)
         where = _where("pointwise", name)
@@ -607,6 +643,7 @@ class Graph:
         prev_running_mean, prev_running_variance : TensorAttributes, optional
             FLOAT, dims (1, C, 1, 1[, 1]); both or neither.
         compute_data_type : DataType, optional
+            Default the graph's.
         name : str, optional
             Default ``"Batchnorm_<n>"``.
 
@@ -619,8 +656,10 @@ class Graph:
         Raises
         ------
         GraphError
-            Shapes or types of scale/bias/statistics, epsilon <= 0, momentum outside
-            [0, 1], N * spatial == 1, running statistics without momentum.
+            Shapes or types (not FLOAT) of scale/bias/statistics, epsilon <= 0 or not
+            finite, momentum outside [0, 1], N * spatial == 1, only one of the running
+            statistics, or running statistics without momentum (those two with code
+            ``ATTRIBUTE_NOT_SET``).
 
         Notes
         -----
@@ -662,6 +701,7 @@ class Graph:
         mean, inv_variance, scale, bias : TensorAttributes
             FLOAT, dims (1, C, 1, 1[, 1]).
         compute_data_type : DataType, optional
+            Default the graph's.
         name : str, optional
             Default ``"BatchnormInference_<n>"``.
 
@@ -673,7 +713,7 @@ class Graph:
         Raises
         ------
         GraphError
-            Shapes or types of the statistics, rank not 4 or 5.
+            Shapes or types (not FLOAT) of the statistics, rank not 4 or 5.
         """
         name = self._node_name("batchnorm_inference", name)
         where = _where("batchnorm_inference", name)
@@ -699,6 +739,7 @@ class Graph:
         epsilon : float
             > 0 and finite.
         compute_data_type : DataType, optional
+            Default the graph's.
         name : str, optional
             Default ``"BatchnormInferenceVarianceExt_<n>"``.
 
@@ -710,7 +751,8 @@ class Graph:
         Raises
         ------
         GraphError
-            Shapes or types of the statistics, epsilon <= 0 or not finite.
+            Shapes or types (not FLOAT) of the statistics, rank not 4 or 5, epsilon
+            <= 0 or not finite.
         """
         kind = "batchnorm_inference_variance_ext"
         name = self._node_name(kind, name)
@@ -733,6 +775,7 @@ class Graph:
         scale, mean, inv_variance : TensorAttributes
             FLOAT, dims (1, C, 1, 1[, 1]).
         compute_data_type : DataType, optional
+            Default the graph's.
         name : str, optional
             Default ``"BatchnormBackward_<n>"``.
 
@@ -745,7 +788,8 @@ class Graph:
         Raises
         ------
         GraphError
-            dy and x dims differ, statistics shapes or types.
+            dy and x dims differ, rank not 4 or 5, N = 0, statistics shapes or types
+            (not FLOAT).
         """
         name = self._node_name("batchnorm_backward", name)
         where = _where("batchnorm_backward", name)
@@ -867,6 +911,10 @@ class Graph:
     def topological_nodes(self) -> tuple:
         """Nodes in dependency order (ties in insertion order).
 
+        Returns
+        -------
+        tuple of Node
+
         Raises
         ------
         GraphError
@@ -875,7 +923,11 @@ class Graph:
         return tuple(self._toposort())
 
     def assign_uids(self) -> "Graph":
-        """Give every tensor without a uid the smallest unused uid, from 0, in creation order."""
+        """Give every tensor without a uid the smallest unused uid, from 0, in creation order.
+
+        Returns ``self``. Duplicate uids already set are not checked here (``validate``
+        does).
+        """
         used = {t.uid for t in self._tensors if t.uid is not None}
         nxt = 0
         for t in self._tensors:
@@ -894,6 +946,17 @@ class Graph:
         and for every slot the tensor (numbered by first use), its dims, strides (``*``
         for size-1 dims, whose strides never matter), data type and virtual flag.
         Tensors no node uses are left out.
+
+        Returns
+        -------
+        str
+            Equal for graphs that compute the same thing on the same layouts; with the
+            pattern name, the key of a device's plan cache and of the perf db.
+
+        Raises
+        ------
+        GraphError
+            The graph contains a cycle.
         """
         ids = {}
         parts = []
@@ -917,7 +980,12 @@ class Graph:
         return ";".join(parts)
 
     def copy(self) -> "Graph":
-        """Return an independent copy with the same names, uids, dims, strides and types."""
+        """Return an independent copy with the same names, uids, dims, strides and types.
+
+        Nodes and tensors are new objects (node attributes, frozen, are shared); the
+        copy is not validated and binds no device (hipDNN-style lowering state is not
+        copied).
+        """
         return self._copy()[0]
 
     def _snapshot(self):
@@ -968,6 +1036,16 @@ class Graph:
         in the same stride order. Weights, dw, scale, bias and statistics keep theirs;
         names and uids are preserved.
 
+        Parameters
+        ----------
+        n : int
+            The new batch, >= 0.
+
+        Returns
+        -------
+        Graph
+            A new, checked graph; ``self`` is unchanged.
+
         Raises
         ------
         GraphError
@@ -1003,17 +1081,142 @@ class Graph:
 
     # ------------------------------------------------------------------ hipDNN-style lowering
     # Thin forwards to the registered lowering (hipdnn_async._lowering; see set_lowering).
-    build_operation_graph = _lowered(
-        "build_operation_graph", "Validate, assign uids and bind a device (default 'cpu').")
-    get_ranked_engine_ids = _lowered("get_ranked_engine_ids", "Engine ids, best first.")
-    get_knobs_for_engine = _lowered("get_knobs_for_engine",
-                                    "Knobs an engine offers for this graph.")
-    create_execution_plan_ext = _lowered("create_execution_plan_ext",
-                                         "Choose an engine and knob settings.")
-    build_plans = _lowered("build_plans", "Build (and tune, if asked) the plan.")
-    get_workspace_size = _lowered("get_workspace_size", "Workspace bytes of the built plan.")
-    execute = _lowered("execute", "Run the built plan, blocking.")
-    execute_async = _lowered("execute_async", "Run the built plan; awaitable.")
+    build_operation_graph = _lowered("build_operation_graph", """\
+        Validate, assign uids, recognise the pattern and bind a device (hipDNN style).
+
+        Parameters
+        ----------
+        device : Device or str, optional
+            The device to build and run on, or a spec as ``Device`` takes (``"cpu"``,
+            ``"gpu:N"``, ...) for a device the graph then owns. Default ``"cpu"``.
+
+        Raises
+        ------
+        GraphError
+            The graph is invalid (as ``validate``).
+        NotSupportedError
+            The graph matches none of the nine patterns, or no engine of the device
+            takes it.
+        DeviceError
+            An unknown spec, or its runtime is absent.
+        """)
+    get_ranked_engine_ids = _lowered("get_ranked_engine_ids", """\
+        Engine ids able to run the graph, best first (the order ``Device.build`` tries).
+
+        Returns
+        -------
+        list of int
+            int64 ids (FNV-1a of the engine names), as ``hd.engines(graph, device)``.
+
+        Raises
+        ------
+        GraphError
+            ``build_operation_graph`` was not called (code ``ATTRIBUTE_NOT_SET``).
+        """)
+    get_knobs_for_engine = _lowered("get_knobs_for_engine", """\
+        Knobs an engine offers for this graph.
+
+        Parameters
+        ----------
+        engine_id : int
+            One of ``get_ranked_engine_ids()``.
+
+        Returns
+        -------
+        list of Knob
+
+        Raises
+        ------
+        GraphError
+            ``build_operation_graph`` was not called (code ``ATTRIBUTE_NOT_SET``).
+        NotSupportedError
+            ``engine_id`` is not offered for this graph.
+        """)
+    create_execution_plan_ext = _lowered("create_execution_plan_ext", """\
+        Choose the engine and knob settings that ``build_plans`` builds with.
+
+        Parameters
+        ----------
+        engine_id : int
+            One of ``get_ranked_engine_ids()``.
+        knob_settings : sequence of KnobSetting, optional
+            e.g. ``[KnobSetting("global.workspace_size_limit", 32 << 20)]`` (bytes);
+            checked now, as hipDNN does. Default: every knob at its default.
+
+        Raises
+        ------
+        GraphError
+            ``build_operation_graph`` was not called (code ``ATTRIBUTE_NOT_SET``).
+        NotSupportedError
+            ``engine_id`` is not offered for this graph.
+        KnobError
+            An item that is not a KnobSetting, an unknown knob, a non-integer value or
+            one outside the knob's range, a knob set twice.
+        """)
+    build_plans = _lowered("build_plans", """\
+        Build (and tune, if ``global.benchmarking`` is 1) the plan chosen so far.
+
+        Without ``create_execution_plan_ext`` the ranked engines are tried best first
+        with default knobs, as ``Device.build`` does; with it, only the engine chosen
+        there. The plan is a snapshot of the graph now.
+
+        Raises
+        ------
+        GraphError
+            ``build_operation_graph`` was not called (code ``ATTRIBUTE_NOT_SET``), or
+            the graph is now invalid.
+        NotSupportedError
+            Every engine tried declined.
+        KnobError
+            A knob setting the engine does not accept.
+        DeviceError
+            The bound device is closed.
+        """)
+    get_workspace_size = _lowered("get_workspace_size", """\
+        Workspace the built plan needs per execution, in bytes.
+
+        Returns
+        -------
+        int
+
+        Raises
+        ------
+        GraphError
+            ``build_plans`` was not called (code ``ATTRIBUTE_NOT_SET``).
+        """)
+    execute = _lowered("execute", """\
+        Run the built plan and wait for completion (blocking; ``ExecutionPlan.execute_sync``).
+
+        Parameters
+        ----------
+        variant_pack : mapping
+            TensorAttributes, uid or name -> buffer, as ``ExecutionPlan.execute``.
+        workspace : array, optional
+            At least ``get_workspace_size()`` writable contiguous bytes; allocated per
+            call if omitted.
+
+        Raises
+        ------
+        GraphError
+            ``build_plans`` was not called (code ``ATTRIBUTE_NOT_SET``).
+        VariantPackError, ExecutionError, DeviceError
+            As ``ExecutionPlan.execute``.
+        """)
+    execute_async = _lowered("execute_async", """\
+        Run the built plan; awaitable, returns when complete (``ExecutionPlan.execute``).
+
+        Parameters
+        ----------
+        variant_pack, workspace
+            As ``execute``.
+
+        Raises
+        ------
+        GraphError
+            ``build_plans`` was not called (code ``ATTRIBUTE_NOT_SET``).
+        VariantPackError, ExecutionError, DeviceError
+            As ``ExecutionPlan.execute``.
+        """)
 
     def __repr__(self) -> str:
         return (f"Graph(name={self._name!r}, nodes={[n.name for n in self._nodes]}, "

@@ -152,10 +152,18 @@ class TensorAttributes:
     data_type : DataType or dtype-like, optional
         Default: the graph's io_data_type (intermediate_data_type when virtual).
     name : str, optional
+        Default ``""``.
     uid : int, optional
-        Assigned at validate (smallest unused, from 0) when not given.
+        In [0, 2**63); assigned at validate (smallest unused, from 0) when not given.
     is_virtual : bool, optional
         Default False.
+
+    Raises
+    ------
+    GraphError
+        Non-integer dims or strides, an unknown data type, a name that is not a str, a
+        uid outside [0, 2**63). Values (dims >= 1, strides fitting dims) are checked
+        when the tensor is added to a graph (``Graph.tensor``) or at ``validate``.
     """
 
     def __init__(self, dims=None, strides=None, data_type=None, name: str = "",
@@ -206,7 +214,8 @@ class TensorAttributes:
 
     @property
     def data_type(self) -> DataType:
-        """Element type; an unset one resolves from the graph (io or intermediate type)."""
+        """Element type; an unset one resolves from the graph (io or intermediate type),
+        ``DataType.NOT_SET`` outside a graph."""
         if self._data_type is not None:
             return self._data_type
         if self._graph is not None:
@@ -226,7 +235,7 @@ class TensorAttributes:
 
     @property
     def volume(self) -> int:
-        """Number of elements."""
+        """Number of elements (the product of ``dims``; 1 for dims ``()``)."""
         v = 1
         for d in self._dims:
             v *= d
@@ -239,22 +248,38 @@ class TensorAttributes:
 
     # ------------------------------------------------------------------ setters
     def set_output(self, output: bool = True) -> "TensorAttributes":
-        """Mark the tensor as materialised (``True``) or virtual (``False``)."""
+        """Mark the tensor as materialised (``True``) or virtual (``False``); chainable.
+
+        GraphError unless ``output`` is a bool (or NumPy bool, 0 or 1).
+        """
         self._is_virtual = not _as_bool(output, f"{self._where()}: set_output")
         return self
 
     def set_is_virtual(self, virtual: bool = True) -> "TensorAttributes":
-        """Mark the tensor virtual (no buffer) or not."""
+        """Mark the tensor virtual (no buffer) or not; chainable.
+
+        GraphError unless ``virtual`` is a bool (or NumPy bool, 0 or 1).
+        """
         self._is_virtual = _as_bool(virtual, f"{self._where()}: set_is_virtual")
         return self
 
     def set_data_type(self, data_type) -> "TensorAttributes":
-        """Set the element type (DataType, NumPy/ml_dtypes dtype or name)."""
+        """Set the element type (DataType, NumPy/ml_dtypes dtype or name); chainable.
+
+        GraphError for a value no data type spelling names (or NOT_SET). Whether the
+        type suits the tensor's slot (FLOAT for statistics; FLOAT/HALF/BFLOAT16 for
+        data) is checked when a node takes it and at ``validate``.
+        """
         self._data_type = as_data_type(data_type, where=f"{self._where()}: data_type")
         return self
 
     def set_dims(self, dims) -> "TensorAttributes":
-        """Set logical dims; strides not set explicitly are repacked in their order."""
+        """Set logical dims (N, C, [D,] H, W); chainable.
+
+        Strides not set explicitly are repacked in their stride order (channel-first
+        when the rank changes). GraphError for non-integers; values are checked at
+        ``validate``, which re-infers the graph from them.
+        """
         self._dims = as_int_tuple(dims, where=self._where(), what="dims")
         self._dims_explicit = True
         if self._order is not None and len(self._order) == len(self._dims):
@@ -265,20 +290,28 @@ class TensorAttributes:
         return self
 
     def set_strides(self, strides) -> "TensorAttributes":
-        """Set strides in elements (explicit strides are kept when dims change)."""
+        """Set strides in elements, one per dim (kept when dims change); chainable.
+
+        GraphError for non-integers; rank, values and overlap are checked at
+        ``validate``.
+        """
         self._strides = as_int_tuple(strides, where=self._where(), what="strides")
         self._order = None
         return self
 
     def set_name(self, name: str) -> "TensorAttributes":
-        """Set the tensor name."""
+        """Set the tensor name; chainable. GraphError when ``name`` is not a str."""
         if not isinstance(name, str):
             raise GraphError(f"{self._where()}: name must be a str; got {name!r}")
         self._name = name
         return self
 
     def set_uid(self, uid) -> "TensorAttributes":
-        """Set the unique id (int >= 0)."""
+        """Set the unique id, an int in [0, 2**63) (hipDNN uids are int64); chainable.
+
+        GraphError for a bool, a non-integer or a value out of range; a uid shared
+        with another tensor is a GraphError at ``validate``.
+        """
         if isinstance(uid, bool):
             raise GraphError(f"{self._where()}: uid must be an int >= 0; got {uid!r}")
         try:
