@@ -58,7 +58,15 @@ _LOCK_TYPE = type(threading.Lock())
 
 def stats() -> dict:
     """Process-wide counters: plans built, plan-cache hits, perf-db hits/misses/stores,
-    benchmarks run. Cheap; always on."""
+    benchmarks run. Cheap; always on.
+
+    Returns
+    -------
+    dict of str to int
+        ``plans_built``, ``plan_cache_hits``, ``perfdb_hits``, ``perfdb_misses``,
+        ``perfdb_stores``, ``benchmarks_run``, ``perfdb_warnings``: counts since the
+        process started (a copy; later work does not change it).
+    """
     with _counters_lock:
         out = dict(_counters)
     out.update(_perfdb.stats())
@@ -71,7 +79,14 @@ def _count(name: str, n: int = 1) -> None:
 
 
 def devices() -> list[str]:
-    """Device specs present on this machine, ``"cpu"`` first (e.g. ``["cpu", "cuda:0"]``)."""
+    """Device specs present on this machine, ``"cpu"`` first (e.g. ``["cpu", "cuda:0"]``).
+
+    Returns
+    -------
+    list of str
+        Each a spec ``Device`` takes. A GPU is listed only where its runtime, a device
+        and its DNN library are all found; nothing is raised for a missing one.
+    """
     return available_devices()
 
 
@@ -81,12 +96,27 @@ def engines(graph: Graph, device) -> list[Engine]:
     This is the order ``Device.build`` tries them in (and ``get_ranked_engine_ids``'s);
     an engine that cannot take the graph at all is left out.
 
+    Parameters
+    ----------
+    graph : Graph
+        Validated here (uids are assigned).
+    device : Device or str
+        A device, or a spec as ``Device`` takes (no device is opened for it).
+
+    Returns
+    -------
+    list of Engine
+        Non-empty; each with the knobs it offers for this graph.
+
     Raises
     ------
     GraphError
         The graph is invalid.
     NotSupportedError
-        The graph matches none of the nine patterns, or no engine of the device takes it.
+        The graph matches none of the nine patterns, or no engine of the device takes it
+        (a ``DeclinedError`` giving each engine's reason).
+    DeviceError
+        An unknown spec, or the runtime for it is absent.
     """
     provider = device.provider if isinstance(device, Device) else provider_for(*parse_spec(device))
     with _on_device(provider):
@@ -110,13 +140,14 @@ class Device:
         Device spec; ``"gpu:N"`` picks whichever GPU runtime is present.
     streams : int, optional
         Number of streams (CPU: worker threads), 1 to 256 (``queues.MAX_STREAMS``).
-        Default: sized to the machine.
+        Default ``min(4, os.cpu_count())``, at least 2.
     max_inflight : int, optional
-        Submissions allowed in flight per stream before ``submit`` waits (backpressure),
-        1 to ``sys.maxsize``.
-    perfdb : PerfDb or str or None
-        Perf db for benchmarking results; default ``$HIPDNN_ASYNC_PERFDB`` or
-        ``~/.config/hipdnn_async/perfdb.sqlite3``.
+        Executions submitted and not completed per stream before ``enqueue`` /
+        ``execute`` wait (backpressure; ``submit`` parks them host-side instead), 1 to
+        ``sys.maxsize``. Default 64.
+    perfdb : PerfDb or str or os.PathLike or None
+        Perf db for benchmarking results (a path is opened as ``PerfDb(path)``); default
+        ``$HIPDNN_ASYNC_PERFDB`` or ``~/.config/hipdnn_async/perfdb.sqlite3``.
     deterministic : bool, optional
         Ask every engine for bitwise-reproducible results: the default of each offered
         knob named ``<engine>.deterministic`` becomes 1 (a value set in ``knobs=`` still
@@ -129,7 +160,12 @@ class Device:
     Raises
     ------
     DeviceError
-        Unknown spec, or the runtime for it is absent.
+        Unknown spec, or the runtime for it is absent; ``streams`` or ``max_inflight``
+        not an int in range, ``deterministic`` or ``allow_tf32`` not a bool, ``perfdb``
+        of another type (code ``INVALID_VALUE``); the stream threads cannot start.
+    PerfDbError
+        ``perfdb`` is an empty path or holds a NUL (a file that cannot be used is not
+        an error: the db falls back to memory, with a warning).
 
     Notes
     -----
@@ -262,12 +298,25 @@ class Device:
             raise DeviceError(f"{where}: {exc}", code="INVALID_VALUE") from None
 
     async def synchronize(self) -> None:
-        """Wait until all work submitted so far on every stream has finished."""
+        """Wait until all work submitted so far on every stream has finished.
+
+        Errors of that work are not raised here (each handle keeps its own); returns at
+        once on a closed device.
+        """
         await self._pool.synchronize()
 
     def metrics(self) -> dict:
         """Queue metrics per device and stream: submitted, completed, failed, in flight,
-        queue-wait and execution-time percentiles (ms)."""
+        queue-wait and execution-time percentiles (ms).
+
+        Returns
+        -------
+        dict
+            ``device``, ``n_streams``, ``max_inflight``, ``closed``, ``submitted``,
+            ``completed``, ``failed``, ``in_flight``, ``queue_wait_ms`` and ``exec_ms``
+            (``count``, ``mean``, ``min``, ``max``, ``p50``, ``p90``, ``p99`` in ms and
+            ``buckets`` as (upper edge ms, count)), and ``streams``: the same per stream.
+        """
         return self._pool.metrics()
 
     def plan_stats(self) -> dict:
@@ -275,7 +324,15 @@ class Device:
 
         Execution time is host time in the plan's ``run``: the whole computation on the
         CPU, only the enqueueing on a GPU (GPU time is in ``metrics()``' ``exec_ms``, from
-        launch to the completion event)."""
+        launch to the completion event).
+
+        Returns
+        -------
+        dict of str to dict
+            Pattern name (e.g. ``"CONV_FPROP"``) -> ``plans`` (int), ``build_ms``
+            (float, ms), ``executions`` (int), ``exec_ms`` (float, ms); totals since the
+            device was made.
+        """
         with self._stats_lock:
             return {k: {"plans": s["plans"], "build_ms": s["build_ms"],
                         "executions": s["counter"].executions, "exec_ms": s["counter"].exec_ms}
@@ -305,6 +362,8 @@ class Device:
         Returns
         -------
         Step
+            Made at once, not yet recording; errors of the stream, of a closed device or
+            of a capture already open come when the block is entered (``DeviceError``).
             Use as ``async with`` / ``with``; then ``await step.replay()``,
             ``step.replay_sync()``, ``step.submit()`` (the handle at once),
             ``step.recapture()`` (record again: new buffers) and ``step.close()``.
@@ -332,17 +391,26 @@ class Device:
         dims : tuple of int
             Logical dims (N, C, [D,] H, W).
         dtype : DataType or dtype or str
-            FLOAT, HALF or BFLOAT16 (any spelling ``as_data_type`` takes).
+            FLOAT, HALF or BFLOAT16 (any spelling ``as_data_type`` takes). DOUBLE
+            (float64) is accepted too, though no tensor of a graph takes it.
         layout : str, optional
             ``"NCHW" | "NHWC" | "NCDHW" | "NDHWC"``; packed strides. Default channel-first.
         strides : tuple of int, optional
-            Explicit strides in elements (instead of ``layout``).
+            Explicit strides in elements (instead of ``layout``); each >= 1, no two
+            elements at one address.
+
+        Returns
+        -------
+        DeviceArray or GpuArray
+            ``dims``, ``strides`` (elements), ``dtype`` (NumPy), ``nbytes``; the
+            allocation spans exactly the strided extent.
 
         Raises
         ------
         GraphError
-            A data type other than FLOAT/HALF/BFLOAT16, negative dims, both ``layout``
-            and ``strides``, or strides that do not fit ``dims``.
+            A data type other than FLOAT/HALF/BFLOAT16/DOUBLE, non-integer or negative dims,
+            both ``layout`` and ``strides``, an unknown layout or one of another rank,
+            or strides that do not fit ``dims``.
         DeviceError
             The memory cannot be had.
         """
@@ -377,11 +445,25 @@ class Device:
         through pinned host memory (``GpuArray.copy_from``); onto the CPU it is
         ``await array.to_numpy()``.
 
+        Parameters
+        ----------
+        array : array_like or GpuArray
+            Logical dims (N, C, [D,] H, W); float32, float16 or ml_dtypes.bfloat16 (the
+            dtype is kept, not cast: a float64 array gives a float64 device array, which
+            no tensor takes; cast first).
+        layout, strides : optional
+            As ``empty``: the device array's memory order, in place of ``array``'s.
+
+        Returns
+        -------
+        DeviceArray or GpuArray
+            A new array of ``array``'s dims and dtype.
+
         Raises
         ------
         GraphError
-            As ``empty`` (e.g. an integer array: the data types are FLOAT/HALF/BFLOAT16),
-            naming ``Device.asarray``.
+            As ``empty`` (e.g. an integer array: the data types are FLOAT/HALF/BFLOAT16
+            and DOUBLE), naming ``Device.asarray``.
         DeviceError
             The memory cannot be had.
         VariantPackError
@@ -420,17 +502,37 @@ class Device:
             engines of ``hd.engines(graph, device)`` in rank order, each that declines
             (``DECLINE_TYPES``) giving way to the next; ``plan.engine`` says which built.
         knobs : mapping or sequence of KnobSetting, optional
-            e.g. ``{"global.benchmarking": 1, "global.workspace_size_limit": 1 << 20}``.
+            e.g. ``{"global.benchmarking": 1, "global.workspace_size_limit": 1 << 20}``
+            (the workspace limit in bytes). Knobs not set take their defaults;
+            ``HIPDNN_ASYNC_FORCE_BENCHMARKING`` / ``HIPDNN_FORCE_BENCHMARKING`` override
+            ``global.benchmarking``.
+
+        Returns
+        -------
+        ExecutionPlan
+            Built from a snapshot of ``graph`` taken now.
 
         Raises
         ------
-        GraphError, NotSupportedError, KnobError
+        GraphError
+            ``graph`` is not a Graph, or is invalid.
+        NotSupportedError
+            The graph matches none of the nine patterns; every engine declined (a
+            ``DeclinedError``); ``engine`` names no engine offered for the graph.
+        KnobError
+            An unknown knob, a non-integer value, one outside the knob's range (e.g.
+            ``global.workspace_size_limit`` below the smallest algorithm's workspace).
+        DeviceError
+            The device is closed.
+        ExecutionError
+            A trial or benchmark run failed (not a decline: raised at once).
         """
         return await anyio.to_thread.run_sync(
             functools.partial(self.build_sync, graph, engine=engine, knobs=knobs))
 
     def build_sync(self, graph: Graph, *, engine=None, knobs=None) -> "ExecutionPlan":
-        """Blocking ``build`` for code without an event loop.
+        """Blocking ``build`` for code without an event loop (same parameters, result and
+        errors).
 
         The engines offered for the graph (``hd.engines``) are tried best first: one that
         declines (raises one of ``DECLINE_TYPES``) gives way to the next; any other error
@@ -443,6 +545,8 @@ class Device:
             Every engine declined: a ``DeclinedError`` whose message gives each engine's
             reason and whose ``declines`` holds (engine name, its own error) pairs. With
             ``engine=``, that engine's own error.
+        GraphError, KnobError, DeviceError, ExecutionError
+            As ``build``.
         """
         t0 = time.perf_counter()
         if self._pool.closed:
@@ -573,8 +677,15 @@ def _pick_engine(offered: list[Engine], engine, match, declines=()) -> Engine:
 class ExecutionPlan:
     """A built plan: engine, knob settings, algorithm and workspace, ready to execute.
 
+    Made by ``Device.build`` / ``build_sync`` (not constructed directly).
+
     Attributes
     ----------
+    device : Device
+        The device it was built for and runs on.
+    graph : Graph
+        The graph as passed to ``build`` (its keys resolve variant packs; the plan
+        computes what its build-time snapshot said).
     engine : Engine
         The engine that built the plan (the first offered that did not decline, or the one
         asked for with ``engine=``).
@@ -654,10 +765,15 @@ class ExecutionPlan:
         self._bindings = BindingCache(self._bind, self._make_fn, enabled=not device.is_host)
         self._pool = device._pool
 
-    algorithm = property(lambda self: self._pplan.algorithm)
-    workspace_size = property(lambda self: self._pplan.workspace_size)
-    benchmarked = property(lambda self: self._pplan.benchmarked)
-    perfdb_hit = property(lambda self: self._pplan.perfdb_hit)
+    algorithm = property(lambda self: self._pplan.algorithm,
+                         doc="The provider's algorithm choice (str), or None where there is "
+                             "nothing to choose.")
+    workspace_size = property(lambda self: self._pplan.workspace_size,
+                              doc="Workspace an execution needs, in bytes (int, >= 0).")
+    benchmarked = property(lambda self: self._pplan.benchmarked,
+                           doc="Whether this build timed candidate algorithms (bool).")
+    perfdb_hit = property(lambda self: self._pplan.perfdb_hit,
+                          doc="Whether the algorithm came from the perf db (bool).")
 
     def __repr__(self) -> str:
         return (f"ExecutionPlan({self.pattern}, engine={self.engine.name}, "
@@ -854,6 +970,18 @@ class ExecutionPlan:
         (``await plan.enqueue(...)`` waits for the slot instead). ``await handle`` returns
         when the results are complete; ``handle.result()`` blocks a thread until then.
 
+        Parameters
+        ----------
+        variant_pack, workspace, stream
+            As ``execute``.
+
+        Returns
+        -------
+        handle
+            Awaitable; also ``done()``, ``result(timeout=None)``, ``exception()`` and
+            ``wait(timeout=None)`` (timeouts in seconds). An ``ExecutionError`` of the
+            run is raised by awaiting it or by ``result()``.
+
         Raises
         ------
         VariantPackError
@@ -885,7 +1013,11 @@ class ExecutionPlan:
     async def enqueue(self, variant_pack: Mapping, *, workspace=None, stream=None):
         """As ``submit``, but first wait (asynchronously, cancellably) while the stream has
         ``max_inflight`` executions in flight: backpressure for producers (inside
-        ``dev.capture()``: recorded, as ``submit``)."""
+        ``dev.capture()``: recorded, as ``submit``).
+
+        Returns the handle, as ``submit``; cancelled while waiting, nothing is enqueued.
+        Raises as ``submit``.
+        """
         if _capture.OPEN:
             step = _capture.recording_step(self)
             if step is not None:
@@ -916,11 +1048,16 @@ class ExecutionPlan:
         Raises
         ------
         VariantPackError
-            Bad variant pack (before anything runs).
+            Bad variant pack (before anything runs): not a mapping, a key naming no
+            tensor or a virtual one, a tensor given twice or missing, a buffer of the
+            wrong type, dtype, shape or strides, a read-only output, an output
+            overlapping another buffer, a workspace too small or overlapping the pack.
         ExecutionError
-            The provider failed while running; the stream keeps working.
+            The provider failed while running (the stream keeps working), or a workspace
+            of ``workspace_size`` bytes cannot be allocated for this call.
         DeviceError
-            Inside a ``dev.capture()`` block of this task (code ``INVALID_VALUE``): an
+            The device is closed, or ``stream`` is not one of its streams; inside a
+            ``dev.capture()`` block of this task (code ``INVALID_VALUE``): an
             execute would run now and be missing from every replay; use ``submit``
             there, results come from replay.
 
@@ -937,8 +1074,10 @@ class ExecutionPlan:
         await handle
 
     def execute_sync(self, variant_pack: Mapping, *, workspace=None, stream=None) -> None:
-        """Blocking ``execute`` for threads without an event loop (same path and errors;
-        inside a ``dev.capture()`` block of this thread a ``DeviceError``, as ``execute``)."""
+        """Blocking ``execute`` for threads without an event loop (same parameters, path
+        and errors; inside a ``dev.capture()`` block of this thread a ``DeviceError``, as
+        ``execute``). Waits while the stream is full, then until the results are
+        complete."""
         if _capture.OPEN:
             _capture.refuse_eager(self.device, f"{self._label}: execute_sync", self)
         fn, keep = self._work(variant_pack, workspace)
