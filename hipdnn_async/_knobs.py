@@ -147,7 +147,20 @@ class Knob:
         return IntConstraint(self.min, self.max)
 
     def validate(self, value, *, engine_name: str = "?") -> int:
-        """Return ``value`` as int when this knob accepts it; see ``IntConstraint.validate``."""
+        """Return ``value`` as a Python int when this knob accepts it.
+
+        Parameters
+        ----------
+        value : int
+            A Python or NumPy integer (bool and float, even 1.0, are refused).
+        engine_name : str, optional
+            Named in the error message.
+
+        Raises
+        ------
+        KnobError
+            A bool or non-integer, a value outside int64, or outside ``[min, max]``.
+        """
         return self.constraint.validate(value, knob_id=self.id, engine_name=engine_name)
 
 
@@ -160,7 +173,9 @@ class KnobSetting:
     knob_id : str
         Id of a knob offered by the engine.
     value : int
-        The requested value; checked by :func:`resolve_knobs` at build time.
+        The requested value; nothing is checked here: ``Device.build`` (and
+        ``create_execution_plan_ext``) raise ``KnobError`` for an unknown id or a
+        value the knob does not accept.
     """
 
     knob_id: str

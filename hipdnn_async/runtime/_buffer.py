@@ -27,6 +27,10 @@ def host_values(array, where: str) -> np.ndarray:
 class DeviceArray:
     """An array owned by a device, in logical dims (N, C, [D,] H, W) with element strides.
 
+    The CPU device's array (``Device.empty`` / ``Device.asarray`` make it): host memory
+    with ``dims``, ``strides`` (elements), ``dtype``, ``device``, ``nbytes`` and
+    ``view``, a NumPy view in logical shape over that memory.
+
     Parameters
     ----------
     dims : tuple of int
@@ -37,6 +41,14 @@ class DeviceArray:
         Strides in elements; the allocation spans exactly the strided extent.
     device : str
         The owning device's spec, for messages.
+    fill : scalar, optional
+        Initial value of every element; default uninitialised.
+
+    Raises
+    ------
+    MemoryError
+        The host memory cannot be had (``Device.empty`` reports it as a
+        ``DeviceError``).
     """
 
     def __init__(self, dims, dtype, strides, device: str = "cpu", *, fill=None):
@@ -58,6 +70,12 @@ class DeviceArray:
     def copy_from(self, array) -> None:
         """Copy a NumPy array of logical shape ``dims`` into this array (blocking).
 
+        Parameters
+        ----------
+        array : array_like
+            Broadcastable to ``dims``; values are cast to ``dtype`` by NumPy's
+            assignment rules (float64 or integers are converted, not refused).
+
         Raises
         ------
         ValueError
@@ -68,11 +86,20 @@ class DeviceArray:
         self.view[...] = host_values(array, "DeviceArray.copy_from")
 
     def to_numpy_sync(self) -> np.ndarray:
-        """Return a C-contiguous NumPy copy in logical shape (blocking)."""
+        """Return a C-contiguous NumPy copy in logical shape, of ``dtype``.
+
+        The copy is taken now: it does not wait for executions still writing this
+        array (await their handles, or ``dev.synchronize()``, first).
+        """
         return np.array(self.view, order="C", copy=True)
 
     async def to_numpy(self) -> np.ndarray:
-        """Return a NumPy copy in logical shape, once pending writes are complete."""
+        """Return a C-contiguous NumPy copy in logical shape (as ``to_numpy_sync``).
+
+        On the CPU the copy is taken at once: it does not wait for submitted executions
+        that write this array (unlike ``GpuArray.to_numpy``, which waits for launched
+        work); await their handles, or ``dev.synchronize()``, first.
+        """
         return self.to_numpy_sync()
 
     def __array__(self, dtype=None, copy=None):

@@ -335,6 +335,12 @@ class GpuArray:
         (``GpuContext.peer_access``); else staged through pinned host memory. Other strides
         are reordered through the host.
 
+        Parameters
+        ----------
+        array : array_like or GpuArray
+            Broadcastable to ``dims``; host values are cast to ``dtype`` by NumPy's
+            assignment rules (a ``GpuArray`` must match dims and dtype exactly).
+
         Raises
         ------
         ValueError
