@@ -916,7 +916,22 @@ class DynamicBatcher:
     # ------------------------------------------------------------------ execution
 
     def bucket_for(self, rows: int) -> int:
-        """The smallest bucket batch size >= rows."""
+        """The smallest bucket batch size >= ``rows``.
+
+        Parameters
+        ----------
+        rows : int
+            Rows of one batch (at most ``max_batch_size``).
+
+        Returns
+        -------
+        int
+
+        Raises
+        ------
+        GraphError
+            ``rows`` exceeds the largest bucket.
+        """
         for b in self.buckets:
             if b >= rows:
                 return b
@@ -955,7 +970,20 @@ class DynamicBatcher:
 
     async def warmup(self, sizes: Sequence[int] | None = None) -> None:
         """Build the plans of the given bucket sizes now (default: every bucket), on every
-        device."""
+        device.
+
+        Parameters
+        ----------
+        sizes : sequence of int, optional
+            Row counts; each is rounded up to its bucket (``bucket_for``).
+
+        Raises
+        ------
+        GraphError
+            A size beyond the largest bucket.
+        NotSupportedError, KnobError, DeviceError
+            As ``Device.build`` of a bucket's plan.
+        """
         for size in (self.buckets if sizes is None else sizes):
             for lane in self._lanes:
                 await self._get_bucket(self.bucket_for(int(size)), lane)
