@@ -414,7 +414,10 @@ class Device:
         DeviceError
             The memory cannot be had.
         """
-        return self._empty(dims, dtype, layout, strides, "Device.empty")
+        out = self._empty(dims, dtype, layout, strides, "Device.empty")
+        if self.is_host:
+            out.order_after(self._pool)
+        return out
 
     def _empty(self, dims, dtype, layout, strides, where: str):
         dt = numpy_dtype(as_data_type(dtype, where=where))
@@ -485,8 +488,9 @@ class Device:
         out = self._empty(array.shape, array.dtype, layout, strides, "Device.asarray")
         if not self.is_host:  # the copy waits for launched work; the loop must not
             await anyio.to_thread.run_sync(out.copy_from, array)
-        else:
+        else:  # a new array: no submitted work writes it yet, so copy, then order it
             out.copy_from(array)
+            out.order_after(self._pool)
         return out
 
     # -- plans ---------------------------------------------------------------------------

@@ -1,6 +1,8 @@
 """Device arrays of the CPU device (host memory with a device-array surface)."""
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
@@ -29,7 +31,10 @@ class DeviceArray:
 
     The CPU device's array (``Device.empty`` / ``Device.asarray`` make it): host memory
     with ``dims``, ``strides`` (elements), ``dtype``, ``device``, ``nbytes`` and
-    ``view``, a NumPy view in logical shape over that memory.
+    ``view``, a NumPy view in logical shape over that memory (read or written at once).
+    ``copy_from`` and ``to_numpy`` wait for the work already submitted to the owning
+    device's streams (``order_after``), as a ``GpuArray``'s copies wait for launched work:
+    a program reads the same values on either device.
 
     Parameters
     ----------
@@ -61,6 +66,18 @@ class DeviceArray:
             max(extent, 1), fill, self.dtype)
         self.view = as_strided(self._flat, self.dims,
                                tuple(s * self.dtype.itemsize for s in self.strides))
+        self._queue = None      # weakref to the owning device's StreamPool (order_after)
+
+    def order_after(self, queue) -> None:
+        """Make ``copy_from`` / ``to_numpy`` wait for the work submitted to ``queue`` (an
+        object with ``synchronize()`` and ``synchronize_blocking()``: the owning device's
+        StreamPool; held weakly, so a collected or closed device waits for nothing)."""
+        self._queue = weakref.ref(queue)
+
+    def _wait_blocking(self) -> None:
+        queue = self._queue() if self._queue is not None else None
+        if queue is not None:
+            queue.synchronize_blocking()
 
     @property
     def nbytes(self) -> int:
@@ -68,7 +85,8 @@ class DeviceArray:
         return self._flat.nbytes
 
     def copy_from(self, array) -> None:
-        """Copy a NumPy array of logical shape ``dims`` into this array (blocking).
+        """Copy a NumPy array of logical shape ``dims`` into this array (blocking: once
+        the work already submitted to the owning device's streams is done).
 
         Parameters
         ----------
@@ -83,24 +101,23 @@ class DeviceArray:
         VariantPackError
             A masked array (its mask would be dropped).
         """
-        self.view[...] = host_values(array, "DeviceArray.copy_from")
+        values = host_values(array, "DeviceArray.copy_from")
+        self._wait_blocking()
+        self.view[...] = values
 
     def to_numpy_sync(self) -> np.ndarray:
-        """Return a C-contiguous NumPy copy in logical shape, of ``dtype``.
-
-        The copy is taken now: it does not wait for executions still writing this
-        array (await their handles, or ``dev.synchronize()``, first).
-        """
+        """Return a C-contiguous NumPy copy in logical shape, of ``dtype`` (blocking: once
+        the work already submitted to the owning device's streams is done, as
+        ``GpuArray.to_numpy_sync`` waits for launched work)."""
+        self._wait_blocking()
         return np.array(self.view, order="C", copy=True)
 
     async def to_numpy(self) -> np.ndarray:
-        """Return a C-contiguous NumPy copy in logical shape (as ``to_numpy_sync``).
-
-        On the CPU the copy is taken at once: it does not wait for submitted executions
-        that write this array (unlike ``GpuArray.to_numpy``, which waits for launched
-        work); await their handles, or ``dev.synchronize()``, first.
-        """
-        return self.to_numpy_sync()
+        """As ``to_numpy_sync``, awaiting the submitted work without blocking the loop."""
+        queue = self._queue() if self._queue is not None else None
+        if queue is not None:
+            await queue.synchronize()
+        return np.array(self.view, order="C", copy=True)
 
     def __array__(self, dtype=None, copy=None):
         return self.view if dtype is None else self.view.astype(dtype)

@@ -1,0 +1,86 @@
+"""The CPU device's DeviceArray copies wait for the work already submitted to the device's
+streams, as a GpuArray's copies wait for launched work (its to_numpy read zeros of a
+submitted, unfinished conv before; docstring-audit report). A gate on the plan's stream
+holds the work back, so the order is checked without timing luck."""
+from __future__ import annotations
+
+import threading
+
+import anyio
+import numpy as np
+import pytest
+
+import hipdnn_async as hd
+from oracle import _reference as R
+from oracle._cases import assert_close, reduction_tol
+
+pytestmark = pytest.mark.anyio
+
+N, C, HW = 2, 3, 5
+
+
+def _conv(dev):
+    g = hd.Graph(name="order")
+    x = g.tensor(dims=(N, C, HW, HW), name="x")
+    w = g.tensor(dims=(C, C, 3, 3), name="w")
+    y = g.conv_fprop(x, w, padding=1).set_output(True).set_name("y")
+    rng = np.random.default_rng(7)
+    xa = rng.uniform(-1, 1, x.dims).astype(np.float32)
+    wa = rng.uniform(-1, 1, w.dims).astype(np.float32)
+    ref = R.conv_fprop(xa, wa, pre=1, post=1)
+    return dev.build_sync(g), x, w, y, xa, wa, ref
+
+
+def _gate(dev):
+    """Hold stream 0 until the returned event is set."""
+    gate = threading.Event()
+    dev._pool.submit_now(gate.wait, stream=0, label="gate")
+    return gate
+
+
+async def test_to_numpy_waits_for_the_submitted_execution(anyio_backend):
+    async with hd.Device("cpu", streams=2) as dev:
+        plan, x, w, y, xa, wa, ref = _conv(dev)
+        ya = dev.empty(y.dims, "float32")
+        ya.copy_from(np.zeros(y.dims, np.float32))
+        gate = _gate(dev)
+        handle = plan.submit({x: xa, w: wa, y: ya}, stream=0)
+        got = []
+
+        async def read():
+            got.append(await ya.to_numpy())
+
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(read)
+                await anyio.sleep(0.05)
+                early = list(got)
+                gate.set()
+        finally:
+            gate.set()                                 # never leave the stream held
+        assert early == [] and handle.done()           # it waited behind the gate
+        assert_close(got[0], ref, *reduction_tol("conv_fprop", "float32", C * 9))
+
+
+def test_copy_from_and_to_numpy_sync_wait_for_submitted_work():
+    with hd.Device("cpu", streams=2) as dev:
+        plan, x, w, y, xa, wa, ref = _conv(dev)
+        xd = dev.empty(x.dims, "float32")
+        xd.copy_from(xa)
+        ya = dev.empty(y.dims, "float32")
+        gate = _gate(dev)
+        handle = plan.submit({x: xd, w: wa, y: ya}, stream=0)
+        order = []
+        t = threading.Thread(target=lambda: (xd.copy_from(np.zeros(x.dims, np.float32)),
+                                              order.append("copied")))
+        t.start()
+        t.join(0.05)
+        early = list(order)
+        gate.set()
+        t.join(10)
+        assert early == []                  # the overwrite waited for the execution
+        assert order == ["copied"]
+        handle.result(10)
+        # the execution read x before the overwrite, and to_numpy_sync sees its result
+        assert_close(ya.to_numpy_sync(), ref, *reduction_tol("conv_fprop", "float32", C * 9))
+        np.testing.assert_array_equal(xd.to_numpy_sync(), np.zeros(x.dims, np.float32))
