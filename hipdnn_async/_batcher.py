@@ -63,6 +63,7 @@ from ._errors import (
 )
 from ._layout import packed_strides, same_memory_order, stride_order, strides_match
 from ._types import numpy_dtype
+from .graph._tensor import as_int_tuple
 from .queues._metrics import percentiles as _percentiles
 from .runtime import DeviceArray
 
@@ -980,13 +981,22 @@ class DynamicBatcher:
         Raises
         ------
         GraphError
-            A size beyond the largest bucket.
+            ``sizes`` is not a sequence of integers >= 1 (checked before anything is
+            built), or a size is beyond the largest bucket.
         NotSupportedError, KnobError, DeviceError
             As ``Device.build`` of a bucket's plan.
         """
-        for size in (self.buckets if sizes is None else sizes):
+        if sizes is None:
+            sizes = self.buckets
+        else:
+            sizes = as_int_tuple(sizes, where="DynamicBatcher.warmup", what="sizes")
+            if any(s < 1 for s in sizes):
+                raise GraphError(f"DynamicBatcher.warmup: sizes {sizes} hold a value < 1; "
+                                 "sizes are row counts")
+        buckets = [self.bucket_for(s) for s in sizes]
+        for size in buckets:
             for lane in self._lanes:
-                await self._get_bucket(self.bucket_for(int(size)), lane)
+                await self._get_bucket(size, lane)
 
     async def _run_batch(self, batch: list[_Request], rows: int, slots, lane: _Lane) -> None:
         """Run one batch on `lane`'s plan for its bucket and hand each caller its rows."""

@@ -52,11 +52,17 @@ def build_operation_graph(graph, device=None) -> None:
     owns = not isinstance(device, Device)
     dev = Device(device or "cpu") if owns else device
     try:
-        graph._lowering_state = _State(dev, owns, engines(graph, dev))
+        state = _State(dev, owns, engines(graph, dev))
     except BaseException:
         if owns:
             dev.close()
         raise
+    # a second call replaces the binding: a device the first call opened is closed (its
+    # streams and threads would otherwise live until the garbage collector finds them)
+    old = getattr(graph, "_lowering_state", None)
+    graph._lowering_state = state
+    if old is not None and old.owns_device and old.device is not dev:
+        old.device.close()
 
 
 def get_ranked_engine_ids(graph) -> list[int]:

@@ -20,10 +20,20 @@ def refuse_masked(array, where: str) -> None:
                                "ignored); pass arr.filled(value) or arr.data")
 
 
-def host_values(array, where: str) -> np.ndarray:
-    """``np.asarray(array)`` for a copy into a device array (``refuse_masked`` first)."""
+def host_values(array, where: str, dims: tuple) -> np.ndarray:
+    """``np.asarray(array)`` for a copy into a device array of logical ``dims``: a masked
+    array (``refuse_masked``) or a shape that does not broadcast to ``dims`` is a
+    ``VariantPackError`` naming ``where`` (before anything is copied)."""
     refuse_masked(array, where)
-    return np.asarray(array)
+    values = np.asarray(array)
+    try:
+        fits = np.broadcast_shapes(values.shape, dims) == tuple(dims)
+    except ValueError:
+        fits = False
+    if not fits:
+        raise VariantPackError(f"{where}: an array of shape {values.shape} does not "
+                               f"broadcast to the dims {tuple(dims)}")
+    return values
 
 
 class DeviceArray:
@@ -96,12 +106,11 @@ class DeviceArray:
 
         Raises
         ------
-        ValueError
-            ``array`` does not broadcast to ``dims``.
         VariantPackError
-            A masked array (its mask would be dropped).
+            A masked array (its mask would be dropped), or one whose shape does not
+            broadcast to ``dims`` (a ``ValueError`` too).
         """
-        values = host_values(array, "DeviceArray.copy_from")
+        values = host_values(array, "DeviceArray.copy_from", self.dims)
         self._wait_blocking()
         self.view[...] = values
 

@@ -343,17 +343,16 @@ class GpuArray:
 
         Raises
         ------
-        ValueError
-            ``array`` does not broadcast to ``dims``.
         GraphError
             A ``GpuArray`` of other dims or dtype (GPU copies do not cast).
         VariantPackError
-            A masked array (its mask would be dropped).
+            A masked array (its mask would be dropped), or one whose shape does not
+            broadcast to ``dims`` (a ``ValueError`` too).
         """
         if isinstance(array, GpuArray):
             self._copy_from_gpu(array)
             return
-        values = host_values(array, "GpuArray.copy_from")
+        values = host_values(array, "GpuArray.copy_from", self.dims)
         if self.nbytes == 0:
             return
         flat, view = self._host_staging()

@@ -568,3 +568,23 @@ async def test_error_in_body_fails_waiting_callers_and_propagates():
                     raise KeyError("boom")
     assert sorted(errors) == [0, 1, 2]
     assert all("closed" in str(e) for e in errors.values())
+
+
+async def test_warmup_refuses_bad_sizes_before_building_anything():
+    """warmup(["2"]) raised a bare ValueError and warmup([1.5]) warmed bucket 1 (int()
+    truncated); sizes < 1 warmed the smallest bucket (docstring-audit report)."""
+    w, b = weights()
+    async with hd.Device("cpu") as dev:
+        async with hd.DynamicBatcher(dev, cbr_graph(), constants={"w": w, "b": b},
+                                     max_batch_size=8) as batcher:
+            for bad, words in ((["2"], r"holds '2'; need integers"),
+                               ([1.5], r"holds 1.5; need integers"),
+                               ([True], "holds a bool"), ([0, 2], r"hold a value < 1"),
+                               ("12", "must be a sequence of integers"),
+                               ([2, 9], "9 rows exceed the largest bucket 8")):
+                with pytest.raises(hd.GraphError, match=words) as e:
+                    await batcher.warmup(bad)
+                assert e.value.code == "INVALID_VALUE"
+            assert batcher.metrics()["plans_built"] == 0      # nothing was built
+            await batcher.warmup([np.int64(3)])
+            assert batcher.metrics()["plans_built"] == 1

@@ -193,6 +193,25 @@ def test_hipdnn_style_lowering_seed_sample():
         g.create_execution_plan_ext(ids[0], [hd.KnobSetting(WS, ws_knob.constraint.max + 1)])
 
 
+def test_a_second_build_operation_graph_closes_the_device_the_first_opened():
+    """Each call with a spec opens a Device; a second call left the first one's streams
+    and threads running until garbage collection (docstring-audit report). A Device the
+    caller passed in is the caller's, and stays open."""
+    g = graph("fprop")
+    g.build_operation_graph("cpu")
+    first = g._lowering_state.device
+    g.build_operation_graph("cpu")
+    second = g._lowering_state.device
+    assert first.closed and not second.closed and second is not first
+    with hd.Device("cpu") as mine:
+        g.build_operation_graph(mine)
+        assert second.closed and not mine.closed
+        g.build_operation_graph("cpu")
+        assert not mine.closed
+        g.build_plans()                 # builds on the open device of the last call
+    g._lowering_state.device.close()
+
+
 @pytest.mark.slow
 def test_eight_processes_tuning_into_one_db_at_once(tmp_path):
     # MIOpen #1878/#2214: concurrent tuners corrupted or locked a shared db. Here 8

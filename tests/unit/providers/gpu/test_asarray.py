@@ -134,3 +134,26 @@ async def test_asarray_errors_name_asarray_not_empty():
                               strides=(24, 1, 8, 2))
         with pytest.raises(hd.GraphError, match="^Device.empty: give layout or strides"):
             dev.empty((1, 2, 3, 4), "float32", layout="NHWC", strides=(24, 1, 8, 2))
+
+
+@pytest.mark.parametrize("where", ["cpu", "cuda:0"])
+def test_copy_from_a_shape_that_does_not_broadcast_is_a_library_error(where, request):
+    """A bare NumPy ValueError came out of the assignment before (docstring-audit report);
+    a broadcastable shape (a scalar, one row) is still taken."""
+    if where != "cpu":
+        request.getfixturevalue("fake_cuda")
+    with hd.Device(where, streams=1) as dev:
+        arr = dev.empty((1, 2, 3, 4), "float32")
+        name = "GpuArray" if where != "cpu" else "DeviceArray"
+        with pytest.raises(hd.VariantPackError,
+                           match=rf"^{name}.copy_from: an array of shape \(2, 3, 5\) does "
+                                 r"not broadcast to the dims \(1, 2, 3, 4\)") as e:
+            arr.copy_from(np.zeros((2, 3, 5), np.float32))
+        assert e.value.code == "INVALID_VARIANT_PACK" and isinstance(e.value, ValueError)
+        with pytest.raises(hd.VariantPackError, match="does not broadcast"):
+            arr.copy_from(np.zeros((2, 2, 3, 4), np.float32))   # would need to shrink
+        arr.copy_from(np.arange(4, dtype=np.float32))
+        np.testing.assert_array_equal(arr.to_numpy_sync(),
+                                      np.broadcast_to(np.arange(4.0), (1, 2, 3, 4)))
+        arr.copy_from(7.0)
+        np.testing.assert_array_equal(arr.to_numpy_sync(), np.full((1, 2, 3, 4), 7.0))
