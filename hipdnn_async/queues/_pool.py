@@ -275,6 +275,13 @@ class StreamPool:
         for event in self._record_all():
             await event.wait()
 
+    def on_worker(self) -> bool:
+        """Whether the calling thread is one of this pool's stream workers (a work item or
+        a done-callback runs there): waiting on it for the work submitted to its stream
+        would wait for itself."""
+        me = threading.current_thread()
+        return any(getattr(s._backend, "_thread", None) is me for s in self.streams)
+
     def synchronize_blocking(self, timeout: float | None = None) -> None:
         """Block the calling thread until everything submitted so far has finished."""
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -44,7 +44,9 @@ class DeviceArray:
     ``view``, a NumPy view in logical shape over that memory (read or written at once).
     ``copy_from`` and ``to_numpy`` wait for the work already submitted to the owning
     device's streams (``order_after``), as a ``GpuArray``'s copies wait for launched work:
-    a program reads the same values on either device.
+    a program reads the same values on either device. Called on a stream's worker (a
+    handle's done-callback), ``copy_from`` / ``to_numpy_sync`` copy at once: that
+    handle's work is done, and waiting there would wait for the callback itself.
 
     Parameters
     ----------
@@ -86,7 +88,9 @@ class DeviceArray:
 
     def _wait_blocking(self) -> None:
         queue = self._queue() if self._queue is not None else None
-        if queue is not None:
+        # on a stream's worker (a done-callback) the wait would wait for the caller
+        # itself: the work that called it is done, and the copy is made at once
+        if queue is not None and not getattr(queue, "on_worker", bool)():
             queue.synchronize_blocking()
 
     @property

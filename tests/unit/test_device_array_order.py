@@ -84,3 +84,27 @@ def test_copy_from_and_to_numpy_sync_wait_for_submitted_work():
         # the execution read x before the overwrite, and to_numpy_sync sees its result
         assert_close(ya.to_numpy_sync(), ref, *reduction_tol("conv_fprop", "float32", C * 9))
         np.testing.assert_array_equal(xd.to_numpy_sync(), np.zeros(x.dims, np.float32))
+
+
+def test_to_numpy_sync_in_a_done_callback_reads_the_result():
+    # a handle's done-callback runs on the stream's worker: waiting there for the work
+    # submitted to that stream waited for the callback itself (it hung the stream, and
+    # so close(): the device is closed only once the callback has returned)
+    dev = hd.Device("cpu", streams=2)
+    plan, x, w, y, xa, wa, ref = _conv(dev)
+    ya = dev.empty(y.dims, "float32")
+    got, done = [], threading.Event()
+
+    def on_done(_):
+        try:
+            got.append(ya.to_numpy_sync())
+            ya.copy_from(np.zeros(y.dims, np.float32))
+            got.append(ya.to_numpy_sync())
+        finally:
+            done.set()
+
+    plan.submit({x: xa, w: wa, y: ya}, stream=0).add_done_callback(on_done)
+    assert done.wait(10), "to_numpy_sync in a done-callback did not return"
+    dev.close()
+    assert_close(got[0], ref, *reduction_tol("conv_fprop", "float32", C * 9))
+    np.testing.assert_array_equal(got[1], np.zeros(y.dims, np.float32))
