@@ -28,7 +28,7 @@ from ._layout import dense_strides_like
 from ._types import as_data_type, numpy_dtype
 from .graph import Graph, TensorAttributes, strides_for
 from .graph._tensor import as_int_tuple, check_strides, packed_strides
-from .runtime._buffer import element_extent, refuse_masked
+from .runtime._buffer import DeviceArray, element_extent, refuse_masked
 from .runtime import ExecCounter, GpuArray
 from .patterns import match as match_pattern, spec_for
 from .providers._base import DeclinedError, Engine, engine_id
@@ -482,6 +482,10 @@ class Device:
                 out = self._empty(array.dims, array.dtype, layout, strides, "Device.asarray")
                 await anyio.to_thread.run_sync(out.copy_from, array)
                 return out
+        if isinstance(array, DeviceArray):  # once the work writing it is done
+            if layout is None and strides is None:   # its memory order, as np.asarray's
+                strides = dense_strides_like(array.view.shape, array.view.strides)
+            array = await array.to_numpy()
         array = np.asarray(array)
         if layout is None and strides is None:
             strides = dense_strides_like(array.shape, array.strides)

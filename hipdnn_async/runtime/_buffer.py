@@ -115,6 +115,8 @@ class DeviceArray:
             broadcast to ``dims`` (a ``ValueError`` too).
         """
         values = host_values(array, "DeviceArray.copy_from", self.dims)
+        if isinstance(array, DeviceArray):
+            array._wait_blocking()      # the source's writers too (its own device's)
         self._wait_blocking()
         self.view[...] = values
 

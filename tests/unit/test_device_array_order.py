@@ -108,3 +108,26 @@ def test_to_numpy_sync_in_a_done_callback_reads_the_result():
     dev.close()
     assert_close(got[0], ref, *reduction_tol("conv_fprop", "float32", C * 9))
     np.testing.assert_array_equal(got[1], np.zeros(y.dims, np.float32))
+
+
+async def test_asarray_and_copy_from_of_a_device_array_wait_for_its_writer(anyio_backend):
+    # the source array's submitted writer: Device.asarray(y) and other.copy_from(y) read
+    # y at once before (the conv's output still zeros), also from another CPU device
+    async with hd.Device("cpu", streams=2) as dev, hd.Device("cpu", streams=2) as dev2:
+        plan, x, w, y, xa, wa, ref = _conv(dev)
+        tol = reduction_tol("conv_fprop", "float32", C * 9)
+        ya = dev.empty(y.dims, "float32")
+        for copy in ("asarray", "copy_from"):
+            ya.copy_from(np.zeros(y.dims, np.float32))
+            gate = _gate(dev)
+            plan.submit({x: xa, w: wa, y: ya}, stream=0)
+            threading.Timer(0.1, gate.set).start()
+            try:
+                if copy == "asarray":
+                    out = await dev.asarray(ya)
+                else:
+                    out = dev2.empty(y.dims, "float32")
+                    await anyio.to_thread.run_sync(out.copy_from, ya)
+            finally:
+                gate.set()
+            assert_close(out.to_numpy_sync(), ref, *tol)
