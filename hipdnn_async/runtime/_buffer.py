@@ -26,8 +26,11 @@ def host_values(array, where: str, dims: tuple) -> np.ndarray:
     ``VariantPackError`` naming ``where`` (before anything is copied)."""
     refuse_masked(array, where)
     values = np.asarray(array)
+    shape = values.shape
+    while len(shape) > len(dims) and shape[0] == 1:   # NumPy's assignment drops these
+        shape = shape[1:]
     try:
-        fits = np.broadcast_shapes(values.shape, dims) == tuple(dims)
+        fits = np.broadcast_shapes(shape, dims) == tuple(dims)
     except ValueError:
         fits = False
     if not fits:

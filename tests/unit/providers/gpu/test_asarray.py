@@ -157,3 +157,9 @@ def test_copy_from_a_shape_that_does_not_broadcast_is_a_library_error(where, req
                                       np.broadcast_to(np.arange(4.0), (1, 2, 3, 4)))
         arr.copy_from(7.0)
         np.testing.assert_array_equal(arr.to_numpy_sync(), np.full((1, 2, 3, 4), 7.0))
+        # NumPy's assignment drops extra leading size-1 dims of the source; so do we
+        src = np.arange(24, dtype=np.float32).reshape(1, 1, 1, 2, 3, 4)
+        arr.copy_from(src)
+        np.testing.assert_array_equal(arr.to_numpy_sync(), src.reshape(1, 2, 3, 4))
+        with pytest.raises(hd.VariantPackError, match=r"shape \(2, 1, 2, 3, 4\) does not"):
+            arr.copy_from(np.zeros((2, 1, 2, 3, 4), np.float32))
