@@ -16,6 +16,8 @@ from . import _core
 from ._metrics import Histogram, _copy_summary
 from ._stream import Stream, StreamBackend
 
+_submit_now = _core.submit_now   # bound once: it is on the submission path
+
 __all__ = ["StreamPool", "DEFAULT_MAX_INFLIGHT", "MAX_INFLIGHT", "MAX_STREAMS"]
 
 DEFAULT_MAX_INFLIGHT = 64  # work items in flight per stream before submit waits
@@ -231,7 +233,7 @@ class StreamPool:
             self._check_open(label)
         if stream is None:
             stream = self.pick()
-        return _core.submit_now(Completion, stream, fn, keepalive, label, self.max_inflight)
+        return _submit_now(Completion, stream, fn, keepalive, label, self.max_inflight)
 
     def submit_blocking(self, fn, *, keepalive=(), stream: Stream | int | None = None,
                         label: str = "", timeout: float | None = None) -> Completion:

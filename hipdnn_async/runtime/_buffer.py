@@ -84,16 +84,19 @@ class DeviceArray:
         self._queue = None      # weakref to the owning device's StreamPool (order_after)
 
     def order_after(self, queue) -> None:
-        """Make ``copy_from`` / ``to_numpy`` wait for the work submitted to ``queue`` (an
-        object with ``synchronize()`` and ``synchronize_blocking()``: the owning device's
-        StreamPool; held weakly, so a collected or closed device waits for nothing)."""
+        """Make ``copy_from`` / ``to_numpy`` wait for the work submitted to ``queue`` (the
+        owning device's StreamPool: ``synchronize()``, ``synchronize_blocking()``,
+        ``on_worker()``), held weakly, so a collected or closed device waits for nothing."""
         self._queue = weakref.ref(queue)
 
+    def _live_queue(self):
+        return self._queue() if self._queue is not None else None
+
     def _wait_blocking(self) -> None:
-        queue = self._queue() if self._queue is not None else None
+        queue = self._live_queue()
         # on a stream's worker (a done-callback) the wait would wait for the caller
         # itself: the work that called it is done, and the copy is made at once
-        if queue is not None and not getattr(queue, "on_worker", bool)():
+        if queue is not None and not queue.on_worker():
             queue.synchronize_blocking()
 
     @property
@@ -118,8 +121,8 @@ class DeviceArray:
             broadcast to ``dims`` (a ``ValueError`` too).
         """
         values = host_values(array, "DeviceArray.copy_from", self.dims)
-        if isinstance(array, DeviceArray):
-            array._wait_blocking()      # the source's writers too (its own device's)
+        if isinstance(array, DeviceArray) and array._live_queue() is not self._live_queue():
+            array._wait_blocking()      # the source's writers too, on its own device
         self._wait_blocking()
         self.view[...] = values
 
@@ -132,7 +135,7 @@ class DeviceArray:
 
     async def to_numpy(self) -> np.ndarray:
         """As ``to_numpy_sync``, awaiting the submitted work without blocking the loop."""
-        queue = self._queue() if self._queue is not None else None
+        queue = self._live_queue()
         if queue is not None:
             await queue.synchronize()
         return np.array(self.view, order="C", copy=True)

@@ -561,37 +561,16 @@ def copy_during_step_capture_case(backend_lib: str, *, captures: int = 3,
         (replays that completed), ``copied_ok`` (the last copy's bytes read back equal
         what was copied).
     """
-    import os
-    import threading
-
-    from ._launch_graph_scenarios import _backend, _fake_backend_conv
+    from ._launch_graph_scenarios import _backend, _fake_backend_conv, copies_alongside
 
     be = _backend(backend_lib)
     import hipdnn_async as hd
     ctl = control()
-    out = {"copies": 0, "copy_errors": [], "capture_errors": [], "replayed": 0}
+    out = {"capture_errors": [], "replayed": 0}
     with hd.Device("cuda:0", streams=1) as dev:
         plan, vp = _fake_backend_conv(dev, be, "step_capture_copy")
         plan.execute_sync(vp, stream=0)
-        other = dev.empty((64,), np.float32)
-        stop = threading.Event()
-        data = np.arange(64, dtype=np.float32)
-
-        def copier():
-            while not stop.is_set():
-                try:
-                    other.copy_from(data + out["copies"])
-                    out["copies"] += 1
-                except Exception as exc:  # noqa: BLE001 - reported to the test
-                    out["copy_errors"].append(f"{type(exc).__name__}: {exc}")
-                    return
-
-        ctl.clear()
-        ctl.mark("start")
-        os.environ["FAKE_EXECUTE_DELAY_US"] = str(delay_us)
-        t = threading.Thread(target=copier)
-        t.start()
-        try:
+        with copies_alongside(dev, ctl, delay_us, out):
             for _ in range(captures):
                 try:
                     with dev.capture(stream=0) as step:
@@ -601,14 +580,6 @@ def copy_during_step_capture_case(backend_lib: str, *, captures: int = 3,
                     step.close()
                 except Exception as exc:  # noqa: BLE001 - reported to the test
                     out["capture_errors"].append(f"{type(exc).__name__}: {exc}")
-        finally:
-            os.environ.pop("FAKE_EXECUTE_DELAY_US", None)
-            stop.set()
-            t.join()
-        ctl.mark("end")
-        n = out["copies"]
-        out["copied_ok"] = bool(n) and bool(np.array_equal(other.to_numpy_sync(),
-                                                            data + (n - 1)))
         out["log"] = ctl.log()
     return out
 

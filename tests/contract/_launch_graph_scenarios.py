@@ -7,6 +7,7 @@ nothing, so these scenarios check the calls made, not data (tests/gpu does that)
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import shutil
@@ -193,12 +194,52 @@ def collected_in_a_cycle_case(backend_lib: str) -> dict:
                 "packs_freed": packs - _counts(lib)[4]}
 
 
+@contextlib.contextmanager
+def copies_alongside(dev, ctl, delay_us: int, out: dict):
+    """Run the block while another thread copies host data into a device array of
+    ``dev`` all the while (``GpuArray.copy_from``) and every fake ``cudnnBackendExecute``
+    takes ``delay_us``; ``ctl`` is marked "start" and "end" around it. Fills ``out``:
+    ``copies`` done, ``copy_errors`` (each failed copy's type and text), ``copied_ok``
+    (the last copy's bytes read back equal what was copied)."""
+    import threading
+
+    other = dev.empty((64,), np.float32)
+    stop = threading.Event()
+    out.update(copies=0, copy_errors=[])
+    data = np.arange(64, dtype=np.float32)
+
+    def copier():
+        while not stop.is_set():
+            try:
+                other.copy_from(data + out["copies"])
+                out["copies"] += 1
+            except Exception as exc:  # noqa: BLE001 - reported to the test
+                out["copy_errors"].append(f"{type(exc).__name__}: {exc}")
+                return
+
+    ctl.clear()
+    ctl.mark("start")
+    os.environ["FAKE_EXECUTE_DELAY_US"] = str(delay_us)
+    t = threading.Thread(target=copier)
+    t.start()
+    try:
+        yield
+    finally:
+        os.environ.pop("FAKE_EXECUTE_DELAY_US", None)
+        stop.set()
+        t.join()
+    ctl.mark("end")
+    n = out["copies"]
+    out["copied_ok"] = bool(n) and bool(np.array_equal(other.to_numpy_sync(),
+                                                        data + (n - 1)))
+
+
 def copy_during_capture_case(backend_lib: str, *, submits: int = 5,
                              delay_us: int = 20000) -> dict:
     """One thread submits one binding ``submits`` times (its capture included) while
     every ``cudnnBackendExecute`` takes ``delay_us``; another thread copies host data into
     a device array of the same device (``GpuArray.copy_from``, which orders the copy stream
-    after every compute stream's launched work) all the while.
+    after every compute stream's launched work) all the while (``copies_alongside``).
 
     Returns
     -------
@@ -207,44 +248,16 @@ def copy_during_capture_case(backend_lib: str, *, submits: int = 5,
         each failed copy), ``graph_launches`` of the binding, ``copied_ok`` (the last copy's
         bytes read back equal what was copied).
     """
-    import threading
-
     be = _backend(backend_lib)
     import hipdnn_async as hd
     ctl = control()
+    out = {}
     with hd.Device("cuda:0", streams=1) as dev:
         plan, vp = _fake_backend_conv(dev, be, "launch_graph_copy")
         plan.execute_sync(vp, stream=0)
-        other = dev.empty((64,), np.float32)
-        stop = threading.Event()
-        out = {"copies": 0, "copy_errors": []}
-        data = np.arange(64, dtype=np.float32)
-
-        def copier():
-            while not stop.is_set():
-                try:
-                    other.copy_from(data + out["copies"])
-                    out["copies"] += 1
-                except Exception as exc:  # noqa: BLE001 - reported to the test
-                    out["copy_errors"].append(f"{type(exc).__name__}: {exc}")
-                    return
-
-        ctl.clear()
-        ctl.mark("start")
-        os.environ["FAKE_EXECUTE_DELAY_US"] = str(delay_us)
-        t = threading.Thread(target=copier)
-        t.start()
-        try:
+        with copies_alongside(dev, ctl, delay_us, out):
             for _ in range(submits):
                 plan.submit(vp, stream=0).result()
-        finally:
-            os.environ.pop("FAKE_EXECUTE_DELAY_US", None)
-            stop.set()
-            t.join()
-        ctl.mark("end")
-        n = out["copies"]
-        out["copied_ok"] = bool(n) and bool(np.array_equal(other.to_numpy_sync(),
-                                                            data + (n - 1)))
         out["graph_launches"] = plan._bindings._entries[0].fn.graph_launches
         out["log"] = ctl.log()
         return out

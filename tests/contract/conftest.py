@@ -71,6 +71,17 @@ def fake_gpu(fake_libs, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def backend_lib(tmp_path_factory):
+    """The fake cuDNN backend API (``_launch_graph_scenarios.build_fake_backend``), built
+    once for the session; its path."""
+    from ._launch_graph_scenarios import build_fake_backend
+    try:
+        return build_fake_backend(str(tmp_path_factory.mktemp("fake_backend")))
+    except RuntimeError as exc:
+        unavailable(str(exc))
+
+
+@pytest.fixture(scope="session")
 def hdr(nvidia_headers, fake_libs):
     """The vendor headers' own values of the constants the tests compare against."""
     from ._expect import HEADER_NAMES, Header

@@ -7,20 +7,9 @@ waits for the capture to end instead: the copy and the capture both succeed.
 """
 from __future__ import annotations
 
-import pytest
 
 from . import _capture_scenarios as C
-from . import _launch_graph_scenarios as S
-from .conftest import unavailable
 from ._fakes import calls, violations
-
-
-@pytest.fixture(scope="module")
-def backend_lib(tmp_path_factory):
-    try:
-        return S.build_fake_backend(str(tmp_path_factory.mktemp("fake_backend")))
-    except RuntimeError as exc:
-        unavailable(str(exc))
 
 
 def test_copies_during_a_step_capture_wait_for_it_and_both_succeed(fake_gpu, backend_lib):

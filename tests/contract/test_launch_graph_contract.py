@@ -11,7 +11,6 @@ import pytest
 from hipdnn_async.providers.cudnn._graph_plan import GRAPH_AFTER
 
 from . import _launch_graph_scenarios as S
-from .conftest import unavailable
 from ._fakes import between, calls, violations
 from ._worker import FakeGpuProcess
 
@@ -19,14 +18,6 @@ SUBMITS = 6
 # cudaStreamCaptureModeThreadLocal (driver_types.h; the contract ABI test checks our
 # constant against the header)
 THREAD_LOCAL = 1
-
-
-@pytest.fixture(scope="module")
-def backend_lib(tmp_path_factory):
-    try:
-        return S.build_fake_backend(str(tmp_path_factory.mktemp("fake_backend")))
-    except RuntimeError as exc:
-        unavailable(str(exc))
 
 
 def _run(fake_gpu, backend_lib, **kw):
