@@ -13,6 +13,10 @@
 #               GPU_CHECK_ALL_ARGS="" runs literally everything)
 #   5 demo      hipdnn-async demo --device cuda:0 --json demo.json    -> demo.log
 #   6 bench     python bench/bench_gpu.py --json bench_gpu.json       -> bench_gpu.log
+#   7 diag      $GPU_CHECK_DIAG (a command line; only when set)         -> diag.log
+#
+# GPU_CHECK_STAGES picks stages by name (default "install env gpu-tests all-tests demo
+# bench diag"); install and env always run first when listed.
 #
 # Files under $OUT (8): setup.log pytest_gpu.log pytest_all.log demo.log demo.json
 # bench_gpu.log bench_gpu.json status.txt. One status line per stage is printed (and kept
@@ -31,6 +35,9 @@ PY="${PYTHON:-python3}"   # the device image's python3 is the one with torch
 BUDGET="${GPU_CHECK_BUDGET_S:-570}"
 ALL_ARGS="${GPU_CHECK_ALL_ARGS---ignore=tests/gpu}"
 BENCH_ARGS="${GPU_CHECK_BENCH_ARGS:-}"
+STAGES=" ${GPU_CHECK_STAGES:-install env gpu-tests all-tests demo bench diag} "
+DIAG="${GPU_CHECK_DIAG:-}"
+want() { [[ "$STAGES" == *" $1 "* ]]; }
 if [ -d /tmp/site ] && [[ ":${PYTHONPATH:-}:" != *":/tmp/site:"* ]]; then
     export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 fi
@@ -70,7 +77,7 @@ run_stage() {   # run_stage NAME CAP_S LOG CMD...  (output to LOG and to stdout)
 }
 
 # 1 install -------------------------------------------------------------------------------
-run_stage install 240 "$OUT/setup.log" \
+want install && run_stage install 240 "$OUT/setup.log" \
     "$PY" -m pip install -q --no-build-isolation --no-deps -e .
 
 # 2 environment ---------------------------------------------------------------------------
@@ -102,31 +109,38 @@ for name in ("torch", "cupy", "trio", "sklearn", "hypothesis", "onnx", "matplotl
 if not [d for d in hd.devices() if d != "cpu"]:
     sys.exit("no GPU device in hd.devices()")
 PYTHON
-run_stage env 60 "$OUT/setup.log" "$PY" "$ENV_PY"
+want env && run_stage env 60 "$OUT/setup.log" "$PY" "$ENV_PY"
 rm -f "$ENV_PY"
 { nvidia-smi 2>&1 || echo "nvidia-smi: not available"; } | head -n 12 | tee -a "$OUT/setup.log"
 
 # 3 GPU tests -----------------------------------------------------------------------------
-run_stage gpu-tests 300 "$OUT/pytest_gpu.log" \
+want gpu-tests && run_stage gpu-tests 300 "$OUT/pytest_gpu.log" \
     "$PY" -m pytest -q -m gpu tests/gpu -p no:cacheprovider --durations=15
 
 # 4 the whole suite -----------------------------------------------------------------------
 # shellcheck disable=SC2086
-run_stage all-tests 300 "$OUT/pytest_all.log" \
+want all-tests && run_stage all-tests 300 "$OUT/pytest_all.log" \
     "$PY" -m pytest -q -x -p no:cacheprovider --durations=10 $ALL_ARGS
 
 # 5 demo ----------------------------------------------------------------------------------
-run_stage demo 180 "$OUT/demo.log" \
+want demo && run_stage demo 180 "$OUT/demo.log" \
     "$PY" -m hipdnn_async demo --device "$SPEC" --json "$OUT/demo.json"
 
 # 6 benchmarks (bench_gpu.py stops starting conv layers a minute before the stage limit) --
-BENCH_LIMIT=$(left)
-[ "$BENCH_LIMIT" -gt 360 ] && BENCH_LIMIT=360
-# shellcheck disable=SC2086
-run_stage bench 360 "$OUT/bench_gpu.log" \
-    "$PY" bench/bench_gpu.py --device "$SPEC" \
-    --max-seconds $(( BENCH_LIMIT > 120 ? BENCH_LIMIT - 60 : 60 )) \
-    --json "$OUT/bench_gpu.json" $BENCH_ARGS
+if want bench; then
+    BENCH_LIMIT=$(left)
+    [ "$BENCH_LIMIT" -gt 360 ] && BENCH_LIMIT=360
+    # shellcheck disable=SC2086
+    run_stage bench 360 "$OUT/bench_gpu.log" \
+        "$PY" bench/bench_gpu.py --device "$SPEC" \
+        --max-seconds $(( BENCH_LIMIT > 120 ? BENCH_LIMIT - 60 : 60 )) \
+        --json "$OUT/bench_gpu.json" $BENCH_ARGS
+fi
+
+# 7 a diagnostic command line ---------------------------------------------------------------
+if want diag && [ -n "$DIAG" ]; then
+    run_stage diag 540 "$OUT/diag.log" bash -c "$DIAG"
+fi
 
 echo "[gpu_check] total $(( $(date +%s) - START ))s; files in $OUT: $(ls "$OUT" | tr '\n' ' ')" \
     | tee -a "$OUT/status.txt"

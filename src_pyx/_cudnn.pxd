@@ -58,6 +58,13 @@ ctypedef int (*f_bn_train_ex)(void*, int, int, const void*, const void*, void*, 
                               void*, const void*, void*, void*, void*, const void*,
                               const void*, double, void*, void*, double, void*, void*,
                               void*, void*, size_t, void*, size_t) noexcept nogil
+ctypedef int (*f_bn_bwd_ex_ws)(void*, int, int, void*, void*, void*, void*, void*, void*,
+                               void*, size_t*) noexcept nogil
+ctypedef int (*f_bn_bwd_ex)(void*, int, int, const void*, const void*, const void*,
+                            const void*, void*, const void*, void*, const void*, void*,
+                            const void*, void*, void*, void*, void*, void*, const void*,
+                            const void*, void*, void*, double, const void*, const void*,
+                            void*, void*, size_t, void*, size_t) noexcept nogil
 ctypedef int (*f_act_fwd)(void*, void*, const void*, void*, const void*, const void*,
                           void*, void*) noexcept nogil
 ctypedef int (*f_act_bwd)(void*, void*, const void*, void*, const void*, void*, const void*,
@@ -115,6 +122,8 @@ ctypedef struct CudnnFns:
     f_bn_ex_ws GetBatchNormalizationForwardTrainingExWorkspaceSize
     f_bn_ex_reserve GetBatchNormalizationTrainingExReserveSpaceSize
     f_bn_train_ex BatchNormalizationForwardTrainingEx
+    f_bn_bwd_ex_ws GetBatchNormalizationBackwardExWorkspaceSize
+    f_bn_bwd_ex BatchNormalizationBackwardEx
 
 
 cdef class CudnnTable(LibraryTable):

@@ -223,6 +223,9 @@ cdef class CudnnTable(LibraryTable):
             "GetBatchNormalizationTrainingExReserveSpaceSize")
         f.BatchNormalizationForwardTrainingEx = <f_bn_train_ex>lib.sym(
             "BatchNormalizationForwardTrainingEx")
+        f.GetBatchNormalizationBackwardExWorkspaceSize = <f_bn_bwd_ex_ws>lib.sym(
+            "GetBatchNormalizationBackwardExWorkspaceSize")
+        f.BatchNormalizationBackwardEx = <f_bn_bwd_ex>lib.sym("BatchNormalizationBackwardEx")
         self._version_number = version_of(f.GetVersion)
         return 0
 
@@ -713,3 +716,48 @@ def batchnorm_forward_training_ex(
                <void*>save_inv_variance, <void*>act, <void*>workspace, workspace_size,
                <void*>reserve, reserve_size)
     _check(st, b"BatchNormalizationForwardTrainingEx")
+
+
+def batchnorm_backward_ex_sizes(uintptr_t handle, int mode, uintptr_t xd, uintptr_t dyd,
+                                uintptr_t dxd, uintptr_t bnd):
+    """(workspace bytes, reserve-space bytes) of :func:`batchnorm_backward_ex` (bn_ops BN:
+    no y, z, dz or activation). The reserve space is what a TrainingEx call of the same
+    mode and x would write; a backward plan of its own has none to give."""
+    cdef size_t ws = 0, reserve = 0
+    cdef int ops = BN_OPS_BN
+    cdef f_bn_bwd_ex_ws fw = <f_bn_bwd_ex_ws>_need(
+        _T.f.GetBatchNormalizationBackwardExWorkspaceSize,
+        b"GetBatchNormalizationBackwardExWorkspaceSize")
+    cdef f_bn_ex_reserve fr = <f_bn_ex_reserve>_need(
+        _T.f.GetBatchNormalizationTrainingExReserveSpaceSize,
+        b"GetBatchNormalizationTrainingExReserveSpaceSize")
+    _check(fw(<void*>handle, mode, ops, <void*>xd, NULL, <void*>dyd, NULL, <void*>dxd,
+              <void*>bnd, NULL, &ws), b"GetBatchNormalizationBackwardExWorkspaceSize")
+    _check(fr(<void*>handle, mode, ops, NULL, <void*>xd, &reserve),
+           b"GetBatchNormalizationTrainingExReserveSpaceSize")
+    return ws, reserve
+
+
+def batchnorm_backward_ex(uintptr_t handle, int mode, uintptr_t xd, uintptr_t x,
+                          uintptr_t dyd, uintptr_t dy, uintptr_t dxd, uintptr_t dx,
+                          uintptr_t bnd, uintptr_t scale, uintptr_t dscale, uintptr_t dbias,
+                          double epsilon, uintptr_t saved_mean,
+                          uintptr_t saved_inv_variance, uintptr_t workspace,
+                          size_t workspace_size):
+    """``cudnnBatchNormalizationBackwardEx`` with bn_ops BN (no activation, no residual,
+    no reserve space): dx, dscale, dbias from x, dy and the saved statistics. The
+    channels-last fast path (SPATIAL_PERSISTENT), as PyTorch's channels-last backward."""
+    cdef float one = 1.0
+    cdef float zero = 0.0
+    cdef int ops = BN_OPS_BN
+    cdef f_bn_bwd_ex f = <f_bn_bwd_ex>_need(_T.f.BatchNormalizationBackwardEx,
+                                            b"BatchNormalizationBackwardEx")
+    cdef int st
+    with nogil:
+        st = f(<void*>handle, mode, ops, &one, &zero, &one, &zero, <void*>xd,
+               <const void*>x, NULL, NULL, <void*>dyd, <const void*>dy, NULL, NULL,
+               <void*>dxd, <void*>dx, <void*>bnd, <const void*>scale, NULL,
+               <void*>dscale, <void*>dbias, epsilon, <const void*>saved_mean,
+               <const void*>saved_inv_variance, NULL, <void*>workspace, workspace_size,
+               NULL, 0)
+    _check(st, b"BatchNormalizationBackwardEx")

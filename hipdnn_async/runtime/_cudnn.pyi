@@ -160,6 +160,14 @@ def batchnorm_forward_training_ex(handle: int, mode: int, bn_ops: int, xd: int, 
                                   act: int, workspace: int, workspace_size: int,
                                   reserve: int, reserve_size: int) -> None:
     """``cudnnBatchNormalizationForwardTrainingEx`` without z; ``bn_ops`` BN_OPS_BN or BN_OPS_BN_ACTIVATION."""
+def batchnorm_backward_ex_sizes(handle: int, mode: int, xd: int, dyd: int, dxd: int,
+                                bnd: int) -> tuple[int, int]:
+    """(workspace bytes, reserve-space bytes) of :func:`batchnorm_backward_ex`."""
+def batchnorm_backward_ex(handle: int, mode: int, xd: int, x: int, dyd: int, dy: int,
+                          dxd: int, dx: int, bnd: int, scale: int, dscale: int, dbias: int,
+                          epsilon: float, saved_mean: int, saved_inv_variance: int,
+                          workspace: int, workspace_size: int) -> None:
+    """``cudnnBatchNormalizationBackwardEx`` with bn_ops BN and no reserve space."""
 
 # ------------------------------------------------------------------ pointwise
 def activation_forward(handle: int, act: int, xd: int, x: int, yd: int, y: int) -> None:

@@ -447,3 +447,37 @@ def bn_in_place_case(dtype: str = "float32", layout: str = "NCHW") -> dict:
             ctl.mark("end")
         engine = plan.engine.name
     return {"checks": checks, "engine": engine, "log": ctl.log(), "violations": ctl.violations()}
+
+
+def bn_backward_reserve_case(layout: str = "NHWC") -> dict:
+    """Build BN_BACKWARD (fp16) on the legacy engine while cuDNN's size query asks for a
+    reserve space for the backward Ex call (the fake answers 0 for bnOps BN, as cuDNN 9.19
+    on the H200 does; here the binding's answer is patched to 128 bytes): the error, and
+    the call log."""
+    import hipdnn_async as hd
+    from hipdnn_async.runtime import _cudnn
+    from oracle._cases import DTYPES, LAYOUTS, Harness, rank_of
+
+    tp = _oracle_for_gpu()
+    ctl = control()
+    rng = np.random.default_rng([3, DTYPES.index("float16"), LAYOUTS.index(layout)])
+    real = _cudnn.batchnorm_backward_ex_sizes
+    _cudnn.batchnorm_backward_ex_sizes = lambda *a: (real(*a)[0], 128)
+    result = {"error": None}
+    try:
+        with hd.Device("cuda:0") as dev:
+            h = Harness("float16", layout, name="contract_bn_reserve")
+            tp.PATTERNS["BN_BACKWARD"](h, rank_of(layout), rng)
+            h._alloc_outputs()
+            ctl.clear()
+            ctl.mark("build")
+            try:
+                dev.build_sync(h.g, engine="CUDNN_LEGACY_ENGINE")
+            except Exception as exc:  # noqa: BLE001 - reported to the test
+                result.update(_error_facts(exc))
+            ctl.mark("end")
+    finally:
+        _cudnn.batchnorm_backward_ex_sizes = real
+    result["log"] = ctl.log()
+    result["violations"] = ctl.violations()
+    return result

@@ -37,10 +37,12 @@ def expected_sequence(pattern: str, dtype: str, layout: str) -> list[str]:
     when unclipped, else an in-place activation after it); the fused convolution refuses
     CLIPPED_RELU, so a clipped ReLU runs IDENTITY fused and then the activation; the
     BN-inference + DReLU + BN-backward recipe is OpTensor (k = scale * inv_variance), BN
-    inference of x with k (z), ActivationBackward (dz), BN backward of dz."""
+    inference of x with k (z), ActivationBackward (dz), BN backward of dz; channels-last
+    backward takes the Ex call, never the plain one."""
     cl = layout in CHANNELS_LAST
     clipped = CLIPPED[dtype]
     copies = ["cudaMemcpyAsync", "cudaMemcpyAsync"]
+    backward = "cudnnBatchNormalizationBackwardEx" if cl else "cudnnBatchNormalizationBackward"
     if pattern == "BN_INFERENCE_VARIANCE":
         return ["cudnnBatchNormalizationForwardInference"]
     if pattern == "BN_INFERENCE_DRELU_BACKWARD":
@@ -48,10 +50,9 @@ def expected_sequence(pattern: str, dtype: str, layout: str) -> list[str]:
             # the harness's intermediates are FLOAT: x and dy are converted (OpTensor), z and
             # dz computed in FLOAT, dz converted back (BnInferenceDreluBackwardPlan)
             return ["cudnnOpTensor", "cudnnOpTensor", "cudnnBatchNormalizationForwardInference",
-                    "cudnnOpTensor", "cudnnActivationBackward", "cudnnOpTensor",
-                    "cudnnBatchNormalizationBackward"]
+                    "cudnnOpTensor", "cudnnActivationBackward", "cudnnOpTensor", backward]
         return ["cudnnOpTensor", "cudnnBatchNormalizationForwardInference", "cudnnActivationBackward",
-                "cudnnBatchNormalizationBackward"]
+                backward]
     if pattern == "BN_TRAINING":
         return copies + ["cudnnBatchNormalizationForwardTrainingEx" if cl else
                          "cudnnBatchNormalizationForwardTraining"]
@@ -61,7 +62,7 @@ def expected_sequence(pattern: str, dtype: str, layout: str) -> list[str]:
             return copies + ["cudnnBatchNormalizationForwardTrainingEx"]
         return copies + ["cudnnBatchNormalizationForwardTraining", "cudnnActivationForward"]
     if pattern == "BN_BACKWARD":
-        return ["cudnnBatchNormalizationBackward"]
+        return [backward]
     if pattern == "CONV_FPROP":
         return ["cudnnConvolutionForward"]
     if pattern == "CONV_DGRAD":
@@ -125,7 +126,8 @@ def test_bn_training_arguments(cases, hdr, dtype, layout):
     cl = layout in CHANNELS_LAST
     r = calls(records, "cudnnBatchNormalizationForwardTrainingEx" if cl else
               "cudnnBatchNormalizationForwardTraining")[0]
-    assert r["mode"] == (hdr.CUDNN_BATCHNORM_SPATIAL_PERSISTENT if cl else hdr.CUDNN_BATCHNORM_SPATIAL)
+    # SPATIAL_PERSISTENT in every layout by default (knob cudnn_legacy.bn_persistent)
+    assert r["mode"] == hdr.CUDNN_BATCHNORM_SPATIAL_PERSISTENT
     assert_tensor_desc(hdr, r["xDesc"], t["x"], "x")
     assert_tensor_desc(hdr, r["yDesc"], t["y"], "y")
     _bn_desc_ok(hdr, r["bnScaleBiasMeanVarDesc"], t["x"]["dims"][1], len(t["x"]["dims"]))
@@ -186,8 +188,20 @@ def test_bn_inference_and_backward_arguments(cases, hdr, dtype, layout):
 
     case = cases("BN_BACKWARD", dtype, layout)
     t, p = case["tensors"], case["pointers"]
-    r = calls(exec_calls(case["log"], 1), "cudnnBatchNormalizationBackward")[0]
+    cl = layout in CHANNELS_LAST
+    r = calls(exec_calls(case["log"], 1), "cudnnBatchNormalizationBackwardEx" if cl else
+              "cudnnBatchNormalizationBackward")[0]
+    assert r["mode"] == hdr.CUDNN_BATCHNORM_SPATIAL_PERSISTENT
     assert (r["alphaDataDiff"], r["betaDataDiff"], r["alphaParamDiff"], r["betaParamDiff"]) == (1, 0, 1, 0)
+    if cl:   # bnOps BN: no y, dz, bias, activation or reserve space; the sized workspace
+        assert r["bnOps"] == hdr.CUDNN_BATCHNORM_OPS_BN
+        assert r["y"] == r["dz"] == r["bnBias"] == r["activationDesc"] == r["reserveSpace"] == 0
+        assert r["reserveSpaceSizeInBytes"] == 0
+        build = between(case["log"], "build", "stage")
+        ws = calls(build, "cudnnGetBatchNormalizationBackwardExWorkspaceSize")[-1]["size"]
+        assert r["workSpaceSizeInBytes"] >= ws and r["workspace"] != 0
+        reserve = calls(build, "cudnnGetBatchNormalizationTrainingExReserveSpaceSize")[-1]
+        assert reserve["bnOps"] == hdr.CUDNN_BATCHNORM_OPS_BN and reserve["size"] == 0
     for key in ("xDesc", "dyDesc", "dxDesc"):
         assert_tensor_desc(hdr, r[key], t[key[:-4]], key)
     for arg, role in (("x", "x"), ("dy", "dy"), ("dx", "dx"), ("bnScale", "scale"),

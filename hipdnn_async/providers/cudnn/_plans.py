@@ -18,8 +18,13 @@ How the patterns map (shared/reference/vendor-c-apis.md s.2.3-2.5):
   ``cudnnActivationForward`` (the fused Ex form needs NHWC + SPATIAL_PERSISTENT). cuDNN
   updates running statistics in place, so prev is first copied into next.
 - batchnorm backward: ``cudnnBatchNormalizationBackward`` with the saved statistics.
-- training and backward of channels-last tensors use CUDNN_BATCHNORM_SPATIAL_PERSISTENT (as
-  PyTorch does) when a trial run at build succeeds; SPATIAL otherwise.
+- channels-last training and backward run only the Ex calls
+  (``cudnnBatchNormalizationForwardTrainingEx`` / ``BackwardEx``) with
+  CUDNN_BATCHNORM_SPATIAL_PERSISTENT, as PyTorch's channels-last path: the plain calls take
+  1.7-4.6 ms there against 50-77 µs (shared/reference/gpu-fast-paths.md s.4), so where
+  cuDNN refuses the Ex form at the build's trial run the engine declines.
+- other layouts run the plain calls with SPATIAL_PERSISTENT (knob
+  ``cudnn_legacy.bn_persistent``, default 1) when a trial run succeeds, SPATIAL otherwise.
 - batchnorm inference + DReLU + batchnorm backward: cuDNN has no legacy call that recomputes
   from x, so: k = scale * inv_variance (``OpTensor`` MUL on C values); z = BN inference of x
   with scale k, bias, mean and variance 1, epsilon 0, which is exactly
@@ -104,9 +109,44 @@ class _BnPlan(ProviderPlan):
     def __init__(self, descs: dict, params: dict):
         self.d = descs          # role -> TensorDescriptor; "bn" the per-channel one
         self.p = params
-        # training / backward mode; the provider switches channels-last plans to
-        # SPATIAL_PERSISTENT after a trial run (10-60x faster there, measured on the H200)
+        # training / backward mode; the provider sets SPATIAL_PERSISTENT after a trial run
+        # (channels-last: 10-60x faster there; NCHW: 3-5x, measured on the H200)
         self.mode = _cudnn.BATCHNORM_SPATIAL
+        self.bwd_ex = None      # BackwardEx workspace bytes (aligned) once use_backward_ex ran
+
+    def use_backward_ex(self, handle: int, dyd) -> int:
+        """Run the batchnorm backward step through ``cudnnBatchNormalizationBackwardEx``
+        (bn_ops BN, ``self.mode``); ``dyd`` is the descriptor of the step's dy. Returns the
+        reserve-space bytes cuDNN asks for: a backward plan has no TrainingEx call to fill
+        one, so the caller declines when it is not 0 (then nothing is changed)."""
+        ws, reserve = _cudnn.batchnorm_backward_ex_sizes(
+            handle, self.mode, self.d["x"].ptr, dyd.ptr, self.d["dx"].ptr, self.d["bn"].ptr)
+        if reserve:
+            return reserve
+        self.bwd_ex = _align(ws)
+        self.workspace_size += self.bwd_ex
+        return 0
+
+    def _backward(self, h, b, ws, dyd, dy) -> None:
+        """The batchnorm backward step of x with gradient ``dy`` (descriptor ``dyd``):
+        the Ex call when chosen (its workspace at the end of the plan's), else the plain
+        one."""
+        d = self.d
+        if self.bwd_ex is not None:
+            n = self.bwd_ex
+            _cudnn.batchnorm_backward_ex(
+                h, self.mode, d["x"].ptr, b["x"], dyd, dy, d["dx"].ptr, b["dx"], d["bn"].ptr,
+                b["scale"], b["dscale"], b["dbias"], _BWD_EPSILON, b["mean"],
+                b["inv_variance"], ws + self.workspace_size - n if n else 0, n)
+            return
+        _cudnn.batchnorm_backward(h, d["x"].ptr, b["x"], dyd, dy, d["dx"].ptr, b["dx"],
+                                  d["bn"].ptr, b["scale"], b["dscale"], b["dbias"],
+                                  _BWD_EPSILON, b["mean"], b["inv_variance"], self.mode)
+
+    @property
+    def mode_name(self) -> str:
+        return ("SPATIAL_PERSISTENT" if self.mode == _cudnn.BATCHNORM_SPATIAL_PERSISTENT
+                else "SPATIAL")
 
 
 class BnInferencePlan(_BnPlan):
@@ -155,10 +195,6 @@ class BnTrainingPlan(_BnPlan):
         self.workspace_size = self.stats_size + _align(ws) + _align(reserve)
         self.algorithm = "SPATIAL_PERSISTENT Ex" + (", ReLU fused" if self.relu_only else "")
 
-    def drop_ex(self) -> None:
-        """Back to the plain training call (the Ex one declined at its trial run)."""
-        self.ex, self.workspace_size, self.algorithm = None, self.stats_size, None
-
     def run(self, b, workspace) -> None:
         res, h = handle_for_launch()
         d, p = self.d, self.p
@@ -200,11 +236,9 @@ _BWD_EPSILON = 1e-5
 
 class BnBackwardPlan(_BnPlan):
     def run(self, b, workspace) -> None:
-        _, h = handle_for_launch()
-        d = self.d
-        _cudnn.batchnorm_backward(h, d["x"].ptr, b["x"], d["dy"].ptr, b["dy"], d["dx"].ptr,
-                                  b["dx"], d["bn"].ptr, b["scale"], b["dscale"], b["dbias"],
-                                  _BWD_EPSILON, b["mean"], b["inv_variance"], self.mode)
+        res, h = handle_for_launch()
+        self._backward(h, b, res.workspace(workspace, self.workspace_size), self.d["dy"].ptr,
+                       b["dy"])
 
 
 class BnInferenceDreluBackwardPlan(_BnPlan):
@@ -274,6 +308,4 @@ class BnInferenceDreluBackwardPlan(_BnPlan):
                                                b["bias"], b["mean"], self.ones.ptr, 0.0)
             _cudnn.activation_backward(h, self.act.ptr, d["z"].ptr, z, d["dy"].ptr, b["dy"],
                                        d["z"].ptr, z, d["z"].ptr, dz)
-        _cudnn.batchnorm_backward(h, d["x"].ptr, b["x"], d["z"].ptr, dz, d["dx"].ptr, b["dx"],
-                                  bn, b["scale"], b["dscale"], b["dbias"], _BWD_EPSILON,
-                                  b["mean"], b["inv_variance"], self.mode)
+        self._backward(h, b, ws, d["z"].ptr, dz)

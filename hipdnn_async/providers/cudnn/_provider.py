@@ -49,6 +49,9 @@ log = logging.getLogger("hipdnn_async")
 CUDNN_ENGINE_NAME = "CUDNN_LEGACY_ENGINE"
 LEGACY_DETERMINISTIC = "cudnn_legacy.deterministic"
 LEGACY_ALLOW_FFT = "cudnn_legacy.allow_fft"
+LEGACY_BN_PERSISTENT = "cudnn_legacy.bn_persistent"
+_BN_MODE_PATTERNS = (Pattern.BN_TRAINING, Pattern.BN_TRAINING_RELU, Pattern.BN_BACKWARD,
+                     Pattern.BN_INFERENCE_DRELU_BACKWARD)
 _CONV = (Pattern.CONV_FPROP, Pattern.CONV_DGRAD, Pattern.CONV_WGRAD)
 _IMPLICIT_PRECOMP_GEMM = 1
 
@@ -71,10 +74,12 @@ class LegacyEngine(ProviderEngine):
              "CUDNN_NOT_PROPAGATE_NAN), except where cuDNN fuses the ReLU into channels-last "
              "batchnorm training (plan.algorithm 'SPATIAL_PERSISTENT Ex, ReLU fused'): there "
              "NaN propagates (seen on the H200, cuDNN 9.19). Channels-last batchnorm "
-             "backward (alone or after BN inference + DReLU) runs the plain "
-             "cudnnBatchNormalizationBackward, 22-48x slower than the graph engine's "
-             "NORM_BACKWARD on the H200 (bench/results/h200_diag_bn_legacy.log), which "
-             "ranks first for it")
+             "training and backward (alone or after BN inference + DReLU) run only "
+             "cuDNN's Ex calls with SPATIAL_PERSISTENT (PyTorch's channels-last path; the "
+             "plain calls are 20-60x slower there), declined where cuDNN refuses them; "
+             "other layouts run SPATIAL_PERSISTENT unless "
+             f"'{LEGACY_BN_PERSISTENT}' = 0 (SPATIAL, PyTorch's NCHW choice); "
+             "plan.algorithm names the mode")
 
     def knobs(self, match):
         return self.provider._legacy_knobs(match)
@@ -129,7 +134,14 @@ class CudnnProvider(Provider):
                                          "ALGO_3 atomics: bitwise-reproducible results)"))
             knobs.append(_fft.fft_knob(LEGACY_ALLOW_FFT, "cuDNN's FFT / FFT_TILING algorithms"))
             return knobs
-        return _tuning.engine_knobs(match)
+        knobs = _tuning.engine_knobs(match)
+        if match.pattern in _BN_MODE_PATTERNS and not is_channels_last(match.tensors["x"]):
+            knobs.append(_knobs.Knob(
+                LEGACY_BN_PERSISTENT, "int64", 1, 0, 1,
+                "1: CUDNN_BATCHNORM_SPATIAL_PERSISTENT (faster; cuDNN may reduce in scaled "
+                "integers there and overflow to Inf/NaN on very large inputs); 0: "
+                "CUDNN_BATCHNORM_SPATIAL, PyTorch's NCHW mode"))
+        return knobs
 
     @staticmethod
     def _offers_determinism(setup, raw) -> bool:
@@ -228,18 +240,21 @@ class CudnnProvider(Provider):
         channels = x.dims[1]
         if pattern == Pattern.BN_INFERENCE_VARIANCE:
             return _plans.BnInferencePlan(descs, params)
+        persistent = bool(knobs.get(LEGACY_BN_PERSISTENT, 1))
         if pattern in (Pattern.BN_TRAINING, Pattern.BN_TRAINING_RELU):
             if "next_running_mean" in t and p.get("momentum") is None:
                 raise NotSupportedError(f"{where}: running statistics need a momentum")
-            return self._persistent(match, _plans.BnTrainingPlan(
+            return self._bn_mode(match, _plans.BnTrainingPlan(
                 descs, params, channels, p.get("relu_upper_clip"),
                 relu=pattern == Pattern.BN_TRAINING_RELU,
-                virtual=frozenset(r for r, tensor in t.items() if tensor.is_virtual)))
+                virtual=frozenset(r for r, tensor in t.items() if tensor.is_virtual)),
+                persistent, where)
         if pattern == Pattern.BN_BACKWARD:
-            return self._persistent(match, _plans.BnBackwardPlan(descs, params))
+            return self._bn_mode(match, _plans.BnBackwardPlan(descs, params), persistent, where)
         # BN_INFERENCE_DRELU_BACKWARD: z and dz in packed x layout in the workspace, z in
         # the graph's intermediate type (the BN-inference output's)
-        plan = self._persistent(match, self._drelu_plan(match, descs, params, where))
+        plan = self._bn_mode(match, self._drelu_plan(match, descs, params, where), persistent,
+                             where)
         if plan.convert:
             try:
                 self._build.trial(match, plan)
@@ -285,28 +300,58 @@ class CudnnProvider(Provider):
         arr.copy_from(np.full(dims, value, dtype))
         return arr
 
-    def _persistent(self, match, plan):
-        """Channels-last batchnorm: the fastest form a trial run on scratch buffers takes,
-        in order: training through the Ex call (SPATIAL_PERSISTENT, ReLU fused), the plain
-        call with SPATIAL_PERSISTENT, the plain call with SPATIAL."""
+    def _bn_mode(self, match, plan, persistent: bool, where: str):
+        """The batchnorm call form and mode of ``plan``, each checked by a trial run on
+        scratch buffers; ``plan.algorithm`` names the choice.
+
+        Channels-last x: only cuDNN's Ex calls with SPATIAL_PERSISTENT (training: ReLU
+        fused when unclipped; backward, alone or after BN inference + DReLU:
+        ``cudnnBatchNormalizationBackwardEx``). The plain calls take 1.7-4.6 ms there
+        against 50-77 µs (shared/reference/gpu-fast-paths.md s.4, 32x64x112x112 fp16) and
+        are never used: where cuDNN refuses the Ex form, the engine declines. Other
+        layouts: the plain calls, SPATIAL_PERSISTENT when ``persistent`` (knob
+        ``cudnn_legacy.bn_persistent``) and the trial succeeds, else SPATIAL.
+
+        Raises
+        ------
+        NotSupportedError
+            Channels-last x and cuDNN refuses the Ex call (or a backward Ex call asks for
+            a reserve space, which only a TrainingEx call fills).
+        """
         if not is_channels_last(match.tensors["x"]):
+            if persistent:
+                plan.mode = _cudnn.BATCHNORM_SPATIAL_PERSISTENT
+                try:
+                    self._build.trial(match, plan)
+                except _cudnn.CudnnError as exc:
+                    log.info("%s: SPATIAL_PERSISTENT batchnorm declined (%s); using SPATIAL",
+                             where, exc)
+                    plan.mode = _cudnn.BATCHNORM_SPATIAL
+            if plan.algorithm is None:
+                plan.algorithm = plan.mode_name
             return plan
         plan.mode = _cudnn.BATCHNORM_SPATIAL_PERSISTENT
-        bufs = self._build.scratch_pack(match)
-        if isinstance(plan, _plans.BnTrainingPlan):
-            try:
-                with self._build.lock:
-                    plan.use_ex(self._build.handle())
-                self._build.trial(match, plan, bufs)
-                return plan
-            except _cudnn.CudnnError as exc:
-                log.info("batchnorm training Ex declined (%s)", exc)
-                plan.drop_ex()
         try:
-            self._build.trial(match, plan, bufs)
+            with self._build.lock:
+                handle = self._build.handle()
+                if isinstance(plan, _plans.BnTrainingPlan):
+                    plan.use_ex(handle)
+                else:
+                    dyd = plan.d["z"] if "z" in plan.d else plan.d["dy"]
+                    reserve = plan.use_backward_ex(handle, dyd)
+                    if reserve:
+                        raise NotSupportedError(
+                            f"{where}: cudnnBatchNormalizationBackwardEx asks for a "
+                            f"{reserve}-byte reserve space for channels-last x, which only "
+                            "a cudnnBatchNormalizationForwardTrainingEx call fills; the plain "
+                            "backward call is 20-60x slower there and is not used")
+                    plan.algorithm = "SPATIAL_PERSISTENT Ex"
+            self._build.trial(match, plan)
         except _cudnn.CudnnError as exc:
-            log.info("SPATIAL_PERSISTENT batchnorm declined (%s); using SPATIAL", exc)
-            plan.mode = _cudnn.BATCHNORM_SPATIAL
+            raise NotSupportedError(
+                f"{where}: cuDNN refused its Ex batchnorm call (SPATIAL_PERSISTENT) for "
+                f"channels-last x: {exc}; the plain call is 20-60x slower there and is not "
+                "used") from exc
         return plan
 
     def _bn_descriptor(self, x, where):

@@ -1,4 +1,4 @@
-/* libfakecudnn.so: batch normalization (inference, training, training Ex, backward),
+/* libfakecudnn.so: batch normalization (inference, training, training Ex, backward, backward Ex),
  * activation forward/backward and OpTensor.
  *
  * Rules kept from the cuDNN API reference (cudnn_ops.h, cuDNN 9):
@@ -270,18 +270,23 @@ cudnnStatus_t cudnnGetBatchNormalizationTrainingExReserveSpaceSize(cudnnHandle_t
     return fcd_done(R, CUDNN_STATUS_SUCCESS);
 }
 
-cudnnStatus_t cudnnBatchNormalizationBackward(cudnnHandle_t handle, cudnnBatchNormMode_t mode,
-        const void *alphaDataDiff, const void *betaDataDiff, const void *alphaParamDiff,
-        const void *betaParamDiff, const cudnnTensorDescriptor_t xDesc, const void *x,
-        const cudnnTensorDescriptor_t dyDesc, const void *dy, const cudnnTensorDescriptor_t dxDesc, void *dx,
-        const cudnnTensorDescriptor_t dBnScaleBiasDesc, const void *bnScale, void *dBnScaleResult,
-        void *dBnBiasResult, double epsilon, const void *savedMean, const void *savedInvVariance) {
-    BEGIN("cudnnBatchNormalizationBackward");
+static cudnnStatus_t backward(fake_rec *R, const char *FN, cudnnHandle_t handle, cudnnBatchNormMode_t mode,
+                              int bn_ops, const void *alphaDataDiff, const void *betaDataDiff,
+                              const void *alphaParamDiff, const void *betaParamDiff,
+                              cudnnTensorDescriptor_t xDesc, const void *x, cudnnTensorDescriptor_t yDesc,
+                              const void *y, cudnnTensorDescriptor_t dyDesc, const void *dy,
+                              cudnnTensorDescriptor_t dzDesc, void *dz, cudnnTensorDescriptor_t dxDesc,
+                              void *dx, cudnnTensorDescriptor_t dBnScaleBiasDesc, const void *bnScale,
+                              const void *bnBias, void *dBnScaleResult, void *dBnBiasResult, double epsilon,
+                              const void *savedMean, const void *savedInvVariance,
+                              cudnnActivationDescriptor_t actDesc, void *ws, size_t ws_size, void *reserve,
+                              size_t reserve_size, int ex) {
     struct cudnnContext *h = fcd_handle(handle);
     struct cudnnTensorStruct *xd = fcd_tensor(xDesc), *dyd = fcd_tensor(dyDesc), *dxd = fcd_tensor(dxDesc),
                              *bd = fcd_tensor(dBnScaleBiasDesc);
     fake_rec_int(R, "handle", h ? h->id : 0);
     fake_rec_int(R, "mode", mode);
+    if (ex) fake_rec_int(R, "bnOps", bn_ops);
     fcd_rec_tensor(R, "xDesc", xd);
     fcd_rec_tensor(R, "dyDesc", dyd);
     fcd_rec_tensor(R, "dxDesc", dxd);
@@ -296,6 +301,12 @@ cudnnStatus_t cudnnBatchNormalizationBackward(cudnnHandle_t handle, cudnnBatchNo
     fake_rec_ptr(R, "dBnBiasResult", dBnBiasResult);
     fake_rec_double(R, "epsilon", epsilon);
     fake_rec_ptr(R, "savedMean", savedMean); fake_rec_ptr(R, "savedInvVariance", savedInvVariance);
+    if (ex) {
+        fake_rec_ptr(R, "y", y); fake_rec_ptr(R, "dz", dz); fake_rec_ptr(R, "bnBias", bnBias);
+        fake_rec_ptr(R, "activationDesc", actDesc);
+        fake_rec_ptr(R, "workspace", ws); fake_rec_uint(R, "workSpaceSizeInBytes", ws_size);
+        fake_rec_ptr(R, "reserveSpace", reserve); fake_rec_uint(R, "reserveSpaceSizeInBytes", reserve_size);
+    }
     fake_stream *s = h ? fcd_stream(h, FN) : NULL;
     fake_rec_int(R, "stream", fake_stream_id(s));
     INJECT();
@@ -307,6 +318,19 @@ cudnnStatus_t cudnnBatchNormalizationBackward(cudnnHandle_t handle, cudnnBatchNo
         FAIL(CUDNN_STATUS_BAD_PARAM, "%s: one saved statistic is NULL", FN);
     if (!alphaDataDiff || !betaDataDiff || !alphaParamDiff || !betaParamDiff)
         FAIL(CUDNN_STATUS_BAD_PARAM_NULL_POINTER, "%s: NULL scaling factor", FN);
+    if (ex) {
+        /* only bnOps BN is in the fake: BN_ACTIVATION / BN_ADD_ACTIVATION need the forward y
+         * and the TrainingEx reserve space */
+        if (bn_ops != CUDNN_BATCHNORM_OPS_BN || actDesc || yDesc || y || dzDesc || dz)
+            FAIL(CUDNN_STATUS_NOT_SUPPORTED, "%s: bnOps %d (only BN, without y, dz or activation, is in the fake)",
+                 FN, bn_ops);
+        size_t need_ws = (size_t)xd->dims[1] * 8 + 64;
+        if (ws_size < need_ws) FAIL(CUDNN_STATUS_BAD_PARAM, "%s: workspace %zu < %zu", FN, ws_size, need_ws);
+        if (ws_size && !fake_mem_check(ws, ws_size, FN, "workSpace"))
+            FAIL(CUDNN_STATUS_EXECUTION_FAILED, "%s: the workspace is not device memory", FN);
+        if (reserve_size && !fake_mem_check(reserve, reserve_size, FN, "reserveSpace"))
+            FAIL(CUDNN_STATUS_EXECUTION_FAILED, "%s: the reserve space is not device memory", FN);
+    }
     ops_job *j = (ops_job *)calloc(1, sizeof *j);
     j->kind = 2;
     j->eps = epsilon;
@@ -322,6 +346,55 @@ cudnnStatus_t cudnnBatchNormalizationBackward(cudnnHandle_t handle, cudnnBatchNo
     }
     if (!ok) { free(j); FAIL(CUDNN_STATUS_EXECUTION_FAILED, "%s: an operand is not device memory", FN); }
     fake_stream_enqueue(s, FN, run_ops, j, free);
+    return fcd_done(R, CUDNN_STATUS_SUCCESS);
+}
+
+cudnnStatus_t cudnnBatchNormalizationBackward(cudnnHandle_t handle, cudnnBatchNormMode_t mode,
+        const void *alphaDataDiff, const void *betaDataDiff, const void *alphaParamDiff,
+        const void *betaParamDiff, const cudnnTensorDescriptor_t xDesc, const void *x,
+        const cudnnTensorDescriptor_t dyDesc, const void *dy, const cudnnTensorDescriptor_t dxDesc, void *dx,
+        const cudnnTensorDescriptor_t dBnScaleBiasDesc, const void *bnScale, void *dBnScaleResult,
+        void *dBnBiasResult, double epsilon, const void *savedMean, const void *savedInvVariance) {
+    BEGIN("cudnnBatchNormalizationBackward");
+    return backward(R, FN, handle, mode, CUDNN_BATCHNORM_OPS_BN, alphaDataDiff, betaDataDiff, alphaParamDiff,
+                    betaParamDiff, xDesc, x, NULL, NULL, dyDesc, dy, NULL, NULL, dxDesc, dx, dBnScaleBiasDesc,
+                    bnScale, NULL, dBnScaleResult, dBnBiasResult, epsilon, savedMean, savedInvVariance, NULL,
+                    NULL, 0, NULL, 0, 0);
+}
+
+cudnnStatus_t cudnnBatchNormalizationBackwardEx(cudnnHandle_t handle, cudnnBatchNormMode_t mode,
+        cudnnBatchNormOps_t bnOps, const void *alphaDataDiff, const void *betaDataDiff,
+        const void *alphaParamDiff, const void *betaParamDiff, const cudnnTensorDescriptor_t xDesc,
+        const void *xData, const cudnnTensorDescriptor_t yDesc, const void *yData,
+        const cudnnTensorDescriptor_t dyDesc, const void *dyData, const cudnnTensorDescriptor_t dzDesc,
+        void *dzData, const cudnnTensorDescriptor_t dxDesc, void *dxData,
+        const cudnnTensorDescriptor_t dBnScaleBiasDesc, const void *bnScaleData, const void *bnBiasData,
+        void *dBnScaleData, void *dBnBiasData, double epsilon, const void *savedMean,
+        const void *savedInvVariance, const cudnnActivationDescriptor_t activationDesc, void *workSpace,
+        size_t workSpaceSizeInBytes, void *reserveSpace, size_t reserveSpaceSizeInBytes) {
+    BEGIN("cudnnBatchNormalizationBackwardEx");
+    return backward(R, FN, handle, mode, (int)bnOps, alphaDataDiff, betaDataDiff, alphaParamDiff, betaParamDiff,
+                    xDesc, xData, yDesc, yData, dyDesc, dyData, dzDesc, dzData, dxDesc, dxData,
+                    dBnScaleBiasDesc, bnScaleData, bnBiasData, dBnScaleData, dBnBiasData, epsilon, savedMean,
+                    savedInvVariance, activationDesc, workSpace, workSpaceSizeInBytes, reserveSpace,
+                    reserveSpaceSizeInBytes, 1);
+}
+
+cudnnStatus_t cudnnGetBatchNormalizationBackwardExWorkspaceSize(cudnnHandle_t handle, cudnnBatchNormMode_t mode,
+        cudnnBatchNormOps_t bnOps, const cudnnTensorDescriptor_t xDesc, const cudnnTensorDescriptor_t yDesc,
+        const cudnnTensorDescriptor_t dyDesc, const cudnnTensorDescriptor_t dzDesc,
+        const cudnnTensorDescriptor_t dxDesc, const cudnnTensorDescriptor_t dBnScaleBiasDesc,
+        const cudnnActivationDescriptor_t activationDesc, size_t *sizeInBytes) {
+    BEGIN("cudnnGetBatchNormalizationBackwardExWorkspaceSize");
+    struct cudnnTensorStruct *xd = fcd_tensor(xDesc);
+    fake_rec_int(R, "mode", mode);
+    fake_rec_int(R, "bnOps", bnOps);
+    fcd_rec_tensor(R, "xDesc", xd);
+    (void)yDesc; (void)dyDesc; (void)dzDesc; (void)dxDesc; (void)dBnScaleBiasDesc; (void)activationDesc;
+    INJECT();
+    if (!fcd_handle(handle) || !xd || !sizeInBytes) return fcd_done(R, CUDNN_STATUS_BAD_PARAM);
+    *sizeInBytes = (size_t)xd->dims[1] * 8 + 64;
+    fake_rec_uint(R, "size", *sizeInBytes);
     return fcd_done(R, CUDNN_STATUS_SUCCESS);
 }
 

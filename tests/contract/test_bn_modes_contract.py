@@ -1,0 +1,71 @@
+"""The legacy cuDNN engine's batchnorm call forms on the fake cuDNN (providers/cudnn/
+_provider.py ``_bn_mode``): channels-last training and backward run only the Ex calls,
+and where cuDNN refuses them the engine declines rather than fall back to the plain calls
+(20-60x slower there); other layouts run SPATIAL_PERSISTENT, SPATIAL with the knob
+``cudnn_legacy.bn_persistent`` = 0 or where cuDNN refuses PERSISTENT at the trial run.
+The default call sequences and arguments: test_patterns_contract.py."""
+from __future__ import annotations
+
+import pytest
+
+import hipdnn_async as hd
+
+from . import _scenarios
+from ._expect import assert_results
+from ._fakes import between, calls, violations
+
+KNOB = "cudnn_legacy.bn_persistent"
+PLAIN = {"BN_TRAINING": "cudnnBatchNormalizationForwardTraining",
+         "BN_BACKWARD": "cudnnBatchNormalizationBackward"}
+EX = {"BN_TRAINING": "cudnnBatchNormalizationForwardTrainingEx",
+      "BN_BACKWARD": "cudnnBatchNormalizationBackwardEx"}
+
+
+@pytest.mark.parametrize("pattern", ["BN_TRAINING", "BN_BACKWARD"])
+def test_nchw_knob_0_runs_spatial(fake_gpu, hdr, pattern):
+    case = fake_gpu.call(_scenarios.pattern_case, pattern, "float32", "NCHW", knobs={KNOB: 0})
+    assert not violations(case["log"]), violations(case["log"])
+    assert case["plan"]["algorithm"] == "SPATIAL" and case["plan"]["knobs"][KNOB] == 0
+    for i in range(2):
+        run = between(case["log"], f"exec{i}", f"exec{i + 1}" if i == 0 else "read")
+        r = calls(run, PLAIN[pattern])
+        assert len(r) == 1 and r[0]["mode"] == hdr.CUDNN_BATCHNORM_SPATIAL, r
+    assert_results(case)
+
+
+@pytest.mark.parametrize("pattern", ["BN_TRAINING", "BN_BACKWARD"])
+def test_nchw_persistent_refused_at_the_trial_runs_spatial(fake_gpu, hdr, pattern):
+    r = fake_gpu.call(_scenarios.error_case, pattern, "float32", "NCHW",
+                      inject=[(PLAIN[pattern], hdr.CUDNN_STATUS_NOT_SUPPORTED, 1, 1)])
+    assert not violations(r["log"]), violations(r["log"])
+    assert r["error"] is None, r.get("message")
+    assert r["plan"]["algorithm"] == "SPATIAL"
+    build = between(r["log"], "build", "exec0")
+    trials = calls(build, PLAIN[pattern])
+    assert [(t["mode"], t["status"]) for t in trials] == [
+        (hdr.CUDNN_BATCHNORM_SPATIAL_PERSISTENT, hdr.CUDNN_STATUS_NOT_SUPPORTED),
+        (hdr.CUDNN_BATCHNORM_SPATIAL, 0)][:len(trials)]
+    run = calls(between(r["log"], "exec0", "read"), PLAIN[pattern])
+    assert run and all(c["mode"] == hdr.CUDNN_BATCHNORM_SPATIAL for c in run), run
+    assert_results(dict(r, plan=r["plan"]))
+
+
+@pytest.mark.parametrize("pattern", ["BN_TRAINING", "BN_BACKWARD"])
+def test_channels_last_ex_refused_is_a_decline_never_the_plain_call(fake_gpu, hdr, pattern):
+    r = fake_gpu.call(_scenarios.error_case, pattern, "float16", "NHWC", then_run=False,
+                      inject=[(EX[pattern], hdr.CUDNN_STATUS_NOT_SUPPORTED, 1, 99)])
+    assert not violations(r["log"]), violations(r["log"])
+    assert isinstance(r["error"], hd.NotSupportedError), r.get("mro")
+    assert "CUDNN_LEGACY_ENGINE" in r["message"] and "SPATIAL_PERSISTENT" in r["message"]
+    assert "channels-last" in r["message"], r["message"]
+    assert calls(r["log"], EX[pattern]), "the Ex call was never tried"
+    assert calls(r["log"], PLAIN[pattern]) == [], "the plain call ran on channels-last data"
+
+
+def test_channels_last_backward_asking_for_a_reserve_space_is_declined(fake_gpu):
+    r = fake_gpu.call(_scenarios.bn_backward_reserve_case)
+    assert not violations(r["log"]), violations(r["log"])
+    assert isinstance(r["error"], hd.NotSupportedError), r.get("mro")
+    assert "128-byte reserve space" in r["message"] and "BN_BACKWARD" in r["message"]
+    assert calls(r["log"], "cudnnBatchNormalizationBackwardEx") == []
+    assert calls(r["log"], "cudnnBatchNormalizationBackward") == []
