@@ -690,7 +690,7 @@ BN_PASSES = {"train": 3, "backward": 5}
 # (atol, rtol) of batchnorm backward by I/O dtype: tests/oracle/_cases.py TOL["bn_backward"]
 # (hipDNN batchnorm::getToleranceBackward, fp16 raised to 1e-3); dscale and dbias are FLOAT
 # outputs and take the float32 entry (as tests/gpu/test_torch_peer_gpu.py)
-BN_BACKWARD_TOL = {"float32": 2e-3, "float16": 1e-3, "bfloat16": 3e-3}
+BN_BACKWARD_TOL = {"float32": 2e-3, "float16": 1e-3, "bfloat16": 4e-3}   # tests/oracle/_cases.TOL
 BN_COPY_TARGET = 75.0          # issue 11: NHWC training / backward >= 75 % of copy bandwidth
 BN_BENCHED = ("train", "backward")   # the passes also built with global.benchmarking = 1
 

@@ -52,8 +52,10 @@ TOL = {
     # batchnorm::getToleranceInference 2e-4 / 5e-4 / 5e-3
     "bn_inference": {"float32": 2e-4, "float16": 5e-4, "bfloat16": 5e-3},
     # batchnorm::getToleranceBackward 2e-3 / 4e-4 / 3e-3. fp16: 4e-4 is below fp16's
-    # unit roundoff 4.9e-4 (it would reject correctly rounded dx with |dx| > ~4), so 1e-3.
-    "bn_backward": {"float32": 2e-3, "float16": 1e-3, "bfloat16": 3e-3},
+    # unit roundoff 4.9e-4 (it would reject correctly rounded dx with |dx| > ~4), so 1e-3;
+    # bf16: 3e-3 is below bf16's 3.9e-3 (correctly rounded dx with |dx| > ~3.3 failed), so
+    # 4e-3.
+    "bn_backward": {"float32": 2e-3, "float16": 1e-3, "bfloat16": 4e-3},
     # pointwise::getTolerance 1e-5 / 1e-3 / 1e-2
     "pointwise": {"float32": 1e-5, "float16": 1e-3, "bfloat16": 1e-2},
 }

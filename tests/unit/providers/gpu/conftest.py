@@ -34,6 +34,7 @@ FORBIDDEN_IN_RUN = frozenset({
     "gpu.event_destroy", "gpu.memcpy", "gpu.set_device",
     "cudnn.create", "cudnn.destroy", "cudnn.set_stream", "cudnn.get_algorithms",
     "cudnn.find_algorithms", "cudnn.workspace_size", "cudnn.batchnorm_training_ex_sizes",
+    "cudnn.batchnorm_backward_ex_sizes",
     "cudnn.TensorDescriptor", "cudnn.FilterDescriptor", "cudnn.ConvolutionDescriptor",
     "cudnn.ActivationDescriptor", "cudnn.OpTensorDescriptor",
 })
@@ -268,6 +269,11 @@ class FakeCudnn:
     def batchnorm_training_ex_sizes(self, *args):
         self._rec.record("cudnn.batchnorm_training_ex_sizes", args)
         return self.EX_SIZES
+
+    def batchnorm_backward_ex_sizes(self, *args):
+        # (workspace, reserve): no reserve space for bnOps BN, as cuDNN 9.19 answers
+        self._rec.record("cudnn.batchnorm_backward_ex_sizes", args)
+        return self.EX_SIZES[0], 0
 
 
 def _install(monkeypatch, *, pooled=True):

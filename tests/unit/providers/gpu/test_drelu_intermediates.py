@@ -51,8 +51,11 @@ def test_low_precision_io_computes_z_and_dz_in_float(fake_cuda, monkeypatch, dty
     h = _case(dtype, layout, monkeypatch)
     plan, calls = _run_calls(fake_cuda, h)
     names = [n.split(".")[1] for n, _ in calls]
+    # channels-last: the Ex backward call (its dy descriptor and dy one argument later)
+    ex = layout == "NHWC"
     assert names == ["op_tensor", "op_tensor", "batchnorm_forward_inference", "op_tensor",
-                     "activation_backward", "op_tensor", "batchnorm_backward"]
+                     "activation_backward", "op_tensor",
+                     "batchnorm_backward_ex" if ex else "batchnorm_backward"]
     f32, io = real_cudnn.DATA_FLOAT, DTYPE_CODE[dtype]
     _, to_x, bn_inf, to_dy, act, back, bn_bwd = (a for _, a in calls)
     # conversions: A (and B) in one type, C in the other
@@ -65,7 +68,7 @@ def test_low_precision_io_computes_z_and_dz_in_float(fake_cuda, monkeypatch, dty
     # the converted x feeds BN inference; the DReLU reads z and the converted dy
     assert bn_inf[2] == to_x[9] and act[3] == bn_inf[4] == act[7] and act[5] == to_dy[9]
     # dz converted back is what batchnorm backward reads, in the I/O type
-    assert bn_bwd[4] == back[9] and _dtype_of(fake_cuda, bn_bwd[3]) == io
+    assert bn_bwd[4 + ex] == back[9] and _dtype_of(fake_cuda, bn_bwd[3 + ex]) == io
     assert plan._pplan.convert and fake_cuda.violations == []
 
 
@@ -75,7 +78,7 @@ def test_no_conversion_where_the_intermediate_type_is_the_io_type(fake_cuda, mon
     h = _case(dtype, "NHWC", monkeypatch, intermediate)
     plan, calls = _run_calls(fake_cuda, h)
     assert [n.split(".")[1] for n, _ in calls] == [
-        "op_tensor", "batchnorm_forward_inference", "activation_backward", "batchnorm_backward"]
+        "op_tensor", "batchnorm_forward_inference", "activation_backward", "batchnorm_backward_ex"]
     bn_inf = calls[1][1]
     assert _dtype_of(fake_cuda, bn_inf[3]) == DTYPE_CODE[dtype]   # z in the graph's type
     assert not plan._pplan.convert
