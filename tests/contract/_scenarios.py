@@ -203,15 +203,27 @@ def _conv_graph(hd, direction="fprop", dtype="float32", x=(2, 4, 7, 6), w=(5, 4,
     return g, a, b, out
 
 
+def _bn_backward_graph(hd, dims=(4, 6, 5, 5)):
+    """fp32 NCHW batchnorm backward of the public API (the legacy engine's mode choice)."""
+    g = hd.Graph(name="contract_bn_backward", io_data_type="float32",
+                 compute_data_type=hd.DataType.FLOAT)
+    x, dy = g.tensor(dims=dims, name="x"), g.tensor(dims=dims, name="dy")
+    c = [g.tensor(dims=(1, dims[1], 1, 1), name=n) for n in ("scale", "mean", "inv_variance")]
+    for t in g.batchnorm_backward(dy, x, c[0], mean=c[1], inv_variance=c[2]):
+        t.set_output(True)
+    return g
+
+
 def knob_case(direction: str, knobs: dict, *, builds: int = 1) -> dict:
-    """Build a small convolution ``builds`` times, each in a new Device, with ``knobs``;
+    """Build a small convolution (``direction`` fprop / dgrad / wgrad; "bn_backward": an
+    fp32 NCHW batchnorm backward) ``builds`` times, each in a new Device, with ``knobs``;
     returns per build its plan facts (or the error) and its slice of the log."""
     import hipdnn_async as hd
     ctl = control()
     ctl.clear()
     out = []
     for i in range(builds):
-        g = _conv_graph(hd, direction)[0]
+        g = _bn_backward_graph(hd) if direction == "bn_backward" else _conv_graph(hd, direction)[0]
         with hd.Device("cuda:0") as dev:
             ctl.mark(f"build{i}")
             try:

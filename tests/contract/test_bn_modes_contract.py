@@ -69,3 +69,21 @@ def test_channels_last_backward_asking_for_a_reserve_space_is_declined(fake_gpu)
     assert "128-byte reserve space" in r["message"] and "BN_BACKWARD" in r["message"]
     assert calls(r["log"], "cudnnBatchNormalizationBackwardEx") == []
     assert calls(r["log"], "cudnnBatchNormalizationBackward") == []
+
+
+def test_nchw_benchmarking_times_both_modes_and_the_perf_db_keeps_the_winner(fake_gpu, hdr):
+    r = fake_gpu.call(_scenarios.knob_case, "bn_backward", {"global.benchmarking": 1}, builds=2)
+    first, second = r["builds"]
+    assert first["error"] is None and second["error"] is None, (first, second)
+    p1, p2 = first["plan"], second["plan"]
+    assert p1["engine"] == "CUDNN_LEGACY_ENGINE" and p1["benchmarked"] and not p1["perfdb_hit"]
+    # both modes ran their trial and were timed, heuristic order first
+    assert [name for name, _ in p1["trials"]] == ["SPATIAL_PERSISTENT", "SPATIAL"]
+    assert all(ms is not None and ms >= 0 for _, ms in p1["trials"])
+    assert p1["algorithm"] in ("SPATIAL_PERSISTENT", "SPATIAL")
+    modes = {c["mode"] for c in calls(first["log"], "cudnnBatchNormalizationBackward")}
+    assert modes == {hdr.CUDNN_BATCHNORM_SPATIAL_PERSISTENT, hdr.CUDNN_BATCHNORM_SPATIAL}
+    # a new Device takes the stored winner: no timing events, the same mode
+    assert p2["perfdb_hit"] and not p2["benchmarked"] and p2["algorithm"] == p1["algorithm"]
+    assert calls(second["log"], "cudaEventElapsedTime") == []
+    assert ("CUDNN_LEGACY_ENGINE", ) in {(e,) for e, _, a in r["perfdb"] if a == p1["algorithm"]}

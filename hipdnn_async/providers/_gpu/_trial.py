@@ -13,7 +13,9 @@ stall or clock change does not decide the choice.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
+from statistics import median
 from typing import Callable
 
 from ..._types import numpy_dtype
@@ -93,23 +95,45 @@ class BuildStream:
         """Zero-filled scratch buffers for every non-virtual tensor of the pattern."""
         return {r: self.scratch(t) for r, t in match.tensors.items() if not t.is_virtual}
 
+    @contextlib.contextmanager
+    def _launching(self, plan):
+        """Inside, ``plan.run`` runs on the build stream as it will on a compute stream:
+        in a launch context whose resources (handle, a workspace of the plan's size) were
+        prepared beforehand. The caller holds :attr:`lock` and the device is current."""
+        res = self._resources()
+        res.reserve(plan.workspace_size)
+        lc = LaunchContext(self.stream, self.context)
+        lc.resources[self.key] = res
+        lc.enter()
+        try:
+            yield
+        finally:
+            lc.exit()
+            lc.resources.clear()   # the build stream keeps its resources
+
     def trial(self, match, plan, bufs: dict | None = None) -> None:
         """Run ``plan`` once on the build stream, on ``bufs`` (default: fresh scratch), and
-        wait for it: a vendor error raises here. The plan runs as it will on a compute
-        stream: inside a launch context whose resources were prepared beforehand."""
+        wait for it: a vendor error raises here."""
         bufs = self.scratch_pack(match) if bufs is None else bufs
         with self.lock, self.context.using():
-            res = self._resources()
-            res.reserve(plan.workspace_size)
-            lc = LaunchContext(self.stream, self.context)
-            lc.resources[self.key] = res
-            lc.enter()
             try:
-                plan.run({r: a.ptr for r, a in bufs.items()}, None)
+                with self._launching(plan):
+                    plan.run({r: a.ptr for r, a in bufs.items()}, None)
             finally:
-                lc.exit()
-                lc.resources.clear()   # the build stream keeps its resources
                 self._rt.stream_synchronize(self.stream)
+
+    def time_plan(self, plan, bufs: dict) -> float:
+        """Median milliseconds of one ``plan.run`` on ``bufs`` (role -> GpuArray) on the
+        build stream (:meth:`time_runs`: warm-up runs, then event-timed ones).
+
+        Raises
+        ------
+        GpuError, or the vendor's error type
+            A run or the runtime failed.
+        """
+        ptrs = {r: a.ptr for r, a in bufs.items()}
+        with self.lock, self.context.using(), self._launching(plan):
+            return median(self.time_runs(lambda: plan.run(ptrs, None)))
 
     def time_runs(self, launch: Callable[[], None], *, warmup: int = WARMUP_RUNS,
                   runs: int = TIMED_RUNS) -> list[float]:

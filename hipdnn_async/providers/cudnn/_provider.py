@@ -240,21 +240,19 @@ class CudnnProvider(Provider):
         channels = x.dims[1]
         if pattern == Pattern.BN_INFERENCE_VARIANCE:
             return _plans.BnInferencePlan(descs, params)
-        persistent = bool(knobs.get(LEGACY_BN_PERSISTENT, 1))
+        bn = (engine, knobs, perfdb, where)
         if pattern in (Pattern.BN_TRAINING, Pattern.BN_TRAINING_RELU):
             if "next_running_mean" in t and p.get("momentum") is None:
                 raise NotSupportedError(f"{where}: running statistics need a momentum")
             return self._bn_mode(match, _plans.BnTrainingPlan(
                 descs, params, channels, p.get("relu_upper_clip"),
                 relu=pattern == Pattern.BN_TRAINING_RELU,
-                virtual=frozenset(r for r, tensor in t.items() if tensor.is_virtual)),
-                persistent, where)
+                virtual=frozenset(r for r, tensor in t.items() if tensor.is_virtual)), *bn)
         if pattern == Pattern.BN_BACKWARD:
-            return self._bn_mode(match, _plans.BnBackwardPlan(descs, params), persistent, where)
+            return self._bn_mode(match, _plans.BnBackwardPlan(descs, params), *bn)
         # BN_INFERENCE_DRELU_BACKWARD: z and dz in packed x layout in the workspace, z in
         # the graph's intermediate type (the BN-inference output's)
-        plan = self._bn_mode(match, self._drelu_plan(match, descs, params, where), persistent,
-                             where)
+        plan = self._bn_mode(match, self._drelu_plan(match, descs, params, where), *bn)
         if plan.convert:
             try:
                 self._build.trial(match, plan)
@@ -300,17 +298,16 @@ class CudnnProvider(Provider):
         arr.copy_from(np.full(dims, value, dtype))
         return arr
 
-    def _bn_mode(self, match, plan, persistent: bool, where: str):
+    def _bn_mode(self, match, plan, engine, knobs, perfdb, where: str):
         """The batchnorm call form and mode of ``plan``, each checked by a trial run on
-        scratch buffers; ``plan.algorithm`` names the choice.
+        scratch buffers; ``plan.algorithm`` names the choice and why.
 
         Channels-last x: only cuDNN's Ex calls with SPATIAL_PERSISTENT (training: ReLU
         fused when unclipped; backward, alone or after BN inference + DReLU:
         ``cudnnBatchNormalizationBackwardEx``). The plain calls take 1.7-4.6 ms there
         against 50-77 µs (shared/reference/gpu-fast-paths.md s.4, 32x64x112x112 fp16) and
         are never used: where cuDNN refuses the Ex form, the engine declines. Other
-        layouts: the plain calls, SPATIAL_PERSISTENT when ``persistent`` (knob
-        ``cudnn_legacy.bn_persistent``) and the trial succeeds, else SPATIAL.
+        layouts: :meth:`_bn_plain_mode`.
 
         Raises
         ------
@@ -319,17 +316,7 @@ class CudnnProvider(Provider):
             a reserve space, which only a TrainingEx call fills).
         """
         if not is_channels_last(match.tensors["x"]):
-            if persistent:
-                plan.mode = _cudnn.BATCHNORM_SPATIAL_PERSISTENT
-                try:
-                    self._build.trial(match, plan)
-                except _cudnn.CudnnError as exc:
-                    log.info("%s: SPATIAL_PERSISTENT batchnorm declined (%s); using SPATIAL",
-                             where, exc)
-                    plan.mode = _cudnn.BATCHNORM_SPATIAL
-            if plan.algorithm is None:
-                plan.algorithm = plan.mode_name
-            return plan
+            return self._bn_plain_mode(match, plan, engine, knobs, perfdb, where)
         plan.mode = _cudnn.BATCHNORM_SPATIAL_PERSISTENT
         try:
             with self._build.lock:
@@ -352,6 +339,76 @@ class CudnnProvider(Provider):
                 f"{where}: cuDNN refused its Ex batchnorm call (SPATIAL_PERSISTENT) for "
                 f"channels-last x: {exc}; the plain call is 20-60x slower there and is not "
                 "used") from exc
+        return plan
+
+    def _bn_plain_mode(self, match, plan, engine, knobs, perfdb, where: str):
+        """The plain calls' mode for batchnorm on layouts other than channels-last:
+        SPATIAL_PERSISTENT first (measured on the H200 at batch 32, ResNet-50 shapes:
+        0.15-0.84x SPATIAL's time where C*H*W is large, equal elsewhere; within the
+        tolerances of float64 for centred, offset (100 + U(-1, 1)), wide and 1e4-scaled
+        data, bench/results/h200_diag_bn_nchw.log), then SPATIAL, PyTorch's NCHW mode;
+        SPATIAL only with ``cudnn_legacy.bn_persistent`` = 0. Without benchmarking the
+        first mode a trial run accepts; with ``global.benchmarking`` = 1 the faster of
+        those accepted, timed on the build stream (SPATIAL_PERSISTENT is slower on a few
+        shapes, e.g. FLOAT backward 32x512x28x28: 1.13x) and kept in the perf db."""
+        persistent = bool(knobs.get(LEGACY_BN_PERSISTENT, 1))
+        modes = [("SPATIAL_PERSISTENT", _cudnn.BATCHNORM_SPATIAL_PERSISTENT)] if persistent else []
+        modes.append(("SPATIAL", _cudnn.BATCHNORM_SPATIAL))
+        candidates = [_tuning.Candidate(name, mode, plan.workspace_size) for name, mode in modes]
+        bufs = self._build.scratch_pack(match)
+        refused = {}
+
+        def runs(c) -> bool:
+            if c.name in refused:
+                return False
+            plan.mode = c.id
+            try:
+                self._build.trial(match, plan, bufs)
+                return True
+            except _cudnn.CudnnError as exc:
+                log.info("%s: batchnorm %s declined (%s)", where, c.name, exc)
+                refused[c.name] = exc
+                return False
+
+        def accepted(fitting, first_only=False):
+            out = []
+            for c in fitting:
+                if runs(c):
+                    out.append(c)
+                    if first_only:
+                        break
+            if not out:
+                raise NotSupportedError(f"{where}: cuDNN refused every batchnorm mode: "
+                                        + "; ".join(f"{n}: {e}" for n, e in refused.items()))
+            return out
+
+        def measure(fitting):
+            ok = accepted(fitting)
+            times = []
+            for c in ok:
+                plan.mode = c.id
+                times.append(self._build.time_plan(plan, bufs))
+            pick = _tuning.fastest(times)
+            return ok[pick], times[pick], [(c.name, t) for c, t in zip(ok, times)]
+
+        choice = _tuning.choose(self.engine_impl(engine), match, candidates, knobs, perfdb,
+                                heuristic=lambda fitting, limit: accepted(fitting, True)[0],
+                                measure=measure, policy="" if persistent else "spatial")
+        chosen = choice.candidate
+        if choice.perfdb_hit and not runs(chosen):     # stored, but refused here now
+            chosen = accepted(candidates, True)[0]
+        plan.mode = chosen.id
+        plan.benchmarked, plan.perfdb_hit = choice.benchmarked, choice.perfdb_hit
+        if choice.benchmarked:
+            how = (f"the faster of {len(choice.trials)} mode(s) cuDNN accepts, timed on the "
+                   f"build stream ({choice.time_ms:.4f} ms)")
+        elif choice.perfdb_hit:
+            how = "the perf db's benchmarked choice for this problem"
+        else:
+            how = "the first mode cuDNN accepts (SPATIAL_PERSISTENT, then SPATIAL)"
+        if refused:
+            how += "; refused: " + ", ".join(refused)
+        plan.algorithm = _tuning.Algorithm(chosen.name, how, choice.trials)
         return plan
 
     def _bn_descriptor(self, x, where):
