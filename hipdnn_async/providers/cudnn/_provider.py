@@ -56,6 +56,12 @@ _CONV = (Pattern.CONV_FPROP, Pattern.CONV_DGRAD, Pattern.CONV_WGRAD)
 _IMPLICIT_PRECOMP_GEMM = 1
 
 
+def _is_batchnorm_call(exc) -> bool:
+    """Whether a CudnnError came from one of cuDNN's batchnorm calls (their size queries
+    included), rather than from another call of the same plan."""
+    return "BatchNormalization" in (getattr(exc, "call", None) or "")
+
+
 class LegacyEngine(ProviderEngine):
     """``CUDNN_LEGACY_ENGINE``: the nine patterns through cuDNN's legacy API."""
 
@@ -252,18 +258,19 @@ class CudnnProvider(Provider):
             return self._bn_mode(match, _plans.BnBackwardPlan(descs, params), *bn)
         # BN_INFERENCE_DRELU_BACKWARD: z and dz in packed x layout in the workspace, z in
         # the graph's intermediate type (the BN-inference output's)
-        plan = self._bn_mode(match, self._drelu_plan(match, descs, params, where), *bn)
-        if plan.convert:
-            try:
-                self._build.trial(match, plan)
-            except _cudnn.CudnnError as exc:
-                # without the conversions the intermediates would be in the I/O type: a
-                # silently less precise answer; decline instead (issue 10 item 8)
-                raise NotSupportedError(
-                    f"{where}: cuDNN refused the conversion to the intermediate data type "
-                    f"{match.nodes[0].outputs['y'].data_type.name} ({exc}); the legacy API "
-                    "cannot keep this pattern's intermediates at the graph's precision") from exc
-        return plan
+        plan = self._drelu_plan(match, descs, params, where)
+        try:
+            return self._bn_mode(match, plan, *bn)
+        except _cudnn.CudnnError as exc:
+            if not plan.convert:
+                raise
+            # a refusal of another call than the batchnorm one's (the mode trials pass
+            # those on): the conversions. Without them the intermediates would be in the
+            # I/O type, a silently less precise answer; decline instead (issue 10 item 8)
+            raise NotSupportedError(
+                f"{where}: cuDNN refused the conversion to the intermediate data type "
+                f"{match.nodes[0].outputs['y'].data_type.name} ({exc}); the legacy API "
+                "cannot keep this pattern's intermediates at the graph's precision") from exc
 
     def _drelu_plan(self, match, descs, params, where):
         t, p = match.tensors, match.params
@@ -335,6 +342,8 @@ class CudnnProvider(Provider):
                     plan.algorithm = "SPATIAL_PERSISTENT Ex"
             self._build.trial(match, plan)
         except _cudnn.CudnnError as exc:
+            if not _is_batchnorm_call(exc):
+                raise       # another call of the plan: not about the Ex form
             raise NotSupportedError(
                 f"{where}: cuDNN refused its Ex batchnorm call (SPATIAL_PERSISTENT) for "
                 f"channels-last x: {exc}; the plain call is 20-60x slower there and is not "
@@ -366,6 +375,8 @@ class CudnnProvider(Provider):
                 self._build.trial(match, plan, bufs)
                 return True
             except _cudnn.CudnnError as exc:
+                if not _is_batchnorm_call(exc):
+                    raise       # another call of the plan: not about the mode
                 log.info("%s: batchnorm %s declined (%s)", where, c.name, exc)
                 refused[c.name] = exc
                 return False

@@ -84,8 +84,11 @@ def test_no_conversion_where_the_intermediate_type_is_the_io_type(fake_cuda, mon
     assert not plan._pplan.convert
 
 
-def test_a_refused_conversion_declines_instead_of_losing_precision(fake_cuda, monkeypatch):
-    h = _case("bfloat16", "NCHW", monkeypatch)
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_a_refused_conversion_declines_instead_of_losing_precision(fake_cuda, monkeypatch,
+                                                                   layout):
+    # the batchnorm mode / Ex-form trials pass a refusal of another call on to this decline
+    h = _case("bfloat16", layout, monkeypatch)
 
     def refuse(*args):
         if fake_cuda.cudnn.descriptors[args[3]].args[0] != fake_cuda.cudnn.descriptors[
