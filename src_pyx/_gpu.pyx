@@ -867,6 +867,13 @@ cdef class Runtime(LibraryTable):
         self.c_check(self.c_end_capture(<void*>stream, &g), b"StreamEndCapture")
         return <uintptr_t>g
 
+    def clear_last_error(self):
+        """Reset the calling thread's last runtime error (``GetLastError``), e.g. after a
+        capture that was tried and dropped; returns the status it held."""
+        if self.f.GetLastError == NULL:
+            return 0
+        return self.f.GetLastError()
+
     def stream_is_capturing(self, uintptr_t stream):
         """The capture status of ``stream``: one of STREAM_CAPTURE_STATUS_*."""
         cdef int status = 0

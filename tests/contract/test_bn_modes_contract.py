@@ -83,6 +83,9 @@ def test_nchw_benchmarking_times_both_modes_and_the_perf_db_keeps_the_winner(fak
     assert p1["algorithm"] in ("SPATIAL_PERSISTENT", "SPATIAL")
     modes = {c["mode"] for c in calls(first["log"], "cudnnBatchNormalizationBackward")}
     assert modes == {hdr.CUDNN_BATCHNORM_SPATIAL_PERSISTENT, hdr.CUDNN_BATCHNORM_SPATIAL}
+    # each mode timed as launches of a captured graph of its executions (_trial.time_runs)
+    assert len(calls(first["log"], "cudaStreamBeginCapture")) == 2
+    assert len(calls(first["log"], "cudaGraphLaunch")) == 2 * 7
     # a new Device takes the stored winner: no timing events, the same mode
     assert p2["perfdb_hit"] and not p2["benchmarked"] and p2["algorithm"] == p1["algorithm"]
     assert calls(second["log"], "cudaEventElapsedTime") == []

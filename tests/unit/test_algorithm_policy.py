@@ -190,6 +190,81 @@ def test_time_runs_times_the_build_stream_after_warm_up_and_gives_each_run():
     assert made == {c[1] for c in rt.calls if c[0] == "event_destroy"}
 
 
+class GraphClockRuntime(ClockRuntime):
+    """ClockRuntime with stream capture: a direct launch costs the device ``gap`` ms of
+    idle time first (the host enqueues slower than a short kernel runs), a launch of a
+    captured graph runs its kernels back to back (one gap per graph launch)."""
+
+    def __init__(self, gap=0.0, refuse_capture=False):
+        super().__init__()
+        self.gap, self.refuse_capture = gap, refuse_capture
+        self.capturing, self.graphs, self.execs, self.cleared = None, {}, {}, 0
+
+    def kernel(self, stream, ms):
+        if self.capturing is not None and stream == self.capturing[0]:
+            if self.refuse_capture:
+                raise RuntimeError("CUDNN_STATUS_NOT_SUPPORTED during capture")
+            self.capturing[1].append(ms)
+            return
+        self.clock[stream] += self.gap
+        super().kernel(stream, ms)
+
+    def stream_begin_capture(self, stream):
+        self.calls.append(("begin_capture", stream))
+        self.capturing = (stream, [])
+
+    def end_capture(self, stream):
+        stream_, kernels = self.capturing
+        self.capturing = None
+        g = next(self._next)
+        self.graphs[g] = kernels
+        return g
+
+    def graph_instantiate(self, graph):
+        e = next(self._next)
+        self.execs[e] = list(self.graphs[graph])
+        return e
+
+    def graph_destroy(self, graph):
+        self.calls.append(("graph_destroy", graph))
+
+    def graph_exec_destroy(self, graph_exec):
+        self.calls.append(("graph_exec_destroy", graph_exec))
+
+    def graph_launch(self, graph_exec, stream):
+        self.calls.append(("graph_launch", graph_exec, stream))
+        self.clock[stream] += self.gap + sum(self.execs[graph_exec])
+
+    def clear_last_error(self):
+        self.cleared += 1
+
+
+def test_time_runs_times_a_captured_graph_so_host_launch_gaps_do_not_count():
+    # 0.011 ms kernels behind 0.02 ms host gaps: direct event timing would say 0.031
+    rt = GraphClockRuntime(gap=0.02)
+    b, bound = _build_stream(rt)
+    with b.lock:
+        b.handle()
+        times = b.time_runs(lambda: rt.kernel(bound["stream"], 0.011))
+    per_graph_gap = 0.02 / _trial.GRAPH_REPEATS
+    assert times == pytest.approx([0.011 + per_graph_gap] * _trial.TIMED_RUNS)
+    launches = [c for c in rt.calls if c[0] == "graph_launch"]
+    assert len(launches) == _trial.TIMED_RUNS and {c[2] for c in launches} == {b.stream}
+    assert [c[0] for c in rt.calls if c[0].startswith("graph_")].count("graph_exec_destroy") == 1
+    assert ("graph_destroy", next(iter(rt.graphs))) in rt.calls
+
+
+def test_time_runs_falls_back_to_direct_launches_where_capture_is_refused():
+    rt = GraphClockRuntime(refuse_capture=True)
+    b, bound = _build_stream(rt)
+    with b.lock:
+        b.handle()
+        times = b.time_runs(lambda: rt.kernel(bound["stream"], 1.0))
+    assert times == pytest.approx([1.0] * _trial.TIMED_RUNS)
+    assert rt.capturing is None and rt.cleared == 1          # capture ended, error reset
+    assert not [c for c in rt.calls if c[0] == "graph_launch"]
+
+
 @pytest.mark.parametrize("fail_at", [1, 2, 5])
 def test_time_runs_destroys_every_event_it_made_when_one_cannot_be_made(fail_at):
     # an event_create failing part-way (even the second of a run's pair) leaks nothing
