@@ -127,6 +127,8 @@ class Runtime(LibraryTable):
     def end_capture(self, stream: int) -> int:
         """End the capture; the graph's handle. A failed end raises once the stream no
         longer captures (ended again where it still did, that graph destroyed)."""
+    def clear_last_error(self) -> int:
+        """Reset the calling thread's last runtime error; the status it held."""
     def stream_is_capturing(self, stream: int) -> int:
         """One of STREAM_CAPTURE_STATUS_*."""
     def graph_instantiate(self, graph: int, flags: int = 0) -> int:
