@@ -134,7 +134,7 @@ class BuildStream:
 
     def time_plan(self, plan, bufs: dict) -> float:
         """Median milliseconds of one ``plan.run`` on ``bufs`` (role -> GpuArray) on the
-        build stream (:meth:`time_runs`: warm-up runs, then event-timed ones).
+        build stream (:meth:`time_runs`: warm-up runs, then timed samples).
 
         Raises
         ------

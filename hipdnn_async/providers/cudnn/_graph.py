@@ -5,7 +5,8 @@ heuristics are asked once per problem (mode A, then FALLBACK, and B when neither
 usable config: ``_graph_plan``), and the first config that finalizes, fits the workspace
 limit and runs once on zero-filled scratch buffers becomes the execution plan
 (``global.benchmarking = 1``: up to 16 of them timed on the build stream, the median of
-7 event-timed runs after 3 warm-ups each; the heuristic's own choice is kept unless
+7 samples after 3 warm-ups each, a sample one launch of a graph of 8 captured executions;
+the heuristic's own choice is kept unless
 another is faster by over ``_tuning.BENCH_MARGIN``).
 cuDNN's legacy calls are themselves a shim that builds such a graph on every call (57-111 us
 of host time); a cached plan executes in 7.6-14 us (shared/reference/gpu-fast-paths.md s.1).
@@ -366,7 +367,8 @@ class CudnnGraphEngine:
 
     def _time(self, plan, bufs) -> float:
         """Median ms of one execution of ``plan`` on the build stream: warm-up runs, then
-        event-timed runs (``BuildStream.time_runs``), with the workspace the plan needs."""
+        timed samples (``BuildStream.time_runs``: launches of a captured graph of executions),
+        with the workspace the plan needs."""
         b = self._build
         ws = GpuArray((max(plan.workspace_size, 1),), np.uint8, (1,), b.context, b.spec)
         ptrs = {r: a.ptr for r, a in bufs.items()}
