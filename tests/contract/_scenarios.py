@@ -461,6 +461,40 @@ def bn_in_place_case(dtype: str = "float32", layout: str = "NCHW") -> dict:
     return {"checks": checks, "engine": engine, "log": ctl.log(), "violations": ctl.violations()}
 
 
+def bn_rebuild_case(pattern: str, layout: str, *, inject) -> dict:
+    """Build ``pattern`` (fp32, ``layout``) on the fake "cuda:0" with failures injected
+    (``[(function, status, nth, count)]``), then again on the same Device without them:
+    ``first`` (the first build's error facts, or ``error`` None) and ``second`` (the
+    second build's plan facts, or its error facts)."""
+    import hipdnn_async as hd
+    from oracle._cases import DTYPES, LAYOUTS, Harness, rank_of
+
+    tp = _oracle_for_gpu()
+    ctl = control()
+    rng = np.random.default_rng([5, DTYPES.index("float32"), LAYOUTS.index(layout)])
+    out = {}
+    with hd.Device("cuda:0") as dev:
+        h = Harness("float32", layout, name=f"contract_rebuild_{pattern}")
+        tp.PATTERNS[pattern](h, rank_of(layout), rng)
+        h._alloc_outputs()
+        ctl.clear()
+        ctl.clear_injections()
+        for fn, status, nth, count in inject:
+            ctl.inject(fn, status, nth=nth, count=count)
+        try:
+            out["first"] = {"error": None, "plan": plan_facts(dev.build_sync(h.g))}
+        except Exception as exc:  # noqa: BLE001 - reported to the test
+            out["first"] = _error_facts(exc)
+        ctl.clear_injections()
+        try:
+            out["second"] = {"error": None, "plan": plan_facts(dev.build_sync(h.g))}
+        except Exception as exc:  # noqa: BLE001 - reported to the test
+            out["second"] = _error_facts(exc)
+    out["log"] = ctl.log()
+    out["violations"] = ctl.violations()
+    return out
+
+
 def bn_backward_reserve_case(layout: str = "NHWC") -> dict:
     """Build BN_BACKWARD (fp16) on the legacy engine while cuDNN's size query asks for a
     reserve space for the backward Ex call (the fake answers 0 for bnOps BN, as cuDNN 9.19

@@ -90,3 +90,26 @@ def test_nchw_benchmarking_times_both_modes_and_the_perf_db_keeps_the_winner(fak
     assert p2["perfdb_hit"] and not p2["benchmarked"] and p2["algorithm"] == p1["algorithm"]
     assert calls(second["log"], "cudaEventElapsedTime") == []
     assert ("CUDNN_LEGACY_ENGINE", ) in {(e,) for e, _, a in r["perfdb"] if a == p1["algorithm"]}
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("pattern", ["BN_TRAINING", "BN_BACKWARD", "BN_INFERENCE_DRELU_BACKWARD"])
+@pytest.mark.parametrize("status_name", ["CUDNN_STATUS_EXECUTION_FAILED",
+                                         "CUDNN_STATUS_INTERNAL_ERROR"])
+def test_a_failure_at_the_trial_run_is_an_execution_error_not_a_cached_decline(
+        fake_gpu, hdr, pattern, layout, status_name):
+    """Only NOT_SUPPORTED / BAD_PARAM mean "cuDNN refuses this mode" (as for the
+    convolutions' trial runs, test_errors_contract.py): an execution failure or internal
+    error of the batchnorm call at the build's trial run is the ExecutionError it is, not
+    a NotSupportedError ("cuDNN refused ...") that the plan cache keeps as a decline, so
+    the next build of the graph on that Device runs."""
+    fn = (EX if layout == "NHWC" else PLAIN)[pattern.replace("INFERENCE_DRELU_", "")]
+    r = fake_gpu.call(_scenarios.bn_rebuild_case, pattern, layout,
+                      inject=[(fn, hdr[status_name], 1, 99)])
+    assert not violations(r["log"]), violations(r["log"])
+    first, second = r["first"], r["second"]
+    assert isinstance(first["error"], hd.ExecutionError), first.get("mro")
+    assert not isinstance(first["error"], hd.NotSupportedError), first["message"]
+    assert status_name in first["message"] and fn in first["message"], first["message"]
+    assert second["error"] is None, second.get("message")
+    assert second["plan"]["engine"] == "CUDNN_LEGACY_ENGINE"

@@ -62,6 +62,14 @@ def _is_batchnorm_call(exc) -> bool:
     return "BatchNormalization" in (getattr(exc, "call", None) or "")
 
 
+def _batchnorm_refused(exc) -> bool:
+    """Whether a CudnnError is cuDNN refusing a batchnorm call form or mode: a batchnorm
+    call's NOT_SUPPORTED or BAD_PARAM, as for the convolutions' trial runs. Any other
+    status (an execution failure, an internal error, an allocation failure) is not
+    about the mode and is raised as the ExecutionError it is, never cached as a decline."""
+    return _is_batchnorm_call(exc) and isinstance(exc.at_build(), NotSupportedError)
+
+
 class LegacyEngine(ProviderEngine):
     """``CUDNN_LEGACY_ENGINE``: the nine patterns through cuDNN's legacy API."""
 
@@ -262,7 +270,7 @@ class CudnnProvider(Provider):
         try:
             return self._bn_mode(match, plan, *bn)
         except _cudnn.CudnnError as exc:
-            if not plan.convert:
+            if not plan.convert or _is_batchnorm_call(exc):
                 raise
             # a refusal of another call than the batchnorm one's (the mode trials pass
             # those on): the conversions. Without them the intermediates would be in the
@@ -342,8 +350,8 @@ class CudnnProvider(Provider):
                     plan.algorithm = "SPATIAL_PERSISTENT Ex"
             self._build.trial(match, plan)
         except _cudnn.CudnnError as exc:
-            if not _is_batchnorm_call(exc):
-                raise       # another call of the plan: not about the Ex form
+            if not _batchnorm_refused(exc):
+                raise       # another call of the plan, or not a refusal: not about the Ex form
             raise NotSupportedError(
                 f"{where}: cuDNN refused its Ex batchnorm call (SPATIAL_PERSISTENT) for "
                 f"channels-last x: {exc}; the plain call is 20-60x slower there and is not "
@@ -375,8 +383,8 @@ class CudnnProvider(Provider):
                 self._build.trial(match, plan, bufs)
                 return True
             except _cudnn.CudnnError as exc:
-                if not _is_batchnorm_call(exc):
-                    raise       # another call of the plan: not about the mode
+                if not _batchnorm_refused(exc):
+                    raise       # another call of the plan, or not a refusal: not about the mode
                 log.info("%s: batchnorm %s declined (%s)", where, c.name, exc)
                 refused[c.name] = exc
                 return False
