@@ -265,6 +265,25 @@ def test_time_runs_falls_back_to_direct_launches_where_capture_is_refused():
     assert not [c for c in rt.calls if c[0] == "graph_launch"]
 
 
+def test_time_runs_ends_the_capture_when_a_launch_is_interrupted():
+    # Ctrl-C (or any BaseException) inside a captured launch: the build stream must not
+    # stay capturing, or every later trial run's synchronize on it fails
+    rt = GraphClockRuntime()
+    b, bound = _build_stream(rt)
+    n = iter(range(100))
+
+    def launch():
+        if next(n) == _trial.WARMUP_RUNS + 2:          # the third launch of the capture
+            raise KeyboardInterrupt
+        rt.kernel(bound["stream"], 1.0)
+    with b.lock:
+        b.handle()
+        with pytest.raises(KeyboardInterrupt):
+            b.time_runs(launch)
+    assert rt.capturing is None, "the build stream was left capturing"
+    assert [c[0] for c in rt.calls].count("graph_destroy") == 1   # the partial graph
+
+
 @pytest.mark.parametrize("fail_at", [1, 2, 5])
 def test_time_runs_destroys_every_event_it_made_when_one_cannot_be_made(fail_at):
     # an event_create failing part-way (even the second of a run's pair) leaks nothing

@@ -199,6 +199,12 @@ class BuildStream:
                 launch()
         except Exception as exc:  # noqa: BLE001 - the direct timing raises what is real
             log.debug("build stream: timing capture refused (%s)", exc)
+        except BaseException:
+            # a KeyboardInterrupt: end the capture and drop its graph first, or the build
+            # stream stays capturing and every later trial run's synchronize fails
+            with contextlib.suppress(Exception):
+                rt.graph_destroy(rt.end_capture(self.stream))
+            raise
         else:
             graph = None
         try:
