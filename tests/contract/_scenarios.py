@@ -214,10 +214,11 @@ def _bn_backward_graph(hd, dims=(4, 6, 5, 5)):
     return g
 
 
-def knob_case(direction: str, knobs: dict, *, builds: int = 1) -> dict:
+def knob_case(direction: str, knobs: dict, *, builds: int = 1, inject=()) -> dict:
     """Build a small convolution (``direction`` fprop / dgrad / wgrad; "bn_backward": an
     fp32 NCHW batchnorm backward) ``builds`` times, each in a new Device, with ``knobs``;
-    returns per build its plan facts (or the error) and its slice of the log."""
+    returns per build its plan facts (or the error) and its slice of the log. ``inject``:
+    ``[(build index, function, status, nth, count)]``, failures armed before that build."""
     import hipdnn_async as hd
     ctl = control()
     ctl.clear()
@@ -225,12 +226,17 @@ def knob_case(direction: str, knobs: dict, *, builds: int = 1) -> dict:
     for i in range(builds):
         g = _bn_backward_graph(hd) if direction == "bn_backward" else _conv_graph(hd, direction)[0]
         with hd.Device("cuda:0") as dev:
+            ctl.clear_injections()
+            for at, fn, status, nth, count in inject:
+                if at == i:
+                    ctl.inject(fn, status, nth=nth, count=count)
             ctl.mark(f"build{i}")
             try:
                 out.append({"plan": plan_facts(dev.build_sync(g, knobs=knobs)), "error": None})
             except Exception as exc:  # noqa: BLE001 - reported to the test
                 out.append(dict(_error_facts(exc), plan=None))
             ctl.mark(f"built{i}")
+    ctl.clear_injections()
     log = ctl.log()
     from ._fakes import between
     for i, b in enumerate(out):

@@ -26,6 +26,8 @@ def test_nchw_knob_0_runs_spatial(fake_gpu, hdr, pattern):
     case = fake_gpu.call(_scenarios.pattern_case, pattern, "float32", "NCHW", knobs={KNOB: 0})
     assert not violations(case["log"]), violations(case["log"])
     assert case["plan"]["algorithm"] == "SPATIAL" and case["plan"]["knobs"][KNOB] == 0
+    # the reason says why: the knob, not a refusal of SPATIAL_PERSISTENT (never tried)
+    assert KNOB in case["plan"]["reason"], case["plan"]["reason"]
     for i in range(2):
         run = between(case["log"], f"exec{i}", f"exec{i + 1}" if i == 0 else "read")
         r = calls(run, PLAIN[pattern])
@@ -113,3 +115,20 @@ def test_a_failure_at_the_trial_run_is_an_execution_error_not_a_cached_decline(
     assert status_name in first["message"] and fn in first["message"], first["message"]
     assert second["error"] is None, second.get("message")
     assert second["plan"]["engine"] == "CUDNN_LEGACY_ENGINE"
+
+
+def test_a_perf_db_choice_refused_now_is_not_reported_as_the_perf_db_choice(fake_gpu, hdr):
+    """The perf db holds a mode that the trial run of a later build refuses (a new cuDNN,
+    another driver): that build runs the first mode cuDNN accepts, and plan.algorithm's
+    reason and perfdb_hit say so rather than call it the perf db's choice."""
+    call = "cudnnBatchNormalizationBackward"
+    r = fake_gpu.call(_scenarios.knob_case, "bn_backward", {"global.benchmarking": 1},
+                      builds=2, inject=[(1, call, hdr.CUDNN_STATUS_NOT_SUPPORTED, 1, 1)])
+    first, second = r["builds"]
+    assert first["error"] is None and second["error"] is None, (first, second)
+    stored, p2 = first["plan"]["algorithm"], second["plan"]
+    refused = [c for c in calls(second["log"], call) if c["status"]]
+    assert [c["mode"] for c in refused] == [hdr["CUDNN_BATCHNORM_" + stored]]
+    assert not p2["perfdb_hit"] and not p2["benchmarked"], p2
+    assert "perf db's benchmarked choice" not in p2["reason"], p2["reason"]
+    assert stored in p2["reason"] and "refused" in p2["reason"], p2["reason"]

@@ -413,18 +413,22 @@ class CudnnProvider(Provider):
         choice = _tuning.choose(self.engine_impl(engine), match, candidates, knobs, perfdb,
                                 heuristic=lambda fitting, limit: accepted(fitting, True)[0],
                                 measure=measure, policy="" if persistent else "spatial")
-        chosen = choice.candidate
-        if choice.perfdb_hit and not runs(chosen):     # stored, but refused here now
-            chosen = accepted(candidates, True)[0]
+        chosen, hit = choice.candidate, choice.perfdb_hit
+        if hit and not runs(chosen):     # stored, but refused here now
+            chosen, hit = accepted(candidates, True)[0], False
         plan.mode = chosen.id
-        plan.benchmarked, plan.perfdb_hit = choice.benchmarked, choice.perfdb_hit
+        plan.benchmarked, plan.perfdb_hit = choice.benchmarked, hit
         if choice.benchmarked:
             how = (f"the faster of {len(choice.trials)} mode(s) cuDNN accepts, timed on the "
                    f"build stream ({choice.time_ms:.4f} ms)")
-        elif choice.perfdb_hit:
+        elif hit:
             how = "the perf db's benchmarked choice for this problem"
+        elif not persistent:
+            how = f"knob '{LEGACY_BN_PERSISTENT}' = 0"
         else:
             how = "the first mode cuDNN accepts (SPATIAL_PERSISTENT, then SPATIAL)"
+        if choice.perfdb_hit and not hit:
+            how += f" (the perf db's {choice.candidate.name} was refused)"
         if refused:
             how += "; refused: " + ", ".join(refused)
         plan.algorithm = _tuning.Algorithm(chosen.name, how, choice.trials)
