@@ -54,6 +54,7 @@ def test_channels_last_runs_only_the_ex_calls(cuda_device, monkeypatch, pattern,
                                   seed=11, engine=LEGACY)
     assert h.plan.engine.name == LEGACY
     assert str(h.plan.algorithm).startswith("SPATIAL_PERSISTENT Ex"), h.plan.algorithm
+    assert "channels-last" in h.plan.algorithm.reason, h.plan.algorithm.reason
     for name, want, (atol, rtol) in checks:
         assert_close(got[name], want, atol, rtol,
                      f"{pattern} {dtype} {layout} '{name}' ({h.plan.algorithm})")

@@ -110,7 +110,8 @@ class _BnPlan(ProviderPlan):
         self.d = descs          # role -> TensorDescriptor; "bn" the per-channel one
         self.p = params
         # training / backward mode; the provider sets SPATIAL_PERSISTENT after a trial run
-        # (channels-last: 10-60x faster there; NCHW: 3-5x, measured on the H200)
+        # (channels-last: 10-60x faster there; NCHW: up to 6.7x, equal on small shapes,
+        # measured on the H200: bench/results/h200_diag_bn_nchw.log)
         self.mode = _cudnn.BATCHNORM_SPATIAL
         self.bwd_ex = None      # BackwardEx workspace bytes (aligned) once use_backward_ex ran
 

@@ -356,6 +356,9 @@ class CudnnProvider(Provider):
                 f"{where}: cuDNN refused its Ex batchnorm call (SPATIAL_PERSISTENT) for "
                 f"channels-last x: {exc}; the plain call is 20-60x slower there and is not "
                 "used") from exc
+        plan.algorithm = _tuning.Algorithm(
+            str(plan.algorithm), "channels-last x: cuDNN's Ex call with SPATIAL_PERSISTENT, "
+            "the only legacy form used there (the plain calls are 20-60x slower)")
         return plan
 
     def _bn_plain_mode(self, match, plan, engine, knobs, perfdb, where: str):
