@@ -21,8 +21,8 @@ import pytest
 
 from gpu.conftest import cuda_spec
 from gpu.test_patterns_gpu import run_gpu_case
-from oracle import _reference as ref
-from oracle._cases import Harness, assert_close, tol
+from oracle import test_patterns as tp
+from oracle._cases import Harness, assert_close
 
 import hipdnn_async as hd
 
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.gpu
 LEGACY = "CUDNN_LEGACY_ENGINE"
 KNOB = "cudnn_legacy.bn_persistent"
 BN_PATTERNS = ("BN_TRAINING", "BN_TRAINING_RELU", "BN_BACKWARD", "BN_INFERENCE_DRELU_BACKWARD")
-# x offset per I/O dtype for the "offset" data: large against the spread of U(-1, 1), yet
+# x offset per I/O dtype for the "offset" data: large against the spread of x, yet
 # with several fractional bits left in the type (fp16/bf16 near 10: steps of 2^-7 / 2^-4)
 OFFSET = {"float32": 100.0, "float16": 10.0, "bfloat16": 10.0}
 
@@ -60,53 +60,15 @@ def test_channels_last_runs_only_the_ex_calls(cuda_device, monkeypatch, pattern,
                      f"{pattern} {dtype} {layout} '{name}' ({h.plan.algorithm})")
 
 
-def _training(dtype, data, dims, seed):
+def _case(what, dtype, data, dims, seed):
+    """An NCHW training or backward case of the oracle suite's builders
+    (tests/oracle/test_patterns.py) on ``dims``, x offset by OFFSET for "offset" data."""
+    h = Harness(dtype, "NCHW", name=f"bn_mode_{what}_{dtype}_{data}")
+    offset = OFFSET[dtype] if data == "offset" else 0.0
     rng = np.random.default_rng(seed)
-    h = Harness(dtype, "NCHW", name=f"bn_mode_train_{dtype}_{data}")
-    cs = (1, dims[1], 1, 1)
-    base = OFFSET[dtype] if data == "offset" else 0.0
-    x = h.input("x", base + rng.uniform(-1, 1, dims))
-    scale = h.float_input("scale", rng.uniform(0.5, 2, cs))
-    bias = h.float_input("bias", rng.uniform(-1, 1, cs))
-    prm = h.float_input("prm", rng.uniform(-1, 1, cs))
-    prv = h.float_input("prv", rng.uniform(0.5, 2, cs))
-    y, mean, inv, nrm, nrv = h.g.batchnorm(x, scale, bias, epsilon=1e-5, momentum=0.1,
-                                          prev_running_mean=prm, prev_running_variance=prv)
-    h.output(y, "y")
-    for t, name in ((mean, "mean"), (inv, "inv_variance"), (nrm, "next_running_mean"),
-                    (nrv, "next_running_variance")):
-        h.output(t, name, dtype="float32")
-    r = h.ref
-    want = ref.bn_training(r["x"], r["scale"], r["bias"], 1e-5, 0.1, r["prm"], r["prv"])
-    tf = tol("bn_training", "float32")
-    checks = [("y", want["y"], tol("bn_training", dtype))]
-    checks += [(k, want[k], tf) for k in ("mean", "inv_variance", "next_running_mean",
-                                          "next_running_variance")]
-    return h, checks
-
-
-def _backward(dtype, data, dims, seed):
-    rng = np.random.default_rng(seed)
-    h = Harness(dtype, "NCHW", name=f"bn_mode_bwd_{dtype}_{data}")
-    cs = (1, dims[1], 1, 1)
-    base = OFFSET[dtype] if data == "offset" else 0.0
-    xv = base + rng.uniform(-1, 1, dims)
-    x = h.input("x", xv)
-    dy = h.input("dy", rng.uniform(-1, 1, dims))
-    # the saved statistics of the rounded x, as a training pass would give them
-    st = ref.bn_training(h.ref["x"], np.ones(dims[1]), np.zeros(dims[1]), 1e-5)
-    scale = h.float_input("scale", rng.uniform(-2, 2, cs))
-    mean = h.float_input("mean", st["mean"])
-    inv = h.float_input("inv_variance", st["inv_variance"])
-    dx, dscale, dbias = h.g.batchnorm_backward(dy, x, scale, mean=mean, inv_variance=inv)
-    h.output(dx, "dx")
-    h.output(dscale, "dscale", dtype="float32")
-    h.output(dbias, "dbias", dtype="float32")
-    r = h.ref
-    want = ref.bn_backward(r["dy"], r["x"], r["scale"], r["mean"], r["inv_variance"])
-    tf = tol("bn_backward", "float32")
-    return h, [("dx", want["dx"], tol("bn_backward", dtype)), ("dscale", want["dscale"], tf),
-               ("dbias", want["dbias"], tf)]
+    if what == "training":
+        return h, tp._bn_training(h, 4, rng, relu=False, dims=dims, offset=offset)
+    return h, tp.build_bn_backward(h, 4, rng, dims=dims, offset=offset)
 
 
 @pytest.mark.parametrize("data", ["uniform", "offset"])
@@ -115,9 +77,8 @@ def _backward(dtype, data, dims, seed):
 @pytest.mark.parametrize("persistent", [None, 1, 0], ids=["default", "knob1", "knob0"])
 def test_nchw_modes_against_float64(cuda_device, what, dtype, data, persistent):
     """(16, 64, 28, 28): 12544 values per channel, reduced over many thread blocks."""
-    dims = (16, 64, 28, 28)
-    make = _training if what == "training" else _backward
-    h, checks = make(dtype, data, dims, seed=zlib.crc32(f"{what} {dtype} {data}".encode()))
+    h, checks = _case(what, dtype, data, (16, 64, 28, 28),
+                      seed=zlib.crc32(f"{what} {dtype} {data}".encode()))
     knobs = {} if persistent is None else {KNOB: persistent}
     got = h.run(cuda_device, engine=LEGACY, knobs=knobs)
     want_mode = "SPATIAL" if persistent == 0 else "SPATIAL_PERSISTENT"
@@ -159,8 +120,7 @@ def test_nchw_benchmarking_keeps_the_faster_mode(cuda_device, what):
     is not slower than the other beyond the timing margin; the result is still float64's.
     (32, 512, 28, 28) FLOAT backward is where SPATIAL_PERSISTENT measured 1.13x SPATIAL.)"""
     from hipdnn_async.providers._tuning import BENCH_MARGIN
-    make = _training if what == "training" else _backward
-    h, checks = make("float32", "uniform", (32, 512, 28, 28), seed=5)
+    h, checks = _case(what, "float32", "uniform", (32, 512, 28, 28), seed=5)
     got = h.run(cuda_device, engine=LEGACY, knobs={"global.benchmarking": 1})
     trials = dict(h.plan.algorithm.trials)
     assert set(trials) == {"SPATIAL_PERSISTENT", "SPATIAL"} and h.plan.benchmarked, trials

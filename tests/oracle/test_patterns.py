@@ -82,12 +82,14 @@ def build_bn_inference_drelu_backward(h, rank, rng):
 BN_TRAIN_EPS, BN_TRAIN_MOMENTUM = 3e-5, 0.1
 
 
-def _bn_training(h, rank, rng, relu):
+def _bn_training(h, rank, rng, relu, dims=None, offset=0.3):
+    """Batchnorm training (+ ReLU) of x = ``offset`` + 2 U(-1, 1) of ``dims`` (default
+    ``BN[rank]``), running statistics updated; its checks against float64."""
     hd = h.hd
-    dims = BN[rank]
+    dims = BN[rank] if dims is None else dims
     cs = chan_shape(dims[1], rank)
     eps, momentum = BN_TRAIN_EPS, BN_TRAIN_MOMENTUM
-    x = h.input("x", rng.uniform(-1, 1, dims) * 2 + 0.3)
+    x = h.input("x", rng.uniform(-1, 1, dims) * 2 + offset)
     scale = h.float_input("scale", rng.uniform(-2, 2, cs))
     bias = h.float_input("bias", rng.uniform(-2, 2, cs))
     prm = h.float_input("prev_running_mean", rng.uniform(-1, 1, cs))
@@ -118,10 +120,12 @@ def build_bn_training_relu(h, rank, rng):
     return _bn_training(h, rank, rng, relu=True)
 
 
-def build_bn_backward(h, rank, rng):
-    dims = BN[rank]
+def build_bn_backward(h, rank, rng, dims=None, offset=0.0):
+    """Batchnorm backward of x = ``offset`` + U(-1, 1) of ``dims`` (default ``BN[rank]``)
+    with its own saved statistics; its checks against float64."""
+    dims = BN[rank] if dims is None else dims
     cs = chan_shape(dims[1], rank)
-    xv = rng.uniform(-1, 1, dims)
+    xv = offset + rng.uniform(-1, 1, dims)
     st = ref.bn_training(xv, np.ones(dims[1]), np.zeros(dims[1]), 1e-5)   # saved batch stats
     x = h.input("x", xv)
     dy = h.input("dy", rng.uniform(-1, 1, dims))

@@ -26,6 +26,7 @@ from statistics import median
 from typing import Callable
 
 from ..._types import numpy_dtype
+from ...queues._graph import capture_graph
 from ...runtime import GpuArray, LaunchContext
 from ._launch import StreamResources
 
@@ -172,59 +173,27 @@ class BuildStream:
         for _ in range(max(warmup, 0)):
             launch()
         rt.stream_synchronize(self.stream)
-        graph_exec = self._capture(launch)
-        if graph_exec:
-            try:
-                return [ms / GRAPH_REPEATS for ms in self._event_times(
-                    lambda: rt.graph_launch(graph_exec, self.stream), runs)]
-            finally:
-                rt.graph_exec_destroy(graph_exec)
-        return self._event_times(launch, runs)
+        replay = self._capture(launch)
+        if replay is None:
+            return self._event_times(launch, runs)
+        try:
+            return [ms / GRAPH_REPEATS for ms in self._event_times(replay.launcher(), runs)]
+        finally:
+            replay.close()     # the executable graph goes with its launcher
 
-    def _capture(self, launch) -> int:
-        """An executable graph of ``GRAPH_REPEATS`` calls of ``launch()`` captured from the
-        build stream, or 0 where the runtime or the launch cannot be captured (the
-        capture is then dropped, the stream left not capturing, the error cleared)."""
-        rt = self._rt
-        if not hasattr(rt, "stream_begin_capture"):
-            return 0
+    def _capture(self, launch):
+        """A ``GraphReplay`` of ``GRAPH_REPEATS`` calls of ``launch()`` captured from the
+        build stream (``queues._graph.capture_graph``, which ends and drops a failed
+        capture), or None where the runtime or the launch cannot be captured; the
+        runtime's last error is then cleared."""
         try:
-            rt.stream_begin_capture(self.stream)
-        except Exception as exc:  # noqa: BLE001 - no graphs here: time direct launches
-            log.debug("build stream: no capture for timing (%s)", exc)
-            return 0
-        graph = 0
-        try:
-            for _ in range(GRAPH_REPEATS):
-                launch()
+            return capture_graph(self._rt, self.stream, (launch,) * GRAPH_REPEATS, None)
         except Exception as exc:  # noqa: BLE001 - the direct timing raises what is real
-            log.debug("build stream: timing capture refused (%s)", exc)
-        except BaseException:
-            # a KeyboardInterrupt: end the capture and drop its graph first, or the build
-            # stream stays capturing and every later trial run's synchronize fails
-            with contextlib.suppress(Exception):
-                rt.graph_destroy(rt.end_capture(self.stream))
-            raise
-        else:
-            graph = None
-        try:
-            ended = rt.end_capture(self.stream)
-        except Exception as exc:  # noqa: BLE001
-            log.debug("build stream: timing capture ended with %s", exc)
-            ended, graph = 0, 0
-        if graph is None:
-            try:
-                return rt.graph_instantiate(ended)
-            except Exception as exc:  # noqa: BLE001
-                log.debug("build stream: timing graph not instantiated (%s)", exc)
-            finally:
-                rt.graph_destroy(ended)
-        elif ended:
-            rt.graph_destroy(ended)
-        clear = getattr(rt, "clear_last_error", None)
-        if clear is not None:
-            clear()
-        return 0
+            log.debug("build stream: timing direct launches, no capture (%s)", exc)
+            clear = getattr(self._rt, "clear_last_error", None)
+            if clear is not None:
+                clear()
+            return None
 
     def _event_times(self, launch, runs: int) -> list[float]:
         """Milliseconds of each of ``runs`` calls of ``launch()``, each enqueued between

@@ -144,11 +144,6 @@ class _BnPlan(ProviderPlan):
                                   d["bn"].ptr, b["scale"], b["dscale"], b["dbias"],
                                   _BWD_EPSILON, b["mean"], b["inv_variance"], self.mode)
 
-    @property
-    def mode_name(self) -> str:
-        return ("SPATIAL_PERSISTENT" if self.mode == _cudnn.BATCHNORM_SPATIAL_PERSISTENT
-                else "SPATIAL")
-
 
 class BnInferencePlan(_BnPlan):
     def run(self, b, workspace) -> None:

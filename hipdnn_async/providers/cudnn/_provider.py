@@ -347,7 +347,6 @@ class CudnnProvider(Provider):
                             f"{reserve}-byte reserve space for channels-last x, which only "
                             "a cudnnBatchNormalizationForwardTrainingEx call fills; the plain "
                             "backward call is 20-60x slower there and is not used")
-                    plan.algorithm = "SPATIAL_PERSISTENT Ex"
             self._build.trial(match, plan)
         except _cudnn.CudnnError as exc:
             if not _batchnorm_refused(exc):
@@ -357,8 +356,9 @@ class CudnnProvider(Provider):
                 f"channels-last x: {exc}; the plain call is 20-60x slower there and is not "
                 "used") from exc
         plan.algorithm = _tuning.Algorithm(
-            str(plan.algorithm), "channels-last x: cuDNN's Ex call with SPATIAL_PERSISTENT, "
-            "the only legacy form used there (the plain calls are 20-60x slower)")
+            plan.algorithm or "SPATIAL_PERSISTENT Ex", "channels-last x: cuDNN's Ex call with "
+            "SPATIAL_PERSISTENT, the only legacy form used there (the plain calls are 20-60x "
+            "slower)")
         return plan
 
     def _bn_plain_mode(self, match, plan, engine, knobs, perfdb, where: str):
