@@ -214,12 +214,18 @@ def _bn_backward_graph(hd, dims=(4, 6, 5, 5)):
     return g
 
 
-def knob_case(direction: str, knobs: dict, *, builds: int = 1, inject=()) -> dict:
+def knob_case(direction: str, knobs: dict, *, builds: int = 1, inject=(),
+              fresh_perfdb: bool = False) -> dict:
     """Build a small convolution (``direction`` fprop / dgrad / wgrad; "bn_backward": an
     fp32 NCHW batchnorm backward) ``builds`` times, each in a new Device, with ``knobs``;
     returns per build its plan facts (or the error) and its slice of the log. ``inject``:
-    ``[(build index, function, status, nth, count)]``, failures armed before that build."""
+    ``[(build index, function, status, nth, count)]``, failures armed before that build.
+    The default perf db (shared by the cases of one session) is emptied first with
+    ``fresh_perfdb``."""
     import hipdnn_async as hd
+    from hipdnn_async import _perfdb
+    if fresh_perfdb:
+        _perfdb.default_perfdb().clear()
     ctl = control()
     ctl.clear()
     out = []
@@ -241,7 +247,6 @@ def knob_case(direction: str, knobs: dict, *, builds: int = 1, inject=()) -> dic
     from ._fakes import between
     for i, b in enumerate(out):
         b["log"] = between(log, f"build{i}", f"built{i}")
-    from hipdnn_async import _perfdb
     return {"builds": out, "violations": ctl.violations(),
             "perfdb": [(e["engine"], e["problem"], e["algorithm"])
                        for e in _perfdb.default_perfdb().entries()]}

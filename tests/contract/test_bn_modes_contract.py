@@ -74,7 +74,8 @@ def test_channels_last_backward_asking_for_a_reserve_space_is_declined(fake_gpu)
 
 
 def test_nchw_benchmarking_times_both_modes_and_the_perf_db_keeps_the_winner(fake_gpu, hdr):
-    r = fake_gpu.call(_scenarios.knob_case, "bn_backward", {"global.benchmarking": 1}, builds=2)
+    r = fake_gpu.call(_scenarios.knob_case, "bn_backward", {"global.benchmarking": 1}, builds=2,
+                      fresh_perfdb=True)
     first, second = r["builds"]
     assert first["error"] is None and second["error"] is None, (first, second)
     p1, p2 = first["plan"], second["plan"]
@@ -87,7 +88,7 @@ def test_nchw_benchmarking_times_both_modes_and_the_perf_db_keeps_the_winner(fak
     assert modes == {hdr.CUDNN_BATCHNORM_SPATIAL_PERSISTENT, hdr.CUDNN_BATCHNORM_SPATIAL}
     # each mode timed as launches of a captured graph of its executions (_trial.time_runs)
     assert len(calls(first["log"], "cudaStreamBeginCapture")) == 2
-    assert len(calls(first["log"], "cudaGraphLaunch")) == 2 * 7
+    assert len(calls(first["log"], "cudaGraphLaunch")) == 2 * (1 + 7)   # upload + 7 samples
     # a new Device takes the stored winner: no timing events, the same mode
     assert p2["perfdb_hit"] and not p2["benchmarked"] and p2["algorithm"] == p1["algorithm"]
     assert calls(second["log"], "cudaEventElapsedTime") == []
@@ -132,3 +133,46 @@ def test_a_perf_db_choice_refused_now_is_not_reported_as_the_perf_db_choice(fake
     assert not p2["perfdb_hit"] and not p2["benchmarked"], p2
     assert "perf db's benchmarked choice" not in p2["reason"], p2["reason"]
     assert stored in p2["reason"] and "refused" in p2["reason"], p2["reason"]
+
+
+def test_a_mode_refused_while_timed_is_declined_and_the_other_mode_kept(fake_gpu, hdr):
+    """Both modes pass their trial runs, then cuDNN refuses SPATIAL_PERSISTENT at its
+    first timed (warm-up) run: the benchmark declines that mode, as a refusal at the
+    trial, and keeps SPATIAL (it used to decline the whole build)."""
+    call = "cudnnBatchNormalizationBackward"
+    # calls 1, 2: the two trial runs; call 3: PERSISTENT's first warm-up run
+    r = fake_gpu.call(_scenarios.knob_case, "bn_backward", {"global.benchmarking": 1},
+                      inject=[(0, call, hdr.CUDNN_STATUS_NOT_SUPPORTED, 3, 1)],
+                      fresh_perfdb=True)
+    (first,) = r["builds"]
+    assert first["error"] is None, first.get("message")
+    p = first["plan"]
+    assert p["algorithm"] == "SPATIAL" and p["benchmarked"], p
+    assert [name for name, _ in p["trials"]] == ["SPATIAL"]
+    assert "refused: SPATIAL_PERSISTENT" in p["reason"], p["reason"]
+    refused = [c for c in calls(first["log"], call) if c["status"]]
+    assert [c["mode"] for c in refused] == [hdr.CUDNN_BATCHNORM_SPATIAL_PERSISTENT]
+    assert [a for e, _, a in r["perfdb"] if e == "CUDNN_LEGACY_ENGINE"] == ["SPATIAL"]
+
+
+def test_modes_are_timed_alike_when_one_cannot_be_captured(fake_gpu, hdr):
+    """SPATIAL's timing capture fails (cudaStreamBeginCapture refused): PERSISTENT, timed
+    as graph launches, is timed again by direct launches with SPATIAL, so that neither
+    time includes host launch gaps the other does not (_trial.medians_alike)."""
+    r = fake_gpu.call(_scenarios.knob_case, "bn_backward", {"global.benchmarking": 1},
+                      inject=[(0, "cudaStreamBeginCapture",
+                               hdr.cudaErrorStreamCaptureUnsupported, 2, 1)],
+                      fresh_perfdb=True)
+    (first,) = r["builds"]
+    assert first["error"] is None, first.get("message")
+    assert [name for name, _ in first["plan"]["trials"]] == ["SPATIAL_PERSISTENT", "SPATIAL"]
+    log = first["log"]
+    assert len(calls(log, "cudaStreamBeginCapture")) == 2
+    launches = calls(log, "cudaGraphLaunch")
+    assert len(launches) == 1 + 7          # PERSISTENT's graph only: upload + 7 samples
+    # after PERSISTENT's graph samples, both modes run again between timing events
+    after = log[log.index(launches[-1]) + 1:]
+    modes = [c["mode"] for c in calls(after, "cudnnBatchNormalizationBackward")]
+    assert modes.count(hdr.CUDNN_BATCHNORM_SPATIAL_PERSISTENT) >= 7, modes
+    assert modes.count(hdr.CUDNN_BATCHNORM_SPATIAL) >= 7, modes
+    assert len(calls(after, "cudaEventElapsedTime")) >= 2 * 7

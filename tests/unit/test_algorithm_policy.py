@@ -195,9 +195,10 @@ class GraphClockRuntime(ClockRuntime):
     idle time first (the host enqueues slower than a short kernel runs), a launch of a
     captured graph runs its kernels back to back (one gap per graph launch)."""
 
-    def __init__(self, gap=0.0, refuse_capture=False):
+    def __init__(self, gap=0.0, refuse_capture=False, upload=0.0):
         super().__init__()
-        self.gap, self.refuse_capture = gap, refuse_capture
+        self.gap, self.refuse_capture, self.upload = gap, refuse_capture, upload
+        self.uploaded = set()
         self.capturing, self.graphs, self.execs, self.cleared = None, {}, {}, 0
 
     def kernel(self, stream, ms):
@@ -232,24 +233,32 @@ class GraphClockRuntime(ClockRuntime):
         self.calls.append(("graph_exec_destroy", graph_exec))
 
     def graph_launch(self, graph_exec, stream):
+        # the first launch of an executable graph also uploads it (``upload`` ms)
         self.calls.append(("graph_launch", graph_exec, stream))
-        self.clock[stream] += self.gap + sum(self.execs[graph_exec])
+        first = graph_exec not in self.uploaded
+        self.uploaded.add(graph_exec)
+        self.clock[stream] += self.gap + sum(self.execs[graph_exec]) + (self.upload if first else 0)
 
     def clear_last_error(self):
         self.cleared += 1
 
 
 def test_time_runs_times_a_captured_graph_so_host_launch_gaps_do_not_count():
-    # 0.011 ms kernels behind 0.02 ms host gaps: direct event timing would say 0.031
-    rt = GraphClockRuntime(gap=0.02)
+    # 0.011 ms kernels behind 0.02 ms host gaps: direct event timing would say 0.031; the
+    # graph's first launch (its upload, 0.5 ms here) is not a sample
+    rt = GraphClockRuntime(gap=0.02, upload=0.5)
     b, bound = _build_stream(rt)
     with b.lock:
         b.handle()
         times = b.time_runs(lambda: rt.kernel(bound["stream"], 0.011))
     per_graph_gap = 0.02 / _trial.GRAPH_REPEATS
     assert times == pytest.approx([0.011 + per_graph_gap] * _trial.TIMED_RUNS)
+    assert times.captured
     launches = [c for c in rt.calls if c[0] == "graph_launch"]
-    assert len(launches) == _trial.TIMED_RUNS and {c[2] for c in launches} == {b.stream}
+    assert len(launches) == _trial.TIMED_RUNS + 1 and {c[2] for c in launches} == {b.stream}
+    # the untimed upload launch comes before the first timing event
+    first_record = next(i for i, c in enumerate(rt.calls) if c[0] == "event_record")
+    assert rt.calls.index(launches[0]) < first_record
     assert [c[0] for c in rt.calls if c[0].startswith("graph_")].count("graph_exec_destroy") == 1
     assert ("graph_destroy", next(iter(rt.graphs))) in rt.calls
 
@@ -260,7 +269,7 @@ def test_time_runs_falls_back_to_direct_launches_where_capture_is_refused():
     with b.lock:
         b.handle()
         times = b.time_runs(lambda: rt.kernel(bound["stream"], 1.0))
-    assert times == pytest.approx([1.0] * _trial.TIMED_RUNS)
+    assert times == pytest.approx([1.0] * _trial.TIMED_RUNS) and not times.captured
     assert rt.capturing is None and rt.cleared == 1          # capture ended, error reset
     assert not [c for c in rt.calls if c[0] == "graph_launch"]
 
@@ -282,6 +291,55 @@ def test_time_runs_ends_the_capture_when_a_launch_is_interrupted():
             b.time_runs(launch)
     assert rt.capturing is None, "the build stream was left capturing"
     assert [c[0] for c in rt.calls].count("graph_destroy") == 1   # the partial graph
+
+
+def test_time_runs_without_capture_times_direct_launches():
+    rt = GraphClockRuntime(gap=0.02)
+    b, bound = _build_stream(rt)
+    with b.lock:
+        b.handle()
+        times = b.time_runs(lambda: rt.kernel(bound["stream"], 0.011), capture=False)
+    assert times == pytest.approx([0.031] * _trial.TIMED_RUNS) and not times.captured
+    assert not [c for c in rt.calls if c[0] in ("begin_capture", "graph_launch")]
+
+
+def test_a_benchmark_times_every_candidate_alike_when_one_cannot_be_captured():
+    # candidate 1's launches cannot be captured: timed directly it pays the host gap
+    # (0.02 ms) that graph launches of candidates 0 and 2 do not; compared so, the slower
+    # kernel (0.011 + 0.02 > 0.025 ms) would lose for the wrong reason or a slow one win
+    rt = GraphClockRuntime(gap=0.02)
+    b, bound = _build_stream(rt)
+    kernels = [0.025, 0.011, 0.030]
+
+    def timer(i):
+        def run(capture):
+            rt.refuse_capture = i == 1
+            try:
+                return b.time_runs(lambda: rt.kernel(bound["stream"], kernels[i]),
+                                   capture=capture)
+            finally:
+                rt.refuse_capture = False
+        return run
+    with b.lock:
+        b.handle()
+        medians = _trial.medians_alike([timer(i) for i in range(3)])
+    # all three timed again by direct launches: the same 0.02 ms gap on each
+    assert medians == pytest.approx([k + 0.02 for k in kernels])
+    assert _tuning.fastest(medians) == 1
+
+
+def test_medians_alike_gives_none_for_a_refused_candidate_and_raises_the_rest():
+    ok = lambda capture: _trial.Samples([2.0, 1.0, 3.0], captured=capture)   # noqa: E731
+
+    def refused(capture):
+        raise RuntimeError("CUDNN_STATUS_NOT_SUPPORTED")
+
+    def broken(capture):
+        raise RuntimeError("CUDNN_STATUS_EXECUTION_FAILED")
+    is_refusal = lambda exc: "NOT_SUPPORTED" in str(exc)                    # noqa: E731
+    assert _trial.medians_alike([ok, refused, ok], refused=is_refusal) == [2.0, None, 2.0]
+    with pytest.raises(RuntimeError, match="EXECUTION_FAILED"):
+        _trial.medians_alike([ok, broken], refused=is_refusal)
 
 
 @pytest.mark.parametrize("fail_at", [1, 2, 5])
@@ -339,9 +397,12 @@ def _graph_engine(monkeypatch, times, declined=()):
     monkeypatch.setattr(eng, "_verified", lambda be, m, spec, cand, bufs, limit: (
         (None, "finalize: NOT_SUPPORTED") if cand.index in declined else (_Plan(f"eng{cand.index}"), "")))
 
-    def fake_time(plan, bufs):
+    def fake_time(plan, bufs, capture=True):
         timed.append(plan.algorithm)
-        return times[int(plan.algorithm[3:])]
+        t = times[int(plan.algorithm[3:])]
+        if isinstance(t, Exception):
+            raise t
+        return _trial.Samples([t], captured=capture)
     monkeypatch.setattr(eng, "_time", fake_time)
     be = types.SimpleNamespace(NUMERICAL_NOTE_TENSOR_CORE=1, NUMERICAL_NOTE_NONDETERMINISTIC=2)
     cands = [_graph_plan.Candidate(None, i, frozenset(), frozenset(), 0, "A")
@@ -363,6 +424,23 @@ def test_graph_benchmark_takes_a_clearly_faster_config(monkeypatch):
     plan, cand, ms = eng._benchmark(be, None, pools, {}, None, "t")
     assert plan.algorithm == "eng2" and ms == 0.5 and timed == ["eng0", "eng2"]
     assert "the heuristic's choice took 3.9000 ms" in plan.algorithm.reason
+
+
+def test_graph_benchmark_declines_a_config_refused_while_timed(monkeypatch):
+    # eng0 passed its trial run but cuDNN refuses it at a timed run: declined like a
+    # refusal at the trial, and the benchmark goes on with the others
+    refusal = hd.NotSupportedError("CUDNN_STATUS_NOT_SUPPORTED at execute")
+    eng, be, pools, timed = _graph_engine(monkeypatch, [refusal, 0.4, 0.395])
+    plan, cand, ms = eng._benchmark(be, None, pools, {}, None, "t")
+    assert plan.algorithm == "eng1" and ms == 0.4
+    assert [n for n, _ in plan.algorithm.trials] == ["eng1", "eng2"]
+    broken = hd.ExecutionError("CUDNN_STATUS_EXECUTION_FAILED")
+    eng, be, pools, timed = _graph_engine(monkeypatch, [0.4, broken])
+    with pytest.raises(hd.ExecutionError):
+        eng._benchmark(be, None, pools, {}, None, "t")
+    eng, be, pools, timed = _graph_engine(monkeypatch, [refusal])
+    with pytest.raises(hd.NotSupportedError, match="refused while timed"):
+        eng._benchmark(be, None, pools, {}, None, "t")
 
 
 def test_graph_benchmark_times_at_least_8_configs_as_pytorch_does(monkeypatch):
@@ -389,6 +467,6 @@ def test_graph_time_is_the_median_on_the_build_stream_through_the_build_handle(m
     plan = types.SimpleNamespace(workspace_size=0, _cudnn_ws=0, plan="P", _uids=(1,),
                                  _be=types.SimpleNamespace(execute=execute),
                                  pointers=lambda ptrs, ws: [ptrs["x"]])
-    ms = eng._time(plan, {"x": types.SimpleNamespace(ptr=0x1000)})
+    ms = statistics.median(eng._time(plan, {"x": types.SimpleNamespace(ptr=0x1000)}))
     assert ms == pytest.approx(0.2) and set(handles) == {0x5EED}
     assert len(handles) == _trial.WARMUP_RUNS + _trial.TIMED_RUNS

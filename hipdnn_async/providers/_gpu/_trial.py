@@ -16,6 +16,10 @@ for a cuDNN execute) is timed by its device time, not by the launch's. Events ar
 direct launch timed the launch instead, and a 11 µs config measured 30 µs and lost to an
 18 µs one (H200, fp16 1x1 dgrad at batch 16). Where the launch cannot be captured (or
 the runtime has no graphs) each direct execution is timed between two events.
+
+A benchmark compares candidates timed the same way (:func:`medians_alike`): where one
+candidate's executions cannot be captured, every candidate is timed again by direct
+launches, since a direct launch's time includes host launch gaps that a graph's does not.
 """
 from __future__ import annotations
 
@@ -32,11 +36,59 @@ from ._launch import StreamResources
 
 log = logging.getLogger("hipdnn_async")
 
-__all__ = ["BuildStream", "WARMUP_RUNS", "TIMED_RUNS"]
+__all__ = ["BuildStream", "Samples", "medians_alike", "WARMUP_RUNS", "TIMED_RUNS"]
 
 WARMUP_RUNS = 3     # untimed runs first (the first one may compile or load modules)
 TIMED_RUNS = 7      # timed samples; their median is the candidate's time
 GRAPH_REPEATS = 8   # executions captured into the graph one sample launches
+
+
+class Samples(list):
+    """Timed samples in milliseconds per execution (a ``list``), and how they were
+    taken: ``captured`` True for launches of a captured graph, False for direct launches
+    each between two events."""
+
+    def __init__(self, values=(), captured: bool = False):
+        super().__init__(values)
+        self.captured = bool(captured)
+
+
+def medians_alike(timers, *, refused: Callable[[BaseException], bool] = lambda exc: False
+                  ) -> list:
+    """The median milliseconds of each candidate of a benchmark, all timed one way.
+
+    Parameters
+    ----------
+    timers : sequence of callable
+        ``timers[i](capture) -> Samples``: times candidate ``i`` (``capture`` False:
+        direct launches only).
+    refused : callable, optional
+        ``refused(exc)`` is True for an exception that means the vendor refuses that
+        candidate (it then gets None instead of a time); any other exception propagates.
+
+    Returns
+    -------
+    list of float or None
+        One entry per timer, in order. Where some candidates were timed as captured graphs
+        and others by direct launches (their capture failed), every candidate is timed
+        again by direct launches, so that launch gaps count for all or for none.
+    """
+    def run(timer, capture):
+        try:
+            return timer(capture)
+        except Exception as exc:  # noqa: BLE001 - refused() decides; the rest propagates
+            if not refused(exc):
+                raise
+            log.info("build stream: candidate refused while timed (%s)", exc)
+            return None
+    samples = [run(t, True) for t in timers]
+    ways = {s.captured for s in samples if s is not None}
+    if len(ways) > 1:
+        log.info("build stream: %d of %d candidates could not be captured; timing all by "
+                 "direct launches", sum(not s.captured for s in samples if s is not None),
+                 len(samples))
+        samples = [None if s is None else run(t, False) for s, t in zip(samples, timers)]
+    return [None if s is None else median(s) for s in samples]
 
 
 class BuildStream:
@@ -133,9 +185,9 @@ class BuildStream:
             finally:
                 self._rt.stream_synchronize(self.stream)
 
-    def time_plan(self, plan, bufs: dict) -> float:
-        """Median milliseconds of one ``plan.run`` on ``bufs`` (role -> GpuArray) on the
-        build stream (:meth:`time_runs`: warm-up runs, then timed samples).
+    def time_plan(self, plan, bufs: dict, *, capture: bool = True) -> Samples:
+        """Milliseconds of one ``plan.run`` on ``bufs`` (role -> GpuArray) on the build
+        stream (:meth:`time_runs`: warm-up runs, then timed samples).
 
         Raises
         ------
@@ -144,20 +196,21 @@ class BuildStream:
         """
         ptrs = {r: a.ptr for r, a in bufs.items()}
         with self.lock, self.context.using(), self._launching(plan):
-            return median(self.time_runs(lambda: plan.run(ptrs, None)))
+            return self.time_runs(lambda: plan.run(ptrs, None), capture=capture)
 
     def time_runs(self, launch: Callable[[], None], *, warmup: int = WARMUP_RUNS,
-                  runs: int = TIMED_RUNS) -> list[float]:
+                  runs: int = TIMED_RUNS, capture: bool = True) -> Samples:
         """Milliseconds of one execution of ``launch()`` on the build stream, ``runs``
         samples (see the module docstring).
 
         ``launch()`` enqueues one execution on the build stream (through the build
         handle, which is bound to it). ``warmup`` untimed executions run first and are
-        waited for; then ``GRAPH_REPEATS`` executions are captured into a graph and each
-        sample is one launch of it between two timing events, divided by
-        ``GRAPH_REPEATS``. Where the capture fails, each timed execution is enqueued
-        between two events instead. The last event is waited for before any elapsed time
-        is read. The caller holds :attr:`lock`.
+        waited for; then ``GRAPH_REPEATS`` executions are captured into a graph, launched
+        once untimed (its upload to the device) and each sample is one launch of it
+        between two timing events, divided by ``GRAPH_REPEATS``. Where the capture fails,
+        or ``capture`` is False, each timed execution is enqueued between two events
+        instead (``Samples.captured`` says which). The last event is waited for before any
+        elapsed time is read. The caller holds :attr:`lock`.
 
         Raises
         ------
@@ -173,11 +226,15 @@ class BuildStream:
         for _ in range(max(warmup, 0)):
             launch()
         rt.stream_synchronize(self.stream)
-        replay = self._capture(launch)
+        replay = self._capture(launch) if capture else None
         if replay is None:
-            return self._event_times(launch, runs)
+            return Samples(self._event_times(launch, runs), captured=False)
         try:
-            return [ms / GRAPH_REPEATS for ms in self._event_times(replay.launcher(), runs)]
+            graph_launch = replay.launcher()
+            graph_launch()                      # untimed: the first launch uploads the graph
+            rt.stream_synchronize(self.stream)
+            return Samples((ms / GRAPH_REPEATS for ms in self._event_times(graph_launch, runs)),
+                           captured=True)
         finally:
             replay.close()     # the executable graph goes with its launcher
 

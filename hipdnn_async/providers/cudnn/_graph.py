@@ -29,7 +29,6 @@ import logging
 import os
 import tempfile
 import time
-from statistics import median
 
 import numpy as np
 
@@ -40,6 +39,7 @@ from ..._types import DataType
 from ...patterns import Pattern
 from ...runtime import GpuArray, load_vendor
 from .._base import Engine, ProviderEngine, engine_id
+from .._gpu._trial import Samples, medians_alike
 from .. import _tuning
 from .._tuning import Algorithm
 from . import _fft, _graph_ir, _graph_lower, _graph_plan
@@ -340,18 +340,25 @@ class CudnnGraphEngine:
         """The config ``_tuning.fastest`` keeps among the first ``_BENCH_CANDIDATES``
         that verify, in heuristic order (so the heuristic's own choice is always timed
         and is kept unless another is faster beyond the noise), each timed by its median
-        on the build stream (``BuildStream.time_runs``)."""
+        on the build stream (``BuildStream.time_runs``; all alike, ``medians_alike``). A
+        config cuDNN refuses while it is timed is declined like one refused at its trial
+        run."""
         _perfdb.count("benchmarks_run")
-        timed, declined = [], []
+        verified, declined = [], []
         for spec, _graph, cands in pools:
             for cand in cands:
-                if len(timed) >= _BENCH_CANDIDATES:
+                if len(verified) >= _BENCH_CANDIDATES:
                     break
                 plan, why = self._verified(be, match, spec, cand, bufs, limit)
                 if plan is None:
                     declined.append(f"engine {cand.index}: {why}")
                     continue
-                timed.append((self._time(plan, bufs), plan, cand))
+                verified.append((plan, cand))
+        times = medians_alike([lambda capture, p=p: self._time(p, bufs, capture=capture)
+                               for p, _ in verified], refused=_declines)
+        timed = [(t, p, c) for t, (p, c) in zip(times, verified) if t is not None]
+        declined += [f"engine {c.index}: refused while timed"
+                     for t, (_, c) in zip(times, verified) if t is None]
         if not timed:
             raise NotSupportedError(f"{where}: no cuDNN engine config runs this graph: "
                                     + "; ".join(declined[:6]))
@@ -365,10 +372,10 @@ class CudnnGraphEngine:
                  ", ".join(f"{n} {t:.4f}" for n, t in trials), plan.algorithm, ms)
         return plan, cand, ms
 
-    def _time(self, plan, bufs) -> float:
-        """Median ms of one execution of ``plan`` on the build stream: warm-up runs, then
-        timed samples (``BuildStream.time_runs``: launches of a captured graph of executions),
-        with the workspace the plan needs."""
+    def _time(self, plan, bufs, *, capture: bool = True) -> Samples:
+        """Milliseconds of one execution of ``plan`` on the build stream: warm-up runs,
+        then timed samples (``BuildStream.time_runs``: launches of a captured graph of
+        executions unless ``capture`` is False), with the workspace the plan needs."""
         b = self._build
         ws = GpuArray((max(plan.workspace_size, 1),), np.uint8, (1,), b.context, b.spec)
         ptrs = {r: a.ptr for r, a in bufs.items()}
@@ -376,9 +383,8 @@ class CudnnGraphEngine:
             handle = b.handle()
             pack = plan.pointers(ptrs, ws.ptr)
             cudnn_ws = plan._segments.pointer(ws.ptr, "cudnn") if plan._cudnn_ws else 0
-            times = b.time_runs(lambda: plan._be.execute(handle, plan.plan, plan._uids, pack,
-                                                         cudnn_ws))
-        return median(times)
+            return b.time_runs(lambda: plan._be.execute(handle, plan.plan, plan._uids, pack,
+                                                        cudnn_ws), capture=capture)
 
     # ------------------------------------------------------------------ perf db
     def _key(self, match, bench: bool, allow_tf32: bool, limit,

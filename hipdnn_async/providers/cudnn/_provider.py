@@ -36,7 +36,7 @@ from .. import _tuning
 from .._base import Provider, ProviderEngine, ProviderPlan
 from .._gpu._bind import GpuTarget, bind_workspace, make_binder
 from .._gpu._launch import LaunchResources
-from .._gpu._trial import BuildStream
+from .._gpu._trial import BuildStream, medians_alike
 from .._gpu._vendor import open_vendor
 from . import _fft, _plans
 from ._graph import GraphApiEngine
@@ -404,14 +404,26 @@ class CudnnProvider(Provider):
                                         + "; ".join(f"{n}: {e}" for n, e in refused.items()))
             return out
 
+        def timer(c):
+            def run(capture):
+                plan.mode = c.id
+                try:
+                    return self._build.time_plan(plan, bufs, capture=capture)
+                except _cudnn.CudnnError as exc:
+                    if _batchnorm_refused(exc):
+                        refused[c.name] = exc       # declined at timing, as at its trial
+                    raise
+            return run
+
         def measure(fitting):
             ok = accepted(fitting)
-            times = []
-            for c in ok:
-                plan.mode = c.id
-                times.append(self._build.time_plan(plan, bufs))
-            pick = _tuning.fastest(times)
-            return ok[pick], times[pick], [(c.name, t) for c, t in zip(ok, times)]
+            times = medians_alike([timer(c) for c in ok], refused=_batchnorm_refused)
+            timed = [(c, t) for c, t in zip(ok, times) if t is not None]
+            if not timed:
+                raise NotSupportedError(f"{where}: cuDNN refused every batchnorm mode: "
+                                        + "; ".join(f"{n}: {e}" for n, e in refused.items()))
+            pick = _tuning.fastest([t for _, t in timed])
+            return timed[pick][0], timed[pick][1], [(c.name, t) for c, t in timed]
 
         choice = _tuning.choose(self.engine_impl(engine), match, candidates, knobs, perfdb,
                                 heuristic=lambda fitting, limit: accepted(fitting, True)[0],
