@@ -443,6 +443,22 @@ def test_graph_benchmark_declines_a_config_refused_while_timed(monkeypatch):
         eng._benchmark(be, None, pools, {}, None, "t")
 
 
+def test_graph_benchmark_says_why_a_config_was_refused_while_timed(monkeypatch):
+    # every config that passed its trial is refused at a timed run: the error names each
+    # and gives cuDNN's own words, as a refusal at the trial run does ("trial run: ...")
+    refusals = [hd.NotSupportedError(f"cudnnBackendExecute failed: CUDNN_STATUS_NOT_SUPPORTED "
+                                     f"(3000): engine {i} cannot run this layout")
+                for i in range(2)]
+    eng, be, pools, timed = _graph_engine(monkeypatch, refusals)
+    with pytest.raises(hd.NotSupportedError) as err:
+        eng._benchmark(be, None, pools, {}, None, "CUDNN_GRAPH_ENGINE (CONV_FPROP)")
+    msg = str(err.value)
+    assert msg.startswith("CUDNN_GRAPH_ENGINE (CONV_FPROP): "), msg
+    for i in range(2):
+        assert f"engine {i}: refused while timed: cudnnBackendExecute failed: " \
+               f"CUDNN_STATUS_NOT_SUPPORTED (3000): engine {i} cannot run this layout" in msg, msg
+
+
 def test_graph_benchmark_times_at_least_8_configs_as_pytorch_does(monkeypatch):
     n = 24
     eng, be, pools, timed = _graph_engine(monkeypatch, [1.0] * (n - 1) + [0.1])

@@ -354,11 +354,22 @@ class CudnnGraphEngine:
                     declined.append(f"engine {cand.index}: {why}")
                     continue
                 verified.append((plan, cand))
-        times = medians_alike([lambda capture, p=p: self._time(p, bufs, capture=capture)
-                               for p, _ in verified], refused=_declines)
+        why = {}     # verified index -> cuDNN's refusal while it was timed
+
+        def timer(i, plan):
+            def run(capture):
+                try:
+                    return self._time(plan, bufs, capture=capture)
+                except Exception as exc:  # noqa: BLE001 - medians_alike raises the rest
+                    if _declines(exc):
+                        why[i] = exc
+                    raise
+            return run
+        times = medians_alike([timer(i, p) for i, (p, _) in enumerate(verified)],
+                              refused=_declines)
         timed = [(t, p, c) for t, (p, c) in zip(times, verified) if t is not None]
-        declined += [f"engine {c.index}: refused while timed"
-                     for t, (_, c) in zip(times, verified) if t is None]
+        declined += [f"engine {c.index}: refused while timed: {why[i]}"
+                     for i, (t, (_, c)) in enumerate(zip(times, verified)) if t is None]
         if not timed:
             raise NotSupportedError(f"{where}: no cuDNN engine config runs this graph: "
                                     + "; ".join(declined[:6]))
