@@ -443,6 +443,28 @@ def test_graph_benchmark_declines_a_config_refused_while_timed(monkeypatch):
         eng._benchmark(be, None, pools, {}, None, "t")
 
 
+def test_graph_benchmark_reason_names_a_heuristic_choice_refused_while_timed(monkeypatch):
+    # eng0, the heuristic's choice (it passed its trial run: a build without benchmarking
+    # runs it), is refused while timed; eng1 is kept within the noise of eng2. The reason
+    # must not call eng1 "the heuristic's choice", and must say what was refused and why
+    refusal = hd.NotSupportedError("CUDNN_STATUS_NOT_SUPPORTED at execute")
+    eng, be, pools, timed = _graph_engine(monkeypatch, [refusal, 0.4, 0.395])
+    plan, cand, ms = eng._benchmark(be, None, pools, {}, None, "t")
+    assert plan.algorithm == "eng1"
+    reason = plan.algorithm.reason
+    assert "heuristic's choice" not in reason, reason
+    assert "the first config timed in heuristic order (engine 1), kept" in reason, reason
+    assert "refused while timed: engine 0 (CUDNN_STATUS_NOT_SUPPORTED at execute)" in reason, \
+        reason
+    # a clearly faster one taken: the first timed is named by its engine, with its time
+    eng, be, pools, timed = _graph_engine(monkeypatch, [refusal, 0.4, 0.1])
+    plan, cand, ms = eng._benchmark(be, None, pools, {}, None, "t")
+    assert plan.algorithm == "eng2"
+    assert "the first config timed in heuristic order (engine 1) took 0.4000 ms" in \
+        plan.algorithm.reason, plan.algorithm.reason
+    assert "heuristic's choice" not in plan.algorithm.reason
+
+
 def test_graph_benchmark_says_why_a_config_was_refused_while_timed(monkeypatch):
     # every config that passed its trial is refused at a timed run: the error names each
     # and gives cuDNN's own words, as a refusal at the trial run does ("trial run: ...")

@@ -342,7 +342,7 @@ class CudnnGraphEngine:
         and is kept unless another is faster beyond the noise), each timed by its median
         on the build stream (``BuildStream.time_runs``; all alike, ``medians_alike``). A
         config cuDNN refuses while it is timed is declined like one refused at its trial
-        run."""
+        run, and the plan's ``algorithm.reason`` names it with cuDNN's words."""
         _perfdb.count("benchmarks_run")
         verified, declined = [], []
         for spec, _graph, cands in pools:
@@ -354,21 +354,21 @@ class CudnnGraphEngine:
                     declined.append(f"engine {cand.index}: {why}")
                     continue
                 verified.append((plan, cand))
-        why = {}     # verified index -> cuDNN's refusal while it was timed
+        refusals = {}     # verified index -> cuDNN's refusal while it was timed
 
-        def timer(i, plan):
+        def timer(i, p):
             def run(capture):
                 try:
-                    return self._time(plan, bufs, capture=capture)
+                    return self._time(p, bufs, capture=capture)
                 except Exception as exc:  # noqa: BLE001 - medians_alike raises the rest
                     if _declines(exc):
-                        why[i] = exc
+                        refusals[i] = exc
                     raise
             return run
         times = medians_alike([timer(i, p) for i, (p, _) in enumerate(verified)],
                               refused=_declines)
         timed = [(t, p, c) for t, (p, c) in zip(times, verified) if t is not None]
-        declined += [f"engine {c.index}: refused while timed: {why[i]}"
+        declined += [f"engine {c.index}: refused while timed: {refusals[i]}"
                      for i, (t, (_, c)) in enumerate(zip(times, verified)) if t is None]
         if not timed:
             raise NotSupportedError(f"{where}: no cuDNN engine config runs this graph: "
@@ -376,9 +376,17 @@ class CudnnGraphEngine:
         pick = _tuning.fastest([t[0] for t in timed])
         ms, plan, cand = timed[pick]
         trials = [(str(p.algorithm), t) for t, p, _ in timed]
-        plan.algorithm = Algorithm(plan.algorithm, _graph_plan.explain(
-            be, cand, rank=0, of=0, timed=len(timed), ms=ms, kept_first=pick == 0,
-            first_ms=timed[0][0]), trials)
+        # the heuristic's choice is the first config that passed its trial run (a build
+        # without benchmarking runs it); where cuDNN refused it while timed, the first
+        # timed is another config
+        first = ("the heuristic's choice" if times[0] is not None else
+                 f"the first config timed in heuristic order (engine {timed[0][2].index})")
+        reason = _graph_plan.explain(be, cand, rank=0, of=0, timed=len(timed), ms=ms,
+                                     kept_first=pick == 0, first_ms=timed[0][0], first=first)
+        if refusals:
+            reason += "; refused while timed: " + ", ".join(
+                f"engine {verified[i][1].index} ({exc})" for i, exc in sorted(refusals.items()))
+        plan.algorithm = Algorithm(plan.algorithm, reason, trials)
         log.info("%s: benchmarked %d configs (%s), kept %s %.4f ms", where, len(timed),
                  ", ".join(f"{n} {t:.4f}" for n, t in trials), plan.algorithm, ms)
         return plan, cand, ms

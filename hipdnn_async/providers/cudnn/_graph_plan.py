@@ -262,17 +262,18 @@ def describe_notes(be, c: Candidate) -> str:
 
 
 def explain(be, c: Candidate, *, rank: int, of: int, timed: int = 0, ms: float = 0.0,
-            kept_first: bool = False, first_ms: float | None = None) -> str:
+            kept_first: bool = False, first_ms: float | None = None,
+            first: str = "the heuristic's choice") -> str:
     """Why ``c`` was chosen, for ``plan.algorithm.reason``: cuDNN's heuristic rank among
     the configs the policy accepts (or the benchmark: how many were timed, the median,
-    and whether the heuristic's own choice was kept), and its numerical notes."""
+    and whether the first config timed, ``first``, was kept), and its numerical notes."""
     if timed:
         how = f"fastest of {timed} configs timed ({ms:.4f} ms median)"
         if kept_first and timed > 1:
-            how = (f"the heuristic's choice, kept: none of the {timed} configs timed was "
+            how = (f"{first}, kept: none of the {timed} configs timed was "
                    f"faster by over {int(round(_BENCH_MARGIN * 100))}% ({ms:.4f} ms median)")
         elif first_ms is not None and timed > 1:
-            how += f"; the heuristic's choice took {first_ms:.4f} ms"
+            how += f"; {first} took {first_ms:.4f} ms"
     else:
         how = (f"cuDNN heuristics mode {c.mode}, rank {rank} of the {of} configs the "
                "numerical policy accepts")
