@@ -293,6 +293,41 @@ def test_time_runs_ends_the_capture_when_a_launch_is_interrupted():
     assert [c[0] for c in rt.calls].count("graph_destroy") == 1   # the partial graph
 
 
+@pytest.mark.parametrize("capture", [True, False])
+@pytest.mark.parametrize("exc", [RuntimeError("CUDNN_STATUS_NOT_SUPPORTED"), KeyboardInterrupt])
+def test_time_runs_waits_for_the_build_stream_before_it_raises(capture, exc):
+    # a launch fails at the 4th timed sample: the executions enqueued before it may still
+    # run, on the caller's buffers and workspace, which the caller frees (stream-ordered
+    # on another stream) as soon as time_runs raises; a benchmark goes on to the next
+    # candidate. time_runs waits for its stream first, as trial() does
+    rt = GraphClockRuntime()
+    b, bound = _build_stream(rt)
+    state = {"n": 0, "graph": False}
+
+    def launch():
+        if rt.capturing is None:
+            state["n"] += 1
+            if state["n"] == _trial.WARMUP_RUNS + 4:
+                raise exc
+        rt.kernel(bound["stream"], 1.0)
+    if capture:       # the graph's launch fails instead (its 4th timed sample)
+        real = rt.graph_launch
+
+        def graph_launch(graph_exec, stream):
+            state["n"] += 1
+            if state["n"] == _trial.WARMUP_RUNS + 1 + 4:      # + its untimed upload
+                raise exc
+            real(graph_exec, stream)
+        rt.graph_launch = graph_launch
+    with b.lock:
+        b.handle()
+        with pytest.raises(type(exc) if isinstance(exc, BaseException) else exc):
+            b.time_runs(launch, capture=capture)
+    last_work = max(i for i, c in enumerate(rt.calls)
+                    if c[0] in ("event_record", "graph_launch", "kernel"))
+    assert ("stream_synchronize", b.stream) in rt.calls[last_work + 1:], rt.calls[last_work:]
+
+
 def test_time_runs_without_capture_times_direct_launches():
     rt = GraphClockRuntime(gap=0.02)
     b, bound = _build_stream(rt)

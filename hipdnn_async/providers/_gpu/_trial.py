@@ -210,7 +210,10 @@ class BuildStream:
         between two timing events, divided by ``GRAPH_REPEATS``. Where the capture fails,
         or ``capture`` is False, each timed execution is enqueued between two events
         instead (``Samples.captured`` says which). The last event is waited for before any
-        elapsed time is read. The caller holds :attr:`lock`.
+        elapsed time is read, and where a launch (or anything) raises, the build stream is
+        waited for before the error propagates, as in :meth:`trial`: nothing enqueued here
+        still runs on the caller's buffers and workspace once it frees them. The caller
+        holds :attr:`lock`.
 
         Raises
         ------
@@ -223,20 +226,27 @@ class BuildStream:
             raise ValueError(f"time_runs: runs must be >= 1; got {runs}")
         rt = self._rt
         self._resources()
-        for _ in range(max(warmup, 0)):
-            launch()
-        rt.stream_synchronize(self.stream)
-        replay = self._capture(launch) if capture else None
-        if replay is None:
-            return Samples(self._event_times(launch, runs), captured=False)
         try:
-            graph_launch = replay.launcher()
-            graph_launch()                      # untimed: the first launch uploads the graph
+            for _ in range(max(warmup, 0)):
+                launch()
             rt.stream_synchronize(self.stream)
-            return Samples((ms / GRAPH_REPEATS for ms in self._event_times(graph_launch, runs)),
-                           captured=True)
-        finally:
-            replay.close()     # the executable graph goes with its launcher
+            replay = self._capture(launch) if capture else None
+            if replay is None:
+                return Samples(self._event_times(launch, runs), captured=False)
+            try:
+                graph_launch = replay.launcher()
+                graph_launch()                  # untimed: the first launch uploads the graph
+                rt.stream_synchronize(self.stream)
+                return Samples((ms / GRAPH_REPEATS
+                                for ms in self._event_times(graph_launch, runs)), captured=True)
+            finally:
+                replay.close()     # the executable graph goes with its launcher
+        except BaseException:
+            try:
+                rt.stream_synchronize(self.stream)   # the executions enqueued before it
+            except Exception:  # noqa: BLE001 - the launch's error is the one to raise
+                pass
+            raise
 
     def _capture(self, launch):
         """A ``GraphReplay`` of ``GRAPH_REPEATS`` calls of ``launch()`` captured from the
