@@ -500,6 +500,19 @@ def test_graph_benchmark_reason_names_a_heuristic_choice_refused_while_timed(mon
     assert "heuristic's choice" not in plan.algorithm.reason
 
 
+def test_graph_benchmark_does_not_take_a_runtime_failure_for_a_config_refused(monkeypatch):
+    # the CUDA runtime failing under the timing (an event call's cudaErrorNotSupported is a
+    # GpuNotSupportedError, a NotSupportedError) is not cuDNN refusing eng0: declining eng0
+    # for it would store eng1 in the perf db as the benchmark's winner. It propagates
+    from hipdnn_async._errors import GpuNotSupportedError
+    failure = GpuNotSupportedError("cudaEventElapsedTime failed: cudaErrorNotSupported (801)",
+                                   status=801, status_name="cudaErrorNotSupported",
+                                   call="cudaEventElapsedTime")
+    eng, be, pools, timed = _graph_engine(monkeypatch, [failure, 0.4])
+    with pytest.raises(GpuNotSupportedError, match="cudaEventElapsedTime"):
+        eng._benchmark(be, None, pools, {}, None, "t")
+
+
 def test_graph_benchmark_says_why_a_config_was_refused_while_timed(monkeypatch):
     # every config that passed its trial is refused at a timed run: the error names each
     # and gives cuDNN's own words, as a refusal at the trial run does ("trial run: ...")

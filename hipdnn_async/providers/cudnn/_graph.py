@@ -33,7 +33,7 @@ import time
 import numpy as np
 
 from ... import _knobs, _perfdb
-from ..._errors import BadParamError, CudnnError, KnobError, NotSupportedError
+from ..._errors import BadParamError, CudnnError, GpuError, KnobError, NotSupportedError
 from ..._log import warn_bad_env
 from ..._types import DataType
 from ...patterns import Pattern
@@ -361,12 +361,12 @@ class CudnnGraphEngine:
                 try:
                     return self._time(p, bufs, capture=capture)
                 except Exception as exc:  # noqa: BLE001 - medians_alike raises the rest
-                    if _declines(exc):
+                    if _refused_while_timed(exc):
                         refusals[i] = exc
                     raise
             return run
         times = medians_alike([timer(i, p) for i, (p, _) in enumerate(verified)],
-                              refused=_declines)
+                              refused=_refused_while_timed)
         timed = [(t, p, c) for t, (p, c) in zip(times, verified) if t is not None]
         declined += [f"engine {c.index}: refused while timed: {refusals[i]}"
                      for i, (t, (_, c)) in enumerate(zip(times, verified)) if t is None]
@@ -504,6 +504,13 @@ def _declines(exc: BaseException) -> bool:
     # named by cuDNN's status table (runtime._cudnn.STATUS), not by status arithmetic
     return isinstance(exc, CudnnError) and (exc.status_name or "").startswith(
         "CUDNN_STATUS_INTERNAL_ERROR")
+
+
+def _refused_while_timed(exc: BaseException) -> bool:
+    """True for cuDNN refusing a config while it is timed (``_declines``); a failure of the
+    GPU runtime under the timing (events, graph launches: a ``GpuError``, also one that is
+    a ``NotSupportedError``) is not about the config and propagates."""
+    return _declines(exc) and not isinstance(exc, GpuError)
 
 
 def _json_path(perfdb, key, name: str) -> str | None:
