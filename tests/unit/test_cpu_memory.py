@@ -150,6 +150,22 @@ def test_benchmarking_skips_candidates_that_cannot_be_allocated(monkeypatch):
         plan.execute_sync(vp)
 
 
+def test_benchmarking_reason_counts_only_the_candidates_timed(monkeypatch):
+    # the candidates whose memory could not be allocated are in .trials with no time; the
+    # reason must not count them as timed ("the fastest of 3 timed" with one timed)
+    def fail(nbytes):
+        raise MemoryError(f"Unable to allocate {nbytes} bytes")
+    monkeypatch.setattr(_bind, "allocate_workspace", fail)   # every workspace fails
+    with hd.Device("cpu", streams=1, perfdb=hd.PerfDb(":memory:")) as dev:
+        plan, _ = small_conv(dev, **{"global.benchmarking": 1})
+    untimed = [n for n, ms in plan.algorithm.trials if ms is None]
+    assert plan.algorithm == "direct" and len(untimed) >= 1, plan.algorithm.trials
+    reason = plan.algorithm.reason
+    assert "the fastest of 1 timed" in reason, reason
+    assert "not timed, their memory could not be allocated: " + ", ".join(untimed) in reason, \
+        reason
+
+
 def test_benchmarking_does_not_time_beyond_the_available_memory(monkeypatch):
     monkeypatch.setattr(_conv, "available_memory", lambda: 16 << 10)   # 8 KiB usable
     timed = []

@@ -201,9 +201,14 @@ def _explain(choice) -> _tuning.Algorithm:
     name = choice.candidate.name
     names = [c.name for c in choice.fitting]
     if choice.benchmarked:
-        reason = (f"benchmarked: the fastest of {len(choice.trials) or len(names)} timed "
+        # trials without a time: candidates whose memory could not be allocated (_benchmark)
+        untimed = [n for n, ms in choice.trials if ms is None]
+        timed = len(choice.trials) - len(untimed) if choice.trials else len(names)
+        reason = (f"benchmarked: the fastest of {timed} timed "
                   f"(the minimum of up to {_BENCH_RUNS} runs each within {_BENCH_BUDGET_S} s, "
                   "after a warm-up)")
+        if untimed:
+            reason += "; not timed, their memory could not be allocated: " + ", ".join(untimed)
         trials = choice.trials
     else:
         rank = names.index(name) + 1          # the choice is always one of the fitting
