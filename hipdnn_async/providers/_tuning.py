@@ -153,7 +153,8 @@ def perf_key(provider, engine_name: str, match, limit: int, *,
 def tuned(perfdb, key: _perfdb.PerfKey, fitting: Sequence[Candidate],
           measure: Callable[[list], tuple], *, schema1: bool = False) -> Choice:
     """The perf db's winner for ``key`` among ``fitting``; else ``measure(fitting)``
-    -> (candidate, ms) or (candidate, ms, trials), stored under ``key``.
+    -> (candidate, ms) or (candidate, ms, trials), stored under ``key`` where ``ms`` is a
+    measured time (finite, >= 0; a NaN says none was timed and nothing is stored).
 
     A stored algorithm that no longer fits (or exists) is tuned again, with a warning.
     ``schema1``: the engine may claim an entry of a schema-1 db (``PerfDb.lookup``).
@@ -171,10 +172,16 @@ def tuned(perfdb, key: _perfdb.PerfKey, fitting: Sequence[Candidate],
     measured = measure(list(fitting))
     best, ms = measured[0], float(measured[1])
     trials = tuple(measured[2]) if len(measured) > 2 else ()
-    perfdb.store(key, _perfdb.PerfRecord(algorithm=best.name,
-                                         time_ms=ms if math.isfinite(ms) and ms >= 0 else 0.0,
-                                         workspace_bytes=best.workspace_bytes,
-                                         measured_at=time.time()))
+    if math.isfinite(ms) and ms >= 0:
+        perfdb.store(key, _perfdb.PerfRecord(algorithm=best.name, time_ms=ms,
+                                             workspace_bytes=best.workspace_bytes,
+                                             measured_at=time.time()))
+    else:
+        # nothing was timed (the vendor's search measured none of the candidates): an
+        # entry would be taken as a benchmarked winner by every later build
+        log.warning("benchmark of engine %s timed none of its %d candidates; %s runs "
+                    "untimed and the perf db keeps nothing for it", key.engine,
+                    len(fitting), best.name)
     return Choice(best, key.workspace_limit, tuple(fitting), benchmarked=True, time_ms=ms,
                   trials=trials)
 

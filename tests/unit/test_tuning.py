@@ -243,3 +243,21 @@ def test_each_build_logs_engine_knobs_algorithm_and_db_hit(tmp_path, caplog):
     for line, hit in zip(lines, (False, True)):
         assert "engine CPU_ENGINE" in line and f"algorithm {plan.algorithm}" in line
         assert "'global.benchmarking': 1" in line and f"perf db hit {hit}" in line
+
+
+def test_a_benchmark_that_timed_nothing_stores_nothing(tmp_path):
+    """A vendor search that measured none of the candidates (cudnnFind / MIOpen Find
+    returning only other algorithms) gives the heuristic's first with ms NaN: that must
+    not enter the perf db as a benchmarked winner, or no later build benchmarks again."""
+    from hipdnn_async.providers import _tuning
+    db = hd.PerfDb(str(tmp_path / "db.sqlite3"))
+    key = _perfdb.PerfKey(provider="p", engine="E", library_versions="v", device="d",
+                          problem="conv", workspace_limit=0)
+    cands = [_tuning.Candidate("A", 0, 0), _tuning.Candidate("B", 1, 0)]
+    choice = _tuning.tuned(db, key, cands, lambda fitting: (fitting[0], float("nan")))
+    assert choice.candidate.name == "A" and choice.benchmarked and not choice.perfdb_hit
+    assert db.lookup(key) is None and db.entries() == []
+    # the next build benchmarks again and stores what it measured
+    again = _tuning.tuned(db, key, cands, lambda fitting: (fitting[1], 0.25))
+    assert again.benchmarked and not again.perfdb_hit
+    assert db.lookup(key).algorithm == "B" and db.lookup(key).time_ms == 0.25

@@ -123,10 +123,10 @@ def test_stale_record_is_tuned_again(caplog):
     db.store(key, _perfdb.PerfRecord("removed", 0.1, 0, 1.0))
     with caplog.at_level(logging.WARNING, logger="hipdnn_async"):
         c = _tuning.choose(Engine(), m, CANDS, {BENCH: 1}, db, heuristic=pytest.fail,
-                           measure=lambda f: (f[0], float("nan")))
+                           measure=lambda f: (f[0], 0.5))
     assert c.benchmarked and c.candidate.name == "fast"
     assert "'removed'" in caplog.text and "FAKE_ENGINE" in caplog.text
-    assert db.lookup(key).algorithm == "fast" and db.lookup(key).time_ms == 0.0
+    assert db.lookup(key).algorithm == "fast" and db.lookup(key).time_ms == 0.5
 
 
 def _schema1_db(path, row):
