@@ -6,7 +6,8 @@
 //     strided channel slice (dims N x C/k x H x W, strides of the full NHWC tensor: N: H*W*C,
 //     C: 1, H: W*C, W: C), the k plans run fork / join on k streams;
 //  2. the same packed NHWC memory described with another (n, h, w) of product N*H*W, on the
-//     graph API and on the legacy Ex calls (SPATIAL_PERSISTENT, bnOps BN).
+//     graph API, on the legacy Ex calls (SPATIAL_PERSISTENT, bnOps BN) and, for training,
+//     on cudnnNormalizationForwardTraining (CUDNN_NORM_PER_CHANNEL, STANDARD and PERSIST).
 // Each line: device time per execution, measured as a CUDA graph of REPS executions launched
 // LAUNCHES times between two events; % of an x-sized cudaMemcpyAsync's bandwidth timed the
 // same way (bench_gpu.BN_PASSES x-sized passes: training 3, backward 5); the largest
@@ -313,8 +314,36 @@ static void reshapes(int64_t n, int64_t c, int64_t h, int64_t w, Bufs& b, __half
             } else if (good) {
                 printf("  legacy Ex: reserve %zu, workspace %zu\n", rsz, wsz);
             }
+            // training only: the cudnnNormalization* API (per-channel mode, each algorithm)
+            double nus[2] = {-1, -1}, ndiff[2] = {-1, -1};
+            for (int algo = 0; algo < 2 && !backward; algo++) {
+                cudnnNormAlgo_t na = algo ? CUDNN_NORM_ALGO_PERSIST : CUDNN_NORM_ALGO_STANDARD;
+                size_t nws = 0, nrs = 0;
+                if (!OK(cudnnGetNormalizationForwardTrainingWorkspaceSize(hd, CUDNN_NORM_PER_CHANNEL,
+                        CUDNN_NORM_OPS_NORM, na, xd, nullptr, xd, bnd, nullptr, bnd, &nws, 1)) ||
+                    !OK(cudnnGetNormalizationTrainingReserveSpaceSize(hd, CUDNN_NORM_PER_CHANNEL,
+                        CUDNN_NORM_OPS_NORM, na, nullptr, xd, &nrs, 1)) || nws > wscap || nrs)
+                    continue;
+                auto ncall = [&]() {
+                    return OK(cudnnNormalizationForwardTraining(
+                        hd, CUDNN_NORM_PER_CHANNEL, CUDNN_NORM_OPS_NORM, na, &one, &zero, xd, b.x, bnd, b.scale,
+                        b.bias, 0.1, bnd, b.rm2, b.rv2, 1e-5, b.mean, b.ivar, nullptr, nullptr, nullptr, xd, b.y,
+                        ws, nws, nullptr, 0, 1));
+                };
+                if (ncall()) {
+                    CK(cudaStreamSynchronize(s0));
+                    ndiff[algo] = max_diff(ref, out, el);
+                    nus[algo] = graph_us(s0, ncall);
+                }
+            }
             cudnnDestroyTensorDescriptor(xd);
             cudnnDestroyTensorDescriptor(bnd);
+            if (!backward)
+                printf("  training view %5lldx%lldx%5lldx%5lld: cudnnNormalizationForwardTraining STANDARD %7.2f us "
+                       "%5.1f%% (max diff %g), PERSIST %7.2f us %5.1f%% (max diff %g)\n",
+                       (long long)v[0], (long long)c, (long long)v[1], (long long)v[2], nus[0],
+                       nus[0] > 0 ? 100 * copy * passes / 2 / nus[0] : 0, ndiff[0], nus[1],
+                       nus[1] > 0 ? 100 * copy * passes / 2 / nus[1] : 0, ndiff[1]);
             printf("  %-8s view %5lldx%lldx%5lldx%5lld: graph %7.2f us %5.1f%% (max diff %g)  legacy Ex %7.2f us "
                    "%5.1f%% (max diff %g)\n",
                    what, (long long)v[0], (long long)c, (long long)v[1], (long long)v[2], gus,
@@ -356,7 +385,7 @@ int main() {
         for (int backward = 0; backward < 2; backward++) {
             const char* what = backward ? "backward" : "training";
             double passes = backward ? 5 : 3;  // bench_gpu.BN_PASSES (two-pass kernels' x-sized passes)
-            for (int k : {1, 2}) {  // k > 1: strided slices (the 2026-12-04 run: 58-80x slower engine)
+            for (int k : {1}) {  // k > 1: strided slices (2026-12-04: a generic engine, 58-80x slower)
                 if (c % k || c / k < 64) continue;
                 Split sp;
                 sp.k = k;
