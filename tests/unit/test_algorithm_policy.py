@@ -556,3 +556,34 @@ def test_graph_time_is_the_median_on_the_build_stream_through_the_build_handle(m
     ms = statistics.median(eng._time(plan, {"x": types.SimpleNamespace(ptr=0x1000)}))
     assert ms == pytest.approx(0.2) and set(handles) == {0x5EED}
     assert len(handles) == _trial.WARMUP_RUNS + _trial.TIMED_RUNS
+
+
+@pytest.mark.parametrize("failure,declined", [
+    # cuDNN refusing the config at its trial run: declined, the next config is tried
+    (hd.NotSupportedError("cudnnBackendExecute failed: CUDNN_STATUS_NOT_SUPPORTED (3000)"), True),
+    # the CUDA runtime failing under the trial (its scratch memset, the synchronize) is
+    # not about the config: it propagates, nothing is declined or cached as a decline
+    ("runtime", False),
+])
+def test_graph_trial_run_declines_only_cudnn_refusals(monkeypatch, failure, declined):
+    from hipdnn_async._errors import GpuNotSupportedError
+    if failure == "runtime":
+        failure = GpuNotSupportedError("cudaMemsetAsync failed: cudaErrorNotSupported (801)",
+                                       status=801, status_name="cudaErrorNotSupported",
+                                       call="cudaMemsetAsync")
+
+    def trial(match, plan, bufs):
+        raise failure
+    build = types.SimpleNamespace(lock=contextlib.nullcontext(), handle=lambda: 0x5EED,
+                                  trial=trial)
+    eng = cudnn_graph.CudnnGraphEngine(build=build, describe=lambda: {})
+    monkeypatch.setattr(cudnn_graph._graph_plan, "execution_plan", lambda be, cfg, h: ("P", 0))
+    monkeypatch.setattr(cudnn_graph._graph_plan, "GraphPlan", lambda *a: types.SimpleNamespace())
+    cand = types.SimpleNamespace(cfg=None, index=7, name=lambda be: "eng7")
+    spec = types.SimpleNamespace(variant="")
+    if declined:
+        plan, why = eng._verified(None, None, spec, cand, {}, None)
+        assert plan is None and why.startswith("trial run: ") and "NOT_SUPPORTED" in why
+    else:
+        with pytest.raises(GpuNotSupportedError, match="cudaMemsetAsync"):
+            eng._verified(None, None, spec, cand, {}, None)

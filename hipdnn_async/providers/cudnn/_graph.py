@@ -311,7 +311,7 @@ class CudnnGraphEngine:
         try:
             self._build.trial(match, plan, bufs)
         except Exception as exc:  # noqa: BLE001
-            if not _declines(exc):
+            if not _cudnn_refuses(exc):
                 raise
             return None, f"trial run: {exc}"
         plan._candidate = cand
@@ -361,12 +361,12 @@ class CudnnGraphEngine:
                 try:
                     return self._time(p, bufs, capture=capture)
                 except Exception as exc:  # noqa: BLE001 - medians_alike raises the rest
-                    if _refused_while_timed(exc):
+                    if _cudnn_refuses(exc):
                         refusals[i] = exc
                     raise
             return run
         times = medians_alike([timer(i, p) for i, (p, _) in enumerate(verified)],
-                              refused=_refused_while_timed)
+                              refused=_cudnn_refuses)
         timed = [(t, p, c) for t, (p, c) in zip(times, verified) if t is not None]
         declined += [f"engine {c.index}: refused while timed: {refusals[i]}"
                      for i, (t, (_, c)) in enumerate(zip(times, verified)) if t is None]
@@ -506,10 +506,11 @@ def _declines(exc: BaseException) -> bool:
         "CUDNN_STATUS_INTERNAL_ERROR")
 
 
-def _refused_while_timed(exc: BaseException) -> bool:
-    """True for cuDNN refusing a config while it is timed (``_declines``); a failure of the
-    GPU runtime under the timing (events, graph launches: a ``GpuError``, also one that is
-    a ``NotSupportedError``) is not about the config and propagates."""
+def _cudnn_refuses(exc: BaseException) -> bool:
+    """True for cuDNN refusing a config when it runs (its trial run, or while it is timed;
+    ``_declines``); a failure of the GPU runtime there (a scratch memset, events, graph
+    launches: a ``GpuError``, also one that is a ``NotSupportedError``) is not about the
+    config and propagates."""
     return _declines(exc) and not isinstance(exc, GpuError)
 
 
