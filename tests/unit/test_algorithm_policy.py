@@ -355,12 +355,19 @@ def test_a_benchmark_times_every_candidate_alike_when_one_cannot_be_captured():
             finally:
                 rt.refuse_capture = False
         return run
+    calls = []
+
+    def counted(i):
+        inner = timer(i)
+        return lambda capture: calls.append((i, capture)) or inner(capture)
     with b.lock:
         b.handle()
-        medians = _trial.medians_alike([timer(i) for i in range(3)])
-    # all three timed again by direct launches: the same 0.02 ms gap on each
+        medians = _trial.medians_alike([counted(i) for i in range(3)])
+    # all three by direct launches: the same 0.02 ms gap on each
     assert medians == pytest.approx([k + 0.02 for k in kernels])
     assert _tuning.fastest(medians) == 1
+    # the captured two were timed again; candidate 1's direct samples were kept
+    assert calls == [(0, True), (1, True), (2, True), (0, False), (2, False)]
 
 
 def test_medians_alike_gives_none_for_a_refused_candidate_and_raises_the_rest():

@@ -18,8 +18,8 @@ direct launch timed the launch instead, and a 11 µs config measured 30 µs and 
 the runtime has no graphs) each direct execution is timed between two events.
 
 A benchmark compares candidates timed the same way (:func:`medians_alike`): where one
-candidate's executions cannot be captured, every candidate is timed again by direct
-launches, since a direct launch's time includes host launch gaps that a graph's does not.
+candidate's executions cannot be captured, the others are timed again by direct launches,
+since a direct launch's time includes host launch gaps that a graph's does not.
 """
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def medians_alike(timers, *, refused: Callable[[BaseException], bool] = lambda e
     -------
     list of float or None
         One entry per timer, in order. Where some candidates were timed as captured graphs
-        and others by direct launches (their capture failed), every candidate is timed
+        and others by direct launches (their capture failed), the captured ones are timed
         again by direct launches, so that launch gaps count for all or for none.
     """
     def run(timer, capture):
@@ -87,7 +87,8 @@ def medians_alike(timers, *, refused: Callable[[BaseException], bool] = lambda e
         log.info("build stream: %d of %d candidates could not be captured; timing all by "
                  "direct launches", sum(not s.captured for s in samples if s is not None),
                  len(samples))
-        samples = [None if s is None else run(t, False) for s, t in zip(samples, timers)]
+        samples = [run(t, False) if s is not None and s.captured else s
+                   for s, t in zip(samples, timers)]
     return [None if s is None else median(s) for s in samples]
 
 
