@@ -362,9 +362,9 @@ def test_a_benchmark_times_every_candidate_alike_when_one_cannot_be_captured():
         return lambda capture: calls.append((i, capture)) or inner(capture)
     with b.lock:
         b.handle()
-        medians = _trial.medians_alike([counted(i) for i in range(3)])
+        medians, refusals = _trial.medians_alike([counted(i) for i in range(3)])
     # all three by direct launches: the same 0.02 ms gap on each
-    assert medians == pytest.approx([k + 0.02 for k in kernels])
+    assert medians == pytest.approx([k + 0.02 for k in kernels]) and refusals == {}
     assert _tuning.fastest(medians) == 1
     # the captured two were timed again; candidate 1's direct samples were kept
     assert calls == [(0, True), (1, True), (2, True), (0, False), (2, False)]
@@ -379,7 +379,9 @@ def test_medians_alike_gives_none_for_a_refused_candidate_and_raises_the_rest():
     def broken(capture):
         raise RuntimeError("CUDNN_STATUS_EXECUTION_FAILED")
     is_refusal = lambda exc: "NOT_SUPPORTED" in str(exc)                    # noqa: E731
-    assert _trial.medians_alike([ok, refused, ok], refused=is_refusal) == [2.0, None, 2.0]
+    medians, refusals = _trial.medians_alike([ok, refused, ok], refused=is_refusal)
+    assert medians == [2.0, None, 2.0]
+    assert list(refusals) == [1] and "NOT_SUPPORTED" in str(refusals[1])
     with pytest.raises(RuntimeError, match="EXECUTION_FAILED"):
         _trial.medians_alike([ok, broken], refused=is_refusal)
 

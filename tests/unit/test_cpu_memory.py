@@ -139,10 +139,15 @@ def test_kernel_temporaries_out_of_memory_is_an_execution_error(monkeypatch):
         assert m["failed"] == 1
 
 
-def test_benchmarking_skips_candidates_that_cannot_be_allocated(monkeypatch):
+@pytest.fixture
+def no_workspace(monkeypatch):
+    """Every workspace allocation fails (monkeypatch.undo() ends it)."""
     def fail(nbytes):
         raise MemoryError(f"Unable to allocate {nbytes} bytes")
-    monkeypatch.setattr(_bind, "allocate_workspace", fail)   # every workspace fails
+    monkeypatch.setattr(_bind, "allocate_workspace", fail)
+
+
+def test_benchmarking_skips_candidates_that_cannot_be_allocated(no_workspace, monkeypatch):
     with hd.Device("cpu", streams=1, perfdb=hd.PerfDb(":memory:")) as dev:
         plan, vp = small_conv(dev, **{"global.benchmarking": 1})
         assert plan.benchmarked and plan.workspace_size == 0 and plan.algorithm == "direct"
@@ -150,12 +155,9 @@ def test_benchmarking_skips_candidates_that_cannot_be_allocated(monkeypatch):
         plan.execute_sync(vp)
 
 
-def test_benchmarking_reason_counts_only_the_candidates_timed(monkeypatch):
+def test_benchmarking_reason_counts_only_the_candidates_timed(no_workspace):
     # the candidates whose memory could not be allocated are in .trials with no time; the
     # reason must not count them as timed ("the fastest of 3 timed" with one timed)
-    def fail(nbytes):
-        raise MemoryError(f"Unable to allocate {nbytes} bytes")
-    monkeypatch.setattr(_bind, "allocate_workspace", fail)   # every workspace fails
     with hd.Device("cpu", streams=1, perfdb=hd.PerfDb(":memory:")) as dev:
         plan, _ = small_conv(dev, **{"global.benchmarking": 1})
     untimed = [n for n, ms in plan.algorithm.trials if ms is None]

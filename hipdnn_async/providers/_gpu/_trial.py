@@ -54,7 +54,7 @@ class Samples(list):
 
 
 def medians_alike(timers, *, refused: Callable[[BaseException], bool] = lambda exc: False
-                  ) -> list:
+                  ) -> tuple[list, dict]:
     """The median milliseconds of each candidate of a benchmark, all timed one way.
 
     Parameters
@@ -64,32 +64,38 @@ def medians_alike(timers, *, refused: Callable[[BaseException], bool] = lambda e
         direct launches only).
     refused : callable, optional
         ``refused(exc)`` is True for an exception that means the vendor refuses that
-        candidate (it then gets None instead of a time); any other exception propagates.
+        candidate; any other exception propagates.
 
     Returns
     -------
-    list of float or None
-        One entry per timer, in order. Where some candidates were timed as captured graphs
-        and others by direct launches (their capture failed), the captured ones are timed
-        again by direct launches, so that launch gaps count for all or for none.
+    medians : list of float or None
+        One entry per timer, in order; None for a refused candidate. Where some
+        candidates were timed as captured graphs and others by direct launches (their
+        capture failed), the captured ones are timed again by direct launches, so that
+        launch gaps count for all or for none.
+    refusals : dict
+        Index -> the exception of each refused candidate.
     """
-    def run(timer, capture):
+    refusals = {}
+
+    def run(i, capture):
         try:
-            return timer(capture)
+            return timers[i](capture)
         except Exception as exc:  # noqa: BLE001 - refused() decides; the rest propagates
             if not refused(exc):
                 raise
-            log.info("build stream: candidate refused while timed (%s)", exc)
+            log.info("build stream: candidate %d refused while timed (%s)", i, exc)
+            refusals[i] = exc
             return None
-    samples = [run(t, True) for t in timers]
+    samples = [run(i, True) for i in range(len(timers))]
     ways = {s.captured for s in samples if s is not None}
     if len(ways) > 1:
         log.info("build stream: %d of %d candidates could not be captured; timing all by "
                  "direct launches", sum(not s.captured for s in samples if s is not None),
                  len(samples))
-        samples = [run(t, False) if s is not None and s.captured else s
-                   for s, t in zip(samples, timers)]
-    return [None if s is None else median(s) for s in samples]
+        samples = [run(i, False) if s is not None and s.captured else s
+                   for i, s in enumerate(samples)]
+    return [None if s is None else median(s) for s in samples], refusals
 
 
 class BuildStream:
@@ -225,29 +231,34 @@ class BuildStream:
         """
         if runs < 1:
             raise ValueError(f"time_runs: runs must be >= 1; got {runs}")
-        rt = self._rt
         self._resources()
         try:
-            for _ in range(max(warmup, 0)):
-                launch()
-            rt.stream_synchronize(self.stream)
-            replay = self._capture(launch) if capture else None
-            if replay is None:
-                return Samples(self._event_times(launch, runs), captured=False)
-            try:
-                graph_launch = replay.launcher()
-                graph_launch()                  # untimed: the first launch uploads the graph
-                rt.stream_synchronize(self.stream)
-                return Samples((ms / GRAPH_REPEATS
-                                for ms in self._event_times(graph_launch, runs)), captured=True)
-            finally:
-                replay.close()     # the executable graph goes with its launcher
+            return self._samples(launch, warmup, runs, capture)
         except BaseException:
             try:
-                rt.stream_synchronize(self.stream)   # the executions enqueued before it
+                self._rt.stream_synchronize(self.stream)   # the executions enqueued before it
             except Exception:  # noqa: BLE001 - the launch's error is the one to raise
                 pass
             raise
+
+    def _samples(self, launch, warmup: int, runs: int, capture: bool) -> Samples:
+        """:meth:`time_runs` without its wait on failure: warm-up, then graph or direct
+        samples."""
+        rt = self._rt
+        for _ in range(max(warmup, 0)):
+            launch()
+        rt.stream_synchronize(self.stream)
+        replay = self._capture(launch) if capture else None
+        if replay is None:
+            return Samples(self._event_times(launch, runs), captured=False)
+        try:
+            graph_launch = replay.launcher()
+            graph_launch()                      # untimed: the first launch uploads the graph
+            rt.stream_synchronize(self.stream)
+            return Samples((ms / GRAPH_REPEATS for ms in self._event_times(graph_launch, runs)),
+                           captured=True)
+        finally:
+            replay.close()     # the executable graph goes with its launcher
 
     def _capture(self, launch):
         """A ``GraphReplay`` of ``GRAPH_REPEATS`` calls of ``launch()`` captured from the

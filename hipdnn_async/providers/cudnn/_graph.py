@@ -354,19 +354,9 @@ class CudnnGraphEngine:
                     declined.append(f"engine {cand.index}: {why}")
                     continue
                 verified.append((plan, cand))
-        refusals = {}     # verified index -> cuDNN's refusal while it was timed
-
-        def timer(i, p):
-            def run(capture):
-                try:
-                    return self._time(p, bufs, capture=capture)
-                except Exception as exc:  # noqa: BLE001 - medians_alike raises the rest
-                    if _cudnn_refuses(exc):
-                        refusals[i] = exc
-                    raise
-            return run
-        times = medians_alike([timer(i, p) for i, (p, _) in enumerate(verified)],
-                              refused=_cudnn_refuses)
+        times, refusals = medians_alike(
+            [lambda capture, p=p: self._time(p, bufs, capture=capture) for p, _ in verified],
+            refused=_cudnn_refuses)
         timed = [(t, p, c) for t, (p, c) in zip(times, verified) if t is not None]
         declined += [f"engine {c.index}: refused while timed: {refusals[i]}"
                      for i, (t, (_, c)) in enumerate(zip(times, verified)) if t is None]

@@ -392,6 +392,10 @@ class CudnnProvider(Provider):
                 refused[c.name] = exc
                 return False
 
+        def none_left():
+            return NotSupportedError(f"{where}: cuDNN refused every batchnorm mode: "
+                                     + "; ".join(f"{n}: {e}" for n, e in refused.items()))
+
         def accepted(fitting, first_only=False):
             out = []
             for c in fitting:
@@ -400,28 +404,22 @@ class CudnnProvider(Provider):
                     if first_only:
                         break
             if not out:
-                raise NotSupportedError(f"{where}: cuDNN refused every batchnorm mode: "
-                                        + "; ".join(f"{n}: {e}" for n, e in refused.items()))
+                raise none_left()
             return out
 
         def timer(c):
             def run(capture):
                 plan.mode = c.id
-                try:
-                    return self._build.time_plan(plan, bufs, capture=capture)
-                except _cudnn.CudnnError as exc:
-                    if _batchnorm_refused(exc):
-                        refused[c.name] = exc       # declined at timing, as at its trial
-                    raise
+                return self._build.time_plan(plan, bufs, capture=capture)
             return run
 
         def measure(fitting):
             ok = accepted(fitting)
-            times = medians_alike([timer(c) for c in ok], refused=_batchnorm_refused)
+            times, refusals = medians_alike([timer(c) for c in ok], refused=_batchnorm_refused)
+            refused.update((ok[i].name, exc) for i, exc in refusals.items())  # as at a trial
             timed = [(c, t) for c, t in zip(ok, times) if t is not None]
             if not timed:
-                raise NotSupportedError(f"{where}: cuDNN refused every batchnorm mode: "
-                                        + "; ".join(f"{n}: {e}" for n, e in refused.items()))
+                raise none_left()
             pick = _tuning.fastest([t for _, t in timed])
             return timed[pick][0], timed[pick][1], [(c.name, t) for c, t in timed]
 
