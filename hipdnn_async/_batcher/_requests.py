@@ -1,0 +1,113 @@
+"""Requests: a caller's arrays checked as ``plan.execute`` checks them (no cast), split
+into pieces of at most ``max_batch_size`` rows, each waiting on its own event."""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import anyio
+import numpy as np
+
+from .._errors import ExecutionError, VariantPackError
+from .._types import numpy_dtype
+
+__all__ = ["Request", "check_request", "fail", "split_request"]
+
+
+@dataclass(eq=False)
+class Request:
+    """One queued piece of a caller's request (at most max_batch_size rows)."""
+
+    arrays: dict            # input name -> logical-order array, tensor dtype, rows n
+    n: int
+    enqueued: float         # time.perf_counter()
+    window: float           # anyio.current_time() when queued
+    done: anyio.Event = field(default_factory=anyio.Event)
+    result: dict | None = None
+    error: BaseException | None = None
+    cancelled: bool = False
+
+
+def split_request(arrays: dict, n: int, max_rows: int, now: float,
+                  window: float) -> list[Request]:
+    """`arrays` (of `n` rows each) as pieces of at most `max_rows` rows, in order."""
+    pieces = []
+    for lo in range(0, n, max_rows):
+        hi = min(n, lo + max_rows)
+        pieces.append(Request({k: a[lo:hi] for k, a in arrays.items()}, hi - lo, now,
+                              window))
+    return pieces
+
+
+def _fresh_error(exc: BaseException) -> BaseException:
+    """A copy of an exception for one caller (one instance must not be raised in many tasks)."""
+    try:
+        err = copy.copy(exc)
+    except Exception:  # an exception type that does not copy: wrap it
+        err = ExecutionError(str(exc))
+    err.__traceback__ = None
+    return err
+
+
+def fail(req: Request, err: BaseException) -> None:
+    """Fail `req` with a copy of `err`, unless it is done already."""
+    if not req.done.is_set():
+        req.error = _fresh_error(err)
+        req.done.set()
+
+
+def _checked_array(name, t, value, n: int | None) -> np.ndarray:
+    """`value` of input `name` (tensor `t`) as an array of its dims past N and its dtype."""
+    if isinstance(value, np.ma.MaskedArray):   # the mask would be ignored
+        raise VariantPackError(f"DynamicBatcher: tensor {name!r}: masked arrays are "
+                               "not taken (the mask would be ignored); pass "
+                               "arr.filled(value) or arr.data")
+    arr = np.asarray(value)
+    want = tuple(t.dims[1:])
+    if arr.ndim != len(t.dims) or tuple(arr.shape[1:]) != want or arr.shape[0] < 1:
+        raise VariantPackError(f"DynamicBatcher: tensor {name!r} needs shape "
+                               f"(N, {', '.join(map(str, want))}) with N >= 1; "
+                               f"got {arr.shape}")
+    if n is not None and arr.shape[0] != n:
+        raise VariantPackError(f"DynamicBatcher: tensor {name!r} has {arr.shape[0]} "
+                               f"rows; the request's other inputs have {n}")
+    # The rule of plan.execute: no cast (a float64 or int request would be rounded
+    # or overflow silently); the caller casts, knowing its values.
+    dtype = np.dtype(numpy_dtype(t.data_type))
+    if arr.dtype != dtype:
+        got = arr.dtype.name
+        if got == dtype.name:      # same kind, other byte order ('>f4')
+            got = f"{got} in non-native byte order ({arr.dtype.str})"
+        raise VariantPackError(f"DynamicBatcher: tensor {name!r} needs dtype "
+                               f"{dtype.name} ({t.data_type.name}); got {got} (cast "
+                               f"with .astype(...) first: requests are not cast)")
+    return arr
+
+
+def check_request(roles, request) -> tuple[dict, int]:
+    """Validate a request; return {input: array of the tensor dtype} and its rows.
+
+    Raises
+    ------
+    VariantPackError
+        A bare array for several inputs, a missing or unknown input, a masked array, a
+        shape or dtype that does not match, or inputs of different row counts.
+    """
+    if not isinstance(request, Mapping):
+        if len(roles.inputs) != 1:
+            raise VariantPackError(f"DynamicBatcher: a bare array needs exactly one "
+                                   f"input; this batcher has {list(roles.inputs)}: "
+                                   "pass a dict")
+        request = {roles.inputs[0]: request}
+    extra = [k for k in request if k not in roles.in_tensors]
+    if extra:
+        raise VariantPackError(f"DynamicBatcher: request names {extra} are not "
+                               f"per-request inputs; inputs are {list(roles.inputs)}")
+    arrays, n = {}, None
+    for name, t in roles.in_tensors.items():
+        if name not in request:
+            raise VariantPackError(f"DynamicBatcher: request lacks input {name!r}")
+        arrays[name] = _checked_array(name, t, request[name], n)
+        n = arrays[name].shape[0] if n is None else n
+    return arrays, n
