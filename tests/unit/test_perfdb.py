@@ -289,7 +289,7 @@ def test_import_unreadable_file_is_a_device_error(db, tmp_path, monkeypatch):
     def refuse(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(_perfdb, "open", refuse, raising=False)
+    monkeypatch.setattr(_perfdb._exchange, "open", refuse, raising=False)   # the reader
     with pytest.raises(hd.DeviceError, match="cannot read.*Permission denied") as ei:
         db.import_json(p)
     assert not isinstance(ei.value, ValueError)

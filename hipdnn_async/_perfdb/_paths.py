@@ -1,0 +1,40 @@
+"""Where the perf db lives: ``$HIPDNN_ASYNC_PERFDB``, ``":memory:"`` or the built-in
+default under ``~/.config/hipdnn_async/``."""
+from __future__ import annotations
+
+import os
+
+__all__ = ["MEMORY", "PERFDB_ENV", "builtin_default", "default_path", "env_refusal"]
+
+PERFDB_ENV = "HIPDNN_ASYNC_PERFDB"
+MEMORY = ":memory:"
+
+
+def builtin_default() -> str:
+    """``~/.config/hipdnn_async/perfdb.sqlite3`` (``~`` expanded now)."""
+    return os.path.join(os.path.expanduser("~"), ".config", "hipdnn_async", "perfdb.sqlite3")
+
+
+def default_path() -> str:
+    """Return ``$HIPDNN_ASYNC_PERFDB`` or ``~/.config/hipdnn_async/perfdb.sqlite3``.
+
+    The variable's value is ``":memory:"`` or a path, ``~`` expanded. A value that is still
+    not absolute (``perf.db``, a SQLite URI such as ``file:x.db?mode=memory``) is returned
+    as it is: :func:`env_refusal` says why it is not used (it would follow each process's
+    working directory), and the default db is then in memory.
+    """
+    env = os.environ.get(PERFDB_ENV, "").strip()
+    if env:
+        return env if env == MEMORY else os.path.expanduser(env)
+    return builtin_default()
+
+
+def env_refusal(path: str) -> str | None:
+    """Why ``path`` (from :func:`default_path`) is not used as the default perf db, or None:
+    a relative ``$HIPDNN_ASYNC_PERFDB`` is refused rather than resolved against whatever
+    directory each process happens to start in (creating directories there)."""
+    if path == MEMORY or os.path.isabs(path):
+        return None
+    return (f"${PERFDB_ENV}={path!r} is not an absolute path (a relative path would follow "
+            "the working directory; a SQLite URI is not taken); set an absolute path, "
+            "'~/...' or ':memory:'")
