@@ -36,9 +36,10 @@ from .. import _tuning
 from .._base import Provider, ProviderEngine, ProviderPlan
 from .._gpu._bind import GpuTarget, bind_workspace, make_binder
 from .._gpu._launch import LaunchResources
-from .._gpu._trial import BuildStream, medians_alike
+from .._gpu._trial import BuildStream
 from .._gpu._vendor import open_vendor
 from . import _fft, _plans
+from ._bn_modes import LEGACY_BN_PERSISTENT, choose_bn_mode, is_batchnorm_call
 from ._graph import GraphApiEngine
 from ._conv import CUDNN_DTYPE, conv_setup, is_channels_last, tensor_descriptor
 
@@ -49,25 +50,10 @@ log = logging.getLogger("hipdnn_async")
 CUDNN_ENGINE_NAME = "CUDNN_LEGACY_ENGINE"
 LEGACY_DETERMINISTIC = "cudnn_legacy.deterministic"
 LEGACY_ALLOW_FFT = "cudnn_legacy.allow_fft"
-LEGACY_BN_PERSISTENT = "cudnn_legacy.bn_persistent"
 _BN_MODE_PATTERNS = (Pattern.BN_TRAINING, Pattern.BN_TRAINING_RELU, Pattern.BN_BACKWARD,
                      Pattern.BN_INFERENCE_DRELU_BACKWARD)
 _CONV = (Pattern.CONV_FPROP, Pattern.CONV_DGRAD, Pattern.CONV_WGRAD)
 _IMPLICIT_PRECOMP_GEMM = 1
-
-
-def _is_batchnorm_call(exc) -> bool:
-    """Whether a CudnnError came from one of cuDNN's batchnorm calls (their size queries
-    included), rather than from another call of the same plan."""
-    return "BatchNormalization" in (getattr(exc, "call", None) or "")
-
-
-def _batchnorm_refused(exc) -> bool:
-    """Whether a CudnnError is cuDNN refusing a batchnorm call form or mode: a batchnorm
-    call's NOT_SUPPORTED or BAD_PARAM, as for the convolutions' trial runs. Any other
-    status (an execution failure, an internal error, an allocation failure) is not
-    about the mode and is raised as the ExecutionError it is, never cached as a decline."""
-    return _is_batchnorm_call(exc) and isinstance(exc.at_build(), NotSupportedError)
 
 
 class LegacyEngine(ProviderEngine):
@@ -254,23 +240,27 @@ class CudnnProvider(Provider):
         channels = x.dims[1]
         if pattern == Pattern.BN_INFERENCE_VARIANCE:
             return _plans.BnInferencePlan(descs, params)
-        bn = (engine, knobs, perfdb, where)
+
+        def mode(plan):
+            return choose_bn_mode(self._build, self.engine_impl(engine), match, plan, knobs,
+                                  perfdb, where)
+
         if pattern in (Pattern.BN_TRAINING, Pattern.BN_TRAINING_RELU):
             if "next_running_mean" in t and p.get("momentum") is None:
                 raise NotSupportedError(f"{where}: running statistics need a momentum")
-            return self._bn_mode(match, _plans.BnTrainingPlan(
+            return mode(_plans.BnTrainingPlan(
                 descs, params, channels, p.get("relu_upper_clip"),
                 relu=pattern == Pattern.BN_TRAINING_RELU,
-                virtual=frozenset(r for r, tensor in t.items() if tensor.is_virtual)), *bn)
+                virtual=frozenset(r for r, tensor in t.items() if tensor.is_virtual)))
         if pattern == Pattern.BN_BACKWARD:
-            return self._bn_mode(match, _plans.BnBackwardPlan(descs, params), *bn)
+            return mode(_plans.BnBackwardPlan(descs, params))
         # BN_INFERENCE_DRELU_BACKWARD: z and dz in packed x layout in the workspace, z in
         # the graph's intermediate type (the BN-inference output's)
         plan = self._drelu_plan(match, descs, params, where)
         try:
-            return self._bn_mode(match, plan, *bn)
+            return mode(plan)
         except _cudnn.CudnnError as exc:
-            if not plan.convert or _is_batchnorm_call(exc):
+            if not plan.convert or is_batchnorm_call(exc):
                 raise
             # a refusal of another call than the batchnorm one's (the mode trials pass
             # those on): the conversions. Without them the intermediates would be in the
@@ -312,140 +302,6 @@ class CudnnProvider(Provider):
                        self.spec)
         arr.copy_from(np.full(dims, value, dtype))
         return arr
-
-    def _bn_mode(self, match, plan, engine, knobs, perfdb, where: str):
-        """The batchnorm call form and mode of ``plan``, each checked by a trial run on
-        scratch buffers; ``plan.algorithm`` names the choice and why.
-
-        Channels-last x: only cuDNN's Ex calls with SPATIAL_PERSISTENT (training: ReLU
-        fused when unclipped; backward, alone or after BN inference + DReLU:
-        ``cudnnBatchNormalizationBackwardEx``). The plain calls take 1.7-4.6 ms there
-        against 50-77 µs (shared/reference/gpu-fast-paths.md s.4, 32x64x112x112 fp16) and
-        are never used: where cuDNN refuses the Ex form, the engine declines. Other
-        layouts: :meth:`_bn_plain_mode`.
-
-        Raises
-        ------
-        NotSupportedError
-            Channels-last x and cuDNN refuses the Ex call (or a backward Ex call asks for
-            a reserve space, which only a TrainingEx call fills).
-        """
-        if not is_channels_last(match.tensors["x"]):
-            return self._bn_plain_mode(match, plan, engine, knobs, perfdb, where)
-        plan.mode = _cudnn.BATCHNORM_SPATIAL_PERSISTENT
-        try:
-            with self._build.lock:
-                handle = self._build.handle()
-                if isinstance(plan, _plans.BnTrainingPlan):
-                    plan.use_ex(handle)
-                else:
-                    dyd = plan.d["z"] if "z" in plan.d else plan.d["dy"]
-                    reserve = plan.use_backward_ex(handle, dyd)
-                    if reserve:
-                        raise NotSupportedError(
-                            f"{where}: cudnnBatchNormalizationBackwardEx asks for a "
-                            f"{reserve}-byte reserve space for channels-last x, which only "
-                            "a cudnnBatchNormalizationForwardTrainingEx call fills; the plain "
-                            "backward call is 20-60x slower there and is not used")
-            self._build.trial(match, plan)
-        except _cudnn.CudnnError as exc:
-            if not _batchnorm_refused(exc):
-                raise       # another call of the plan, or not a refusal: not about the Ex form
-            raise NotSupportedError(
-                f"{where}: cuDNN refused its Ex batchnorm call (SPATIAL_PERSISTENT) for "
-                f"channels-last x: {exc}; the plain call is 20-60x slower there and is not "
-                "used") from exc
-        plan.algorithm = _tuning.Algorithm(
-            plan.algorithm or "SPATIAL_PERSISTENT Ex", "channels-last x: cuDNN's Ex call with "
-            "SPATIAL_PERSISTENT, the only legacy form used there (the plain calls are 20-60x "
-            "slower)")
-        return plan
-
-    def _bn_plain_mode(self, match, plan, engine, knobs, perfdb, where: str):
-        """The plain calls' mode for batchnorm on layouts other than channels-last:
-        SPATIAL_PERSISTENT first (measured on the H200 at batch 32, ResNet-50 shapes:
-        0.15-0.84x SPATIAL's time where C*H*W is large, equal elsewhere; within the
-        tolerances of float64 for centred, offset (100 + U(-1, 1)), wide and 1e4-scaled
-        data, bench/results/h200_diag_bn_nchw.log), then SPATIAL, PyTorch's NCHW mode;
-        SPATIAL only with ``cudnn_legacy.bn_persistent`` = 0. Without benchmarking the
-        first mode a trial run accepts; with ``global.benchmarking`` = 1 the faster of
-        those accepted, timed on the build stream (SPATIAL_PERSISTENT is slower on a few
-        shapes, e.g. FLOAT backward 32x512x28x28: 1.13x) and kept in the perf db."""
-        persistent = bool(knobs.get(LEGACY_BN_PERSISTENT, 1))
-        modes = [("SPATIAL_PERSISTENT", _cudnn.BATCHNORM_SPATIAL_PERSISTENT)] if persistent else []
-        modes.append(("SPATIAL", _cudnn.BATCHNORM_SPATIAL))
-        candidates = [_tuning.Candidate(name, mode, plan.workspace_size) for name, mode in modes]
-        bufs = self._build.scratch_pack(match)
-        refused = {}
-
-        def runs(c) -> bool:
-            if c.name in refused:
-                return False
-            plan.mode = c.id
-            try:
-                self._build.trial(match, plan, bufs)
-                return True
-            except _cudnn.CudnnError as exc:
-                if not _batchnorm_refused(exc):
-                    raise       # another call of the plan, or not a refusal: not about the mode
-                log.info("%s: batchnorm %s declined (%s)", where, c.name, exc)
-                refused[c.name] = exc
-                return False
-
-        def none_left():
-            return NotSupportedError(f"{where}: cuDNN refused every batchnorm mode: "
-                                     + "; ".join(f"{n}: {e}" for n, e in refused.items()))
-
-        def accepted(fitting, first_only=False):
-            out = []
-            for c in fitting:
-                if runs(c):
-                    out.append(c)
-                    if first_only:
-                        break
-            if not out:
-                raise none_left()
-            return out
-
-        def timer(c):
-            def run(capture):
-                plan.mode = c.id
-                return self._build.time_plan(plan, bufs, capture=capture)
-            return run
-
-        def measure(fitting):
-            ok = accepted(fitting)
-            times, refusals = medians_alike([timer(c) for c in ok], refused=_batchnorm_refused)
-            refused.update((ok[i].name, exc) for i, exc in refusals.items())  # as at a trial
-            timed = [(c, t) for c, t in zip(ok, times) if t is not None]
-            if not timed:
-                raise none_left()
-            pick = _tuning.fastest([t for _, t in timed])
-            return timed[pick][0], timed[pick][1], [(c.name, t) for c, t in timed]
-
-        choice = _tuning.choose(self.engine_impl(engine), match, candidates, knobs, perfdb,
-                                heuristic=lambda fitting, limit: accepted(fitting, True)[0],
-                                measure=measure, policy="" if persistent else "spatial")
-        chosen, hit = choice.candidate, choice.perfdb_hit
-        if hit and not runs(chosen):     # stored, but refused here now
-            chosen, hit = accepted(candidates, True)[0], False
-        plan.mode = chosen.id
-        plan.benchmarked, plan.perfdb_hit = choice.benchmarked, hit
-        if choice.benchmarked:
-            how = (f"the faster of {len(choice.trials)} mode(s) cuDNN accepts, timed on the "
-                   f"build stream ({choice.time_ms:.4f} ms)")
-        elif hit:
-            how = "the perf db's benchmarked choice for this problem"
-        elif not persistent:
-            how = f"knob '{LEGACY_BN_PERSISTENT}' = 0"
-        else:
-            how = "the first mode cuDNN accepts (SPATIAL_PERSISTENT, then SPATIAL)"
-        if choice.perfdb_hit and not hit:
-            how += f" (the perf db's {choice.candidate.name} was refused)"
-        if refused:
-            how += "; refused: " + ", ".join(refused)
-        plan.algorithm = _tuning.Algorithm(chosen.name, how, choice.trials)
-        return plan
 
     def _bn_descriptor(self, x, where):
         dims = (1, x.dims[1]) + (1,) * (len(x.dims) - 2)
