@@ -97,6 +97,7 @@ class DynamicBatcher:
     one cancelled while its batch runs has its result discarded. An execution error fails
     the callers of that batch only; the batcher keeps serving.
     """
+
     def __init__(self, device, graph, *, inputs: Sequence[str] | None = None,
                  outputs: Sequence[str] | None = None,
                  constants: Mapping[str, Any] | None = None,
