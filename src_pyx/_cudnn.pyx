@@ -57,14 +57,17 @@ ACTIVATION_IDENTITY = 5
 NOT_PROPAGATE_NAN = 0
 OP_TENSOR_ADD = 0
 OP_TENSOR_MUL = 1
-DEF BN_SPATIAL = 1
-BATCHNORM_SPATIAL = BN_SPATIAL
+BATCHNORM_SPATIAL = 1
 BATCHNORM_SPATIAL_PERSISTENT = 2   # NHWC fast path (PyTorch uses it for channels-last training)
 STATUS_NOT_SUPPORTED = 3000
 STATUS_BAD_PARAM = 2000
 
-DEF MAX_DIMS = 8
-DEF MAX_ALGOS = 32
+cdef int _C_BN_SPATIAL = BATCHNORM_SPATIAL   # C copy for the nogil calls
+
+# our bounds: tensor ranks (8 >= every layout we take), the algorithm lists we ask for
+cdef enum:
+    MAX_DIMS = 8
+    MAX_ALGOS = 32
 
 # ------------------------------------------------------------------ the status table
 # cudnnStatus_t of cudnn_graph.h, cuDNN 9.x (each name since 9.0.0 unless noted): value ->
@@ -585,7 +588,7 @@ def batchnorm_forward_inference(uintptr_t handle, uintptr_t xd, uintptr_t x, uin
                                       b"BatchNormalizationForwardInference")
     cdef int st
     with nogil:
-        st = f(<void*>handle, BN_SPATIAL, &one, &zero, <void*>xd, <const void*>x,
+        st = f(<void*>handle, _C_BN_SPATIAL, &one, &zero, <void*>xd, <const void*>x,
                <void*>yd, <void*>y, <void*>bnd, <const void*>scale, <const void*>bias,
                <const void*>mean, <const void*>variance, epsilon)
     _check(st, b"BatchNormalizationForwardInference")
@@ -596,7 +599,7 @@ def batchnorm_forward_training(uintptr_t handle, uintptr_t xd, uintptr_t x, uint
                                double factor, uintptr_t running_mean,
                                uintptr_t running_variance, double epsilon,
                                uintptr_t save_mean, uintptr_t save_inv_variance,
-                               int mode=BN_SPATIAL):
+                               int mode=BATCHNORM_SPATIAL):
     """Batch statistics, normalised y, optional running-stat update (0 pointers: none)
     ``running = batch * factor + running * (1 - factor)`` with the unbiased variance.
     ``mode``: BATCHNORM_SPATIAL or BATCHNORM_SPATIAL_PERSISTENT."""
@@ -617,7 +620,7 @@ def batchnorm_backward(uintptr_t handle, uintptr_t xd, uintptr_t x, uintptr_t dy
                        uintptr_t dy, uintptr_t dxd, uintptr_t dx, uintptr_t bnd,
                        uintptr_t scale, uintptr_t dscale, uintptr_t dbias, double epsilon,
                        uintptr_t saved_mean, uintptr_t saved_inv_variance,
-                       int mode=BN_SPATIAL):
+                       int mode=BATCHNORM_SPATIAL):
     """dx, dscale, dbias from x, dy and the saved mean / inv_variance (``mode`` as in
     :func:`batchnorm_forward_training`)."""
     cdef float one = 1.0

@@ -247,8 +247,9 @@ cdef int _C_DATA_POINTERS = ATTR_VARIANT_PACK_DATA_POINTERS
 cdef int _C_WORKSPACE = ATTR_VARIANT_PACK_WORKSPACE
 cdef int _C_TYPE_INT64 = TYPE_INT64
 cdef int _C_TYPE_VOID_PTR = TYPE_VOID_PTR
-DEF MAX_PACK = 32               # variant-pack entries per execution (the patterns use <= 12)
-DEF MAX_VALUES = 64             # elements of one attribute (dims: 8; knob choices: 44)
+cdef enum:
+    MAX_PACK = 32               # variant-pack entries per execution (the patterns use <= 12)
+    MAX_VALUES = 64             # elements of one attribute (dims: 8; knob choices: 44)
 
 # ------------------------------------------------------------------ symbol table
 # In BackendFns field order (a test checks it against the .pxd); looked up as "cudnn" + name.
@@ -712,7 +713,8 @@ cdef int _record(Runtime rt, void* side, void* h, void* plan, void* vp,
 # streams one GraphLaunch keeps a pack for: queues.MAX_STREAMS, a device's most (a binding
 # is of one device; with fewer slots than a device's streams, its round-robin pick would
 # evict each pack just before it is needed again, and no execution would reuse one)
-DEF MAX_STREAM_PACKS = 256
+cdef enum:
+    MAX_STREAM_PACKS = 256
 
 
 # no_gc_clear: the cyclic GC may otherwise clear ``rt`` (tp_clear) before __dealloc__ runs,

@@ -224,8 +224,9 @@ _ALIASES = {
 # compile-checked), 396 in the struct of the unsuffixed hipGetDeviceProperties (ROCm 5.2.3;
 # compile-checked); char[256] in both.
 _GCN_ARCH_OFFSET = {"GetDevicePropertiesR0600": 1160, "GetDeviceProperties": 396}
-DEF PROPS_BYTES = 8192   # larger than cudaDeviceProp (1032) and hipDeviceProp_tR0600 (1472)
-DEF NAME_BYTES = 256     # the device name: char[256] at offset 0 of both structs
+cdef enum:
+    PROPS_BYTES = 8192   # larger than cudaDeviceProp (1032) and hipDeviceProp_tR0600 (1472)
+    NAME_BYTES = 256     # the device name: char[256] at offset 0 of both structs
 _PROPS_BYTES, _NAME_BYTES = PROPS_BYTES, NAME_BYTES   # for the contract checks of both
 
 

@@ -168,8 +168,11 @@ cdef int _C_SKIPPED = STATUS_GPU_OPERATIONS_SKIPPED
 cdef int _C_BN_SPATIAL = BN_SPATIAL
 cdef float _ONE = 1.0
 cdef float _ZERO = 0.0
-DEF MAX_DIMS = 8
-DEF MAX_SOLUTIONS = 64
+
+# our bounds: tensor ranks, the solutions we ask for
+cdef enum:
+    MAX_DIMS = 8
+    MAX_SOLUTIONS = 64
 
 
 def n_slots():
@@ -527,7 +530,7 @@ def conv_solutions(int direction, uintptr_t handle, TensorDescriptor a, TensorDe
     _T._check(st, name)
     if n == 0:
         return []
-    n = min(n, MAX_SOLUTIONS)
+    n = min(n, <size_t>MAX_SOLUTIONS)
     sols = <ConvSolution*>malloc(n * sizeof(ConvSolution))
     if sols == NULL:
         raise MemoryError()

@@ -130,8 +130,9 @@ def test_every_struct_is_a_checked_table_a_mirror_or_our_own():
     assert unaccounted == [], "structs in src_pyx that no check covers (_abi.STRUCTS, ...)"
 
 
-# Compile-time values (DEF) of the bindings: each is ours, or checked through a public name.
-_OWN_DEFS = {
+# Compile-time values (members of anonymous ``cdef enum`` blocks; Cython 3 deprecates DEF)
+# of the bindings: each is ours, or checked through a public name.
+_OWN_CONSTANTS = {
     "MAX_DIMS": "our bound on tensor ranks (8 >= every layout we take)",
     "MAX_ALGOS": "our bound on the algorithm lists we ask for",
     "MAX_PACK": "our bound on variant-pack entries",
@@ -140,25 +141,52 @@ _OWN_DEFS = {
     "MAX_SOLUTIONS": "our bound on the MIOpen solutions we ask for",
     "PROPS_BYTES": "checked: _gpu._PROPS_BYTES >= sizeof the properties struct",
     "NAME_BYTES": "checked: _gpu._NAME_BYTES == the properties' name size",
-    "BN_SPATIAL": "checked: _cudnn.BATCHNORM_SPATIAL = BN_SPATIAL",
 }
 _DEF = re.compile(r"^\s*DEF\s+(\w+)\s*=")
+_ENUM = re.compile(r"^cdef\s+(?:c?p?def\s+)?enum\b")
+_MEMBER = re.compile(r"^\s+(\w+)\s*=")
 _CDEF_LITERAL = re.compile(r"^cdef\s+(?:unsigned\s+)?(?:int|long|size_t|int64_t)\s+(\w+)\s*=\s*-?\d")
 
 
+def _compile_time_values(path: Path):
+    """(line number, name, how) of every DEF and every member of a module-level enum."""
+    in_enum = False
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if m := _DEF.match(line):
+            yield n, m.group(1), "DEF"
+            continue
+        if _ENUM.match(line):
+            in_enum = True
+            continue
+        if in_enum:
+            if line.strip() and not line[0].isspace():
+                in_enum = False
+            elif m := _MEMBER.match(line):
+                yield n, m.group(1), "enum"
+
+
 def test_no_vendor_value_is_hidden_from_the_checks():
-    defs, literals = [], []
+    defs, consts, literals = [], [], []
     for path in _abi._sources():
+        for n, name, how in _compile_time_values(path):
+            if how == "DEF":
+                defs.append(f"{path.name}:{n}: {name}")
+            elif name not in _OWN_CONSTANTS:
+                consts.append(f"{path.name}:{n}: {name}")
         for n, line in enumerate(path.read_text().splitlines(), 1):
-            m = _DEF.match(line)
-            if m and m.group(1) not in _OWN_DEFS:
-                defs.append(f"{path.name}:{n}: {m.group(1)}")
             m = _CDEF_LITERAL.match(line)
             if m:
                 literals.append(f"{path.name}:{n}: {m.group(1)}")
-    assert not defs, ("DEF values no check covers (make them public constants, or add them "
-                      f"to _OWN_DEFS with the reason): {defs}")
+    assert not defs, f"DEF is deprecated since Cython 3; use a cdef enum: {defs}"
+    assert not consts, ("compile-time values no check covers (make them public constants, "
+                        f"or add them to _OWN_CONSTANTS with the reason): {consts}")
     assert not literals, f"module-level C integers set from a literal, not a checked constant: {literals}"
+
+
+def test_the_compile_time_values_are_seen():
+    # guard against a parser that finds nothing (the test above would pass vacuously)
+    seen = {name for path in _abi._sources() for _n, name, _how in _compile_time_values(path)}
+    assert set(_OWN_CONSTANTS) <= seen, sorted(set(_OWN_CONSTANTS) - seen)
 
 
 def test_the_miopen_version_gates_agree():
