@@ -46,9 +46,9 @@ from typing import Callable
 
 from .._errors import DeviceError, GpuError
 from ..runtime._gpu_device import GpuContext, LaunchContext
+from ..runtime._gpu_graph import capture_graph
 from ._completion import _DONE, SPIN_S, Completion
 from . import _core
-from ._graph import capture_graph
 from ._stream import StreamBackend
 
 __all__ = ["GpuStreamBackend", "prepare_streams"]
@@ -179,7 +179,7 @@ class GpuStreamBackend(_core.LaunchCore, StreamBackend):
 
     def capture(self, fns: tuple, *, previous=None):
         """The work item of a capture step: ``fns`` captured from this stream into a
-        CUDA/HIP graph, replayed with one launch (``queues._graph.capture_graph``)."""
+        CUDA/HIP graph, replayed with one launch (``runtime._gpu_graph.capture_graph``)."""
         return functools.partial(capture_graph, self._rt, self.stream, tuple(fns), previous)
 
     def wait(self, marker: Completion) -> None:

@@ -30,7 +30,7 @@ from statistics import median
 from typing import Callable
 
 from ..._types import numpy_dtype
-from ...queues._graph import capture_graph
+from ...runtime._gpu_graph import capture_graph
 from ...runtime import GpuArray, LaunchContext
 from ._launch import StreamResources
 
@@ -262,7 +262,7 @@ class BuildStream:
 
     def _capture(self, launch):
         """A ``GraphReplay`` of ``GRAPH_REPEATS`` calls of ``launch()`` captured from the
-        build stream (``queues._graph.capture_graph``, which ends and drops a failed
+        build stream (``runtime._gpu_graph.capture_graph``, which ends and drops a failed
         capture), or None where the runtime or the launch cannot be captured; the
         runtime's last error is then cleared."""
         try:

@@ -1,4 +1,4 @@
-"""GPU capture steps: the work of one stream captured into a CUDA/HIP graph, one launch per
+"""CUDA/HIP graph capture: the work of one stream captured into a graph, one launch per
 replay.
 
 ``capture_graph`` runs as one work item of a GPU stream (``GpuStreamBackend.capture``),
