@@ -55,7 +55,7 @@ from ._cudnn cimport last_error_of, status_name_of, version_of
 from ._gpu cimport ExecCounter, Runtime
 from ._gpu_api cimport RuntimeFns
 from ._loader cimport Library, LibraryTable
-from ._gpu_device import _tls as _launch_tls     # current_launch()'s thread-local
+from ._launch_state cimport launch_current
 
 # ------------------------------------------------------------------ constants
 # cudnnBackendDescriptorType_t (cudnn_graph.h, cuDNN 9.19.1)
@@ -1000,7 +1000,7 @@ cdef class GraphLaunch:
     def __call__(self):
         cdef timespec t0, t1
         clock_gettime(CLOCK_MONOTONIC, &t0)
-        lc = getattr(_launch_tls, "launch", None)
+        lc = launch_current()
         if _f.BackendExecute == NULL:
             _T.missing(b"BackendExecute")
         # under the lock: launches from two streams take turns, and one never destroys

@@ -19,7 +19,7 @@ from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 from .._errors import DeviceError as _DeviceError
 from .._errors import HipdnnError as _HipdnnError
-from ..runtime._gpu_device import _tls as _launch_tls    # current_launch()'s thread-local
+from ..runtime._launch_state cimport launch_enter, launch_exit
 
 __all__ = ["CompletionCore", "StreamCore", "LaunchCore", "Batch", "Named", "submit_now",
            "perf_counter", "EVENT_EVERY", "PENDING", "RUNNING", "DONE"]
@@ -178,11 +178,11 @@ cdef class LaunchCore:
                 if current != self._index:
                     self._rt.set_device(self._index)
                     prev = current
-            _launch_tls.launch = self.launch_context     # LaunchContext.enter(), inlined
+            launch_enter(self.launch_context)     # LaunchContext.enter(), in C
             try:
                 item.enqueue()
             finally:
-                _launch_tls.launch = None
+                launch_exit()
             batch = self._open
             batch.items.append(item)
             item._batch = batch

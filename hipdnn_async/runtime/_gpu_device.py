@@ -30,6 +30,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from .._errors import DeviceError, GpuError, GraphError
+from . import _launch_state
 from ._buffer import element_extent, host_values
 
 __all__ = ["GpuContext", "GpuArray", "LaunchContext", "DeviceGuard", "current_launch",
@@ -37,7 +38,6 @@ __all__ = ["GpuContext", "GpuArray", "LaunchContext", "DeviceGuard", "current_la
 
 _contexts: dict[tuple, "GpuContext"] = {}   # (runtime, index) -> context
 _contexts_lock = threading.Lock()
-_tls = threading.local()
 # (runtime, device, peer) -> whether `device` reads/writes `peer`'s memory directly (access
 # enabled); decided once per ordered pair per process, as DeviceEnablePeerAccess is.
 _peers: dict[tuple, bool] = {}
@@ -87,9 +87,7 @@ def context_for(index: int, runtime) -> "GpuContext":
         return ctx
 
 
-def current_launch() -> "LaunchContext | None":
-    """The launch context of the stream enqueuing work on this thread, or None."""
-    return getattr(_tls, "launch", None)
+current_launch = _launch_state.current_launch   # -> LaunchContext | None (C thread-local)
 
 
 class GpuContext:
@@ -494,11 +492,13 @@ class LaunchContext:
         return self._ws_ptr
 
     def enter(self) -> None:
-        _tls.launch = self
+        """Make this the calling thread's launch context (``current_launch``)."""
+        _launch_state.enter(self)
 
     @staticmethod
     def exit() -> None:
-        _tls.launch = None
+        """Clear the calling thread's launch context."""
+        _launch_state.exit()
 
     def release(self) -> None:
         """Close per-stream resources and free the workspace (after the stream is drained)."""

@@ -1,0 +1,63 @@
+# cython: language_level=3
+"""The launch context of the calling thread (``hipdnn_async.runtime._launch_state``).
+
+While a GPU stream's launching thread enqueues a work item, that stream's launch context
+(``runtime.LaunchContext``: stream, device context, per-stream resources) is *entered* on
+the thread, and the plans' launch code reads it (``current_launch``). The state is one C
+thread-local pointer, shared by every Cython module through ``_launch_state.pxd``
+(``launch_current``, ``launch_enter``, ``launch_exit``: C calls, no Python frame and no
+attribute lookup on the submit path) and by Python code through the functions below.
+
+A thread starts with no launch context; ``enter`` holds a reference to the context until
+``exit`` (or the next ``enter``) drops it.
+"""
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_INCREF, Py_XDECREF
+
+__all__ = ["current_launch", "enter", "exit"]
+
+cdef extern from *:
+    """
+    /* C11 thread-local storage: one slot per OS thread, as threading.local() gives */
+    static _Thread_local PyObject *hipdnn_launch_current = NULL;
+    """
+    PyObject* hipdnn_launch_current
+
+
+cdef object launch_current():
+    cdef PyObject* lc = hipdnn_launch_current
+    if lc == NULL:
+        return None
+    return <object>lc
+
+
+cdef int launch_enter(object lc) except -1:
+    global hipdnn_launch_current
+    cdef PyObject* old = hipdnn_launch_current
+    Py_INCREF(lc)
+    hipdnn_launch_current = <PyObject*>lc
+    Py_XDECREF(old)         # after the store: a finalizer it runs sees the new state
+    return 0
+
+
+cdef int launch_exit() except -1:
+    global hipdnn_launch_current
+    cdef PyObject* old = hipdnn_launch_current
+    hipdnn_launch_current = NULL
+    Py_XDECREF(old)
+    return 0
+
+
+def current_launch():
+    """The launch context of the stream enqueuing work on this thread, or None."""
+    return launch_current()
+
+
+def enter(lc):
+    """Make ``lc`` (a ``runtime.LaunchContext``) the calling thread's launch context."""
+    launch_enter(lc)
+
+
+def exit():
+    """Clear the calling thread's launch context."""
+    launch_exit()
