@@ -97,7 +97,7 @@ cdef class GraphLaunch:
     cdef Descriptor plan
     cdef int n
     cdef int64_t uids[32]        # MAX_PACK of the .pyx
-    cdef object resolve
+    cdef object pack             # runtime.PackSpec: the pointers, and the stream's part
     cdef object lock
     cdef PlanLock plock          # the same lock when it is a PlanLock (taken in C)
     cdef readonly long long executions

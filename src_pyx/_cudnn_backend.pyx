@@ -56,6 +56,7 @@ from ._gpu cimport ExecCounter, Runtime
 from ._gpu_api cimport RuntimeFns
 from ._loader cimport Library, LibraryTable
 from ._launch_state cimport launch_current
+from ._stream_resources import PackSpec
 
 # ------------------------------------------------------------------ constants
 # cudnnBackendDescriptorType_t (cudnn_graph.h, cuDNN 9.19.1)
@@ -759,7 +760,7 @@ cdef class GraphLaunch:
     Calling it executes ``plan`` on the launching stream's cuDNN handle with a variant
     pack built once per stream and kept (a :class:`StreamPack`, for up to
     ``MAX_STREAM_PACKS`` streams: 256, a device's most): it is rebuilt only when that
-    stream's workspace moved (``resolve`` is asked then), so launches that
+    stream's workspace moved (``pack.resolve`` is asked then), so launches that
     alternate between a device's streams reuse their packs, a steady-state execution is
     a single ``cudnnBackendExecute`` with the GIL released, and the call itself makes no
     Python call and allocates nothing (the plan's lock is taken in C when it is a
@@ -785,11 +786,13 @@ cdef class GraphLaunch:
         A finalized EXECUTION_PLAN.
     uids : sequence of int
         The variant pack's uids (at most 32).
-    resolve : callable
-        ``resolve(launch_context) -> (handle, pointers, workspace, marker)``: the stream's
-        handle, the pack's pointers in uid order, the plan's workspace pointer, and an
-        object whose ``workspace_ptr`` attribute changes when the stream's workspace
-        moves (None when the workspace is the caller's own).
+    pack : runtime.PackSpec
+        The variant pack's pointers (in uid order), resolved by the caller before the
+        launch is handed down, and where the stream-dependent part comes from: on a new
+        stream ``pack.resolve(launch_context)`` gives the stream's handle, the pointers,
+        the plan's workspace pointer, and the stream resources whose ``workspace_ptr``
+        changes when the stream's workspace moves (None when the workspace is the
+        caller's own). Runtime code only: nothing is called back above the runtime.
     lock : PlanLock or lock
         Taken around the execution (a plan executes on one stream at a time).
     counter : runtime._gpu.ExecCounter, optional
@@ -820,10 +823,11 @@ cdef class GraphLaunch:
     ExecutionError, NotSupportedError
         cuDNN refused the execution or its variant pack (``CudnnError``), the graph
         launch failed (``GpuError``: ``cudaGraphLaunch``), each named by ``label`` and
-        the failing call; or ``resolve``'s error.
+        the failing call; or ``pack.resolve``'s (off a GPU stream, a stream not
+        prepared for the pack's resources).
     """
 
-    def __init__(self, plan, uids, resolve, lock, counter=None, int graph_after=0,
+    def __init__(self, plan, uids, pack, lock, counter=None, int graph_after=0,
                  str label=""):
         cdef int i
         if not isinstance(plan, Descriptor):   # a value error: the stub test's dummies
@@ -834,13 +838,18 @@ cdef class GraphLaunch:
                              f"{type(counter).__name__}")
         if len(uids) > MAX_PACK:
             raise ValueError(f"GraphLaunch: {len(uids)} uids (at most {MAX_PACK})")
+        if not isinstance(pack, PackSpec):     # data, not a callback into a provider
+            raise ValueError(f"GraphLaunch: pack must be a runtime PackSpec; got "
+                             f"{type(pack).__name__}")
+        if len(pack.pointers) != len(uids):
+            raise ValueError(f"GraphLaunch: {len(pack.pointers)} pointers for {len(uids)} uids")
         if graph_after < 0:
             raise ValueError(f"GraphLaunch: graph_after must be >= 0; got {graph_after}")
         self.plan = plan
         self.n = len(uids)
         for i in range(self.n):
             self.uids[i] = uids[i]
-        self.resolve = resolve
+        self.pack = pack
         self.lock = lock
         self.plock = lock if isinstance(lock, PlanLock) else None
         self.executions = 0
@@ -864,7 +873,7 @@ cdef class GraphLaunch:
             if p is None:
                 p = StreamPack()
                 p.lc = lc
-                self._build(p, lc)         # kept only once built (resolve may refuse lc)
+                self._build(p, lc)         # kept only once built (lc may be refused)
                 if len(self.packs) >= MAX_STREAM_PACKS:
                     del self.packs[next(iter(self.packs))]     # the oldest
                 self.packs[lc] = p
@@ -877,7 +886,7 @@ cdef class GraphLaunch:
         cdef void* ptrs[MAX_PACK]
         cdef void* vp = NULL
         cdef int i, st
-        handle, pointers, workspace, marker = self.resolve(lc)
+        handle, pointers, workspace, marker = self.pack.resolve(lc)
         if len(pointers) != self.n:
             raise ValueError(f"GraphLaunch: {len(pointers)} pointers for {self.n} uids")
         for i in range(self.n):

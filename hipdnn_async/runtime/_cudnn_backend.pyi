@@ -7,7 +7,7 @@ Constants are cudnn_graph.h's (cuDNN 9) without the ``CUDNN_`` prefix. A non-zer
 raises the type of cuDNN's status table (``_cudnn.STATUS``); a missing symbol a
 ``LibraryError``.
 """
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from hipdnn_async._errors import HipdnnError
@@ -281,11 +281,11 @@ class GraphLaunch:
     counter: Any
     label: str
 
-    def __init__(self, plan: Descriptor, uids: Sequence[int],
-                 resolve: Callable[[Any], tuple], lock: Any, counter: Any = None,
-                 graph_after: int = 0, label: str = "") -> None:
-        """``resolve(launch_context) -> (handle, pointers, workspace, marker)``; a failed
-        execution's error starts with ``label`` (the plan) and names the failing call."""
+    def __init__(self, plan: Descriptor, uids: Sequence[int], pack: Any, lock: Any,
+                 counter: Any = None, graph_after: int = 0, label: str = "") -> None:
+        """``pack`` is a ``runtime.PackSpec`` (the pointers, and the stream resources the
+        handle and workspace come from); a failed execution's error starts with
+        ``label`` (the plan) and names the failing call."""
     def __call__(self) -> None:
         """Execute once on the launching stream (cudnnBackendExecute with the GIL released,
         or a launch of the graph captured from it)."""

@@ -49,6 +49,7 @@ import numpy as np
 
 from ..._errors import VariantPackError
 from ..._log import warn_bad_env
+from ...runtime._stream_resources import PackSpec
 from .._base import ProviderPlan
 from .._gpu._workspace import Segments
 from .._tuning import BENCH_MARGIN as _BENCH_MARGIN
@@ -372,9 +373,17 @@ class GraphPlan(ProviderPlan):
         # (the backend's PlanLock: GraphLaunch takes it in C, with no Python call)
         self._lock = be.PlanLock() if hasattr(be, "PlanLock") else threading.Lock()
 
-    def pointers(self, buffers, ws: int) -> list:
-        """The variant pack's pointers, in uid order, for ``buffers`` (role -> pointer)."""
-        out = []
+    def pack(self, buffers, workspace=None) -> PackSpec:
+        """The variant pack for ``buffers`` (role -> pointer) and ``workspace`` (the
+        caller's pointer, or None for the stream's own): user buffers and host scalars
+        as pointers, the plan's own segments as offsets into the workspace.
+
+        Raises
+        ------
+        VariantPackError
+            A buffer is not aligned as the plan was built for.
+        """
+        ptrs, in_ws = [], []
         for uid, kind, what, name in self._bind:
             if kind == "role":
                 ptr = buffers[what]
@@ -383,19 +392,32 @@ class GraphPlan(ProviderPlan):
                         f"execute: tensor '{name}' ({what}) at {ptr:#x} is not "
                         f"{BYTE_ALIGNMENT}-byte aligned, as the cuDNN graph plan was built "
                         "for; pass an aligned buffer or build with engine='CUDNN_LEGACY_ENGINE'")
-                out.append(ptr)
+                ptrs.append(ptr)
+                in_ws.append(False)
             elif kind == "segment":
-                out.append(self._segments.pointer(ws, what))
+                empty = not self._segments.nbytes(what)      # an empty segment: pointer 0
+                ptrs.append(0 if empty else self._segments.offset(what))
+                in_ws.append(not empty)
             else:
-                out.append(self._host[uid].ctypes.data)
-        return out
+                ptrs.append(self._host[uid].ctypes.data)
+                in_ws.append(False)
+        return PackSpec(_plans.RESOURCE_KEY, "cuDNN plans", ptrs, in_ws, workspace=workspace,
+                        workspace_size=self.workspace_size,
+                        plan_offset=self._segments.offset("cudnn") if self._cudnn_ws else None)
+
+    def pointers(self, buffers, ws: int) -> list:
+        """The variant pack's pointers, in uid order, for ``buffers`` (role -> pointer)
+        and a workspace at ``ws``."""
+        return self.pack(buffers).at(ws)
 
     def launcher(self, buffers, workspace, counter=None, label=None):
         """The submit path's work-item function for these buffers: a ``GraphLaunch``
         (``runtime._cudnn_backend``), whose variant pack is built on its first launch on a
         stream and reused until the stream or its workspace changes, so each execution is
         one ``cudnnBackendExecute``, and from the third on one launch of a CUDA graph
-        captured from it (:func:`graph_after`). Pointer alignment is checked here, once.
+        captured from it (:func:`graph_after`). The pack's pointers are resolved here, once
+        (alignment checked): the launch completes them from the stream's resources
+        (``runtime.PackSpec``) and calls nothing in this provider.
         ``counter`` (a ``runtime.ExecCounter``) is bumped in C per execution. ``label``
         (the execution plan's, e.g. ``"plan CONV_FPROP (graph 'conv1', engine
         CUDNN_GRAPH_ENGINE)"``; default: this plan's engine config) starts the message of
@@ -406,18 +428,10 @@ class GraphPlan(ProviderPlan):
         VariantPackError
             A buffer is not aligned as the plan was built for.
         """
-        self.pointers(buffers, 0)          # the alignment check, before anything is enqueued
-
-        def resolve(lc):
-            res, handle = _plans.handle_for_launch()
-            ws = res.workspace(workspace, self.workspace_size) if self.workspace_size else 0
-            cudnn_ws = self._segments.pointer(ws, "cudnn") if self._cudnn_ws else 0
-            marker = res if workspace is None and self.workspace_size else None
-            return handle, self.pointers(buffers, ws), cudnn_ws, marker
-
+        pack = self.pack(buffers, workspace)   # alignment checked before anything is enqueued
         if label is None:
             label = f"cuDNN graph plan {self.algorithm!s}"
-        return self._be.GraphLaunch(self.plan, self._uids, resolve, self._lock, counter,
+        return self._be.GraphLaunch(self.plan, self._uids, pack, self._lock, counter,
                                     graph_after(), label)
 
     def run(self, buffers, workspace) -> None:

@@ -1,7 +1,8 @@
 """runtime._cudnn_backend.GraphLaunch, the submit path's bound execution (issue 11 item 2):
 the variant pack is built once per stream and reused while that stream's workspace stays
 (launches alternating between streams keep each stream's pack), rebuilt when it moves; one cudnnBackendExecute per call;
-errors typed. The backend table is one per process, so the case runs in a fresh
+errors typed. Its pack is a ``runtime.PackSpec`` completed from the stream's resources,
+never a callable (issue 23: the runtime calls nothing above it). The backend table is one per process, so the case runs in a fresh
 interpreter on the fake of fakes/fake_cudnn_backend.c."""
 import json
 import os
@@ -16,6 +17,7 @@ from hipdnn_async import _errors
 from hipdnn_async.runtime import _cudnn_backend as be
 from hipdnn_async.runtime._gpu import ExecCounter
 from hipdnn_async.runtime._gpu_device import LaunchContext
+from hipdnn_async.runtime._stream_resources import PackSpec, StreamResources
 import time
 
 path = sys.argv[1]
@@ -32,30 +34,39 @@ def last():
     return {"handle": a[0], "plan": a[1], "ws": a[2], "uids": list(a[4:4 + n]),
             "ptrs": list(a[4 + n:4 + 2 * n])}
 
-class Marker:          # stands in for the stream's resources: its workspace may move
-    workspace_ptr = 0x7000
-
 asked = []
-def resolve(lc):
-    asked.append(lc.stream if lc is not None else None)
-    if lc is None:
-        raise _errors.ExecutionError("cuDNN plans run on a GPU stream")
-    base = 0x100000 * lc.stream
-    return 0xA0 + lc.stream, [base + 0x10, base + 0x20, base + 0x30], marker.workspace_ptr + 8, marker
+class Counted(PackSpec):   # records the streams the launch asks about (only the probe's)
+    __slots__ = ()
+    def resolve(self, lc):
+        asked.append(lc.stream if lc is not None else None)
+        return PackSpec.resolve(self, lc)
 
-marker = Marker()
+class Handle:
+    def __init__(self, ptr): self.ptr = ptr
+    def close(self): pass
+
+def stream(n):
+    # a stream whose cuDNN handle is 0xA0 + n and whose own workspace is at 0x100000 * n
+    lc = LaunchContext(n, None)
+    res = lc.resources["cudnn"] = StreamResources(n, Handle(0xA0 + n), pooled=False, runtime=None)
+    res.workspace_ptr, res.workspace_size = 0x100000 * n, 0x1000
+    return lc
+
+# uid 8 is a segment of the plan's workspace (at offset 0x20); the plan's own at offset 8
+pack = Counted("cudnn", "cuDNN plans", (0x10, 0x20, 0x30), (False, True, False),
+               workspace_size=0x100, plan_offset=8)
 plan = be.Descriptor(be.BACKEND_EXECUTION_PLAN_DESCRIPTOR)
 counter = ExecCounter()
-launch = be.GraphLaunch(plan, (7, 8, 9), resolve, threading.Lock(), counter)
+launch = be.GraphLaunch(plan, (7, 8, 9), pack, threading.Lock(), counter)
 wall0 = time.perf_counter_ns()
 out = {"start": counts()}
-s1, s2 = LaunchContext(1, None), LaunchContext(2, None)
+s1, s2 = stream(1), stream(2)
 s1.enter()
 for _ in range(3):
     launch()
 out["three_on_s1"], out["last_s1"], out["asked_s1"] = counts(), last(), list(asked)
 out["plan"] = plan.address
-marker.workspace_ptr = 0x9000        # the stream's workspace grew: a new pack
+s1.resources["cudnn"].workspace_ptr = 0x900000   # the stream's workspace grew: a new pack
 launch()
 out["moved"], out["last_moved"], out["asked_moved"] = counts(), last(), list(asked)
 s2.enter()
@@ -84,7 +95,8 @@ launch()
 out["after_failure"] = counts()
 # a launch given its plan's label names it in the error (and the failing call)
 LABEL = "plan CONV_FPROP (graph 'conv1', engine CUDNN_GRAPH_ENGINE)"
-named = be.GraphLaunch(plan, (7,), lambda lc: (1, [0x10], 0, None), threading.Lock(), label=LABEL)
+one = PackSpec("cudnn", "cuDNN plans", (0x10,))
+named = be.GraphLaunch(plan, (7,), one, threading.Lock(), label=LABEL)
 os.environ["FAKE_EXECUTE_STATUS"] = "5000"
 try:
     named()
@@ -99,13 +111,13 @@ out["named_after"] = named.executions
 del named
 out["wall_ns"] = time.perf_counter_ns() - wall0
 out["counter"] = [counter.executions, counter.host_ns, launch.executions, launch.counter is counter]
-plain = be.GraphLaunch(plan, (7,), lambda lc: (1, [0x10], 0, None), threading.Lock())
+plain = be.GraphLaunch(plan, (7,), one, threading.Lock())
 plain()
 out["plain"] = [plain.executions, plain.counter is None, counter.executions]
 # a device of more streams than a handful, its default pick going round robin: every
 # stream keeps its pack (the second round builds nothing and asks resolve nothing)
-many = be.GraphLaunch(plan, (7, 8, 9), resolve, threading.Lock())
-lcs = [LaunchContext(10 + i, None) for i in range(12)]
+many = be.GraphLaunch(plan, (7, 8, 9), pack, threading.Lock())
+lcs = [stream(10 + i) for i in range(12)]
 for lc in lcs:
     lc.enter()
     many()
@@ -118,9 +130,20 @@ out["twelve_streams"] = [counts()["finalizes"] - c0["finalizes"], len(asked) - n
 del launch, plain, many
 out["end"] = counts()
 try:
-    be.GraphLaunch(plan, tuple(range(40)), resolve, threading.Lock())
+    be.GraphLaunch(plan, tuple(range(40)), pack, threading.Lock())
 except ValueError as e:
     out["too_many"] = str(e)
+try:       # a callable is refused: what a launch needs is resolved before it is handed down
+    be.GraphLaunch(plan, (7,), lambda lc: (1, [0x10], 0, None), threading.Lock())
+except ValueError as e:
+    out["callable"] = str(e)
+lc = LaunchContext(3, None)    # a stream prepared for no cuDNN plans
+lc.enter()
+try:
+    be.GraphLaunch(plan, (7,), one, threading.Lock())()
+except _errors.ExecutionError as e:
+    out["unprepared"] = str(e)
+LaunchContext.exit()
 print(json.dumps(out))
 """
 
@@ -144,20 +167,21 @@ def test_the_variant_pack_is_built_once_per_stream_and_reused(probe):
     assert d == {"creates": 1, "destroys": 0, "finalizes": 1, "executes": 3, "packs": 1}, d
     assert probe["asked_s1"] == [1]
     last = probe["last_s1"]
-    assert last["uids"] == [7, 8, 9] and last["ptrs"] == [0x100010, 0x100020, 0x100030]
-    assert last["handle"] == 0xA1 and last["plan"] == probe["plan"] and last["ws"] == 0x7008
+    assert last["uids"] == [7, 8, 9] and last["ptrs"] == [0x10, 0x100020, 0x30]
+    assert last["handle"] == 0xA1 and last["plan"] == probe["plan"] and last["ws"] == 0x100008
 
 
 def test_a_moved_workspace_or_another_stream_builds_a_new_pack(probe):
     d = _delta(probe["three_on_s1"], probe["moved"])
     assert d == {"creates": 1, "destroys": 1, "finalizes": 1, "executes": 1, "packs": 0}, d
-    assert probe["asked_moved"] == [1, 1] and probe["last_moved"]["ws"] == 0x9008
+    assert probe["asked_moved"] == [1, 1] and probe["last_moved"]["ws"] == 0x900008
+    assert probe["last_moved"]["ptrs"] == [0x10, 0x900020, 0x30]
     d = _delta(probe["moved"], probe["s2"])
     # a pack of its own for the second stream; the first stream's is kept
     assert d == {"creates": 1, "destroys": 0, "finalizes": 1, "executes": 2, "packs": 1}, d
     assert probe["asked_s2"] == [1, 1, 2]
     last = probe["last_s2"]
-    assert last["handle"] == 0xA2 and last["ptrs"] == [0x200010, 0x200020, 0x200030]
+    assert last["handle"] == 0xA2 and last["ptrs"] == [0x10, 0x200020, 0x30]
 
 
 def test_launches_alternating_between_streams_reuse_each_streams_pack(probe):
@@ -166,8 +190,15 @@ def test_launches_alternating_between_streams_reuse_each_streams_pack(probe):
     assert probe["asked_alternate"] == probe["asked_s2"]     # resolve not asked again
 
 
-def test_off_a_stream_the_resolver_error_propagates(probe):
-    assert probe["off_stream"] == ["ExecutionError", "cuDNN plans run on a GPU stream"]
+def test_off_a_stream_or_on_an_unprepared_one_the_launch_is_refused(probe):
+    kind, message = probe["off_stream"]
+    assert kind == "ExecutionError" and message.startswith("cuDNN plans run on a GPU stream")
+    assert probe["unprepared"] == ("cuDNN plans: stream 0x3 has no cudnn launch resources "
+                                   "(it belongs to another device, or was not prepared)")
+
+
+def test_the_pack_is_data_not_a_callback(probe):
+    assert probe["callable"] == "GraphLaunch: pack must be a runtime PackSpec; got function"
 
 
 def test_a_failed_execution_is_typed_and_the_launch_goes_on(probe):
