@@ -15,15 +15,16 @@ from ._version import __version__
 from ._errors import (DECLINE_TYPES, DeviceError, ExecutionError, GraphError, HipdnnError,
                       KnobError, NotSupportedError, PerfDbError, VariantPackError)
 from ._types import ConvolutionMode, DataType, PointwiseMode
-from .graph import Graph, TensorAttributes, strides_for
+from .graph import TensorAttributes, strides_for
 from .patterns import Pattern
 from ._knobs import Knob, KnobSetting
 from ._perfdb import PerfDb
 from .providers._base import Engine
 from .runtime import DeviceArray, GpuArray
 from ._device import Device, ExecutionPlan, devices, engines, stats
+from ._lowering import Graph   # graph.Graph with hipDNN's lowering methods
 from ._batcher import DynamicBatcher
-from . import _log, _lowering  # _lowering registers Graph's hipDNN-style methods
+from . import _log
 
 _log.configure_from_env()
 

@@ -5,7 +5,7 @@ import dataclasses
 import math
 import operator
 
-from .._errors import GraphError, HipdnnError
+from .._errors import GraphError
 from .._types import IO_DATA_TYPES, ConvolutionMode, DataType, PointwiseMode, as_data_type
 from . import _shapes
 from ._nodes import (
@@ -30,7 +30,7 @@ from ._tensor import (
     strides_for,
 )
 
-__all__ = ["Graph", "DATA_SLOTS", "set_lowering"]
+__all__ = ["Graph", "DATA_SLOTS"]
 
 # Slots whose dims[0] is the batch (with_batch_size); pointwise in1 too when not broadcast.
 DATA_SLOTS = frozenset({"x", "y", "dy", "dx", "in0", "out"})
@@ -119,32 +119,6 @@ def _check_rank(where: str, slot: str, t: TensorAttributes, rank=None) -> None:
             f"need rank {rank} like the node's first input")
 
 
-
-# The hipDNN-style lowering needs devices, which sit above this layer: the device layer
-# (hipdnn_async._lowering) registers its functions here when the package is imported, and
-# the Graph methods below forward to them, so the graph package imports nothing above it.
-_lowering_impl = None
-
-
-def set_lowering(impl) -> None:
-    """Register the object whose functions ``Graph``'s lowering methods call (internal:
-    ``hipdnn_async._lowering`` registers itself; a test may register a fake)."""
-    global _lowering_impl
-    _lowering_impl = impl
-
-
-def _lowered(name: str, doc: str):
-    """A Graph method forwarding to the registered lowering's ``<name>(graph, ...)``."""
-    def method(self, *args, **kwargs):
-        if _lowering_impl is None:  # only when hipdnn_async/__init__ failed part-way
-            raise HipdnnError(f"Graph.{name}: the device layer (hipdnn_async._lowering) is "
-                              "not loaded; import hipdnn_async", code="ATTRIBUTE_NOT_SET")
-        return getattr(_lowering_impl, name)(self, *args, **kwargs)
-    method.__name__ = method.__qualname__ = name
-    method.__doc__ = doc
-    return method
-
-
 def _in1_is_data(node, t) -> bool:
     """Whether a pointwise node's in1 is batch data (RELU_BWD's dy, a same-shape operand)
     rather than a per-channel operand such as ADD's bias [1, C, 1, ...]. At N = 1 with a
@@ -183,8 +157,6 @@ class Graph:
                  intermediate_data_type=DataType.FLOAT, compute_data_type=DataType.FLOAT):
         self._nodes: list[Node] = []
         self._tensors: list[TensorAttributes] = []
-        self._device = None          # bound by _lowering.build_operation_graph
-        self._lowering_state = None  # owned by _lowering
         self.set_name(name)
         self.set_io_data_type(io_data_type)
         self.set_intermediate_data_type(intermediate_data_type)
@@ -1001,13 +973,11 @@ class Graph:
 
     def _copy(self):
         """Internal: (copy, {id(old tensor): new tensor})."""
-        g = Graph.__new__(Graph)
+        g = type(self).__new__(type(self))     # a subclass (hd.Graph) stays one
         g._name = self._name
         g._io_data_type = self._io_data_type
         g._intermediate_data_type = self._intermediate_data_type
         g._compute_data_type = self._compute_data_type
-        g._device = None
-        g._lowering_state = None
         g._nodes = []
         g._tensors = []
         tmap = {}
@@ -1078,145 +1048,6 @@ class Graph:
             t._strides = packed_strides(t._dims, t._order)
         g._check()
         return g
-
-    # ------------------------------------------------------------------ hipDNN-style lowering
-    # Thin forwards to the registered lowering (hipdnn_async._lowering; see set_lowering).
-    build_operation_graph = _lowered("build_operation_graph", """\
-        Validate, assign uids, recognise the pattern and bind a device (hipDNN style).
-
-        Parameters
-        ----------
-        device : Device or str, optional
-            The device to build and run on, or a spec as ``Device`` takes (``"cpu"``,
-            ``"gpu:N"``, ...) for a device the graph then owns. Default ``"cpu"``.
-
-        Raises
-        ------
-        GraphError
-            The graph is invalid (as ``validate``).
-        NotSupportedError
-            The graph matches none of the nine patterns, or no engine of the device
-            takes it.
-        DeviceError
-            An unknown spec, or its runtime is absent.
-        """)
-    get_ranked_engine_ids = _lowered("get_ranked_engine_ids", """\
-        Engine ids able to run the graph, best first (the order ``Device.build`` tries).
-
-        Returns
-        -------
-        list of int
-            int64 ids (FNV-1a of the engine names), as ``hd.engines(graph, device)``.
-
-        Raises
-        ------
-        GraphError
-            ``build_operation_graph`` was not called (code ``ATTRIBUTE_NOT_SET``).
-        """)
-    get_knobs_for_engine = _lowered("get_knobs_for_engine", """\
-        Knobs an engine offers for this graph.
-
-        Parameters
-        ----------
-        engine_id : int
-            One of ``get_ranked_engine_ids()``.
-
-        Returns
-        -------
-        list of Knob
-
-        Raises
-        ------
-        GraphError
-            ``build_operation_graph`` was not called (code ``ATTRIBUTE_NOT_SET``).
-        NotSupportedError
-            ``engine_id`` is not offered for this graph.
-        """)
-    create_execution_plan_ext = _lowered("create_execution_plan_ext", """\
-        Choose the engine and knob settings that ``build_plans`` builds with.
-
-        Parameters
-        ----------
-        engine_id : int
-            One of ``get_ranked_engine_ids()``.
-        knob_settings : sequence of KnobSetting, optional
-            e.g. ``[KnobSetting("global.workspace_size_limit", 32 << 20)]`` (bytes);
-            checked now, as hipDNN does. Default: every knob at its default.
-
-        Raises
-        ------
-        GraphError
-            ``build_operation_graph`` was not called (code ``ATTRIBUTE_NOT_SET``).
-        NotSupportedError
-            ``engine_id`` is not offered for this graph.
-        KnobError
-            An item that is not a KnobSetting, an unknown knob, a non-integer value or
-            one outside the knob's range, a knob set twice.
-        """)
-    build_plans = _lowered("build_plans", """\
-        Build (and tune, if ``global.benchmarking`` is 1) the plan chosen so far.
-
-        Without ``create_execution_plan_ext`` the ranked engines are tried best first
-        with default knobs, as ``Device.build`` does; with it, only the engine chosen
-        there. The plan is a snapshot of the graph now.
-
-        Raises
-        ------
-        GraphError
-            ``build_operation_graph`` was not called (code ``ATTRIBUTE_NOT_SET``), or
-            the graph is now invalid.
-        NotSupportedError
-            Every engine tried declined.
-        KnobError
-            A knob setting the engine does not accept.
-        DeviceError
-            The bound device is closed.
-        """)
-    get_workspace_size = _lowered("get_workspace_size", """\
-        Workspace the built plan needs per execution, in bytes.
-
-        Returns
-        -------
-        int
-
-        Raises
-        ------
-        GraphError
-            ``build_plans`` was not called (code ``ATTRIBUTE_NOT_SET``).
-        """)
-    execute = _lowered("execute", """\
-        Run the built plan and wait for completion (blocking; ``ExecutionPlan.execute_sync``).
-
-        Parameters
-        ----------
-        variant_pack : mapping
-            TensorAttributes, uid or name -> buffer, as ``ExecutionPlan.execute``.
-        workspace : array, optional
-            At least ``get_workspace_size()`` writable contiguous bytes; allocated per
-            call if omitted.
-
-        Raises
-        ------
-        GraphError
-            ``build_plans`` was not called (code ``ATTRIBUTE_NOT_SET``).
-        VariantPackError, ExecutionError, DeviceError
-            As ``ExecutionPlan.execute``.
-        """)
-    execute_async = _lowered("execute_async", """\
-        Run the built plan; awaitable, returns when complete (``ExecutionPlan.execute``).
-
-        Parameters
-        ----------
-        variant_pack, workspace
-            As ``execute``.
-
-        Raises
-        ------
-        GraphError
-            ``build_plans`` was not called (code ``ATTRIBUTE_NOT_SET``).
-        VariantPackError, ExecutionError, DeviceError
-            As ``ExecutionPlan.execute``.
-        """)
 
     def __repr__(self) -> str:
         return (f"Graph(name={self._name!r}, nodes={[n.name for n in self._nodes]}, "

@@ -1,10 +1,9 @@
 """Graph-level behaviour: validate, uids, lookup, signature, copy, with_batch_size, lowering."""
-import types
 
 import pytest
 
 import hipdnn_async
-from hipdnn_async._errors import GraphError, HipdnnError
+from hipdnn_async._errors import GraphError
 from hipdnn_async._types import DataType, PointwiseMode
 from hipdnn_async.graph import Graph, strides_for
 
@@ -279,39 +278,34 @@ def test_graph_config():
     check_error(e, "INVALID_VALUE", "intermediate_data_type", "DOUBLE")
 
 
-def test_lowering_methods_delegate(monkeypatch):
-    calls = []
-    from hipdnn_async.graph import _graph
-    fake = types.SimpleNamespace()
-    for name in ("build_operation_graph", "get_ranked_engine_ids", "get_knobs_for_engine",
-                 "create_execution_plan_ext", "build_plans", "get_workspace_size",
-                 "execute", "execute_async"):
-        def fn(graph, *args, _name=name, **kwargs):
-            calls.append((_name, graph, args, kwargs))
-            return _name
-        setattr(fake, name, fn)
-    monkeypatch.setattr(_graph, "_lowering_impl", fake)
-    g, *_ = conv_bias_relu()
-    assert g.build_operation_graph("dev") == "build_operation_graph"
-    assert g.get_ranked_engine_ids() == "get_ranked_engine_ids"
-    assert g.get_knobs_for_engine(5) == "get_knobs_for_engine"
-    assert g.create_execution_plan_ext(5, []) == "create_execution_plan_ext"
-    assert g.build_plans() == "build_plans"
-    assert g.get_workspace_size() == "get_workspace_size"
-    assert g.execute({}, None) == "execute"
-    assert g.execute_async({}, workspace=None) == "execute_async"
-    assert calls[0] == ("build_operation_graph", g, ("dev",), {})
-    assert calls[-1] == ("execute_async", g, ({},), {"workspace": None})
+LOWERING = ("build_operation_graph", "get_ranked_engine_ids", "get_knobs_for_engine",
+            "create_execution_plan_ext", "build_plans", "get_workspace_size", "execute",
+            "execute_async")
 
 
-def test_lowering_is_registered_by_the_device_layer(monkeypatch):
+def test_the_graph_layer_holds_no_lowering_and_no_hook():
+    # hipDNN's lowering needs devices, which sit above the graph layer (issue 23): the
+    # graph layer's Graph has none of those methods, and no global a higher layer fills
     from hipdnn_async.graph import _graph
-    assert _graph._lowering_impl is hipdnn_async._lowering   # importing hipdnn_async did it
-    monkeypatch.setattr(_graph, "_lowering_impl", None)
-    g, *_ = conv_bias_relu()
-    with pytest.raises(HipdnnError) as e:
-        g.build_plans()
-    assert e.value.code == "ATTRIBUTE_NOT_SET" and "Graph.build_plans" in str(e.value)
+    assert not [m for m in LOWERING if hasattr(Graph, m)]
+    assert not hasattr(_graph, "_lowering_impl") and not hasattr(_graph, "set_lowering")
+
+
+def test_hd_graph_is_the_graph_with_hipdnn_lowering():
+    assert issubclass(hipdnn_async.Graph, Graph) and hipdnn_async.Graph is not Graph
+    assert all(callable(getattr(hipdnn_async.Graph, m)) for m in LOWERING)
+    g = hipdnn_async.Graph(name="g")
+    x = g.tensor(dims=(2, 4, 8, 8), name="x")
+    w = g.tensor(dims=(6, 4, 3, 3), name="w")
+    g.conv_fprop(x, w, padding=1).set_output(True)
+    # the graph layer's copies keep the class, so a copy lowers the same way
+    assert type(g.with_batch_size(3)) is hipdnn_async.Graph
+    assert type(g._snapshot()[0]) is hipdnn_async.Graph
+    for step, args in (("get_ranked_engine_ids", ()), ("build_plans", ()),
+                       ("get_workspace_size", ()), ("execute", ({},))):
+        with pytest.raises(GraphError) as e:
+            getattr(g, step)(*args)
+        assert e.value.code == "ATTRIBUTE_NOT_SET" and str(e.value).startswith(step), e.value
 
 
 def test_with_batch_size_keeps_a_bias_that_looks_like_data():
