@@ -20,7 +20,7 @@ from ._fakes import calls
 from ._scenarios import control
 
 __all__ = ["build_fake_backend", "graph_plan_over_fake_backend", "launch_graph_case",
-           "collected_in_a_cycle_case", "copy_during_capture_case", "steady_state_failure_case"]
+           "launch_frames_case", "collected_in_a_cycle_case", "copy_during_capture_case", "steady_state_failure_case"]
 
 _FAKE_BACKEND_SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                  "unit", "runtime", "fakes", "fake_cudnn_backend.c")
@@ -149,6 +149,50 @@ def launch_graph_case(backend_lib: str, *, submits: int = 6, inject: tuple | Non
             return out
     finally:
         os.environ.pop("HIPDNN_ASYNC_LAUNCH_GRAPHS", None)
+
+
+def launch_frames_case(backend_lib: str, *, streams: int = 3, submits: int = 6) -> dict:
+    """The Python functions entered while a ``GraphLaunch`` (a GraphPlan's binding) runs
+    as a stream's work item: ``submits`` submissions left to a device of ``streams``
+    streams (each new stream builds its variant pack inside the launch), every thread
+    profiled while a launch context is entered on it (``runtime.current_launch()``).
+
+    Returns
+    -------
+    dict
+        ``frames``: sorted ``"<path in the package>:<function>"`` of every Python function
+        entered during a launch; ``launch``: the binding's executions.
+    """
+    import sys
+    import threading
+
+    be = _backend(backend_lib)
+    import hipdnn_async as hd
+    from hipdnn_async.runtime import current_launch
+    root = os.path.dirname(os.path.abspath(hd.__file__)) + os.sep
+    seen, recording = set(), []
+
+    def profile(frame, event, arg):
+        if recording and event == "call" and current_launch() is not None:
+            path = frame.f_code.co_filename
+            if path.startswith(root):
+                seen.add(f"{path[len(root):]}:{frame.f_code.co_name}")
+
+    # every thread: the submitting one (a submission launches inline when it can) and,
+    # set before the device opens, its streams' launching threads
+    threading.setprofile(profile)
+    sys.setprofile(profile)
+    try:
+        with hd.Device("cuda:0", streams=streams) as dev:
+            plan, vp = _fake_backend_conv(dev, be, "launch_frames")
+            plan.execute_sync(vp, stream=0)         # binds: the binding's GraphLaunch
+            recording.append(True)                  # the build's trial runs are not launches
+            for _ in range(submits):
+                plan.submit(vp).result()
+            return {"frames": sorted(seen), "launch": plan._bindings._entries[0].fn.executions}
+    finally:
+        sys.setprofile(None)
+        threading.setprofile(None)
 
 
 def collected_in_a_cycle_case(backend_lib: str) -> dict:
