@@ -200,8 +200,8 @@ class PackSpec:
                  workspace_size: int = 0, plan_offset: int | None = None):
         self.key = key
         self.who = who
-        self.pointers = tuple(int(p) for p in pointers)
-        flags = tuple(bool(f) for f in in_workspace) or (False,) * len(self.pointers)
+        self.pointers = tuple(pointers)
+        flags = tuple(in_workspace) or (False,) * len(self.pointers)
         if len(flags) != len(self.pointers):
             raise ValueError(f"PackSpec: {len(flags)} workspace flags for "
                              f"{len(self.pointers)} pointers")

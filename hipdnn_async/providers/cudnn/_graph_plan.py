@@ -367,7 +367,18 @@ class GraphPlan(ProviderPlan):
         # by-value scalars: host float32 buffers that live as long as the plan
         self._host = {t.uid: np.array([t.binding[1]], np.float32) for t in pack
                       if t.binding[0] == "scalar"}
-        self._bind = tuple((t.uid, t.binding[0], t.binding[1], t.name) for t in pack)
+        entries = [(t.uid, t.binding[0], t.binding[1], t.name) for t in pack]
+        # per pack entry: (role or None, the pointer or workspace offset of a non-role,
+        # tensor name), and which entries are offsets into the workspace (an empty
+        # segment has no pointer: 0)
+        self._slots = tuple(
+            (what, 0, name) if kind == "role"
+            else (None, seg.offset(what) if seg.nbytes(what) else 0, name) if kind == "segment"
+            else (None, self._host[uid].ctypes.data, name)
+            for uid, kind, what, name in entries)
+        self._in_ws = tuple(kind == "segment" and bool(seg.nbytes(what))
+                            for _uid, kind, what, _name in entries)
+        self._plan_offset = seg.offset("cudnn") if self._cudnn_ws else None
         # cuDNN does not promise that one plan may execute on two streams at once
         # (PyTorch keeps its plans thread-local); launches of this plan take turns.
         # (the backend's PlanLock: GraphLaunch takes it in C, with no Python call)
@@ -383,27 +394,19 @@ class GraphPlan(ProviderPlan):
         VariantPackError
             A buffer is not aligned as the plan was built for.
         """
-        ptrs, in_ws = [], []
-        for uid, kind, what, name in self._bind:
-            if kind == "role":
-                ptr = buffers[what]
-                if ptr % BYTE_ALIGNMENT:
+        ptrs = []
+        for role, value, name in self._slots:
+            if role is not None:
+                value = buffers[role]
+                if value % BYTE_ALIGNMENT:
                     raise VariantPackError(
-                        f"execute: tensor '{name}' ({what}) at {ptr:#x} is not "
+                        f"execute: tensor '{name}' ({role}) at {value:#x} is not "
                         f"{BYTE_ALIGNMENT}-byte aligned, as the cuDNN graph plan was built "
                         "for; pass an aligned buffer or build with engine='CUDNN_LEGACY_ENGINE'")
-                ptrs.append(ptr)
-                in_ws.append(False)
-            elif kind == "segment":
-                empty = not self._segments.nbytes(what)      # an empty segment: pointer 0
-                ptrs.append(0 if empty else self._segments.offset(what))
-                in_ws.append(not empty)
-            else:
-                ptrs.append(self._host[uid].ctypes.data)
-                in_ws.append(False)
-        return PackSpec(_plans.RESOURCE_KEY, "cuDNN plans", ptrs, in_ws, workspace=workspace,
-                        workspace_size=self.workspace_size,
-                        plan_offset=self._segments.offset("cudnn") if self._cudnn_ws else None)
+            ptrs.append(value)
+        return PackSpec(_plans.RESOURCE_KEY, "cuDNN plans", ptrs, self._in_ws,
+                        workspace=workspace, workspace_size=self.workspace_size,
+                        plan_offset=self._plan_offset)
 
     def pointers(self, buffers, ws: int) -> list:
         """The variant pack's pointers, in uid order, for ``buffers`` (role -> pointer)
