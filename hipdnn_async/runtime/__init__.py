@@ -8,7 +8,11 @@ The compiled bindings sit on one loader (``_loader``: ``Library``, ``LibraryTabl
 ``LoadRecord``): ``_gpu`` (one ``Runtime`` type, a CUDA and a HIP instance) and one
 module per DNN library (``_cudnn``, ...). ``_vendors`` says which runtime and DNN library
 each vendor (``"cuda"``, ``"hip"``) needs and where to find them; ``load_vendor`` loads
-them. This package imports nothing from the graph layer, nor from providers.
+them. A launch's state is the runtime's too: the calling thread's launch context
+(``_launch_state``, a C thread-local the Cython modules cimport), a stream's DNN handle and
+workspace and the variant packs completed from them (``_stream_resources``), and CUDA/HIP
+graph capture (``_gpu_graph``). This package imports nothing from the graph layer, nor from
+providers, and calls nothing of theirs back.
 """
 from ._buffer import DeviceArray
 from ._vendors import VENDORS, VendorState, cuda_status, load_cuda, load_vendor, vendor_status
