@@ -56,7 +56,7 @@ from ._gpu cimport ExecCounter, Runtime
 from ._gpu_api cimport RuntimeFns
 from ._loader cimport Library, LibraryTable
 from ._launch_state cimport launch_current
-from ._stream_resources import PackSpec
+from ._stream_resources import PackSpec as _PackSpec
 
 # ------------------------------------------------------------------ constants
 # cudnnBackendDescriptorType_t (cudnn_graph.h, cuDNN 9.19.1)
@@ -838,7 +838,7 @@ cdef class GraphLaunch:
                              f"{type(counter).__name__}")
         if len(uids) > MAX_PACK:
             raise ValueError(f"GraphLaunch: {len(uids)} uids (at most {MAX_PACK})")
-        if not isinstance(pack, PackSpec):     # data, not a callback into a provider
+        if not isinstance(pack, _PackSpec):    # data, not a callback into a provider
             raise ValueError(f"GraphLaunch: pack must be a runtime PackSpec; got "
                              f"{type(pack).__name__}")
         if len(pack.pointers) != len(uids):
