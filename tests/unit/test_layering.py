@@ -234,7 +234,7 @@ def _layer(mod: str) -> str:
     for layer in ("graph", "patterns", "providers", "runtime", "queues"):
         if _in(mod, layer):
             return layer
-    return mod if mod in LEAVES else "top"
+    return next((leaf for leaf in LEAVES if _in(mod, leaf)), "top")
 
 
 _REGISTRATION = re.compile(r"^_?(set|register)(_|$)")
