@@ -2,16 +2,14 @@
 from __future__ import annotations
 
 import contextlib
-import copy
-import dataclasses
 import functools
 import logging
 import os
 import threading
 import time
 import weakref
-from collections import OrderedDict, defaultdict
-from typing import Any, Mapping
+from collections import defaultdict
+from typing import Mapping
 
 import anyio
 import numpy as np
@@ -20,18 +18,16 @@ try:
 except ImportError:  # NumPy < 1.25
     from numpy import TooHardError
 
-from . import _capture, _knobs, _perfdb
+from . import _capture, _memory, _perfdb
 from ._binding import BindingCache
-from ._errors import (DECLINE_TYPES, DeviceError, GraphError, HipdnnError, NotSupportedError,
-                      VariantPackError)
-from ._layout import dense_strides_like
-from ._types import as_data_type, numpy_dtype
-from .graph import Graph, TensorAttributes, strides_for
-from .graph._tensor import as_int_tuple, check_strides, packed_strides
-from .runtime._buffer import DeviceArray, element_extent, refuse_masked
-from .runtime import ExecCounter, GpuArray
+from ._errors import DeviceError, GraphError, HipdnnError, VariantPackError
+from ._plan_cache import PlanCache, counts as _plan_counts
+from ._types import numpy_dtype
+from .graph import Graph, TensorAttributes
+from .runtime._buffer import element_extent
+from .runtime import KINDS, ExecCounter
 from .patterns import match as match_pattern, spec_for
-from .providers._base import DeclinedError, Engine, engine_id
+from .providers._base import Engine
 from .providers._registry import available_devices, parse_spec, provider_for
 from .queues import StreamPool
 from .queues._pool import MAX_INFLIGHT, MAX_STREAMS
@@ -39,9 +35,6 @@ from .queues._pool import MAX_INFLIGHT, MAX_STREAMS
 __all__ = ["Device", "ExecutionPlan", "devices", "engines", "stats"]
 
 log = logging.getLogger("hipdnn_async")
-
-_counters_lock = threading.Lock()
-_counters = {"plans_built": 0, "plan_cache_hits": 0}
 
 # Provider plans kept per device for reuse by graphs of the same signature (oldest
 # dropped first): a long-lived device that builds many shapes (a server, a fuzzer)
@@ -67,15 +60,9 @@ def stats() -> dict:
         ``perfdb_stores``, ``benchmarks_run``, ``perfdb_warnings``: counts since the
         process started (a copy; later work does not change it).
     """
-    with _counters_lock:
-        out = dict(_counters)
+    out = _plan_counts()
     out.update(_perfdb.stats())
     return out
-
-
-def _count(name: str, n: int = 1) -> None:
-    with _counters_lock:
-        _counters[name] += n
 
 
 def devices() -> list[str]:
@@ -126,8 +113,8 @@ def engines(graph: Graph, device) -> list[Engine]:
 def _on_device(provider):
     """``with _on_device(provider):`` the provider's GPU is current on this thread (the
     thread's own device restored after): building asks the vendor library on that device.
-    Nothing for the CPU."""
-    context = getattr(provider, "context", None)
+    Nothing for the host (no device context)."""
+    context = provider.context
     return context.using() if context is not None else contextlib.nullcontext()
 
 
@@ -185,19 +172,14 @@ class Device:
             if not isinstance(value, bool):
                 raise DeviceError(f"Device('{spec}'): {what} = {value!r}; need True or False",
                                   code="INVALID_VALUE")
-        # knob-id suffix -> default 1 (device-wide numerics options; see the docstring)
-        self._knob_defaults = tuple(suffix for suffix, on in (
-            (".deterministic", deterministic), (".allow_tf32", allow_tf32)) if on)
-        kind, index = parse_spec(spec)
-        self.provider = provider_for(kind, index)
-        # "gpu:N" resolves to the runtime that serves it ("cuda:N")
-        self.spec = "cpu" if kind == "cpu" else getattr(self.provider, "spec", f"{kind}:{index}")
+        self.provider = provider_for(*parse_spec(spec))
+        self.spec = self.provider.spec     # "gpu:N" resolves to the kind serving it ("cuda:N")
+        self._kind = KINDS[self.spec.partition(":")[0]]
         if isinstance(perfdb, (str, bytes, os.PathLike)):
             perfdb = _perfdb.PerfDb(perfdb)
         elif perfdb is not None and not isinstance(perfdb, _perfdb.PerfDb):
             raise DeviceError(f"Device('{spec}'): perfdb must be a PerfDb, a path or None; got "
                               f"{type(perfdb).__name__}", code="INVALID_VALUE")
-        self._perfdb = perfdb
         for what, value in (("streams", streams), ("max_inflight", max_inflight)):
             if value is not None and (type(value) is not int or value < 1):
                 raise DeviceError(f"Device('{spec}'): {what} = {value!r}; need an int >= 1",
@@ -216,12 +198,14 @@ class Device:
         except RuntimeError as exc:  # e.g. "can't start new thread"
             raise DeviceError(f"Device('{spec}'): cannot start {streams} streams: {exc}") from None
         # Timings of concurrent tunings would skew each other: one lock per GPU (two
-        # Devices on one GPU share it), per Device on the CPU.
-        lock = getattr(getattr(self.provider, "context", None), "tune_lock", None)
+        # Devices on one GPU share it), per Device on the host.
+        lock = getattr(self.provider.context, "tune_lock", None)
         self._tune_lock = lock if isinstance(lock, _LOCK_TYPE) else threading.Lock()
-        # (signature, engine id, knobs) -> provider plan, least recently built first.
-        self._plan_cache: OrderedDict[tuple, Any] = OrderedDict()
-        self._cache_lock = threading.Lock()
+        # knob-id suffix -> default 1 (device-wide numerics options; see the docstring)
+        defaults = tuple(suffix for suffix, on in (
+            (".deterministic", deterministic), (".allow_tf32", allow_tf32)) if on)
+        self._plan_cache = PlanCache(self.provider, self.spec, perfdb=perfdb,
+                                     knob_defaults=defaults, tune_lock=self._tune_lock)
         self._stats_lock = threading.Lock()
         self._entered = False                     # by `with` / `async with`: see Notes
         # per pattern: plans built, build ms, and the executions' counter (a C launch bumps
@@ -280,7 +264,7 @@ class Device:
     def is_host(self) -> bool:
         """True for the CPU device, whose arrays are host memory (NumPy arrays bind
         directly); False for a GPU device (stage with ``await dev.asarray(...)``)."""
-        return self.spec == "cpu"
+        return self._kind.is_host
 
     # -- queues --------------------------------------------------------------------------
     @property
@@ -414,25 +398,10 @@ class Device:
         DeviceError
             The memory cannot be had.
         """
-        out = self._empty(dims, dtype, layout, strides, "Device.empty")
+        out = _memory.allocate(self.provider, dims, dtype, layout, strides, "Device.empty")
         if self.is_host:
             out.order_after(self._pool)
         return out
-
-    def _empty(self, dims, dtype, layout, strides, where: str):
-        dt = numpy_dtype(as_data_type(dtype, where=where))
-        dims = as_int_tuple(dims, where=where, what="dims")
-        if any(d < 0 for d in dims):
-            raise GraphError(f"{where}: dims {dims} hold a negative value")
-        if layout is not None and strides is not None:
-            raise GraphError(f"{where}: give layout or strides, not both")
-        if strides is None:
-            strides = (strides_for(dims, layout) if layout is not None
-                       else packed_strides(dims, tuple(range(len(dims)))))
-        else:  # the graph's rules: one stride per dim, each >= 1, no overlapping elements
-            strides = as_int_tuple(strides, where=where, what="strides")
-            check_strides(dims, strides, where=where)
-        return self.provider.empty(dims, dt, strides)
 
     async def asarray(self, array, *, layout: str | None = None, strides=None):
         """Copy a NumPy array (logical shape) to a new device array (see ``empty``).
@@ -472,30 +441,8 @@ class Device:
         VariantPackError
             A masked array (the mask would be dropped), as ``plan.execute`` refuses one.
         """
-        refuse_masked(array, "Device.asarray")
-        if GpuArray is not None and isinstance(array, GpuArray):
-            if self.is_host:
-                array = await array.to_numpy()
-            else:
-                if layout is None and strides is None:
-                    strides = array.strides
-                out = self._empty(array.dims, array.dtype, layout, strides, "Device.asarray")
-                await anyio.to_thread.run_sync(out.copy_from, array)
-                return out
-        if isinstance(array, DeviceArray):  # once the work writing it is done
-            if layout is None and strides is None:   # its memory order, as np.asarray's
-                strides = dense_strides_like(array.view.shape, array.view.strides)
-            array = await array.to_numpy()
-        array = np.asarray(array)
-        if layout is None and strides is None:
-            strides = dense_strides_like(array.shape, array.strides)
-        out = self._empty(array.shape, array.dtype, layout, strides, "Device.asarray")
-        if not self.is_host:  # the copy waits for launched work; the loop must not
-            await anyio.to_thread.run_sync(out.copy_from, array)
-        else:  # a new array: no submitted work writes it yet, so copy, then order it
-            out.copy_from(array)
-            out.order_after(self._pool)
-        return out
+        return await _memory.copy_in(array, layout, strides, provider=self.provider,
+                                     host=self.is_host, pool=self._pool)
 
     # -- plans ---------------------------------------------------------------------------
     async def build(self, graph: Graph, *, engine=None, knobs=None) -> "ExecutionPlan":
@@ -567,30 +514,11 @@ class Device:
         snapshot, tensor_map = graph._snapshot()
         match = match_pattern(snapshot)
         with _on_device(self.provider):   # heuristics, trial runs, benchmarks: this GPU's
-            return self._build_matched(graph, match, tensor_map, engine, knobs, t0)
-
-    def _build_matched(self, graph, match, tensor_map, engine, knobs, t0) -> "ExecutionPlan":
-        offered, declines = self.provider.offers(match)
-        tried = offered if engine is None else [_pick_engine(offered, engine, match, declines)]
-        for chosen in tried:
-            try:
-                settings, pplan = self._provider_plan(match, chosen, knobs)
-                break
-            except DECLINE_TYPES as exc:
-                if engine is not None:
-                    raise
-                declines.append((chosen.name, exc))
-                log.info("build: engine %s declined pattern %s of graph '%s': %s",
-                         chosen.name, match.pattern.name, graph.name, exc)
-        else:
-            raise DeclinedError(
-                f"build: every engine of device '{self.spec}' declined pattern "
-                f"{match.pattern.name} (graph '{graph.name}'): "
-                + ("; ".join(f"{n}: {e}" for n, e in declines) or "the device has no engines"),
-                declines=declines)
-        originals = {id(tensor_map[id(t)]): t for t in graph.tensors}
-        plan = ExecutionPlan(self, graph, match, chosen, settings, pplan,
-                             (time.perf_counter() - t0) * 1e3, originals=originals)
+            chosen, settings, pplan = self._plan_cache.plan(
+                match, engine, knobs, graph_name=graph.name, limit=PLAN_CACHE_SIZE)
+            originals = {id(tensor_map[id(t)]): t for t in graph.tensors}
+            plan = ExecutionPlan(self, graph, match, chosen, settings, pplan,
+                                 (time.perf_counter() - t0) * 1e3, originals=originals)
         with self._stats_lock:
             s = self._plan_stats[plan.pattern]
             s["plans"] += 1
@@ -600,86 +528,14 @@ class Device:
                  plan.algorithm, plan.workspace_size, pplan.benchmarked, pplan.perfdb_hit)
         return plan
 
-    def _provider_plan(self, match, chosen: Engine, knobs):
-        """(knob settings, ProviderPlan) of one engine, from the plan cache or built.
-
-        A decline is cached too (a copy of its error, without the traceback and so without
-        the build's frames), so the next build of the same graph goes straight to the engine
-        that takes it.
-        """
-        offered = chosen.knobs
-        if self._knob_defaults:
-            offered = [dataclasses.replace(k, default=1)
-                       if k.id.endswith(self._knob_defaults) and k.max >= 1 else k
-                       for k in offered]
-        settings = _knobs.apply_forced_benchmarking(
-            _knobs.resolve_knobs(offered, knobs, engine_name=chosen.name))
-        key = (match.signature, chosen.id, tuple(sorted(settings.items())))
-        with self._cache_lock:
-            pplan = self._plan_cache.get(key)
-            if pplan is not None:
-                self._plan_cache.move_to_end(key)
-        if isinstance(pplan, _Declined):
-            _count("plan_cache_hits")
-            raise pplan.error.with_traceback(None)
-        if pplan is not None:
-            _count("plan_cache_hits")
-            return settings, pplan
-        perfdb = self._perfdb if self._perfdb is not None else _perfdb.default_perfdb()
-        try:
-            if settings.get(_knobs.BENCHMARKING):
-                with self._tune_lock:
-                    pplan = self.provider.build(match, chosen, settings, perfdb)
-            else:
-                pplan = self.provider.build(match, chosen, settings, perfdb)
-        except DECLINE_TYPES as exc:
-            self._cache(key, _Declined(exc))
-            raise
-        self._cache(key, pplan)
-        _count("plans_built")
-        return settings, pplan
-
-    def _cache(self, key: tuple, value) -> None:
-        with self._cache_lock:
-            self._plan_cache[key] = value
-            while len(self._plan_cache) > PLAN_CACHE_SIZE:
-                self._plan_cache.popitem(last=False)
-
 
 def _backend_factory(provider):
     """Stream backends for a provider's device: GPU streams where it has a GPU context."""
-    context = getattr(provider, "context", None)
+    context = provider.context
     if context is None:
         return None
     from .queues._gpu_backend import GpuStreamBackend
     return lambda name: GpuStreamBackend(name, context)
-
-
-class _Declined:
-    """A plan-cache entry: the engine declined this graph with these knobs."""
-
-    __slots__ = ("error",)
-
-    def __init__(self, error: BaseException):
-        try:   # a copy: the type and fields, not the traceback (which holds build frames)
-            self.error = copy.copy(error)
-        except Exception:  # noqa: BLE001 - an exception type that cannot be copied
-            self.error = NotSupportedError(str(error))
-
-
-def _pick_engine(offered: list[Engine], engine, match, declines=()) -> Engine:
-    """The offered engine that ``engine`` (an Engine, id or name) names. One that declined
-    to be offered raises its own error; one the device does not have, a NotSupportedError."""
-    for e in offered:
-        if engine == e or engine == e.id or engine == e.name:
-            return e
-    for name, exc in declines:
-        if engine in (name, engine_id(name)) or getattr(engine, "name", None) == name:
-            raise exc
-    names = ", ".join(f"{e.name} ({e.id})" for e in offered) or "none"
-    raise NotSupportedError(
-        f"build: engine {getattr(engine, 'name', engine)!r} is not offered for pattern "
-        f"{match.pattern.name}; offered: {names}")
 
 
 class ExecutionPlan:

@@ -183,9 +183,20 @@ class Provider(abc.ABC):
 
     ``ENGINES`` lists the provider's ``ProviderEngine`` classes, best first; ``engines``
     and ``build`` use them. (A provider may instead override both methods.)
+
+    Attributes
+    ----------
+    name : str
+        The provider (``"cpu"``, ``"cudnn"``), also the engines' ``provider``.
+    spec : str
+        The device it serves, as ``Device.spec`` reports it (``"cpu"``, ``"cuda:0"``).
+    context : runtime.GpuContext or None
+        The GPU's context (current device, streams, the tuning lock); None on the host.
     """
 
     name: str = field(default="", init=False)
+    spec: str = field(default="", init=False)
+    context: Any = field(default=None, init=False, repr=False, compare=False)
     ENGINES: ClassVar[tuple] = ()
 
     def _engine_impls(self) -> tuple:

@@ -1,9 +1,10 @@
 """Which providers serve which device spec on this machine.
 
-The vendors and their libraries are the runtime's (``runtime._vendors.VENDORS``,
-``load_vendor``); which provider serves a vendor's devices is decided here
-(``PROVIDERS``), so the runtime never imports providers. A vendor whose libraries load
-but that has no provider is reported, never used.
+The device kinds, their libraries and their specs are the runtime's registry
+(``runtime._kinds.KINDS``; ``runtime.load_vendor`` loads a GPU kind's libraries); which
+provider serves a kind is decided here (``PROVIDERS``), so the runtime never imports
+providers. A GPU kind whose libraries load but that has no provider is reported, never
+used. The host kind (``"cpu"``) is served by the CPU provider, always present.
 
 Device specs: ``"cpu"``; ``"<vendor>:N"`` (``"cuda:N"``, ``"hip:N"``), the N-th device
 of that vendor's runtime; ``"gpu:N"``, the N-th GPU of ``available_devices()`` (every
@@ -13,18 +14,16 @@ usable GPU of every vendor, vendors in ``VENDORS`` order): with one vendor prese
 from __future__ import annotations
 
 import importlib
-import re
 
 from .._errors import DeviceError
+from ..runtime._kinds import ANY_GPU, KINDS, kind_title, parse_spec as _parse_spec
 from ._base import Provider
 
 __all__ = ["PROVIDERS", "parse_spec", "provider_for", "available_devices",
            "gpu_unavailable_reason"]
 
-_SPEC = re.compile(r"^(cpu|gpu|cuda|hip)(?::(\d+))?$")
-
-# GPU vendor (a key of runtime._vendors.VENDORS) -> (module under providers, class) of the
-# provider serving its devices; the module is imported only when a device is opened.
+# GPU kind (a key of runtime.VENDORS) -> (module under providers, class) of the provider
+# serving its devices; the module is imported only when a device is opened.
 PROVIDERS = {"cuda": ("cudnn", "CudnnProvider"), "hip": ("miopen", "MiopenProvider")}
 
 
@@ -34,13 +33,10 @@ def parse_spec(spec: str) -> tuple[str, int]:
     Raises
     ------
     DeviceError
-        ``spec`` is not ``cpu``, ``gpu:N``, ``cuda:N`` or ``hip:N``.
+        ``spec`` is not ``cpu``, ``gpu:N`` or ``<vendor>:N`` of a known GPU kind
+        (``cuda:N``, ``hip:N``); the message lists them.
     """
-    m = _SPEC.match(str(spec).strip().lower())
-    if not m:
-        raise DeviceError(f"Device: unknown device spec {spec!r}; use 'cpu', 'gpu:N', "
-                          "'cuda:N' or 'hip:N'", code="INVALID_VALUE")
-    return m.group(1), int(m.group(2) or 0)
+    return _parse_spec(spec, "Device")
 
 
 def _gpu_vendors() -> list[str]:
@@ -56,24 +52,28 @@ def _gpu_devices() -> list[tuple[str, int]]:
     return [(v, i) for v in _gpu_vendors() for i in range(load_vendor(v).device_count)]
 
 
+def _gpu_specs() -> list[str]:
+    return [f"{v}:{i}" for v, i in _gpu_devices()]
+
+
 def available_devices() -> list[str]:
     """Device specs usable on this machine: ``"cpu"`` first, then every GPU of every
     vendor (e.g. ``["cpu", "cuda:0", "cuda:1"]``)."""
-    return ["cpu"] + [f"{v}:{i}" for v, i in _gpu_devices()]
+    return [k for k, kind in KINDS.items() if kind.is_host] + _gpu_specs()
 
 
-def gpu_unavailable_reason(kind: str = "gpu") -> str:
+def gpu_unavailable_reason(kind: str = ANY_GPU) -> str:
     """Why no device of vendor ``kind`` (``"gpu"``: of any vendor) is usable here ('' when
     one is): each vendor's missing library and the paths tried, or its missing provider."""
     from ..runtime import VENDORS, load_vendor
     reasons = []
-    for vendor in (VENDORS if kind == "gpu" else [kind]):
+    for vendor in (VENDORS if kind == ANY_GPU else [kind]):
         state = load_vendor(vendor)
         if state.ok and vendor in PROVIDERS:
             return ""
         why = state.reason or (f"its libraries are present, but no {vendor} provider is built "
                                "into this release")
-        reasons.append(f"{vendor}: {why}" if kind == "gpu" else why)
+        reasons.append(f"{vendor}: {why}" if kind == ANY_GPU else why)
     return "; ".join(reasons)
 
 
@@ -87,27 +87,27 @@ def provider_for(kind: str, index: int) -> Provider:
         which library is missing and where it was looked for), or the index is beyond the
         devices present (listed).
     """
-    if kind == "cpu":
+    if kind in KINDS and KINDS[kind].is_host:
         if index != 0:
-            raise DeviceError(f"Device: there is one CPU device, 'cpu' (index 0); got index "
-                              f"{index}", code="INVALID_VALUE")
+            raise DeviceError(f"Device: there is one {kind_title(kind)} device, '{kind}' "
+                              f"(index 0); got index {index}", code="INVALID_VALUE")
         from .cpu import CpuProvider
         return CpuProvider()
     devices = _gpu_devices()
-    mine = devices if kind == "gpu" else [d for d in devices if d[0] == kind]
+    mine = devices if kind == ANY_GPU else [d for d in devices if d[0] == kind]
+    title = kind_title(kind)
     if not mine:
         raise DeviceError(
-            f"Device: no usable {'GPU' if kind == 'gpu' else kind.upper()} device for "
-            f"'{kind}:{index}': {gpu_unavailable_reason(kind)}; devices present: "
-            f"{available_devices()}")
-    if kind == "gpu":
+            f"Device: no usable {title} device for '{kind}:{index}': "
+            f"{gpu_unavailable_reason(kind)}; devices present: {available_devices()}")
+    if kind == ANY_GPU:
         if index >= len(mine):
-            raise DeviceError(f"Device: no device 'gpu:{index}'; {len(mine)} GPU(s) present: "
-                              f"{available_devices()[1:]}", code="INVALID_VALUE")
+            raise DeviceError(f"Device: no device '{kind}:{index}'; {len(mine)} GPU(s) present: "
+                              f"{_gpu_specs()}", code="INVALID_VALUE")
         vendor, index = mine[index]
     elif (kind, index) not in mine:
-        raise DeviceError(f"Device: no device '{kind}:{index}'; {len(mine)} {kind.upper()} "
-                          f"device(s) present: {available_devices()[1:]}", code="INVALID_VALUE")
+        raise DeviceError(f"Device: no device '{kind}:{index}'; {len(mine)} {title} "
+                          f"device(s) present: {_gpu_specs()}", code="INVALID_VALUE")
     else:
         vendor = kind
     module, cls = PROVIDERS[vendor]

@@ -66,14 +66,17 @@ def _gpus_missing(kind: str, replicas: int) -> str:
     """Why this machine cannot give each of `replicas` replicas one GPU of `kind` ('' when
     it can, or for the CPU). Checked before Ray starts: a replica that Ray cannot place
     would wait for a GPU forever, and ``serve.run`` with it."""
-    if kind == "cpu":
+    from ..runtime._kinds import ANY_GPU, KINDS, kind_title, ray_resource
+    if ray_resource(kind) is None:
         return ""
     from .._device import devices
     from ..providers._registry import gpu_unavailable_reason
-    gpus = [d for d in devices() if d != "cpu" and (kind == "gpu" or d.startswith(kind + ":"))]
+    hosts = [k for k, v in KINDS.items() if v.is_host]
+    gpus = [d for d in devices() if d not in hosts
+            and (kind == ANY_GPU or d.startswith(kind + ":"))]
     if not gpus:
-        return (f"no {kind.upper() if kind != 'gpu' else 'GPU'} device on this machine "
-                f"({gpu_unavailable_reason(kind)}); use --device cpu")
+        return (f"no {kind_title(kind)} device on this machine "
+                f"({gpu_unavailable_reason(kind)}); use --device {hosts[0]}")
     if replicas > len(gpus):
         return (f"each replica takes one GPU and this machine has {len(gpus)} ({gpus}); "
                 f"use --replicas {len(gpus)} or fewer")

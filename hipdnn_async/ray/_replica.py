@@ -30,6 +30,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from .._errors import DeviceError, ExecutionError, GraphError, VariantPackError
+from ..runtime._kinds import ray_resource
 from . import _requests
 from ._deps import require_ray
 from ._metrics import ReplicaMetrics
@@ -419,7 +420,7 @@ def deployment(model_factory, *, device: str = "cpu", max_batch_size: int = 64,
         raise GraphError(f"hipdnn_async.ray.deployment: max_concurrent_batches="
                          f"{max_concurrent_batches!r} must be an int >= 1")
     actor = dict(ray_actor_options or {})
-    if kind != "cpu":
+    if ray_resource(kind) == "GPU":     # the kind's Ray resource (runtime.KINDS)
         actor.setdefault("num_gpus", 1)
     serve_options.setdefault("name", "HipdnnModel")
     serve_options.setdefault("max_ongoing_requests", max_batch_size * max_concurrent_batches)

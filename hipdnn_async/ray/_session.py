@@ -14,20 +14,17 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
-import re
 
 import anyio
 
 from .._errors import DeviceError, GraphError
+from ..runtime._kinds import KINDS, parse_spec, ray_resource
 
 __all__ = ["ModelHost", "parse_device", "worker_device"]
 
-_SPEC = re.compile(r"^(cpu|gpu|cuda|hip)(?::(\d+))?$")
 # Ray leaves the visibility variables unset when these are set: in-process GPU indices
-# are then the physical ids (ray/_private/accelerators/nvidia_gpu.py, amd_gpu.py).
-_NOSET_VARS = ("RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES",
-               "RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES",
-               "RAY_EXPERIMENTAL_NOSET_ROCR_VISIBLE_DEVICES")
+# are then the physical ids (each kind's ``ray_noset``).
+_NOSET_VARS = tuple(v for kind in KINDS.values() for v in kind.ray_noset)
 
 
 def parse_device(spec) -> tuple[str, int]:
@@ -36,13 +33,9 @@ def parse_device(spec) -> tuple[str, int]:
     Raises
     ------
     DeviceError
-        Not ``cpu``, ``gpu[:N]``, ``cuda[:N]`` or ``hip[:N]``.
+        Not ``cpu``, ``gpu[:N]``, ``cuda[:N]`` or ``hip[:N]`` (a kind of ``runtime.KINDS``).
     """
-    m = _SPEC.match(str(spec).strip().lower())
-    if not m:
-        raise DeviceError(f"hipdnn_async.ray: unknown device spec {spec!r}; use 'cpu', "
-                          "'gpu:N', 'cuda:N' or 'hip:N'", code="INVALID_VALUE")
-    return m.group(1), int(m.group(2) or 0)
+    return parse_spec(spec, "hipdnn_async.ray")
 
 
 def _assigned_gpus() -> list:
@@ -73,8 +66,8 @@ def worker_device(spec) -> str:
         A malformed spec, or an index past the GPUs Ray assigned.
     """
     kind, index = parse_device(spec)
-    if kind == "cpu":
-        return "cpu"
+    if ray_resource(kind) is None:   # the host: Ray assigns it no device
+        return kind
     ids = _assigned_gpus()
     if not ids:
         return f"{kind}:{index}"

@@ -24,8 +24,7 @@ from ..._types import numpy_dtype
 from ..._layout import (element_extent, packed_strides, same_memory_order, stride_order,
                         strides_match)
 from ...runtime import GpuArray
-from ._dlpack import (DEVICE_NAMES, GPU_DEVICE_TYPES, KDL_CPU, KDL_CUDA_HOST, KDL_ROCM_HOST,
-                      read_dlpack)
+from ._dlpack import DEVICE_NAMES, GPU_DEVICE_TYPES, HOST_DEVICE_TYPES, read_dlpack
 
 __all__ = ["GpuTarget", "make_binder", "bind_workspace"]
 
@@ -176,7 +175,7 @@ def _from_cai(buf, tensor, label: str, want_dtype, target: GpuTarget, output: bo
 def _from_dlpack(buf, tensor, label: str, want_dtype, target: GpuTarget, output: bool) -> int:
     try:
         device_type, device_id = (int(v) for v in buf.__dlpack_device__())
-        host = device_type in (KDL_CPU, KDL_CUDA_HOST, KDL_ROCM_HOST)
+        host = device_type in HOST_DEVICE_TYPES
         info = None if host else read_dlpack(buf)
     except Exception as exc:  # noqa: BLE001 - a foreign producer may raise anything
         raise VariantPackError(f"{label}: cannot read the DLPack export of "

@@ -2,11 +2,9 @@
 from __future__ import annotations
 
 from ..._errors import DeviceError
-from ...runtime import load_vendor
+from ...runtime import VENDORS, load_vendor
 
 __all__ = ["open_vendor"]
-
-_RUNTIME = {"cuda": "CUDA", "hip": "HIP"}
 
 
 def open_vendor(kind: str, index: int):
@@ -14,7 +12,8 @@ def open_vendor(kind: str, index: int):
 
     Parameters
     ----------
-    kind : {"cuda", "hip"}
+    kind : str
+        A GPU kind (a key of ``runtime.VENDORS``: ``"cuda"``, ``"hip"``).
     index : int
         Device ordinal among the devices the runtime sees.
 
@@ -29,5 +28,5 @@ def open_vendor(kind: str, index: int):
         raise DeviceError(f"Device: {kind}:{index} is unavailable: {state.reason}")
     if not 0 <= index < state.device_count:
         raise DeviceError(f"Device: no device {kind}:{index}; {state.device_count} "
-                          f"{_RUNTIME[kind]} device(s) present", code="INVALID_VALUE")
+                          f"{VENDORS[kind].title} device(s) present", code="INVALID_VALUE")
     return state

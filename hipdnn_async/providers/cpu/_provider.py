@@ -122,7 +122,7 @@ class CpuProvider(Provider):
     ENGINES = (CpuEngine,)
 
     def __init__(self):
-        self.name = "cpu"
+        self.name = self.spec = "cpu"
         self._describe = None
 
     def describe(self) -> dict:
