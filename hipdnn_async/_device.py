@@ -180,6 +180,7 @@ class Device:
         elif perfdb is not None and not isinstance(perfdb, _perfdb.PerfDb):
             raise DeviceError(f"Device('{spec}'): perfdb must be a PerfDb, a path or None; got "
                               f"{type(perfdb).__name__}", code="INVALID_VALUE")
+        self._perfdb = perfdb                     # None: the default perf db at each build
         for what, value in (("streams", streams), ("max_inflight", max_inflight)):
             if value is not None and (type(value) is not int or value < 1):
                 raise DeviceError(f"Device('{spec}'): {what} = {value!r}; need an int >= 1",

@@ -22,10 +22,6 @@ from ..runtime._kinds import KINDS, parse_spec, ray_resource
 
 __all__ = ["ModelHost", "parse_device", "worker_device"]
 
-# Ray leaves the visibility variables unset when these are set: in-process GPU indices
-# are then the physical ids (each kind's ``ray_noset``).
-_NOSET_VARS = tuple(v for kind in KINDS.values() for v in kind.ray_noset)
-
 
 def parse_device(spec) -> tuple[str, int]:
     """``"gpu:1"`` -> ``("gpu", 1)``; a bare kind is index 0.
@@ -76,7 +72,9 @@ def worker_device(spec) -> str:
                           f"worker, but Ray assigned it {len(ids)} (ids {ids}); use "
                           f"'{kind}:0'" + (f"..'{kind}:{len(ids) - 1}'" if len(ids) > 1 else ""),
                           code="INVALID_VALUE")
-    if any(os.environ.get(v) for v in _NOSET_VARS):
+    # Ray leaves the visibility variables unset when one of these is set: in-process GPU
+    # indices are then the physical ids
+    if any(os.environ.get(v) for k in KINDS.values() for v in k.ray_noset):
         return f"{kind}:{int(ids[index])}"
     return f"{kind}:{index}"
 

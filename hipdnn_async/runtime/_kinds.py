@@ -14,14 +14,15 @@ one line there.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .._errors import DeviceError
 from ._libraries import LibrarySpec
 
 __all__ = ["DeviceKind", "KINDS", "VENDORS", "ANY_GPU", "parse_spec", "spec_forms",
-           "kind_title", "ray_resource", "KDL_CPU", "KDL_CUDA", "KDL_CUDA_HOST", "KDL_ROCM",
-           "KDL_ROCM_HOST", "KDL_CUDA_MANAGED"]
+           "kind_title", "ray_resource", "host_memory_types", "KDL_CPU", "KDL_CUDA",
+           "KDL_CUDA_HOST", "KDL_ROCM", "KDL_ROCM_HOST", "KDL_CUDA_MANAGED"]
 
 # DLDeviceType (dlpack.h, DLPack 0.8 / 1.0)
 KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_ROCM, KDL_ROCM_HOST, KDL_CUDA_MANAGED = 1, 2, 3, 10, 11, 13
@@ -93,7 +94,7 @@ _ROCM_DIRS = ("$ROCM_PATH/lib", "/opt/rocm/lib", "/opt/rocm-*/lib")
 KINDS = {k.name: k for k in (
     DeviceKind(
         "cpu", "CPU",
-        # dnn: the optional CPU DNN library (oneDNN) and its binding go here
+        # dnn, dnn_module: the host's optional DNN library (oneDNN) and its binding go here
         dlpack=(KDL_CPU,)),
     DeviceKind(
         "cuda", "CUDA",
@@ -119,10 +120,28 @@ KINDS = {k.name: k for k in (
                                        "RAY_EXPERIMENTAL_NOSET_ROCR_VISIBLE_DEVICES")),
 )}
 
-# the GPU kinds ("vendors"), in KINDS order: what "gpu:N" counts over
-VENDORS = {name: k for name, k in KINDS.items() if not k.is_host}
 
-_SPEC = re.compile(rf"^({'|'.join(map(re.escape, [*KINDS, ANY_GPU]))})(?::(\d+))?$")
+class _GpuKinds(Mapping):
+    """The GPU kinds ("vendors") of ``KINDS``, in its order: what ``"gpu:N"`` counts over.
+    A view, so that every reader sees a kind added to ``KINDS``."""
+
+    def __getitem__(self, name: str) -> DeviceKind:
+        kind = KINDS[name]
+        if kind.is_host:
+            raise KeyError(name)
+        return kind
+
+    def __iter__(self):
+        return (name for name, kind in KINDS.items() if not kind.is_host)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __repr__(self) -> str:
+        return f"VENDORS({list(self)})"
+
+
+VENDORS = _GpuKinds()
 
 
 def spec_forms() -> str:
@@ -148,7 +167,8 @@ def parse_spec(spec, where: str = "Device") -> tuple[str, int]:
     DeviceError
         ``spec`` is none of those (code ``INVALID_VALUE``; the message lists the forms).
     """
-    m = _SPEC.match(str(spec).strip().lower())
+    names = "|".join(map(re.escape, [*KINDS, ANY_GPU]))
+    m = re.match(rf"^({names})(?::(\d+))?$", str(spec).strip().lower())
     if not m:
         raise DeviceError(f"{where}: unknown device spec {spec!r}; use {spec_forms()}",
                           code="INVALID_VALUE")
@@ -164,3 +184,9 @@ def ray_resource(kind: str) -> str | None:
     """The Ray resource one device of ``kind`` takes (``"gpu"``: any GPU kind's, ``"GPU"``);
     None for the host."""
     return "GPU" if kind == ANY_GPU else KINDS[kind].ray_resource
+
+
+def host_memory_types() -> frozenset:
+    """DLPack device types of host memory: the host kind's, and every runtime's pinned."""
+    return frozenset(t for k in KINDS.values()
+                     for t in (k.dlpack if k.is_host else k.dlpack_host))

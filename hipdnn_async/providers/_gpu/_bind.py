@@ -23,8 +23,9 @@ from ..._errors import VariantPackError
 from ..._types import numpy_dtype
 from ..._layout import (element_extent, packed_strides, same_memory_order, stride_order,
                         strides_match)
-from ...runtime import GpuArray
-from ._dlpack import DEVICE_NAMES, GPU_DEVICE_TYPES, HOST_DEVICE_TYPES, read_dlpack
+from ...runtime import KINDS, GpuArray
+from ...runtime._kinds import host_memory_types
+from ._dlpack import DEVICE_NAMES, read_dlpack
 
 __all__ = ["GpuTarget", "make_binder", "bind_workspace"]
 
@@ -175,7 +176,7 @@ def _from_cai(buf, tensor, label: str, want_dtype, target: GpuTarget, output: bo
 def _from_dlpack(buf, tensor, label: str, want_dtype, target: GpuTarget, output: bool) -> int:
     try:
         device_type, device_id = (int(v) for v in buf.__dlpack_device__())
-        host = device_type in HOST_DEVICE_TYPES
+        host = device_type in host_memory_types()
         info = None if host else read_dlpack(buf)
     except Exception as exc:  # noqa: BLE001 - a foreign producer may raise anything
         raise VariantPackError(f"{label}: cannot read the DLPack export of "
@@ -185,7 +186,7 @@ def _from_dlpack(buf, tensor, label: str, want_dtype, target: GpuTarget, output:
             f"{label}: got a host {type(buf).__name__} (DLPack device "
             f"{DEVICE_NAMES.get(device_type, device_type)}); '{target.spec}' takes device "
             "memory: copy it with `await dev.asarray(array)`")
-    wanted = GPU_DEVICE_TYPES.get(target.kind, ())
+    wanted = KINDS[target.kind].dlpack   # the DLPack types of this kind's memory
     if info.device_type not in wanted or info.device_id != target.index:
         where = DEVICE_NAMES.get(info.device_type, f"DLPack device type {info.device_type}")
         raise VariantPackError(f"{label}: the {type(buf).__name__} lives on {where} device "

@@ -16,23 +16,18 @@ import ctypes
 from dataclasses import dataclass
 
 from ...runtime._kinds import (KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_CUDA_MANAGED, KDL_ROCM,
-                               KDL_ROCM_HOST, KINDS)
+                               KDL_ROCM_HOST)
 
-__all__ = ["DLPackTensor", "read_dlpack", "DEVICE_NAMES", "GPU_DEVICE_TYPES",
-           "HOST_DEVICE_TYPES", "KDL_CPU", "KDL_CUDA", "KDL_CUDA_HOST", "KDL_ROCM",
-           "KDL_ROCM_HOST", "KDL_CUDA_MANAGED"]
+__all__ = ["DLPackTensor", "read_dlpack", "DEVICE_NAMES", "KDL_CPU", "KDL_CUDA", "KDL_CUDA_HOST",
+           "KDL_ROCM", "KDL_ROCM_HOST", "KDL_CUDA_MANAGED"]
 
-# DLDeviceType (dlpack.h, DLPack 1.0), for messages: every device type of the standard
+# DLDeviceType (dlpack.h, DLPack 1.0), for messages: every device type of the standard.
+# Which types are whose memory is each kind's record (runtime.KINDS: dlpack, dlpack_host).
 DEVICE_NAMES = {KDL_CPU: "CPU", KDL_CUDA: "CUDA", KDL_CUDA_HOST: "CUDA host (pinned)",
                 4: "OpenCL", 7: "Vulkan", 8: "Metal", 9: "VPI", KDL_ROCM: "ROCm",
                 KDL_ROCM_HOST: "ROCm host (pinned)", 12: "ExtDev",
                 KDL_CUDA_MANAGED: "CUDA managed", 14: "oneAPI", 15: "WebGPU", 16: "Hexagon",
                 17: "MAIA"}
-# per GPU kind (runtime.KINDS), the DLPack device types of its device memory
-GPU_DEVICE_TYPES = {k.name: k.dlpack for k in KINDS.values() if not k.is_host}
-# host memory: the host kind's, and the pinned host memory of every GPU runtime
-HOST_DEVICE_TYPES = frozenset(t for k in KINDS.values()
-                              for t in (k.dlpack if k.is_host else k.dlpack_host))
 
 # DLDataTypeCode (dlpack.h): kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4
 _FLOAT, _BFLOAT = 2, 4
