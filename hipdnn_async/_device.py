@@ -21,7 +21,7 @@ except ImportError:  # NumPy < 1.25
 from . import _capture, _memory, _perfdb
 from ._binding import BindingCache
 from ._errors import DeviceError, GraphError, HipdnnError, VariantPackError
-from ._plan_cache import PlanCache, counts as _plan_counts
+from ._provider_plans import ProviderPlanCache, counts as _plan_counts
 from ._types import numpy_dtype
 from .graph import Graph, TensorAttributes
 from .runtime._buffer import element_extent
@@ -205,8 +205,9 @@ class Device:
         # knob-id suffix -> default 1 (device-wide numerics options; see the docstring)
         defaults = tuple(suffix for suffix, on in (
             (".deterministic", deterministic), (".allow_tf32", allow_tf32)) if on)
-        self._plan_cache = PlanCache(self.provider, self.spec, perfdb=perfdb,
-                                     knob_defaults=defaults, tune_lock=self._tune_lock)
+        self._plan_cache = ProviderPlanCache(self.provider, self.spec, perfdb=perfdb,
+                                             knob_defaults=defaults,
+                                             tune_lock=self._tune_lock)
         self._stats_lock = threading.Lock()
         self._entered = False                     # by `with` / `async with`: see Notes
         # per pattern: plans built, build ms, and the executions' counter (a C launch bumps

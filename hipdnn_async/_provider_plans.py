@@ -1,6 +1,6 @@
 """A device's provider plans: which engine builds a graph, and the plans already built.
 
-``PlanCache.plan`` picks the engine (the device's engines in rank order, each that
+``ProviderPlanCache.plan`` picks the engine (the device's engines in rank order, each that
 declines giving way to the next; or the one asked for), resolves its knobs and returns
 the provider plan kept for (graph signature, engine, knob settings), building it on a
 miss (under the device's tuning lock when it benchmarks). A decline is kept too, so the
@@ -20,7 +20,7 @@ from . import _knobs, _perfdb
 from ._errors import DECLINE_TYPES, NotSupportedError
 from .providers._base import DeclinedError, Engine, engine_id
 
-__all__ = ["PlanCache", "counts"]
+__all__ = ["ProviderPlanCache", "counts"]
 
 log = logging.getLogger("hipdnn_async")
 
@@ -39,7 +39,7 @@ def _count(name: str) -> None:
         _counters[name] += 1
 
 
-class PlanCache:
+class ProviderPlanCache:
     """The provider plans of one device, by (graph signature, engine id, knob settings),
     least recently built first.
 
