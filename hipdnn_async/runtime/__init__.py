@@ -6,7 +6,7 @@ GPU device runs unchanged on ``"cpu"``. ``GpuArray`` is the GPU's (``_gpu_device
 
 The compiled bindings sit on one loader (``_loader``: ``Library``, ``LibraryTable``,
 ``LoadRecord``): ``_gpu`` (one ``Runtime`` type, a CUDA and a HIP instance) and one
-module per DNN library (``_cudnn``, ...). ``_vendors`` says which runtime and DNN library
+module per DNN library (``_cudnn``, ``_onednn``, ...). ``_vendors`` says which runtime and DNN library
 each vendor (``"cuda"``, ``"hip"``) needs and where to find them; ``load_vendor`` loads
 them. A launch's state is the runtime's too: the calling thread's launch context
 (``_launch_state``, a C thread-local the Cython modules cimport), a stream's DNN handle and
@@ -15,7 +15,8 @@ graph capture (``_gpu_graph``). This package imports nothing from the graph laye
 providers, and calls nothing of theirs back.
 """
 from ._buffer import DeviceArray
-from ._vendors import VENDORS, VendorState, cuda_status, load_cuda, load_vendor, vendor_status
+from ._vendors import (VENDORS, OnednnState, VendorState, cuda_status, load_cuda, load_onednn,
+                       load_vendor, onednn_status, vendor_status)
 
 try:  # the compiled bindings build everywhere (no SDK needed); a source tree may lack them
     from . import _cudnn, _gpu
@@ -42,5 +43,6 @@ except ImportError:  # pragma: no cover - load_vendor then reports "not built"
 LoadedLibrary = LoadRecord   # the former name of the load record
 
 __all__ = ["DeviceArray", "ExecCounter", "GpuArray", "GpuContext", "LaunchContext", "LoadRecord",
-           "LoadedLibrary", "VENDORS", "VendorState", "context_for", "cuda_status",
-           "current_launch", "load_cuda", "load_vendor", "vendor_status"]
+           "LoadedLibrary", "OnednnState", "VENDORS", "VendorState", "context_for",
+           "cuda_status", "current_launch", "load_cuda", "load_onednn", "load_vendor",
+           "onednn_status", "vendor_status"]

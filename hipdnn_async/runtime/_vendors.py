@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from .._errors import DeviceError
 
 __all__ = ["LibrarySpec", "Vendor", "VendorState", "VENDORS", "load_vendor",
-           "vendor_status", "load_cuda", "cuda_status"]
+           "vendor_status", "load_cuda", "cuda_status", "ONEDNN", "OnednnState", "load_onednn",
+           "onednn_status"]
 
 log = logging.getLogger("hipdnn_async")
 
@@ -51,6 +52,10 @@ class LibrarySpec:
     system_dirs : tuple of str
         Absolute directories (glob patterns allowed, newest match first); ``$VAR``
         expanded, unset variables skipped.
+    prefix_dirs : tuple of str
+        Directories relative to the environment's installation prefixes (``sys.prefix``,
+        the user base, ``sys.base_prefix``): where a wheel's ``.data/data`` files land
+        (oneDNN's ``lib/``); found via ``"site-packages"``.
     """
 
     name: str
@@ -59,6 +64,7 @@ class LibrarySpec:
     env: str
     wheel_dirs: tuple[str, ...] = ()
     system_dirs: tuple[str, ...] = ()
+    prefix_dirs: tuple[str, ...] = ()
 
     def candidates(self) -> list[tuple[str, str]]:
         """(path, found_via) in search order: ``"env"``, ``"site-packages"``, ``"system"``."""
@@ -71,6 +77,11 @@ class LibrarySpec:
                 for d in sorted(glob.glob(os.path.join(base or ".", sub))):
                     out.extend((os.path.abspath(os.path.join(d, so)), "site-packages")
                                for so in self.sonames if os.path.isfile(os.path.join(d, so)))
+        for base in _prefixes() if self.prefix_dirs else ():
+            for sub in self.prefix_dirs:
+                d = os.path.join(base, sub)
+                out.extend((os.path.abspath(os.path.join(d, so)), "site-packages")
+                           for so in self.sonames if os.path.isfile(os.path.join(d, so)))
         for pattern in self.system_dirs:
             pattern = os.path.expandvars(pattern)
             if "$" in pattern:
@@ -85,6 +96,19 @@ class LibrarySpec:
                 seen.add(path)
                 unique.append((path, via))
         return unique
+
+
+def _prefixes() -> list[str]:
+    """The installation prefixes a wheel's data files may be under: the environment's,
+    the user base (``pip install --user``), the base interpreter's."""
+    import site
+    out = [sys.prefix]
+    try:
+        user = site.getuserbase()
+    except Exception:  # noqa: BLE001 - an odd site module must not break loading
+        user = None
+    out += [p for p in (user, sys.base_prefix) if p]
+    return list(dict.fromkeys(out))
 
 
 @dataclass(frozen=True)
@@ -291,3 +315,93 @@ def _load(name: str) -> VendorState:
     log.info("loaded %s %s (%s) and %s %s (%s); %d device(s)", vendor.runtime.title,
              record.path, record.found_via, vendor.dnn.title, dnn.path, dnn.found_via, count)
     return VendorState(name, True, runtime=rt, dnn=dnn, device_count=count, tried=tuple(tried))
+
+
+# ------------------------------------------------------------------ oneDNN (the CPU's DNN library)
+# The oneDNN v3 library (libdnnl.so.3): from the onednn-cpu-gomp wheel, whose library lands
+# in <prefix>/lib, or the user's own through HIPDNN_ASYNC_ONEDNN, or the system loader.
+ONEDNN = LibrarySpec("onednn", "oneDNN", ("libdnnl.so.3",), "HIPDNN_ASYNC_ONEDNN",
+                     prefix_dirs=("lib",))
+
+
+@dataclass(frozen=True)
+class OnednnState:
+    """What ``load_onednn`` found.
+
+    Attributes
+    ----------
+    ok : bool
+        oneDNN loaded and its CPU engine was created.
+    reason : str
+        Why not ('' when ok): the binding missing, or every path tried and why it failed.
+    record : LoadRecord or None
+        Path, how found (``"env"``, ``"site-packages"``, ``"system"``), version number.
+    version : tuple
+        ``(major, minor, patch, git_hash, cpu_runtime)`` (``dnnl_version``); () when not ok.
+    isa : str
+        The instruction set oneDNN dispatches to (``"avx512_core_amx"``); '' when not ok.
+    threads : int or None
+        Threads a primitive uses from the loading thread (``omp_get_max_threads``).
+    tried : tuple of str
+        ``"path: why it failed"`` for every candidate that did not load.
+    """
+
+    ok: bool
+    reason: str = ""
+    record: object = None
+    version: tuple = ()
+    isa: str = ""
+    threads: int | None = None
+    tried: tuple[str, ...] = ()
+
+
+_onednn_state: OnednnState | None = None
+
+
+def load_onednn() -> OnednnState:
+    """Load oneDNN once per process (``ONEDNN``'s search order); never raises.
+
+    Returns
+    -------
+    OnednnState
+        Cached: later calls return the same object.
+    """
+    global _onednn_state
+    with _lock:
+        if _onednn_state is None:
+            try:
+                _onednn_state = _load_onednn()
+            except Exception as exc:  # noqa: BLE001 - a broken library must not break the CPU
+                _onednn_state = OnednnState(False, f"loading oneDNN failed: "
+                                                   f"{type(exc).__name__}: {exc}")
+            if _onednn_state.ok:
+                log.info("loaded oneDNN %s from %s (%s); ISA %s, %s threads",
+                         ".".join(map(str, _onednn_state.version[:3])),
+                         _onednn_state.record.path, _onednn_state.record.found_via,
+                         _onednn_state.isa, _onednn_state.threads)
+            else:
+                log.info("oneDNN not used: %s", _onednn_state.reason)
+        return _onednn_state
+
+
+def onednn_status() -> OnednnState | None:
+    """The state of oneDNN without loading (None before ``load_onednn``)."""
+    return _onednn_state
+
+
+def _load_onednn() -> OnednnState:
+    try:
+        from . import _onednn
+    except ImportError:
+        return OnednnState(False, "the oneDNN binding (hipdnn_async.runtime._onednn) is not "
+                                  "built into this release")
+    record, tried = _load_first(ONEDNN, _onednn.load)
+    if record is None:
+        return OnednnState(False, (
+            f"no {ONEDNN.title} ({_names(ONEDNN)}) loads; tried: "
+            + ("; ".join(tried) or "nothing")
+            + ". Install it with `pip install onednn-cpu-gomp==2023.2.0` (Linux x86-64) or "
+            f"point {ONEDNN.env} at a libdnnl.so.3"), tried=tuple(tried))
+    return OnednnState(True, record=record, version=_onednn.version(),
+                       isa=_onednn.isa_name(_onednn.effective_isa()),
+                       threads=_onednn.max_threads(), tried=tuple(tried))
