@@ -14,7 +14,7 @@ cdef class Onednn(LibraryTable):
     cdef void* engine                 # the CPU engine (index 0), created at load
     cdef int (*omp_get_max_threads)() noexcept nogil   # from the library's OpenMP runtime; may be NULL
 
-    cdef int _check(self, int status, const char* call) except -1 nogil
+    cdef int _check(self, int status, const char* call) except -1
 
 
 cdef class MemoryDesc:
@@ -26,6 +26,7 @@ cdef class MemoryDesc:
 cdef class PrimitiveDesc:
     cdef void* pd
     cdef readonly str kind            # "conv_fwd", "conv_bwd_data", ..., "reorder"
+    cdef object _hint                 # the forward hint a backward descriptor iterates with
 
 
 cdef class Primitive:

@@ -255,11 +255,11 @@ cdef class Onednn(LibraryTable):
         self.engine = engine
         return v.major * 10000 + v.minor * 100 + v.patch
 
-    cdef int _check(self, int status, const char* call) except -1 nogil:
+    cdef int _check(self, int status, const char* call) except -1:
+        # called with the GIL held (a nogil caller keeps the status and checks it after)
         if status == _C_SUCCESS:
             return 0
-        with gil:
-            raise _error(status, call.decode())
+        raise _error(status, call.decode())
 
 
 cdef object _error(int status, str call):
@@ -469,7 +469,7 @@ cdef class PrimitiveDesc:
     def clone(self):
         """An independent copy at the current implementation."""
         cdef PrimitiveDesc out = PrimitiveDesc()
-        out.kind = self.kind
+        out.kind, out._hint = self.kind, self._hint
         _T._check(_T.f.primitive_desc_clone(&out.pd, self.pd), b"dnnl_primitive_desc_clone")
         return out
 
@@ -531,6 +531,7 @@ def conv_backward_data(MemoryDesc diff_src, MemoryDesc weights, MemoryDesc diff_
             pl, pr, hint.pd, attr), b"dnnl_convolution_backward_data_primitive_desc_create")
     finally:
         _T.f.primitive_attr_destroy(attr)
+    out._hint = hint        # next_impl reads it: it must outlive the iteration
     return out
 
 
@@ -553,6 +554,7 @@ def conv_backward_weights(MemoryDesc src, MemoryDesc diff_weights, MemoryDesc di
             b"dnnl_convolution_backward_weights_primitive_desc_create")
     finally:
         _T.f.primitive_attr_destroy(attr)
+    out._hint = hint        # next_impl reads it: it must outlive the iteration
     return out
 
 
@@ -580,6 +582,7 @@ def bn_backward(int prop, MemoryDesc diff_src, MemoryDesc diff_dst, MemoryDesc s
             hint.pd, attr), b"dnnl_batch_normalization_backward_primitive_desc_create")
     finally:
         _T.f.primitive_attr_destroy(attr)
+    out._hint = hint        # next_impl reads it: it must outlive the iteration
     return out
 
 
