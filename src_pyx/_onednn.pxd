@@ -13,6 +13,7 @@ cdef class Onednn(LibraryTable):
     cdef OnednnFns f
     cdef void* engine                 # the CPU engine (index 0), created at load
     cdef int (*omp_get_max_threads)() noexcept nogil   # from the library's OpenMP runtime; may be NULL
+    cdef Library _omp                 # that runtime, kept open
 
     cdef int _check(self, int status, const char* call) except -1
 

@@ -52,9 +52,6 @@ from ._onednn_api cimport ExecArg, OnednnFns, Version
 
 cnp.import_array()
 
-cdef extern from "<dlfcn.h>" nogil:
-    void* dlsym(void*, const char*)
-
 cdef extern from "<pthread.h>" nogil:
     ctypedef struct pthread_mutex_t:
         pass
@@ -227,9 +224,15 @@ cdef class Onednn(LibraryTable):
         cdef int i
         for i in range(len(NAMES)):
             slots[i] = lib.sym(NAMES[i])
-        # the OpenMP runtime libdnnl links (libgomp): searched through the library's handle
-        self.omp_get_max_threads = <int (*)() noexcept nogil>dlsym(lib.handle,
-                                                                   b"omp_get_max_threads")
+        # the OpenMP runtime libdnnl links (GNU libgomp, already loaded with it: opening its
+        # soname again takes the same copy); absent for a TBB or sequential build
+        try:
+            omp = Library("gomp", "libgomp.so.1", "system", "omp_")
+        except _errors.LibraryError:
+            omp = None
+        self._omp = omp
+        self.omp_get_max_threads = (<int (*)() noexcept nogil>omp.sym("get_max_threads")
+                                    if omp is not None else NULL)
         return 0
 
     cdef void _clear(self) noexcept:
@@ -328,6 +331,14 @@ def max_threads():
     return _T.omp_get_max_threads()
 
 
+cdef object _checked(object obj, type cls, str where):
+    # constructors take untyped arguments and refuse a wrong one with ValueError, so a
+    # keyword-name mismatch is the only TypeError they raise (the stub checks rely on it)
+    if not isinstance(obj, cls):
+        raise ValueError(f"_onednn.{where} needs a {cls.__name__}; got {type(obj).__name__}")
+    return obj
+
+
 # ------------------------------------------------------------------ memory descriptors
 cdef int _dims(object seq, int64_t* out, str what) except -1:
     cdef int i, n = len(seq)
@@ -355,13 +366,20 @@ cdef class MemoryDesc:
         A ``dnnl_format_tag_t`` instead of ``strides``.
     """
 
-    def __init__(self, dims=None, int data_type=DATA_F32, strides=None, tag=None):
+    def __init__(self, dims=None, data_type=DATA_F32, strides=None, tag=None):
         cdef int64_t d[_C_MAX_NDIMS]
         cdef int64_t s[_C_MAX_NDIMS]
         cdef int n
         if dims is None:           # filled by PrimitiveDesc.md
             return
         _need()
+        try:
+            data_type = int(data_type)
+            tag = None if tag is None else int(tag)
+            dims = [int(x) for x in dims]
+            strides = None if strides is None else [int(x) for x in strides]
+        except TypeError as exc:
+            raise ValueError(f"_onednn.MemoryDesc: {exc}") from None
         n = _dims(dims, d, "dims")
         self.dims, self.data_type = tuple(int(x) for x in dims), data_type
         if strides is not None:
@@ -605,10 +623,10 @@ cdef class Primitive:
     """A ``dnnl_primitive_t`` made from a primitive descriptor (JIT code is generated
     here: milliseconds; make it at build, never per execution)."""
 
-    def __init__(self, PrimitiveDesc desc):
+    def __init__(self, desc):
         _need()
-        self.desc = desc
-        _T._check(_T.f.primitive_create(&self.prim, desc.pd), b"dnnl_primitive_create")
+        self.desc = _checked(desc, PrimitiveDesc, "Primitive")
+        _T._check(_T.f.primitive_create(&self.prim, self.desc.pd), b"dnnl_primitive_create")
 
     def close(self):
         """Destroy the primitive (idempotent)."""
@@ -643,8 +661,15 @@ cdef class Program:
         Bytes of workspace a run needs (0: none).
     """
 
-    def __init__(self, mems, steps, Py_ssize_t n_arrays, Py_ssize_t workspace_size=0):
+    def __init__(self, mems, steps, n_arrays, workspace_size=0):
         _need()
+        try:
+            mems = [(_checked(md, MemoryDesc, "Program"), kind, ref) for md, kind, ref in mems]
+            steps = [(_checked(prim, Primitive, "Program"), [(int(a), int(m)) for a, m in args])
+                     for prim, args in steps]
+            n_arrays, workspace_size = int(n_arrays), int(workspace_size)
+        except TypeError as exc:
+            raise ValueError(f"_onednn.Program: {exc}") from None
         cdef int i, j
         cdef MemoryDesc md
         cdef Primitive prim
@@ -842,14 +867,15 @@ cdef class Launch:
     cdef object before
     cdef object after
 
-    def __init__(self, Program program, tuple arrays, workspace=None, counter=None, label=None,
+    def __init__(self, program, arrays, workspace=None, counter=None, label=None,
                  before=None, after=None):
-        self.program, self.arrays, self.workspace = program, arrays, workspace
+        self.program = _checked(program, Program, "Launch")
+        self.arrays, self.workspace = _checked(arrays, tuple, "Launch"), workspace
         self.ws = NULL
         if workspace is not None:
-            if (<cnp.ndarray?>workspace).nbytes < program.workspace_size:
+            if (<cnp.ndarray>_checked(workspace, cnp.ndarray, "Launch")).nbytes < self.program.workspace_size:
                 raise ValueError(f"_onednn.Launch: workspace of {workspace.nbytes} bytes; "
-                                 f"{program.workspace_size} needed")
+                                 f"{self.program.workspace_size} needed")
             self.ws = <char*>cnp.PyArray_DATA(<cnp.ndarray>workspace)
         self.counter, self.label, self.before, self.after = counter, label, before, after
 

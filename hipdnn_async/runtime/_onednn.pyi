@@ -75,75 +75,125 @@ MEM_ARRAY: int
 MEM_WORKSPACE: int
 MEM_OWNED: int
 
-class Onednn(LibraryTable): ...
+class Onednn(LibraryTable):
+    """The oneDNN symbol table (one per process: ``TABLE``)."""
+
 
 TABLE: Onednn
 
-def n_slots() -> int: ...
-def load(path: str, found_via: str = ...) -> LoadRecord: ...
-def loaded() -> LoadRecord | None: ...
-def version() -> tuple[int, int, int, str, str]: ...
-def effective_isa() -> int: ...
-def isa_name(isa: int) -> str: ...
-def max_threads() -> int | None: ...
+def n_slots() -> int:
+    """Function pointers in the table (equals ``len(NAMES)``)."""
+
+def load(path: str, found_via: str = ...) -> LoadRecord:
+    """Open oneDNN at ``path`` once and create its CPU engine."""
+
+def loaded() -> LoadRecord | None:
+    """The load record, or None before ``load``."""
+
+def version() -> tuple[int, int, int, str, str]:
+    """(major, minor, patch, git hash, CPU runtime name)."""
+
+def effective_isa() -> int:
+    """The dnnl_cpu_isa_t value oneDNN dispatches to."""
+
+def isa_name(isa: int) -> str:
+    """oneDNN's name for an ISA value."""
+
+def max_threads() -> int | None:
+    """OpenMP threads a primitive uses from the calling thread."""
+
 
 class MemoryDesc:
+    """A dnnl_memory_desc_t: dims, data type, strides or a format tag."""
+
     dims: tuple[int, ...]
     data_type: int
     def __init__(self, dims: Sequence[int] | None = ..., data_type: int = ...,
-                 strides: Sequence[int] | None = ..., tag: int | None = ...) -> None: ...
+                 strides: Sequence[int] | None = ..., tag: int | None = ...) -> None:
+        """init."""
     @property
-    def size(self) -> int: ...
-    def equals(self, other: MemoryDesc) -> bool: ...
-    def close(self) -> None: ...
+    def size(self) -> int:
+        """size."""
+    def equals(self, other: MemoryDesc) -> bool:
+        """equals."""
+    def close(self) -> None:
+        """close."""
 
 class PrimitiveDesc:
+    """A dnnl_primitive_desc_t at one implementation."""
+
     kind: str
     @property
-    def impl_name(self) -> str: ...
+    def impl_name(self) -> str:
+        """impl name."""
     @property
-    def scratchpad_size(self) -> int: ...
-    def md(self, query: int, index: int = ...) -> MemoryDesc | None: ...
-    def next_impl(self) -> bool: ...
-    def clone(self) -> PrimitiveDesc: ...
-    def close(self) -> None: ...
+    def scratchpad_size(self) -> int:
+        """scratchpad size."""
+    def md(self, query: int, index: int = ...) -> MemoryDesc | None:
+        """md."""
+    def next_impl(self) -> bool:
+        """next impl."""
+    def clone(self) -> PrimitiveDesc:
+        """clone."""
+    def close(self) -> None:
+        """close."""
 
 class Primitive:
+    """A dnnl_primitive_t (JIT code made at construction)."""
+
     desc: PrimitiveDesc
-    def __init__(self, desc: PrimitiveDesc) -> None: ...
-    def close(self) -> None: ...
+    def __init__(self, desc: PrimitiveDesc) -> None:
+        """init."""
+    def close(self) -> None:
+        """close."""
 
 class Program:
+    """A prebuilt execution: primitives over memory objects made once."""
+
     n_arrays: int
     workspace_size: int
     def __init__(self, mems: Sequence[tuple[MemoryDesc, int, Any]],
                  steps: Sequence[tuple[Primitive, Sequence[tuple[int, int]]]], n_arrays: int,
-                 workspace_size: int = ...) -> None: ...
-    def set_step(self, index: int, on: bool) -> None: ...
-    def run(self, arrays: tuple[np.ndarray, ...], workspace: np.ndarray | None = ...) -> None: ...
-    def close(self) -> None: ...
+                 workspace_size: int = ...) -> None:
+        """init."""
+    def set_step(self, index: int, on: bool) -> None:
+        """set step."""
+    def run(self, arrays: tuple[np.ndarray, ...], workspace: np.ndarray | None = ...) -> None:
+        """run."""
+    def close(self) -> None:
+        """close."""
 
 class Launch:
+    """A Program bound to one execution's arrays: the submit path's work item."""
+
     def __init__(self, program: Program, arrays: tuple[np.ndarray, ...],
                  workspace: np.ndarray | None = ..., counter: Any = ..., label: str | None = ...,
                  before: Callable[[], None] | None = ...,
-                 after: Callable[[], None] | None = ...) -> None: ...
-    def __call__(self) -> None: ...
+                 after: Callable[[], None] | None = ...) -> None:
+        """init."""
+    def __call__(self) -> None:
+        """call."""
 
 def conv_forward(prop: int, src: MemoryDesc, weights: MemoryDesc, bias: MemoryDesc | None,
                  dst: MemoryDesc, strides: Sequence[int], dilates: Sequence[int],
                  padding_l: Sequence[int], padding_r: Sequence[int],
-                 post_ops: list[tuple[int, float, float]] | None = ...) -> PrimitiveDesc: ...
+                 post_ops: list[tuple[int, float, float]] | None = ...) -> PrimitiveDesc:
+    """conv forward."""
 def conv_backward_data(diff_src: MemoryDesc, weights: MemoryDesc, diff_dst: MemoryDesc,
                        strides: Sequence[int], dilates: Sequence[int],
                        padding_l: Sequence[int], padding_r: Sequence[int],
-                       hint: PrimitiveDesc) -> PrimitiveDesc: ...
+                       hint: PrimitiveDesc) -> PrimitiveDesc:
+    """conv backward data."""
 def conv_backward_weights(src: MemoryDesc, diff_weights: MemoryDesc, diff_dst: MemoryDesc,
                           strides: Sequence[int], dilates: Sequence[int],
                           padding_l: Sequence[int], padding_r: Sequence[int],
-                          hint: PrimitiveDesc) -> PrimitiveDesc: ...
+                          hint: PrimitiveDesc) -> PrimitiveDesc:
+    """conv backward weights."""
 def bn_forward(prop: int, src: MemoryDesc, dst: MemoryDesc, epsilon: float,
-               flags: int) -> PrimitiveDesc: ...
+               flags: int) -> PrimitiveDesc:
+    """bn forward."""
 def bn_backward(prop: int, diff_src: MemoryDesc, diff_dst: MemoryDesc, src: MemoryDesc,
-                epsilon: float, flags: int, hint: PrimitiveDesc) -> PrimitiveDesc: ...
-def reorder(src: MemoryDesc, dst: MemoryDesc) -> PrimitiveDesc: ...
+                epsilon: float, flags: int, hint: PrimitiveDesc) -> PrimitiveDesc:
+    """bn backward."""
+def reorder(src: MemoryDesc, dst: MemoryDesc) -> PrimitiveDesc:
+    """reorder."""

@@ -597,9 +597,9 @@ class OnednnEngine(ProviderEngine):
     name = ONEDNN_ENGINE_NAME
     notes = ("all nine patterns through oneDNN primitives (library: runtime.load_onednn); "
              "FLOAT/HALF/BFLOAT16 I/O, per-channel tensors FLOAT; any strides; weights "
-             "reordered to oneDNN's blocked layout; conv + bias + ReLU and batchnorm + ReLU "
-             "as one primitive; a clipped ReLU between batchnorm inference and backward "
-             "declines to CPU_ENGINE")
+             "reordered to oneDNN's blocked layout; declines (to CPU_ENGINE) where oneDNN has "
+             "only its reference implementation and for a clipped ReLU between batchnorm "
+             "inference and backward; NaN propagates through ReLU (a NaN input gives NaN)")
 
     def __init__(self, provider):
         super().__init__(provider)
