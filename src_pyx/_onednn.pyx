@@ -192,16 +192,19 @@ STATUS = {
     STATUS_INVALID_DATA_TYPE: ("dnnl_invalid_data_type", _errors.OnednnError),
 }
 
-# C copies of the constants used without the GIL or in C arrays
+# C copies of the constants used without the GIL
+cdef int _C_SUCCESS = STATUS_SUCCESS
+cdef int _C_LAST_IMPL = STATUS_LAST_IMPL_REACHED
+cdef int _C_SCRATCHPAD_USER = SCRATCHPAD_MODE_USER
+cdef int _C_QUERY_IMPL_INFO = QUERY_IMPL_INFO_STR
+cdef int _C_QUERY_SCRATCHPAD = QUERY_SCRATCHPAD_MD
+cdef int _C_ENGINE_CPU = ENGINE_CPU
+# array bounds (compile-time): DNNL_MAX_NDIMS (checked through MAX_NDIMS below) and ours
 cdef enum:
-    _C_SUCCESS = 0
-    _C_LAST_IMPL = 4
     _C_MAX_NDIMS = 12
-    _C_MAX_MEMS = 48
-    _C_SCRATCHPAD_USER = 1
-    _C_QUERY_IMPL_INFO = 8
-    _C_QUERY_SCRATCHPAD = 136
-    _C_ENGINE_CPU = 1
+    _C_MAX_MEMS = 48           # our bound on the memories of one program
+if _C_MAX_NDIMS != MAX_NDIMS:
+    raise ImportError("_onednn: the C bound on dims disagrees with MAX_NDIMS (a build bug)")
 
 # The process-wide gate: one oneDNN program runs at a time (see the module notes).
 cdef pthread_mutex_t _gate
@@ -245,7 +248,7 @@ cdef class Onednn(LibraryTable):
         cdef void* engine = NULL
         if self.f.version == NULL:
             return 0
-        v = self.f.version()
+        v = <const Version*>self.f.version()
         if (v.major, v.minor, v.patch) < MIN_VERSION:
             raise _errors.LibraryError(
                 f"oneDNN at {self.lib.path if self.lib is not None else '?'} is version "
@@ -306,7 +309,7 @@ def version():
     """``(major, minor, patch, git_hash, cpu_runtime_name)`` of the loaded oneDNN
     (``dnnl_version``)."""
     _need()
-    cdef const Version* v = _T.f.version()
+    cdef const Version* v = <const Version*>_T.f.version()
     h = v.hash.decode(errors="replace") if v.hash != NULL else ""
     return (v.major, v.minor, v.patch, h, RUNTIME_NAMES.get(v.cpu_runtime, str(v.cpu_runtime)))
 

@@ -30,7 +30,7 @@ ctypedef struct Version:
     unsigned gpu_runtime
 
 # ------------------------------------------------------------------ function-pointer types
-ctypedef const Version* (*f_version)() noexcept nogil                              # dnnl_version
+ctypedef const void* (*f_version)() noexcept nogil                                 # dnnl_version (-> const dnnl_version_t*)
 ctypedef int (*f_get_isa)() noexcept nogil                                         # dnnl_get_effective_cpu_isa
 ctypedef int (*f_set_int)(int) noexcept nogil                                      # dnnl_set_primitive_cache_capacity
 ctypedef int (*f_engine_create)(void**, int, size_t) noexcept nogil                # dnnl_engine_create(engine*, kind, index)
