@@ -217,59 +217,92 @@ class _Conv:
         return dnnl.MemoryDesc(self.w_dims, self.w_type if dtype is None else dtype,
                                tag=dnnl.FORMAT_TAG_ANY)
 
-    def _first(self):
+    def _first(self, x_md, y_md):
         s, d, pl, pr = self.geometry
         if self.direction == "fprop":
-            return dnnl.conv_forward(dnnl.PROP_FORWARD_INFERENCE, self.x_md, self._w_any(),
-                                     self.bias_md, self.y_md, s, d, pl, pr, self.post_ops)
-        hint = dnnl.conv_forward(dnnl.PROP_FORWARD_TRAINING, self.x_md, self._w_any(), None,
-                                 self.y_md, s, d, pl, pr)
+            return dnnl.conv_forward(dnnl.PROP_FORWARD_INFERENCE, x_md, self._w_any(),
+                                     self.bias_md, y_md, s, d, pl, pr, self.post_ops)
+        hint = dnnl.conv_forward(dnnl.PROP_FORWARD_TRAINING, x_md, self._w_any(), None,
+                                 y_md, s, d, pl, pr)
         if self.direction == "dgrad":
-            return dnnl.conv_backward_data(self.x_md, self._w_any(), self.y_md, s, d, pl, pr,
-                                           hint)
+            return dnnl.conv_backward_data(x_md, self._w_any(), y_md, s, d, pl, pr, hint)
         # accumulate weight gradients in float32; the reorder to the user's dw converts once
         try:
-            return dnnl.conv_backward_weights(self.x_md, self._w_any(dnnl.DATA_F32), self.y_md,
+            return dnnl.conv_backward_weights(x_md, self._w_any(dnnl.DATA_F32), y_md,
                                               s, d, pl, pr, hint)
         except NotSupportedError:
-            return dnnl.conv_backward_weights(self.x_md, self._w_any(), self.y_md, s, d, pl,
-                                              pr, hint)
+            return dnnl.conv_backward_weights(x_md, self._w_any(), y_md, s, d, pl, pr, hint)
+
+    def _variants(self) -> list:
+        """(name suffix, x and y descriptors the primitive takes): the user's layout, and
+        for activations that are not channels-last also packed channels-last copies
+        (reordered in and out in the same program), candidates for benchmarking: on
+        plain NCHW oneDNN runs its GEMM-based implementation (``gemm:jit``), and the NHWC
+        kernels plus two reorders may be faster. The user's layout stays first (the
+        heuristic's choice): the channels-last bf16 kernels pair channels, and with an
+        odd C an inf input met a zero-padded weight there (inf * 0 = NaN,
+        tests/oracle/test_edge_cases.py)."""
+        user = ("", self.x_md, self.y_md)
+        t = self.match.tensors
+        x, y = t[self.roles.x], t[self.roles.y]
+        if x.strides[1] == 1 and y.strides[1] == 1:
+            return [user]
+        return [user, ("+nhwc", _channels_last_md(x), _channels_last_md(y))]
 
     def _walk(self) -> list:
         """(name, PrimitiveDesc at that implementation, workspace bytes) per implementation,
         in oneDNN's order; repeated names get ``#2``, ``#3``."""
-        pd = self._first()
         out, seen = [], {}
-        while True:
-            name = pd.impl_name
-            if name.startswith("ref:"):
-                # oneDNN's reference implementations: 100-5000x slower than CPU_ENGINE, and
-                # in 3.2 wrong for a strided 3-D destination with bias and post-ops
-                # (tests/unit/test_onednn_engine.py): never a candidate
+        for suffix, x_md, y_md in self._variants():
+            try:
+                pd = self._first(x_md, y_md)
+            except NotSupportedError:
+                continue
+            variant = (x_md, y_md) if suffix else None
+            while True:
+                name = pd.impl_name
+                if not name.startswith("ref:"):
+                    # oneDNN's reference implementations (ref:any) are never candidates:
+                    # 100-5000x slower than CPU_ENGINE, and in 3.2 wrong for a strided
+                    # 3-D destination with bias (tests/oracle, CONV_FPROP_BIAS_RELU)
+                    name += suffix
+                    seen[name] = seen.get(name, 0) + 1
+                    if seen[name] > 1:
+                        name = f"{name}#{seen[name]}"
+                    impl = pd.clone()
+                    out.append((name, impl, self.program(impl, dry=True, variant=variant),
+                                variant))
                 if not pd.next_impl():
                     break
-                continue
-            seen[name] = seen.get(name, 0) + 1
-            if seen[name] > 1:
-                name = f"{name}#{seen[name]}"
-            impl = pd.clone()
-            out.append((name, impl, self.program(impl, dry=True)))
-            if not pd.next_impl():
-                break
         return out
 
     def candidates(self) -> list:
-        return [_tuning.Candidate(name, i, ws) for i, (name, _, ws) in enumerate(self.impls)]
+        return [_tuning.Candidate(name, i, ws) for i, (name, _, ws, _v) in enumerate(self.impls)]
 
-    def program(self, pd, *, dry=False, frozen_w=None):
+    def program(self, pd, *, dry=False, frozen_w=None, variant=None):
         """(Program, its _ProgramSpec) running implementation ``pd``; ``dry``: only the
         workspace bytes it needs (no primitive is created). ``frozen_w``: an array already
-        holding the weights in ``pd``'s layout (the reorder is then not part of it)."""
+        holding the weights in ``pd``'s layout (the reorder is then not part of it).
+        ``variant``: (x, y) descriptors the primitive takes instead of the user's, whose
+        activations are reordered in (inputs) and out (the output) around it."""
         roles = [self.roles.x, self.roles.w, self.roles.y] + ([self.bias_role] if self.bias_role else [])
         spec = _ProgramSpec(roles, dry=dry)
-        x = spec.array(self.roles.x, self.x_md)
-        y = spec.array(self.roles.y, self.y_md)
+        x = x_user = spec.array(self.roles.x, self.x_md)
+        y = y_user = spec.array(self.roles.y, self.y_md)
         w_user = spec.array(self.roles.w, self.w_user)
+        outputs = []
+        if variant is not None:
+            x_md, y_md = variant
+            x, y = spec.scratch(x_md), spec.scratch(y_md)
+            ins = {"fprop": ((self.x_md, x_md, x_user, x),),
+                   "dgrad": ((self.y_md, y_md, y_user, y),),
+                   "wgrad": ((self.x_md, x_md, x_user, x), (self.y_md, y_md, y_user, y))}
+            for src_md, dst_md, src, dst in ins[self.direction]:
+                spec.step(dnnl.reorder(src_md, dst_md), [(dnnl.ARG_SRC, src), (dnnl.ARG_DST, dst)])
+            if self.direction == "fprop":
+                outputs.append((y_md, self.y_md, y, y_user))
+            elif self.direction == "dgrad":
+                outputs.append((x_md, self.x_md, x, x_user))
         w_query = dnnl.QUERY_DIFF_WEIGHTS_MD if self.direction == "wgrad" else dnnl.QUERY_WEIGHTS_MD
         w_md = pd.md(w_query)
         plain = w_md.equals(self.w_user)
@@ -298,6 +331,8 @@ class _Conv:
             else:
                 args = [(dnnl.ARG_DIFF_DST, y), (dnnl.ARG_WEIGHTS, w), (dnnl.ARG_DIFF_SRC, x)]
             spec.step(pd, args)
+        for src_md, dst_md, src, dst in outputs:
+            spec.step(dnnl.reorder(src_md, dst_md), [(dnnl.ARG_SRC, src), (dnnl.ARG_DST, dst)])
         if dry:
             return spec.ws.size
         return spec.program(), spec
@@ -308,6 +343,13 @@ class _Conv:
             return None
         w_md = pd.md(dnnl.QUERY_WEIGHTS_MD)
         return None if w_md.equals(self.w_user) else w_md
+
+
+def _channels_last_md(tensor):
+    """A packed channels-last (NHWC / NDHWC) buffer with ``tensor``'s dims and type."""
+    dims = tuple(tensor.dims)
+    order = (0,) + tuple(range(2, len(dims))) + (1,)
+    return dnnl.MemoryDesc(dims, _dt(tensor), strides=packed_strides(dims, order))
 
 
 def _channel_like(tensor):
@@ -324,11 +366,12 @@ class OnednnPlan(ProviderPlan):
     per-channel host work before / after it where the pattern needs it (batchnorm
     statistics). ``launcher`` gives the submit path's C callable."""
 
-    def __init__(self, match, program, spec, algorithm, *, hooks=None, conv=None, pd=None):
+    def __init__(self, match, program, spec, algorithm, *, hooks=None, conv=None, pd=None,
+                 variant=None):
         self.match, self.program, self.roles = match, program, spec.roles
         self.algorithm = algorithm
         self.workspace_size = program.workspace_size
-        self._conv, self._pd = conv, pd
+        self._conv, self._pd, self._variant = conv, pd, variant
         self._frozen = None
         self._hooks = _staged(spec, hooks) if spec.copy_in or spec.copy_out else hooks
 
@@ -384,7 +427,7 @@ class OnednnPlan(ProviderPlan):
         once = spec.program()
         ws = np.empty(once.workspace_size, np.uint8) if once.workspace_size else None
         once.run((weights,), ws)
-        program, spec = self._conv.program(self._pd, frozen_w=blocked)
+        program, spec = self._conv.program(self._pd, frozen_w=blocked, variant=self._variant)
         hooks = _clip_hooks(self._conv)
         self._hooks = _staged(spec, hooks) if spec.copy_in else hooks
         self._frozen = (blocked, program)
@@ -656,10 +699,10 @@ class OnednnEngine(ProviderEngine):
         choice = _tuning.choose(self, match, conv.candidates(), knobs, perfdb,
                                 heuristic=heuristic, measure=measure,
                                 device=self.perf_device())
-        _, pd, _ = conv.impls[choice.candidate.id]
-        program, spec = conv.program(pd)
+        _, pd, _, variant = conv.impls[choice.candidate.id]
+        program, spec = conv.program(pd, variant=variant)
         plan = OnednnPlan(match, program, spec, _explain(choice), hooks=_clip_hooks(conv),
-                          conv=conv, pd=pd)
+                          conv=conv, pd=pd, variant=variant)
         plan.benchmarked, plan.perfdb_hit = choice.benchmarked, choice.perfdb_hit
         return plan
 
@@ -684,8 +727,8 @@ def _benchmark(conv: _Conv, fitting):
                           f"'{_knobs.BENCHMARKING}'") from None
     times = []
     for cand in fitting:
-        _, pd, _ = conv.impls[cand.id]
-        program, spec = conv.program(pd)
+        _, pd, _, variant = conv.impls[cand.id]
+        program, spec = conv.program(pd, variant=variant)
         ws = np.empty(program.workspace_size, np.uint8) if program.workspace_size else None
         args = tuple(arrays[r] for r in spec.roles)
         program.run(args, ws)                                   # warm-up
