@@ -396,16 +396,16 @@ class OnednnPlan(ProviderPlan):
         return dnnl.Launch(program, self._arrays(buffers), workspace, counter, label,
                            before, after)
 
-    def reorder_constants(self, weights) -> bool:
+    def reorder_constants(self, buffers) -> bool:
         """Reorder constant weights once into the layout the convolution reads, so later
         executions skip the per-execution reorder (fprop, fprop + bias + ReLU, dgrad).
 
         Parameters
         ----------
-        weights : ndarray
-            The weights buffer every later execution will pass, bound as the plan's ``w``
-            role (logical dims (K, C/groups, ...), the tensor's strides). Its values are
-            read now; later changes to it are not seen until this is called again.
+        buffers : mapping
+            Role -> bound buffer of the constant inputs; only ``"w"`` (logical dims (K,
+            C/groups, ...), the tensor's strides) is used. Its values are read now; later
+            changes to it are not seen until this is called again.
 
         Returns
         -------
@@ -413,8 +413,9 @@ class OnednnPlan(ProviderPlan):
             True when the plan now reads the reordered copy; False where there is nothing
             to reorder (wgrad, or weights already in the layout the implementation reads).
         """
-        if self._conv is None:
+        if self._conv is None or buffers.get(self._conv.roles.w) is None:
             return False
+        weights = buffers[self._conv.roles.w]
         w_md = self._conv.weights_layout(self._pd)
         if w_md is None:
             return False
