@@ -299,3 +299,20 @@ def test_constant_weights_are_reordered_once(dev):
     wa[...] = 0                  # not seen: the reordered copy is what runs now
     plan.execute_sync({x: xa, w: wa, y: after})
     assert np.array_equal(before, after)
+
+
+def test_streams_share_one_plan_without_mixing_buffers():
+    """Executions of one plan on two streams at once (each with its own arrays and
+    workspace) give each its own result: the program's data handles are set under the
+    process-wide oneDNN gate, so a run never sees another's pointers."""
+    g, x, w, y = fprop_graph(x_dims=(2, 16, 12, 12), w_dims=(16, 16, 3, 3), padding=1)
+    with hd.Device("cpu", streams=2) as dev:
+        plan = dev.build_sync(g, engine=ONEDNN)
+        packs = []
+        for i in range(8):
+            packs.append({x: rand(x, 20 + i), w: rand(w, 40 + i), y: empty(y)})
+        handles = [plan.submit(p, stream=i % 2) for i, p in enumerate(packs)]
+        for h in handles:
+            h.result(timeout=60)
+    for p in packs:
+        close(p[y], ref.conv_fprop(p[x], p[w], (1, 1), (1, 1)), 1e-4)
