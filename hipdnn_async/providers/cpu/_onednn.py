@@ -12,7 +12,10 @@ How each pattern maps (primitives are created at build, never per execution):
   implementations are its reference ones, ~1000x slower), reordered from / to the user's
   layout in the same program; groups as a grouped weights descriptor, oneDNN's dilation =
   ours - 1, asymmetric padding as ``padding_l`` / ``padding_r``. Backward weights
-  accumulate in a float32 blocked buffer converted once by the reorder.
+  accumulate in a float32 blocked buffer converted once by the reorder. Activations that
+  are not channels-last also get channels-last candidates (reorders in and out).
+  oneDNN's reference implementations (``ref:any``) are never candidates: where nothing
+  else applies the engine declines.
 - conv + bias + ReLU: the forward primitive with its bias argument; RELU_FWD then runs
   on y through the CPU kernels, since oneDNN 3.2's eltwise post-ops differ from RELU_FWD
   on special values (``relu`` gives NaN for -inf and -0.0 for negatives, ``clip`` maps
@@ -29,6 +32,9 @@ How each pattern maps (primitives are created at build, never per execution):
   global statistics and ``fuse_norm_relu`` writes the ReLU mask, the backward primitive
   with ``fuse_norm_relu`` applies it: two primitives, one program. A clipped ReLU there
   has no oneDNN form: the engine declines and ``CPU_ENGINE`` runs it.
+
+Per-channel tensors (scale, bias, statistics) whose channel stride is not 1 are staged
+through the workspace (oneDNN reads and writes them as dense vectors).
 
 Choosing: a primitive descriptor's implementations (``next_impl``, named by
 ``impl_info_str``) are the candidates, in oneDNN's own preference order; each needs the
