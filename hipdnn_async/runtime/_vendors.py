@@ -13,6 +13,12 @@ does): the vendor's environment override (a path; one that fails is final, never
 replaced), the vendors' wheel directories under each ``sys.path`` entry, the vendor's
 system directories (``/opt/rocm*/lib``), then the system loader by soname. Each load is
 recorded (``LoadRecord``: path, how found, version) and logged.
+
+The CPU's DNN library, oneDNN (``libdnnl.so.3``, the ``onednn-cpu-gomp`` wheel), has its
+own ``LibrarySpec`` (``ONEDNN``: ``$HIPDNN_ASYNC_ONEDNN``, then ``<prefix>/lib`` of the
+environment, the user base and the base interpreter, then the system loader) and loader,
+``load_onednn()``, which never raises either: its ``OnednnState`` says where the library
+was found, its version, ISA and threads, or why it is not used.
 """
 from __future__ import annotations
 
