@@ -144,6 +144,8 @@ _OWN_CONSTANTS = {
     "MAX_SOLUTIONS": "our bound on the MIOpen solutions we ask for",
     "PROPS_BYTES": "checked: _gpu._PROPS_BYTES >= sizeof the properties struct",
     "NAME_BYTES": "checked: _gpu._NAME_BYTES == the properties' name size",
+    "_C_MAX_NDIMS": "checked: _onednn refuses to import unless it equals MAX_NDIMS (DNNL_MAX_NDIMS)",
+    "_C_MAX_MEMS": "our bound on the memories of one oneDNN program",
 }
 _DEF = re.compile(r"^\s*DEF\s+(\w+)\s*=")
 _ENUM = re.compile(r"^cdef\s+(?:c?p?def\s+)?enum\b")
