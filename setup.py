@@ -28,6 +28,7 @@ EXTENSIONS = [
     Extension("hipdnn_async.runtime._cudnn", ["src_pyx/_cudnn.pyx"], **_DLOPEN),
     Extension("hipdnn_async.runtime._cudnn_backend", ["src_pyx/_cudnn_backend.pyx"]),
     Extension("hipdnn_async.runtime._miopen", ["src_pyx/_miopen.pyx"], **_DLOPEN),
+    Extension("hipdnn_async.runtime._onednn", ["src_pyx/_onednn.pyx"], **_DLOPEN, **_NUMPY),
     Extension("hipdnn_async.queues._core", ["src_pyx/_queue_core.pyx"]),
 ]
 

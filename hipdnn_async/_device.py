@@ -827,6 +827,42 @@ class ExecutionPlan:
         keep = tuple(variant_pack.values())
         return b.fn, (keep if workspace is None else (keep, workspace))
 
+    def reorder_constants(self, constants: Mapping) -> bool:
+        """Let the engine prepare inputs that stay the same across executions, once.
+
+        ``ONEDNN_ENGINE`` reorders constant convolution weights into the blocked layout
+        its primitive reads, so later executions skip that reorder; other engines have
+        nothing to prepare. Every later execution must pass the same values for these
+        tensors (a change is not seen until this is called again).
+
+        Parameters
+        ----------
+        constants : mapping
+            Tensor (or its name or uid) -> buffer, as in a variant pack.
+
+        Returns
+        -------
+        bool
+            True when the plan now reads a prepared copy.
+
+        Raises
+        ------
+        VariantPackError
+            A key names no tensor of the plan, or a buffer does not fit its tensor.
+        """
+        prepare = getattr(self._pplan, "reorder_constants", None)
+        if prepare is None:
+            return False
+        bound = {}
+        for key, buf in constants.items():
+            t = key if type(key) is TensorAttributes else self._snapshot.tensor_by(key)
+            slots = self._slots.get(id(t)) if t is not None else None
+            if slots is None:
+                raise VariantPackError(self._unknown_key(key, t))
+            for role, bind in slots:
+                bound[role] = bind(buf)
+        return bool(prepare(bound))
+
     # -- execution -----------------------------------------------------------------------
     def submit(self, variant_pack: Mapping, *, workspace=None, stream=None):
         """Enqueue an execution and return its awaitable handle at once.

@@ -6,7 +6,7 @@ corresponds to (``hipdnn_frontend/Error.hpp``), and optionally ``.status`` and
 (they cross thread and process boundaries in the queues and in perf-db tests).
 
 Vendor errors (``VendorError`` and its families ``GpuError``, ``CudnnError``,
-``MiopenError``) also carry ``.library``, ``.call`` and ``.vendor_message``. Each vendor
+``MiopenError``, ``OnednnError``) also carry ``.library``, ``.call`` and ``.vendor_message``. Each vendor
 binding holds one table from its status values to these types (``status_error`` builds
 the error from it): NOT_SUPPORTED -> the family's ``*NotSupportedError`` (also a
 ``NotSupportedError``, so the next engine may try); BAD_PARAM -> the family's
@@ -41,6 +41,9 @@ __all__ = [
     "MiopenError",
     "MiopenNotSupportedError",
     "MiopenBadParamError",
+    "OnednnError",
+    "OnednnNotSupportedError",
+    "OnednnBadParamError",
     "status_error",
 ]
 
@@ -249,8 +252,23 @@ class MiopenBadParamError(MiopenError, BadParamError):
     """miopenStatusBadParm / miopenStatusInvalidValue."""
 
 
+class OnednnError(VendorError, ExecutionError):
+    """A oneDNN call failed (every oneDNN failure is one, whatever subtype the table picked)."""
+
+
+class OnednnNotSupportedError(OnednnError, NotSupportedError):
+    """dnnl_unimplemented (no implementation for these descriptors): the next engine may try."""
+
+    default_code = NotSupportedError.default_code
+
+
+class OnednnBadParamError(OnednnError, BadParamError):
+    """dnnl_invalid_arguments."""
+
+
 CudnnBadParamError.not_supported_type = CudnnNotSupportedError
 MiopenBadParamError.not_supported_type = MiopenNotSupportedError
+OnednnBadParamError.not_supported_type = OnednnNotSupportedError
 
 
 def status_error(table: dict, family: type, *, library: str, call: str, status: int,

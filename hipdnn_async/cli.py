@@ -25,6 +25,23 @@ def _gpu_info() -> dict:
     return out
 
 
+def _cpu_info() -> dict:
+    """The CPU's DNN library: oneDNN's path, version, ISA and threads (ONEDNN_ENGINE runs),
+    or why it is not used (CPU_ENGINE, over NumPy, runs everything)."""
+    from .runtime import load_onednn
+    state = load_onednn()
+    info = {"onednn": state.ok, "engines": (["ONEDNN_ENGINE", "CPU_ENGINE"] if state.ok
+                                            else ["CPU_ENGINE"])}
+    if state.ok:
+        major, minor, patch, git, runtime = state.version
+        info.update(path=state.record.path, found_via=state.record.found_via,
+                    version=f"{major}.{minor}.{patch}", git_hash=git, runtime=runtime,
+                    isa=state.isa, threads=state.threads)
+    else:
+        info["reason"] = state.reason
+    return info
+
+
 def _existing_db(path):
     """The PerfDb at ``path`` (None: the default) if its file exists, else None: read-only
     commands neither create a perf db nor its directory."""
@@ -46,6 +63,7 @@ def _info(args) -> int:
     info = {
         "version": hd.__version__,
         "devices": hd.devices(),
+        "cpu": _cpu_info(),
         "gpu": _gpu_info(),
         "perfdb": str(db.path) if db else target,
         # a refused relative $HIPDNN_ASYNC_PERFDB is an in-memory db, not a file

@@ -404,7 +404,9 @@ def test_end_to_end_json_and_plot(run):
 
 def test_summary_table_names_every_figure(run):
     text = _report.summary(run["doc"])
-    for word in ("device", "CPU_ENGINE", "test acc (a)", "test acc (b)", "images/s", "p50",
+    engines = set(run["doc"]["engines"].values())     # ONEDNN_ENGINE where oneDNN loads
+    assert engines and engines <= {"ONEDNN_ENGINE", "CPU_ENGINE"}, engines
+    for word in ("device", *engines, "test acc (a)", "test acc (b)", "images/s", "p50",
                  "p90", "p99", "mean batch fill", *NINE_PATTERNS):
         assert word in text, word
 

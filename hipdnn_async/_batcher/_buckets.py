@@ -111,5 +111,10 @@ class PlanCache:
                 t = tensors[name]
                 keys[name] = t.uid if t.uid is not None else t.name
             bucket = Bucket(size, plan, tensors, keys)
+            prepare = getattr(plan, "reorder_constants", None)
+            if lane.host and prepare is not None and lane.constants:
+                # constants stay the same for every batch: an engine may prepare them once
+                # (ONEDNN_ENGINE reorders constant weights into its blocked layout)
+                prepare({keys[k]: buf for k, buf in lane.constants.items()})
             lane.plans[size] = bucket
             return bucket

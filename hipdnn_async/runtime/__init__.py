@@ -6,19 +6,20 @@ GPU device runs unchanged on ``"cpu"``. ``GpuArray`` is the GPU's (``_gpu_device
 
 The compiled bindings sit on one loader (``_loader``: ``Library``, ``LibraryTable``,
 ``LoadRecord``): ``_gpu`` (one ``Runtime`` type, a CUDA and a HIP instance) and one
-module per DNN library (``_cudnn``, ...). ``_kinds`` is the registry of device kinds
-(``KINDS``: ``"cpu"``, ``"cuda"``, ``"hip"``): each kind's runtime and DNN library and where
-to find them (``_libraries``), its device specs, DLPack device types and Ray resource;
-``load_vendor`` (``_vendors``) loads a GPU kind's libraries. A launch's state is the
-runtime's too: the calling thread's launch context (``_launch_state``, a C thread-local the
-Cython modules cimport), a stream's DNN handle and workspace and the variant packs
-completed from them (``_stream_resources``), and CUDA/HIP graph capture (``_gpu_graph``).
-This package imports nothing from the graph layer, nor from providers, and calls nothing of
-theirs back.
+module per DNN library (``_cudnn``, ``_onednn``, ...). ``_kinds`` is the registry of device
+kinds (``KINDS``: ``"cpu"``, ``"cuda"``, ``"hip"``): each kind's runtime and DNN library and
+where to find them (``_libraries``), its device specs, DLPack device types and Ray
+resource; ``load_vendor`` (``_vendors``) loads a GPU kind's libraries, ``load_onednn`` the
+host's optional DNN library. A launch's state is the runtime's too: the calling thread's
+launch context (``_launch_state``, a C thread-local the Cython modules cimport), a stream's
+DNN handle and workspace and the variant packs completed from them
+(``_stream_resources``), and CUDA/HIP graph capture (``_gpu_graph``). This package imports
+nothing from the graph layer, nor from providers, and calls nothing of theirs back.
 """
 from ._buffer import DeviceArray
 from ._kinds import KINDS, DeviceKind, parse_spec
-from ._vendors import VENDORS, VendorState, cuda_status, load_cuda, load_vendor, vendor_status
+from ._vendors import (VENDORS, OnednnState, VendorState, cuda_status, load_cuda, load_onednn,
+                       load_vendor, onednn_status, vendor_status)
 
 try:  # the compiled bindings build everywhere (no SDK needed); a source tree may lack them
     from . import _cudnn, _gpu
@@ -45,6 +46,6 @@ except ImportError:  # pragma: no cover - load_vendor then reports "not built"
 LoadedLibrary = LoadRecord   # the former name of the load record
 
 __all__ = ["DeviceArray", "DeviceKind", "ExecCounter", "GpuArray", "GpuContext", "KINDS",
-           "LaunchContext", "LoadRecord", "LoadedLibrary", "VENDORS", "VendorState",
-           "context_for", "cuda_status", "current_launch", "load_cuda", "load_vendor",
-           "parse_spec", "vendor_status"]
+           "LaunchContext", "LoadRecord", "LoadedLibrary", "OnednnState", "VENDORS",
+           "VendorState", "context_for", "cuda_status", "current_launch", "load_cuda",
+           "load_onednn", "load_vendor", "onednn_status", "parse_spec", "vendor_status"]

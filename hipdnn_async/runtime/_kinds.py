@@ -46,7 +46,7 @@ class DeviceKind:
         memory and threads need no library.
     dnn : LibrarySpec or None
         The DNN library. Required for a GPU kind (its devices are usable only with it);
-        optional for the host, whose provider runs without it.
+        optional for the host, whose provider runs without it (``load_onednn``).
     dnn_module : str or None
         The binding of ``dnn`` in ``hipdnn_async.runtime`` (``"_cudnn"``): a module with
         ``load(path, found_via) -> LoadRecord``.
@@ -94,7 +94,11 @@ _ROCM_DIRS = ("$ROCM_PATH/lib", "/opt/rocm/lib", "/opt/rocm-*/lib")
 KINDS = {k.name: k for k in (
     DeviceKind(
         "cpu", "CPU",
-        # dnn, dnn_module: the host's optional DNN library (oneDNN) and its binding go here
+        # oneDNN v3 (libdnnl.so.3): from the onednn-cpu-gomp wheel, whose library lands in
+        # <prefix>/lib, or the user's own through HIPDNN_ASYNC_ONEDNN, or the system loader
+        dnn=LibrarySpec("onednn", "oneDNN", ("libdnnl.so.3",), "HIPDNN_ASYNC_ONEDNN",
+                        prefix_dirs=("lib",)),
+        dnn_module="_onednn",
         dlpack=(KDL_CPU,)),
     DeviceKind(
         "cuda", "CUDA",

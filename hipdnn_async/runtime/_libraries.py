@@ -3,8 +3,8 @@ the first candidate that loads (``load_first``).
 
 Search order (as cuda.pathfinder does): the library's environment override (a path; one
 that fails is final, never silently replaced), the vendors' wheel directories under each
-``sys.path`` entry, the vendor's system directories (``/opt/rocm*/lib``), then the system
-loader by soname.
+``sys.path`` entry and under the installation prefixes, the vendor's system directories
+(``/opt/rocm*/lib``), then the system loader by soname.
 """
 from __future__ import annotations
 
@@ -38,6 +38,10 @@ class LibrarySpec:
     system_dirs : tuple of str
         Absolute directories (glob patterns allowed, newest match first); ``$VAR``
         expanded, unset variables skipped.
+    prefix_dirs : tuple of str
+        Directories relative to the environment's installation prefixes (``sys.prefix``,
+        the user base, ``sys.base_prefix``): where a wheel's ``.data/data`` files land
+        (oneDNN's ``lib/``); found via ``"site-packages"``.
     """
 
     name: str
@@ -46,6 +50,7 @@ class LibrarySpec:
     env: str
     wheel_dirs: tuple[str, ...] = ()
     system_dirs: tuple[str, ...] = ()
+    prefix_dirs: tuple[str, ...] = ()
 
     def candidates(self) -> list[tuple[str, str]]:
         """(path, found_via) in search order: ``"env"``, ``"site-packages"``, ``"system"``."""
@@ -58,6 +63,11 @@ class LibrarySpec:
                 for d in sorted(glob.glob(os.path.join(base or ".", sub))):
                     out.extend((os.path.abspath(os.path.join(d, so)), "site-packages")
                                for so in self.sonames if os.path.isfile(os.path.join(d, so)))
+        for base in _prefixes() if self.prefix_dirs else ():
+            for sub in self.prefix_dirs:
+                d = os.path.join(base, sub)
+                out.extend((os.path.abspath(os.path.join(d, so)), "site-packages")
+                           for so in self.sonames if os.path.isfile(os.path.join(d, so)))
         for pattern in self.system_dirs:
             pattern = os.path.expandvars(pattern)
             if "$" in pattern:
@@ -72,6 +82,19 @@ class LibrarySpec:
                 seen.add(path)
                 unique.append((path, via))
         return unique
+
+
+def _prefixes() -> list[str]:
+    """The installation prefixes a wheel's data files may be under: the environment's,
+    the user base (``pip install --user``), the base interpreter's."""
+    import site
+    out = [sys.prefix]
+    try:
+        user = site.getuserbase()
+    except Exception:  # noqa: BLE001 - an odd site module must not break loading
+        user = None
+    out += [p for p in (user, sys.base_prefix) if p]
+    return list(dict.fromkeys(out))
 
 
 def load_first(spec: LibrarySpec, load) -> tuple[object, list[str]]:

@@ -1,11 +1,13 @@
-"""Loading a GPU kind's libraries: ``load_vendor(name)`` loads the runtime and the DNN
-library of ``runtime._kinds.VENDORS[name]`` (``"cuda"``: the CUDA runtime ``libcudart``
-and cuDNN 9; ``"hip"``: the HIP runtime ``libamdhip64`` and MIOpen) once per process and
-returns a ``VendorState``; it never raises, and when something is missing its ``reason``
-names the library and every path tried. Which libraries a kind needs and where they are
-looked for is its record's (``_kinds``, ``_libraries``); which provider serves it is the
-providers' business (``providers/_registry.py``): this module imports nothing above
-``runtime``. Each load is recorded (``LoadRecord``: path, how found, version) and logged.
+"""Loading a device kind's libraries: ``load_vendor(name)`` loads the runtime and the DNN
+library of GPU kind ``runtime._kinds.VENDORS[name]`` (``"cuda"``: the CUDA runtime
+``libcudart`` and cuDNN 9; ``"hip"``: the HIP runtime ``libamdhip64`` and MIOpen) once per
+process and returns a ``VendorState``; ``load_onednn()`` loads the host's optional DNN
+library (oneDNN, ``KINDS["cpu"].dnn``). Neither raises: when something is missing the
+state's ``reason`` names the library and every path tried. Which libraries a kind needs
+and where they are looked for is its record's (``_kinds``, ``_libraries``); which provider
+serves it is the providers' business (``providers/_registry.py``): this module imports
+nothing above ``runtime``. Each load is recorded (``LoadRecord``: path, how found,
+version) and logged.
 """
 from __future__ import annotations
 
@@ -13,11 +15,12 @@ import logging
 import threading
 from dataclasses import dataclass
 
-from ._kinds import VENDORS, DeviceKind
+from ._kinds import KINDS, VENDORS, DeviceKind
 from ._libraries import LibrarySpec, load_first, soname_list
 
 __all__ = ["LibrarySpec", "Vendor", "VendorState", "VENDORS", "load_vendor",
-           "vendor_status", "load_cuda", "cuda_status"]
+           "vendor_status", "load_cuda", "cuda_status", "ONEDNN", "OnednnState", "load_onednn",
+           "onednn_status"]
 
 Vendor = DeviceKind   # the former name of a GPU kind's record
 
@@ -145,3 +148,92 @@ def _load(name: str) -> VendorState:
     log.info("loaded %s %s (%s) and %s %s (%s); %d device(s)", vendor.runtime.title,
              record.path, record.found_via, vendor.dnn.title, dnn.path, dnn.found_via, count)
     return VendorState(name, True, runtime=rt, dnn=dnn, device_count=count, tried=tuple(tried))
+
+
+# ------------------------------------------------------------------ oneDNN (the CPU's DNN library)
+# the host kind's optional DNN library and its binding (runtime._kinds.KINDS["cpu"])
+_HOST = next(k for k in KINDS.values() if k.is_host)
+ONEDNN = _HOST.dnn
+
+
+@dataclass(frozen=True)
+class OnednnState:
+    """What ``load_onednn`` found.
+
+    Attributes
+    ----------
+    ok : bool
+        oneDNN loaded and its CPU engine was created.
+    reason : str
+        Why not ('' when ok): the binding missing, or every path tried and why it failed.
+    record : LoadRecord or None
+        Path, how found (``"env"``, ``"site-packages"``, ``"system"``), version number.
+    version : tuple
+        ``(major, minor, patch, git_hash, cpu_runtime)`` (``dnnl_version``); () when not ok.
+    isa : str
+        The instruction set oneDNN dispatches to (``"avx512_core_amx"``); '' when not ok.
+    threads : int or None
+        Threads a primitive uses from the loading thread (``omp_get_max_threads``).
+    tried : tuple of str
+        ``"path: why it failed"`` for every candidate that did not load.
+    """
+
+    ok: bool
+    reason: str = ""
+    record: object = None
+    version: tuple = ()
+    isa: str = ""
+    threads: int | None = None
+    tried: tuple[str, ...] = ()
+
+
+_onednn_state: OnednnState | None = None
+
+
+def load_onednn() -> OnednnState:
+    """Load oneDNN once per process (``ONEDNN``'s search order); never raises.
+
+    Returns
+    -------
+    OnednnState
+        Cached: later calls return the same object.
+    """
+    global _onednn_state
+    with _lock:
+        if _onednn_state is None:
+            try:
+                _onednn_state = _load_onednn()
+            except Exception as exc:  # noqa: BLE001 - a broken library must not break the CPU
+                _onednn_state = OnednnState(False, f"loading oneDNN failed: "
+                                                   f"{type(exc).__name__}: {exc}")
+            if _onednn_state.ok:
+                log.info("loaded oneDNN %s from %s (%s); ISA %s, %s threads",
+                         ".".join(map(str, _onednn_state.version[:3])),
+                         _onednn_state.record.path, _onednn_state.record.found_via,
+                         _onednn_state.isa, _onednn_state.threads)
+            else:
+                log.info("oneDNN not used: %s", _onednn_state.reason)
+        return _onednn_state
+
+
+def onednn_status() -> OnednnState | None:
+    """The state of oneDNN without loading (None before ``load_onednn``)."""
+    return _onednn_state
+
+
+def _load_onednn() -> OnednnState:
+    try:   # the binding the host kind names (as load_vendor imports a GPU kind's)
+        _onednn = __import__(f"{__package__}.{_HOST.dnn_module}", fromlist=["load"])
+    except ImportError:
+        return OnednnState(False, f"the {ONEDNN.title} binding (hipdnn_async.runtime."
+                                  f"{_HOST.dnn_module}) is not built into this release")
+    record, tried = load_first(ONEDNN, _onednn.load)
+    if record is None:
+        return OnednnState(False, (
+            f"no {ONEDNN.title} ({soname_list(ONEDNN)}) loads; tried: "
+            + ("; ".join(tried) or "nothing")
+            + ". Install it with `pip install onednn-cpu-gomp==2023.2.0` (Linux x86-64) or "
+            f"point {ONEDNN.env} at a libdnnl.so.3"), tried=tuple(tried))
+    return OnednnState(True, record=record, version=_onednn.version(),
+                       isa=_onednn.isa_name(_onednn.effective_isa()),
+                       threads=_onednn.max_threads(), tried=tuple(tried))

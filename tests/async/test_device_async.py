@@ -42,7 +42,7 @@ class Gate:
 async def test_cancelled_await_keeps_buffers_alive_until_done(anyio_backend):
     g, x, w, y = conv_plan_graph(n=1, c=4, k=4, hw=8)
     async with hd.Device("cpu", streams=1) as dev:
-        plan = await dev.build(g)
+        plan = await dev.build(g, engine="CPU_ENGINE")  # its run is patched below
         gate = threading.Event()
         real_run = plan._pplan.run
 
@@ -75,7 +75,7 @@ async def test_cancelled_await_keeps_buffers_alive_until_done(anyio_backend):
 async def test_events_order_work_across_streams(anyio_backend):
     g, x, w, y = conv_plan_graph(n=1, c=4, k=4, hw=8)
     async with hd.Device("cpu", streams=2) as dev:
-        plan = await dev.build(g)
+        plan = await dev.build(g, engine="CPU_ENGINE")  # its run is patched below
         order = []
         gate = threading.Event()
         real_run = plan._pplan.run
@@ -109,7 +109,7 @@ async def test_events_order_work_across_streams(anyio_backend):
 async def test_backpressure_and_metrics(anyio_backend):
     g, x, w, y = conv_plan_graph(n=1, c=4, k=4, hw=8)
     async with hd.Device("cpu", streams=1, max_inflight=2) as dev:
-        plan = await dev.build(g)
+        plan = await dev.build(g, engine="CPU_ENGINE")  # its run is patched below
         gate = threading.Event()
         real_run = plan._pplan.run
         plan._pplan.run = lambda b, ws: (gate.wait(10), real_run(b, ws))
@@ -180,7 +180,7 @@ async def test_parked_submissions_keep_order_with_events(anyio_backend):
     # them must still wait for them (it keeps its place in the line).
     g, x, w, y = conv_plan_graph(n=1, c=4, k=4, hw=8)
     async with hd.Device("cpu", streams=1, max_inflight=1) as dev:
-        plan = await dev.build(g)
+        plan = await dev.build(g, engine="CPU_ENGINE")  # its run is patched below
         order, gate = [], threading.Event()
         real_run = plan._pplan.run
         xa, wa = np.ones(x.dims, np.float32), np.ones(w.dims, np.float32)

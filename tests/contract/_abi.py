@@ -307,7 +307,9 @@ FUNCTION_TABLES = {"RuntimeFns": ("cuda", "cudart"), "CudnnFns": ("cudnn", "cudn
                    # checked in C++ against both MIOpen headers by tests/contract/hip
                    "MiopenFns": ("miopen", "miopen"),
                    # checked in C++ against the HIP headers by tests/contract/hip
-                   "HipOnlyFns": ("hip", "hip")}
+                   "HipOnlyFns": ("hip", "hip"),
+                   # checked in C and C++ against oneDNN's headers by test_onednn_abi.py
+                   "OnednnFns": ("dnnl_", "onednn")}
 
 _FNTYPE_RE = re.compile(r"^\s*ctypedef\s+(.+?)\s*\(\s*\*\s*(\w+)\s*\)\s*\((.*?)\)\s*(noexcept)?\s*(nogil)?\s*(#.*)?$")
 
@@ -408,7 +410,8 @@ def signature_checks(family: str) -> str:
 
 
 # the header each family's prototypes come from, and the C++ spelling of a Cython type
-FAMILY_HEADERS = {"cudart": ("cuda_runtime_api.h",), "cudnn": ("cudnn.h",)}
+FAMILY_HEADERS = {"cudart": ("cuda_runtime_api.h",), "cudnn": ("cudnn.h",),
+                  "onednn": ("oneapi/dnnl/dnnl.h",)}
 _CYTHON_TO_C = {"bint": "int"}
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from hipdnn_async.runtime import _gpu, _miopen
 
-from . import _abi
+from . import _abi, _abi_onednn
 from .hip import _abi_rocm, _debian
 
 SRC = _abi.SRC_PYX
@@ -119,12 +119,15 @@ def test_every_function_pointer_type_is_in_a_checked_table():
 
 
 # Structs of ours that mirror nothing: the reason is the check.
-_OWN_STRUCTS = {"RuntimeConstants": "the values a Runtime fills from its checked constants table"}
+_OWN_STRUCTS = {"RuntimeConstants": "the values a Runtime fills from its checked constants table",
+                # declared in `cdef extern from "<pthread.h>" / "<time.h>"` blocks of
+                # _onednn.pyx: the C compiler includes the system headers' own definitions
+                "pthread_mutex_t": "libc's, from <pthread.h>", "timespec": "libc's, from <time.h>"}
 
 
 def test_every_struct_is_a_checked_table_a_mirror_or_our_own():
     mirrored = ({sc.ours for sc in _abi.STRUCTS} | set(_abi_rocm.MIOPEN_STRUCTS)
-                | set(_abi_rocm.HIP_STRUCTS))
+                | set(_abi_rocm.HIP_STRUCTS) | set(_abi_onednn.STRUCTS))
     unaccounted = sorted(set(_abi.parse_structs()) - set(_abi.FUNCTION_TABLES) - mirrored
                          - set(_OWN_STRUCTS))
     assert unaccounted == [], "structs in src_pyx that no check covers (_abi.STRUCTS, ...)"
@@ -141,6 +144,8 @@ _OWN_CONSTANTS = {
     "MAX_SOLUTIONS": "our bound on the MIOpen solutions we ask for",
     "PROPS_BYTES": "checked: _gpu._PROPS_BYTES >= sizeof the properties struct",
     "NAME_BYTES": "checked: _gpu._NAME_BYTES == the properties' name size",
+    "_C_MAX_NDIMS": "checked: _onednn refuses to import unless it equals MAX_NDIMS (DNNL_MAX_NDIMS)",
+    "_C_MAX_MEMS": "our bound on the memories of one oneDNN program",
 }
 _DEF = re.compile(r"^\s*DEF\s+(\w+)\s*=")
 _ENUM = re.compile(r"^cdef\s+(?:c?p?def\s+)?enum\b")

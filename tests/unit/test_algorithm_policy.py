@@ -83,18 +83,20 @@ def test_cpu_algorithm_says_why_as_the_gpu_engines_do(tmp_path):
     from hipdnn_async.providers.cpu._provider import conv_problem
     db = str(tmp_path / "perfdb.sqlite3")
     with hd.Device("cpu", perfdb=db) as dev:
-        plan = dev.build_sync(_graph())
+        plan = dev.build_sync(_graph(), engine="CPU_ENGINE")
         a = plan.algorithm
         assert isinstance(a, Algorithm) and a.reason.startswith("CPU heuristic"), a.reason
         want = _conv.heuristic_choice(conv_problem(plan.match), 2 ** 62).name
         assert str(a) == want and a.trials[0][0] == want and "rank 1 of" in a.reason
         assert all(ms is None for _, ms in a.trials)
-        tuned = dev.build_sync(_graph(), knobs={"global.benchmarking": 1}).algorithm
+        tuned = dev.build_sync(_graph(), knobs={"global.benchmarking": 1},
+                               engine="CPU_ENGINE").algorithm
         assert tuned.reason.startswith("benchmarked") and tuned.trials
         timed = {n: ms for n, ms in tuned.trials if ms is not None}
         assert str(tuned) in timed and timed[str(tuned)] == min(timed.values())
     with hd.Device("cpu", perfdb=db) as dev:
-        hit = dev.build_sync(_graph(), knobs={"global.benchmarking": 1})
+        hit = dev.build_sync(_graph(), knobs={"global.benchmarking": 1},
+                               engine="CPU_ENGINE")
         assert hit.perfdb_hit and hit.algorithm == tuned
         assert hit.algorithm.reason.startswith("perf db"), hit.algorithm.reason
 

@@ -17,6 +17,7 @@ import hipdnn_async
 PKG = pathlib.Path(hipdnn_async.__file__).parent
 MODULES = ["hipdnn_async.runtime._loader", "hipdnn_async.runtime._launch_state",
            "hipdnn_async.runtime._gpu", "hipdnn_async.runtime._miopen",
+           "hipdnn_async.runtime._onednn",
            "hipdnn_async.runtime._cudnn", "hipdnn_async.runtime._cudnn_backend",
            "hipdnn_async.providers.cpu._kernels", "hipdnn_async.queues._core"]
 

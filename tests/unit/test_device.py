@@ -77,7 +77,7 @@ def test_absent_gpu_of_any_spec_is_a_backend_error(spec):
 
 def test_build_execute_conv_matches_reference(dev):
     g, x, w, y = conv_graph()
-    plan = dev.build_sync(g)
+    plan = dev.build_sync(g, engine="CPU_ENGINE")
     assert plan.pattern == "CONV_FPROP" and plan.engine.name == "CPU_ENGINE"
     xa, wa = rand(x.dims), rand(w.dims, seed=1)
     ya = np.full(y.dims, np.nan, np.float32)
@@ -187,7 +187,7 @@ async def test_async_execute_and_submit(anyio_backend):
 
 def test_execution_error_names_plan_and_stream_recovers(dev, monkeypatch):
     g, x, w, y = conv_graph()
-    plan = dev.build_sync(g)
+    plan = dev.build_sync(g, engine="CPU_ENGINE")
     vp = {x: rand(x.dims), w: rand(w.dims), y: np.zeros(y.dims, np.float32)}
 
     def boom(buffers, ws):
@@ -229,7 +229,11 @@ def test_bfloat16_io_plan(dev):
 
 def test_engines_and_unsupported_graph():
     g, *_ = conv_graph()
-    (e,) = hd.engines(g, "cpu")
+    offered = hd.engines(g, "cpu")
+    # ONEDNN_ENGINE ranks first where oneDNN loads; CPU_ENGINE is always offered, last
+    want = (["ONEDNN_ENGINE"] if hd.runtime.load_onednn().ok else []) + ["CPU_ENGINE"]
+    assert [o.name for o in offered] == want
+    e = offered[-1]
     assert e.name == "CPU_ENGINE" and e.id == engine_id("CPU_ENGINE") and e.provider == "cpu"
     g2 = hd.Graph()
     x = g2.tensor(dims=(1, 2, 4, 4), name="x")
@@ -419,7 +423,7 @@ def test_a_library_error_of_a_plan_without_its_own_launcher_names_the_plan(dev, 
     MIOpen's MIOpenError) passes the queue unchanged: the plan's runner names the plan, as
     the graph engine's launcher does (589ca66); type, code and cause are kept."""
     g, x, w, y = conv_graph()
-    plan = dev.build_sync(g)
+    plan = dev.build_sync(g, engine="CPU_ENGINE")
     vp = {x: rand(x.dims), w: rand(w.dims), y: np.zeros(y.dims, np.float32)}
     original = hd.ExecutionError("cudnnConvolutionForward failed: CUDNN_STATUS_UNKNOWN",
                                  code="GRAPH_EXECUTION_FAILED")

@@ -57,9 +57,9 @@ def test_editing_graph_a_changes_no_plan_sharing_its_provider_plan(dev):
     ``set_data_type(HALF)`` on graph A's virtual conv output."""
     ga, ta = conv_bias_relu_graph("a")
     gb, tb = conv_bias_relu_graph("b")
-    plan_a = dev.build_sync(ga)
+    plan_a = dev.build_sync(ga, engine="CPU_ENGINE")
     hits = hd.stats()["plan_cache_hits"]
-    plan_b = dev.build_sync(gb)
+    plan_b = dev.build_sync(gb, engine="CPU_ENGINE")
     assert hd.stats()["plan_cache_hits"] == hits + 1      # B shares A's provider plan
     xs, ws, bs = rand((2, 8, 9, 9), 1), rand((6, 8, 3, 3), 2), rand((1, 6, 1, 1), 3)
     want = expected(xs, ws, bs)
@@ -74,7 +74,7 @@ def test_editing_graph_a_changes_no_plan_sharing_its_provider_plan(dev):
         assert err < 1e-5, (plan, err)
 
     # A plan built from the edited graph follows the edit (HALF intermediate rounds).
-    plan_a2 = dev.build_sync(ga)
+    plan_a2 = dev.build_sync(ga, engine="CPU_ENGINE")
     err2 = np.abs(run(plan_a2, ta, xs, ws, bs) - want).max()
     assert 1e-5 < err2 < 0.05
     # ... and building it changed neither of the earlier plans.

@@ -168,7 +168,7 @@ def test_cpu_perf_key_names_the_cpu_model_and_blas_threads(tmp_path):
     for threads in (1, 2, 1):
         with threadpoolctl.threadpool_limits(threads, user_api="blas"):
             with hd.Device("cpu", streams=1, perfdb=db) as d:
-                plan = d.build_sync(g, knobs={"global.benchmarking": 1})
+                plan = d.build_sync(g, knobs={"global.benchmarking": 1}, engine="CPU_ENGINE")
                 devices.append((threads, plan.benchmarked, plan.perfdb_hit))
     # tuned at 1 thread, again at 2 (not reused), then the 1-thread winner is a hit
     assert devices == [(1, True, False), (2, True, False), (1, False, True)]

@@ -55,7 +55,7 @@ def workspace_sizes(g):
 @pytest.mark.parametrize("direction", ["fprop", "dgrad", "wgrad"])
 def test_conv_knobs_offered_with_dynamic_range(direction):
     g = graph(direction)
-    (e,) = hd.engines(g, "cpu")
+    e = hd.engines(g, "cpu")[-1]   # CPU_ENGINE (ONEDNN_ENGINE ranks first)
     ids = [k.id for k in e.knobs]
     assert ids == [BENCH, WS]
     sizes = workspace_sizes(g)
@@ -67,10 +67,10 @@ def test_conv_knobs_offered_with_dynamic_range(direction):
 
 
 def test_workspace_knob_not_offered_for_batchnorm_or_fused():
-    (e,) = hd.engines(bn_graph(), "cpu")
+    e = hd.engines(bn_graph(), "cpu")[-1]   # CPU_ENGINE
     assert [k.id for k in e.knobs] == [BENCH]
     with hd.Device("cpu") as dev, pytest.raises(hd.KnobError, match=WS):
-        dev.build_sync(bn_graph(), knobs={WS: 0})
+        dev.build_sync(bn_graph(), knobs={WS: 0}, engine="CPU_ENGINE")
 
 
 @pytest.mark.parametrize("direction", ["fprop", "dgrad", "wgrad"])
@@ -80,18 +80,18 @@ def test_workspace_limit_range_and_zero(direction):
     with hd.Device("cpu") as dev:
         if sizes[-1] > 0:
             with pytest.raises(hd.KnobError, match=r"outside \[") as ei:
-                dev.build_sync(g, knobs={WS: sizes[-1] + 1})
+                dev.build_sync(g, knobs={WS: sizes[-1] + 1}, engine="CPU_ENGINE")
             assert str(sizes[-1]) in str(ei.value)
         with pytest.raises(hd.KnobError):
-            dev.build_sync(g, knobs={WS: -1})
+            dev.build_sync(g, knobs={WS: -1}, engine="CPU_ENGINE")
         with pytest.raises(hd.KnobError):
-            dev.build_sync(g, knobs={WS: 1.5})
+            dev.build_sync(g, knobs={WS: 1.5}, engine="CPU_ENGINE")
         with pytest.raises(hd.KnobError, match="global.nonsense"):
-            dev.build_sync(g, knobs={"global.nonsense": 1})
+            dev.build_sync(g, knobs={"global.nonsense": 1}, engine="CPU_ENGINE")
         assert sizes[0] == 0, "a zero-workspace algorithm must exist in every direction"
-        plan = dev.build_sync(g, knobs={WS: 0})
+        plan = dev.build_sync(g, knobs={WS: 0}, engine="CPU_ENGINE")
         assert plan.workspace_size == 0 and plan.knobs[WS] == 0
-        default = dev.build_sync(g)
+        default = dev.build_sync(g, engine="CPU_ENGINE")
         assert default.knobs == {BENCH: 0, WS: sizes[-1]}
 
 
@@ -101,7 +101,7 @@ def test_every_limit_gives_plan_within_limit(direction):
     with hd.Device("cpu") as dev:
         for limit in workspace_sizes(g):
             for bench in (0, 1):
-                plan = dev.build_sync(g, knobs={WS: limit, BENCH: bench})
+                plan = dev.build_sync(g, knobs={WS: limit, BENCH: bench}, engine="CPU_ENGINE")
                 assert plan.workspace_size <= limit
 
 
@@ -110,10 +110,10 @@ def test_benchmarking_runs_once_then_perfdb_hits(tmp_path):
     g = graph("fprop", hw=12)
     before = hd.stats()["benchmarks_run"]
     with hd.Device("cpu", perfdb=db) as dev:
-        p1 = dev.build_sync(g, knobs={BENCH: 1})
+        p1 = dev.build_sync(g, knobs={BENCH: 1}, engine="CPU_ENGINE")
     assert p1.benchmarked and not p1.perfdb_hit
     with hd.Device("cpu", perfdb=db) as dev:  # new device: no in-process plan cache
-        p2 = dev.build_sync(g, knobs={BENCH: 1})
+        p2 = dev.build_sync(g, knobs={BENCH: 1}, engine="CPU_ENGINE")
     assert p2.perfdb_hit and not p2.benchmarked and p2.algorithm == p1.algorithm
     assert hd.stats()["benchmarks_run"] == before + 1
     assert len(db.entries()) == 1
@@ -123,13 +123,13 @@ def test_stale_perfdb_entry_is_ignored_and_retuned(tmp_path):
     db = hd.PerfDb(str(tmp_path / "db.sqlite3"))
     g = graph("fprop")
     with hd.Device("cpu", perfdb=db) as dev:
-        p1 = dev.build_sync(g, knobs={BENCH: 1})
+        p1 = dev.build_sync(g, knobs={BENCH: 1}, engine="CPU_ENGINE")
     (entry,) = db.entries()
     key = _perfdb.PerfKey(**{k: entry[k] for k in ("provider", "engine", "library_versions",
                                                      "device", "problem", "workspace_limit")})
     db.store(key, _perfdb.PerfRecord("removed_algorithm", 0.001, 0, 0.0))
     with hd.Device("cpu", perfdb=db) as dev:
-        p2 = dev.build_sync(g, knobs={BENCH: 1})
+        p2 = dev.build_sync(g, knobs={BENCH: 1}, engine="CPU_ENGINE")
     assert p2.benchmarked and p2.algorithm in {a.name for a in _conv.ALGORITHMS["fprop"]}
     assert db.lookup(key).algorithm == p2.algorithm
     assert p1.algorithm in {a.name for a in _conv.ALGORITHMS["fprop"]}
@@ -139,11 +139,11 @@ def test_forced_benchmarking_env(monkeypatch, tmp_path):
     db = hd.PerfDb(str(tmp_path / "db.sqlite3"))
     monkeypatch.setenv("HIPDNN_FORCE_BENCHMARKING", "on")
     with hd.Device("cpu", perfdb=db) as dev:
-        plan = dev.build_sync(graph("wgrad"))
+        plan = dev.build_sync(graph("wgrad"), engine="CPU_ENGINE")
     assert plan.knobs[BENCH] == 1 and plan.benchmarked
     monkeypatch.setenv("HIPDNN_ASYNC_FORCE_BENCHMARKING", "0")
     with hd.Device("cpu", perfdb=db) as dev:
-        plan = dev.build_sync(graph("dgrad"), knobs={BENCH: 1})
+        plan = dev.build_sync(graph("dgrad"), knobs={BENCH: 1}, engine="CPU_ENGINE")
     assert plan.knobs[BENCH] == 0 and not plan.benchmarked
 
 
@@ -153,7 +153,7 @@ SCRIPT = textwrap.dedent("""
     x = g.tensor(dims=(2, 4, 10, 10), name="x"); w = g.tensor(dims=(8, 4, 3, 3), name="w")
     g.conv_fprop(x, w, padding=1).set_output(True)
     with hd.Device("cpu") as dev:
-        p = dev.build_sync(g, knobs={"global.benchmarking": 1})
+        p = dev.build_sync(g, knobs={"global.benchmarking": 1}, engine="CPU_ENGINE")
     print(json.dumps({"benchmarked": p.benchmarked, "hit": p.perfdb_hit, "algo": p.algorithm,
                       "runs": hd.stats()["benchmarks_run"]}))
 """)
@@ -173,7 +173,7 @@ def test_hipdnn_style_lowering_seed_sample():
     g = graph("fprop")
     g.build_operation_graph("cpu")
     ids = g.get_ranked_engine_ids()
-    assert ids == [hd.engines(g, "cpu")[0].id]
+    assert ids == [e.id for e in hd.engines(g, "cpu")]
     knobs = g.get_knobs_for_engine(ids[0])
     ws_knob = next(k for k in knobs if k.id == WS)
     assert str(ws_knob.constraint) == f"[{ws_knob.constraint.min}, {ws_knob.constraint.max}]"
@@ -187,7 +187,7 @@ def test_hipdnn_style_lowering_seed_sample():
     ya, yb = np.zeros(y.dims, np.float32), np.zeros(y.dims, np.float32)
     g.execute({x: xa, w: wa, y: ya}, None)
     with hd.Device("cpu") as dev:  # the same machinery through the async spelling
-        dev.build_sync(g).execute_sync({x: xa, w: wa, y: yb})
+        dev.build_sync(g, engine="CPU_ENGINE").execute_sync({x: xa, w: wa, y: yb})
     np.testing.assert_allclose(ya, yb, rtol=1e-5, atol=1e-4)
     with pytest.raises(hd.KnobError, match="outside"):
         g.create_execution_plan_ext(ids[0], [hd.KnobSetting(WS, ws_knob.constraint.max + 1)])
@@ -237,7 +237,7 @@ def test_each_build_logs_engine_knobs_algorithm_and_db_hit(tmp_path, caplog):
     with caplog.at_level(logging.INFO, logger="hipdnn_async"):
         for _ in range(2):
             with hd.Device("cpu", perfdb=db) as dev:
-                plan = dev.build_sync(graph("fprop"), knobs={BENCH: 1})
+                plan = dev.build_sync(graph("fprop"), knobs={BENCH: 1}, engine="CPU_ENGINE")
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("built plan")]
     assert len(lines) == 2
     for line, hit in zip(lines, (False, True)):

@@ -1,5 +1,6 @@
-"""The CPU provider: one engine, ``CPU_ENGINE`` (``CpuEngine``), over NumPy/BLAS and
-Cython kernels.
+"""The CPU provider: ``ONEDNN_ENGINE`` (``providers.cpu._onednn``: oneDNN's primitives,
+first where the library loads) and ``CPU_ENGINE`` (``CpuEngine``), over NumPy/BLAS and
+Cython kernels: the reference and the fallback.
 
 Convolution patterns choose among several algorithms (``_conv.ALGORITHMS``) by heuristic
 or, with ``global.benchmarking = 1``, by timing them on the real problem once and
@@ -25,6 +26,7 @@ from .. import _tuning
 from .._base import Provider, ProviderEngine, ProviderPlan
 from . import _batchnorm, _bind, _conv
 from ._bind import bind_workspace, make_binder
+from ._onednn import OnednnEngine
 
 __all__ = ["CpuProvider", "CpuEngine", "CPU_ENGINE_NAME"]
 
@@ -119,7 +121,9 @@ class CpuEngine(ProviderEngine):
 class CpuProvider(Provider):
     """Runs every pattern on the host; always present."""
 
-    ENGINES = (CpuEngine,)
+    # oneDNN first where it loads (it declines where it does not); CPU_ENGINE is the
+    # reference and the fallback
+    ENGINES = (OnednnEngine, CpuEngine)
 
     def __init__(self):
         self.name = self.spec = "cpu"

@@ -13,7 +13,7 @@ import re
 import pytest
 
 from hipdnn_async._errors import LibraryError
-from hipdnn_async.runtime import _cudnn, _cudnn_backend, _gpu, _loader, _miopen
+from hipdnn_async.runtime import _cudnn, _cudnn_backend, _gpu, _loader, _miopen, _onednn
 
 SRC = pathlib.Path(__file__).resolve().parents[3] / "src_pyx"
 
@@ -23,6 +23,7 @@ TABLES = {
     "_cudnn": lambda: [_cudnn.TABLE],
     "_cudnn_backend": lambda: [_cudnn_backend.TABLE],
     "_miopen": lambda: [_miopen.TABLE],
+    "_onednn": lambda: [_onednn.TABLE],
 }
 
 

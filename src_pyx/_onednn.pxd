@@ -1,0 +1,54 @@
+# cython: language_level=3
+"""C-level surface of ``hipdnn_async.runtime._onednn``: the oneDNN symbol table and the
+objects that own oneDNN handles (memory descriptors, primitive descriptors, primitives) and
+the prebuilt ``Program`` whose run is the per-execution hot path. See ``_onednn.pyx``.
+"""
+from libc.stdint cimport int64_t
+
+from ._onednn_api cimport ExecArg, OnednnFns
+from ._loader cimport Library, LibraryTable
+
+
+cdef class Onednn(LibraryTable):
+    cdef OnednnFns f
+    cdef void* engine                 # the CPU engine (index 0), created at load
+    cdef int (*omp_get_max_threads)() noexcept nogil   # from the library's OpenMP runtime; may be NULL
+    cdef Library _omp                 # that runtime, kept open
+
+    cdef int _check(self, int status, const char* call) except -1
+
+
+cdef class MemoryDesc:
+    cdef void* md
+    cdef readonly tuple dims
+    cdef readonly int data_type
+
+
+cdef class PrimitiveDesc:
+    cdef void* pd
+    cdef readonly str kind            # "conv_fwd", "conv_bwd_data", ..., "reorder"
+    cdef object _hint                 # the forward hint a backward descriptor iterates with
+
+
+cdef class Primitive:
+    cdef void* prim
+    cdef readonly PrimitiveDesc desc
+
+
+cdef class Program:
+    cdef void* stream
+    cdef int n_mems
+    cdef void** mems                  # dnnl_memory_t per memory slot
+    cdef int* mem_kind                # 0 user array, 1 workspace offset, 2 owned buffer
+    cdef Py_ssize_t* mem_ref          # kind 0: index in the arrays tuple; kind 1: byte offset
+    cdef void** mem_last              # the handle set last (set again only when it changes)
+    cdef int n_steps
+    cdef void** step_prim
+    cdef int* step_nargs
+    cdef ExecArg** step_args
+    cdef unsigned char* step_on       # 0: skipped (e.g. a reorder of frozen constants)
+    cdef readonly Py_ssize_t n_arrays
+    cdef readonly Py_ssize_t workspace_size
+    cdef list _keep                   # primitives, descriptors and owned buffers kept alive
+
+    cdef int c_run(self, tuple arrays, char* workspace) except -1

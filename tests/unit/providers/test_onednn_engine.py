@@ -1,0 +1,318 @@
+"""ONEDNN_ENGINE (hipdnn_async.providers.cpu._onednn): ranking, knobs over oneDNN's
+implementations, the perf db across processes, the fallback without oneDNN, the submit
+path's launcher, constant weights reordered once, and spot checks of every pattern
+against the float64 references of tests/oracle/_reference.py (the full pattern x dtype x
+layout matrix is tests/oracle, which runs on the default engine).
+
+Skipped where oneDNN does not load (another platform: the engine declines there, which
+test_fallback_without_onednn checks in a subprocess)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import hipdnn_async as hd
+from hipdnn_async.providers._tuning import Algorithm
+from hipdnn_async.runtime import load_onednn
+from oracle import _reference as ref
+from oracle._cases import alloc
+
+pytestmark = pytest.mark.skipif(not load_onednn().ok,
+                                reason=f"oneDNN does not load here: {load_onednn().reason}")
+
+ONEDNN, CPU = "ONEDNN_ENGINE", "CPU_ENGINE"
+WS, BENCH = "global.workspace_size_limit", "global.benchmarking"
+BF16 = np.dtype(ml_dtypes.bfloat16)
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+
+@pytest.fixture
+def dev():
+    with hd.Device("cpu") as d:
+        yield d
+
+
+def rand(t, seed=0, dtype=np.float32):
+    """U(-1, 1) values in a buffer with tensor ``t``'s dims and strides."""
+    a = alloc(t.dims, t.strides, dtype)
+    a[...] = np.random.default_rng(seed).uniform(-1, 1, t.dims).astype(dtype)
+    return a
+
+
+def empty(t, dtype=np.float32):
+    return alloc(t.dims, t.strides, dtype)
+
+
+def fprop_graph(layout="NHWC", dtype=hd.DataType.FLOAT, x_dims=(2, 8, 9, 9), w_dims=(8, 4, 3, 3),
+                **conv):
+    g = hd.Graph(name="fprop", io_data_type=dtype)
+    x = g.tensor(dims=x_dims, layout=layout, name="x")
+    w = g.tensor(dims=w_dims, layout=layout, name="w")
+    y = g.conv_fprop(x, w, **conv)
+    y.set_output(True).set_name("y")
+    return g, x, w, y
+
+
+def close(got, want, tol):
+    got = np.asarray(got, np.float64)
+    assert np.all(np.abs(got - want) <= tol * (1 + np.abs(want))), np.abs(got - want).max()
+
+
+# ------------------------------------------------------------------ ranking and naming
+def test_onednn_ranks_first_and_names_its_implementation(dev):
+    g, *_ = fprop_graph()
+    assert [e.name for e in hd.engines(g, "cpu")] == [ONEDNN, CPU]
+    plan = dev.build_sync(g)
+    assert plan.engine.name == ONEDNN
+    a = plan.algorithm
+    assert isinstance(a, Algorithm) and not str(a).startswith("ref:")
+    assert "oneDNN's own preference order, rank 1 of" in a.reason
+    assert [n for n, _ in a.trials][0] == str(a)
+
+
+# ------------------------------------------------------------------ convolutions vs float64
+@pytest.mark.parametrize("dtype,tol", [(hd.DataType.FLOAT, 1e-5), (hd.DataType.BFLOAT16, 2e-2)])
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+def test_fprop_groups_dilation_asymmetric_padding(dev, dtype, tol, layout):
+    npdt = np.float32 if dtype == hd.DataType.FLOAT else BF16
+    g, x, w, y = fprop_graph(layout, dtype, (2, 8, 11, 10), (6, 4, 3, 2), pre_padding=(2, 0),
+                             post_padding=(1, 1), stride=(2, 1), dilation=(2, 3))
+    plan = dev.build_sync(g, engine=ONEDNN)
+    xa, wa = rand(x, 1, npdt), rand(w, 2, npdt)
+    ya = empty(y, npdt)
+    plan.execute_sync({x: xa, w: wa, y: ya})
+    want = ref.conv_fprop(xa, wa, (2, 0), (1, 1), (2, 1), (2, 3))
+    close(ya, want, tol * 4)
+
+
+def test_dgrad_and_wgrad_match_float64(dev):
+    x_dims, w_dims = (2, 6, 7, 7), (4, 6, 3, 3)
+    for direction in ("dgrad", "wgrad"):
+        g = hd.Graph(name=direction)
+        dy = g.tensor(dims=(2, 4, 7, 7), layout="NHWC", name="dy")
+        if direction == "dgrad":
+            w = g.tensor(dims=w_dims, layout="NHWC", name="w")
+            out = g.conv_dgrad(dy, w, dx_dims=x_dims, padding=1)
+        else:
+            w = g.tensor(dims=x_dims, layout="NHWC", name="x")
+            out = g.conv_wgrad(dy, w, dw_dims=w_dims, padding=1)
+        out.set_output(True)
+        plan = dev.build_sync(g, engine=ONEDNN)
+        dya, wa = rand(dy, 3), rand(w, 4)
+        outa = empty(out)
+        plan.execute_sync({dy: dya, w: wa, out: outa})
+        want = (ref.conv_dgrad(dya, wa, x_dims, (1, 1), (1, 1)) if direction == "dgrad"
+                else ref.conv_wgrad(dya, wa, w_dims, (1, 1), (1, 1)))
+        close(outa, want, 1e-4)
+
+
+def test_conv_bias_relu_and_nan(dev):
+    g = hd.Graph(name="cbr")
+    x = g.tensor(dims=(1, 4, 5, 5), layout="NHWC", name="x")
+    w = g.tensor(dims=(4, 4, 1, 1), layout="NHWC", name="w")
+    b = g.tensor(dims=(1, 4, 1, 1), name="b")
+    y = g.pointwise(g.pointwise(g.conv_fprop(x, w), b, mode=hd.PointwiseMode.ADD),
+                    mode=hd.PointwiseMode.RELU_FWD)
+    y.set_output(True)
+    plan = dev.build_sync(g, engine=ONEDNN)
+    xa, wa, ba = rand(x, 5), rand(w, 6), rand(b, 7)
+    xa[0, 0, 0, 0] = np.nan                      # NaN propagates through ReLU
+    ya = empty(y)
+    plan.execute_sync({x: xa, w: wa, b: ba, y: ya})
+    want = ref.relu(ref.conv_fprop(xa, wa) + ba.astype(np.float64))
+    assert np.isnan(ya[0, :, 0, 0]).all() and np.array_equal(np.isnan(ya), np.isnan(want))
+    ok = ~np.isnan(want)
+    close(ya[ok], want[ok], 1e-5)
+    assert not np.signbit(ya[ok]).any()          # never -0.0
+
+
+# ------------------------------------------------------------------ batchnorm
+def test_bn_training_running_statistics_and_variance_round_trip(dev):
+    g = hd.Graph(name="bn")
+    x = g.tensor(dims=(4, 3, 5, 6), layout="NHWC", name="x")
+    s, b, pm, pv = (g.tensor(dims=(1, 3, 1, 1), name=n) for n in ("s", "b", "pm", "pv"))
+    y, mean, inv, nm, nv = g.batchnorm(x, s, b, epsilon=1e-3, momentum=0.25,
+                                       prev_running_mean=pm, prev_running_variance=pv)
+    for t in (y, mean, inv, nm, nv):
+        t.set_output(True)
+    plan = dev.build_sync(g, engine=ONEDNN)
+    xa = rand(x, 8)
+    xa[...] = 0.5 + 3 * xa
+    sa, ba, pma, pva = rand(s, 9), rand(b, 10), rand(pm, 11), rand(pv, 12)
+    pva += 2
+    outs = {t: empty(t) for t in (y, mean, inv, nm, nv)}
+    plan.execute_sync({x: xa, s: sa, b: ba, pm: pma, pv: pva, **outs})
+    want = ref.bn_training(xa, sa, ba, 1e-3, 0.25, pma, pva)
+    for t, key in ((y, "y"), (mean, "mean"), (inv, "inv_variance"), (nm, "next_running_mean"),
+                   (nv, "next_running_variance")):
+        close(outs[t], want[key], 1e-4)
+
+
+def test_bn_backward_takes_inv_variance(dev):
+    g = hd.Graph(name="bnb")
+    x = g.tensor(dims=(3, 4, 5, 5), layout="NCHW", name="x")
+    dy = g.tensor(dims=(3, 4, 5, 5), layout="NCHW", name="dy")
+    s, m, iv = (g.tensor(dims=(1, 4, 1, 1), name=n) for n in ("s", "m", "iv"))
+    dx, ds, db = g.batchnorm_backward(dy, x, s, mean=m, inv_variance=iv)
+    for t in (dx, ds, db):
+        t.set_output(True)
+    plan = dev.build_sync(g, engine=ONEDNN)
+    xa, dya, sa = rand(x, 13), rand(dy, 14), rand(s, 15)
+    st = ref.bn_training(xa, np.ones(4), np.zeros(4), 1e-5)
+    ma, iva = st["mean"].astype(np.float32), st["inv_variance"].astype(np.float32)
+    outs = {t: empty(t) for t in (dx, ds, db)}
+    plan.execute_sync({x: xa, dy: dya, s: sa, m: ma, iv: iva, **outs})
+    want = ref.bn_backward(dya, xa, sa, ma, iva)
+    close(outs[dx], want["dx"], 2e-3)
+    close(outs[ds], want["dscale"], 2e-3)
+    close(outs[db], want["dbias"], 2e-3)
+
+
+# ------------------------------------------------------------------ knobs and the perf db
+def test_workspace_knob_ranges_over_the_implementations(dev):
+    g, x, w, y = fprop_graph(x_dims=(2, 16, 14, 14), w_dims=(16, 16, 3, 3), padding=1)
+    e = hd.engines(g, "cpu")[0]
+    assert e.name == ONEDNN
+    knob = e.knob(WS)
+    assert knob.default == knob.max >= knob.min >= 0
+    with pytest.raises(hd.KnobError):
+        dev.build_sync(g, engine=ONEDNN, knobs={WS: knob.max + 1})
+    for limit in (knob.min, knob.max):
+        p = dev.build_sync(g, engine=ONEDNN, knobs={WS: limit})
+        assert p.workspace_size <= limit
+        xa, wa = rand(x), rand(w, 1)
+        ya = empty(y)
+        p.execute_sync({x: xa, w: wa, y: ya})
+        close(ya, ref.conv_fprop(xa, wa, (1, 1), (1, 1)), 1e-4)
+    if knob.min > 0:
+        with pytest.raises(hd.KnobError):
+            dev.build_sync(g, engine=ONEDNN, knobs={WS: knob.min - 1})
+
+
+_SCRIPT = """
+import json, hipdnn_async as hd
+g = hd.Graph(name="f")
+x = g.tensor(dims=(2, 8, 10, 10), layout="NHWC", name="x")
+w = g.tensor(dims=(8, 8, 3, 3), layout="NHWC", name="w")
+g.conv_fprop(x, w, padding=1).set_output(True)
+with hd.Device("cpu") as dev:
+    p = dev.build_sync(g, engine="ONEDNN_ENGINE", knobs={"global.benchmarking": 1})
+    print(json.dumps({"b": p.benchmarked, "hit": p.perfdb_hit, "algo": str(p.algorithm),
+                      "reason": p.algorithm.reason}))
+"""
+
+
+def test_benchmark_is_kept_in_the_perf_db_for_a_new_process(tmp_path):
+    env = dict(os.environ, HIPDNN_ASYNC_PERFDB=str(tmp_path / "db.sqlite3"),
+               PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    runs = [json.loads(subprocess.run([sys.executable, "-c", _SCRIPT], env=env, check=True,
+                                      capture_output=True, text=True).stdout) for _ in range(2)]
+    assert runs[0]["b"] and not runs[0]["hit"] and runs[0]["reason"].startswith("benchmarked")
+    assert runs[1]["hit"] and not runs[1]["b"] and runs[1]["algo"] == runs[0]["algo"]
+
+
+def test_perf_key_names_cpu_isa_threads_and_version(dev):
+    from hipdnn_async.providers.cpu._onednn import OnednnEngine
+    impl = next(i for i in dev.provider._engine_impls() if isinstance(i, OnednnEngine))
+    key = impl.perf_device()
+    state = load_onednn()
+    assert f"isa {state.isa}" in key and "oneDNN 3." in key and "threads" in key
+    assert dev.provider.describe()["device"] in key
+
+
+# ------------------------------------------------------------------ fallback and info
+_FALLBACK = """
+import json, numpy as np, hipdnn_async as hd
+from hipdnn_async.runtime import load_onednn
+g = hd.Graph(name="f")
+x = g.tensor(dims=(1, 4, 5, 5), name="x")
+w = g.tensor(dims=(4, 4, 1, 1), name="w")
+y = g.conv_fprop(x, w)
+y.set_output(True)
+with hd.Device("cpu") as dev:
+    p = dev.build_sync(g)
+    ya = np.zeros(y.dims, np.float32)
+    p.execute_sync({x: np.ones(x.dims, np.float32), w: np.ones(w.dims, np.float32), y: ya})
+print(json.dumps({"engines": [e.name for e in hd.engines(g, "cpu")], "engine": p.engine.name,
+                  "y": float(ya.max()), "reason": load_onednn().reason}))
+"""
+
+
+def test_fallback_when_the_library_path_is_missing(tmp_path):
+    missing = str(tmp_path / "nope" / "libdnnl.so.3")
+    env = dict(os.environ, HIPDNN_ASYNC_ONEDNN=missing,
+               PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = json.loads(subprocess.run([sys.executable, "-c", _FALLBACK], env=env, check=True,
+                                    capture_output=True, text=True).stdout)
+    assert out["engines"] == [CPU] and out["engine"] == CPU and out["y"] == 4.0
+    assert f"HIPDNN_ASYNC_ONEDNN={missing} does not load" in out["reason"]
+    info = json.loads(subprocess.run([sys.executable, "-m", "hipdnn_async", "info"], env=env,
+                                     check=True, capture_output=True, text=True).stdout)
+    assert info["cpu"]["onednn"] is False and missing in info["cpu"]["reason"]
+
+
+def test_info_shows_the_library():
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    info = json.loads(subprocess.run([sys.executable, "-m", "hipdnn_async", "info"], env=env,
+                                     check=True, capture_output=True, text=True).stdout)["cpu"]
+    state = load_onednn()
+    assert info["onednn"] is True and info["path"] == state.record.path
+    assert info["version"] == ".".join(map(str, state.version[:3])) and info["isa"] == state.isa
+    assert info["threads"] >= 1 and info["engines"] == [ONEDNN, CPU]
+
+
+# ------------------------------------------------------------------ submit path, constants
+def test_launcher_is_a_c_callable_that_counts(dev):
+    from hipdnn_async.runtime import ExecCounter, _onednn
+    g, x, w, y = fprop_graph(x_dims=(1, 8, 8, 8), w_dims=(8, 8, 1, 1))
+    plan = dev.build_sync(g, engine=ONEDNN)
+    pplan = plan._pplan
+    xa, wa, ya = rand(x), rand(w, 1), empty(y)
+    buffers = {"x": xa, "w": wa, "y": ya}
+    ws = np.empty(pplan.workspace_size, np.uint8) if pplan.workspace_size else None
+    counter = ExecCounter()
+    fn = pplan.launcher(buffers, ws, counter=counter, label="plan X")
+    assert isinstance(fn, _onednn.Launch)
+    fn()
+    fn()
+    assert counter.executions == 2 and counter.host_ns > 0
+    close(ya, ref.conv_fprop(xa, wa), 1e-5)
+
+
+def test_constant_weights_are_reordered_once(dev):
+    g, x, w, y = fprop_graph(x_dims=(2, 16, 8, 8), w_dims=(16, 16, 3, 3), padding=1)
+    plan = dev.build_sync(g, engine=ONEDNN)
+    xa, wa = rand(x), rand(w, 1)
+    before = empty(y)
+    plan.execute_sync({x: xa, w: wa, y: before})
+    if not plan.reorder_constants({w: wa}):
+        pytest.skip(f"{plan.algorithm} reads the user's weights layout: nothing to reorder")
+    after = empty(y)
+    plan.execute_sync({x: xa, w: wa, y: after})
+    assert np.array_equal(before, after)
+    wa[...] = 0                  # not seen: the reordered copy is what runs now
+    plan.execute_sync({x: xa, w: wa, y: after})
+    assert np.array_equal(before, after)
+
+
+def test_streams_share_one_plan_without_mixing_buffers():
+    """Executions of one plan on two streams at once (each with its own arrays and
+    workspace) give each its own result: the program's data handles are set under the
+    process-wide oneDNN gate, so a run never sees another's pointers."""
+    g, x, w, y = fprop_graph(x_dims=(2, 16, 12, 12), w_dims=(16, 16, 3, 3), padding=1)
+    with hd.Device("cpu", streams=2) as dev:
+        plan = dev.build_sync(g, engine=ONEDNN)
+        packs = []
+        for i in range(8):
+            packs.append({x: rand(x, 20 + i), w: rand(w, 40 + i), y: empty(y)})
+        handles = [plan.submit(p, stream=i % 2) for i, p in enumerate(packs)]
+        for h in handles:
+            h.result(timeout=60)
+    for p in packs:
+        close(p[y], ref.conv_fprop(p[x], p[w], (1, 1), (1, 1)), 1e-4)
