@@ -15,7 +15,7 @@ import sys
 import pytest
 
 __all__ = ["ONEDNN", "REFERENCE", "engine_names", "absence", "require", "required_here",
-           "probe_graph", "cpu_engine"]
+           "probe_graph", "cpu_engine", "run_named", "check_engine"]
 
 ONEDNN = "ONEDNN_ENGINE"
 REFERENCE = "CPU_ENGINE"   # the NumPy/Cython engine: the reference and the fallback
@@ -88,3 +88,20 @@ def cpu_engine(request):
     require(request.param)
     with hd.Device("cpu") as dev:
         yield dev, request.param
+
+
+def run_named(dev, engine, fn, what):
+    """fn() (a build and run naming ``engine``): an engine present here that declines a
+    case fails the test, since every CPU engine takes all nine patterns in every dtype
+    and layout (issue 24)."""
+    import hipdnn_async as hd
+    try:
+        return fn()
+    except hd.NotSupportedError as exc:
+        pytest.fail(f"{engine} declined {what}: {type(exc).__name__}: {exc}")
+
+
+def check_engine(h, engine):
+    """The harness's plan was built by ``engine`` of the CPU provider."""
+    assert h.plan.engine.name == engine, h.plan
+    assert h.plan.engine.provider == "cpu", h.plan

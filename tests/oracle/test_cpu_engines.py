@@ -24,22 +24,7 @@ from ._cases import (DTYPES, LAYOUTS, Harness, alloc, assert_close, chan_shape, 
                      reduction_tol, tol, wgrad_tol)
 from ._conv_shapes import ASYMMETRIC, CONV_SHAPES, conv_shape_case
 from ._cpu_engines import ONEDNN, cpu_engine, probe_graph, require  # noqa: F401
-
-
-def _run(dev, engine, fn, what):
-    """fn() (a build and run naming ``engine``): an engine present here that declines a
-    case fails the test; every CPU engine takes all nine patterns in every dtype and
-    layout (issue 24)."""
-    import hipdnn_async as hd
-    try:
-        return fn()
-    except hd.NotSupportedError as exc:
-        pytest.fail(f"{engine} declined {what}: {type(exc).__name__}: {exc}")
-
-
-def _check_engine(h, engine):
-    assert h.plan.engine.name == engine, h.plan
-    assert h.plan.engine.provider == "cpu"
+from ._cpu_engines import check_engine, run_named
 
 
 # ---------------------------------------------------------------------------------------
@@ -51,9 +36,9 @@ def _check_engine(h, engine):
 def test_pattern_on_engine(cpu_engine, pattern, dtype, layout):
     dev, engine = cpu_engine
     what = f"{engine} {pattern} {dtype} {layout}"
-    h, checks, got = _run(dev, engine, lambda: tp.run_case(dev, pattern, dtype, layout,
+    h, checks, got = run_named(dev, engine, lambda: tp.run_case(dev, pattern, dtype, layout,
                                                            engine=engine), what)
-    _check_engine(h, engine)
+    check_engine(h, engine)
     assert h.plan.pattern == pattern.split("/")[0]
     tp.check_case(h, checks, got, f"{what} (algorithm {h.plan.algorithm})")
 
@@ -85,9 +70,9 @@ SHAPES = {**CONV_SHAPES, **{f"asym_{k}": v for k, v in ASYMMETRIC.items()}}
 def test_conv_shape_on_engine(cpu_engine, shape, direction, dtype, layout):
     dev, engine = cpu_engine
     what = f"{engine} {shape} {direction} {dtype} {layout}"
-    h, got, want, limits = _run(dev, engine, lambda: conv_shape_case(
+    h, got, want, limits = run_named(dev, engine, lambda: conv_shape_case(
         dev, SHAPES[shape], shape, direction, dtype, layout, engine=engine), what)
-    _check_engine(h, engine)
+    check_engine(h, engine)
     assert_close(got, want, *limits, f"{what} (algorithm {h.plan.algorithm})")
 
 
@@ -122,8 +107,8 @@ def test_random_convolutions_on_engine(cpu_engine, p):
     dev, engine = cpu_engine
     case = (p["x"], p["w"], p["pre"], p["post"], p["stride"], p["dilation"])
     what = f"{engine} {p}"
-    h, got, want, limits = _run(dev, engine, lambda: _random_case(dev, engine, p, case), what)
-    _check_engine(h, engine)
+    h, got, want, limits = run_named(dev, engine, lambda: _random_case(dev, engine, p, case), what)
+    check_engine(h, engine)
     assert_close(got, want, *limits, f"{what} (algorithm {h.plan.algorithm})")
 
 
@@ -160,7 +145,7 @@ def test_running_statistics_in_place_on_engine(cpu_engine, dtype, layout):
     """Three rounds of BN training with next_running_* bound to the prev_running_*
     buffers: each round starts from the previous round's statistics."""
     dev, engine = cpu_engine
-    plan, checks = _run(dev, engine, lambda: tp.bn_training_in_place(
+    plan, checks = run_named(dev, engine, lambda: tp.bn_training_in_place(
         dev, dtype, layout, rounds=3, engine=engine), f"{engine} in-place BN {dtype} {layout}")
     assert plan.engine.name == engine
     for label, got, want, (atol, rtol) in checks:
@@ -182,8 +167,8 @@ def test_bn_training_virtual_statistics_on_engine(cpu_engine, dtype, layout, rel
     dev, engine = cpu_engine
     h, checks = bn_training_case(dtype, layout, relu=relu, virtual=virtual, running=running)
     what = f"{engine} BN training relu={relu} virtual={virtual} running={running} {dtype} {layout}"
-    got = _run(dev, engine, lambda: h.run(dev, engine=engine), what)
-    _check_engine(h, engine)
+    got = run_named(dev, engine, lambda: h.run(dev, engine=engine), what)
+    check_engine(h, engine)
     assert h.plan.pattern == ("BN_TRAINING_RELU" if relu else "BN_TRAINING")
     for name, want, (atol, rtol) in checks:
         assert_close(got[name], want, atol, rtol, f"{what} output '{name}'")
@@ -195,8 +180,8 @@ def test_drelu_keeps_float_intermediates_on_engine(cpu_engine, layout):
     must stay FLOAT (tests/gpu/_bn_cases.drelu_boundary_case discriminates)."""
     dev, engine = cpu_engine
     h, checks, _ = drelu_boundary_case("bfloat16", layout)
-    got = _run(dev, engine, lambda: h.run(dev, engine=engine), f"{engine} drelu {layout}")
-    _check_engine(h, engine)
+    got = run_named(dev, engine, lambda: h.run(dev, engine=engine), f"{engine} drelu {layout}")
+    check_engine(h, engine)
     for name, want, (atol, rtol) in checks:
         assert_close(got[name], want, atol, rtol, f"{engine} {layout} {name}")
 
@@ -249,8 +234,8 @@ def test_inv_variance_range_on_engine(cpu_engine, pattern, dtype, layout):
     checks = [("dx", want["dx"], tol("bn_backward", dtype)), ("dscale", want["dscale"], tf),
               ("dbias", want["dbias"], tf)]
     what = f"{engine} {pattern} {dtype} {layout} inv_variance {INV_VARIANCES.tolist()}"
-    got = _run(dev, engine, lambda: h.run(dev, engine=engine), what)
-    _check_engine(h, engine)
+    got = run_named(dev, engine, lambda: h.run(dev, engine=engine), what)
+    check_engine(h, engine)
     for name, want_v, (atol, rtol) in checks:
         assert_close(got[name], want_v, atol, rtol, f"{what} output '{name}'")
 
@@ -273,7 +258,7 @@ def test_bn_training_constant_channel_on_engine(cpu_engine, dtype):
     h.output(y, "y")
     h.output(mean, "mean", dtype="float32")
     h.output(inv, "inv_variance", dtype="float32")
-    got = _run(dev, engine, lambda: h.run(dev, engine=engine), f"{engine} constant channel")
+    got = run_named(dev, engine, lambda: h.run(dev, engine=engine), f"{engine} constant channel")
     want = ref.bn_training(h.ref["x"], h.ref["scale"], h.ref["bias"], eps)
     tf = tol("bn_training", "float32")
     assert_close(got["y"], want["y"], *tol("bn_training", dtype), f"{engine} {dtype} y")
@@ -290,9 +275,10 @@ def test_bn_training_constant_channel_on_engine(cpu_engine, dtype):
                                      "BN_BACKWARD"])
 def test_channel_slice_strides_on_engine(cpu_engine, pattern, dtype):
     dev, engine = cpu_engine
-    h, checks, got = _run(dev, engine, lambda: _channel_slice_case(dev, engine, pattern, dtype),
+    h, checks, got = run_named(dev, engine, lambda: _channel_slice_case(dev, engine, pattern,
+                                                                         dtype),
                           f"{engine} {pattern} {dtype} channel slice")
-    _check_engine(h, engine)
+    check_engine(h, engine)
     for name, want, (atol, rtol) in checks:
         assert_close(got[name], want, atol, rtol, f"{engine} {pattern} {dtype} slice '{name}'")
 
