@@ -327,3 +327,24 @@ def _channel_slice_case(dev, engine, pattern, dtype):
     else:
         checks = tp.PATTERNS[pattern](h, 4, rng)
     return h, checks, h.run(dev, engine=engine)
+
+
+@pytest.mark.parametrize("ci,system,machine,fails", [
+    ("true", "linux", "x86_64", True),        # CI installs oneDNN there: absent is a failure
+    ("", "linux", "x86_64", False),           # a developer's machine without the wheel: skip
+    ("true", "linux", "aarch64", False),      # no wheel for the platform: skip
+    ("true", "darwin", "x86_64", False),
+])
+def test_an_absent_onednn_engine_fails_only_where_ci_installs_it(monkeypatch, ci, system,
+                                                                  machine, fails):
+    import platform
+    import sys
+
+    from . import _cpu_engines
+    monkeypatch.setenv("CI", ci)
+    monkeypatch.setattr(sys, "platform", system)
+    monkeypatch.setattr(platform, "machine", lambda: machine)
+    monkeypatch.setitem(_cpu_engines._ABSENCE, ONEDNN, "NotSupportedError: libdnnl.so.3 not found")
+    outcome = pytest.fail.Exception if fails else pytest.skip.Exception
+    with pytest.raises(outcome, match="libdnnl.so.3 not found"):
+        require(ONEDNN)
