@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from gpu._bn_cases import bn_training_case, drelu_boundary_case
@@ -104,11 +104,22 @@ def conv_problems(draw):
           suppress_health_check=[HealthCheck.too_slow])
 @given(p=conv_problems())
 def test_random_convolutions_on_engine(cpu_engine, p):
+    """Random small problems, degenerate ones included (1x1 images whose outputs come
+    from padding alone, kernels as large as the padded input). An engine may decline
+    those it has no fast kernel for (the issue's decline rule: the next engine builds
+    them); the device's own choice must then compute them correctly."""
+    import hipdnn_async as hd
     dev, engine = cpu_engine
     case = (p["x"], p["w"], p["pre"], p["post"], p["stride"], p["dilation"])
     what = f"{engine} {p}"
-    h, got, want, limits = run_named(dev, engine, lambda: _random_case(dev, engine, p, case), what)
-    check_engine(h, engine)
+    try:
+        h, got, want, limits = _random_case(dev, engine, p, case)
+        check_engine(h, engine)
+    except hd.NotSupportedError as exc:
+        event(f"{engine} declined: {str(exc)[:60]}")
+        h, got, want, limits = _random_case(dev, None, p, case)
+        assert h.plan.engine.name != engine, h.plan
+        what += f" (declined by {engine}: {exc}; built by {h.plan.engine.name})"
     assert_close(got, want, *limits, f"{what} (algorithm {h.plan.algorithm})")
 
 
