@@ -19,9 +19,9 @@ BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench")
 sys.path.insert(0, BENCH)
 import bench_cpu as bc  # noqa: E402
 
-ARGS = ["--quick", "--batch", "1", "--reps", "1", "--warmup", "1",
+ARGS = ["--quick", "--batch", "1", "--reps", "1", "--warmup", "1", "--gemm-n", "512",
         "--configs", "float32:NHWC,bfloat16:NCHW",
-        "--patterns", "fprop,dgrad,conv_bias_relu,bn_train_relu,bn_infer_drelu_bwd"]
+        "--patterns", "fprop,wgrad,conv_bias_relu,bn_train_relu,bn_infer_drelu_bwd"]
 # relative L2 difference of our output from torch's: fp32 accumulation order only
 # (about sqrt(C*R*S) * 2^-24); bf16 both outputs rounded to 8 significant bits
 # (2^-8 each) plus bf16 ReLU inputs on torch's side
@@ -46,7 +46,7 @@ def test_every_case_ran_on_both_sides(report):
     assert doc["errors"] == []
     want = {(shape, p, dt, lay)
             for dt, lay in (("float32", "NHWC"), ("bfloat16", "NCHW"))
-            for shape, pats in ((bc.QUICK_CONV_SHAPES, ("fprop", "dgrad", "conv_bias_relu")),
+            for shape, pats in ((bc.QUICK_CONV_SHAPES, ("fprop", "wgrad", "conv_bias_relu")),
                                 (["x".join(map(str, s)) for s in bc.QUICK_BN_SHAPES],
                                  ("bn_train_relu", "bn_infer_drelu_bwd")))
             for shape in shape for p in pats}
