@@ -453,7 +453,7 @@ def header(args, hd, torch, dev, threads):
         "torch_threads": torch.get_num_threads(),
         "engine": args.engine or "device's choice",
         "device": desc,
-        "onednn": _onednn_text(desc),
+        "onednn": onednn_facts(),
         "torch": torch.__version__,
         "numpy": np.__version__,
         "hipdnn_async": getattr(hd, "__version__", "?"),
@@ -475,11 +475,19 @@ def _loadavg():
         return None
 
 
-def _onednn_text(desc):
-    """What the device says of oneDNN (library, version, ISA), or that it says nothing."""
-    found = [f"{k}: {v}" for k, v in desc.items() if "dnnl" in str(v).lower()
-             or "onednn" in f"{k} {v}".lower()]
-    return "; ".join(found) or "not reported by the CPU device (no oneDNN engine loaded?)"
+def onednn_facts():
+    """oneDNN as the runtime loaded it: path, version, ISA, threads, or why it did not
+    load (``hipdnn-async info`` reports the same)."""
+    from hipdnn_async import runtime
+    load = getattr(runtime, "load_onednn", None)
+    if load is None:
+        return {"loaded": False, "reason": "this hipdnn_async has no oneDNN binding"}
+    st = load()
+    record = getattr(st, "record", None)
+    return {"loaded": bool(st.ok), "reason": st.reason,
+            "path": getattr(record, "path", None),
+            "version": ".".join(map(str, st.version[:3])) if st.version else None,
+            "isa": st.isa or None, "threads": st.threads}
 
 
 def _cpu_model():
@@ -554,8 +562,10 @@ def run(args):
         print("bench_cpu: " + "; ".join(f"{k} {v}" for k, v in head.items()
                                         if k not in ("device",)), flush=True)
         print(f"  device: {head['device']}", flush=True)
-        if head["torch_threads"] != threads:
-            doc["errors"].append(f"torch threads {head['torch_threads']} != ours {threads}")
+        dnnl_threads = head["onednn"].get("threads")
+        for who, n in (("torch", head["torch_threads"]), ("oneDNN", dnnl_threads)):
+            if n is not None and n != threads:
+                doc["errors"].append(f"{who} threads {n} != ours {threads}")
         warm_process(hd, torch, dev, args.engine)
         anch = doc["anchors"] = anchors(torch, args.gemm_n)
         print(f"anchors: fp32 GEMM {f(anch['gemm_float32_gflops'], 1)} GFLOP/s, bf16 GEMM "

@@ -66,6 +66,11 @@ def test_threads_and_header(report):
     assert h["torch_threads"] == h["threads"] >= 1
     for key in ("command", "cpu", "onednn", "torch", "numpy", "date"):
         assert h[key], key
+    dnnl = h["onednn"]
+    if dnnl["loaded"]:   # oneDNN's OpenMP team is as wide as torch's
+        assert dnnl["threads"] == h["threads"] and dnnl["version"] and dnnl["path"], dnnl
+    else:
+        assert dnnl["reason"], dnnl
     assert "bench_cpu.py" in h["command"] and "--quick" in h["command"]
 
 
