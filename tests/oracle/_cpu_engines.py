@@ -98,7 +98,8 @@ def run_named(dev, engine, fn, what):
     try:
         return fn()
     except hd.NotSupportedError as exc:
-        pytest.fail(f"{engine} declined {what}: {type(exc).__name__}: {exc}")
+        pytest.fail(f"{engine} declined a case it must take ({what}): "
+                    f"{type(exc).__name__}: {exc}")
 
 
 def check_engine(h, engine):
