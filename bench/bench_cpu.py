@@ -528,6 +528,18 @@ def summarise(rows, anch):
     return out
 
 
+def print_matrix(rows, key="ratio", digits=2):
+    """One line per (shape, pattern), one column per dtype x layout: the rows' `key`."""
+    cols = sorted({(r["dtype"], r["layout"]) for r in rows}, key=lambda c: (c[0] != "float32",
+                                                                           c[1] != "NHWC"))
+    cells = {(r["shape"], r["pattern"], r["dtype"], r["layout"]): r[key] for r in rows}
+    lines = []
+    for shape, pattern in dict.fromkeys((r["shape"], r["pattern"]) for r in rows):
+        lines.append([shape, pattern] + [f(cells.get((shape, pattern) + c), digits)
+                                         for c in cols])
+    table(lines, ["shape", "pattern"] + [f"{d} {lay}" for d, lay in cols])
+
+
 def print_summary(summary, anch):
     print(f"\n== geometric means of ours / torch ({summary['verdict']['cases']} cases)")
     table([[k.replace("geomean_ratio", "all").replace("all_", ""), f(v)]
@@ -618,6 +630,11 @@ def run(args):
     print()
     table(printed, hdr)
     doc["summary"] = summarise(rows, anch)
+    print("\n== ours / torch (best of the calls each)")
+    print_matrix(rows)
+    print("\n== % of the anchor (fp32 / bf16 GEMM rate for convolutions, copy bandwidth for "
+          "batchnorm)")
+    print_matrix(rows, "pct", 0)
     print_summary(doc["summary"], anch)
     doc["total_seconds"] = time.perf_counter() - started
     print(f"\nbench_cpu: {len(rows)} cases in {doc['total_seconds']:.1f} s", flush=True)
