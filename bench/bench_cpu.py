@@ -556,14 +556,15 @@ def print_summary(summary, anch):
 
 
 def run(args):
+    threads = our_threads(args.threads)
+    if args.threads:
+        # before torch and oneDNN load: OpenMP reads it once, for every thread's team
+        os.environ["OMP_NUM_THREADS"] = str(threads)
     import torch
 
     import hipdnn_async as hd
 
-    threads = our_threads(args.threads)
     torch.set_num_threads(threads)
-    if args.threads:
-        os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     convs = dict((s[0], s) for s in RESNET50_CONVS)
     conv_names = QUICK_CONV_SHAPES if args.quick else CONV_SHAPES
     bn_shapes = QUICK_BN_SHAPES if args.quick else BN_SHAPES
