@@ -8,15 +8,14 @@ outputs are device arrays pre-filled with NaN, so an element the GPU does not wr
 """
 from __future__ import annotations
 
-import zlib
-
 import numpy as np
 import pytest
 
 from oracle import _reference as ref
 from oracle import test_patterns as tp
-from oracle._cases import (DTYPES, LAYOUTS, Harness, assert_close, gpu_wgrad_tol, rank_of,
-                           reduction_tol, tol)
+from oracle._conv_shapes import ASYMMETRIC, CONV_SHAPES
+from oracle._conv_shapes import conv_shape_case as _conv_shape_case
+from oracle._cases import DTYPES, LAYOUTS, Harness, assert_close, rank_of, tol
 
 import hipdnn_async as hd
 
@@ -97,29 +96,7 @@ async def test_pattern_gpu_awaited(gpu_device, monkeypatch, pattern):
         assert_close(got[name], want, atol, rtol, f"awaited {pattern} output '{name}'")
 
 
-# ---------------------------------------------------------------------------------------
-# Convolution shapes that broke libraries (tests/oracle test-cases reference), fprop,
-# dgrad and wgrad each: name -> x dims, w dims, pre, post, stride, dilation.
-CONV_SHAPES = {
-    # groups = 2 and depthwise with stride 2
-    "groups2": ((2, 8, 9, 9), (8, 4, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1)),
-    "depthwise_s2": ((1, 8, 10, 10), (8, 1, 3, 3), (1, 1), (1, 1), (2, 2), (1, 1)),
-    # 1x1 stride-2 sub-sampling, with padding: rows that land only in padding (MIOpen #218)
-    "1x1_s2_pad1": ((2, 16, 9, 9), (8, 16, 1, 1), (1, 1), (1, 1), (2, 2), (1, 1)),
-    # non-square kernel, anisotropic stride and dilation (MIOpen #133 family)
-    "dilated_anisotropic": ((1, 4, 17, 12), (6, 4, 5, 3), (2, 1), (2, 1), (2, 1), (2, 3)),
-    # conv1-like: C=3, K not a multiple of 8, 7x7 stride 2 (MIOpen #946)
-    "c3_7x7_s2": ((2, 3, 20, 20), (5, 3, 7, 7), (3, 3), (3, 3), (2, 2), (1, 1)),
-    # batch 1, a size where tensor-core kernels are picked
-    "batch1_medium": ((1, 32, 28, 28), (64, 32, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1)),
-    # 3-D, stride 2
-    "3d_s2": ((1, 4, 6, 7, 5), (8, 4, 3, 3, 3), (1, 1, 1), (1, 1, 1), (2, 2, 2), (1, 1, 1)),
-}
 CONV_DTYPES = (("float32", "NCHW"), ("float16", "NHWC"), ("bfloat16", "NHWC"))
-
-
-def _conv_layout(layout, rank):
-    return layout if rank == 4 else {"NCHW": "NCDHW", "NHWC": "NDHWC"}[layout]
 
 
 @pytest.mark.parametrize("dtype,layout", CONV_DTYPES, ids=[d for d, _ in CONV_DTYPES])
@@ -131,16 +108,6 @@ def test_conv_shape_gpu(gpu_module_device, shape, direction, dtype, layout):
     assert h.plan.engine.provider != "cpu"
     assert_close(got, want, *limits, f"{shape} {direction} {dtype} {layout} "
                                      f"(algorithm {h.plan.algorithm})")
-
-
-ASYMMETRIC = {
-    # "same" padding with an even kernel: padding at the bottom/right only (MIOpen #142)
-    "even_kernel_same": ((1, 8, 7, 7), (8, 8, 2, 2), (0, 0), (1, 1), (1, 1), (1, 1)),
-    # ... and at the top/left only (ORT #26215)
-    "even_kernel_top_left": ((1, 1, 8, 8), (1, 1, 2, 2), (1, 1), (0, 0), (1, 1), (1, 1)),
-    # the oracle suite's 2-D case: asymmetric in H, stride and dilation on different dims
-    "oracle_2d": ((2, 4, 7, 6), (5, 4, 3, 3), (1, 0), (1, 1), (2, 1), (1, 2)),
-}
 
 
 @pytest.mark.parametrize("direction", ["fprop", "dgrad", "wgrad"])
@@ -155,34 +122,6 @@ def test_asymmetric_padding_correct_or_declined(gpu_module_device, shape, direct
         assert "padding" in str(exc), str(exc)
         return
     assert_close(got, want, *limits, f"asymmetric {shape} {direction}")
-
-
-def _conv_shape_case(dev, case, shape, direction, dtype, layout):
-    xd, wd, pre, post, stride, dil = case
-    layout = _conv_layout(layout, len(xd))
-    kw = dict(pre_padding=pre, post_padding=post, stride=stride, dilation=dil)
-    yd = ref.conv_out_dims(xd, wd, pre, post, stride, dil)
-    rng = np.random.default_rng(zlib.crc32(f"{shape}/{direction}/{dtype}".encode()))
-    h = Harness(dtype, layout, name=f"gpu_{shape}_{direction}")
-    if direction == "fprop":
-        x = h.input("x", rng.uniform(-1, 1, xd))
-        w = h.input("w", rng.uniform(-1, 1, wd))
-        h.output(h.g.conv_fprop(x, w, **kw), "out")
-        want = ref.conv_fprop(h.ref["x"], h.ref["w"], pre, post, stride, dil)
-        limits = reduction_tol("conv_fprop", dtype, wd[1] * int(np.prod(wd[2:])))
-    elif direction == "dgrad":
-        dy = h.input("dy", rng.uniform(-1, 1, yd))
-        w = h.input("w", rng.uniform(-1, 1, wd))
-        h.output(h.g.conv_dgrad(dy, w, dx_dims=xd, **kw), "out")
-        want = ref.conv_dgrad(h.ref["dy"], h.ref["w"], xd, pre, post, stride, dil)
-        limits = reduction_tol("conv_dgrad", dtype, wd[0] * int(np.prod(wd[2:])))
-    else:
-        dy = h.input("dy", rng.uniform(-1, 1, yd))
-        x = h.input("x", rng.uniform(-1, 1, xd))
-        h.output(h.g.conv_wgrad(dy, x, dw_dims=wd, **kw), "out")
-        want = ref.conv_wgrad(h.ref["dy"], h.ref["x"], wd, pre, post, stride, dil)
-        limits = gpu_wgrad_tol(dtype, yd[0] * int(np.prod(yd[2:])), 1.0, 1.0)
-    return h, h.run(dev)["out"], want, limits
 
 
 def test_conv_fused_lower_clip_zero_gpu(gpu_module_device):

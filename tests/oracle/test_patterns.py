@@ -263,13 +263,30 @@ def bn_training_in_place(dev, dtype, layout, *, rounds=2, seed=0, bn_dims=None, 
     return plan, out
 
 
-def run_case(dev, pattern, dtype, layout, seed=0):
+def run_case(dev, pattern, dtype, layout, seed=0, **build_kw):
+    """Build and run one case on ``dev`` (``build_kw`` go to ``dev.build_sync``, e.g.
+    ``engine=``); returns (harness, checks, outputs)."""
     rng = np.random.default_rng([seed, sorted(PATTERNS).index(pattern), DTYPES.index(dtype),
                                  LAYOUTS.index(layout)])
     h = Harness(dtype, layout, name=f"{pattern}_{dtype}_{layout}")
     checks = PATTERNS[pattern](h, rank_of(layout), rng)
-    got = h.run(dev)
+    got = h.run(dev, **build_kw)
     return h, checks, got
+
+
+STATISTICS = ("mean", "inv_variance", "next_running_mean", "next_running_variance", "dscale",
+              "dbias")
+
+
+def check_case(h, checks, got, what):
+    """Every output of a case against its float64 reference, and the packed strides API.md
+    promises for outputs whose strides were not set (in the first data input's order)."""
+    for name, want, (atol, rtol) in checks:
+        assert_close(got[name], want, atol, rtol, f"{what} output '{name}'")
+    if not h.layout.endswith("nonpacked"):
+        for name, t in h.outputs.items():
+            if sum(d > 1 for d in t.dims) > 1 and name not in STATISTICS:
+                assert tuple(t.strides) == h.expect_strides(name), (what, name, t.strides)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -278,13 +295,4 @@ def run_case(dev, pattern, dtype, layout, seed=0):
 def test_pattern(device, pattern, dtype, layout):
     h, checks, got = run_case(device, pattern, dtype, layout)
     assert h.plan.pattern == pattern.split("/")[0]
-    for name, want, (atol, rtol) in checks:
-        assert_close(got[name], want, atol, rtol, f"{pattern} {dtype} {layout} output '{name}'")
-    if not layout.endswith("nonpacked"):
-        # API.md: outputs whose strides were not set are packed in the first data input's order
-        for name, t in h.outputs.items():
-            dims = t.dims
-            if sum(d > 1 for d in dims) > 1 and name not in (
-                    "mean", "inv_variance", "next_running_mean", "next_running_variance",
-                    "dscale", "dbias"):
-                assert tuple(t.strides) == h.expect_strides(name), (pattern, name, t.strides)
+    check_case(h, checks, got, f"{pattern} {dtype} {layout}")

@@ -1,0 +1,123 @@
+"""bench/bench_cpu.py runs (a tiny ``--quick`` subset, in a subprocess so that its
+``torch.set_num_threads`` stays there) and its report is consistent: every case timed on
+both sides, ratios, rates, percentages and geometric means recomputed here from the
+case figures, torch's thread count equal to ours, and our outputs equal to PyTorch's
+within the dtype's rounding (so the benchmark compares the same work)."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("torch", reason="bench_cpu.py compares against PyTorch's CPU path")
+
+BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench")
+sys.path.insert(0, BENCH)
+import bench_cpu as bc  # noqa: E402
+
+ARGS = ["--quick", "--batch", "1", "--reps", "1", "--warmup", "1", "--gemm-n", "512",
+        "--configs", "float32:NHWC,bfloat16:NCHW",
+        "--patterns", "fprop,wgrad,conv_bias_relu,bn_train_relu,bn_infer_drelu_bwd"]
+# relative L2 difference of our output from torch's: fp32 accumulation order only
+# (about sqrt(C*R*S) * 2^-24); bf16 both outputs rounded to 8 significant bits
+# (2^-8 each) plus bf16 ReLU inputs on torch's side
+REL_L2 = {"float32": 1e-5, "bfloat16": 1e-2}
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench_cpu") / "report.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.abspath(os.path.join(BENCH, ".."))] + sys.path))
+    proc = subprocess.run([sys.executable, os.path.join(BENCH, "bench_cpu.py"), *ARGS,
+                           "--json", str(out)], capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    with open(out) as fh:
+        return json.load(fh), proc.stdout
+
+
+def test_every_case_ran_on_both_sides(report):
+    doc, stdout = report
+    assert doc["errors"] == []
+    want = {(shape, p, dt, lay)
+            for dt, lay in (("float32", "NHWC"), ("bfloat16", "NCHW"))
+            for shape, pats in ((bc.QUICK_CONV_SHAPES, ("fprop", "wgrad", "conv_bias_relu")),
+                                (["x".join(map(str, s)) for s in bc.QUICK_BN_SHAPES],
+                                 ("bn_train_relu", "bn_infer_drelu_bwd")))
+            for shape in shape for p in pats}
+    got = {(r["shape"], r["pattern"], r["dtype"], r["layout"]) for r in doc["cases"]}
+    assert got == want
+    for r in doc["cases"]:
+        assert r["ours_ms"] > 0 and r["torch_ms"] > 0, r
+        assert r["ours_ms"] <= r["ours_median_ms"] and r["torch_ms"] <= r["torch_median_ms"], r
+        assert math.isclose(r["ratio"], r["ours_ms"] / r["torch_ms"], rel_tol=1e-12), r
+        assert r["rel_l2"] <= REL_L2[r["dtype"]], r
+    assert "geometric means" in stdout and "targets:" in stdout
+
+
+def test_threads_and_header(report):
+    doc, _ = report
+    h = doc["header"]
+    assert h["torch_threads"] == h["threads"] >= 1
+    for key in ("command", "cpu", "onednn", "torch", "numpy", "date"):
+        assert h[key], key
+    dnnl = h["onednn"]
+    if dnnl["loaded"]:   # oneDNN's OpenMP team is as wide as torch's
+        assert dnnl["threads"] == h["threads"] and dnnl["version"] and dnnl["path"], dnnl
+    else:
+        assert dnnl["reason"], dnnl
+    assert "bench_cpu.py" in h["command"] and "--quick" in h["command"]
+
+
+def test_rates_against_anchors(report):
+    doc, _ = report
+    a = doc["anchors"]
+    assert a["gemm_float32_gflops"] > 0 and a["gemm_bfloat16_gflops"] > 0 and a["copy_gbps"] > 0
+    for r in doc["cases"]:
+        if r["family"] == "conv":
+            name, (c, h, w), (k, cg, rr, s), pad, stride = dict(
+                (x[0], x) for x in bc.RESNET50_CONVS)[r["shape"]]
+            p, q = (h + 2 * pad - rr) // stride + 1, (w + 2 * pad - s) // stride + 1
+            flops = 2.0 * 1 * k * p * q * cg * rr * s        # batch 1
+            assert math.isclose(r["rate"], flops / r["ours_ms"] / 1e6, rel_tol=1e-9), r
+            anchor = a[f"gemm_{r['dtype']}_gflops"]
+        else:
+            c, hh, ww = map(int, r["shape"].split("x"))
+            itemsize = 4 if r["dtype"] == "float32" else 2
+            nbytes = bc.BN_PASSES[r["pattern"]] * c * hh * ww * itemsize
+            assert math.isclose(r["rate"], nbytes / r["ours_ms"] / 1e6, rel_tol=1e-9), r
+            anchor = a["copy_gbps"]
+        assert math.isclose(r["pct"], 100.0 * r["rate"] / anchor, rel_tol=1e-9), r
+
+
+def test_geometric_means_and_verdict(report):
+    doc, _ = report
+    rows, s = doc["cases"], doc["summary"]
+    ratios = [r["ratio"] for r in rows]
+    assert math.isclose(s["geomean_ratio"],
+                        math.exp(sum(map(math.log, ratios)) / len(ratios)), rel_tol=1e-9)
+    bf16 = [r["ratio"] for r in rows if r["dtype"] == "bfloat16"]
+    assert math.isclose(s["geomean_ratio_bfloat16"],
+                        math.exp(sum(map(math.log, bf16)) / len(bf16)), rel_tol=1e-9)
+    v = s["verdict"]
+    assert v["cases"] == len(rows)
+    assert v["above_1x"] == sum(r["ratio"] > 1.0 for r in rows)
+    assert v["geomean_target_met"] == (s["geomean_ratio"] <= 0.8)
+    assert v["bn_below_copy_target"] == sum(r["family"] == "bn" and r["pct"] < 70.0 for r in rows)
+
+
+def test_quick_and_filters_parse():
+    args = bc.parse_args(["--quick", "--configs", "bfloat16:NHWC", "--patterns", "wgrad"])
+    assert args.quick and args.configs == (("bfloat16", "NHWC"),) and args.patterns == ("wgrad",)
+    full = bc.parse_args([])
+    assert full.configs == bc.CONFIGS and set(full.patterns) == set(bc.CONV_PATTERNS
+                                                                     + bc.BN_PATTERNS)
+    assert set(bc.CONV_SHAPES) <= {c[0] for c in bc.RESNET50_CONVS}
+    for bad in (["--configs", "float16:NHWC"], ["--patterns", "fft"], ["--batch", "0"]):
+        with pytest.raises(SystemExit):
+            bc.parse_args(bad)
