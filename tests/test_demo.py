@@ -10,11 +10,12 @@ import pytest
 
 import sklearn  # noqa: E402,F401  (the demo's data; in the test extra, so a must)
 
-try:
-    import torch
-except ImportError:  # the end-to-end tests still run; only the peer comparisons skip
-    torch = None
-needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch CPU is the float64 peer")
+from _peers import peer_or_none, reason as peer_reason  # noqa: E402
+
+# Without the peers extra the end-to-end tests still run; only the peer comparisons skip.
+torch = peer_or_none("torch")
+needs_torch = pytest.mark.skipif(torch is None, reason=peer_reason("PyTorch CPU is the "
+                                                                   "float64 peer"))
 
 import hipdnn_async as hd  # noqa: E402
 from hipdnn_async.demo import main  # noqa: E402
@@ -324,6 +325,18 @@ def test_progress_is_a_bar_on_a_terminal_and_lines_otherwise():
     p.epoch(_record(1), 2)
     p.line("x")
     assert quiet.getvalue() == ""
+
+
+def test_accuracy_floor_failure_names_both_options_and_a_floor_that_would_pass():
+    """Issue 26: `demo --epochs 1` failing on the 97% floor must say how to move it."""
+    from hipdnn_async.demo._main import accuracy_failure
+
+    cfg = DemoConfig(epochs=1)
+    msg = accuracy_failure(0.9466, cfg)
+    assert "94.66%" in msg and "97.00%" in msg and "1 epoch" in msg
+    assert "--epochs" in msg and "--min-accuracy" in msg
+    suggested = float(msg.rsplit("--min-accuracy ", 1)[1].rstrip(")"))
+    assert suggested <= 0.9466 and suggested == 0.94       # a floor this run passes
 
 
 def test_unknown_device_is_a_clear_error(capsys):
