@@ -415,6 +415,23 @@ def test_end_to_end_json_and_plot(run):
     assert run["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_plot_labels_the_percentile_lines_and_every_title_fits_its_axes(run, tmp_path):
+    """Issue 26: the latency panel's title was cut off and its lines unlabelled."""
+    doc = dict(run["doc"], serving=dict(run["doc"]["serving"], clients=4096,
+                                        throughput=123456.7))   # long numbers in the title
+    fig = _report.plot(doc, str(tmp_path / "p.png"))
+    labels = fig.axes[2].get_legend_handles_labels()[1]
+    lat = doc["serving"]["latency_ms"]
+    assert labels == [f"{q} {lat[q]:.1f} ms" for q in ("p50", "p90", "p99")]
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    for ax in fig.axes:
+        title, box = ax.title.get_window_extent(renderer), ax.get_window_extent(renderer)
+        assert box.x0 - 1 <= title.x0 and title.x1 <= box.x1 + 1, ax.get_title()
+
+
 def test_summary_table_names_every_figure(run):
     text = _report.summary(run["doc"])
     for word in ("device", "CPU_ENGINE", "test acc (a)", "test acc (b)", "images/s", "p50",
