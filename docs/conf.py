@@ -33,7 +33,7 @@ extensions = [
 ]
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 root_doc = "index"
-exclude_patterns = ["_build", "_generated/README.md", "Thumbs.db", ".DS_Store"]
+exclude_patterns = ["_build", "_generated", "Thumbs.db", ".DS_Store"]
 
 # MyST: heading anchors for in-page links ("page.md#section"), as GitHub makes them.
 myst_heading_anchors = 4
@@ -43,6 +43,7 @@ myst_enable_extensions = ["colon_fence", "deflist"]
 napoleon_google_docstring = False
 napoleon_numpy_docstring = True
 napoleon_use_rtype = False
+napoleon_use_ivar = True           # class "Attributes" as fields: no duplicate entries
 napoleon_custom_sections = [("Raises (when called)", "params_style")]
 autodoc_member_order = "bysource"
 autodoc_typehints = "none"          # signatures and the Parameters sections say it all
