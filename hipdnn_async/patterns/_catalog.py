@@ -18,7 +18,7 @@ __all__ = ["Pattern", "Step", "PatternSpec", "CATALOG", "spec_for"]
 
 
 class Pattern(enum.IntEnum):
-    """The nine supported patterns, numbered as in API.md."""
+    """The nine supported patterns, numbered as in docs/contract/semantics.md."""
 
     BN_INFERENCE_VARIANCE = 1
     BN_INFERENCE_DRELU_BACKWARD = 2

@@ -8,11 +8,11 @@ and MIOpen). ``load_vendor(name)`` loads both once per process and returns a
 library and every path tried. Which provider serves a vendor is the providers' business
 (``providers/_registry.py``): this module imports nothing above ``runtime``.
 
-Search order for each library (shared/reference/vendor-c-apis.md s.3, as cuda.pathfinder
-does): the vendor's environment override (a path; one that fails is final, never silently
-replaced), the vendors' wheel directories under each ``sys.path`` entry, the vendor's
-system directories (``/opt/rocm*/lib``), then the system loader by soname. Each load is
-recorded (``LoadRecord``: path, how found, version) and logged.
+Search order for each library (docs/design/vendor-notes.md, "Locating the libraries"; as
+cuda.pathfinder does): the vendor's environment override (a path; one that fails is final,
+never silently replaced), the vendors' wheel directories under each ``sys.path`` entry, the
+vendor's system directories (``/opt/rocm*/lib``), then the system loader by soname. Each
+load is recorded (``LoadRecord``: path, how found, version) and logged.
 """
 from __future__ import annotations
 

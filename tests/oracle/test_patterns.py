@@ -281,7 +281,8 @@ def test_pattern(device, pattern, dtype, layout):
     for name, want, (atol, rtol) in checks:
         assert_close(got[name], want, atol, rtol, f"{pattern} {dtype} {layout} output '{name}'")
     if not layout.endswith("nonpacked"):
-        # API.md: outputs whose strides were not set are packed in the first data input's order
+        # docs/contract/semantics.md: outputs whose strides were not set are packed in the
+        # first data input's order
         for name, t in h.outputs.items():
             dims = t.dims
             if sum(d > 1 for d in dims) > 1 and name not in (

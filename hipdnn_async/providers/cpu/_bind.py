@@ -187,7 +187,7 @@ def _unmapped_page(address: int, nbytes: int, writable: bool = False):
 
 
 def _from_pointer(address: int, tensor, label: str, output: bool = False) -> np.ndarray:
-    """A host address (API.md: an int device pointer; on the CPU device, host memory)."""
+    """A host address (the contract's int device pointer; on the CPU device, host memory)."""
     if not 0 < address < 2 ** 64:
         raise VariantPackError(f"{label}: pointer {address:#x} is not a valid host address")
     dtype = numpy_dtype(tensor.data_type)
