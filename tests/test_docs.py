@@ -20,6 +20,7 @@ import math
 import os
 import pathlib
 import re
+import signal
 import subprocess
 import sys
 
@@ -81,12 +82,19 @@ def _run_ray_block(code, tmp_path):
     assert demo.returncode == 0, demo.stderr[-3000:]
     # Output to a file, not a pipe: Ray's helper processes inherit the descriptors and may
     # outlive the driver by a little, which would keep a pipe open past the driver's exit.
+    # Its own session, so that a hang is cleaned up whole (Ray's daemons are its children).
     log = tmp_path / "ray_block.log"
     with open(log, "w") as out:
-        run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
-                             stdout=out, stderr=subprocess.STDOUT, timeout=600)
+        proc = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            returncode = proc.wait(timeout=600)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            pytest.fail(f"the Ray block hung for 600 s:\n{log.read_text()[-5000:]}")
     output = log.read_text()
-    assert run.returncode == 0, output[-5000:]
+    assert returncode == 0, output[-5000:]
     # Ray logs its deprecations (e.g. map_batches(concurrency=...)) rather than warning.
     assert "deprecated" not in output.lower(), [line for line in output.splitlines()
                                                  if "deprecated" in line.lower()]
