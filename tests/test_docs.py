@@ -1,8 +1,8 @@
 """The documentation holds up: README.md and every page of docs/.
 
 - every Python block runs as written (blocks marked for a GPU run on the "cpu" device
-  where no GPU is present; blocks marked for Ray run in a fresh process where the ray
-  extra is installed, else skip naming it);
+  where no GPU is present; a block marked for Ray is skipped here, naming the test of
+  tests/ray that runs it on the suite's Ray cluster);
 - every relative link and anchor resolves inside the repository;
 - shell blocks name only extras and subcommands that exist;
 - every test the reliability page names exists;
@@ -20,7 +20,6 @@ import math
 import os
 import pathlib
 import re
-import signal
 import subprocess
 import sys
 
@@ -54,11 +53,8 @@ PYTHON_BLOCKS = _blocks("python")
 
 
 def _params():
-    params = []
-    for name, kind, why, code in PYTHON_BLOCKS:
-        marks = [pytest.mark.ray, pytest.mark.slow] if kind == "ray" else []
-        params.append(pytest.param(name, kind, why, code, id=name, marks=marks))
-    return params
+    return [pytest.param(name, kind, why, code, id=name)
+            for name, kind, why, code in PYTHON_BLOCKS]
 
 
 def _gpu_specs():
@@ -66,49 +62,14 @@ def _gpu_specs():
     return [d for d in hd.devices() if d != "cpu"]
 
 
-def _run_ray_block(code, tmp_path):
-    """A Ray block in a fresh process (Ray stays out of this one), in a directory holding
-    the demo's saved weights, with Ray kept on the loopback address."""
-    try:
-        import ray  # noqa: F401
-    except ImportError:
-        pytest.skip("needs the ray extra: pip install -e '.[ray]'")
-    env = dict(os.environ, PYTHONPATH=str(ROOT), RAY_USAGE_STATS_ENABLED="0",
-               RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
-    demo = subprocess.run([sys.executable, "-m", "hipdnn_async", "demo", "--epochs", "1",
-                           "--min-accuracy", "0", "--quiet", "--clients", "8", "--rounds", "1",
-                           "--save", "digits.npz"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert demo.returncode == 0, demo.stderr[-3000:]
-    # Output to a file, not a pipe: Ray's helper processes inherit the descriptors and may
-    # outlive the driver by a little, which would keep a pipe open past the driver's exit.
-    # Its own session, so that a hang is cleaned up whole (Ray's daemons are its children).
-    log = tmp_path / "ray_block.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env=env,
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            returncode = proc.wait(timeout=600)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            pytest.fail(f"the Ray block hung for 600 s:\n{log.read_text()[-5000:]}")
-    output = log.read_text()
-    assert returncode == 0, output[-5000:]
-    # Ray logs its deprecations (e.g. map_batches(concurrency=...)) rather than warning.
-    assert "deprecated" not in output.lower(), [line for line in output.splitlines()
-                                                 if "deprecated" in line.lower()]
-
-
 @pytest.mark.parametrize("name, kind, why, code", _params())
-def test_python_block_runs_as_written(name, kind, why, code, capsys, tmp_path):
+def test_python_block_runs_as_written(name, kind, why, code, capsys):
     assert kind is None or kind in KINDS, f"{name}: unknown docs-test marker {kind!r}"
-    if kind == "skip":
-        assert why, f"{name}: a skipped block must say why"
+    if kind in ("skip", "ray"):
+        # A Ray block needs a cluster: tests/ray runs it on the suite's local one (its
+        # marker names the test), with the ray extra.
+        assert why, f"{name}: a {kind} block must say why (and where it runs)"
         pytest.skip(why)
-    if kind == "ray":
-        _run_ray_block(code, tmp_path)
-        return
     if kind == "gpu":
         wanted = {int(i) for i in re.findall(r'"(?:gpu|cuda|hip):(\d+)"', code)}
         if len(_gpu_specs()) < len(wanted):
@@ -311,3 +272,12 @@ def test_license_file_matches_the_package_metadata():
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert meta["license"] == {"text": "MIT"}
     assert (ROOT / "LICENSE").read_text().startswith("MIT License")
+
+
+def test_every_ray_block_names_the_test_that_runs_it():
+    for name, kind, why, code in PYTHON_BLOCKS:
+        if kind == "ray":
+            test = re.search(r"(tests/ray/\w+\.py)", why or "")
+            assert test, f"{name}: a Ray block must name the tests/ray file that runs it"
+            text = (ROOT / test.group(1)).read_text()
+            assert name.split("#")[0] in text, f"{test.group(1)} does not read {name}"

@@ -1,4 +1,4 @@
-"""Graph: tensors, node methods, validation, signature, copies (docs/internals.md s.1)."""
+"""Graph: tensors, node methods, validation, signature, copies (docs/design/internals.md s.1)."""
 from __future__ import annotations
 
 import dataclasses

@@ -5,7 +5,7 @@ pointwise mode, which inputs are outputs of earlier nodes (``links``), which inp
 be the same tensors as an earlier node's (``same``), which outputs are fused
 intermediates and must be virtual (``virtual``) and which may be either
 (``may_be_virtual``). Every other tensor must be non-virtual. ``roles`` and ``params``
-say where the ``Match`` bindings come from (docs/internals.md s.2).
+say where the ``Match`` bindings come from (docs/design/internals.md s.2).
 """
 from __future__ import annotations
 
