@@ -7,7 +7,7 @@
 #     OUT=/some/dir AMD_CHECK_DEVICE=hip:1 bash bench/amd_check.sh
 #
 # Until someone has run it, the provider is "implemented and contract-tested; not yet run
-# on AMD hardware" (README, "GPU devices (MIOpen)").
+# on AMD hardware" (docs/guide/miopen.md).
 #
 # Stages (each runs even when an earlier one failed; exit 1 if any failed):
 #   1 install    pip install -e .  (builds the Cython extensions)         -> setup.log

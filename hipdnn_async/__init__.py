@@ -8,8 +8,8 @@
         plan = await dev.build(g)
         await plan.execute({x: x_arr, w: w_arr, y: y_arr})
 
-The public contract is API.md (summarised in the README); everything here is re-exported
-from the modules' ``__all__``.
+The public contract is docs/contract/ (semantics, tolerances, errors; the README links
+it); everything here is re-exported from the modules' ``__all__``.
 """
 from ._version import __version__
 from ._errors import (DECLINE_TYPES, DeviceError, ExecutionError, GraphError, HipdnnError,

@@ -570,13 +570,14 @@ class ExecutionPlan:
 
     Notes
     -----
-    A plan is a snapshot of its graph at build (API.md). Editing the graph afterwards
-    (``set_dims``, ``set_data_type``, ``set_strides``, ``set_name``, ``set_output``, new
-    nodes), or editing another graph of the same signature, changes nothing the plan
-    computes or accepts: it keeps running as built. Variant-pack keys resolve as they did
-    at build (tensors, their uids and names then), and buffers are checked at submit
-    against the build-time dims, strides and dtypes; a buffer that fits only the edited
-    graph is a ``VariantPackError`` naming the edit. Build a new plan for the edited graph.
+    A plan is a snapshot of its graph at build (the contract: docs/contract/semantics.md).
+    Editing the graph afterwards (``set_dims``, ``set_data_type``, ``set_strides``,
+    ``set_name``, ``set_output``, new nodes), or editing another graph of the same
+    signature, changes nothing the plan computes or accepts: it keeps running as built.
+    Variant-pack keys resolve as they did at build (tensors, their uids and names then), and
+    buffers are checked at submit against the build-time dims, strides and dtypes; a buffer
+    that fits only the edited graph is a ``VariantPackError`` naming the edit. Build a new
+    plan for the edited graph.
 
     Outputs own their memory: an output that overlaps any other buffer of the variant pack
     is a ``VariantPackError`` at submit (inputs may share memory). So does a workspace

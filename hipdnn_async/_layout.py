@@ -14,6 +14,8 @@ __all__ = [
     "element_extent",
     "dense_strides_like",
     "same_memory_order",
+    "layout_name",
+    "wrong_strides_message",
 ]
 
 # Stride orders (outermost -> innermost) of the named layouts; hipDNN data SDK TensorLayout.
@@ -37,7 +39,7 @@ def packed_strides(dims: tuple, order: tuple) -> tuple:
 
 def strides_match(dims, want, got) -> bool:
     """Whether element strides ``got`` equal ``want`` where it matters: the strides of
-    size-1 (and empty) dims never do (API.md)."""
+    size-1 (and empty) dims never do (docs/contract/semantics.md, "Layouts")."""
     return all(d <= 1 or w == g for d, w, g in zip(dims, want, got))
 
 
@@ -90,3 +92,46 @@ def dense_strides_like(shape, byte_strides) -> tuple:
     """
     order = tuple(sorted(range(len(shape)), key=lambda i: (-abs(byte_strides[i]), i)))
     return packed_strides(tuple(shape), order)
+
+
+def layout_name(dims: tuple, strides: tuple) -> str:
+    """A name for the layout of element ``strides``: ``"NHWC"`` for packed NHWC, ``"NCHW"``
+    ..., ``"non-packed NHWC-ordered"`` where the order is a named layout's but the strides
+    leave gaps, else ``"strided with stride order (...)"``."""
+    order = stride_order(dims, strides)
+    name = next((n for n, o in LAYOUT_ORDERS.items() if o == order), None)
+    if name is None:
+        return f"strided with stride order {order}"
+    if strides_match(dims, strides, packed_strides(dims, order)):
+        return name
+    return f"non-packed {name}-ordered"
+
+
+def wrong_strides_message(label: str, dims: tuple, want: tuple, got: tuple, *,
+                          view_hint: str = "m.transpose{inv}") -> str:
+    """The message for a buffer of the tensor's logical shape whose strides are wrong.
+
+    Names the tensor's layout and the buffer's, then what to pass instead: for a packed
+    named layout, a C-contiguous array of the dims in memory order (e.g. (N, H, W, C) for
+    NHWC) or its logical view (``view_hint`` with ``{inv}`` the inverse permutation, e.g.
+    ``m.transpose(0, 3, 1, 2)``); otherwise the logical view with the tensor's strides or
+    a flat 1-D buffer covering them.
+    """
+    dims, want, got = tuple(dims), tuple(want), tuple(got)
+    order = stride_order(dims, want)
+    rank = len(dims)
+    letters = "NCDHW" if rank == 5 else "NCHW" if rank == 4 else None
+    head = (f"{label} is {layout_name(dims, want)} (strides {want} in elements); the buffer "
+            f"has the logical shape with strides {got} ({layout_name(dims, got)})")
+    if not strides_match(dims, want, packed_strides(dims, order)):
+        return (f"{head}: pass a view with exactly those strides or a flat 1-D buffer of at "
+                f"least {element_extent(dims, want)} elements")
+    physical = tuple(dims[a] for a in order)
+    inverse = tuple(sorted(range(rank), key=lambda i: order[i]))
+    names = "" if letters is None else "(" + ", ".join(letters[a] for a in order) + ") = "
+    to_memory = ""
+    if order != tuple(range(rank)):
+        to_memory = (f" (np.ascontiguousarray(a.transpose{order}) of data a in logical "
+                     "order)")
+    return (f"{head}: pass an array m of shape {names}{physical} in C order{to_memory}, or "
+            f"its logical view {view_hint.format(inv=inverse)}")

@@ -4,7 +4,7 @@ Cython modules to cimport: the function-pointer types, the named table ``CudnnFn
 table object (``table()``) and the ``nogil`` status check.
 
 Signatures follow ``cudnn_graph.h``, ``cudnn_ops.h`` and ``cudnn_cnn.h`` of cuDNN 9.19.1
-(the ``nvidia-cudnn-cu13`` 9.19.1.2 wheel; shared/reference/vendor-c-apis.md s.2), against
+(the ``nvidia-cudnn-cu13`` 9.19.1.2 wheel; docs/design/vendor-notes.md), against
 which tests/contract compiles every type below; handles and descriptors are ``void*``,
 enums ``int``, ``cudnnStatus_t`` an ``int``.
 """

@@ -9,7 +9,7 @@ data and backward filter (heuristic ``_v7`` lists, ``Find...Ex`` benchmarking, w
 sizes, execution), the fused convolution + bias + activation, batchnorm inference,
 training and backward, activation forward/backward and ``OpTensor``. Function names drop
 the ``cudnn`` prefix and become snake_case (``convolution_forward``). Signatures follow
-``cudnn_{graph,ops,cnn}.h`` of cuDNN 9 (see shared/reference/vendor-c-apis.md s.2); every
+``cudnn_{graph,ops,cnn}.h`` of cuDNN 9 (see docs/design/vendor-notes.md); every
 function used is exported by ``libcudnn.so.9`` (the shim), so only that library is opened.
 
 The symbol table is a ``_loader.LibraryTable`` (``CudnnTable``, one per process) with one

@@ -19,7 +19,7 @@ the attribute name and, where the attribute type is not implied, the attribute t
 Descriptors set on another one stay referenced by it (cuDNN keeps their pointers).
 Execution is :func:`execute` from Python or :func:`execute_c` (``nogil``, C arrays) from
 Cython: the variant pack is built, executed and destroyed in C (0.4-0.7 us measured on the
-H200, shared/reference/gpu-fast-paths.md s.1). :class:`GraphLaunch` is the submit path's
+H200, docs/design/vendor-notes.md). :class:`GraphLaunch` is the submit path's
 form: one bound execution whose variant pack is built once (per stream and workspace) and
 reused, so an execution is one ``cudnnBackendExecute`` call with the GIL released.
 ``_cudnn_backend.pxd`` declares the C surface for other Cython modules.
@@ -772,7 +772,7 @@ cdef class GraphLaunch:
     no other thread's call can touch that capture) and launched on the stream, and every
     later one is a ``cudaGraphLaunch`` of it: the same kernels with the same pointers
     and plan constants, for ~2 us of host time instead of ``cudnnBackendExecute``'s
-    7.6-14 us (cuDNN 9.19 on the H200, shared/reference/gpu-fast-paths.md s.1 and s.3;
+    7.6-14 us (cuDNN 9.19 on the H200, docs/design/vendor-notes.md;
     cuDNN's execution plans are capturable, as PyTorch's CUDA graphs rely on). Where the
     capture fails (side stream, begin, execute, end, instantiate or first launch), the
     pack stays on direct executions and the work runs directly, with the runtime's last

@@ -10,11 +10,12 @@ import pytest
 
 import sklearn  # noqa: E402,F401  (the demo's data; in the test extra, so a must)
 
-try:
-    import torch
-except ImportError:  # the end-to-end tests still run; only the peer comparisons skip
-    torch = None
-needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch CPU is the float64 peer")
+from _peers import peer_or_none, reason as peer_reason  # noqa: E402
+
+# Without the peers extra the end-to-end tests still run; only the peer comparisons skip.
+torch = peer_or_none("torch")
+needs_torch = pytest.mark.skipif(torch is None, reason=peer_reason("PyTorch CPU is the "
+                                                                   "float64 peer"))
 
 import hipdnn_async as hd  # noqa: E402
 from hipdnn_async.demo import main  # noqa: E402
@@ -326,6 +327,18 @@ def test_progress_is_a_bar_on_a_terminal_and_lines_otherwise():
     assert quiet.getvalue() == ""
 
 
+def test_accuracy_floor_failure_names_both_options_and_a_floor_that_would_pass():
+    """Issue 26: `demo --epochs 1` failing on the 97% floor must say how to move it."""
+    from hipdnn_async.demo._main import accuracy_failure
+
+    cfg = DemoConfig(epochs=1)
+    msg = accuracy_failure(0.9466, cfg)
+    assert "94.66%" in msg and "97.00%" in msg and "1 epoch" in msg
+    assert "--epochs" in msg and "--min-accuracy" in msg
+    suggested = float(msg.rsplit("--min-accuracy ", 1)[1].rstrip(")"))
+    assert suggested <= 0.9466 and suggested == 0.94       # a floor this run passes
+
+
 def test_unknown_device_is_a_clear_error(capsys):
     assert main(["--quiet", "--device", "tpu:0", "--epochs", "1"]) == 1
     err = capsys.readouterr().err
@@ -400,6 +413,23 @@ def test_end_to_end_json_and_plot(run):
         assert key in doc, key
     assert set(doc["timings"]) >= {"gradcheck_s", "train_s", "eval_s", "serve_s", "total_s"}
     assert run["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_labels_the_percentile_lines_and_every_title_fits_its_axes(run, tmp_path):
+    """Issue 26: the latency panel's title was cut off and its lines unlabelled."""
+    doc = dict(run["doc"], serving=dict(run["doc"]["serving"], clients=4096,
+                                        throughput=123456.7))   # long numbers in the title
+    fig = _report.plot(doc, str(tmp_path / "p.png"))
+    labels = fig.axes[2].get_legend_handles_labels()[1]
+    lat = doc["serving"]["latency_ms"]
+    assert labels == [f"{q} {lat[q]:.1f} ms" for q in ("p50", "p90", "p99")]
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    for ax in fig.axes:
+        title, box = ax.title.get_window_extent(renderer), ax.get_window_extent(renderer)
+        assert box.x0 - 1 <= title.x0 and title.x1 <= box.x1 + 1, ax.get_title()
 
 
 def test_summary_table_names_every_figure(run):

@@ -42,7 +42,7 @@ class LayerSpec:
         return (self.out_channels, self.in_channels, self.kernel, self.kernel)
 
     def out_size(self, size: int) -> int:
-        """Output height (= width) for an input of `size` (API.md's formula)."""
+        """Output height (= width) for an input of `size` (docs/contract/semantics.md)."""
         return (size + 2 * self.padding - (self.kernel - 1) - 1) // self.stride + 1
 
 

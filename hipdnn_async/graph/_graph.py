@@ -1,4 +1,4 @@
-"""Graph: tensors, node methods, validation, signature, copies (docs/internals.md s.1)."""
+"""Graph: tensors, node methods, validation, signature, copies (docs/design/internals.md s.1)."""
 from __future__ import annotations
 
 import dataclasses
@@ -963,8 +963,8 @@ class Graph:
     def _snapshot(self):
         """Internal: validate, then return ``(copy, {id(tensor): copy's tensor})``.
 
-        What an execution plan keeps (API.md: "a plan is a snapshot of its graph at
-        build"): later ``set_dims`` / ``set_data_type`` / ``set_strides`` / ``set_name``
+        What an execution plan keeps (docs/contract/semantics.md: "a plan is a snapshot of its
+        graph at build"): later ``set_dims`` / ``set_data_type`` / ``set_strides`` / ``set_name``
         calls on this graph's tensors, or new nodes, change nothing the plan reads.
         Node attributes are frozen dataclasses, so sharing them is safe.
         """

@@ -1,4 +1,5 @@
-"""Nodes of a graph: one frozen dataclass of attributes per node kind (docs/internals.md s.1)."""
+"""Nodes of a graph: one frozen dataclass of attributes per node kind
+(docs/design/internals.md s.1)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

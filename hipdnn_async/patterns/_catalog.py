@@ -5,7 +5,7 @@ pointwise mode, which inputs are outputs of earlier nodes (``links``), which inp
 be the same tensors as an earlier node's (``same``), which outputs are fused
 intermediates and must be virtual (``virtual``) and which may be either
 (``may_be_virtual``). Every other tensor must be non-virtual. ``roles`` and ``params``
-say where the ``Match`` bindings come from (docs/internals.md s.2).
+say where the ``Match`` bindings come from (docs/design/internals.md s.2).
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ __all__ = ["Pattern", "Step", "PatternSpec", "CATALOG", "spec_for"]
 
 
 class Pattern(enum.IntEnum):
-    """The nine supported patterns, numbered as in API.md."""
+    """The nine supported patterns, numbered as in docs/contract/semantics.md."""
 
     BN_INFERENCE_VARIANCE = 1
     BN_INFERENCE_DRELU_BACKWARD = 2

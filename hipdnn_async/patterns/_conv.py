@@ -3,7 +3,7 @@
 A convolution relates an activation ``x`` (N, C, ...), a filter ``w`` (K, C/groups, ...)
 and an output-side activation ``y`` (N, K, ...). Fprop computes y from x and w; dgrad
 computes dx from dy and w; wgrad computes dw from dy and x. ``ConvRoles`` names the
-variant-pack roles (docs/internals.md s.2) that hold x, w and y for each pattern, so a
+variant-pack roles (docs/design/internals.md s.2) that hold x, w and y for each pattern, so a
 provider orders its kernel or library arguments from these names instead of keeping its
 own table.
 """

@@ -22,7 +22,7 @@ class Match:
     nodes : tuple of Node
         In pattern order.
     tensors : dict
-        Role -> TensorAttributes (roles in docs/internals.md s.2); fused intermediates are
+        Role -> TensorAttributes (roles in docs/design/internals.md s.2); fused intermediates are
         not listed; optional roles that are absent are left out.
     params : dict
         Role -> scalar (epsilon, momentum, relu clips) or ConvAttrs (``conv``).

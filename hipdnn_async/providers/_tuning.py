@@ -2,7 +2,7 @@
 
 Every engine with algorithms to choose from (the convolutions of the CPU and GPU engines)
 describes them as ``Candidate``s and chooses through ``choose``, so that the knob
-semantics of API.md and the perf-db records are one implementation:
+semantics of docs/contract/semantics.md ("Knobs") and the perf-db records are one implementation:
 
 - ``engine_knobs``: ``global.benchmarking`` (0/1, default 0) for every pattern, and
   ``global.workspace_size_limit`` only for the single-node convolutions (patterns 6, 7, 9)

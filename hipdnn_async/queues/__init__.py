@@ -1,7 +1,7 @@
 """Per-device stream queues: in-order streams, completions awaitable from asyncio and trio.
 
 The queue layer knows nothing of graphs: a work item is a callable ``fn()`` run on a
-stream's worker. See ``docs/internals.md`` section 6.
+stream's worker. See ``docs/design/internals.md`` section 6.
 """
 from ._completion import Completion
 from ._metrics import Histogram

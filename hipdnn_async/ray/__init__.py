@@ -4,7 +4,7 @@
     app = hdray.deployment(model_factory, device="gpu:0", max_batch_size=64,
                            max_delay_ms=2.0, num_replicas=2)       # a Ray Serve application
     ds.map_batches(hdray.Predictor, fn_constructor_args=(model_factory,),
-                   concurrency=2, num_gpus=1)                      # Ray Data
+                   compute=ray.data.ActorPoolStrategy(size=2), num_gpus=1)   # Ray Data
 
 ``model_factory(dev)`` is an async callable returning the model: an async callable from a
 batch ``np.ndarray`` (N, ...) to outputs (N, ...) (an ``hd.DynamicBatcher`` is one, and so

@@ -139,7 +139,8 @@ class Predictor:
     """Run a model on each batch of a Ray Data dataset, one device per actor.
 
     Use as ``ds.map_batches(Predictor, fn_constructor_args=(model_factory,),
-    concurrency=k, num_gpus=1 | 0, batch_size=...)``.
+    compute=ray.data.ActorPoolStrategy(size=k), num_gpus=1 | 0, batch_size=...)``
+    (Ray 2.60: ``compute=``, not the deprecated ``concurrency=``).
 
     Parameters
     ----------

@@ -1,6 +1,7 @@
-"""Capture and replay on the CPU device (API.md): recorded executions run only at replay,
-in order, on the buffers named at capture; errors, cancellation and closing. Results are
-checked against the float64 oracle (tests/oracle/_reference.py). asyncio and trio."""
+"""Capture and replay on the CPU device (docs/guide/capture.md): recorded executions run
+only at replay, in order, on the buffers named at capture; errors, cancellation and closing.
+Results are checked against the float64 oracle (tests/oracle/_reference.py). asyncio and
+trio."""
 from __future__ import annotations
 
 import gc

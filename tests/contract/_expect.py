@@ -29,7 +29,7 @@ WINOGRADS = frozenset({"WINOGRAD", "WINOGRAD_NONFUSED"})
 
 
 def float_declines(name: str, allow_fft: bool = True) -> bool:
-    """Whether the documented policy for FLOAT I/O (README "algorithm choice";
+    """Whether the documented policy for FLOAT I/O (docs/guide/gpu.md, "Algorithm choice";
     providers/cudnn/_conv.ConvSetup.accurate) declines algorithm ``name``, in every
     direction alike: Winograd always; FFT / FFT_TILING only with ``cudnn_legacy.allow_fft
     = 0`` (weight gradients declined FFT until bench/diag_wgrad_fft.py measured it)."""
@@ -88,7 +88,8 @@ def expected_algorithm(hdr, perf: list[dict], direction: int, float_io: bool, li
     SUCCESS that is, for HALF/BFLOAT16 I/O, deterministic and, for FLOAT I/O, not declined
     by :func:`float_declines` (``allow_fft``: knob ``cudnn_legacy.allow_fft``) and
     deterministic only with ``deterministic`` (knob ``cudnn_legacy.deterministic``),
-    within the workspace limit (README "algorithm choice"; providers/cudnn docstrings)."""
+    within the workspace limit (docs/guide/gpu.md, "Algorithm choice"; providers/cudnn
+    docstrings)."""
     for e in perf:
         name = algo_name(hdr, direction, e["algo"])
         if e["status"] != hdr.CUDNN_STATUS_SUCCESS:

@@ -26,9 +26,9 @@ def test_many_in_flight_on_one_stream(fake_gpu, backend):
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_cancelled_awaiter_does_not_cancel_the_execution(fake_gpu, backend):
-    """API.md: cancelling the awaiting task returns at once; the execution finishes, writes
-    its outputs, and the library keeps the variant pack alive until then (the fake flags
-    a kernel that runs on freed memory)."""
+    """docs/guide/devices.md: cancelling the awaiting task returns at once; the execution
+    finishes, writes its outputs, and the library keeps the variant pack alive until then
+    (the fake flags a kernel that runs on freed memory)."""
     r = fake_gpu.call(_scenarios.queue_case, backend, n=3, cancel=True)
     assert r["cancelled"] is True, "the awaiter was not cancelled in flight: the test proves nothing"
     assert not violations(r["log"]), violations(r["log"])

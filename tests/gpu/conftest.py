@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
+from _peers import peer
 
 NO_GPU = "no GPU runtime (CUDA/cuDNN or HIP/MIOpen) on this machine"
 
@@ -98,7 +99,7 @@ def gpu_module_device(request):
 @pytest.fixture(scope="module")
 def torch_cuda():
     """PyTorch with CUDA, strict fp32 (no TF32) for the duration of a module."""
-    torch = pytest.importorskip("torch", reason="PyTorch is the GPU peer of these tests")
+    torch = peer("torch", "PyTorch is the GPU peer of these tests")
     if not torch.cuda.is_available():
         pytest.skip("PyTorch has no CUDA device here")
     saved = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)

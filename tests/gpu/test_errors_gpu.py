@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _peers import peer
 
 import hipdnn_async as hd
 
@@ -51,7 +52,7 @@ def test_host_buffers_are_rejected_with_a_remedy(gpu_module_device):
 
 
 def test_torch_cpu_tensor_is_rejected(gpu_module_device):
-    torch = pytest.importorskip("torch")
+    torch = peer("torch", "PyTorch is the GPU suite's peer")
     g, *_ = fprop_graph("NCHW")
     plan = gpu_module_device.build_sync(g)
     pack = good_pack(gpu_module_device, "NCHW")

@@ -1,5 +1,5 @@
 """NaN through the forward ReLU, per engine (issue 9 item 9): the documented behaviour
-(README "Supported operations", each engine's ``notes``) is pinned on every device, for
+(docs/guide/graphs.md, each engine's ``notes``) is pinned on every device, for
 every engine of its provider. Each engine's notes must say one of ``DOCUMENTED``'s phrases;
 the outputs a NaN reaches must then be what the phrase says:
 

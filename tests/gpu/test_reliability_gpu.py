@@ -54,7 +54,8 @@ async def test_editing_a_graph_changes_no_gpu_plan(gpu_device):
     ta["x"].set_dims((4, 8, 9, 9))
     for plan, t in ((plan_b, tb), (plan_a, ta)):
         got = await _run(dev, plan, t, xs, ws, bs)
-        # FLOAT without TF32 (README): the CPU's fp32 tolerance, scaled by the 72-term sums
+        # FLOAT without TF32 (docs/guide/gpu.md): the CPU's fp32 tolerance, scaled by the
+        # 72-term sums
         np.testing.assert_allclose(got, want, atol=5e-5, rtol=1e-5)
     with pytest.raises(hd.VariantPackError, match="edited after this plan was built"):
         plan_a.submit({ta["x"]: dev.empty((4, 8, 9, 9), "float32"),

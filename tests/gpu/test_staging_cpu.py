@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _peers import peer
 
 from oracle import _reference as ref
 from oracle import test_patterns as tp
@@ -81,7 +82,7 @@ def test_packed_layout_detection():
 def test_torch_peer_expressions_match_the_references():
     """The dgrad (conv_transpose) and wgrad (convolution_backward) expressions of
     test_torch_peer_gpu.py, in float64 on the CPU, against tests/oracle/_reference.py."""
-    torch = pytest.importorskip("torch", reason="PyTorch is the GPU suite's peer")
+    torch = peer("torch", "PyTorch is the GPU suite's peer")
     from .test_torch_peer_gpu import CONFIGS, _torch_conv, _torch_dgrad, _torch_wgrad
     rng = np.random.default_rng(3)
     for name, (xd, wd, pad, stride, dil) in CONFIGS.items():
@@ -101,7 +102,7 @@ def test_torch_peer_expressions_match_the_references():
 
 
 def test_torch_batchnorm_expressions_match_the_references():
-    torch = pytest.importorskip("torch", reason="PyTorch is the GPU suite's peer")
+    torch = peer("torch", "PyTorch is the GPU suite's peer")
     rng = np.random.default_rng(4)
     dims, eps, mom = (4, 3, 5, 6), 1e-5, 0.1
     x, dy = rng.normal(0.5, 2, dims), rng.uniform(-1, 1, dims)

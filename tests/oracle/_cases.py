@@ -31,7 +31,7 @@ def np_dtype(name):
 # ---------------------------------------------------------------------------------------
 # Tolerances: (atol = rtol = value) per op per I/O dtype.
 # Source: hipDNN hipdnn_test_sdk/utilities/TestTolerances.hpp (newest version read), as
-# summarised in /work/shared/reference/hipdnn-and-miopen-provider.md 5.3 and 5.5.
+# set out with these deviations in docs/contract/tolerances.md.
 # Deviations are commented on the line.
 # Half-ulp (unit roundoff) of the output types: fp32 2^-24 = 6.0e-8, fp16 2^-11 = 4.9e-4,
 # bf16 2^-8 = 3.9e-3 (bf16 keeps 8 significand bits); any tolerance below the output type's
@@ -95,11 +95,11 @@ def wgrad_tol(dtype, n, max_a, max_b):
     """(atol, rtol) for wgrad, whose reductions run over n = N*prod(dy spatial) terms.
 
     As hipDNN's ``calculateConvWrwTolerance`` (DynamicTolerances.hpp), the absolute error
-    scales with max|a|*max|b|; for a statistical (not worst-case) bound we take
-    sqrt(n): atol = 16 * 2^-24 * sqrt(n) * max|dy| * max|x| (FLOAT accumulation, API.md
-    "accumulation is always at least FLOAT"; 16 units of roundoff of headroom for blocked
-    sums), plus the fp32 conv::getToleranceFwd value 1e-5 as a floor. The I/O rounding of
-    dw is relative and covered by rtol.
+    scales with max|a|*max|b|; for a statistical (not worst-case) bound we take sqrt(n):
+    atol = 16 * 2^-24 * sqrt(n) * max|dy| * max|x| (FLOAT accumulation,
+    docs/contract/semantics.md: "accumulation is always FLOAT or wider"; 16 units of
+    roundoff of headroom for blocked sums), plus the fp32 conv::getToleranceFwd value 1e-5
+    as a floor. The I/O rounding of dw is relative and covered by rtol.
     """
     atol = TOL["conv_fprop"]["float32"] + 16 * 2.0 ** -24 * math.sqrt(max(n, 1)) * max_a * max_b
     return atol, TOL["conv_wgrad"][dtype]

@@ -1,8 +1,8 @@
 """Independent float64 NumPy references for the oracle suite.
 
-Written from the math (cross-correlation sums over sliding windows, the batchnorm
-formulas of ``API.md``), never from ``hipdnn_async.providers``. Every function takes
-*logical* arrays (dims N, C, [D,] H, W), converts them to float64 and returns float64.
+Written from the math (cross-correlation sums over sliding windows, the batchnorm formulas
+of ``docs/contract/semantics.md``), never from ``hipdnn_async.providers``. Every function
+takes *logical* arrays (dims N, C, [D,] H, W), converts them to float64 and returns float64.
 
 References
 ----------
@@ -153,7 +153,7 @@ def bn_training(x, scale, bias, epsilon, momentum=None, prev_running_mean=None,
     """Spatial batchnorm training; returns dict y, mean, inv_variance[, next_running_*].
 
     mean and biased var over N and spatial dims; inv_variance = 1/sqrt(var + eps);
-    running variance updated with the unbiased (m/(m-1)) variance (API.md).
+    running variance updated with the unbiased (m/(m-1)) variance (docs/contract/semantics.md).
     """
     x = _f64(x)
     ax = _axes(x)

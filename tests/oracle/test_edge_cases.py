@@ -2,7 +2,7 @@
 
 One case per line in the tables below, each naming the report it comes from (shapes scaled
 down for a 2-core CPU where the original is large). Every output is pre-filled with NaN so
-that unwritten elements fail. See /work/shared/reference/test-cases.md.
+that unwritten elements fail. See docs/design/failure-classes.md.
 """
 from __future__ import annotations
 
@@ -276,8 +276,9 @@ def _lower_only_bn_drelu_backward(h, rng):
                          ids=["conv_bias_relu", "bn_training_relu", "bn_drelu_backward"])
 def test_relu_lower_clip_alone(device, dtype, build):
     """A lower clip without an upper one (patterns 8, 4, 2) is max(x, lower) forward and
-    passes dy where lower < y backward (API.md RELU_FWD/RELU_BWD). MIOpen has no such
-    activation, so only a provider that lacks it refuses it; the CPU runs it (issue 9)."""
+    passes dy where lower < y backward (docs/contract/semantics.md, "Pointwise"). MIOpen has
+    no such activation, so only a provider that lacks it refuses it; the CPU runs it
+    (issue 9)."""
     h = Harness(dtype, "NHWC")
     expected = build(h, np.random.default_rng(9))
     got = h.run(device)

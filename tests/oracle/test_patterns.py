@@ -279,8 +279,9 @@ STATISTICS = ("mean", "inv_variance", "next_running_mean", "next_running_varianc
 
 
 def check_case(h, checks, got, what):
-    """Every output of a case against its float64 reference, and the packed strides API.md
-    promises for outputs whose strides were not set (in the first data input's order)."""
+    """Every output of a case against its float64 reference, and the packed strides the
+    contract (docs/contract/semantics.md) promises for outputs whose strides were not set
+    (in the first data input's order)."""
     for name, want, (atol, rtol) in checks:
         assert_close(got[name], want, atol, rtol, f"{what} output '{name}'")
     if not h.layout.endswith("nonpacked"):

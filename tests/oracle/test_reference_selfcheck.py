@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _peers import peer
 
 from . import _reference as ref
 
-torch = pytest.importorskip("torch", reason="PyTorch CPU is the peer that checks the reference")
+torch = peer("torch", "PyTorch CPU is the peer that checks the reference")
 F = torch.nn.functional
 
 # (x dims, w dims, pre, post, stride, dilation)

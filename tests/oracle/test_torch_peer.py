@@ -11,10 +11,11 @@ import zlib
 
 import numpy as np
 import pytest
+from _peers import peer
 
 from ._cases import Harness, assert_close, chan_shape, device, tol, wgrad_tol  # noqa: F401
 
-torch = pytest.importorskip("torch", reason="PyTorch CPU is the float64 peer of this module")
+torch = peer("torch", "PyTorch CPU is the float64 peer of this module")
 F = torch.nn.functional
 
 # name: (x dims, w dims, padding (symmetric), stride, dilation)

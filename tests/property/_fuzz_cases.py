@@ -125,7 +125,7 @@ class Case:
         dtype = dtype or self.dtype
         values = np.asarray(values, dtype=np.float64) * self.spec.get("scale", 1.0)
         if name == "x" and self.spec.get("special") and values.size:
-            # NaN and +-inf in the data: IEEE propagation is the answer (API.md: NaN
+            # NaN and +-inf in the data: IEEE propagation is the answer (the contract: NaN
             # propagates on the CPU); the reference computes the same from the same inputs.
             flat = values.reshape(-1)
             idx = self.rng.integers(0, flat.size, size=min(3, flat.size))
@@ -198,7 +198,7 @@ def _rkw(geo):
 
 def build_conv(case, pattern, bug):
     geo = conv_geometry(case)
-    # API.md / the graph: N = 0 only for conv_fprop, batchnorm inference and pointwise
+    # the contract / the graph: N = 0 only for conv_fprop, batchnorm inference and pointwise
     case.valid = geo["ok"] and (geo["x"][0] > 0 or pattern.startswith("CONV_FPROP"))
     kw = _conv_kw(geo)
     if bug == "neg_padding":
@@ -317,7 +317,7 @@ def build_bn(case, pattern, bug):
         case.checks.append(("y", want, tol("bn_inference_variance", case.dtype)))
         return
     if pattern.startswith("BN_TRAINING") and m < 2:
-        case.valid = False      # API.md: training with one value per channel is a GraphError
+        case.valid = False      # the contract: training with one value per channel is a GraphError
     if dims[0] == 0 and pattern != "BN_INFERENCE_VARIANCE":
         case.valid = False      # N = 0 only for batchnorm inference (and conv_fprop)
     if pattern == "BN_BACKWARD" or pattern == "BN_INFERENCE_DRELU_BACKWARD":
@@ -393,7 +393,7 @@ def build_bn(case, pattern, bug):
         nrm.set_output(False)
         del case.outputs["next_running_mean"]
     if m < 2:
-        case.valid = False      # API.md: training with one value per channel is a GraphError
+        case.valid = False      # the contract: training with one value per channel is a GraphError
         return
     r = case.refv
     want = ref.bn_training(r["x"], r["scale"], r["bias"], eps,

@@ -16,7 +16,8 @@ LAYOUTS = {4: ("NCHW", "NHWC"), 5: ("NCDHW", "NDHWC")}
 
 
 def ref_out(size, k, pre, post, stride, dil):
-    """API.md: out = (in + pre + post - dilation*(k-1) - 1) // stride + 1 (floor)."""
+    """docs/contract/semantics.md: out = (in + pre + post - dilation*(k-1) - 1) // stride + 1
+    (floor)."""
     return math.floor((size + pre + post - dil * (k - 1) - 1) / stride) + 1
 
 

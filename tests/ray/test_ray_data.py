@@ -26,7 +26,7 @@ def _dataset(images, ids):
 
 def test_map_batches_over_10000_images_equals_local_evaluation(
         ray_cluster, digits_file, digits_images, digits_reference):
-    ray_or_skip()
+    ray = ray_or_skip()
     from hipdnn_async import ray as hdray
     from hipdnn_async.demo import digits_model
     images, labels = digits_images
@@ -35,7 +35,7 @@ def test_map_batches_over_10000_images_equals_local_evaluation(
     ids = rng.permutation(N_IMAGES).astype(np.int64)   # row ids, in no particular order
     ds = _dataset(images[pick], ids)
     out = ds.map_batches(hdray.Predictor, fn_constructor_args=(digits_model(digits_file),),
-                         concurrency=2, num_cpus=1, batch_size=500)
+                         compute=ray.data.ActorPoolStrategy(size=2), num_cpus=1, batch_size=500)
     rows = out.take_all()
     assert len(rows) == N_IMAGES
     assert set(rows[0]) == {"id", "outputs"}           # input dropped, other columns kept
@@ -60,7 +60,8 @@ def test_map_batches_with_a_malformed_column_fails_with_the_reason(ray_cluster, 
         with pytest.raises((ray.exceptions.RayTaskError, Exception),
                            match=r"needs shape \(N, 1, 8, 8\); got \(\d+, 1, 8, 7\)"):
             ds.map_batches(hdray.Predictor, fn_constructor_args=(digits_model(digits_file),),
-                           concurrency=1, num_cpus=1, batch_size=4).take_all()
+                           compute=ray.data.ActorPoolStrategy(size=1),
+                           num_cpus=1, batch_size=4).take_all()
 
 
 @pytest.mark.parametrize("cyclic", [False, True])
@@ -71,7 +72,7 @@ def test_no_map_worker_outlives_the_cluster(ray_cluster_now, stop_ray_cluster, d
     Predictor (two actors), stop the cluster as the fixtures do, and count this run's
     MapWorker processes (every Ray process inherits conftest's RUN_MARK_ENV): none may be
     left, nor any other process of this run's Ray, once Ray has had time to exit."""
-    ray_or_skip()
+    ray = ray_or_skip()
     from hipdnn_async import ray as hdray
     from hipdnn_async.demo import digits_model
     predictor = hdray.Predictor
@@ -85,7 +86,8 @@ def test_no_map_worker_outlives_the_cluster(ray_cluster_now, stop_ray_cluster, d
         predictor = CyclicPredictor
     ds = _dataset(np.zeros((64, 1, 8, 8), np.float32), np.arange(64))
     rows = ds.map_batches(predictor, fn_constructor_args=(digits_model(digits_file),),
-                          concurrency=2, num_cpus=1, batch_size=16).take_all()
+                          compute=ray.data.ActorPoolStrategy(size=2),
+                          num_cpus=1, batch_size=16).take_all()
     assert len(rows) == 64
     assert ray_processes("raylet"), "the count does not see this run's Ray processes"
     stop_ray_cluster()

@@ -57,7 +57,8 @@ def test_predictor_with_num_gpus_1_runs_on_the_gpu(ray_cluster, digits_file, dig
     images, _ = digits_images
     ds = ray.data.from_numpy(images)
     rows = ds.map_batches(hdray.Predictor, fn_constructor_args=(digits_model(digits_file),),
-                          concurrency=1, num_gpus=1, batch_size=256).take_all()
+                          compute=ray.data.ActorPoolStrategy(size=1),
+                          num_gpus=1, batch_size=256).take_all()
     got = np.stack([r["outputs"] for r in rows])
     assert got.shape == (len(images), 10)
     # One block, one actor: rows keep their order.

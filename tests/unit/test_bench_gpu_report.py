@@ -10,6 +10,7 @@ import re
 import sys
 
 import pytest
+from _peers import peer
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
 import bench_gpu as bg  # noqa: E402
@@ -363,7 +364,7 @@ def test_bn_backward_tolerance_is_the_oracle_table():
 
 
 def test_err_over_tol_is_in_units_of_the_elementwise_bound():
-    torch = pytest.importorskip("torch")
+    torch = peer("torch", "PyTorch is the benchmark's peer")
     want = torch.tensor([2.0, -1.0, 0.0], dtype=torch.float64)
     got = torch.tensor([2.003, -1.0, 5e-4], dtype=torch.float16).float()
     atol = rtol = 1e-3
@@ -391,7 +392,7 @@ def _bn_data(torch, dims, seed=3):
 
 
 def test_bn_backward_reference_is_the_oracle_formula():
-    torch = pytest.importorskip("torch")
+    torch = peer("torch", "PyTorch is the benchmark's peer")
     from oracle import _reference as ref
     x, dy, scale, mean, inv = _bn_data(torch, (3, 4, 5, 6))
     want = ref.bn_backward(dy, x, scale, mean, inv)
@@ -406,7 +407,7 @@ def test_bn_backward_reference_is_the_oracle_formula():
 def test_torch_bn_backward_native_route_runs_with_the_saved_statistics():
     """On CPU tensors PyTorch takes its native batchnorm: the call built from the schemas'
     names gives the float64 oracle's gradients with the forward's saved statistics."""
-    torch = pytest.importorskip("torch")
+    torch = peer("torch", "PyTorch is the benchmark's peer")
     from oracle import _reference as ref
     x, dy, scale, mean, inv = _bn_data(torch, (4, 3, 5, 5))
     xt, dyt = (torch.from_numpy(a).float() for a in (x, dy))
@@ -427,7 +428,7 @@ def test_every_torch_bn_op_gets_its_arguments_by_schema_name():
     """Each backend's forward and backward take their positional arguments from one name
     table (the schemas differ: grad_out / grad_output, eps / epsilon, save_invstd /
     save_var, reserve / reserveSpace): nothing missing, x and dy where each op wants them."""
-    torch = pytest.importorskip("torch")
+    torch = peer("torch", "PyTorch is the benchmark's peer")
     x, dy = torch.randn(2, 3, 4, 4), torch.randn(2, 3, 4, 4)
     w, b, rm, rv = torch.ones(3), torch.zeros(3), torch.zeros(3), torch.ones(3)
     saved = (torch.empty(0), torch.zeros(3), torch.ones(3), torch.empty(0, dtype=torch.uint8))

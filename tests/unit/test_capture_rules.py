@@ -1,4 +1,4 @@
-"""What may happen inside a capture block (API.md, capture and replay), on the CPU device,
+"""What may happen inside a capture block (docs/guide/capture.md), on the CPU device,
 asyncio and trio: only ``submit`` / ``enqueue`` of the capturing device's plans record;
 ``execute`` / ``execute_sync``, a plan of another device, a replay, and awaiting a recorded
 handle are ``DeviceError``s (code ``INVALID_VALUE``) and run nothing; the capture belongs

@@ -19,6 +19,7 @@ import zlib
 import ml_dtypes
 import numpy as np
 import pytest
+from _peers import peer
 
 from hipdnn_async._errors import ExecutionError, GraphError
 from hipdnn_async.providers.cpu._conv import ALGORITHMS, ConvProblem, heuristic_choice
@@ -322,7 +323,7 @@ def test_problem_validation(kw, match):
 
 def test_peer_torch_float64():
     """The references above agree with PyTorch (a peer library), hence so do the algorithms."""
-    torch = pytest.importorskip("torch")
+    torch = peer("torch", "PyTorch CPU is the peer of this convolution check")
     F = torch.nn.functional
     case = CASES[0]
     p = _problem("fprop", case, np.float64)

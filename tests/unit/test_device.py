@@ -4,6 +4,7 @@ import threading
 import ml_dtypes
 import numpy as np
 import pytest
+from _peers import peer
 
 import hipdnn_async as hd
 from hipdnn_async.providers._base import engine_id
@@ -108,7 +109,7 @@ def test_variant_pack_buffer_forms_nhwc(dev, form):
         yd = dev.empty(y.dims, np.float32, layout="NHWC")
         vp = {x: xd, w: w_phys, y: yd}
     else:
-        torch = pytest.importorskip("torch", reason="PyTorch CPU is the peer for DLPack input")
+        torch = peer("torch", "PyTorch CPU is the peer for DLPack input")
         vp = {x: torch.from_numpy(x_phys), w: w_phys, y: y_phys}
     plan.execute_sync(vp)
     got = vp[y].to_numpy_sync() if form == "device_array" else y_phys.transpose(0, 3, 1, 2)
@@ -362,7 +363,7 @@ def test_more_bad_arguments():
 
 
 def test_torch_bfloat16_tensors_bind_through_dlpack(dev):
-    torch = pytest.importorskip("torch")
+    torch = peer("torch", "PyTorch CPU is the peer of this test")
     g = hd.Graph(io_data_type="bfloat16", intermediate_data_type="float32",
                  compute_data_type="float32")
     x = g.tensor(dims=(2, 3, 4, 4), name="x")
@@ -385,7 +386,7 @@ def test_entering_a_closed_device_is_an_error():
 
 
 def test_torch_bfloat16_requiring_grad_is_refused_like_other_dtypes(dev):
-    torch = pytest.importorskip("torch")
+    torch = peer("torch", "PyTorch CPU is the peer of this test")
     g = hd.Graph(io_data_type="bfloat16", intermediate_data_type="float32",
                  compute_data_type="float32")
     x = g.tensor(dims=(1, 2, 3, 3), name="x")

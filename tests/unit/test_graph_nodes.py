@@ -23,7 +23,7 @@ def check_error(excinfo, code, *fragments):
 
 
 def ref_out(size, k, pre, post, stride, dil):
-    """API.md output size formula, computed here independently."""
+    """The contract's output size formula, computed here independently."""
     return math.floor((size + pre + post - dil * (k - 1) - 1) / stride) + 1
 
 

@@ -1,5 +1,5 @@
-"""A plan is a snapshot of its graph at build (API.md), and its variant pack is checked at
-submit against that snapshot (issue 10, items 1, 2 and the aliasing part of 9).
+"""A plan is a snapshot of its graph at build (docs/contract/semantics.md), and its variant
+pack is checked at submit against that snapshot (issue 10, items 1, 2 and the aliasing part of 9).
 
 Contract tested here: editing a graph after ``build`` (``set_dims``, ``set_data_type``,
 ``set_strides``, ``set_name``, ``set_output``), or editing another graph of the same

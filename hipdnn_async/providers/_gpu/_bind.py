@@ -22,7 +22,7 @@ import numpy as np
 from ..._errors import VariantPackError
 from ..._types import numpy_dtype
 from ..._layout import (element_extent, packed_strides, same_memory_order, stride_order,
-                        strides_match)
+                        strides_match, wrong_strides_message)
 from ...runtime import KINDS, GpuArray
 from ...runtime._kinds import host_memory_types
 from ._dlpack import DEVICE_NAMES, read_dlpack
@@ -107,7 +107,9 @@ def _layout_error(tensor, shape, strides, label) -> str | None:
                 f"logical view with strides {want} in elements (e.g. {_logical_view_hint(order)}"
                 f", or `dev.empty(dims, dtype, strides={want})`) or a flat 1-D buffer")
     if shape == dims:
-        return f"{label} needs strides {want} in elements; got {got}"
+        return wrong_strides_message(label, dims, want, got,
+                                     view_hint="m.transpose{inv} (CuPy) or m.permute{inv} "
+                                               "(PyTorch)")
     if rank == 1 and contiguous and shape[0] >= element_extent(dims, want):
         return None
     return (f"{label} needs logical shape {dims} with strides {want} in elements, or a "

@@ -10,7 +10,7 @@ Arithmetic and accumulation are float64 inside the compiled loops (``_kernels``)
 run with the GIL released. Half and bfloat16 inputs are first widened to float32
 (a transient copy); float64 inputs stay float64.
 
-Activation semantics (API.md, "Semantics")
+Activation semantics (docs/contract/semantics.md, "Pointwise")
 ------------------------------------------
 ``relu`` / ``drelu`` clips are ``(lower, upper)``, each a float or None:
 
@@ -329,7 +329,7 @@ def bn_backward(dy, x, scale, mean, inv_variance, dx, dscale, dbias, *, drelu=No
 # ----------------------------------------------------------------------------
 
 def relu(x, out, lower=None, upper=None) -> None:
-    """RELU_FWD of API.md into ``out`` (dims of ``x``, any strides and I/O dtype).
+    """RELU_FWD (docs/contract/semantics.md) into ``out`` (dims of ``x``, any strides, I/O dtype).
 
     No clip: max(x, 0); upper only: min(max(x, 0), upper); both: clamp(x, lower, upper).
     NaN propagates and -0.0 becomes +0.0.

@@ -13,7 +13,7 @@ from ..._errors import ExecutionError, VariantPackError
 from ..._knobs import WORKSPACE_SIZE_LIMIT
 from ..._types import DataType, numpy_dtype
 from ..._layout import (element_extent, packed_strides, same_memory_order, stride_order,
-                        strides_match)
+                        strides_match, wrong_strides_message)
 from ...runtime import DeviceArray
 
 __all__ = ["logical_view", "make_binder", "bind_workspace", "allocate_workspace"]
@@ -89,7 +89,7 @@ def logical_view(tensor, buffer, *, output: bool, where: str = "execute") -> np.
         if strides_match(dims, strides, packed_strides(dims, order)):
             return as_strided(buffer.reshape(-1), dims, tuple(s * item for s in strides))
     if buffer.shape == dims:
-        raise VariantPackError(f"{label} needs strides {strides} in elements; got {got}")
+        raise VariantPackError(wrong_strides_message(label, dims, strides, got))
     if buffer.ndim == 1 and buffer.flags.c_contiguous and buffer.size >= element_extent(dims, strides):
         return as_strided(buffer, dims, tuple(s * item for s in strides))
     raise VariantPackError(
@@ -187,7 +187,7 @@ def _unmapped_page(address: int, nbytes: int, writable: bool = False):
 
 
 def _from_pointer(address: int, tensor, label: str, output: bool = False) -> np.ndarray:
-    """A host address (API.md: an int device pointer; on the CPU device, host memory)."""
+    """A host address (the contract's int device pointer; on the CPU device, host memory)."""
     if not 0 < address < 2 ** 64:
         raise VariantPackError(f"{label}: pointer {address:#x} is not a valid host address")
     dtype = numpy_dtype(tensor.data_type)

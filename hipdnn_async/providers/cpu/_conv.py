@@ -27,8 +27,9 @@ order: gemm_1x1, im2col_gemm, direct, im2col_gemm_chunked):
     restricted to the output range where that tap meets real input (padding is never
     materialised). Applicable everywhere; the choice for a workspace limit of 0.
 
-Geometry (API.md): cross-correlation, ``out = (in + pre + post - dil*(k-1) - 1)//stride + 1``;
-output position o, tap t read input ``o*stride + t*dil - pre``.
+Geometry (docs/contract/semantics.md): cross-correlation,
+``out = (in + pre + post - dil*(k-1) - 1)//stride + 1``; output position o, tap t read input
+``o*stride + t*dil - pre``.
 """
 from __future__ import annotations
 
@@ -54,7 +55,8 @@ _ROLES = {"fprop": ("x", "w", "y"), "dgrad": ("dy", "w", "dx"), "wgrad": ("dy", 
 # ----------------------------------------------------------------------------
 
 def conv_output_dims(x_dims, w_dims, pre_padding, post_padding, stride, dilation) -> tuple:
-    """Output dims (N, K, *out) of a cross-correlation; one line of API.md's formula per dim."""
+    """Output dims (N, K, *out) of a cross-correlation; one line of the contract's
+    formula per dim (docs/contract/semantics.md)."""
     out = tuple((i + a + b - d * (k - 1) - 1) // s + 1 for i, k, a, b, s, d in
                 zip(x_dims[2:], w_dims[2:], pre_padding, post_padding, stride, dilation))
     return (x_dims[0], w_dims[0]) + out

@@ -43,9 +43,9 @@ def choose_bn_mode(build: BuildStream, impl, match, plan, knobs, perfdb, where: 
     Channels-last x: only cuDNN's Ex calls with SPATIAL_PERSISTENT (training: ReLU
     fused when unclipped; backward, alone or after BN inference + DReLU:
     ``cudnnBatchNormalizationBackwardEx``). The plain calls take 1.7-4.6 ms there
-    against 50-77 µs (32x64x112x112 fp16) and
-    are never used: where cuDNN refuses the Ex form, the engine declines. Other
-    layouts: :func:`_plain_mode`.
+    against 50-77 µs (32x64x112x112 fp16; docs/design/vendor-notes.md, "Batchnorm on
+    Hopper") and are never used: where cuDNN refuses the Ex form, the engine declines.
+    Other layouts: :func:`_plain_mode`.
 
     Parameters
     ----------

@@ -9,7 +9,8 @@ limit and runs once on zero-filled scratch buffers becomes the execution plan
 the heuristic's own choice is kept unless
 another is faster by over ``_tuning.BENCH_MARGIN``).
 cuDNN's legacy calls are themselves a shim that builds such a graph on every call (57-111 us
-of host time); a cached plan executes in 7.6-14 us (shared/reference/gpu-fast-paths.md s.1).
+of host time); a cached plan executes in 7.6-14 us (docs/design/vendor-notes.md,
+"cuDNN 9: the graph API and its host cost").
 
 The engine declines (``NotSupportedError``, so the legacy engine runs the graph) where it
 has no form for a pattern or layout (``_graph_ir.graph_spec``), where cuDNN refuses the

@@ -6,8 +6,8 @@ variant-pack uid is bound to at execution (a pattern role, a workspace segment, 
 host scalar). ``_graph_lower`` turns it into finalized descriptors; keeping the
 translation pure lets it be tested without a GPU.
 
-How the patterns map (shared/reference/gpu-fast-paths.md s.1.1, s.4, and the probe
-``cudnn_backend_probe.cu`` beside it):
+How the patterns map (measured by an H200 probe of the backend API: docs/design/vendor-notes.md,
+"cuDNN backend call sequences" and "Batchnorm on Hopper"):
 
 - conv fprop / dgrad / wgrad: one CONVOLUTION_{FORWARD,BACKWARD_DATA,BACKWARD_FILTER}
   operation, compute type FLOAT, pre and post paddings as given (asymmetric padding is
@@ -26,7 +26,8 @@ How the patterns map (shared/reference/gpu-fast-paths.md s.1.1, s.4, and the pro
   probe, and cudnn-frontend's sample); ``DRELU_DTYPES`` lists what is tried per I/O type.
 
 Only channels-last batchnorm goes here: for NCHW the legacy SPATIAL_PERSISTENT calls are
-faster (62/89 us against 131/201 us, s.4), and standalone BN inference has no graph form.
+faster (62/89 us against 131/201 us, "Batchnorm on Hopper" there), and standalone BN
+inference has no graph form.
 """
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """A ``GraphSpec`` as finalized cuDNN backend descriptors: tensors, operations, the graph.
 
 The call sequences and attribute types are those of the H200 probe
-(shared/reference/cudnn_backend_probe.cu) and cudnn-frontend's builders: every tensor
-gets DATA_TYPE, DIMENSIONS, STRIDES, UNIQUE_ID and BYTE_ALIGNMENT (+ IS_VIRTUAL /
-IS_BY_VALUE); the ReLU pointwise descriptors get NAN_PROPAGATION, the clips as DOUBLE
-and a zero lower-clip slope, as ``cudnn_frontend_PointWiseDesc.h`` sets them.
+(docs/design/vendor-notes.md, "cuDNN backend call sequences") and cudnn-frontend's
+builders: every tensor gets DATA_TYPE, DIMENSIONS, STRIDES, UNIQUE_ID and BYTE_ALIGNMENT
+(+ IS_VIRTUAL / IS_BY_VALUE); the ReLU pointwise descriptors get NAN_PROPAGATION, the clips
+as DOUBLE and a zero lower-clip slope, as ``cudnn_frontend_PointWiseDesc.h`` sets them.
 
 ``be`` is the binding module (``runtime._cudnn_backend``) or a stand-in with the same
 names (the unit tests record the calls).

@@ -6,7 +6,7 @@ creates nothing (the stream's cuDNN handle and workspace were prepared at stream
 and build, ``providers/_gpu/_launch.py``). Buffers are device pointers (ints);
 ``workspace`` is a user-given pointer or None (the stream's own workspace is used).
 
-How the patterns map (shared/reference/vendor-c-apis.md s.2.3-2.5):
+How the patterns map (docs/design/vendor-notes.md, "cuDNN 9: the legacy API"):
 
 - conv fprop / dgrad / wgrad: ``cudnnConvolution{Forward,BackwardData,BackwardFilter}``.
 - conv + bias + ReLU: ``cudnnConvolutionBiasActivationForward`` (RELU; a zero bias when the
@@ -21,7 +21,7 @@ How the patterns map (shared/reference/vendor-c-apis.md s.2.3-2.5):
 - channels-last training and backward run only the Ex calls
   (``cudnnBatchNormalizationForwardTrainingEx`` / ``BackwardEx``) with
   CUDNN_BATCHNORM_SPATIAL_PERSISTENT, as PyTorch's channels-last path: the plain calls take
-  1.7-4.6 ms there against 50-77 µs (shared/reference/gpu-fast-paths.md s.4), so where
+  1.7-4.6 ms there against 50-77 µs (docs/design/vendor-notes.md, "Batchnorm on Hopper"), so where
   cuDNN refuses the Ex form at the build's trial run the engine declines.
 - other layouts run the plain calls with SPATIAL_PERSISTENT (knob
   ``cudnn_legacy.bn_persistent``, default 1) when a trial run succeeds, SPATIAL otherwise.

@@ -7,8 +7,8 @@ a fusion plan compiled) is done at build for the build stream and every open str
 at stream start for later ones (``prepare``, registered with ``prepare_streams``): ``run``
 finds, compiles, creates and allocates nothing. Buffers are device pointers (ints).
 
-How the patterns map (hipDNN's MIOpen provider, shared/reference/hipdnn-and-miopen-provider.md
-s.3; the calls in shared/reference/vendor-c-apis.md s.1):
+How the patterns map (as hipDNN's MIOpen provider maps them; docs/design/vendor-notes.md,
+"MIOpen: how hipDNN's provider maps the patterns"):
 
 - conv fprop / dgrad / wgrad: ``miopenConvolution{Forward,BackwardData,BackwardWeights}Immediate``
   with the solution chosen at build (immediate-mode list, or Find 2.0 when benchmarking).

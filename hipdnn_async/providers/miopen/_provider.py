@@ -70,7 +70,8 @@ def _at_build():
 def _hip_runtimes_mapped() -> list[str]:
     """The distinct libamdhip64 files mapped into this process (Linux ``/proc/self/maps``;
     [] where it cannot be read). MIOpen must run on the HIP runtime instance we loaded
-    (shared/reference/vendor-c-apis.md s.1.1)."""
+    (docs/design/vendor-notes.md,
+    "MIOpen: library, handle and stream")."""
     paths = set()
     try:
         with open("/proc/self/maps") as fh:

@@ -3,7 +3,7 @@
  * A test tool, never shipped: loaded as the HIP runtime (HIPDNN_ASYNC_HIP_RUNTIME=<this
  * library>), it lets the HIP runtime binding (hipdnn_async.runtime._gpu, instance "hip")
  * and the GPU stream backend (queues/_gpu_backend.py) run on a CUDA GPU's real streams,
- * events, copies and pools. What it proves and what it does not: README.md, MIOpen section.
+ * events, copies and pools. What it proves and what it does not: docs/guide/miopen.md.
  *
  * Every hip* symbol the binding looks up is defined here (tests/contract/test_hip_shim.py
  * compares them with src_pyx/_gpu.pyx). Declarations: hip_min.h (ours, checked against

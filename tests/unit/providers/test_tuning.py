@@ -1,9 +1,9 @@
 """providers/_tuning.py: candidates, the workspace knob, perf-db lookup/store keyed by engine.
 
-Knob semantics are API.md's: ``global.workspace_size_limit`` only for patterns 6, 7, 9, over
-[min, max] of the candidates' workspaces, default max; a limit no candidate fits is a
-KnobError. The perf db keeps one record per engine; entries of a schema-1 db (no engine)
-are claimed by the engine that wrote them.
+Knob semantics are docs/contract/semantics.md's: ``global.workspace_size_limit`` only for
+patterns 6, 7, 9, over [min, max] of the candidates' workspaces, default max; a limit no
+candidate fits is a KnobError. The perf db keeps one record per engine; entries of a
+schema-1 db (no engine) are claimed by the engine that wrote them.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Patterns as cuDNN operation graphs (providers/cudnn/_graph_ir.py), without a GPU.
 
 Expected uids, strides and slots are written from the probe's call sequences
-(shared/reference/cudnn_backend_probe.cu) and the cudnn_graph.h attribute list.
+(docs/design/vendor-notes.md) and the cudnn_graph.h attribute list.
 """
 import pytest
 

@@ -1,7 +1,7 @@
 """GraphSpec -> backend descriptors (providers/cudnn/_graph_lower.py) against a recording
 stand-in of the binding: which descriptors, attributes and attribute types are set.
 
-The expected sequences are the probe's (shared/reference/cudnn_backend_probe.cu) and
+The expected sequences are the probe's (docs/design/vendor-notes.md) and
 cudnn-frontend's PointWiseDesc.h (ReLU clips as DOUBLE, FLT_MAX upper clip)."""
 import pytest
 
@@ -128,7 +128,7 @@ def test_drelu_graph_has_three_ops_in_order(be):
 
 
 def test_constants_match_cudnn_graph_h(be):
-    # spot checks against cudnn_graph.h of cuDNN 9.19.1 (shared/reference/gpu-fast-paths.md s.1.2)
+    # spot checks against cudnn_graph.h of cuDNN 9.19.1 (docs/design/vendor-notes.md)
     assert (be.BACKEND_TENSOR_DESCRIPTOR, be.BACKEND_OPERATION_NORM_BACKWARD_DESCRIPTOR) == (17, 30)
     assert (be.TYPE_BACKEND_DESCRIPTOR, be.TYPE_NORM_FWD_PHASE, be.TYPE_CHAR) == (15, 28, 24)
     assert (be.ATTR_TENSOR_UNIQUE_ID, be.ATTR_VARIANT_PACK_WORKSPACE) == (906, 1003)

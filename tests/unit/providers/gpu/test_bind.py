@@ -231,7 +231,7 @@ def test_a_dlpack_device_tensor_binds_to_its_data_pointer(fake_cuda):
      r"needs dtype float32 \(FLOAT\); got float16"),
     (lambda p: _DLPackProducer((2, 3, 4, 5), code=0, bits=32, ptr=p), r"got DLPack dtype code 0"),
     (lambda p: _DLPackProducer((2, 3, 4, 5), (60, 20, 1, 4), ptr=p),
-     r"needs strides \(60, 20, 5, 1\)"),
+     r"is NCHW \(strides \(60, 20, 5, 1\) in elements\)"),
     (lambda p: _DLPackProducer((2, 3, 4, 5), ptr=0xDEAD0000),
      r"not device memory of cuda:0"),
 ])
