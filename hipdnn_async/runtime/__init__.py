@@ -12,7 +12,8 @@ to find them (``_libraries``), its device specs, DLPack device types and Ray res
 ``load_vendor`` (``_vendors``) loads a GPU kind's libraries. A launch's state is the
 runtime's too: the calling thread's launch context (``_launch_state``, a C thread-local the
 Cython modules cimport), a stream's DNN handle and workspace and the variant packs
-completed from them (``_stream_resources``), and CUDA/HIP graph capture (``_gpu_graph``).
+completed from them (``_stream_resources``), created on every stream from what providers
+declared as data (``_stream_prep``), and CUDA/HIP graph capture (``_gpu_graph``).
 This package imports nothing from the graph layer, nor from providers, and calls nothing of
 theirs back.
 """

@@ -254,7 +254,7 @@ class GpuContext:
         """Make the copy stream wait (on the GPU) for all work launched so far on every
         compute stream: copies then see finished results and never overwrite an array
         that launched work still reads. Must not be called with a stream's launch lock
-        held (copies are host calls; plans and preparers make none)."""
+        held (copies are host calls; plans and stream preparation make none)."""
         with self._lock:
             streams = tuple(self._streams.items())
         for s, lock in streams:

@@ -1,7 +1,7 @@
 """Per-stream launch resources and the variant packs that launch on them.
 
 What a plan needs on the stream it launches on is that stream's state, prepared before
-any launch (the providers' ``LaunchResources`` create and size it): a vendor DNN handle
+any launch (``_stream_prep``: the runtime creates and sizes it from what providers declared): a vendor DNN handle
 bound to the stream and a workspace. It lives in the stream's ``LaunchContext.resources``
 under the vendor's key.
 
@@ -88,7 +88,7 @@ class StreamResources:
 
     def reserve(self, nbytes: int) -> None:
         """Grow the workspace to at least ``nbytes``: at stream start or at build only,
-        between launches (``LaunchResources`` calls it under the stream's launch lock).
+        between launches (``StreamNeeds`` calls it under the stream's launch lock).
         The old buffer is freed stream-ordered, after the work already enqueued.
 
         Raises

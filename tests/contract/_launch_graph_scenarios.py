@@ -195,13 +195,14 @@ def launch_frames_case(backend_lib: str, *, streams: int = 3, submits: int = 6) 
         threading.setprofile(None)
 
 
-def stream_open_frames_case(*, streams: int = 3) -> dict:
+def stream_open_frames_case(*, streams: int = 3, spec: str = "cuda:0") -> dict:
     """The provider functions that runtime or queue code enters while a device's streams
-    are prepared (issue 23): every thread profiled while a device of ``streams`` streams
-    opens, a plan is built on it (its workspace reserved on every stream), a second device
-    on the same GPU opens its streams after that build, and both close. A launch is left
-    out (``runtime.current_launch()`` set: ``launch_frames_case`` checks those), and so is
-    whatever a provider calls itself.
+    are prepared (issue 23): every thread profiled while a device ``spec`` of ``streams``
+    streams opens, a conv fprop is built on it (its workspace reserved on every stream;
+    on MIOpen its solution compiled for every stream's handle), a second device on the
+    same GPU opens two streams after that build (mark "late"), and both close. A launch
+    is left out (``runtime.current_launch()`` set: ``launch_frames_case`` checks those),
+    and so is whatever a provider calls itself.
 
     Returns
     -------
@@ -210,7 +211,7 @@ def stream_open_frames_case(*, streams: int = 3) -> dict:
         function of ``providers/`` entered with a frame of ``runtime/`` or ``queues/``
         below it on the stack (the nearest such frame); ``opened``: the streams opened;
         ``runtime_frames``: how many runtime/queues functions were seen at all (the check
-        would pass vacuously at 0).
+        would pass vacuously at 0); ``log``: the fakes' call log.
     """
     import sys
     import threading
@@ -219,6 +220,8 @@ def stream_open_frames_case(*, streams: int = 3) -> dict:
     from hipdnn_async.runtime import current_launch
     root = os.path.dirname(os.path.abspath(hd.__file__)) + os.sep
     upcalls, seen = set(), [0]
+    ctl = control(spec)
+    ctl.clear()
 
     def where(frame):
         path = frame.f_code.co_filename
@@ -246,18 +249,20 @@ def stream_open_frames_case(*, streams: int = 3) -> dict:
     threading.setprofile(profile)
     sys.setprofile(profile)
     try:
-        with hd.Device("cuda:0", streams=streams) as dev:
+        with hd.Device(spec, streams=streams) as dev:
             g = hd.Graph(name="stream_open")
             x = g.tensor(dims=(2, 4, 6, 6), name="x")
             w = g.tensor(dims=(4, 4, 3, 3), name="w")
             g.conv_fprop(x, w, padding=1).set_output(True).set_name("y")
             dev.build_sync(g)
-            with hd.Device("cuda:0", streams=2) as late:
+            ctl.mark("late")
+            with hd.Device(spec, streams=2) as late:
                 opened = len(dev.streams) + len(late.streams)
     finally:
         sys.setprofile(None)
         threading.setprofile(None)
-    return {"upcalls": sorted(upcalls), "opened": opened, "runtime_frames": seen[0]}
+    return {"upcalls": sorted(upcalls), "opened": opened, "runtime_frames": seen[0],
+            "log": ctl.log()}
 
 
 def collected_in_a_cycle_case(backend_lib: str) -> dict:

@@ -234,7 +234,8 @@ class MiopenProvider(Provider):
     def build(self, match, engine, knobs, perfdb) -> ProviderPlan:
         """Build with ``engine``, size every stream's workspace for the plan and prepare
         every stream's handle for it (compiled solutions / fusion plans, now for open
-        streams and at start for later ones), so that its first launch does nothing else."""
+        streams and at start for later ones: the runtime runs the plan's ``handle_work``),
+        so that its first launch does nothing else."""
         plan = super().build(match, engine, knobs, perfdb)
         self._launch.reserve(plan.workspace_size)
         if plan.handle_work is not None:
