@@ -33,6 +33,7 @@ from numpy.lib.stride_tricks import as_strided
 from .._errors import DeviceError, GpuError, GraphError
 from . import _launch_state
 from ._buffer import element_extent, host_values
+from ._stream_prep import HandleWork, StreamNeeds
 
 __all__ = ["GpuContext", "GpuArray", "LaunchContext", "DeviceGuard", "current_launch",
            "context_for"]
@@ -192,12 +193,20 @@ class GpuContext:
     # What streams need is declared as data (``_stream_prep``: ``StreamNeeds``,
     # ``HandleWork``) and created here, with the runtime's own bindings: opening a stream
     # or growing a workspace calls no provider code.
-    def add_needs(self, needs) -> None:
-        """Register ``needs`` (a ``StreamNeeds``, held weakly) and create its resources on
-        every open stream now; streams opened later get them at :meth:`open_stream`.
+    def apply_needs(self, needs) -> None:
+        """Register ``needs`` (a ``StreamNeeds``, held weakly; again: nothing new) and
+        create or grow its resources on every open stream now, each under its launch lock
+        (never during a launch); streams opened later get them at :meth:`open_stream`.
 
-        Raises whatever the creation raises (the first failing stream stops the round).
+        Raises
+        ------
+        TypeError
+            ``needs`` is not a ``StreamNeeds`` (a declaration is data, not a callback).
+        DeviceError, GpuError
+            The creation fails (the first failing stream stops the round).
         """
+        if not isinstance(needs, StreamNeeds):
+            raise TypeError(f"apply_needs takes a StreamNeeds, not {type(needs).__name__}")
         with self._prep_lock:
             self._needs.add(needs)
             targets = list(self._prepared.items())
@@ -205,19 +214,20 @@ class GpuContext:
 
     def add_handle_work(self, work) -> None:
         """Register ``work`` (a ``HandleWork``, held weakly) and run it on every open
-        stream now; streams opened later run it at :meth:`open_stream`."""
+        stream now, as :meth:`apply_needs`; streams opened later run it at
+        :meth:`open_stream`.
+
+        Raises
+        ------
+        TypeError
+            ``work`` is not a ``HandleWork``.
+        """
+        if not isinstance(work, HandleWork):
+            raise TypeError(f"add_handle_work takes a HandleWork, not {type(work).__name__}")
         with self._prep_lock:
             self._works.add(work)
             targets = list(self._prepared.items())
         self._prepare_each(targets, work.prepare_on)
-
-    def prepare_open_streams(self, step) -> None:
-        """Run ``step(launch_context)`` (a ``StreamNeeds`` or ``HandleWork`` method) on
-        every open stream, each under its launch lock (never during a launch) with the
-        device current."""
-        with self._prep_lock:
-            targets = list(self._prepared.items())
-        self._prepare_each(targets, step)
 
     def _prepare_each(self, targets, step) -> None:
         for lc, lock in targets:

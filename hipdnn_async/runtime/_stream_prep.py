@@ -2,7 +2,8 @@
 
 A provider says once what its plans need on each stream, and the runtime creates it on
 every stream of the device, open or opened later (``GpuContext.open_stream``), calling its
-own bindings only: no provider code runs when a stream opens or a workspace grows.
+own bindings only: no provider code runs when a stream opens or a workspace grows (the
+context takes these two records only, never a callable).
 
 - ``StreamNeeds(context, key, handle_kind)``: every stream gets ``StreamResources`` under
   ``key``: a DNN handle of ``handle_kind`` (one of ``HANDLE_KINDS``) bound to the stream,
@@ -130,7 +131,7 @@ class StreamNeeds:
         self.handle_kind = handle_kind
         self._reserved = 0
         self._lock = threading.Lock()
-        context.add_needs(self)
+        context.apply_needs(self)
 
     @property
     def reserved(self) -> int:
@@ -163,7 +164,7 @@ class StreamNeeds:
             if nbytes <= self._reserved:
                 return
             self._reserved = int(nbytes)
-            self.context.prepare_open_streams(self.create_on)
+            self.context.apply_needs(self)
 
     def prepare_handles(self, work: "HandleWork") -> None:
         """Run ``work`` on the handle of every stream of the device under :attr:`key`:

@@ -131,6 +131,11 @@ def test_unknown_kinds_and_calls_are_refused_before_anything_is_made(ctx):
         _stream_prep.StreamNeeds(ctx, "k", "nope")
     with pytest.raises(ValueError, match="unknown per-handle call 'nope'"):
         _stream_prep.HandleWork("k", "nope", (), "P")
+    # the context takes the two records only: a callback is no declaration
+    with pytest.raises(TypeError, match="apply_needs takes a StreamNeeds, not function"):
+        ctx.apply_needs(lambda lc: None)
+    with pytest.raises(TypeError, match="add_handle_work takes a HandleWork, not function"):
+        ctx.add_handle_work(lambda lc: None)
     assert ctx.made == []
 
 
