@@ -18,7 +18,9 @@ from __future__ import annotations
 from typing import Callable
 
 from .._errors import DeviceError, ExecutionError
-from ._launch_state import current_launch
+from . import _launch_state
+
+current_launch = _launch_state.current_launch   # -> LaunchContext | None (C thread-local)
 
 __all__ = ["StreamHandle", "StreamResources", "stream_resources", "PackSpec"]
 
