@@ -29,11 +29,11 @@ launch path and the on-demand event record skip it. Waiting on and querying even
 no current device.
 Cross-stream waits are GPU-side (``stream_wait_event``): the host never blocks.
 
-Launch state is prepared before launches, never inside one: a provider registers a
-*preparer* for a device (``prepare_streams``); it runs on every open stream of that
-device at once and on each stream started later, before the stream's first launch, under
-the stream's launch lock (the registry is the device's ``GpuContext``'s) (so it never races an enqueue). That is where per-stream vendor
-handles are created and stream workspaces sized; a plan's ``run`` only enqueues.
+Launch state is prepared before launches, never inside one: a new stream is handed to its
+device's ``GpuContext`` (``open_stream``), which creates on it what the device's providers
+declared as data (``runtime._stream_prep``: a DNN handle per stream, a workspace, per-handle
+compiled state), under the stream's launch lock; later rounds (a workspace grown at
+build) run there too, between launches. A plan's ``run`` only enqueues.
 """
 from __future__ import annotations
 
@@ -42,7 +42,6 @@ import functools
 import queue
 import threading
 import time
-from typing import Callable
 
 from .._errors import DeviceError, GpuError
 from ..runtime._gpu_device import GpuContext, LaunchContext
@@ -51,16 +50,9 @@ from ._completion import _DONE, SPIN_S, Completion
 from . import _core
 from ._stream import StreamBackend
 
-__all__ = ["GpuStreamBackend", "prepare_streams"]
+__all__ = ["GpuStreamBackend"]
 
 _STOP = object()
-
-def prepare_streams(context, prepare: Callable[[LaunchContext], None], *,
-                    later: bool = True) -> None:
-    """``context.prepare_streams(prepare, later=later)`` (the registry lives on the
-    device's ``GpuContext``, so providers reach it without importing the queues)."""
-    context.prepare_streams(prepare, later=later)
-
 
 # Work items per completion event when nobody waits for them (``_core.EVENT_EVERY``: an
 # event record costs host time, about a microsecond, and completions are only looked at
@@ -83,7 +75,7 @@ class GpuStreamBackend(_core.LaunchCore, StreamBackend):
         self.name = name
         self.context = context
         self._rt = rt = context.runtime
-        # launches vs preparers of launch state and on-demand event records; it is also
+        # launches vs preparation of launch state and on-demand event records; it is also
         # the stream's lock (``StreamBackend.lock``), so every launch runs with it held,
         # and a copy's event record on this stream takes it (``order_copy_stream``)
         self.lock = self._launch_lock = threading.Lock()
@@ -122,17 +114,9 @@ class GpuStreamBackend(_core.LaunchCore, StreamBackend):
 
     # ------------------------------------------------------------------ launch state
     def _start_prepared(self) -> None:
-        """Run the device's preparers on this new stream, then make it visible to later
-        ``prepare_streams`` rounds (under the registry lock, so no round misses it)."""
-        self.context.open_prepared(self)
-
-    def prepare(self, fn: Callable[[LaunchContext], None]) -> None:
-        """Run ``fn(launch_context)`` between launches (never during one)."""
-        with self._launch_lock:
-            if self._closed:
-                return
-            with self.context.using():
-                fn(self.launch_context)
+        """Have the device create this new stream's launch state (``GpuContext.open_stream``:
+        the runtime's own calls, under the launch lock) and include it in later rounds."""
+        self.context.open_stream(self.launch_context, self._launch_lock)
 
     # ------------------------------------------------------------------ launch side
     # ``launch(item)`` is LaunchCore's (C): with the stream's device current (only where
@@ -327,7 +311,7 @@ class GpuStreamBackend(_core.LaunchCore, StreamBackend):
             if self._closed:
                 return
             self._closed = True
-        self.context.close_prepared(self)
+            self.context.close_stream(self.launch_context)   # no round prepares it now
         try:
             self._drain()
         finally:

@@ -48,7 +48,7 @@ class StreamBackend:
         raise NotImplementedError
 
     # A backend whose launches must exclude other work of its own (a GPU stream's
-    # preparers and on-demand event records) gives the lock for that here: the stream
+    # launch-state preparation and on-demand event records) gives the lock for that here: the stream
     # takes it as its own lock, so ``launch``, always called with the stream's lock
     # held, needs no second one. Such a backend must not call back into the stream
     # while holding it.

@@ -13,7 +13,8 @@ resource; ``load_vendor`` (``_vendors``) loads a GPU kind's libraries, ``load_on
 host's optional DNN library. A launch's state is the runtime's too: the calling thread's
 launch context (``_launch_state``, a C thread-local the Cython modules cimport), a stream's
 DNN handle and workspace and the variant packs completed from them
-(``_stream_resources``), and CUDA/HIP graph capture (``_gpu_graph``). This package imports
+(``_stream_resources``), created on every stream from what providers declared as data
+(``_stream_prep``), and CUDA/HIP graph capture (``_gpu_graph``). This package imports
 nothing from the graph layer, nor from providers, and calls nothing of theirs back.
 """
 from ._buffer import DeviceArray

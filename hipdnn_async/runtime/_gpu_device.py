@@ -9,7 +9,8 @@ them). Every call below goes through ``context.runtime``: nothing here names a v
 ``GpuArray`` is device memory with the surface of the CPU ``DeviceArray``.
 ``LaunchContext`` is what a provider sees while its plan enqueues work: the compute
 stream, per-stream resources (a DNN handle), and a per-stream workspace that grows on
-demand; see ``current_launch``.
+demand; see ``current_launch``. The per-stream resources are created here, from what
+providers declared as data (``_stream_prep``), when a stream opens and at build.
 
 Several devices: the current device is per host thread (``cudaSetDevice`` /
 ``hipSetDevice``), and a stream, event, allocation or DNN handle belongs to the device
@@ -32,6 +33,7 @@ from numpy.lib.stride_tricks import as_strided
 from .._errors import DeviceError, GpuError, GraphError
 from . import _launch_state
 from ._buffer import element_extent, host_values
+from ._stream_prep import HandleWork, StreamNeeds
 
 __all__ = ["GpuContext", "GpuArray", "LaunchContext", "DeviceGuard", "current_launch",
            "context_for"]
@@ -135,11 +137,12 @@ class GpuContext:
         # Held by a benchmarking build (Device): timings on one GPU must not overlap, and
         # two Devices on one GPU share this context.
         self.tune_lock = threading.Lock()
-        # Launch-state preparers (weak refs) and the open streams they run on: objects with
-        # ``prepare(fn)``, the queues' stream backends. Guarded by _prep_lock, so no stream
-        # opened during a round misses a preparer.
-        self._preparers: list = []
-        self._prepared: "weakref.WeakSet" = weakref.WeakSet()
+        # What streams need (StreamNeeds, HandleWork; weak: their owners keep them) and the
+        # open streams it is created on (launch context -> launch lock). Guarded by
+        # _prep_lock, so no stream opened during a round misses a declaration.
+        self._needs: "weakref.WeakSet" = weakref.WeakSet()
+        self._works: "weakref.WeakSet" = weakref.WeakSet()
+        self._prepared: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
         self._prep_lock = threading.Lock()
 
     def activate(self) -> None:
@@ -187,44 +190,81 @@ class GpuContext:
             self._streams.pop(stream, None)
 
     # ------------------------------------------------------------------ launch state
-    def prepare_streams(self, prepare, *, later: bool = True) -> None:
-        """Run ``prepare(launch_context)`` on every open stream of this device now, each
-        through the stream's ``prepare`` (under its launch lock, never during a launch);
-        with ``later``, also on every stream opened afterwards, before its first launch. A
-        bound method is held weakly (a provider that is gone prepares nothing).
+    # What streams need is declared as data (``_stream_prep``: ``StreamNeeds``,
+    # ``HandleWork``) and created here, with the runtime's own bindings: opening a stream
+    # or growing a workspace calls no provider code.
+    def apply_needs(self, needs) -> None:
+        """Register ``needs`` (a ``StreamNeeds``, held weakly; again: nothing new) and
+        create or grow its resources on every open stream now, each under its launch lock
+        (never during a launch); streams opened later get them at :meth:`open_stream`.
 
-        Raises whatever ``prepare`` raises (the first failing stream stops the round).
+        Raises
+        ------
+        TypeError
+            ``needs`` is not a ``StreamNeeds`` (a declaration is data, not a callback).
+        DeviceError, GpuError
+            The creation fails (the first failing stream stops the round).
+        """
+        if not isinstance(needs, StreamNeeds):
+            raise TypeError(f"apply_needs takes a StreamNeeds, not {type(needs).__name__}")
+        with self._prep_lock:
+            self._needs.add(needs)
+            targets = list(self._prepared.items())
+        self._prepare_each(targets, needs.create_on)
+
+    def add_handle_work(self, work) -> None:
+        """Register ``work`` (a ``HandleWork``, held weakly) and run it on every open
+        stream now, as :meth:`apply_needs`; streams opened later run it at
+        :meth:`open_stream`.
+
+        Raises
+        ------
+        TypeError
+            ``work`` is not a ``HandleWork``.
+        """
+        if not isinstance(work, HandleWork):
+            raise TypeError(f"add_handle_work takes a HandleWork, not {type(work).__name__}")
+        with self._prep_lock:
+            self._works.add(work)
+            targets = list(self._prepared.items())
+        self._prepare_each(targets, work.prepare_on)
+
+    def _prepare_each(self, targets, step) -> None:
+        for lc, lock in targets:
+            with lock:
+                if self._prepared.get(lc) is not lock:   # closed meanwhile
+                    continue
+                with self.using():
+                    step(lc)
+
+    def open_stream(self, lc, lock) -> None:
+        """Create on a new stream (launch context ``lc``, launch lock ``lock``) what every
+        registered ``StreamNeeds`` and ``HandleWork`` says, then include it in later
+        rounds (under the registry lock, so no round misses it).
+
+        Raises whatever the creation raises; the stream is then not included (the caller
+        releases what was made).
         """
         with self._prep_lock:
-            if later:
-                self._preparers.append(weakref.WeakMethod(prepare) if hasattr(prepare, "__self__")
-                                       else (lambda: prepare))
-            targets = list(self._prepared)
-        for target in targets:
-            target.prepare(prepare)
+            needs, works = list(self._needs), list(self._works)
+            with lock, self.using():
+                for n in needs:
+                    n.create_on(lc)
+                for w in works:
+                    w.prepare_on(lc)
+            self._prepared[lc] = lock
 
-    def open_prepared(self, target) -> None:
-        """Run every registered preparer on ``target`` (a new stream: ``target.prepare(fn)``),
-        then include it in later ``prepare_streams`` rounds."""
+    def close_stream(self, lc) -> None:
+        """Leave launch context ``lc``'s stream out of later rounds (the caller holds its
+        launch lock, having marked it closed)."""
         with self._prep_lock:
-            refs = [r for r in self._preparers if r() is not None]
-            self._preparers = refs
-            for ref in refs:
-                fn = ref()
-                if fn is not None:
-                    target.prepare(fn)
-            self._prepared.add(target)
-
-    def close_prepared(self, target) -> None:
-        """Leave ``target`` out of later ``prepare_streams`` rounds."""
-        with self._prep_lock:
-            self._prepared.discard(target)
+            self._prepared.pop(lc, None)
 
     def order_copy_stream(self) -> None:
         """Make the copy stream wait (on the GPU) for all work launched so far on every
         compute stream: copies then see finished results and never overwrite an array
         that launched work still reads. Must not be called with a stream's launch lock
-        held (copies are host calls; plans and preparers make none)."""
+        held (copies are host calls; plans and stream preparation make none)."""
         with self._lock:
             streams = tuple(self._streams.items())
         for s, lock in streams:

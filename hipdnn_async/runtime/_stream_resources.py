@@ -1,7 +1,7 @@
 """Per-stream launch resources and the variant packs that launch on them.
 
 What a plan needs on the stream it launches on is that stream's state, prepared before
-any launch (the providers' ``LaunchResources`` create and size it): a vendor DNN handle
+any launch (``_stream_prep``: the runtime creates and sizes it from what providers declared): a vendor DNN handle
 bound to the stream and a workspace. It lives in the stream's ``LaunchContext.resources``
 under the vendor's key.
 
@@ -18,7 +18,9 @@ from __future__ import annotations
 from typing import Callable
 
 from .._errors import DeviceError, ExecutionError
-from ._launch_state import current_launch
+from . import _launch_state
+
+current_launch = _launch_state.current_launch   # -> LaunchContext | None (C thread-local)
 
 __all__ = ["StreamHandle", "StreamResources", "stream_resources", "PackSpec"]
 
@@ -88,7 +90,7 @@ class StreamResources:
 
     def reserve(self, nbytes: int) -> None:
         """Grow the workspace to at least ``nbytes``: at stream start or at build only,
-        between launches (``LaunchResources`` calls it under the stream's launch lock).
+        between launches (``StreamNeeds`` calls it under the stream's launch lock).
         The old buffer is freed stream-ordered, after the work already enqueued.
 
         Raises

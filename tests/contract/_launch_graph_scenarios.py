@@ -20,7 +20,7 @@ from ._fakes import calls
 from ._scenarios import control
 
 __all__ = ["build_fake_backend", "graph_plan_over_fake_backend", "launch_graph_case",
-           "launch_frames_case", "collected_in_a_cycle_case", "copy_during_capture_case", "steady_state_failure_case"]
+           "launch_frames_case", "stream_open_frames_case", "collected_in_a_cycle_case", "copy_during_capture_case", "steady_state_failure_case"]
 
 _FAKE_BACKEND_SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                  "unit", "runtime", "fakes", "fake_cudnn_backend.c")
@@ -193,6 +193,76 @@ def launch_frames_case(backend_lib: str, *, streams: int = 3, submits: int = 6) 
     finally:
         sys.setprofile(None)
         threading.setprofile(None)
+
+
+def stream_open_frames_case(*, streams: int = 3, spec: str = "cuda:0") -> dict:
+    """The provider functions that runtime or queue code enters while a device's streams
+    are prepared (issue 23): every thread profiled while a device ``spec`` of ``streams``
+    streams opens, a conv fprop is built on it (its workspace reserved on every stream;
+    on MIOpen its solution compiled for every stream's handle), a second device on the
+    same GPU opens two streams after that build (mark "late"), and both close. A launch
+    is left out (``runtime.current_launch()`` set: ``launch_frames_case`` checks those),
+    and so is whatever a provider calls itself.
+
+    Returns
+    -------
+    dict
+        ``upcalls``: sorted ``"<provider function> <- <runtime/queues function>"`` for every
+        function of ``providers/`` entered with a frame of ``runtime/`` or ``queues/``
+        below it on the stack (the nearest such frame); ``opened``: the streams opened;
+        ``runtime_frames``: how many runtime/queues functions were seen at all (the check
+        would pass vacuously at 0); ``log``: the fakes' call log.
+    """
+    import sys
+    import threading
+
+    import hipdnn_async as hd
+    from hipdnn_async.runtime import current_launch
+    root = os.path.dirname(os.path.abspath(hd.__file__)) + os.sep
+    upcalls, seen = set(), [0]
+    ctl = control(spec)
+    ctl.clear()
+
+    def where(frame):
+        path = frame.f_code.co_filename
+        return path[len(root):] if path.startswith(root) else None
+
+    def profile(frame, event, arg):
+        if event != "call" or current_launch() is not None:
+            return
+        here = where(frame)
+        if here is None:
+            return
+        if here.startswith(("runtime", "queues")):
+            seen[0] += 1
+        if not here.startswith("providers"):
+            return
+        below = frame.f_back
+        while below is not None:
+            there = where(below)
+            if there is not None and there.startswith(("runtime", "queues")):
+                upcalls.add(f"{here}:{frame.f_code.co_name} <- "
+                            f"{there}:{below.f_code.co_name}")
+                return
+            below = below.f_back
+
+    threading.setprofile(profile)
+    sys.setprofile(profile)
+    try:
+        with hd.Device(spec, streams=streams) as dev:
+            g = hd.Graph(name="stream_open")
+            x = g.tensor(dims=(2, 4, 6, 6), name="x")
+            w = g.tensor(dims=(4, 4, 3, 3), name="w")
+            g.conv_fprop(x, w, padding=1).set_output(True).set_name("y")
+            dev.build_sync(g)
+            ctl.mark("late")
+            with hd.Device(spec, streams=2) as late:
+                opened = len(dev.streams) + len(late.streams)
+    finally:
+        sys.setprofile(None)
+        threading.setprofile(None)
+    return {"upcalls": sorted(upcalls), "opened": opened, "runtime_frames": seen[0],
+            "log": ctl.log()}
 
 
 def collected_in_a_cycle_case(backend_lib: str) -> dict:

@@ -202,3 +202,14 @@ def test_a_launch_calls_nothing_in_the_provider(fake_gpu, backend_lib):
     assert r["launch"] == 7
     assert r["frames"], "the profiler saw no launch (the check would pass vacuously)"
     assert [f for f in r["frames"] if f.startswith("providers")] == [], r["frames"]
+
+
+def test_a_stream_open_calls_nothing_in_the_provider(fake_gpu):
+    # issue 23: the runtime creates what a stream needs (its DNN handle, its workspace)
+    # from what the provider declared as data; opening a stream, or growing every
+    # stream's workspace at build, enters no provider code from runtime or queue code
+    # (provider callbacks registered on the GpuContext did)
+    r = fake_gpu.call(S.stream_open_frames_case, streams=3)
+    assert r["opened"] == 5
+    assert r["runtime_frames"], "the profiler saw no runtime code (a vacuous pass)"
+    assert r["upcalls"] == [], r["upcalls"]

@@ -36,19 +36,21 @@ from __future__ import annotations
 
 from ...runtime import _cudnn, current_launch
 from .._base import ProviderPlan
-from .._gpu._launch import StreamHandle, stream_resources
+from .._gpu._launch import StreamHandle, stream_handle, stream_resources
 from .._gpu._workspace import Segments, align as _align
 
 __all__ = ["ConvPlan", "ConvBiasReluPlan", "BnInferencePlan", "BnTrainingPlan",
            "BnBackwardPlan", "BnInferenceDreluBackwardPlan", "handle_for_launch",
-           "make_handle", "RESOURCE_KEY"]
+           "make_handle", "RESOURCE_KEY", "HANDLE_KIND"]
 
 RESOURCE_KEY = "cudnn"   # the launch-resource key of the cuDNN handle
+HANDLE_KIND = "cudnn"    # the runtime's handle kind (``runtime._stream_prep.HANDLE_KINDS``)
 
 
 def make_handle(stream: int) -> StreamHandle:
-    """A cuDNN handle bound to ``stream`` (a per-stream launch resource)."""
-    return StreamHandle(_cudnn.create, _cudnn.set_stream, _cudnn.destroy, stream)
+    """A cuDNN handle bound to ``stream`` (the build stream's; compute streams get theirs
+    from the runtime, ``StreamNeeds``)."""
+    return stream_handle(HANDLE_KIND, stream)
 
 
 def handle_for_launch():

@@ -35,7 +35,7 @@ from ...runtime import GpuArray, _cudnn, context_for
 from .. import _tuning
 from .._base import Provider, ProviderEngine, ProviderPlan
 from .._gpu._bind import GpuTarget, bind_workspace, make_binder
-from .._gpu._launch import LaunchResources
+from .._gpu._launch import StreamNeeds
 from .._gpu._trial import BuildStream
 from .._gpu._vendor import open_vendor
 from . import _fft, _plans
@@ -110,8 +110,9 @@ class CudnnProvider(Provider):
         self._build = BuildStream(self.context, self.spec, _plans.RESOURCE_KEY,
                                   _plans.make_handle)
         # every stream of the device gets its cuDNN handle at start, and a workspace
-        # sized at build for each plan: plans' run() only enqueues (capture-safe)
-        self._launch = LaunchResources(self.context, _plans.RESOURCE_KEY, _plans.make_handle)
+        # sized at build for each plan, both made by the runtime from this declaration:
+        # plans' run() only enqueues (capture-safe)
+        self._launch = StreamNeeds(self.context, _plans.RESOURCE_KEY, _plans.HANDLE_KIND)
         self._conv_cache: dict[str, tuple] = {}   # match.signature -> (ConvSetup, algorithms)
 
     # ------------------------------------------------------------------ identity

@@ -3,9 +3,9 @@
 ``run`` executes on the launching thread of a GPU stream: it looks up the stream's MIOpen
 handle and workspace (prepared at stream start and build, ``providers/_gpu/_launch.py``)
 and only enqueues work. What a plan must have per handle (a convolution solution compiled,
-a fusion plan compiled) is done at build for the build stream and every open stream, and
-at stream start for later ones (``prepare``, registered with ``prepare_streams``): ``run``
-finds, compiles, creates and allocates nothing. Buffers are device pointers (ints).
+a fusion plan compiled) is declared as data (``handle_work``, a runtime ``HandleWork``) and
+done by the runtime at build for the build stream and every open stream, and at stream
+start for later ones: ``run`` finds, compiles, creates and allocates nothing. Buffers are device pointers (ints).
 
 How the patterns map (as hipDNN's MIOpen provider maps them; docs/design/vendor-notes.md,
 "MIOpen: how hipDNN's provider maps the patterns"):
@@ -33,17 +33,17 @@ How the patterns map (as hipDNN's MIOpen provider maps them; docs/design/vendor-
 """
 from __future__ import annotations
 
-from ..._errors import ExecutionError
 from ...runtime import _miopen
 from .._base import ProviderPlan
-from .._gpu._launch import StreamHandle, stream_resources
+from .._gpu._launch import HandleWork, StreamHandle, stream_handle, stream_resources
 from .._gpu._workspace import Segments
 
-__all__ = ["RESOURCE_KEY", "make_handle", "ConvPlan", "FusedConvBiasActPlan",
+__all__ = ["RESOURCE_KEY", "HANDLE_KIND", "make_handle", "ConvPlan", "FusedConvBiasActPlan",
            "ComposedConvBiasActPlan", "BnInferencePlan", "BnTrainingPlan", "BnBackwardPlan",
            "BnDreluBackwardPlan", "BN_BACKWARD_EPSILON", "DRELU_EPSILON"]
 
 RESOURCE_KEY = "miopen"   # the launch-resource key of the MIOpen handle
+HANDLE_KIND = "miopen"    # the runtime's handle kind (``runtime._stream_prep.HANDLE_KINDS``)
 
 # hipDNN's provider passes BATCHNORM_DEFAULT_EPSILON (1e-5) to the backward call; with the
 # saved statistics given, MIOpen does not use it.
@@ -54,13 +54,13 @@ DRELU_EPSILON = 2.0 ** -10
 
 
 def make_handle(context):
-    """``make_handle(stream)`` for the launch resources: a MIOpen handle created on
+    """``make_handle(stream)`` for the build stream: a MIOpen handle created on
     ``context``'s device (a handle binds to the device current at creation) and bound to
-    the stream (``miopenCreateWithStream``)."""
+    the stream (``miopenCreateWithStream``). Compute streams get theirs from the runtime
+    (``StreamNeeds``)."""
     def make(stream: int) -> StreamHandle:
         context.activate()
-        return StreamHandle(lambda: _miopen.create_with_stream(stream), _miopen.set_stream,
-                            _miopen.destroy, stream)
+        return stream_handle(HANDLE_KIND, stream)
     return make
 
 
@@ -69,28 +69,23 @@ def _resources():
 
 
 class _PerHandle:
-    """What a plan prepares per MIOpen handle (compiled once per handle): ``prepare_handle``
-    at build (build handle) and for every stream (``prepare``); ``state(handle)`` in run."""
+    """What a plan prepares per MIOpen handle (compiled once per handle), as data:
+    ``handle_work`` (a runtime ``HandleWork``), run by the provider on the build handle
+    (``prepare_handle``) and by the runtime on every stream's; ``state(handle)`` in run."""
 
-    def _init_handles(self):
-        self._handles: dict[int, object] = {}
+    def _init_handles(self, call: str, args: tuple) -> None:
+        self.handle_work = HandleWork(RESOURCE_KEY, call, args, type(self).__name__)
 
-    def prepare_handle(self, handle: int) -> None:   # pragma: no cover - overridden
-        self._handles[handle] = True
-
-    def prepare(self, lc) -> None:
-        """Preparer of a stream (``queues._gpu_backend.prepare_streams``): compile for its
-        handle."""
-        res = lc.resources.get(RESOURCE_KEY)
-        if res is not None:
-            self.prepare_handle(res.handle)
+    def prepare_handle(self, handle: int):
+        """Run the per-handle call on ``handle`` (the build handle); its result."""
+        return self.handle_work.prepare(handle)
 
     def state(self, handle: int):
+        """What was prepared for ``handle`` (ExecutionError: nothing)."""
         try:
-            return self._handles[handle]
+            return self.handle_work.results[handle]
         except KeyError:
-            raise ExecutionError(f"{type(self).__name__}: MIOpen handle {handle:#x} was not "
-                                 "prepared for this plan (a stream of another device?)") from None
+            return self.handle_work.state(handle)   # raises, naming the plan
 
 
 # ------------------------------------------------------------------ convolutions
@@ -110,18 +105,14 @@ class ConvPlan(ProviderPlan, _PerHandle):
     """
 
     def __init__(self, setup, solution_id: int, workspace_size: int, name: str):
-        self._init_handles()
         self.setup = setup
         self.solution_id = int(solution_id)
         self.workspace_size = int(workspace_size)
         self.algorithm = name
-
-    def prepare_handle(self, handle: int) -> None:
-        """``miopenConvolution*CompileSolution`` on ``handle``."""
-        s = self.setup
-        a, b, c = s.descs
-        _miopen.conv_compile(s.direction, handle, a, b, s.conv, c, self.solution_id)
-        self._handles[handle] = True
+        # miopenConvolution*CompileSolution on each handle
+        a, b, c = setup.descs
+        self._init_handles("miopen.conv_compile",
+                           (setup.direction, a, b, setup.conv, c, self.solution_id))
 
     def run(self, buffers, workspace) -> None:
         res = _resources()
@@ -148,30 +139,27 @@ class FusedConvBiasActPlan(ProviderPlan, _PerHandle):
     """
 
     def __init__(self, setup, bias_desc, act):
-        self._init_handles()
         self.setup = setup
         self.bias_desc = bias_desc
         self.act = act
         self.workspace_size = 0
         self.algorithm = f"fusion plan: conv{' + bias' if bias_desc is not None else ''} + {act.name}"
+        # the fusion plan created and compiled for each handle (miopenCompileFusionPlan
+        # raises MiopenNotSupportedError when no fused solver applies), its workspace
+        # size and operator arguments (runtime._stream_prep.FusionState)
+        self._init_handles("miopen.fusion_plan",
+                           (setup.desc("x"), setup.conv, setup.desc("w"), bias_desc, act.mode))
 
-    def prepare_handle(self, handle: int) -> None:
-        """Create and compile the fusion plan for ``handle`` (``miopenCompileFusionPlan``
-        raises MiopenNotSupportedError when no fused solver applies), size its workspace,
-        create its operator arguments."""
-        s = self.setup
-        plan = _miopen.FusionPlan(s.desc("x"))
-        conv_op = plan.add_conv(s.conv, s.desc("w"))
-        bias_op = plan.add_bias(self.bias_desc) if self.bias_desc is not None else None
-        act_op = plan.add_activation(self.act.mode)
-        plan.compile(handle)
-        ws = plan.workspace_size(handle)
-        self.workspace_size = max(self.workspace_size, ws)
-        self._handles[handle] = (plan, conv_op, bias_op, act_op, _miopen.OperatorArgs())
+    def prepare_handle(self, handle: int):
+        """Compile the fusion plan for ``handle`` (the build handle) and size the plan's
+        workspace from it; the ``FusionState``."""
+        state = _PerHandle.prepare_handle(self, handle)
+        self.workspace_size = max(self.workspace_size, state.workspace_size)
+        return state
 
     def run(self, buffers, workspace) -> None:
         res = _resources()
-        plan, conv_op, bias_op, act_op, args = self.state(res.handle)
+        plan, conv_op, bias_op, act_op, args, _ = self.state(res.handle)
         args.set_conv(conv_op, buffers["w"])
         if bias_op is not None:
             args.set_bias(bias_op, buffers["bias"])
@@ -239,9 +227,9 @@ class _BnPlan(ProviderPlan):
         self.d = descs          # role -> TensorDescriptor
         self.p = params
 
-    def prepare(self, lc) -> None:
-        """Batchnorm has nothing to compile per handle (MIOpen compiles on a handle's first
-        call; the trial run at build puts the kernels in MIOpen's kernel cache)."""
+    # Batchnorm has nothing to compile per handle (MIOpen compiles on a handle's first
+    # call; the trial run at build puts the kernels in MIOpen's kernel cache).
+    handle_work = None
 
 
 class BnInferencePlan(_BnPlan):

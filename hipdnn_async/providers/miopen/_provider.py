@@ -33,7 +33,7 @@ from ...runtime import GpuArray, _miopen, context_for
 from .. import _tuning
 from .._base import Provider, ProviderEngine, ProviderPlan
 from .._gpu._bind import GpuTarget, bind_workspace, make_binder
-from .._gpu._launch import LaunchResources, prepare_streams
+from .._gpu._launch import StreamNeeds
 from .._gpu._trial import BuildStream
 from .._gpu._vendor import open_vendor
 from . import _plans
@@ -145,8 +145,9 @@ class MiopenProvider(Provider):
         make = _plans.make_handle(self.context)
         self._build = BuildStream(self.context, self.spec, _plans.RESOURCE_KEY, make, self.rt)
         # every stream of the device gets its MIOpen handle at start, and a workspace sized
-        # at build for each plan: plans' run() only enqueues
-        self._launch = LaunchResources(self.context, _plans.RESOURCE_KEY, make, self.rt)
+        # at build for each plan, both made by the runtime from this declaration: plans'
+        # run() only enqueues
+        self._launch = StreamNeeds(self.context, _plans.RESOURCE_KEY, _plans.HANDLE_KIND)
         self._conv_cache: dict[str, tuple] = {}   # match.signature -> (ConvSetup, candidates)
 
     # ------------------------------------------------------------------ identity
@@ -234,10 +235,12 @@ class MiopenProvider(Provider):
     def build(self, match, engine, knobs, perfdb) -> ProviderPlan:
         """Build with ``engine``, size every stream's workspace for the plan and prepare
         every stream's handle for it (compiled solutions / fusion plans, now for open
-        streams and at start for later ones), so that its first launch does nothing else."""
+        streams and at start for later ones: the runtime runs the plan's ``handle_work``),
+        so that its first launch does nothing else."""
         plan = super().build(match, engine, knobs, perfdb)
         self._launch.reserve(plan.workspace_size)
-        prepare_streams(self.context, plan.prepare)
+        if plan.handle_work is not None:
+            self._launch.prepare_handles(plan.handle_work)
         return plan
 
     def _build_plan(self, match, engine, knobs, perfdb) -> ProviderPlan:

@@ -213,6 +213,22 @@ def test_every_stream_has_its_handle_and_compiled_solution(fake_rocm):
     assert used <= compiled
 
 
+def test_streams_opened_after_a_build_get_its_compiled_solution_and_call_no_provider(
+        fake_rocm):
+    # issue 23: the plan's per-handle compile is declared as data (a HandleWork) and the
+    # runtime runs it on streams opened after the build, entering no provider code
+    from .. import _launch_graph_scenarios as lg
+    case = fake_rocm.call(lg.stream_open_frames_case, streams=3, spec="hip:0")
+    log = case["log"]
+    assert not violations(log), violations(log)
+    assert case["opened"] == 5 and case["runtime_frames"]
+    assert case["upcalls"] == [], case["upcalls"]
+    late = between(log, "late")
+    made = {r["handle"] for r in calls(late, "miopenCreateWithStream")}
+    compiled = {r["handle"] for r in calls(late, "miopenConvolutionForwardCompileSolution")}
+    assert len(made) == 2 and made <= compiled, (made, compiled)
+
+
 # ---------------------------------------------------------------------- devices
 def test_hip_device_facts(fake_rocm):
     facts = fake_rocm.call(sc.device_facts)

@@ -108,12 +108,13 @@ def test_a_copy_skips_a_stream_whose_handle_a_new_capturing_stream_took():
     assert rt.bad == []
 
 
-def test_a_copy_racing_a_stream_that_fails_to_start_never_records_on_it_destroyed():
-    # A new stream's preparer fails (its workspace cannot be had) while another thread
+def test_a_copy_racing_a_stream_that_fails_to_start_never_records_on_it_destroyed(monkeypatch):
+    # A new stream's preparation fails (its handle cannot be had) while another thread
     # copies: the stream is unregistered and destroyed; the copy, which took the stream's
-    # launch lock as the failed preparer let it go, must have recorded before the destroy
-    # or not at all.
+    # launch lock as the failed preparation let it go, must have recorded before the
+    # destroy or not at all.
     from hipdnn_async.queues._gpu_backend import GpuStreamBackend
+    from hipdnn_async.runtime import _stream_prep
 
     rt = _Runtime()
     ctx = GpuContext(0, rt)
@@ -129,7 +130,7 @@ def test_a_copy_racing_a_stream_that_fails_to_start_never_records_on_it_destroye
 
     copier = threading.Thread(target=copy)
 
-    def failing_preparer(lc):
+    def failing_handle(stream):
         copier.start()                  # it sees the new stream, then waits for its lock
         copier.join(0.2)
 
@@ -150,10 +151,14 @@ def test_a_copy_racing_a_stream_that_fails_to_start_never_records_on_it_destroye
         stream_destroyed.set()
     rt.stream_destroy = destroy
 
-    ctx.prepare_streams(failing_preparer)
+    # the declaration is data; the runtime makes the handle with its kind's function,
+    # here one that fails
+    monkeypatch.setitem(_stream_prep.HANDLE_KINDS, "fake", failing_handle)
+    needs = _stream_prep.StreamNeeds(ctx, "fake", "fake")
     with pytest.raises(DeviceError, match="cannot prepare its launch state: out of memory"):
         GpuStreamBackend("cuda:0:s0", ctx)
     copier.join(5)
     assert not copier.is_alive() and copy_errors == []
     assert copier_in_record.is_set() and len(rt.destroyed) == 1
     assert rt.bad == []
+    del needs

@@ -280,11 +280,11 @@ def _install(monkeypatch, *, pooled=True):
     import hipdnn_async.runtime as runtime
     from hipdnn_async.providers._gpu import _vendor
     from hipdnn_async.providers.cudnn import _conv, _plans, _provider
-    from hipdnn_async.runtime import _gpu_device
+    from hipdnn_async.runtime import _gpu_device, _stream_prep
 
     rec = Recorder()
     gpu, cudnn = FakeGpuRuntime(rec, pooled=pooled), FakeCudnn(rec)
-    for mod in (_conv, _plans, _provider):
+    for mod in (_conv, _plans, _provider, _stream_prep):   # _stream_prep: stream handles
         monkeypatch.setattr(mod, "_cudnn", cudnn)
     monkeypatch.setattr(_gpu_device, "_contexts", {})    # a fresh GpuContext per test
     state = VendorState("cuda", True, runtime=gpu, device_count=1,
