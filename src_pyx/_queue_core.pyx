@@ -20,9 +20,11 @@ from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 from .._errors import DeviceError as _DeviceError
 from .._errors import HipdnnError as _HipdnnError
 from ..runtime._launch_state cimport launch_enter, launch_exit
+from ._metrics import FOLD_AT as _FOLD_AT
 
-__all__ = ["CompletionCore", "StreamCore", "LaunchCore", "Batch", "Named", "submit_now",
-           "perf_counter", "EVENT_EVERY", "PENDING", "RUNNING", "DONE"]
+__all__ = ["CompletionCore", "StreamCore", "LaunchCore", "HostLaunchCore", "ExecTimer", "Batch",
+           "Named", "submit_now", "run_inline", "perf_counter", "EVENT_EVERY", "PENDING",
+           "RUNNING", "DONE"]
 
 PENDING, RUNNING, DONE = 0, 1, 2
 # Work items per completion event when nobody waits for them: an event record costs host
@@ -30,6 +32,7 @@ PENDING, RUNNING, DONE = 0, 1, 2
 EVENT_EVERY = 16
 cdef Py_ssize_t _EVENT_EVERY = EVENT_EVERY
 cdef tuple _NO_ARGS = ()
+cdef Py_ssize_t _FOLD = _FOLD_AT
 
 
 cdef inline double _now() noexcept nogil:
@@ -41,6 +44,30 @@ cdef inline double _now() noexcept nogil:
 def perf_counter():
     """The clock of the timestamps set here, in seconds (``time.perf_counter()``'s)."""
     return _now()
+
+
+cdef class ExecTimer:
+    """A plan's recent execution time on a host stream (seconds, exponentially weighted
+    over the last several executions, wherever they ran), from which a submission
+    decides whether it may run inline (:func:`run_inline`).
+    """
+
+    cdef public double mean_s             # 0.0 until the first execution
+    cdef public Py_ssize_t count
+
+    cdef inline void observe(self, double seconds) noexcept:
+        if self.count == 0:
+            self.mean_s = seconds
+        else:   # weight 1/8: a few executions follow a change, one outlier does not rule
+            self.mean_s += (seconds - self.mean_s) * 0.125
+        self.count += 1
+
+    cdef inline bint within(self, double bound) noexcept:
+        return self.count > 0 and self.mean_s <= bound
+
+    def record(self, double seconds):
+        """Take one execution's time (seconds)."""
+        self.observe(seconds)
 
 
 cdef class CompletionCore:
@@ -67,6 +94,7 @@ cdef class CompletionCore:
     cdef public object _fn, _keepalive, _value, _error
     cdef public object _waiters, _tevent, _callbacks
     cdef public object _batch             # GPU: its completion batch until retired
+    cdef public ExecTimer _timer          # a plan's execution times (None: not a plan's)
     cdef public bint _control             # an event marker or wait, not counted as work
     cdef public int _state
     cdef object __weakref__
@@ -104,11 +132,17 @@ cdef class CompletionCore:
     def _publish_stored(self):
         """Publish the outcome already stored (``_enqueue``), its keepalive already
         dropped, and wake the waiters: a GPU stream's completion batch."""
+        self.publish_stored()
+
+    cdef int publish_stored(self) except -1:
         if self._state == DONE:
             raise RuntimeError(f"{self.describe()}: completed twice")  # backend bug
+        self._keepalive = None
         self._state = DONE     # before the waiter fields are read: see Completion._publish
+        # a completion wakes only who waits: nobody, mostly (no lock, no event made)
         if self._tevent is not None or self._waiters is not None or self._callbacks is not None:
             self._wake()
+        return 0
 
 
 cdef class Named:
@@ -220,14 +254,82 @@ cdef class LaunchCore:
         item._batch = self._open
 
 
+cdef class HostLaunchCore:
+    """Launch fields of a host stream (``queues.CpuStreamBackend`` derives from this):
+    the worker's queue, what was launched to it and what it has run, and the hand-off
+    around an item run inline on a submitting thread (:func:`run_inline`).
+
+    While an inline item runs, the items launched behind it wait in ``_held``, in order,
+    and go to the worker once it has finished: a stream runs one item at a time, in
+    submission order, wherever it runs. The subclass sets ``_queue`` (a
+    ``queue.SimpleQueue``: a C queue whose ``put`` wakes the worker only when it sleeps)
+    and ``_held`` (a list) before the first launch.
+    """
+
+    cdef public object _queue
+    cdef public list _held
+    cdef public Py_ssize_t _launched      # under the stream's lock
+    cdef public Py_ssize_t _ran           # by the worker: launched items it has finished
+    cdef public bint _inline              # an item runs on a submitting thread now
+    cdef public bint poll_due             # the submitter should call poll() once
+    cdef public bint _direct              # launch() is this class's: called in C
+
+    def __cinit__(self):
+        self._direct = type(self).launch is HostLaunchCore.launch
+
+    cdef int launch_item(self, CompletionCore item) except -1:
+        # called with the stream's lock held
+        self._launched += 1
+        if self._inline:
+            self._held.append(item)
+        else:
+            self._queue.put(item)
+        return 0
+
+    cdef inline bint idle(self) noexcept:
+        return not self._inline and self._ran == self._launched
+
+    def launch(self, item):
+        """Queue ``item`` for the worker (behind an inline item, once it has finished);
+        called with the stream's lock held."""
+        self.launch_item(item)
+
+    def put_last(self, entry):
+        """Queue a control entry for the worker behind everything launched (the stop
+        sentinel); called with the stream's lock held, or once no thread can submit."""
+        if self._inline:
+            self._held.append(entry)
+        else:
+            self._queue.put(entry)
+
+    def work(self, _stop):
+        """The worker's loop: run items in order until ``_stop`` comes (an item's run
+        finishes it: ``Completion._run``); count the launched items run."""
+        get = self._queue.get
+        cdef CompletionCore item
+        while True:
+            entry = get()
+            if entry is _stop:
+                return
+            entry._run()
+            if isinstance(entry, CompletionCore):
+                item = <CompletionCore>entry
+                if item._timer is not None and item.finished_at is not None:
+                    item._timer.observe(<double>item.finished_at - <double>item.started_at)
+                self._ran += 1
+                item = None
+            entry = None    # hold nothing (keepalive, the stream) while idle
+
+
 cdef class StreamCore:
     """Submission fields of a stream (``queues.Stream`` derives from this and documents
     them): its backend, lock, in-flight items, host-side line, counters."""
 
     cdef public object name, _backend, _lock, _limit
     cdef public object _inflight, _parked     # collections.deque
+    cdef public object _queue_wait, _exec     # queues._metrics.Histogram
     cdef public bint _closed
-    cdef public Py_ssize_t _submitted
+    cdef public Py_ssize_t _submitted, _completed, _failed
     cdef object __weakref__
 
     def _try_submit(self, CompletionCore item, limit, bint park=False):
@@ -247,6 +349,8 @@ cdef class StreamCore:
     cdef object try_submit(self, CompletionCore item, Py_ssize_t limit, bint park):
         inflight, backend = self._inflight, self._backend
         cdef LaunchCore gpu = backend if isinstance(backend, LaunchCore) else None
+        cdef HostLaunchCore host = (backend if gpu is None and isinstance(backend, HostLaunchCore)
+                                    and (<HostLaunchCore>backend)._direct else None)
         cdef bint full
         if limit >= 0 and len(inflight) >= limit:
             backend.poll()              # completed items free their slots first
@@ -270,7 +374,9 @@ cdef class StreamCore:
                 parked.append(("launch", item))
             else:
                 inflight.append(item)
-                if gpu is None:
+                if host is not None:
+                    host.launch_item(item)
+                elif gpu is None:
                     # a host backend may have handed the item to its worker before
                     # raising (a KeyboardInterrupt after the queue put): it stays, and
                     # the worker frees its slot
@@ -289,6 +395,96 @@ cdef class StreamCore:
         if (gpu.poll_due if gpu is not None else backend.poll_due):
             backend.poll()              # outside the lock: finishing items takes it
         return None
+
+
+cdef object _record_ms(object histogram, double ms):
+    # Histogram.record, inlined: one append; the buckets are sorted in batches
+    pending = histogram._pending
+    pending.append(ms)
+    if len(pending) >= _FOLD:
+        histogram._fold()
+
+
+def run_inline(type item_type, StreamCore stream, fn, keepalive, label, ExecTimer timer,
+               double bound):
+    """Run ``fn`` as a work item of ``stream`` on the calling thread, at once, when that
+    keeps the stream's guarantees; return the finished item, or None (nothing done).
+
+    It runs when ``stream`` is a host stream with nothing submitted and unfinished (no
+    item in flight, parked, queued or running; event markers and waits included), not
+    closed, and ``timer`` says the work takes at most ``bound`` seconds (``bound`` < 0:
+    whatever it takes; ``timer`` None: no estimate needed). The item takes a slot as a
+    worker's would (``max_inflight``, ``pending``), is timed and counted in the stream's
+    metrics and the timer, and its error is stored on it, as a worker's; items submitted
+    meanwhile from other threads start after it (``HostLaunchCore``).
+
+    Raises
+    ------
+    DeviceError
+        The stream is closed.
+    """
+    backend = stream._backend
+    if not isinstance(backend, HostLaunchCore) or not (<HostLaunchCore>backend)._direct:
+        return None
+    cdef HostLaunchCore host = <HostLaunchCore>backend
+    if bound >= 0 and (timer is None or not timer.within(bound)):
+        return None
+    inflight, lock = stream._inflight, stream._lock
+    if inflight or host._inline or stream._parked:       # busy: no lock taken
+        return None
+    cdef PyTypeObject* t = <PyTypeObject*>item_type
+    cdef CompletionCore item
+    cdef double started, finished
+    lock.acquire()
+    try:
+        if stream._closed:
+            raise _DeviceError(f"stream '{stream.name}': {label or 'work item'} submitted "
+                               "after close")
+        if inflight or stream._parked or not host.idle():
+            return None
+        item = <CompletionCore>t.tp_new(item_type, <PyObject*>_NO_ARGS, NULL)
+        item.label = label
+        item._fn = fn
+        item._keepalive = keepalive
+        item.stream = stream
+        item.submitted_at = _now()
+        stream._submitted += 1
+        inflight.append(item)
+        host._inline = True
+    finally:
+        lock.release()
+    try:
+        item.enqueue()     # started_at, the run, its value or error stored, fn dropped
+    finally:
+        finished = _now()
+        item.finished_at = finished
+        started = <double>item.started_at if item.started_at is not None else finished
+        if timer is not None and item._error is None:
+            timer.observe(finished - started)
+        lock.acquire()
+        try:
+            head = inflight.popleft()       # the first: the stream was idle
+            if head is not item:            # (cannot be: a backend bug)
+                inflight.appendleft(head)
+                inflight.remove(item)
+            if item._error is None:
+                stream._completed += 1
+            else:
+                stream._failed += 1
+            _record_ms(stream._queue_wait, (started - <double>item.submitted_at) * 1e3)
+            _record_ms(stream._exec, (finished - started) * 1e3)
+            if stream._parked:
+                stream._unpark()            # joins _held, behind what is there
+            host._inline = False
+            if host._held:
+                held, host._held = host._held, []
+                put = host._queue.put
+                for entry in held:
+                    put(entry)
+        finally:
+            lock.release()
+        item.publish_stored()
+    return item
 
 
 def submit_now(type item_type, StreamCore stream, fn, keepalive, label, limit):

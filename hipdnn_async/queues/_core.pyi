@@ -1,6 +1,6 @@
 """Stubs of the queues' submission path in C (``src_pyx/_queue_core.pyx``).
 
-``CompletionCore``, ``StreamCore`` and ``LaunchCore`` hold, typed, the fields a submission
+``CompletionCore``, ``StreamCore``, ``LaunchCore`` and ``HostLaunchCore`` hold, typed, the fields a submission
 touches; ``queues.Completion``, ``queues.Stream`` and ``queues.GpuStreamBackend`` derive
 from them. ``submit_now`` runs one whole submission (handle, stream bookkeeping, GPU
 launch, completion batch) without a Python frame. Timestamps are ``perf_counter()``
@@ -71,6 +71,27 @@ class LaunchCore:
     def fail_unlaunched(self, item: CompletionCore, exc: BaseException) -> None:
         """Fail ``item``, whose launch raised ``exc`` before enqueueing, in its place."""
 
+class ExecTimer:
+    """A plan's recent execution time on a host stream (seconds, weighted mean)."""
+
+    mean_s: float
+    count: int
+
+    def record(self, seconds: float) -> None:
+        """Take one execution's time (seconds)."""
+
+class HostLaunchCore:
+    """Launch fields of a host stream (``queues.CpuStreamBackend`` derives from this)."""
+
+    poll_due: bool
+
+    def launch(self, item: CompletionCore) -> None:
+        """Queue ``item`` for the worker (behind an inline item, once it has finished)."""
+    def put_last(self, entry: Any) -> None:
+        """Queue a control entry for the worker behind everything launched."""
+    def work(self, _stop: object) -> None:
+        """The worker's loop: run items in order until ``_stop`` comes."""
+
 class StreamCore:
     """Submission fields of a stream (``queues.Stream`` derives from this)."""
 
@@ -83,3 +104,9 @@ class StreamCore:
 def submit_now(item_type: type, stream: StreamCore, fn: Callable[[], Any], keepalive: Any,
                label: str, limit: int | None) -> CompletionCore:
     """A new ``item_type`` for ``fn``, enqueued on ``stream`` at once (parked when full)."""
+
+def run_inline(item_type: type, stream: StreamCore, fn: Callable[[], Any], keepalive: Any,
+               label: str, timer: ExecTimer | None, bound: float) -> CompletionCore | None:
+    """Run ``fn`` as a work item of an idle host ``stream`` on the calling thread, when
+    ``timer`` says it takes at most ``bound`` s (``bound`` < 0: always); the finished item,
+    or None (nothing done)."""

@@ -19,7 +19,7 @@ _DECADES = 8
 _N_FINITE = _PER_DECADE * _DECADES
 _TOP = _N_FINITE + 1  # the bucket above the last finite edge
 # bucket 0: (-inf, LOW]; bucket i in 1..N: (LOW*10**((i-1)/10), LOW*10**(i/10)]; N+1: above.
-_FOLD_AT = 4096      # pending samples sorted into the buckets at once
+FOLD_AT = _FOLD_AT = 4096      # pending samples sorted into the buckets at once
 # From this many pending samples on, NumPy sorts them faster than a Python loop: its dozen
 # calls cost ~12 us whatever the size, the loop ~0.2 us a sample (measured; read between
 # submissions, one or a few samples are pending).

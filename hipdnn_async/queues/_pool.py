@@ -16,9 +16,10 @@ from . import _core
 from ._metrics import Histogram, _copy_summary
 from ._stream import Stream, StreamBackend
 
-_submit_now = _core.submit_now   # bound once: it is on the submission path
+_submit_now = _core.submit_now   # bound once: they are on the submission path
+_run_inline = _core.run_inline
 
-__all__ = ["StreamPool", "DEFAULT_MAX_INFLIGHT", "MAX_INFLIGHT", "MAX_STREAMS"]
+__all__ = ["StreamPool", "DEFAULT_MAX_INFLIGHT", "MAX_INFLIGHT", "MAX_STREAMS", "INLINE_MAX_S"]
 
 DEFAULT_MAX_INFLIGHT = 64  # work items in flight per stream before submit waits
 # The C submission core (queues._core) compares in-flight counts with max_inflight as a
@@ -28,6 +29,11 @@ MAX_INFLIGHT = sys.maxsize
 # stream, handle, workspace and completion thread): 20,000 of them (issue 10) exhaust the
 # process long before they help; 256 is far beyond any core count they could use.
 MAX_STREAMS = 256
+# Work measured to take at most this long (seconds, the plan's recent mean) may run on the
+# submitting thread when its host stream is idle (``plan.submit``, ``await plan.execute``):
+# a hand-off to the worker and back costs 10-50 us of host time on 2-4 cores, and an event
+# loop blocked this long still answers within a fraction of a millisecond.
+INLINE_MAX_S = 100e-6
 
 
 def _default_n_streams() -> int:
@@ -226,14 +232,58 @@ class StreamPool:
         self.pick(stream)._try_submit(item, self.max_inflight, park=True)
         return item
 
-    def _submit_now(self, fn, keepalive, stream: Stream | None, label: str) -> Completion:
+    def _submit_now(self, fn, keepalive, stream: Stream | None, label: str,
+                    timer=None) -> Completion:
         """``submit_now`` for the library's own hot paths (``plan.submit``, ``step.submit``):
-        ``stream`` is a Stream of this pool already (``Device._stream``) or None."""
+        ``stream`` is a Stream of this pool already (``Device._stream``) or None.
+
+        ``timer`` (a host plan's ``_core.ExecTimer``): work measured to take at most
+        ``INLINE_MAX_S`` runs at once on the calling thread when the stream is idle
+        (``_core.run_inline``), and the handle comes back done."""
         if self._closed:
             self._check_open(label)
         if stream is None:
             stream = self.pick()
+        if timer is not None:
+            item = _run_inline(Completion, stream, fn, keepalive, label, timer, INLINE_MAX_S)
+            if item is not None:
+                return item
         return _submit_now(Completion, stream, fn, keepalive, label, self.max_inflight)
+
+    def _run_sync(self, fn, keepalive, stream: Stream | None, label: str, timer) -> Completion:
+        """The finished item of ``fn`` (``execute_sync``, ``replay_sync``): run at once on
+        the calling thread when the host stream is idle (it blocks until done either way),
+        else submitted as ``submit_blocking`` and waited for."""
+        if self._closed:
+            self._check_open(label)
+        if stream is None:
+            stream = self.pick()
+        if timer is not None:
+            item = _run_inline(Completion, stream, fn, keepalive, label, timer, -1.0)
+            if item is not None:
+                return item
+        item = self.submit_blocking(fn, keepalive=keepalive, stream=stream, label=label)
+        item.wait()
+        return item
+
+    async def _run(self, fn, keepalive, stream: Stream | None, label: str, timer) -> Completion:
+        """The finished item of ``fn`` (``await plan.execute``, ``step.replay``): run at
+        once on the loop's thread when the host stream is idle and the work measured to
+        take at most ``INLINE_MAX_S``, else submitted (waiting for a slot) and awaited.
+
+        Cancelled before it runs, nothing is enqueued; cancelled while awaiting the
+        worker, it returns at once and the work still completes."""
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        if timer is not None:
+            if self._closed:
+                self._check_open(label)
+            item = _run_inline(Completion, self.pick() if stream is None else stream, fn,
+                               keepalive, label, timer, INLINE_MAX_S)
+            if item is not None:
+                return item
+        item = await self.submit(fn, keepalive=keepalive, stream=stream, label=label)
+        await item._wait_done()
+        return item
 
     def submit_blocking(self, fn, *, keepalive=(), stream: Stream | int | None = None,
                         label: str = "", timeout: float | None = None) -> Completion:
