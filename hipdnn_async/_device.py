@@ -19,7 +19,7 @@ except ImportError:  # NumPy < 1.25
     from numpy import TooHardError
 
 from . import _capture, _memory, _perfdb
-from ._binding import BindingCache
+from .runtime._binding import BindingCache
 from ._errors import DeviceError, GraphError, HipdnnError, VariantPackError
 from ._provider_plans import ProviderPlanCache, counts as _plan_counts
 from ._types import numpy_dtype

@@ -1,4 +1,4 @@
-"""hipdnn_async._binding: a binding is reused only for the same keys and buffer objects with
+"""hipdnn_async.runtime._binding: a binding is reused only for the same keys and buffer objects with
 unchanged fingerprints; int pointers, DLPack-only objects and non-dict packs are bound on
 every call; the cache holds buffers weakly; host devices do not cache."""
 import gc
@@ -7,7 +7,7 @@ import weakref
 import pytest
 
 from hipdnn_async import VariantPackError
-from hipdnn_async._binding import CACHE_SIZE, BindingCache
+from hipdnn_async.runtime._binding import CACHE_SIZE, BindingCache
 
 
 class TorchLike:
@@ -95,7 +95,7 @@ def test_a_torch_like_buffer_with_a_mutable_shape_is_checked_by_its_interface(wh
     # the torch fingerprint keeps shape and stride() as they come (torch.Size and tuples
     # are immutable); a list mutated in place would still compare equal to itself, so
     # such an object is fingerprinted through its __cuda_array_interface__ instead
-    from hipdnn_async._binding import _fingerprint_fn, _fp_cai
+    from hipdnn_async.runtime._binding import _fingerprint_fn, _fp_cai
     r, c = cache()
     a = TorchLike(0x1000, shape=[2, 3]) if what == "shape" else TorchLike(0x1000, strides=[3, 1])
     assert _fingerprint_fn(a) is _fp_cai
