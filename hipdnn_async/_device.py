@@ -12,6 +12,7 @@ from collections import defaultdict
 from typing import Mapping
 
 import anyio
+import anyio.lowlevel
 import numpy as np
 try:
     from numpy.exceptions import TooHardError
@@ -29,8 +30,9 @@ from .runtime import KINDS, ExecCounter
 from .patterns import match as match_pattern, spec_for
 from .providers._base import Engine, run_launcher
 from .providers._registry import available_devices, parse_spec, provider_for
-from .queues import StreamPool
-from .queues._core import ExecTimer
+from .queues import Completion, StreamPool
+from .queues._core import ExecTimer, run_host
+from .queues._pool import INLINE_MAX_S
 from .queues._pool import MAX_INFLIGHT, MAX_STREAMS
 
 __all__ = ["Device", "ExecutionPlan", "devices", "engines", "stats"]
@@ -894,9 +896,17 @@ class ExecutionPlan:
             step = _capture.recording_step(self)
             if step is not None:
                 return step._record(self, variant_pack, workspace, stream)
-        fn, keep = self._work(variant_pack, workspace)
         if stream is not None:
             stream = self.device._stream(stream)      # checked once: the pool takes it as is
+        if self._timer is not None:
+            # a host stream: short work runs at once where the stream is idle (run_host)
+            got = run_host(Completion, self._bindings, self._pool, variant_pack, workspace,
+                           stream, self._label, self._timer, INLINE_MAX_S)
+            if type(got) is not tuple:
+                return got
+            fn, keep, stream = got
+        else:
+            fn, keep = self._work(variant_pack, workspace)
         return self._pool._submit_now(fn, keep, stream, self._label, self._timer)
 
     async def enqueue(self, variant_pack: Mapping, *, workspace=None, stream=None):
@@ -964,12 +974,16 @@ class ExecutionPlan:
             await handle
             return
         # a host stream: at once on this thread where the work is short and the stream
-        # idle, else on its worker (StreamPool._run)
-        fn, keep = self._work(variant_pack, workspace)
-        item = await self._pool._run(fn, keep, self.device._stream(stream), self._label,
-                                     self._timer)
-        if item._error is not None:
-            raise item._error
+        # idle (run_host; a cancelled task runs nothing), else on its worker
+        if stream is not None:
+            stream = self.device._stream(stream)
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        got = run_host(Completion, self._bindings, self._pool, variant_pack, workspace,
+                       stream, self._label, self._timer, INLINE_MAX_S)
+        if type(got) is tuple:
+            got = await self._pool._run(*got, self._label, self._timer)
+        if got._error is not None:
+            raise got._error
 
     def execute_sync(self, variant_pack: Mapping, *, workspace=None, stream=None) -> None:
         """Blocking ``execute`` for threads without an event loop (same parameters, path
@@ -978,10 +992,16 @@ class ExecutionPlan:
         complete."""
         if _capture.OPEN:
             _capture.refuse_eager(self.device, f"{self._label}: execute_sync", self)
-        fn, keep = self._work(variant_pack, workspace)
         if stream is not None:
             stream = self.device._stream(stream)
-        # an idle host stream runs it on this thread, which waits for it anyway
-        item = self._pool._run_sync(fn, keep, stream, self._label, self._timer)
+        if self._timer is None:
+            fn, keep = self._work(variant_pack, workspace)
+            item = self._pool._run_sync(fn, keep, stream, self._label, None)
+        else:
+            # an idle host stream runs it on this thread, which waits for it anyway
+            item = run_host(Completion, self._bindings, self._pool, variant_pack, workspace,
+                            stream, self._label, self._timer, -1.0)
+            if type(item) is tuple:
+                item = self._pool._run_sync(*item, self._label, self._timer)
         if item._error is not None:
             raise item._error

@@ -58,7 +58,6 @@ CACHE_SIZE = 4        # bindings kept per plan (double buffering and a little mo
 HOST_CACHE_BYTES = 1 << 20
 cdef Py_ssize_t _CACHE_SIZE = CACHE_SIZE
 cdef enum:
-    _MAX_NDIM = 8     # dims of a NumPy print kept in C (tensors have 4 or 5; flat ones 1)
     _K_NONE = 0       # nothing to check (GpuArray)
     _K_ND = 1         # a NumPy array's C print
     _K_DEVARRAY = 2   # a host DeviceArray: its view object and that view's C print
@@ -67,13 +66,8 @@ cdef enum:
 _NOT_CACHED = object()
 
 
-cdef struct NdPrint:
-    void* data
-    int ndim
-    int writeable
-    void* descr                          # the dtype object (kept in Binding.descrs)
-    cnp.npy_intp dims[_MAX_NDIM]
-    cnp.npy_intp strides[_MAX_NDIM]
+# NdPrint keeps dims and strides as Py_ssize_t (the .pxd needs no NumPy): the same type
+assert sizeof(cnp.npy_intp) == sizeof(Py_ssize_t)
 
 
 cdef bint _nd_print(object arr, NdPrint* out):
@@ -87,8 +81,8 @@ cdef bint _nd_print(object arr, NdPrint* out):
     out.writeable = (cnp.PyArray_FLAGS(a) & cnp.NPY_ARRAY_WRITEABLE) != 0
     out.descr = <void*>cnp.PyArray_DESCR(a)
     for k in range(nd):
-        out.dims[k] = cnp.PyArray_DIMS(a)[k]
-        out.strides[k] = cnp.PyArray_STRIDES(a)[k]
+        out.dims[k] = <Py_ssize_t>cnp.PyArray_DIMS(a)[k]
+        out.strides[k] = <Py_ssize_t>cnp.PyArray_STRIDES(a)[k]
     return True
 
 
@@ -197,14 +191,6 @@ cdef class Binding:
         The work-item function of one execution with these buffers.
     """
 
-    cdef readonly tuple keys, refs, checks, prints, descrs
-    cdef readonly object buffers, workspace, fn, ws_obj, ws_print
-    cdef readonly Py_ssize_t n
-    cdef readonly bint plain
-    cdef int* kinds
-    cdef NdPrint* nd
-    cdef object __weakref__
-
     def __init__(self, tuple keys, tuple bufs, buffers, workspace, fn, ws_obj):
         self.keys = keys
         self.n = len(keys)
@@ -305,12 +291,6 @@ cdef class BindingCache:
         The buffers are host memory (the CPU device): what a binding keeps alive is
         bounded (module docstring). Default False.
     """
-
-    cdef object _bind, _make_fn
-    cdef list _entries
-    cdef public bint enabled
-    cdef readonly bint host
-    cdef public Py_ssize_t hits, misses
 
     def __init__(self, bind, make_fn, *, bint enabled, bint host=False):
         self._bind = bind

@@ -14,7 +14,10 @@ Waiting, retiring, parking and metrics stay in Python, in those classes.
 Timestamps (``submitted_at``, ``started_at``) are ``time.perf_counter()`` seconds: on Linux
 that clock is ``CLOCK_MONOTONIC`` (PEP 418), read here with ``clock_gettime``.
 """
+from cpython.dict cimport PyDict_Values
 from cpython.object cimport PyObject, PyTypeObject
+from cpython.tuple cimport PyTuple_GET_SIZE
+from ..runtime._binding cimport Binding, BindingCache
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 from .._errors import DeviceError as _DeviceError
@@ -23,7 +26,7 @@ from ..runtime._launch_state cimport launch_enter, launch_exit
 from ._metrics import FOLD_AT as _FOLD_AT
 
 __all__ = ["CompletionCore", "StreamCore", "LaunchCore", "HostLaunchCore", "ExecTimer", "Batch",
-           "Named", "submit_now", "run_inline", "perf_counter", "EVENT_EVERY", "PENDING",
+           "Named", "submit_now", "run_inline", "run_host", "least_loaded", "perf_counter", "EVENT_EVERY", "PENDING",
            "RUNNING", "DONE"]
 
 PENDING, RUNNING, DONE = 0, 1, 2
@@ -46,24 +49,38 @@ def perf_counter():
     return _now()
 
 
+cdef enum:
+    _TIMER_WINDOW = 8     # executions an ExecTimer's estimate looks back over
+
+
 cdef class ExecTimer:
-    """A plan's recent execution time on a host stream (seconds, exponentially weighted
-    over the last several executions, wherever they ran), from which a submission
-    decides whether it may run inline (:func:`run_inline`).
+    """A plan's execution time on a host stream (seconds), from which a submission decides
+    whether it may run inline (:func:`run_inline`): the shortest of its last 8 executions,
+    wherever they ran.
+
+    A plan's work has fixed shapes, so its time varies by what the machine adds to it:
+    preemptions on a shared machine, a worker's wait for the GIL that the submitting
+    thread holds. Those only ever add time, so the shortest recent execution is the work's
+    own time, and a stall in a few executions does not send short work to the worker.
     """
 
-    cdef public double mean_s             # 0.0 until the first execution
+    cdef double _window[_TIMER_WINDOW]
     cdef public Py_ssize_t count
+    cdef public double estimate_s             # the estimate (0.0 until the first execution)
 
     cdef inline void observe(self, double seconds) noexcept:
-        if self.count == 0:
-            self.mean_s = seconds
-        else:   # weight 1/8: a few executions follow a change, one outlier does not rule
-            self.mean_s += (seconds - self.mean_s) * 0.125
+        cdef int k, n
+        cdef double low = seconds
+        self._window[self.count % _TIMER_WINDOW] = seconds
         self.count += 1
+        n = self.count if self.count < _TIMER_WINDOW else _TIMER_WINDOW
+        for k in range(n):
+            if self._window[k] < low:
+                low = self._window[k]
+        self.estimate_s = low
 
     cdef inline bint within(self, double bound) noexcept:
-        return self.count > 0 and self.mean_s <= bound
+        return self.count > 0 and self.estimate_s <= bound
 
     def record(self, double seconds):
         """Take one execution's time (seconds)."""
@@ -326,6 +343,7 @@ cdef class StreamCore:
     them): its backend, lock, in-flight items, host-side line, counters."""
 
     cdef public object name, _backend, _lock, _limit
+    cdef public Py_ssize_t id                 # its index in its pool
     cdef public object _inflight, _parked     # collections.deque
     cdef public object _queue_wait, _exec     # queues._metrics.Histogram
     cdef public bint _closed
@@ -423,6 +441,11 @@ def run_inline(type item_type, StreamCore stream, fn, keepalive, label, ExecTime
     DeviceError
         The stream is closed.
     """
+    return _run_inline(item_type, stream, fn, keepalive, label, timer, bound)
+
+
+cdef object _run_inline(type item_type, StreamCore stream, fn, keepalive, label,
+                        ExecTimer timer, double bound):
     backend = stream._backend
     if not isinstance(backend, HostLaunchCore) or not (<HostLaunchCore>backend)._direct:
         return None
@@ -487,11 +510,74 @@ def run_inline(type item_type, StreamCore stream, fn, keepalive, label, ExecTime
     return item
 
 
-def submit_now(type item_type, StreamCore stream, fn, keepalive, label, limit):
+cdef StreamCore _least_loaded(tuple streams, Py_ssize_t start):
+    # StreamPool.pick's default: the least pending from ``start`` on, ties in turn
+    cdef Py_ssize_t n = PyTuple_GET_SIZE(streams), k, load, best_load
+    cdef StreamCore best = <StreamCore>streams[start % n], s
+    best_load = len(best._inflight) + len(best._parked)
+    if best_load:
+        for k in range(1, n):
+            s = <StreamCore>streams[(start + k) % n]
+            load = len(s._inflight) + len(s._parked)
+            if load < best_load:
+                best, best_load = s, load
+                if load == 0:
+                    break
+    return best
+
+
+def least_loaded(tuple streams, Py_ssize_t start):
+    """The stream of ``streams`` with the fewest items pending (in flight or parked),
+    looking from index ``start`` on (ties: the first found)."""
+    return _least_loaded(streams, start)
+
+
+def run_host(type item_type, BindingCache cache, pool, variant_pack, workspace, stream,
+             label, ExecTimer timer, double bound):
+    """One execution of a host plan, in one call: its binding (``cache``: a hit compares
+    in C, allocating nothing), its keepalive (the pack's buffer objects and
+    ``workspace``), its stream (``stream``, or ``pool``'s least loaded) and, where
+    :func:`run_inline` takes it (``timer``, ``bound`` as there), its run on this thread.
+
+    Returns the finished item, or ``(fn, keepalive, stream)`` for the caller to submit
+    (the stream busy, the work too long, the pool closed).
+
+    Raises
+    ------
+    VariantPackError
+        As the plan's binding (nothing submitted).
+    DeviceError
+        The stream is closed.
+    """
+    cdef Binding b = cache.lookup(variant_pack, workspace)
+    cdef StreamCore s
+    cdef tuple streams
+    if type(variant_pack) is dict:
+        keep = tuple(PyDict_Values(variant_pack))
+    else:
+        keep = tuple(variant_pack.values())
+    if workspace is not None:
+        keep = (keep, workspace)
+    if pool._closed:
+        return (b.fn, keep, stream)
+    if stream is None:
+        streams = pool.streams
+        s = _least_loaded(streams, pool._rr)
+        pool._rr = (s.id + 1) % PyTuple_GET_SIZE(streams)
+    else:
+        s = <StreamCore?>stream
+    item = _run_inline(item_type, s, b.fn, keep, label, timer, bound)
+    if item is None:
+        return (b.fn, keep, s)
+    return item
+
+
+def submit_now(type item_type, StreamCore stream, fn, keepalive, label, limit,
+               ExecTimer timer=None):
     """A new ``item_type`` (a ``CompletionCore`` subclass) for ``fn``, enqueued on
     ``stream`` at once: beyond ``limit`` items in flight (None: no limit) it waits in the
     stream's host-side line. The library's hot paths (``StreamPool._submit_now``); ``fn``
-    is known to be callable.
+    is known to be callable. ``timer`` (a host plan's) takes the item's execution time.
 
     Raises
     ------
@@ -505,5 +591,6 @@ def submit_now(type item_type, StreamCore stream, fn, keepalive, label, limit):
     item.label = label
     item._fn = fn
     item._keepalive = keepalive
+    item._timer = timer
     stream.try_submit(item, -1 if limit is None else limit, True)
     return item

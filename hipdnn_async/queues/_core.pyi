@@ -74,7 +74,7 @@ class LaunchCore:
 class ExecTimer:
     """A plan's recent execution time on a host stream (seconds, weighted mean)."""
 
-    mean_s: float
+    estimate_s: float
     count: int
 
     def record(self, seconds: float) -> None:
@@ -102,7 +102,7 @@ class StreamCore:
         """Enqueue ``item`` unless ``limit`` items are in flight, else return the oldest."""
 
 def submit_now(item_type: type, stream: StreamCore, fn: Callable[[], Any], keepalive: Any,
-               label: str, limit: int | None) -> CompletionCore:
+               label: str, limit: int | None, timer: ExecTimer | None = None) -> CompletionCore:
     """A new ``item_type`` for ``fn``, enqueued on ``stream`` at once (parked when full)."""
 
 def run_inline(item_type: type, stream: StreamCore, fn: Callable[[], Any], keepalive: Any,

@@ -18,6 +18,7 @@ from ._stream import Stream, StreamBackend
 
 _submit_now = _core.submit_now   # bound once: they are on the submission path
 _run_inline = _core.run_inline
+_least_loaded = _core.least_loaded
 
 __all__ = ["StreamPool", "DEFAULT_MAX_INFLIGHT", "MAX_INFLIGHT", "MAX_STREAMS", "INLINE_MAX_S"]
 
@@ -120,19 +121,8 @@ class StreamPool:
         """
         streams = self.streams
         if stream is None:
-            n = len(streams)
-            start = self._rr
-            best = streams[start % n]
-            best_load = best.pending
-            if best_load:
-                for k in range(1, n):
-                    s = streams[(start + k) % n]
-                    load = s.pending
-                    if load < best_load:
-                        best, best_load = s, load
-                        if load == 0:
-                            break
-            self._rr = (best.id + 1) % n
+            best = _least_loaded(streams, self._rr)
+            self._rr = (best.id + 1) % len(streams)
             return best
         if type(stream) is int and 0 <= stream < len(streams):    # the common index
             return streams[stream]
@@ -184,6 +174,10 @@ class StreamPool:
         self._check_open(label)
         item = Completion(fn, keepalive=keepalive, label=label)
         fn = keepalive = None  # only the item holds them: a retained traceback must not
+        return await self._enqueue(item, stream, label)
+
+    async def _enqueue(self, item: Completion, stream, label: str) -> Completion:
+        """``submit``'s wait for a slot and enqueue of ``item``."""
         try:
             while True:
                 oldest = self.pick(stream)._try_submit(item, self.max_inflight)
@@ -248,7 +242,7 @@ class StreamPool:
             item = _run_inline(Completion, stream, fn, keepalive, label, timer, INLINE_MAX_S)
             if item is not None:
                 return item
-        return _submit_now(Completion, stream, fn, keepalive, label, self.max_inflight)
+        return _submit_now(Completion, stream, fn, keepalive, label, self.max_inflight, timer)
 
     def _run_sync(self, fn, keepalive, stream: Stream | None, label: str, timer) -> Completion:
         """The finished item of ``fn`` (``execute_sync``, ``replay_sync``): run at once on
@@ -262,7 +256,10 @@ class StreamPool:
             item = _run_inline(Completion, stream, fn, keepalive, label, timer, -1.0)
             if item is not None:
                 return item
-        item = self.submit_blocking(fn, keepalive=keepalive, stream=stream, label=label)
+        item = Completion(fn, keepalive=keepalive, label=label)
+        item._timer = timer
+        fn = keepalive = None
+        self._enqueue_blocking(item, stream, label)
         item.wait()
         return item
 
@@ -281,7 +278,11 @@ class StreamPool:
                                keepalive, label, timer, INLINE_MAX_S)
             if item is not None:
                 return item
-        item = await self.submit(fn, keepalive=keepalive, stream=stream, label=label)
+        self._check_open(label)
+        item = Completion(fn, keepalive=keepalive, label=label)
+        item._timer = timer
+        fn = keepalive = None
+        await self._enqueue(item, stream, label)
         await item._wait_done()
         return item
 
@@ -297,9 +298,14 @@ class StreamPool:
             The pool is closed.
         """
         self._check_open(label)
-        deadline = None if timeout is None else time.monotonic() + timeout
         item = Completion(fn, keepalive=keepalive, label=label)
         fn = keepalive = None
+        return self._enqueue_blocking(item, stream, label, timeout)
+
+    def _enqueue_blocking(self, item: Completion, stream, label: str,
+                          timeout: float | None = None) -> Completion:
+        """``submit_blocking``'s wait for a slot and enqueue of ``item``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         try:
             while True:
                 oldest = self.pick(stream)._try_submit(item, self.max_inflight)
