@@ -328,13 +328,19 @@ cdef class HostLaunchCore:
             entry = get()
             if entry is _stop:
                 return
-            entry._run()
             if isinstance(entry, CompletionCore):
                 item = <CompletionCore>entry
-                if item._timer is not None and item.finished_at is not None:
-                    item._timer.observe(<double>item.finished_at - <double>item.started_at)
+                value, error = entry._execute()
+                # counted once its work is done, before it is finished: a submitter
+                # woken by its completion finds the stream idle (run_inline)
                 self._ran += 1
+                if item._timer is not None and error is None:
+                    item._timer.observe(<double>item.finished_at - <double>item.started_at)
+                entry._finish(value, error)
                 item = None
+                value = error = None
+            else:
+                entry._run()
             entry = None    # hold nothing (keepalive, the stream) while idle
 
 
