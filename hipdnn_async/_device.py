@@ -898,16 +898,13 @@ class ExecutionPlan:
                 return step._record(self, variant_pack, workspace, stream)
         if stream is not None:
             stream = self.device._stream(stream)      # checked once: the pool takes it as is
-        if self._timer is not None:
-            # a host stream: short work runs at once where the stream is idle (run_host)
-            got = run_host(Completion, self._bindings, self._pool, variant_pack, workspace,
-                           stream, self._label, self._timer, INLINE_MAX_S)
-            if type(got) is not tuple:
-                return got
-            fn, keep, stream = got
-        else:
-            fn, keep = self._work(variant_pack, workspace)
-        return self._pool._submit_now(fn, keep, stream, self._label, self._timer)
+        # binding, keepalive and stream in C; on a host stream short work runs at once
+        # where the stream is idle (run_host), else the item is queued
+        got = run_host(Completion, self._bindings, self._pool, variant_pack, workspace,
+                       stream, self._label, self._timer, INLINE_MAX_S)
+        if type(got) is not tuple:
+            return got
+        return self._pool._submit_now(*got, self._label, self._timer)
 
     async def enqueue(self, variant_pack: Mapping, *, workspace=None, stream=None):
         """As ``submit``, but first wait (asynchronously, cancellably) while the stream has
@@ -994,14 +991,10 @@ class ExecutionPlan:
             _capture.refuse_eager(self.device, f"{self._label}: execute_sync", self)
         if stream is not None:
             stream = self.device._stream(stream)
-        if self._timer is None:
-            fn, keep = self._work(variant_pack, workspace)
-            item = self._pool._run_sync(fn, keep, stream, self._label, None)
-        else:
-            # an idle host stream runs it on this thread, which waits for it anyway
-            item = run_host(Completion, self._bindings, self._pool, variant_pack, workspace,
-                            stream, self._label, self._timer, -1.0)
-            if type(item) is tuple:
-                item = self._pool._run_sync(*item, self._label, self._timer)
+        # an idle host stream runs it on this thread, which waits for it anyway
+        item = run_host(Completion, self._bindings, self._pool, variant_pack, workspace,
+                        stream, self._label, self._timer, -1.0)
+        if type(item) is tuple:
+            item = self._pool._run_sync(*item, self._label, self._timer)
         if item._error is not None:
             raise item._error

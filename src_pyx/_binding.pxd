@@ -30,7 +30,7 @@ cdef class Binding:
 
 cdef class BindingCache:
     cdef object _bind, _make_fn
-    cdef list _entries
+    cdef readonly list _entries           # most recent first (tests read it)
     cdef public bint enabled
     cdef readonly bint host
     cdef public Py_ssize_t hits, misses

@@ -122,7 +122,9 @@ def test_every_function_pointer_type_is_in_a_checked_table():
 _OWN_STRUCTS = {"RuntimeConstants": "the values a Runtime fills from its checked constants table",
                 # declared in `cdef extern from "<pthread.h>" / "<time.h>"` blocks of
                 # _onednn.pyx: the C compiler includes the system headers' own definitions
-                "pthread_mutex_t": "libc's, from <pthread.h>", "timespec": "libc's, from <time.h>"}
+                "pthread_mutex_t": "libc's, from <pthread.h>", "timespec": "libc's, from <time.h>",
+                "NdPrint": "a NumPy array's print kept by a binding (runtime._binding): no "
+                           "vendor layout"}
 
 
 def test_every_struct_is_a_checked_table_a_mirror_or_our_own():
