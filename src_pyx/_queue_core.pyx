@@ -492,24 +492,27 @@ cdef object _run_inline(type item_type, StreamCore stream, fn, keepalive, label,
             timer.observe(finished - started)
         lock.acquire()
         try:
-            head = inflight.popleft()       # the first: the stream was idle
-            if head is not item:            # (cannot be: a backend bug)
-                inflight.appendleft(head)
-                inflight.remove(item)
-            if item._error is None:
-                stream._completed += 1
-            else:
-                stream._failed += 1
-            _record_ms(stream._queue_wait, (started - <double>item.submitted_at) * 1e3)
-            _record_ms(stream._exec, (finished - started) * 1e3)
-            if stream._parked:
-                stream._unpark()            # joins _held, behind what is there
-            host._inline = False
-            if host._held:
-                held, host._held = host._held, []
-                put = host._queue.put
-                for entry in held:
-                    put(entry)
+            try:
+                head = inflight.popleft()       # the first: the stream was idle
+                if head is not item:            # (cannot be: a backend bug)
+                    inflight.appendleft(head)
+                    inflight.remove(item)
+                if item._error is None:
+                    stream._completed += 1
+                else:
+                    stream._failed += 1
+                _record_ms(stream._queue_wait, (started - <double>item.submitted_at) * 1e3)
+                _record_ms(stream._exec, (finished - started) * 1e3)
+                if stream._parked:
+                    stream._unpark()            # joins _held, behind what is there
+            finally:
+                # whatever failed above, the stream must not stay held
+                host._inline = False
+                if host._held:
+                    held, host._held = host._held, []
+                    put = host._queue.put
+                    for entry in held:
+                        put(entry)
         finally:
             lock.release()
         item.publish_stored()

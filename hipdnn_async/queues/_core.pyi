@@ -110,3 +110,12 @@ def run_inline(item_type: type, stream: StreamCore, fn: Callable[[], Any], keepa
     """Run ``fn`` as a work item of an idle host ``stream`` on the calling thread, when
     ``timer`` says it takes at most ``bound`` s (``bound`` < 0: always); the finished item,
     or None (nothing done)."""
+
+def least_loaded(streams: tuple, start: int) -> StreamCore:
+    """The stream with the fewest items pending, looking from index ``start`` on."""
+
+def run_host(item_type: type, cache: Any, pool: Any, variant_pack: Any, workspace: Any,
+             stream: StreamCore | None, label: str, timer: ExecTimer | None,
+             bound: float) -> CompletionCore | tuple:
+    """A host plan's execution in one call (binding, keepalive, stream, inline run): the
+    finished item, or ``(fn, keepalive, stream)`` for the caller to submit."""
