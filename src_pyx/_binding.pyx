@@ -42,11 +42,11 @@ import weakref
 
 import numpy as np
 
-from ._buffer import DeviceArray
+from ._buffer import DeviceArray as _DeviceArray
 try:   # the GPU bindings build everywhere; a source tree may lack them (runtime/__init__)
-    from ._gpu_device import GpuArray
+    from ._gpu_device import GpuArray as _GpuArray
 except ImportError:  # pragma: no cover
-    GpuArray = None
+    _GpuArray = None
 
 cnp.import_array()
 
@@ -148,11 +148,11 @@ def _exact_tuple(value) -> bool:
 def _fingerprint_fn(buf):
     """The fingerprint function for ``buf``'s type, or _NOT_CACHED."""
     t = type(buf)
-    if t is GpuArray and t is not None:
+    if t is _GpuArray and t is not None:
         return _fp_none
     if t is np.ndarray:
         return _fp_ndarray
-    if t is DeviceArray:
+    if t is _DeviceArray:
         return _fp_device_array if type(buf.view) is np.ndarray else _NOT_CACHED
     if isinstance(buf, (int, bool)) or not hasattr(t, "__cuda_array_interface__") and \
             "__cuda_array_interface__" not in getattr(buf, "__dict__", ()):
@@ -169,7 +169,7 @@ def _fingerprint_fn(buf):
 def _host_bytes(buf) -> int:
     """Bytes of host memory a binding of ``buf`` may keep alive (0 for device memory)."""
     t = type(buf)
-    if t is np.ndarray or t is DeviceArray:
+    if t is np.ndarray or t is _DeviceArray:
         return buf.nbytes
     return 0
 

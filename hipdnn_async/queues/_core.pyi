@@ -96,6 +96,7 @@ class StreamCore:
     """Submission fields of a stream (``queues.Stream`` derives from this)."""
 
     name: str
+    id: int
 
     def _try_submit(self, item: CompletionCore, limit: int | None,
                     park: bool = False) -> CompletionCore | None:

@@ -10,9 +10,18 @@ HOST_CACHE_BYTES: int
 class Binding:
     """One bound variant pack of one plan."""
 
+    keys: tuple
+    refs: tuple | None
+    checks: tuple | None
+    prints: tuple | None
+    descrs: tuple | None
+    n: int
+    plain: bool
     buffers: dict
     workspace: Any
     fn: Callable[[], Any]
+    ws_obj: Any
+    ws_print: Any
 
     @property
     def cacheable(self) -> bool:
