@@ -8,7 +8,7 @@ from bisect import bisect_left
 
 import numpy as np
 
-__all__ = ["Histogram", "percentiles"]
+__all__ = ["Histogram", "percentiles", "FOLD_AT"]
 
 # Log-spaced buckets, 10 per decade from 1 us to 100 s (in ms): the relative error of a
 # percentile read from them is at most one bucket width, 10**0.1 - 1 ~ 26 %, and recording
