@@ -13,7 +13,24 @@ and, for two CPU-bound NumPy matmul items (one BLAS thread each) on two streams,
 of both over the time of one (``overlap_ratio``, 1.0 is perfect overlap, 2.0 none), next to
 the same ratio for two plain threads (``thread_overlap_ratio``, the machine's anchor).
 
+``host`` section: the CPU device's host path for a tiny convolution (x 1x8x8x8, w 8x8x1x1,
+FLOAT, NCHW: its kernel takes microseconds), against PyTorch's eager ``F.conv2d`` of the
+same tensors in the same run (rounds interleaved, so a slow phase of a shared machine
+falls on every case alike; µs per call are medians over rounds of ``--host-batch``
+back-to-back calls). Rows: ``execute_sync``; ``plan.submit`` (host time of the calls; the
+stream is synchronized after each round, untimed) and ``submit + drain`` (the same with
+the drain timed, per item); ``await plan.execute`` under asyncio and trio; the plan's own
+kernel (``ProviderPlan.run`` on bound buffers: what any path must pay); and the
+DynamicBatcher at 256 concurrent clients (asyncio), whose host cost per request is
+(wall time - the plans' execution time, ``dev.plan_stats()``) / requests. Each row gives
+the ratio to the ``F.conv2d`` call (torch on one intra-op thread), in wall time and in
+process CPU time (every thread's: steadier where other work shares the cores). Targets (issue 25): ``execute_sync`` and
+``plan.submit`` <= 1.0x, ``await plan.execute`` <= 3x, batcher <= 10 µs per request.
+The section uses only what ``main``'s code has too, so the baseline is this file run
+with ``PYTHONPATH`` on the other tree.
+
     PYTHONPATH=. python bench/bench_queues.py [--items 5000] [--json FILE]
+    PYTHONPATH=. python bench/bench_queues.py --only host [--engine NAME]
 """
 from __future__ import annotations
 
@@ -118,14 +135,171 @@ def _overlap(repeats: int = 3) -> dict:
             "item_ms": one * 1e3, "cpu_count": os.cpu_count()}
 
 
+# ---------------------------------------------------------------------- host section
+def _tiny_conv(hd, n: int = 1):
+    """x (n, 8, 8, 8), w (8, 8, 1, 1) -> y, FLOAT NCHW: a kernel of microseconds."""
+    f32 = hd.DataType.FLOAT
+    g = hd.Graph(name="tiny", io_data_type=f32, intermediate_data_type=f32,
+                 compute_data_type=f32)
+    x = g.tensor(dims=(n, 8, 8, 8), name="x")
+    w = g.tensor(dims=(8, 8, 1, 1), name="w")
+    g.conv_fprop(x, w).set_output(True).set_name("y")
+    return g
+
+
+def _round_us(fn, batch: int, finish=None, timed_finish=None) -> tuple:
+    """(wall µs, process CPU µs) per call of ``batch`` back-to-back ``fn()``;
+    ``finish()`` after, untimed, or ``timed_finish()``, timed."""
+    wall, cpu = time.perf_counter_ns, time.process_time_ns
+    t0, c0 = wall(), cpu()
+    for _ in range(batch):
+        fn()
+    if timed_finish is not None:
+        timed_finish()
+    t1, c1 = wall(), cpu()
+    if finish is not None:
+        finish()
+    return (t1 - t0) / batch / 1e3, (c1 - c0) / batch / 1e3
+
+
+def _loop_round_us(plan, vp, batch: int, backend: str) -> tuple:
+    """As ``_round_us`` for ``await plan.execute(vp)``, in one loop run."""
+    async def run():
+        await plan.execute(vp)
+        wall, cpu = time.perf_counter_ns, time.process_time_ns
+        t0, c0 = wall(), cpu()
+        for _ in range(batch):
+            await plan.execute(vp)
+        t1, c1 = wall(), cpu()
+        return (t1 - t0) / batch / 1e3, (c1 - c0) / batch / 1e3
+    return anyio.run(run, backend=backend)
+
+
+def _batcher_cost(hd, dev, clients: int = 256, requests: int = 8) -> dict:
+    """Wall µs per request and the host part of it (module docstring) for ``clients``
+    concurrent callers of a DynamicBatcher over the tiny convolution."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((8, 8, 1, 1)).astype(np.float32)
+    xs = [rng.standard_normal((1, 8, 8, 8)).astype(np.float32) for _ in range(64)]
+
+    async def run():
+        async with hd.DynamicBatcher(dev, _tiny_conv(hd), constants={"w": w},
+                                     max_batch_size=64, max_delay_ms=1.0) as batcher:
+            await batcher.warmup()
+
+            async def client(c):
+                for r in range(requests):
+                    await batcher(xs[(c + r) % len(xs)])
+
+            before = sum(s["exec_ms"] for s in dev.plan_stats().values())
+            t0 = time.perf_counter()
+            async with anyio.create_task_group() as tg:
+                for c in range(clients):
+                    tg.start_soon(client, c)
+            wall = time.perf_counter() - t0
+            exec_ms = sum(s["exec_ms"] for s in dev.plan_stats().values()) - before
+            return wall, exec_ms, batcher.metrics()
+
+    best = None
+    for _ in range(3):
+        wall, exec_ms, m = anyio.run(run)
+        if best is None or wall < best[0]:
+            best = (wall, exec_ms, m)
+    wall, exec_ms, m = best
+    n = clients * requests
+    return {"clients": clients, "requests": n, "wall_us_per_request": wall / n * 1e6,
+            "exec_us_per_request": exec_ms * 1e3 / n,
+            "host_us_per_request": (wall - exec_ms / 1e3) / n * 1e6,
+            "mean_batch_size": m["mean_batch_size"]}
+
+
+def host_section(rounds: int = 15, batch: int = 400, engine=None) -> dict:
+    """The ``host`` rows (module docstring): {name: µs per call}, ratios, batcher."""
+    import torch
+    import torch.nn.functional as F
+    import hipdnn_async as hd
+
+    # one intra-op thread: a kernel of microseconds uses one core, and torch's pool of
+    # spinning threads on a shared 2-core machine turns a 3 us call into milliseconds
+    torch.set_num_threads(1)
+
+    rng = np.random.default_rng(0)
+    with hd.Device("cpu") as dev:
+        plan = dev.build_sync(_tiny_conv(hd), engine=engine)
+        vp = {"x": rng.standard_normal((1, 8, 8, 8)).astype(np.float32),
+              "w": rng.standard_normal((8, 8, 1, 1)).astype(np.float32),
+              "y": np.zeros((1, 8, 8, 8), np.float32)}
+        tx, tw = torch.from_numpy(vp["x"]), torch.from_numpy(vp["w"])
+        torch.testing.assert_close(F.conv2d(tx, tw).numpy(), _executed(plan, vp),
+                                   rtol=1e-5, atol=1e-5)
+        buffers, ws = plan._bind(vp, None)
+        kernel = plan._pplan.run
+        sync = dev._pool.synchronize_blocking
+        cases = {
+            "torch F.conv2d": (lambda: F.conv2d(tx, tw), None, None),
+            "plan kernel (ProviderPlan.run)": (lambda: kernel(buffers, ws), None, None),
+            "execute_sync": (lambda: plan.execute_sync(vp), None, None),
+            "plan.submit": (lambda: plan.submit(vp), sync, None),
+            "submit + drain, per item": (lambda: plan.submit(vp), sync, None),
+            "await execute (asyncio)": (None, None, "asyncio"),
+            "await execute (trio)": (None, None, "trio"),
+        }
+        samples = {k: [] for k in cases}
+        for r in range(rounds + 1):          # round 0 warms every case up
+            for name, (fn, after, loop) in cases.items():
+                if loop is not None:
+                    us = _loop_round_us(plan, vp, batch, loop)
+                elif name.startswith("submit + drain"):
+                    us = _round_us(fn, batch, timed_finish=after)
+                else:
+                    us = _round_us(fn, batch, after)
+                if r:
+                    samples[name].append(us)
+        us = {k: statistics.median(w for w, _ in v) for k, v in samples.items()}
+        cpu = {k: statistics.median(c for _, c in v) for k, v in samples.items()}
+        anchor = us["torch F.conv2d"]
+        out = {"engine": plan.engine.name, "torch_threads": torch.get_num_threads(),
+               "us": us, "cpu_us": cpu,
+               "ratio_to_torch": {k: v / anchor for k, v in us.items()},
+               "cpu_ratio_to_torch": {k: v / cpu["torch F.conv2d"] for k, v in cpu.items()},
+               "batcher": _batcher_cost(hd, dev)}
+    return out
+
+
+def _executed(plan, vp) -> np.ndarray:
+    plan.execute_sync(vp)
+    return vp["y"].copy()
+
+
+def _print_host(res: dict) -> None:
+    print(f"host     tiny conv x(1,8,8,8) w(8,8,1,1) FLOAT, engine {res['engine']}; "
+          f"torch {res['torch_threads']} thread(s); per call: wall us (ratio to torch "
+          "F.conv2d), process CPU us (ratio)")
+    for name, us in res["us"].items():
+        print(f"  {name:34s} {us:8.2f} us {res['ratio_to_torch'][name]:6.2f}x  | cpu "
+              f"{res['cpu_us'][name]:8.2f} us {res['cpu_ratio_to_torch'][name]:6.2f}x")
+    b = res["batcher"]
+    print(f"  DynamicBatcher, {b['clients']} clients: {b['wall_us_per_request']:.2f} us wall "
+          f"per request, {b['exec_us_per_request']:.2f} us of it executing, host "
+          f"{b['host_us_per_request']:.2f} us per request (mean batch {b['mean_batch_size']:.1f})")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=5000, help="tiny items per loop run")
+    parser.add_argument("--only", choices=("loops", "overlap", "host"),
+                        help="run one section")
+    parser.add_argument("--host-rounds", type=int, default=15)
+    parser.add_argument("--host-batch", type=int, default=400)
+    parser.add_argument("--engine", help="engine of the host section's plan (name)")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     args = parser.parse_args(argv)
 
     results = {"items": args.items, "loops": {}}
-    for backend in ("asyncio", "trio"):
+    if args.only in (None, "host"):
+        results["host"] = host = host_section(args.host_rounds, args.host_batch, args.engine)
+        _print_host(host)
+    for backend in (("asyncio", "trio") if args.only in (None, "loops") else ()):
         res = anyio.run(_loop_bench, args.items, backend=backend)
         results["loops"][backend] = res
         print(f"{backend:8s} submit {res['submit_us']:7.2f} us/item | pipelined "
@@ -133,10 +307,12 @@ def main(argv=None) -> int:
               f"(to_thread {res['to_thread_roundtrip_us']:7.1f} us, ratio "
               f"{res['roundtrip_vs_to_thread']:.2f}) | wake p50 {res['wake_us_p50']:6.1f} us "
               f"p99 {res['wake_us_p99']:7.1f} us")
-    ov = _overlap()
-    results["overlap"] = ov
-    print(f"overlap  2 streams: {ov['overlap_ratio']:.2f}x one item ({ov['item_ms']:.0f} ms); "
-          f"two plain threads: {ov['thread_overlap_ratio']:.2f}x; cpus {ov['cpu_count']}")
+    if args.only in (None, "overlap"):
+        ov = _overlap()
+        results["overlap"] = ov
+        print(f"overlap  2 streams: {ov['overlap_ratio']:.2f}x one item ({ov['item_ms']:.0f} "
+              f"ms); two plain threads: {ov['thread_overlap_ratio']:.2f}x; cpus "
+              f"{ov['cpu_count']}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

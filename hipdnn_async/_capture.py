@@ -255,6 +255,9 @@ class Step:
         self._ws = None              # the step's own workspace (GPU)
         self._lock = threading.Lock()
         self._label = "capture step"
+        # a host step's replay time: a short replay runs on the submitting thread when
+        # its stream is idle, as a plan's execution does (StreamPool._submit_now)
+        self._timer = _queue_core.ExecTimer() if device.is_host else None
 
     # ------------------------------------------------------------------ recording
     def __len__(self) -> int:
@@ -497,7 +500,7 @@ class Step:
         if armed is None or OPEN:
             armed = self._arm("replay")
         fn, keep, label = armed
-        return self._pool._submit_now(fn, keep, self.stream, label)
+        return self._pool._submit_now(fn, keep, self.stream, label, self._timer)
 
     async def replay(self) -> None:
         """Run every recorded execution, in order, as one launch; return when done.
@@ -516,14 +519,16 @@ class Step:
         """
         await anyio.lowlevel.checkpoint_if_cancelled()
         fn, keep, label = self._arm("replay")
-        handle = await self._pool.submit(fn, keepalive=keep, stream=self.stream, label=label)
-        await handle
+        item = await self._pool._run(fn, keep, self.stream, label, self._timer)
+        if item._error is not None:
+            raise item._error
 
     def replay_sync(self) -> None:
         """Blocking :meth:`replay` for threads without an event loop."""
         fn, keep, label = self._arm("replay_sync")
-        self._pool.submit_blocking(fn, keepalive=keep, stream=self.stream,
-                                   label=label).result()
+        item = self._pool._run_sync(fn, keep, self.stream, label, self._timer)
+        if item._error is not None:
+            raise item._error
 
     def close(self) -> None:
         """Release the replayable unit (the GPU graph) and the step's buffers; idempotent.

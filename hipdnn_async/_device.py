@@ -12,6 +12,7 @@ from collections import defaultdict
 from typing import Mapping
 
 import anyio
+import anyio.lowlevel
 import numpy as np
 try:
     from numpy.exceptions import TooHardError
@@ -19,7 +20,7 @@ except ImportError:  # NumPy < 1.25
     from numpy import TooHardError
 
 from . import _capture, _memory, _perfdb
-from ._binding import BindingCache
+from .runtime._binding import BindingCache
 from ._errors import DeviceError, GraphError, HipdnnError, VariantPackError
 from ._provider_plans import ProviderPlanCache, counts as _plan_counts
 from ._types import numpy_dtype
@@ -27,9 +28,11 @@ from .graph import Graph, TensorAttributes
 from .runtime._buffer import element_extent
 from .runtime import KINDS, ExecCounter
 from .patterns import match as match_pattern, spec_for
-from .providers._base import Engine
+from .providers._base import Engine, run_launcher
 from .providers._registry import available_devices, parse_spec, provider_for
-from .queues import StreamPool
+from .queues import Completion, StreamPool
+from .queues._core import ExecTimer, run_host
+from .queues._pool import INLINE_MAX_S
 from .queues._pool import MAX_INFLIGHT, MAX_STREAMS
 
 __all__ = ["Device", "ExecutionPlan", "devices", "engines", "stats"]
@@ -628,8 +631,13 @@ class ExecutionPlan:
                                    if o in layout and r in layout and layout[o] == layout[r])
         self._alias_roles = tuple(r for r, _ in self._roles)
         self._alias_passed = None
-        # The submit path reuses a binding while the same buffers come again (GPU).
-        self._bindings = BindingCache(self._bind, self._make_fn, enabled=not device.is_host)
+        # The submit path reuses a binding while the same buffers come again.
+        self._bindings = BindingCache(self._bind, self._make_fn, enabled=True,
+                                      host=device.is_host)
+        # Host streams: the plan's execution time, from which a submission decides whether
+        # it may run on the calling thread (``StreamPool._submit_now``); None on a GPU,
+        # whose launches only enqueue.
+        self._timer = ExecTimer() if device.is_host else None
         self._pool = device._pool
 
     algorithm = property(lambda self: self._pplan.algorithm,
@@ -792,41 +800,26 @@ class ExecutionPlan:
                 "those tensors, their names or their uids)")
 
     def _runner(self, buffers: dict, ws):
-        """The work-item function of one execution with bound ``buffers`` / ``ws``.
-
-        A library error of the provider plan (a legacy cuDNN call's ``CudnnError``, a
-        MIOpen call's) names this plan, as a launcher's does: the queue passes a
-        ``HipdnnError`` through unchanged (it wraps only foreign exceptions)."""
-        pplan, add = self._pplan, self.device._exec_counter(self.pattern).add
-        clock = time.perf_counter_ns
-        label = self._label
-
-        def run():
-            t0 = clock()
-            try:
-                pplan.run(buffers, ws)
-            except HipdnnError as exc:
-                raise exc.prefixed(label)   # the unnamed error is its __cause__
-            add(clock() - t0)
-
-        return run
+        """The work-item function of one execution with bound ``buffers`` / ``ws`` that
+        calls the provider plan's ``run`` (a capture records these: a replay must not
+        launch anything but the recorded calls); its library errors name this plan."""
+        return run_launcher(self._pplan, buffers, ws,
+                            counter=self.device._exec_counter(self.pattern), label=self._label)
 
     def _make_fn(self, buffers: dict, ws):
-        """The work-item function of one binding: the provider plan's own launcher for
-        these buffers where it has one (a prebuilt vendor launch that counts itself in
-        the device's ``plan_stats`` and names this plan in its errors), else ``_runner``."""
-        make = getattr(self._pplan, "launcher", None)
-        if make is None:
-            return self._runner(buffers, ws)
-        return make(buffers, ws, counter=self.device._exec_counter(self.pattern),
-                    label=self._label)
+        """The work-item function of one binding: the provider plan's ``launcher`` for
+        these buffers (a prebuilt vendor launch where the engine has one), counted in the
+        device's ``plan_stats`` and naming this plan in its errors."""
+        return self._pplan.launcher(buffers, ws, counter=self.device._exec_counter(self.pattern),
+                                    label=self._label)
 
     def _work(self, variant_pack, workspace):
-        b = self._bindings.get(variant_pack, workspace)
-        # the buffer objects (and the workspace) stay alive until the execution completes;
-        # the binding need not (a launch reads its variant pack when it is enqueued)
+        """(work-item function, keepalive) of one execution: the binding's function, and
+        the buffer objects (and workspace), which stay alive until the execution
+        completes (the binding need not: a launch reads its variant pack when enqueued)."""
+        fn = self._bindings.lookup(variant_pack, workspace).fn
         keep = tuple(variant_pack.values())
-        return b.fn, (keep if workspace is None else (keep, workspace))
+        return fn, (keep if workspace is None else (keep, workspace))
 
     def reorder_constants(self, constants: Mapping) -> bool:
         """Let the engine prepare inputs that stay the same across executions, once.
@@ -904,14 +897,15 @@ class ExecutionPlan:
             step = _capture.recording_step(self)
             if step is not None:
                 return step._record(self, variant_pack, workspace, stream)
-        # ``_work``, inlined (the submit path)
-        fn = self._bindings.get(variant_pack, workspace).fn
-        keep = tuple(variant_pack.values())
-        if workspace is not None:
-            keep = (keep, workspace)
         if stream is not None:
             stream = self.device._stream(stream)      # checked once: the pool takes it as is
-        return self._pool._submit_now(fn, keep, stream, self._label)
+        # binding, keepalive and stream in C; on a host stream short work runs at once
+        # where the stream is idle (run_host), else the item is queued
+        got = run_host(Completion, self._bindings, self._pool, variant_pack, workspace,
+                       stream, self._label, self._timer, INLINE_MAX_S)
+        if type(got) is not tuple:
+            return got
+        return self._pool._submit_now(*got, self._label, self._timer)
 
     async def enqueue(self, variant_pack: Mapping, *, workspace=None, stream=None):
         """As ``submit``, but first wait (asynchronously, cancellably) while the stream has
@@ -973,8 +967,21 @@ class ExecutionPlan:
         """
         if _capture.OPEN:
             _capture.refuse_eager(self.device, f"{self._label}: execute", self)
-        handle = await self.enqueue(variant_pack, workspace=workspace, stream=stream)
-        await handle
+        if self._timer is None:
+            handle = await self.enqueue(variant_pack, workspace=workspace, stream=stream)
+            await handle
+            return
+        # a host stream: at once on this thread where the work is short and the stream
+        # idle (run_host; a cancelled task runs nothing), else on its worker
+        if stream is not None:
+            stream = self.device._stream(stream)
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        got = run_host(Completion, self._bindings, self._pool, variant_pack, workspace,
+                       stream, self._label, self._timer, INLINE_MAX_S)
+        if type(got) is tuple:
+            got = await self._pool._run(*got, self._label, self._timer)
+        if got._error is not None:
+            raise got._error
 
     def execute_sync(self, variant_pack: Mapping, *, workspace=None, stream=None) -> None:
         """Blocking ``execute`` for threads without an event loop (same parameters, path
@@ -983,6 +990,12 @@ class ExecutionPlan:
         complete."""
         if _capture.OPEN:
             _capture.refuse_eager(self.device, f"{self._label}: execute_sync", self)
-        fn, keep = self._work(variant_pack, workspace)
-        self.device._pool.submit_blocking(fn, keepalive=keep, label=self._label,
-                                          stream=self.device._stream(stream)).result()
+        if stream is not None:
+            stream = self.device._stream(stream)
+        # an idle host stream runs it on this thread, which waits for it anyway
+        item = run_host(Completion, self._bindings, self._pool, variant_pack, workspace,
+                        stream, self._label, self._timer, -1.0)
+        if type(item) is tuple:
+            item = self._pool._run_sync(*item, self._label, self._timer)
+        if item._error is not None:
+            raise item._error

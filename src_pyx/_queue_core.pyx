@@ -14,15 +14,20 @@ Waiting, retiring, parking and metrics stay in Python, in those classes.
 Timestamps (``submitted_at``, ``started_at``) are ``time.perf_counter()`` seconds: on Linux
 that clock is ``CLOCK_MONOTONIC`` (PEP 418), read here with ``clock_gettime``.
 """
+from cpython.dict cimport PyDict_Values
 from cpython.object cimport PyObject, PyTypeObject
+from cpython.tuple cimport PyTuple_GET_SIZE
+from ..runtime._binding cimport Binding, BindingCache
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 from .._errors import DeviceError as _DeviceError
 from .._errors import HipdnnError as _HipdnnError
 from ..runtime._launch_state cimport launch_enter, launch_exit
+from ._metrics import FOLD_AT as _FOLD_AT
 
-__all__ = ["CompletionCore", "StreamCore", "LaunchCore", "Batch", "Named", "submit_now",
-           "perf_counter", "EVENT_EVERY", "PENDING", "RUNNING", "DONE"]
+__all__ = ["CompletionCore", "StreamCore", "LaunchCore", "HostLaunchCore", "ExecTimer", "Batch",
+           "Named", "submit_now", "run_inline", "run_host", "least_loaded", "perf_counter", "EVENT_EVERY", "PENDING",
+           "RUNNING", "DONE"]
 
 PENDING, RUNNING, DONE = 0, 1, 2
 # Work items per completion event when nobody waits for them: an event record costs host
@@ -30,6 +35,7 @@ PENDING, RUNNING, DONE = 0, 1, 2
 EVENT_EVERY = 16
 cdef Py_ssize_t _EVENT_EVERY = EVENT_EVERY
 cdef tuple _NO_ARGS = ()
+cdef Py_ssize_t _FOLD = _FOLD_AT
 
 
 cdef inline double _now() noexcept nogil:
@@ -41,6 +47,44 @@ cdef inline double _now() noexcept nogil:
 def perf_counter():
     """The clock of the timestamps set here, in seconds (``time.perf_counter()``'s)."""
     return _now()
+
+
+cdef enum:
+    _TIMER_WINDOW = 8     # executions an ExecTimer's estimate looks back over
+
+
+cdef class ExecTimer:
+    """A plan's execution time on a host stream (seconds), from which a submission decides
+    whether it may run inline (:func:`run_inline`): the shortest of its last 8 executions,
+    wherever they ran.
+
+    A plan's work has fixed shapes, so its time varies by what the machine adds to it:
+    preemptions on a shared machine, a worker's wait for the GIL that the submitting
+    thread holds. Those only ever add time, so the shortest recent execution is the work's
+    own time, and a stall in a few executions does not send short work to the worker.
+    """
+
+    cdef double _window[_TIMER_WINDOW]
+    cdef public Py_ssize_t count
+    cdef public double estimate_s             # the estimate (0.0 until the first execution)
+
+    cdef inline void observe(self, double seconds) noexcept:
+        cdef int k, n
+        cdef double low = seconds
+        self._window[self.count % _TIMER_WINDOW] = seconds
+        self.count += 1
+        n = self.count if self.count < _TIMER_WINDOW else _TIMER_WINDOW
+        for k in range(n):
+            if self._window[k] < low:
+                low = self._window[k]
+        self.estimate_s = low
+
+    cdef inline bint within(self, double bound) noexcept:
+        return self.count > 0 and self.estimate_s <= bound
+
+    def record(self, double seconds):
+        """Take one execution's time (seconds)."""
+        self.observe(seconds)
 
 
 cdef class CompletionCore:
@@ -67,6 +111,7 @@ cdef class CompletionCore:
     cdef public object _fn, _keepalive, _value, _error
     cdef public object _waiters, _tevent, _callbacks
     cdef public object _batch             # GPU: its completion batch until retired
+    cdef public ExecTimer _timer          # a plan's execution times (None: not a plan's)
     cdef public bint _control             # an event marker or wait, not counted as work
     cdef public int _state
     cdef object __weakref__
@@ -104,11 +149,17 @@ cdef class CompletionCore:
     def _publish_stored(self):
         """Publish the outcome already stored (``_enqueue``), its keepalive already
         dropped, and wake the waiters: a GPU stream's completion batch."""
+        self.publish_stored()
+
+    cdef int publish_stored(self) except -1:
         if self._state == DONE:
             raise RuntimeError(f"{self.describe()}: completed twice")  # backend bug
+        self._keepalive = None
         self._state = DONE     # before the waiter fields are read: see Completion._publish
+        # a completion wakes only who waits: nobody, mostly (no lock, no event made)
         if self._tevent is not None or self._waiters is not None or self._callbacks is not None:
             self._wake()
+        return 0
 
 
 cdef class Named:
@@ -220,14 +271,89 @@ cdef class LaunchCore:
         item._batch = self._open
 
 
+cdef class HostLaunchCore:
+    """Launch fields of a host stream (``queues.CpuStreamBackend`` derives from this):
+    the worker's queue, what was launched to it and what it has run, and the hand-off
+    around an item run inline on a submitting thread (:func:`run_inline`).
+
+    While an inline item runs, the items launched behind it wait in ``_held``, in order,
+    and go to the worker once it has finished: a stream runs one item at a time, in
+    submission order, wherever it runs. The subclass sets ``_queue`` (a
+    ``queue.SimpleQueue``: a C queue whose ``put`` wakes the worker only when it sleeps)
+    and ``_held`` (a list) before the first launch.
+    """
+
+    cdef public object _queue
+    cdef public list _held
+    cdef public Py_ssize_t _launched      # under the stream's lock
+    cdef public Py_ssize_t _ran           # by the worker: launched items it has finished
+    cdef public bint _inline              # an item runs on a submitting thread now
+    cdef public bint poll_due             # the submitter should call poll() once
+    cdef public bint _direct              # launch() is this class's: called in C
+
+    def __cinit__(self):
+        self._direct = type(self).launch is HostLaunchCore.launch
+
+    cdef int launch_item(self, CompletionCore item) except -1:
+        # called with the stream's lock held
+        self._launched += 1
+        if self._inline:
+            self._held.append(item)
+        else:
+            self._queue.put(item)
+        return 0
+
+    cdef inline bint idle(self) noexcept:
+        return not self._inline and self._ran == self._launched
+
+    def launch(self, item):
+        """Queue ``item`` for the worker (behind an inline item, once it has finished);
+        called with the stream's lock held."""
+        self.launch_item(item)
+
+    def put_last(self, entry):
+        """Queue a control entry for the worker behind everything launched (the stop
+        sentinel); called with the stream's lock held, or once no thread can submit."""
+        if self._inline:
+            self._held.append(entry)
+        else:
+            self._queue.put(entry)
+
+    def work(self, _stop):
+        """The worker's loop: run items in order until ``_stop`` comes (an item's run
+        finishes it: ``Completion._run``); count the launched items run."""
+        get = self._queue.get
+        cdef CompletionCore item
+        while True:
+            entry = get()
+            if entry is _stop:
+                return
+            if isinstance(entry, CompletionCore):
+                item = <CompletionCore>entry
+                value, error = entry._execute()
+                # counted once its work is done, before it is finished: a submitter
+                # woken by its completion finds the stream idle (run_inline)
+                self._ran += 1
+                if item._timer is not None and error is None:
+                    item._timer.observe(<double>item.finished_at - <double>item.started_at)
+                entry._finish(value, error)
+                item = None
+                value = error = None
+            else:
+                entry._run()
+            entry = None    # hold nothing (keepalive, the stream) while idle
+
+
 cdef class StreamCore:
     """Submission fields of a stream (``queues.Stream`` derives from this and documents
     them): its backend, lock, in-flight items, host-side line, counters."""
 
     cdef public object name, _backend, _lock, _limit
+    cdef public Py_ssize_t id                 # its index in its pool
     cdef public object _inflight, _parked     # collections.deque
+    cdef public object _queue_wait, _exec     # queues._metrics.Histogram
     cdef public bint _closed
-    cdef public Py_ssize_t _submitted
+    cdef public Py_ssize_t _submitted, _completed, _failed
     cdef object __weakref__
 
     def _try_submit(self, CompletionCore item, limit, bint park=False):
@@ -247,6 +373,8 @@ cdef class StreamCore:
     cdef object try_submit(self, CompletionCore item, Py_ssize_t limit, bint park):
         inflight, backend = self._inflight, self._backend
         cdef LaunchCore gpu = backend if isinstance(backend, LaunchCore) else None
+        cdef HostLaunchCore host = (backend if gpu is None and isinstance(backend, HostLaunchCore)
+                                    and (<HostLaunchCore>backend)._direct else None)
         cdef bint full
         if limit >= 0 and len(inflight) >= limit:
             backend.poll()              # completed items free their slots first
@@ -270,7 +398,9 @@ cdef class StreamCore:
                 parked.append(("launch", item))
             else:
                 inflight.append(item)
-                if gpu is None:
+                if host is not None:
+                    host.launch_item(item)
+                elif gpu is None:
                     # a host backend may have handed the item to its worker before
                     # raising (a KeyboardInterrupt after the queue put): it stays, and
                     # the worker frees its slot
@@ -291,11 +421,172 @@ cdef class StreamCore:
         return None
 
 
-def submit_now(type item_type, StreamCore stream, fn, keepalive, label, limit):
+cdef object _record_ms(object histogram, double ms):
+    # Histogram.record, inlined: one append; the buckets are sorted in batches
+    pending = histogram._pending
+    pending.append(ms)
+    if len(pending) >= _FOLD:
+        histogram._fold()
+
+
+def run_inline(type item_type, StreamCore stream, fn, keepalive, label, ExecTimer timer,
+               double bound):
+    """Run ``fn`` as a work item of ``stream`` on the calling thread, at once, when that
+    keeps the stream's guarantees; return the finished item, or None (nothing done).
+
+    It runs when ``stream`` is a host stream with nothing submitted and unfinished (no
+    item in flight, parked, queued or running; event markers and waits included), not
+    closed, and ``timer`` says the work takes at most ``bound`` seconds (``bound`` < 0:
+    whatever it takes; ``timer`` None: no estimate needed). The item takes a slot as a
+    worker's would (``max_inflight``, ``pending``), is timed and counted in the stream's
+    metrics and the timer, and its error is stored on it, as a worker's; items submitted
+    meanwhile from other threads start after it (``HostLaunchCore``).
+
+    Raises
+    ------
+    DeviceError
+        The stream is closed.
+    """
+    return _run_inline(item_type, stream, fn, keepalive, label, timer, bound)
+
+
+cdef object _run_inline(type item_type, StreamCore stream, fn, keepalive, label,
+                        ExecTimer timer, double bound):
+    backend = stream._backend
+    if not isinstance(backend, HostLaunchCore) or not (<HostLaunchCore>backend)._direct:
+        return None
+    cdef HostLaunchCore host = <HostLaunchCore>backend
+    if bound >= 0 and (timer is None or not timer.within(bound)):
+        return None
+    inflight, lock = stream._inflight, stream._lock
+    if inflight or host._inline or stream._parked:       # busy: no lock taken
+        return None
+    cdef PyTypeObject* t = <PyTypeObject*>item_type
+    cdef CompletionCore item
+    cdef double started, finished
+    lock.acquire()
+    try:
+        if stream._closed:
+            raise _DeviceError(f"stream '{stream.name}': {label or 'work item'} submitted "
+                               "after close")
+        if inflight or stream._parked or not host.idle():
+            return None
+        item = <CompletionCore>t.tp_new(item_type, <PyObject*>_NO_ARGS, NULL)
+        item.label = label
+        item._fn = fn
+        item._keepalive = keepalive
+        item.stream = stream
+        item.submitted_at = _now()
+        stream._submitted += 1
+        inflight.append(item)
+        host._inline = True
+    finally:
+        lock.release()
+    try:
+        item.enqueue()     # started_at, the run, its value or error stored, fn dropped
+    finally:
+        finished = _now()
+        item.finished_at = finished
+        started = <double>item.started_at if item.started_at is not None else finished
+        if timer is not None and item._error is None:
+            timer.observe(finished - started)
+        lock.acquire()
+        try:
+            try:
+                head = inflight.popleft()       # the first: the stream was idle
+                if head is not item:            # (cannot be: a backend bug)
+                    inflight.appendleft(head)
+                    inflight.remove(item)
+                if item._error is None:
+                    stream._completed += 1
+                else:
+                    stream._failed += 1
+                _record_ms(stream._queue_wait, (started - <double>item.submitted_at) * 1e3)
+                _record_ms(stream._exec, (finished - started) * 1e3)
+                if stream._parked:
+                    stream._unpark()            # joins _held, behind what is there
+            finally:
+                # whatever failed above, the stream must not stay held
+                host._inline = False
+                if host._held:
+                    held, host._held = host._held, []
+                    put = host._queue.put
+                    for entry in held:
+                        put(entry)
+        finally:
+            lock.release()
+        item.publish_stored()
+    return item
+
+
+cdef StreamCore _least_loaded(tuple streams, Py_ssize_t start):
+    # StreamPool.pick's default: the least pending from ``start`` on, ties in turn
+    cdef Py_ssize_t n = PyTuple_GET_SIZE(streams), k, load, best_load
+    cdef StreamCore best = <StreamCore>streams[start % n], s
+    best_load = len(best._inflight) + len(best._parked)
+    if best_load:
+        for k in range(1, n):
+            s = <StreamCore>streams[(start + k) % n]
+            load = len(s._inflight) + len(s._parked)
+            if load < best_load:
+                best, best_load = s, load
+                if load == 0:
+                    break
+    return best
+
+
+def least_loaded(tuple streams, Py_ssize_t start):
+    """The stream of ``streams`` with the fewest items pending (in flight or parked),
+    looking from index ``start`` on (ties: the first found)."""
+    return _least_loaded(streams, start)
+
+
+def run_host(type item_type, BindingCache cache, pool, variant_pack, workspace, stream,
+             label, ExecTimer timer, double bound):
+    """One execution of a host plan, in one call: its binding (``cache``: a hit compares
+    in C, allocating nothing), its keepalive (the pack's buffer objects and
+    ``workspace``), its stream (``stream``, or ``pool``'s least loaded) and, where
+    :func:`run_inline` takes it (``timer``, ``bound`` as there), its run on this thread.
+
+    Returns the finished item, or ``(fn, keepalive, stream)`` for the caller to submit
+    (the stream busy, the work too long, the pool closed).
+
+    Raises
+    ------
+    VariantPackError
+        As the plan's binding (nothing submitted).
+    DeviceError
+        The stream is closed.
+    """
+    cdef Binding b = cache.lookup(variant_pack, workspace)
+    cdef StreamCore s
+    cdef tuple streams
+    if type(variant_pack) is dict:
+        keep = tuple(PyDict_Values(variant_pack))
+    else:
+        keep = tuple(variant_pack.values())
+    if workspace is not None:
+        keep = (keep, workspace)
+    if pool._closed:
+        return (b.fn, keep, stream)
+    if stream is None:
+        streams = pool.streams
+        s = _least_loaded(streams, pool._rr)
+        pool._rr = (s.id + 1) % PyTuple_GET_SIZE(streams)
+    else:
+        s = <StreamCore?>stream
+    item = _run_inline(item_type, s, b.fn, keep, label, timer, bound)
+    if item is None:
+        return (b.fn, keep, s)
+    return item
+
+
+def submit_now(type item_type, StreamCore stream, fn, keepalive, label, limit,
+               ExecTimer timer=None):
     """A new ``item_type`` (a ``CompletionCore`` subclass) for ``fn``, enqueued on
     ``stream`` at once: beyond ``limit`` items in flight (None: no limit) it waits in the
     stream's host-side line. The library's hot paths (``StreamPool._submit_now``); ``fn``
-    is known to be callable.
+    is known to be callable. ``timer`` (a host plan's) takes the item's execution time.
 
     Raises
     ------
@@ -309,5 +600,6 @@ def submit_now(type item_type, StreamCore stream, fn, keepalive, label, limit):
     item.label = label
     item._fn = fn
     item._keepalive = keepalive
+    item._timer = timer
     stream.try_submit(item, -1 if limit is None else limit, True)
     return item

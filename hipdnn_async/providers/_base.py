@@ -20,14 +20,15 @@ becomes the library's NotSupportedError naming the call, so it declines too.
 from __future__ import annotations
 
 import abc
+import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping, Sequence
 
-from .._errors import DECLINE_TYPES, NotSupportedError, VendorError
+from .._errors import DECLINE_TYPES, HipdnnError, NotSupportedError, VendorError
 from .._knobs import Knob
 
 __all__ = ["Engine", "Provider", "ProviderEngine", "ProviderPlan", "DeclinedError",
-           "engine_id", "DECLINE_TYPES"]
+           "engine_id", "run_launcher", "DECLINE_TYPES"]
 
 # FNV-1a, 64-bit (http://www.isthe.com/chongo/tech/comp/fnv/): hipDNN derives engine ids
 # from engine names this way (hipdnn docs/0003_EngineIdDesign.md, fnv1aHash).
@@ -121,6 +122,49 @@ class ProviderPlan(abc.ABC):
         buffers (logical NumPy views on the CPU); ``workspace`` holds at least
         ``workspace_size`` bytes, or is None when that is 0.
         """
+
+    def launcher(self, buffers: Mapping[str, Any], workspace: Any, *, counter=None,
+                 label: str | None = None):
+        """The work-item function of one execution with bound ``buffers`` / ``workspace``:
+        called with no arguments, on the stream (its worker, or the submitting thread when
+        the execution runs inline); made once per binding and reused while the same
+        buffers come again.
+
+        The default calls :meth:`run`. An engine with a cheaper launch (a prebuilt vendor
+        call in C) overrides it.
+
+        Parameters
+        ----------
+        buffers, workspace
+            As :meth:`run`.
+        counter : runtime.ExecCounter, optional
+            ``counter.add(ns)`` per execution that completed (host ns in the launch).
+        label : str, optional
+            The execution plan's label: a ``HipdnnError`` of the launch is raised
+            prefixed with it (``HipdnnError.prefixed``), as the queue passes such an
+            error through unchanged.
+        """
+        return run_launcher(self, buffers, workspace, counter=counter, label=label)
+
+
+def run_launcher(plan, buffers, workspace, *, counter=None, label: str | None = None):
+    """A work-item function calling ``plan.run(buffers, workspace)`` (``ProviderPlan``'s
+    default ``launcher``; parameters as there)."""
+    add = counter.add if counter is not None else None
+    clock = time.perf_counter_ns
+
+    def launch():
+        t0 = clock()
+        try:
+            plan.run(buffers, workspace)
+        except HipdnnError as exc:
+            if label is None:
+                raise
+            raise exc.prefixed(label)   # the unnamed error is its __cause__
+        if add is not None:
+            add(clock() - t0)
+
+    return launch
 
 
 class ProviderEngine(abc.ABC):

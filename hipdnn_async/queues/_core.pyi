@@ -1,6 +1,6 @@
 """Stubs of the queues' submission path in C (``src_pyx/_queue_core.pyx``).
 
-``CompletionCore``, ``StreamCore`` and ``LaunchCore`` hold, typed, the fields a submission
+``CompletionCore``, ``StreamCore``, ``LaunchCore`` and ``HostLaunchCore`` hold, typed, the fields a submission
 touches; ``queues.Completion``, ``queues.Stream`` and ``queues.GpuStreamBackend`` derive
 from them. ``submit_now`` runs one whole submission (handle, stream bookkeeping, GPU
 launch, completion batch) without a Python frame. Timestamps are ``perf_counter()``
@@ -71,15 +71,52 @@ class LaunchCore:
     def fail_unlaunched(self, item: CompletionCore, exc: BaseException) -> None:
         """Fail ``item``, whose launch raised ``exc`` before enqueueing, in its place."""
 
+class ExecTimer:
+    """A plan's recent execution time on a host stream (seconds, weighted mean)."""
+
+    estimate_s: float
+    count: int
+
+    def record(self, seconds: float) -> None:
+        """Take one execution's time (seconds)."""
+
+class HostLaunchCore:
+    """Launch fields of a host stream (``queues.CpuStreamBackend`` derives from this)."""
+
+    poll_due: bool
+
+    def launch(self, item: CompletionCore) -> None:
+        """Queue ``item`` for the worker (behind an inline item, once it has finished)."""
+    def put_last(self, entry: Any) -> None:
+        """Queue a control entry for the worker behind everything launched."""
+    def work(self, _stop: object) -> None:
+        """The worker's loop: run items in order until ``_stop`` comes."""
+
 class StreamCore:
     """Submission fields of a stream (``queues.Stream`` derives from this)."""
 
     name: str
+    id: int
 
     def _try_submit(self, item: CompletionCore, limit: int | None,
                     park: bool = False) -> CompletionCore | None:
         """Enqueue ``item`` unless ``limit`` items are in flight, else return the oldest."""
 
 def submit_now(item_type: type, stream: StreamCore, fn: Callable[[], Any], keepalive: Any,
-               label: str, limit: int | None) -> CompletionCore:
+               label: str, limit: int | None, timer: ExecTimer | None = None) -> CompletionCore:
     """A new ``item_type`` for ``fn``, enqueued on ``stream`` at once (parked when full)."""
+
+def run_inline(item_type: type, stream: StreamCore, fn: Callable[[], Any], keepalive: Any,
+               label: str, timer: ExecTimer | None, bound: float) -> CompletionCore | None:
+    """Run ``fn`` as a work item of an idle host ``stream`` on the calling thread, when
+    ``timer`` says it takes at most ``bound`` s (``bound`` < 0: always); the finished item,
+    or None (nothing done)."""
+
+def least_loaded(streams: tuple, start: int) -> StreamCore:
+    """The stream with the fewest items pending, looking from index ``start`` on."""
+
+def run_host(item_type: type, cache: Any, pool: Any, variant_pack: Any, workspace: Any,
+             stream: StreamCore | None, label: str, timer: ExecTimer | None,
+             bound: float) -> CompletionCore | tuple:
+    """A host plan's execution in one call (binding, keepalive, stream, inline run): the
+    finished item, or ``(fn, keepalive, stream)`` for the caller to submit."""

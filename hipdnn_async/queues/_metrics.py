@@ -8,7 +8,7 @@ from bisect import bisect_left
 
 import numpy as np
 
-__all__ = ["Histogram", "percentiles"]
+__all__ = ["Histogram", "percentiles", "FOLD_AT"]
 
 # Log-spaced buckets, 10 per decade from 1 us to 100 s (in ms): the relative error of a
 # percentile read from them is at most one bucket width, 10**0.1 - 1 ~ 26 %, and recording
@@ -19,7 +19,7 @@ _DECADES = 8
 _N_FINITE = _PER_DECADE * _DECADES
 _TOP = _N_FINITE + 1  # the bucket above the last finite edge
 # bucket 0: (-inf, LOW]; bucket i in 1..N: (LOW*10**((i-1)/10), LOW*10**(i/10)]; N+1: above.
-_FOLD_AT = 4096      # pending samples sorted into the buckets at once
+FOLD_AT = _FOLD_AT = 4096      # pending samples sorted into the buckets at once
 # From this many pending samples on, NumPy sorts them faster than a Python loop: its dozen
 # calls cost ~12 us whatever the size, the loop ~0.2 us a sample (measured; read between
 # submissions, one or a few samples are pending).

@@ -16,9 +16,11 @@ from . import _core
 from ._metrics import Histogram, _copy_summary
 from ._stream import Stream, StreamBackend
 
-_submit_now = _core.submit_now   # bound once: it is on the submission path
+_submit_now = _core.submit_now   # bound once: they are on the submission path
+_run_inline = _core.run_inline
+_least_loaded = _core.least_loaded
 
-__all__ = ["StreamPool", "DEFAULT_MAX_INFLIGHT", "MAX_INFLIGHT", "MAX_STREAMS"]
+__all__ = ["StreamPool", "DEFAULT_MAX_INFLIGHT", "MAX_INFLIGHT", "MAX_STREAMS", "INLINE_MAX_S"]
 
 DEFAULT_MAX_INFLIGHT = 64  # work items in flight per stream before submit waits
 # The C submission core (queues._core) compares in-flight counts with max_inflight as a
@@ -28,6 +30,11 @@ MAX_INFLIGHT = sys.maxsize
 # stream, handle, workspace and completion thread): 20,000 of them (issue 10) exhaust the
 # process long before they help; 256 is far beyond any core count they could use.
 MAX_STREAMS = 256
+# Work measured to take at most this long (seconds, the plan's recent mean) may run on the
+# submitting thread when its host stream is idle (``plan.submit``, ``await plan.execute``):
+# a hand-off to the worker and back costs 10-50 us of host time on 2-4 cores, and an event
+# loop blocked this long still answers within a fraction of a millisecond.
+INLINE_MAX_S = 100e-6
 
 
 def _default_n_streams() -> int:
@@ -114,19 +121,8 @@ class StreamPool:
         """
         streams = self.streams
         if stream is None:
-            n = len(streams)
-            start = self._rr
-            best = streams[start % n]
-            best_load = best.pending
-            if best_load:
-                for k in range(1, n):
-                    s = streams[(start + k) % n]
-                    load = s.pending
-                    if load < best_load:
-                        best, best_load = s, load
-                        if load == 0:
-                            break
-            self._rr = (best.id + 1) % n
+            best = _least_loaded(streams, self._rr)
+            self._rr = (best.id + 1) % len(streams)
             return best
         if type(stream) is int and 0 <= stream < len(streams):    # the common index
             return streams[stream]
@@ -178,6 +174,10 @@ class StreamPool:
         self._check_open(label)
         item = Completion(fn, keepalive=keepalive, label=label)
         fn = keepalive = None  # only the item holds them: a retained traceback must not
+        return await self._enqueue(item, stream, label)
+
+    async def _enqueue(self, item: Completion, stream, label: str) -> Completion:
+        """``submit``'s wait for a slot and enqueue of ``item``."""
         try:
             while True:
                 oldest = self.pick(stream)._try_submit(item, self.max_inflight)
@@ -226,14 +226,65 @@ class StreamPool:
         self.pick(stream)._try_submit(item, self.max_inflight, park=True)
         return item
 
-    def _submit_now(self, fn, keepalive, stream: Stream | None, label: str) -> Completion:
+    def _submit_now(self, fn, keepalive, stream: Stream | None, label: str,
+                    timer=None) -> Completion:
         """``submit_now`` for the library's own hot paths (``plan.submit``, ``step.submit``):
-        ``stream`` is a Stream of this pool already (``Device._stream``) or None."""
+        ``stream`` is a Stream of this pool already (``Device._stream``) or None.
+
+        ``timer`` (a host plan's ``_core.ExecTimer``): work measured to take at most
+        ``INLINE_MAX_S`` runs at once on the calling thread when the stream is idle
+        (``_core.run_inline``), and the handle comes back done."""
         if self._closed:
             self._check_open(label)
         if stream is None:
             stream = self.pick()
-        return _submit_now(Completion, stream, fn, keepalive, label, self.max_inflight)
+        if timer is not None:
+            item = _run_inline(Completion, stream, fn, keepalive, label, timer, INLINE_MAX_S)
+            if item is not None:
+                return item
+        return _submit_now(Completion, stream, fn, keepalive, label, self.max_inflight, timer)
+
+    def _run_sync(self, fn, keepalive, stream: Stream | None, label: str, timer) -> Completion:
+        """The finished item of ``fn`` (``execute_sync``, ``replay_sync``): run at once on
+        the calling thread when the host stream is idle (it blocks until done either way),
+        else submitted as ``submit_blocking`` and waited for."""
+        if self._closed:
+            self._check_open(label)
+        if stream is None:
+            stream = self.pick()
+        if timer is not None:
+            item = _run_inline(Completion, stream, fn, keepalive, label, timer, -1.0)
+            if item is not None:
+                return item
+        item = Completion(fn, keepalive=keepalive, label=label)
+        item._timer = timer
+        fn = keepalive = None
+        self._enqueue_blocking(item, stream, label)
+        item.wait()
+        return item
+
+    async def _run(self, fn, keepalive, stream: Stream | None, label: str, timer) -> Completion:
+        """The finished item of ``fn`` (``await plan.execute``, ``step.replay``): run at
+        once on the loop's thread when the host stream is idle and the work measured to
+        take at most ``INLINE_MAX_S``, else submitted (waiting for a slot) and awaited.
+
+        Cancelled before it runs, nothing is enqueued; cancelled while awaiting the
+        worker, it returns at once and the work still completes."""
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        if timer is not None:
+            if self._closed:
+                self._check_open(label)
+            item = _run_inline(Completion, self.pick() if stream is None else stream, fn,
+                               keepalive, label, timer, INLINE_MAX_S)
+            if item is not None:
+                return item
+        self._check_open(label)
+        item = Completion(fn, keepalive=keepalive, label=label)
+        item._timer = timer
+        fn = keepalive = None
+        await self._enqueue(item, stream, label)
+        await item._wait_done()
+        return item
 
     def submit_blocking(self, fn, *, keepalive=(), stream: Stream | int | None = None,
                         label: str = "", timeout: float | None = None) -> Completion:
@@ -247,9 +298,14 @@ class StreamPool:
             The pool is closed.
         """
         self._check_open(label)
-        deadline = None if timeout is None else time.monotonic() + timeout
         item = Completion(fn, keepalive=keepalive, label=label)
         fn = keepalive = None
+        return self._enqueue_blocking(item, stream, label, timeout)
+
+    def _enqueue_blocking(self, item: Completion, stream, label: str,
+                          timeout: float | None = None) -> Completion:
+        """``submit_blocking``'s wait for a slot and enqueue of ``item``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         try:
             while True:
                 oldest = self.pick(stream)._try_submit(item, self.max_inflight)

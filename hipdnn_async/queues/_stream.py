@@ -128,21 +128,14 @@ _STOP = object()
 _live_backends: "weakref.WeakSet[CpuStreamBackend]" = weakref.WeakSet()
 
 
-def _worker_main(work: queue.SimpleQueue, ran: list) -> None:
-    """Worker loop of a CPU stream: run items in order until the stop sentinel;
-    ``ran[0]`` counts the launched items run (flush markers aside)."""
-    while True:
-        item = work.get()
-        if item is _STOP:
-            return
-        item._run()
-        if item.__class__ is not _Flush:
-            ran[0] += 1
-        item = None  # hold nothing (keepalive, the stream) while idle
-
-
-class CpuStreamBackend(StreamBackend):
+class CpuStreamBackend(_core.HostLaunchCore, StreamBackend):
     """CPU stream: one worker thread that runs items in order.
+
+    An item may instead run on the thread that submits it, when the stream is idle
+    (``queues._core.run_inline``: the plans' ``execute_sync``, and ``submit`` /
+    ``execute`` of work measured to be short); items launched meanwhile wait behind it
+    and reach the worker once it has finished, so the stream still runs one item at a
+    time, in submission order.
 
     The worker is a daemon thread, drained (not stopped) when the interpreter starts to
     exit: work submitted before then runs, and a device used or closed afterwards, from an
@@ -159,21 +152,15 @@ class CpuStreamBackend(StreamBackend):
     """
 
     def __init__(self, name: str) -> None:
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._queue = queue.SimpleQueue()
+        self._held = []                  # launched behind an inline item (HostLaunchCore)
         self._stopped = False
-        self._launched = 0               # under the stream's lock (launch)
-        self._ran = [0]                  # by the worker only
-        self._thread = threading.Thread(target=_worker_main, args=(self._queue, self._ran),
+        self._thread = threading.Thread(target=self.work, args=(_STOP,),
                                         name=f"hipdnn_async stream {name}", daemon=True)
         self._thread.start()
         _live_backends.add(self)
         if _exiting:
             self.poll_due = True
-
-    def launch(self, item: Completion) -> None:
-        """Queue ``item`` for the worker."""
-        self._launched += 1
-        self._queue.put(item)
 
     def poll(self, item: Completion | None = None) -> None:
         """Once the interpreter exits (``poll_due`` is then True, so every submission
@@ -191,14 +178,14 @@ class CpuStreamBackend(StreamBackend):
             flush.reached.wait()
             # every item launched before the flush has run; one launched meanwhile (a
             # parked item, freed by a finishing one) has not, or has only just
-            if self._ran[0] >= self._launched:
+            if self._ran >= self._launched:
                 return
 
     def stop(self) -> None:
         """Ask the worker to exit after the items already queued; do not wait."""
         if not self._stopped:
             self._stopped = True
-            self._queue.put(_STOP)
+            self.put_last(_STOP)
 
     def close(self) -> None:
         """Stop the worker after the queued items and join it (unless called from it)."""
@@ -494,6 +481,8 @@ class Stream(_core.StreamCore):
             # of its stop, so that nothing submitted is lost.
             self._limit = None
             self._unpark()
+            if isinstance(self._backend, _core.HostLaunchCore):
+                self._backend.stop()     # behind what waits for an inline item to finish
         self._backend.close()
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import hipdnn_async as hd
+from hipdnn_async.providers._base import ProviderPlan
 
 pytestmark = pytest.mark.anyio
 
@@ -135,7 +136,7 @@ async def test_error_in_one_execution_does_not_touch_others(anyio_backend):
     async with hd.Device("cpu", streams=2) as dev:
         good = await dev.build(g)
         bad = await dev.build(g)
-        bad._pplan = type("Broken", (), {"run": lambda self, b, ws: 1 / 0, "algorithm": None,
+        bad._pplan = type("Broken", (ProviderPlan,), {"run": lambda self, b, ws: 1 / 0, "algorithm": None,
                                          "workspace_size": 0, "benchmarked": False,
                                          "perfdb_hit": False})()
         xa = np.random.default_rng(0).standard_normal(x.dims).astype(np.float32)

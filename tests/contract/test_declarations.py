@@ -122,7 +122,9 @@ def test_every_function_pointer_type_is_in_a_checked_table():
 _OWN_STRUCTS = {"RuntimeConstants": "the values a Runtime fills from its checked constants table",
                 # declared in `cdef extern from "<pthread.h>" / "<time.h>"` blocks of
                 # _onednn.pyx: the C compiler includes the system headers' own definitions
-                "pthread_mutex_t": "libc's, from <pthread.h>", "timespec": "libc's, from <time.h>"}
+                "pthread_mutex_t": "libc's, from <pthread.h>", "timespec": "libc's, from <time.h>",
+                "NdPrint": "a NumPy array's print kept by a binding (runtime._binding): no "
+                           "vendor layout"}
 
 
 def test_every_struct_is_a_checked_table_a_mirror_or_our_own():
@@ -146,6 +148,12 @@ _OWN_CONSTANTS = {
     "NAME_BYTES": "checked: _gpu._NAME_BYTES == the properties' name size",
     "_C_MAX_NDIMS": "checked: _onednn refuses to import unless it equals MAX_NDIMS (DNNL_MAX_NDIMS)",
     "_C_MAX_MEMS": "our bound on the memories of one oneDNN program",
+    "_MAX_NDIM": "our bound on the dims of a NumPy print a binding keeps in C (runtime._binding)",
+    "_K_NONE": "our tag of a binding's buffer kind (runtime._binding)",
+    "_K_ND": "our tag of a binding's buffer kind (runtime._binding)",
+    "_K_DEVARRAY": "our tag of a binding's buffer kind (runtime._binding)",
+    "_K_PY": "our tag of a binding's buffer kind (runtime._binding)",
+    "_TIMER_WINDOW": "our count of executions an ExecTimer's estimate looks back over",
 }
 _DEF = re.compile(r"^\s*DEF\s+(\w+)\s*=")
 _ENUM = re.compile(r"^cdef\s+(?:c?p?def\s+)?enum\b")

@@ -1,13 +1,14 @@
-"""hipdnn_async._binding: a binding is reused only for the same keys and buffer objects with
+"""hipdnn_async.runtime._binding: a binding is reused only for the same keys and buffer objects with
 unchanged fingerprints; int pointers, DLPack-only objects and non-dict packs are bound on
-every call; the cache holds buffers weakly; host devices do not cache."""
+every call; the cache holds buffers weakly; a host cache compares NumPy prints and keeps
+bounded packs only."""
 import gc
 import weakref
 
 import pytest
 
 from hipdnn_async import VariantPackError
-from hipdnn_async._binding import CACHE_SIZE, BindingCache
+from hipdnn_async.runtime._binding import CACHE_SIZE, BindingCache
 
 
 class TorchLike:
@@ -95,7 +96,7 @@ def test_a_torch_like_buffer_with_a_mutable_shape_is_checked_by_its_interface(wh
     # the torch fingerprint keeps shape and stride() as they come (torch.Size and tuples
     # are immutable); a list mutated in place would still compare equal to itself, so
     # such an object is fingerprinted through its __cuda_array_interface__ instead
-    from hipdnn_async._binding import _fingerprint_fn, _fp_cai
+    from hipdnn_async.runtime._binding import _fingerprint_fn, _fp_cai
     r, c = cache()
     a = TorchLike(0x1000, shape=[2, 3]) if what == "shape" else TorchLike(0x1000, strides=[3, 1])
     assert _fingerprint_fn(a) is _fp_cai
@@ -239,3 +240,80 @@ def test_a_host_device_binds_every_time():
     c.get({"x": a}, None)
     c.get({"x": a}, None)
     assert r.binds == 2
+
+
+# ---------------------------------------------------------------- host (NumPy) buffers
+def host_cache():
+    r = Recorder()
+    return r, BindingCache(r.bind, r.make_fn, enabled=True, host=True)
+
+
+def test_the_same_numpy_arrays_reuse_the_binding():
+    import numpy as np
+    r, c = host_cache()
+    x, y = np.zeros((2, 3), np.float32), np.zeros((2, 3), np.float32)
+    first = c.get({"x": x, "y": y}, None)
+    assert c.get({"x": x, "y": y}, None) is first and r.binds == 1
+    assert c.get({"x": x, "y": np.zeros((2, 3), np.float32)}, None) is not first
+
+
+@pytest.mark.parametrize("change", ["shape", "strides", "dtype", "read-only"])
+def test_a_numpy_array_changed_in_place_binds_anew(change):
+    # an array's data pointer is fixed, but these can be set on the same object; the
+    # binding (a view of them) would be stale
+    import numpy as np
+    r, c = host_cache()
+    x = np.zeros((2, 3), np.float32)
+    first = c.get({"x": x}, None)
+    if change == "shape":
+        x.shape = (3, 2)
+    elif change == "strides":
+        with pytest.warns(DeprecationWarning):   # deprecated in NumPy 2.4, still works
+            x.strides = (4, 8)
+    elif change == "dtype":
+        x.dtype = np.int32
+    else:
+        x.flags.writeable = False
+    assert c.get({"x": x}, None) is not first and r.binds == 2
+
+
+def test_a_new_array_at_a_freed_ones_address_binds_anew():
+    import numpy as np
+    r, c = host_cache()
+    hits = 0
+    for _ in range(50):          # id() and the data pointer are often reused
+        c.get({"x": np.zeros((2, 3), np.float32)}, None)
+        hits += c.hits
+    assert hits == 0 and r.binds == 50
+
+
+def test_a_host_binding_keeps_at_most_host_cache_bytes_and_no_allocated_workspace():
+    import numpy as np
+    from hipdnn_async.runtime._binding import HOST_CACHE_BYTES
+    r, c = host_cache()
+    big = np.zeros(HOST_CACHE_BYTES // 4 + 1, np.float32)
+    c.get({"x": big}, None)
+    c.get({"x": big}, None)
+    assert r.binds == 2                      # too large to keep alive: bound each time
+    small = np.zeros(4, np.float32)
+
+    def bind_with_fresh_ws(vp, ws):
+        r.binds += 1
+        return dict(vp), np.empty(8, np.uint8)     # a workspace allocated for the binding
+
+    c2 = BindingCache(bind_with_fresh_ws, Recorder.make_fn, enabled=True, host=True)
+    c2.get({"x": small}, None)
+    c2.get({"x": small}, None)
+    assert r.binds == 4                      # concurrent runs would share it: not kept
+
+
+def test_a_device_array_binds_by_its_view():
+    import numpy as np
+    import hipdnn_async as hd
+    r, c = host_cache()
+    with hd.Device("cpu", streams=1) as dev:
+        a = dev.empty((2, 3), "float32")
+        first = c.get({"x": a}, None)
+        assert c.get({"x": a}, None) is first
+        a.view = np.zeros((2, 3), np.float32)    # another view object: bound anew
+        assert c.get({"x": a}, None) is not first and r.binds == 2

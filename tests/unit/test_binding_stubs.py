@@ -19,7 +19,8 @@ MODULES = ["hipdnn_async.runtime._loader", "hipdnn_async.runtime._launch_state",
            "hipdnn_async.runtime._gpu", "hipdnn_async.runtime._miopen",
            "hipdnn_async.runtime._onednn",
            "hipdnn_async.runtime._cudnn", "hipdnn_async.runtime._cudnn_backend",
-           "hipdnn_async.providers.cpu._kernels", "hipdnn_async.queues._core"]
+           "hipdnn_async.providers.cpu._kernels", "hipdnn_async.queues._core",
+           "hipdnn_async.runtime._binding"]
 
 
 def test_every_compiled_module_is_checked():
@@ -124,7 +125,7 @@ def _dummy(annotation):
 def _check_init_keywords(cls, node):
     """A cdef class __init__ has no introspectable signature: call it with the stub's
     parameter names as keywords; a name mismatch is a TypeError before any cuDNN call."""
-    args = node.args.args[1:]
+    args = node.args.args[1:] + node.args.kwonlyargs
     kwargs = {a.arg: _dummy(a.annotation) for a in args}
     try:
         obj = cls(**kwargs)
