@@ -27,6 +27,7 @@ from .graph import Graph, TensorAttributes
 from .runtime._buffer import element_extent
 from .runtime import KINDS, ExecCounter
 from .patterns import match as match_pattern, spec_for
+from .profiler import _state as _prof
 from .providers._base import Engine
 from .providers._registry import available_devices, parse_spec, provider_for
 from .queues import StreamPool
@@ -328,6 +329,18 @@ class Device:
         with self._stats_lock:
             return self._plan_stats[pattern]["counter"]
 
+    def profile(self) -> "Profile":
+        """A profile of this device: ``with dev.profile() as prof:`` (or ``async with``)
+        records its executions, batches and builds (``hd.profile(*devices)`` for several).
+
+        Returns
+        -------
+        hipdnn_async.profiler.Profile
+            See there: ``export_chrome_trace``, ``table``, ``key_averages``, ``overlap``.
+        """
+        from .profiler import Profile
+        return Profile((self,))
+
     def capture(self, stream=None) -> "_capture.Step":
         """Record plan executions on one stream, to replay them as one launch.
 
@@ -525,6 +538,11 @@ class Device:
             s = self._plan_stats[plan.pattern]
             s["plans"] += 1
             s["build_ms"] += plan.build_ms
+        if _prof.ON:
+            _prof.span(self, "builds", f"build {plan.pattern} '{graph.name}'", t0,
+                       time.perf_counter(), {"engine": chosen.name, "algorithm": plan.algorithm,
+                                             "benchmarked": pplan.benchmarked,
+                                             "perfdb_hit": pplan.perfdb_hit})
         log.info("built plan %s for graph '%s': engine %s, knobs %s, algorithm %s, workspace %d B, "
                  "benchmarked %s, perf db hit %s", plan.pattern, graph.name, chosen.name, settings,
                  plan.algorithm, plan.workspace_size, pplan.benchmarked, pplan.perfdb_hit)
@@ -911,7 +929,11 @@ class ExecutionPlan:
             keep = (keep, workspace)
         if stream is not None:
             stream = self.device._stream(stream)      # checked once: the pool takes it as is
-        return self._pool._submit_now(fn, keep, stream, self._label)
+        rec = _prof.start_execution(self.device, fn, "execution", self) if _prof.ON else None
+        if rec is None:
+            return self._pool._submit_now(fn, keep, stream, self._label)
+        rec.handle = self._pool._submit_now(rec.fn, keep, stream, self._label)
+        return rec.handle
 
     async def enqueue(self, variant_pack: Mapping, *, workspace=None, stream=None):
         """As ``submit``, but first wait (asynchronously, cancellably) while the stream has
@@ -926,8 +948,13 @@ class ExecutionPlan:
             if step is not None:
                 return step._record(self, variant_pack, workspace, stream)
         fn, keep = self._work(variant_pack, workspace)
-        return await self.device._pool.submit(fn, keepalive=keep, label=self._label,
-                                              stream=self.device._stream(stream))
+        rec = _prof.start_execution(self.device, fn, "execution", self) if _prof.ON else None
+        handle = await self.device._pool.submit(fn if rec is None else rec.fn, keepalive=keep,
+                                                label=self._label,
+                                                stream=self.device._stream(stream))
+        if rec is not None:
+            rec.handle = handle
+        return handle
 
     async def execute(self, variant_pack: Mapping, *, workspace=None, stream=None) -> None:
         """Run the plan; return when the results are complete and readable.
@@ -984,5 +1011,10 @@ class ExecutionPlan:
         if _capture.OPEN:
             _capture.refuse_eager(self.device, f"{self._label}: execute_sync", self)
         fn, keep = self._work(variant_pack, workspace)
-        self.device._pool.submit_blocking(fn, keepalive=keep, label=self._label,
-                                          stream=self.device._stream(stream)).result()
+        rec = _prof.start_execution(self.device, fn, "execution", self) if _prof.ON else None
+        handle = self.device._pool.submit_blocking(fn if rec is None else rec.fn,
+                                                   keepalive=keep, label=self._label,
+                                                   stream=self.device._stream(stream))
+        if rec is not None:
+            rec.handle = handle
+        handle.result()
