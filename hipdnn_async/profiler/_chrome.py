@@ -160,9 +160,10 @@ def check_trace(trace) -> list[str]:
     slices: dict = {}
     flows: dict = {}
     for i, e in enumerate(events):
-        for key in ("ph", "ts", "pid", "tid"):
-            if key not in e:
-                problems.append(f"event {i} ({e.get('name')!r}) has no {key!r}")
+        missing = [key for key in ("ph", "ts", "pid", "tid") if key not in e]
+        if missing:
+            problems.append(f"event {i} ({e.get('name')!r}) has no {', '.join(missing)}")
+            continue
         if not isinstance(e.get("ts", 0), (int, float)) or not isinstance(e.get("pid", 0), int) \
                 or not isinstance(e.get("tid", 0), int):
             problems.append(f"event {i}: ts, pid and tid must be numbers")

@@ -21,7 +21,7 @@ class Execution:
     __slots__ = ("device", "kind", "facts", "fn", "handle", "batch", "gpu", "stream",
                  "submitted", "started", "ended", "launched", "ok", "id")
 
-    def __init__(self, device: str, kind: str, facts: dict, fn, batch) -> None:
+    def __init__(self, device, kind: str, facts: dict, fn, batch) -> None:
         self.device = device
         self.kind = kind
         self.facts = facts
@@ -56,13 +56,14 @@ class Batch:
     __slots__ = ("batcher", "device", "requests", "rows", "bucket", "formed", "ended", "ok",
                  "token", "id", "executions")
 
-    def __init__(self, batcher: str, device: str, requests: list, rows: int, bucket: int):
+    def __init__(self, batcher: str, device, requests: list, rows: int, bucket: int,
+                 formed: float):
         self.batcher = batcher
         self.device = device
         self.requests = requests        # [(rows, enqueued seconds)]
         self.rows = rows
         self.bucket = bucket
-        self.formed = time.perf_counter()
+        self.formed = formed
         self.ended = None
         self.ok = None
         self.token = None
@@ -89,7 +90,7 @@ class Span:
 
     __slots__ = ("device", "track", "name", "start", "end", "args")
 
-    def __init__(self, device: str, track: str, name: str, start: float, end: float,
+    def __init__(self, device, track: str, name: str, start: float, end: float,
                  args: dict):
         self.device = device
         self.track = track

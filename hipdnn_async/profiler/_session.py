@@ -191,9 +191,11 @@ class Profile:
             session.executions.append(record)
         return record
 
-    def _batch_record(self, batcher, device, requests, rows, bucket, covering) -> Batch:
+    def _batch_record(self, batcher, device, requests, rows, bucket, formed,
+                      covering) -> Batch:
         self._seen.setdefault(id(device), device)
-        record = Batch(batcher, device, [(r.n, r.enqueued) for r in requests], rows, bucket)
+        record = Batch(batcher or "batcher", device, [(r.n, r.enqueued) for r in requests], rows, bucket,
+                       formed)
         for session in covering:
             session.batches.append(record)
         return record

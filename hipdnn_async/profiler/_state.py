@@ -74,22 +74,25 @@ def submit_now(device, subject, kind: str, fn, keep, stream, label: str):
     return handle
 
 
-def batch_begin(batcher, device, requests, rows: int, bucket: int):
-    """A batcher forms a batch of ``rows`` rows out of ``requests`` (each with ``n`` rows
-    and ``enqueued``, a ``time.perf_counter()`` time) for bucket size ``bucket`` on
-    ``device``: its record, made current for the task (the execution submitted next is
-    the batch's), or None when no open profile covers the device."""
+def batch_begin(batcher, device, requests, rows: int, bucket: int, formed: float):
+    """A batcher formed, at ``formed`` (``time.perf_counter()`` seconds), a batch of
+    ``rows`` rows out of ``requests`` (each with ``n`` rows and ``enqueued``, a
+    ``time.perf_counter()`` time) for bucket size ``bucket`` on ``device``: its record,
+    made current for the task (the execution the task submits next served the batch), or
+    None when no open profile covers the device."""
     covering = _for(device)
     if not covering:
         return None
-    record = covering[0]._batch_record(batcher, device, requests, rows, bucket, covering)
+    record = covering[0]._batch_record(batcher, device, requests, rows, bucket, formed,
+                                       covering)
     record.token = current_batch.set(record)
     return record
 
 
-def batch_end(record, ok: bool) -> None:
-    """The batch of ``record`` (from :func:`batch_begin`) has handed out its rows."""
-    record.finish(ok)
+def batch_end(record, requests) -> None:
+    """The batch of ``record`` (from :func:`batch_begin`) has handed its rows to
+    ``requests`` (or their errors: ``.error`` set)."""
+    record.finish(all(getattr(r, "error", None) is None for r in requests))
     try:
         current_batch.reset(record.token)
     except ValueError:       # ended in another context than begun
