@@ -1,0 +1,74 @@
+"""Profiler scenarios for the worker process (see ``_worker.py``): public API only, on the
+fake "cuda:0" or "hip:0" (whose streams are threads that wait ``delay`` µs before each
+item), returning the profile's records, its trace's check, and the runtime's call log.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ._scenarios import control
+
+__all__ = ["profile_case"]
+
+
+def _conv(hd):
+    g = hd.Graph(name="contract_conv")
+    x = g.tensor(dims=(2, 4, 6, 6), name="x")
+    w = g.tensor(dims=(3, 4, 3, 3), name="w")
+    y = g.conv_fprop(x, w, padding=1).set_output(True).set_name("y")
+    return g, x, w, y
+
+
+def profile_case(spec: str = "cuda:0", backend: str = "asyncio", streams: int = 2,
+                 executions: int = 6, delay_us: int = 3000) -> dict:
+    """``executions`` convolutions awaited concurrently, round-robin over ``streams``
+    streams: first with no profile open (log slice ``closed``), then inside
+    ``async with dev.profile()`` (slice ``profiled``). Returns per execution (submission
+    order) its stream, submitted / launched / started / ended seconds and ok; the
+    overlap; the trace's format problems; outputs and their float64 reference; the log."""
+    import anyio
+    import hipdnn_async as hd
+    from hipdnn_async.profiler import check_trace
+    from oracle import _reference as ref
+
+    ctl = control(spec)
+    rng = np.random.default_rng(11)
+    out = {}
+
+    async def main():
+        async with hd.Device(spec, streams=streams) as dev:
+            g, x, w, y = _conv(hd)
+            plan = await dev.build(g)
+            xs = rng.standard_normal(x.dims).astype(np.float32)
+            ws = rng.standard_normal(w.dims).astype(np.float32)
+            X, W = await dev.asarray(xs), await dev.asarray(ws)
+            outs = [dev.empty(y.dims, np.float32) for _ in range(executions)]
+
+            async def run_all():
+                async with anyio.create_task_group() as tg:
+                    for i, o in enumerate(outs):
+                        tg.start_soon(lambda o=o, i=i: plan.execute({x: X, w: W, y: o},
+                                                                    stream=i % streams))
+            await dev.synchronize()
+            ctl.set_delay_us(delay_us)
+            ctl.clear()
+            ctl.mark("closed")
+            await run_all()
+            ctl.mark("profiled")
+            async with dev.profile() as prof:
+                await run_all()
+            ctl.mark("end")
+            out["log"] = ctl.log()
+            ctl.set_delay_us(2000)
+            out["records"] = [{"stream": r.stream, "submitted": r.submitted,
+                               "launched": r.launched, "started": r.started,
+                               "ended": r.ended, "ok": r.ok, "kind": r.kind,
+                               "pattern": r.facts["pattern"]} for r in prof.executions]
+            out["profile"] = (prof.started_at, prof.stopped_at)
+            out["overlap"] = prof.overlap()
+            out["problems"] = check_trace(prof.trace())
+            out["outputs"] = [await o.to_numpy() for o in outs]
+            out["want"] = ref.conv_fprop(xs, ws, pre=1, post=1)
+        out["violations"] = ctl.violations()
+    anyio.run(main, backend=backend)
+    return out
