@@ -929,11 +929,10 @@ class ExecutionPlan:
             keep = (keep, workspace)
         if stream is not None:
             stream = self.device._stream(stream)      # checked once: the pool takes it as is
-        rec = _prof.start_execution(self.device, fn, "execution", self) if _prof.ON else None
-        if rec is None:
-            return self._pool._submit_now(fn, keep, stream, self._label)
-        rec.handle = self._pool._submit_now(rec.fn, keep, stream, self._label)
-        return rec.handle
+        if _prof.ON:     # a profile is open: the execution is recorded
+            return _prof.submit_now(self.device, self, "execution", fn, keep, stream,
+                                    self._label)
+        return self._pool._submit_now(fn, keep, stream, self._label)
 
     async def enqueue(self, variant_pack: Mapping, *, workspace=None, stream=None):
         """As ``submit``, but first wait (asynchronously, cancellably) while the stream has
