@@ -274,3 +274,41 @@ def test_timeline_png_is_written_with_a_lane_per_stream(tmp_path, rng):
     draw_timeline(trace, png)
     head = png.read_bytes()[:8]
     assert head == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+
+
+# ------------------------------------------------------------------ command line
+
+def test_trace_command_checks_and_draws(tmp_path, rng, capsys):
+    from hipdnn_async.cli import main
+    g, x, w, y = _conv_graph(hw=6)
+    with hd.Device("cpu", streams=2) as dev:
+        plan = dev.build_sync(g)
+        with dev.profile() as prof:
+            for i in range(3):
+                plan.execute_sync(_pack(x, w, y, rng), stream=i % 2)
+    good = tmp_path / "trace.json"
+    prof.export_chrome_trace(good)
+    png = tmp_path / "timeline.png"
+    assert main(["trace", str(good), "--png", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "3 slices" in capsys.readouterr().out          # the 3 executions
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"ph": "X", "name": "a", "ts": 0, "dur": -2, "pid": 1,
+                                "tid": 1}]))
+    assert main(["trace", str(bad)]) == 1
+    assert "dur >= 0" in capsys.readouterr().err
+    (tmp_path / "not.json").write_text("{")
+    assert main(["trace", str(tmp_path / "not.json")]) == 1
+    assert "cannot read a JSON trace" in capsys.readouterr().err
+
+
+def test_bench_overlap_command_writes_trace_picture_and_figure(tmp_path, capsys):
+    from hipdnn_async.cli import main
+    assert main(["bench", "overlap", "--streams", "2", "--executions", "4",
+                 "--out", str(tmp_path)]) == 0
+    figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert figures["streams"] == 2 and figures["overlap_one_stream"] == 0.0
+    assert 0.0 <= figures["overlap"] <= 1.0
+    trace = json.loads((tmp_path / "overlap_trace.json").read_text())
+    assert check_trace(trace) == [] and trace["otherData"]["overlap"] == figures["overlap"]
+    assert (tmp_path / "overlap_timeline.png").read_bytes()[:4] == b"\x89PNG"
