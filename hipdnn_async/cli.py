@@ -114,7 +114,7 @@ def _perfdb_cmd(args) -> int:
 
 def _bench(args) -> int:
     if args.rest[:1] == ["overlap"]:
-        from .profiler._overlap import main as overlap_main
+        from ._bench_overlap import main as overlap_main
         return overlap_main(args.rest[1:])
     from ._bench import main as bench_main
     return bench_main(args.rest)

@@ -92,7 +92,7 @@ def main(argv=None) -> int:
     trace_path = os.path.join(args.out, "overlap_trace.json")
     png_path = os.path.join(args.out, "overlap_timeline.png")
     prof.export_chrome_trace(trace_path)
-    from ._timeline import draw_timeline
+    from .profiler import draw_timeline
     with open(trace_path, encoding="utf-8") as f:
         draw_timeline(json.load(f), png_path)
     print(f"device {r['device']}: {r['executions']} convolutions {tuple(r['shape'])} 3x3")
