@@ -42,6 +42,7 @@ class GpuClock:
         self._flags = rt.EVENT_BLOCKING_SYNC
         self._lock = threading.Lock()
         self._events: list = []
+        self.closed = False
         with context.using():
             rt.stream_synchronize(stream)   # idle: the anchor completes when recorded
             self.anchor = self._new()
@@ -61,6 +62,8 @@ class GpuClock:
         rt, new = self.rt, self._new
 
         def timed():
+            if self.closed:          # launched after the profile's exit: not timed
+                return fn()
             stream = current_launch().stream
             start, end = new(), new()
             record.gpu = (start, end)
@@ -86,6 +89,7 @@ class GpuClock:
     def close(self) -> None:
         """Destroy every event (after every record was resolved)."""
         with self._lock:
+            self.closed = True
             events, self._events = self._events, []
         with self.context.using():
             for event in events:

@@ -154,16 +154,20 @@ class Profile:
     def _clock(self, device):
         """The GPU clock of ``device`` (made on first use), or None for a host device."""
         key = id(device)
-        self._seen.setdefault(key, device)
-        if key in self._clocks:
+        try:
             return self._clocks[key]
-        context = getattr(device.provider, "context", None)
-        clock = None
-        if context is not None and not device.closed:
-            from ._gpu import GpuClock
-            clock = GpuClock(context, device.streams[0].backend.stream)
-        with self._lock:
-            return self._clocks.setdefault(key, clock)
+        except KeyError:
+            pass
+        with self._lock:            # one clock per device, whichever thread comes first
+            if key not in self._clocks:
+                self._seen.setdefault(key, device)
+                context = getattr(device.provider, "context", None)
+                clock = None
+                if context is not None and not device.closed:
+                    from ._gpu import GpuClock
+                    clock = GpuClock(context, device.streams[0].backend.stream)
+                self._clocks[key] = clock
+            return self._clocks[key]
 
     def _facts_of(self, subject, kind: str) -> dict:
         """Facts of an execution of ``subject`` (a plan, or a capture step: its replay or

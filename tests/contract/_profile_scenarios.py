@@ -72,3 +72,57 @@ def profile_case(spec: str = "cuda:0", backend: str = "asyncio", streams: int = 
         out["violations"] = ctl.violations()
     anyio.run(main, backend=backend)
     return out
+
+
+def capture_and_batcher_case(spec: str = "cuda:0", backend: str = "asyncio") -> dict:
+    """Inside one profile on the fake GPU: a capture step of two convolutions (its capture
+    item, two ``replay_sync`` and one ``submit``), then a ``DynamicBatcher`` over the same
+    graph serving 6 concurrent one-row requests. Returns the records, the batches, the
+    trace's problems and the log (marks ``capture``, ``batcher``, ``end``)."""
+    import anyio
+    import hipdnn_async as hd
+    from hipdnn_async.profiler import check_trace
+
+    ctl = control(spec)
+    rng = np.random.default_rng(12)
+    out = {}
+
+    async def main():
+        async with hd.Device(spec, streams=2) as dev:
+            g, x, w, y = _conv(hd)
+            plan = await dev.build(g)
+            ws = rng.standard_normal(w.dims).astype(np.float32)
+            X = await dev.asarray(rng.standard_normal(x.dims).astype(np.float32))
+            W = await dev.asarray(ws)
+            Y1, Y2 = dev.empty(y.dims, np.float32), dev.empty(y.dims, np.float32)
+            async with hd.DynamicBatcher(dev, g, inputs=["x"], outputs=["y"],
+                                         constants={"w": ws}, max_batch_size=2) as batcher:
+                await batcher.warmup()
+                ctl.clear()
+                async with dev.profile() as prof:
+                    ctl.mark("capture")
+                    async with dev.capture(stream=1) as step:
+                        plan.submit({x: X, w: W, y: Y1})
+                        plan.submit({x: X, w: W, y: Y2})
+                    step.replay_sync()
+                    step.replay_sync()
+                    await step.submit()
+                    ctl.mark("batcher")
+                    async with anyio.create_task_group() as tg:
+                        for _ in range(6):
+                            tg.start_soon(batcher, rng.standard_normal((1, 4, 6, 6))
+                                          .astype(np.float32))
+                    ctl.mark("end")
+                step.close()
+            out["records"] = [{"kind": r.kind, "name": r.facts["name"], "stream": r.stream,
+                               "launched": r.launched, "started": r.started,
+                               "ended": r.ended, "ok": r.ok,
+                               "batch": prof.batches.index(r.batch) if r.batch else None}
+                              for r in prof.executions]
+            out["batches"] = [{"rows": b.rows, "bucket": b.bucket,
+                               "executions": len(b.executions)} for b in prof.batches]
+            out["problems"] = check_trace(prof.trace())
+            out["log"] = ctl.log()
+        out["violations"] = ctl.violations()
+    anyio.run(main, backend=backend)
+    return out

@@ -71,3 +71,24 @@ def test_profile_times_executions_with_events(fake_gpu, backend, streams):
     conv_streams = {c["stream"] for c in calls(profiled, "cudnnConvolutionForward")}
     record_streams = {c["stream"] for c in calls(profiled, "cudaEventRecord")}
     assert conv_streams <= record_streams and len(conv_streams) == streams
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_capture_replays_and_batcher_batches_on_the_gpu(fake_gpu, backend):
+    r = fake_gpu.call(_profile_scenarios.capture_and_batcher_case, "cuda:0", backend)
+    assert not violations(r["log"]), violations(r["log"])
+    assert r["problems"] == []
+    recs = r["records"]
+    assert [x["kind"] for x in recs[:4]] == ["capture", "replay", "replay", "replay"]
+    assert all(x["stream"] == "cuda:0:s1" for x in recs[:4])
+    served = recs[4:]
+    assert served and all(x["kind"] == "execution" and x["batch"] is not None
+                          for x in served)
+    assert sum(b["rows"] for b in r["batches"]) == 6
+    assert all(b["executions"] == 1 for b in r["batches"])
+    for x in recs:          # every one timed by its events, after its launch
+        assert x["ok"] and x["launched"] <= x["started"] < x["ended"]
+    # each replay is one graph launch between the profile's two event records
+    replays = between(r["log"], "capture", "batcher")
+    launches = [c for c in replays if c["rec"] == "call" and c["fn"] == "cudaGraphLaunch"]
+    assert len(launches) == 3
