@@ -539,10 +539,7 @@ class Device:
             s["plans"] += 1
             s["build_ms"] += plan.build_ms
         if _prof.ON:
-            _prof.span(self, "builds", f"build {plan.pattern} '{graph.name}'", t0,
-                       time.perf_counter(), {"engine": chosen.name, "algorithm": plan.algorithm,
-                                             "benchmarked": pplan.benchmarked,
-                                             "perfdb_hit": pplan.perfdb_hit})
+            _prof.built(self, plan, t0)
         log.info("built plan %s for graph '%s': engine %s, knobs %s, algorithm %s, workspace %d B, "
                  "benchmarked %s, perf db hit %s", plan.pattern, graph.name, chosen.name, settings,
                  plan.algorithm, plan.workspace_size, pplan.benchmarked, pplan.perfdb_hit)

@@ -66,7 +66,12 @@ def _device_names(prof) -> dict:
 def to_trace(prof) -> dict:
     """The trace-event dict of a finished ``Profile``."""
     t0 = prof.started_at
-    us = lambda t: round((t - t0) * 1e6, 3)          # noqa: E731 - µs from the start
+    def us(t):                                       # µs from the profile's start
+        return round((t - t0) * 1e6, 3)
+
+    def dur(a, b):                                   # µs from a to b, never negative
+        return max(0.0, round((b - a) * 1e6, 3))
+
     tracks = _Tracks()
     names = _device_names(prof)
     for key in names:                                # devices first, in first-seen order
@@ -95,13 +100,13 @@ def to_trace(prof) -> dict:
         if "plans" in f:
             args["plans"] = f["plans"]
         events.append({"ph": "X", "name": f["name"], "cat": r.kind, "ts": us(r.started),
-                       "dur": max(0.0, round((r.ended - r.started) * 1e6, 3)),
+                       "dur": dur(r.started, r.ended),
                        "pid": pid, "tid": tid, "args": args})
     for s in sorted(prof.spans, key=lambda s: s.start):
         pid = tracks.pid(f"device {names[id(s.device)]}")
         tid = tracks.tid(pid, s.track, s.start, s.end)
         events.append({"ph": "X", "name": s.name, "cat": s.track, "ts": us(s.start),
-                       "dur": max(0.0, round((s.end - s.start) * 1e6, 3)),
+                       "dur": dur(s.start, s.end),
                        "pid": pid, "tid": tid, "args": dict(s.args)})
     flow_id = 0
     for b in sorted(prof.batches, key=lambda b: b.formed):
@@ -109,7 +114,7 @@ def to_trace(prof) -> dict:
         tid = tracks.tid(pid, "batches", b.formed, b.ended)
         served = [r for r in b.executions if id(r) in where]
         events.append({"ph": "X", "name": f"batch {b.rows}/{b.bucket} rows", "cat": "batch",
-                       "ts": us(b.formed), "dur": max(0.0, round((b.ended - b.formed) * 1e6, 3)),
+                       "ts": us(b.formed), "dur": dur(b.formed, b.ended),
                        "pid": pid, "tid": tid,
                        "args": {"device": names[id(b.device)], "rows": b.rows,
                                 "bucket": b.bucket, "fill": round(b.fill, 4),
@@ -118,7 +123,7 @@ def to_trace(prof) -> dict:
         for n, enqueued in b.requests:
             rtid = tracks.tid(pid, "requests", enqueued, b.formed)
             events.append({"ph": "X", "name": f"request ({n} rows)", "cat": "request",
-                           "ts": us(enqueued), "dur": max(0.0, round((b.formed - enqueued) * 1e6, 3)),
+                           "ts": us(enqueued), "dur": dur(enqueued, b.formed),
                            "pid": pid, "tid": rtid, "args": {"rows": n}})
             flow_id += 1
             flows.append({"ph": "s", "name": "request", "cat": "flow", "id": flow_id,

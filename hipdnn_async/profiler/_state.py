@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import contextvars
 import threading
+import time
 
-__all__ = ["ON", "sessions", "start_execution", "submit_now", "batch_begin", "batch_end", "span",
-           "current_batch"]
+__all__ = ["ON", "sessions", "start_execution", "submit_now", "batch_begin", "batch_end",
+           "built", "span", "current_batch"]
 
 ON = False               # True while any profile is open: all a hot path reads
 _sessions: tuple = ()    # the open sessions (Profile objects), oldest first
@@ -97,6 +98,19 @@ def batch_end(record, requests) -> None:
         current_batch.reset(record.token)
     except ValueError:       # ended in another context than begun
         current_batch.set(None)
+
+
+def built(device, plan, start: float) -> None:
+    """``device`` built ``plan`` (an ExecutionPlan), from ``start`` to now
+    (``time.perf_counter()`` seconds): a span on its ``builds`` track with the engine,
+    the algorithm, whether it was benchmarked or a perf-db hit, and the benchmark's
+    trials (candidate -> measured ms, where the build timed candidates)."""
+    end = time.perf_counter()
+    algorithm = plan.algorithm
+    span(device, "builds", f"build {plan.pattern} '{plan.graph.name}'", start, end,
+         {"engine": plan.engine.name, "algorithm": None if algorithm is None else str(algorithm),
+          "benchmarked": bool(plan.benchmarked), "perfdb_hit": bool(plan.perfdb_hit),
+          "trials_ms": dict(getattr(algorithm, "trials", ()))})
 
 
 def span(device, track: str, name: str, start: float, end: float, args: dict) -> None:

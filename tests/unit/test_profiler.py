@@ -41,7 +41,7 @@ def test_nothing_is_recorded_without_an_open_profile(monkeypatch, rng):
     """With no profile open the hooks read the flag and call nothing of the profiler."""
     def called(*a, **k):
         raise AssertionError("a profiler hook ran with no profile open")
-    for name in ("start_execution", "submit_now", "batch_begin", "span"):
+    for name in ("start_execution", "submit_now", "batch_begin", "built", "span"):
         monkeypatch.setattr(_state, name, called)
     assert _state.ON is False
     g, x, w, y = _conv_graph(hw=6)
@@ -92,7 +92,21 @@ def test_events_are_ordered_per_stream_and_nest_inside_the_profile(rng):
     slices = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     assert slices and all(0 <= e["ts"] and e["ts"] + e["dur"] <= duration + 1e-3
                           for e in slices)
-    assert [e["name"] for e in slices if e["cat"] == "builds"] == ["build CONV_FPROP 'conv'"]
+    (build,) = [e for e in slices if e["cat"] == "builds"]
+    assert build["name"] == "build CONV_FPROP 'conv'"
+    assert build["args"]["engine"] == plan.engine.name and build["args"]["benchmarked"] is False
+    assert build["dur"] / 1e3 <= plan.build_ms + 1.0
+
+
+def test_a_benchmarked_build_lists_its_trials(rng):
+    g, x, w, y = _conv_graph(hw=6)
+    with hd.Device("cpu", streams=1, perfdb=":memory:") as dev:
+        with dev.profile() as prof:
+            plan = dev.build_sync(g, knobs={"global.benchmarking": 1})
+    (span,) = prof.spans
+    assert span.args["benchmarked"] is True
+    assert span.args["trials_ms"] == dict(plan.algorithm.trials) and span.args["trials_ms"]
+    assert str(plan.algorithm) in span.args["trials_ms"]
 
 
 def test_durations_agree_with_an_independent_timer(rng):
