@@ -70,7 +70,7 @@ def to_trace(prof) -> dict:
         return round((t - t0) * 1e6, 3)
 
     def dur(a, b):                                   # µs from a to b, never negative
-        return max(0.0, round((b - a) * 1e6, 3))
+        return max(0.0, round(us(b) - us(a), 3))
 
     tracks = _Tracks()
     names = _device_names(prof)
@@ -193,7 +193,8 @@ def check_trace(trace) -> list[str]:
             problems.append(f"flow {fid}: ends at {f['ts']} before it starts at {s['ts']}")
         for end in (s, f):
             spans = slices.get((end["pid"], end["tid"]), ())
-            if not any(a <= end["ts"] <= b for a, b in spans):
+            # times are written to the ns (3 decimals of µs): allow that rounding
+            if not any(a - 1e-3 <= end["ts"] <= b + 1e-3 for a, b in spans):
                 problems.append(f"flow {fid}: its {end['ph']!r} at {end['ts']} µs is inside no "
                                 f"slice of pid {end['pid']} tid {end['tid']}")
     return problems
