@@ -146,7 +146,12 @@ def _trace(args) -> int:
           + (f", overlap {other['overlap']:.1%}" if "overlap" in other else "")
           + ("" if not problems else f"; {len(problems)} format problems"))
     if args.png:
-        draw_timeline(trace, args.png)
+        try:
+            draw_timeline(trace, args.png)
+        except ImportError:
+            print("hipdnn-async trace: --png needs matplotlib (pip install "
+                  "'hipdnn_async[profile]')", file=sys.stderr)
+            return 1
         print(f"timeline written to {args.png}")
     return 1 if problems else 0
 
