@@ -75,8 +75,8 @@ def submit_now(device, subject, kind: str, fn, keep, stream, label: str):
     return handle
 
 
-def batch_begin(batcher, device, requests, rows: int, bucket: int, formed: float):
-    """A batcher formed, at ``formed`` (``time.perf_counter()`` seconds), a batch of
+def batch_begin(batcher: str, device, requests, rows: int, bucket: int, formed: float):
+    """A batcher (named ``batcher``: its graph's name) formed, at ``formed`` (``time.perf_counter()`` seconds), a batch of
     ``rows`` rows out of ``requests`` (each with ``n`` rows and ``enqueued``, a
     ``time.perf_counter()`` time) for bucket size ``bucket`` on ``device``: its record,
     made current for the task (the execution the task submits next served the batch), or
