@@ -18,7 +18,7 @@ class Execution:
     served) and when the profile collects it (stream, submit / start / end times, ok).
     """
 
-    __slots__ = ("device", "kind", "facts", "fn", "handle", "batch", "gpu", "stream",
+    __slots__ = ("device", "kind", "facts", "fn", "handle", "batch", "gpu", "clock", "stream",
                  "submitted", "started", "ended", "launched", "ok", "id")
 
     def __init__(self, device, kind: str, facts: dict, fn, batch) -> None:
@@ -29,6 +29,7 @@ class Execution:
         self.handle = None
         self.batch = batch
         self.gpu = None          # (start event, end event) on a GPU, set at launch
+        self.clock = None        # the GpuClock of those events
         self.stream = None
         self.submitted = self.started = self.ended = self.launched = None
         self.ok = None

@@ -130,9 +130,9 @@ class Profile:
         if self._state != "new":
             raise DeviceError("profile: already started; a profile records once (make a "
                               "new one)", code="INVALID_VALUE")
-        self._state = "open"
         for device in self._devices or ():
             self._clock(device)
+        self._state = "open"
         self.started_at = time.perf_counter()
         _state._open(self)
 
@@ -187,7 +187,8 @@ class Profile:
     def _start_execution(self, device, fn, kind, subject, covering, batch) -> Execution:
         record = Execution(device, kind, self._facts_of(subject, kind), fn, batch)
         clock = self._clock(device)
-        if clock is not None:
+        if clock is not None:      # timed by this profile's events, whoever collects it
+            record.clock = clock
             record.fn = clock.wrap(fn, record)
         if batch is not None:
             batch.executions.append(record)
@@ -215,7 +216,6 @@ class Profile:
             if self._state != "open":
                 return
             self._state = "collecting"
-        clocks = {id(r.device): self._clocks.get(id(r.device)) for r in self.executions}
         for record in self.executions:
             handle, record.handle, record.fn = record.handle, None, None
             if handle is None or record.ok is not None:
@@ -226,10 +226,9 @@ class Profile:
             record.started = handle.started_at
             record.ended = handle.finished_at
             record.ok = handle._error is None
-            clock = clocks.get(id(record.device))
-            if clock is not None and record.gpu is not None:
+            if record.gpu is not None:
                 try:
-                    clock.resolve(record)
+                    record.clock.resolve(record)
                 except Exception:  # noqa: BLE001 - a failed launch: keep the host times
                     record.ok = False
         self.executions = [r for r in self.executions if r.ok is not None]
