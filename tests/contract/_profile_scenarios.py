@@ -126,3 +126,27 @@ def capture_and_batcher_case(spec: str = "cuda:0", backend: str = "asyncio") -> 
         out["violations"] = ctl.violations()
     anyio.run(main, backend=backend)
     return out
+
+
+def nested_case(spec: str = "cuda:0") -> dict:
+    """Two profiles open at once on one GPU device (``dev.profile()`` inside
+    ``hd.profile()``, the inner one leaving first), three ``execute_sync`` inside both:
+    each profile's records (the same executions, timed by one pair of events each)."""
+    import hipdnn_async as hd
+    ctl = control(spec)
+    rng = np.random.default_rng(13)
+    with hd.Device(spec, streams=1) as dev:
+        g, x, w, y = _conv(hd)
+        plan = dev.build_sync(g)
+        X = dev.empty(x.dims, np.float32)
+        X.copy_from(rng.standard_normal(x.dims).astype(np.float32))
+        W = dev.empty(w.dims, np.float32)
+        W.copy_from(rng.standard_normal(w.dims).astype(np.float32))
+        Y = dev.empty(y.dims, np.float32)
+        ctl.clear()
+        with hd.profile() as outer:
+            with dev.profile() as inner:
+                for _ in range(3):
+                    plan.execute_sync({x: X, w: W, y: Y})
+    times = [[(r.started, r.ended) for r in p.executions] for p in (outer, inner)]
+    return {"times": times, "log": ctl.log(), "violations": ctl.violations()}

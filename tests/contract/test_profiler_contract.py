@@ -92,3 +92,15 @@ def test_capture_replays_and_batcher_batches_on_the_gpu(fake_gpu, backend):
     replays = between(r["log"], "capture", "batcher")
     launches = [c for c in replays if c["rec"] == "call" and c["fn"] == "cudaGraphLaunch"]
     assert len(launches) == 3
+
+
+def test_nested_profiles_share_the_executions_and_their_times(fake_gpu):
+    r = fake_gpu.call(_profile_scenarios.nested_case, "cuda:0")
+    assert not violations(r["log"]), violations(r["log"])
+    outer, inner = r["times"]
+    assert len(outer) == len(inner) == 3 and outer == inner
+    assert all(a < b for a, b in outer)
+    # one pair of timing events per execution, not one per profile; two anchors
+    made = [c for c in r["log"] if c["rec"] == "call" and c["fn"] == "cudaEventCreateWithFlags"
+            and not c["flags"] & TIMING]
+    assert len(made) == 2 + 2 * 3
