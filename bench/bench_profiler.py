@@ -17,7 +17,10 @@ kernel, FLOAT, whose kernel takes about a microsecond):
 Ratios are against the no-hook anchor of the same run. CPU figures on a shared 2-core
 machine are noisy: compare ratios, not absolute µs.
 
-    python bench/bench_profiler.py [--rounds 30] [--batch 200] [--json FILE]
+    python bench/bench_profiler.py [--device cpu] [--rounds 30] [--batch 200] [--json FILE]
+
+On a GPU (``--device cuda:0``) the "profile open" rows include the two timing events
+recorded around each launch, and the exit the event reads.
 """
 from __future__ import annotations
 
@@ -66,9 +69,15 @@ def _tiny(dev):
     y = g.conv_fprop(x, w).set_output(True).set_name("y")
     plan = dev.build_sync(g)
     rng = np.random.default_rng(0)
-    vp = {x: rng.standard_normal(x.dims).astype(np.float32),
-          w: rng.standard_normal(w.dims).astype(np.float32),
-          y: np.empty(y.dims, np.float32)}
+    host = {x: rng.standard_normal(x.dims).astype(np.float32),
+            w: rng.standard_normal(w.dims).astype(np.float32),
+            y: np.zeros(y.dims, np.float32)}
+    if dev.is_host:
+        return plan, host
+    vp = {}
+    for t, a in host.items():           # a GPU: device arrays, copied once
+        vp[t] = dev.empty(a.shape, np.float32)
+        vp[t].copy_from(a)
     return plan, vp
 
 
@@ -92,8 +101,8 @@ def _round(call, batch: int, profile_of=None) -> tuple:
     return (t1 - t0) / batch / 1e3, (t3 - t2) / batch / 1e3
 
 
-def run(rounds: int, batch: int) -> dict:
-    with hd.Device("cpu", streams=1, max_inflight=1 << 20) as dev:
+def run(rounds: int, batch: int, spec: str = "cpu") -> dict:
+    with hd.Device(spec, streams=1, max_inflight=1 << 20) as dev:
         plan, vp = _tiny(dev)
         cases = {
             "submit, no hook (anchor)": (lambda: _submit_without_hook(plan, vp), None),
@@ -130,10 +139,11 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=30)
     p.add_argument("--batch", type=int, default=200)
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda:N, hip:N")
     p.add_argument("--json", metavar="FILE")
     a = p.parse_args(argv)
-    out = run(a.rounds, a.batch)
-    print(f"profiler cost, tiny conv on cpu (1 stream), median of {a.rounds} rounds of "
+    out = run(a.rounds, a.batch, a.device)
+    print(f"profiler cost, tiny conv on {a.device} (1 stream), median of {a.rounds} rounds of "
           f"{a.batch} calls, µs host time per call")
     print(f"{'case':<34} {'µs/call':>9} {'ratio':>7} {'exit µs/exec':>13}")
     for k, v in out.items():
