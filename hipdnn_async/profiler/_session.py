@@ -199,8 +199,8 @@ class Profile:
     def _batch_record(self, batcher, device, requests, rows, bucket, formed,
                       covering) -> Batch:
         self._seen.setdefault(id(device), device)
-        record = Batch(batcher or "batcher", device, [(r.n, r.enqueued) for r in requests], rows, bucket,
-                       formed)
+        record = Batch(batcher or "batcher", device, [(r.n, r.enqueued) for r in requests],
+                       rows, bucket, formed)
         for session in covering:
             session.batches.append(record)
         return record
