@@ -1,4 +1,4 @@
-"""docs/profiling.md: every Python block runs as written (in a fresh namespace, in a
+"""docs/guide/profiling.md: every Python block runs as written (in a fresh namespace, in a
 temporary working directory), and the picture it shows is in the repository."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "profiling.md"
+DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "guide" / "profiling.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
 
 
@@ -21,6 +21,6 @@ def test_the_page_has_examples_and_its_picture():
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
 def test_python_block_runs(index, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    exec(compile(BLOCKS[index], f"docs/profiling.md block {index}", "exec"), {})
+    exec(compile(BLOCKS[index], f"docs/guide/profiling.md block {index}", "exec"), {})
     out = capsys.readouterr().out
     assert ("CONV_FPROP" in out) if index == 0 else ("served by layer" in out)
