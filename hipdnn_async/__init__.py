@@ -24,6 +24,7 @@ from .runtime import DeviceArray, GpuArray
 from ._device import Device, ExecutionPlan, devices, engines, stats
 from ._lowering import Graph   # graph.Graph with hipDNN's lowering methods
 from ._batcher import DynamicBatcher
+from .profiler import Profile, profile
 from . import _log
 
 _log.configure_from_env()
@@ -36,4 +37,5 @@ __all__ = [
     "Graph", "TensorAttributes", "strides_for", "Pattern",
     "Knob", "KnobSetting", "PerfDb", "Engine", "DeviceArray", "GpuArray",
     "Device", "ExecutionPlan", "devices", "engines", "stats", "DynamicBatcher",
+    "Profile", "profile",
 ]

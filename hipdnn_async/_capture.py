@@ -46,6 +46,7 @@ import anyio.lowlevel
 import numpy as np
 
 from ._errors import DeviceError
+from .profiler import _state as _prof
 from .queues import _core as _queue_core
 
 __all__ = ["Step", "Recorded", "OPEN", "recording_step", "refuse_eager"]
@@ -402,6 +403,9 @@ class Step:
 
     def _submit_capture(self, fn, keep):
         try:
+            if _prof.ON:
+                return _prof.submit_now(self.device, self, "capture", fn, keep, self.stream,
+                                        f"{self._label}: capture")
             return self.device._pool.submit_now(fn, keepalive=keep, stream=self.stream,
                                                 label=f"{self._label}: capture")
         except BaseException as exc:
@@ -500,6 +504,8 @@ class Step:
         if armed is None or OPEN:
             armed = self._arm("replay")
         fn, keep, label = armed
+        if _prof.ON:
+            return _prof.submit_now(self.device, self, "replay", fn, keep, self.stream, label)
         return self._pool._submit_now(fn, keep, self.stream, label, self._timer)
 
     async def replay(self) -> None:
@@ -519,6 +525,14 @@ class Step:
         """
         await anyio.lowlevel.checkpoint_if_cancelled()
         fn, keep, label = self._arm("replay")
+        if _prof.ON:     # a profile is open: the replay is recorded (queued, not inline)
+            rec = _prof.start_execution(self.device, fn, "replay", self)
+            handle = await self._pool.submit(fn if rec is None else rec.fn, keepalive=keep,
+                                             stream=self.stream, label=label)
+            if rec is not None:
+                rec.handle = handle
+            await handle
+            return
         item = await self._pool._run(fn, keep, self.stream, label, self._timer)
         if item._error is not None:
             raise item._error
@@ -526,6 +540,14 @@ class Step:
     def replay_sync(self) -> None:
         """Blocking :meth:`replay` for threads without an event loop."""
         fn, keep, label = self._arm("replay_sync")
+        if _prof.ON:     # a profile is open: the replay is recorded (queued, not inline)
+            rec = _prof.start_execution(self.device, fn, "replay", self)
+            handle = self._pool.submit_blocking(fn if rec is None else rec.fn, keepalive=keep,
+                                                stream=self.stream, label=label)
+            if rec is not None:
+                rec.handle = handle
+            handle.result()
+            return
         item = self._pool._run_sync(fn, keep, self.stream, label, self._timer)
         if item._error is not None:
             raise item._error

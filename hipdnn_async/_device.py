@@ -28,6 +28,7 @@ from .graph import Graph, TensorAttributes
 from .runtime._buffer import element_extent
 from .runtime import KINDS, ExecCounter
 from .patterns import match as match_pattern, spec_for
+from .profiler import _state as _prof
 from .providers._base import Engine, run_launcher
 from .providers._registry import available_devices, parse_spec, provider_for
 from .queues import Completion, StreamPool
@@ -331,6 +332,18 @@ class Device:
         with self._stats_lock:
             return self._plan_stats[pattern]["counter"]
 
+    def profile(self) -> "Profile":
+        """A profile of this device: ``with dev.profile() as prof:`` (or ``async with``)
+        records its executions, batches and builds (``hd.profile(*devices)`` for several).
+
+        Returns
+        -------
+        hipdnn_async.profiler.Profile
+            See there: ``export_chrome_trace``, ``table``, ``key_averages``, ``overlap``.
+        """
+        from .profiler import Profile
+        return Profile((self,))
+
     def capture(self, stream=None) -> "_capture.Step":
         """Record plan executions on one stream, to replay them as one launch.
 
@@ -528,6 +541,8 @@ class Device:
             s = self._plan_stats[plan.pattern]
             s["plans"] += 1
             s["build_ms"] += plan.build_ms
+        if _prof.ON:
+            _prof.built(self, plan, t0)
         log.info("built plan %s for graph '%s': engine %s, knobs %s, algorithm %s, workspace %d B, "
                  "benchmarked %s, perf db hit %s", plan.pattern, graph.name, chosen.name, settings,
                  plan.algorithm, plan.workspace_size, pplan.benchmarked, pplan.perfdb_hit)
@@ -899,6 +914,10 @@ class ExecutionPlan:
                 return step._record(self, variant_pack, workspace, stream)
         if stream is not None:
             stream = self.device._stream(stream)      # checked once: the pool takes it as is
+        if _prof.ON:     # a profile is open: the execution is recorded (queued, not inline)
+            fn, keep = self._work(variant_pack, workspace)
+            return _prof.submit_now(self.device, self, "execution", fn, keep, stream,
+                                    self._label)
         # binding, keepalive and stream in C; on a host stream short work runs at once
         # where the stream is idle (run_host), else the item is queued
         got = run_host(Completion, self._bindings, self._pool, variant_pack, workspace,
@@ -920,8 +939,13 @@ class ExecutionPlan:
             if step is not None:
                 return step._record(self, variant_pack, workspace, stream)
         fn, keep = self._work(variant_pack, workspace)
-        return await self.device._pool.submit(fn, keepalive=keep, label=self._label,
-                                              stream=self.device._stream(stream))
+        rec = _prof.start_execution(self.device, fn, "execution", self) if _prof.ON else None
+        handle = await self.device._pool.submit(fn if rec is None else rec.fn, keepalive=keep,
+                                                label=self._label,
+                                                stream=self.device._stream(stream))
+        if rec is not None:
+            rec.handle = handle
+        return handle
 
     async def execute(self, variant_pack: Mapping, *, workspace=None, stream=None) -> None:
         """Run the plan; return when the results are complete and readable.
@@ -967,7 +991,7 @@ class ExecutionPlan:
         """
         if _capture.OPEN:
             _capture.refuse_eager(self.device, f"{self._label}: execute", self)
-        if self._timer is None:
+        if self._timer is None or _prof.ON:    # a GPU plan, or a profile is open
             handle = await self.enqueue(variant_pack, workspace=workspace, stream=stream)
             await handle
             return
@@ -990,6 +1014,16 @@ class ExecutionPlan:
         complete."""
         if _capture.OPEN:
             _capture.refuse_eager(self.device, f"{self._label}: execute_sync", self)
+        if _prof.ON:     # a profile is open: the execution is recorded (queued, not inline)
+            fn, keep = self._work(variant_pack, workspace)
+            rec = _prof.start_execution(self.device, fn, "execution", self)
+            handle = self.device._pool.submit_blocking(fn if rec is None else rec.fn,
+                                                       keepalive=keep, label=self._label,
+                                                       stream=self.device._stream(stream))
+            if rec is not None:
+                rec.handle = handle
+            handle.result()
+            return
         if stream is not None:
             stream = self.device._stream(stream)
         # an idle host stream runs it on this thread, which waits for it anyway

@@ -1,5 +1,5 @@
-"""The ``hipdnn-async`` command: ``demo``, ``info``, ``bench``, ``perfdb {show,clear,export,import}``,
-``serve`` (with the ``ray`` extra)."""
+"""The ``hipdnn-async`` command: ``demo``, ``info``, ``bench`` (``bench overlap``),
+``trace``, ``perfdb {show,clear,export,import}``, ``serve`` (with the ``ray`` extra)."""
 from __future__ import annotations
 
 import argparse
@@ -113,8 +113,47 @@ def _perfdb_cmd(args) -> int:
 
 
 def _bench(args) -> int:
+    if args.rest[:1] == ["overlap"]:
+        from ._bench_overlap import main as overlap_main
+        return overlap_main(args.rest[1:])
     from ._bench import main as bench_main
     return bench_main(args.rest)
+
+
+def _trace(args) -> int:
+    from .profiler import check_trace, draw_timeline
+    try:
+        with open(args.file, encoding="utf-8") as f:
+            trace = json.load(f)
+    except (OSError, ValueError) as exc:
+        print(f"hipdnn-async trace: {args.file}: cannot read a JSON trace: {exc}",
+              file=sys.stderr)
+        return 1
+    if isinstance(trace, list):
+        trace = {"traceEvents": trace}
+    if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
+        print(f"hipdnn-async trace: {args.file}: no traceEvents list (not trace-event "
+              "JSON)", file=sys.stderr)
+        return 1
+    problems = check_trace(trace)
+    for p in problems[:20]:
+        print(f"hipdnn-async trace: {args.file}: {p}", file=sys.stderr)
+    events = trace["traceEvents"]
+    slices = [e for e in events if e.get("ph") == "X"]
+    other = trace.get("otherData", {})
+    print(f"{args.file}: {len(slices)} slices, "
+          f"{sum(1 for e in events if e.get('ph') == 's')} flows"
+          + (f", overlap {other['overlap']:.1%}" if "overlap" in other else "")
+          + ("" if not problems else f"; {len(problems)} format problems"))
+    if args.png:
+        try:
+            draw_timeline(trace, args.png)
+        except ImportError:
+            print("hipdnn-async trace: --png needs matplotlib (pip install "
+                  "'hipdnn_async[profile]')", file=sys.stderr)
+            return 1
+        print(f"timeline written to {args.png}")
+    return 1 if problems else 0
 
 
 def _demo(args) -> int:
@@ -142,6 +181,11 @@ def main(argv: list[str] | None = None) -> int:
                        add_help=False)
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(func=_bench)
+    p = sub.add_parser("trace", help="check a profiler trace (trace-event JSON) and draw "
+                       "its timeline")
+    p.add_argument("file", help="trace JSON (prof.export_chrome_trace)")
+    p.add_argument("--png", metavar="FILE.png", help="write the timeline picture here")
+    p.set_defaults(func=_trace)
     p = sub.add_parser("serve", help="serve a model saved by 'demo --save' on a local Ray "
                        "Serve app at 127.0.0.1 (the ray extra)", add_help=False)
     p.add_argument("rest", nargs=argparse.REMAINDER)

@@ -351,11 +351,12 @@ def test_unknown_device_is_a_clear_error(capsys):
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    """One short demo run (2 epochs) through main(), with --json and --plot."""
+    """One short demo run (2 epochs) through main(), with --json, --plot and --profile."""
     d = tmp_path_factory.mktemp("demo")
-    out = {"json": d / "run.json", "png": d / "run.png"}
+    out = {"json": d / "run.json", "png": d / "run.png", "trace": d / "serve.json"}
     out["rc"] = main(["--epochs", "2", "--min-accuracy", "0", "--quiet",
-                      "--json", str(out["json"]), "--plot", str(out["png"])])
+                      "--json", str(out["json"]), "--plot", str(out["png"]),
+                      "--profile", str(out["trace"])])
     out["doc"] = json.loads(out["json"].read_text())
     return out
 
@@ -430,6 +431,21 @@ def test_plot_labels_the_percentile_lines_and_every_title_fits_its_axes(run, tmp
     for ax in fig.axes:
         title, box = ax.title.get_window_extent(renderer), ax.get_window_extent(renderer)
         assert box.x0 - 1 <= title.x0 and title.x1 <= box.x1 + 1, ax.get_title()
+
+
+def test_end_to_end_serving_trace(run):
+    """--profile: the serving phase's trace holds every batch the batchers report, each
+    served by one execution, and every request of every stage."""
+    from hipdnn_async.profiler import check_trace
+    trace = json.loads(run["trace"].read_text())
+    assert check_trace(trace) == []
+    sv = run["doc"]["serving"]
+    slices = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    batches = [e for e in slices if e["cat"] == "batch"]
+    assert len(batches) == sv["batches"] == trace["otherData"]["batches"]
+    assert sum(1 for e in slices if e["cat"] == "execution") == sv["batches"]
+    assert sum(e["args"]["rows"] for e in slices if e["cat"] == "request") \
+        == sv["requests"] * len(sv["stages"])
 
 
 def test_summary_table_names_every_figure(run):

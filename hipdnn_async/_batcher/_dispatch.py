@@ -11,6 +11,7 @@ import time
 import anyio
 
 from .._errors import DeviceError, ExecutionError, HipdnnError
+from ..profiler import _state as _prof
 from ._buckets import bucket_for
 from ._requests import Request, fail
 from ._staging import copy_out, new_staging, pack_host, pack_staged
@@ -157,6 +158,7 @@ class Dispatcher:
     async def run_batch(self, batch: list[Request], rows: int, slots, lane) -> None:
         """Run one batch on `lane`'s plan for its bucket and hand each caller its rows."""
         started = time.perf_counter()
+        prof = None
         try:
             size = bucket_for(self._buckets, rows)
             for req in batch:
@@ -180,6 +182,9 @@ class Dispatcher:
                         lane.inflight -= 1
                         lane = other
                         lane.inflight += 1
+                if _prof.ON:    # the batch's record; the execution below serves it
+                    prof = _prof.batch_begin(bucket.plan.graph.name, lane.device, batch, rows,
+                                             size, started)
                 t0 = time.perf_counter()
                 await bucket.plan.execute(pack)
                 self._metrics.executed(lane, (time.perf_counter() - t0) * 1e3)
@@ -208,6 +213,8 @@ class Dispatcher:
                 req.done.set()
                 lo += req.n
         finally:
+            if prof is not None:
+                _prof.batch_end(prof, batch)
             # Cancelled (the batcher was torn down): nobody may be left waiting.
             for req in batch:
                 fail(req, DeviceError("DynamicBatcher: closed while this request ran"))

@@ -40,6 +40,8 @@ class DemoConfig:
         Perf db file; default the per-user one.
     save : str or None
         Write the trained weights there after evaluation (``_saved.save_weights``).
+    profile : str or None
+        Write the trace of the serving phase there (trace-event JSON, ``dev.profile()``).
     """
 
     epochs: int = 8
@@ -57,6 +59,7 @@ class DemoConfig:
     min_accuracy: float = 0.97
     perfdb: str | None = None
     save: str | None = None
+    profile: str | None = None
 
     @property
     def knobs(self) -> dict | None:

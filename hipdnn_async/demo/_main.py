@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import math
 import os
@@ -59,6 +60,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[DemoConfig, argparse.Name
     p.add_argument("--save", metavar="FILE",
                    help="write the trained weights (.npz) for 'hipdnn-async serve --model "
                         "FILE' and hipdnn_async.demo.digits_model")
+    p.add_argument("--profile", metavar="FILE.json",
+                   help="write the serving phase's trace (trace-event JSON, for Perfetto or "
+                        "'hipdnn-async trace FILE.json --png timeline.png')")
     p.add_argument("--quiet", action="store_true", help="print nothing but errors")
     a = p.parse_args(argv)
     for name in ("epochs", "batch_size", "clients", "rounds", "max_batch_size"):
@@ -73,7 +77,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[DemoConfig, argparse.Name
         p.error(f"--min-accuracy is a fraction in [0, 1]; got {a.min_accuracy}")
     if not (a.lr > 0 and a.lr <= float(np.finfo(np.float32).max)):  # SGD runs in float32
         p.error(f"--lr must be a finite float32 number > 0; got {a.lr}")
-    for flag, path in (("--json", a.json), ("--plot", a.plot), ("--save", a.save)):
+    for flag, path in (("--json", a.json), ("--plot", a.plot), ("--save", a.save),
+                       ("--profile", a.profile)):
         folder = os.path.dirname(os.path.abspath(path)) if path else None
         if folder and not (os.path.isdir(folder) and os.access(folder, os.W_OK)):
             p.error(f"{flag} {path}: folder {folder} does not exist or is not writable")
@@ -87,7 +92,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[DemoConfig, argparse.Name
     cfg = DemoConfig(epochs=a.epochs, batch_size=a.batch_size, device=a.device, seed=a.seed,
                      benchmarking=a.benchmarking, lr=a.lr, clients=a.clients, rounds=a.rounds,
                      max_batch_size=a.max_batch_size, min_accuracy=a.min_accuracy,
-                     perfdb=a.perfdb, save=a.save)
+                     perfdb=a.perfdb, save=a.save, profile=a.profile)
     return cfg, a
 
 
@@ -147,9 +152,17 @@ async def run(cfg: DemoConfig, progress) -> dict:
             progress.line(f"  weights saved to {saved}")
 
         t0 = time.perf_counter()
-        sv = await serve(dev, net, data, ev.pop("folded"),
-                         np.asarray(ev["predictions"]["folded"]), cfg)
+        async with (dev.profile() if cfg.profile else contextlib.nullcontext()) as prof:
+            sv = await serve(dev, net, data, ev.pop("folded"),
+                             np.asarray(ev["predictions"]["folded"]), cfg)
         timings["serve_s"] = time.perf_counter() - t0
+        if prof is not None:
+            try:
+                prof.export_chrome_trace(cfg.profile)
+            except OSError as exc:
+                raise DemoError(f"--profile {cfg.profile}: cannot write: {exc}") from None
+            progress.line(f"  serving trace written to {cfg.profile} ({len(prof.executions)} "
+                          f"executions, {len(prof.batches)} batches)")
         plan_stats = dev.plan_stats()
         engines = {p.pattern: p.engine.name for p in net.plans}
         benchmarked = sum(bool(p.benchmarked) for p in net.plans)

@@ -299,6 +299,44 @@ class ModelReplica:
         """This replica's counters and percentiles, and the model's own ``metrics()``."""
         return self._metrics.snapshot(self._host.model)
 
+    async def profile(self, seconds: float = 1.0) -> dict:
+        """Profile this replica's device for ``seconds`` while it serves; return the trace.
+
+        Parameters
+        ----------
+        seconds : float
+            How long to record, in (0, 600] s.
+
+        Returns
+        -------
+        dict
+            Trace-event JSON (``hipdnn_async.profiler.Profile.trace``: the replica's
+            executions per stream, its model's batcher batches and requests with their
+            flows), with ``otherData["replica"]`` naming the replica (``info()``'s
+            fields and the Serve replica tag). Write it with ``json.dump`` for Perfetto,
+            or draw it with ``hipdnn-async trace``.
+
+        Raises
+        ------
+        DeviceError
+            ``seconds`` out of range (code ``INVALID_VALUE``), or the replica's device has
+            stopped.
+        """
+        if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real) \
+                or not 0 < float(seconds) <= 600:
+            raise DeviceError(f"hipdnn_async.ray: profile(seconds={seconds!r}); need a number "
+                              "of seconds in (0, 600]", code="INVALID_VALUE")
+        dev = self._host.device
+        if dev is None:
+            raise DeviceError(f"hipdnn_async.ray: profile: the model on '{self.spec}' has "
+                              "stopped")
+        async with dev.profile() as prof:
+            await asyncio.sleep(float(seconds))
+        trace = prof.trace()
+        trace["otherData"]["replica"] = {**self._describe(),
+                                         "replica": self._metrics.tags.get("replica")}
+        return trace
+
     async def check_health(self) -> None:
         """Serve's periodic probe: unhealthy (so replaced) once the device or model ended."""
         if self._host.stopped or self._task.done():

@@ -215,6 +215,31 @@ def test_replica_metrics_count_batches_and_latencies(app, digits_images):
         assert m["model"]["conv1"]["rows"] > 0
 
 
+def test_replica_profile_returns_a_trace_of_what_it_served(app, digits_images):
+    """``handle.profile.remote(seconds)``: the replica records its device while requests
+    run and returns the trace: valid trace-event JSON whose batches hold rows of the
+    requests and lead to executions of the model's layers."""
+    from hipdnn_async.profiler import check_trace
+    handle, _ = app
+    images, _ = digits_images
+    pending = handle.profile.remote(1.5)
+    time.sleep(0.3)                       # the replica has opened its profile
+    replies = [handle.remote(images[i:i + 4]) for i in range(0, 160, 4)]
+    for r in replies:
+        r.result(timeout_s=RESULT_TIMEOUT_S)
+    trace = pending.result(timeout_s=RESULT_TIMEOUT_S)
+    assert check_trace(trace) == []
+    assert trace["otherData"]["replica"]["device"] == "cpu"
+    slices = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    executions = [e for e in slices if e["cat"] == "execution"]
+    batches = [e for e in slices if e["cat"] == "batch"]
+    assert executions and batches
+    assert {e["name"] for e in executions} <= {"conv1.folded", "conv2.folded",
+                                               "classifier.folded"}
+    with pytest.raises(hd.DeviceError, match="seconds"):
+        handle.profile.remote(0).result(timeout_s=RESULT_TIMEOUT_S)
+
+
 def _prometheus(metric: str) -> dict:
     """{replica: value} of one of our metrics on Ray's Prometheus endpoint of this node."""
     import ray

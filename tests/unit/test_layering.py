@@ -7,7 +7,8 @@ to the module of its stem (or, declarations only, to setup.py's ``_PXD_PACKAGE``
 their ``import`` and ``cimport`` statements are edges like Python's. Layers (STYLE.md
 s.1, issues 9 and 23): leaves (_errors, _types, _layout, _version, _knobs, _perfdb, _log)
 -> graph -> patterns -> providers -> runtime; queues -> runtime, providers._base; only
-_device, _lowering, _batcher, _bench, cli, __main__, demo and __init__ see everything.
+_device, _lowering, _batcher, _bench, _bench_overlap, cli, __main__, demo and __init__ see
+everything.
 Beyond imports, no lower layer is handed a hook at module level: no module assigns a
 global of a module in a lower layer, and none calls a lower layer's registration function
 (one that rebinds a module global, or a ``set_*`` / ``register*`` one).
@@ -25,7 +26,8 @@ import hipdnn_async
 PKG = pathlib.Path(hipdnn_async.__file__).parent
 SRC_PYX = PKG.parent / "src_pyx"
 LEAVES = ("_errors", "_types", "_layout", "_version", "_knobs", "_perfdb", "_log")
-TOP = ("_device", "_lowering", "_batcher", "_bench", "cli", "__main__", "demo", "ray")
+TOP = ("_device", "_lowering", "_batcher", "_bench", "_bench_overlap", "cli", "__main__",
+       "demo", "ray")
 
 
 def _rel(dotted: str) -> str:

@@ -1,0 +1,200 @@
+"""Chrome trace-event JSON of a profile, and a checker of that format.
+
+The format is Google's "Trace Event Format" (the JSON object form, ``traceEvents``):
+complete events (``ph`` ``X``, ``ts`` and ``dur`` in µs), metadata (``M``:
+``process_name``, ``thread_name``, sort indices) and flow events (``s`` / ``f``, paired
+by ``id``, the ``f`` bound to its enclosing slice with ``bp`` ``e``). Perfetto and
+``chrome://tracing`` both read it.
+"""
+from __future__ import annotations
+
+__all__ = ["to_trace", "check_trace"]
+
+
+class _Tracks:
+    """pid per process name, tid per (pid, track), with overlapping slices of one track
+    spread over extra lanes (``name #2`` ...), so slices on one thread track nest."""
+
+    def __init__(self) -> None:
+        self.pids: dict = {}
+        self.tids: dict = {}
+        self.lanes: dict = {}           # (pid, track) -> [lane end times]
+        self.meta: list = []
+
+    def pid(self, name: str) -> int:
+        pid = self.pids.get(name)
+        if pid is None:
+            pid = self.pids[name] = len(self.pids) + 1
+            self.meta.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
+                              "ts": 0, "args": {"name": name}})
+            self.meta.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
+                              "ts": 0, "args": {"sort_index": pid}})
+        return pid
+
+    def tid(self, pid: int, track: str, start: float, end: float) -> int:
+        """The tid of the first lane of ``track`` free at ``start``; it is busy to ``end``."""
+        ends = self.lanes.setdefault((pid, track), [])
+        for k, last in enumerate(ends):
+            if last <= start:
+                ends[k] = end
+                break
+        else:
+            ends.append(end)
+            k = len(ends) - 1
+        name = track if k == 0 else f"{track} #{k + 1}"
+        key = (pid, name)
+        tid = self.tids.get(key)
+        if tid is None:
+            tid = self.tids[key] = sum(1 for p, _ in self.tids if p == pid) + 1
+            self.meta.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+                              "ts": 0, "args": {"name": name}})
+            self.meta.append({"ph": "M", "name": "thread_sort_index", "pid": pid,
+                              "tid": tid, "ts": 0, "args": {"sort_index": tid}})
+        return tid
+
+
+def _device_names(prof) -> dict:
+    """id(device) -> process name; devices of one spec told apart by a count."""
+    names, used = {}, {}
+    for key, device in prof._seen.items():
+        spec = device.spec
+        used[spec] = used.get(spec, 0) + 1
+        names[key] = spec if used[spec] == 1 else f"{spec} ({used[spec]})"
+    return names
+
+
+def to_trace(prof) -> dict:
+    """The trace-event dict of a finished ``Profile``."""
+    t0 = prof.started_at
+    def us(t):                                       # µs from the profile's start
+        return round((t - t0) * 1e6, 3)
+
+    def dur(a, b):                                   # µs from a to b, never negative
+        return max(0.0, round(us(b) - us(a), 3))
+
+    tracks = _Tracks()
+    names = _device_names(prof)
+    for key in names:                                # devices first, in first-seen order
+        tracks.pid(f"device {names[key]}")
+    events: list = []
+    flows: list = []
+    where: dict = {}                                 # id(record) -> (pid, tid)
+    # per device: its streams' tracks in stream order, then builds
+    execs = sorted((r for r in prof.executions if r.started is not None),
+                   key=lambda r: (r.started, r.ended))
+    for r in execs:
+        pid = tracks.pid(f"device {names[id(r.device)]}")
+        tid = tracks.tid(pid, f"stream {r.stream}", r.started, r.ended)
+        where[id(r)] = (pid, tid)
+        f = r.facts
+        args = {"pattern": f["pattern"], "engine": f["engine"], "algorithm": f["algorithm"],
+                "stream": r.stream, "kind": r.kind, "ok": r.ok,
+                "submitted_us": us(r.submitted) if r.submitted is not None else None,
+                "queue_wait_us": round(r.queue_wait * 1e6, 3) if r.queue_wait is not None
+                else None,
+                "flops": f["flops"], "bytes": f["bytes"]}
+        if r.duration and f["flops"]:
+            args["gflops"] = round(f["flops"] / r.duration / 1e9, 3)
+        if r.launched is not None:
+            args["launched_us"] = us(r.launched)
+        if "plans" in f:
+            args["plans"] = f["plans"]
+        events.append({"ph": "X", "name": f["name"], "cat": r.kind, "ts": us(r.started),
+                       "dur": dur(r.started, r.ended),
+                       "pid": pid, "tid": tid, "args": args})
+    for s in sorted(prof.spans, key=lambda s: s.start):
+        pid = tracks.pid(f"device {names[id(s.device)]}")
+        tid = tracks.tid(pid, s.track, s.start, s.end)
+        events.append({"ph": "X", "name": s.name, "cat": s.track, "ts": us(s.start),
+                       "dur": dur(s.start, s.end),
+                       "pid": pid, "tid": tid, "args": dict(s.args)})
+    flow_id = 0
+    for b in sorted(prof.batches, key=lambda b: b.formed):
+        pid = tracks.pid(f"batcher {b.batcher}")
+        tid = tracks.tid(pid, "batches", b.formed, b.ended)
+        served = [r for r in b.executions if id(r) in where]
+        events.append({"ph": "X", "name": f"batch {b.rows}/{b.bucket} rows", "cat": "batch",
+                       "ts": us(b.formed), "dur": dur(b.formed, b.ended),
+                       "pid": pid, "tid": tid,
+                       "args": {"device": names[id(b.device)], "rows": b.rows,
+                                "bucket": b.bucket, "fill": round(b.fill, 4),
+                                "requests": len(b.requests),
+                                "wait_us": round(b.wait * 1e6, 3), "ok": b.ok}})
+        for n, enqueued in b.requests:
+            rtid = tracks.tid(pid, "requests", enqueued, b.formed)
+            events.append({"ph": "X", "name": f"request ({n} rows)", "cat": "request",
+                           "ts": us(enqueued), "dur": dur(enqueued, b.formed),
+                           "pid": pid, "tid": rtid, "args": {"rows": n}})
+            flow_id += 1
+            flows.append({"ph": "s", "name": "request", "cat": "flow", "id": flow_id,
+                          "ts": us(enqueued), "pid": pid, "tid": rtid})
+            flows.append({"ph": "f", "bp": "e", "name": "request", "cat": "flow",
+                          "id": flow_id, "ts": us(b.formed), "pid": pid, "tid": tid})
+        for r in served:
+            flow_id += 1
+            epid, etid = where[id(r)]
+            flows.append({"ph": "s", "name": "batch", "cat": "flow", "id": flow_id,
+                          "ts": us(max(b.formed, min(r.submitted or b.formed, b.ended))),
+                          "pid": pid, "tid": tid})
+            flows.append({"ph": "f", "bp": "e", "name": "batch", "cat": "flow",
+                          "id": flow_id, "ts": us(r.started), "pid": epid, "tid": etid})
+    from ._stats import overlap
+    return {
+        "traceEvents": tracks.meta + events + flows,
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "producer": "hipdnn_async.profiler",
+            "duration_us": us(prof.stopped_at),
+            "executions": len(prof.executions),
+            "batches": len(prof.batches),
+            "overlap": overlap(prof.executions),
+        },
+    }
+
+
+def check_trace(trace) -> list[str]:
+    """Problems of ``trace`` (a dict or list) as trace-event JSON; empty when valid.
+
+    Checked: every event has ``ph``, ``ts``, ``pid`` and ``tid`` of the right types; a
+    complete event has ``name`` and ``dur`` >= 0; each flow id has one ``s`` and one
+    ``f``, the ``f`` not before the ``s``, and each end bound to a complete event of its
+    thread that encloses its time.
+    """
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    problems = []
+    slices: dict = {}
+    flows: dict = {}
+    for i, e in enumerate(events):
+        missing = [key for key in ("ph", "ts", "pid", "tid") if key not in e]
+        if missing:
+            problems.append(f"event {i} ({e.get('name')!r}) has no {', '.join(missing)}")
+            continue
+        if not isinstance(e.get("ts", 0), (int, float)) or not isinstance(e.get("pid", 0), int) \
+                or not isinstance(e.get("tid", 0), int):
+            problems.append(f"event {i}: ts, pid and tid must be numbers")
+        ph = e.get("ph")
+        if ph == "X":
+            if "name" not in e or not isinstance(e.get("dur"), (int, float)) or e["dur"] < 0:
+                problems.append(f"event {i} ({e.get('name')!r}): a complete event needs a "
+                                f"name and dur >= 0; dur {e.get('dur')!r}")
+            else:
+                slices.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+        elif ph in ("s", "f"):
+            flows.setdefault(e.get("id"), {}).setdefault(ph, []).append(e)
+        elif ph not in ("M", "B", "E", "i", "I", "C", "b", "e", "n", "t"):
+            problems.append(f"event {i}: unknown phase {ph!r}")
+    for fid, ends in flows.items():
+        if len(ends.get("s", ())) != 1 or len(ends.get("f", ())) != 1:
+            problems.append(f"flow {fid}: {len(ends.get('s', ()))} starts and "
+                            f"{len(ends.get('f', ()))} ends; need one each")
+            continue
+        s, f = ends["s"][0], ends["f"][0]
+        if f["ts"] < s["ts"]:
+            problems.append(f"flow {fid}: ends at {f['ts']} before it starts at {s['ts']}")
+        for end in (s, f):
+            spans = slices.get((end["pid"], end["tid"]), ())
+            # times are written to the ns (3 decimals of µs): allow that rounding
+            if not any(a - 1e-3 <= end["ts"] <= b + 1e-3 for a, b in spans):
+                problems.append(f"flow {fid}: its {end['ph']!r} at {end['ts']} µs is inside no "
+                                f"slice of pid {end['pid']} tid {end['tid']}")
+    return problems

@@ -1,0 +1,328 @@
+"""hipdnn_async.profiler on the CPU device: what a profile records, the trace it exports,
+its table and overlap figures, and that nothing is recorded without one."""
+from __future__ import annotations
+
+import json
+import statistics
+import time
+
+import numpy as np
+import pytest
+
+import hipdnn_async as hd
+from hipdnn_async.profiler import _state, check_trace, draw_timeline
+from hipdnn_async.profiler._stats import busy_overlap
+
+
+def _conv_graph(name="conv", n=4, c=8, k=8, hw=16, r=3):
+    g = hd.Graph(name=name)
+    x = g.tensor(name="x", dims=(n, c, hw, hw), data_type=hd.DataType.FLOAT)
+    w = g.tensor(name="w", dims=(k, c, r, r), data_type=hd.DataType.FLOAT)
+    y = g.conv_fprop(x, w, padding=r // 2)
+    y.set_output(True)
+    y.set_name("y")
+    return g, x, w, y
+
+
+def _pack(x, w, y, rng):
+    return {x: rng.standard_normal(x.dims).astype(np.float32),
+            w: rng.standard_normal(w.dims).astype(np.float32),
+            y: np.empty(y.dims, np.float32)}
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(0)
+
+
+# ------------------------------------------------------------------ nothing when closed
+
+def test_nothing_is_recorded_without_an_open_profile(monkeypatch, rng):
+    """With no profile open the hooks read the flag and call nothing of the profiler."""
+    def called(*a, **k):
+        raise AssertionError("a profiler hook ran with no profile open")
+    for name in ("start_execution", "submit_now", "batch_begin", "built", "span"):
+        monkeypatch.setattr(_state, name, called)
+    assert _state.ON is False
+    g, x, w, y = _conv_graph(hw=6)
+    with hd.Device("cpu", streams=1) as dev:
+        plan = dev.build_sync(g)
+        vp = _pack(x, w, y, rng)
+        plan.execute_sync(vp)
+        plan.submit(vp).result()
+        with dev.capture() as step:
+            plan.submit(vp)
+        step.replay_sync()
+        step.submit().result()
+        step.close()
+    monkeypatch.undo()
+    # a profile opened after the work has nothing of it
+    with hd.Device("cpu", streams=1) as dev:
+        plan = dev.build_sync(g)
+        plan.execute_sync(_pack(x, w, y, rng))
+        with dev.profile() as prof:
+            pass
+    assert prof.executions == [] and prof.batches == [] and prof.spans == []
+    assert _state.ON is False
+
+
+# ------------------------------------------------------------------ order and nesting
+
+def test_events_are_ordered_per_stream_and_nest_inside_the_profile(rng):
+    g, x, w, y = _conv_graph(hw=8)
+    with hd.Device("cpu", streams=2) as dev:
+        with dev.profile() as prof:
+            plan = dev.build_sync(g)
+            vp = [_pack(x, w, y, rng) for _ in range(12)]
+            handles = [plan.submit(vp[i], stream=i % 2) for i in range(12)]
+            for h in handles:
+                h.result()
+    assert len(prof.executions) == 12
+    by_stream = {}
+    for r in prof.executions:                     # submission order
+        assert r.ok and r.facts["pattern"] == "CONV_FPROP"
+        assert prof.started_at <= r.submitted <= r.started <= r.ended <= prof.stopped_at
+        by_stream.setdefault(r.stream, []).append(r)
+    assert sorted(by_stream) == ["cpu:s0", "cpu:s1"]
+    for rs in by_stream.values():
+        for a, b in zip(rs, rs[1:]):              # in order, one at a time
+            assert a.ended <= b.started
+    trace = prof.trace()
+    duration = trace["otherData"]["duration_us"]
+    slices = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert slices and all(0 <= e["ts"] and e["ts"] + e["dur"] <= duration + 1e-3
+                          for e in slices)
+    (build,) = [e for e in slices if e["cat"] == "builds"]
+    assert build["name"] == "build CONV_FPROP 'conv'"
+    assert build["args"]["engine"] == plan.engine.name and build["args"]["benchmarked"] is False
+    assert build["dur"] / 1e3 <= plan.build_ms + 1.0
+
+
+def test_a_benchmarked_build_lists_its_trials(rng):
+    g, x, w, y = _conv_graph(hw=6)
+    with hd.Device("cpu", streams=1, perfdb=":memory:") as dev:
+        with dev.profile() as prof:
+            plan = dev.build_sync(g, knobs={"global.benchmarking": 1})
+    (span,) = prof.spans
+    assert span.args["benchmarked"] is True
+    assert span.args["trials_ms"] == dict(plan.algorithm.trials) and span.args["trials_ms"]
+    assert str(plan.algorithm) in span.args["trials_ms"]
+
+
+def test_durations_agree_with_an_independent_timer(rng):
+    """One execution at a time on an idle stream: the recorded duration lies within the
+    wall time of ``execute_sync`` around it, and close to it (the rest is the submit and
+    the hand-off to the worker and back)."""
+    g, x, w, y = _conv_graph(n=4, c=16, k=16, hw=32)
+    with hd.Device("cpu", streams=1) as dev:
+        plan = dev.build_sync(g)
+        vp = _pack(x, w, y, rng)
+        plan.execute_sync(vp)                     # warm
+        walls = []
+        with dev.profile() as prof:
+            for _ in range(7):
+                t0 = time.perf_counter()
+                plan.execute_sync(vp)
+                walls.append(time.perf_counter() - t0)
+    durations = [r.duration for r in prof.executions]
+    assert len(durations) == 7
+    for d, wall in zip(durations, walls):
+        assert 0 < d <= wall
+    med_d, med_w = statistics.median(durations), statistics.median(walls)
+    assert med_w - med_d <= 0.25 * med_w + 2e-3, (durations, walls)
+
+
+# ------------------------------------------------------------------ overlap
+
+def test_busy_overlap_of_hand_made_intervals():
+    # lanes A [0, 2] and [4, 5], B [1, 3]: both busy [1, 2] = 1 s of 5 s
+    both, wall = busy_overlap({"A": [(0.0, 2.0), (4.0, 5.0)], "B": [(1.0, 3.0)]})
+    assert both == pytest.approx(1.0) and wall == pytest.approx(5.0)
+    # one lane's own overlapping intervals are one busy stretch, not two streams
+    assert busy_overlap({"A": [(0.0, 2.0), (1.0, 3.0)]}) == (0.0, 3.0)
+    assert busy_overlap({}) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("streams", [1, 2])
+def test_two_streams_overlap_and_one_stream_does_not(rng, streams):
+    g, x, w, y = _conv_graph(n=4, c=16, k=16, hw=24)
+    with hd.Device("cpu", streams=streams) as dev:
+        plan = dev.build_sync(g)
+        vp = [_pack(x, w, y, rng) for _ in range(8)]
+        with dev.profile() as prof:
+            handles = [plan.submit(vp[i], stream=i % streams) for i in range(8)]
+            for h in handles:
+                h.result()
+    if streams == 1:
+        assert prof.overlap() == 0.0
+    else:
+        assert prof.overlap() > 0.0
+    assert prof.trace()["otherData"]["overlap"] == prof.overlap()
+
+
+# ------------------------------------------------------------------ trace format, table
+
+def test_trace_is_valid_trace_event_json(tmp_path, rng):
+    g, x, w, y = _conv_graph(hw=6)
+    with hd.Device("cpu", streams=2) as dev:
+        with hd.profile(dev) as prof:
+            plan = dev.build_sync(g)
+            for i in range(4):
+                plan.execute_sync(_pack(x, w, y, rng), stream=i % 2)
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(path)
+    trace = json.loads(path.read_text())
+    assert check_trace(trace) == []
+    for e in trace["traceEvents"]:
+        assert {"ph", "ts", "pid", "tid"} <= set(e)
+        assert e.get("dur", 0) >= 0
+    names = {(e["name"], e["args"]["name"]) for e in trace["traceEvents"] if e["ph"] == "M"
+             and e["name"] in ("process_name", "thread_name")}
+    assert ("process_name", "device cpu") in names
+    assert {("thread_name", "stream cpu:s0"), ("thread_name", "stream cpu:s1")} <= names
+
+
+def test_check_trace_finds_what_is_wrong():
+    good = {"ph": "X", "name": "a", "ts": 0, "dur": 5, "pid": 1, "tid": 1}
+    assert check_trace([good]) == []
+    assert check_trace([{**good, "dur": -1}])                     # negative duration
+    assert check_trace([{k: v for k, v in good.items() if k != "tid"}])
+    start = {"ph": "s", "id": 7, "name": "f", "ts": 1, "pid": 1, "tid": 1}
+    end = {"ph": "f", "bp": "e", "id": 7, "name": "f", "ts": 2, "pid": 1, "tid": 1}
+    assert check_trace([good, start, end]) == []
+    assert check_trace([good, start])                             # unpaired
+    assert check_trace([good, start, {**end, "ts": 9}])           # end outside any slice
+    assert check_trace([good, {**start, "ts": 3}, end])           # ends before it starts
+
+
+def test_table_and_key_averages_count_flops_and_bytes(rng):
+    n, c, k, hw, r = 2, 4, 6, 10, 3
+    g, x, w, y = _conv_graph(n=n, c=c, k=k, hw=hw, r=r)
+    with hd.Device("cpu", streams=1) as dev:
+        plan = dev.build_sync(g)
+        with dev.profile() as prof:
+            for _ in range(3):
+                plan.execute_sync(_pack(x, w, y, rng))
+    # 2·N·K·P·Q·C·R·S (padding keeps P = Q = hw); bytes: x, w, y float32 once each
+    flops = 2 * n * k * hw * hw * c * r * r
+    nbytes = 4 * (n * c * hw * hw + k * c * r * r + n * k * hw * hw)
+    assert prof.executions[0].facts["flops"] == flops
+    assert prof.executions[0].facts["bytes"] == nbytes
+    (row,) = prof.key_averages("pattern")
+    total_s = sum(e.duration for e in prof.executions)
+    assert row["key"] == "CONV_FPROP" and row["count"] == 3
+    assert row["total_ms"] == pytest.approx(total_s * 1e3)
+    assert row["gflops"] == pytest.approx(3 * flops / total_s / 1e9)
+    assert row["gbps"] == pytest.approx(3 * nbytes / total_s / 1e9)
+    ms = sorted(e.duration * 1e3 for e in prof.executions)
+    assert row["p50_ms"] == pytest.approx(ms[1])
+    text = prof.table()
+    assert "conv" in text and "CONV_FPROP" in text and "3 executions" in text
+    with pytest.raises(ValueError, match="group_by"):
+        prof.key_averages("colour")
+
+
+def test_profile_misuse_is_a_clear_error():
+    with pytest.raises(hd.DeviceError, match="expected Device"):
+        hd.profile("cpu")
+    prof = hd.profile()
+    with pytest.raises(hd.DeviceError, match="leave its `with` block"):
+        prof.table()
+    with prof:
+        with pytest.raises(hd.DeviceError, match="leave its `with` block"):
+            prof.trace()
+    with pytest.raises(hd.DeviceError, match="records once"):
+        prof.start()
+
+
+def test_a_profile_records_only_its_devices(rng):
+    g, x, w, y = _conv_graph(hw=6)
+    with hd.Device("cpu", streams=1) as a, hd.Device("cpu", streams=1) as b:
+        pa, pb = a.build_sync(g), b.build_sync(g)
+        with a.profile() as only_a, hd.profile(a, b) as both, hd.profile() as every:
+            pa.execute_sync(_pack(x, w, y, rng))
+            pb.execute_sync(_pack(x, w, y, rng))
+    assert [r.device for r in only_a.executions] == [a]
+    assert [r.device for r in both.executions] == [a, b]
+    assert [r.device for r in every.executions] == [a, b]
+    procs = sorted(e["args"]["name"] for e in both.trace()["traceEvents"]
+                   if e["ph"] == "M" and e["name"] == "process_name")
+    assert procs == ["device cpu", "device cpu (2)"]
+
+
+def test_capture_and_replays_are_recorded(rng):
+    g, x, w, y = _conv_graph(hw=6)
+    with hd.Device("cpu", streams=1) as dev:
+        plan = dev.build_sync(g)
+        vp = _pack(x, w, y, rng)
+        with dev.profile() as prof:
+            with dev.capture() as step:
+                plan.submit(vp)
+                plan.submit(vp)
+            step.replay_sync()
+            step.submit().result()
+            step.close()
+    kinds = [(r.kind, r.facts["name"]) for r in prof.executions]
+    assert kinds == [("capture", "capture (2 executions)"),
+                     ("replay", "replay (2 executions)"), ("replay", "replay (2 executions)")]
+    replay = prof.executions[1]
+    assert replay.facts["flops"] == 2 * (2 * 4 * 8 * 6 * 6 * 8 * 3 * 3)   # two convs
+    assert prof.executions[0].facts["flops"] == 0                         # the capture
+    assert replay.facts["plans"] == ["conv", "conv"]
+
+
+# ------------------------------------------------------------------ picture
+
+def test_timeline_png_is_written_with_a_lane_per_stream(tmp_path, rng):
+    from hipdnn_async.profiler._timeline import lanes_of
+    g, x, w, y = _conv_graph(hw=6)
+    with hd.Device("cpu", streams=2) as dev:
+        plan = dev.build_sync(g)
+        with dev.profile() as prof:
+            for i in range(4):
+                plan.execute_sync(_pack(x, w, y, rng), stream=i % 2)
+    trace = prof.trace()
+    labels, _ = lanes_of(trace)
+    assert labels == ["device cpu  stream cpu:s0", "device cpu  stream cpu:s1"]
+    png = tmp_path / "timeline.png"
+    draw_timeline(trace, png)
+    head = png.read_bytes()[:8]
+    assert head == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+
+
+# ------------------------------------------------------------------ command line
+
+def test_trace_command_checks_and_draws(tmp_path, rng, capsys):
+    from hipdnn_async.cli import main
+    g, x, w, y = _conv_graph(hw=6)
+    with hd.Device("cpu", streams=2) as dev:
+        plan = dev.build_sync(g)
+        with dev.profile() as prof:
+            for i in range(3):
+                plan.execute_sync(_pack(x, w, y, rng), stream=i % 2)
+    good = tmp_path / "trace.json"
+    prof.export_chrome_trace(good)
+    png = tmp_path / "timeline.png"
+    assert main(["trace", str(good), "--png", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "3 slices" in capsys.readouterr().out          # the 3 executions
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"ph": "X", "name": "a", "ts": 0, "dur": -2, "pid": 1,
+                                "tid": 1}]))
+    assert main(["trace", str(bad)]) == 1
+    assert "dur >= 0" in capsys.readouterr().err
+    (tmp_path / "not.json").write_text("{")
+    assert main(["trace", str(tmp_path / "not.json")]) == 1
+    assert "cannot read a JSON trace" in capsys.readouterr().err
+
+
+def test_bench_overlap_command_writes_trace_picture_and_figure(tmp_path, capsys):
+    from hipdnn_async.cli import main
+    assert main(["bench", "overlap", "--streams", "2", "--executions", "4",
+                 "--out", str(tmp_path)]) == 0
+    figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert figures["streams"] == 2 and figures["overlap_one_stream"] == 0.0
+    assert 0.0 <= figures["overlap"] <= 1.0
+    trace = json.loads((tmp_path / "overlap_trace.json").read_text())
+    assert check_trace(trace) == [] and trace["otherData"]["overlap"] == figures["overlap"]
+    assert (tmp_path / "overlap_timeline.png").read_bytes()[:4] == b"\x89PNG"
