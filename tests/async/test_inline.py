@@ -71,10 +71,13 @@ MEASURED = 8
 
 
 def measured(plan, vp):
-    """Run ``plan`` MEASURED times (execute_sync, inline on an idle stream): its time is
-    known from then on (a kernel's first run may take longer than the bound)."""
-    for _ in range(MEASURED):
+    """Run ``plan`` at least MEASURED times (execute_sync, inline on an idle stream) until
+    its estimate (the shortest of its last runs) is within the inline bound: a kernel's
+    first runs, or runs while other processes hold the cores, may take longer."""
+    for i in range(100 * MEASURED):
         plan.execute_sync(vp)
+        if i + 1 >= MEASURED and plan._timer.estimate_s <= INLINE_MAX_S:
+            break
     assert plan._timer.estimate_s <= INLINE_MAX_S
 
 
