@@ -73,12 +73,14 @@ MEASURED = 8
 def measured(plan, vp):
     """Run ``plan`` at least MEASURED times (execute_sync, inline on an idle stream) until
     its estimate (the shortest of its last runs) is within the inline bound: a kernel's
-    first runs, or runs while other processes hold the cores, may take longer."""
+    first runs, or runs while other processes hold the cores, may take longer.
+    Return the number of runs."""
     for i in range(100 * MEASURED):
         plan.execute_sync(vp)
         if i + 1 >= MEASURED and plan._timer.estimate_s <= INLINE_MAX_S:
             break
     assert plan._timer.estimate_s <= INLINE_MAX_S
+    return i + 1
 
 
 def test_execute_sync_on_an_idle_stream_runs_on_the_calling_thread():
@@ -216,14 +218,14 @@ async def test_a_cancelled_execute_runs_nothing(anyio_backend):
     async with hd.Device("cpu", streams=1) as dev:
         plan, probe = probed(dev)
         vp = pack(6)
-        measured(plan, vp)                      # it would run inline
+        runs = measured(plan, vp)               # it would run inline
         vp["y"][...] = np.nan
         with anyio.CancelScope() as scope:
             scope.cancel()
             await plan.execute(vp)
         assert scope.cancelled_caught
-        assert np.isnan(vp["y"]).all() and len(probe.threads) == MEASURED
-        assert dev.metrics()["submitted"] == MEASURED
+        assert np.isnan(vp["y"]).all() and len(probe.threads) == runs
+        assert dev.metrics()["submitted"] == runs
 
 
 async def test_a_cancellation_during_an_inline_run_lets_it_complete(anyio_backend):
@@ -232,7 +234,7 @@ async def test_a_cancellation_during_an_inline_run_lets_it_complete(anyio_backen
     async with hd.Device("cpu", streams=1) as dev:
         plan, probe = probed(dev)
         vp = pack(7)
-        measured(plan, vp)
+        runs = measured(plan, vp)
         scope = anyio.CancelScope()
         probe.after = scope.cancel
         vp["y"][...] = np.nan
@@ -246,7 +248,7 @@ async def test_a_cancellation_during_an_inline_run_lets_it_complete(anyio_backen
         assert probe.threads[-1] is threading.current_thread()
         np.testing.assert_allclose(vp["y"], ref(vp["x"], vp["w"]), rtol=1e-5, atol=1e-5)
         m = dev.metrics()
-        assert (m["completed"], m["in_flight"]) == (MEASURED + 1, 0)
+        assert (m["completed"], m["in_flight"]) == (runs + 1, 0)
 
 
 async def test_max_inflight_counts_an_inline_execution(anyio_backend):
@@ -256,7 +258,7 @@ async def test_max_inflight_counts_an_inline_execution(anyio_backend):
         inside, release = threading.Event(), threading.Event()
         plan, probe = probed(dev)
         vp, vp2, vp3 = pack(8), pack(9), pack(10)
-        measured(plan, vp)
+        runs = measured(plan, vp)
         probe.before = lambda: (inside.set(), release.wait(10))
         t = threading.Thread(target=plan.execute_sync, args=(vp,))
         t.start()
@@ -277,5 +279,5 @@ async def test_max_inflight_counts_an_inline_execution(anyio_backend):
         for v in (vp, vp2, vp3):
             np.testing.assert_allclose(v["y"], ref(v["x"], v["w"]), rtol=1e-5, atol=1e-5)
         m = dev.metrics()
-        n = MEASURED + 3
+        n = runs + 3
         assert (m["submitted"], m["completed"], m["in_flight"], m["parked"]) == (n, n, 0, 0)
