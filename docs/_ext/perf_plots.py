@@ -17,10 +17,16 @@ _log = logging.getLogger(__name__)
 # (file, batch) pairs the conv and batchnorm plots read; see bench/results/README.md.
 CONV_RUNS = (("h200_bench_gpu.json", 32), ("h200_bench_gpu_n256.json", 256))
 HOST_RUN = "h200_bench_gpu_all.json"
+# bench/bench_cpu.py runs (ONEDNN_ENGINE against PyTorch's CPU calls), by batch.
+CPU_RUNS = (("cpu_bench_2026-12-05_batch8.json", 8), ("cpu_bench_2026-12-05_batch32.json", 32))
 
 
 def _load(name):
     return json.loads((RESULTS / name).read_text())["results"]
+
+
+def _gmean(values):
+    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def _conv_plot(out, plt):
@@ -104,6 +110,41 @@ def _host_plot(out, plt):
     plt.close(fig)
 
 
+def _cpu_plot(out, plt):
+    """Per pattern, every case's ratio (dots) and their geometric mean (bar), per dtype."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    fig, axes = plt.subplots(1, len(CPU_RUNS), figsize=(11, 4.4), sharey=True,
+                             layout="constrained")
+    for ax, (name, batch) in zip(axes, CPU_RUNS):
+        run = json.loads((RESULTS / name).read_text())
+        cases, load = run["cases"], run["header"]["load_average_1_5_15"][0]
+        patterns = list(dict.fromkeys(c["pattern"] for c in cases))
+        for di, dtype in enumerate(("float32", "bfloat16")):
+            for pi, pattern in enumerate(patterns):
+                ratios = [c["ratio"] for c in cases
+                          if (c["pattern"], c["dtype"]) == (pattern, dtype)]
+                x0 = pi + (di - 0.5) * 0.36
+                ax.scatter([x0 + (k - len(ratios) / 2) * 0.015 for k in range(len(ratios))],
+                           ratios, s=10, color=f"C{di}",
+                           label=dtype if pi == 0 else None)
+                ax.hlines(_gmean(ratios), x0 - 0.15, x0 + 0.15, color="k", lw=1.5)
+        ax.axhline(1.0, color="grey", ls="--", lw=1)
+        ax.set_xticks(range(len(patterns)), [p.replace("_", " ") for p in patterns],
+                      fontsize="x-small", rotation=35, ha="right", rotation_mode="anchor")
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.set_yticks([0.125, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64])
+        ax.set_title(f"batch {batch} (1-min load average {load:.0f} on 2 cores)")
+    axes[0].set_ylabel("our time / PyTorch's (lower is faster)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles + [plt.Line2D([], [], color="k", lw=1.5)], labels + ["geometric mean"],
+               loc="outside lower center", ncols=3, fontsize="small")
+    fig.savefig(out / "perf_cpu.png", dpi=90)
+    plt.close(fig)
+
+
 def draw(app):
     import matplotlib
     matplotlib.use("Agg")
@@ -111,10 +152,10 @@ def draw(app):
 
     out = pathlib.Path(app.srcdir) / "_generated"
     out.mkdir(exist_ok=True)
-    for fn in (_conv_plot, _bn_plot, _host_plot):
+    for fn in (_conv_plot, _bn_plot, _host_plot, _cpu_plot):
         try:
             fn(out, plt)
-        except (OSError, KeyError, ValueError, TypeError) as exc:
+        except (OSError, KeyError, IndexError, ValueError, TypeError, ZeroDivisionError) as exc:
             _log.warning("perf_plots: %s failed on %s: %s: %s", fn.__name__, RESULTS,
                          type(exc).__name__, exc)
 
