@@ -663,8 +663,9 @@ def bias_relu(cnp.ndarray x, int x_kind, cnp.ndarray out, int out_kind, const fl
     c.lo16 = c.hi16 = 0
     c.klo = c.khi = 0
     if out_kind != 0:
-        c.lo16 = _narrow_bits(c.lo, out_kind) & 0x7fff if c.lo == 0 else _narrow_bits(c.lo, out_kind)
-        c.hi16 = _narrow_bits(c.hi, out_kind) & 0x7fff if c.hi == 0 else _narrow_bits(c.hi, out_kind)
+        # A clip of -0.0 is stored as +0.0 (RELU_FWD never returns -0.0).
+        c.lo16 = _narrow_bits(c.lo, out_kind) & (0x7fff if c.lo == 0 else 0xffff)
+        c.hi16 = _narrow_bits(c.hi, out_kind) & (0x7fff if c.hi == 0 else 0xffff)
         c.klo = _key(c.lo16)
         c.khi = _key(c.hi16)
     with nogil:

@@ -329,7 +329,7 @@ def bn_backward(dy, x, scale, mean, inv_variance, dx, dscale, dbias, *, drelu=No
 # ----------------------------------------------------------------------------
 
 def relu(x, out, lower=None, upper=None) -> None:
-    """RELU_FWD (docs/contract/semantics.md) into ``out``: ``add_bias_relu(x, None, out, lower, upper)``.
+    """RELU_FWD (docs/contract/semantics.md) into ``out``; ``add_bias_relu`` without bias.
 
     Parameters
     ----------
@@ -389,8 +389,8 @@ def add_bias_relu(y, bias, out, lower, upper) -> None:
     if bias is not None:
         b = np.asarray(bias).reshape(-1)
         if b.shape[0] != c:
-            raise GraphError(f"{where}: tensor 'bias' needs {c} per-channel values (dims (1, {c}, 1, 1)); "
-                             f"got dims {tuple(np.shape(bias))}")
+            raise GraphError(f"{where}: tensor 'bias' needs {c} per-channel values "
+                             f"(dims (1, {c}, 1, 1)); got dims {tuple(np.shape(bias))}")
     if _bias_relu_kernel(y, bias, out, lo, hi):
         return
     _add_bias_relu_f64(y, bias, out, lo, hi)
@@ -402,7 +402,8 @@ def _bias_relu_kernel(y, bias, out, lo: float, hi: float) -> bool:
     yk = kinds.get(y.dtype.name)
     ok = kinds.get(out.dtype.name)
     if (yk is None or ok is None or not out.flags.writeable or not y.flags.aligned
-            or not out.flags.aligned or (bias is not None and np.dtype(bias.dtype).name not in kinds)):
+            or not out.flags.aligned
+            or (bias is not None and np.dtype(bias.dtype).name not in kinds)):
         return False
     b = None if bias is None else np.ascontiguousarray(np.asarray(bias).reshape(-1), _F32)
     if np.may_share_memory(y, out) and not (
