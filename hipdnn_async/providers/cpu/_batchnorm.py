@@ -8,7 +8,9 @@ Results are written into the given output arrays, every element of them and noth
 
 Arithmetic and accumulation are float64 inside the compiled loops (``_kernels``), which
 run with the GIL released. Half and bfloat16 inputs are first widened to float32
-(a transient copy); float64 inputs stay float64.
+(a transient copy); float64 inputs stay float64. The exception is ``relu`` /
+``add_bias_relu`` on float32, bfloat16 and float16: one compiled pass reading and writing
+the I/O dtype directly (``_kernels.bias_relu``), correctly rounded.
 
 Activation semantics (docs/contract/semantics.md, "Pointwise")
 ------------------------------------------
