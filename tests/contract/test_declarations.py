@@ -143,6 +143,7 @@ def test_every_struct_is_a_checked_table_a_mirror_or_our_own():
 # of the bindings: each is ours, or checked through a public name.
 _OWN_CONSTANTS = {
     "MAX_DIMS": "our bound on tensor ranks (8 >= every layout we take)",
+    "_MAX_AXES": "bias_relu's bound on array ranks (NumPy's own maximum, 64)",
     "MAX_ALGOS": "our bound on the algorithm lists we ask for",
     "MAX_PACK": "our bound on variant-pack entries",
     "MAX_STREAM_PACKS": "our bound on the streams a GraphLaunch keeps a variant pack for",
