@@ -124,7 +124,11 @@ _OWN_STRUCTS = {"RuntimeConstants": "the values a Runtime fills from its checked
                 # _onednn.pyx: the C compiler includes the system headers' own definitions
                 "pthread_mutex_t": "libc's, from <pthread.h>", "timespec": "libc's, from <time.h>",
                 "NdPrint": "a NumPy array's print kept by a binding (runtime._binding): no "
-                           "vendor layout"}
+                           "vendor layout",
+                # providers.cpu._kernels (bias_relu): element tags and loop parameters
+                "bf16_t": "a bfloat16 element's bits, a fused-type tag: no vendor layout",
+                "f16_t": "a float16 element's bits, a fused-type tag: no vendor layout",
+                "_Clip": "bias_relu's clip values for its inner loops: no vendor layout"}
 
 
 def test_every_struct_is_a_checked_table_a_mirror_or_our_own():
@@ -139,6 +143,7 @@ def test_every_struct_is_a_checked_table_a_mirror_or_our_own():
 # of the bindings: each is ours, or checked through a public name.
 _OWN_CONSTANTS = {
     "MAX_DIMS": "our bound on tensor ranks (8 >= every layout we take)",
+    "_MAX_AXES": "bias_relu's bound on array ranks (NumPy's own maximum, 64)",
     "MAX_ALGOS": "our bound on the algorithm lists we ask for",
     "MAX_PACK": "our bound on variant-pack entries",
     "MAX_STREAM_PACKS": "our bound on the streams a GraphLaunch keeps a variant pack for",

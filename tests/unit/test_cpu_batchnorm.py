@@ -339,3 +339,141 @@ def test_gapped_outputs_are_written_only_inside():
     inside = np.zeros(big.shape, bool)
     inside[1:, 1:, 1:, 1:] = True
     assert np.isfinite(big[inside]).all() and np.isnan(big[~inside]).all()
+
+
+# ----------------------------------------------------------------------------
+# add_bias_relu / relu: the one-pass kernel, exact against a float64 reference
+# ----------------------------------------------------------------------------
+
+def _round_ref(v, dtype):
+    """float64 values correctly rounded (nearest, ties to even) to ``dtype``.
+
+    float32 and float16 use NumPy's double -> float/half casts (one rounding). ml_dtypes
+    casts double -> bfloat16 through float32 (two roundings), so bfloat16 is picked here
+    as the nearest of the three bfloat16 neighbours of that cast, ties to an even pattern.
+    """
+    dtype = np.dtype(dtype)
+    if dtype != BF16:
+        return v.astype(dtype)
+    with np.errstate(invalid="ignore", over="ignore"):
+        c = v.astype(np.float32).astype(BF16).view(np.uint16).astype(np.int64)
+        cands = np.stack([c - 1, c, c + 1]) & 0xFFFF
+        cv = cands.astype(np.uint16).view(BF16).astype(np.float64)
+        d = np.abs(cv - v)
+    d = np.where(np.isnan(d), np.inf, d)
+    best = d == d.min(axis=0)
+    even_best = best & ((cands & 1) == 0)
+    pick = np.where(even_best.any(axis=0), even_best.argmax(axis=0), best.argmax(axis=0))
+    r = np.take_along_axis(cands, pick[None], axis=0)[0].astype(np.uint16).view(BF16)
+    with np.errstate(invalid="ignore"):
+        return np.where(np.isfinite(v), r, v.astype(BF16))
+
+
+def _bias_relu_ref(y, bias, lower, upper, dtype):
+    """RELU_FWD(y + bias) from the exact float64 sum, rounded once to ``dtype``."""
+    v = np.asarray(y, np.float64) + (0.0 if bias is None else _pc(bias.reshape(-1), y.ndim))
+    lo = 0.0 if lower is None else lower
+    hi = math.inf if upper is None else upper
+    r = np.where(np.isnan(v), v, np.clip(v, lo, hi) + 0.0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return _round_ref(r, dtype)
+
+
+def _assert_same(got, want):
+    got = np.asarray(got, np.float64)
+    want = np.asarray(want, np.float64)
+    np.testing.assert_array_equal(got, want)            # NaN positions compare equal
+    assert not np.signbit(got[got == 0]).any(), "RELU_FWD produced -0.0"
+
+
+def _tie_values(dtype):
+    """(y, bias) float32 pairs whose exact sum lies on, or just off, a rounding tie of
+    ``dtype`` at 1.0 (a float32 sum rounded to nearest would land on the tie)."""
+    half_ulp = {BF16: 2.0 ** -8, F16: 2.0 ** -11, F32: 2.0 ** -24}[np.dtype(dtype)]
+    bias = np.array([half_ulp, half_ulp * (1 + 2.0 ** -23), -half_ulp * (1 + 2.0 ** -23),
+                     3 * half_ulp], np.float32)
+    return np.ones(4, np.float32), bias
+
+
+CLIPS = [(None, None), (None, 0.5), (-0.2, 0.5), (0.0, None), (0.25, 0.25), (-0.5, None)]
+CLIP_IDS = ["relu", "upper", "clamp", "lower0", "point", "lower_neg"]
+
+
+@pytest.mark.parametrize("clips", CLIPS, ids=CLIP_IDS)
+@pytest.mark.parametrize("layout", ["nchw", "nhwc", "gapped", "5d_nhwc"])
+@pytest.mark.parametrize("in_dt, out_dt", [(F32, F32), (BF16, BF16), (F16, F16), (F32, BF16),
+                                           (F32, F16), (BF16, F32), (F16, F32)],
+                         ids=["fp32", "bf16", "fp16", "fp32>bf16", "fp32>fp16", "bf16>fp32",
+                              "fp16>fp32"])
+@pytest.mark.parametrize("bias_dt", [None, F32, "io"], ids=["nobias", "bias32", "biasio"])
+def test_add_bias_relu_exact(in_dt, out_dt, layout, clips, bias_dt):
+    rng = np.random.default_rng(21)
+    dims = (2, 5, 3, 4, 3) if layout == "5d_nhwc" else (3, 5, 4, 6)
+    v = rng.uniform(-2, 2, dims)
+    flat = v.reshape(-1)
+    special = [np.nan, np.inf, -np.inf, -0.0, 0.0, -1e-3, 0.5, -0.2, 0.25, 0.5 + 2.0 ** -9,
+               -0.2 - 2.0 ** -12, 6.0e4, -6.0e4]
+    flat[:len(special)] = special
+    y = _layout(v.astype(in_dt), "nhwc" if layout == "5d_nhwc" else layout)
+    c = dims[1]
+    bias = None
+    if bias_dt is not None:
+        bias = _param(c, rng, -0.5, 0.5, len(dims))
+        bias.reshape(-1)[0] = 0.0
+        if bias_dt == "io":
+            bias = bias.astype(in_dt)
+    lower, upper = clips
+    want = _bias_relu_ref(y, bias, lower, upper, out_dt)
+    out = _empty(dims, out_dt, "nhwc" if layout == "5d_nhwc" else layout)
+    bn.add_bias_relu(y, bias, out, lower, upper)
+    _assert_same(out, want)
+    if in_dt == out_dt:                                  # in place
+        y2 = y.copy()
+        bn.add_bias_relu(y2, bias, y2, lower, upper)
+        _assert_same(y2, want)
+
+
+@pytest.mark.parametrize("in_dt, out_dt", [(F32, BF16), (F32, F16), (BF16, BF16), (F16, F16),
+                                           (F32, F32)],
+                         ids=["fp32>bf16", "fp32>fp16", "bf16", "fp16", "fp32"])
+def test_add_bias_relu_rounds_ties_once(in_dt, out_dt):
+    """Sums on and next to a rounding tie of the output type round once, to nearest-even."""
+    y1, b1 = _tie_values(out_dt)
+    c = b1.size
+    y = np.broadcast_to(y1.reshape(1, c, 1, 1), (2, c, 3, 3)).astype(in_dt)
+    bias = b1.reshape(1, c, 1, 1)
+    out = np.zeros(y.shape, out_dt)
+    bn.add_bias_relu(y, bias, out, None, None)
+    want = _bias_relu_ref(y, bias, None, None, out_dt)
+    _assert_same(out, want)
+    if out_dt != F32:                                    # the cases that need it, checked
+        got = out[0, :, 0, 0].astype(np.float64)
+        assert got[0] == 1.0 and got[1] > 1.0, got       # tie -> even; above tie -> up
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+def test_relu_partial_overlap_reads_inputs_first(dtype):
+    rng = np.random.default_rng(22)
+    big = rng.uniform(-1, 1, (2, 3, 5, 9)).astype(dtype)
+    y = big[..., :8]
+    out = big[..., 1:]                                   # shifted by one element
+    want = _bias_relu_ref(y.copy(), None, None, None, dtype)
+    bn.relu(y, out)
+    _assert_same(big[..., 1:], want)
+
+
+def test_add_bias_relu_float64_keeps_fallback():
+    rng = np.random.default_rng(23)
+    y = rng.uniform(-1, 1, (2, 3, 4, 4))
+    bias = _param(3, rng)
+    out = np.empty_like(y)
+    bn.add_bias_relu(y, bias, out, None, 0.5)
+    np.testing.assert_array_equal(out, _bias_relu_ref(y, bias, None, 0.5, np.float64))
+
+
+def test_add_bias_relu_rejects_bad_bias_and_clips():
+    y = np.zeros((1, 3, 2, 2), np.float32)
+    with pytest.raises(GraphError, match="bias"):
+        bn.add_bias_relu(y, np.zeros((1, 4, 1, 1), np.float32), y, None, None)
+    with pytest.raises(GraphError, match="lower"):
+        bn.relu(y, y, 1.0, 0.5)

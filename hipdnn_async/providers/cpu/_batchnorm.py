@@ -8,7 +8,9 @@ Results are written into the given output arrays, every element of them and noth
 
 Arithmetic and accumulation are float64 inside the compiled loops (``_kernels``), which
 run with the GIL released. Half and bfloat16 inputs are first widened to float32
-(a transient copy); float64 inputs stay float64.
+(a transient copy); float64 inputs stay float64. The exception is ``relu`` /
+``add_bias_relu`` on float32, bfloat16 and float16: one compiled pass reading and writing
+the I/O dtype directly (``_kernels.bias_relu``), correctly rounded.
 
 Activation semantics (docs/contract/semantics.md, "Pointwise")
 ------------------------------------------
@@ -329,40 +331,95 @@ def bn_backward(dy, x, scale, mean, inv_variance, dx, dscale, dbias, *, drelu=No
 # ----------------------------------------------------------------------------
 
 def relu(x, out, lower=None, upper=None) -> None:
-    """RELU_FWD (docs/contract/semantics.md) into ``out`` (dims of ``x``, any strides, I/O dtype).
+    """RELU_FWD (docs/contract/semantics.md) into ``out``; ``add_bias_relu`` without bias.
 
-    No clip: max(x, 0); upper only: min(max(x, 0), upper); both: clamp(x, lower, upper).
-    NaN propagates and -0.0 becomes +0.0.
+    Parameters
+    ----------
+    x : ndarray
+        dims (N, C, ...) (any rank; rank < 2 is accepted too), any strides; float32,
+        bfloat16, float16 or float64.
+    out : ndarray
+        dims of ``x``, any strides and I/O dtype; written (may be ``x`` itself).
+    lower, upper : float or None
+        Clips. No clip: max(x, 0); upper only: min(max(x, 0), upper); both:
+        clamp(x, lower, upper); lower only: max(x, lower). NaN propagates and -0.0 becomes
+        +0.0.
     """
     add_bias_relu(x, None, out, lower, upper)
 
 
 def add_bias_relu(y, bias, out, lower, upper) -> None:
-    """Convolution epilogue: ``out = RELU_FWD(y + bias)``.
+    """Convolution epilogue: ``out = RELU_FWD(y + bias)`` in one pass.
 
     Parameters
     ----------
     y : ndarray
-        Convolution result, dims (N, K, ...), any strides and dtype (float32 typical).
+        Convolution result, dims (N, K, ...), any strides; float32 (typical), bfloat16,
+        float16 or float64.
     bias : ndarray or None
         dims (1, K, 1, 1[, 1]), float32 or the I/O dtype; None: no bias.
     out : ndarray
-        dims of ``y``; written (may be ``y`` itself).
+        dims of ``y``, any strides, float32, bfloat16, float16 or float64; written (may be
+        ``y`` itself; another overlap with ``y`` is handled by copying ``y`` first).
     lower, upper : float or None
-        RELU_FWD clips.
+        RELU_FWD clips (see ``relu``).
+
+    Raises
+    ------
+    GraphError
+        Mismatched dims, a bias without K values, or clips with lower > upper (or NaN).
+
+    Notes
+    -----
+    With ``y`` and ``out`` in float32, bfloat16 or float16 and a float32/bfloat16/float16
+    bias (the engines' cases), the compiled ``_kernels.bias_relu`` runs one pass with the
+    GIL released, and the result is the exact ``clamp(y + bias, lower, upper) + 0.0``
+    correctly rounded (nearest-even) to ``out``'s dtype. Other dtypes (float64) take a
+    float64 pass, rounded once to float32/float64 and then, for 16-bit outputs, again.
     """
     where = "add_bias_relu"
     _check_io(where, y, out=out)
-    if y.ndim < 2 or y.size == 0:
-        # Scalars/vectors or empty: NumPy path with the same semantics.
-        if y.size:
-            _, lo, hi = _clips((lower, upper), where)
-            r = np.clip(np.asarray(y, _F64), lo, hi) + 0.0
-            out[...] = np.where(np.isnan(y), y, r)
+    _, lo, hi = _clips((lower, upper), where)
+    if y.size == 0:
+        return
+    if y.ndim < 2:
+        # Scalars/vectors: NumPy path with the same semantics.
+        r = np.clip(np.asarray(y, _F64), lo, hi) + 0.0
+        out[...] = np.where(np.isnan(y), y, r)
         return
     c = y.shape[1]
-    _, lo, hi = _clips((lower, upper), where)
-    b = np.zeros(c, _F64) if bias is None else _vec(bias, c, "bias", where)
+    if bias is not None:
+        b = np.asarray(bias).reshape(-1)
+        if b.shape[0] != c:
+            raise GraphError(f"{where}: tensor 'bias' needs {c} per-channel values "
+                             f"(dims (1, {c}, 1, 1)); got dims {tuple(np.shape(bias))}")
+    if _bias_relu_kernel(y, bias, out, lo, hi):
+        return
+    _add_bias_relu_f64(y, bias, out, lo, hi)
+
+
+def _bias_relu_kernel(y, bias, out, lo: float, hi: float) -> bool:
+    """Run ``_kernels.bias_relu`` when it takes these arrays; False when it does not."""
+    kinds = _kernels.BIAS_RELU_KINDS
+    yk = kinds.get(y.dtype.name)
+    ok = kinds.get(out.dtype.name)
+    if (yk is None or ok is None or not out.flags.writeable or not y.flags.aligned
+            or not out.flags.aligned
+            or (bias is not None and np.dtype(bias.dtype).name not in kinds)):
+        return False
+    b = None if bias is None else np.ascontiguousarray(np.asarray(bias).reshape(-1), _F32)
+    if np.may_share_memory(y, out) and not (
+            y.dtype == out.dtype and y.strides == out.strides
+            and y.__array_interface__["data"][0] == out.__array_interface__["data"][0]):
+        y = y.copy()   # a partial overlap: the one-pass kernel would read written values
+    _kernels.bias_relu(y, yk, out, ok, b, lo, hi)
+    return True
+
+
+def _add_bias_relu_f64(y, bias, out, lo: float, hi: float) -> None:
+    """The float64 fallback: ``_kernels.bias_act`` through float32/float64 temporaries."""
+    c = y.shape[1]
+    b = np.zeros(c, _F64) if bias is None else _vec(bias, c, "bias", "add_bias_relu")
     dt = _work_dtype(y, out)
     ys = _src(y, dt)
     os_, finish = _dst(out, dt)
