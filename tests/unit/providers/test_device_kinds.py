@@ -113,7 +113,9 @@ def test_the_records_hold_dlpacks_device_types():
 
 
 def test_the_records_hold_rays_names():
-    pytest.importorskip("ray", reason="Ray is an optional extra")
+    # ray._private, not ray: with pythonpath = ["tests"], the folder tests/ray is importable
+    # as a namespace package named ray where Ray is not installed
+    pytest.importorskip("ray._private.accelerators", reason="Ray is an optional extra (ray)")
     from ray._private.accelerators import amd_gpu, nvidia_gpu
     assert KINDS["cuda"].ray_resource == nvidia_gpu.NvidiaGPUAcceleratorManager.get_resource_name()
     assert KINDS["hip"].ray_resource == amd_gpu.AMDGPUAcceleratorManager.get_resource_name()
