@@ -14,12 +14,9 @@ from typing import Mapping
 import anyio
 import anyio.lowlevel
 import numpy as np
-try:
-    from numpy.exceptions import TooHardError
-except ImportError:  # NumPy < 1.25
-    from numpy import TooHardError
 
 from . import _capture, _memory, _perfdb
+from . import _variant_pack as _vp
 from .runtime._binding import BindingCache
 from ._errors import DeviceError, GraphError, HipdnnError, VariantPackError
 from ._provider_plans import ProviderPlanCache, counts as _plan_counts
@@ -44,10 +41,6 @@ log = logging.getLogger("hipdnn_async")
 # dropped first): a long-lived device that builds many shapes (a server, a fuzzer)
 # must not grow without bound. Plans already built keep their provider plan.
 PLAN_CACHE_SIZE = 256
-def _element_layout(dims, strides, dtype) -> tuple:
-    """What places a tensor's elements in memory: dims, dtype and the strides of the dims
-    longer than 1 (a (1, C, 1, 1) tensor in NCHW and in NHWC strides is one layout)."""
-    return (tuple(dims), dtype, tuple(s for d, s in zip(dims, strides) if d > 1))
 
 
 _LOCK_TYPE = type(threading.Lock())
@@ -638,7 +631,7 @@ class ExecutionPlan:
                         * numpy_dtype(t.data_type).itemsize for role, t in self._roles}
         self._alias_pairs = tuple((o, r) for o in self._out_roles for r, _ in self._roles
                                   if r != o and self._extent[o] and self._extent[r])
-        layout = {role: _element_layout(t.dims, t.strides, t.data_type) for role, t in self._roles}
+        layout = {role: _vp.element_layout(t.dims, t.strides, t.data_type) for role, t in self._roles}
         # outputs the pattern lets be exactly an input's buffer (PatternSpec.in_place: a
         # running statistic updated in place), where both tensors lay elements out alike
         self._in_place = frozenset((o, r) for spec in spec_for(match.pattern)
@@ -685,14 +678,14 @@ class ExecutionPlan:
                     raise VariantPackError(f"execute: {exc}") from None
             slots = self._slots.get(id(t))
             if slots is None:
-                raise VariantPackError(self._unknown_key(key, t))
+                raise VariantPackError(_vp.unknown_key(self, key, t))
             for role, bind in slots:
                 if role in buffers:
                     raise VariantPackError(f"execute: tensor '{t.name}' (uid {t.uid}) given twice")
                 try:
                     buffers[role] = bind(buf)
                 except VariantPackError as exc:
-                    raise VariantPackError(str(exc) + self._edit_hint(role)) from None
+                    raise VariantPackError(str(exc) + _vp.edit_hint(self, role)) from None
         if len(buffers) != self._n_roles:
             role, t = next((r, t) for r, t in self._roles if r not in buffers)
             raise VariantPackError(f"execute: variant pack is missing tensor '{t.name}' "
@@ -729,8 +722,8 @@ class ExecutionPlan:
             return
         for out, role in self._alias_pairs:
             a, b = buffers[out], buffers[role]
-            if self._overlap(a, self._extent[out], b, self._extent[role]):
-                if (out, role) in self._in_place and self._same_memory(a, b):
+            if _vp.overlap(a, self._extent[out], b, self._extent[role]):
+                if (out, role) in self._in_place and _vp.same_memory(a, b):
                     continue        # a running statistic updated in place (PatternSpec.in_place)
                 t, u = self.match.tensors[out], self.match.tensors[role]
                 raise VariantPackError(
@@ -743,7 +736,7 @@ class ExecutionPlan:
         if ws is not None:
             nbytes = self.workspace_size
             for role in self._alias_roles:
-                if self._extent[role] and self._overlap(ws, nbytes, buffers[role],
+                if self._extent[role] and _vp.overlap(ws, nbytes, buffers[role],
                                                         self._extent[role]):
                     u = self.match.tensors[role]
                     raise VariantPackError(
@@ -758,61 +751,8 @@ class ExecutionPlan:
         except TypeError:          # an object that takes no weak reference: no memo
             self._alias_passed = None
 
-    @staticmethod
-    def _same_memory(a, b) -> bool:
-        """Whether bound buffers ``a`` and ``b`` are exactly one memory (a device pointer
-        of tensors whose dims, strides and type agree; host arrays of one start, shape,
-        strides and dtype)."""
-        if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
-            return (a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
-                    and _element_layout(a.shape, a.strides, a.dtype)
-                    == _element_layout(b.shape, b.strides, b.dtype))
-        return type(a) is int and type(b) is int and a == b
-
-    @staticmethod
-    def _overlap(a, a_bytes: int, b, b_bytes: int) -> bool:
-        """Whether bound buffers ``a`` and ``b`` (host arrays, or device pointers spanning
-        ``a_bytes`` / ``b_bytes``) share memory; False for a pair of other kinds."""
-        if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
-            try:
-                return bool(np.shares_memory(a, b, max_work=100_000))
-            except TooHardError:
-                return True
-        if type(a) is int and type(b) is int:
-            return a < b + b_bytes and b < a + a_bytes
-        return False
-
-    def _edit_hint(self, role: str) -> str:
-        """Why a buffer that fits the edited graph is refused: the plan's snapshot."""
-        snap = self.match.tensors[role]
-        user = self._originals.get(id(snap))
-        if user is None:
-            return ""
-        now = (tuple(user.dims), tuple(user.strides), user.data_type)
-        then = (tuple(snap.dims), tuple(snap.strides), snap.data_type)
-        if now == then:
-            return ""
-        return (f" (the graph was edited after this plan was built: the tensor now has dims "
-                f"{now[0]}, strides {now[1]}, {now[2].name}; the plan keeps its build-time "
-                f"dims {then[0]}, strides {then[1]}, {then[2].name}; build a new plan for "
-                "the edited graph)")
-
     def _snapshot_tensor(self, sid: int):
         return next((t for t in self._snapshot.tensors if id(t) == sid), None)
-
-    def _unknown_key(self, key, t) -> str:
-        snap = self._snap_of.get(id(t)) if t is not None else None
-        if snap is None and t is not None and any(t is g for g in self._snapshot.tensors):
-            snap = t
-        if snap is not None and snap.is_virtual:
-            when = "" if t.is_virtual else " when this plan was built"
-            return (f"execute: tensor '{snap.name}' (uid {snap.uid}) was virtual{when} and takes "
-                    "no buffer; call set_output(True) on it before building to get it back")
-        takes = ", ".join(f"'{g.name}' (uid {g.uid})" for g in self._snapshot.tensors
-                          if not g.is_virtual)
-        return (f"execute: variant pack key {key!r} names no tensor of graph "
-                f"'{self.graph.name}'; its tensors that take a buffer are {takes} (keys are "
-                "those tensors, their names or their uids)")
 
     def _runner(self, buffers: dict, ws):
         """The work-item function of one execution with bound ``buffers`` / ``ws`` that
@@ -867,7 +807,7 @@ class ExecutionPlan:
             t = key if type(key) is TensorAttributes else self._snapshot.tensor_by(key)
             slots = self._slots.get(id(t)) if t is not None else None
             if slots is None:
-                raise VariantPackError(self._unknown_key(key, t))
+                raise VariantPackError(_vp.unknown_key(self, key, t))
             for role, bind in slots:
                 bound[role] = bind(buf)
         return bool(prepare(bound))

@@ -1,0 +1,75 @@
+"""Variant-pack checks of an execution plan that need no plan state of their own: buffer
+layouts, memory overlap between bound buffers, and the messages for a key or buffer the
+plan refuses (``_device.ExecutionPlan._bind`` and ``_check_aliasing`` call these)."""
+from __future__ import annotations
+
+import numpy as np
+
+try:
+    from numpy.exceptions import TooHardError
+except ImportError:  # NumPy < 1.25
+    from numpy import TooHardError
+
+__all__ = ["element_layout", "same_memory", "overlap", "edit_hint", "unknown_key"]
+
+
+def element_layout(dims, strides, dtype) -> tuple:
+    """What places a tensor's elements in memory: dims, dtype and the strides of the dims
+    longer than 1 (a (1, C, 1, 1) tensor in NCHW and in NHWC strides is one layout)."""
+    return (tuple(dims), dtype, tuple(s for d, s in zip(dims, strides) if d > 1))
+
+
+def same_memory(a, b) -> bool:
+    """Whether bound buffers ``a`` and ``b`` are exactly one memory (a device pointer
+    of tensors whose dims, strides and type agree; host arrays of one start, shape,
+    strides and dtype)."""
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return (a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+                and element_layout(a.shape, a.strides, a.dtype)
+                == element_layout(b.shape, b.strides, b.dtype))
+    return type(a) is int and type(b) is int and a == b
+
+
+def overlap(a, a_bytes: int, b, b_bytes: int) -> bool:
+    """Whether bound buffers ``a`` and ``b`` (host arrays, or device pointers spanning
+    ``a_bytes`` / ``b_bytes``) share memory; False for a pair of other kinds."""
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        try:
+            return bool(np.shares_memory(a, b, max_work=100_000))
+        except TooHardError:
+            return True
+    if type(a) is int and type(b) is int:
+        return a < b + b_bytes and b < a + a_bytes
+    return False
+
+
+def edit_hint(plan, role: str) -> str:
+    """Why a buffer that fits the edited graph is refused: the plan's snapshot."""
+    snap = plan.match.tensors[role]
+    user = plan._originals.get(id(snap))
+    if user is None:
+        return ""
+    now = (tuple(user.dims), tuple(user.strides), user.data_type)
+    then = (tuple(snap.dims), tuple(snap.strides), snap.data_type)
+    if now == then:
+        return ""
+    return (f" (the graph was edited after this plan was built: the tensor now has dims "
+            f"{now[0]}, strides {now[1]}, {now[2].name}; the plan keeps its build-time "
+            f"dims {then[0]}, strides {then[1]}, {then[2].name}; build a new plan for "
+            "the edited graph)")
+
+
+def unknown_key(plan, key, t) -> str:
+    """The message for a variant-pack key naming no buffer-taking tensor of ``plan``."""
+    snap = plan._snap_of.get(id(t)) if t is not None else None
+    if snap is None and t is not None and any(t is g for g in plan._snapshot.tensors):
+        snap = t
+    if snap is not None and snap.is_virtual:
+        when = "" if t.is_virtual else " when this plan was built"
+        return (f"execute: tensor '{snap.name}' (uid {snap.uid}) was virtual{when} and takes "
+                "no buffer; call set_output(True) on it before building to get it back")
+    takes = ", ".join(f"'{g.name}' (uid {g.uid})" for g in plan._snapshot.tensors
+                      if not g.is_virtual)
+    return (f"execute: variant pack key {key!r} names no tensor of graph "
+            f"'{plan.graph.name}'; its tensors that take a buffer are {takes} (keys are "
+            "those tensors, their names or their uids)")
