@@ -14,6 +14,9 @@ How each pattern maps (primitives are created at build, never per execution):
   ours - 1, asymmetric padding as ``padding_l`` / ``padding_r``. Backward weights
   accumulate in a float32 blocked buffer converted once by the reorder. Activations that
   are not channels-last also get channels-last candidates (reorders in and out).
+  Activations that are not packed (gaps between elements, a channel slice) run on dense
+  copies (``+dense``): oneDNN's only implementations of strided activations are its
+  reference ones.
   oneDNN's reference implementations (``ref:any``) are never candidates: where nothing
   else applies the engine declines.
 - conv + bias + ReLU: the forward primitive with its bias argument; RELU_FWD then runs
@@ -30,8 +33,18 @@ How each pattern maps (primitives are created at build, never per execution):
   epsilon 0 (so oneDNN's ``1 / sqrt(variance + 0)`` is the graph's inv_variance).
 - batchnorm inference -> RELU_BWD -> batchnorm backward: a forward-training primitive with
   global statistics and ``fuse_norm_relu`` writes the ReLU mask, the backward primitive
-  with ``fuse_norm_relu`` applies it: two primitives, one program. A clipped ReLU there
-  has no oneDNN form: the engine declines and ``CPU_ENGINE`` runs it.
+  with ``fuse_norm_relu`` applies it: two primitives, one program. A clipped ReLU has no
+  oneDNN mask (``fuse_norm_relu`` masks y > 0 only): a first program runs the
+  forward-inference primitive into a float32 y, dy's float32 copy is zeroed where
+  ``lower < y < upper`` fails, then the backward primitive runs on it.
+- batchnorm activations that are not packed run on dense copies, as convolutions do.
+
+HALF (float16) I/O: oneDNN 3.2 has f16 convolution and batchnorm kernels only on CPUs with
+AVX512-FP16 or AMX-FP16, so every HALF graph runs float32 primitives on float32 copies
+(candidate names ``+f32``): the f16 -> f32 reorders in are exact, the f32 -> f16 reorder
+of each result rounds once (what the tolerance table assumes); weights are reordered to
+oneDNN's blocked float32 layout, a HALF bias to a float32 vector. Every copy is a piece
+of the plan's workspace (``workspace_size`` counts it).
 
 Per-channel tensors (scale, bias, statistics) whose channel stride is not 1 are staged
 through the workspace (oneDNN reads and writes them as dense vectors).
@@ -52,7 +65,7 @@ import numpy as np
 
 from ... import _knobs
 from ..._errors import DeviceError, NotSupportedError
-from ..._layout import packed_strides, stride_order
+from ..._layout import packed_strides, stride_order, strides_match
 from ..._types import ConvolutionMode, DataType, numpy_dtype
 from ...patterns import Pattern, conv_roles
 from ...runtime import load_onednn
@@ -99,11 +112,37 @@ def _user_md(tensor):
     return dnnl.MemoryDesc(tuple(tensor.dims), _dt(tensor), strides=tuple(tensor.strides))
 
 
-def _packed_md(tensor):
-    """A packed buffer in ``tensor``'s memory order (for an intermediate oneDNN writes)."""
+def _order(tensor) -> tuple:
     dims = tuple(tensor.dims)
-    return dnnl.MemoryDesc(dims, _dt(tensor),
-                           strides=packed_strides(dims, stride_order(dims, tuple(tensor.strides))))
+    return stride_order(dims, tuple(tensor.strides))
+
+
+def _packed_md(tensor, data_type=None, order=None):
+    """A packed buffer in ``tensor``'s memory order (or ``order``), of ``data_type`` (default
+    the tensor's): for an intermediate oneDNN writes, or a dense copy of strided memory."""
+    dims = tuple(tensor.dims)
+    return dnnl.MemoryDesc(dims, _dt(tensor) if data_type is None else data_type,
+                           strides=packed_strides(dims, _order(tensor) if order is None else order))
+
+
+def _is_dense(tensor) -> bool:
+    """Whether ``tensor`` is packed in its own memory order (no gaps)."""
+    dims = tuple(tensor.dims)
+    return strides_match(dims, packed_strides(dims, _order(tensor)), tuple(tensor.strides))
+
+
+def _compute_type(tensor) -> int:
+    """The data type oneDNN computes ``tensor``'s values in: float32 for HALF (oneDNN 3.2
+    has f16 convolution and batchnorm kernels only on CPUs with AVX512-FP16 / AMX-FP16;
+    f16 -> f32 is exact and the f32 -> f16 reorder of the result rounds once, as the
+    tolerance table assumes), else its own."""
+    return dnnl.DATA_F32 if tensor.data_type == DataType.HALF else _dt(tensor)
+
+
+def _native(tensor) -> bool:
+    """Whether a primitive can take ``tensor``'s user memory as it is (dense, computed in
+    its own type); else it runs on a dense copy reordered in (and out)."""
+    return tensor.data_type != DataType.HALF and _is_dense(tensor)
 
 
 def _channel_md(tensor):
@@ -136,6 +175,7 @@ class _ProgramSpec:
         self.index = {}
         self.dry = dry               # only sizes: no primitive is created (no JIT)
         self.copy_in, self.copy_out = [], []     # per-channel roles staged in the workspace
+        self.pre_steps = []          # steps run as a separate program first (``_clipped_drelu``)
 
     def array(self, role, md) -> int:
         self.mems.append((md, dnnl.MEM_ARRAY, self.roles.index(role)))
@@ -171,13 +211,43 @@ class _ProgramSpec:
             args.append((dnnl.ARG_SCRATCHPAD, self.scratch(pad)))
         self.steps.append((None if self.dry else dnnl.Primitive(pd), args))
 
+    def activation(self, role, tensor, order_of=None, *, data_type=None):
+        """The memory a primitive takes for the activations ``tensor``: the user's array
+        where it is dense and computed in its own type (``_native``), else a dense copy
+        (packed in ``order_of``'s memory order, float32 for HALF or ``data_type``), for an
+        input reordered in here, for an output reordered out by ``flush``.
+        Returns (memory index, its descriptor, the user's memory index)."""
+        user_md = _user_md(tensor)
+        user = self.array(role, user_md)
+        if data_type is None and _native(tensor):
+            return user, user_md, user
+        md = _packed_md(tensor, _compute_type(tensor) if data_type is None else data_type,
+                        None if order_of is None else _order(order_of))
+        return self.scratch(md), md, user
+
+    def reorder_in(self, mem):
+        """Add the reorder of the user's memory into an ``activation`` copy (a no-op where
+        the primitive takes the user's array)."""
+        index, md, user = mem
+        if index != user:
+            self.step(dnnl.reorder(self.mems[user][0], md), [(dnnl.ARG_SRC, user),
+                                                             (dnnl.ARG_DST, index)])
+
+    def reorder_out(self, mem):
+        """Add the reorder of an ``activation`` copy back into the user's memory."""
+        index, md, user = mem
+        if index != user:
+            self.step(dnnl.reorder(md, self.mems[user][0]), [(dnnl.ARG_SRC, index),
+                                                             (dnnl.ARG_DST, user)])
+
     def offset(self, name) -> tuple[int, int]:
         """(byte offset, bytes) of the workspace memory ``name``."""
         md, _, off = self.mems[self.index[name]]
         return off, md.size
 
-    def program(self):
-        return dnnl.Program(self.mems, self.steps, len(self.roles), self.ws.size)
+    def program(self, steps=None):
+        return dnnl.Program(self.mems, self.steps if steps is None else steps,
+                            len(self.roles), self.ws.size)
 
 
 # ------------------------------------------------------------------ convolutions
@@ -203,11 +273,17 @@ class _Conv:
             wd, ws = tuple(w.dims), tuple(w.strides)
         _user_md(w)
         self.w_user = dnnl.MemoryDesc(wd, _dt(w), strides=ws)
-        self.w_dims, self.w_type = wd, _dt(w)
+        self.w_dims, self.w_type = wd, _compute_type(w)
         self.geometry = (tuple(conv.stride), tuple(d - 1 for d in conv.dilation),
                          tuple(conv.pre_padding), tuple(conv.post_padding))
         self.bias_role = "bias" if "bias" in t else None
-        self.bias_md = _channel_like(t["bias"]) if self.bias_role else None
+        self.bias_md = None
+        if self.bias_role:
+            bias = t["bias"]
+            self.bias_md = _channel_like(bias)
+            if bias.data_type == DataType.HALF:
+                # the f32 primitive takes an f32 bias, converted in the program
+                self.bias_md = dnnl.MemoryDesc((bias.dims[1],), dnnl.DATA_F32, strides=(1,))
         self.post_ops, self.clips = [], None
         if match.pattern == Pattern.CONV_FPROP_BIAS_RELU:
             # RELU_FWD runs on y after the primitive: oneDNN 3.2's eltwise post-ops do not
@@ -248,12 +324,20 @@ class _Conv:
         heuristic's choice): the channels-last bf16 kernels pair channels, and with an
         odd C an inf input met a zero-padded weight there (inf * 0 = NaN,
         tests/oracle/test_edge_cases.py)."""
-        user = ("", self.x_md, self.y_md)
         t = self.match.tensors
         x, y = t[self.roles.x], t[self.roles.y]
+        if _native(x) and _native(y):
+            out = [("", self.x_md, self.y_md)]
+            suffix = ""
+        else:
+            # HALF runs on float32 copies; strided (non-packed) activations on dense copies:
+            # oneDNN's only implementations of strided activations are its reference ones
+            suffix = "+f32" if x.data_type == DataType.HALF else "+dense"
+            out = [(suffix, _packed_md(x, _compute_type(x)), _packed_md(y, _compute_type(y)))]
         if x.strides[1] == 1 and y.strides[1] == 1:
-            return [user]
-        return [user, ("+nhwc", _channels_last_md(x), _channels_last_md(y))]
+            return out
+        return out + [(suffix + "+nhwc", _channels_last_md(x, _compute_type(x)),
+                       _channels_last_md(y, _compute_type(y)))]
 
     def _walk(self) -> list:
         """(name, PrimitiveDesc at that implementation, workspace bytes) per implementation,
@@ -331,9 +415,15 @@ class _Conv:
             if self.direction == "fprop":
                 args = [(dnnl.ARG_SRC, x), (dnnl.ARG_WEIGHTS, w), (dnnl.ARG_DST, y)]
                 if self.bias_role:
-                    args.append((dnnl.ARG_BIAS, spec.channel(self.bias_role,
-                                                             self.match.tensors[self.bias_role],
-                                                             dtype="own")))
+                    bias = self.match.tensors[self.bias_role]
+                    if bias.data_type == DataType.HALF:
+                        b_user = spec.array(self.bias_role, _channel_like(bias))
+                        b = spec.scratch(self.bias_md)
+                        spec.step(dnnl.reorder(_channel_like(bias), self.bias_md),
+                                  [(dnnl.ARG_SRC, b_user), (dnnl.ARG_DST, b)])
+                    else:
+                        b = spec.channel(self.bias_role, bias, dtype="own")
+                    args.append((dnnl.ARG_BIAS, b))
             else:
                 args = [(dnnl.ARG_DIFF_DST, y), (dnnl.ARG_WEIGHTS, w), (dnnl.ARG_DIFF_SRC, x)]
             spec.step(pd, args)
@@ -351,11 +441,11 @@ class _Conv:
         return None if w_md.equals(self.w_user) else w_md
 
 
-def _channels_last_md(tensor):
-    """A packed channels-last (NHWC / NDHWC) buffer with ``tensor``'s dims and type."""
-    dims = tuple(tensor.dims)
-    order = (0,) + tuple(range(2, len(dims))) + (1,)
-    return dnnl.MemoryDesc(dims, _dt(tensor), strides=packed_strides(dims, order))
+def _channels_last_md(tensor, data_type=None):
+    """A packed channels-last (NHWC / NDHWC) buffer with ``tensor``'s dims and type (or
+    ``data_type``)."""
+    order = (0,) + tuple(range(2, len(tensor.dims))) + (1,)
+    return _packed_md(tensor, data_type, order)
 
 
 def _channel_like(tensor):
@@ -517,15 +607,17 @@ def _bn_inference_variance(match):
     eps = float(p["epsilon"])
     if not eps > 0:
         raise _decline(f"epsilon = {eps!r}; CPU_ENGINE reports it")
-    x_md, y_md = _user_md(t["x"]), _user_md(t["y"])
-    pd = dnnl.bn_forward(dnnl.PROP_FORWARD_INFERENCE, x_md, y_md, eps,
-                         dnnl.USE_GLOBAL_STATS | dnnl.USE_SCALE | dnnl.USE_SHIFT)
     spec = _ProgramSpec(roles)
-    spec.step(pd, [(dnnl.ARG_SRC, spec.array("x", x_md)), (dnnl.ARG_DST, spec.array("y", y_md)),
+    x, y = spec.activation("x", t["x"]), spec.activation("y", t["y"], t["x"])
+    pd = dnnl.bn_forward(dnnl.PROP_FORWARD_INFERENCE, x[1], y[1], eps,
+                         dnnl.USE_GLOBAL_STATS | dnnl.USE_SCALE | dnnl.USE_SHIFT)
+    spec.reorder_in(x)
+    spec.step(pd, [(dnnl.ARG_SRC, x[0]), (dnnl.ARG_DST, y[0]),
                    (dnnl.ARG_MEAN, spec.channel("mean", t["mean"])),
                    (dnnl.ARG_VARIANCE, spec.channel("variance", t["variance"])),
                    (dnnl.ARG_SCALE, spec.channel("scale", t["scale"])),
                    (dnnl.ARG_SHIFT, spec.channel("bias", t["bias"]))])
+    spec.reorder_out(y)
     return spec, pd, None
 
 
@@ -542,13 +634,13 @@ def _bn_training(match):
     roles = [r for r in ("x", "y", "scale", "bias", "mean", "inv_variance", "prev_running_mean",
                          "prev_running_variance", "next_running_mean",
                          "next_running_variance") if r in real]
-    x_md, y_md = _user_md(x), _user_md(t["y"])
+    spec = _ProgramSpec(roles)
+    xm, ym = spec.activation("x", x), spec.activation("y", t["y"], x)
     # not fuse_norm_relu: with oneDNN 3.2, creating that forward-training descriptor here
     # corrupted the test process's heap (a segfault in a later garbage collection under
     # pytest, not root-caused); the ReLU runs on y after the primitive
-    pd = dnnl.bn_forward(dnnl.PROP_FORWARD_TRAINING, x_md, y_md, eps,
+    pd = dnnl.bn_forward(dnnl.PROP_FORWARD_TRAINING, xm[1], ym[1], eps,
                          dnnl.USE_SCALE | dnnl.USE_SHIFT)
-    spec = _ProgramSpec(roles)
     c = x.dims[1]
     stat_md = dnnl.MemoryDesc((c,), dnnl.DATA_F32, strides=(1,))
     for role in ("scale", "bias", "mean", "inv_variance", "prev_running_mean",
@@ -557,11 +649,13 @@ def _bn_training(match):
             _channel_md(t[role])                       # declines a non-FLOAT statistic
     mean = (spec.channel("mean", t["mean"], output=True) if "mean" in real
             else spec.scratch(stat_md, "mean"))
-    args = [(dnnl.ARG_SRC, spec.array("x", x_md)), (dnnl.ARG_DST, spec.array("y", y_md)),
+    args = [(dnnl.ARG_SRC, xm[0]), (dnnl.ARG_DST, ym[0]),
             (dnnl.ARG_SCALE, spec.channel("scale", t["scale"])),
             (dnnl.ARG_SHIFT, spec.channel("bias", t["bias"])),
             (dnnl.ARG_MEAN, mean), (dnnl.ARG_VARIANCE, spec.scratch(stat_md, "variance"))]
+    spec.reorder_in(xm)
     spec.step(pd, args)
+    spec.reorder_out(ym)
     momentum = p.get("momentum")
     clips = (lo, hi) if relu else None
     mean_virtual = "mean" not in real
@@ -593,52 +687,101 @@ def _bn_training(match):
 def _bn_backward(match):
     t = match.tensors
     drelu = match.pattern == Pattern.BN_INFERENCE_DRELU_BACKWARD
+    lo = hi = None
     if drelu:
         lo, hi = match.params.get("relu_lower_clip"), match.params.get("relu_upper_clip")
-        if lo not in (None, 0.0) or hi is not None:
-            raise _decline("a clipped RELU_BWD between batchnorm inference and backward has no "
-                           "oneDNN form (fuse_norm_relu masks y > 0 only)")
+    # fuse_norm_relu masks y > 0 only; a clipped RELU_BWD is composed (``_clipped_drelu``)
+    clipped = drelu and (lo not in (None, 0.0) or hi is not None)
     roles = ["x", "dy", "scale", "mean", "inv_variance", "dx", "dscale", "dbias"] + (
         ["bias"] if drelu else [])
     x, dy, dx = t["x"], t["dy"], t["dx"]
-    x_md, dy_md, dx_md = _user_md(x), _user_md(dy), _user_md(dx)
     for role in ("scale", "mean", "inv_variance", "dscale", "dbias") + (("bias",) if drelu else ()):
         _channel_md(t[role])
     c = x.dims[1]
     stat_md = dnnl.MemoryDesc((c,), dnnl.DATA_F32, strides=(1,))
-    relu = dnnl.FUSE_NORM_RELU if drelu else 0
+    spec = _ProgramSpec(roles)
+    # the clipped composition keeps its intermediates (y, the masked dy) in float32
+    f32 = (lambda tt: None if tt.data_type == DataType.FLOAT else dnnl.DATA_F32) if clipped \
+        else (lambda tt: None)
+    xm = spec.activation("x", x, data_type=f32(x))
+    dym = spec.activation("dy", dy, x, data_type=dnnl.DATA_F32 if clipped else None)
+    dxm = spec.activation("dx", dx, x, data_type=f32(dx))
+    relu = dnnl.FUSE_NORM_RELU if drelu and not clipped else 0
     flags = dnnl.USE_SCALE | dnnl.USE_SHIFT | relu
     # epsilon 0: oneDNN's 1/sqrt(variance + 0) is then the graph's inv_variance
-    y_md = _packed_md(x) if drelu else dy_md
-    hint = dnnl.bn_forward(dnnl.PROP_FORWARD_TRAINING, x_md, y_md, 0.0, flags)
-    pd = dnnl.bn_backward(dnnl.PROP_BACKWARD, dx_md, dy_md, x_md, 0.0, flags, hint)
-    spec = _ProgramSpec(roles)
-    xi, mean = spec.array("x", x_md), spec.channel("mean", t["mean"])
+    y_md = _packed_md(x, xm[1].data_type) if drelu else dym[1]
+    hint = dnnl.bn_forward(dnnl.PROP_FORWARD_TRAINING, xm[1], y_md, 0.0, flags)
+    pd = dnnl.bn_backward(dnnl.PROP_BACKWARD, dxm[1], dym[1], xm[1], 0.0, flags, hint)
+    mean = spec.channel("mean", t["mean"])
     scale = spec.channel("scale", t["scale"])
     var = spec.scratch(stat_md, "variance")
-    args = [(dnnl.ARG_SRC, xi), (dnnl.ARG_DIFF_DST, spec.array("dy", dy_md)),
+    args = [(dnnl.ARG_SRC, xm[0]), (dnnl.ARG_DIFF_DST, dym[0]),
             (dnnl.ARG_MEAN, mean), (dnnl.ARG_VARIANCE, var), (dnnl.ARG_SCALE, scale),
-            (dnnl.ARG_DIFF_SRC, spec.array("dx", dx_md)),
+            (dnnl.ARG_DIFF_SRC, dxm[0]),
             (dnnl.ARG_DIFF_SCALE, spec.channel("dscale", t["dscale"], output=True)),
             (dnnl.ARG_DIFF_SHIFT, spec.channel("dbias", t["dbias"], output=True))]
+    spec.reorder_in(xm)
+    spec.reorder_in(dym)
     if drelu:
-        fwd = dnnl.bn_forward(dnnl.PROP_FORWARD_TRAINING, x_md, y_md, 0.0,
-                              flags | dnnl.USE_GLOBAL_STATS)
-        mask = spec.scratch(fwd.md(dnnl.QUERY_WORKSPACE_MD))
-        spec.step(fwd, [(dnnl.ARG_SRC, xi), (dnnl.ARG_DST, spec.scratch(y_md)),
-                        (dnnl.ARG_MEAN, mean), (dnnl.ARG_VARIANCE, var), (dnnl.ARG_SCALE, scale),
-                        (dnnl.ARG_SHIFT, spec.channel("bias", t["bias"])),
-                        (dnnl.ARG_WORKSPACE, mask)])
-        args.append((dnnl.ARG_WORKSPACE, mask))
+        fwd_args = [(dnnl.ARG_SRC, xm[0]), (dnnl.ARG_DST, spec.scratch(y_md, "y")),
+                    (dnnl.ARG_MEAN, mean), (dnnl.ARG_VARIANCE, var), (dnnl.ARG_SCALE, scale),
+                    (dnnl.ARG_SHIFT, spec.channel("bias", t["bias"]))]
+        if clipped:
+            fwd = dnnl.bn_forward(dnnl.PROP_FORWARD_INFERENCE, xm[1], y_md, 0.0,
+                                  dnnl.USE_SCALE | dnnl.USE_SHIFT | dnnl.USE_GLOBAL_STATS)
+        else:
+            fwd = dnnl.bn_forward(dnnl.PROP_FORWARD_TRAINING, xm[1], y_md, 0.0,
+                                  flags | dnnl.USE_GLOBAL_STATS)
+            mask = spec.scratch(fwd.md(dnnl.QUERY_WORKSPACE_MD))
+            fwd_args.append((dnnl.ARG_WORKSPACE, mask))
+            args.append((dnnl.ARG_WORKSPACE, mask))
+        spec.step(fwd, fwd_args)
+    first = len(spec.steps)
     spec.step(pd, args)
+    spec.reorder_out(dxm)
+
+    if not clipped:
+        def hooks(b, workspace):
+            def before():
+                _variance_from_inv(b, workspace, spec)
+            return before, None
+        return spec, pd, hooks
+    return spec, pd, _clipped_drelu(spec, x, first, dym[0],
+                                    0.0 if lo is None else float(lo),
+                                    math.inf if hi is None else float(hi))
+
+
+def _variance_from_inv(b, workspace, spec) -> None:
+    """The workspace's float32 variance = 1 / inv_variance**2 (read with epsilon 0)."""
+    inv = _vec(b["inv_variance"])
+    with np.errstate(divide="ignore", over="ignore"):
+        _ws_view(workspace, spec, "variance")[...] = 1.0 / (inv * inv)
+
+
+def _clipped_drelu(spec, x, first, dy_index, lo, hi):
+    """Hooks composing batchnorm inference -> clipped RELU_BWD -> batchnorm backward:
+    ``spec``'s steps before ``first`` (the reorders in and the inference primitive writing
+    the float32 y) run as a separate program before the main one (its steps from
+    ``first``: the backward primitive), and between them the float32 copy of dy is zeroed
+    where ``lo < y < hi`` fails (a NaN y masks, as RELU_BWD's comparison does)."""
+    pre = spec.program(spec.steps[:first])
+    spec.pre_steps, spec.steps = spec.steps[:first], spec.steps[first:]
+    dims = tuple(x.dims)
+    strides = tuple(4 * s for s in packed_strides(dims, _order(x)))
+    y_off, _ = spec.offset("y")
+    dy_off = spec.mems[dy_index][2]
 
     def hooks(b, workspace):
         def before():
-            inv = _vec(b["inv_variance"])
-            with np.errstate(divide="ignore", over="ignore"):
-                _ws_view(workspace, spec, "variance")[...] = 1.0 / (inv * inv)
+            _variance_from_inv(b, workspace, spec)
+            pre.run(tuple(b[r] for r in spec.roles), workspace)
+            y = np.ndarray(dims, np.float32, workspace, y_off, strides)
+            g = np.ndarray(dims, np.float32, workspace, dy_off, strides)
+            inside = np.greater(y, lo)
+            inside &= np.less(y, hi)
+            np.copyto(g, 0.0, where=~inside)
         return before, None
-    return spec, pd, hooks
+    return hooks
 
 
 _BN_BUILDERS = {
@@ -658,9 +801,10 @@ class OnednnEngine(ProviderEngine):
     name = ONEDNN_ENGINE_NAME
     notes = ("all nine patterns through oneDNN primitives (library: runtime.load_onednn); "
              "FLOAT/HALF/BFLOAT16 I/O, per-channel tensors FLOAT; any strides; weights "
-             "reordered to oneDNN's blocked layout; declines (to CPU_ENGINE) where oneDNN has "
-             "only its reference implementation and for a clipped ReLU between batchnorm "
-             "inference and backward; NaN propagates through ReLU (a NaN input gives NaN)")
+             "reordered to oneDNN's blocked layout; HALF computed in float32 (reorders in the "
+             "workspace), strided activations on dense copies; declines (to CPU_ENGINE) where "
+             "oneDNN has only its reference implementation; NaN propagates through ReLU (a "
+             "NaN input gives NaN)")
 
     def __init__(self, provider):
         super().__init__(provider)
@@ -702,7 +846,7 @@ class OnednnEngine(ProviderEngine):
         self._library()
         if conv_roles(match.pattern) is None:
             spec, pd, hooks = _BN_BUILDERS[match.pattern](match)
-            names = "+".join(prim.desc.impl_name for prim, _ in spec.steps)
+            names = "+".join(prim.desc.impl_name for prim, _ in spec.pre_steps + spec.steps)
             algorithm = _tuning.Algorithm(names, "oneDNN's only implementation for these "
                                           "descriptors", ((names, None),))
             return OnednnPlan(match, spec.program(), spec, algorithm, hooks=hooks)

@@ -174,6 +174,38 @@ def test_bn_backward_takes_inv_variance(dev):
     close(outs[db], want["dbias"], 2e-3)
 
 
+# ------------------------------------------------------------------ HALF and strided activations
+def test_half_runs_float32_primitives_on_workspace_copies(dev):
+    # oneDNN 3.2 has f16 kernels only with AVX512-FP16 / AMX-FP16: HALF I/O runs float32
+    # primitives on float32 copies, which are pieces of the plan's workspace
+    g, x, w, y = fprop_graph("NHWC", hd.DataType.HALF, (2, 8, 9, 9), (8, 8, 3, 3), padding=1)
+    plan = dev.build_sync(g, engine=ONEDNN)
+    assert plan.engine.name == ONEDNN and str(plan.algorithm).endswith("+f32")
+    assert plan.workspace_size >= 4 * (np.prod(x.dims) + np.prod(y.dims))
+    xa, wa = rand(x, 1, np.float16), rand(w, 2, np.float16)
+    ya = empty(y, np.float16)
+    plan.execute_sync({x: xa, w: wa, y: ya})
+    want = ref.conv_fprop(xa, wa, (1, 1), (1, 1))
+    close(ya, want, 2e-3)          # one f16 rounding of a float32 sum of 72 products
+
+
+def test_strided_activations_run_on_dense_copies(dev):
+    # a channel slice (8 of 12 channels) of an NHWC buffer: oneDNN's only implementation of
+    # such strides is its reference one, so the primitive runs on a dense copy
+    g = hd.Graph(name="slice")
+    dims = (2, 8, 7, 7)
+    x = g.tensor(dims=dims, strides=(7 * 7 * 12, 1, 7 * 12, 12), name="x")
+    w = g.tensor(dims=(8, 8, 3, 3), layout="NHWC", name="w")
+    y = g.conv_fprop(x, w, padding=1)
+    y.set_output(True)
+    plan = dev.build_sync(g, engine=ONEDNN)
+    assert "+dense" in str(plan.algorithm) and not str(plan.algorithm).startswith("ref:")
+    xa, wa = rand(x, 3), rand(w, 4)
+    ya = empty(y)
+    plan.execute_sync({x: xa, w: wa, y: ya})
+    close(ya, ref.conv_fprop(xa, wa, (1, 1), (1, 1)), 1e-4)
+
+
 # ------------------------------------------------------------------ knobs and the perf db
 def test_workspace_knob_ranges_over_the_implementations(dev):
     g, x, w, y = fprop_graph(x_dims=(2, 16, 14, 14), w_dims=(16, 16, 3, 3), padding=1)
