@@ -24,9 +24,11 @@ How each pattern maps (primitives are created at build, never per execution):
   on special values (``relu`` gives NaN for -inf and -0.0 for negatives, ``clip`` maps
   NaN to the lower bound).
 - batchnorm inference (variance): one forward-inference primitive with global statistics.
-- batchnorm training (+ ReLU): one forward-training primitive, the ReLU (plain or clipped)
-  run on its result by the CPU kernels (oneDNN 3.2's ``fuse_norm_relu`` forward-training
-  descriptor corrupted the process heap in our tests); oneDNN returns the batch variance,
+- batchnorm training (+ ReLU): one forward-training primitive, with ``fuse_norm_relu`` for
+  an unclipped ReLU (its mask goes to a workspace piece, ``DNNL_ARG_WORKSPACE``); its jit
+  implementation maps NaN to +0 (mask y > 0), so a channel whose statistics, scale or bias
+  are not finite is recomputed on the host (RELU_FWD keeps NaN); a clipped ReLU runs on the
+  result through the CPU kernels. oneDNN returns the batch variance,
   converted per channel to ``inv_variance = 1 / sqrt(variance + epsilon)``; the running
   statistics are updated per channel as ``CPU_ENGINE`` does (unbiased variance).
 - batchnorm backward: one backward primitive given ``variance = 1 / inv_variance**2`` and
@@ -45,6 +47,15 @@ AVX512-FP16 or AMX-FP16, so every HALF graph runs float32 primitives on float32 
 of each result rounds once (what the tolerance table assumes); weights are reordered to
 oneDNN's blocked float32 layout, a HALF bias to a float32 vector. Every copy is a piece
 of the plan's workspace (``workspace_size`` counts it).
+
+Batchnorm candidates: the user's layout, and for activations that are not channels-last
+also channels-last copies (``+nhwc``: reorders in and out around oneDNN's jit batchnorm,
+which takes no plain NCHW memory; there oneDNN runs its generic ``ncsp_bnorm:any``); for
+batchnorm training + ReLU each with ``fuse_norm_relu`` and with a separate ReLU pass.
+Without benchmarking a jit implementation is taken before the generic ones (measured on
+8x256x28x28, one thread: NCHW training + ReLU 3.2 ms through ``+nhwc`` fused vs 19-20 ms
+generic), except for batchnorm inference, which keeps the user's layout (one pass at
+memory speed: the reorders cost more in float32).
 
 Per-channel tensors (scale, bias, statistics) whose channel stride is not 1 are staged
 through the workspace (oneDNN reads and writes them as dense vectors).
@@ -176,6 +187,7 @@ class _ProgramSpec:
         self.dry = dry               # only sizes: no primitive is created (no JIT)
         self.copy_in, self.copy_out = [], []     # per-channel roles staged in the workspace
         self.pre_steps = []          # steps run as a separate program first (``_clipped_drelu``)
+        self.names = []              # oneDNN's implementation name of each step
 
     def array(self, role, md) -> int:
         self.mems.append((md, dnnl.MEM_ARRAY, self.roles.index(role)))
@@ -210,19 +222,23 @@ class _ProgramSpec:
         if pad is not None:
             args.append((dnnl.ARG_SCRATCHPAD, self.scratch(pad)))
         self.steps.append((None if self.dry else dnnl.Primitive(pd), args))
+        self.names.append(pd.impl_name)
 
-    def activation(self, role, tensor, order_of=None, *, data_type=None):
+    def activation(self, role, tensor, order=None, *, data_type=None):
         """The memory a primitive takes for the activations ``tensor``: the user's array
-        where it is dense and computed in its own type (``_native``), else a dense copy
-        (packed in ``order_of``'s memory order, float32 for HALF or ``data_type``), for an
-        input reordered in here, for an output reordered out by ``flush``.
-        Returns (memory index, its descriptor, the user's memory index)."""
+        where it is dense, packed in ``order`` (default its own) and computed in its own
+        type (``_native``), else a dense copy (packed in ``order``, float32 for HALF or
+        ``data_type``), for an input filled by ``reorder_in``, for an output emptied by
+        ``reorder_out``. Returns (memory index, its descriptor, the user's memory index)."""
         user_md = _user_md(tensor)
         user = self.array(role, user_md)
-        if data_type is None and _native(tensor):
+        dims = tuple(tensor.dims)
+        if (data_type is None and _native(tensor) and (
+                order is None or strides_match(dims, packed_strides(dims, order),
+                                               tuple(tensor.strides)))):
             return user, user_md, user
         md = _packed_md(tensor, _compute_type(tensor) if data_type is None else data_type,
-                        None if order_of is None else _order(order_of))
+                        order)
         return self.scratch(md), md, user
 
     def reorder_in(self, mem):
@@ -601,14 +617,14 @@ def _put(out, values) -> None:
 
 
 # ------------------------------------------------------------------ batchnorm
-def _bn_inference_variance(match):
+def _bn_inference_variance(match, order, fuse, dry):
     t, p = match.tensors, match.params
     roles = ["x", "y", "mean", "variance", "scale", "bias"]
     eps = float(p["epsilon"])
     if not eps > 0:
         raise _decline(f"epsilon = {eps!r}; CPU_ENGINE reports it")
-    spec = _ProgramSpec(roles)
-    x, y = spec.activation("x", t["x"]), spec.activation("y", t["y"], t["x"])
+    spec = _ProgramSpec(roles, dry=dry)
+    x, y = spec.activation("x", t["x"], order), spec.activation("y", t["y"], order)
     pd = dnnl.bn_forward(dnnl.PROP_FORWARD_INFERENCE, x[1], y[1], eps,
                          dnnl.USE_GLOBAL_STATS | dnnl.USE_SCALE | dnnl.USE_SHIFT)
     spec.reorder_in(x)
@@ -621,7 +637,7 @@ def _bn_inference_variance(match):
     return spec, pd, None
 
 
-def _bn_training(match):
+def _bn_training(match, order, fuse, dry):
     t, p = match.tensors, match.params
     x = t["x"]
     m = x.dims[0] * math.prod(x.dims[2:])
@@ -634,13 +650,13 @@ def _bn_training(match):
     roles = [r for r in ("x", "y", "scale", "bias", "mean", "inv_variance", "prev_running_mean",
                          "prev_running_variance", "next_running_mean",
                          "next_running_variance") if r in real]
-    spec = _ProgramSpec(roles)
-    xm, ym = spec.activation("x", x), spec.activation("y", t["y"], x)
-    # not fuse_norm_relu: with oneDNN 3.2, creating that forward-training descriptor here
-    # corrupted the test process's heap (a segfault in a later garbage collection under
-    # pytest, not root-caused); the ReLU runs on y after the primitive
+    spec = _ProgramSpec(roles, dry=dry)
+    xm, ym = spec.activation("x", x, order), spec.activation("y", t["y"], order)
+    # ``fuse``: an unclipped ReLU is oneDNN's fuse_norm_relu (y > 0 ? y : +0, its mask
+    # written to the workspace); else the ReLU runs on y after the primitive
+    fused = fuse and relu and lo in (None, 0.0) and hi is None
     pd = dnnl.bn_forward(dnnl.PROP_FORWARD_TRAINING, xm[1], ym[1], eps,
-                         dnnl.USE_SCALE | dnnl.USE_SHIFT)
+                         dnnl.USE_SCALE | dnnl.USE_SHIFT | (dnnl.FUSE_NORM_RELU if fused else 0))
     c = x.dims[1]
     stat_md = dnnl.MemoryDesc((c,), dnnl.DATA_F32, strides=(1,))
     for role in ("scale", "bias", "mean", "inv_variance", "prev_running_mean",
@@ -653,11 +669,14 @@ def _bn_training(match):
             (dnnl.ARG_SCALE, spec.channel("scale", t["scale"])),
             (dnnl.ARG_SHIFT, spec.channel("bias", t["bias"])),
             (dnnl.ARG_MEAN, mean), (dnnl.ARG_VARIANCE, spec.scratch(stat_md, "variance"))]
+    mask = pd.md(dnnl.QUERY_WORKSPACE_MD)
+    if mask is not None:
+        args.append((dnnl.ARG_WORKSPACE, spec.scratch(mask)))
     spec.reorder_in(xm)
     spec.step(pd, args)
     spec.reorder_out(ym)
     momentum = p.get("momentum")
-    clips = (lo, hi) if relu else None
+    clips = (lo, hi) if relu and not fused else None
     mean_virtual = "mean" not in real
 
     def hooks(b, workspace):
@@ -667,6 +686,8 @@ def _bn_training(match):
                 _put(b["inv_variance"], 1.0 / np.sqrt(var + eps))
             if clips is not None:
                 _batchnorm.relu(b["y"], b["y"], *clips)
+            elif fused:
+                _nonfinite_channels(b, workspace, spec, var, eps, mean_virtual)
             if "next_running_mean" in b or "next_running_variance" in b:
                 mom = float(momentum)
                 if "next_running_mean" in b:
@@ -684,7 +705,26 @@ def _bn_training(match):
     return spec, pd, hooks
 
 
-def _bn_backward(match):
+def _nonfinite_channels(b, workspace, spec, var, eps, mean_virtual) -> None:
+    """oneDNN's jit fuse_norm_relu writes +0 where y is NaN (its mask is y > 0; its
+    generic implementations keep the NaN): in a channel whose statistics, scale or bias
+    are not finite (the only way y gets a NaN: with finite ones, y is finite or an
+    overflowed +-inf, which the mask maps right), recompute
+    ``y = RELU_FWD(scale * (x - mean) / sqrt(variance + epsilon) + bias)``, NaN kept."""
+    mu = _vec(_ws_view(workspace, spec, "mean") if mean_virtual else b["mean"])
+    sc, sh = _vec(b["scale"]), _vec(b["bias"])
+    bad = ~(np.isfinite(mu) & np.isfinite(var) & np.isfinite(sc) & np.isfinite(sh))
+    if not bad.any():
+        return
+    x, y = b["x"], b["y"]
+    for c in np.flatnonzero(bad):
+        v = (sc[c] * (np.asarray(x[:, c], np.float64) - mu[c]) / np.sqrt(var[c] + eps)
+             + sh[c]).astype(np.float32)
+        _batchnorm.relu(v, v)
+        y[:, c] = v
+
+
+def _bn_backward(match, order, fuse, dry):
     t = match.tensors
     drelu = match.pattern == Pattern.BN_INFERENCE_DRELU_BACKWARD
     lo = hi = None
@@ -699,17 +739,17 @@ def _bn_backward(match):
         _channel_md(t[role])
     c = x.dims[1]
     stat_md = dnnl.MemoryDesc((c,), dnnl.DATA_F32, strides=(1,))
-    spec = _ProgramSpec(roles)
+    spec = _ProgramSpec(roles, dry=dry)
     # the clipped composition keeps its intermediates (y, the masked dy) in float32
     f32 = (lambda tt: None if tt.data_type == DataType.FLOAT else dnnl.DATA_F32) if clipped \
         else (lambda tt: None)
-    xm = spec.activation("x", x, data_type=f32(x))
-    dym = spec.activation("dy", dy, x, data_type=dnnl.DATA_F32 if clipped else None)
-    dxm = spec.activation("dx", dx, x, data_type=f32(dx))
+    xm = spec.activation("x", x, order, data_type=f32(x))
+    dym = spec.activation("dy", dy, order, data_type=dnnl.DATA_F32 if clipped else None)
+    dxm = spec.activation("dx", dx, order, data_type=f32(dx))
     relu = dnnl.FUSE_NORM_RELU if drelu and not clipped else 0
     flags = dnnl.USE_SCALE | dnnl.USE_SHIFT | relu
     # epsilon 0: oneDNN's 1/sqrt(variance + 0) is then the graph's inv_variance
-    y_md = _packed_md(x, xm[1].data_type) if drelu else dym[1]
+    y_md = _packed_md(x, xm[1].data_type, order) if drelu else dym[1]
     hint = dnnl.bn_forward(dnnl.PROP_FORWARD_TRAINING, xm[1], y_md, 0.0, flags)
     pd = dnnl.bn_backward(dnnl.PROP_BACKWARD, dxm[1], dym[1], xm[1], 0.0, flags, hint)
     mean = spec.channel("mean", t["mean"])
@@ -746,7 +786,7 @@ def _bn_backward(match):
                 _variance_from_inv(b, workspace, spec)
             return before, None
         return spec, pd, hooks
-    return spec, pd, _clipped_drelu(spec, x, first, dym[0],
+    return spec, pd, _clipped_drelu(spec, x, order, first, dym[0],
                                     0.0 if lo is None else float(lo),
                                     math.inf if hi is None else float(hi))
 
@@ -758,16 +798,16 @@ def _variance_from_inv(b, workspace, spec) -> None:
         _ws_view(workspace, spec, "variance")[...] = 1.0 / (inv * inv)
 
 
-def _clipped_drelu(spec, x, first, dy_index, lo, hi):
+def _clipped_drelu(spec, x, order, first, dy_index, lo, hi):
     """Hooks composing batchnorm inference -> clipped RELU_BWD -> batchnorm backward:
     ``spec``'s steps before ``first`` (the reorders in and the inference primitive writing
     the float32 y) run as a separate program before the main one (its steps from
     ``first``: the backward primitive), and between them the float32 copy of dy is zeroed
     where ``lo < y < hi`` fails (a NaN y masks, as RELU_BWD's comparison does)."""
-    pre = spec.program(spec.steps[:first])
+    pre = None if spec.dry else spec.program(spec.steps[:first])
     spec.pre_steps, spec.steps = spec.steps[:first], spec.steps[first:]
     dims = tuple(x.dims)
-    strides = tuple(4 * s for s in packed_strides(dims, _order(x)))
+    strides = tuple(4 * s for s in packed_strides(dims, _order(x) if order is None else order))
     y_off, _ = spec.offset("y")
     dy_off = spec.mems[dy_index][2]
 
@@ -793,6 +833,56 @@ _BN_BUILDERS = {
 }
 
 
+
+
+class _Bn:
+    """One batchnorm problem and its candidates: the user's layout and, for activations
+    that are not channels-last, channels-last copies (reordered in and out: oneDNN's jit
+    batchnorm takes only blocked or channels-last memory; on plain NCHW it runs its generic
+    ``ncsp_bnorm:any``), each for batchnorm training + ReLU with ``fuse_norm_relu`` and with
+    the ReLU as a separate pass."""
+
+    def __init__(self, match):
+        self.match = match
+        self.builder = _BN_BUILDERS[match.pattern]
+        x = match.tensors["x"]
+        orders = [("", None)]
+        if x.strides[1] != 1 and x.dims[1] > 1:
+            rank = len(x.dims)
+            orders.append(("+nhwc", (0,) + tuple(range(2, rank)) + (1,)))
+        p = match.params
+        fusable = (match.pattern == Pattern.BN_TRAINING_RELU
+                   and p.get("relu_lower_clip") in (None, 0.0) and p.get("relu_upper_clip") is None)
+        self.impls = []                      # (name, order, fuse, workspace bytes, jit?)
+        for suffix, order in orders:
+            for fuse in ((True, False) if fusable else (False,)):
+                spec, pd, _ = self.builder(match, order, fuse, True)
+                name = "+".join(spec.names) + suffix
+                if match.pattern == Pattern.BN_TRAINING_RELU:
+                    name += "+fuse_norm_relu" if fuse else "+relu"
+                self.impls.append((name, order, fuse, spec.ws.size, "jit" in pd.impl_name))
+
+    def candidates(self) -> list:
+        return [_tuning.Candidate(name, i, ws) for i, (name, _o, _f, ws, _j)
+                in enumerate(self.impls)]
+
+    def heuristic(self, fitting, limit):
+        """Without timing: a jit implementation before the generic ones (``ncsp_bnorm``,
+        ``nspc_bnorm``: 5-20x slower in training and backward, and fuse_norm_relu 10x
+        slower than a separate ReLU pass there); batchnorm inference keeps the user's
+        layout (one pass without barriers: the generic kernel runs at memory speed and the
+        two reorders cost more)."""
+        if self.match.pattern == Pattern.BN_INFERENCE_VARIANCE:
+            return fitting[0]
+        jit = [c for c in fitting if self.impls[c.id][4]]
+        if jit:
+            return jit[0]
+        unfused = [c for c in fitting if not self.impls[c.id][2]]
+        return (unfused or fitting)[0]
+
+    def build(self, candidate):
+        _, order, fuse, _, _ = self.impls[candidate.id]
+        return self.builder(self.match, order, fuse, False)
 # ------------------------------------------------------------------ the engine
 class OnednnEngine(ProviderEngine):
     """``ONEDNN_ENGINE``: every pattern through oneDNN; declines where oneDNN is absent or
@@ -831,8 +921,7 @@ class OnednnEngine(ProviderEngine):
     def knobs(self, match):
         self._library()
         if conv_roles(match.pattern) is None:
-            _BN_BUILDERS[match.pattern](match)             # declines what oneDNN cannot run
-            return _tuning.engine_knobs(match)
+            return _tuning.engine_knobs(match, _Bn(match).candidates())
         return _tuning.engine_knobs(match, self._conv(match).candidates())
 
     def perf_device(self) -> str:
@@ -845,11 +934,18 @@ class OnednnEngine(ProviderEngine):
     def build(self, match, engine, knobs, perfdb) -> ProviderPlan:
         self._library()
         if conv_roles(match.pattern) is None:
-            spec, pd, hooks = _BN_BUILDERS[match.pattern](match)
-            names = "+".join(prim.desc.impl_name for prim, _ in spec.pre_steps + spec.steps)
-            algorithm = _tuning.Algorithm(names, "oneDNN's only implementation for these "
-                                          "descriptors", ((names, None),))
-            return OnednnPlan(match, spec.program(), spec, algorithm, hooks=hooks)
+            bn = _Bn(match)
+            choice = _tuning.choose(self, match, bn.candidates(), knobs, perfdb,
+                                    heuristic=bn.heuristic,
+                                    measure=lambda fitting: _benchmark_bn(bn, fitting),
+                                    device=self.perf_device())
+            spec, _, hooks = bn.build(choice.candidate)
+            plan = OnednnPlan(match, spec.program(), spec,
+                              _explain(choice, "a jit implementation before oneDNN's generic "
+                                       "ones (batchnorm inference: the user's layout)"),
+                              hooks=hooks)
+            plan.benchmarked, plan.perfdb_hit = choice.benchmarked, choice.perfdb_hit
+            return plan
         conv = self._conv(match)
 
         def heuristic(fitting, limit):
@@ -906,7 +1002,40 @@ def _benchmark(conv: _Conv, fitting):
     return fitting[best], times[best], tuple((c.name, ms) for c, ms in zip(fitting, times))
 
 
-def _explain(choice) -> _tuning.Algorithm:
+def _benchmark_bn(bn: _Bn, fitting):
+    """Time each batchnorm candidate's plan (its host work included) on scratch tensors:
+    (fastest, its ms, trials)."""
+    t = bn.match.tensors
+    arrays = {}
+    try:
+        for role, tensor in t.items():
+            if not tensor.is_virtual:
+                arrays[role] = _scratch_array(tensor)
+                if math.prod(tensor.dims) == tensor.dims[1]:       # statistics: positive
+                    np.abs(arrays[role], out=arrays[role])
+                    arrays[role] += 0.5
+    except MemoryError:
+        raise DeviceError(f"{ONEDNN_ENGINE_NAME}: benchmarking batchnorm cannot allocate its "
+                          f"scratch tensors; build without '{_knobs.BENCHMARKING}'") from None
+    times = []
+    for cand in fitting:
+        spec, _, hooks = bn.build(cand)
+        plan = OnednnPlan(bn.match, spec.program(), spec, cand.name, hooks=hooks)
+        ws = np.empty(plan.workspace_size, np.uint8) if plan.workspace_size else None
+        plan.run(arrays, ws)                                    # warm-up
+        runs, start = [], time.perf_counter()
+        while len(runs) < _BENCH_RUNS and time.perf_counter() - start < _BENCH_BUDGET_S:
+            t0 = time.perf_counter()
+            plan.run(arrays, ws)
+            runs.append((time.perf_counter() - t0) * 1e3)
+        times.append(min(runs))
+        log.info("benchmark batchnorm: %s %.3f ms", cand.name, times[-1])
+        plan.program.close()
+    best = _tuning.fastest(times)
+    return fitting[best], times[best], tuple((c.name, ms) for c, ms in zip(fitting, times))
+
+
+def _explain(choice, rule=None) -> _tuning.Algorithm:
     """``plan.algorithm``: oneDNN's implementation name and why it runs."""
     names = [c.name for c in choice.fitting]
     name = choice.candidate.name
@@ -917,6 +1046,10 @@ def _explain(choice) -> _tuning.Algorithm:
         trials = choice.trials
     elif choice.perfdb_hit:
         reason = "perf db: the benchmarked winner remembered for this problem"
+        trials = tuple((n, None) for n in names)
+    elif rule is not None:
+        reason = (f"{rule}: rank {names.index(name) + 1} of the {len(names)} candidates "
+                  f"within the workspace limit of {choice.limit} bytes")
         trials = tuple((n, None) for n in names)
     else:
         reason = (f"oneDNN's own preference order, rank {names.index(name) + 1} of the "

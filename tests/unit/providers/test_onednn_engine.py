@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import subprocess
 import sys
 
@@ -172,6 +173,64 @@ def test_bn_backward_takes_inv_variance(dev):
     close(outs[dx], want["dx"], 2e-3)
     close(outs[ds], want["dscale"], 2e-3)
     close(outs[db], want["dbias"], 2e-3)
+
+
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+def test_bn_training_relu_fused_keeps_relu_special_values(dev, layout):
+    # C = 16 NHWC runs oneDNN's jit batchnorm with fuse_norm_relu, whose mask (y > 0)
+    # turns NaN into +0: a NaN in a channel must still make that channel NaN
+    # (tests/oracle/test_edge_cases.py: NaN propagates, RELU(-inf) = +0, -0.0 -> +0.0)
+    c = 16
+    g = hd.Graph(name="bnr")
+    x = g.tensor(dims=(2, c, 3, 3), layout=layout, name="x")
+    s, b = (g.tensor(dims=(1, c, 1, 1), name=n) for n in "sb")
+    y, mean, inv, _, _ = g.batchnorm(x, s, b, epsilon=1e-5)
+    r = g.pointwise(y, mode=hd.PointwiseMode.RELU_FWD)
+    for t in (r, mean, inv):
+        t.set_output(True)
+    plan = dev.build_sync(g, engine=ONEDNN)
+    xa = rand(x, 20)
+    xa[1, 1, 2, 0] = np.nan
+    sa, ba = np.ones((1, c, 1, 1), np.float32), rand(b, 21)
+    ba[0, 0] = -np.inf                                  # channel 0: RELU(-inf) = +0
+    sa[0, 2], ba[0, 2] = 0.0, -0.0                      # channel 2: 0 * xhat + -0.0 = -0.0
+    outs = {t: empty(t) for t in (r, mean, inv)}
+    plan.execute_sync({x: xa, s: sa, b: ba, **outs})
+    got = outs[r]
+    assert np.isnan(got[:, 1]).all()
+    assert not np.isnan(np.delete(got, 1, axis=1)).any()
+    assert (got[:, 0] == 0).all() and (got[:, 2] == 0).all() and not np.signbit(got).any()
+    want = ref.bn_training(np.delete(xa, 1, axis=1), np.delete(sa, 1, axis=1),
+                           np.delete(ba, 1, axis=1), 1e-5)["y"]
+    close(np.delete(got, 1, axis=1), ref.relu(want), 1e-4)
+
+
+def test_nchw_bn_training_offers_channels_last_jit(dev):
+    # on plain NCHW oneDNN runs its generic ncsp_bnorm; the engine also offers channels-last
+    # copies around the jit batchnorm and takes that without benchmarking
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip(f"oneDNN's jit batchnorm is x86-64's; this is {platform.machine()}")
+    g = hd.Graph(name="bn_nchw")
+    x = g.tensor(dims=(4, 16, 5, 6), layout="NCHW", name="x")
+    s, b = (g.tensor(dims=(1, 16, 1, 1), name=n) for n in ("s", "b"))
+    y, mean, inv, _, _ = g.batchnorm(x, s, b, epsilon=1e-3)
+    r = g.pointwise(y, mode=hd.PointwiseMode.RELU_FWD)
+    for t in (r, mean, inv):
+        t.set_output(True)
+    xa, sa, ba = rand(x, 30), rand(s, 31), rand(b, 32)
+    want = ref.bn_training(xa, sa, ba, 1e-3)
+    for knobs in ({}, {BENCH: 1}):
+        plan = dev.build_sync(g, engine=ONEDNN, knobs=knobs)
+        names = [n for n, _ in plan.algorithm.trials]
+        assert any(n.startswith("ncsp_bnorm") for n in names), names
+        assert any("bnorm_jit" in n and "+nhwc" in n for n in names), names
+        if not knobs:
+            assert "bnorm_jit" in str(plan.algorithm) and "+nhwc" in str(plan.algorithm)
+        outs = {t: empty(t) for t in (r, mean, inv)}
+        plan.execute_sync({x: xa, s: sa, b: ba, **outs})
+        close(outs[r], ref.relu(want["y"]), 1e-4)
+        close(outs[mean], want["mean"], 1e-5)
+        close(outs[inv], want["inv_variance"], 1e-4)
 
 
 # ------------------------------------------------------------------ HALF and strided activations
