@@ -1,4 +1,4 @@
-"""ONEDNN_ENGINE (hipdnn_async.providers.cpu._onednn): ranking, knobs over oneDNN's
+"""ONEDNN_ENGINE (hipdnn_async.providers.cpu.onednn): ranking, knobs over oneDNN's
 implementations, the perf db across processes, the fallback without oneDNN, the submit
 path's launcher, constant weights reordered once, and spot checks of every pattern
 against the float64 references of tests/oracle/_reference.py (the full pattern x dtype x
@@ -309,7 +309,7 @@ def test_benchmark_is_kept_in_the_perf_db_for_a_new_process(tmp_path):
 
 
 def test_perf_key_names_cpu_isa_threads_and_version(dev):
-    from hipdnn_async.providers.cpu._onednn import OnednnEngine
+    from hipdnn_async.providers.cpu.onednn import OnednnEngine
     impl = next(i for i in dev.provider._engine_impls() if isinstance(i, OnednnEngine))
     key = impl.perf_device()
     state = load_onednn()
