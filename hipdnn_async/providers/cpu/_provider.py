@@ -1,4 +1,4 @@
-"""The CPU provider: ``ONEDNN_ENGINE`` (``providers.cpu._onednn``: oneDNN's primitives,
+"""The CPU provider: ``ONEDNN_ENGINE`` (``providers.cpu.onednn``: oneDNN's primitives,
 first where the library loads) and ``CPU_ENGINE`` (``CpuEngine``), over NumPy/BLAS and
 Cython kernels: the reference and the fallback.
 
@@ -26,7 +26,7 @@ from .. import _tuning
 from .._base import Provider, ProviderEngine, ProviderPlan
 from . import _batchnorm, _bind, _conv
 from ._bind import bind_workspace, make_binder
-from ._onednn import OnednnEngine
+from .onednn import OnednnEngine
 
 __all__ = ["CpuProvider", "CpuEngine", "CPU_ENGINE_NAME"]
 

@@ -1,4 +1,4 @@
-"""ONEDNN_ENGINE (hipdnn_async.providers.cpu._onednn): ranking, knobs over oneDNN's
+"""ONEDNN_ENGINE (hipdnn_async.providers.cpu.onednn): ranking, knobs over oneDNN's
 implementations, the perf db across processes, the fallback without oneDNN, the submit
 path's launcher, constant weights reordered once, and spot checks of every pattern
 against the float64 references of tests/oracle/_reference.py (the full pattern x dtype x
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import subprocess
 import sys
 
@@ -174,6 +175,96 @@ def test_bn_backward_takes_inv_variance(dev):
     close(outs[db], want["dbias"], 2e-3)
 
 
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+def test_bn_training_relu_fused_keeps_relu_special_values(dev, layout):
+    # C = 16 NHWC runs oneDNN's jit batchnorm with fuse_norm_relu, whose mask (y > 0)
+    # turns NaN into +0: a NaN in a channel must still make that channel NaN
+    # (tests/oracle/test_edge_cases.py: NaN propagates, RELU(-inf) = +0, -0.0 -> +0.0)
+    c = 16
+    g = hd.Graph(name="bnr")
+    x = g.tensor(dims=(2, c, 3, 3), layout=layout, name="x")
+    s, b = (g.tensor(dims=(1, c, 1, 1), name=n) for n in "sb")
+    y, mean, inv, _, _ = g.batchnorm(x, s, b, epsilon=1e-5)
+    r = g.pointwise(y, mode=hd.PointwiseMode.RELU_FWD)
+    for t in (r, mean, inv):
+        t.set_output(True)
+    plan = dev.build_sync(g, engine=ONEDNN)
+    xa = rand(x, 20)
+    xa[1, 1, 2, 0] = np.nan
+    sa, ba = np.ones((1, c, 1, 1), np.float32), rand(b, 21)
+    ba[0, 0] = -np.inf                                  # channel 0: RELU(-inf) = +0
+    sa[0, 2], ba[0, 2] = 0.0, -0.0                      # channel 2: 0 * xhat + -0.0 = -0.0
+    outs = {t: empty(t) for t in (r, mean, inv)}
+    plan.execute_sync({x: xa, s: sa, b: ba, **outs})
+    got = outs[r]
+    assert np.isnan(got[:, 1]).all()
+    assert not np.isnan(np.delete(got, 1, axis=1)).any()
+    assert (got[:, 0] == 0).all() and (got[:, 2] == 0).all() and not np.signbit(got).any()
+    want = ref.bn_training(np.delete(xa, 1, axis=1), np.delete(sa, 1, axis=1),
+                           np.delete(ba, 1, axis=1), 1e-5)["y"]
+    close(np.delete(got, 1, axis=1), ref.relu(want), 1e-4)
+
+
+def test_nchw_bn_training_offers_channels_last_jit(dev):
+    # on plain NCHW oneDNN runs its generic ncsp_bnorm; the engine also offers channels-last
+    # copies around the jit batchnorm and takes that without benchmarking
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip(f"oneDNN's jit batchnorm is x86-64's; this is {platform.machine()}")
+    g = hd.Graph(name="bn_nchw")
+    x = g.tensor(dims=(4, 16, 5, 6), layout="NCHW", name="x")
+    s, b = (g.tensor(dims=(1, 16, 1, 1), name=n) for n in ("s", "b"))
+    y, mean, inv, _, _ = g.batchnorm(x, s, b, epsilon=1e-3)
+    r = g.pointwise(y, mode=hd.PointwiseMode.RELU_FWD)
+    for t in (r, mean, inv):
+        t.set_output(True)
+    xa, sa, ba = rand(x, 30), rand(s, 31), rand(b, 32)
+    want = ref.bn_training(xa, sa, ba, 1e-3)
+    for knobs in ({}, {BENCH: 1}):
+        plan = dev.build_sync(g, engine=ONEDNN, knobs=knobs)
+        names = [n for n, _ in plan.algorithm.trials]
+        assert any(n.startswith("ncsp_bnorm") for n in names), names
+        assert any("bnorm_jit" in n and "+nhwc" in n for n in names), names
+        if not knobs:
+            assert "bnorm_jit" in str(plan.algorithm) and "+nhwc" in str(plan.algorithm)
+        outs = {t: empty(t) for t in (r, mean, inv)}
+        plan.execute_sync({x: xa, s: sa, b: ba, **outs})
+        close(outs[r], ref.relu(want["y"]), 1e-4)
+        close(outs[mean], want["mean"], 1e-5)
+        close(outs[inv], want["inv_variance"], 1e-4)
+
+
+# ------------------------------------------------------------------ HALF and strided activations
+def test_half_runs_float32_primitives_on_workspace_copies(dev):
+    # oneDNN 3.2 has f16 kernels only with AVX512-FP16 / AMX-FP16: HALF I/O runs float32
+    # primitives on float32 copies, which are pieces of the plan's workspace
+    g, x, w, y = fprop_graph("NHWC", hd.DataType.HALF, (2, 8, 9, 9), (8, 8, 3, 3), padding=1)
+    plan = dev.build_sync(g, engine=ONEDNN)
+    assert plan.engine.name == ONEDNN and str(plan.algorithm).endswith("+f32")
+    assert plan.workspace_size >= 4 * (np.prod(x.dims) + np.prod(y.dims))
+    xa, wa = rand(x, 1, np.float16), rand(w, 2, np.float16)
+    ya = empty(y, np.float16)
+    plan.execute_sync({x: xa, w: wa, y: ya})
+    want = ref.conv_fprop(xa, wa, (1, 1), (1, 1))
+    close(ya, want, 2e-3)          # one f16 rounding of a float32 sum of 72 products
+
+
+def test_strided_activations_run_on_dense_copies(dev):
+    # a channel slice (8 of 12 channels) of an NHWC buffer: oneDNN's only implementation of
+    # such strides is its reference one, so the primitive runs on a dense copy
+    g = hd.Graph(name="slice")
+    dims = (2, 8, 7, 7)
+    x = g.tensor(dims=dims, strides=(7 * 7 * 12, 1, 7 * 12, 12), name="x")
+    w = g.tensor(dims=(8, 8, 3, 3), layout="NHWC", name="w")
+    y = g.conv_fprop(x, w, padding=1)
+    y.set_output(True)
+    plan = dev.build_sync(g, engine=ONEDNN)
+    assert "+dense" in str(plan.algorithm) and not str(plan.algorithm).startswith("ref:")
+    xa, wa = rand(x, 3), rand(w, 4)
+    ya = empty(y)
+    plan.execute_sync({x: xa, w: wa, y: ya})
+    close(ya, ref.conv_fprop(xa, wa, (1, 1), (1, 1)), 1e-4)
+
+
 # ------------------------------------------------------------------ knobs and the perf db
 def test_workspace_knob_ranges_over_the_implementations(dev):
     g, x, w, y = fprop_graph(x_dims=(2, 16, 14, 14), w_dims=(16, 16, 3, 3), padding=1)
@@ -218,7 +309,7 @@ def test_benchmark_is_kept_in_the_perf_db_for_a_new_process(tmp_path):
 
 
 def test_perf_key_names_cpu_isa_threads_and_version(dev):
-    from hipdnn_async.providers.cpu._onednn import OnednnEngine
+    from hipdnn_async.providers.cpu.onednn import OnednnEngine
     impl = next(i for i in dev.provider._engine_impls() if isinstance(i, OnednnEngine))
     key = impl.perf_device()
     state = load_onednn()

@@ -1,0 +1,75 @@
+"""``ONEDNN_ENGINE``: the nine patterns through oneDNN's primitives (``runtime._onednn``).
+
+The engine ranks first on the CPU where oneDNN loads (``runtime.load_onednn``) and declines
+(``NotSupportedError``) where it does not, or where oneDNN has no implementation for a graph
+(``dnnl_unimplemented`` at build): ``CPU_ENGINE`` then runs it.
+
+How each pattern maps (primitives are created at build, never per execution):
+
+- conv fprop / dgrad / wgrad: one convolution primitive with the activations described
+  exactly as the user's memory (``dnnl_memory_desc_create_with_strides``: NCHW, NHWC, NCDHW,
+  NDHWC, any strides) and the weights as ``format_tag_any`` (oneDNN's plain-weights
+  implementations are its reference ones, ~1000x slower), reordered from / to the user's
+  layout in the same program; groups as a grouped weights descriptor, oneDNN's dilation =
+  ours - 1, asymmetric padding as ``padding_l`` / ``padding_r``. Backward weights
+  accumulate in a float32 blocked buffer converted once by the reorder. Activations that
+  are not channels-last also get channels-last candidates (reorders in and out).
+  Activations that are not packed (gaps between elements, a channel slice) run on dense
+  copies (``+dense``): oneDNN's only implementations of strided activations are its
+  reference ones.
+  oneDNN's reference implementations (``ref:any``) are never candidates: where nothing
+  else applies the engine declines.
+- conv + bias + ReLU: the forward primitive with its bias argument; RELU_FWD then runs
+  on y through the CPU kernels, since oneDNN 3.2's eltwise post-ops differ from RELU_FWD
+  on special values (``relu`` gives NaN for -inf and -0.0 for negatives, ``clip`` maps
+  NaN to the lower bound).
+- batchnorm inference (variance): one forward-inference primitive with global statistics.
+- batchnorm training (+ ReLU): one forward-training primitive, with ``fuse_norm_relu`` for
+  an unclipped ReLU (its mask goes to a workspace piece, ``DNNL_ARG_WORKSPACE``); its jit
+  implementation maps NaN to +0 (mask y > 0), so a channel whose statistics, scale or bias
+  are not finite is recomputed on the host (RELU_FWD keeps NaN); a clipped ReLU runs on the
+  result through the CPU kernels. oneDNN returns the batch variance,
+  converted per channel to ``inv_variance = 1 / sqrt(variance + epsilon)``; the running
+  statistics are updated per channel as ``CPU_ENGINE`` does (unbiased variance).
+- batchnorm backward: one backward primitive given ``variance = 1 / inv_variance**2`` and
+  epsilon 0 (so oneDNN's ``1 / sqrt(variance + 0)`` is the graph's inv_variance).
+- batchnorm inference -> RELU_BWD -> batchnorm backward: a forward-training primitive with
+  global statistics and ``fuse_norm_relu`` writes the ReLU mask, the backward primitive
+  with ``fuse_norm_relu`` applies it: two primitives, one program. A clipped ReLU has no
+  oneDNN mask (``fuse_norm_relu`` masks y > 0 only): a first program runs the
+  forward-inference primitive into a float32 y, dy's float32 copy is zeroed where
+  ``lower < y < upper`` fails, then the backward primitive runs on it.
+- batchnorm activations that are not packed run on dense copies, as convolutions do.
+
+HALF (float16) I/O: oneDNN 3.2 has f16 convolution and batchnorm kernels only on CPUs with
+AVX512-FP16 or AMX-FP16, so every HALF graph runs float32 primitives on float32 copies
+(candidate names ``+f32``): the f16 -> f32 reorders in are exact, the f32 -> f16 reorder
+of each result rounds once (what the tolerance table assumes); weights are reordered to
+oneDNN's blocked float32 layout, a HALF bias to a float32 vector. Every copy is a piece
+of the plan's workspace (``workspace_size`` counts it).
+
+Batchnorm candidates: the user's layout, and for activations that are not channels-last
+also channels-last copies (``+nhwc``: reorders in and out around oneDNN's jit batchnorm,
+which takes no plain NCHW memory; there oneDNN runs its generic ``ncsp_bnorm:any``); for
+batchnorm training + ReLU each with ``fuse_norm_relu`` and with a separate ReLU pass.
+Without benchmarking a jit implementation is taken before the generic ones (measured on
+8x256x28x28, one thread: NCHW training + ReLU 3.2 ms through ``+nhwc`` fused vs 19-20 ms
+generic), except for batchnorm inference, which keeps the user's layout (one pass at
+memory speed: the reorders cost more in float32).
+
+Per-channel tensors (scale, bias, statistics) whose channel stride is not 1 are staged
+through the workspace (oneDNN reads and writes them as dense vectors).
+
+Choosing: a primitive descriptor's implementations (``next_impl``, named by
+``impl_info_str``) are the candidates, in oneDNN's own preference order; each needs the
+workspace of its scratchpad plus the blocked weights (``global.workspace_size_limit``
+ranges over these). ``global.benchmarking = 1`` times the candidates and keeps the
+fastest in the perf db, keyed by CPU model, ISA, threads and oneDNN version.
+"""
+from __future__ import annotations
+
+from ._engine import OnednnEngine
+from ._plan import OnednnPlan
+from ._program import ONEDNN_ENGINE_NAME
+
+__all__ = ["OnednnEngine", "OnednnPlan", "ONEDNN_ENGINE_NAME"]

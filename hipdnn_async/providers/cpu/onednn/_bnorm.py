@@ -1,0 +1,284 @@
+"""Batchnorm through oneDNN: one builder per pattern (training (+ ReLU), inference,
+backward, inference -> DReLU -> backward) and ``Bn``, a problem's candidates (layouts,
+fused or separate ReLU) and the heuristic choosing among them."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...._layout import packed_strides
+from ...._types import DataType
+from ....patterns import Pattern
+from ... import _tuning
+from .. import _batchnorm
+from ._program import (ProgramSpec, channel_md, decline, dnnl, memory_order, packed_md, put,
+                       vec, ws_view)
+
+__all__ = ["Bn", "BN_BUILDERS"]
+
+
+def _bn_inference_variance(match, order, fuse, dry):
+    t, p = match.tensors, match.params
+    roles = ["x", "y", "mean", "variance", "scale", "bias"]
+    eps = float(p["epsilon"])
+    if not eps > 0:
+        raise decline(f"epsilon = {eps!r}; CPU_ENGINE reports it")
+    spec = ProgramSpec(roles, dry=dry)
+    x, y = spec.activation("x", t["x"], order), spec.activation("y", t["y"], order)
+    pd = dnnl.bn_forward(dnnl.PROP_FORWARD_INFERENCE, x[1], y[1], eps,
+                         dnnl.USE_GLOBAL_STATS | dnnl.USE_SCALE | dnnl.USE_SHIFT)
+    spec.reorder_in(x)
+    spec.step(pd, [(dnnl.ARG_SRC, x[0]), (dnnl.ARG_DST, y[0]),
+                   (dnnl.ARG_MEAN, spec.channel("mean", t["mean"])),
+                   (dnnl.ARG_VARIANCE, spec.channel("variance", t["variance"])),
+                   (dnnl.ARG_SCALE, spec.channel("scale", t["scale"])),
+                   (dnnl.ARG_SHIFT, spec.channel("bias", t["bias"]))])
+    spec.reorder_out(y)
+    return spec, pd, None
+
+
+def _bn_training(match, order, fuse, dry):
+    t, p = match.tensors, match.params
+    x = t["x"]
+    m = x.dims[0] * math.prod(x.dims[2:])
+    eps = float(p["epsilon"])
+    if m < 2 or not eps > 0:
+        raise decline(f"N*spatial = {m}, epsilon = {eps!r}; CPU_ENGINE reports them")
+    relu = match.pattern == Pattern.BN_TRAINING_RELU
+    lo, hi = p.get("relu_lower_clip"), p.get("relu_upper_clip")
+    real = {r for r, tt in t.items() if not tt.is_virtual}
+    roles = [r for r in ("x", "y", "scale", "bias", "mean", "inv_variance", "prev_running_mean",
+                         "prev_running_variance", "next_running_mean",
+                         "next_running_variance") if r in real]
+    spec = ProgramSpec(roles, dry=dry)
+    xm, ym = spec.activation("x", x, order), spec.activation("y", t["y"], order)
+    # ``fuse``: an unclipped ReLU is oneDNN's fuse_norm_relu (y > 0 ? y : +0, its mask
+    # written to the workspace); else the ReLU runs on y after the primitive
+    fused = fuse and relu and lo in (None, 0.0) and hi is None
+    pd = dnnl.bn_forward(dnnl.PROP_FORWARD_TRAINING, xm[1], ym[1], eps,
+                         dnnl.USE_SCALE | dnnl.USE_SHIFT | (dnnl.FUSE_NORM_RELU if fused else 0))
+    c = x.dims[1]
+    stat_md = dnnl.MemoryDesc((c,), dnnl.DATA_F32, strides=(1,))
+    for role in ("scale", "bias", "mean", "inv_variance", "prev_running_mean",
+                 "prev_running_variance", "next_running_mean", "next_running_variance"):
+        if role in real:
+            channel_md(t[role])                       # declines a non-FLOAT statistic
+    mean = (spec.channel("mean", t["mean"], output=True) if "mean" in real
+            else spec.scratch(stat_md, "mean"))
+    args = [(dnnl.ARG_SRC, xm[0]), (dnnl.ARG_DST, ym[0]),
+            (dnnl.ARG_SCALE, spec.channel("scale", t["scale"])),
+            (dnnl.ARG_SHIFT, spec.channel("bias", t["bias"])),
+            (dnnl.ARG_MEAN, mean), (dnnl.ARG_VARIANCE, spec.scratch(stat_md, "variance"))]
+    mask = pd.md(dnnl.QUERY_WORKSPACE_MD)
+    if mask is not None:
+        args.append((dnnl.ARG_WORKSPACE, spec.scratch(mask)))
+    spec.reorder_in(xm)
+    spec.step(pd, args)
+    spec.reorder_out(ym)
+    momentum = p.get("momentum")
+    clips = (lo, hi) if relu and not fused else None
+    mean_virtual = "mean" not in real
+
+    def hooks(b, workspace):
+        def after():
+            var = vec(ws_view(workspace, spec, "variance"))
+            if "inv_variance" in b:
+                put(b["inv_variance"], 1.0 / np.sqrt(var + eps))
+            if clips is not None:
+                _batchnorm.relu(b["y"], b["y"], *clips)
+            elif fused:
+                _nonfinite_channels(b, workspace, spec, var, eps, mean_virtual)
+            if "next_running_mean" in b or "next_running_variance" in b:
+                mom = float(momentum)
+                if "next_running_mean" in b:
+                    mu = vec(ws_view(workspace, spec, "mean") if mean_virtual else b["mean"])
+                    put(b["next_running_mean"],
+                         (1.0 - mom) * vec(b["prev_running_mean"]) + mom * mu)
+                if "next_running_variance" in b:
+                    put(b["next_running_variance"],
+                         (1.0 - mom) * vec(b["prev_running_variance"])
+                         + mom * var * (m / (m - 1.0)))
+        return None, after
+
+    if ("next_running_mean" in real or "next_running_variance" in real) and momentum is None:
+        raise decline("running statistics without a momentum; CPU_ENGINE reports it")
+    return spec, pd, hooks
+
+
+def _nonfinite_channels(b, workspace, spec, var, eps, mean_virtual) -> None:
+    """oneDNN's jit fuse_norm_relu writes +0 where y is NaN (its mask is y > 0; its
+    generic implementations keep the NaN): in a channel whose statistics, scale or bias
+    are not finite (the only way y gets a NaN: with finite ones, y is finite or an
+    overflowed +-inf, which the mask maps right), recompute
+    ``y = RELU_FWD(scale * (x - mean) / sqrt(variance + epsilon) + bias)``, NaN kept."""
+    mu = vec(ws_view(workspace, spec, "mean") if mean_virtual else b["mean"])
+    sc, sh = vec(b["scale"]), vec(b["bias"])
+    bad = ~(np.isfinite(mu) & np.isfinite(var) & np.isfinite(sc) & np.isfinite(sh))
+    if not bad.any():
+        return
+    x, y = b["x"], b["y"]
+    for c in np.flatnonzero(bad):
+        v = (sc[c] * (np.asarray(x[:, c], np.float64) - mu[c]) / np.sqrt(var[c] + eps)
+             + sh[c]).astype(np.float32)
+        _batchnorm.relu(v, v)
+        y[:, c] = v
+
+
+def _bn_backward(match, order, fuse, dry):
+    t = match.tensors
+    drelu = match.pattern == Pattern.BN_INFERENCE_DRELU_BACKWARD
+    lo = hi = None
+    if drelu:
+        lo, hi = match.params.get("relu_lower_clip"), match.params.get("relu_upper_clip")
+    # fuse_norm_relu masks y > 0 only; a clipped RELU_BWD is composed (``_clipped_drelu``)
+    clipped = drelu and (lo not in (None, 0.0) or hi is not None)
+    roles = ["x", "dy", "scale", "mean", "inv_variance", "dx", "dscale", "dbias"] + (
+        ["bias"] if drelu else [])
+    x, dy, dx = t["x"], t["dy"], t["dx"]
+    for role in ("scale", "mean", "inv_variance", "dscale", "dbias") + (("bias",) if drelu else ()):
+        channel_md(t[role])
+    c = x.dims[1]
+    stat_md = dnnl.MemoryDesc((c,), dnnl.DATA_F32, strides=(1,))
+    spec = ProgramSpec(roles, dry=dry)
+    # the clipped composition keeps its intermediates (y, the masked dy) in float32
+    f32 = (lambda tt: None if tt.data_type == DataType.FLOAT else dnnl.DATA_F32) if clipped \
+        else (lambda tt: None)
+    xm = spec.activation("x", x, order, data_type=f32(x))
+    dym = spec.activation("dy", dy, order, data_type=dnnl.DATA_F32 if clipped else None)
+    dxm = spec.activation("dx", dx, order, data_type=f32(dx))
+    relu = dnnl.FUSE_NORM_RELU if drelu and not clipped else 0
+    flags = dnnl.USE_SCALE | dnnl.USE_SHIFT | relu
+    # epsilon 0: oneDNN's 1/sqrt(variance + 0) is then the graph's inv_variance
+    y_md = packed_md(x, xm[1].data_type, order) if drelu else dym[1]
+    hint = dnnl.bn_forward(dnnl.PROP_FORWARD_TRAINING, xm[1], y_md, 0.0, flags)
+    pd = dnnl.bn_backward(dnnl.PROP_BACKWARD, dxm[1], dym[1], xm[1], 0.0, flags, hint)
+    mean = spec.channel("mean", t["mean"])
+    scale = spec.channel("scale", t["scale"])
+    var = spec.scratch(stat_md, "variance")
+    args = [(dnnl.ARG_SRC, xm[0]), (dnnl.ARG_DIFF_DST, dym[0]),
+            (dnnl.ARG_MEAN, mean), (dnnl.ARG_VARIANCE, var), (dnnl.ARG_SCALE, scale),
+            (dnnl.ARG_DIFF_SRC, dxm[0]),
+            (dnnl.ARG_DIFF_SCALE, spec.channel("dscale", t["dscale"], output=True)),
+            (dnnl.ARG_DIFF_SHIFT, spec.channel("dbias", t["dbias"], output=True))]
+    spec.reorder_in(xm)
+    spec.reorder_in(dym)
+    if drelu:
+        fwd_args = [(dnnl.ARG_SRC, xm[0]), (dnnl.ARG_DST, spec.scratch(y_md, "y")),
+                    (dnnl.ARG_MEAN, mean), (dnnl.ARG_VARIANCE, var), (dnnl.ARG_SCALE, scale),
+                    (dnnl.ARG_SHIFT, spec.channel("bias", t["bias"]))]
+        if clipped:
+            fwd = dnnl.bn_forward(dnnl.PROP_FORWARD_INFERENCE, xm[1], y_md, 0.0,
+                                  dnnl.USE_SCALE | dnnl.USE_SHIFT | dnnl.USE_GLOBAL_STATS)
+        else:
+            fwd = dnnl.bn_forward(dnnl.PROP_FORWARD_TRAINING, xm[1], y_md, 0.0,
+                                  flags | dnnl.USE_GLOBAL_STATS)
+            mask = spec.scratch(fwd.md(dnnl.QUERY_WORKSPACE_MD))
+            fwd_args.append((dnnl.ARG_WORKSPACE, mask))
+            args.append((dnnl.ARG_WORKSPACE, mask))
+        spec.step(fwd, fwd_args)
+    first = len(spec.steps)
+    spec.step(pd, args)
+    spec.reorder_out(dxm)
+
+    if not clipped:
+        def hooks(b, workspace):
+            def before():
+                _variance_from_inv(b, workspace, spec)
+            return before, None
+        return spec, pd, hooks
+    return spec, pd, _clipped_drelu(spec, x, order, first, dym[0],
+                                    0.0 if lo is None else float(lo),
+                                    math.inf if hi is None else float(hi))
+
+
+def _variance_from_inv(b, workspace, spec) -> None:
+    """The workspace's float32 variance = 1 / inv_variance**2 (read with epsilon 0)."""
+    inv = vec(b["inv_variance"])
+    with np.errstate(divide="ignore", over="ignore"):
+        ws_view(workspace, spec, "variance")[...] = 1.0 / (inv * inv)
+
+
+def _clipped_drelu(spec, x, order, first, dy_index, lo, hi):
+    """Hooks composing batchnorm inference -> clipped RELU_BWD -> batchnorm backward:
+    ``spec``'s steps before ``first`` (the reorders in and the inference primitive writing
+    the float32 y) run as a separate program before the main one (its steps from
+    ``first``: the backward primitive), and between them the float32 copy of dy is zeroed
+    where ``lo < y < hi`` fails (a NaN y masks, as RELU_BWD's comparison does)."""
+    pre = None if spec.dry else spec.program(spec.steps[:first])
+    spec.pre_steps, spec.steps = spec.steps[:first], spec.steps[first:]
+    dims = tuple(x.dims)
+    strides = tuple(4 * s for s in packed_strides(dims, memory_order(x) if order is None else order))
+    y_off, _ = spec.offset("y")
+    dy_off = spec.mems[dy_index][2]
+
+    def hooks(b, workspace):
+        def before():
+            _variance_from_inv(b, workspace, spec)
+            pre.run(tuple(b[r] for r in spec.roles), workspace)
+            y = np.ndarray(dims, np.float32, workspace, y_off, strides)
+            g = np.ndarray(dims, np.float32, workspace, dy_off, strides)
+            inside = np.greater(y, lo)
+            inside &= np.less(y, hi)
+            np.copyto(g, 0.0, where=~inside)
+        return before, None
+    return hooks
+
+
+BN_BUILDERS = {
+    Pattern.BN_INFERENCE_VARIANCE: _bn_inference_variance,
+    Pattern.BN_TRAINING: _bn_training,
+    Pattern.BN_TRAINING_RELU: _bn_training,
+    Pattern.BN_BACKWARD: _bn_backward,
+    Pattern.BN_INFERENCE_DRELU_BACKWARD: _bn_backward,
+}
+
+
+class Bn:
+    """One batchnorm problem and its candidates: the user's layout and, for activations
+    that are not channels-last, channels-last copies (reordered in and out: oneDNN's jit
+    batchnorm takes only blocked or channels-last memory; on plain NCHW it runs its generic
+    ``ncsp_bnorm:any``), each for batchnorm training + ReLU with ``fuse_norm_relu`` and with
+    the ReLU as a separate pass."""
+
+    def __init__(self, match):
+        self.match = match
+        self.builder = BN_BUILDERS[match.pattern]
+        x = match.tensors["x"]
+        orders = [("", None)]
+        if x.strides[1] != 1 and x.dims[1] > 1:
+            rank = len(x.dims)
+            orders.append(("+nhwc", (0,) + tuple(range(2, rank)) + (1,)))
+        p = match.params
+        fusable = (match.pattern == Pattern.BN_TRAINING_RELU
+                   and p.get("relu_lower_clip") in (None, 0.0) and p.get("relu_upper_clip") is None)
+        self.impls = []                      # (name, order, fuse, workspace bytes, jit?)
+        for suffix, order in orders:
+            for fuse in ((True, False) if fusable else (False,)):
+                spec, pd, _ = self.builder(match, order, fuse, True)
+                name = "+".join(spec.names) + suffix
+                if match.pattern == Pattern.BN_TRAINING_RELU:
+                    name += "+fuse_norm_relu" if fuse else "+relu"
+                self.impls.append((name, order, fuse, spec.ws.size, "jit" in pd.impl_name))
+
+    def candidates(self) -> list:
+        return [_tuning.Candidate(name, i, ws) for i, (name, _o, _f, ws, _j)
+                in enumerate(self.impls)]
+
+    def heuristic(self, fitting, limit):
+        """Without timing: a jit implementation before the generic ones (``ncsp_bnorm``,
+        ``nspc_bnorm``: 5-20x slower in training and backward, and fuse_norm_relu 10x
+        slower than a separate ReLU pass there); batchnorm inference keeps the user's
+        layout (one pass without barriers: the generic kernel runs at memory speed and the
+        two reorders cost more)."""
+        if self.match.pattern == Pattern.BN_INFERENCE_VARIANCE:
+            return fitting[0]
+        jit = [c for c in fitting if self.impls[c.id][4]]
+        if jit:
+            return jit[0]
+        unfused = [c for c in fitting if not self.impls[c.id][2]]
+        return (unfused or fitting)[0]
+
+    def build(self, candidate):
+        _, order, fuse, _, _ = self.impls[candidate.id]
+        return self.builder(self.match, order, fuse, False)

@@ -1,0 +1,120 @@
+"""Choosing among candidates: timing them under ``global.benchmarking`` and
+``plan.algorithm``'s name and reason."""
+from __future__ import annotations
+
+import logging
+import math
+import time
+
+import numpy as np
+
+from .... import _knobs
+from ...._errors import DeviceError
+from ...._types import numpy_dtype
+from ... import _tuning
+from ._bnorm import Bn
+from ._conv import Conv
+from ._plan import OnednnPlan
+from ._program import ONEDNN_ENGINE_NAME
+
+__all__ = ["benchmark_conv", "benchmark_bn", "explain"]
+
+log = logging.getLogger("hipdnn_async")
+
+# Benchmarking: one warm-up, then timed runs until this many or this much time (s).
+_BENCH_RUNS = 5
+_BENCH_BUDGET_S = 0.5
+
+
+def scratch_array(tensor) -> np.ndarray:
+    """U(-1, 1) values with the tensor's dims and strides (for timing runs)."""
+    from ....runtime import DeviceArray
+    arr = DeviceArray(tensor.dims, numpy_dtype(tensor.data_type), tensor.strides)
+    arr.view[...] = np.random.default_rng(0).uniform(-1, 1, arr.dims)
+    return arr.view
+
+
+def benchmark_conv(conv: Conv, fitting):
+    """Time each candidate's program on scratch tensors: (fastest, its ms, trials)."""
+    t = conv.match.tensors
+    roles = [conv.roles.x, conv.roles.w, conv.roles.y] + ([conv.bias_role] if conv.bias_role else [])
+    try:
+        arrays = {r: scratch_array(t[r]) for r in roles}
+    except MemoryError:
+        raise DeviceError(f"{ONEDNN_ENGINE_NAME}: benchmarking conv_{conv.direction} cannot "
+                          "allocate its scratch tensors; build without "
+                          f"'{_knobs.BENCHMARKING}'") from None
+    times = []
+    for cand in fitting:
+        _, pd, _, variant = conv.impls[cand.id]
+        program, spec = conv.program(pd, variant=variant)
+        ws = np.empty(program.workspace_size, np.uint8) if program.workspace_size else None
+        args = tuple(arrays[r] for r in spec.roles)
+        program.run(args, ws)                                   # warm-up
+        runs, start = [], time.perf_counter()
+        while len(runs) < _BENCH_RUNS and time.perf_counter() - start < _BENCH_BUDGET_S:
+            t0 = time.perf_counter()
+            program.run(args, ws)
+            runs.append((time.perf_counter() - t0) * 1e3)
+        times.append(min(runs))
+        log.info("benchmark %s: %s %.3f ms", conv.direction, cand.name, times[-1])
+        program.close()
+    best = _tuning.fastest(times)
+    return fitting[best], times[best], tuple((c.name, ms) for c, ms in zip(fitting, times))
+
+
+def benchmark_bn(bn: Bn, fitting):
+    """Time each batchnorm candidate's plan (its host work included) on scratch tensors:
+    (fastest, its ms, trials)."""
+    t = bn.match.tensors
+    arrays = {}
+    try:
+        for role, tensor in t.items():
+            if not tensor.is_virtual:
+                arrays[role] = scratch_array(tensor)
+                if math.prod(tensor.dims) == tensor.dims[1]:       # statistics: positive
+                    np.abs(arrays[role], out=arrays[role])
+                    arrays[role] += 0.5
+    except MemoryError:
+        raise DeviceError(f"{ONEDNN_ENGINE_NAME}: benchmarking batchnorm cannot allocate its "
+                          f"scratch tensors; build without '{_knobs.BENCHMARKING}'") from None
+    times = []
+    for cand in fitting:
+        spec, _, hooks = bn.build(cand)
+        plan = OnednnPlan(bn.match, spec.program(), spec, cand.name, hooks=hooks)
+        ws = np.empty(plan.workspace_size, np.uint8) if plan.workspace_size else None
+        plan.run(arrays, ws)                                    # warm-up
+        runs, start = [], time.perf_counter()
+        while len(runs) < _BENCH_RUNS and time.perf_counter() - start < _BENCH_BUDGET_S:
+            t0 = time.perf_counter()
+            plan.run(arrays, ws)
+            runs.append((time.perf_counter() - t0) * 1e3)
+        times.append(min(runs))
+        log.info("benchmark batchnorm: %s %.3f ms", cand.name, times[-1])
+        plan.program.close()
+    best = _tuning.fastest(times)
+    return fitting[best], times[best], tuple((c.name, ms) for c, ms in zip(fitting, times))
+
+
+def explain(choice, rule=None) -> _tuning.Algorithm:
+    """``plan.algorithm``: oneDNN's implementation name and why it runs."""
+    names = [c.name for c in choice.fitting]
+    name = choice.candidate.name
+    if choice.benchmarked:
+        reason = (f"benchmarked: the fastest of {len(choice.trials)} oneDNN implementations "
+                  f"(the minimum of up to {_BENCH_RUNS} runs each within {_BENCH_BUDGET_S} s, "
+                  "after a warm-up)")
+        trials = choice.trials
+    elif choice.perfdb_hit:
+        reason = "perf db: the benchmarked winner remembered for this problem"
+        trials = tuple((n, None) for n in names)
+    elif rule is not None:
+        reason = (f"{rule}: rank {names.index(name) + 1} of the {len(names)} candidates "
+                  f"within the workspace limit of {choice.limit} bytes")
+        trials = tuple((n, None) for n in names)
+    else:
+        reason = (f"oneDNN's own preference order, rank {names.index(name) + 1} of the "
+                  f"{len(names)} implementations within the workspace limit of "
+                  f"{choice.limit} bytes")
+        trials = tuple((n, None) for n in names)
+    return _tuning.Algorithm(name, reason, trials)

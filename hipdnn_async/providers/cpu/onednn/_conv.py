@@ -1,0 +1,215 @@
+"""Convolutions through oneDNN: ``Conv`` (one problem, its implementations and the
+program running one of them) and the RELU_FWD hooks of conv + bias + ReLU."""
+from __future__ import annotations
+
+from ...._errors import NotSupportedError
+from ...._types import ConvolutionMode, DataType
+from ....patterns import Pattern, conv_roles
+from ... import _tuning
+from .. import _batchnorm
+from ._program import (ProgramSpec, channel_like, channels_last_md, compute_type, decline,
+                       dnnl, dnnl_type, is_native, packed_md, user_md)
+
+__all__ = ["Conv", "clip_hooks"]
+
+
+class Conv:
+    """One convolution problem in oneDNN's terms, and its implementations."""
+
+    def __init__(self, match):
+        roles, t = conv_roles(match.pattern), match.tensors
+        conv = match.params["conv"]
+        if conv.mode != ConvolutionMode.CROSS_CORRELATION:
+            raise decline("oneDNN computes cross-correlation only; the graph asks for "
+                           f"{conv.mode.name}")
+        self.match, self.roles = match, roles
+        self.direction = roles.direction.label
+        x, w, y = t[roles.x], t[roles.w], t[roles.y]
+        self.x_md, self.y_md = user_md(x), user_md(y)
+        g = conv.groups
+        k, cg = w.dims[0], w.dims[1]
+        if g > 1:
+            wd = (g, k // g, cg) + tuple(w.dims[2:])
+            ws = (w.strides[0] * (k // g),) + tuple(w.strides)
+        else:
+            wd, ws = tuple(w.dims), tuple(w.strides)
+        user_md(w)
+        self.w_user = dnnl.MemoryDesc(wd, dnnl_type(w), strides=ws)
+        self.w_dims, self.w_type = wd, compute_type(w)
+        self.geometry = (tuple(conv.stride), tuple(d - 1 for d in conv.dilation),
+                         tuple(conv.pre_padding), tuple(conv.post_padding))
+        self.bias_role = "bias" if "bias" in t else None
+        self.bias_md = None
+        if self.bias_role:
+            bias = t["bias"]
+            self.bias_md = channel_like(bias)
+            if bias.data_type == DataType.HALF:
+                # the f32 primitive takes an f32 bias, converted in the program
+                self.bias_md = dnnl.MemoryDesc((bias.dims[1],), dnnl.DATA_F32, strides=(1,))
+        self.post_ops, self.clips = [], None
+        if match.pattern == Pattern.CONV_FPROP_BIAS_RELU:
+            # RELU_FWD runs on y after the primitive: oneDNN 3.2's eltwise post-ops do not
+            # compute it exactly (relu: 0 * x gives NaN for -inf and -0.0 for negatives;
+            # clip / clip_v2 turn NaN into the lower bound: tests/oracle/test_edge_cases.py)
+            self.clips = (match.params.get("relu_lower_clip"), match.params.get("relu_upper_clip"))
+        self.impls = self._walk()
+        if not self.impls:
+            raise decline(f"oneDNN has no optimized implementation of conv_{self.direction} "
+                           f"for {match.signature} (only its reference one)")
+
+    def _w_any(self, dtype=None):
+        return dnnl.MemoryDesc(self.w_dims, self.w_type if dtype is None else dtype,
+                               tag=dnnl.FORMAT_TAG_ANY)
+
+    def _first(self, x_md, y_md):
+        s, d, pl, pr = self.geometry
+        if self.direction == "fprop":
+            return dnnl.conv_forward(dnnl.PROP_FORWARD_INFERENCE, x_md, self._w_any(),
+                                     self.bias_md, y_md, s, d, pl, pr, self.post_ops)
+        hint = dnnl.conv_forward(dnnl.PROP_FORWARD_TRAINING, x_md, self._w_any(), None,
+                                 y_md, s, d, pl, pr)
+        if self.direction == "dgrad":
+            return dnnl.conv_backward_data(x_md, self._w_any(), y_md, s, d, pl, pr, hint)
+        # accumulate weight gradients in float32; the reorder to the user's dw converts once
+        try:
+            return dnnl.conv_backward_weights(x_md, self._w_any(dnnl.DATA_F32), y_md,
+                                              s, d, pl, pr, hint)
+        except NotSupportedError:
+            return dnnl.conv_backward_weights(x_md, self._w_any(), y_md, s, d, pl, pr, hint)
+
+    def _variants(self) -> list:
+        """(name suffix, x and y descriptors the primitive takes): the user's layout, and
+        for activations that are not channels-last also packed channels-last copies
+        (reordered in and out in the same program), candidates for benchmarking: on
+        plain NCHW oneDNN runs its GEMM-based implementation (``gemm:jit``), and the NHWC
+        kernels plus two reorders may be faster. The user's layout stays first (the
+        heuristic's choice): the channels-last bf16 kernels pair channels, and with an
+        odd C an inf input met a zero-padded weight there (inf * 0 = NaN,
+        tests/oracle/test_edge_cases.py)."""
+        t = self.match.tensors
+        x, y = t[self.roles.x], t[self.roles.y]
+        if is_native(x) and is_native(y):
+            out = [("", self.x_md, self.y_md)]
+            suffix = ""
+        else:
+            # HALF runs on float32 copies; strided (non-packed) activations on dense copies:
+            # oneDNN's only implementations of strided activations are its reference ones
+            suffix = "+f32" if x.data_type == DataType.HALF else "+dense"
+            out = [(suffix, packed_md(x, compute_type(x)), packed_md(y, compute_type(y)))]
+        if x.strides[1] == 1 and y.strides[1] == 1:
+            return out
+        return out + [(suffix + "+nhwc", channels_last_md(x, compute_type(x)),
+                       channels_last_md(y, compute_type(y)))]
+
+    def _walk(self) -> list:
+        """(name, PrimitiveDesc at that implementation, workspace bytes) per implementation,
+        in oneDNN's order; repeated names get ``#2``, ``#3``."""
+        out, seen = [], {}
+        for suffix, x_md, y_md in self._variants():
+            try:
+                pd = self._first(x_md, y_md)
+            except NotSupportedError:
+                continue
+            variant = (x_md, y_md) if suffix else None
+            while True:
+                name = pd.impl_name
+                if not name.startswith("ref:"):
+                    # oneDNN's reference implementations (ref:any) are never candidates:
+                    # 100-5000x slower than CPU_ENGINE, and in 3.2 wrong for a strided
+                    # 3-D destination with bias (tests/oracle, CONV_FPROP_BIAS_RELU)
+                    name += suffix
+                    seen[name] = seen.get(name, 0) + 1
+                    if seen[name] > 1:
+                        name = f"{name}#{seen[name]}"
+                    impl = pd.clone()
+                    out.append((name, impl, self.program(impl, dry=True, variant=variant),
+                                variant))
+                if not pd.next_impl():
+                    break
+        return out
+
+    def candidates(self) -> list:
+        return [_tuning.Candidate(name, i, ws) for i, (name, _, ws, _v) in enumerate(self.impls)]
+
+    def program(self, pd, *, dry=False, frozen_w=None, variant=None):
+        """(Program, its ProgramSpec) running implementation ``pd``; ``dry``: only the
+        workspace bytes it needs (no primitive is created). ``frozen_w``: an array already
+        holding the weights in ``pd``'s layout (the reorder is then not part of it).
+        ``variant``: (x, y) descriptors the primitive takes instead of the user's, whose
+        activations are reordered in (inputs) and out (the output) around it."""
+        roles = [self.roles.x, self.roles.w, self.roles.y] + ([self.bias_role] if self.bias_role else [])
+        spec = ProgramSpec(roles, dry=dry)
+        x = x_user = spec.array(self.roles.x, self.x_md)
+        y = y_user = spec.array(self.roles.y, self.y_md)
+        w_user = spec.array(self.roles.w, self.w_user)
+        outputs = []
+        if variant is not None:
+            x_md, y_md = variant
+            x, y = spec.scratch(x_md), spec.scratch(y_md)
+            ins = {"fprop": ((self.x_md, x_md, x_user, x),),
+                   "dgrad": ((self.y_md, y_md, y_user, y),),
+                   "wgrad": ((self.x_md, x_md, x_user, x), (self.y_md, y_md, y_user, y))}
+            for src_md, dst_md, src, dst in ins[self.direction]:
+                spec.step(dnnl.reorder(src_md, dst_md), [(dnnl.ARG_SRC, src), (dnnl.ARG_DST, dst)])
+            if self.direction == "fprop":
+                outputs.append((y_md, self.y_md, y, y_user))
+            elif self.direction == "dgrad":
+                outputs.append((x_md, self.x_md, x, x_user))
+        w_query = dnnl.QUERY_DIFF_WEIGHTS_MD if self.direction == "wgrad" else dnnl.QUERY_WEIGHTS_MD
+        w_md = pd.md(w_query)
+        plain = w_md.equals(self.w_user)
+        if self.direction == "wgrad":
+            w = w_user if plain else spec.scratch(w_md)
+            spec.step(pd, [(dnnl.ARG_SRC, x), (dnnl.ARG_DIFF_DST, y), (dnnl.ARG_DIFF_WEIGHTS, w)])
+            if not plain:
+                spec.step(dnnl.reorder(w_md, self.w_user), [(dnnl.ARG_SRC, w),
+                                                            (dnnl.ARG_DST, w_user)])
+        else:
+            if plain:
+                w = w_user
+            elif frozen_w is not None:
+                spec.mems.append((w_md, dnnl.MEM_OWNED, frozen_w))
+                w = len(spec.mems) - 1
+            else:
+                w = spec.scratch(w_md, "w")
+                spec.step(dnnl.reorder(self.w_user, w_md), [(dnnl.ARG_SRC, w_user),
+                                                            (dnnl.ARG_DST, w)])
+            if self.direction == "fprop":
+                args = [(dnnl.ARG_SRC, x), (dnnl.ARG_WEIGHTS, w), (dnnl.ARG_DST, y)]
+                if self.bias_role:
+                    bias = self.match.tensors[self.bias_role]
+                    if bias.data_type == DataType.HALF:
+                        b_user = spec.array(self.bias_role, channel_like(bias))
+                        b = spec.scratch(self.bias_md)
+                        spec.step(dnnl.reorder(channel_like(bias), self.bias_md),
+                                  [(dnnl.ARG_SRC, b_user), (dnnl.ARG_DST, b)])
+                    else:
+                        b = spec.channel(self.bias_role, bias, dtype="own")
+                    args.append((dnnl.ARG_BIAS, b))
+            else:
+                args = [(dnnl.ARG_DIFF_DST, y), (dnnl.ARG_WEIGHTS, w), (dnnl.ARG_DIFF_SRC, x)]
+            spec.step(pd, args)
+        for src_md, dst_md, src, dst in outputs:
+            spec.step(dnnl.reorder(src_md, dst_md), [(dnnl.ARG_SRC, src), (dnnl.ARG_DST, dst)])
+        if dry:
+            return spec.ws.size
+        return spec.program(), spec
+
+    def weights_layout(self, pd):
+        """The blocked weights descriptor ``pd`` reads, or None where it reads the user's."""
+        if self.direction == "wgrad":
+            return None
+        w_md = pd.md(dnnl.QUERY_WEIGHTS_MD)
+        return None if w_md.equals(self.w_user) else w_md
+
+
+def clip_hooks(conv):
+    """Hooks running RELU_FWD on a convolution's y (pattern 8), or None."""
+    if conv.clips is None:
+        return None
+    lo, hi = conv.clips
+
+    def hooks(b, workspace):
+        y = b[conv.roles.y]
+        return None, lambda: _batchnorm.relu(y, y, lo, hi)
+    return hooks

@@ -1,0 +1,95 @@
+"""``OnednnEngine``: ``ONEDNN_ENGINE``, ranked first on the CPU where oneDNN loads."""
+from __future__ import annotations
+
+from ....patterns import conv_roles
+from ....runtime import load_onednn
+from ... import _tuning
+from ..._base import ProviderEngine, ProviderPlan
+from ._bnorm import Bn
+from ._choose import benchmark_bn, benchmark_conv, explain
+from ._conv import Conv, clip_hooks
+from ._plan import OnednnPlan
+from ._program import ONEDNN_ENGINE_NAME, decline, dnnl
+
+__all__ = ["OnednnEngine"]
+
+
+class OnednnEngine(ProviderEngine):
+    """``ONEDNN_ENGINE``: every pattern through oneDNN; declines where oneDNN is absent or
+    has no implementation (``CPU_ENGINE`` then runs the graph)."""
+
+    name = ONEDNN_ENGINE_NAME
+    notes = ("all nine patterns through oneDNN primitives (library: runtime.load_onednn); "
+             "FLOAT/HALF/BFLOAT16 I/O, per-channel tensors FLOAT; any strides; weights "
+             "reordered to oneDNN's blocked layout; HALF computed in float32 (reorders in the "
+             "workspace), strided activations on dense copies; declines (to CPU_ENGINE) where "
+             "oneDNN has only its reference implementation; NaN propagates through ReLU (a "
+             "NaN input gives NaN)")
+
+    def __init__(self, provider):
+        super().__init__(provider)
+        self._convs = {}
+
+    @staticmethod
+    def _library():
+        if dnnl is None:
+            raise decline("the oneDNN binding (runtime._onednn) is not built")
+        state = load_onednn()
+        if not state.ok:
+            raise decline(f"oneDNN is not available: {state.reason}")
+        return state
+
+    def _conv(self, match) -> Conv:
+        key = match.signature
+        conv = self._convs.get(key)
+        if conv is None:
+            conv = self._convs[key] = Conv(match)
+            if len(self._convs) > 64:                      # a bounded cache of problems
+                self._convs.pop(next(iter(self._convs)))
+        return conv
+
+    def knobs(self, match):
+        self._library()
+        if conv_roles(match.pattern) is None:
+            return _tuning.engine_knobs(match, Bn(match).candidates())
+        return _tuning.engine_knobs(match, self._conv(match).candidates())
+
+    def perf_device(self) -> str:
+        """The perf-db key's device: CPU model, oneDNN version, ISA and threads."""
+        state = self._library()
+        major, minor, patch = state.version[:3]
+        return (f"{self.provider.describe()['device']}; oneDNN {major}.{minor}.{patch} "
+                f"{state.version[4]}; isa {state.isa}; {dnnl.max_threads()} threads")
+
+    def build(self, match, engine, knobs, perfdb) -> ProviderPlan:
+        self._library()
+        if conv_roles(match.pattern) is None:
+            bn = Bn(match)
+            choice = _tuning.choose(self, match, bn.candidates(), knobs, perfdb,
+                                    heuristic=bn.heuristic,
+                                    measure=lambda fitting: benchmark_bn(bn, fitting),
+                                    device=self.perf_device())
+            spec, _, hooks = bn.build(choice.candidate)
+            plan = OnednnPlan(match, spec.program(), spec,
+                              explain(choice, "a jit implementation before oneDNN's generic "
+                                       "ones (batchnorm inference: the user's layout)"),
+                              hooks=hooks)
+            plan.benchmarked, plan.perfdb_hit = choice.benchmarked, choice.perfdb_hit
+            return plan
+        conv = self._conv(match)
+
+        def heuristic(fitting, limit):
+            return fitting[0]
+
+        def measure(fitting):
+            return benchmark_conv(conv, fitting)
+
+        choice = _tuning.choose(self, match, conv.candidates(), knobs, perfdb,
+                                heuristic=heuristic, measure=measure,
+                                device=self.perf_device())
+        _, pd, _, variant = conv.impls[choice.candidate.id]
+        program, spec = conv.program(pd, variant=variant)
+        plan = OnednnPlan(match, program, spec, explain(choice), hooks=clip_hooks(conv),
+                          conv=conv, pd=pd, variant=variant)
+        plan.benchmarked, plan.perfdb_hit = choice.benchmarked, choice.perfdb_hit
+        return plan

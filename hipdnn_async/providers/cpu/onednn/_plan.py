@@ -1,0 +1,127 @@
+"""``OnednnPlan``: a prebuilt ``runtime._onednn.Program`` with its per-channel host work,
+the submit path's launcher and constant weights reordered once."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..._base import ProviderPlan
+from ._conv import clip_hooks
+from ._program import ProgramSpec, dnnl
+
+__all__ = ["OnednnPlan", "staged"]
+
+
+class OnednnPlan(ProviderPlan):
+    """A oneDNN plan: a prebuilt ``_onednn.Program`` over the pattern's roles, with
+    per-channel host work before / after it where the pattern needs it (batchnorm
+    statistics). ``launcher`` gives the submit path's C callable."""
+
+    def __init__(self, match, program, spec, algorithm, *, hooks=None, conv=None, pd=None,
+                 variant=None):
+        self.match, self.program, self.roles = match, program, spec.roles
+        self.algorithm = algorithm
+        self.workspace_size = program.workspace_size
+        self._conv, self._pd, self._variant = conv, pd, variant
+        self._frozen = None
+        self._hooks = staged(spec, hooks) if spec.copy_in or spec.copy_out else hooks
+
+    def _arrays(self, buffers) -> tuple:
+        return tuple(buffers[r] for r in self.roles)
+
+    def _host_work(self, buffers, workspace):
+        """(before, after) of one execution, each run with NumPy's floating-point warnings
+        off: IEEE results (inf, NaN) are the answer, as on a GPU, never warnings (which
+        pytest's -W error, or a user's filter, would turn into exceptions on a worker)."""
+        if not self._hooks:
+            return None, None
+        return tuple(None if fn is None else quiet(fn) for fn in self._hooks(buffers, workspace))
+
+    def run(self, buffers, workspace) -> None:
+        before, after = self._host_work(buffers, workspace)
+        if before is not None:
+            before()
+        program = self._frozen[1] if self._frozen is not None else self.program
+        program.run(self._arrays(buffers), workspace)
+        if after is not None:
+            after()
+
+    def launcher(self, buffers, workspace, *, counter=None, label=None):
+        """The work-item function of one execution: a ``_onednn.Launch`` (a C callable that
+        runs the program with the GIL released, counts itself in ``counter`` and names
+        ``label`` in its errors)."""
+        before, after = self._host_work(buffers, workspace)
+        program = self._frozen[1] if self._frozen is not None else self.program
+        return dnnl.Launch(program, self._arrays(buffers), workspace, counter, label,
+                           before, after)
+
+    def reorder_constants(self, buffers) -> bool:
+        """Reorder constant weights once into the layout the convolution reads, so later
+        executions skip the per-execution reorder (fprop, fprop + bias + ReLU, dgrad).
+
+        Parameters
+        ----------
+        buffers : mapping
+            Role -> bound buffer of the constant inputs; only ``"w"`` (logical dims (K,
+            C/groups, ...), the tensor's strides) is used. Its values are read now; later
+            changes to it are not seen until this is called again.
+
+        Returns
+        -------
+        bool
+            True when the plan now reads the reordered copy; False where there is nothing
+            to reorder (wgrad, or weights already in the layout the implementation reads).
+        """
+        if self._conv is None or buffers.get(self._conv.roles.w) is None:
+            return False
+        weights = buffers[self._conv.roles.w]
+        w_md = self._conv.weights_layout(self._pd)
+        if w_md is None:
+            return False
+        blocked = np.empty(w_md.size, np.uint8)
+        spec = ProgramSpec(["w"])
+        src = spec.array("w", self._conv.w_user)
+        spec.mems.append((w_md, dnnl.MEM_OWNED, blocked))
+        spec.step(dnnl.reorder(self._conv.w_user, w_md), [(dnnl.ARG_SRC, src),
+                                                          (dnnl.ARG_DST, len(spec.mems) - 1)])
+        once = spec.program()
+        ws = np.empty(once.workspace_size, np.uint8) if once.workspace_size else None
+        once.run((weights,), ws)
+        program, spec = self._conv.program(self._pd, frozen_w=blocked, variant=self._variant)
+        hooks = clip_hooks(self._conv)
+        self._hooks = staged(spec, hooks) if spec.copy_in else hooks
+        self._frozen = (blocked, program)
+        self.workspace_size = program.workspace_size
+        return True
+
+
+def quiet(fn):
+    def quiet():
+        with np.errstate(all="ignore"):
+            fn()
+    return quiet
+
+
+def staged(spec, hooks):
+    """``hooks`` with the per-channel copies of ``spec`` (``ProgramSpec.channel``) added:
+    inputs copied into the workspace first, outputs copied out before ``after`` runs."""
+    def staged(b, workspace):
+        before, after = hooks(b, workspace) if hooks else (None, None)
+
+        def copy_in():
+            for role in spec.copy_in:
+                off, nbytes = spec.offset("copy:" + role)
+                dst = workspace[off:off + nbytes].view(b[role].dtype)
+                dst[...] = b[role].reshape(-1)
+            if before is not None:
+                before()
+
+        def copy_out():
+            for role in spec.copy_out:
+                off, nbytes = spec.offset("copy:" + role)
+                out = b[role]
+                out[...] = workspace[off:off + nbytes].view(out.dtype).reshape(out.shape)
+            if after is not None:
+                after()
+        return (copy_in if spec.copy_in or before else None,
+                copy_out if spec.copy_out or after else None)
+    return staged

@@ -1,0 +1,220 @@
+"""oneDNN memory descriptors of the graph's tensors, and ``ProgramSpec``: the memories
+and steps of a ``runtime._onednn.Program`` under construction, its workspace pieces
+(scratchpads, copies, staged per-channel vectors)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...._errors import NotSupportedError
+from ...._layout import packed_strides, stride_order, strides_match
+from ...._types import DataType
+
+try:
+    from ....runtime import _onednn as dnnl
+except ImportError:          # a source tree built without it: the engine declines
+    dnnl = None
+
+__all__ = ["ONEDNN_ENGINE_NAME", "dnnl", "decline", "dnnl_type", "user_md", "memory_order",
+           "packed_md", "is_dense", "compute_type", "is_native", "channel_md",
+           "channels_last_md", "channel_like", "Workspace", "ProgramSpec", "ws_view", "vec",
+           "put"]
+
+ONEDNN_ENGINE_NAME = "ONEDNN_ENGINE"
+_ALIGN = 64                  # bytes: oneDNN's own alignment of buffers it allocates
+
+_DNNL_TYPES = {DataType.FLOAT: "DATA_F32", DataType.HALF: "DATA_F16",
+               DataType.BFLOAT16: "DATA_BF16"}
+
+
+def decline(why: str):
+    return NotSupportedError(f"{ONEDNN_ENGINE_NAME}: {why}")
+
+
+def dnnl_type(tensor) -> int:
+    name = _DNNL_TYPES.get(tensor.data_type)
+    if name is None:
+        raise decline(f"tensor '{tensor.name}' is {tensor.data_type.name}; oneDNN takes FLOAT, "
+                       "HALF and BFLOAT16")
+    return getattr(dnnl, name)
+
+
+def user_md(tensor):
+    """The user's memory of ``tensor`` exactly: its dims and element strides."""
+    if any(d == 0 for d in tensor.dims):
+        raise decline(f"tensor '{tensor.name}' has a zero dim {tuple(tensor.dims)}")
+    return dnnl.MemoryDesc(tuple(tensor.dims), dnnl_type(tensor), strides=tuple(tensor.strides))
+
+
+def memory_order(tensor) -> tuple:
+    dims = tuple(tensor.dims)
+    return stride_order(dims, tuple(tensor.strides))
+
+
+def packed_md(tensor, data_type=None, order=None):
+    """A packed buffer in ``tensor``'s memory order (or ``order``), of ``data_type`` (default
+    the tensor's): for an intermediate oneDNN writes, or a dense copy of strided memory."""
+    dims = tuple(tensor.dims)
+    return dnnl.MemoryDesc(dims, dnnl_type(tensor) if data_type is None else data_type,
+                           strides=packed_strides(dims, memory_order(tensor) if order is None else order))
+
+
+def is_dense(tensor) -> bool:
+    """Whether ``tensor`` is packed in its own memory order (no gaps)."""
+    dims = tuple(tensor.dims)
+    return strides_match(dims, packed_strides(dims, memory_order(tensor)), tuple(tensor.strides))
+
+
+def compute_type(tensor) -> int:
+    """The data type oneDNN computes ``tensor``'s values in: float32 for HALF (oneDNN 3.2
+    has f16 convolution and batchnorm kernels only on CPUs with AVX512-FP16 / AMX-FP16;
+    f16 -> f32 is exact and the f32 -> f16 reorder of the result rounds once, as the
+    tolerance table assumes), else its own."""
+    return dnnl.DATA_F32 if tensor.data_type == DataType.HALF else dnnl_type(tensor)
+
+
+def is_native(tensor) -> bool:
+    """Whether a primitive can take ``tensor``'s user memory as it is (dense, computed in
+    its own type); else it runs on a dense copy reordered in (and out)."""
+    return tensor.data_type != DataType.HALF and is_dense(tensor)
+
+
+def channel_md(tensor):
+    """A per-channel (1, C, 1, 1[, 1]) FLOAT tensor as oneDNN's 1-D (C,) f32 memory."""
+    c = tensor.dims[1]
+    if tensor.data_type != DataType.FLOAT or math.prod(tensor.dims) != c:
+        raise decline(f"per-channel tensor '{tensor.name}' is {tensor.data_type.name} with dims "
+                       f"{tuple(tensor.dims)}; oneDNN takes FLOAT (1, C, 1, 1)")
+    return dnnl.MemoryDesc((c,), dnnl.DATA_F32, strides=(tensor.strides[1],))
+
+
+class Workspace:
+    """Byte offsets of the pieces of one execution's workspace, each 64-byte aligned."""
+
+    def __init__(self):
+        self.size = 0
+
+    def add(self, nbytes: int) -> int:
+        off = -(-self.size // _ALIGN) * _ALIGN
+        self.size = off + int(nbytes)
+        return off
+
+
+class ProgramSpec:
+    """Memories and steps of a ``_onednn.Program`` under construction."""
+
+    def __init__(self, roles, *, dry=False):
+        self.roles = tuple(roles)
+        self.mems, self.steps, self.ws = [], [], Workspace()
+        self.index = {}
+        self.dry = dry               # only sizes: no primitive is created (no JIT)
+        self.copy_in, self.copy_out = [], []     # per-channel roles staged in the workspace
+        self.pre_steps = []          # steps run as a separate program first (``_clipped_drelu``)
+        self.names = []              # oneDNN's implementation name of each step
+
+    def array(self, role, md) -> int:
+        self.mems.append((md, dnnl.MEM_ARRAY, self.roles.index(role)))
+        self.index[role] = len(self.mems) - 1
+        return self.index[role]
+
+    def channel(self, role, tensor, *, output=False, dtype=None) -> int:
+        """A per-channel (1, C, 1, 1[, 1]) tensor as oneDNN's 1-D (C,) memory: the user's
+        array where its channels are dense (oneDNN reads and writes statistics as dense
+        vectors whatever the strides say), else a workspace copy made before the program
+        (inputs) or copied back after it (outputs)."""
+        md = channel_md(tensor) if dtype is None else channel_like(tensor)
+        if tensor.strides[1] == 1 or tensor.dims[1] == 1:
+            return self.array(role, md)
+        c = tensor.dims[1]
+        dense = dnnl.MemoryDesc((c,), md.data_type, strides=(1,))
+        index = self.scratch(dense, "copy:" + role)
+        (self.copy_out if output else self.copy_in).append(role)
+        return index
+
+    def scratch(self, md, name=None) -> int:
+        self.mems.append((md, dnnl.MEM_WORKSPACE, self.ws.add(md.size)))
+        if name is not None:
+            self.index[name] = len(self.mems) - 1
+        return len(self.mems) - 1
+
+    def step(self, pd, args):
+        """Add a primitive of ``pd``; ``args``: (DNNL_ARG_*, memory index); its scratchpad
+        becomes a piece of the workspace."""
+        args = list(args)
+        pad = pd.md(dnnl.QUERY_SCRATCHPAD_MD)
+        if pad is not None:
+            args.append((dnnl.ARG_SCRATCHPAD, self.scratch(pad)))
+        self.steps.append((None if self.dry else dnnl.Primitive(pd), args))
+        self.names.append(pd.impl_name)
+
+    def activation(self, role, tensor, order=None, *, data_type=None):
+        """The memory a primitive takes for the activations ``tensor``: the user's array
+        where it is dense, packed in ``order`` (default its own) and computed in its own
+        type (``is_native``), else a dense copy (packed in ``order``, float32 for HALF or
+        ``data_type``), for an input filled by ``reorder_in``, for an output emptied by
+        ``reorder_out``. Returns (memory index, its descriptor, the user's memory index)."""
+        own = user_md(tensor)
+        user = self.array(role, own)
+        dims = tuple(tensor.dims)
+        if (data_type is None and is_native(tensor) and (
+                order is None or strides_match(dims, packed_strides(dims, order),
+                                               tuple(tensor.strides)))):
+            return user, own, user
+        md = packed_md(tensor, compute_type(tensor) if data_type is None else data_type,
+                        order)
+        return self.scratch(md), md, user
+
+    def reorder_in(self, mem):
+        """Add the reorder of the user's memory into an ``activation`` copy (a no-op where
+        the primitive takes the user's array)."""
+        index, md, user = mem
+        if index != user:
+            self.step(dnnl.reorder(self.mems[user][0], md), [(dnnl.ARG_SRC, user),
+                                                             (dnnl.ARG_DST, index)])
+
+    def reorder_out(self, mem):
+        """Add the reorder of an ``activation`` copy back into the user's memory."""
+        index, md, user = mem
+        if index != user:
+            self.step(dnnl.reorder(md, self.mems[user][0]), [(dnnl.ARG_SRC, index),
+                                                             (dnnl.ARG_DST, user)])
+
+    def offset(self, name) -> tuple[int, int]:
+        """(byte offset, bytes) of the workspace memory ``name``."""
+        md, _, off = self.mems[self.index[name]]
+        return off, md.size
+
+    def program(self, steps=None):
+        return dnnl.Program(self.mems, self.steps if steps is None else steps,
+                            len(self.roles), self.ws.size)
+
+
+def channels_last_md(tensor, data_type=None):
+    """A packed channels-last (NHWC / NDHWC) buffer with ``tensor``'s dims and type (or
+    ``data_type``)."""
+    order = (0,) + tuple(range(2, len(tensor.dims))) + (1,)
+    return packed_md(tensor, data_type, order)
+
+
+def channel_like(tensor):
+    """A bias (1, K, 1, 1) as oneDNN's 1-D (K,) memory of its own data type."""
+    k = tensor.dims[1]
+    if math.prod(tensor.dims) != k:
+        raise decline(f"bias '{tensor.name}' has dims {tuple(tensor.dims)}; oneDNN takes (1, K, 1, 1)")
+    return dnnl.MemoryDesc((k,), dnnl_type(tensor), strides=(tensor.strides[1],))
+
+
+def ws_view(workspace, spec, name) -> np.ndarray:
+    """The float32 per-channel vector ``name`` inside one execution's workspace."""
+    off, nbytes = spec.offset(name)
+    return workspace[off:off + nbytes].view(np.float32)
+
+
+def vec(a) -> np.ndarray:
+    """A (1, C, 1, 1) array as a float64 vector (per-channel arithmetic in float64)."""
+    return np.asarray(a, np.float64).reshape(-1)
+
+
+def put(out, values) -> None:
+    out[...] = values.reshape(out.shape)
