@@ -223,10 +223,13 @@ def test_replica_profile_returns_a_trace_of_what_it_served(app, digits_images):
     handle, _ = app
     images, _ = digits_images
     pending = handle.profile.remote(1.5)
-    time.sleep(0.3)                       # the replica has opened its profile
-    replies = [handle.remote(images[i:i + 4]) for i in range(0, 160, 4)]
-    for r in replies:
-        r.result(timeout_s=RESULT_TIMEOUT_S)
+    # requests throughout the profile's window (not one burst at its start: under load the
+    # burst could end before the replica opened its profile, or go to another replica)
+    end = time.monotonic() + 1.4
+    while time.monotonic() < end:
+        replies = [handle.remote(images[i:i + 4]) for i in range(0, 32, 4)]
+        for r in replies:
+            r.result(timeout_s=RESULT_TIMEOUT_S)
     trace = pending.result(timeout_s=RESULT_TIMEOUT_S)
     assert check_trace(trace) == []
     assert trace["otherData"]["replica"]["device"] == "cpu"
