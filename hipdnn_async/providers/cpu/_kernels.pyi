@@ -31,3 +31,12 @@ def bn_backward_dx(dy: np.ndarray, x: np.ndarray, dx: np.ndarray, scale: np.ndar
                    mean: np.ndarray, inv: np.ndarray, bn_bias: np.ndarray, drelu: bool,
                    lower: float, upper: float, dbias: np.ndarray, dscale: np.ndarray) -> None:
     """dx = scale*inv/m * (m*g - dbias - xhat*dscale)."""
+
+BIAS_RELU_KINDS: dict[str, int]
+"""Element-type codes of :func:`bias_relu`: float32 0, bfloat16 1, float16 2."""
+
+def bias_relu(x: np.ndarray, x_kind: int, out: np.ndarray, out_kind: int,
+              bias: np.ndarray | None, lower: float, upper: float) -> None:
+    """out = clamp(x + bias[c], lower, upper) + 0.0 in one pass, rounded once to ``out``'s
+    type (float32, bfloat16 or float16 by ``BIAS_RELU_KINDS``); NaN kept, ReLU(-inf) = +0.0,
+    -0.0 becomes +0.0; any dims (N, C, ...) and element strides; ``out`` may be ``x``."""
