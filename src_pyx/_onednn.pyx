@@ -38,6 +38,8 @@ Errors: a status other than ``dnnl_success`` raises the type the status table
 build), ``OnednnError`` otherwise; ``.call`` is the C function, ``.status`` /
 ``.status_name`` the status.
 """
+import os
+
 from cpython.ref cimport PyObject
 from libc.stdint cimport int64_t, uintptr_t
 from libc.stdlib cimport calloc, free
@@ -276,6 +278,31 @@ cdef object _error(int status, str call):
 
 cdef Onednn _T = Onednn("onednn", "dnnl_", "oneDNN", _REQUIRED)
 TABLE = _T
+
+
+# GNU OpenMP's thread pool does not survive fork: a forked child of a process that ran
+# OpenMP work may not use OpenMP (libgomp hangs in its first parallel region). Once this
+# process has run a primitive, a fork child refuses to run any (``fork_reason``).
+cdef bint _ran = False
+cdef object _forked = None
+
+
+def _after_fork_in_child():
+    global _forked
+    if _ran and _forked is None:
+        _forked = (f"oneDNN cannot run in a process forked (pid {os.getppid()} -> "
+                   f"{os.getpid()}) after its parent ran oneDNN primitives: the OpenMP "
+                   "thread pool does not survive fork; start worker processes with "
+                   "multiprocessing's 'spawn' or 'forkserver' method")
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def fork_reason():
+    """Why oneDNN may not run in this process (a fork child of a process that ran
+    oneDNN primitives), or None."""
+    return _forked
 
 
 cdef inline int _need() except -1:
@@ -763,6 +790,9 @@ cdef class Program:
         cdef int i, st = 0, kind
         cdef const char* call = b"dnnl_primitive_execute"
         cdef object a
+        global _ran
+        if _forked is not None:
+            raise _errors.ExecutionError(_forked)
         if len(arrays) != self.n_arrays:
             raise ValueError(f"_onednn.Program: {len(arrays)} arrays given; {self.n_arrays} needed")
         if workspace == NULL and self.workspace_size:
@@ -779,6 +809,7 @@ cdef class Program:
                 ptrs[i] = workspace + self.mem_ref[i]
             else:
                 ptrs[i] = self.mem_last[i]
+        _ran = True
         with nogil:
             pthread_mutex_lock(&_gate)
             # handles are set under the gate: two threads running one program never mix
