@@ -307,6 +307,7 @@ cdef sigset_t _async_signals
 sigfillset(&_async_signals)
 for _sig in (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT):
     sigdelset(&_async_signals, _sig)
+del _sig
 
 
 def _after_fork_in_child():
