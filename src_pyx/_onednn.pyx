@@ -38,6 +38,8 @@ Errors: a status other than ``dnnl_success`` raises the type the status table
 build), ``OnednnError`` otherwise; ``.call`` is the C function, ``.status`` /
 ``.status_name`` the status.
 """
+import os
+
 from cpython.ref cimport PyObject
 from libc.stdint cimport int64_t, uintptr_t
 from libc.stdlib cimport calloc, free
@@ -58,6 +60,15 @@ cdef extern from "<pthread.h>" nogil:
     int pthread_mutex_init(pthread_mutex_t*, void*)
     int pthread_mutex_lock(pthread_mutex_t*)
     int pthread_mutex_unlock(pthread_mutex_t*)
+
+cdef extern from "<signal.h>" nogil:
+    ctypedef struct sigset_t:
+        pass
+    int pthread_sigmask(int, const sigset_t*, sigset_t*)
+    int sigfillset(sigset_t*)
+    int sigdelset(sigset_t*, int)
+    int SIG_BLOCK, SIG_SETMASK
+    int SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT
 
 cdef extern from "<time.h>" nogil:
     cdef struct timespec:
@@ -276,6 +287,45 @@ cdef object _error(int status, str call):
 
 cdef Onednn _T = Onednn("onednn", "dnnl_", "oneDNN", _REQUIRED)
 TABLE = _T
+
+
+# GNU OpenMP's thread pool does not survive fork: a forked child of a process that ran
+# OpenMP work may not use OpenMP (libgomp hangs in its first parallel region). Once this
+# process has run a primitive, a fork child refuses to run any (``fork_reason``).
+cdef bint _ran = False
+cdef object _forked = None
+
+# Asynchronous signals are blocked on a thread while it runs primitives: a signal handled
+# on that thread mid-primitive corrupted the heap (Ctrl-C 50 ms into a large conv_fprop
+# aborted 10 of 30 runs with "corrupted size vs. prev_size" or a segfault; SIGUSR1 every
+# 0.5 ms, 3 of 4 runs of 3 s). With an alternate signal stack (faulthandler's; Python's
+# handlers are SA_ONSTACK) it did not happen (0 of 54): the handler's frame, pushed on the
+# interrupted stack, overwrites what the JIT kernels keep there. A signal that arrives
+# meanwhile goes to another thread, or is taken on return; OpenMP threads, made inside a
+# run, inherit the mask and never take one. Synchronous faults stay unblocked.
+cdef sigset_t _async_signals
+sigfillset(&_async_signals)
+for _sig in (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT):
+    sigdelset(&_async_signals, _sig)
+del _sig
+
+
+def _after_fork_in_child():
+    global _forked
+    if _ran and _forked is None:
+        _forked = (f"oneDNN cannot run in a process forked (pid {os.getppid()} -> "
+                   f"{os.getpid()}) after its parent ran oneDNN primitives: the OpenMP "
+                   "thread pool does not survive fork; start worker processes with "
+                   "multiprocessing's 'spawn' or 'forkserver' method")
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def fork_reason():
+    """Why oneDNN may not run in this process (a fork child of a process that ran
+    oneDNN primitives), or None."""
+    return _forked
 
 
 cdef inline int _need() except -1:
@@ -763,6 +813,9 @@ cdef class Program:
         cdef int i, st = 0, kind
         cdef const char* call = b"dnnl_primitive_execute"
         cdef object a
+        global _ran
+        if _forked is not None:
+            raise _errors.ExecutionError(_forked)
         if len(arrays) != self.n_arrays:
             raise ValueError(f"_onednn.Program: {len(arrays)} arrays given; {self.n_arrays} needed")
         if workspace == NULL and self.workspace_size:
@@ -779,7 +832,10 @@ cdef class Program:
                 ptrs[i] = workspace + self.mem_ref[i]
             else:
                 ptrs[i] = self.mem_last[i]
+        cdef sigset_t saved
+        _ran = True
         with nogil:
+            pthread_sigmask(SIG_BLOCK, &_async_signals, &saved)
             pthread_mutex_lock(&_gate)
             # handles are set under the gate: two threads running one program never mix
             # each other's pointers
@@ -801,6 +857,7 @@ cdef class Program:
                     st = _T.f.stream_wait(self.stream)
                     call = b"dnnl_stream_wait"
             pthread_mutex_unlock(&_gate)
+            pthread_sigmask(SIG_SETMASK, &saved, NULL)
         if st != 0:
             _T._check(st, call)
         return 0

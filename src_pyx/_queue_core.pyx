@@ -136,8 +136,13 @@ cdef class CompletionCore:
             self._value = fn()
         except _HipdnnError as exc:
             self._error = exc
-        except BaseException as exc:  # noqa - the launching thread goes on
+        except Exception as exc:  # noqa - the launching thread goes on
             self._error = self._wrapped(exc)
+        except BaseException as exc:
+            # the calling thread's own Ctrl-C (a signal handler runs on the main thread,
+            # which runs this item inline): stored as itself, so that the waiter gets
+            # KeyboardInterrupt, not an ExecutionError (a worker still wraps it, and lives)
+            self._error = exc
         fn = None          # not kept by a traceback: it may hold a replay's graph
         return 0
 

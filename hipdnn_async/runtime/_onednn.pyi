@@ -87,6 +87,10 @@ def n_slots() -> int:
 def load(path: str, found_via: str = ...) -> LoadRecord:
     """Open oneDNN at ``path`` once and create its CPU engine."""
 
+def fork_reason() -> str | None:
+    """Why oneDNN may not run in this process (a fork child of a process that ran
+    oneDNN primitives), or None."""
+
 def loaded() -> LoadRecord | None:
     """The load record, or None before ``load``."""
 

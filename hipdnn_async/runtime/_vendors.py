@@ -199,6 +199,9 @@ def load_onednn() -> OnednnState:
         Cached: later calls return the same object.
     """
     global _onednn_state
+    reason = _onednn_fork_reason()
+    if reason:
+        return OnednnState(False, reason)
     with _lock:
         if _onednn_state is None:
             try:
@@ -214,6 +217,15 @@ def load_onednn() -> OnednnState:
             else:
                 log.info("oneDNN not used: %s", _onednn_state.reason)
         return _onednn_state
+
+
+def _onednn_fork_reason() -> str | None:
+    """Why oneDNN may not run in this fork child, or None (``_onednn.fork_reason``)."""
+    try:
+        from . import _onednn
+    except ImportError:         # the binding is not built: _load_onednn says so
+        return None
+    return _onednn.fork_reason()
 
 
 def onednn_status() -> OnednnState | None:

@@ -120,9 +120,11 @@ def test_every_function_pointer_type_is_in_a_checked_table():
 
 # Structs of ours that mirror nothing: the reason is the check.
 _OWN_STRUCTS = {"RuntimeConstants": "the values a Runtime fills from its checked constants table",
-                # declared in `cdef extern from "<pthread.h>" / "<time.h>"` blocks of
-                # _onednn.pyx: the C compiler includes the system headers' own definitions
+                # declared in `cdef extern from "<pthread.h>" / "<time.h>" / "<signal.h>"`
+                # blocks of _onednn.pyx: the C compiler includes the system headers' own
+                # definitions
                 "pthread_mutex_t": "libc's, from <pthread.h>", "timespec": "libc's, from <time.h>",
+                "sigset_t": "libc's, from <signal.h>",
                 "NdPrint": "a NumPy array's print kept by a binding (runtime._binding): no "
                            "vendor layout",
                 # providers.cpu._kernels (bias_relu): element tags and loop parameters
