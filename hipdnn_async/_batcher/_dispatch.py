@@ -69,6 +69,7 @@ class Dispatcher:
         self._single_out = len(roles.outputs) == 1
         self._queue: collections.deque[Request] = collections.deque()
         self._queued_rows = 0       # rows in the queue, cancelled requests' included
+        self._cancelled = 0         # requests cancelled since the queue was last swept
         self._wakeup = None         # the collector's waiter while it waits
         self._want_rows = 1         # queued rows that wake it
         self._closed = False
@@ -112,8 +113,16 @@ class Dispatcher:
         finally:
             self._wakeup = None
 
+    def cancel(self, req: Request) -> None:
+        """The caller of `req` (queued or batched, not done) was cancelled: its rows are
+        skipped if not batched yet."""
+        req.cancelled = True
+        self._cancelled += 1
+
     def _drop_cancelled(self) -> None:
-        self._queued_rows -= _drop_cancelled(self._queue)
+        if self._cancelled:         # the queue is swept only after a cancellation
+            self._cancelled = 0
+            self._queued_rows -= _drop_cancelled(self._queue)
 
     def _full(self) -> bool:
         """Whether max_batch_size rows of callers not cancelled are queued."""

@@ -269,7 +269,7 @@ class DynamicBatcher:
                 await waits.wait(req.waiter)
             except BaseException:
                 if not req.done:
-                    req.cancelled = True
+                    self._dispatch.cancel(req)
                 self._metrics.cancelled += 1
                 raise
             if req.error is not None:
@@ -287,7 +287,7 @@ class DynamicBatcher:
         except BaseException:
             for p in pieces:
                 if not p.done:
-                    p.cancelled = True
+                    self._dispatch.cancel(p)
             self._metrics.cancelled += 1
             raise
         for p in pieces:
