@@ -238,7 +238,10 @@ class DynamicBatcher:
         dict of str to numpy.ndarray, or numpy.ndarray
             ``{output_name: array (N_k, ...)}``, or the single array when there is exactly
             one output. Arrays are logical order, with the output tensor's layout on a host
-            device and C-contiguous when copied back from a GPU.
+            device and C-contiguous when copied back from a GPU. Each is a view of this
+            caller's rows of its batch's output array (made for that batch, written by no
+            later one), which it keeps alive; a request split into pieces gets a new
+            array of its rows concatenated.
 
         Raises
         ------
