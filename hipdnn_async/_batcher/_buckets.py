@@ -65,6 +65,8 @@ class Bucket:
     # buffers free for the next batch: a _staging.Staging on a GPU lane, the input
     # buffers by name on a host lane
     idle: list = field(default_factory=list)
+    # host lane: output name -> (shape, dtype, byte strides, elements spanned) of its buffers
+    out_like: dict = field(default_factory=dict)
 
 
 class PlanCache:

@@ -16,6 +16,7 @@ import anyio
 import numpy as np
 
 from .._errors import DeviceError, HipdnnError
+from .._layout import element_extent
 from .._types import numpy_dtype
 from ..runtime import DeviceArray
 
@@ -110,9 +111,24 @@ def pack_host(lane, bucket, batch, rows: int, roles) -> tuple[dict, dict, dict]:
     for name, buf in lane.constants.items():
         pack[bucket.keys[name]] = buf
     for name in roles.all_outputs:
-        outs[name] = alloc(lane, bucket.tensors[name], zero=False)
+        outs[name] = _fresh_output(lane, bucket, name)
         pack[bucket.keys[name]] = outs[name]
     return pack, outs, inputs
+
+
+def _fresh_output(lane, bucket, name) -> np.ndarray:
+    """A new output buffer of `bucket` on a host lane: the device's first (its memory as
+    ``device.empty`` makes it), then NumPy arrays of the same dims, strides and dtype
+    over fresh memory (what a CPU ``Device.empty`` is; a microsecond, not tens)."""
+    like = bucket.out_like.get(name)
+    if like is None:
+        view = alloc(lane, bucket.tensors[name], zero=False)
+        elements = tuple(st // view.itemsize for st in view.strides)
+        bucket.out_like[name] = (view.shape, view.dtype, view.strides,
+                                 element_extent(view.shape, elements))
+        return view
+    shape, dtype, strides, extent = like
+    return np.ndarray(shape, dtype, np.empty(max(extent, 1), dtype), 0, strides)
 
 
 def new_staging(lane, bucket, roles) -> Staging:

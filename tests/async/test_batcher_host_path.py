@@ -17,7 +17,7 @@ import pytest
 import hipdnn_async as hd
 from hipdnn_async.queues import StreamPool, _asyncio, _trio
 
-from test_batcher import ATOL, RTOL, cbr_graph, ref_cbr, samples, weights
+from test_batcher import ATOL, RTOL, as_layout, cbr_graph, ref_cbr, samples, weights
 
 pytestmark = pytest.mark.anyio
 
@@ -123,31 +123,40 @@ async def test_input_buffers_are_reused_with_the_padding_rows_zeroed():
     np.testing.assert_allclose(got2, ref_cbr(second, w, b), rtol=RTOL, atol=ATOL)
 
 
-async def test_callers_rows_are_views_of_their_batch_output():
-    """Three concurrent callers of one batch get views of one output array, each its own
-    rows: a write into one caller's result changes no other's."""
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+async def test_callers_rows_are_views_of_their_batch_output(layout):
+    """Three concurrent callers of one batch, in each of two batches, get views of their
+    batch's output array, each its own rows in the output tensor's layout: a write into
+    one caller's result changes no other's, in its batch or the next."""
     rng = np.random.default_rng(5)
     w, b = weights(5)
-    xs = [samples(rng, n) for n in (1, 2, 1)]
+    xs = [as_layout(samples(rng, n), layout) for n in (1, 2, 1, 2, 1, 1)]
+    results = {}
     async with hd.Device("cpu") as dev:
-        async with hd.DynamicBatcher(dev, cbr_graph(), constants={"w": w, "b": b},
+        async with hd.DynamicBatcher(dev, cbr_graph(1, layout),
+                                     constants={"w": as_layout(w, layout), "b": b},
                                      max_batch_size=4, max_delay_ms=500) as batcher:
-            results = {}
 
             async def call(i):
                 results[i] = await batcher(xs[i])
 
-            async with anyio.create_task_group() as tg:
-                for i in range(3):
-                    tg.start_soon(call, i)
-            assert batcher.metrics()["batches"] == 1
-    bases = {id(results[i].base) for i in range(3)}
-    assert len(bases) == 1 and not results[0].flags.owndata
-    wants = [ref_cbr(xs[i], w, b) for i in range(3)]
+            for first in (0, 3):
+                async with anyio.create_task_group() as tg:
+                    for i in range(first, first + 3):
+                        tg.start_soon(call, i)
+            assert batcher.metrics()["batches"] == 2
+    for batch in ((0, 1, 2), (3, 4, 5)):
+        assert len({id(results[i].base) for i in batch}) == 1
+    assert results[0].base is not results[3].base
+    assert not results[0].flags.owndata
+    wants = [ref_cbr(xs[i], w, b) for i in range(6)]
+    for i in range(6):
+        assert results[i].shape == wants[i].shape
+        assert results[i].strides == as_layout(wants[i].astype(np.float32), layout).strides
     results[1][...] = -1.0
-    for i in (0, 2):
+    results[4][...] = -1.0
+    for i in (0, 2, 3, 5):
         np.testing.assert_allclose(results[i], wants[i], rtol=RTOL, atol=ATOL)
-    assert [results[i].shape[0] for i in range(3)] == [1, 2, 1]
 
 
 async def test_a_completion_nobody_awaits_calls_into_no_loop(monkeypatch, anyio_backend):
