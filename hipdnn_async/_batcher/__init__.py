@@ -37,7 +37,7 @@ lane left, a request fails with a ``DeviceError`` naming the devices.
 The batcher runs under asyncio and trio alike: anyio's task group, timeouts, semaphore and
 ``to_thread`` (for blocking device copies), and on a request's path (a few microseconds a
 request) one waiter per request from the running backend (``_wake``: a loop future on
-asyncio, a ``trio.Event`` on trio). Requests wait in one queue, and a request wakes the
+asyncio, the parked task on trio). Requests wait in one queue, and a request wakes the
 collector only when the collector waits for it.
 
 The package, one concern a module (imports run down this list):

@@ -2,7 +2,7 @@
 ``_backends/``): a request's caller waits for its rows, the collector for requests.
 
 A waiter is set once, from the loop's own thread, and awaited by one task. On asyncio it
-is a bare loop future; on trio a ``trio.Event``. Both cost a fraction of an
+is a bare loop future; on trio the parked task itself (``trio.lowlevel``). Both cost a fraction of an
 ``anyio.Event``, which looks the backend up through sniffio when it is made and wraps the
 backend's event (on asyncio an ``asyncio.Event``, which makes a future on each wait). A
 waiter's await is a cancellation point of the loop (anyio's cancel scopes included).
@@ -44,13 +44,47 @@ def _identity(fut):
     return fut
 
 
+class _TrioWaiter:
+    """One task parked until woken (trio's own ``ParkingLot`` would hold a list of them)."""
+
+    __slots__ = ("task", "woken")
+
+    def __init__(self):
+        self.task = None
+        self.woken = False
+
+
 def _trio_waits() -> Waits:
     import trio
 
+    lowlevel = trio.lowlevel
+    current_task, reschedule = lowlevel.current_task, lowlevel.reschedule
+    park, checkpoint, succeeded = (lowlevel.wait_task_rescheduled, lowlevel.checkpoint,
+                                   lowlevel.Abort.SUCCEEDED)
+
+    def wake(w: _TrioWaiter) -> None:
+        if not w.woken:
+            w.woken = True
+            task, w.task = w.task, None
+            if task is not None:
+                reschedule(task)
+
+    async def wait(w: _TrioWaiter) -> None:
+        if w.woken:
+            await checkpoint()      # as trio.Event.wait: a checkpoint either way
+            return
+        w.task = current_task()
+
+        def abort(_raise_cancel):
+            w.task = None           # cancelled: a later wake reschedules nobody
+            return succeeded
+
+        await park(abort)
+
     w = Waits()
-    w.new = trio.Event
-    w.wake = trio.Event.set
-    w.wait = trio.Event.wait
+    w.new = _TrioWaiter
+    w.wake = wake
+    w.wait = wait
     w.now = trio.current_time
     return w
 
