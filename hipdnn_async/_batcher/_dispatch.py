@@ -142,6 +142,7 @@ class Dispatcher:
                 if not pending:
                     if self._closed:
                         break
+                    self._queued_rows = 0       # (it is: the count can only lag behind)
                     await self._wait_for(1)
                     continue
                 # The first waiting request opens the window.
