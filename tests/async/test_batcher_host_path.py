@@ -188,3 +188,38 @@ async def test_a_completion_nobody_awaits_calls_into_no_loop(monkeypatch, anyio_
             release.set()
         assert got == [7]
         assert len(posts) == 1          # (closing the pool awaits markers: more posts)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+async def test_callers_cancelled_at_random_leave_the_others_served(seed):
+    """300 callers of 1 to 11 rows (split past max_batch_size 8), started at random over
+    50 ms, a third with a random timeout of up to 10 ms: every caller not cancelled gets
+    its own rows (float64 reference), none hangs, and the cancelled ones are counted."""
+    rng = np.random.default_rng(seed)
+    w, b = weights(seed)
+    xs = [samples(rng, int(n)) for n in rng.integers(1, 12, size=300)]
+    starts = rng.random(300) * 0.05
+    timeouts = [float(t) if k % 3 == 0 else None
+                for k, t in enumerate(rng.random(300) * 0.01)]
+    got, cancelled = {}, set()
+    async with hd.Device("cpu") as dev:
+        async with hd.DynamicBatcher(dev, cbr_graph(), constants={"w": w, "b": b},
+                                     max_batch_size=8, max_delay_ms=0.5) as batcher:
+
+            async def call(i):
+                await anyio.sleep(starts[i])
+                with anyio.move_on_after(timeouts[i]) as scope:
+                    got[i] = await batcher(xs[i])
+                if scope.cancelled_caught:
+                    cancelled.add(i)
+
+            with anyio.fail_after(60):
+                async with anyio.create_task_group() as tg:
+                    for i in range(len(xs)):
+                        tg.start_soon(call, i)
+            m = batcher.metrics()
+    assert sorted([*got, *cancelled]) == list(range(len(xs)))
+    assert m["cancelled"] == len(cancelled)
+    assert all(timeouts[i] is not None for i in cancelled)
+    for i, y in got.items():
+        np.testing.assert_allclose(y, ref_cbr(xs[i], w, b), rtol=RTOL, atol=ATOL)
