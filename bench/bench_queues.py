@@ -22,7 +22,14 @@ stream is synchronized after each round, untimed) and ``submit + drain`` (the sa
 the drain timed, per item); ``await plan.execute`` under asyncio and trio; the plan's own
 kernel (``ProviderPlan.run`` on bound buffers: what any path must pay); and the
 DynamicBatcher at 256 concurrent clients (asyncio), whose host cost per request is
-(wall time - the plans' execution time, ``dev.plan_stats()``) / requests. Each row gives
+(wall time - the plans' execution time, ``dev.plan_stats()``) / requests, next to its
+anchor measured in the same run (rounds interleaved): a bare asyncio batcher of the same
+shape (requests appended to a list, a loop future each, one task forming batches of up to
+64 with ``np.concatenate`` and handing out row slices; no hipdnn_async), the cost any
+asyncio batcher pays on this machine, with its clients as asyncio tasks and, as ours'
+are, in an anyio task group; ``host - anchor`` is what ours adds; the process CPU time
+per request of each (ours with its kernels') is given too, steadier on a shared machine.
+Each row gives
 the ratio to the ``F.conv2d`` call (torch on one intra-op thread), in wall time and in
 process CPU time (every thread's: steadier where other work shares the cores). Targets (issue 25): ``execute_sync`` and
 ``plan.submit`` <= 1.0x, ``await plan.execute`` <= 3x, batcher <= 10 µs per request.
@@ -36,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -175,9 +183,64 @@ def _loop_round_us(plan, vp, batch: int, backend: str) -> tuple:
     return anyio.run(run, backend=backend)
 
 
+def _anchor_batcher_wall(xs, clients: int, requests: int, max_batch: int,
+                         anyio_clients: bool) -> tuple:
+    """(wall, process CPU) seconds of the bare asyncio batcher (module docstring) serving ``clients``
+    tasks of ``requests`` calls each, with the rows of ``xs``; the clients are asyncio
+    tasks (``asyncio.gather``), or with ``anyio_clients`` started as ours are (an anyio
+    task group, whose task wrapper costs each resumption)."""
+    import asyncio
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        pending = []
+        wakeup = None               # the batching task's future while it waits
+
+        async def batching():
+            nonlocal wakeup
+            while True:
+                if not pending:
+                    wakeup = loop.create_future()
+                    await wakeup
+                    wakeup = None
+                batch = pending[:max_batch]
+                del pending[:max_batch]
+                y = np.concatenate([x for x, _ in batch])   # the batch; "executed" as is
+                for i, (_, fut) in enumerate(batch):
+                    if not fut.done():
+                        fut.set_result(y[i:i + 1])
+                await asyncio.sleep(0)                       # let the callers resume
+
+        async def call(x):
+            fut = loop.create_future()
+            pending.append((x, fut))
+            if wakeup is not None and not wakeup.done():
+                wakeup.set_result(None)
+            return await fut
+
+        async def client(c):
+            for r in range(requests):
+                await call(xs[(c + r) % len(xs)])
+
+        batcher = loop.create_task(batching())
+        t0, c0 = time.perf_counter(), time.process_time()
+        if anyio_clients:
+            async with anyio.create_task_group() as tg:
+                for c in range(clients):
+                    tg.start_soon(client, c)
+        else:
+            await asyncio.gather(*(client(c) for c in range(clients)))
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        batcher.cancel()
+        return wall, cpu
+
+    return anyio.run(run, backend="asyncio")
+
+
 def _batcher_cost(hd, dev, clients: int = 256, requests: int = 8) -> dict:
     """Wall µs per request and the host part of it (module docstring) for ``clients``
-    concurrent callers of a DynamicBatcher over the tiny convolution."""
+    concurrent callers of a DynamicBatcher over the tiny convolution, and the bare
+    asyncio batcher's µs per request (the anchor), rounds interleaved."""
     rng = np.random.default_rng(0)
     w = rng.standard_normal((8, 8, 1, 1)).astype(np.float32)
     xs = [rng.standard_normal((1, 8, 8, 8)).astype(np.float32) for _ in range(64)]
@@ -192,24 +255,41 @@ def _batcher_cost(hd, dev, clients: int = 256, requests: int = 8) -> dict:
                     await batcher(xs[(c + r) % len(xs)])
 
             before = sum(s["exec_ms"] for s in dev.plan_stats().values())
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             async with anyio.create_task_group() as tg:
                 for c in range(clients):
                     tg.start_soon(client, c)
-            wall = time.perf_counter() - t0
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
             exec_ms = sum(s["exec_ms"] for s in dev.plan_stats().values()) - before
-            return wall, exec_ms, batcher.metrics()
+            return wall, cpu, exec_ms, batcher.metrics()
 
-    best = None
-    for _ in range(3):
-        wall, exec_ms, m = anyio.run(run)
+    best, anchor, anchor_anyio = None, (math.inf,) * 2, (math.inf,) * 2
+    cpu_min = math.inf
+    for _ in range(5):
+        wall, cpu, exec_ms, m = anyio.run(run)
         if best is None or wall < best[0]:
             best = (wall, exec_ms, m)
+        cpu_min = min(cpu_min, cpu)
+        a = _anchor_batcher_wall(xs, clients, requests, 64, False)
+        anchor = tuple(map(min, anchor, a))
+        a = _anchor_batcher_wall(xs, clients, requests, 64, True)
+        anchor_anyio = tuple(map(min, anchor_anyio, a))
     wall, exec_ms, m = best
     n = clients * requests
-    return {"clients": clients, "requests": n, "wall_us_per_request": wall / n * 1e6,
+    us = 1e6 / n
+    host_us = (wall - exec_ms / 1e3) * us
+    return {"clients": clients, "requests": n, "wall_us_per_request": wall * us,
             "exec_us_per_request": exec_ms * 1e3 / n,
-            "host_us_per_request": (wall - exec_ms / 1e3) / n * 1e6,
+            "host_us_per_request": host_us,
+            "anchor_us_per_request": anchor[0] * us,
+            "anchor_anyio_clients_us_per_request": anchor_anyio[0] * us,
+            "host_minus_anchor_us": host_us - anchor[0] * us,
+            "host_minus_anchor_anyio_clients_us": host_us - anchor_anyio[0] * us,
+            # process CPU time (every thread's, ours with the kernels') over the same
+            # runs, minima: steadier where other work shares the cores
+            "cpu_us_per_request": cpu_min * us,
+            "anchor_cpu_us_per_request": anchor[1] * us,
+            "anchor_anyio_clients_cpu_us_per_request": anchor_anyio[1] * us,
             "mean_batch_size": m["mean_batch_size"]}
 
 
@@ -281,7 +361,14 @@ def _print_host(res: dict) -> None:
     b = res["batcher"]
     print(f"  DynamicBatcher, {b['clients']} clients: {b['wall_us_per_request']:.2f} us wall "
           f"per request, {b['exec_us_per_request']:.2f} us of it executing, host "
-          f"{b['host_us_per_request']:.2f} us per request (mean batch {b['mean_batch_size']:.1f})")
+          f"{b['host_us_per_request']:.2f} us per request (mean batch {b['mean_batch_size']:.1f}); "
+          f"bare asyncio batcher (anchor) {b['anchor_us_per_request']:.2f} us per request "
+          f"(ours - anchor {b['host_minus_anchor_us']:.2f} us), with its clients in an anyio "
+          f"task group as ours {b['anchor_anyio_clients_us_per_request']:.2f} us (ours - "
+          f"that {b['host_minus_anchor_anyio_clients_us']:.2f} us); process CPU per request: "
+          f"ours (kernels included) {b['cpu_us_per_request']:.2f} us, anchor "
+          f"{b['anchor_cpu_us_per_request']:.2f} us, with anyio clients "
+          f"{b['anchor_anyio_clients_cpu_us_per_request']:.2f} us")
 
 
 def main(argv=None) -> int:

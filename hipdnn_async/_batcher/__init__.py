@@ -13,8 +13,9 @@ convolution + bias + ReLU, batchnorm inference): batch statistics couple the sam
 a training batchnorm, so batching them would change every caller's result.
 
 On a host device (``device.is_host``, the CPU) the batch is gathered straight into a
-device array's NumPy view and the outputs are sliced from theirs: no staging copy. On a
-GPU device, whose arrays are not host-addressable, the rows are gathered into a host
+device array's NumPy view (one ``np.concatenate`` per input, into buffers each bucket
+reuses) and each caller's result is a view of its rows of the batch's output: no staging
+copy, no copy out. On a GPU device, whose arrays are not host-addressable, the rows are gathered into a host
 staging array, copied to a device batch buffer, and the outputs are copied back once the
 batch has run; constants are uploaded once, and each bucket keeps its staging and device
 buffers for the next batch.
@@ -33,9 +34,11 @@ started (building the plan, staging the rows) is run once more on another lane; 
 failed in ``plan.execute`` fails its callers (the execution may have begun). With no
 lane left, a request fails with a ``DeviceError`` naming the devices.
 
-Only anyio primitives are used (memory object streams, events, a task group, timeouts,
-``to_thread`` for blocking device copies), so the batcher runs under asyncio and trio
-alike.
+The batcher runs under asyncio and trio alike: anyio's task group, timeouts, semaphore and
+``to_thread`` (for blocking device copies), and on a request's path (a few microseconds a
+request) one waiter per request from the running backend (``_wake``: a loop future on
+asyncio, the parked task on trio). Requests wait in one queue, and a request wakes the
+collector only when the collector waits for it.
 
 The package, one concern a module (imports run down this list):
 
@@ -48,6 +51,7 @@ The package, one concern a module (imports run down this list):
   the graph's pattern is batchable;
 - ``_constants``: constants read as ``plan.execute`` reads them and cast once;
 - ``_requests``: a request's arrays checked and split into queued pieces;
+- ``_wake``: the waiters of the running event loop (asyncio or trio);
 - ``_buckets``: the bucket policy and each lane's plans per bucket;
 - ``_lanes``: one lane per device and the choice of lane;
 - ``_staging``: a batch's variant pack on a lane, and the device copies;

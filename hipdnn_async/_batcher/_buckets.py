@@ -62,7 +62,11 @@ class Bucket:
     plan: Any
     tensors: dict           # name -> TensorAttributes of the bucket graph
     keys: dict              # name -> variant-pack key (uid when set, else name)
-    idle: list = field(default_factory=list)   # _staging.Staging sets free for the next batch
+    # buffers free for the next batch: a _staging.Staging on a GPU lane, the input
+    # buffers by name on a host lane
+    idle: list = field(default_factory=list)
+    # host lane: output name -> (shape, dtype, byte strides, elements spanned) of its buffers
+    out_like: dict = field(default_factory=dict)
 
 
 class PlanCache:

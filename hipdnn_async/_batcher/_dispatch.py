@@ -19,24 +19,29 @@ from ._staging import copy_out, new_staging, pack_host, pack_staged
 __all__ = ["Dispatcher"]
 
 
-def _rows(pending) -> int:
-    return sum(r.n for r in pending if not r.cancelled)
-
-
-def _drop_cancelled(pending) -> None:
+def _drop_cancelled(pending) -> int:
+    """Remove the cancelled requests of `pending`; return the rows removed."""
+    dropped = 0
     while pending and pending[0].cancelled:
-        pending.popleft()
+        dropped += pending.popleft().n
     if any(r.cancelled for r in pending):
         kept = [r for r in pending if not r.cancelled]
+        dropped += sum(r.n for r in pending if r.cancelled)
         pending.clear()
         pending.extend(kept)
+    return dropped
 
 
 class Dispatcher:
-    """The running part of a batcher, made by ``DynamicBatcher.__aenter__``: reads
-    requests from `recv`, forms batches (``collect``) and runs them in task group `tg`
+    """The running part of a batcher, made by ``DynamicBatcher.__aenter__``: takes
+    requests (``put``), forms batches (``collect``) and runs them in task group `tg`
     (``run_batch``), at most `max_concurrent_batches` at once, on `lanes` with the
-    plans of `plans` (``_buckets.PlanCache``), counting in `metrics`.
+    plans of `plans` (``_buckets.PlanCache``), counting in `metrics`; `waits` are the
+    loop's waiters (``_wake``).
+
+    Requests wait in one queue read by the collector; a request wakes the collector only
+    when it waits for that request: for the first one when the queue is empty, for the
+    one that fills ``max_batch_size`` rows during a window.
 
     Attributes
     ----------
@@ -48,10 +53,11 @@ class Dispatcher:
         Set once the queue is closed and every queued request was batched or failed.
     """
 
-    def __init__(self, recv, tg, *, roles, lanes, plans, metrics, buckets,
+    def __init__(self, tg, waits, *, roles, lanes, plans, metrics, buckets,
                  max_batch_size: int, max_delay_ms: float, max_concurrent_batches: int):
-        self._recv = recv
         self._tg = tg
+        self.waits = waits
+        self._wake = waits.wake
         self._roles = roles
         self._lanes = lanes
         self._plans = plans
@@ -60,62 +66,102 @@ class Dispatcher:
         self._max_rows = max_batch_size
         self._delay = max_delay_ms / 1000.0
         self._slots = max_concurrent_batches
+        self._single_out = len(roles.outputs) == 1
+        self._queue: collections.deque[Request] = collections.deque()
+        self._queued_rows = 0       # rows in the queue, cancelled requests' included
+        self._cancelled = 0         # requests cancelled since the queue was last swept
+        self._wakeup = None         # the collector's waiter while it waits
+        self._want_rows = 1         # queued rows that wake it
+        self._closed = False
         self.inflight = 0
         self.idle = anyio.Event()
         self.idle.set()
         self.drained = anyio.Event()
 
-    def _drain_nowait(self, pending) -> bool:
-        """Move every request already queued into `pending`; True when the queue closed."""
-        while True:
-            try:
-                pending.append(self._recv.receive_nowait())
-            except anyio.WouldBlock:
-                return False
-            except (anyio.EndOfStream, anyio.ClosedResourceError):
-                return True
+    # ------------------------------------------------------------------ the queue
+
+    def put(self, req: Request) -> None:
+        """Queue `req` for a batch (from the loop's thread; never blocks); fail it when
+        the collector has ended."""
+        if self._closed:
+            fail(req, DeviceError("DynamicBatcher: closed before this request ran"),
+                 self._wake)
+            return
+        self._queue.append(req)
+        self._queued_rows += req.n
+        w = self._wakeup
+        if w is not None and self._queued_rows >= self._want_rows:
+            self._wakeup = None
+            self._wake(w)
+
+    def close(self) -> None:
+        """Take no more requests; the collector batches what is queued, then ends."""
+        self._closed = True
+        w = self._wakeup
+        if w is not None:
+            self._wakeup = None
+            self._wake(w)
+
+    async def _wait_for(self, rows: int) -> None:
+        """Wait until `rows` rows are queued or the queue closes (a cancellation point)."""
+        if self._queued_rows >= rows or self._closed:
+            return
+        self._want_rows = rows
+        w = self._wakeup = self.waits.new()
+        try:
+            await self.waits.wait(w)
+        finally:
+            self._wakeup = None
+
+    def cancel(self, req: Request) -> None:
+        """The caller of `req` (queued or batched, not done) was cancelled: its rows are
+        skipped if not batched yet."""
+        req.cancelled = True
+        self._cancelled += 1
+
+    def _drop_cancelled(self) -> None:
+        if self._cancelled:         # the queue is swept only after a cancellation
+            self._cancelled = 0
+            self._queued_rows -= _drop_cancelled(self._queue)
+
+    def _full(self) -> bool:
+        """Whether max_batch_size rows of callers not cancelled are queued."""
+        if self._queued_rows < self._max_rows:
+            return False
+        self._drop_cancelled()
+        return self._queued_rows >= self._max_rows
 
     async def collect(self) -> None:
         """Group queued requests into batches and start them, until the queue closes."""
-        pending: collections.deque[Request] = collections.deque()
+        pending = self._queue
         slots = anyio.Semaphore(self._slots)
-        closed = False
-        delay = self._delay
+        delay, now = self._delay, self.waits.now
         try:
             while True:
-                _drop_cancelled(pending)
+                self._drop_cancelled()
                 if not pending:
-                    if closed:
+                    if self._closed:
                         break
-                    try:
-                        pending.append(await self._recv.receive())
-                    except (anyio.EndOfStream, anyio.ClosedResourceError):
-                        closed = True
-                        continue
+                    self._queued_rows = 0       # (it is: the count can only lag behind)
+                    await self._wait_for(1)
+                    continue
                 # The first waiting request opens the window.
                 deadline = pending[0].window + delay
-                while not closed and _rows(pending) < self._max_rows:
-                    closed = self._drain_nowait(pending)
-                    if closed or _rows(pending) >= self._max_rows:
-                        break
-                    remaining = deadline - anyio.current_time()
+                while not self._closed and not self._full():
+                    remaining = deadline - now()
                     if remaining <= 0:
                         break
                     with anyio.move_on_after(remaining):
-                        try:
-                            pending.append(await self._recv.receive())
-                        except (anyio.EndOfStream, anyio.ClosedResourceError):
-                            closed = True
+                        await self._wait_for(self._max_rows)
+                # Requests that come while waiting for a slot join this batch.
                 await slots.acquire()
-                # Requests that came while waiting for a slot join this batch.
-                if not closed:
-                    closed = self._drain_nowait(pending)
-                _drop_cancelled(pending)
-                batch, rows = [], 0
-                while pending and rows + pending[0].n <= self._max_rows:
+                self._drop_cancelled()
+                batch, rows, max_rows = [], 0, self._max_rows
+                while pending and rows + pending[0].n <= max_rows:
                     req = pending.popleft()
                     batch.append(req)
                     rows += req.n
+                self._queued_rows -= rows
                 if not batch:
                     slots.release()
                     continue
@@ -124,7 +170,7 @@ class Dispatcher:
                     err = self._lanes.no_lane_error()
                     self._metrics.failed()
                     for req in batch:
-                        fail(req, err)
+                        fail(req, err, self._wake)
                     slots.release()
                     continue
                 if self.inflight == 0:
@@ -133,24 +179,21 @@ class Dispatcher:
                 lane.inflight += 1
                 self._tg.start_soon(self.run_batch, batch, rows, slots, lane)
         finally:
+            self._closed = True
             err = DeviceError("DynamicBatcher: closed before this request ran")
-            for req in pending:
-                fail(req, err)
-            try:
-                while True:
-                    fail(self._recv.receive_nowait(), err)
-            except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
-                pass
-            self._recv.close()
+            while pending:
+                fail(pending.popleft(), err, self._wake)
+            self._queued_rows = 0
             self.drained.set()
 
     async def _pack_on(self, lane, size: int, batch: list[Request], rows: int):
-        """(bucket, pack, host outputs or None, staging or None) of a batch on `lane`: its
-        plan for bucket `size` and its variant pack."""
+        """(bucket, pack, host outputs or None, reusable buffers) of a batch on `lane`:
+        its plan for bucket `size`, its variant pack, and the buffers handed back to the
+        bucket after a clean run (``Bucket.idle``)."""
         bucket = await self._plans.get(lane, size)
         if lane.host:
-            pack, outs = pack_host(lane, bucket, batch, rows, self._roles)
-            return bucket, pack, outs, None
+            pack, outs, inputs = pack_host(lane, bucket, batch, rows, self._roles)
+            return bucket, pack, outs, inputs
         staging = bucket.idle.pop() if bucket.idle else new_staging(lane, bucket, self._roles)
         pack = await pack_staged(lane, bucket, staging, batch, rows, self._roles)
         return bucket, pack, None, staging
@@ -159,16 +202,17 @@ class Dispatcher:
         """Run one batch on `lane`'s plan for its bucket and hand each caller its rows."""
         started = time.perf_counter()
         prof = None
+        wake = self._wake
         try:
             size = bucket_for(self._buckets, rows)
-            for req in batch:
-                self._metrics.queue_wait_ms.append((started - req.enqueued) * 1e3)
+            self._metrics.queue_wait_ms.extend([(started - req.enqueued) * 1e3
+                                                for req in batch])
             retried = False
             try:
                 while True:
                     try:
-                        bucket, pack, outs, staging = await self._pack_on(lane, size, batch,
-                                                                          rows)
+                        bucket, pack, outs, reusable = await self._pack_on(lane, size,
+                                                                           batch, rows)
                         break
                     except DeviceError:
                         # Nothing ran yet: a lane whose device was closed meanwhile hands
@@ -188,10 +232,11 @@ class Dispatcher:
                 t0 = time.perf_counter()
                 await bucket.plan.execute(pack)
                 self._metrics.executed(lane, (time.perf_counter() - t0) * 1e3)
-                if staging is not None:
-                    outs = {k: await copy_out(lane, k, staging.device[k]) for k in self._roles.outputs}
-                    # Reused only after a clean run: a cancelled execution may still write.
-                    bucket.idle.append(staging)
+                if not lane.host:
+                    outs = {k: await copy_out(lane, k, reusable.device[k])
+                            for k in self._roles.outputs}
+                # Reused only after a clean run: a cancelled execution may still use them.
+                bucket.idle.append(reusable)
             except Exception as exc:
                 if not isinstance(exc, HipdnnError):
                     wrapped = ExecutionError(f"DynamicBatcher: batch of {rows} rows (bucket "
@@ -202,22 +247,37 @@ class Dispatcher:
                     self._lanes.is_open(lane)       # a closed device leaves the dispatch
                 self._metrics.failed(lane)
                 for req in batch:
-                    fail(req, exc)
+                    fail(req, exc, wake)
                 return
             self._metrics.succeeded(lane, rows, size)
+            # Each caller's rows are a view of the batch's output (fresh for each batch).
             lo = 0
-            for req in batch:
-                if not req.cancelled:
-                    req.result = {k: outs[k][lo:lo + req.n].copy(order="K")
-                                  for k in self._roles.outputs}
-                req.done.set()
-                lo += req.n
+            if self._single_out:
+                out = outs[self._roles.outputs[0]]
+                for req in batch:
+                    hi = lo + req.n
+                    req.result = out[lo:hi]
+                    req.done = True
+                    wake(req.waiter)
+                    lo = hi
+            else:
+                names = self._roles.outputs
+                for req in batch:
+                    hi = lo + req.n
+                    req.result = {k: outs[k][lo:hi] for k in names}
+                    req.done = True
+                    wake(req.waiter)
+                    lo = hi
         finally:
             if prof is not None:
                 _prof.batch_end(prof, batch)
             # Cancelled (the batcher was torn down): nobody may be left waiting.
+            err = None
             for req in batch:
-                fail(req, DeviceError("DynamicBatcher: closed while this request ran"))
+                if not req.done:
+                    if err is None:
+                        err = DeviceError("DynamicBatcher: closed while this request ran")
+                    fail(req, err, wake)
             slots.release()
             lane.inflight -= 1
             self.inflight -= 1

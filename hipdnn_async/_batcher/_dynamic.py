@@ -3,7 +3,6 @@ call a request makes, and ``metrics()``; the work is done by the modules beside 
 the package docstring)."""
 from __future__ import annotations
 
-import math
 import time
 from typing import Any, Mapping, Sequence
 
@@ -21,9 +20,12 @@ from ._lanes import Lanes, n_streams
 from ._metrics import BatcherMetrics
 from ._options import (check_constants, check_delay, check_devices, check_knobs, check_names,
                        check_positive_int)
-from ._requests import check_request, split_request
+from ._requests import Request, check_request, split_request
+from ._wake import current_waits
 
 __all__ = ["DynamicBatcher"]
+
+_perf_counter = time.perf_counter
 
 
 class DynamicBatcher:
@@ -130,9 +132,17 @@ class DynamicBatcher:
         self._plans = PlanCache(graph, knobs, self._roles)
         self._metrics = BatcherMetrics()
 
+        # A request of the single input, as an ndarray of its dtype and dims past N, is
+        # checked by these alone (``__call__``); anything else by ``check_request``.
+        self._one_input = None
+        if len(self.inputs) == 1:
+            t = self._roles.in_tensors[self.inputs[0]]
+            self._one_input = (len(t.dims), tuple(int(d) for d in t.dims[1:]),
+                               np.dtype(numpy_dtype(t.data_type)))
+
         self._state = "new"             # new -> running -> closing -> closed
         self._tg = None
-        self._send = None
+        self._waits = None              # the loop's waiters (_wake), when it starts
         self._dispatch: Dispatcher | None = None     # made when the batcher starts
 
     # ------------------------------------------------------------------ properties
@@ -166,10 +176,10 @@ class DynamicBatcher:
                               code="INVALID_VALUE")
         if not self._pattern_checked:
             await self._plans.get(self._lanes[0], self.buckets[0])   # checks plan.pattern
-        self._send, recv = anyio.create_memory_object_stream(math.inf)
         self._tg = anyio.create_task_group()
+        self._waits = current_waits()
         self._dispatch = Dispatcher(
-            recv, self._tg, roles=self._roles, lanes=self._lanes, plans=self._plans,
+            self._tg, self._waits, roles=self._roles, lanes=self._lanes, plans=self._plans,
             metrics=self._metrics, buckets=self.buckets, max_batch_size=self.max_batch_size,
             max_delay_ms=self.max_delay_ms,
             max_concurrent_batches=self.max_concurrent_batches)
@@ -198,7 +208,7 @@ class DynamicBatcher:
     def _stop_accepting(self) -> None:
         if self._state == "running":
             self._state = "closing"
-            self._send.close()
+            self._dispatch.close()
 
     async def aclose(self) -> None:
         """Stop accepting requests, run every pending one, and wait until none is in flight."""
@@ -228,7 +238,10 @@ class DynamicBatcher:
         dict of str to numpy.ndarray, or numpy.ndarray
             ``{output_name: array (N_k, ...)}``, or the single array when there is exactly
             one output. Arrays are logical order, with the output tensor's layout on a host
-            device and C-contiguous when copied back from a GPU.
+            device and C-contiguous when copied back from a GPU. Each is a view of this
+            caller's rows of its batch's output array (made for that batch, written by no
+            later one), which it keeps alive; a request split into pieces gets a new
+            array of its rows concatenated.
 
         Raises
         ------
@@ -245,29 +258,49 @@ class DynamicBatcher:
             raise DeviceError(f"DynamicBatcher: not running (state {self._state}); call it "
                               "inside 'async with DynamicBatcher(...) as batcher:'",
                               code="INVALID_VALUE")
+        waits = self._waits
+        one = self._one_input
+        if (one is not None and type(request) is np.ndarray and request.ndim == one[0]
+                and request.dtype == one[2] and request.shape[1:] == one[1]
+                and 0 < request.shape[0] <= self.max_batch_size):
+            # the common request: one input's rows as they are, one piece
+            req = Request((request,), request.shape[0], _perf_counter(), waits.now(),
+                          waits.new())
+            self._metrics.requests += 1
+            self._dispatch.put(req)
+            try:
+                await waits.wait(req.waiter)
+            except BaseException:
+                if not req.done:
+                    self._dispatch.cancel(req)
+                self._metrics.cancelled += 1
+                raise
+            if req.error is not None:
+                raise req.error
+            return req.result
         arrays, n = check_request(self._roles, request)
-        pieces = split_request(arrays, n, self.max_batch_size, time.perf_counter(),
-                               anyio.current_time())
+        pieces = split_request(arrays, n, self.max_batch_size, _perf_counter(), waits.now(),
+                               waits.new)
         self._metrics.requests += 1
         try:
             for p in pieces:
-                self._send.send_nowait(p)
+                self._dispatch.put(p)
             for p in pieces:
-                await p.done.wait()
+                await waits.wait(p.waiter)
         except BaseException:
             for p in pieces:
-                if not p.done.is_set():
-                    p.cancelled = True
+                if not p.done:
+                    self._dispatch.cancel(p)
             self._metrics.cancelled += 1
             raise
         for p in pieces:
             if p.error is not None:
                 raise p.error
         if len(pieces) == 1:
-            out = pieces[0].result
-        else:
-            out = {k: np.concatenate([p.result[k] for p in pieces]) for k in self.outputs}
-        return out[self.outputs[0]] if len(self.outputs) == 1 else out
+            return pieces[0].result
+        if len(self.outputs) == 1:
+            return np.concatenate([p.result for p in pieces])
+        return {k: np.concatenate([p.result[k] for p in pieces]) for k in self.outputs}
 
     # ------------------------------------------------------------------ plans
 

@@ -1,12 +1,11 @@
 """Requests: a caller's arrays checked as ``plan.execute`` checks them (no cast), split
-into pieces of at most ``max_batch_size`` rows, each waiting on its own event."""
+into pieces of at most ``max_batch_size`` rows, each waiting on its own waiter
+(``_wake``)."""
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
 from typing import Mapping
 
-import anyio
 import numpy as np
 
 from .._errors import ExecutionError, VariantPackError
@@ -15,29 +14,37 @@ from .._types import numpy_dtype
 __all__ = ["Request", "check_request", "fail", "split_request"]
 
 
-@dataclass(eq=False)
 class Request:
-    """One queued piece of a caller's request (at most max_batch_size rows)."""
+    """One queued piece of a caller's request (at most max_batch_size rows).
 
-    arrays: dict            # input name -> logical-order array, tensor dtype, rows n
-    n: int
-    enqueued: float         # time.perf_counter()
-    window: float           # anyio.current_time() when queued
-    done: anyio.Event = field(default_factory=anyio.Event)
-    result: dict | None = None
-    error: BaseException | None = None
-    cancelled: bool = False
+    ``arrays`` are its rows of each per-request input (logical order, the tensor's dtype),
+    in the order of the batcher's inputs; ``enqueued`` is ``time.perf_counter()`` and
+    ``window`` the loop's clock when it was queued; ``waiter`` (``_wake``) is woken once
+    ``done``, with ``result`` (the caller's rows of the outputs) or ``error`` set.
+    """
+
+    __slots__ = ("arrays", "n", "enqueued", "window", "waiter", "done", "result", "error",
+                 "cancelled")
+
+    def __init__(self, arrays: tuple, n: int, enqueued: float, window: float, waiter):
+        self.arrays = arrays
+        self.n = n
+        self.enqueued = enqueued
+        self.window = window
+        self.waiter = waiter
+        self.done = False
+        self.result = None
+        self.error: BaseException | None = None
+        self.cancelled = False
 
 
-def split_request(arrays: dict, n: int, max_rows: int, now: float,
-                  window: float) -> list[Request]:
-    """`arrays` (of `n` rows each) as pieces of at most `max_rows` rows, in order."""
-    pieces = []
-    for lo in range(0, n, max_rows):
-        hi = min(n, lo + max_rows)
-        pieces.append(Request({k: a[lo:hi] for k, a in arrays.items()}, hi - lo, now,
-                              window))
-    return pieces
+def split_request(arrays: tuple, n: int, max_rows: int, now: float, window: float,
+                  new_waiter) -> list[Request]:
+    """`arrays` (of `n` rows each) as pieces of at most `max_rows` rows, in order, each
+    with a waiter from `new_waiter()`."""
+    return [Request(tuple(a[lo:lo + max_rows] for a in arrays), min(n, lo + max_rows) - lo,
+                    now, window, new_waiter())
+            for lo in range(0, n, max_rows)]
 
 
 def _fresh_error(exc: BaseException) -> BaseException:
@@ -50,11 +57,12 @@ def _fresh_error(exc: BaseException) -> BaseException:
     return err
 
 
-def fail(req: Request, err: BaseException) -> None:
-    """Fail `req` with a copy of `err`, unless it is done already."""
-    if not req.done.is_set():
+def fail(req: Request, err: BaseException, wake) -> None:
+    """Fail `req` with a copy of `err` and ``wake`` its waiter, unless it is done already."""
+    if not req.done:
         req.error = _fresh_error(err)
-        req.done.set()
+        req.done = True
+        wake(req.waiter)
 
 
 def _checked_array(name, t, value, n: int | None) -> np.ndarray:
@@ -85,8 +93,9 @@ def _checked_array(name, t, value, n: int | None) -> np.ndarray:
     return arr
 
 
-def check_request(roles, request) -> tuple[dict, int]:
-    """Validate a request; return {input: array of the tensor dtype} and its rows.
+def check_request(roles, request) -> tuple[tuple, int]:
+    """Validate a request; return its arrays (of the tensors' dtypes, in the order of
+    ``roles.inputs``) and its rows.
 
     Raises
     ------
@@ -104,10 +113,10 @@ def check_request(roles, request) -> tuple[dict, int]:
     if extra:
         raise VariantPackError(f"DynamicBatcher: request names {extra} are not "
                                f"per-request inputs; inputs are {list(roles.inputs)}")
-    arrays, n = {}, None
-    for name, t in roles.in_tensors.items():
+    arrays, n = [], None
+    for name in roles.inputs:
         if name not in request:
             raise VariantPackError(f"DynamicBatcher: request lacks input {name!r}")
-        arrays[name] = _checked_array(name, t, request[name], n)
-        n = arrays[name].shape[0] if n is None else n
-    return arrays, n
+        arrays.append(_checked_array(name, roles.in_tensors[name], request[name], n))
+        n = arrays[-1].shape[0] if n is None else n
+    return tuple(arrays), n

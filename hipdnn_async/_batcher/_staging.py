@@ -1,7 +1,8 @@
 """Staging: the variant pack of one batch on one lane, and the copies to and from its device.
 
 On a host device (the CPU) the rows are gathered straight into device arrays' NumPy views
-and no copy follows. On a device whose arrays are not host-addressable (a GPU) the rows
+(one copy per input, into buffers each bucket keeps for its next batch) and no copy
+follows; the outputs are fresh arrays per batch, whose row slices are the results. On a device whose arrays are not host-addressable (a GPU) the rows
 are gathered into host staging arrays in the tensors' own layouts (so the copy reorders
 nothing), copied into device buffers off the event loop, and the outputs copied back once
 the batch has run; each bucket keeps these buffers (a ``Staging``) for its next batch.
@@ -15,11 +16,12 @@ import anyio
 import numpy as np
 
 from .._errors import DeviceError, HipdnnError
+from .._layout import element_extent
 from .._types import numpy_dtype
 from ..runtime import DeviceArray
 
-__all__ = ["Staging", "alloc", "copy_in", "copy_out", "device_empty", "host_buffer",
-           "new_staging", "pack_host", "pack_staged"]
+__all__ = ["Staging", "alloc", "copy_in", "copy_out", "device_empty", "gather",
+           "host_buffer", "new_staging", "pack_host", "pack_staged"]
 
 
 @dataclass(eq=False)
@@ -83,23 +85,50 @@ async def copy_out(lane, name, buf) -> np.ndarray:
                                 f"{lane.spec}")
 
 
-def pack_host(lane, bucket, batch, rows: int, roles) -> tuple[dict, dict]:
-    """Variant pack of a batch on a host device: rows gathered into device views; returns
-    (pack, output views by name)."""
+def gather(buf: np.ndarray, parts: list, rows: int) -> None:
+    """Copy the rows of `parts` (arrays of buf's dims past N and dtype) into the first
+    `rows` rows of `buf`, in order, with one copy each; zero the padding rows after."""
+    if len(parts) == 1:
+        buf[:rows] = parts[0]
+    else:
+        np.concatenate(parts, out=buf[:rows])
+    if rows < buf.shape[0]:
+        buf[rows:] = 0
+
+
+def pack_host(lane, bucket, batch, rows: int, roles) -> tuple[dict, dict, dict]:
+    """Variant pack of a batch on a host device: rows gathered into the bucket's input
+    buffers (device views, reused from ``bucket.idle`` and handed back after a clean run)
+    and fresh output buffers (their row slices are the callers' results); returns (pack,
+    output views by name, input buffers by name)."""
+    inputs = bucket.idle.pop() if bucket.idle else {
+        name: alloc(lane, bucket.tensors[name], zero=False) for name in roles.inputs}
     pack, outs = {}, {}
-    for name in roles.inputs:
-        buf = alloc(lane, bucket.tensors[name], zero=rows < bucket.size)
-        lo = 0
-        for req in batch:
-            buf[lo:lo + req.n] = req.arrays[name]
-            lo += req.n
+    for i, name in enumerate(roles.inputs):
+        buf = inputs[name]
+        gather(buf, [req.arrays[i] for req in batch], rows)
         pack[bucket.keys[name]] = buf
     for name, buf in lane.constants.items():
         pack[bucket.keys[name]] = buf
     for name in roles.all_outputs:
-        outs[name] = alloc(lane, bucket.tensors[name], zero=False)
+        outs[name] = _fresh_output(lane, bucket, name)
         pack[bucket.keys[name]] = outs[name]
-    return pack, outs
+    return pack, outs, inputs
+
+
+def _fresh_output(lane, bucket, name) -> np.ndarray:
+    """A new output buffer of `bucket` on a host lane: the device's first (its memory as
+    ``device.empty`` makes it), then NumPy arrays of the same dims, strides and dtype
+    over fresh memory (what a CPU ``Device.empty`` is; a microsecond, not tens)."""
+    like = bucket.out_like.get(name)
+    if like is None:
+        view = alloc(lane, bucket.tensors[name], zero=False)
+        elements = tuple(st // view.itemsize for st in view.strides)
+        bucket.out_like[name] = (view.shape, view.dtype, view.strides,
+                                 element_extent(view.shape, elements))
+        return view
+    shape, dtype, strides, extent = like
+    return np.ndarray(shape, dtype, np.empty(max(extent, 1), dtype), 0, strides)
 
 
 def new_staging(lane, bucket, roles) -> Staging:
@@ -114,13 +143,9 @@ async def pack_staged(lane, bucket, staging: Staging, batch, rows: int, roles) -
     """Variant pack of a batch on a non-host device: rows gathered on the host and
     copied to the device (off the event loop: the copy waits for earlier device work)."""
     pack = {bucket.keys[k]: buf for k, buf in lane.constants.items()}
-    for name in roles.inputs:
+    for i, name in enumerate(roles.inputs):
         host = staging.host[name]
-        lo = 0
-        for req in batch:
-            host[lo:lo + req.n] = req.arrays[name]
-            lo += req.n
-        host[rows:] = 0         # padding rows, as on the host path (a no-op when full)
+        gather(host, [req.arrays[i] for req in batch], rows)
         await anyio.to_thread.run_sync(copy_in, lane, name, staging.device[name], host)
     for name in (*roles.inputs, *roles.all_outputs):
         pack[bucket.keys[name]] = staging.device[name]
