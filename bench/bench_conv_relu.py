@@ -1,0 +1,88 @@
+"""Conv + bias + ReLU on ONEDNN_ENGINE: the ReLU as the primitive's post-ops against the
+same plan with the ReLU as a pass after it (the epilogue), and PyTorch, in the same run.
+
+Builds each case of ``bench_cpu.py``'s ``conv_bias_relu`` pattern twice: ``fused`` (the
+default build: post-ops, plan named ``+relu``) and ``epilogue`` (built with the post-ops
+declined, as every oneDNN version but the measured one builds it: the primitive, then
+``providers.cpu._batchnorm.relu`` on y), and times both against PyTorch's ``F.conv2d``
+with bias then ``relu_`` in alternating windows (fused, epilogue, torch, ...), garbage
+collector off; per case the best call of each (ms) and the ratios fused / torch,
+epilogue / torch and fused / epilogue; then geometric means.
+
+    python bench/bench_conv_relu.py [--batch 8] [--reps 10] [--threads N]
+                                    [--configs float32:NHWC,...] [--shapes "res2 3x3",...]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _bench_common import RESNET50_CONVS, NoGc, geomean, table  # noqa: E402
+from bench_cpu import CONFIGS, CONV_SHAPES, _configs, conv_case, our_threads  # noqa: E402
+
+
+def _best_interleaved(fns, reps, warmup=3):
+    """Best time (ms) of each of ``fns``, called in alternating windows."""
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
+    best = [float("inf")] * len(fns)
+    with NoGc():
+        for _ in range(reps):
+            for i, fn in enumerate(fns):
+                t0 = time.perf_counter()
+                fn()
+                best[i] = min(best[i], (time.perf_counter() - t0) * 1e3)
+    return best
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--configs", type=_configs, default=CONFIGS)
+    p.add_argument("--shapes", default=",".join(CONV_SHAPES))
+    args = p.parse_args(argv)
+    import torch
+
+    import hipdnn_async as hd
+    from hipdnn_async.providers.cpu.onednn import _conv
+    threads = our_threads(args.threads)
+    torch.set_num_threads(threads)
+    convs = {s[0]: s for s in RESNET50_CONVS}
+    print(f"bench_conv_relu: batch {args.batch}, reps {args.reps}, threads {threads}, "
+          f"load average {os.getloadavg()}")
+    rows, fused_r, epi_r = [], [], []
+    exact = _conv.relu_post_ops_exact
+    for dtype, layout in args.configs:
+        for name in args.shapes.split(","):
+            with hd.Device("cpu") as dev_f, hd.Device("cpu") as dev_e:
+                fused = conv_case(hd, torch, dev_f, "ONEDNN_ENGINE", args.batch, convs[name],
+                                  "conv_bias_relu", dtype, layout)
+                _conv.relu_post_ops_exact = lambda: False
+                try:
+                    epi = conv_case(hd, torch, dev_e, "ONEDNN_ENGINE", args.batch, convs[name],
+                                    "conv_bias_relu", dtype, layout)
+                finally:
+                    _conv.relu_post_ops_exact = exact
+                tf, te, tt = _best_interleaved([fused.ours, epi.ours, fused.theirs], args.reps)
+            fused_r.append(tf / tt)
+            epi_r.append(te / tt)
+            rows.append((name, dtype, layout, f"{tf:.3f}", f"{te:.3f}", f"{tt:.3f}",
+                         f"{tf / tt:.3f}", f"{te / tt:.3f}", f"{tf / te:.3f}",
+                         str(fused.plan.algorithm), str(epi.plan.algorithm)))
+    table(rows, ("shape", "dtype", "layout", "fused ms", "epilogue ms", "torch ms",
+                       "fused/torch", "epilogue/torch", "fused/epilogue", "fused plan",
+                       "epilogue plan"))
+    print(f"geometric mean: fused/torch {geomean(fused_r):.3f}, epilogue/torch "
+          f"{geomean(epi_r):.3f}; load average at the end {os.getloadavg()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
