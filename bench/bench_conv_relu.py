@@ -9,7 +9,7 @@ with bias then ``relu_`` in alternating windows (fused, epilogue, torch, ...), g
 collector off; per case the best call of each (ms) and the ratios fused / torch,
 epilogue / torch and fused / epilogue; then geometric means.
 
-    python bench/bench_conv_relu.py [--batch 8] [--reps 10] [--threads N]
+    python bench/bench_conv_relu.py [--batch 8] [--reps 10] [--threads N] [--clock wall|cpu]
                                     [--configs float32:NHWC,...] [--shapes "res2 3x3",...]
 """
 from __future__ import annotations
@@ -25,8 +25,8 @@ from _bench_common import RESNET50_CONVS, NoGc, geomean, table  # noqa: E402
 from bench_cpu import CONFIGS, CONV_SHAPES, _configs, conv_case, our_threads  # noqa: E402
 
 
-def _best_interleaved(fns, reps, warmup=3):
-    """Best time (ms) of each of ``fns``, called in alternating windows."""
+def _best_interleaved(fns, reps, warmup=3, clock=time.perf_counter):
+    """Best time (ms, by ``clock``) of each of ``fns``, called in alternating windows."""
     for fn in fns:
         for _ in range(warmup):
             fn()
@@ -34,9 +34,9 @@ def _best_interleaved(fns, reps, warmup=3):
     with NoGc():
         for _ in range(reps):
             for i, fn in enumerate(fns):
-                t0 = time.perf_counter()
+                t0 = clock()
                 fn()
-                best[i] = min(best[i], (time.perf_counter() - t0) * 1e3)
+                best[i] = min(best[i], (clock() - t0) * 1e3)
     return best
 
 
@@ -47,6 +47,10 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--configs", type=_configs, default=CONFIGS)
     p.add_argument("--shapes", default=",".join(CONV_SHAPES))
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                   help="wall: time.perf_counter; cpu: time.process_time, this process's CPU "
+                        "time over all its threads (with --threads 1, the work done, less "
+                        "disturbed by other processes on a loaded machine)")
     args = p.parse_args(argv)
     import torch
 
@@ -56,6 +60,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(threads)
     convs = {s[0]: s for s in RESNET50_CONVS}
     print(f"bench_conv_relu: batch {args.batch}, reps {args.reps}, threads {threads}, "
+          f"clock {args.clock}, "
           f"load average {os.getloadavg()}")
     rows, fused_r, epi_r = [], [], []
     exact = _conv.relu_post_ops_exact
@@ -70,7 +75,9 @@ def main(argv=None) -> int:
                                     "conv_bias_relu", dtype, layout)
                 finally:
                     _conv.relu_post_ops_exact = exact
-                tf, te, tt = _best_interleaved([fused.ours, epi.ours, fused.theirs], args.reps)
+                clock = time.perf_counter if args.clock == "wall" else time.process_time
+                tf, te, tt = _best_interleaved([fused.ours, epi.ours, fused.theirs], args.reps,
+                                               clock=clock)
             fused_r.append(tf / tt)
             epi_r.append(te / tt)
             rows.append((name, dtype, layout, f"{tf:.3f}", f"{te:.3f}", f"{tt:.3f}",

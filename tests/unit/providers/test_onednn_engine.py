@@ -192,15 +192,20 @@ def _assert_relu_special(got, want, tol, what):
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("nd", [2, 3])
 def test_conv_bias_relu_post_ops_exact_in_every_implementation(dev, monkeypatch, dtype, tol, layout, nd):
-    """RELU_FWD without clips is the primitive's post-ops (``+relu``); through each of
-    oneDNN's implementations of the problem it equals PyTorch's conv + relu on NaN, +-inf,
-    -0.0 and negatives (the post-op chain is exact only by how oneDNN computes it)."""
+    """RELU_FWD without clips: every oneDNN implementation of the problem is a candidate
+    twice, with the ReLU after the primitive and as its post-ops (``+relu``); through each
+    the result equals PyTorch's conv + relu on NaN, +-inf, -0.0 and negatives (the post-op
+    chain is exact only by how oneDNN computes it)."""
     from hipdnn_async.providers.cpu.onednn import _conv
     layout = layout if nd == 2 else {"NCHW": "NCDHW", "NHWC": "NDHWC"}[layout]
     g, bufs, y, want = _conv_bias_relu_special(dtype, layout, nd)
     full = _conv.Conv.candidates
-    names = [str(a) for a, _ in dev.build_sync(g, engine=ONEDNN).algorithm.trials]
-    assert names and all(n.endswith("+relu") for n in names), names
+    plan = dev.build_sync(g, engine=ONEDNN)
+    names = [str(a) for a, _ in plan.algorithm.trials]
+    fused = [n for n in names if n.endswith("+relu")]
+    # each implementation twice: the ReLU after it (the heuristic's pick), and as post-ops
+    assert not str(plan.algorithm).endswith("+relu")
+    assert fused and sorted(n[:-len("+relu")] for n in fused) == sorted(set(names) - set(fused))
     for name in names:
         monkeypatch.setattr(_conv.Conv, "candidates",
                             lambda self, name=name: [c for c in full(self) if c.name == name])

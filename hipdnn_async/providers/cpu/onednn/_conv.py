@@ -1,6 +1,6 @@
 """Convolutions through oneDNN: ``Conv`` (one problem, its implementations and the
-program running one of them) and the RELU_FWD of conv + bias + ReLU: the primitive's
-post-ops where they are exact (``relu_post_ops``), otherwise hooks running it after."""
+program running one of them) and the RELU_FWD of conv + bias + ReLU: hooks running it
+after the primitive, or the primitive's post-ops where they are exact (``relu_post_ops``)."""
 from __future__ import annotations
 
 from ...._errors import NotSupportedError
@@ -48,14 +48,21 @@ class Conv:
             if bias.data_type == DataType.HALF:
                 # the f32 primitive takes an f32 bias, converted in the program
                 self.bias_md = dnnl.MemoryDesc((bias.dims[1],), dnnl.DATA_F32, strides=(1,))
-        self.post_ops, self.clips, self.fusion = [], None, ""
+        self.post_ops, self.clips = [], None
+        clips = (match.params.get("relu_lower_clip"), match.params.get("relu_upper_clip"))
         if match.pattern == Pattern.CONV_FPROP_BIAS_RELU:
-            clips = (match.params.get("relu_lower_clip"), match.params.get("relu_upper_clip"))
-            if clips_are_relu(clips) and relu_post_ops_exact():
-                self.post_ops, self.fusion = relu_post_ops(), "+relu"
-            else:
-                self.clips = clips
+            self.clips = clips
         self.impls = self._walk()
+        self.fused = [False] * len(self.impls)
+        if self.clips is not None and clips_are_relu(clips) and relu_post_ops_exact():
+            # The same implementations with the ReLU as post-ops, after the ones running it
+            # as a pass after the primitive (the heuristic's choice: faster here, as the
+            # chain computes an exp per element); benchmarking picks either.
+            self.post_ops = relu_post_ops()
+            fused = self._walk()
+            self.post_ops = []
+            self.impls += fused
+            self.fused += [True] * len(fused)
         if not self.impls:
             raise decline(f"oneDNN has no optimized implementation of conv_{self.direction} "
                            f"for {match.signature} (only its reference one)")
@@ -132,9 +139,13 @@ class Conv:
         return out
 
     def candidates(self) -> list:
-        """One per implementation; a fused ReLU (post-ops) is named by a ``+relu`` suffix."""
-        return [_tuning.Candidate(name + self.fusion, i, ws)
-                for i, (name, _, ws, _v) in enumerate(self.impls)]
+        """One per implementation; one computing the ReLU as post-ops ends ``+relu``."""
+        return [_tuning.Candidate(name + ("+relu" if fused else ""), i, ws)
+                for i, ((name, _, ws, _v), fused) in enumerate(zip(self.impls, self.fused))]
+
+    def fuses_relu(self, pd) -> bool:
+        """Whether implementation ``pd`` (one of ``impls``) computes the ReLU itself."""
+        return any(f and p is pd for (_, p, _, _), f in zip(self.impls, self.fused))
 
     def program(self, pd, *, dry=False, frozen_w=None, variant=None):
         """(Program, its ProgramSpec) running implementation ``pd``; ``dry``: only the
@@ -212,14 +223,18 @@ class Conv:
 # alpha 0 (v > 0 ? v : 0 * (exp(v) - 1)), then linear 1, 0 (+0.0 turns -0.0 into +0.0).
 # Measured on oneDNN 3.2 through every implementation it offers for conv + bias (brgconv,
 # jit, gemm; avx512_core, avx2, sse41; f32, bf16 and f16-via-f32; 2-D and 3-D): equal to
-# max(v, 0) + 0.0 with NaN kept, -inf -> +0.0, +inf -> +inf (tests/oracle/test_edge_cases.py,
-# test_conv_relu_post_ops_special_values). Why the chain and not another: oneDNN's jit
-# exp maps NaN to +inf (its input is first clamped by vminps), so 0 * (exp(NaN) - 1) is NaN,
-# and the reference one keeps NaN; 0 * (exp(-inf) - 1) = -0.0. Its relu instead is vmaxps
-# in the jit kernels (NaN -> +0.0) and 0 * v in the reference ones (-inf -> NaN, negatives
-# -> -0.0); clip / clip_v2 and the binary max / min post-ops are vmaxps / vminps with the
-# bound as second operand, which returns the bound for NaN: no chain of them keeps NaN, so
-# clipped ReLUs (and other oneDNN versions, not measured) run as an epilogue on y.
+# max(v, 0) + 0.0 with NaN kept, -inf -> +0.0, +inf -> +inf (tests/unit/providers/
+# test_onednn_engine.py, test_conv_bias_relu_post_ops_exact_in_every_implementation).
+# Why this chain: oneDNN's jit exp clamps its input with vminps first, so exp(NaN) is +inf
+# and 0 * (exp(NaN) - 1) is NaN (its reference exp keeps NaN); 0 * (exp(-inf) - 1) = -0.0.
+# Its relu is vmaxps in the jit kernels (NaN -> +0.0) and 0 * v in the reference ones
+# (-inf -> NaN, negatives -> -0.0); clip / clip_v2 and the binary max / min post-ops are
+# vmaxps / vminps with the bound as second operand, which returns the bound for NaN: no
+# chain of them keeps NaN, so a clipped ReLU (and any oneDNN version not measured) runs
+# after the primitive. The chain costs an exp per element: on a 2-core avx512_core_bf16
+# CPU it was 1-7 % slower than the vectorised pass after brgconv, up to 30 % after the
+# bfloat16 GEMM convolution and 1.7-5x after the float32 one, which computes post-ops
+# outside its jit code (bench/bench_conv_relu.py): both are candidates, the pass first.
 _EXACT_VERSIONS = ((3, 2),)
 
 
@@ -241,10 +256,10 @@ def relu_post_ops_exact() -> bool:
     return state.ok and tuple(state.version[:2]) in _EXACT_VERSIONS
 
 
-def clip_hooks(conv):
-    """Hooks running RELU_FWD on a convolution's y (pattern 8) after the primitive, or None
-    (no ReLU, or one computed by the primitive's post-ops)."""
-    if conv.clips is None:
+def clip_hooks(conv, pd):
+    """Hooks running RELU_FWD on a convolution's y (pattern 8) after implementation ``pd``,
+    or None (no ReLU, or one ``pd`` computes as post-ops)."""
+    if conv.clips is None or conv.fuses_relu(pd):
         return None
     lo, hi = conv.clips
 
