@@ -1,10 +1,10 @@
 """Conv + bias + ReLU on ONEDNN_ENGINE: the ReLU as the primitive's post-ops against the
 same plan with the ReLU as a pass after it (the epilogue), and PyTorch, in the same run.
 
-Builds each case of ``bench_cpu.py``'s ``conv_bias_relu`` pattern twice: ``fused`` (the
-default build: post-ops, plan named ``+relu``) and ``epilogue`` (built with the post-ops
-declined, as every oneDNN version but the measured one builds it: the primitive, then
-``providers.cpu._batchnorm.relu`` on y), and times both against PyTorch's ``F.conv2d``
+Builds each case of ``bench_cpu.py``'s ``conv_bias_relu`` pattern twice, oneDNN's
+preferred implementation each time: ``fused`` (among the candidates computing the ReLU as
+post-ops, named ``+relu``) and ``epilogue`` (among the others: the primitive, then
+``providers.cpu._batchnorm.relu`` on y, the default build), and times both against PyTorch's ``F.conv2d``
 with bias then ``relu_`` in alternating windows (fused, epilogue, torch, ...), garbage
 collector off; per case the best call of each (ms) and the ratios fused / torch,
 epilogue / torch and fused / epilogue; then geometric means.
@@ -63,18 +63,24 @@ def main(argv=None) -> int:
           f"clock {args.clock}, "
           f"load average {os.getloadavg()}")
     rows, fused_r, epi_r = [], [], []
-    exact = _conv.relu_post_ops_exact
+    every = _conv.Conv.candidates
+
+    def build(dev, dtype, layout, name, fused):
+        """The case with only the ``+relu`` candidates (fused) or only the others, each
+        in oneDNN's order: the plan is the heuristic's pick among them."""
+        _conv.Conv.candidates = lambda self: [c for c in every(self)
+                                              if c.name.endswith("+relu") == fused]
+        try:
+            return conv_case(hd, torch, dev, "ONEDNN_ENGINE", args.batch, convs[name],
+                             "conv_bias_relu", dtype, layout)
+        finally:
+            _conv.Conv.candidates = every
+
     for dtype, layout in args.configs:
         for name in args.shapes.split(","):
             with hd.Device("cpu") as dev_f, hd.Device("cpu") as dev_e:
-                fused = conv_case(hd, torch, dev_f, "ONEDNN_ENGINE", args.batch, convs[name],
-                                  "conv_bias_relu", dtype, layout)
-                _conv.relu_post_ops_exact = lambda: False
-                try:
-                    epi = conv_case(hd, torch, dev_e, "ONEDNN_ENGINE", args.batch, convs[name],
-                                    "conv_bias_relu", dtype, layout)
-                finally:
-                    _conv.relu_post_ops_exact = exact
+                fused = build(dev_f, dtype, layout, name, True)
+                epi = build(dev_e, dtype, layout, name, False)
                 clock = time.perf_counter if args.clock == "wall" else time.process_time
                 tf, te, tt = _best_interleaved([fused.ours, epi.ours, fused.theirs], args.reps,
                                                clock=clock)

@@ -421,9 +421,9 @@ def bias_relu(cnp.ndarray x, int x_kind, cnp.ndarray out, int out_kind, const fl
     -----
     The result equals the exact value clamp(x + bias, lower, upper) + 0.0 rounded to
     nearest-even in the output type: the sum is formed in float32 rounded to odd when the
-    output is narrower (``hd_add_odd`` in _relu_rows.h), and rounding commutes with clamping against the
-    rounded clips. NaN propagates (bfloat16/float16 NaN results are quiet; a float16
-    output NaN has payload 0x200), +-inf clamp like numbers, -0.0 becomes +0.0. A
+    output is narrower (``hd_add_odd`` in _relu_rows.h), and rounding commutes with clamping
+    against the rounded clips. NaN propagates (bfloat16/float16 NaN results are quiet; a
+    float16 output NaN has payload 0x200), +-inf clamp like numbers, -0.0 becomes +0.0. A
     bfloat16/float16 output of a sum below the smallest subnormal can still be -0.0 when
     lower < 0 (as rounding the float64 result would give).
     """

@@ -451,7 +451,8 @@ def test_add_bias_relu_rounds_ties_once(in_dt, out_dt):
         assert got[0] == 1.0 and got[1] > 1.0, got       # tie -> even; above tie -> up
 
 
-@pytest.mark.parametrize("clips", [(None, None), (-0.2, 0.5), (0.25, None)], ids=["relu", "clamp", "lower"])
+@pytest.mark.parametrize("clips", [(None, None), (-0.2, 0.5), (0.25, None)],
+                         ids=["relu", "clamp", "lower"])
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 @pytest.mark.parametrize("in_dt", DTYPES, ids=IDS)
 @pytest.mark.parametrize("out_dt", DTYPES, ids=IDS)

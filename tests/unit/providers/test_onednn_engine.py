@@ -180,7 +180,8 @@ def _conv_bias_relu_special(dtype, layout, nd, clips=(None, None)):
 def _assert_relu_special(got, want, tol, what):
     got = np.asarray(got, np.float64)
     nan = np.isnan(want)
-    assert np.array_equal(np.isnan(got), nan), f"{what}: NaN at {np.argwhere(np.isnan(got) != nan)[:4]}"
+    assert np.array_equal(np.isnan(got), nan), \
+        f"{what}: NaN differs at {np.argwhere(np.isnan(got) != nan)[:4]}"
     exact = ~nan & (np.isinf(want) | (want == 0))
     assert np.array_equal(got[exact], want[exact]), f"{what}: inf / zero results differ"
     assert not np.signbit(got[~nan & (got == 0)]).any(), f"{what}: -0.0 in the result"
@@ -188,10 +189,12 @@ def _assert_relu_special(got, want, tol, what):
 
 
 @pytest.mark.parametrize("dtype,tol", [(hd.DataType.FLOAT, 1e-5), (hd.DataType.BFLOAT16, 3e-2),
-                                       (hd.DataType.HALF, 3e-3)], ids=["float32", "bfloat16", "float16"])
+                                       (hd.DataType.HALF, 3e-3)],
+                         ids=["float32", "bfloat16", "float16"])
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("nd", [2, 3])
-def test_conv_bias_relu_post_ops_exact_in_every_implementation(dev, monkeypatch, dtype, tol, layout, nd):
+def test_conv_bias_relu_post_ops_exact_in_every_implementation(dev, monkeypatch, dtype, tol,
+                                                               layout, nd):
     """RELU_FWD without clips: every oneDNN implementation of the problem is a candidate
     twice, with the ReLU after the primitive and as its post-ops (``+relu``); through each
     the result equals PyTorch's conv + relu on NaN, +-inf, -0.0 and negatives (the post-op
@@ -218,7 +221,8 @@ def test_conv_bias_relu_post_ops_exact_in_every_implementation(dev, monkeypatch,
         _assert_relu_special(ya, want, tol * 4, f"{name} {dtype.name} {layout}")
 
 
-@pytest.mark.parametrize("clips", [(None, 1.0), (-0.5, 1.0), (0.25, None)], ids=["upper", "clamp", "lower"])
+@pytest.mark.parametrize("clips", [(None, 1.0), (-0.5, 1.0), (0.25, None)],
+                         ids=["upper", "clamp", "lower"])
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_clipped_conv_relu_runs_after_the_primitive(dev, layout, clips):
     """A clipped RELU_FWD is not a post-op (oneDNN's clip and max / min map NaN to a bound):

@@ -232,9 +232,10 @@ class Conv:
 # vmaxps / vminps with the bound as second operand, which returns the bound for NaN: no
 # chain of them keeps NaN, so a clipped ReLU (and any oneDNN version not measured) runs
 # after the primitive. The chain costs an exp per element: on a 2-core avx512_core_bf16
-# CPU it was 1-7 % slower than the vectorised pass after brgconv, up to 30 % after the
-# bfloat16 GEMM convolution and 1.7-5x after the float32 one, which computes post-ops
-# outside its jit code (bench/bench_conv_relu.py): both are candidates, the pass first.
+# CPU (one thread, CPU time, ResNet-50 shapes at batch 8) it was 0-13 % slower than the
+# vectorised pass after brgconv / jit, 0-39 % after the bfloat16 GEMM convolution and
+# 1.4-4.1x after the float32 one, which computes post-ops outside its jit code
+# (bench/bench_conv_relu.py): both are candidates, the pass first.
 _EXACT_VERSIONS = ((3, 2),)
 
 
