@@ -1,6 +1,7 @@
 """RELU_FWD epilogue of the CPU engines against PyTorch, measured in the same run.
 
-Times ``providers.cpu._batchnorm.relu`` (the one-pass ``_kernels.bias_relu``) in place on
+Times ``providers.cpu._batchnorm.relu`` (the one-pass ``_kernels.bias_relu``, its rows
+built for AVX-512 where the CPU has it: ``bias_relu_isa``, printed) in place on
 an N x C x H x W tensor (default 8 x 64 x 56 x 56, a ResNet-50 res2 activation), NCHW and
 NHWC, in float32, bfloat16 and float16, against ``torch.relu_`` on the same data and
 layout; also the float64-pass fallback (``_add_bias_relu_f64``, the path every dtype took
@@ -20,6 +21,7 @@ import numpy as np
 import torch
 
 from hipdnn_async.providers.cpu import _batchnorm as bn
+from hipdnn_async.providers.cpu import _kernels
 
 
 def _best(fn, reps):
@@ -51,7 +53,8 @@ def main():
     base = rng.standard_normal(dims).astype(np.float32)
     bias = rng.standard_normal((1, dims[1], 1, 1)).astype(np.float32)
     tbias = torch.from_numpy(bias)
-    print(f"dims {dims}, torch threads {torch.get_num_threads()}, best of {args.reps}")
+    print(f"dims {dims}, torch threads {torch.get_num_threads()}, best of {args.reps}, "
+          f"rows {_kernels.bias_relu_isa()}")
     print(f"{'case':28s} {'ours ms':>8s} {'before ms':>10s} {'torch ms':>9s} "
           f"{'ours/torch':>10s} {'before/torch':>12s}")
     for dt, tdt in ((np.float32, torch.float32), (ml_dtypes.bfloat16, torch.bfloat16),

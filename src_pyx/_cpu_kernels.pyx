@@ -21,14 +21,14 @@ is no OpenMP (two CPU streams already run on two threads).
 ``bias_relu`` is the exception to the above: it takes whole arrays of any rank with
 dims (N, C, ...), any element strides, in float32, bfloat16 or float16 (16-bit elements as
 raw bits), and computes in float32 with the rounding to the output type done exactly
-(see its docstring).
+(see its docstring); its inner loops are C (``_relu_rows.h``), built for the baseline ISA
+and for AVX-512 and chosen at run time (``bias_relu_isa``).
 
 Errors: shapes are checked by the Python layer; these functions raise only ``ValueError``
 for a mismatch they detect themselves.
 """
 from libc.math cimport sqrt
 from libc.stdint cimport int16_t, int32_t, uint16_t, uint32_t
-from libc.string cimport memcpy
 from cython cimport floating
 cimport numpy as cnp
 
@@ -39,6 +39,7 @@ __all__ = [
     "scale_shift_act",
     "bias_act",
     "bias_relu",
+    "bias_relu_isa",
     "BIAS_RELU_KINDS",
     "relu_backward",
     "bn_backward_reduce",
@@ -284,31 +285,33 @@ def bn_backward_dx(const floating[:, :, :] dy, const floating[:, :, :] x, floati
 # ----------------------------------------------------------------------------
 # Bias + RELU_FWD epilogue on float32 / bfloat16 / float16 (any rank, any strides)
 # ----------------------------------------------------------------------------
-# The 16-bit types are carried as raw bits in one-member structs so that Cython's fused
-# types specialise every (input, output) pair at compile time: each inner loop is then a
-# plain loop over one C type that the compiler vectorises.
+# The rows themselves are C (_relu_rows.h): compiled for the baseline ISA and for AVX-512,
+# the one to run chosen by the CPU's features.
 
-ctypedef struct bf16_t:
-    uint16_t u
-
-ctypedef struct f16_t:
-    uint16_t u
-
-ctypedef fused src_t:
-    float
-    bf16_t
-    f16_t
-
-ctypedef fused dst_t:
-    float
-    bf16_t
-    f16_t
+cdef extern from "_relu_rows.h" nogil:
+    int hd_relu_rows(int base)
+    void hd_relu_row(int isa, int xk, int ok, const void* x, Py_ssize_t xs, void* o,
+                     Py_ssize_t os, Py_ssize_t n, const float* bv, Py_ssize_t bs, float lo,
+                     float hi)
+    void hd_relu_row16(int isa, const uint16_t* x, Py_ssize_t xs, uint16_t* o, Py_ssize_t os,
+                       Py_ssize_t n, int16_t klo, int16_t khi, int16_t inf, int16_t lo16,
+                       int16_t hi16)
+    int hd_relu_avx512()
+    uint32_t hd_bits(float f)
+    float hd_flt(uint32_t u)
+    float hd_widen_bf16(uint16_t h)
+    float hd_widen_f16(uint16_t h)
+    uint16_t hd_narrow_bf16(float v)
+    uint16_t hd_narrow_f16(float v)
 
 # Element kinds accepted by bias_relu, by NumPy dtype name.
 BIAS_RELU_KINDS = {"float32": 0, "bfloat16": 1, "float16": 2}
 
 cdef enum:
     _MAX_AXES = 64          # NumPy's NPY_MAXDIMS (2.x)
+
+cdef Py_ssize_t[3] _ITEMSIZE = [4, 2, 2]     # bytes per element of each kind
+
 
 ctypedef struct _Clip:
     float lo, hi            # the clips rounded to the output type (as float32 values)
@@ -318,186 +321,19 @@ ctypedef struct _Clip:
     bint bits16             # take the 16-bit integer path (same 16-bit type, no bias)
 
 
-cdef inline uint32_t _bits(float f) noexcept nogil:
-    cdef uint32_t u
-    memcpy(&u, &f, 4)
-    return u
-
-
-cdef inline float _flt(uint32_t u) noexcept nogil:
-    cdef float f
-    memcpy(&f, &u, 4)
-    return f
-
-
-cdef inline uint32_t _sel(uint32_t c, uint32_t a, uint32_t b) noexcept nogil:
-    """``a if c else b`` as masks: Cython writes conditional expressions as if/else, which
-    keeps the compiler from vectorising a loop. ``c`` is 0 or 1 (an int, not a bint: a
-    conversion to C bool also blocks vectorisation)."""
-    cdef uint32_t m = <uint32_t>0 - c
-    return (a & m) | (b & ~m)
-
-
-cdef inline float _widen(const src_t* p) noexcept nogil:
-    """The element at ``p`` as float32 (exact for all three types).
-
-    16-bit elements are read as uint16_t, not as the tag struct: compilers vectorise
-    scalar loads, not struct copies.
-    """
-    cdef uint32_t m, o
-    cdef uint16_t h
-    if src_t is float:
-        return p[0]
-    elif src_t is bf16_t:
-        return _flt(<uint32_t>(<const uint16_t*>p)[0] << 16)
-    else:
-        h = (<const uint16_t*>p)[0]
-        # IEEE binary16 -> binary32, branch-free: normals rebias the exponent (15 -> 127),
-        # inf/NaN get the all-ones exponent (payload kept), subnormals are m * 2**-24.
-        m = h & 0x7fff
-        o = (m << 13) + (<uint32_t>112 << 23)
-        o = _sel(m >= 0x7c00, o + (<uint32_t>112 << 23), o)
-        o = _sel(m < 0x400, _bits(<float>m * <float>5.9604644775390625e-08), o)
-        return _flt(o | (<uint32_t>(h & 0x8000) << 16))
-
-
-cdef inline void _put(dst_t* o, float v) noexcept nogil:
-    """Store ``v`` rounded to nearest-even in the output type (NaN stays NaN)."""
-    cdef uint32_t u, a, r, sub
-    if dst_t is float:
-        o[0] = v
-    elif dst_t is bf16_t:
-        u = _bits(v)
-        r = (u + 0x7fff + ((u >> 16) & 1)) >> 16
-        r = _sel((u & 0x7fffffff) > 0x7f800000, (u >> 16) | 0x40, r)   # quiet NaN
-        (<uint16_t*>o)[0] = <uint16_t>r
-    else:
-        # binary32 -> binary16 RNE, branch-free (F. Giesen's float_to_half_fast3_rtne):
-        # normals rebias (127 -> 15) and round on bit 13; subnormals round by adding 0.5,
-        # whose ulp is 2**-24 = the binary16 subnormal step; >= 65536 is inf; NaN is quiet.
-        u = _bits(v)
-        a = u & 0x7fffffff
-        r = (a + <uint32_t>0xc8000fff + ((a >> 13) & 1)) >> 13
-        sub = _bits(_flt(a) + <float>0.5) - <uint32_t>0x3f000000
-        r = _sel(a < (<uint32_t>113 << 23), sub, r)
-        r = _sel(a >= (<uint32_t>143 << 23), 0x7c00, r)
-        r = _sel(a > 0x7f800000, 0x7e00, r)
-        (<uint16_t*>o)[0] = <uint16_t>(r | ((u >> 16) & 0x8000))
-
-
-cdef inline float _add(float a, float b, dst_t* tag) noexcept nogil:
-    """a + b in float32; rounded to odd when the output type is narrower.
-
-    Rounding to odd in float32 (24 bits) and then to nearest-even in bfloat16 (8) or
-    float16 (11) gives the correctly rounded sum, as p >= q + 2 (Boldo and Melquiond,
-    "Emulation of FMA and correctly rounded sums: proved algorithms using rounding to
-    odd", IEEE Trans. Computers 57(4), 2008); the rounding error comes from Knuth's
-    TwoSum. A round-to-nearest float32 sum would round twice (a 2**-16 chance per element
-    for bfloat16 of an off-by-one-ulp result).
-    """
-    cdef float s = a + b
-    cdef float bb, e
-    cdef uint32_t us, ue, step, inexact, finite
-    if dst_t is float:
-        return s
-    else:
-        bb = s - a
-        e = (a - (s - bb)) + (b - bb)
-        us = _bits(s)
-        ue = _bits(e)
-        # Pure integer arithmetic (comparisons would become C bools, which the
-        # vectoriser rejects): inexact (e != 0), s even and finite -> step 1 ulp toward
-        # the exact sum (the sign of e relative to s).
-        step = 1 - (((us ^ ue) >> 31) << 1)
-        inexact = ((ue & 0x7fffffff) + 0x7fffffff) >> 31
-        finite = ((us & 0x7f800000) - 0x7f800000) >> 31
-        us = us + (step & (<uint32_t>0 - (inexact & finite & (~us & 1))))
-        return _flt(us)
-
-
-cdef inline float _clamp(float v, float lo, float hi) noexcept nogil:
-    """clamp(v, lo, hi) + 0.0: NaN passes (comparisons are false), -0.0 becomes +0.0."""
-    v = lo if v < lo else v
-    v = hi if v > hi else v
-    return v + <float>0.0
-
-
-cdef void _row(const src_t* x, Py_ssize_t xs, dst_t* o, Py_ssize_t os, Py_ssize_t n,
-               const float* bv, Py_ssize_t bs, float lo, float hi) noexcept nogil:
-    """One run of ``n`` elements (element strides ``xs``, ``os``): o = clamp(x + b).
-
-    ``bv`` NULL: no bias; ``bs`` 0: one bias value bv[0]; ``bs`` 1: bv[i] per element.
-    Unit strides get their own loops so the compiler vectorises them.
-    """
-    cdef Py_ssize_t i
-    cdef float b
-    if bv == NULL:
-        if xs == 1 and os == 1:
-            for i in range(n):
-                _put(&o[i], _clamp(_widen(&x[i]), lo, hi))
-        else:
-            for i in range(n):
-                _put(&o[i * os], _clamp(_widen(&x[i * xs]), lo, hi))
-    elif bs == 0:
-        b = bv[0]
-        if xs == 1 and os == 1:
-            for i in range(n):
-                _put(&o[i], _clamp(_add(_widen(&x[i]), b, o), lo, hi))
-        else:
-            for i in range(n):
-                _put(&o[i * os], _clamp(_add(_widen(&x[i * xs]), b, o), lo, hi))
-    else:
-        if xs == 1 and os == 1:
-            for i in range(n):
-                _put(&o[i], _clamp(_add(_widen(&x[i]), bv[i], o), lo, hi))
-        else:
-            for i in range(n):
-                _put(&o[i * os], _clamp(_add(_widen(&x[i * xs]), bv[i], o), lo, hi))
-
-
-cdef inline uint16_t _relu16(uint16_t h, int16_t klo, int16_t khi, int16_t inf,
-                             int16_t lo16, int16_t hi16) noexcept nogil:
-    """RELU_FWD of one bfloat16/float16 value, on its bits, branch-free in 16-bit lanes
-    (masks, no jumps: signs are random, so branches would mispredict)."""
-    cdef int16_t v = <int16_t>h
-    cdef int16_t m = v & 0x7fff
-    cdef int16_t s = v >> 15                         # 0 or -1 (arithmetic shift)
-    cdef int16_t k = (m ^ s) - s                     # order key: -m for negatives
-    cdef int16_t r = v & -<int16_t>(m != 0)          # -0.0 -> +0.0
-    cdef int16_t sel = -<int16_t>(k < klo)
-    r = (r & ~sel) | (lo16 & sel)
-    sel = -<int16_t>(k > khi)
-    r = (r & ~sel) | (hi16 & sel)
-    sel = -<int16_t>(m > inf)                        # NaN keeps its bits
-    r = (r & ~sel) | (v & sel)
-    return <uint16_t>r
-
-
-cdef void _row16(const uint16_t* x, Py_ssize_t xs, uint16_t* o, Py_ssize_t os, Py_ssize_t n,
-                 const _Clip* c) noexcept nogil:
-    """RELU_FWD on bfloat16 or float16 bits without widening (same type in and out, no bias).
-
-    The result is always x, a clip or +0.0, so it is chosen by comparing order keys
-    (sign-magnitude -> two's complement: -0.0 and +0.0 both map to 0); NaN keeps its bits.
-    """
-    cdef Py_ssize_t i
-    cdef int16_t klo = <int16_t>c.klo, khi = <int16_t>c.khi, inf = <int16_t>c.inf16
-    cdef int16_t lo16 = <int16_t>c.lo16, hi16 = <int16_t>c.hi16
-    if xs == 1 and os == 1:
-        for i in range(n):
-            o[i] = _relu16(x[i], klo, khi, inf, lo16, hi16)
-    else:
-        for i in range(n):
-            o[i * os] = _relu16(x[i * xs], klo, khi, inf, lo16, hi16)
+def bias_relu_isa() -> str:
+    """The instruction set ``bias_relu``'s rows run with here: ``"avx512"`` (avx512f and
+    avx512bw, on x86-64 built with GCC or clang) or ``"baseline"`` (the build's own)."""
+    return "avx512" if hd_relu_avx512() else "baseline"
 
 
 cdef void _run(char* xp, char* op, const float* bp, int na, const Py_ssize_t* dim,
                const Py_ssize_t* xst, const Py_ssize_t* ost, const Py_ssize_t* bst,
-               const _Clip* c, src_t* xtag, dst_t* otag) noexcept nogil:
+               const _Clip* c, int isa, int xk, int ok) noexcept nogil:
     """Walk the axes: axis 0 is the inner run, axis 1 the rows of a 2-D block, the rest an
     odometer. Strides ``xst``/``ost`` are in bytes, ``bst`` in bias elements (0 or 1)."""
     cdef Py_ssize_t idx[_MAX_AXES]
-    cdef Py_ssize_t xs0 = xst[0] // sizeof(src_t), os0 = ost[0] // sizeof(dst_t)
+    cdef Py_ssize_t xs0 = xst[0] // _ITEMSIZE[xk], os0 = ost[0] // _ITEMSIZE[ok]
     cdef Py_ssize_t nj = dim[1] if na > 1 else 1
     cdef Py_ssize_t xsj = xst[1] if na > 1 else 0
     cdef Py_ssize_t osj = ost[1] if na > 1 else 0
@@ -509,11 +345,13 @@ cdef void _run(char* xp, char* op, const float* bp, int na, const Py_ssize_t* di
     while True:
         for j in range(nj):
             if c.bits16:
-                _row16(<const uint16_t*>(xp + j * xsj), xs0, <uint16_t*>(op + j * osj), os0,
-                       dim[0], c)
+                hd_relu_row16(isa, <const uint16_t*>(xp + j * xsj), xs0,
+                              <uint16_t*>(op + j * osj), os0, dim[0], <int16_t>c.klo,
+                              <int16_t>c.khi, <int16_t>c.inf16, <int16_t>c.lo16,
+                              <int16_t>c.hi16)
             else:
-                _row(<const src_t*>(xp + j * xsj), xs0, <dst_t*>(op + j * osj), os0, dim[0],
-                     (bp + j * bsj) if bp != NULL else NULL, bst[0], c.lo, c.hi)
+                hd_relu_row(isa, xk, ok, xp + j * xsj, xs0, op + j * osj, os0, dim[0],
+                            (bp + j * bsj) if bp != NULL else NULL, bst[0], c.lo, c.hi)
         k = 2
         while k < na:
             idx[k] += 1
@@ -536,33 +374,23 @@ cdef void _run(char* xp, char* op, const float* bp, int na, const Py_ssize_t* di
 cdef float _f32_odd(double d) noexcept:
     """``d`` rounded to float32 by rounding to odd (then rounding to a 16-bit type is exact)."""
     cdef float f = <float>d
-    cdef uint32_t u = _bits(f)
+    cdef uint32_t u = hd_bits(f)
     if <double>f != d and (u & 1) == 0 and (u & 0x7f800000) != 0x7f800000:
         u = u + 1 if (<double>f < d) == (f > 0 or (f == 0 and d > 0)) else u - 1
-    return _flt(u)
+    return hd_flt(u)
 
 
 cdef uint16_t _narrow_bits(float v, int kind) noexcept:
-    cdef bf16_t b
-    cdef f16_t h
-    if kind == 1:
-        _put(&b, v)
-        return b.u
-    _put(&h, v)
-    return h.u
+    return hd_narrow_bf16(v) if kind == 1 else hd_narrow_f16(v)
 
 
 cdef float _rounded(double d, int kind) noexcept:
     """``d`` correctly rounded to the output kind, as a float32 value."""
-    cdef bf16_t b
-    cdef f16_t h
     if kind == 0:
         return <float>d
     if kind == 1:
-        b.u = _narrow_bits(_f32_odd(d), 1)
-        return _widen(&b)
-    h.u = _narrow_bits(_f32_odd(d), 2)
-    return _widen(&h)
+        return hd_widen_bf16(_narrow_bits(_f32_odd(d), 1))
+    return hd_widen_f16(_narrow_bits(_f32_odd(d), 2))
 
 
 cdef int32_t _key(uint16_t h) noexcept:
@@ -570,7 +398,7 @@ cdef int32_t _key(uint16_t h) noexcept:
 
 
 def bias_relu(cnp.ndarray x, int x_kind, cnp.ndarray out, int out_kind, const float[::1] bias,
-              double lower, double upper):
+              double lower, double upper, *, bint baseline=False):
     """out = clamp(x + bias[c], lower, upper) + 0.0, one pass, rounded once to ``out``'s type.
 
     Parameters
@@ -585,14 +413,17 @@ def bias_relu(cnp.ndarray x, int x_kind, cnp.ndarray out, int out_kind, const fl
     bias : float32 array of length C, contiguous, or None
     lower, upper : float
         Clips, lower <= upper (RELU_FWD without clips is lower 0, upper +inf).
+    baseline : bool
+        Run the rows built for the baseline ISA even where the AVX-512 ones run
+        (``bias_relu_isa``): both give the same bits; for tests comparing them.
 
     Notes
     -----
     The result equals the exact value clamp(x + bias, lower, upper) + 0.0 rounded to
     nearest-even in the output type: the sum is formed in float32 rounded to odd when the
-    output is narrower (see ``_add``), and rounding commutes with clamping against the
-    rounded clips. NaN propagates (bfloat16/float16 NaN results are quiet; a float16
-    output NaN has payload 0x200), +-inf clamp like numbers, -0.0 becomes +0.0. A
+    output is narrower (``hd_add_odd`` in _relu_rows.h), and rounding commutes with clamping
+    against the rounded clips. NaN propagates (bfloat16/float16 NaN results are quiet; a
+    float16 output NaN has payload 0x200), +-inf clamp like numbers, -0.0 becomes +0.0. A
     bfloat16/float16 output of a sum below the smallest subnormal can still be -0.0 when
     lower < 0 (as rounding the float64 result would give).
     """
@@ -668,25 +499,6 @@ def bias_relu(cnp.ndarray x, int x_kind, cnp.ndarray out, int out_kind, const fl
         c.hi16 = _narrow_bits(c.hi, out_kind) & (0x7fff if c.hi == 0 else 0xffff)
         c.klo = _key(c.lo16)
         c.khi = _key(c.hi16)
+    cdef int isa = hd_relu_rows(baseline)
     with nogil:
-        if x_kind == 0:
-            if out_kind == 0:
-                _run(xp, op, bp, na, dim, xst, ost, bst, &c, <float*>NULL, <float*>NULL)
-            elif out_kind == 1:
-                _run(xp, op, bp, na, dim, xst, ost, bst, &c, <float*>NULL, <bf16_t*>NULL)
-            else:
-                _run(xp, op, bp, na, dim, xst, ost, bst, &c, <float*>NULL, <f16_t*>NULL)
-        elif x_kind == 1:
-            if out_kind == 0:
-                _run(xp, op, bp, na, dim, xst, ost, bst, &c, <bf16_t*>NULL, <float*>NULL)
-            elif out_kind == 1:
-                _run(xp, op, bp, na, dim, xst, ost, bst, &c, <bf16_t*>NULL, <bf16_t*>NULL)
-            else:
-                _run(xp, op, bp, na, dim, xst, ost, bst, &c, <bf16_t*>NULL, <f16_t*>NULL)
-        else:
-            if out_kind == 0:
-                _run(xp, op, bp, na, dim, xst, ost, bst, &c, <f16_t*>NULL, <float*>NULL)
-            elif out_kind == 1:
-                _run(xp, op, bp, na, dim, xst, ost, bst, &c, <f16_t*>NULL, <bf16_t*>NULL)
-            else:
-                _run(xp, op, bp, na, dim, xst, ost, bst, &c, <f16_t*>NULL, <f16_t*>NULL)
+        _run(xp, op, bp, na, dim, xst, ost, bst, &c, isa, x_kind, out_kind)

@@ -127,9 +127,7 @@ _OWN_STRUCTS = {"RuntimeConstants": "the values a Runtime fills from its checked
                 "sigset_t": "libc's, from <signal.h>",
                 "NdPrint": "a NumPy array's print kept by a binding (runtime._binding): no "
                            "vendor layout",
-                # providers.cpu._kernels (bias_relu): element tags and loop parameters
-                "bf16_t": "a bfloat16 element's bits, a fused-type tag: no vendor layout",
-                "f16_t": "a float16 element's bits, a fused-type tag: no vendor layout",
+                # providers.cpu._kernels (bias_relu): loop parameters
                 "_Clip": "bias_relu's clip values for its inner loops: no vendor layout"}
 
 

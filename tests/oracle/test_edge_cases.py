@@ -207,13 +207,17 @@ SPECIAL = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, -1.5, 2.5, 0.25, 1e-30, 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("clips", [(None, None), (None, 1.0), (-0.5, 1.0)], ids=["relu", "upper", "clamp"])
-def test_relu_special_values(device, dtype, clips):
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC", "NCDHW", "NDHWC"])
+def test_relu_special_values(device, dtype, clips, layout):
     """pytorch #7999: ReLU propagates NaN, maps -inf to the lower bound, never yields -0.0.
-    Through conv (1x1 identity weight, C = K = 1) + RELU_FWD, pattern 8 with two nodes."""
+    Through conv (1x1 identity weight, C = K = 1) + RELU_FWD, pattern 8 with two nodes; on
+    oneDNN an unclipped ReLU is also offered as the primitive's post-ops (candidates named
+    ``+relu``), a clipped one never is."""
     import hipdnn_async as hd
-    h = Harness(dtype, "NCHW")
-    x = h.input("x", SPECIAL.reshape(1, 1, 3, 4))
-    w = h.input("w", np.ones((1, 1, 1, 1)))
+    h = Harness(dtype, layout)
+    lead = (1, 1) + (1,) * (len(layout) - 4)
+    x = h.input("x", SPECIAL.reshape(lead + (3, 4)))
+    w = h.input("w", np.ones(lead + (1, 1)))
     y = h.g.conv_fprop(x, w)
     h.output(h.g.pointwise(y, mode=hd.PointwiseMode.RELU_FWD, relu_lower_clip=clips[0],
                            relu_upper_clip=clips[1]), "y")
@@ -222,6 +226,9 @@ def test_relu_special_values(device, dtype, clips):
     assert_close(got, want, 0, 0, f"relu {clips} on special values")
     if clips[0] is None:
         assert not np.signbit(got[got == 0]).any(), f"relu produced -0.0: {got.ravel()}"
+    if h.plan.engine.name == "ONEDNN_ENGINE":                 # post-op candidates: unclipped only
+        trials = [str(n) for n, _ in h.plan.algorithm.trials]
+        assert any(n.endswith("+relu") for n in trials) == (clips == (None, None)), trials
 
 
 LOWER_ONLY = 0.25   # a lower clip without an upper one: RELU_FWD is max(x, lower)

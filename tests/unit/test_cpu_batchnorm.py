@@ -451,6 +451,54 @@ def test_add_bias_relu_rounds_ties_once(in_dt, out_dt):
         assert got[0] == 1.0 and got[1] > 1.0, got       # tie -> even; above tie -> up
 
 
+@pytest.mark.parametrize("clips", [(None, None), (-0.2, 0.5), (0.25, None)],
+                         ids=["relu", "clamp", "lower"])
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("in_dt", DTYPES, ids=IDS)
+@pytest.mark.parametrize("out_dt", DTYPES, ids=IDS)
+@pytest.mark.parametrize("with_bias", [False, True], ids=["nobias", "bias"])
+def test_bias_relu_vector_rows_equal_baseline_and_reference(in_dt, out_dt, layout, clips,
+                                                            with_bias):
+    """Runs long enough for the vector bodies (64 channels, 7 x 9 planes, more than 32
+    lanes), with special values and rounding ties among them: the rows picked at run time
+    (``bias_relu_isa``: AVX-512 where the CPU has it) give the same bits as the baseline
+    build, and both equal the float64 reference rounded once."""
+    from hipdnn_async.providers.cpu import _kernels
+    rng = np.random.default_rng(24)
+    dims = (2, 64, 7, 9)
+    v = rng.uniform(-2, 2, dims)
+    special = [np.nan, np.inf, -np.inf, -0.0, 0.0, -1e-3, 0.5, -0.2, 0.25, 0.5 + 2.0 ** -9,
+               1.0 + 2.0 ** -9, 1.0 + 3 * 2.0 ** -12, -6.0e4, 7.0e4]
+    v.reshape(-1)[::37][:len(special)] = special
+    with np.errstate(over="ignore"):                     # 7e4 is +inf in float16
+        y = _layout(v.astype(in_dt), layout)
+    bias = _param(64, rng, -0.5, 0.5) if with_bias else None
+    if bias is not None:
+        bias.reshape(-1)[:3] = [2.0 ** -9, -2.0 ** -12, 0.0]   # ties of the narrow types
+    kinds = _kernels.BIAS_RELU_KINDS
+    b = None if bias is None else np.ascontiguousarray(bias.reshape(-1), np.float32)
+    lo = 0.0 if clips[0] is None else clips[0]
+    hi = math.inf if clips[1] is None else clips[1]
+    outs = []
+    for baseline in (False, True):
+        out = _empty(dims, out_dt, layout)
+        _kernels.bias_relu(y, kinds[in_dt.name], out, kinds[out_dt.name], b, lo, hi,
+                           baseline=baseline)
+        outs.append(out)
+    vec, base = (o.view({4: np.uint32, 2: np.uint16}[o.dtype.itemsize]) for o in outs)
+    assert np.array_equal(vec, base), f"{_kernels.bias_relu_isa()} rows differ from the baseline"
+    _assert_same(outs[0], _bias_relu_ref(y, bias, clips[0], clips[1], out_dt))
+
+
+def test_bias_relu_isa_names_the_rows():
+    from hipdnn_async.providers.cpu import _kernels
+    from pathlib import Path
+    info = Path("/proc/cpuinfo")
+    flags = set(info.read_text().split()) if info.exists() else set()
+    want = "avx512" if {"avx512f", "avx512bw"} <= flags else "baseline"
+    assert _kernels.bias_relu_isa() == want
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
 def test_relu_partial_overlap_reads_inputs_first(dtype):
     rng = np.random.default_rng(22)

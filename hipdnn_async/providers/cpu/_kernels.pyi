@@ -36,7 +36,13 @@ BIAS_RELU_KINDS: dict[str, int]
 """Element-type codes of :func:`bias_relu`: float32 0, bfloat16 1, float16 2."""
 
 def bias_relu(x: np.ndarray, x_kind: int, out: np.ndarray, out_kind: int,
-              bias: np.ndarray | None, lower: float, upper: float) -> None:
+              bias: np.ndarray | None, lower: float, upper: float, *,
+              baseline: bool = False) -> None:
     """out = clamp(x + bias[c], lower, upper) + 0.0 in one pass, rounded once to ``out``'s
     type (float32, bfloat16 or float16 by ``BIAS_RELU_KINDS``); NaN kept, ReLU(-inf) = +0.0,
-    -0.0 becomes +0.0; any dims (N, C, ...) and element strides; ``out`` may be ``x``."""
+    -0.0 becomes +0.0; any dims (N, C, ...) and element strides; ``out`` may be ``x``.
+    ``baseline``: the rows built for the baseline ISA even where AVX-512 ones run."""
+
+def bias_relu_isa() -> str:
+    """``"avx512"`` where ``bias_relu`` runs its AVX-512 rows (avx512f + avx512bw), else
+    ``"baseline"``."""

@@ -22,6 +22,7 @@ import hipdnn_async as hd
 from hipdnn_async.providers._tuning import Algorithm
 from hipdnn_async.runtime import load_onednn
 from oracle import _reference as ref
+from _peers import peer
 from oracle._cases import alloc
 
 pytestmark = pytest.mark.skipif(not load_onednn().ok,
@@ -134,6 +135,106 @@ def test_conv_bias_relu_and_nan(dev):
 
 
 # ------------------------------------------------------------------ batchnorm
+# Conv + bias values that put every special value through the fused ReLU: per channel a
+# bias of NaN, +-inf, a large negative, small numbers of both signs, zero (the input is
+# zero there), and an input NaN / +-inf / -0.0 spreading through the 3x3 windows.
+RELU_SPECIAL_BIAS = (np.nan, np.inf, -np.inf, -1e38, -1.5, 2.5, 1e-30, -1e-30, 0.0)
+NPDT = {hd.DataType.FLOAT: np.float32, hd.DataType.BFLOAT16: BF16, hd.DataType.HALF: np.float16}
+
+
+def _conv_bias_relu_special(dtype, layout, nd, clips=(None, None)):
+    """(graph, {tensor: buffer}, y, float64 peer result): conv + bias + ReLU on special values,
+    the peer being PyTorch's conv (float64, the same rounded inputs) and relu / clamp."""
+    torch = peer("torch", "conv + bias + ReLU special values against PyTorch's conv + relu")
+    k, c, sp = 16, 8, (6,) * nd
+    rng = np.random.default_rng(nd)
+    g = hd.Graph(name="cbr_special", io_data_type=dtype)
+    x = g.tensor(dims=(2, c) + sp, layout=layout, name="x")
+    w = g.tensor(dims=(k, c) + (3,) * nd, layout=layout, name="w")
+    b = g.tensor(dims=(1, k) + (1,) * nd, name="b").set_data_type(hd.DataType.FLOAT)
+    z = g.pointwise(g.conv_fprop(x, w, padding=1), b, mode=hd.PointwiseMode.ADD)
+    y = g.pointwise(z, mode=hd.PointwiseMode.RELU_FWD, relu_lower_clip=clips[0],
+                    relu_upper_clip=clips[1])
+    y.set_output(True)
+    npdt = NPDT[dtype]
+    xa = rand(x, 1, npdt)
+    corner = (1,) * nd
+    xa[(0, 0) + corner] = np.nan
+    xa[(0, 1) + (2,) * nd] = np.inf
+    xa[(0, 2) + (3,) * nd] = -np.inf
+    xa[(1, 3) + (2,) * nd] = -0.0
+    wa = rand(w, 2, npdt)
+    ba = np.concatenate([RELU_SPECIAL_BIAS, rng.uniform(-1, 1, k - len(RELU_SPECIAL_BIAS))])
+    ba = ba.reshape(b.dims).astype(np.float32)
+    conv = torch.nn.functional.conv2d if nd == 2 else torch.nn.functional.conv3d
+    t = conv(torch.from_numpy(xa.astype(np.float64)), torch.from_numpy(wa.astype(np.float64)),
+             torch.from_numpy(ba.reshape(-1).astype(np.float64)), padding=1)
+    if clips == (None, None):
+        want = torch.relu(t)
+    else:
+        lo = 0.0 if clips[0] is None else clips[0]
+        want = torch.clamp(t, lo, clips[1])
+    return g, {x: xa, w: wa, b: ba}, y, want.numpy() + 0.0
+
+
+def _assert_relu_special(got, want, tol, what):
+    got = np.asarray(got, np.float64)
+    nan = np.isnan(want)
+    assert np.array_equal(np.isnan(got), nan), \
+        f"{what}: NaN differs at {np.argwhere(np.isnan(got) != nan)[:4]}"
+    exact = ~nan & (np.isinf(want) | (want == 0))
+    assert np.array_equal(got[exact], want[exact]), f"{what}: inf / zero results differ"
+    assert not np.signbit(got[~nan & (got == 0)]).any(), f"{what}: -0.0 in the result"
+    close(got[~nan & ~exact], want[~nan & ~exact], tol)
+
+
+@pytest.mark.parametrize("dtype,tol", [(hd.DataType.FLOAT, 1e-5), (hd.DataType.BFLOAT16, 3e-2),
+                                       (hd.DataType.HALF, 3e-3)],
+                         ids=["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("nd", [2, 3])
+def test_conv_bias_relu_post_ops_exact_in_every_implementation(dev, monkeypatch, dtype, tol,
+                                                               layout, nd):
+    """RELU_FWD without clips: every oneDNN implementation of the problem is a candidate
+    twice, with the ReLU after the primitive and as its post-ops (``+relu``); through each
+    the result equals PyTorch's conv + relu on NaN, +-inf, -0.0 and negatives (the post-op
+    chain is exact only by how oneDNN computes it)."""
+    from hipdnn_async.providers.cpu.onednn import _conv
+    layout = layout if nd == 2 else {"NCHW": "NCDHW", "NHWC": "NDHWC"}[layout]
+    g, bufs, y, want = _conv_bias_relu_special(dtype, layout, nd)
+    full = _conv.Conv.candidates
+    plan = dev.build_sync(g, engine=ONEDNN)
+    names = [str(a) for a, _ in plan.algorithm.trials]
+    fused = [n for n in names if n.endswith("+relu")]
+    # each implementation twice: the ReLU after it (the heuristic's pick), and as post-ops
+    assert not str(plan.algorithm).endswith("+relu")
+    assert fused and sorted(n[:-len("+relu")] for n in fused) == sorted(set(names) - set(fused))
+    for name in names:
+        monkeypatch.setattr(_conv.Conv, "candidates",
+                            lambda self, name=name: [c for c in full(self) if c.name == name])
+        g, bufs, y, want = _conv_bias_relu_special(dtype, layout, nd)
+        with hd.Device("cpu") as d:                 # a new plan cache: built afresh
+            plan = d.build_sync(g, engine=ONEDNN)
+            assert str(plan.algorithm) == name
+            ya = empty(y, NPDT[dtype])
+            plan.execute_sync({**bufs, y: ya})
+        _assert_relu_special(ya, want, tol * 4, f"{name} {dtype.name} {layout}")
+
+
+@pytest.mark.parametrize("clips", [(None, 1.0), (-0.5, 1.0), (0.25, None)],
+                         ids=["upper", "clamp", "lower"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_clipped_conv_relu_runs_after_the_primitive(dev, layout, clips):
+    """A clipped RELU_FWD is not a post-op (oneDNN's clip and max / min map NaN to a bound):
+    the plan names no ``+relu`` and the result equals PyTorch's conv + clamp."""
+    g, bufs, y, want = _conv_bias_relu_special(hd.DataType.FLOAT, layout, 2, clips)
+    plan = dev.build_sync(g, engine=ONEDNN)
+    assert not str(plan.algorithm).endswith("+relu")
+    ya = empty(y)
+    plan.execute_sync({**bufs, y: ya})
+    _assert_relu_special(ya, want, 4e-5, f"{plan.algorithm} clips {clips}")
+
+
 def test_bn_training_running_statistics_and_variance_round_trip(dev):
     g = hd.Graph(name="bn")
     x = g.tensor(dims=(4, 3, 5, 6), layout="NHWC", name="x")

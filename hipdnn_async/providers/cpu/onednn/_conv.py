@@ -1,16 +1,18 @@
 """Convolutions through oneDNN: ``Conv`` (one problem, its implementations and the
-program running one of them) and the RELU_FWD hooks of conv + bias + ReLU."""
+program running one of them) and the RELU_FWD of conv + bias + ReLU: hooks running it
+after the primitive, or the primitive's post-ops where they are exact (``relu_post_ops``)."""
 from __future__ import annotations
 
 from ...._errors import NotSupportedError
 from ...._types import ConvolutionMode, DataType
 from ....patterns import Pattern, conv_roles
+from ....runtime import load_onednn
 from ... import _tuning
 from .. import _batchnorm
 from ._program import (ProgramSpec, channel_like, channels_last_md, compute_type, decline,
                        dnnl, dnnl_type, is_native, packed_md, user_md)
 
-__all__ = ["Conv", "clip_hooks"]
+__all__ = ["Conv", "clip_hooks", "clips_are_relu", "relu_post_ops", "relu_post_ops_exact"]
 
 
 class Conv:
@@ -47,12 +49,20 @@ class Conv:
                 # the f32 primitive takes an f32 bias, converted in the program
                 self.bias_md = dnnl.MemoryDesc((bias.dims[1],), dnnl.DATA_F32, strides=(1,))
         self.post_ops, self.clips = [], None
+        clips = (match.params.get("relu_lower_clip"), match.params.get("relu_upper_clip"))
         if match.pattern == Pattern.CONV_FPROP_BIAS_RELU:
-            # RELU_FWD runs on y after the primitive: oneDNN 3.2's eltwise post-ops do not
-            # compute it exactly (relu: 0 * x gives NaN for -inf and -0.0 for negatives;
-            # clip / clip_v2 turn NaN into the lower bound: tests/oracle/test_edge_cases.py)
-            self.clips = (match.params.get("relu_lower_clip"), match.params.get("relu_upper_clip"))
+            self.clips = clips
         self.impls = self._walk()
+        self.fused = [False] * len(self.impls)
+        if self.clips is not None and clips_are_relu(clips) and relu_post_ops_exact():
+            # The same implementations with the ReLU as post-ops, after the ones running it
+            # as a pass after the primitive (the heuristic's choice: faster here, as the
+            # chain computes an exp per element); benchmarking picks either.
+            self.post_ops = relu_post_ops()
+            fused = self._walk()
+            self.post_ops = []
+            self.impls += fused
+            self.fused += [True] * len(fused)
         if not self.impls:
             raise decline(f"oneDNN has no optimized implementation of conv_{self.direction} "
                            f"for {match.signature} (only its reference one)")
@@ -129,7 +139,13 @@ class Conv:
         return out
 
     def candidates(self) -> list:
-        return [_tuning.Candidate(name, i, ws) for i, (name, _, ws, _v) in enumerate(self.impls)]
+        """One per implementation; one computing the ReLU as post-ops ends ``+relu``."""
+        return [_tuning.Candidate(name + ("+relu" if fused else ""), i, ws)
+                for i, ((name, _, ws, _v), fused) in enumerate(zip(self.impls, self.fused))]
+
+    def fuses_relu(self, pd) -> bool:
+        """Whether implementation ``pd`` (one of ``impls``) computes the ReLU itself."""
+        return any(f and p is pd for (_, p, _, _), f in zip(self.impls, self.fused))
 
     def program(self, pd, *, dry=False, frozen_w=None, variant=None):
         """(Program, its ProgramSpec) running implementation ``pd``; ``dry``: only the
@@ -203,9 +219,48 @@ class Conv:
         return None if w_md.equals(self.w_user) else w_md
 
 
-def clip_hooks(conv):
-    """Hooks running RELU_FWD on a convolution's y (pattern 8), or None."""
-    if conv.clips is None:
+# RELU_FWD without clips as oneDNN post-ops on the primitive's float32 result v: elu with
+# alpha 0 (v > 0 ? v : 0 * (exp(v) - 1)), then linear 1, 0 (+0.0 turns -0.0 into +0.0).
+# Measured on oneDNN 3.2 through every implementation it offers for conv + bias (brgconv,
+# jit, gemm; avx512_core, avx2, sse41; f32, bf16 and f16-via-f32; 2-D and 3-D): equal to
+# max(v, 0) + 0.0 with NaN kept, -inf -> +0.0, +inf -> +inf (tests/unit/providers/
+# test_onednn_engine.py, test_conv_bias_relu_post_ops_exact_in_every_implementation).
+# Why this chain: oneDNN's jit exp clamps its input with vminps first, so exp(NaN) is +inf
+# and 0 * (exp(NaN) - 1) is NaN (its reference exp keeps NaN); 0 * (exp(-inf) - 1) = -0.0.
+# Its relu is vmaxps in the jit kernels (NaN -> +0.0) and 0 * v in the reference ones
+# (-inf -> NaN, negatives -> -0.0); clip / clip_v2 and the binary max / min post-ops are
+# vmaxps / vminps with the bound as second operand, which returns the bound for NaN: no
+# chain of them keeps NaN, so a clipped ReLU (and any oneDNN version not measured) runs
+# after the primitive. The chain costs an exp per element: on a 2-core avx512_core_bf16
+# CPU (one thread, CPU time, ResNet-50 shapes at batch 8) it was 0-13 % slower than the
+# vectorised pass after brgconv / jit, 0-39 % after the bfloat16 GEMM convolution and
+# 1.4-4.1x after the float32 one, which computes post-ops outside its jit code
+# (bench/bench_conv_relu.py): both are candidates, the pass first.
+_EXACT_VERSIONS = ((3, 2),)
+
+
+def relu_post_ops() -> list:
+    """RELU_FWD without clips as (eltwise algorithm, alpha, beta) post-ops (see above)."""
+    return [(dnnl.ELTWISE_ELU, 0.0, 0.0), (dnnl.ELTWISE_LINEAR, 1.0, 0.0)]
+
+
+def clips_are_relu(clips) -> bool:
+    """Whether RELU_FWD ``clips`` (lower, upper; None = absent) compute max(v, 0)."""
+    lower, upper = clips
+    return upper is None and (lower is None or float(lower) == 0.0)
+
+
+def relu_post_ops_exact() -> bool:
+    """Whether ``relu_post_ops()`` compute RELU_FWD exactly on the loaded oneDNN: only the
+    versions it was measured on (``_EXACT_VERSIONS``)."""
+    state = load_onednn()
+    return state.ok and tuple(state.version[:2]) in _EXACT_VERSIONS
+
+
+def clip_hooks(conv, pd):
+    """Hooks running RELU_FWD on a convolution's y (pattern 8) after implementation ``pd``,
+    or None (no ReLU, or one ``pd`` computes as post-ops)."""
+    if conv.clips is None or conv.fuses_relu(pd):
         return None
     lo, hi = conv.clips
 

@@ -87,7 +87,7 @@ class OnednnPlan(ProviderPlan):
         ws = np.empty(once.workspace_size, np.uint8) if once.workspace_size else None
         once.run((weights,), ws)
         program, spec = self._conv.program(self._pd, frozen_w=blocked, variant=self._variant)
-        hooks = clip_hooks(self._conv)
+        hooks = clip_hooks(self._conv, self._pd)
         self._hooks = staged(spec, hooks) if spec.copy_in else hooks
         self._frozen = (blocked, program)
         self.workspace_size = program.workspace_size
