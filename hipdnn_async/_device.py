@@ -854,17 +854,14 @@ class ExecutionPlan:
                 return step._record(self, variant_pack, workspace, stream)
         if stream is not None:
             stream = self.device._stream(stream)      # checked once: the pool takes it as is
-        if _prof.ON:     # a profile is open: the execution is recorded (queued, not inline)
-            fn, keep = self._work(variant_pack, workspace)
-            return _prof.submit_now(self.device, self, "execution", fn, keep, stream,
-                                    self._label)
+        rec = _prof.recorder(self.device, "execution", self) if _prof.ON else None
         # binding, keepalive and stream in C; on a host stream short work runs at once
         # where the stream is idle (run_host), else the item is queued
         got = run_host(Completion, self._bindings, self._pool, variant_pack, workspace,
-                       stream, self._label, self._timer, INLINE_MAX_S)
+                       stream, self._label, self._timer, INLINE_MAX_S, rec)
         if type(got) is not tuple:
             return got
-        return self._pool._submit_now(*got, self._label, self._timer)
+        return self._pool._submit_now(*got, self._label, self._timer, rec)
 
     async def enqueue(self, variant_pack: Mapping, *, workspace=None, stream=None):
         """As ``submit``, but first wait (asynchronously, cancellably) while the stream has
@@ -879,13 +876,10 @@ class ExecutionPlan:
             if step is not None:
                 return step._record(self, variant_pack, workspace, stream)
         fn, keep = self._work(variant_pack, workspace)
-        rec = _prof.start_execution(self.device, fn, "execution", self) if _prof.ON else None
-        handle = await self.device._pool.submit(fn if rec is None else rec.fn, keepalive=keep,
-                                                label=self._label,
-                                                stream=self.device._stream(stream))
-        if rec is not None:
-            rec.handle = handle
-        return handle
+        rec = _prof.recorder(self.device, "execution", self) if _prof.ON else None
+        return await self.device._pool.submit(fn, keepalive=keep, label=self._label,
+                                              stream=self.device._stream(stream),
+                                              recorder=rec)
 
     async def execute(self, variant_pack: Mapping, *, workspace=None, stream=None) -> None:
         """Run the plan; return when the results are complete and readable.
@@ -931,7 +925,7 @@ class ExecutionPlan:
         """
         if _capture.OPEN:
             _capture.refuse_eager(self.device, f"{self._label}: execute", self)
-        if self._timer is None or _prof.ON:    # a GPU plan, or a profile is open
+        if self._timer is None:    # a GPU plan
             handle = await self.enqueue(variant_pack, workspace=workspace, stream=stream)
             await handle
             return
@@ -940,10 +934,11 @@ class ExecutionPlan:
         if stream is not None:
             stream = self.device._stream(stream)
         await anyio.lowlevel.checkpoint_if_cancelled()
+        rec = _prof.recorder(self.device, "execution", self) if _prof.ON else None
         got = run_host(Completion, self._bindings, self._pool, variant_pack, workspace,
-                       stream, self._label, self._timer, INLINE_MAX_S)
+                       stream, self._label, self._timer, INLINE_MAX_S, rec)
         if type(got) is tuple:
-            got = await self._pool._run(*got, self._label, self._timer)
+            got = await self._pool._run(*got, self._label, self._timer, rec)
         if got._error is not None:
             raise got._error
 
@@ -954,22 +949,13 @@ class ExecutionPlan:
         complete."""
         if _capture.OPEN:
             _capture.refuse_eager(self.device, f"{self._label}: execute_sync", self)
-        if _prof.ON:     # a profile is open: the execution is recorded (queued, not inline)
-            fn, keep = self._work(variant_pack, workspace)
-            rec = _prof.start_execution(self.device, fn, "execution", self)
-            handle = self.device._pool.submit_blocking(fn if rec is None else rec.fn,
-                                                       keepalive=keep, label=self._label,
-                                                       stream=self.device._stream(stream))
-            if rec is not None:
-                rec.handle = handle
-            handle.result()
-            return
         if stream is not None:
             stream = self.device._stream(stream)
+        rec = _prof.recorder(self.device, "execution", self) if _prof.ON else None
         # an idle host stream runs it on this thread, which waits for it anyway
         item = run_host(Completion, self._bindings, self._pool, variant_pack, workspace,
-                        stream, self._label, self._timer, -1.0)
+                        stream, self._label, self._timer, -1.0, rec)
         if type(item) is tuple:
-            item = self._pool._run_sync(*item, self._label, self._timer)
+            item = self._pool._run_sync(*item, self._label, self._timer, rec)
         if item._error is not None:
             raise item._error

@@ -184,12 +184,10 @@ class Profile:
             self._keep.append(subject)        # its id stays its own while recorded
         return out
 
-    def _start_execution(self, device, fn, kind, subject, covering, batch) -> Execution:
-        record = Execution(device, kind, self._facts_of(subject, kind), fn, batch)
-        clock = self._clock(device)
-        if clock is not None:      # timed by this profile's events, whoever collects it
-            record.clock = clock
-            record.fn = clock.wrap(fn, record)
+    def _start_execution(self, device, kind, subject, covering, batch) -> Execution:
+        record = Execution(device, kind, self._facts_of(subject, kind), batch)
+        # timed by this profile's events (Execution.attach), whoever collects it
+        record.clock = self._clock(device)
         if batch is not None:
             batch.executions.append(record)
         for session in covering:
@@ -217,7 +215,7 @@ class Profile:
                 return
             self._state = "collecting"
         for record in self.executions:
-            handle, record.handle, record.fn = record.handle, None, None
+            handle, record.handle = record.handle, None
             if handle is None or record.ok is not None:
                 continue                 # never submitted, or read by another profile
             handle.wait()
