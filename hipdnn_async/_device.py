@@ -29,7 +29,7 @@ from .profiler import _state as _prof
 from .providers._base import Engine, run_launcher
 from .providers._registry import available_devices, parse_spec, provider_for
 from .queues import Completion, StreamPool
-from .queues._core import ExecTimer, run_host
+from .queues._core import ExecTimer, PlanLaunch, run_host
 from .queues._pool import INLINE_MAX_S
 from .queues._pool import MAX_INFLIGHT, MAX_STREAMS
 
@@ -647,6 +647,8 @@ class ExecutionPlan:
         # whose launches only enqueue.
         self._timer = ExecTimer() if device.is_host else None
         self._pool = device._pool
+        self._launch = PlanLaunch(Completion, self._bindings, self._pool, self._label,
+                                  self._timer)
 
     algorithm = property(lambda self: self._pplan.algorithm,
                          doc="The provider's algorithm choice (str), or None where there is "
@@ -857,8 +859,7 @@ class ExecutionPlan:
         rec = _prof.recorder(self.device, "execution", self) if _prof.ON else None
         # binding, keepalive and stream in C; on a host stream short work runs at once
         # where the stream is idle (run_host), else the item is queued
-        got = run_host(Completion, self._bindings, self._pool, variant_pack, workspace,
-                       stream, self._label, self._timer, INLINE_MAX_S, rec)
+        got = run_host(self._launch, variant_pack, workspace, stream, INLINE_MAX_S, rec)
         if type(got) is not tuple:
             return got
         return self._pool._submit_now(*got, self._label, self._timer, rec)
@@ -935,8 +936,7 @@ class ExecutionPlan:
             stream = self.device._stream(stream)
         await anyio.lowlevel.checkpoint_if_cancelled()
         rec = _prof.recorder(self.device, "execution", self) if _prof.ON else None
-        got = run_host(Completion, self._bindings, self._pool, variant_pack, workspace,
-                       stream, self._label, self._timer, INLINE_MAX_S, rec)
+        got = run_host(self._launch, variant_pack, workspace, stream, INLINE_MAX_S, rec)
         if type(got) is tuple:
             got = await self._pool._run(*got, self._label, self._timer, rec)
         if got._error is not None:
@@ -953,8 +953,7 @@ class ExecutionPlan:
             stream = self.device._stream(stream)
         rec = _prof.recorder(self.device, "execution", self) if _prof.ON else None
         # an idle host stream runs it on this thread, which waits for it anyway
-        item = run_host(Completion, self._bindings, self._pool, variant_pack, workspace,
-                        stream, self._label, self._timer, -1.0, rec)
+        item = run_host(self._launch, variant_pack, workspace, stream, -1.0, rec)
         if type(item) is tuple:
             item = self._pool._run_sync(*item, self._label, self._timer, rec)
         if item._error is not None:

@@ -26,6 +26,7 @@ from ..runtime._launch_state cimport launch_enter, launch_exit
 from ._metrics import FOLD_AT as _FOLD_AT
 
 __all__ = ["CompletionCore", "StreamCore", "LaunchCore", "HostLaunchCore", "ExecTimer", "Batch",
+           "PlanLaunch",
            "Named", "submit_now", "run_inline", "run_host", "least_loaded", "perf_counter", "EVENT_EVERY", "PENDING",
            "RUNNING", "DONE"]
 
@@ -549,13 +550,29 @@ def least_loaded(tuple streams, Py_ssize_t start):
     return _least_loaded(streams, start)
 
 
-def run_host(type item_type, BindingCache cache, pool, variant_pack, workspace, stream,
-             label, ExecTimer timer, double bound, recorder=None):
-    """One execution of a host plan, in one call: its binding (``cache``: a hit compares
-    in C, allocating nothing), its keepalive (the pack's buffer objects and
-    ``workspace``), its stream (``stream``, or ``pool``'s least loaded) and, where
-    :func:`run_inline` takes it (``timer``, ``bound``, ``recorder`` as there), its run on
-    this thread.
+cdef class PlanLaunch:
+    """What every execution of one plan hands :func:`run_host`, fixed when the plan is
+    built: the work-item type, the binding cache, the stream pool, the label and the
+    execution timer (None on a GPU). The types are checked per call, where they are
+    used (``TypeError``): a check costs a pointer comparison.
+    """
+
+    cdef readonly object item_type, cache, pool, label, timer
+
+    def __init__(self, item_type, cache, pool, label, timer):
+        self.item_type = item_type
+        self.cache = cache
+        self.pool = pool
+        self.label = label
+        self.timer = timer
+
+
+def run_host(PlanLaunch plan, variant_pack, workspace, stream, double bound, recorder):
+    """One execution of a host plan, in one call: its binding (``plan.cache``: a hit
+    compares in C, allocating nothing), its keepalive (the pack's buffer objects and
+    ``workspace``), its stream (``stream``, or ``plan.pool``'s least loaded) and, where
+    :func:`run_inline` takes it (``plan.timer``, ``bound``, ``recorder`` as there), its
+    run on this thread.
 
     Returns the finished item, or ``(fn, keepalive, stream)`` for the caller to submit
     (the stream busy, the work too long, the pool closed), with ``recorder`` not yet
@@ -568,7 +585,7 @@ def run_host(type item_type, BindingCache cache, pool, variant_pack, workspace, 
     DeviceError
         The stream is closed.
     """
-    cdef Binding b = cache.lookup(variant_pack, workspace)
+    cdef Binding b = (<BindingCache?>plan.cache).lookup(variant_pack, workspace)
     cdef StreamCore s
     cdef tuple streams
     if type(variant_pack) is dict:
@@ -577,6 +594,7 @@ def run_host(type item_type, BindingCache cache, pool, variant_pack, workspace, 
         keep = tuple(variant_pack.values())
     if workspace is not None:
         keep = (keep, workspace)
+    pool = plan.pool
     if pool._closed:
         return (b.fn, keep, stream)
     if stream is None:
@@ -585,7 +603,9 @@ def run_host(type item_type, BindingCache cache, pool, variant_pack, workspace, 
         pool._rr = (s.id + 1) % PyTuple_GET_SIZE(streams)
     else:
         s = <StreamCore?>stream
-    item = _run_inline(item_type, s, b.fn, keep, label, timer, bound, recorder)
+    cdef ExecTimer timer = plan.timer     # typed here: None or an ExecTimer
+    item = _run_inline(<type?>plan.item_type, s, b.fn, keep, plan.label, timer, bound,
+                       recorder)
     if item is None:
         return (b.fn, keep, s)
     return item

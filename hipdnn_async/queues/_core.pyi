@@ -118,8 +118,20 @@ def run_inline(item_type: type, stream: StreamCore, fn: Callable[[], Any], keepa
 def least_loaded(streams: tuple, start: int) -> StreamCore:
     """The stream with the fewest items pending, looking from index ``start`` on."""
 
-def run_host(item_type: type, cache: Any, pool: Any, variant_pack: Any, workspace: Any,
-             stream: StreamCore | None, label: str, timer: ExecTimer | None,
-             bound: float, recorder: Any = None) -> CompletionCore | tuple:
+class PlanLaunch:
+    """What every execution of one plan hands ``run_host``, fixed at build."""
+
+    item_type: type
+    cache: Any
+    pool: Any
+    label: str
+    timer: ExecTimer | None
+
+    def __init__(self, item_type: type, cache: Any, pool: Any, label: str,
+                 timer: ExecTimer | None) -> None:
+        """The record of a plan's item type, binding cache, pool, label and timer."""
+
+def run_host(plan: PlanLaunch, variant_pack: Any, workspace: Any, stream: StreamCore | None,
+             bound: float, recorder: Any) -> CompletionCore | tuple:
     """A host plan's execution in one call (binding, keepalive, stream, inline run): the
     finished item, or ``(fn, keepalive, stream)`` for the caller to submit."""
