@@ -130,7 +130,10 @@ _OWN_STRUCTS = {"RuntimeConstants": "the values a Runtime fills from its checked
                 # providers.cpu._kernels (bias_relu): element tags and loop parameters
                 "bf16_t": "a bfloat16 element's bits, a fused-type tag: no vendor layout",
                 "f16_t": "a float16 element's bits, a fused-type tag: no vendor layout",
-                "_Clip": "bias_relu's clip values for its inner loops: no vendor layout"}
+                "_Clip": "bias_relu's clip values for its inner loops: no vendor layout",
+                # runtime._onednn: the C arrays a convolution's descriptor creation takes
+                "_Geometry": "a convolution's strides, dilations and paddings as four "
+                             "int64_t arrays, passed by element: no vendor layout"}
 
 
 def test_every_struct_is_a_checked_table_a_mirror_or_our_own():
