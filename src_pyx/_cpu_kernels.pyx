@@ -491,6 +491,18 @@ cdef void _row16(const uint16_t* x, Py_ssize_t xs, uint16_t* o, Py_ssize_t os, P
             o[i * os] = _relu16(x[i * xs], klo, khi, inf, lo16, hi16)
 
 
+cdef inline void _run_to(int out_kind, char* xp, char* op, const float* bp, int na,
+                         const Py_ssize_t* dim, const Py_ssize_t* xst, const Py_ssize_t* ost,
+                         const Py_ssize_t* bst, const _Clip* c, src_t* xtag) noexcept nogil:
+    # _run for an output of kind ``out_kind`` (0 float, 1 bfloat16, 2 float16)
+    if out_kind == 0:
+        _run(xp, op, bp, na, dim, xst, ost, bst, c, xtag, <float*>NULL)
+    elif out_kind == 1:
+        _run(xp, op, bp, na, dim, xst, ost, bst, c, xtag, <bf16_t*>NULL)
+    else:
+        _run(xp, op, bp, na, dim, xst, ost, bst, c, xtag, <f16_t*>NULL)
+
+
 cdef void _run(char* xp, char* op, const float* bp, int na, const Py_ssize_t* dim,
                const Py_ssize_t* xst, const Py_ssize_t* ost, const Py_ssize_t* bst,
                const _Clip* c, src_t* xtag, dst_t* otag) noexcept nogil:
@@ -670,23 +682,8 @@ def bias_relu(cnp.ndarray x, int x_kind, cnp.ndarray out, int out_kind, const fl
         c.khi = _key(c.hi16)
     with nogil:
         if x_kind == 0:
-            if out_kind == 0:
-                _run(xp, op, bp, na, dim, xst, ost, bst, &c, <float*>NULL, <float*>NULL)
-            elif out_kind == 1:
-                _run(xp, op, bp, na, dim, xst, ost, bst, &c, <float*>NULL, <bf16_t*>NULL)
-            else:
-                _run(xp, op, bp, na, dim, xst, ost, bst, &c, <float*>NULL, <f16_t*>NULL)
+            _run_to(out_kind, xp, op, bp, na, dim, xst, ost, bst, &c, <float*>NULL)
         elif x_kind == 1:
-            if out_kind == 0:
-                _run(xp, op, bp, na, dim, xst, ost, bst, &c, <bf16_t*>NULL, <float*>NULL)
-            elif out_kind == 1:
-                _run(xp, op, bp, na, dim, xst, ost, bst, &c, <bf16_t*>NULL, <bf16_t*>NULL)
-            else:
-                _run(xp, op, bp, na, dim, xst, ost, bst, &c, <bf16_t*>NULL, <f16_t*>NULL)
+            _run_to(out_kind, xp, op, bp, na, dim, xst, ost, bst, &c, <bf16_t*>NULL)
         else:
-            if out_kind == 0:
-                _run(xp, op, bp, na, dim, xst, ost, bst, &c, <f16_t*>NULL, <float*>NULL)
-            elif out_kind == 1:
-                _run(xp, op, bp, na, dim, xst, ost, bst, &c, <f16_t*>NULL, <bf16_t*>NULL)
-            else:
-                _run(xp, op, bp, na, dim, xst, ost, bst, &c, <f16_t*>NULL, <f16_t*>NULL)
+            _run_to(out_kind, xp, op, bp, na, dim, xst, ost, bst, &c, <f16_t*>NULL)
