@@ -576,8 +576,10 @@ class ExecutionPlan:
         Which of the nine patterns the graph is, e.g. ``"CONV_FPROP_BIAS_RELU"``.
     build_ms : float
         Wall time of the build, in ms.
-    benchmarked, perfdb_hit : bool
-        Whether this build timed candidates, or took the choice from the perf db.
+    benchmarked : bool
+        Whether this build timed candidate algorithms.
+    perfdb_hit : bool
+        Whether this build took the algorithm from the perf db.
 
     Notes
     -----

@@ -67,8 +67,10 @@ class Profile:
     spans : list of Span
         Builds and other host-side spans: ``track``, ``name``, ``start``, ``end``,
         ``args``.
-    started_at, stopped_at : float
-        ``time.perf_counter()`` at entry and once every recorded execution had finished.
+    started_at : float
+        ``time.perf_counter()`` at entry.
+    stopped_at : float
+        ``time.perf_counter()`` once every recorded execution had finished.
 
     Notes
     -----
