@@ -135,13 +135,15 @@ def refuse_eager(device, where: str, plan=None) -> None:
 
 
 def _foreign(plan, how: str, step) -> DeviceError:
+    ours, theirs = f"device '{step.device.spec}'", f"device '{plan.device.spec}'"
+    if plan.device.spec == step.device.spec:    # two Device objects of one spec
+        ours, theirs = f"this {ours} object", f"another {theirs} object"
     return DeviceError(
-        f"{plan._label}: a plan of device '{plan.device.spec}' {how} inside a capture of "
-        f"device '{step.device.spec}' ({step._label}); a step records only plans of its own "
-        f"device, and this one would run now and be missing from every replay: build the "
-        f"plan on '{step.device.spec}', run it outside the block, or capture "
-        f"'{plan.device.spec}' too (`async with a.capture() as sa, b.capture() as sb:`)",
-        code=MISUSE)
+        f"{plan._label}: a plan of {theirs} {how} inside a capture of {ours} "
+        f"({step._label}); a step records only plans of its own device, and this one would "
+        f"run now and be missing from every replay: build the plan on the capturing "
+        f"device, run it outside the block, or capture the plan's device too (`async with "
+        f"a.capture() as sa, b.capture() as sb:`)", code=MISUSE)
 
 
 class Recorded:
