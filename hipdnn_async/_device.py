@@ -9,7 +9,7 @@ import threading
 import time
 import weakref
 from collections import defaultdict
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 import anyio
 import anyio.lowlevel
@@ -18,7 +18,7 @@ import numpy as np
 from . import _capture, _memory, _perfdb
 from . import _variant_pack as _vp
 from .runtime._binding import BindingCache
-from ._errors import DeviceError, GraphError, HipdnnError, VariantPackError
+from ._errors import DeviceError, GraphError, VariantPackError
 from ._provider_plans import ProviderPlanCache, counts as _plan_counts
 from ._types import numpy_dtype
 from .graph import Graph, TensorAttributes
@@ -32,6 +32,9 @@ from .queues import Completion, StreamPool
 from .queues._core import ExecTimer, PlanLaunch, run_host
 from .queues._pool import INLINE_MAX_S
 from .queues._pool import MAX_INFLIGHT, MAX_STREAMS
+
+if TYPE_CHECKING:
+    from .profiler import Profile
 
 __all__ = ["Device", "ExecutionPlan", "devices", "engines", "stats"]
 
