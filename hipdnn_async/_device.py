@@ -576,7 +576,8 @@ class ExecutionPlan:
     algorithm : str or None
         The provider's algorithm choice (None where there is nothing to choose).
     pattern : str
-        Which of the nine patterns the graph is, e.g. ``"CONV_FPROP_BIAS_RELU"``.
+        Which of the nine patterns the graph is: the ``hd.Pattern`` member's name, e.g.
+        ``"CONV_FPROP_BIAS_RELU"`` (``hd.Pattern[plan.pattern]`` is the member).
     build_ms : float
         Wall time of the build, in ms.
     benchmarked : bool
