@@ -74,7 +74,8 @@ class Profile:
 
     Notes
     -----
-    CPU executions carry the stream worker's clock (the queue's timestamps). A GPU
+    CPU executions carry the queue's timestamps (taken where the execution ran: the
+    stream's worker, or the submitting thread for an inline one). A GPU
     execution is timed by two events recorded around its launch on its stream, created
     only while a profile is open (``hipdnn_async.profiler._gpu``); its host launch time is
     ``launched``. With no profile open the library records nothing, allocates nothing and
