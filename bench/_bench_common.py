@@ -1,11 +1,12 @@
-"""Helpers shared by the benchmarks (bench_gpu.py, bench_cpu.py): ResNet-50 shapes, graphs
-of one convolution, timing statistics, bandwidth figures and tables."""
+"""Helpers shared by the benchmarks (bench_gpu.py, bench_cpu.py, bench_profiler.py,
+bench_batching.py): ResNet-50 shapes, graphs of one convolution, timing statistics,
+bandwidth figures, tables and the ``--json`` file."""
 from __future__ import annotations
 
 import math
 
 __all__ = ["RESNET50_CONVS", "NoGc", "median", "geomean", "ratio", "table", "f", "conv_graph",
-           "conv_flops", "bn_gbps", "pct_of"]
+           "conv_flops", "bn_gbps", "pct_of", "write_json"]
 
 # ResNet-50 v1.5 convolutions (He et al. 2016, table 1; stride 2 in the 3x3 of the first
 # block of res3-res5): name, (C, H, W) of the input, (K, C, R, S), padding, stride.
@@ -121,3 +122,12 @@ def conv_flops(n, cin, w_dims, pad, stride):
     p = (h + 2 * pad - r) // stride + 1
     q = (w + 2 * pad - s) // stride + 1
     return 2.0 * n * k * p * q * cg * r * s
+
+
+def write_json(path, doc) -> None:
+    """Write ``doc`` to ``path`` as indented JSON (a benchmark's ``--json FILE``); nothing
+    where ``path`` is None or empty."""
+    if path:
+        import json
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(doc, fh, indent=2, default=str)

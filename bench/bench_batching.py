@@ -14,7 +14,6 @@ Prints samples/s for both and their ratio; ``--json FILE`` writes the numbers to
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
@@ -22,6 +21,7 @@ import anyio
 import numpy as np
 
 import hipdnn_async as hd
+from _bench_common import write_json
 
 C, H, W, K = 16, 16, 16, 32
 
@@ -117,9 +117,7 @@ def main(argv=None) -> int:
           f"fill {m['mean_batch_fill']:.2f}, queue p50 {m['queue_wait_ms']['p50']:.2f} ms, "
           f"exec p50 {m['exec_ms']['p50']:.2f} ms)")
     print(f"  ratio batched/serial: {res['ratio']:.2f}x")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(res, f, indent=2)
+    write_json(args.json, res)
     return 0
 
 

@@ -7,10 +7,12 @@ phase of the shared machine falls on all of them), for a tiny convolution (1x8x8
 kernel, FLOAT, whose kernel takes about a microsecond):
 
 - ``plan.submit`` as shipped (its hook reads one module flag: no profile is open);
-- ``plan.submit`` without the hook: the same body with the profiler lines taken out
-  (``_submit_without_hook`` below, main's code before the profiler), the anchor;
+- ``plan.submit`` without the hook: the same body with the profiler line taken out
+  (``_submit_without_hook`` below: the same binding, inline run or submission, no
+  recorder), the anchor;
 - the anchor again, as a separate case: its ratio to the first is the run's noise floor;
-- ``plan.submit`` with a profile open (the record made per execution, the handle kept);
+- ``plan.submit`` with a profile open (the record made per execution and handed to the
+  queues with the work: the same path, inline where the stream is idle);
 - the profile's exit per execution (waiting for the work, reading the timestamps);
 - the same three for ``plan.execute_sync`` (submit, run on the worker, wait).
 
@@ -25,9 +27,7 @@ recorded around each launch, and the exit the event reads.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import statistics
 import sys
 import time
 
@@ -38,28 +38,32 @@ import numpy as np  # noqa: E402
 
 import hipdnn_async as hd  # noqa: E402
 from hipdnn_async import _capture  # noqa: E402
+from hipdnn_async.queues._core import run_host  # noqa: E402
+from hipdnn_async.queues._pool import INLINE_MAX_S  # noqa: E402
+
+from _bench_common import median, write_json  # noqa: E402
 
 
-def _submit_without_hook(plan, variant_pack, *, workspace=None, stream=None):
-    """``ExecutionPlan.submit`` with the profiler's lines taken out (the anchor)."""
+def _submit_without_hook(plan, variant_pack):
+    """``ExecutionPlan.submit`` without its profiler line (the anchor): the same binding,
+    inline run or submission, with no recorder."""
     if _capture.OPEN:
         step = _capture.recording_step(plan)
         if step is not None:
-            return step._record(plan, variant_pack, workspace, stream)
-    fn = plan._bindings.get(variant_pack, workspace).fn
-    keep = tuple(variant_pack.values())
-    if workspace is not None:
-        keep = (keep, workspace)
-    if stream is not None:
-        stream = plan.device._stream(stream)
-    return plan._pool._submit_now(fn, keep, stream, plan._label)
+            return step._record(plan, variant_pack, None, None)
+    got = run_host(plan._launch, variant_pack, None, None, INLINE_MAX_S, None)
+    if type(got) is not tuple:
+        return got
+    return plan._pool._submit_now(*got, plan._label, plan._timer)
 
 
-def _execute_sync_without_hook(plan, variant_pack, *, workspace=None, stream=None):
-    """``ExecutionPlan.execute_sync`` with the profiler's lines taken out (the anchor)."""
-    fn, keep = plan._work(variant_pack, workspace)
-    plan.device._pool.submit_blocking(fn, keepalive=keep, label=plan._label,
-                                      stream=plan.device._stream(stream)).result()
+def _execute_sync_without_hook(plan, variant_pack):
+    """``ExecutionPlan.execute_sync`` without its profiler line (the anchor)."""
+    item = run_host(plan._launch, variant_pack, None, None, -1.0, None)
+    if type(item) is tuple:
+        item = plan._pool._run_sync(*item, plan._label, plan._timer)
+    if item._error is not None:
+        raise item._error
 
 
 def _tiny(dev):
@@ -125,8 +129,7 @@ def run(rounds: int, batch: int, spec: str = "cpu") -> dict:
                 samples[k].append(_round(call, batch, prof_dev))
     out = {}
     for k, rows in samples.items():
-        out[k] = {"us": statistics.median(r[0] for r in rows),
-                  "exit_us": statistics.median(r[1] for r in rows)}
+        out[k] = {"us": median(r[0] for r in rows), "exit_us": median(r[1] for r in rows)}
     for what in ("submit", "execute_sync"):
         anchor = out[f"{what}, no hook (anchor)"]["us"]
         for k in out:
@@ -149,9 +152,7 @@ def main(argv=None) -> int:
     for k, v in out.items():
         exit_us = f"{v['exit_us']:.2f}" if "profile open" in k else "-"
         print(f"{k:<34} {v['us']:>9.2f} {v['ratio']:>6.3f}x {exit_us:>13}")
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(out, f, indent=2)
+    write_json(a.json, out)
     return 0
 
 

@@ -135,13 +135,15 @@ def refuse_eager(device, where: str, plan=None) -> None:
 
 
 def _foreign(plan, how: str, step) -> DeviceError:
+    ours, theirs = f"device '{step.device.spec}'", f"device '{plan.device.spec}'"
+    if plan.device.spec == step.device.spec:    # two Device objects of one spec
+        ours, theirs = f"this {ours} object", f"another {theirs} object"
     return DeviceError(
-        f"{plan._label}: a plan of device '{plan.device.spec}' {how} inside a capture of "
-        f"device '{step.device.spec}' ({step._label}); a step records only plans of its own "
-        f"device, and this one would run now and be missing from every replay: build the "
-        f"plan on '{step.device.spec}', run it outside the block, or capture "
-        f"'{plan.device.spec}' too (`async with a.capture() as sa, b.capture() as sb:`)",
-        code=MISUSE)
+        f"{plan._label}: a plan of {theirs} {how} inside a capture of {ours} "
+        f"({step._label}); a step records only plans of its own device, and this one would "
+        f"run now and be missing from every replay: build the plan on the capturing "
+        f"device, run it outside the block, or capture the plan's device too (`async with "
+        f"a.capture() as sa, b.capture() as sb:`)", code=MISUSE)
 
 
 class Recorded:
@@ -403,11 +405,9 @@ class Step:
 
     def _submit_capture(self, fn, keep):
         try:
-            if _prof.ON:
-                return _prof.submit_now(self.device, self, "capture", fn, keep, self.stream,
-                                        f"{self._label}: capture")
-            return self.device._pool.submit_now(fn, keepalive=keep, stream=self.stream,
-                                                label=f"{self._label}: capture")
+            rec = _prof.recorder(self.device, "capture", self) if _prof.ON else None
+            return self.device._pool._submit_now(fn, keep, self.stream,
+                                                 f"{self._label}: capture", None, rec)
         except BaseException as exc:
             # e.g. the device closed inside the block: the step is not left recording
             # (which would refuse every recapture as re-entrant), but says why it has
@@ -504,9 +504,8 @@ class Step:
         if armed is None or OPEN:
             armed = self._arm("replay")
         fn, keep, label = armed
-        if _prof.ON:
-            return _prof.submit_now(self.device, self, "replay", fn, keep, self.stream, label)
-        return self._pool._submit_now(fn, keep, self.stream, label, self._timer)
+        rec = _prof.recorder(self.device, "replay", self) if _prof.ON else None
+        return self._pool._submit_now(fn, keep, self.stream, label, self._timer, rec)
 
     async def replay(self) -> None:
         """Run every recorded execution, in order, as one launch; return when done.
@@ -525,30 +524,16 @@ class Step:
         """
         await anyio.lowlevel.checkpoint_if_cancelled()
         fn, keep, label = self._arm("replay")
-        if _prof.ON:     # a profile is open: the replay is recorded (queued, not inline)
-            rec = _prof.start_execution(self.device, fn, "replay", self)
-            handle = await self._pool.submit(fn if rec is None else rec.fn, keepalive=keep,
-                                             stream=self.stream, label=label)
-            if rec is not None:
-                rec.handle = handle
-            await handle
-            return
-        item = await self._pool._run(fn, keep, self.stream, label, self._timer)
+        rec = _prof.recorder(self.device, "replay", self) if _prof.ON else None
+        item = await self._pool._run(fn, keep, self.stream, label, self._timer, rec)
         if item._error is not None:
             raise item._error
 
     def replay_sync(self) -> None:
         """Blocking :meth:`replay` for threads without an event loop."""
         fn, keep, label = self._arm("replay_sync")
-        if _prof.ON:     # a profile is open: the replay is recorded (queued, not inline)
-            rec = _prof.start_execution(self.device, fn, "replay", self)
-            handle = self._pool.submit_blocking(fn if rec is None else rec.fn, keepalive=keep,
-                                                stream=self.stream, label=label)
-            if rec is not None:
-                rec.handle = handle
-            handle.result()
-            return
-        item = self._pool._run_sync(fn, keep, self.stream, label, self._timer)
+        rec = _prof.recorder(self.device, "replay", self) if _prof.ON else None
+        item = self._pool._run_sync(fn, keep, self.stream, label, self._timer, rec)
         if item._error is not None:
             raise item._error
 

@@ -9,7 +9,7 @@ import threading
 import time
 import weakref
 from collections import defaultdict
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 import anyio
 import anyio.lowlevel
@@ -18,7 +18,7 @@ import numpy as np
 from . import _capture, _memory, _perfdb
 from . import _variant_pack as _vp
 from .runtime._binding import BindingCache
-from ._errors import DeviceError, GraphError, HipdnnError, VariantPackError
+from ._errors import DeviceError, GraphError, VariantPackError
 from ._provider_plans import ProviderPlanCache, counts as _plan_counts
 from ._types import numpy_dtype
 from .graph import Graph, TensorAttributes
@@ -29,9 +29,12 @@ from .profiler import _state as _prof
 from .providers._base import Engine, run_launcher
 from .providers._registry import available_devices, parse_spec, provider_for
 from .queues import Completion, StreamPool
-from .queues._core import ExecTimer, run_host
+from .queues._core import ExecTimer, PlanLaunch, run_host
 from .queues._pool import INLINE_MAX_S
 from .queues._pool import MAX_INFLIGHT, MAX_STREAMS
+
+if TYPE_CHECKING:
+    from .profiler import Profile
 
 __all__ = ["Device", "ExecutionPlan", "devices", "engines", "stats"]
 
@@ -573,11 +576,14 @@ class ExecutionPlan:
     algorithm : str or None
         The provider's algorithm choice (None where there is nothing to choose).
     pattern : str
-        Which of the nine patterns the graph is, e.g. ``"CONV_FPROP_BIAS_RELU"``.
+        Which of the nine patterns the graph is: the ``hd.Pattern`` member's name, e.g.
+        ``"CONV_FPROP_BIAS_RELU"`` (``hd.Pattern[plan.pattern]`` is the member).
     build_ms : float
         Wall time of the build, in ms.
-    benchmarked, perfdb_hit : bool
-        Whether this build timed candidates, or took the choice from the perf db.
+    benchmarked : bool
+        Whether this build timed candidate algorithms.
+    perfdb_hit : bool
+        Whether this build took the algorithm from the perf db.
 
     Notes
     -----
@@ -647,6 +653,8 @@ class ExecutionPlan:
         # whose launches only enqueue.
         self._timer = ExecTimer() if device.is_host else None
         self._pool = device._pool
+        self._launch = PlanLaunch(Completion, self._bindings, self._pool, self._label,
+                                  self._timer)
 
     algorithm = property(lambda self: self._pplan.algorithm,
                          doc="The provider's algorithm choice (str), or None where there is "
@@ -854,17 +862,13 @@ class ExecutionPlan:
                 return step._record(self, variant_pack, workspace, stream)
         if stream is not None:
             stream = self.device._stream(stream)      # checked once: the pool takes it as is
-        if _prof.ON:     # a profile is open: the execution is recorded (queued, not inline)
-            fn, keep = self._work(variant_pack, workspace)
-            return _prof.submit_now(self.device, self, "execution", fn, keep, stream,
-                                    self._label)
+        rec = _prof.recorder(self.device, "execution", self) if _prof.ON else None
         # binding, keepalive and stream in C; on a host stream short work runs at once
         # where the stream is idle (run_host), else the item is queued
-        got = run_host(Completion, self._bindings, self._pool, variant_pack, workspace,
-                       stream, self._label, self._timer, INLINE_MAX_S)
+        got = run_host(self._launch, variant_pack, workspace, stream, INLINE_MAX_S, rec)
         if type(got) is not tuple:
             return got
-        return self._pool._submit_now(*got, self._label, self._timer)
+        return self._pool._submit_now(*got, self._label, self._timer, rec)
 
     async def enqueue(self, variant_pack: Mapping, *, workspace=None, stream=None):
         """As ``submit``, but first wait (asynchronously, cancellably) while the stream has
@@ -879,13 +883,10 @@ class ExecutionPlan:
             if step is not None:
                 return step._record(self, variant_pack, workspace, stream)
         fn, keep = self._work(variant_pack, workspace)
-        rec = _prof.start_execution(self.device, fn, "execution", self) if _prof.ON else None
-        handle = await self.device._pool.submit(fn if rec is None else rec.fn, keepalive=keep,
-                                                label=self._label,
-                                                stream=self.device._stream(stream))
-        if rec is not None:
-            rec.handle = handle
-        return handle
+        rec = _prof.recorder(self.device, "execution", self) if _prof.ON else None
+        return await self.device._pool.submit(fn, keepalive=keep, label=self._label,
+                                              stream=self.device._stream(stream),
+                                              recorder=rec)
 
     async def execute(self, variant_pack: Mapping, *, workspace=None, stream=None) -> None:
         """Run the plan; return when the results are complete and readable.
@@ -931,7 +932,7 @@ class ExecutionPlan:
         """
         if _capture.OPEN:
             _capture.refuse_eager(self.device, f"{self._label}: execute", self)
-        if self._timer is None or _prof.ON:    # a GPU plan, or a profile is open
+        if self._timer is None:    # a GPU plan
             handle = await self.enqueue(variant_pack, workspace=workspace, stream=stream)
             await handle
             return
@@ -940,10 +941,10 @@ class ExecutionPlan:
         if stream is not None:
             stream = self.device._stream(stream)
         await anyio.lowlevel.checkpoint_if_cancelled()
-        got = run_host(Completion, self._bindings, self._pool, variant_pack, workspace,
-                       stream, self._label, self._timer, INLINE_MAX_S)
+        rec = _prof.recorder(self.device, "execution", self) if _prof.ON else None
+        got = run_host(self._launch, variant_pack, workspace, stream, INLINE_MAX_S, rec)
         if type(got) is tuple:
-            got = await self._pool._run(*got, self._label, self._timer)
+            got = await self._pool._run(*got, self._label, self._timer, rec)
         if got._error is not None:
             raise got._error
 
@@ -954,22 +955,12 @@ class ExecutionPlan:
         complete."""
         if _capture.OPEN:
             _capture.refuse_eager(self.device, f"{self._label}: execute_sync", self)
-        if _prof.ON:     # a profile is open: the execution is recorded (queued, not inline)
-            fn, keep = self._work(variant_pack, workspace)
-            rec = _prof.start_execution(self.device, fn, "execution", self)
-            handle = self.device._pool.submit_blocking(fn if rec is None else rec.fn,
-                                                       keepalive=keep, label=self._label,
-                                                       stream=self.device._stream(stream))
-            if rec is not None:
-                rec.handle = handle
-            handle.result()
-            return
         if stream is not None:
             stream = self.device._stream(stream)
+        rec = _prof.recorder(self.device, "execution", self) if _prof.ON else None
         # an idle host stream runs it on this thread, which waits for it anyway
-        item = run_host(Completion, self._bindings, self._pool, variant_pack, workspace,
-                        stream, self._label, self._timer, -1.0)
+        item = run_host(self._launch, variant_pack, workspace, stream, -1.0, rec)
         if type(item) is tuple:
-            item = self._pool._run_sync(*item, self._label, self._timer)
+            item = self._pool._run_sync(*item, self._label, self._timer, rec)
         if item._error is not None:
             raise item._error

@@ -88,7 +88,7 @@ class Graph(_Graph):
             takes it.
         DeviceError
             An unknown spec, or its runtime is absent.
-                """
+        """
         owns = not isinstance(device, Device)
         dev = Device(device or "cpu") if owns else device
         try:
@@ -116,7 +116,7 @@ class Graph(_Graph):
         ------
         GraphError
             ``build_operation_graph`` was not called (code ``ATTRIBUTE_NOT_SET``).
-                """
+        """
         return [e.id for e in self._lowering("get_ranked_engine_ids").engines]
 
     def get_knobs_for_engine(self, engine_id: int) -> list:
@@ -137,7 +137,7 @@ class Graph(_Graph):
             ``build_operation_graph`` was not called (code ``ATTRIBUTE_NOT_SET``).
         NotSupportedError
             ``engine_id`` is not offered for this graph.
-                """
+        """
         st = self._lowering("get_knobs_for_engine")
         return list(_engine(st, engine_id, "get_knobs_for_engine").knobs)
 
@@ -147,21 +147,19 @@ class Graph(_Graph):
         Parameters
         ----------
         engine_id : int
-            One of ``get_ranked_engine_ids()``.
+            As ``get_knobs_for_engine``.
         knob_settings : sequence of KnobSetting, optional
             e.g. ``[KnobSetting("global.workspace_size_limit", 32 << 20)]`` (bytes);
             checked now, as hipDNN does. Default: every knob at its default.
 
         Raises
         ------
-        GraphError
-            ``build_operation_graph`` was not called (code ``ATTRIBUTE_NOT_SET``).
-        NotSupportedError
-            ``engine_id`` is not offered for this graph.
+        GraphError, NotSupportedError
+            As ``get_knobs_for_engine``.
         KnobError
             An item that is not a KnobSetting, an unknown knob, a non-integer value or
             one outside the knob's range, a knob set twice.
-                """
+        """
         st = self._lowering("create_execution_plan_ext")
         engine = _engine(st, engine_id, "create_execution_plan_ext")
         settings = list(knob_settings or ())
@@ -190,7 +188,7 @@ class Graph(_Graph):
             A knob setting the engine does not accept.
         DeviceError
             The bound device is closed.
-                """
+        """
         st = self._lowering("build_plans")
         st.plan = st.device.build_sync(self, engine=st.engine_id, knobs=st.settings)
 
@@ -205,7 +203,7 @@ class Graph(_Graph):
         ------
         GraphError
             ``build_plans`` was not called (code ``ATTRIBUTE_NOT_SET``).
-                """
+        """
         return self._built_plan("get_workspace_size").workspace_size
 
     def execute(self, variant_pack, workspace=None) -> None:
@@ -225,7 +223,7 @@ class Graph(_Graph):
             ``build_plans`` was not called (code ``ATTRIBUTE_NOT_SET``).
         VariantPackError, ExecutionError, DeviceError
             As ``ExecutionPlan.execute``.
-                """
+        """
         self._built_plan("execute").execute_sync(variant_pack, workspace=workspace)
 
     async def execute_async(self, variant_pack, workspace=None) -> None:
@@ -238,9 +236,7 @@ class Graph(_Graph):
 
         Raises
         ------
-        GraphError
-            ``build_plans`` was not called (code ``ATTRIBUTE_NOT_SET``).
-        VariantPackError, ExecutionError, DeviceError
-            As ``ExecutionPlan.execute``.
-                """
+        GraphError, VariantPackError, ExecutionError, DeviceError
+            As ``execute``.
+        """
         await self._built_plan("execute_async").execute(variant_pack, workspace=workspace)

@@ -39,6 +39,7 @@ from hipdnn_async import _errors
 from hipdnn_async._errors import CudnnError
 
 from ._loader cimport Library, LibraryTable
+from ._loader import status_table as _status_table
 
 # cudnnDataType_t, cudnnTensorFormat_t, ... (cudnn_graph.h, cudnn_ops.h, cudnn_cnn.h; cuDNN 9.19.1)
 DATA_FLOAT = 0
@@ -71,19 +72,20 @@ cdef enum:
 
 # ------------------------------------------------------------------ the status table
 # cudnnStatus_t of cudnn_graph.h, cuDNN 9.x (each name since 9.0.0 unless noted): value ->
-# (name, error type). A value absent here (a later cuDNN) is a CudnnError named by
-# cudnnGetErrorString, or a CudnnNotSupportedError when that name says NOT_SUPPORTED.
+# (name, error type), a bare name a CudnnError. A value absent here (a later cuDNN) is a
+# CudnnError named by cudnnGetErrorString, or a CudnnNotSupportedError when that name says
+# NOT_SUPPORTED.
 _NS, _BP = _errors.CudnnNotSupportedError, _errors.CudnnBadParamError
-STATUS = {
+STATUS = _status_table(CudnnError, {
     0: ("CUDNN_STATUS_SUCCESS", None),
-    1001: ("CUDNN_STATUS_NOT_INITIALIZED", CudnnError),
-    1002: ("CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH", CudnnError),
-    1003: ("CUDNN_STATUS_SERIALIZATION_VERSION_MISMATCH", CudnnError),
-    1004: ("CUDNN_STATUS_DEPRECATED", CudnnError),
-    1005: ("CUDNN_STATUS_LICENSE_ERROR", CudnnError),
-    1006: ("CUDNN_STATUS_RUNTIME_IN_PROGRESS", CudnnError),
-    1007: ("CUDNN_STATUS_RUNTIME_FP_OVERFLOW", CudnnError),
-    1008: ("CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED", CudnnError),      # since 9.2.0
+    1001: "CUDNN_STATUS_NOT_INITIALIZED",
+    1002: "CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH",
+    1003: "CUDNN_STATUS_SERIALIZATION_VERSION_MISMATCH",
+    1004: "CUDNN_STATUS_DEPRECATED",
+    1005: "CUDNN_STATUS_LICENSE_ERROR",
+    1006: "CUDNN_STATUS_RUNTIME_IN_PROGRESS",
+    1007: "CUDNN_STATUS_RUNTIME_FP_OVERFLOW",
+    1008: "CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED",      # since 9.2.0
     2000: ("CUDNN_STATUS_BAD_PARAM", _BP),
     2001: ("CUDNN_STATUS_INVALID_VALUE", _BP),                        # deprecated alias
     2002: ("CUDNN_STATUS_BAD_PARAM_NULL_POINTER", _BP),
@@ -112,19 +114,19 @@ STATUS = {
     3012: ("CUDNN_STATUS_NOT_SUPPORTED_BAD_LAUNCH_PARAM", _NS),
     3013: ("CUDNN_STATUS_NOT_SUPPORTED_CUDA_GRAPH_NATIVE_API", _NS),   # since 9.5.0
     3014: ("CUDNN_STATUS_NOT_SUPPORTED_INVALID_DYNAMIC_SHAPE", _NS),   # since 9.18.0
-    4000: ("CUDNN_STATUS_INTERNAL_ERROR", CudnnError),
-    4001: ("CUDNN_STATUS_INTERNAL_ERROR_COMPILATION_FAILED", CudnnError),
-    4002: ("CUDNN_STATUS_INTERNAL_ERROR_UNEXPECTED_VALUE", CudnnError),
-    4003: ("CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED", CudnnError),
-    4004: ("CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED", CudnnError),
-    4005: ("CUDNN_STATUS_INTERNAL_ERROR_BAD_LAUNCH_PARAM", CudnnError),
-    4006: ("CUDNN_STATUS_INTERNAL_ERROR_TEXTURE_CREATION_FAILED", CudnnError),
-    5000: ("CUDNN_STATUS_EXECUTION_FAILED", CudnnError),
-    5001: ("CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER", CudnnError),
-    5002: ("CUDNN_STATUS_EXECUTION_FAILED_CUBLAS", CudnnError),
-    5003: ("CUDNN_STATUS_EXECUTION_FAILED_CUDART", CudnnError),
-    5004: ("CUDNN_STATUS_EXECUTION_FAILED_CURAND", CudnnError),
-}
+    4000: "CUDNN_STATUS_INTERNAL_ERROR",
+    4001: "CUDNN_STATUS_INTERNAL_ERROR_COMPILATION_FAILED",
+    4002: "CUDNN_STATUS_INTERNAL_ERROR_UNEXPECTED_VALUE",
+    4003: "CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED",
+    4004: "CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED",
+    4005: "CUDNN_STATUS_INTERNAL_ERROR_BAD_LAUNCH_PARAM",
+    4006: "CUDNN_STATUS_INTERNAL_ERROR_TEXTURE_CREATION_FAILED",
+    5000: "CUDNN_STATUS_EXECUTION_FAILED",
+    5001: "CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER",
+    5002: "CUDNN_STATUS_EXECUTION_FAILED_CUBLAS",
+    5003: "CUDNN_STATUS_EXECUTION_FAILED_CUDART",
+    5004: "CUDNN_STATUS_EXECUTION_FAILED_CURAND",
+})
 del _NS, _BP
 
 # The convolution calls come in three directions (0 forward, 1 backward data, 2 backward

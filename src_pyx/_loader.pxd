@@ -39,3 +39,6 @@ cdef class LibraryTable:
 
     # raises LibraryError for ``prefix + name`` (not loaded / not exported); GIL taken inside
     cdef int missing(self, const char* name) except -1 with gil
+    # the typed error of a status a call returned, from the binding's status table
+    cdef object status_error(self, dict table, object family, int status, str call,
+                             str status_name=*, str vendor_message=*)

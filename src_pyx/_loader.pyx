@@ -19,8 +19,9 @@ Wrapping contract
 - A wrapper whose pointer is NULL calls ``missing(b"Name")``, which raises
   ``LibraryError("<prefix>Name is not exported by <path>")`` at CALL time, not at load
   (CuPy's SoftLink), or ``"... is not loaded"`` before any load.
-- Errors a library reports are built by its binding from its status table with
-  ``hipdnn_async._errors.status_error``.
+- Errors a library reports are built by its binding from its status table (made by
+  :func:`status_table`) with ``LibraryTable.status_error`` (over
+  ``hipdnn_async._errors.status_error``), naming the library file.
 """
 import dataclasses
 import logging
@@ -39,7 +40,7 @@ cdef extern from "<dlfcn.h>" nogil:
     int RTLD_NOW
     int RTLD_LOCAL
 
-__all__ = ["Library", "LibraryTable", "LoadRecord"]
+__all__ = ["Library", "LibraryTable", "LoadRecord", "status_table"]
 
 _log = logging.getLogger("hipdnn_async")
 
@@ -241,6 +242,16 @@ cdef class LibraryTable:
         raise _errors.LibraryError(f"{full} is not exported by {self.lib.path}",
                                    library=self.lib.path, call=full)
 
+    cdef object status_error(self, dict table, object family, int status, str call,
+                             str status_name=None, str vendor_message=""):
+        """The typed error of ``status`` returned by ``call`` (``_errors.status_error``
+        over the binding's ``table``, ``family`` for a status absent from it), naming the
+        loaded library's file (or the table's name before a load)."""
+        return _errors.status_error(table, family,
+                                    library=self.lib.path if self.lib is not None else self.name,
+                                    call=call, status=status, status_name=status_name,
+                                    vendor_message=vendor_message)
+
     def address(self, str name):
         """The address of ``prefix + name`` in the loaded library, as an int.
 
@@ -258,3 +269,12 @@ cdef class LibraryTable:
 
     def __repr__(self):
         return f"<{type(self).__name__} {self.name!r} {self.record!r}>"
+
+
+def status_table(family, dict entries):
+    """A binding's status table, ``{status: (name, error type)}``, from ``entries``
+    (``{status: name}`` or ``{status: (name, type)}``): a bare name's type is ``family``
+    (the library's base error); a pair keeps its own (``None``: not a failure).
+    ``_errors.status_error`` reads the table."""
+    return {status: (entry, family) if isinstance(entry, str) else entry
+            for status, entry in entries.items()}

@@ -41,6 +41,7 @@ from libc.string cimport memset
 from hipdnn_async import _errors
 
 from ._loader cimport Library, LibraryTable
+from ._loader import status_table as _status_table
 
 __all__ = ["Miopen", "TABLE", "STATUS", "NAMES", "OPTIONAL", "MIN_VERSION", "load", "loaded",
            "version", "has", "create_with_stream", "destroy", "set_stream", "get_stream",
@@ -150,17 +151,19 @@ _REQUIRED = ("GetVersion", "GetErrorString", "Create", "CreateWithStream", "Dest
              "ConvolutionForwardImmediate", "BatchNormalizationForwardInference_V2")
 
 # miopenStatus_t -> (name, error type); 0 and 9 are not failures
-STATUS = {
-    STATUS_NOT_INITIALIZED: ("miopenStatusNotInitialized", _errors.MiopenError),
-    STATUS_INVALID_VALUE: ("miopenStatusInvalidValue", _errors.MiopenBadParamError),
-    STATUS_BAD_PARM: ("miopenStatusBadParm", _errors.MiopenBadParamError),
-    STATUS_ALLOC_FAILED: ("miopenStatusAllocFailed", _errors.MiopenError),
-    STATUS_INTERNAL_ERROR: ("miopenStatusInternalError", _errors.MiopenError),
-    STATUS_NOT_IMPLEMENTED: ("miopenStatusNotImplemented", _errors.MiopenNotSupportedError),
-    STATUS_UNKNOWN_ERROR: ("miopenStatusUnknownError", _errors.MiopenError),
-    STATUS_UNSUPPORTED_OP: ("miopenStatusUnsupportedOp", _errors.MiopenNotSupportedError),
-    STATUS_VERSION_MISMATCH: ("miopenStatusVersionMismatch", _errors.MiopenError),
-}
+_BP, _NS = _errors.MiopenBadParamError, _errors.MiopenNotSupportedError
+STATUS = _status_table(_errors.MiopenError, {
+    STATUS_NOT_INITIALIZED: "miopenStatusNotInitialized",
+    STATUS_INVALID_VALUE: ("miopenStatusInvalidValue", _BP),
+    STATUS_BAD_PARM: ("miopenStatusBadParm", _BP),
+    STATUS_ALLOC_FAILED: "miopenStatusAllocFailed",
+    STATUS_INTERNAL_ERROR: "miopenStatusInternalError",
+    STATUS_NOT_IMPLEMENTED: ("miopenStatusNotImplemented", _NS),
+    STATUS_UNKNOWN_ERROR: "miopenStatusUnknownError",
+    STATUS_UNSUPPORTED_OP: ("miopenStatusUnsupportedOp", _NS),
+    STATUS_VERSION_MISMATCH: "miopenStatusVersionMismatch",
+})
+del _BP, _NS
 
 # C copies of the constants used in nogil calls
 cdef int _C_SUCCESS = STATUS_SUCCESS
@@ -218,9 +221,7 @@ cdef class Miopen(LibraryTable):
 
 
 cdef object _error(Miopen t, int status, str call):
-    return _errors.status_error(STATUS, _errors.MiopenError,
-                                library=t.lib.path if t.lib is not None else "libMIOpen.so.1",
-                                call=call, status=status, status_name=t.status_name(status))
+    return t.status_error(STATUS, _errors.MiopenError, status, call, t.status_name(status))
 
 
 cdef Miopen _T = Miopen("miopen", "miopen", "MIOpen", _REQUIRED)

@@ -50,6 +50,7 @@ cimport numpy as cnp
 from hipdnn_async import _errors
 
 from ._loader cimport Library, LibraryTable
+from ._loader import status_table as _status_table
 from ._onednn_api cimport ExecArg, OnednnFns, Version
 
 cnp.import_array()
@@ -192,18 +193,18 @@ _REQUIRED = ("version", "engine_create", "primitive_execute", "memory_desc_creat
              "convolution_forward_primitive_desc_create")
 
 # dnnl_status_t -> (name, error type); dnnl_success is not a failure
-STATUS = {
-    STATUS_OUT_OF_MEMORY: ("dnnl_out_of_memory", _errors.OnednnError),
+STATUS = _status_table(_errors.OnednnError, {
+    STATUS_OUT_OF_MEMORY: "dnnl_out_of_memory",
     STATUS_INVALID_ARGUMENTS: ("dnnl_invalid_arguments", _errors.OnednnBadParamError),
     STATUS_UNIMPLEMENTED: ("dnnl_unimplemented", _errors.OnednnNotSupportedError),
     STATUS_LAST_IMPL_REACHED: ("dnnl_last_impl_reached", _errors.OnednnNotSupportedError),
-    STATUS_RUNTIME_ERROR: ("dnnl_runtime_error", _errors.OnednnError),
-    STATUS_NOT_REQUIRED: ("dnnl_not_required", _errors.OnednnError),
-    STATUS_INVALID_GRAPH: ("dnnl_invalid_graph", _errors.OnednnError),
-    STATUS_INVALID_GRAPH_OP: ("dnnl_invalid_graph_op", _errors.OnednnError),
-    STATUS_INVALID_SHAPE: ("dnnl_invalid_shape", _errors.OnednnError),
-    STATUS_INVALID_DATA_TYPE: ("dnnl_invalid_data_type", _errors.OnednnError),
-}
+    STATUS_RUNTIME_ERROR: "dnnl_runtime_error",
+    STATUS_NOT_REQUIRED: "dnnl_not_required",
+    STATUS_INVALID_GRAPH: "dnnl_invalid_graph",
+    STATUS_INVALID_GRAPH_OP: "dnnl_invalid_graph_op",
+    STATUS_INVALID_SHAPE: "dnnl_invalid_shape",
+    STATUS_INVALID_DATA_TYPE: "dnnl_invalid_data_type",
+})
 
 # C copies of the constants used without the GIL
 cdef int _C_SUCCESS = STATUS_SUCCESS
@@ -282,9 +283,7 @@ cdef class Onednn(LibraryTable):
 
 
 cdef object _error(int status, str call):
-    return _errors.status_error(STATUS, _errors.OnednnError,
-                                library=_T.lib.path if _T.lib is not None else "libdnnl.so.3",
-                                call=call, status=status)
+    return _T.status_error(STATUS, _errors.OnednnError, status, call)
 
 
 cdef Onednn _T = Onednn("onednn", "dnnl_", "oneDNN", _REQUIRED)
@@ -559,6 +558,22 @@ cdef class PrimitiveDesc:
         return f"PrimitiveDesc({self.kind}, {self.impl_name if self.pd != NULL else 'closed'})"
 
 
+cdef struct _Geometry:
+    # a convolution's strides, dilations (from 0) and paddings, as its creation takes them
+    int64_t strides[_C_MAX_NDIMS]
+    int64_t dilates[_C_MAX_NDIMS]
+    int64_t padding_l[_C_MAX_NDIMS]
+    int64_t padding_r[_C_MAX_NDIMS]
+
+
+cdef int _geometry(_Geometry* g, strides, dilates, padding_l, padding_r) except -1:
+    _dims(strides, g.strides, "strides")
+    _dims(dilates, g.dilates, "dilates")
+    _dims(padding_l, g.padding_l, "padding_l")
+    _dims(padding_r, g.padding_r, "padding_r")
+    return 0
+
+
 cdef PrimitiveDesc _pd(str kind):
     _need()
     cdef PrimitiveDesc out = PrimitiveDesc()
@@ -570,18 +585,15 @@ def conv_forward(int prop, MemoryDesc src, MemoryDesc weights, MemoryDesc bias, 
                  strides, dilates, padding_l, padding_r, list post_ops=None):
     """Convolution forward (``dnnl_convolution_forward_primitive_desc_create``, direct
     algorithm; ``dilates`` count from 0), user scratchpad, eltwise ``post_ops``."""
-    cdef int64_t s[_C_MAX_NDIMS]
-    cdef int64_t d[_C_MAX_NDIMS]
-    cdef int64_t pl[_C_MAX_NDIMS]
-    cdef int64_t pr[_C_MAX_NDIMS]
+    cdef _Geometry g
     cdef PrimitiveDesc out = _pd("conv_fwd")
-    _dims(strides, s, "strides"); _dims(dilates, d, "dilates")
-    _dims(padding_l, pl, "padding_l"); _dims(padding_r, pr, "padding_r")
+    _geometry(&g, strides, dilates, padding_l, padding_r)
     cdef void* attr = _attr(post_ops or [])
     try:
         _T._check(_T.f.convolution_forward_primitive_desc_create(
             &out.pd, _T.engine, prop, CONVOLUTION_DIRECT, src.md, weights.md, _md(bias),
-            dst.md, s, d, pl, pr, attr), b"dnnl_convolution_forward_primitive_desc_create")
+            dst.md, g.strides, g.dilates, g.padding_l, g.padding_r, attr),
+            b"dnnl_convolution_forward_primitive_desc_create")
     finally:
         _T.f.primitive_attr_destroy(attr)
     return out
@@ -590,18 +602,15 @@ def conv_forward(int prop, MemoryDesc src, MemoryDesc weights, MemoryDesc bias, 
 def conv_backward_data(MemoryDesc diff_src, MemoryDesc weights, MemoryDesc diff_dst, strides,
                        dilates, padding_l, padding_r, PrimitiveDesc hint):
     """Convolution backward data (``dnnl_convolution_backward_data_primitive_desc_create``)."""
-    cdef int64_t s[_C_MAX_NDIMS]
-    cdef int64_t d[_C_MAX_NDIMS]
-    cdef int64_t pl[_C_MAX_NDIMS]
-    cdef int64_t pr[_C_MAX_NDIMS]
+    cdef _Geometry g
     cdef PrimitiveDesc out = _pd("conv_bwd_data")
-    _dims(strides, s, "strides"); _dims(dilates, d, "dilates")
-    _dims(padding_l, pl, "padding_l"); _dims(padding_r, pr, "padding_r")
+    _geometry(&g, strides, dilates, padding_l, padding_r)
     cdef void* attr = _attr([])
     try:
         _T._check(_T.f.convolution_backward_data_primitive_desc_create(
-            &out.pd, _T.engine, CONVOLUTION_DIRECT, diff_src.md, weights.md, diff_dst.md, s, d,
-            pl, pr, hint.pd, attr), b"dnnl_convolution_backward_data_primitive_desc_create")
+            &out.pd, _T.engine, CONVOLUTION_DIRECT, diff_src.md, weights.md, diff_dst.md,
+            g.strides, g.dilates, g.padding_l, g.padding_r, hint.pd, attr),
+            b"dnnl_convolution_backward_data_primitive_desc_create")
     finally:
         _T.f.primitive_attr_destroy(attr)
     out._hint = hint        # next_impl reads it: it must outlive the iteration
@@ -612,18 +621,14 @@ def conv_backward_weights(MemoryDesc src, MemoryDesc diff_weights, MemoryDesc di
                           dilates, padding_l, padding_r, PrimitiveDesc hint):
     """Convolution backward weights, no bias gradient
     (``dnnl_convolution_backward_weights_primitive_desc_create``)."""
-    cdef int64_t s[_C_MAX_NDIMS]
-    cdef int64_t d[_C_MAX_NDIMS]
-    cdef int64_t pl[_C_MAX_NDIMS]
-    cdef int64_t pr[_C_MAX_NDIMS]
+    cdef _Geometry g
     cdef PrimitiveDesc out = _pd("conv_bwd_weights")
-    _dims(strides, s, "strides"); _dims(dilates, d, "dilates")
-    _dims(padding_l, pl, "padding_l"); _dims(padding_r, pr, "padding_r")
+    _geometry(&g, strides, dilates, padding_l, padding_r)
     cdef void* attr = _attr([])
     try:
         _T._check(_T.f.convolution_backward_weights_primitive_desc_create(
             &out.pd, _T.engine, CONVOLUTION_DIRECT, src.md, diff_weights.md, NULL, diff_dst.md,
-            s, d, pl, pr, hint.pd, attr),
+            g.strides, g.dilates, g.padding_l, g.padding_r, hint.pd, attr),
             b"dnnl_convolution_backward_weights_primitive_desc_create")
     finally:
         _T.f.primitive_attr_destroy(attr)

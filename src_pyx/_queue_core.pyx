@@ -26,6 +26,7 @@ from ..runtime._launch_state cimport launch_enter, launch_exit
 from ._metrics import FOLD_AT as _FOLD_AT
 
 __all__ = ["CompletionCore", "StreamCore", "LaunchCore", "HostLaunchCore", "ExecTimer", "Batch",
+           "PlanLaunch",
            "Named", "submit_now", "run_inline", "run_host", "least_loaded", "perf_counter", "EVENT_EVERY", "PENDING",
            "RUNNING", "DONE"]
 
@@ -435,7 +436,7 @@ cdef object _record_ms(object histogram, double ms):
 
 
 def run_inline(type item_type, StreamCore stream, fn, keepalive, label, ExecTimer timer,
-               double bound):
+               double bound, recorder=None):
     """Run ``fn`` as a work item of ``stream`` on the calling thread, at once, when that
     keeps the stream's guarantees; return the finished item, or None (nothing done).
 
@@ -445,18 +446,19 @@ def run_inline(type item_type, StreamCore stream, fn, keepalive, label, ExecTime
     whatever it takes; ``timer`` None: no estimate needed). The item takes a slot as a
     worker's would (``max_inflight``, ``pending``), is timed and counted in the stream's
     metrics and the timer, and its error is stored on it, as a worker's; items submitted
-    meanwhile from other threads start after it (``HostLaunchCore``).
+    meanwhile from other threads start after it (``HostLaunchCore``). ``recorder`` (None:
+    nothing recorded) is attached to the item before it runs (:func:`submit_now`).
 
     Raises
     ------
     DeviceError
         The stream is closed.
     """
-    return _run_inline(item_type, stream, fn, keepalive, label, timer, bound)
+    return _run_inline(item_type, stream, fn, keepalive, label, timer, bound, recorder)
 
 
 cdef object _run_inline(type item_type, StreamCore stream, fn, keepalive, label,
-                        ExecTimer timer, double bound):
+                        ExecTimer timer, double bound, recorder):
     backend = stream._backend
     if not isinstance(backend, HostLaunchCore) or not (<HostLaunchCore>backend)._direct:
         return None
@@ -488,6 +490,8 @@ cdef object _run_inline(type item_type, StreamCore stream, fn, keepalive, label,
     finally:
         lock.release()
     try:
+        if recorder is not None:
+            recorder.attach(item)
         item.enqueue()     # started_at, the run, its value or error stored, fn dropped
     finally:
         finished = _now()
@@ -546,15 +550,33 @@ def least_loaded(tuple streams, Py_ssize_t start):
     return _least_loaded(streams, start)
 
 
-def run_host(type item_type, BindingCache cache, pool, variant_pack, workspace, stream,
-             label, ExecTimer timer, double bound):
-    """One execution of a host plan, in one call: its binding (``cache``: a hit compares
-    in C, allocating nothing), its keepalive (the pack's buffer objects and
-    ``workspace``), its stream (``stream``, or ``pool``'s least loaded) and, where
-    :func:`run_inline` takes it (``timer``, ``bound`` as there), its run on this thread.
+cdef class PlanLaunch:
+    """What every execution of one plan hands :func:`run_host`, fixed when the plan is
+    built: the work-item type, the binding cache, the stream pool, the label and the
+    execution timer (None on a GPU). The types are checked per call, where they are
+    used (``TypeError``): a check costs a pointer comparison.
+    """
+
+    cdef readonly object item_type, cache, pool, label, timer
+
+    def __init__(self, item_type, cache, pool, label, timer):
+        self.item_type = item_type
+        self.cache = cache
+        self.pool = pool
+        self.label = label
+        self.timer = timer
+
+
+def run_host(PlanLaunch plan, variant_pack, workspace, stream, double bound, recorder):
+    """One execution of a host plan, in one call: its binding (``plan.cache``: a hit
+    compares in C, allocating nothing), its keepalive (the pack's buffer objects and
+    ``workspace``), its stream (``stream``, or ``plan.pool``'s least loaded) and, where
+    :func:`run_inline` takes it (``plan.timer``, ``bound``, ``recorder`` as there), its
+    run on this thread.
 
     Returns the finished item, or ``(fn, keepalive, stream)`` for the caller to submit
-    (the stream busy, the work too long, the pool closed).
+    (the stream busy, the work too long, the pool closed), with ``recorder`` not yet
+    attached: the submission attaches it.
 
     Raises
     ------
@@ -563,7 +585,7 @@ def run_host(type item_type, BindingCache cache, pool, variant_pack, workspace, 
     DeviceError
         The stream is closed.
     """
-    cdef Binding b = cache.lookup(variant_pack, workspace)
+    cdef Binding b = (<BindingCache?>plan.cache).lookup(variant_pack, workspace)
     cdef StreamCore s
     cdef tuple streams
     if type(variant_pack) is dict:
@@ -572,6 +594,7 @@ def run_host(type item_type, BindingCache cache, pool, variant_pack, workspace, 
         keep = tuple(variant_pack.values())
     if workspace is not None:
         keep = (keep, workspace)
+    pool = plan.pool
     if pool._closed:
         return (b.fn, keep, stream)
     if stream is None:
@@ -580,18 +603,27 @@ def run_host(type item_type, BindingCache cache, pool, variant_pack, workspace, 
         pool._rr = (s.id + 1) % PyTuple_GET_SIZE(streams)
     else:
         s = <StreamCore?>stream
-    item = _run_inline(item_type, s, b.fn, keep, label, timer, bound)
+    cdef ExecTimer timer = plan.timer     # typed here: None or an ExecTimer
+    item = _run_inline(<type?>plan.item_type, s, b.fn, keep, plan.label, timer, bound,
+                       recorder)
     if item is None:
         return (b.fn, keep, s)
     return item
 
 
 def submit_now(type item_type, StreamCore stream, fn, keepalive, label, limit,
-               ExecTimer timer=None):
+               ExecTimer timer=None, recorder=None):
     """A new ``item_type`` (a ``CompletionCore`` subclass) for ``fn``, enqueued on
     ``stream`` at once: beyond ``limit`` items in flight (None: no limit) it waits in the
     stream's host-side line. The library's hot paths (``StreamPool._submit_now``); ``fn``
     is known to be callable. ``timer`` (a host plan's) takes the item's execution time.
+
+    ``recorder`` (a profile's record of this execution; None: nothing recorded) is
+    attached to the item before it is enqueued: ``recorder.attach(item)`` may replace
+    ``item._fn`` (a GPU's timing events around the launch) and keeps the item, whose
+    ``submitted_at``, ``started_at``, ``finished_at`` and stream it reads once done. The
+    one hook of every submission path (inline, queued, parked, blocking), so a profile
+    records the path the library takes without one.
 
     Raises
     ------
@@ -606,5 +638,7 @@ def submit_now(type item_type, StreamCore stream, fn, keepalive, label, limit,
     item._fn = fn
     item._keepalive = keepalive
     item._timer = timer
+    if recorder is not None:
+        recorder.attach(item)
     stream.try_submit(item, -1 if limit is None else limit, True)
     return item

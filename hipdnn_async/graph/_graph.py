@@ -362,9 +362,15 @@ class Graph:
             raise GraphError(f"{where}: {slot} must be a TensorAttributes of this graph; "
                              f"got {type(t).__name__}")
         if t._graph is not self:
-            other = f"graph '{t._graph.name}'" if t._graph is not None else "no graph"
+            if t._graph is None:
+                other = "no graph"
+            elif t._graph.name != self._name:
+                other = f"graph '{t._graph.name}'"
+            else:       # two graph objects of one name: a copy() and its original, mostly
+                other = (f"another graph object also named '{self._name}' (the original of "
+                         "a copy()?)")
             raise GraphError(f"{where}: tensor {t.label} ({slot}) belongs to {other}, not "
-                             f"graph '{self._name}'; make it with this graph's tensor()")
+                             f"this graph '{self._name}'; make it with this graph's tensor()")
         return t
 
     def _node_name(self, kind: str, name) -> str:

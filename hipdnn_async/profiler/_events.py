@@ -14,18 +14,18 @@ __all__ = ["Execution", "Batch", "Span", "plan_facts", "graph_flops"]
 class Execution:
     """One execution (a plan's, a capture step's replay or capture) on a device stream.
 
-    Filled in two steps: at submission (device, kind, facts, the handle, the batch it
-    served) and when the profile collects it (stream, submit / start / end times, ok).
+    Filled in two steps: at submission (device, kind, facts, the batch it served; the
+    queues hand it the work item, :meth:`attach`) and when the profile collects it
+    (stream, submit / start / end times, ok).
     """
 
-    __slots__ = ("device", "kind", "facts", "fn", "handle", "batch", "gpu", "clock", "stream",
+    __slots__ = ("device", "kind", "facts", "handle", "batch", "gpu", "clock", "stream",
                  "submitted", "started", "ended", "launched", "ok", "id")
 
-    def __init__(self, device, kind: str, facts: dict, fn, batch) -> None:
+    def __init__(self, device, kind: str, facts: dict, batch) -> None:
         self.device = device
         self.kind = kind
         self.facts = facts
-        self.fn = fn
         self.handle = None
         self.batch = batch
         self.gpu = None          # (start event, end event) on a GPU, set at launch
@@ -34,6 +34,14 @@ class Execution:
         self.submitted = self.started = self.ended = self.launched = None
         self.ok = None
         self.id = 0
+
+    def attach(self, item) -> None:
+        """Keep ``item``, the work item this execution became (the queues call this once,
+        before it runs, on every submission path: ``queues._core.submit_now``); on a GPU
+        its function is put between this record's timing events."""
+        self.handle = item
+        if self.clock is not None:
+            item._fn = self.clock.wrap(item._fn, self)
 
     @property
     def queue_wait(self) -> float | None:

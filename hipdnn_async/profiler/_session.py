@@ -67,12 +67,15 @@ class Profile:
     spans : list of Span
         Builds and other host-side spans: ``track``, ``name``, ``start``, ``end``,
         ``args``.
-    started_at, stopped_at : float
-        ``time.perf_counter()`` at entry and once every recorded execution had finished.
+    started_at : float
+        ``time.perf_counter()`` at entry.
+    stopped_at : float
+        ``time.perf_counter()`` once every recorded execution had finished.
 
     Notes
     -----
-    CPU executions carry the stream worker's clock (the queue's timestamps). A GPU
+    CPU executions carry the queue's timestamps (taken where the execution ran: the
+    stream's worker, or the submitting thread for an inline one). A GPU
     execution is timed by two events recorded around its launch on its stream, created
     only while a profile is open (``hipdnn_async.profiler._gpu``); its host launch time is
     ``launched``. With no profile open the library records nothing, allocates nothing and
@@ -184,12 +187,10 @@ class Profile:
             self._keep.append(subject)        # its id stays its own while recorded
         return out
 
-    def _start_execution(self, device, fn, kind, subject, covering, batch) -> Execution:
-        record = Execution(device, kind, self._facts_of(subject, kind), fn, batch)
-        clock = self._clock(device)
-        if clock is not None:      # timed by this profile's events, whoever collects it
-            record.clock = clock
-            record.fn = clock.wrap(fn, record)
+    def _start_execution(self, device, kind, subject, covering, batch) -> Execution:
+        record = Execution(device, kind, self._facts_of(subject, kind), batch)
+        # timed by this profile's events (Execution.attach), whoever collects it
+        record.clock = self._clock(device)
         if batch is not None:
             batch.executions.append(record)
         for session in covering:
@@ -217,7 +218,7 @@ class Profile:
                 return
             self._state = "collecting"
         for record in self.executions:
-            handle, record.handle, record.fn = record.handle, None, None
+            handle, record.handle = record.handle, None
             if handle is None or record.ok is not None:
                 continue                 # never submitted, or read by another profile
             handle.wait()

@@ -3,9 +3,10 @@
 A leaf module (standard library only): the device layer, the capture steps and the
 batcher import it to check one flag, :data:`ON`, on their hot paths. With no profile open
 nothing else of this package runs, nothing is allocated and no clock is read: the hooks
-read ``ON`` and go on. The queues never import it: a profile reads the timestamps the
-queues set on every work item anyway (``Completion.submitted_at``, ``started_at``,
-``finished_at``).
+read ``ON`` and go on. The queues never import it: a submission hands them the record
+of :func:`recorder` (or None) with its work, they attach it to the work item on whatever
+path runs it (inline or queued), and the profile reads the timestamps the queues set on
+every work item anyway (``Completion.submitted_at``, ``started_at``, ``finished_at``).
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import contextvars
 import threading
 import time
 
-__all__ = ["ON", "sessions", "start_execution", "submit_now", "batch_begin", "batch_end",
+__all__ = ["ON", "sessions", "recorder", "batch_begin", "batch_end",
            "built", "span", "current_batch"]
 
 ON = False               # True while any profile is open: all a hot path reads
@@ -49,10 +50,11 @@ def _for(device) -> list:
     return [s for s in _sessions if s._covers(device)]
 
 
-def start_execution(device, fn, kind: str, subject):
-    """Before a submission of ``fn`` on ``device``: the record that the open profiles
-    covering the device keep of it, or None. The caller submits ``record.fn`` (on a GPU,
-    ``fn`` between two timing events) and then sets ``record.handle``.
+def recorder(device, kind: str, subject):
+    """Before a submission on ``device``: the record that the open profiles covering the
+    device keep of it (an ``Execution``), or None. The caller hands it to the queues with
+    the work (``recorder=``), which attach it to the work item on whatever path the
+    submission takes (``Execution.attach``); a call site reads :data:`ON` first.
 
     ``kind``: ``"execution"`` (``subject`` an ExecutionPlan), ``"replay"`` or
     ``"capture"`` (``subject`` a capture Step).
@@ -60,19 +62,8 @@ def start_execution(device, fn, kind: str, subject):
     covering = _for(device)
     if not covering:
         return None
-    return covering[0]._start_execution(device, fn, kind, subject, covering,
+    return covering[0]._start_execution(device, kind, subject, covering,
                                         current_batch.get())
-
-
-def submit_now(device, subject, kind: str, fn, keep, stream, label: str):
-    """``device``'s queue's ``_submit_now`` of ``fn``, recorded (as
-    :func:`start_execution`); return the handle."""
-    record = start_execution(device, fn, kind, subject)
-    handle = device._pool._submit_now(fn if record is None else record.fn, keep, stream,
-                                      label)
-    if record is not None:
-        record.handle = handle
-    return handle
 
 
 def batch_begin(batcher: str, device, requests, rows: int, bucket: int, formed: float):

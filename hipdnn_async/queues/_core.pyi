@@ -103,11 +103,14 @@ class StreamCore:
         """Enqueue ``item`` unless ``limit`` items are in flight, else return the oldest."""
 
 def submit_now(item_type: type, stream: StreamCore, fn: Callable[[], Any], keepalive: Any,
-               label: str, limit: int | None, timer: ExecTimer | None = None) -> CompletionCore:
-    """A new ``item_type`` for ``fn``, enqueued on ``stream`` at once (parked when full)."""
+               label: str, limit: int | None, timer: ExecTimer | None = None,
+               recorder: Any = None) -> CompletionCore:
+    """A new ``item_type`` for ``fn``, enqueued on ``stream`` at once (parked when full);
+    ``recorder.attach(item)`` first where ``recorder`` is not None."""
 
 def run_inline(item_type: type, stream: StreamCore, fn: Callable[[], Any], keepalive: Any,
-               label: str, timer: ExecTimer | None, bound: float) -> CompletionCore | None:
+               label: str, timer: ExecTimer | None, bound: float,
+               recorder: Any = None) -> CompletionCore | None:
     """Run ``fn`` as a work item of an idle host ``stream`` on the calling thread, when
     ``timer`` says it takes at most ``bound`` s (``bound`` < 0: always); the finished item,
     or None (nothing done)."""
@@ -115,8 +118,20 @@ def run_inline(item_type: type, stream: StreamCore, fn: Callable[[], Any], keepa
 def least_loaded(streams: tuple, start: int) -> StreamCore:
     """The stream with the fewest items pending, looking from index ``start`` on."""
 
-def run_host(item_type: type, cache: Any, pool: Any, variant_pack: Any, workspace: Any,
-             stream: StreamCore | None, label: str, timer: ExecTimer | None,
-             bound: float) -> CompletionCore | tuple:
+class PlanLaunch:
+    """What every execution of one plan hands ``run_host``, fixed at build."""
+
+    item_type: type
+    cache: Any
+    pool: Any
+    label: str
+    timer: ExecTimer | None
+
+    def __init__(self, item_type: type, cache: Any, pool: Any, label: str,
+                 timer: ExecTimer | None) -> None:
+        """The record of a plan's item type, binding cache, pool, label and timer."""
+
+def run_host(plan: PlanLaunch, variant_pack: Any, workspace: Any, stream: StreamCore | None,
+             bound: float, recorder: Any) -> CompletionCore | tuple:
     """A host plan's execution in one call (binding, keepalive, stream, inline run): the
     finished item, or ``(fn, keepalive, stream)`` for the caller to submit."""

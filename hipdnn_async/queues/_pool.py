@@ -148,7 +148,7 @@ class StreamPool:
                               "open a new device", code="INVALID_VALUE")
 
     async def submit(self, fn, *, keepalive=(), stream: Stream | int | None = None,
-                     label: str = "") -> Completion:
+                     label: str = "", recorder=None) -> Completion:
         """Enqueue ``fn()`` on a stream and return its :class:`Completion` at once.
 
         Waits first (asynchronously, cancellably) while the chosen stream already has
@@ -164,6 +164,9 @@ class StreamPool:
             Target stream; default the least loaded.
         label : str, optional
             Names the item in errors, e.g. ``"plan 'conv1' (engine CPU_ENGINE)"``.
+        recorder : object, optional
+            A profile's record, attached to the item before it is enqueued
+            (``_core.submit_now`` says how). Default None: nothing recorded.
 
         Raises
         ------
@@ -173,6 +176,8 @@ class StreamPool:
         await anyio.lowlevel.checkpoint_if_cancelled()
         self._check_open(label)
         item = Completion(fn, keepalive=keepalive, label=label)
+        if recorder is not None:
+            recorder.attach(item)
         fn = keepalive = None  # only the item holds them: a retained traceback must not
         return await self._enqueue(item, stream, label)
 
@@ -227,46 +232,56 @@ class StreamPool:
         return item
 
     def _submit_now(self, fn, keepalive, stream: Stream | None, label: str,
-                    timer=None) -> Completion:
+                    timer=None, recorder=None) -> Completion:
         """``submit_now`` for the library's own hot paths (``plan.submit``, ``step.submit``):
         ``stream`` is a Stream of this pool already (``Device._stream``) or None.
 
         ``timer`` (a host plan's ``_core.ExecTimer``): work measured to take at most
         ``INLINE_MAX_S`` runs at once on the calling thread when the stream is idle
-        (``_core.run_inline``), and the handle comes back done."""
+        (``_core.run_inline``), and the handle comes back done. ``recorder``: attached to
+        the item, wherever it runs (``_core.submit_now``)."""
         if self._closed:
             self._check_open(label)
         if stream is None:
             stream = self.pick()
         if timer is not None:
-            item = _run_inline(Completion, stream, fn, keepalive, label, timer, INLINE_MAX_S)
+            item = _run_inline(Completion, stream, fn, keepalive, label, timer, INLINE_MAX_S,
+                               recorder)
             if item is not None:
                 return item
-        return _submit_now(Completion, stream, fn, keepalive, label, self.max_inflight, timer)
+        return _submit_now(Completion, stream, fn, keepalive, label, self.max_inflight, timer,
+                           recorder)
 
-    def _run_sync(self, fn, keepalive, stream: Stream | None, label: str, timer) -> Completion:
+    def _run_sync(self, fn, keepalive, stream: Stream | None, label: str, timer,
+                  recorder=None) -> Completion:
         """The finished item of ``fn`` (``execute_sync``, ``replay_sync``): run at once on
         the calling thread when the host stream is idle (it blocks until done either way),
-        else submitted as ``submit_blocking`` and waited for."""
+        else submitted as ``submit_blocking`` and waited for; ``recorder`` as
+        ``_submit_now``."""
         if self._closed:
             self._check_open(label)
         if stream is None:
             stream = self.pick()
         if timer is not None:
-            item = _run_inline(Completion, stream, fn, keepalive, label, timer, -1.0)
+            item = _run_inline(Completion, stream, fn, keepalive, label, timer, -1.0,
+                               recorder)
             if item is not None:
                 return item
         item = Completion(fn, keepalive=keepalive, label=label)
         item._timer = timer
+        if recorder is not None:
+            recorder.attach(item)
         fn = keepalive = None
         self._enqueue_blocking(item, stream, label)
         item.wait()
         return item
 
-    async def _run(self, fn, keepalive, stream: Stream | None, label: str, timer) -> Completion:
+    async def _run(self, fn, keepalive, stream: Stream | None, label: str, timer,
+                   recorder=None) -> Completion:
         """The finished item of ``fn`` (``await plan.execute``, ``step.replay``): run at
         once on the loop's thread when the host stream is idle and the work measured to
-        take at most ``INLINE_MAX_S``, else submitted (waiting for a slot) and awaited.
+        take at most ``INLINE_MAX_S``, else submitted (waiting for a slot) and awaited;
+        ``recorder`` as ``_submit_now``.
 
         Cancelled before it runs, nothing is enqueued; cancelled while awaiting the
         worker, it returns at once and the work still completes."""
@@ -275,12 +290,14 @@ class StreamPool:
             if self._closed:
                 self._check_open(label)
             item = _run_inline(Completion, self.pick() if stream is None else stream, fn,
-                               keepalive, label, timer, INLINE_MAX_S)
+                               keepalive, label, timer, INLINE_MAX_S, recorder)
             if item is not None:
                 return item
         self._check_open(label)
         item = Completion(fn, keepalive=keepalive, label=label)
         item._timer = timer
+        if recorder is not None:
+            recorder.attach(item)
         fn = keepalive = None
         await self._enqueue(item, stream, label)
         await item._wait_done()

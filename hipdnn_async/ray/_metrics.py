@@ -13,8 +13,6 @@ import collections
 import numbers
 import time
 
-import numpy as np
-
 from ..queues._metrics import percentiles as _percentiles
 
 __all__ = ["ReplicaMetrics", "flatten_numbers"]

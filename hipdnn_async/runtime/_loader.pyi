@@ -58,3 +58,7 @@ class LibraryTable:
         """True once a library is loaded into this table."""
     def address(self, name: str) -> int:
         """The address of ``prefix + name``; LibraryError naming symbol and library if absent or not loaded."""
+
+def status_table(family: type, entries: dict[int, str | tuple[str, type | None]]
+                 ) -> dict[int, tuple[str, type | None]]:
+    """A binding's status table ``{status: (name, error type)}``; a bare name's type is ``family``."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import warnings
 from dataclasses import dataclass
 
 from ._kinds import KINDS, VENDORS, DeviceKind
@@ -191,7 +192,13 @@ _onednn_state: OnednnState | None = None
 
 
 def load_onednn() -> OnednnState:
-    """Load oneDNN once per process (``ONEDNN``'s search order); never raises.
+    """Load oneDNN once per process (``ONEDNN``'s search order); raises nothing of its own.
+
+    Where the library named by ``$HIPDNN_ASYNC_ONEDNN`` does not load (no such file, not a
+    oneDNN, too old), no other library is tried and the CPU runs without oneDNN: the first
+    call says so with a ``RuntimeWarning`` naming the variable, the path and why (an
+    error where the warnings filter makes it one; ``hipdnn-async info`` shows the same
+    reason). The file was asked for, so its absence is not left to the log.
 
     Returns
     -------
@@ -203,20 +210,26 @@ def load_onednn() -> OnednnState:
     if reason:
         return OnednnState(False, reason)
     with _lock:
-        if _onednn_state is None:
-            try:
-                _onednn_state = _load_onednn()
-            except Exception as exc:  # noqa: BLE001 - a broken library must not break the CPU
-                _onednn_state = OnednnState(False, f"loading oneDNN failed: "
-                                                   f"{type(exc).__name__}: {exc}")
-            if _onednn_state.ok:
-                log.info("loaded oneDNN %s from %s (%s); ISA %s, %s threads",
-                         ".".join(map(str, _onednn_state.version[:3])),
-                         _onednn_state.record.path, _onednn_state.record.found_via,
-                         _onednn_state.isa, _onednn_state.threads)
-            else:
-                log.info("oneDNN not used: %s", _onednn_state.reason)
-        return _onednn_state
+        if _onednn_state is not None:
+            return _onednn_state
+        try:
+            _onednn_state = _load_onednn()
+        except Exception as exc:  # noqa: BLE001 - a broken library must not break the CPU
+            _onednn_state = OnednnState(False, f"loading oneDNN failed: "
+                                               f"{type(exc).__name__}: {exc}")
+        state = _onednn_state
+        if state.ok:
+            log.info("loaded oneDNN %s from %s (%s); ISA %s, %s threads",
+                     ".".join(map(str, state.version[:3])), state.record.path,
+                     state.record.found_via, state.isa, state.threads)
+        else:
+            log.info("oneDNN not used: %s", state.reason)
+    override = [t for t in state.tried if t.startswith(ONEDNN.env + "=")]
+    if not state.ok and override:     # outside the lock: a filter may make it raise
+        warnings.warn(f"hipdnn_async: {override[0]}; {ONEDNN.title} is not used (no other "
+                      "library is tried for an explicit path): the CPU runs its own "
+                      "engine, CPU_ENGINE", RuntimeWarning, stacklevel=2)
+    return state
 
 
 def _onednn_fork_reason() -> str | None:

@@ -281,3 +281,25 @@ async def test_max_inflight_counts_an_inline_execution(anyio_backend):
         m = dev.metrics()
         n = runs + 3
         assert (m["submitted"], m["completed"], m["in_flight"], m["parked"]) == (n, n, 0, 0)
+
+
+async def test_a_profile_open_keeps_the_inline_path_and_records_it(anyio_backend):
+    # the profiler's record travels with the work (recorder=): with a profile open,
+    # execute_sync, plan.submit and await plan.execute run where they run without one
+    # (inline on the idle stream), and each is recorded with its stream and times
+    with hd.Device("cpu", streams=1) as dev:
+        plan, probe = probed(dev)
+        vp = pack(3)
+        measured(plan, vp)
+        probe.threads.clear()
+        with dev.profile() as prof:
+            plan.execute_sync(vp)
+            handle = plan.submit(vp)
+            assert handle.done()                     # ran inline: back already done
+            await plan.execute(vp)
+        assert probe.threads == [threading.current_thread()] * 3
+        np.testing.assert_allclose(vp["y"], ref(vp["x"], vp["w"]), rtol=1e-5, atol=1e-5)
+        assert [r.kind for r in prof.executions] == ["execution"] * 3
+        for r in prof.executions:
+            assert r.ok and r.stream == dev.streams[0].name
+            assert r.submitted <= r.started <= r.ended

@@ -128,7 +128,10 @@ _OWN_STRUCTS = {"RuntimeConstants": "the values a Runtime fills from its checked
                 "NdPrint": "a NumPy array's print kept by a binding (runtime._binding): no "
                            "vendor layout",
                 # providers.cpu._kernels (bias_relu): loop parameters
-                "_Clip": "bias_relu's clip values for its inner loops: no vendor layout"}
+                "_Clip": "bias_relu's clip values for its inner loops: no vendor layout",
+                # runtime._onednn: the C arrays a convolution's descriptor creation takes
+                "_Geometry": "a convolution's strides, dilations and paddings as four "
+                             "int64_t arrays, passed by element: no vendor layout"}
 
 
 def test_every_struct_is_a_checked_table_a_mirror_or_our_own():

@@ -320,3 +320,18 @@ def test_with_batch_size_keeps_a_bias_that_looks_like_data():
     g2 = g.with_batch_size(4)
     assert g2.tensor_by("bias").dims == (1, 5, 1, 1)
     assert g2.tensor_by("x").dims == (4, 3, 3, 3) and g2.tensor_by("y").dims == (4, 5, 1, 1)
+
+
+def test_a_tensor_of_another_graph_names_both_graphs_apart():
+    g = Graph(name="g")
+    x = g.tensor(dims=(1, 4, 8, 8), name="x")
+    c = g.copy()                       # same name: the message must still tell them apart
+    w = c.tensor(dims=(4, 4, 1, 1), name="w")
+    with pytest.raises(GraphError) as e:
+        c.conv_fprop(x, w)
+    check_error(e, "INVALID_VALUE", "tensor 'x' (x) belongs to another graph object also "
+                "named 'g'", "not this graph 'g'")
+    other = Graph(name="other")
+    with pytest.raises(GraphError) as e:
+        other.conv_fprop(x, other.tensor(dims=(4, 4, 1, 1), name="w"))
+    check_error(e, "INVALID_VALUE", "belongs to graph 'g', not this graph 'other'")

@@ -31,7 +31,7 @@ inference has no graph form.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..._errors import NotSupportedError
 from ..._types import ConvolutionMode, DataType

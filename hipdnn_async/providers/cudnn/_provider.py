@@ -27,7 +27,7 @@ import math
 import numpy as np
 
 from ... import _knobs
-from ..._errors import DeviceError, NotSupportedError
+from ..._errors import NotSupportedError
 from ..._types import DataType, numpy_dtype
 from ..._layout import packed_strides, stride_order
 from ...patterns import Pattern

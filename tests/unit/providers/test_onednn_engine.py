@@ -436,14 +436,32 @@ print(json.dumps({"engines": [e.name for e in hd.engines(g, "cpu")], "engine": p
 """
 
 
+def test_a_library_that_is_not_onednn_is_refused_with_a_warning(tmp_path):
+    bogus = tmp_path / "libdnnl.so.3"
+    bogus.write_bytes(b"not an ELF file")
+    env = dict(os.environ, HIPDNN_ASYNC_ONEDNN=str(bogus),
+               PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    run = subprocess.run([sys.executable, "-c", _FALLBACK], env=env, check=True,
+                         capture_output=True, text=True)
+    assert json.loads(run.stdout)["engine"] == CPU
+    assert f"HIPDNN_ASYNC_ONEDNN={bogus} does not load" in run.stderr, run.stderr
+    strict = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", _FALLBACK],
+                            env=env, capture_output=True, text=True)
+    assert strict.returncode != 0 and "RuntimeWarning" in strict.stderr
+
+
 def test_fallback_when_the_library_path_is_missing(tmp_path):
     missing = str(tmp_path / "nope" / "libdnnl.so.3")
     env = dict(os.environ, HIPDNN_ASYNC_ONEDNN=missing,
                PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    out = json.loads(subprocess.run([sys.executable, "-c", _FALLBACK], env=env, check=True,
-                                    capture_output=True, text=True).stdout)
+    run = subprocess.run([sys.executable, "-c", _FALLBACK], env=env, check=True,
+                         capture_output=True, text=True)
+    out = json.loads(run.stdout)
     assert out["engines"] == [CPU] and out["engine"] == CPU and out["y"] == 4.0
     assert f"HIPDNN_ASYNC_ONEDNN={missing} does not load" in out["reason"]
+    # the path asked for did not load: said at first use, once, not only in the log
+    assert run.stderr.count("RuntimeWarning") == 1, run.stderr
+    assert f"HIPDNN_ASYNC_ONEDNN={missing} does not load" in run.stderr
     info = json.loads(subprocess.run([sys.executable, "-m", "hipdnn_async", "info"], env=env,
                                      check=True, capture_output=True, text=True).stdout)
     assert info["cpu"]["onednn"] is False and missing in info["cpu"]["reason"]
