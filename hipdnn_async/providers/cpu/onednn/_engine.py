@@ -89,7 +89,8 @@ class OnednnEngine(ProviderEngine):
                                 device=self.perf_device())
         _, pd, _, variant = conv.impls[choice.candidate.id]
         program, spec = conv.program(pd, variant=variant)
-        plan = OnednnPlan(match, program, spec, explain(choice), hooks=clip_hooks(conv, pd),
+        plan = OnednnPlan(match, program, spec, explain(choice, conv.rule(choice.candidate.name)),
+                          hooks=clip_hooks(conv, pd),
                           conv=conv, pd=pd, variant=variant)
         plan.benchmarked, plan.perfdb_hit = choice.benchmarked, choice.perfdb_hit
         return plan
