@@ -2,8 +2,8 @@
 reordered into the layout oneDNN picks (``format_tag_any``, nChw16c / nCdhw16c) and the
 results reordered back, against the float64 references of ``_reference.py`` with the
 tolerances of ``_cases.py``; and the default choice's rule (``Conv.prefers_blocked``): the
-blocked variant for NCHW kernels larger than 1x1, the user's layout for 1x1 kernels,
-strided dgrad and fprop with fewer than 16 channels per group.
+blocked variant for NCHW kernels larger than 1x1, the user's layout for 1x1 kernels and
+a strided dgrad into fewer than 16 channels (the stem's).
 
 Skipped where ONEDNN_ENGINE is not offered (``_cpu_engines.require``)."""
 from __future__ import annotations
@@ -18,7 +18,7 @@ from ._cpu_engines import ONEDNN, require
 BLOCKED = "+blocked"
 
 # name: (layout, x dims, w dims, pre, post, stride, dilation); every one takes +blocked
-# by default (kernels larger than 1x1, >= 16 channels per group, stride 1 for dgrad)
+# by default (kernels larger than 1x1)
 CASES = {
     "2d": ("NCHW", (2, 16, 7, 6), (16, 16, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1)),
     "3d": ("NCDHW", (1, 16, 4, 5, 3), (16, 16, 3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1),
@@ -30,8 +30,8 @@ CASES = {
     "3d_groups_asym_strided_memory": ("NCDHW_nonpacked", (1, 32, 3, 5, 4), (32, 16, 2, 3, 3),
                                       (0, 1, 2), (1, 1, 0), (1, 1, 1), (1, 1, 1)),
 }
-# fprop and wgrad with a stride take +blocked too (dgrad with a stride does not)
 STRIDED = ("NCHW", (2, 16, 9, 9), (16, 16, 3, 3), (1, 1), (0, 0), (2, 2), (1, 1))
+DEPTHWISE = ("NCHW", (2, 16, 9, 8), (16, 1, 3, 3), (1, 1), (1, 1), (2, 1), (1, 1))
 
 
 @pytest.fixture(autouse=True)
@@ -87,10 +87,16 @@ def test_blocked_matches_float64(device, case, direction, dtype):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("direction", ["fprop", "wgrad", "conv_bias_relu"])
-def test_blocked_strided_matches_float64(device, direction, dtype):
-    plan, got, want, limits = run_blocked(device, direction, dtype, STRIDED, seed=1)
-    what = f"stride 2 {direction} {dtype} (algorithm {plan.algorithm})"
+@pytest.mark.parametrize("case,direction", [
+    ("strided", "fprop"), ("strided", "dgrad"), ("strided", "wgrad"),
+    ("strided", "conv_bias_relu"),
+    # oneDNN's depthwise forward kernels choose channels-last for format_tag_any: there
+    # the +nhwc variant runs, no +blocked one
+    ("depthwise", "dgrad"), ("depthwise", "wgrad")])
+def test_blocked_strided_and_depthwise_match_float64(device, case, direction, dtype):
+    plan, got, want, limits = run_blocked(device, direction, dtype,
+                                          STRIDED if case == "strided" else DEPTHWISE, seed=1)
+    what = f"{case} {direction} {dtype} (algorithm {plan.algorithm})"
     assert BLOCKED in str(plan.algorithm), what
     assert_close(got, want, *limits, what)
 
@@ -142,9 +148,11 @@ def _graph(hd, direction, layout, xd, wd, stride=(1, 1), padding=0):
     ("wgrad", (2, 64, 14, 14), (64, 64, 3, 3), (1, 1), 1, True),
     ("fprop", (2, 64, 14, 14), (32, 64, 1, 1), (1, 1), 0, False),     # 1x1: one GEMM
     ("wgrad", (2, 64, 14, 14), (32, 64, 1, 1), (1, 1), 0, False),
-    ("dgrad", (2, 32, 14, 14), (32, 32, 3, 3), (2, 2), 1, False),     # strided dgrad
-    ("fprop", (1, 3, 32, 32), (16, 3, 7, 7), (2, 2), 3, False),       # the stem, C = 3
+    ("dgrad", (2, 32, 14, 14), (32, 32, 3, 3), (2, 2), 1, True),      # strided dgrad
+    ("fprop", (1, 3, 32, 32), (16, 3, 7, 7), (2, 2), 3, True),        # the stem, C = 3
     ("wgrad", (1, 3, 32, 32), (16, 3, 7, 7), (2, 2), 3, True),
+    ("dgrad", (1, 3, 32, 32), (16, 3, 7, 7), (2, 2), 3, False),       # into the stem's C = 3
+    ("dgrad", (1, 3, 32, 32), (16, 3, 3, 3), (1, 1), 1, True),        # unstrided
 ])
 def test_default_choice_rule(device, direction, xd, wd, stride, padding, blocked):
     import hipdnn_async as hd

@@ -160,30 +160,33 @@ class Conv:
         return out
 
     def prefers_blocked(self) -> bool:
-        """Whether the default choice (no benchmarking) is the ``+blocked`` variant: for
-        activations that are not channels-last, where oneDNN's blocked kernels plus the
-        two reorders beat its ``gemm:jit`` on the user's layout. Measured on an AVX-512
-        CPU (oneDNN 3.2, ResNet-50 shapes at batch 8, f32 and bf16): 0.5-0.8x the time
-        for kernels larger than 1x1 in all three directions; not so for 1x1 kernels (the
-        plain layout is already one GEMM: 1.0-2.8x slower blocked), for dgrad with a
-        stride (blocked 2-3.5x slower), and for fprop with fewer than 16 channels per
-        group (the 7x7/2 stem, C = 3: 1.0-1.4x slower). Blocked layouts pad channels to
-        the block with zeros in activations and weights alike, so no padded weight meets
-        a real value (the odd-C concern of the channels-last bf16 kernels)."""
+        """Whether the default choice (no benchmarking) is the ``+blocked`` variant, for
+        activations that are not channels-last: where oneDNN's blocked kernels plus the
+        two reorders beat its ``gemm:jit`` on the user's plain layout. Measured here
+        (AVX-512 with bf16, oneDNN 3.2, ResNet-50 shapes at batch 8, f32 and bf16,
+        interleaved, one thread: blocked / plain time): kernels larger than 1x1 0.5-0.9
+        in all three directions, strided and depthwise ones included (depthwise dgrad
+        and wgrad 0.06-0.2); but 1x1 kernels 0.9-1.6 (plain NCHW is one GEMM there) and
+        the stem's dgrad (7x7/2 into C = 3) 2.4-5. Blocked layouts pad channels to the
+        block with zeros in activations and weights alike, so no padded weight meets a
+        real input (the odd-C inf * 0 = NaN of the channels-last bf16 kernels:
+        tests/oracle/test_onednn_blocked.py)."""
         conv = self.match.params["conv"]
         w = self.match.tensors[self.roles.w]
         if all(d == 1 for d in w.dims[2:]):
             return False
-        if self.direction == "dgrad" and any(s != 1 for s in conv.stride):
+        if (self.direction == "dgrad" and conv.groups == 1 and w.dims[1] < 16
+                and any(s != 1 for s in conv.stride)):
             return False
-        return self.direction != "fprop" or w.dims[1] >= 16
+        return True
 
     def rule(self, name) -> str | None:
         """``plan.algorithm``'s reason for the default choice ``name`` (None: oneDNN's
         own order)."""
         if BLOCKED in name:
             return ("oneDNN's blocked layout (activations reordered in and out) before the "
-                    "user's plain layout for a kernel larger than 1x1")
+                    "user's plain layout for a kernel larger than 1x1 (not a strided dgrad "
+                    "into fewer than 16 channels)")
         return None
 
     def candidates(self) -> list:
