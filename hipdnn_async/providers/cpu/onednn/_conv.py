@@ -98,7 +98,7 @@ class Conv:
         descriptors are queried per implementation in ``_walk``). Copies are reordered in
         and out in the same program. On plain NCHW oneDNN runs its GEMM-based
         implementation (``gemm:jit``); its blocked kernels plus two reorders are faster
-        for most shapes, as in PyTorch's NCHW path (``heuristic`` says which)."""
+        for most shapes, as in PyTorch's NCHW path (``prefers_blocked`` says which)."""
         t = self.match.tensors
         x, y = t[self.roles.x], t[self.roles.y]
         if is_native(x) and is_native(y):
@@ -218,15 +218,20 @@ class Conv:
         outputs = []
         if variant is not None:
             x_md, y_md = variant
-            x, y = spec.scratch(x_md), spec.scratch(y_md)
+            # a side whose chosen layout is the user's memory runs on it (the stem's
+            # blocked kernels read a plain 3-channel x)
+            x = x_user if x_md.equals(self.x_md) else spec.scratch(x_md)
+            y = y_user if y_md.equals(self.y_md) else spec.scratch(y_md)
             ins = {"fprop": ((self.x_md, x_md, x_user, x),),
                    "dgrad": ((self.y_md, y_md, y_user, y),),
                    "wgrad": ((self.x_md, x_md, x_user, x), (self.y_md, y_md, y_user, y))}
             for src_md, dst_md, src, dst in ins[self.direction]:
-                spec.step(dnnl.reorder(src_md, dst_md), [(dnnl.ARG_SRC, src), (dnnl.ARG_DST, dst)])
-            if self.direction == "fprop":
+                if dst != src:
+                    spec.step(dnnl.reorder(src_md, dst_md), [(dnnl.ARG_SRC, src),
+                                                             (dnnl.ARG_DST, dst)])
+            if self.direction == "fprop" and y != y_user:
                 outputs.append((y_md, self.y_md, y, y_user))
-            elif self.direction == "dgrad":
+            elif self.direction == "dgrad" and x != x_user:
                 outputs.append((x_md, self.x_md, x, x_user))
         w_query = dnnl.QUERY_DIFF_WEIGHTS_MD if self.direction == "wgrad" else dnnl.QUERY_WEIGHTS_MD
         w_md = pd.md(w_query)
