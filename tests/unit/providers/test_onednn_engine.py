@@ -367,8 +367,10 @@ def test_strided_activations_run_on_dense_copies(dev):
 
 
 # ------------------------------------------------------------------ knobs and the perf db
-def test_workspace_knob_ranges_over_the_implementations(dev):
-    g, x, w, y = fprop_graph(x_dims=(2, 16, 14, 14), w_dims=(16, 16, 3, 3), padding=1)
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+def test_workspace_knob_ranges_over_the_implementations(dev, layout):
+    # NCHW: the +blocked variant's workspace holds its activation copies too
+    g, x, w, y = fprop_graph(layout, x_dims=(2, 16, 14, 14), w_dims=(16, 16, 3, 3), padding=1)
     e = hd.engines(g, "cpu")[0]
     assert e.name == ONEDNN
     knob = e.knob(WS)
@@ -388,25 +390,32 @@ def test_workspace_knob_ranges_over_the_implementations(dev):
 
 
 _SCRIPT = """
-import json, hipdnn_async as hd
+import json, sys, hipdnn_async as hd
 g = hd.Graph(name="f")
-x = g.tensor(dims=(2, 8, 10, 10), layout="NHWC", name="x")
-w = g.tensor(dims=(8, 8, 3, 3), layout="NHWC", name="w")
+x = g.tensor(dims=(2, 16, 10, 10), layout=sys.argv[1], name="x")
+w = g.tensor(dims=(16, 16, 3, 3), layout=sys.argv[1], name="w")
 g.conv_fprop(x, w, padding=1).set_output(True)
 with hd.Device("cpu") as dev:
     p = dev.build_sync(g, engine="ONEDNN_ENGINE", knobs={"global.benchmarking": 1})
     print(json.dumps({"b": p.benchmarked, "hit": p.perfdb_hit, "algo": str(p.algorithm),
-                      "reason": p.algorithm.reason}))
+                      "reason": p.algorithm.reason,
+                      "trials": [n for n, _ in p.algorithm.trials]}))
 """
 
 
-def test_benchmark_is_kept_in_the_perf_db_for_a_new_process(tmp_path):
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+def test_benchmark_is_kept_in_the_perf_db_for_a_new_process(tmp_path, layout):
     env = dict(os.environ, HIPDNN_ASYNC_PERFDB=str(tmp_path / "db.sqlite3"),
                PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    runs = [json.loads(subprocess.run([sys.executable, "-c", _SCRIPT], env=env, check=True,
-                                      capture_output=True, text=True).stdout) for _ in range(2)]
+    runs = [json.loads(subprocess.run([sys.executable, "-c", _SCRIPT, layout], env=env,
+                                      check=True, capture_output=True, text=True).stdout)
+            for _ in range(2)]
     assert runs[0]["b"] and not runs[0]["hit"] and runs[0]["reason"].startswith("benchmarked")
     assert runs[1]["hit"] and not runs[1]["b"] and runs[1]["algo"] == runs[0]["algo"]
+    # NCHW: every layout variant is timed (the user's, +nhwc and +blocked)
+    variants = {n.rpartition("+")[2] if n.endswith(("+nhwc", "+blocked")) else "user"
+                for n in runs[0]["trials"]}
+    assert variants == ({"user"} if layout == "NHWC" else {"user", "nhwc", "blocked"}), runs[0]
 
 
 def test_perf_key_names_cpu_isa_threads_and_version(dev):
@@ -495,9 +504,12 @@ def test_launcher_is_a_c_callable_that_counts(dev):
     close(ya, ref.conv_fprop(xa, wa), 1e-5)
 
 
-def test_constant_weights_are_reordered_once(dev):
-    g, x, w, y = fprop_graph(x_dims=(2, 16, 8, 8), w_dims=(16, 16, 3, 3), padding=1)
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+def test_constant_weights_are_reordered_once(dev, layout):
+    # NCHW: the +blocked variant (activations reordered in and out around the frozen weights)
+    g, x, w, y = fprop_graph(layout, x_dims=(2, 16, 8, 8), w_dims=(16, 16, 3, 3), padding=1)
     plan = dev.build_sync(g, engine=ONEDNN)
+    assert ("+blocked" in str(plan.algorithm)) == (layout == "NCHW"), plan.algorithm
     xa, wa = rand(x), rand(w, 1)
     before = empty(y)
     plan.execute_sync({x: xa, w: wa, y: before})

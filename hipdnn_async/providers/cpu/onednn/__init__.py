@@ -13,7 +13,12 @@ How each pattern maps (primitives are created at build, never per execution):
   layout in the same program; groups as a grouped weights descriptor, oneDNN's dilation =
   ours - 1, asymmetric padding as ``padding_l`` / ``padding_r``. Backward weights
   accumulate in a float32 blocked buffer converted once by the reorder. Activations that
-  are not channels-last also get channels-last candidates (reorders in and out).
+  are not channels-last also get channels-last candidates (``+nhwc``) and candidates in
+  the layout oneDNN picks for ``format_tag_any`` activations (``+blocked``, typically
+  nChw16c), each with reorders in and out; without benchmarking ``+blocked`` is taken
+  for kernels larger than 1x1 (oneDNN runs ``gemm:jit`` on plain NCHW; its blocked
+  kernels plus the reorders took 0.5-0.9 of that time here), except a strided dgrad
+  into fewer than 16 channels (``Conv.prefers_blocked``).
   Activations that are not packed (gaps between elements, a channel slice) run on dense
   copies (``+dense``): oneDNN's only implementations of strided activations are its
   reference ones.

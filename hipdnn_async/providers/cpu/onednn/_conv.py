@@ -9,10 +9,13 @@ from ....patterns import Pattern, conv_roles
 from ....runtime import load_onednn
 from ... import _tuning
 from .. import _batchnorm
-from ._program import (ProgramSpec, channel_like, channels_last_md, compute_type, decline,
-                       dnnl, dnnl_type, is_native, packed_md, user_md)
+from ._program import (ProgramSpec, any_md, channel_like, channels_last_md, compute_type,
+                       decline, dnnl, dnnl_type, is_native, packed_md, user_md)
 
-__all__ = ["Conv", "clip_hooks", "clips_are_relu", "relu_post_ops", "relu_post_ops_exact"]
+__all__ = ["Conv", "clip_hooks", "clips_are_relu", "relu_post_ops", "relu_post_ops_exact",
+           "BLOCKED"]
+
+BLOCKED = "+blocked"         # the variant whose activations are in oneDNN's chosen layout
 
 
 class Conv:
@@ -88,14 +91,14 @@ class Conv:
             return dnnl.conv_backward_weights(x_md, self._w_any(), y_md, s, d, pl, pr, hint)
 
     def _variants(self) -> list:
-        """(name suffix, x and y descriptors the primitive takes): the user's layout, and
-        for activations that are not channels-last also packed channels-last copies
-        (reordered in and out in the same program), candidates for benchmarking: on
-        plain NCHW oneDNN runs its GEMM-based implementation (``gemm:jit``), and the NHWC
-        kernels plus two reorders may be faster. The user's layout stays first (the
-        heuristic's choice): the channels-last bf16 kernels pair channels, and with an
-        odd C an inf input met a zero-padded weight there (inf * 0 = NaN,
-        tests/oracle/test_edge_cases.py)."""
+        """(name suffix, x and y descriptors the primitive takes) per layout variant: the
+        user's layout; for activations that are not channels-last also packed
+        channels-last copies (``+nhwc``); and for those, copies in the layout oneDNN
+        chooses (``+blocked``: ``format_tag_any``, typically nChw16c; the chosen
+        descriptors are queried per implementation in ``_walk``). Copies are reordered in
+        and out in the same program. On plain NCHW oneDNN runs its GEMM-based
+        implementation (``gemm:jit``); its blocked kernels plus two reorders are faster
+        for most shapes, as in PyTorch's NCHW path (``prefers_blocked`` says which)."""
         t = self.match.tensors
         x, y = t[self.roles.x], t[self.roles.y]
         if is_native(x) and is_native(y):
@@ -109,21 +112,39 @@ class Conv:
         if x.strides[1] == 1 and y.strides[1] == 1:
             return out
         return out + [(suffix + "+nhwc", channels_last_md(x, compute_type(x)),
-                       channels_last_md(y, compute_type(y)))]
+                       channels_last_md(y, compute_type(y))),
+                      (suffix + BLOCKED, any_md(x), any_md(y))]
+
+    def _chosen(self, pd) -> tuple:
+        """The (x, y) descriptors ``pd`` chose for ``format_tag_any`` activations."""
+        qx, qy = {"fprop": (dnnl.QUERY_SRC_MD, dnnl.QUERY_DST_MD),
+                  "dgrad": (dnnl.QUERY_DIFF_SRC_MD, dnnl.QUERY_DIFF_DST_MD),
+                  "wgrad": (dnnl.QUERY_SRC_MD, dnnl.QUERY_DIFF_DST_MD)}[self.direction]
+        return pd.md(qx), pd.md(qy)
 
     def _walk(self) -> list:
-        """(name, PrimitiveDesc at that implementation, workspace bytes) per implementation,
-        in oneDNN's order; repeated names get ``#2``, ``#3``."""
-        out, seen = [], {}
+        """(name, PrimitiveDesc at that implementation, workspace bytes, variant) per
+        implementation, in oneDNN's order per layout variant; repeated names get ``#2``,
+        ``#3``. A ``+blocked`` implementation that chose a layout an earlier variant
+        already runs (plain or channels-last) is left out: the same kernel, two more
+        reorders."""
+        out, seen, layouts = [], {}, []
         for suffix, x_md, y_md in self._variants():
             try:
                 pd = self._first(x_md, y_md)
             except NotSupportedError:
                 continue
-            variant = (x_md, y_md) if suffix else None
+            blocked = suffix.endswith(BLOCKED)
+            if not blocked:
+                layouts.append((x_md, y_md))
             while True:
                 name = pd.impl_name
-                if not name.startswith("ref:"):
+                variant = (x_md, y_md) if suffix else None
+                if blocked:
+                    variant = self._chosen(pd)
+                    if any(variant[0].equals(a) and variant[1].equals(b) for a, b in layouts):
+                        variant = None
+                if not name.startswith("ref:") and (variant is not None or not blocked):
                     # oneDNN's reference implementations (ref:any) are never candidates:
                     # 100-5000x slower than CPU_ENGINE, and in 3.2 wrong for a strided
                     # 3-D destination with bias (tests/oracle, CONV_FPROP_BIAS_RELU)
@@ -138,10 +159,46 @@ class Conv:
                     break
         return out
 
+    def prefers_blocked(self) -> bool:
+        """Whether the default choice (no benchmarking) is the ``+blocked`` variant, for
+        activations that are not channels-last: where oneDNN's blocked kernels plus the
+        two reorders beat its ``gemm:jit`` on the user's plain layout. Measured here
+        (AVX-512 with bf16, oneDNN 3.2, ResNet-50 shapes at batch 8, f32 and bf16,
+        interleaved, one thread: blocked / plain time): kernels larger than 1x1 0.5-0.9
+        in all three directions, strided and depthwise ones included (depthwise dgrad
+        and wgrad 0.06-0.2); but 1x1 kernels 0.9-1.6 (plain NCHW is one GEMM there) and
+        the stem's dgrad (7x7/2 into C = 3) 2.4-5. Blocked layouts pad channels to the
+        block with zeros in activations and weights alike, so no padded weight meets a
+        real input (the odd-C inf * 0 = NaN of the channels-last bf16 kernels:
+        tests/oracle/test_onednn_blocked.py)."""
+        conv = self.match.params["conv"]
+        w = self.match.tensors[self.roles.w]
+        if all(d == 1 for d in w.dims[2:]):
+            return False
+        if (self.direction == "dgrad" and conv.groups == 1 and w.dims[1] < 16
+                and any(s != 1 for s in conv.stride)):
+            return False
+        return True
+
+    def rule(self, name) -> str | None:
+        """``plan.algorithm``'s reason for the default choice ``name`` (None: oneDNN's
+        own order)."""
+        if BLOCKED in name:
+            return ("oneDNN's blocked layout (activations reordered in and out) before the "
+                    "user's plain layout for a kernel larger than 1x1 (not a strided dgrad "
+                    "into fewer than 16 channels)")
+        return None
+
     def candidates(self) -> list:
-        """One per implementation; one computing the ReLU as post-ops ends ``+relu``."""
-        return [_tuning.Candidate(name + ("+relu" if fused else ""), i, ws)
-                for i, ((name, _, ws, _v), fused) in enumerate(zip(self.impls, self.fused))]
+        """One per implementation (id: the index in ``impls``), best first: oneDNN's order,
+        with the ``+blocked`` ones first where ``prefers_blocked`` (the default choice is
+        the first that fits the workspace limit; benchmarking keeps another only if it
+        beats that one by its margin); one computing the ReLU as post-ops ends ``+relu``."""
+        cands = [_tuning.Candidate(name + ("+relu" if fused else ""), i, ws)
+                 for i, ((name, _, ws, _v), fused) in enumerate(zip(self.impls, self.fused))]
+        if self.prefers_blocked():
+            cands.sort(key=lambda c: BLOCKED not in c.name)      # stable: oneDNN's order kept
+        return cands
 
     def fuses_relu(self, pd) -> bool:
         """Whether implementation ``pd`` (one of ``impls``) computes the ReLU itself."""
@@ -161,15 +218,20 @@ class Conv:
         outputs = []
         if variant is not None:
             x_md, y_md = variant
-            x, y = spec.scratch(x_md), spec.scratch(y_md)
+            # a side whose chosen layout is the user's memory runs on it (the stem's
+            # blocked kernels read a plain 3-channel x)
+            x = x_user if x_md.equals(self.x_md) else spec.scratch(x_md)
+            y = y_user if y_md.equals(self.y_md) else spec.scratch(y_md)
             ins = {"fprop": ((self.x_md, x_md, x_user, x),),
                    "dgrad": ((self.y_md, y_md, y_user, y),),
                    "wgrad": ((self.x_md, x_md, x_user, x), (self.y_md, y_md, y_user, y))}
             for src_md, dst_md, src, dst in ins[self.direction]:
-                spec.step(dnnl.reorder(src_md, dst_md), [(dnnl.ARG_SRC, src), (dnnl.ARG_DST, dst)])
-            if self.direction == "fprop":
+                if dst != src:
+                    spec.step(dnnl.reorder(src_md, dst_md), [(dnnl.ARG_SRC, src),
+                                                             (dnnl.ARG_DST, dst)])
+            if self.direction == "fprop" and y != y_user:
                 outputs.append((y_md, self.y_md, y, y_user))
-            elif self.direction == "dgrad":
+            elif self.direction == "dgrad" and x != x_user:
                 outputs.append((x_md, self.x_md, x, x_user))
         w_query = dnnl.QUERY_DIFF_WEIGHTS_MD if self.direction == "wgrad" else dnnl.QUERY_WEIGHTS_MD
         w_md = pd.md(w_query)

@@ -21,7 +21,8 @@ class OnednnEngine(ProviderEngine):
     name = ONEDNN_ENGINE_NAME
     notes = ("all nine patterns through oneDNN primitives (library: runtime.load_onednn); "
              "FLOAT/HALF/BFLOAT16 I/O, per-channel tensors FLOAT; any strides; weights "
-             "reordered to oneDNN's blocked layout; HALF computed in float32 (reorders in the "
+             "reordered to oneDNN's blocked layout; NCHW activations of kernels larger than 1x1 "
+             "reordered to its blocked layout too; HALF computed in float32 (reorders in the "
              "workspace), strided activations on dense copies; declines (to CPU_ENGINE) where "
              "oneDNN has only its reference implementation; NaN propagates through ReLU (a "
              "NaN input gives NaN)")
@@ -89,7 +90,8 @@ class OnednnEngine(ProviderEngine):
                                 device=self.perf_device())
         _, pd, _, variant = conv.impls[choice.candidate.id]
         program, spec = conv.program(pd, variant=variant)
-        plan = OnednnPlan(match, program, spec, explain(choice), hooks=clip_hooks(conv, pd),
+        plan = OnednnPlan(match, program, spec, explain(choice, conv.rule(choice.candidate.name)),
+                          hooks=clip_hooks(conv, pd),
                           conv=conv, pd=pd, variant=variant)
         plan.benchmarked, plan.perfdb_hit = choice.benchmarked, choice.perfdb_hit
         return plan

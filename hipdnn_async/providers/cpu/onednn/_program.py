@@ -18,7 +18,7 @@ except ImportError:          # a source tree built without it: the engine declin
 
 __all__ = ["ONEDNN_ENGINE_NAME", "dnnl", "decline", "dnnl_type", "user_md", "memory_order",
            "packed_md", "is_dense", "compute_type", "is_native", "channel_md",
-           "channels_last_md", "channel_like", "Workspace", "ProgramSpec", "ws_view", "vec",
+           "channels_last_md", "any_md", "channel_like", "Workspace", "ProgramSpec", "ws_view", "vec",
            "put"]
 
 ONEDNN_ENGINE_NAME = "ONEDNN_ENGINE"
@@ -195,6 +195,13 @@ def channels_last_md(tensor, data_type=None):
     ``data_type``)."""
     order = (0,) + tuple(range(2, len(tensor.dims))) + (1,)
     return packed_md(tensor, data_type, order)
+
+
+def any_md(tensor):
+    """``tensor``'s dims in its compute type, the layout left to the primitive
+    (``format_tag_any``): oneDNN picks the one its fastest kernel reads (nChw16c /
+    nCdhw16c for most convolutions)."""
+    return dnnl.MemoryDesc(tuple(tensor.dims), compute_type(tensor), tag=dnnl.FORMAT_TAG_ANY)
 
 
 def channel_like(tensor):

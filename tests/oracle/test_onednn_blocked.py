@@ -1,0 +1,172 @@
+"""ONEDNN_ENGINE's ``+blocked`` convolutions: activations that are not channels-last
+reordered into the layout oneDNN picks (``format_tag_any``, nChw16c / nCdhw16c) and the
+results reordered back, against the float64 references of ``_reference.py`` with the
+tolerances of ``_cases.py``; and the default choice's rule (``Conv.prefers_blocked``): the
+blocked variant for NCHW kernels larger than 1x1, the user's layout for 1x1 kernels and
+a strided dgrad into fewer than 16 channels (the stem's).
+
+Skipped where ONEDNN_ENGINE is not offered (``_cpu_engines.require``)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from . import _reference as ref
+from ._cases import Harness, assert_close, device, reduction_tol, wgrad_tol  # noqa: F401
+from ._cpu_engines import ONEDNN, require
+
+BLOCKED = "+blocked"
+
+# name: (layout, x dims, w dims, pre, post, stride, dilation); every one takes +blocked
+# by default (kernels larger than 1x1)
+CASES = {
+    "2d": ("NCHW", (2, 16, 7, 6), (16, 16, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1)),
+    "3d": ("NCDHW", (1, 16, 4, 5, 3), (16, 16, 3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1),
+           (1, 1, 1)),
+    # two groups of 16 channels, dilation, asymmetric padding, non-packed user memory
+    "2d_groups_dilation_asym_strided_memory": ("NCHW_nonpacked", (2, 32, 9, 8),
+                                               (32, 16, 3, 2), (2, 0), (1, 1), (1, 1),
+                                               (2, 1)),
+    "3d_groups_asym_strided_memory": ("NCDHW_nonpacked", (1, 32, 3, 5, 4), (32, 16, 2, 3, 3),
+                                      (0, 1, 2), (1, 1, 0), (1, 1, 1), (1, 1, 1)),
+}
+STRIDED = ("NCHW", (2, 16, 9, 9), (16, 16, 3, 3), (1, 1), (0, 0), (2, 2), (1, 1))
+DEPTHWISE = ("NCHW", (2, 16, 9, 8), (16, 1, 3, 3), (1, 1), (1, 1), (2, 1), (1, 1))
+
+
+@pytest.fixture(autouse=True)
+def _onednn():
+    require(ONEDNN)
+
+
+def run_blocked(dev, direction, dtype, case, seed=0, values=None):
+    """Build ``case`` on ONEDNN_ENGINE by default choice: (plan, got, want, (atol, rtol))."""
+    layout, xd, wd, pre, post, stride, dil = case
+    kw = dict(pre_padding=pre, post_padding=post, stride=stride, dilation=dil)
+    yd = ref.conv_out_dims(xd, wd, pre, post, stride, dil)
+    rng = np.random.default_rng(seed)
+    h = Harness(dtype, layout, name=f"blocked_{direction}")
+    taps = int(np.prod(wd[2:]))
+    if direction in ("fprop", "conv_bias_relu"):
+        x = h.input("x", rng.uniform(-1, 1, xd) if values is None else values)
+        w = h.input("w", rng.uniform(-1, 1, wd))
+        y = h.g.conv_fprop(x, w, **kw)
+        want = ref.conv_fprop(h.ref["x"], h.ref["w"], pre, post, stride, dil)
+        if direction == "conv_bias_relu":
+            b = h.input("bias", rng.uniform(-1, 1, (1, wd[0]) + (1,) * (len(xd) - 2)))
+            y = h.g.pointwise(h.g.pointwise(y, b, mode=h.hd.PointwiseMode.ADD),
+                              mode=h.hd.PointwiseMode.RELU_FWD)
+            want = ref.relu(want + h.ref["bias"])
+        h.output(y, "out")
+        limits = reduction_tol("conv_fprop", dtype, wd[1] * taps)
+    elif direction == "dgrad":
+        dy = h.input("dy", rng.uniform(-1, 1, yd) if values is None else values)
+        w = h.input("w", rng.uniform(-1, 1, wd))
+        h.output(h.g.conv_dgrad(dy, w, dx_dims=xd, **kw), "out")
+        want = ref.conv_dgrad(h.ref["dy"], h.ref["w"], xd, pre, post, stride, dil)
+        limits = reduction_tol("conv_dgrad", dtype, wd[0] * taps)
+    else:
+        dy = h.input("dy", rng.uniform(-1, 1, yd))
+        x = h.input("x", rng.uniform(-1, 1, xd) if values is None else values)
+        h.output(h.g.conv_wgrad(dy, x, dw_dims=wd, **kw), "out")
+        want = ref.conv_wgrad(h.ref["dy"], h.ref["x"], wd, pre, post, stride, dil)
+        limits = wgrad_tol(dtype, yd[0] * int(np.prod(yd[2:])), 1.0, 1.0)
+    got = h.run(dev, engine=ONEDNN)["out"]
+    return h.plan, got, want, limits
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("direction", ["fprop", "dgrad", "wgrad", "conv_bias_relu"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_blocked_matches_float64(device, case, direction, dtype):
+    plan, got, want, limits = run_blocked(device, direction, dtype, CASES[case])
+    what = f"{case} {direction} {dtype} (algorithm {plan.algorithm})"
+    assert BLOCKED in str(plan.algorithm), what
+    assert "blocked layout" in plan.algorithm.reason, plan.algorithm.reason
+    assert_close(got, want, *limits, what)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("case,direction", [
+    ("strided", "fprop"), ("strided", "dgrad"), ("strided", "wgrad"),
+    ("strided", "conv_bias_relu"),
+    # oneDNN's depthwise forward kernels choose channels-last for format_tag_any: there
+    # the +nhwc variant runs, no +blocked one
+    ("depthwise", "dgrad"), ("depthwise", "wgrad")])
+def test_blocked_strided_and_depthwise_match_float64(device, case, direction, dtype):
+    plan, got, want, limits = run_blocked(device, direction, dtype,
+                                          STRIDED if case == "strided" else DEPTHWISE, seed=1)
+    what = f"{case} {direction} {dtype} (algorithm {plan.algorithm})"
+    assert BLOCKED in str(plan.algorithm), what
+    assert_close(got, want, *limits, what)
+
+
+@pytest.mark.parametrize("direction,case", [
+    ("fprop", ("NCHW", (1, 17, 5, 5), (17, 17, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1))),
+    ("dgrad", ("NCHW", (1, 17, 5, 5), (17, 17, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1))),
+    ("wgrad", ("NCHW", (1, 3, 11, 11), (16, 3, 7, 7), (3, 3), (3, 3), (2, 2), (1, 1))),
+])
+def test_blocked_bf16_odd_channels_keep_inf(device, direction, case):
+    """Odd channel counts in bf16 (17, and the stem's 3; padded to the 16-channel block
+    with zeros in the blocked layout; the bf16 kernels pair channels): inf inputs give
+    exactly the reference's +-inf and NaN, never an extra NaN from inf * 0 with a
+    zero-padded weight."""
+    shape = case[1] if direction != "dgrad" else ref.conv_out_dims(*case[1:3], *case[3:])
+    values = np.random.default_rng(7).uniform(-1, 1, shape)
+    values[0, -1, 2, 2] = np.inf
+    values[0, 1, 0, 4] = -np.inf
+    with np.errstate(invalid="ignore"):     # the reference's inf - inf is NaN, as it must be
+        plan, got, want, limits = run_blocked(device, direction, "bfloat16", case, 7, values)
+    assert BLOCKED in str(plan.algorithm), plan.algorithm
+    assert np.isinf(want).any()
+    assert_close(got, want, *limits, f"bf16 C={case[1][1]} {direction} with inf inputs")
+
+
+# ---------------------------------------------------------------------------------------
+# the default choice's rule
+
+def _graph(hd, direction, layout, xd, wd, stride=(1, 1), padding=0):
+    g = hd.Graph(name=f"rule_{direction}")
+    yd = ref.conv_out_dims(xd, wd, (padding,) * 2, (padding,) * 2, stride, (1, 1))
+    kw = dict(padding=padding, stride=stride)
+    if direction == "fprop":
+        x, w = g.tensor(dims=xd, layout=layout), g.tensor(dims=wd, layout=layout)
+        out = g.conv_fprop(x, w, **kw)
+    elif direction == "dgrad":
+        dy, w = g.tensor(dims=yd, layout=layout), g.tensor(dims=wd, layout=layout)
+        out = g.conv_dgrad(dy, w, dx_dims=xd, **kw)
+    else:
+        dy, x = g.tensor(dims=yd, layout=layout), g.tensor(dims=xd, layout=layout)
+        out = g.conv_wgrad(dy, x, dw_dims=wd, **kw)
+    out.set_output(True)
+    return g
+
+
+@pytest.mark.parametrize("direction,xd,wd,stride,padding,blocked", [
+    ("fprop", (2, 64, 14, 14), (64, 64, 3, 3), (1, 1), 1, True),      # res2 3x3
+    ("dgrad", (2, 64, 14, 14), (64, 64, 3, 3), (1, 1), 1, True),
+    ("wgrad", (2, 64, 14, 14), (64, 64, 3, 3), (1, 1), 1, True),
+    ("fprop", (2, 64, 14, 14), (32, 64, 1, 1), (1, 1), 0, False),     # 1x1: one GEMM
+    ("wgrad", (2, 64, 14, 14), (32, 64, 1, 1), (1, 1), 0, False),
+    ("dgrad", (2, 32, 14, 14), (32, 32, 3, 3), (2, 2), 1, True),      # strided dgrad
+    ("fprop", (1, 3, 32, 32), (16, 3, 7, 7), (2, 2), 3, True),        # the stem, C = 3
+    ("wgrad", (1, 3, 32, 32), (16, 3, 7, 7), (2, 2), 3, True),
+    ("dgrad", (1, 3, 32, 32), (16, 3, 7, 7), (2, 2), 3, False),       # into the stem's C = 3
+    ("dgrad", (1, 3, 32, 32), (16, 3, 3, 3), (1, 1), 1, True),        # unstrided
+])
+def test_default_choice_rule(device, direction, xd, wd, stride, padding, blocked):
+    import hipdnn_async as hd
+    plan = device.build_sync(_graph(hd, direction, "NCHW", xd, wd, stride, padding),
+                             engine=ONEDNN)
+    names = [n for n, _ in plan.algorithm.trials]
+    assert any(BLOCKED in n for n in names), names
+    assert (BLOCKED in str(plan.algorithm)) == blocked, (plan.algorithm, names)
+    if not blocked:
+        assert "oneDNN's own preference order, rank 1" in plan.algorithm.reason
+
+
+def test_channels_last_has_no_blocked_variant(device):
+    import hipdnn_async as hd
+    plan = device.build_sync(_graph(hd, "fprop", "NHWC", (2, 64, 14, 14), (64, 64, 3, 3),
+                                    padding=1), engine=ONEDNN)
+    assert not any(BLOCKED in n for n, _ in plan.algorithm.trials), plan.algorithm.trials
