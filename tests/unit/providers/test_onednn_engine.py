@@ -306,9 +306,10 @@ def test_bn_training_relu_fused_keeps_relu_special_values(dev, layout):
     close(np.delete(got, 1, axis=1), ref.relu(want), 1e-4)
 
 
-def test_nchw_bn_training_offers_channels_last_jit(dev):
-    # on plain NCHW oneDNN runs its generic ncsp_bnorm; the engine also offers channels-last
-    # copies around the jit batchnorm and takes that without benchmarking
+def test_nchw_bn_training_offers_blocked_and_channels_last_jit(dev):
+    # on plain NCHW oneDNN runs its generic ncsp_bnorm; the engine also offers channel-
+    # blocked (nChw16c) and channels-last copies around the jit batchnorm, and takes the
+    # blocked one without benchmarking (its reorders are cheaper than transpositions)
     if platform.machine().lower() not in ("x86_64", "amd64"):
         pytest.skip(f"oneDNN's jit batchnorm is x86-64's; this is {platform.machine()}")
     g = hd.Graph(name="bn_nchw")
@@ -325,8 +326,9 @@ def test_nchw_bn_training_offers_channels_last_jit(dev):
         names = [n for n, _ in plan.algorithm.trials]
         assert any(n.startswith("ncsp_bnorm") for n in names), names
         assert any("bnorm_jit" in n and "+nhwc" in n for n in names), names
+        assert any("bnorm_jit" in n and "+nChw16c" in n for n in names), names
         if not knobs:
-            assert "bnorm_jit" in str(plan.algorithm) and "+nhwc" in str(plan.algorithm)
+            assert "bnorm_jit" in str(plan.algorithm) and "+nChw16c" in str(plan.algorithm)
         outs = {t: empty(t) for t in (r, mean, inv)}
         plan.execute_sync({x: xa, s: sa, b: ba, **outs})
         close(outs[r], ref.relu(want["y"]), 1e-4)

@@ -1,6 +1,7 @@
-"""Batchnorm through oneDNN: one builder per pattern (training (+ ReLU), inference,
-backward, inference -> DReLU -> backward) and ``Bn``, a problem's candidates (layouts,
-fused or separate ReLU) and the heuristic choosing among them."""
+"""Batchnorm through oneDNN: one builder per pattern (training (+ ReLU), inference (the
+batchnorm primitive, or one binary primitive), backward, inference -> DReLU -> backward)
+and ``Bn``, a problem's candidates (layouts, fused or separate ReLU) and the heuristic
+choosing among them."""
 from __future__ import annotations
 
 import math
@@ -12,8 +13,9 @@ from ...._types import DataType
 from ....patterns import Pattern
 from ... import _tuning
 from .. import _batchnorm
-from ._program import (ProgramSpec, channel_md, decline, dnnl, memory_order, packed_md, put,
-                       vec, ws_view)
+from ...._errors import NotSupportedError
+from ._program import (BLOCKED, ProgramSpec, channel_md, decline, dnnl, memory_order, packed_md,
+                       put, vec, ws_view)
 
 __all__ = ["Bn", "BN_BUILDERS"]
 
@@ -36,6 +38,44 @@ def _bn_inference_variance(match, order, fuse, dry):
                    (dnnl.ARG_SHIFT, spec.channel("bias", t["bias"]))])
     spec.reorder_out(y)
     return spec, pd, None
+
+
+def _bn_inference_binary(match, order, fuse, dry):
+    """Batchnorm inference as one pass of oneDNN's binary primitive on the user's layout:
+    ``y = ((x - mean) * a) + bias`` (binary SUB with two binary post-ops), where
+    ``a = scale / sqrt(variance + epsilon)`` is computed per channel on the host (float64,
+    rounded once to float32) before each execution. On plain NCHW, oneDNN's batchnorm has
+    only its generic ``ncsp_bnorm`` (5-20x slower), while its jit binary kernel broadcasts
+    per-channel operands over a plain layout at memory speed. The subtraction comes first,
+    as in the batchnorm primitive, so a large mean does not cancel."""
+    t, p = match.tensors, match.params
+    eps = float(p["epsilon"])
+    if not eps > 0:
+        raise decline(f"epsilon = {eps!r}; CPU_ENGINE reports it")
+    for role in ("variance", "scale"):
+        channel_md(t[role])                           # declines a non-FLOAT statistic
+    spec = ProgramSpec(["x", "y", "mean", "variance", "scale", "bias"], dry=dry)
+    x, y = spec.activation("x", t["x"], order), spec.activation("y", t["y"], order)
+    rank = len(t["x"].dims)
+    c = t["x"].dims[1]
+    mean = spec.broadcast(spec.channel("mean", t["mean"]), rank)
+    bias = spec.broadcast(spec.channel("bias", t["bias"]), rank)
+    a = spec.broadcast(spec.scratch(dnnl.MemoryDesc((c,), dnnl.DATA_F32, strides=(1,)), "a"),
+                       rank)
+    c_md = spec.mems[a][0]
+    pd = dnnl.binary(dnnl.BINARY_SUB, x[1], spec.mems[mean][0], y[1],
+                     [(dnnl.BINARY_MUL, c_md), (dnnl.BINARY_ADD, c_md)])
+    post = dnnl.ARG_ATTR_MULTIPLE_POST_OP_BASE
+    spec.reorder_in(x)
+    spec.step(pd, [(dnnl.ARG_SRC, x[0]), (dnnl.ARG_SRC_1, mean), (dnnl.ARG_DST, y[0]),
+                   (post | dnnl.ARG_SRC_1, a), (2 * post | dnnl.ARG_SRC_1, bias)])
+    spec.reorder_out(y)
+
+    def hooks(b, workspace):
+        def before():
+            ws_view(workspace, spec, "a")[...] = vec(b["scale"]) / np.sqrt(vec(b["variance"]) + eps)
+        return before, None
+    return spec, pd, hooks
 
 
 def _bn_training(match, order, fuse, dry):
@@ -133,6 +173,8 @@ def _bn_backward(match, order, fuse, dry):
         lo, hi = match.params.get("relu_lower_clip"), match.params.get("relu_upper_clip")
     # fuse_norm_relu masks y > 0 only; a clipped RELU_BWD is composed (``_clipped_drelu``)
     clipped = drelu and (lo not in (None, 0.0) or hi is not None)
+    if clipped and order == BLOCKED:       # the composition masks dy through a strided view
+        raise decline("a clipped RELU_BWD between batchnorms runs on plain layouts")
     roles = ["x", "dy", "scale", "mean", "inv_variance", "dx", "dscale", "dbias"] + (
         ["bias"] if drelu else [])
     x, dy, dx = t["x"], t["dy"], t["dx"]
@@ -236,49 +278,70 @@ BN_BUILDERS = {
 
 class Bn:
     """One batchnorm problem and its candidates: the user's layout and, for activations
-    that are not channels-last, channels-last copies (reordered in and out: oneDNN's jit
-    batchnorm takes only blocked or channels-last memory; on plain NCHW it runs its generic
-    ``ncsp_bnorm:any``), each for batchnorm training + ReLU with ``fuse_norm_relu`` and with
-    the ReLU as a separate pass."""
+    that are not channels-last, channel-blocked (nChw16c) and channels-last copies
+    (reordered in and out: oneDNN's jit batchnorm takes only blocked or channels-last
+    memory; on plain NCHW it runs its generic ``ncsp_bnorm:any``), each for batchnorm
+    training + ReLU with ``fuse_norm_relu`` and with the ReLU as a separate pass; for
+    batchnorm inference also one binary primitive on the user's layout
+    (``_bn_inference_binary``)."""
 
     def __init__(self, match):
         self.match = match
-        self.builder = BN_BUILDERS[match.pattern]
+        builder = BN_BUILDERS[match.pattern]
         x = match.tensors["x"]
         orders = [("", None)]
         if x.strides[1] != 1 and x.dims[1] > 1:
             rank = len(x.dims)
+            orders.append(("+nChw16c" if rank == 4 else "+blocked16c", BLOCKED))
             orders.append(("+nhwc", (0,) + tuple(range(2, rank)) + (1,)))
         p = match.params
         fusable = (match.pattern == Pattern.BN_TRAINING_RELU
                    and p.get("relu_lower_clip") in (None, 0.0) and p.get("relu_upper_clip") is None)
-        self.impls = []                      # (name, order, fuse, workspace bytes, jit?)
-        for suffix, order in orders:
-            for fuse in ((True, False) if fusable else (False,)):
-                spec, pd, _ = self.builder(match, order, fuse, True)
-                name = "+".join(spec.names) + suffix
-                if match.pattern == Pattern.BN_TRAINING_RELU:
-                    name += "+fuse_norm_relu" if fuse else "+relu"
-                self.impls.append((name, order, fuse, spec.ws.size, "jit" in pd.impl_name))
+        variants = [(suffix, order, fuse, builder) for suffix, order in orders
+                    for fuse in ((True, False) if fusable else (False,))]
+        if match.pattern == Pattern.BN_INFERENCE_VARIANCE:
+            variants.insert(0, ("+binary", None, False, _bn_inference_binary))
+        # (name, order, fuse, workspace bytes, jit?, builder)
+        self.impls = []
+        for suffix, order, fuse, build in variants:
+            try:
+                spec, pd, _ = build(match, order, fuse, True)
+            except NotSupportedError:
+                if build is builder and order is None:
+                    raise                      # the user's layout: the problem declines
+                continue                       # oneDNN has no such variant here
+            name = "+".join(spec.names) + suffix
+            if match.pattern == Pattern.BN_TRAINING_RELU:
+                name += "+fuse_norm_relu" if fuse else "+relu"
+            self.impls.append((name, order, fuse, spec.ws.size, "jit" in pd.impl_name, build))
 
     def candidates(self) -> list:
-        return [_tuning.Candidate(name, i, ws) for i, (name, _o, _f, ws, _j)
-                in enumerate(self.impls)]
+        return [_tuning.Candidate(impl[0], i, impl[3]) for i, impl in enumerate(self.impls)]
 
     def heuristic(self, fitting, limit):
         """Without timing: a jit implementation before the generic ones (``ncsp_bnorm``,
         ``nspc_bnorm``: 5-20x slower in training and backward, and fuse_norm_relu 10x
-        slower than a separate ReLU pass there); batchnorm inference keeps the user's
-        layout (one pass without barriers: the generic kernel runs at memory speed and the
-        two reorders cost more)."""
+        slower than a separate ReLU pass there), in the candidates' order: the user's
+        layout, then channel-blocked copies (two cheap reorders), then channels-last copies
+        (two transpositions). Batchnorm inference: the jit batchnorm on the user's layout
+        (channels-last: one pass), else the binary primitive on the user's layout (one
+        pass at memory speed; the generic ``ncsp_bnorm`` is 5-20x slower and the reorders
+        around a jit batchnorm cost two more passes)."""
+        impls = self.impls
         if self.match.pattern == Pattern.BN_INFERENCE_VARIANCE:
-            return fitting[0]
-        jit = [c for c in fitting if self.impls[c.id][4]]
+            own = [c for c in fitting if impls[c.id][5] is not _bn_inference_binary
+                   and impls[c.id][1] is None]
+            if own and impls[own[0].id][4]:
+                return own[0]
+            binary = [c for c in fitting if impls[c.id][5] is _bn_inference_binary
+                      and impls[c.id][4]]
+            return (binary or own or fitting)[0]
+        jit = [c for c in fitting if impls[c.id][4]]
         if jit:
             return jit[0]
-        unfused = [c for c in fitting if not self.impls[c.id][2]]
+        unfused = [c for c in fitting if not impls[c.id][2]]
         return (unfused or fitting)[0]
 
     def build(self, candidate):
-        _, order, fuse, _, _ = self.impls[candidate.id]
-        return self.builder(self.match, order, fuse, False)
+        _, order, fuse, _, _, build = self.impls[candidate.id]
+        return build(self.match, order, fuse, False)

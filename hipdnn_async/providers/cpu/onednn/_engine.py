@@ -73,7 +73,9 @@ class OnednnEngine(ProviderEngine):
             spec, _, hooks = bn.build(choice.candidate)
             plan = OnednnPlan(match, spec.program(), spec,
                               explain(choice, "a jit implementation before oneDNN's generic "
-                                       "ones (batchnorm inference: the user's layout)"),
+                                       "ones, blocked copies before channels-last ones "
+                                       "(batchnorm inference: the jit batchnorm on the "
+                                       "user's layout, else one binary primitive)"),
                               hooks=hooks)
             plan.benchmarked, plan.perfdb_hit = choice.benchmarked, choice.perfdb_hit
             return plan
