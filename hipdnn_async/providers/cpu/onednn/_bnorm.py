@@ -188,7 +188,9 @@ def _bn_backward(match, order, fuse, dry):
         else (lambda tt: None)
     xm = spec.activation("x", x, order, data_type=f32(x))
     dym = spec.activation("dy", dy, order, data_type=dnnl.DATA_F32 if clipped else None)
-    dxm = spec.activation("dx", dx, order, data_type=f32(dx))
+    # dx is written over the copy of dy (oneDNN's batchnorm backward works in place):
+    # one buffer less to bring through the caches
+    dxm = spec.activation("dx", dx, order, data_type=f32(dx), share=dym)
     relu = dnnl.FUSE_NORM_RELU if drelu and not clipped else 0
     flags = dnnl.USE_SCALE | dnnl.USE_SHIFT | relu
     # epsilon 0: oneDNN's 1/sqrt(variance + 0) is then the graph's inv_variance

@@ -172,13 +172,16 @@ class ProgramSpec:
         self.steps.append((None if self.dry else dnnl.Primitive(pd), args))
         self.names.append(pd.impl_name)
 
-    def activation(self, role, tensor, order=None, *, data_type=None):
+    def activation(self, role, tensor, order=None, *, data_type=None, share=None):
         """The memory a primitive takes for the activations ``tensor``: the user's array
         where it is dense, packed in ``order`` (default its own) and computed in its own
         type (``is_native``), else a dense copy (packed in ``order``: a permutation or
         ``BLOCKED``; float32 for HALF or
         ``data_type``), for an input filled by ``reorder_in``, for an output emptied by
-        ``reorder_out``. Returns (memory index, its descriptor, the user's memory index)."""
+        ``reorder_out``; ``share``: another ``activation``'s result whose copy this one
+        takes over where the two descriptors are equal (an output written in place of an
+        input the primitive has finished with). Returns (memory index, its descriptor, the
+        user's memory index)."""
         own = user_md(tensor)
         user = self.array(role, own)
         dims = tuple(tensor.dims)
@@ -188,6 +191,8 @@ class ProgramSpec:
             return user, own, user
         md = packed_md(tensor, compute_type(tensor) if data_type is None else data_type,
                         order)
+        if share is not None and share[0] != share[2] and share[1].equals(md):
+            return share[0], md, user
         return self.scratch(md), md, user
 
     def reorder_in(self, mem):
