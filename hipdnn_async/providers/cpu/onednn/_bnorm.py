@@ -12,10 +12,10 @@ from ...._layout import packed_strides
 from ...._types import DataType
 from ....patterns import Pattern
 from ... import _tuning
-from .. import _batchnorm
+from .. import _batchnorm, _kernels
 from ...._errors import NotSupportedError
 from ._program import (BLOCKED, ProgramSpec, channel_md, decline, dnnl, memory_order, packed_md,
-                       put, vec, ws_view)
+                       vec, ws_view)
 
 __all__ = ["Bn", "BN_BUILDERS"]
 
@@ -44,7 +44,7 @@ def _bn_inference_binary(match, order, fuse, dry):
     """Batchnorm inference as one pass of oneDNN's binary primitive on the user's layout:
     ``y = ((x - mean) * a) + bias`` (binary SUB with two binary post-ops), where
     ``a = scale / sqrt(variance + epsilon)`` is computed per channel on the host (float64,
-    rounded once to float32) before each execution. On plain NCHW, oneDNN's batchnorm has
+    rounded once to float32; ``_kernels.bn_inference_factor``) before each execution. On plain NCHW, oneDNN's batchnorm has
     only its generic ``ncsp_bnorm`` (5-20x slower), while its jit binary kernel broadcasts
     per-channel operands over a plain layout at memory speed. The subtraction comes first,
     as in the batchnorm primitive, so a large mean does not cancel."""
@@ -73,7 +73,8 @@ def _bn_inference_binary(match, order, fuse, dry):
 
     def hooks(b, workspace):
         def before():
-            ws_view(workspace, spec, "a")[...] = vec(b["scale"]) / np.sqrt(vec(b["variance"]) + eps)
+            _kernels.bn_inference_factor(b["scale"].reshape(-1), b["variance"].reshape(-1), eps,
+                                         ws_view(workspace, spec, "a"))
         return before, None
     return spec, pd, hooks
 
@@ -120,30 +121,32 @@ def _bn_training(match, order, fuse, dry):
     clips = (lo, hi) if relu and not fused else None
     mean_virtual = "mean" not in real
 
+    mom = 0.0 if momentum is None else float(momentum)
+
     def hooks(b, workspace):
         def after():
-            var = vec(ws_view(workspace, spec, "variance"))
-            if "inv_variance" in b:
-                put(b["inv_variance"], 1.0 / np.sqrt(var + eps))
+            # inv_variance, the running statistics and the non-finite check: one C loop
+            var = ws_view(workspace, spec, "variance")
+            mu = ws_view(workspace, spec, "mean") if mean_virtual else b["mean"].reshape(-1)
+            g = {r: b[r].reshape(-1) for r in _STAT_ROLES if r in b}
+            bad = _kernels.bn_training_statistics(
+                var, eps, g.get("inv_variance"), mu, mom, m / (m - 1.0),
+                g.get("prev_running_mean"), g.get("next_running_mean"),
+                g.get("prev_running_variance"), g.get("next_running_variance"),
+                g["scale"] if fused else None, g["bias"] if fused else None)
             if clips is not None:
                 _batchnorm.relu(b["y"], b["y"], *clips)
-            elif fused:
-                _nonfinite_channels(b, workspace, spec, var, eps, mean_virtual)
-            if "next_running_mean" in b or "next_running_variance" in b:
-                mom = float(momentum)
-                if "next_running_mean" in b:
-                    mu = vec(ws_view(workspace, spec, "mean") if mean_virtual else b["mean"])
-                    put(b["next_running_mean"],
-                         (1.0 - mom) * vec(b["prev_running_mean"]) + mom * mu)
-                if "next_running_variance" in b:
-                    put(b["next_running_variance"],
-                         (1.0 - mom) * vec(b["prev_running_variance"])
-                         + mom * var * (m / (m - 1.0)))
+            elif bad:
+                _nonfinite_channels(b, workspace, spec, vec(var), eps, mean_virtual)
         return None, after
 
     if ("next_running_mean" in real or "next_running_variance" in real) and momentum is None:
         raise decline("running statistics without a momentum; CPU_ENGINE reports it")
     return spec, pd, hooks
+
+
+_STAT_ROLES = ("inv_variance", "prev_running_mean", "next_running_mean", "prev_running_variance",
+               "next_running_variance", "scale", "bias")
 
 
 def _nonfinite_channels(b, workspace, spec, var, eps, mean_virtual) -> None:
@@ -238,9 +241,7 @@ def _bn_backward(match, order, fuse, dry):
 
 def _variance_from_inv(b, workspace, spec) -> None:
     """The workspace's float32 variance = 1 / inv_variance**2 (read with epsilon 0)."""
-    inv = vec(b["inv_variance"])
-    with np.errstate(divide="ignore", over="ignore"):
-        ws_view(workspace, spec, "variance")[...] = 1.0 / (inv * inv)
+    _kernels.bn_inv_to_variance(b["inv_variance"].reshape(-1), ws_view(workspace, spec, "variance"))
 
 
 def _clipped_drelu(spec, x, order, first, dy_index, lo, hi):
