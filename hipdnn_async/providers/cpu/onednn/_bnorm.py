@@ -302,7 +302,10 @@ class Bn:
                    and p.get("relu_lower_clip") in (None, 0.0) and p.get("relu_upper_clip") is None)
         variants = [(suffix, order, fuse, builder) for suffix, order in orders
                     for fuse in ((True, False) if fusable else (False,))]
-        if match.pattern == Pattern.BN_INFERENCE_VARIANCE:
+        if match.pattern == Pattern.BN_INFERENCE_VARIANCE and len(orders) > 1:
+            # plain layouts only: where the channel stride is 1 oneDNN's binary kernel
+            # broadcasts its per-channel post-op operands wrongly (oneDNN 3.2, e.g. NCHW
+            # (3, 5, 1, 1)), and its jit batchnorm runs there anyway
             variants.insert(0, ("+binary", None, False, _bn_inference_binary))
         # (name, order, fuse, workspace bytes, jit?, builder)
         self.impls = []
