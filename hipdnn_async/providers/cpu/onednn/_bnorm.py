@@ -93,7 +93,9 @@ def _bn_training(match, order, fuse, dry):
                          "prev_running_variance", "next_running_mean",
                          "next_running_variance") if r in real]
     spec = ProgramSpec(roles, dry=dry)
-    xm, ym = spec.activation("x", x, order), spec.activation("y", t["y"], order)
+    xm = spec.activation("x", x, order)
+    # y over the copy of x where both are copies (oneDNN's batchnorm works in place)
+    ym = spec.activation("y", t["y"], order, share=xm)
     # ``fuse``: an unclipped ReLU is oneDNN's fuse_norm_relu (y > 0 ? y : +0, its mask
     # written to the workspace); else the ReLU runs on y after the primitive
     fused = fuse and relu and lo in (None, 0.0) and hi is None
