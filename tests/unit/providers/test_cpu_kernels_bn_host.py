@@ -37,7 +37,8 @@ def test_training_statistics_match_float64():
     assert bad == 0
     np.testing.assert_array_equal(inv, f32(1.0 / np.sqrt(v + eps)))
     np.testing.assert_array_equal(nm, f32((1 - mom) * pm.astype(np.float64) + mom * mu))
-    np.testing.assert_array_equal(nv, f32((1 - mom) * pv.astype(np.float64) + mom * v * m / (m - 1)))
+    np.testing.assert_array_equal(
+        nv, f32((1 - mom) * pv.astype(np.float64) + mom * v * m / (m - 1)))
 
 
 def test_training_statistics_in_place_and_optional_outputs():

@@ -14,8 +14,8 @@ from ....patterns import Pattern
 from ... import _tuning
 from .. import _batchnorm, _kernels
 from ...._errors import NotSupportedError
-from ._program import (BLOCKED, ProgramSpec, channel_md, decline, dnnl, memory_order, packed_md,
-                       vec, ws_view)
+from ._program import (CHANNEL_BLOCKED, ProgramSpec, channel_md, decline, dnnl, memory_order,
+                       packed_md, vec, ws_view)
 
 __all__ = ["Bn", "BN_BUILDERS"]
 
@@ -44,9 +44,10 @@ def _bn_inference_binary(match, order, fuse, dry):
     """Batchnorm inference as one pass of oneDNN's binary primitive on the user's layout:
     ``y = ((x - mean) * a) + bias`` (binary SUB with two binary post-ops), where
     ``a = scale / sqrt(variance + epsilon)`` is computed per channel on the host (float64,
-    rounded once to float32; ``_kernels.bn_inference_factor``) before each execution. On plain NCHW, oneDNN's batchnorm has
-    only its generic ``ncsp_bnorm`` (5-20x slower), while its jit binary kernel broadcasts
-    per-channel operands over a plain layout at memory speed. The subtraction comes first,
+    rounded once to float32; ``_kernels.bn_inference_factor``) before each execution. On
+    plain NCHW, oneDNN's batchnorm has only its generic ``ncsp_bnorm`` (5-20x slower),
+    while its jit binary kernel broadcasts per-channel operands over a plain layout at
+    memory speed. The subtraction comes first,
     as in the batchnorm primitive, so a large mean does not cancel."""
     t, p = match.tensors, match.params
     eps = float(p["epsilon"])
@@ -178,7 +179,7 @@ def _bn_backward(match, order, fuse, dry):
         lo, hi = match.params.get("relu_lower_clip"), match.params.get("relu_upper_clip")
     # fuse_norm_relu masks y > 0 only; a clipped RELU_BWD is composed (``_clipped_drelu``)
     clipped = drelu and (lo not in (None, 0.0) or hi is not None)
-    if clipped and order == BLOCKED:       # the composition masks dy through a strided view
+    if clipped and order == CHANNEL_BLOCKED:   # the composition masks dy through a strided view
         raise decline("a clipped RELU_BWD between batchnorms runs on plain layouts")
     roles = ["x", "dy", "scale", "mean", "inv_variance", "dx", "dscale", "dbias"] + (
         ["bias"] if drelu else [])
@@ -297,7 +298,7 @@ class Bn:
         orders = [("", None)]
         if x.strides[1] != 1 and x.dims[1] > 1:
             rank = len(x.dims)
-            orders.append(("+nChw16c" if rank == 4 else "+blocked16c", BLOCKED))
+            orders.append(("+nChw16c" if rank == 4 else "+blocked16c", CHANNEL_BLOCKED))
             orders.append(("+nhwc", (0,) + tuple(range(2, rank)) + (1,)))
         p = match.params
         fusable = (match.pattern == Pattern.BN_TRAINING_RELU

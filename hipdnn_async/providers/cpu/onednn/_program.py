@@ -16,7 +16,8 @@ try:
 except ImportError:          # a source tree built without it: the engine declines
     dnnl = None
 
-__all__ = ["ONEDNN_ENGINE_NAME", "BLOCKED", "dnnl", "decline", "dnnl_type", "user_md", "memory_order",
+__all__ = ["ONEDNN_ENGINE_NAME", "CHANNEL_BLOCKED", "dnnl", "decline", "dnnl_type", "user_md",
+           "memory_order",
            "packed_md", "is_dense", "compute_type", "is_native", "channel_md",
            "channels_last_md", "any_md", "channel_like", "Workspace", "ProgramSpec", "ws_view", "vec",
            "put"]
@@ -27,7 +28,7 @@ _ALIGN = 64                  # bytes: oneDNN's own alignment of buffers it alloc
 # ``order`` for oneDNN's channel-blocked layout nC[d][h]w16c (channels in blocks of 16
 # innermost, padded with zeros to a multiple of 16): reordering plain NCHW to it and back
 # costs far less than the transposition to NHWC, and oneDNN's jit batchnorm takes it
-BLOCKED = "nC16c"
+CHANNEL_BLOCKED = "nC16c"
 _BLOCKED_TAGS = {3: "FORMAT_TAG_NCW16C", 4: "FORMAT_TAG_NCHW16C", 5: "FORMAT_TAG_NCDHW16C"}
 
 _DNNL_TYPES = {DataType.FLOAT: "DATA_F32", DataType.HALF: "DATA_F16",
@@ -60,18 +61,18 @@ def memory_order(tensor) -> tuple:
 
 def packed_md(tensor, data_type=None, order=None):
     """A packed buffer in ``tensor``'s memory order (or ``order``: a permutation, or
-    ``BLOCKED``), of ``data_type`` (default the tensor's): for an intermediate oneDNN
-    writes, or a dense copy of strided memory."""
+    ``CHANNEL_BLOCKED``), of ``data_type`` (default the tensor's): for an intermediate
+    oneDNN writes, or a dense copy of strided memory."""
     dims = tuple(tensor.dims)
     data_type = dnnl_type(tensor) if data_type is None else data_type
-    if order == BLOCKED:
+    if order == CHANNEL_BLOCKED:
         tag = _BLOCKED_TAGS.get(len(dims))
         if tag is None:
             raise decline(f"tensor '{tensor.name}' has {len(dims)} dims; the blocked layout "
                           "takes 3 to 5")
         return dnnl.MemoryDesc(dims, data_type, tag=getattr(dnnl, tag))
-    return dnnl.MemoryDesc(dims, data_type,
-                           strides=packed_strides(dims, memory_order(tensor) if order is None else order))
+    order = memory_order(tensor) if order is None else order
+    return dnnl.MemoryDesc(dims, data_type, strides=packed_strides(dims, order))
 
 
 def is_dense(tensor) -> bool:
@@ -176,7 +177,7 @@ class ProgramSpec:
         """The memory a primitive takes for the activations ``tensor``: the user's array
         where it is dense, packed in ``order`` (default its own) and computed in its own
         type (``is_native``), else a dense copy (packed in ``order``: a permutation or
-        ``BLOCKED``; float32 for HALF or
+        ``CHANNEL_BLOCKED``; float32 for HALF or
         ``data_type``), for an input filled by ``reorder_in``, for an output emptied by
         ``reorder_out``; ``share``: another ``activation``'s result whose copy this one
         takes over where the two descriptors are equal (an output written in place of an
@@ -186,7 +187,7 @@ class ProgramSpec:
         user = self.array(role, own)
         dims = tuple(tensor.dims)
         if (data_type is None and is_native(tensor) and (
-                order is None or (order != BLOCKED and strides_match(
+                order is None or (order != CHANNEL_BLOCKED and strides_match(
                     dims, packed_strides(dims, order), tuple(tensor.strides))))):
             return user, own, user
         md = packed_md(tensor, compute_type(tensor) if data_type is None else data_type,
