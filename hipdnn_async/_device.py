@@ -608,6 +608,7 @@ class ExecutionPlan:
         self.graph = graph                     # the user's graph (keys are looked up in it)
         self.match = match                     # of the build-time snapshot of `graph`
         self._snapshot = match.graph if match.graph is not None else graph
+        self._by_key = {}        # a name or uid of the pack -> the snapshot's tensor
         # id(snapshot tensor) -> the user's tensor it was copied from
         self._originals = originals or {}
         self.engine = engine
@@ -679,11 +680,15 @@ class ExecutionPlan:
         for key, buf in variant_pack.items():
             if type(key) is TensorAttributes:
                 t = key
-            else:  # uids and names as they were at build
-                try:
-                    t = self._snapshot.tensor_by(key)
-                except GraphError as exc:  # a name shared by several tensors
-                    raise VariantPackError(f"execute: {exc}") from None
+            else:  # uids and names as they were at build (the snapshot's never change)
+                t = self._by_key.get(key) if type(key) is str or type(key) is int else None
+                if t is None:
+                    try:
+                        t = self._snapshot.tensor_by(key)
+                    except GraphError as exc:  # a name shared by several tensors
+                        raise VariantPackError(f"execute: {exc}") from None
+                    if t is not None and (type(key) is str or type(key) is int):
+                        self._by_key[key] = t
             slots = self._slots.get(id(t))
             if slots is None:
                 raise VariantPackError(_vp.unknown_key(self, key, t))

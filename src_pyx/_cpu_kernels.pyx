@@ -24,6 +24,11 @@ raw bits), and computes in float32 with the rounding to the output type done exa
 (see its docstring); its inner loops are C (``_relu_rows.h``), built for the baseline ISA
 and for AVX-512 and chosen at run time (``bias_relu_isa``).
 
+``bn_training_statistics``, ``bn_inv_to_variance`` and ``bn_inference_factor`` are the
+per-channel host work around oneDNN's batchnorm primitives (``onednn/_bnorm.py``): 1-D
+float32 vectors of length C with any stride (the (1, C, 1, 1) tensors reshaped), float64
+arithmetic rounded once to float32, one loop over C instead of a dozen NumPy calls.
+
 Errors: shapes are checked by the Python layer; these functions raise only ``ValueError``
 for a mismatch they detect themselves.
 """
@@ -44,6 +49,9 @@ __all__ = [
     "relu_backward",
     "bn_backward_reduce",
     "bn_backward_dx",
+    "bn_training_statistics",
+    "bn_inv_to_variance",
+    "bn_inference_factor",
 ]
 
 
@@ -502,3 +510,90 @@ def bias_relu(cnp.ndarray x, int x_kind, cnp.ndarray out, int out_kind, const fl
     cdef int isa = hd_relu_rows(baseline)
     with nogil:
         _run(xp, op, bp, na, dim, xst, ost, bst, &c, isa, x_kind, out_kind)
+
+
+# ----------------------------------------------------------------------------
+# Per-channel host work around oneDNN's batchnorm (float32 vectors, float64 arithmetic)
+# ----------------------------------------------------------------------------
+
+cdef inline bint _wrong_len(const float[:] a, Py_ssize_t n):
+    return a is not None and a.shape[0] != n
+
+
+cdef inline bint _finite(double v) noexcept nogil:
+    return v == v and v - v == 0.0
+
+
+def bn_training_statistics(const float[:] variance, double epsilon, float[:] inv_variance,
+                           const float[:] mean, double momentum, double unbias,
+                           const float[:] prev_mean, float[:] next_mean,
+                           const float[:] prev_variance, float[:] next_variance,
+                           const float[:] scale, const float[:] bias):
+    """After a training batchnorm that wrote the biased ``variance``:
+    ``inv_variance = 1 / sqrt(variance + epsilon)``,
+    ``next_mean = (1 - momentum) * prev_mean + momentum * mean``,
+    ``next_variance = (1 - momentum) * prev_variance + momentum * variance * unbias``
+    (``unbias = m / (m - 1)``, Bessel's correction over the m = N * spatial values of a
+    channel), each output skipped where it is None (the running pair updates in place when
+    ``prev`` and ``next`` are one buffer: each element is read before it is written).
+
+    Returns
+    -------
+    int
+        With ``scale`` and ``bias`` given: the number of channels whose mean, variance,
+        scale or bias is not finite, else 0.
+    """
+    cdef Py_ssize_t c, C = variance.shape[0]
+    cdef double v
+    cdef int bad = 0
+    cdef bint has_inv = inv_variance is not None, has_nm = next_mean is not None
+    cdef bint has_nv = next_variance is not None, check = scale is not None and bias is not None
+    if (_wrong_len(inv_variance, C) or _wrong_len(mean, C) or _wrong_len(next_mean, C)
+            or _wrong_len(prev_mean, C) or _wrong_len(next_variance, C)
+            or _wrong_len(prev_variance, C) or _wrong_len(scale, C) or _wrong_len(bias, C)
+            or (has_nm and (mean is None or prev_mean is None))
+            or (has_nv and prev_variance is None)):
+        raise ValueError(f"bn_training_statistics: vectors of other than {C} channels, or a "
+                         "running statistic without its inputs")
+    with nogil:
+        for c in range(C):
+            v = variance[c]
+            if has_inv:
+                inv_variance[c] = <float>(1.0 / sqrt(v + epsilon))
+            if has_nm:
+                next_mean[c] = <float>((1.0 - momentum) * prev_mean[c] + momentum * mean[c])
+            if has_nv:
+                next_variance[c] = <float>((1.0 - momentum) * prev_variance[c]
+                                           + momentum * v * unbias)
+            if check and not (_finite(mean[c]) and _finite(v) and _finite(scale[c])
+                              and _finite(bias[c])):
+                bad += 1
+    return bad
+
+
+def bn_inv_to_variance(const float[:] inv_variance, float[:] variance):
+    """``variance = 1 / inv_variance**2`` (the variance a batchnorm with epsilon 0 turns
+    back into ``inv_variance``); 0 gives inf."""
+    cdef Py_ssize_t c, C = inv_variance.shape[0]
+    cdef double i
+    if variance.shape[0] != C:
+        raise ValueError(f"bn_inv_to_variance: {variance.shape[0]} channels; {C} expected")
+    with nogil:
+        for c in range(C):
+            i = inv_variance[c]
+            variance[c] = <float>(1.0 / (i * i)) if i != 0.0 else <float>(1.0 / 0.0)
+    return None
+
+
+def bn_inference_factor(const float[:] scale, const float[:] variance, double epsilon,
+                        float[:] factor):
+    """``factor = scale / sqrt(variance + epsilon)`` (batchnorm inference's per-channel
+    multiplier)."""
+    cdef Py_ssize_t c, C = scale.shape[0]
+    if variance.shape[0] != C or factor.shape[0] != C:
+        raise ValueError(f"bn_inference_factor: vectors of {scale.shape[0]}, "
+                         f"{variance.shape[0]}, {factor.shape[0]} channels")
+    with nogil:
+        for c in range(C):
+            factor[c] = <float>(scale[c] / sqrt(variance[c] + epsilon))
+    return None

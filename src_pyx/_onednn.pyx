@@ -106,6 +106,9 @@ ENGINE_CPU = 1
 STREAM_DEFAULT_FLAGS = 1
 # oneapi/dnnl/dnnl_types.h, oneDNN 3.2.0: dnnl_format_tag_t, dnnl_prop_kind_t, dnnl_alg_kind_t
 FORMAT_TAG_ANY = 1
+FORMAT_TAG_NCW16C = 56               # dnnl_nCw16c: channels blocked by 16 (3-D)
+FORMAT_TAG_NCHW16C = 78              # dnnl_nChw16c (4-D)
+FORMAT_TAG_NCDHW16C = 121            # dnnl_nCdhw16c (5-D)
 PROP_FORWARD_TRAINING = 64
 PROP_FORWARD_INFERENCE = 96
 PROP_BACKWARD = 128
@@ -117,6 +120,11 @@ ELTWISE_ELU = 34
 ELTWISE_LINEAR = 38
 ELTWISE_CLIP = 46
 ELTWISE_CLIP_V2 = 47
+ELTWISE_SQRT = 37
+BINARY_ADD = 0x1fff0
+BINARY_MUL = 0x1fff1
+BINARY_DIV = 0x1fff4
+BINARY_SUB = 0x1fff5
 # oneapi/dnnl/dnnl_types.h, oneDNN 3.2.0: dnnl_normalization_flags_t
 USE_GLOBAL_STATS = 1
 USE_SCALE = 2
@@ -135,6 +143,7 @@ QUERY_WORKSPACE_MD = 135
 QUERY_SCRATCHPAD_MD = 136
 # oneapi/dnnl/dnnl_types.h, oneDNN 3.2.0: DNNL_ARG_* (execution argument indices)
 ARG_SRC = 1
+ARG_SRC_1 = 2
 ARG_DST = 17
 ARG_WEIGHTS = 33
 ARG_BIAS = 41
@@ -150,6 +159,9 @@ ARG_DIFF_WEIGHTS = 161
 ARG_DIFF_BIAS = 169
 ARG_DIFF_SCALE = 255
 ARG_DIFF_SHIFT = 256
+# DNNL_ARG_ATTR_MULTIPLE_POST_OP(i) | DNNL_ARG_SRC_1 is post-op i's operand:
+# ARG_ATTR_MULTIPLE_POST_OP_BASE * (i + 1) | ARG_SRC_1
+ARG_ATTR_MULTIPLE_POST_OP_BASE = 32768
 # oneapi/dnnl/dnnl_types.h, oneDNN 3.2.0: DNNL_RUNTIME_* (dnnl_version_t.cpu_runtime)
 RUNTIME_SEQ = 1
 RUNTIME_OMP = 2
@@ -187,7 +199,7 @@ NAMES = (
     "convolution_backward_weights_primitive_desc_create",
     "batch_normalization_forward_primitive_desc_create",
     "batch_normalization_backward_primitive_desc_create",
-    "reorder_primitive_desc_create",
+    "reorder_primitive_desc_create", "post_ops_append_binary", "binary_primitive_desc_create",
 )
 _REQUIRED = ("version", "engine_create", "primitive_execute", "memory_desc_create_with_strides",
              "convolution_forward_primitive_desc_create")
@@ -476,8 +488,8 @@ cdef MemoryDesc _clone_md(const void* md):
 
 # ------------------------------------------------------------------ primitive descriptors
 cdef void* _attr(list post_ops) except NULL:
-    """A primitive attribute with a user scratchpad and the eltwise ``post_ops``
-    ((alg, alpha, beta) each); the caller destroys it."""
+    """A primitive attribute with a user scratchpad and the ``post_ops``: eltwise
+    (alg, alpha, beta) or binary (alg, src1 MemoryDesc); the caller destroys it."""
     cdef void* attr = NULL
     cdef void* ops = NULL
     _T._check(_T.f.primitive_attr_create(&attr), b"dnnl_primitive_attr_create")
@@ -487,9 +499,14 @@ cdef void* _attr(list post_ops) except NULL:
         if post_ops:
             _T._check(_T.f.post_ops_create(&ops), b"dnnl_post_ops_create")
             try:
-                for alg, alpha, beta in post_ops:
-                    _T._check(_T.f.post_ops_append_eltwise(ops, alg, alpha, beta),
-                              b"dnnl_post_ops_append_eltwise")
+                for op in post_ops:
+                    if len(op) == 2:
+                        _T._check(_T.f.post_ops_append_binary(
+                            ops, op[0], (<MemoryDesc>_checked(op[1], MemoryDesc, "post-op")).md),
+                            b"dnnl_post_ops_append_binary")
+                    else:
+                        _T._check(_T.f.post_ops_append_eltwise(ops, op[0], op[1], op[2]),
+                                  b"dnnl_post_ops_append_eltwise")
                 _T._check(_T.f.primitive_attr_set_post_ops(attr, ops),
                           b"dnnl_primitive_attr_set_post_ops")
             finally:
@@ -661,6 +678,22 @@ def bn_backward(int prop, MemoryDesc diff_src, MemoryDesc diff_dst, MemoryDesc s
     finally:
         _T.f.primitive_attr_destroy(attr)
     out._hint = hint        # next_impl reads it: it must outlive the iteration
+    return out
+
+
+def binary(int alg, MemoryDesc src0, MemoryDesc src1, MemoryDesc dst, list post_ops=None):
+    """An elementwise ``dst = src0 <alg> src1`` (``src1`` broadcast where its dims are 1)
+    with ``post_ops`` (``_attr``: eltwise (alg, alpha, beta), binary (alg, src1 md), each
+    binary operand passed as ``ARG_ATTR_MULTIPLE_POST_OP_BASE * (i + 1) | ARG_SRC_1``)
+    (``dnnl_binary_primitive_desc_create``), user scratchpad."""
+    cdef PrimitiveDesc out = _pd("binary")
+    cdef void* attr = _attr(post_ops or [])
+    try:
+        _T._check(_T.f.binary_primitive_desc_create(&out.pd, _T.engine, alg, src0.md, src1.md,
+                                                    dst.md, attr),
+                  b"dnnl_binary_primitive_desc_create")
+    finally:
+        _T.f.primitive_attr_destroy(attr)
     return out
 
 

@@ -77,6 +77,9 @@ ctypedef int (*f_bn_bwd)(void**, void*, int, const void*, const void*, const voi
                          unsigned, const void*, const void*) noexcept nogil
 # dnnl_reorder_primitive_desc_create(pd*, src_md, src_engine, dst_md, dst_engine, attr)
 ctypedef int (*f_reorder)(void**, const void*, void*, const void*, void*, const void*) noexcept nogil
+ctypedef int (*f_append_binary)(void*, int, const void*) noexcept nogil           # dnnl_post_ops_append_binary(post_ops, alg, src1_md)
+# dnnl_binary_primitive_desc_create(pd*, engine, alg_kind, src0, src1, dst, attr)
+ctypedef int (*f_binary)(void**, void*, int, const void*, const void*, const void*, const void*) noexcept nogil
 
 # ------------------------------------------------------------------ the table
 # One pointer per C function, in the order of _onednn.NAMES (looked up as "dnnl_" + name).
@@ -119,3 +122,5 @@ ctypedef struct OnednnFns:
     f_bn_fwd batch_normalization_forward_primitive_desc_create
     f_bn_bwd batch_normalization_backward_primitive_desc_create
     f_reorder reorder_primitive_desc_create
+    f_append_binary post_ops_append_binary
+    f_binary binary_primitive_desc_create

@@ -22,6 +22,9 @@ DATA_F32: int
 ENGINE_CPU: int
 STREAM_DEFAULT_FLAGS: int
 FORMAT_TAG_ANY: int
+FORMAT_TAG_NCW16C: int
+FORMAT_TAG_NCHW16C: int
+FORMAT_TAG_NCDHW16C: int
 PROP_FORWARD_TRAINING: int
 PROP_FORWARD_INFERENCE: int
 PROP_BACKWARD: int
@@ -33,6 +36,11 @@ ELTWISE_ELU: int
 ELTWISE_LINEAR: int
 ELTWISE_CLIP: int
 ELTWISE_CLIP_V2: int
+ELTWISE_SQRT: int
+BINARY_ADD: int
+BINARY_MUL: int
+BINARY_DIV: int
+BINARY_SUB: int
 USE_GLOBAL_STATS: int
 USE_SCALE: int
 USE_SHIFT: int
@@ -48,6 +56,7 @@ QUERY_DIFF_DST_MD: int
 QUERY_WORKSPACE_MD: int
 QUERY_SCRATCHPAD_MD: int
 ARG_SRC: int
+ARG_SRC_1: int
 ARG_DST: int
 ARG_WEIGHTS: int
 ARG_BIAS: int
@@ -63,6 +72,7 @@ ARG_DIFF_WEIGHTS: int
 ARG_DIFF_BIAS: int
 ARG_DIFF_SCALE: int
 ARG_DIFF_SHIFT: int
+ARG_ATTR_MULTIPLE_POST_OP_BASE: int
 RUNTIME_SEQ: int
 RUNTIME_OMP: int
 RUNTIME_TBB: int
@@ -201,5 +211,8 @@ def bn_forward(prop: int, src: MemoryDesc, dst: MemoryDesc, epsilon: float,
 def bn_backward(prop: int, diff_src: MemoryDesc, diff_dst: MemoryDesc, src: MemoryDesc,
                 epsilon: float, flags: int, hint: PrimitiveDesc) -> PrimitiveDesc:
     """bn backward."""
+def binary(alg: int, src0: MemoryDesc, src1: MemoryDesc, dst: MemoryDesc,
+           post_ops: list[tuple] | None = ...) -> PrimitiveDesc:
+    """binary."""
 def reorder(src: MemoryDesc, dst: MemoryDesc) -> PrimitiveDesc:
     """reorder."""

@@ -22,12 +22,13 @@ MODULE = "hipdnn_async.runtime._onednn"
 # dnnl_common_types.h name every one of them).
 _PREFIXES = (
     ("STATUS_", "dnnl_"), ("DATA_", "dnnl_"), ("PROP_", "dnnl_"), ("CONVOLUTION_", "dnnl_convolution_"),
-    ("ELTWISE_", "dnnl_eltwise_"), ("QUERY_", "dnnl_query_"), ("ARG_", "DNNL_ARG_"),
+    ("ELTWISE_", "dnnl_eltwise_"), ("BINARY_", "dnnl_binary_"), ("QUERY_", "dnnl_query_"), ("ARG_", "DNNL_ARG_"),
     ("RUNTIME_", "DNNL_RUNTIME_"), ("SCRATCHPAD_MODE_", "dnnl_scratchpad_mode_"),
 )
 _EXACT = {
     "ENGINE_CPU": "dnnl_cpu", "STREAM_DEFAULT_FLAGS": "dnnl_stream_default_flags",
-    "FORMAT_TAG_ANY": "dnnl_format_tag_any", "USE_GLOBAL_STATS": "dnnl_use_global_stats",
+    "FORMAT_TAG_ANY": "dnnl_format_tag_any", "FORMAT_TAG_NCW16C": "dnnl_nCw16c",
+    "FORMAT_TAG_NCHW16C": "dnnl_nChw16c", "FORMAT_TAG_NCDHW16C": "dnnl_nCdhw16c", "USE_GLOBAL_STATS": "dnnl_use_global_stats",
     "USE_SCALE": "dnnl_use_scale", "USE_SHIFT": "dnnl_use_shift",
     "FUSE_NORM_RELU": "dnnl_fuse_norm_relu", "MAX_NDIMS": "DNNL_MAX_NDIMS",
     "STATUS_SUCCESS": "dnnl_success",

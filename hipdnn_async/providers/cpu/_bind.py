@@ -121,10 +121,18 @@ def make_binder(tensor, *, output: bool):
     dtype = numpy_dtype(tensor.data_type)
     dims = tuple(tensor.dims)
     byte_strides = tuple(s * dtype.itemsize for s in tensor.strides)
+    # the stride of a dim of extent 1 addresses nothing: a (1, C, 1, 1) statistic whose
+    # strides follow an NHWC tensor's (C, 1, C, C) is the same memory as a (C, 1, 1, 1)
+    # array, so both take the fast path
+    moving = tuple(i for i, d in enumerate(dims) if d != 1)
+    want = tuple(byte_strides[i] for i in moving)
+    unit = len(moving) < len(dims)
 
     def bind(buffer):
         if (type(buffer) is np.ndarray and buffer.shape == dims and buffer.dtype == dtype
-                and buffer.strides == byte_strides and (not output or buffer.flags.writeable)):
+                and (buffer.strides == byte_strides
+                     or (unit and tuple([buffer.strides[i] for i in moving]) == want))
+                and (not output or buffer.flags.writeable)):
             return buffer
         return logical_view(tensor, buffer, output=output)
 

@@ -306,9 +306,10 @@ def test_bn_training_relu_fused_keeps_relu_special_values(dev, layout):
     close(np.delete(got, 1, axis=1), ref.relu(want), 1e-4)
 
 
-def test_nchw_bn_training_offers_channels_last_jit(dev):
-    # on plain NCHW oneDNN runs its generic ncsp_bnorm; the engine also offers channels-last
-    # copies around the jit batchnorm and takes that without benchmarking
+def test_nchw_bn_training_offers_blocked_and_channels_last_jit(dev):
+    # on plain NCHW oneDNN runs its generic ncsp_bnorm; the engine also offers channel-
+    # blocked (nChw16c) and channels-last copies around the jit batchnorm, and takes the
+    # blocked one without benchmarking (its reorders are cheaper than transpositions)
     if platform.machine().lower() not in ("x86_64", "amd64"):
         pytest.skip(f"oneDNN's jit batchnorm is x86-64's; this is {platform.machine()}")
     g = hd.Graph(name="bn_nchw")
@@ -325,13 +326,68 @@ def test_nchw_bn_training_offers_channels_last_jit(dev):
         names = [n for n, _ in plan.algorithm.trials]
         assert any(n.startswith("ncsp_bnorm") for n in names), names
         assert any("bnorm_jit" in n and "+nhwc" in n for n in names), names
+        assert any("bnorm_jit" in n and "+nChw16c" in n for n in names), names
         if not knobs:
-            assert "bnorm_jit" in str(plan.algorithm) and "+nhwc" in str(plan.algorithm)
+            assert "bnorm_jit" in str(plan.algorithm) and "+nChw16c" in str(plan.algorithm)
         outs = {t: empty(t) for t in (r, mean, inv)}
         plan.execute_sync({x: xa, s: sa, b: ba, **outs})
         close(outs[r], ref.relu(want["y"]), 1e-4)
         close(outs[mean], want["mean"], 1e-5)
         close(outs[inv], want["inv_variance"], 1e-4)
+
+
+@pytest.mark.parametrize("dims", [(4, 16, 5, 6), (2, 20, 3, 2, 2), (3, 5, 1, 1)])
+def test_nchw_bn_inference_runs_one_binary_primitive(dev, dims):
+    # plain layouts: oneDNN's batchnorm has only its generic ncsp_bnorm there, so the
+    # default is one jit binary pass (x - mean) * a + bias on the user's memory; a
+    # channel stride of 1 ((3, 5, 1, 1)) is not offered the binary (oneDNN 3.2's kernel
+    # broadcasts its post-op operands wrongly there)
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip(f"oneDNN's jit kernels are x86-64's; this is {platform.machine()}")
+    c = dims[1]
+    layout = "NCHW" if len(dims) == 4 else "NCDHW"
+    g = hd.Graph(name="bn_infer_nchw")
+    x = g.tensor(dims=dims, layout=layout, name="x")
+    chan = (1, c) + (1,) * (len(dims) - 2)
+    m, v, s, b = (g.tensor(dims=chan, name=n) for n in ("m", "v", "s", "b"))
+    y = g.batchnorm_inference_variance_ext(x, m, v, s, b, epsilon=1e-4)
+    y.set_output(True)
+    plan = dev.build_sync(g, engine=ONEDNN)
+    names = [n for n, _ in plan.algorithm.trials]
+    if x.strides[1] == 1:
+        assert not any(n.endswith("+binary") for n in names), names
+    else:
+        assert str(plan.algorithm).startswith("jit:") and str(plan.algorithm).endswith("+binary")
+    xa, ma, sa, ba = rand(x, 40), rand(m, 41), rand(s, 42), rand(b, 43)
+    xa[...] = 1e4 + xa                        # a large mean: (x - mean) must come first
+    ma += 1e4
+    va = np.abs(rand(v, 44)) + 0.01
+    ya = empty(y)
+    plan.execute_sync({x: xa, m: ma, v: va, s: sa, b: ba, y: ya})
+    close(ya, ref.bn_inference_variance(xa, ma, va, sa, ba, 1e-4), 2e-4)
+
+
+def test_nchw_bn_backward_takes_the_blocked_jit(dev):
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip(f"oneDNN's jit batchnorm is x86-64's; this is {platform.machine()}")
+    g = hd.Graph(name="bnb_nchw")
+    x = g.tensor(dims=(3, 20, 5, 5), layout="NCHW", name="x")
+    dy = g.tensor(dims=(3, 20, 5, 5), layout="NCHW", name="dy")
+    s, m, iv = (g.tensor(dims=(1, 20, 1, 1), name=n) for n in ("s", "m", "iv"))
+    dx, ds, db = g.batchnorm_backward(dy, x, s, mean=m, inv_variance=iv)
+    for t in (dx, ds, db):
+        t.set_output(True)
+    plan = dev.build_sync(g, engine=ONEDNN)
+    assert "bnorm_jit" in str(plan.algorithm) and "+nChw16c" in str(plan.algorithm)
+    xa, dya, sa = rand(x, 13), rand(dy, 14), rand(s, 15)
+    st = ref.bn_training(xa, np.ones(20), np.zeros(20), 1e-5)
+    ma, iva = st["mean"].astype(np.float32), st["inv_variance"].astype(np.float32)
+    outs = {t: empty(t) for t in (dx, ds, db)}
+    plan.execute_sync({x: xa, dy: dya, s: sa, m: ma, iv: iva, **outs})
+    want = ref.bn_backward(dya, xa, sa, ma, iva)
+    close(outs[dx], want["dx"], 2e-3)
+    close(outs[ds], want["dscale"], 2e-3)
+    close(outs[db], want["dbias"], 2e-3)
 
 
 # ------------------------------------------------------------------ HALF and strided activations

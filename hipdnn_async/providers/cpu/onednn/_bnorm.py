@@ -1,6 +1,7 @@
-"""Batchnorm through oneDNN: one builder per pattern (training (+ ReLU), inference,
-backward, inference -> DReLU -> backward) and ``Bn``, a problem's candidates (layouts,
-fused or separate ReLU) and the heuristic choosing among them."""
+"""Batchnorm through oneDNN: one builder per pattern (training (+ ReLU), inference (the
+batchnorm primitive, or one binary primitive), backward, inference -> DReLU -> backward)
+and ``Bn``, a problem's candidates (layouts, fused or separate ReLU) and the heuristic
+choosing among them."""
 from __future__ import annotations
 
 import math
@@ -11,9 +12,10 @@ from ...._layout import packed_strides
 from ...._types import DataType
 from ....patterns import Pattern
 from ... import _tuning
-from .. import _batchnorm
-from ._program import (ProgramSpec, channel_md, decline, dnnl, memory_order, packed_md, put,
-                       vec, ws_view)
+from .. import _batchnorm, _kernels
+from ...._errors import NotSupportedError
+from ._program import (CHANNEL_BLOCKED, ProgramSpec, channel_md, decline, dnnl, memory_order,
+                       packed_md, vec, ws_view)
 
 __all__ = ["Bn", "BN_BUILDERS"]
 
@@ -38,6 +40,46 @@ def _bn_inference_variance(match, order, fuse, dry):
     return spec, pd, None
 
 
+def _bn_inference_binary(match, order, fuse, dry):
+    """Batchnorm inference as one pass of oneDNN's binary primitive on the user's layout:
+    ``y = ((x - mean) * a) + bias`` (binary SUB with two binary post-ops), where
+    ``a = scale / sqrt(variance + epsilon)`` is computed per channel on the host (float64,
+    rounded once to float32; ``_kernels.bn_inference_factor``) before each execution. On
+    plain NCHW, oneDNN's batchnorm has only its generic ``ncsp_bnorm`` (5-20x slower),
+    while its jit binary kernel broadcasts per-channel operands over a plain layout at
+    memory speed. The subtraction comes first,
+    as in the batchnorm primitive, so a large mean does not cancel."""
+    t, p = match.tensors, match.params
+    eps = float(p["epsilon"])
+    if not eps > 0:
+        raise decline(f"epsilon = {eps!r}; CPU_ENGINE reports it")
+    for role in ("variance", "scale"):
+        channel_md(t[role])                           # declines a non-FLOAT statistic
+    spec = ProgramSpec(["x", "y", "mean", "variance", "scale", "bias"], dry=dry)
+    x, y = spec.activation("x", t["x"], order), spec.activation("y", t["y"], order)
+    rank = len(t["x"].dims)
+    c = t["x"].dims[1]
+    mean = spec.broadcast(spec.channel("mean", t["mean"]), rank)
+    bias = spec.broadcast(spec.channel("bias", t["bias"]), rank)
+    a = spec.broadcast(spec.scratch(dnnl.MemoryDesc((c,), dnnl.DATA_F32, strides=(1,)), "a"),
+                       rank)
+    c_md = spec.mems[a][0]
+    pd = dnnl.binary(dnnl.BINARY_SUB, x[1], spec.mems[mean][0], y[1],
+                     [(dnnl.BINARY_MUL, c_md), (dnnl.BINARY_ADD, c_md)])
+    post = dnnl.ARG_ATTR_MULTIPLE_POST_OP_BASE
+    spec.reorder_in(x)
+    spec.step(pd, [(dnnl.ARG_SRC, x[0]), (dnnl.ARG_SRC_1, mean), (dnnl.ARG_DST, y[0]),
+                   (post | dnnl.ARG_SRC_1, a), (2 * post | dnnl.ARG_SRC_1, bias)])
+    spec.reorder_out(y)
+
+    def hooks(b, workspace):
+        def before():
+            _kernels.bn_inference_factor(b["scale"].reshape(-1), b["variance"].reshape(-1), eps,
+                                         ws_view(workspace, spec, "a"))
+        return before, None
+    return spec, pd, hooks
+
+
 def _bn_training(match, order, fuse, dry):
     t, p = match.tensors, match.params
     x = t["x"]
@@ -52,7 +94,9 @@ def _bn_training(match, order, fuse, dry):
                          "prev_running_variance", "next_running_mean",
                          "next_running_variance") if r in real]
     spec = ProgramSpec(roles, dry=dry)
-    xm, ym = spec.activation("x", x, order), spec.activation("y", t["y"], order)
+    xm = spec.activation("x", x, order)
+    # y over the copy of x where both are copies (oneDNN's batchnorm works in place)
+    ym = spec.activation("y", t["y"], order, share=xm)
     # ``fuse``: an unclipped ReLU is oneDNN's fuse_norm_relu (y > 0 ? y : +0, its mask
     # written to the workspace); else the ReLU runs on y after the primitive
     fused = fuse and relu and lo in (None, 0.0) and hi is None
@@ -80,30 +124,32 @@ def _bn_training(match, order, fuse, dry):
     clips = (lo, hi) if relu and not fused else None
     mean_virtual = "mean" not in real
 
+    mom = 0.0 if momentum is None else float(momentum)
+
     def hooks(b, workspace):
         def after():
-            var = vec(ws_view(workspace, spec, "variance"))
-            if "inv_variance" in b:
-                put(b["inv_variance"], 1.0 / np.sqrt(var + eps))
+            # inv_variance, the running statistics and the non-finite check: one C loop
+            var = ws_view(workspace, spec, "variance")
+            mu = ws_view(workspace, spec, "mean") if mean_virtual else b["mean"].reshape(-1)
+            g = {r: b[r].reshape(-1) for r in _STAT_ROLES if r in b}
+            bad = _kernels.bn_training_statistics(
+                var, eps, g.get("inv_variance"), mu, mom, m / (m - 1.0),
+                g.get("prev_running_mean"), g.get("next_running_mean"),
+                g.get("prev_running_variance"), g.get("next_running_variance"),
+                g["scale"] if fused else None, g["bias"] if fused else None)
             if clips is not None:
                 _batchnorm.relu(b["y"], b["y"], *clips)
-            elif fused:
-                _nonfinite_channels(b, workspace, spec, var, eps, mean_virtual)
-            if "next_running_mean" in b or "next_running_variance" in b:
-                mom = float(momentum)
-                if "next_running_mean" in b:
-                    mu = vec(ws_view(workspace, spec, "mean") if mean_virtual else b["mean"])
-                    put(b["next_running_mean"],
-                         (1.0 - mom) * vec(b["prev_running_mean"]) + mom * mu)
-                if "next_running_variance" in b:
-                    put(b["next_running_variance"],
-                         (1.0 - mom) * vec(b["prev_running_variance"])
-                         + mom * var * (m / (m - 1.0)))
+            elif bad:
+                _nonfinite_channels(b, workspace, spec, vec(var), eps, mean_virtual)
         return None, after
 
     if ("next_running_mean" in real or "next_running_variance" in real) and momentum is None:
         raise decline("running statistics without a momentum; CPU_ENGINE reports it")
     return spec, pd, hooks
+
+
+_STAT_ROLES = ("inv_variance", "prev_running_mean", "next_running_mean", "prev_running_variance",
+               "next_running_variance", "scale", "bias")
 
 
 def _nonfinite_channels(b, workspace, spec, var, eps, mean_virtual) -> None:
@@ -133,6 +179,8 @@ def _bn_backward(match, order, fuse, dry):
         lo, hi = match.params.get("relu_lower_clip"), match.params.get("relu_upper_clip")
     # fuse_norm_relu masks y > 0 only; a clipped RELU_BWD is composed (``_clipped_drelu``)
     clipped = drelu and (lo not in (None, 0.0) or hi is not None)
+    if clipped and order == CHANNEL_BLOCKED:   # the composition masks dy through a strided view
+        raise decline("a clipped RELU_BWD between batchnorms runs on plain layouts")
     roles = ["x", "dy", "scale", "mean", "inv_variance", "dx", "dscale", "dbias"] + (
         ["bias"] if drelu else [])
     x, dy, dx = t["x"], t["dy"], t["dx"]
@@ -146,7 +194,9 @@ def _bn_backward(match, order, fuse, dry):
         else (lambda tt: None)
     xm = spec.activation("x", x, order, data_type=f32(x))
     dym = spec.activation("dy", dy, order, data_type=dnnl.DATA_F32 if clipped else None)
-    dxm = spec.activation("dx", dx, order, data_type=f32(dx))
+    # dx is written over the copy of dy (oneDNN's batchnorm backward works in place):
+    # one buffer less to bring through the caches
+    dxm = spec.activation("dx", dx, order, data_type=f32(dx), share=dym)
     relu = dnnl.FUSE_NORM_RELU if drelu and not clipped else 0
     flags = dnnl.USE_SCALE | dnnl.USE_SHIFT | relu
     # epsilon 0: oneDNN's 1/sqrt(variance + 0) is then the graph's inv_variance
@@ -194,9 +244,7 @@ def _bn_backward(match, order, fuse, dry):
 
 def _variance_from_inv(b, workspace, spec) -> None:
     """The workspace's float32 variance = 1 / inv_variance**2 (read with epsilon 0)."""
-    inv = vec(b["inv_variance"])
-    with np.errstate(divide="ignore", over="ignore"):
-        ws_view(workspace, spec, "variance")[...] = 1.0 / (inv * inv)
+    _kernels.bn_inv_to_variance(b["inv_variance"].reshape(-1), ws_view(workspace, spec, "variance"))
 
 
 def _clipped_drelu(spec, x, order, first, dy_index, lo, hi):
@@ -236,49 +284,73 @@ BN_BUILDERS = {
 
 class Bn:
     """One batchnorm problem and its candidates: the user's layout and, for activations
-    that are not channels-last, channels-last copies (reordered in and out: oneDNN's jit
-    batchnorm takes only blocked or channels-last memory; on plain NCHW it runs its generic
-    ``ncsp_bnorm:any``), each for batchnorm training + ReLU with ``fuse_norm_relu`` and with
-    the ReLU as a separate pass."""
+    that are not channels-last, channel-blocked (nChw16c) and channels-last copies
+    (reordered in and out: oneDNN's jit batchnorm takes only blocked or channels-last
+    memory; on plain NCHW it runs its generic ``ncsp_bnorm:any``), each for batchnorm
+    training + ReLU with ``fuse_norm_relu`` and with the ReLU as a separate pass; for
+    batchnorm inference also one binary primitive on the user's layout
+    (``_bn_inference_binary``)."""
 
     def __init__(self, match):
         self.match = match
-        self.builder = BN_BUILDERS[match.pattern]
+        builder = BN_BUILDERS[match.pattern]
         x = match.tensors["x"]
         orders = [("", None)]
         if x.strides[1] != 1 and x.dims[1] > 1:
             rank = len(x.dims)
+            orders.append(("+nChw16c" if rank == 4 else "+blocked16c", CHANNEL_BLOCKED))
             orders.append(("+nhwc", (0,) + tuple(range(2, rank)) + (1,)))
         p = match.params
         fusable = (match.pattern == Pattern.BN_TRAINING_RELU
                    and p.get("relu_lower_clip") in (None, 0.0) and p.get("relu_upper_clip") is None)
-        self.impls = []                      # (name, order, fuse, workspace bytes, jit?)
-        for suffix, order in orders:
-            for fuse in ((True, False) if fusable else (False,)):
-                spec, pd, _ = self.builder(match, order, fuse, True)
-                name = "+".join(spec.names) + suffix
-                if match.pattern == Pattern.BN_TRAINING_RELU:
-                    name += "+fuse_norm_relu" if fuse else "+relu"
-                self.impls.append((name, order, fuse, spec.ws.size, "jit" in pd.impl_name))
+        variants = [(suffix, order, fuse, builder) for suffix, order in orders
+                    for fuse in ((True, False) if fusable else (False,))]
+        if match.pattern == Pattern.BN_INFERENCE_VARIANCE and len(orders) > 1:
+            # plain layouts only: where the channel stride is 1 oneDNN's binary kernel
+            # broadcasts its per-channel post-op operands wrongly (oneDNN 3.2, e.g. NCHW
+            # (3, 5, 1, 1)), and its jit batchnorm runs there anyway
+            variants.insert(0, ("+binary", None, False, _bn_inference_binary))
+        # (name, order, fuse, workspace bytes, jit?, builder)
+        self.impls = []
+        for suffix, order, fuse, build in variants:
+            try:
+                spec, pd, _ = build(match, order, fuse, True)
+            except NotSupportedError:
+                if build is builder and order is None:
+                    raise                      # the user's layout: the problem declines
+                continue                       # oneDNN has no such variant here
+            name = "+".join(spec.names) + suffix
+            if match.pattern == Pattern.BN_TRAINING_RELU:
+                name += "+fuse_norm_relu" if fuse else "+relu"
+            self.impls.append((name, order, fuse, spec.ws.size, "jit" in pd.impl_name, build))
 
     def candidates(self) -> list:
-        return [_tuning.Candidate(name, i, ws) for i, (name, _o, _f, ws, _j)
-                in enumerate(self.impls)]
+        return [_tuning.Candidate(impl[0], i, impl[3]) for i, impl in enumerate(self.impls)]
 
     def heuristic(self, fitting, limit):
         """Without timing: a jit implementation before the generic ones (``ncsp_bnorm``,
         ``nspc_bnorm``: 5-20x slower in training and backward, and fuse_norm_relu 10x
-        slower than a separate ReLU pass there); batchnorm inference keeps the user's
-        layout (one pass without barriers: the generic kernel runs at memory speed and the
-        two reorders cost more)."""
+        slower than a separate ReLU pass there), in the candidates' order: the user's
+        layout, then channel-blocked copies (two cheap reorders), then channels-last copies
+        (two transpositions). Batchnorm inference: the jit batchnorm on the user's layout
+        (channels-last: one pass), else the binary primitive on the user's layout (one
+        pass at memory speed; the generic ``ncsp_bnorm`` is 5-20x slower and the reorders
+        around a jit batchnorm cost two more passes)."""
+        impls = self.impls
         if self.match.pattern == Pattern.BN_INFERENCE_VARIANCE:
-            return fitting[0]
-        jit = [c for c in fitting if self.impls[c.id][4]]
+            own = [c for c in fitting if impls[c.id][5] is not _bn_inference_binary
+                   and impls[c.id][1] is None]
+            if own and impls[own[0].id][4]:
+                return own[0]
+            binary = [c for c in fitting if impls[c.id][5] is _bn_inference_binary
+                      and impls[c.id][4]]
+            return (binary or own or fitting)[0]
+        jit = [c for c in fitting if impls[c.id][4]]
         if jit:
             return jit[0]
-        unfused = [c for c in fitting if not self.impls[c.id][2]]
+        unfused = [c for c in fitting if not impls[c.id][2]]
         return (unfused or fitting)[0]
 
     def build(self, candidate):
-        _, order, fuse, _, _ = self.impls[candidate.id]
-        return self.builder(self.match, order, fuse, False)
+        _, order, fuse, _, _, build = self.impls[candidate.id]
+        return build(self.match, order, fuse, False)

@@ -23,9 +23,10 @@ class OnednnEngine(ProviderEngine):
              "FLOAT/HALF/BFLOAT16 I/O, per-channel tensors FLOAT; any strides; weights "
              "reordered to oneDNN's blocked layout; NCHW activations of kernels larger than 1x1 "
              "reordered to its blocked layout too; HALF computed in float32 (reorders in the "
-             "workspace), strided activations on dense copies; declines (to CPU_ENGINE) where "
-             "oneDNN has only its reference implementation; NaN propagates through ReLU (a "
-             "NaN input gives NaN)")
+             "workspace), strided activations on dense copies; batchnorm on plain layouts "
+             "through channel-blocked (nC16c) copies, inference there as one binary "
+             "primitive; declines (to CPU_ENGINE) where oneDNN has only its reference "
+             "implementation; NaN propagates through ReLU (a NaN input gives NaN)")
 
     def __init__(self, provider):
         super().__init__(provider)
@@ -73,7 +74,9 @@ class OnednnEngine(ProviderEngine):
             spec, _, hooks = bn.build(choice.candidate)
             plan = OnednnPlan(match, spec.program(), spec,
                               explain(choice, "a jit implementation before oneDNN's generic "
-                                       "ones (batchnorm inference: the user's layout)"),
+                                       "ones, blocked copies before channels-last ones "
+                                       "(batchnorm inference: the jit batchnorm on the "
+                                       "user's layout, else one binary primitive)"),
                               hooks=hooks)
             plan.benchmarked, plan.perfdb_hit = choice.benchmarked, choice.perfdb_hit
             return plan

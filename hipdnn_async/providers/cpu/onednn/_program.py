@@ -16,13 +16,20 @@ try:
 except ImportError:          # a source tree built without it: the engine declines
     dnnl = None
 
-__all__ = ["ONEDNN_ENGINE_NAME", "dnnl", "decline", "dnnl_type", "user_md", "memory_order",
+__all__ = ["ONEDNN_ENGINE_NAME", "CHANNEL_BLOCKED", "dnnl", "decline", "dnnl_type", "user_md",
+           "memory_order",
            "packed_md", "is_dense", "compute_type", "is_native", "channel_md",
            "channels_last_md", "any_md", "channel_like", "Workspace", "ProgramSpec", "ws_view", "vec",
            "put"]
 
 ONEDNN_ENGINE_NAME = "ONEDNN_ENGINE"
 _ALIGN = 64                  # bytes: oneDNN's own alignment of buffers it allocates
+
+# ``order`` for oneDNN's channel-blocked layout nC[d][h]w16c (channels in blocks of 16
+# innermost, padded with zeros to a multiple of 16): reordering plain NCHW to it and back
+# costs far less than the transposition to NHWC, and oneDNN's jit batchnorm takes it
+CHANNEL_BLOCKED = "nC16c"
+_BLOCKED_TAGS = {3: "FORMAT_TAG_NCW16C", 4: "FORMAT_TAG_NCHW16C", 5: "FORMAT_TAG_NCDHW16C"}
 
 _DNNL_TYPES = {DataType.FLOAT: "DATA_F32", DataType.HALF: "DATA_F16",
                DataType.BFLOAT16: "DATA_BF16"}
@@ -53,11 +60,19 @@ def memory_order(tensor) -> tuple:
 
 
 def packed_md(tensor, data_type=None, order=None):
-    """A packed buffer in ``tensor``'s memory order (or ``order``), of ``data_type`` (default
-    the tensor's): for an intermediate oneDNN writes, or a dense copy of strided memory."""
+    """A packed buffer in ``tensor``'s memory order (or ``order``: a permutation, or
+    ``CHANNEL_BLOCKED``), of ``data_type`` (default the tensor's): for an intermediate
+    oneDNN writes, or a dense copy of strided memory."""
     dims = tuple(tensor.dims)
-    return dnnl.MemoryDesc(dims, dnnl_type(tensor) if data_type is None else data_type,
-                           strides=packed_strides(dims, memory_order(tensor) if order is None else order))
+    data_type = dnnl_type(tensor) if data_type is None else data_type
+    if order == CHANNEL_BLOCKED:
+        tag = _BLOCKED_TAGS.get(len(dims))
+        if tag is None:
+            raise decline(f"tensor '{tensor.name}' has {len(dims)} dims; the blocked layout "
+                          "takes 3 to 5")
+        return dnnl.MemoryDesc(dims, data_type, tag=getattr(dnnl, tag))
+    order = memory_order(tensor) if order is None else order
+    return dnnl.MemoryDesc(dims, data_type, strides=packed_strides(dims, order))
 
 
 def is_dense(tensor) -> bool:
@@ -132,6 +147,16 @@ class ProgramSpec:
         (self.copy_out if output else self.copy_in).append(role)
         return index
 
+    def broadcast(self, index, rank) -> int:
+        """The (C,) per-channel memory ``index`` (``channel``, ``scratch``) again, as a
+        (1, C, 1, ...) memory of ``rank`` dims (a binary primitive's per-channel operand)."""
+        md, kind, ref = self.mems[index]
+        c = md.dims[0]
+        dims = (1, c) + (1,) * (rank - 2)
+        self.mems.append((dnnl.MemoryDesc(dims, md.data_type, strides=(c,) + (1,) * (rank - 1)),
+                          kind, ref))
+        return len(self.mems) - 1
+
     def scratch(self, md, name=None) -> int:
         self.mems.append((md, dnnl.MEM_WORKSPACE, self.ws.add(md.size)))
         if name is not None:
@@ -148,21 +173,27 @@ class ProgramSpec:
         self.steps.append((None if self.dry else dnnl.Primitive(pd), args))
         self.names.append(pd.impl_name)
 
-    def activation(self, role, tensor, order=None, *, data_type=None):
+    def activation(self, role, tensor, order=None, *, data_type=None, share=None):
         """The memory a primitive takes for the activations ``tensor``: the user's array
         where it is dense, packed in ``order`` (default its own) and computed in its own
-        type (``is_native``), else a dense copy (packed in ``order``, float32 for HALF or
+        type (``is_native``), else a dense copy (packed in ``order``: a permutation or
+        ``CHANNEL_BLOCKED``; float32 for HALF or
         ``data_type``), for an input filled by ``reorder_in``, for an output emptied by
-        ``reorder_out``. Returns (memory index, its descriptor, the user's memory index)."""
+        ``reorder_out``; ``share``: another ``activation``'s result whose copy this one
+        takes over where the two descriptors are equal (an output written in place of an
+        input the primitive has finished with). Returns (memory index, its descriptor, the
+        user's memory index)."""
         own = user_md(tensor)
         user = self.array(role, own)
         dims = tuple(tensor.dims)
         if (data_type is None and is_native(tensor) and (
-                order is None or strides_match(dims, packed_strides(dims, order),
-                                               tuple(tensor.strides)))):
+                order is None or (order != CHANNEL_BLOCKED and strides_match(
+                    dims, packed_strides(dims, order), tuple(tensor.strides))))):
             return user, own, user
         md = packed_md(tensor, compute_type(tensor) if data_type is None else data_type,
                         order)
+        if share is not None and share[0] != share[2] and share[1].equals(md):
+            return share[0], md, user
         return self.scratch(md), md, user
 
     def reorder_in(self, mem):

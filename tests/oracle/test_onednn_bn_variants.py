@@ -1,0 +1,65 @@
+"""Every batchnorm implementation ``ONEDNN_ENGINE`` offers for a problem, not only the one
+its heuristic takes: the user's layout, channel-blocked (nC[d]hw16c) and channels-last
+copies around oneDNN's batchnorm, fused and separate ReLU, and batchnorm inference as one
+binary primitive. Each runs every batchnorm pattern x {FLOAT, HALF, BFLOAT16} x the
+oracle's layouts (NCHW, NHWC, NCDHW, NDHWC and non-packed strides), with 3 channels (one
+partial block of 16) and 20 (a full and a partial block), against the float64 references
+of ``_reference.py`` with the tolerances of ``_cases.py``.
+
+Skipped where oneDNN does not load (``_cpu_engines.require``)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from . import test_patterns as tp
+from ._cases import DTYPES, LAYOUTS
+from ._cpu_engines import ONEDNN, require
+
+BN_PATTERNS = ("BN_TRAINING", "BN_TRAINING_RELU", "BN_INFERENCE_VARIANCE", "BN_BACKWARD",
+               "BN_INFERENCE_DRELU_BACKWARD")
+SIZES = {"C3": tp.BN, "C20": {4: (2, 20, 3, 5), 5: (2, 20, 2, 3, 3)}}
+
+
+def _run_candidates(dev, pattern, dtype, layout):
+    """The case built on ONEDNN_ENGINE, then re-run on each candidate of its problem:
+    [(candidate name, harness, checks, outputs)]."""
+    from hipdnn_async.providers.cpu.onednn._bnorm import Bn
+    from hipdnn_async.providers.cpu.onednn._plan import OnednnPlan
+
+    h, checks, _ = tp.run_case(dev, pattern, dtype, layout, engine=ONEDNN)
+    match = h.plan._pplan.match
+    bn = Bn(match)
+    buffers = {role: h.pack[t.name] for role, t in match.tensors.items() if not t.is_virtual}
+    runs = []
+    for cand in bn.candidates():
+        spec, _, hooks = bn.build(cand)
+        plan = OnednnPlan(match, spec.program(), spec, cand.name, hooks=hooks)
+        for name in h.outputs:
+            h.pack[name][...] = np.nan
+        ws = np.empty(plan.workspace_size, np.uint8) if plan.workspace_size else None
+        plan.launcher(buffers, ws)()
+        runs.append((cand.name, {name: np.array(h.pack[name]) for name in h.outputs}))
+        plan.program.close()
+    return h, checks, runs, match.params
+
+
+@pytest.mark.parametrize("size", list(SIZES))
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("pattern", BN_PATTERNS)
+def test_every_bn_candidate_matches_float64(cpu_device, monkeypatch, pattern, dtype, layout, size):
+    require(ONEDNN)
+    monkeypatch.setattr(tp, "BN", SIZES[size])
+    h, checks, runs, params = _run_candidates(cpu_device, pattern, dtype, layout)
+    names = [name for name, _ in runs]
+    if not layout.startswith(("NHWC", "NDHWC")):
+        # plain layouts offer channels-last copies, blocked ones (not to the clipped DReLU
+        # composition, which masks dy through a strided view) and binary inference
+        clipped = params.get("relu_lower_clip") not in (None, 0.0) \
+            or params.get("relu_upper_clip") is not None
+        assert any("+nhwc" in n for n in names), names
+        assert any("16c" in n for n in names) != (pattern.endswith("DRELU_BACKWARD") and clipped)
+        assert (pattern == "BN_INFERENCE_VARIANCE") == any(n.endswith("+binary") for n in names)
+    for name, got in runs:
+        tp.check_case(h, checks, got, f"{pattern} {dtype} {layout} {size} candidate {name}")
