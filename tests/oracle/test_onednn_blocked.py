@@ -39,8 +39,9 @@ def _onednn():
     require(ONEDNN)
 
 
-def run_blocked(dev, direction, dtype, case, seed=0, values=None):
-    """Build ``case`` on ONEDNN_ENGINE by default choice: (plan, got, want, (atol, rtol))."""
+def run_blocked(dev, direction, dtype, case, seed=0, values=None, harness=None):
+    """Build ``case`` on ONEDNN_ENGINE by default choice: (plan, got, want, (atol, rtol));
+    ``harness``: a list the ``Harness`` is appended to (its pack, for re-runs)."""
     layout, xd, wd, pre, post, stride, dil = case
     kw = dict(pre_padding=pre, post_padding=post, stride=stride, dilation=dil)
     yd = ref.conv_out_dims(xd, wd, pre, post, stride, dil)
@@ -72,6 +73,8 @@ def run_blocked(dev, direction, dtype, case, seed=0, values=None):
         want = ref.conv_wgrad(h.ref["dy"], h.ref["x"], wd, pre, post, stride, dil)
         limits = wgrad_tol(dtype, yd[0] * int(np.prod(yd[2:])), 1.0, 1.0)
     got = h.run(dev, engine=ONEDNN)["out"]
+    if harness is not None:
+        harness.append(h)
     return h.plan, got, want, limits
 
 

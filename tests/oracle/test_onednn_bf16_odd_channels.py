@@ -1,0 +1,67 @@
+"""bf16 convolutions with an odd number of summed channels (C = 1, 3, 17 for fprop and
+wgrad, K for dgrad), an inf in the last channel: every implementation ``ONEDNN_ENGINE``
+offers (not only its default) gives the float64 reference's +-inf and NaN exactly where
+the reference has them. oneDNN 3.2's bf16 kernels read channels in pairs; on a copy of
+the activations with an odd channel count the last channel's inf met the pair's zero
+weight (inf * 0 = NaN), so those copies are not offered there.
+
+Skipped where oneDNN does not load (``_cpu_engines.require``)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from . import _reference as ref
+from ._cases import device  # noqa: F401
+from ._cpu_engines import ONEDNN, require
+from .test_onednn_blocked import run_blocked
+
+CASES = {   # layout, x dims, w dims, pre, post padding, stride, dilation
+    "C1": ("NCHW", (2, 1, 6, 6), (16, 1, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1)),
+    "C3": ("NCHW", (2, 3, 6, 6), (16, 3, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1)),
+    "C3-stem": ("NCHW", (1, 3, 16, 16), (16, 3, 7, 7), (3, 3), (3, 3), (2, 2), (1, 1)),
+    "C17": ("NCHW", (1, 17, 5, 5), (17, 17, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1)),
+    "C3-NHWC": ("NHWC", (2, 3, 6, 6), (16, 3, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1)),
+    "K3-dgrad": ("NCHW", (2, 16, 6, 6), (3, 16, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1)),
+    "depthwise": ("NCHW", (2, 16, 9, 8), (16, 1, 3, 3), (1, 1), (1, 1), (2, 1), (1, 1)),
+}
+
+
+# dgrad sums over K (the K3 case), fprop and wgrad over C (the others)
+PAIRS = [(c, d) for c in CASES for d in (("dgrad",) if c.startswith("K") else
+                                         ("fprop", "dgrad", "wgrad") if c == "depthwise" else
+                                         ("fprop", "wgrad"))]
+
+
+@pytest.mark.parametrize("case,direction", PAIRS)
+def test_bf16_odd_channels_keep_inf_on_every_candidate(device, case, direction):
+    require(ONEDNN)
+    from hipdnn_async.providers.cpu.onednn._conv import Conv
+    layout, xd, wd = CASES[case][:3]
+    shape = xd if direction != "dgrad" else ref.conv_out_dims(xd, wd, *CASES[case][3:])
+    values = np.random.default_rng(3).uniform(-1, 1, shape)
+    values[0, -1, 2, 2] = np.inf                  # the last (odd) channel
+    values[-1, -1, 1, 3] = -np.inf
+    hs = []
+    with np.errstate(invalid="ignore"):           # the reference's inf - inf is NaN
+        plan, got, want, limits = run_blocked(device, direction, "bfloat16", CASES[case],
+                                              3, values, harness=hs)
+    assert np.isinf(want).any()
+    match = plan._pplan.match
+    pack = {role: hs[0].pack[t.name] for role, t in match.tensors.items() if not t.is_virtual}
+    out_role = {"fprop": "y", "dgrad": "x", "wgrad": "w"}[direction]
+    conv = Conv(match)
+    out_role = getattr(conv.roles, out_role)
+    names = []
+    for cand in conv.candidates():
+        _, pd, _, variant = conv.impls[cand.id]
+        program, spec = conv.program(pd, variant=variant)
+        pack[out_role][...] = 0
+        ws = np.empty(program.workspace_size, np.uint8) if program.workspace_size else None
+        program.run(tuple(pack[r] for r in spec.roles), ws)
+        program.close()
+        got_c = np.asarray(pack[out_role], np.float64)
+        extra = np.isnan(got_c) & ~np.isnan(want)
+        names.append((cand.name, int(extra.sum())))
+    assert names and not any(n for _, n in names), (
+        f"default {plan.algorithm}; (candidate, NaNs where the reference has none): {names}")
