@@ -145,7 +145,10 @@ def _trace(args) -> int:
           f"{sum(1 for e in events if e.get('ph') == 's')} flows"
           + (f", overlap {other['overlap']:.1%}" if "overlap" in other else "")
           + ("" if not problems else f"; {len(problems)} format problems"))
-    if args.png:
+    if args.png and problems:
+        print(f"hipdnn-async trace: {args.file}: not drawn (fix the format problems first)",
+              file=sys.stderr)
+    elif args.png:
         try:
             draw_timeline(trace, args.png)
         except ImportError:

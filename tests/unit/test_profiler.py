@@ -311,6 +311,12 @@ def test_trace_command_checks_and_draws(tmp_path, rng, capsys):
                                 "tid": 1}]))
     assert main(["trace", str(bad)]) == 1
     assert "dur >= 0" in capsys.readouterr().err
+    # a rejected trace is reported, not drawn (an event without pid/tid crashed the drawing)
+    nopid = tmp_path / "nopid.json"
+    nopid.write_text(json.dumps({"traceEvents": [{"ph": "X", "ts": 1}]}))
+    assert main(["trace", str(nopid), "--png", str(tmp_path / "nopid.png")]) == 1
+    err = capsys.readouterr().err
+    assert "pid" in err and "not drawn" in err and not (tmp_path / "nopid.png").exists()
     (tmp_path / "not.json").write_text("{")
     assert main(["trace", str(tmp_path / "not.json")]) == 1
     assert "cannot read a JSON trace" in capsys.readouterr().err
