@@ -9,6 +9,7 @@ from typing import Mapping
 import numpy as np
 
 from .._errors import ExecutionError, VariantPackError
+from .._layout import stride_order
 from .._types import numpy_dtype
 
 __all__ = ["Request", "check_request", "fail", "split_request"]
@@ -65,6 +66,19 @@ def fail(req: Request, err: BaseException, wake) -> None:
         wake(req.waiter)
 
 
+def _memory_order_hint(t, arr) -> str:
+    """For an array in the tensor's memory order (e.g. (N, H, W, C) for NHWC): how to
+    pass its logical view, which requests take (as ``plan.execute``'s logical form)."""
+    order = stride_order(tuple(t.dims), tuple(t.strides))
+    if order[0] != 0 or order == tuple(range(len(order))) or arr.ndim != len(order):
+        return ""
+    if tuple(arr.shape[1:]) != tuple(t.dims[d] for d in order[1:]):
+        return ""
+    inverse = tuple(order.index(d) for d in range(len(order)))
+    return (f" (an array in memory order; requests are logical views: pass "
+            f"arr.transpose{inverse})")
+
+
 def _checked_array(name, t, value, n: int | None) -> np.ndarray:
     """`value` of input `name` (tensor `t`) as an array of its dims past N and its dtype."""
     if isinstance(value, np.ma.MaskedArray):   # the mask would be ignored
@@ -76,7 +90,7 @@ def _checked_array(name, t, value, n: int | None) -> np.ndarray:
     if arr.ndim != len(t.dims) or tuple(arr.shape[1:]) != want or arr.shape[0] < 1:
         raise VariantPackError(f"DynamicBatcher: tensor {name!r} needs shape "
                                f"(N, {', '.join(map(str, want))}) with N >= 1; "
-                               f"got {arr.shape}")
+                               f"got {arr.shape}" + _memory_order_hint(t, arr))
     if n is not None and arr.shape[0] != n:
         raise VariantPackError(f"DynamicBatcher: tensor {name!r} has {arr.shape[0]} "
                                f"rows; the request's other inputs have {n}")

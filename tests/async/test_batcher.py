@@ -57,8 +57,8 @@ def cbr_graph(n: int = 1, layout: str = "NCHW") -> hd.Graph:
     return g
 
 
-def ref_cbr(x, w, b) -> np.ndarray:
-    """float64 conv (cross-correlation, pad 1, stride 1) + bias + ReLU."""
+def ref_cbr(x, w, b, relu=True) -> np.ndarray:
+    """float64 conv (cross-correlation, pad 1, stride 1) + bias + ReLU (``relu``)."""
     x, w, b = (np.asarray(a, np.float64) for a in (x, w, b))
     n, _, h, wd = x.shape
     k, _, r, s = w.shape
@@ -67,7 +67,8 @@ def ref_cbr(x, w, b) -> np.ndarray:
     for i in range(r):
         for j in range(s):
             y += np.einsum("nchw,kc->nkhw", xp[:, :, i:i + h, j:j + wd], w[:, :, i, j])
-    return np.maximum(y + b.reshape(1, k, 1, 1), 0.0)
+    y = y + b.reshape(1, k, 1, 1)
+    return np.maximum(y, 0.0) if relu else y
 
 
 def weights(seed: int = 0):
@@ -588,3 +589,26 @@ async def test_warmup_refuses_bad_sizes_before_building_anything():
             assert batcher.metrics()["plans_built"] == 0      # nothing was built
             await batcher.warmup([np.int64(3)])
             assert batcher.metrics()["plans_built"] == 1
+
+
+async def test_a_memory_order_request_is_refused_with_its_logical_view():
+    """An NHWC batcher's request in memory order (N, H, W, C) is refused (requests are
+    logical views), with the transpose that gives the logical view; that view is served
+    and matches the float64 reference."""
+    rng = np.random.default_rng(5)
+    g = hd.Graph(name="nhwc_layer")
+    x = g.tensor(dims=(4, 3, 6, 5), layout="NHWC", name="x")
+    w = g.tensor(dims=(8, 3, 3, 3), layout="NHWC", name="w")
+    g.conv_fprop(x, w, padding=1).set_output(True).set_name("y")
+    wv = rng.standard_normal((8, 3, 3, 3)).astype(np.float32)
+    w_nhwc = np.ascontiguousarray(wv.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    m = rng.standard_normal((2, 6, 5, 3)).astype(np.float32)      # (N, H, W, C) memory
+    async with hd.Device("cpu") as dev:
+        async with hd.DynamicBatcher(dev, g, inputs=["x"], outputs=["y"],
+                                     constants={"w": w_nhwc}, max_batch_size=4) as batcher:
+            with pytest.raises(VariantPackError, match=r"'x' needs shape \(N, 3, 6, 5\).*"
+                                                       r"memory order.*arr\.transpose\(0, 3, 1, 2\)"):
+                await batcher(m)
+            got = await batcher(m.transpose(0, 3, 1, 2))
+    want = ref_cbr(m.transpose(0, 3, 1, 2), wv, np.zeros(8), relu=False)
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
