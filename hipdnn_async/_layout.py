@@ -129,9 +129,8 @@ def wrong_strides_message(label: str, dims: tuple, want: tuple, got: tuple, *,
     physical = tuple(dims[a] for a in order)
     inverse = tuple(sorted(range(rank), key=lambda i: order[i]))
     names = "" if letters is None else "(" + ", ".join(letters[a] for a in order) + ") = "
-    to_memory = ""
-    if order != tuple(range(rank)):
-        to_memory = (f" (np.ascontiguousarray(a.transpose{order}) of data a in logical "
-                     "order)")
+    if order == tuple(range(rank)):      # a plain layout: its logical view is m itself
+        return f"{head}: pass an array of shape {names}{physical} in C order (np.ascontiguousarray)"
+    to_memory = f" (np.ascontiguousarray(a.transpose{order}) of data a in logical order)"
     return (f"{head}: pass an array m of shape {names}{physical} in C order{to_memory}, or "
             f"its logical view {view_hint.format(inv=inverse)}")

@@ -65,3 +65,11 @@ def test_non_packed_strides_ask_for_that_view_or_a_flat_buffer_of_the_extent():
     msg = wrong_strides_message("t", (2, 3, 4, 5), (80, 1, 20, 4), (60, 20, 5, 1))
     assert "non-packed NHWC-ordered" in msg
     assert "flat 1-D buffer of at least 159 elements" in msg     # 1 + 80 + 2 + 60 + 16
+
+
+def test_a_plain_layout_message_offers_no_identity_transpose():
+    """An NCHW tensor given a buffer with other strides: the message asks for a C-order
+    array of the logical shape, not for a no-op ``m.transpose(0, 1, 2, 3)``."""
+    msg = wrong_strides_message("t", (2, 3, 4, 5), (60, 20, 5, 1), (60, 1, 15, 3))
+    assert "t is NCHW" in msg and "(N, C, H, W) = (2, 3, 4, 5) in C order" in msg
+    assert "transpose" not in msg
