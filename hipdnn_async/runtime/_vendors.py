@@ -12,6 +12,7 @@ version) and logged.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import warnings
 from dataclasses import dataclass
@@ -254,11 +255,15 @@ def _load_onednn() -> OnednnState:
                                   f"{_HOST.dnn_module}) is not built into this release")
     record, tried = load_first(ONEDNN, _onednn.load)
     if record is None:
+        # the user's own path is the only one tried: fixing it is the advice, not a wheel
+        advice = (f"fix or unset {ONEDNN.env} (it names the library to load)"
+                  if os.environ.get(ONEDNN.env) else
+                  "install it with `pip install onednn-cpu-gomp==2023.2.0` (Linux x86-64) "
+                  f"or point {ONEDNN.env} at a libdnnl.so.3")
         return OnednnState(False, (
             f"no {ONEDNN.title} ({soname_list(ONEDNN)}) loads; tried: "
-            + ("; ".join(tried) or "nothing")
-            + ". Install it with `pip install onednn-cpu-gomp==2023.2.0` (Linux x86-64) or "
-            f"point {ONEDNN.env} at a libdnnl.so.3"), tried=tuple(tried))
+            + ("; ".join(tried) or "nothing") + ". " + advice[0].upper() + advice[1:]),
+            tried=tuple(tried))
     return OnednnState(True, record=record, version=_onednn.version(),
                        isa=_onednn.isa_name(_onednn.effective_isa()),
                        threads=_onednn.max_threads(), tried=tuple(tried))

@@ -530,6 +530,9 @@ def test_fallback_when_the_library_path_is_missing(tmp_path):
     info = json.loads(subprocess.run([sys.executable, "-m", "hipdnn_async", "info"], env=env,
                                      check=True, capture_output=True, text=True).stdout)
     assert info["cpu"]["onednn"] is False and missing in info["cpu"]["reason"]
+    # the advice is to fix the variable (the installed wheel is not tried for it)
+    assert "unset HIPDNN_ASYNC_ONEDNN" in info["cpu"]["reason"]
+    assert "pip install" not in info["cpu"]["reason"]
 
 
 def test_info_shows_the_library():
