@@ -383,7 +383,9 @@ cdef class StreamLock:
         return False
 
     cdef inline void acquire_wait(self) noexcept:
-        # uncontended: no GIL round trip; contended: other threads run meanwhile
+        # uncontended: no GIL round trip; contended: other threads run meanwhile. Not
+        # interruptible (the core's sections are short, and a KeyboardInterrupt here
+        # would leave a submission half made)
         if not PyThread_acquire_lock(self._lock, NOWAIT_LOCK):
             with nogil:
                 PyThread_acquire_lock(self._lock, WAIT_LOCK)
@@ -422,9 +424,6 @@ cdef class StreamLock:
         OverflowError
             ``timeout`` exceeds ``threading.TIMEOUT_MAX``.
         """
-        cdef long long us
-        cdef double deadline = 0.0
-        cdef PyLockStatus r
         if not blocking:
             if timeout != -1:
                 raise ValueError("can't specify a timeout for a non-blocking call")
@@ -433,10 +432,15 @@ cdef class StreamLock:
             raise ValueError("timeout value must be a non-negative number")
         if timeout > _TIMEOUT_MAX:
             raise OverflowError("timeout value is too large")
-        if self.try_acquire():
-            return True
-        if timeout >= 0:
-            deadline = _now() + timeout
+        return self.try_acquire() or self.wait_for(timeout) == 1
+
+    cdef int wait_for(self, double timeout) except -1:
+        # 1: taken within ``timeout`` seconds (< 0: no limit), 0: not; the GIL released
+        # while waiting, and a signal's handler run (its exception raised) as
+        # threading.Lock's wait does
+        cdef long long us
+        cdef double deadline = _now() + timeout if timeout >= 0 else 0.0
+        cdef PyLockStatus r
         while True:
             us = -1 if timeout < 0 else <long long>((deadline - _now()) * 1e6)
             if timeout >= 0 and us < 0:
@@ -445,9 +449,9 @@ cdef class StreamLock:
                 r = PyThread_acquire_lock_timed(self._lock, us, 1)
             if r == PY_LOCK_ACQUIRED:
                 self._locked = True
-                return True
+                return 1
             if r == PY_LOCK_FAILURE:
-                return False
+                return 0
             PyErr_CheckSignals()        # interrupted (EINTR): run the handlers, wait on
             if timeout >= 0 and _now() >= deadline:
                 return self.try_acquire()
@@ -469,7 +473,8 @@ cdef class StreamLock:
         return self._locked
 
     def __enter__(self):
-        self.acquire_wait()
+        if not self.try_acquire():
+            self.wait_for(-1)
         return True
 
     def __exit__(self, *exc):

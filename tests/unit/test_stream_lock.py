@@ -1,6 +1,7 @@
 """``queues._core.StreamLock``, a host stream's lock: ``threading.Lock``'s protocol
 (mutual exclusion, non-blocking and timed acquires, release errors), the GIL released
 while it waits, and the submission path taking it without a Python call."""
+import signal
 import threading
 import time
 
@@ -109,6 +110,36 @@ def test_a_thread_waiting_for_the_lock_lets_other_threads_run(how):
     assert got.wait(10)
     t.join(10)
     assert not lock.locked()
+
+
+class Interrupted(Exception):
+    pass
+
+
+def _interrupt(signum, frame):
+    raise Interrupted
+
+
+@pytest.mark.parametrize("how", ["acquire", "timeout", "with"])
+def test_a_signal_handler_error_ends_a_wait_as_with_threading_lock(how):
+    lock = _core.StreamLock()
+    lock.acquire()
+    old = signal.signal(signal.SIGALRM, _interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.05)
+        t0 = time.perf_counter()
+        with pytest.raises(Interrupted):
+            if how == "with":
+                with lock:
+                    pass
+            else:
+                lock.acquire(timeout=30 if how == "timeout" else -1)
+        assert time.perf_counter() - t0 < 10
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert lock.locked()                            # still the first holder's
+    lock.release()
 
 
 class CountingLock(_core.StreamLock):
