@@ -10,6 +10,9 @@ the H200 a one-plan ``step.submit`` went from 6.9 to 3.3 µs, against PyTorch co
 launches of 19.6 / 21.0 µs on those machines; with ``--runtime fake`` on a 2-core CPU,
 interleaved runs, "ours only" rows: 1.46 -> 1.13 µs, ``plan.submit`` 3.14 -> 2.90 µs).
 Waiting, retiring, parking and metrics stay in Python, in those classes.
+A host stream's lock is a :class:`StreamLock`, which the submission path takes with C
+calls (no attribute lookup, no Python call); a GPU backend's own lock is called as
+``threading.Lock``.
 
 Timestamps (``submitted_at``, ``started_at``) are ``time.perf_counter()`` seconds: on Linux
 that clock is ``CLOCK_MONOTONIC`` (PEP 418), read here with ``clock_gettime``.
@@ -17,6 +20,10 @@ that clock is ``CLOCK_MONOTONIC`` (PEP 418), read here with ``clock_gettime``.
 from cpython.dict cimport PyDict_Values
 from cpython.object cimport PyObject, PyTypeObject
 from cpython.tuple cimport PyTuple_GET_SIZE
+from cpython.exc cimport PyErr_CheckSignals
+from cpython.pythread cimport (NOWAIT_LOCK, PY_LOCK_ACQUIRED, PY_LOCK_FAILURE, WAIT_LOCK,
+                               PyLockStatus, PyThread_acquire_lock, PyThread_allocate_lock,
+                               PyThread_free_lock, PyThread_release_lock, PyThread_type_lock)
 from ..runtime._binding cimport Binding, BindingCache
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
@@ -24,8 +31,14 @@ from .._errors import DeviceError as _DeviceError
 from .._errors import HipdnnError as _HipdnnError
 from ..runtime._launch_state cimport launch_enter, launch_exit
 from ._metrics import FOLD_AT as _FOLD_AT
+from _thread import TIMEOUT_MAX as _THREAD_TIMEOUT_MAX
 
-__all__ = ["CompletionCore", "StreamCore", "LaunchCore", "HostLaunchCore", "ExecTimer", "Batch",
+cdef extern from "pythread.h":
+    # absent from Cython's cpython/pythread.pxd; microseconds, -1: no limit
+    PyLockStatus PyThread_acquire_lock_timed(PyThread_type_lock lock, long long microseconds,
+                                             int intr_flag) nogil
+
+__all__ = ["CompletionCore", "StreamCore", "StreamLock", "LaunchCore", "HostLaunchCore", "ExecTimer", "Batch",
            "PlanLaunch",
            "Named", "submit_now", "run_inline", "run_host", "least_loaded", "perf_counter", "EVENT_EVERY", "PENDING",
            "RUNNING", "DONE"]
@@ -37,6 +50,7 @@ EVENT_EVERY = 16
 cdef Py_ssize_t _EVENT_EVERY = EVENT_EVERY
 cdef tuple _NO_ARGS = ()
 cdef Py_ssize_t _FOLD = _FOLD_AT
+cdef double _TIMEOUT_MAX = _THREAD_TIMEOUT_MAX
 
 
 cdef inline double _now() noexcept nogil:
@@ -350,6 +364,126 @@ cdef class HostLaunchCore:
             entry = None    # hold nothing (keepalive, the stream) while idle
 
 
+cdef class StreamLock:
+    """A stream's lock: ``threading.Lock``'s protocol, and C methods the submission path
+    here calls without a Python call (``Stream`` makes one per host stream).
+
+    The C methods try the lock first and, only when it is held, wait for it with the GIL
+    released, so a contended stream never stops other Python threads. As
+    ``threading.Lock``, it is not reentrant and any thread may release it.
+    """
+
+    cdef PyThread_type_lock _lock
+    cdef bint _locked
+
+    cdef inline bint try_acquire(self) noexcept:
+        if PyThread_acquire_lock(self._lock, NOWAIT_LOCK):
+            self._locked = True
+            return True
+        return False
+
+    cdef inline void acquire_wait(self) noexcept:
+        # uncontended: no GIL round trip; contended: other threads run meanwhile. Not
+        # interruptible (the core's sections are short, and a KeyboardInterrupt here
+        # would leave a submission half made)
+        if not PyThread_acquire_lock(self._lock, NOWAIT_LOCK):
+            with nogil:
+                PyThread_acquire_lock(self._lock, WAIT_LOCK)
+        self._locked = True
+
+    cdef inline void release_held(self) noexcept:
+        self._locked = False
+        PyThread_release_lock(self._lock)
+
+    def __cinit__(self):
+        self._lock = PyThread_allocate_lock()
+        if self._lock == NULL:
+            raise MemoryError("StreamLock: cannot allocate a lock")
+
+    def __dealloc__(self):
+        if self._lock != NULL:
+            if self._locked:            # freeing a held lock is undefined (CPython's too)
+                PyThread_release_lock(self._lock)
+            PyThread_free_lock(self._lock)
+
+    def acquire(self, bint blocking=True, double timeout=-1):
+        """Take the lock; True when taken, False when not within ``timeout``.
+
+        Parameters
+        ----------
+        blocking : bool
+            False: return at once (``timeout`` must then be -1).
+        timeout : float
+            Seconds to wait at most; -1: no limit.
+
+        Raises
+        ------
+        ValueError
+            ``timeout`` is negative and not -1, or given with ``blocking`` False
+            (``threading.Lock.acquire``'s rules).
+        OverflowError
+            ``timeout`` exceeds ``threading.TIMEOUT_MAX``.
+        """
+        if not blocking:
+            if timeout != -1:
+                raise ValueError("can't specify a timeout for a non-blocking call")
+            return self.try_acquire()
+        if timeout < 0 and timeout != -1:
+            raise ValueError("timeout value must be a non-negative number")
+        if timeout > _TIMEOUT_MAX:
+            raise OverflowError("timeout value is too large")
+        return self.try_acquire() or self.wait_for(timeout) == 1
+
+    cdef int wait_for(self, double timeout) except -1:
+        # 1: taken within ``timeout`` seconds (< 0: no limit), 0: not; the GIL released
+        # while waiting, and a signal's handler run (its exception raised) as
+        # threading.Lock's wait does
+        cdef long long us
+        cdef double deadline = _now() + timeout if timeout >= 0 else 0.0
+        cdef PyLockStatus r
+        while True:
+            us = -1 if timeout < 0 else <long long>((deadline - _now()) * 1e6)
+            if timeout >= 0 and us < 0:
+                us = 0
+            with nogil:
+                r = PyThread_acquire_lock_timed(self._lock, us, 1)
+            if r == PY_LOCK_ACQUIRED:
+                self._locked = True
+                return 1
+            if r == PY_LOCK_FAILURE:
+                return 0
+            PyErr_CheckSignals()        # interrupted (EINTR): run the handlers, wait on
+            if timeout >= 0 and _now() >= deadline:
+                return self.try_acquire()
+
+    def release(self):
+        """Release the lock (whichever thread took it).
+
+        Raises
+        ------
+        RuntimeError
+            The lock is not held.
+        """
+        if not self._locked:
+            raise RuntimeError("release unlocked lock")
+        self.release_held()
+
+    def locked(self):
+        """True while some thread holds the lock."""
+        return self._locked
+
+    def __enter__(self):
+        if not self.try_acquire():
+            self.wait_for(-1)
+        return True
+
+    def __exit__(self, *exc):
+        self.release()
+
+    def __repr__(self):
+        return f"<{'locked' if self._locked else 'unlocked'} StreamLock at {id(self):#x}>"
+
+
 cdef class StreamCore:
     """Submission fields of a stream (``queues.Stream`` derives from this and documents
     them): its backend, lock, in-flight items, host-side line, counters."""
@@ -385,7 +519,11 @@ cdef class StreamCore:
         if limit >= 0 and len(inflight) >= limit:
             backend.poll()              # completed items free their slots first
         lock = self._lock
-        lock.acquire()
+        cdef StreamLock own = lock if isinstance(lock, StreamLock) else None
+        if own is not None:
+            own.acquire_wait()
+        else:
+            lock.acquire()
         try:
             if self._closed:
                 raise _DeviceError(f"stream '{self.name}': {item.describe()} submitted "
@@ -421,7 +559,10 @@ cdef class StreamCore:
                             item.stream = None
                         raise
         finally:
-            lock.release()
+            if own is not None:
+                own.release_held()
+            else:
+                lock.release()
         if (gpu.poll_due if gpu is not None else backend.poll_due):
             backend.poll()              # outside the lock: finishing items takes it
         return None
@@ -471,7 +612,11 @@ cdef object _run_inline(type item_type, StreamCore stream, fn, keepalive, label,
     cdef PyTypeObject* t = <PyTypeObject*>item_type
     cdef CompletionCore item
     cdef double started, finished
-    lock.acquire()
+    cdef StreamLock own = lock if isinstance(lock, StreamLock) else None
+    if own is not None:
+        own.acquire_wait()
+    else:
+        lock.acquire()
     try:
         if stream._closed:
             raise _DeviceError(f"stream '{stream.name}': {label or 'work item'} submitted "
@@ -488,7 +633,10 @@ cdef object _run_inline(type item_type, StreamCore stream, fn, keepalive, label,
         inflight.append(item)
         host._inline = True
     finally:
-        lock.release()
+        if own is not None:
+            own.release_held()
+        else:
+            lock.release()
     try:
         if recorder is not None:
             recorder.attach(item)
@@ -499,7 +647,10 @@ cdef object _run_inline(type item_type, StreamCore stream, fn, keepalive, label,
         started = <double>item.started_at if item.started_at is not None else finished
         if timer is not None and item._error is None:
             timer.observe(finished - started)
-        lock.acquire()
+        if own is not None:
+            own.acquire_wait()
+        else:
+            lock.acquire()
         try:
             try:
                 head = inflight.popleft()       # the first: the stream was idle
@@ -523,7 +674,10 @@ cdef object _run_inline(type item_type, StreamCore stream, fn, keepalive, label,
                     for entry in held:
                         put(entry)
         finally:
-            lock.release()
+            if own is not None:
+                own.release_held()
+            else:
+                lock.release()
         item.publish_stored()
     return item
 

@@ -92,6 +92,21 @@ class HostLaunchCore:
     def work(self, _stop: object) -> None:
         """The worker's loop: run items in order until ``_stop`` comes."""
 
+class StreamLock:
+    """A host stream's lock: ``threading.Lock``'s protocol; the submission path takes it
+    with C calls, waiting with the GIL released."""
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        """Take the lock; False when not taken within ``timeout`` seconds (-1: no limit)."""
+    def release(self) -> None:
+        """Release the lock; RuntimeError when it is not held."""
+    def locked(self) -> bool:
+        """True while some thread holds the lock."""
+    def __enter__(self) -> bool:
+        """Take the lock."""
+    def __exit__(self, *exc: Any) -> None:
+        """Release the lock."""
+
 class StreamCore:
     """Submission fields of a stream (``queues.Stream`` derives from this)."""
 

@@ -262,7 +262,8 @@ class Stream(_core.StreamCore):
         self.name = name
         self._backend = backend if backend is not None else CpuStreamBackend(name)
         lock = self._backend.lock
-        self._lock = lock if lock is not None else threading.Lock()
+        # a host stream's own lock: the submission path takes it without a Python call
+        self._lock = lock if lock is not None else _core.StreamLock()
         self._inflight: collections.deque = collections.deque()
         # Host-side line in front of the bounded stream, in submission order: work items
         # submitted with park=True beyond the in-flight limit, and the event records /
