@@ -317,3 +317,37 @@ def test_a_device_array_binds_by_its_view():
         assert c.get({"x": a}, None) is first
         a.view = np.zeros((2, 3), np.float32)    # another view object: bound anew
         assert c.get({"x": a}, None) is not first and r.binds == 2
+
+
+def _peak_bytes_of(fn, vp, n=1000) -> int:
+    """Bytes above the start that Python allocated at the peak of ``n`` calls ``fn(vp,
+    None)`` (tracemalloc; ``itertools.repeat`` so the loop itself allocates nothing)."""
+    import itertools
+    import tracemalloc
+    tracemalloc.start()
+    try:
+        start, _ = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        for _ in itertools.repeat(None, n):
+            fn(vp, None)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return peak - start
+
+
+def test_a_cache_hit_allocates_nothing_in_python():
+    """A binding-cache hit (the same NumPy arrays, unchanged) allocates no Python memory,
+    not even transiently: tracemalloc's peak over 1000 lookups is that of 1000 calls of a
+    no-op (the measurement's own floor); a miss (the cache off) allocates."""
+    import numpy as np
+    r, c = host_cache()
+    vp = {"x": np.zeros((1, 8, 8, 8), np.float32), "w": np.zeros((8, 8, 1, 1), np.float32),
+          "y": np.zeros((1, 8, 8, 8), np.float32)}
+    first = c.get(vp, None)
+    floor = _peak_bytes_of(lambda vp, ws: None, vp)
+    assert _peak_bytes_of(c.lookup, vp) <= floor
+    assert c.lookup(vp, None) is first and r.binds == 1
+    r_off = Recorder()
+    off = BindingCache(r_off.bind, r_off.make_fn, enabled=False, host=True)
+    assert _peak_bytes_of(off.lookup, vp) > floor and r_off.binds == 1000
