@@ -484,6 +484,23 @@ cdef class StreamLock:
         return f"<{'locked' if self._locked else 'unlocked'} StreamLock at {id(self):#x}>"
 
 
+cdef inline void _take(StreamLock own, lock) except *:
+    """Acquire a stream's lock: C calls for a ``StreamLock`` (``own``), else the GPU
+    backend's ``threading.Lock`` by its method."""
+    if own is not None:
+        own.acquire_wait()
+    else:
+        lock.acquire()
+
+
+cdef inline void _give(StreamLock own, lock) except *:
+    """Release what ``_take`` acquired."""
+    if own is not None:
+        own.release_held()
+    else:
+        lock.release()
+
+
 cdef class StreamCore:
     """Submission fields of a stream (``queues.Stream`` derives from this and documents
     them): its backend, lock, in-flight items, host-side line, counters."""
@@ -520,10 +537,7 @@ cdef class StreamCore:
             backend.poll()              # completed items free their slots first
         lock = self._lock
         cdef StreamLock own = lock if isinstance(lock, StreamLock) else None
-        if own is not None:
-            own.acquire_wait()
-        else:
-            lock.acquire()
+        _take(own, lock)
         try:
             if self._closed:
                 raise _DeviceError(f"stream '{self.name}': {item.describe()} submitted "
@@ -559,10 +573,7 @@ cdef class StreamCore:
                             item.stream = None
                         raise
         finally:
-            if own is not None:
-                own.release_held()
-            else:
-                lock.release()
+            _give(own, lock)
         if (gpu.poll_due if gpu is not None else backend.poll_due):
             backend.poll()              # outside the lock: finishing items takes it
         return None
@@ -613,10 +624,7 @@ cdef object _run_inline(type item_type, StreamCore stream, fn, keepalive, label,
     cdef CompletionCore item
     cdef double started, finished
     cdef StreamLock own = lock if isinstance(lock, StreamLock) else None
-    if own is not None:
-        own.acquire_wait()
-    else:
-        lock.acquire()
+    _take(own, lock)
     try:
         if stream._closed:
             raise _DeviceError(f"stream '{stream.name}': {label or 'work item'} submitted "
@@ -633,10 +641,7 @@ cdef object _run_inline(type item_type, StreamCore stream, fn, keepalive, label,
         inflight.append(item)
         host._inline = True
     finally:
-        if own is not None:
-            own.release_held()
-        else:
-            lock.release()
+        _give(own, lock)
     try:
         if recorder is not None:
             recorder.attach(item)
@@ -647,10 +652,7 @@ cdef object _run_inline(type item_type, StreamCore stream, fn, keepalive, label,
         started = <double>item.started_at if item.started_at is not None else finished
         if timer is not None and item._error is None:
             timer.observe(finished - started)
-        if own is not None:
-            own.acquire_wait()
-        else:
-            lock.acquire()
+        _take(own, lock)
         try:
             try:
                 head = inflight.popleft()       # the first: the stream was idle
@@ -674,10 +676,7 @@ cdef object _run_inline(type item_type, StreamCore stream, fn, keepalive, label,
                     for entry in held:
                         put(entry)
         finally:
-            if own is not None:
-                own.release_held()
-            else:
-                lock.release()
+            _give(own, lock)
         item.publish_stored()
     return item
 

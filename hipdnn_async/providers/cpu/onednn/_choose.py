@@ -26,6 +26,18 @@ _BENCH_RUNS = 5
 _BENCH_BUDGET_S = 0.5
 
 
+def _best_ms(run) -> float:
+    """The fastest of up to ``_BENCH_RUNS`` timed calls of ``run`` within
+    ``_BENCH_BUDGET_S``, after one warm-up call (ms)."""
+    run()
+    runs, start = [], time.perf_counter()
+    while len(runs) < _BENCH_RUNS and time.perf_counter() - start < _BENCH_BUDGET_S:
+        t0 = time.perf_counter()
+        run()
+        runs.append((time.perf_counter() - t0) * 1e3)
+    return min(runs)
+
+
 def scratch_array(tensor) -> np.ndarray:
     """U(-1, 1) values with the tensor's dims and strides (for timing runs)."""
     from ....runtime import DeviceArray
@@ -50,13 +62,7 @@ def benchmark_conv(conv: Conv, fitting):
         program, spec = conv.program(pd, variant=variant)
         ws = np.empty(program.workspace_size, np.uint8) if program.workspace_size else None
         args = tuple(arrays[r] for r in spec.roles)
-        program.run(args, ws)                                   # warm-up
-        runs, start = [], time.perf_counter()
-        while len(runs) < _BENCH_RUNS and time.perf_counter() - start < _BENCH_BUDGET_S:
-            t0 = time.perf_counter()
-            program.run(args, ws)
-            runs.append((time.perf_counter() - t0) * 1e3)
-        times.append(min(runs))
+        times.append(_best_ms(lambda: program.run(args, ws)))
         log.info("benchmark %s: %s %.3f ms", conv.direction, cand.name, times[-1])
         program.close()
     best = _tuning.fastest(times)
@@ -83,13 +89,7 @@ def benchmark_bn(bn: Bn, fitting):
         spec, _, hooks = bn.build(cand)
         plan = OnednnPlan(bn.match, spec.program(), spec, cand.name, hooks=hooks)
         ws = np.empty(plan.workspace_size, np.uint8) if plan.workspace_size else None
-        plan.run(arrays, ws)                                    # warm-up
-        runs, start = [], time.perf_counter()
-        while len(runs) < _BENCH_RUNS and time.perf_counter() - start < _BENCH_BUDGET_S:
-            t0 = time.perf_counter()
-            plan.run(arrays, ws)
-            runs.append((time.perf_counter() - t0) * 1e3)
-        times.append(min(runs))
+        times.append(_best_ms(lambda: plan.run(arrays, ws)))
         log.info("benchmark batchnorm: %s %.3f ms", cand.name, times[-1])
         plan.program.close()
     best = _tuning.fastest(times)
