@@ -32,10 +32,12 @@ arithmetic rounded once to float32, one loop over C instead of a dozen NumPy cal
 Errors: shapes are checked by the Python layer; these functions raise only ``ValueError``
 for a mismatch they detect themselves.
 """
-from libc.math cimport sqrt
+from libc.math cimport INFINITY, sqrt
 from libc.stdint cimport int16_t, int32_t, uint16_t, uint32_t
 from cython cimport floating
 cimport numpy as cnp
+
+from hipdnn_async.runtime._onednn cimport run_on_team
 
 cnp.import_array()
 
@@ -52,6 +54,11 @@ __all__ = [
     "bn_training_statistics",
     "bn_inv_to_variance",
     "bn_inference_factor",
+    "bn_rows",
+    "BN_ROWS_TRAINING",
+    "BN_ROWS_INFERENCE",
+    "BN_ROWS_BACKWARD",
+    "bn_rows_isa",
 ]
 
 
@@ -597,3 +604,186 @@ def bn_inference_factor(const float[:] scale, const float[:] variance, double ep
         for c in range(C):
             factor[c] = <float>(scale[c] / sqrt(variance[c] + epsilon))
     return None
+
+
+# ----------------------------------------------------------------------------
+# Channels-first batchnorm rows (_bn_rows.h), on oneDNN's OpenMP team
+# ----------------------------------------------------------------------------
+
+cdef extern from "_bn_rows.h" nogil:
+    ctypedef struct hd_bn_job:
+        int op, kind, isa
+        Py_ssize_t N, C, S
+        const void* x
+        Py_ssize_t xn, xc
+        void* y
+        Py_ssize_t yn, yc
+        const void* dy
+        Py_ssize_t gn, gc
+        const float* scale
+        const float* bias
+        const float* mean
+        const float* var
+        const float* inv
+        float* mean_out
+        float* var_out
+        float* dscale
+        float* dbias
+        double eps
+        int act
+        float lo, hi
+    void hd_bn_team(void* data, int ithr, int nthr) noexcept
+    int hd_bn_rows_isa(int base)
+    int hd_bn_bf16_stores()
+    int HD_BN_TRAINING, HD_BN_INFERENCE, HD_BN_BACKWARD
+
+BN_ROWS_TRAINING, BN_ROWS_INFERENCE, BN_ROWS_BACKWARD = HD_BN_TRAINING, HD_BN_INFERENCE, HD_BN_BACKWARD
+
+
+def bn_rows_isa(str kind="float32") -> str:
+    """The rows ``bn_rows`` runs for elements of ``kind`` (a ``BIAS_RELU_KINDS`` name)
+    here: ``"avx512"`` (intrinsics; bfloat16 results rounded by VCVTNEPS2BF16, on CPUs with
+    AVX512_BF16), ``"avx512_auto"`` (the compiler's AVX-512 build of the portable rows) or
+    ``"baseline"``."""
+    k = BIAS_RELU_KINDS[kind]
+    isa = hd_bn_rows_isa(0)
+    if isa == 2 and (k == 2 or (k == 1 and not hd_bn_bf16_stores())):
+        isa = 1
+    return ("baseline", "avx512_auto", "avx512")[isa]
+
+
+cdef int _rows_of(cnp.ndarray a, object like, str role, Py_ssize_t itemsize,
+                  Py_ssize_t* rn, Py_ssize_t* rc) except -1:
+    """Element strides of ``a``'s N and C axes; its spatial axes must be one packed run."""
+    cdef int k, nd = a.ndim
+    cdef Py_ssize_t run = itemsize
+    shape = tuple([a.shape[k] for k in range(nd)])
+    if nd < 3 or (like is not None and shape != like):
+        raise ValueError(f"bn_rows: {role} has dims {shape}; need (N, C, spatial...)"
+                         + (f" equal to {like}" if like is not None else ""))
+    for k in range(nd - 1, 1, -1):
+        if a.shape[k] != 1 and a.strides[k] != run:
+            raise ValueError(f"bn_rows: {role}'s spatial elements are not one packed run "
+                             f"(strides {(<object>a).strides})")
+        run *= a.shape[k]
+    if a.strides[0] % itemsize or a.strides[1] % itemsize:
+        raise ValueError(f"bn_rows: {role}'s strides {(<object>a).strides} are not whole "
+                         "elements")
+    rn[0] = a.strides[0] // itemsize
+    rc[0] = a.strides[1] // itemsize
+    return 0
+
+
+cdef const float* _vec(const float[::1] v, Py_ssize_t c, str role) except? NULL:
+    if v is None:
+        return NULL
+    if v.shape[0] != c:
+        raise ValueError(f"bn_rows: {role} has {v.shape[0]} values; {c} channels")
+    return &v[0] if c else NULL
+
+
+def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=None,
+            const float[::1] scale=None, const float[::1] bias=None,
+            const float[::1] mean=None, const float[::1] variance=None,
+            const float[::1] inv_variance=None, float[::1] mean_out=None,
+            float[::1] variance_out=None, float[::1] dscale=None, float[::1] dbias=None,
+            double epsilon=0.0, bint act=False, double lower=0.0, double upper=INFINITY,
+            bint baseline=False):
+    """Batchnorm on channels-first activations, every pass of a channel on one thread of
+    oneDNN's OpenMP team (``runtime._onednn.run_on_team``), C rows of ``_bn_rows.h``.
+
+    Parameters
+    ----------
+    op : int
+        ``BN_ROWS_TRAINING``: batch statistics, then y; ``BN_ROWS_INFERENCE``: y from the
+        given statistics; ``BN_ROWS_BACKWARD``: dx (written to ``y``), dscale, dbias.
+    x, y, dy : ndarray
+        Activations of dims (N, C, spatial...) and one element type, ``kind``
+        (``BIAS_RELU_KINDS``: 0 float32, 1 bfloat16, 2 float16, 16-bit ones as raw bits),
+        the spatial elements of each (n, c) one packed run (NCHW, NCDHW), N and C strides
+        free; ``y`` (dx for backward) is written; ``dy`` for backward only.
+    scale, bias, mean, variance, inv_variance : float32 vectors of C values, contiguous
+        Training: scale, bias. Inference: scale, bias, mean, variance. Backward: scale,
+        mean, inv_variance (and bias with ``act``: the forward whose ReLU is undone).
+    mean_out, variance_out : float32 vectors, written (training)
+        The batch mean and the biased batch variance.
+    dscale, dbias : float32 vectors, written (backward)
+    epsilon : float
+        Added to the variance (training, inference).
+    act : bool
+        Forward: y = clamp(y, lower, upper) + 0.0 (RELU_FWD: NaN kept, no -0.0).
+        Backward: g = dy where lower < y_bn < upper, 0 elsewhere, NaN where y_bn is NaN
+        (RELU_BWD of ``y_bn = scale * (x - mean) * inv_variance + bias``).
+    baseline : bool
+        Run the rows built for the baseline ISA even where the AVX-512 ones run.
+
+    Returns
+    -------
+    int
+        The number of threads that ran it.
+
+    Notes
+    -----
+    Formulas (Ioffe and Szegedy, "Batch Normalization", ICML 2015, Algorithm 1 and the
+    backward pass of its section 3): ``mean = sum(x) / M`` and ``variance = sum((x -
+    mean)^2) / M`` over the M = N * spatial values of a channel (two passes; per-row sums of
+    float32 lanes added in float64); ``y = (x - mean) * (scale / sqrt(variance + epsilon))
+    + bias``; backward ``dbias = sum(g)``, ``dscale = inv_variance * sum(g * (x - mean))``,
+    ``dx = scale * inv_variance / M * (M g - dbias - (x - mean) * inv_variance * dscale)``.
+    Element arithmetic is float32 (y and dx rounded once to the element type).
+    """
+    cdef hd_bn_job j
+    cdef int n = 1
+    cdef Py_ssize_t itemsize = 4 if kind == 0 else 2
+    if not 0 <= kind <= 2:
+        raise ValueError(f"bn_rows: element kind {kind}; need 0, 1 or 2")
+    if op not in (HD_BN_TRAINING, HD_BN_INFERENCE, HD_BN_BACKWARD):
+        raise ValueError(f"bn_rows: op {op}")
+    for a, role in ((x, "x"), (y, "y"), (dy, "dy")):
+        if a is not None and a.itemsize != itemsize:
+            raise ValueError(f"bn_rows: {role} has {a.itemsize}-byte elements; kind {kind} "
+                             f"has {itemsize}")
+    if not y.flags.writeable:
+        raise ValueError("bn_rows: y is read-only")
+    shape = (<object>x).shape
+    _rows_of(x, None, "x", itemsize, &j.xn, &j.xc)
+    _rows_of(y, shape, "y", itemsize, &j.yn, &j.yc)
+    j.N, j.C = x.shape[0], x.shape[1]
+    j.S = x.size // (j.N * j.C) if j.N * j.C else 0
+    j.op, j.kind, j.isa = op, kind, hd_bn_rows_isa(baseline)
+    j.x, j.y = cnp.PyArray_DATA(x), cnp.PyArray_DATA(y)
+    j.dy = NULL
+    j.gn = j.gc = 0
+    j.scale = _vec(scale, j.C, "scale")
+    j.bias = _vec(bias, j.C, "bias")
+    j.mean = _vec(mean, j.C, "mean")
+    j.var = _vec(variance, j.C, "variance")
+    j.inv = _vec(inv_variance, j.C, "inv_variance")
+    j.mean_out = <float*>_vec(mean_out, j.C, "mean_out")
+    j.var_out = <float*>_vec(variance_out, j.C, "variance_out")
+    j.dscale = <float*>_vec(dscale, j.C, "dscale")
+    j.dbias = <float*>_vec(dbias, j.C, "dbias")
+    j.eps, j.act = epsilon, act
+    j.lo = _rounded(lower, kind) if op != HD_BN_BACKWARD else <float>lower
+    j.hi = _rounded(upper, kind) if op != HD_BN_BACKWARD else <float>upper
+    if op == HD_BN_TRAINING:
+        need = {"scale": scale, "bias": bias, "mean_out": mean_out, "variance_out": variance_out}
+    elif op == HD_BN_INFERENCE:
+        need = {"scale": scale, "bias": bias, "mean": mean, "variance": variance}
+    else:
+        if dy is None:
+            raise ValueError("bn_rows: backward needs dy")
+        _rows_of(dy, shape, "dy", itemsize, &j.gn, &j.gc)
+        j.dy = cnp.PyArray_DATA(dy)
+        need = {"scale": scale, "mean": mean, "inv_variance": inv_variance, "dscale": dscale,
+                "dbias": dbias}
+        if act:
+            need["bias"] = bias
+    missing = [r for r, v in need.items() if v is None]
+    if missing:
+        raise ValueError(f"bn_rows: op {op} needs {', '.join(missing)}")
+    if j.N * j.C * j.S == 0:
+        return 1
+    with nogil:
+        n = run_on_team(hd_bn_team, &j)
+    return n

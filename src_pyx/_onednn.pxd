@@ -9,10 +9,18 @@ from ._onednn_api cimport ExecArg, OnednnFns
 from ._loader cimport Library, LibraryTable
 
 
+# a share of host work: called as fn(data, i, n) on each thread i of n (``run_on_team``)
+ctypedef void (*team_fn)(void* data, int ithr, int nthr) noexcept nogil
+
+
 cdef class Onednn(LibraryTable):
     cdef OnednnFns f
     cdef void* engine                 # the CPU engine (index 0), created at load
-    cdef int (*omp_get_max_threads)() noexcept nogil   # from the library's OpenMP runtime; may be NULL
+    # from the library's OpenMP runtime (GNU libgomp); each may be NULL
+    cdef int (*omp_get_max_threads)() noexcept nogil
+    cdef int (*omp_get_thread_num)() noexcept nogil
+    cdef int (*omp_get_num_threads)() noexcept nogil
+    cdef void (*gomp_parallel)(void (*)(void*) noexcept nogil, void*, unsigned, unsigned) noexcept nogil
     cdef Library _omp                 # that runtime, kept open
 
     cdef int _check(self, int status, const char* call) except -1
@@ -52,3 +60,6 @@ cdef class Program:
     cdef list _keep                   # primitives, descriptors and owned buffers kept alive
 
     cdef int c_run(self, tuple arrays, char* workspace) except -1
+
+
+cdef int run_on_team(team_fn fn, void* data) noexcept nogil

@@ -256,17 +256,27 @@ cdef class Onednn(LibraryTable):
         # the OpenMP runtime libdnnl links (GNU libgomp, already loaded with it: opening its
         # soname again takes the same copy); absent for a TBB or sequential build
         try:
-            omp = Library("gomp", "libgomp.so.1", "system", "omp_")
+            omp = Library("gomp", "libgomp.so.1", "system", "")
         except _errors.LibraryError:
             omp = None
         self._omp = omp
-        self.omp_get_max_threads = (<int (*)() noexcept nogil>omp.sym("get_max_threads")
-                                    if omp is not None else NULL)
+        self.omp_get_max_threads = NULL
+        self.omp_get_thread_num = self.omp_get_num_threads = NULL
+        self.gomp_parallel = NULL
+        if omp is not None:
+            self.omp_get_max_threads = <int (*)() noexcept nogil>omp.sym("omp_get_max_threads")
+            self.omp_get_thread_num = <int (*)() noexcept nogil>omp.sym("omp_get_thread_num")
+            self.omp_get_num_threads = <int (*)() noexcept nogil>omp.sym("omp_get_num_threads")
+            # what ``#pragma omp parallel`` compiles to (libgomp's ABI since GCC 4.9)
+            self.gomp_parallel = <void (*)(void (*)(void*) noexcept nogil, void*, unsigned,
+                                           unsigned) noexcept nogil>omp.sym("GOMP_parallel")
         return 0
 
     cdef void _clear(self) noexcept:
         memset(&self.f, 0, sizeof(self.f))
         self.omp_get_max_threads = NULL
+        self.omp_get_thread_num = self.omp_get_num_threads = NULL
+        self.gomp_parallel = NULL
         self.engine = NULL
 
     cdef object _version(self):
@@ -307,6 +317,7 @@ TABLE = _T
 # process has run a primitive, a fork child refuses to run any (``fork_reason``).
 cdef bint _ran = False
 cdef object _forked = None
+cdef bint _fork_child = False         # _forked is set (a nogil-readable copy)
 
 # Asynchronous signals are blocked on a thread while it runs primitives: a signal handled
 # on that thread mid-primitive corrupted the heap (Ctrl-C 50 ms into a large conv_fprop
@@ -324,8 +335,9 @@ del _sig
 
 
 def _after_fork_in_child():
-    global _forked
+    global _forked, _fork_child
     if _ran and _forked is None:
+        _fork_child = True
         _forked = (f"oneDNN cannot run in a process forked (pid {os.getppid()} -> "
                    f"{os.getpid()}) after its parent ran oneDNN primitives: the OpenMP "
                    "thread pool does not survive fork; start worker processes with "
@@ -339,6 +351,43 @@ def fork_reason():
     """Why oneDNN may not run in this process (a fork child of a process that ran
     oneDNN primitives), or None."""
     return _forked
+
+
+cdef struct _TeamCall:
+    team_fn fn
+    void* data
+
+
+cdef void _team_entry(void* p) noexcept nogil:
+    cdef _TeamCall* t = <_TeamCall*>p
+    t.fn(t.data, _T.omp_get_thread_num(), _T.omp_get_num_threads())
+
+
+cdef int run_on_team(team_fn fn, void* data) noexcept nogil:
+    """Run ``fn(data, i, n)`` on each thread i of n of oneDNN's OpenMP team (the pool its
+    primitives run on), under the process-wide gate: host work of the CPU provider (its
+    batchnorm rows) takes the cores in turn with oneDNN programs instead of
+    oversubscribing them. Without that runtime (oneDNN not loaded, or a TBB or sequential
+    build) ``fn(data, 0, 1)`` runs on the calling thread. Returns the thread count."""
+    global _ran
+    cdef _TeamCall t
+    cdef sigset_t saved
+    cdef int n = 1
+    t.fn, t.data = fn, data
+    pthread_sigmask(SIG_BLOCK, &_async_signals, &saved)
+    pthread_mutex_lock(&_gate)
+    if (_T.gomp_parallel != NULL and _T.omp_get_thread_num != NULL
+            and _T.omp_get_num_threads != NULL and _T.omp_get_max_threads != NULL
+            and not _fork_child):
+        _ran = True
+        n = _T.omp_get_max_threads()
+        _T.gomp_parallel(_team_entry, &t, 0, 0)
+    else:
+        fn(data, 0, 1)
+    pthread_mutex_unlock(&_gate)
+    pthread_sigmask(SIG_SETMASK, &saved, NULL)
+    return n
+
 
 
 cdef inline int _need() except -1:

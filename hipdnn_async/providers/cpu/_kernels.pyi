@@ -62,3 +62,25 @@ def bn_inv_to_variance(inv_variance: np.ndarray, variance: np.ndarray) -> None:
 def bn_inference_factor(scale: np.ndarray, variance: np.ndarray, epsilon: float,
                         factor: np.ndarray) -> None:
     """factor = scale / sqrt(variance + epsilon) (float32 1-D vectors)."""
+
+BN_ROWS_TRAINING: int
+BN_ROWS_INFERENCE: int
+BN_ROWS_BACKWARD: int
+"""``op`` codes of :func:`bn_rows`."""
+
+def bn_rows(op: int, x: np.ndarray, y: np.ndarray, kind: int, *, dy: np.ndarray | None = None,
+            scale: np.ndarray | None = None, bias: np.ndarray | None = None,
+            mean: np.ndarray | None = None, variance: np.ndarray | None = None,
+            inv_variance: np.ndarray | None = None, mean_out: np.ndarray | None = None,
+            variance_out: np.ndarray | None = None, dscale: np.ndarray | None = None,
+            dbias: np.ndarray | None = None, epsilon: float = 0.0, act: bool = False,
+            lower: float = 0.0, upper: float = ..., baseline: bool = False) -> int:
+    """Batchnorm training / inference / backward on channels-first activations (dims (N,
+    C, spatial...), spatial elements one packed run; float32, bfloat16 or float16 by
+    ``kind``, 16-bit as raw bits), every pass of a channel on one thread of oneDNN's OpenMP
+    team; y (dx for backward) written; per-channel float32 contiguous vectors; returns the
+    thread count. ``act``: a fused clamp (forward) or RELU_BWD mask (backward)."""
+
+def bn_rows_isa(kind: str = "float32") -> str:
+    """``"avx512"``, ``"avx512_auto"`` or ``"baseline"``: the rows ``bn_rows`` runs for
+    elements of ``kind`` here."""

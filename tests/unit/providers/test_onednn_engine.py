@@ -308,8 +308,8 @@ def test_bn_training_relu_fused_keeps_relu_special_values(dev, layout):
 
 def test_nchw_bn_training_offers_blocked_and_channels_last_jit(dev):
     # on plain NCHW oneDNN runs its generic ncsp_bnorm; the engine also offers channel-
-    # blocked (nChw16c) and channels-last copies around the jit batchnorm, and takes the
-    # blocked one without benchmarking (its reorders are cheaper than transpositions)
+    # blocked (nChw16c) and channels-last copies around the jit batchnorm, and its own C
+    # rows on the user's memory, which it takes without benchmarking
     if platform.machine().lower() not in ("x86_64", "amd64"):
         pytest.skip(f"oneDNN's jit batchnorm is x86-64's; this is {platform.machine()}")
     g = hd.Graph(name="bn_nchw")
@@ -327,8 +327,9 @@ def test_nchw_bn_training_offers_blocked_and_channels_last_jit(dev):
         assert any(n.startswith("ncsp_bnorm") for n in names), names
         assert any("bnorm_jit" in n and "+nhwc" in n for n in names), names
         assert any("bnorm_jit" in n and "+nChw16c" in n for n in names), names
+        assert any(n.startswith("bn_rows:") for n in names), names
         if not knobs:
-            assert "bnorm_jit" in str(plan.algorithm) and "+nChw16c" in str(plan.algorithm)
+            assert str(plan.algorithm).startswith("bn_rows:")
         outs = {t: empty(t) for t in (r, mean, inv)}
         plan.execute_sync({x: xa, s: sa, b: ba, **outs})
         close(outs[r], ref.relu(want["y"]), 1e-4)
@@ -356,8 +357,9 @@ def test_nchw_bn_inference_runs_one_binary_primitive(dev, dims):
     names = [n for n, _ in plan.algorithm.trials]
     if x.strides[1] == 1:
         assert not any(n.endswith("+binary") for n in names), names
-    else:
-        assert str(plan.algorithm).startswith("jit:") and str(plan.algorithm).endswith("+binary")
+    else:   # offered; the engine's C rows are the default on channels-first memory
+        assert any(n.startswith("jit:") and n.endswith("+binary") for n in names), names
+        assert str(plan.algorithm).startswith("bn_rows:")
     xa, ma, sa, ba = rand(x, 40), rand(m, 41), rand(s, 42), rand(b, 43)
     xa[...] = 1e4 + xa                        # a large mean: (x - mean) must come first
     ma += 1e4
@@ -367,7 +369,7 @@ def test_nchw_bn_inference_runs_one_binary_primitive(dev, dims):
     close(ya, ref.bn_inference_variance(xa, ma, va, sa, ba, 1e-4), 2e-4)
 
 
-def test_nchw_bn_backward_takes_the_blocked_jit(dev):
+def test_nchw_bn_backward_takes_the_rows_and_offers_the_blocked_jit(dev):
     if platform.machine().lower() not in ("x86_64", "amd64"):
         pytest.skip(f"oneDNN's jit batchnorm is x86-64's; this is {platform.machine()}")
     g = hd.Graph(name="bnb_nchw")
@@ -378,7 +380,9 @@ def test_nchw_bn_backward_takes_the_blocked_jit(dev):
     for t in (dx, ds, db):
         t.set_output(True)
     plan = dev.build_sync(g, engine=ONEDNN)
-    assert "bnorm_jit" in str(plan.algorithm) and "+nChw16c" in str(plan.algorithm)
+    assert str(plan.algorithm).startswith("bn_rows:")
+    names = [n for n, _ in plan.algorithm.trials]
+    assert any("bnorm_jit" in n and "+nChw16c" in n for n in names), names
     xa, dya, sa = rand(x, 13), rand(dy, 14), rand(s, 15)
     st = ref.bn_training(xa, np.ones(20), np.zeros(20), 1e-5)
     ma, iva = st["mean"].astype(np.float32), st["inv_variance"].astype(np.float32)

@@ -273,6 +273,127 @@ def _clipped_drelu(spec, x, order, first, dy_index, lo, hi):
     return hooks
 
 
+# element kinds of ``_kernels.bn_rows`` by data type
+_ROWS_KINDS = {DataType.FLOAT: 0, DataType.BFLOAT16: 1, DataType.HALF: 2}
+
+
+def _rows_fit(match) -> int:
+    """The element kind ``_kernels.bn_rows`` runs ``match`` with, or a decline: every
+    activation channels-first with its spatial elements one packed run (NCHW, NCDHW) and of
+    one data type; every per-channel tensor a dense FLOAT vector."""
+    t = match.tensors
+    acts = [t[r] for r in ("x", "y", "dy", "dx") if r in t and not t[r].is_virtual]
+    types = {a.data_type for a in acts}
+    if len(types) != 1 or next(iter(types)) not in _ROWS_KINDS:
+        raise decline("the batchnorm rows take activations of one type, FLOAT, BFLOAT16 or "
+                      "HALF")
+    for a in acts:
+        dims, strides = tuple(a.dims), tuple(a.strides)
+        run = 1
+        for d, s in zip(reversed(dims[2:]), reversed(strides[2:])):
+            if d != 1 and s != run:
+                raise decline(f"tensor '{a.name}' (strides {strides}): the batchnorm rows "
+                              "take spatial elements in one packed run")
+            run *= d
+        if any(d == 0 for d in dims):
+            raise decline(f"tensor '{a.name}' has a zero dim {dims}")
+    for role, tt in t.items():
+        if tt.is_virtual or role in ("x", "y", "dy", "dx"):
+            continue
+        channel_md(tt)                                # declines a non-FLOAT statistic
+        if tt.dims[1] > 1 and tt.strides[1] != 1:
+            raise decline(f"per-channel tensor '{tt.name}' has channel stride "
+                          f"{tt.strides[1]}; the batchnorm rows take dense vectors")
+    return _ROWS_KINDS[next(iter(types))]
+
+
+def _bits(a):
+    """An activation as the array ``bn_rows`` reads: 16-bit types as their raw bits."""
+    return a if a.dtype.itemsize == 4 else a.view(np.uint16)
+
+
+def _rows(match, order, fuse, dry):
+    """Batchnorm on channels-first activations through the engine's C rows
+    (``_kernels.bn_rows``) on oneDNN's OpenMP team, every pattern: one thread runs all
+    passes of a channel (statistics, then y; or the backward sums, then dx), so the later
+    passes read from its cache. oneDNN 3.2's jit batchnorm takes only channel-blocked or
+    channels-last memory; around it the reorders move three more copies of the tensor
+    (2-3.5x PyTorch's time in backward, measured on 2 cores), and its generic
+    ``ncsp_bnorm`` is slower still. Clipped ReLUs fuse here too."""
+    t, p = match.tensors, match.params
+    kind = _rows_fit(match)
+    pat = match.pattern
+    x = t["x"]
+    c = x.dims[1]
+    m = x.dims[0] * math.prod(x.dims[2:])
+    real = {r for r, tt in t.items() if not tt.is_virtual}
+    spec = ProgramSpec(sorted(real), dry=dry)
+    stat_md = dnnl.MemoryDesc((c,), dnnl.DATA_F32, strides=(1,))
+    rows = _kernels.bn_rows
+    if pat in (Pattern.BN_TRAINING, Pattern.BN_TRAINING_RELU):
+        eps = float(p["epsilon"])
+        if m < 2 or not eps > 0:
+            raise decline(f"N*spatial = {m}, epsilon = {eps!r}; CPU_ENGINE reports them")
+        momentum = p.get("momentum")
+        if ("next_running_mean" in real or "next_running_variance" in real) and momentum is None:
+            raise decline("running statistics without a momentum; CPU_ENGINE reports it")
+        mom = 0.0 if momentum is None else float(momentum)
+        act = pat == Pattern.BN_TRAINING_RELU
+        lo, hi = _relu_clips(p) if act else (0.0, math.inf)
+        spec.scratch(stat_md, "variance")
+        if "mean" not in real:
+            spec.scratch(stat_md, "mean")
+
+        def hooks(b, workspace):
+            var = ws_view(workspace, spec, "variance")
+            mu = b["mean"].reshape(-1) if "mean" in real else ws_view(workspace, spec, "mean")
+            g = {r: b[r].reshape(-1) for r in _STAT_ROLES if r in b}
+            x_, y_ = _bits(b["x"]), _bits(b["y"])
+
+            def before():
+                rows(_kernels.BN_ROWS_TRAINING, x_, y_, kind, scale=g["scale"],
+                     bias=g["bias"], mean_out=mu, variance_out=var, epsilon=eps, act=act,
+                     lower=lo, upper=hi)
+                _kernels.bn_training_statistics(
+                    var, eps, g.get("inv_variance"), mu, mom, m / (m - 1.0),
+                    g.get("prev_running_mean"), g.get("next_running_mean"),
+                    g.get("prev_running_variance"), g.get("next_running_variance"), None, None)
+            return before, None
+    elif pat == Pattern.BN_INFERENCE_VARIANCE:
+        eps = float(p["epsilon"])
+        if not eps > 0:
+            raise decline(f"epsilon = {eps!r}; CPU_ENGINE reports it")
+
+        def hooks(b, workspace):
+            x_, y_ = _bits(b["x"]), _bits(b["y"])
+            v = {r: b[r].reshape(-1) for r in ("mean", "variance", "scale", "bias")}
+
+            def before():
+                rows(_kernels.BN_ROWS_INFERENCE, x_, y_, kind, epsilon=eps, **v)
+            return before, None
+    else:
+        act = pat == Pattern.BN_INFERENCE_DRELU_BACKWARD
+        lo, hi = _relu_clips(match.params) if act else (0.0, math.inf)
+
+        def hooks(b, workspace):
+            x_, dx_, dy_ = _bits(b["x"]), _bits(b["dx"]), _bits(b["dy"])
+            v = {r: b[r].reshape(-1) for r in ("scale", "mean", "inv_variance", "dscale",
+                                               "dbias") + (("bias",) if act else ())}
+
+            def before():
+                rows(_kernels.BN_ROWS_BACKWARD, x_, dx_, kind, dy=dy_, act=act, lower=lo,
+                     upper=hi, **v)
+            return before, None
+    spec.names.append("bn_rows:" + _kernels.bn_rows_isa(("float32", "bfloat16", "float16")[kind]))
+    return spec, None, hooks
+
+
+def _relu_clips(p) -> tuple[float, float]:
+    """RELU_FWD / RELU_BWD bounds: lower (default 0) and upper (default +inf)."""
+    lo, hi = p.get("relu_lower_clip"), p.get("relu_upper_clip")
+    return (0.0 if lo is None else float(lo)), (math.inf if hi is None else float(hi))
+
+
 BN_BUILDERS = {
     Pattern.BN_INFERENCE_VARIANCE: _bn_inference_variance,
     Pattern.BN_TRAINING: _bn_training,
@@ -305,6 +426,9 @@ class Bn:
                    and p.get("relu_lower_clip") in (None, 0.0) and p.get("relu_upper_clip") is None)
         variants = [(suffix, order, fuse, builder) for suffix, order in orders
                     for fuse in ((True, False) if fusable else (False,))]
+        if len(orders) > 1:
+            # channels-first: the C rows, which read it as it is (``_rows``)
+            variants.insert(0, ("", None, False, _rows))
         if match.pattern == Pattern.BN_INFERENCE_VARIANCE and len(orders) > 1:
             # plain layouts only: where the channel stride is 1 oneDNN's binary kernel
             # broadcasts its per-channel post-op operands wrongly (oneDNN 3.2, e.g. NCHW
@@ -320,9 +444,10 @@ class Bn:
                     raise                      # the user's layout: the problem declines
                 continue                       # oneDNN has no such variant here
             name = "+".join(spec.names) + suffix
-            if match.pattern == Pattern.BN_TRAINING_RELU:
+            if match.pattern == Pattern.BN_TRAINING_RELU and build is not _rows:
                 name += "+fuse_norm_relu" if fuse else "+relu"
-            self.impls.append((name, order, fuse, spec.ws.size, "jit" in pd.impl_name, build))
+            self.impls.append((name, order, fuse, spec.ws.size,
+                               pd is None or "jit" in pd.impl_name, build))
 
     def candidates(self) -> list:
         return [_tuning.Candidate(impl[0], i, impl[3]) for i, impl in enumerate(self.impls)]
@@ -337,6 +462,9 @@ class Bn:
         pass at memory speed; the generic ``ncsp_bnorm`` is 5-20x slower and the reorders
         around a jit batchnorm cost two more passes)."""
         impls = self.impls
+        rows = [c for c in fitting if impls[c.id][5] is _rows]
+        if rows:
+            return rows[0]
         if self.match.pattern == Pattern.BN_INFERENCE_VARIANCE:
             own = [c for c in fitting if impls[c.id][5] is not _bn_inference_binary
                    and impls[c.id][1] is None]

@@ -1,0 +1,422 @@
+/* Channels-first batchnorm of hipdnn_async.providers.cpu._kernels.bn_rows: training (+ a
+ * fused clamp), inference, and backward (+ a fused RELU_BWD of the recomputed forward) on
+ * activations whose spatial elements are contiguous (NCHW, NCDHW: S = H*W[*D] elements
+ * per (n, c) row), float32 / bfloat16 / float16 (16-bit elements as raw bits), computed in
+ * float32 with per-row sums gathered in float64.
+ *
+ * Why it exists: oneDNN 3.2's fast (jit) batchnorm reads only channel-blocked or
+ * channels-last memory; on plain channels-first memory it has the generic ncsp_bnorm
+ * (2-10x slower than PyTorch's own kernel), and the reorders around its jit kernel move
+ * three more copies of the tensor through the caches. Here one thread owns whole channels
+ * (the N rows of a channel: 25-100 KiB for ResNet-50 activations at batch 8) and runs all
+ * passes of a channel back to back, so the second and third passes read from its L2.
+ *
+ * As in _relu_rows.h, every row loop is plain C that the compiler vectorises, built for the
+ * baseline ISA and for AVX-512 (chosen at run time by hd_relu_rows); the sums keep 32
+ * float32 lanes (two 512-bit accumulators) so that the reduction vectorises without
+ * reassociating anything the compiler may not.
+ */
+#ifndef HD_BN_ROWS_H
+#define HD_BN_ROWS_H
+
+#include <math.h>
+#include "_relu_rows.h"
+
+#define HD_BN_LANES 32
+#if defined(__GNUC__) || defined(__clang__)
+#define HD_BN_UNUSED __attribute__((unused))
+#else
+#define HD_BN_UNUSED
+#endif
+
+enum { HD_BN_TRAINING = 0, HD_BN_INFERENCE = 1, HD_BN_BACKWARD = 2 };
+
+typedef struct {
+    int op;                        /* HD_BN_TRAINING / _INFERENCE / _BACKWARD */
+    int kind;                      /* every activation's element kind: 0 f32, 1 bf16, 2 f16 */
+    int isa;                       /* hd_bn_rows_isa() */
+    ptrdiff_t N, C, S;             /* rows per channel, channels, elements per row */
+    const void* x;                 /* x: element strides xn (between n) and xc (between c) */
+    ptrdiff_t xn, xc;
+    void* y;                       /* y (forward) or dx (backward) */
+    ptrdiff_t yn, yc;
+    const void* dy;                /* backward only */
+    ptrdiff_t gn, gc;
+    /* contiguous float32 vectors of C values; NULL where the op does not use them */
+    const float* scale;            /* all ops */
+    const float* bias;             /* forward; backward with drelu (the forward's bias) */
+    const float* mean;             /* inference, backward: the given mean */
+    const float* var;              /* inference: the running variance */
+    const float* inv;              /* backward: the given inv_variance */
+    float* mean_out;               /* training: the batch mean */
+    float* var_out;                /* training: the biased batch variance */
+    float* dscale;                 /* backward */
+    float* dbias;                  /* backward */
+    double eps;                    /* training, inference */
+    int act;                       /* forward: clamp y to [lo, hi]; backward: RELU_BWD mask */
+    float lo, hi;
+} hd_bn_job;
+
+/* One channel's rows of one element kind K, for one ISA. */
+#define HD_BN_KIND(ISA, ATTR, K)                                                           \
+    HD_BN_ROWS_OF(ISA, ATTR, K)                                                            \
+    HD_BN_CHANNEL(ISA, ATTR, K, hd_bn_affine_##K##_##ISA, hd_bn_dx_##K##_##ISA)
+
+#define HD_BN_ROWS_OF(ISA, ATTR, K)                                                        \
+    ATTR HD_BN_UNUSED static double hd_bn_sum_##K##_##ISA(const HD_TYPE_##K* x, ptrdiff_t S, float m,   \
+                                             int square) {                                 \
+        float acc[HD_BN_LANES];                                                            \
+        ptrdiff_t i = 0, j;                                                                \
+        double s = 0.0;                                                                    \
+        for (j = 0; j < HD_BN_LANES; j++) acc[j] = 0.0f;                                   \
+        if (square) {                                                                      \
+            for (; i + HD_BN_LANES <= S; i += HD_BN_LANES)                                 \
+                for (j = 0; j < HD_BN_LANES; j++) {                                        \
+                    float d = HD_LOAD_##K(x[i + j]) - m;                                   \
+                    acc[j] += d * d;                                                       \
+                }                                                                          \
+            for (; i < S; i++) {                                                           \
+                float d = HD_LOAD_##K(x[i]) - m;                                           \
+                s += d * d;                                                                \
+            }                                                                              \
+        } else {                                                                           \
+            for (; i + HD_BN_LANES <= S; i += HD_BN_LANES)                                 \
+                for (j = 0; j < HD_BN_LANES; j++) acc[j] += HD_LOAD_##K(x[i + j]);         \
+            for (; i < S; i++) s += HD_LOAD_##K(x[i]);                                     \
+        }                                                                                  \
+        for (j = 0; j < HD_BN_LANES; j++) s += acc[j];                                     \
+        return s;                                                                          \
+    }                                                                                      \
+    /* y = clamp((x - m) * a + b) where act, else (x - m) * a + b */                        \
+    ATTR HD_BN_UNUSED static void hd_bn_affine_##K##_##ISA(const HD_TYPE_##K* x, HD_TYPE_##K* y,        \
+                                              ptrdiff_t S, float m, float a, float b,      \
+                                              int act, float lo, float hi) {               \
+        ptrdiff_t i;                                                                       \
+        if (act)                                                                           \
+            for (i = 0; i < S; i++)                                                        \
+                y[i] = HD_STORE_##K(hd_clamp((HD_LOAD_##K(x[i]) - m) * a + b, lo, hi));    \
+        else                                                                               \
+            for (i = 0; i < S; i++) y[i] = HD_STORE_##K((HD_LOAD_##K(x[i]) - m) * a + b);  \
+    }                                                                                      \
+    /* sg += sum(g), sgd += sum(g * (x - m)); g = dy, or RELU_BWD(dy) of the forward        \
+     * yb = (x - m) * a + b where act: dy where lo < yb < hi, NaN where yb is, else 0 */   \
+    ATTR HD_BN_UNUSED static void hd_bn_bsum_##K##_##ISA(const HD_TYPE_##K* x, const HD_TYPE_##K* dy,   \
+                                            ptrdiff_t S, float m, float a, float b,        \
+                                            int act, float lo, float hi, double* sg,       \
+                                            double* sgd) {                                 \
+        float ag[HD_BN_LANES], agd[HD_BN_LANES];                                           \
+        ptrdiff_t i = 0, j;                                                                \
+        double s1 = 0.0, s2 = 0.0;                                                         \
+        for (j = 0; j < HD_BN_LANES; j++) ag[j] = agd[j] = 0.0f;                           \
+        for (; i + HD_BN_LANES <= S; i += HD_BN_LANES)                                     \
+            for (j = 0; j < HD_BN_LANES; j++) {                                            \
+                float d = HD_LOAD_##K(x[i + j]) - m;                                       \
+                float g = HD_LOAD_##K(dy[i + j]);                                          \
+                if (act) {                                                                 \
+                    float yb = d * a + b;                                                  \
+                    g = (yb > lo && yb < hi) ? g : 0.0f;                                   \
+                    g = (yb != yb) ? yb : g;                                               \
+                }                                                                          \
+                ag[j] += g;                                                                \
+                agd[j] += g * d;                                                           \
+            }                                                                              \
+        for (; i < S; i++) {                                                               \
+            float d = HD_LOAD_##K(x[i]) - m;                                               \
+            float g = HD_LOAD_##K(dy[i]);                                                  \
+            if (act) {                                                                     \
+                float yb = d * a + b;                                                      \
+                g = (yb > lo && yb < hi) ? g : 0.0f;                                       \
+                g = (yb != yb) ? yb : g;                                                   \
+            }                                                                              \
+            s1 += g;                                                                       \
+            s2 += (double)g * d;                                                           \
+        }                                                                                  \
+        for (j = 0; j < HD_BN_LANES; j++) {                                                \
+            s1 += ag[j];                                                                   \
+            s2 += agd[j];                                                                  \
+        }                                                                                  \
+        *sg += s1;                                                                         \
+        *sgd += s2;                                                                        \
+    }                                                                                      \
+    /* dx = k1 * g + k2 * (x - m) + k3, g as in hd_bn_bsum */                              \
+    ATTR HD_BN_UNUSED static void hd_bn_dx_##K##_##ISA(const HD_TYPE_##K* x, const HD_TYPE_##K* dy,     \
+                                          HD_TYPE_##K* dx, ptrdiff_t S, float m, float a,  \
+                                          float b, int act, float lo, float hi, float k1,  \
+                                          float k2, float k3) {                            \
+        ptrdiff_t i;                                                                       \
+        if (act)                                                                           \
+            for (i = 0; i < S; i++) {                                                      \
+                float d = HD_LOAD_##K(x[i]) - m;                                           \
+                float g = HD_LOAD_##K(dy[i]);                                              \
+                float yb = d * a + b;                                                      \
+                g = (yb > lo && yb < hi) ? g : 0.0f;                                       \
+                g = (yb != yb) ? yb : g;                                                   \
+                dx[i] = HD_STORE_##K(k1 * g + k2 * d + k3);                                \
+            }                                                                              \
+        else                                                                               \
+            for (i = 0; i < S; i++) {                                                      \
+                float d = HD_LOAD_##K(x[i]) - m;                                           \
+                dx[i] = HD_STORE_##K(k1 * HD_LOAD_##K(dy[i]) + k2 * d + k3);               \
+            }                                                                              \
+    }
+
+/* Every pass of channel c (see hd_bn_job); the rows of one channel, back to back. AFFINE
+ * and DX name the row functions of the stores (hd_bn_affine_*, hd_bn_dx_*). */
+#define HD_BN_CHANNEL(ISA, ATTR, K, AFFINE, DX)                                            \
+    ATTR static void hd_bn_channel_##K##_##ISA(const hd_bn_job* j, ptrdiff_t c) {          \
+        const HD_TYPE_##K* x = (const HD_TYPE_##K*)j->x + c * j->xc;                       \
+        HD_TYPE_##K* y = (HD_TYPE_##K*)j->y + c * j->yc;                                   \
+        const ptrdiff_t N = j->N, S = j->S;                                                \
+        const double M = (double)N * (double)S;                                            \
+        ptrdiff_t n;                                                                       \
+        if (j->op == HD_BN_TRAINING) {                                                     \
+            double s = 0.0, q = 0.0, mean, var;                                            \
+            float mf;                                                                      \
+            for (n = 0; n < N; n++) s += hd_bn_sum_##K##_##ISA(x + n * j->xn, S, 0.0f, 0); \
+            mean = s / M;                                                                  \
+            mf = (float)mean;                                                              \
+            for (n = 0; n < N; n++) q += hd_bn_sum_##K##_##ISA(x + n * j->xn, S, mf, 1);   \
+            /* deviations were taken from mf: sum (x - mf)^2 = sum (x - mean)^2            \
+             * + M (mean - mf)^2 */                                                        \
+            var = q / M - (mean - (double)mf) * (mean - (double)mf);                       \
+            var = var < 0.0 ? 0.0 : var;                                                   \
+            j->mean_out[c] = mf;                                                           \
+            j->var_out[c] = (float)var;                                                    \
+            {                                                                              \
+                float a = (float)(j->scale[c] / sqrt(var + j->eps)), b = j->bias[c];       \
+                for (n = 0; n < N; n++)                                                    \
+                    AFFINE(x + n * j->xn, y + n * j->yn, S, mf, a, b, j->act, j->lo, j->hi); \
+            }                                                                              \
+        } else if (j->op == HD_BN_INFERENCE) {                                             \
+            float a = (float)(j->scale[c] / sqrt((double)j->var[c] + j->eps));             \
+            for (n = 0; n < N; n++)                                                        \
+                AFFINE(x + n * j->xn, y + n * j->yn, S, j->mean[c], a, j->bias[c], 0, 0.0f, \
+                       0.0f);                                                              \
+        } else {                                                                           \
+            const HD_TYPE_##K* dy = (const HD_TYPE_##K*)j->dy + c * j->gc;                 \
+            const float m = j->mean[c];                                                    \
+            const double inv = j->inv[c], sc = j->scale[c];                                \
+            const float a = (float)(sc * inv), b = j->act ? j->bias[c] : 0.0f;             \
+            double sg = 0.0, sgd = 0.0, k1, dscale;                                        \
+            for (n = 0; n < N; n++)                                                        \
+                hd_bn_bsum_##K##_##ISA(x + n * j->xn, dy + n * j->gn, S, m, a, b, j->act,  \
+                                       j->lo, j->hi, &sg, &sgd);                           \
+            dscale = sgd * inv;                                                            \
+            j->dbias[c] = (float)sg;                                                       \
+            j->dscale[c] = (float)dscale;                                                  \
+            /* dx = scale * inv / M * (M g - dbias - (x - m) inv dscale) */                \
+            k1 = sc * inv;                                                                 \
+            for (n = 0; n < N; n++)                                                        \
+                DX(x + n * j->xn, dy + n * j->gn, y + n * j->yn, S, m, a, b, j->act, j->lo, \
+                   j->hi, (float)k1, (float)(-k1 * inv * dscale / M), (float)(-k1 * sg / M)); \
+        }                                                                                  \
+    }
+
+#define HD_BN_ISA(ISA, ATTR)                                                               \
+    HD_BN_KIND(ISA, ATTR, f32) HD_BN_KIND(ISA, ATTR, bf16) HD_BN_KIND(ISA, ATTR, f16)      \
+    typedef void (*hd_bn_channel_fn_##ISA)(const hd_bn_job*, ptrdiff_t);                  \
+    static const hd_bn_channel_fn_##ISA hd_bn_channels_##ISA[3] = {                        \
+        hd_bn_channel_f32_##ISA, hd_bn_channel_bf16_##ISA, hd_bn_channel_f16_##ISA};
+
+HD_BN_ISA(base, )
+#if HD_RELU_X86
+HD_BN_ISA(avx512, HD_AVX512)
+#endif
+
+/* The AVX-512 rows written with intrinsics, where the compiler's own vectorisation of
+ * the loops above falls short: rows shorter than a few hundred elements (14x14 = 196) end
+ * in masked vectors instead of scalar tails, and bfloat16 results are rounded by
+ * VCVTNEPS2BF16 (16 float32 values to nearest-even in one instruction, as oneDNN's bf16
+ * kernels do, where hd_narrow_bf16 is a dozen integer operations per vector and bounds
+ * these memory-speed loops) on CPUs with AVX512_BF16. VCVTNEPS2BF16 differs from
+ * hd_narrow_bf16 only on float32 subnormals (|v| < 2**-126), which it takes as zero.
+ * Masked-off lanes load as zero and are zeroed again after every operation that could
+ * make them non-zero, so they add nothing to the sums. */
+#if HD_RELU_X86 && (defined(__clang__) || __GNUC__ >= 10)
+#define HD_BN_VEC 1
+#include <immintrin.h>
+#define HD_AVX512V __attribute__((target("avx512f,avx512bw,avx512vl")))
+#define HD_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+HD_AVX512V static inline __mmask16 hd_bn_tail(ptrdiff_t left) {
+    return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
+}
+HD_AVX512V static inline __m512 hd_bn_ld_f32(const float* p, __mmask16 k) {
+    return _mm512_maskz_loadu_ps(k, p);
+}
+HD_AVX512V static inline void hd_bn_st_f32(float* p, __mmask16 k, __m512 v) {
+    _mm512_mask_storeu_ps(p, k, v);
+}
+HD_AVX512V static inline __m512 hd_bn_ld_bf16(const uint16_t* p, __mmask16 k) {
+    return _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, p)), 16));
+}
+HD_AVX512BF16 static inline void hd_bn_st_bf16(uint16_t* p, __mmask16 k, __m512 v) {
+    _mm256_mask_storeu_epi16(p, k, (__m256i)_mm512_cvtneps_pbh(v));
+}
+/* the 16 lanes of a and b, summed in float64 */
+HD_AVX512V static inline double hd_bn_hsum(__m512 a, __m512 b) {
+    __m512d lo = _mm512_add_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(a)),
+                               _mm512_cvtps_pd(_mm512_castps512_ps256(b)));
+    __m512d hi = _mm512_add_pd(
+        _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1))),
+        _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(b), 1))));
+    return _mm512_reduce_add_pd(_mm512_add_pd(lo, hi));
+}
+
+/* RELU_BWD of g under the forward yb = d * a + b (as in hd_bn_bsum), lanes k only */
+#define HD_BN_VMASK(g, d, k)                                                               \
+    do {                                                                                   \
+        __m512 yb_ = _mm512_fmadd_ps(d, va, vb);                                           \
+        __mmask16 in_ = _mm512_cmp_ps_mask(yb_, vlo, _CMP_GT_OQ)                           \
+                        & _mm512_cmp_ps_mask(yb_, vhi, _CMP_LT_OQ);                        \
+        g = _mm512_maskz_mov_ps(in_, g);                                                   \
+        g = _mm512_mask_mov_ps(g, _mm512_cmp_ps_mask(yb_, yb_, _CMP_UNORD_Q) & (k), yb_);   \
+    } while (0)
+
+#define HD_BN_VEC_KIND(K, ATTR)                                                            \
+    ATTR static double hd_bn_sum_##K##_avx512v(const HD_TYPE_##K* x, ptrdiff_t S, float m, \
+                                               int square) {                               \
+        const __m512 vm = _mm512_set1_ps(m);                                               \
+        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();                         \
+        ptrdiff_t i = 0;                                                                   \
+        if (square) {                                                                      \
+            for (; i + 32 <= S; i += 32) {                                                 \
+                __m512 d0 = _mm512_sub_ps(hd_bn_ld_##K(x + i, 0xffff), vm);                \
+                __m512 d1 = _mm512_sub_ps(hd_bn_ld_##K(x + i + 16, 0xffff), vm);           \
+                a0 = _mm512_fmadd_ps(d0, d0, a0);                                          \
+                a1 = _mm512_fmadd_ps(d1, d1, a1);                                          \
+            }                                                                              \
+            for (; i < S; i += 16) {                                                       \
+                __mmask16 k = hd_bn_tail(S - i);                                           \
+                __m512 d = _mm512_maskz_sub_ps(k, hd_bn_ld_##K(x + i, k), vm);             \
+                a0 = _mm512_fmadd_ps(d, d, a0);                                            \
+            }                                                                              \
+        } else {                                                                           \
+            for (; i + 32 <= S; i += 32) {                                                 \
+                a0 = _mm512_add_ps(a0, hd_bn_ld_##K(x + i, 0xffff));                       \
+                a1 = _mm512_add_ps(a1, hd_bn_ld_##K(x + i + 16, 0xffff));                  \
+            }                                                                              \
+            for (; i < S; i += 16) a0 = _mm512_add_ps(a0, hd_bn_ld_##K(x + i, hd_bn_tail(S - i))); \
+        }                                                                                  \
+        return hd_bn_hsum(a0, a1);                                                         \
+    }                                                                                      \
+    ATTR static void hd_bn_affine_##K##_avx512v(const HD_TYPE_##K* x, HD_TYPE_##K* y,      \
+                                                ptrdiff_t S, float m, float a, float b,    \
+                                                int act, float lo, float hi) {             \
+        const __m512 vm = _mm512_set1_ps(m), va = _mm512_set1_ps(a), vb = _mm512_set1_ps(b); \
+        const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);                   \
+        const __m512 zero = _mm512_setzero_ps();                                           \
+        ptrdiff_t i;                                                                       \
+        for (i = 0; i < S; i += 16) {                                                      \
+            __mmask16 k = hd_bn_tail(S - i);                                               \
+            __m512 v = _mm512_fmadd_ps(_mm512_sub_ps(hd_bn_ld_##K(x + i, k), vm), va, vb); \
+            if (act) {     /* hd_clamp: NaN fails both comparisons; -0.0 + 0.0 is +0.0 */  \
+                v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, vlo, _CMP_LT_OQ), vlo);    \
+                v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, vhi, _CMP_GT_OQ), vhi);    \
+                v = _mm512_add_ps(v, zero);                                                \
+            }                                                                              \
+            hd_bn_st_##K(y + i, k, v);                                                     \
+        }                                                                                  \
+    }                                                                                      \
+    ATTR static void hd_bn_bsum_##K##_avx512v(const HD_TYPE_##K* x, const HD_TYPE_##K* dy, \
+                                              ptrdiff_t S, float m, float a, float b,      \
+                                              int act, float lo, float hi, double* sg,     \
+                                              double* sgd) {                               \
+        const __m512 vm = _mm512_set1_ps(m), va = _mm512_set1_ps(a), vb = _mm512_set1_ps(b); \
+        const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);                   \
+        __m512 g0 = _mm512_setzero_ps(), g1 = _mm512_setzero_ps();                         \
+        __m512 p0 = _mm512_setzero_ps(), p1 = _mm512_setzero_ps();                         \
+        ptrdiff_t i;                                                                       \
+        for (i = 0; i < S; i += 16) {                                                      \
+            __mmask16 k = hd_bn_tail(S - i);                                               \
+            __m512 d = _mm512_maskz_sub_ps(k, hd_bn_ld_##K(x + i, k), vm);                 \
+            __m512 g = hd_bn_ld_##K(dy + i, k);                                            \
+            if (act) HD_BN_VMASK(g, d, k);                                                 \
+            if ((i >> 4) & 1) {                                                            \
+                g1 = _mm512_add_ps(g1, g);                                                 \
+                p1 = _mm512_fmadd_ps(g, d, p1);                                            \
+            } else {                                                                       \
+                g0 = _mm512_add_ps(g0, g);                                                 \
+                p0 = _mm512_fmadd_ps(g, d, p0);                                            \
+            }                                                                              \
+        }                                                                                  \
+        *sg += hd_bn_hsum(g0, g1);                                                         \
+        *sgd += hd_bn_hsum(p0, p1);                                                        \
+    }                                                                                      \
+    ATTR static void hd_bn_dx_##K##_avx512v(const HD_TYPE_##K* x, const HD_TYPE_##K* dy,   \
+                                            HD_TYPE_##K* dx, ptrdiff_t S, float m, float a, \
+                                            float b, int act, float lo, float hi, float k1, \
+                                            float k2, float k3) {                          \
+        const __m512 vm = _mm512_set1_ps(m), va = _mm512_set1_ps(a), vb = _mm512_set1_ps(b); \
+        const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);                   \
+        const __m512 v1 = _mm512_set1_ps(k1), v2 = _mm512_set1_ps(k2);                     \
+        const __m512 v3 = _mm512_set1_ps(k3);                                              \
+        ptrdiff_t i;                                                                       \
+        for (i = 0; i < S; i += 16) {                                                      \
+            __mmask16 k = hd_bn_tail(S - i);                                               \
+            __m512 d = _mm512_sub_ps(hd_bn_ld_##K(x + i, k), vm);                          \
+            __m512 g = hd_bn_ld_##K(dy + i, k);                                            \
+            if (act) HD_BN_VMASK(g, d, k);                                                 \
+            hd_bn_st_##K(dx + i, k, _mm512_fmadd_ps(v1, g, _mm512_fmadd_ps(v2, d, v3)));   \
+        }                                                                                  \
+    }                                                                                      \
+    HD_BN_CHANNEL(avx512v, ATTR, K, hd_bn_affine_##K##_avx512v, hd_bn_dx_##K##_avx512v)
+
+HD_BN_VEC_KIND(f32, HD_AVX512V)
+HD_BN_VEC_KIND(bf16, HD_AVX512BF16)
+#else
+#define HD_BN_VEC 0
+#endif
+
+/* Which rows run: 0 the baseline build, 1 the compiler's AVX-512 build, 2 the intrinsics
+ * (AVX-512; for bfloat16 also AVX512_BF16, else that kind keeps 1); base as in
+ * hd_relu_rows. */
+static int hd_bn_rows_isa(int base) {
+    int isa = hd_relu_rows(base);
+#if HD_BN_VEC
+    if (isa) isa = 2;
+#endif
+    return isa;
+}
+
+static int hd_bn_bf16_stores(void) {
+#if HD_BN_VEC
+    static volatile int known = -1;     /* a benign race, as in hd_relu_avx512 */
+    if (known < 0) {
+        __builtin_cpu_init();
+        known = __builtin_cpu_supports("avx512bf16") ? 1 : 0;
+    }
+    return known;
+#else
+    return 0;
+#endif
+}
+
+/* The share of thread ithr of nthr: channels [C ithr / nthr, C (ithr + 1) / nthr), so that
+ * one thread runs every pass of a channel (its rows stay in that core's caches). */
+static void hd_bn_team(void* data, int ithr, int nthr) {
+    const hd_bn_job* j = (const hd_bn_job*)data;
+    ptrdiff_t c0 = j->C * ithr / nthr, c1 = j->C * (ithr + 1) / nthr, c;
+    for (c = c0; c < c1; c++) {
+#if HD_BN_VEC
+        if (j->isa == 2 && j->kind == 0) {
+            hd_bn_channel_f32_avx512v(j, c);
+            continue;
+        }
+        if (j->isa == 2 && j->kind == 1 && hd_bn_bf16_stores()) {
+            hd_bn_channel_bf16_avx512v(j, c);
+            continue;
+        }
+#endif
+#if HD_RELU_X86
+        if (j->isa) {
+            hd_bn_channels_avx512[j->kind](j, c);
+            continue;
+        }
+#endif
+        hd_bn_channels_base[j->kind](j, c);
+    }
+}
+
+#endif /* HD_BN_ROWS_H */
