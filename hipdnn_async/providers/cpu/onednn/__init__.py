@@ -53,6 +53,13 @@ of each result rounds once (what the tolerance table assumes); weights are reord
 oneDNN's blocked float32 layout, a HALF bias to a float32 vector. Every copy is a piece
 of the plan's workspace (``workspace_size`` counts it).
 
+Batchnorm on channels-first activations with packed spatial elements (NCHW, NCDHW) runs,
+by default, through the engine's own batchnorm rows (``_bnorm._rows``: C in
+``_kernels.bn_rows``, on oneDNN's OpenMP team under its gate; every pass of a channel on
+one thread, the later passes reading it from cache), since oneDNN 3.2's jit batchnorm
+reads only blocked or channels-last memory and the reorders around it cost 2-3.5x
+PyTorch's time in backward; the oneDNN candidates below stay offered and benchmarked.
+
 Batchnorm candidates: the user's layout, and for activations that are not channels-last
 also channels-last copies (``+nhwc``: reorders in and out around oneDNN's jit batchnorm,
 which takes no plain NCHW memory; there oneDNN runs its generic ``ncsp_bnorm:any``); for

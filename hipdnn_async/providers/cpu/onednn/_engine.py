@@ -25,7 +25,8 @@ class OnednnEngine(ProviderEngine):
              "reordered to its blocked layout too; HALF computed in float32 (reorders in the "
              "workspace), strided activations on dense copies; batchnorm on plain layouts "
              "through channel-blocked (nC16c) copies, inference there as one binary "
-             "primitive; declines (to CPU_ENGINE) where oneDNN has only its reference "
+             "primitive; channels-first batchnorm by default through the engine's own C rows "
+             "(bn_rows) on oneDNN's threads; declines (to CPU_ENGINE) where oneDNN has only its reference "
              "implementation; NaN propagates through ReLU (a NaN input gives NaN)")
 
     def __init__(self, provider):
@@ -73,7 +74,8 @@ class OnednnEngine(ProviderEngine):
                                     device=self.perf_device())
             spec, _, hooks = bn.build(choice.candidate)
             plan = OnednnPlan(match, spec.program(), spec,
-                              explain(choice, "a jit implementation before oneDNN's generic "
+                              explain(choice, "channels-first: the engine's batchnorm rows; "
+                                       "else a jit implementation before oneDNN's generic "
                                        "ones, blocked copies before channels-last ones "
                                        "(batchnorm inference: the jit batchnorm on the "
                                        "user's layout, else one binary primitive)"),
