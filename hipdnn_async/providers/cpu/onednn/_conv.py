@@ -109,14 +109,19 @@ class Conv:
             # oneDNN's only implementations of strided activations are its reference ones
             suffix = "+f32" if x.data_type == DataType.HALF else "+dense"
             out = [(suffix, packed_md(x, compute_type(x)), packed_md(y, compute_type(y)))]
-        if x.strides[1] == 1 and y.strides[1] == 1:
-            return out
         blocked = (suffix + BLOCKED, any_md(x), any_md(y))
-        if compute_type(x) == dnnl.DATA_BF16 and self._odd_reduced_channels():
-            # oneDNN 3.2's bf16 kernels read channels in pairs: on channels-last copies
-            # with an odd channel count the last channel's inf meets the pair's zero
-            # weight (inf * 0 = NaN where the reference gives inf); blocked copies pad
-            # the channels with zeros, but see ``_walk`` for a blocked kernel on plain x
+        odd_dgrad = (compute_type(x) == dnnl.DATA_BF16 and self.direction == "dgrad"
+                     and self._odd_reduced_channels())
+        if x.strides[1] == 1 and y.strides[1] == 1:
+            # channels-last dy with an odd K: the NaN below, on the user's memory too
+            return [blocked] if odd_dgrad else out
+        if odd_dgrad:
+            # oneDNN 3.2's bf16 backward-data kernels read dy's channels in pairs: on
+            # channels-last copies with an odd K the last channel's inf met the pair's
+            # zero weight (inf * 0 = NaN where the reference gives inf); blocked copies
+            # pad the channels with zeros, but see ``_walk`` for a blocked kernel on plain
+            # memory. (fprop and wgrad over an odd C on channels-last copies keep the
+            # reference's inf: tests/oracle/test_onednn_bf16_odd_channels.py)
             return out + [blocked]
         return out + [(suffix + "+nhwc", channels_last_md(x, compute_type(x)),
                        channels_last_md(y, compute_type(y))),
@@ -173,7 +178,8 @@ class Conv:
                     elif odd_bf16 and not self._summed_side_copied(variant):
                         variant = None      # a plain odd-channel side: the NaN above
                 if not name.startswith("ref:") and (variant is not None or not blocked) \
-                        and not (odd_bf16 and name.startswith("x64:gemm") and x_last):
+                        and not (odd_bf16 and name.startswith("x64:gemm")
+                                 and (x_last or suffix.endswith("+nhwc"))):
                     # oneDNN's reference implementations (ref:any) are never candidates:
                     # 100-5000x slower than CPU_ENGINE, and in 3.2 wrong for a strided
                     # 3-D destination with bias (tests/oracle, CONV_FPROP_BIAS_RELU)
@@ -216,6 +222,10 @@ class Conv:
             return ("oneDNN's blocked layout (activations reordered in and out) before the "
                     "user's plain layout for a kernel larger than 1x1 (not a strided dgrad "
                     "into fewer than 16 channels)")
+        if "+nhwc" in name and self.prefers_blocked():
+            return ("channels-last copies (activations reordered in and out) before the "
+                    "user's plain layout for a kernel larger than 1x1, where no blocked "
+                    "kernel applies")
         return None
 
     def candidates(self) -> list:
@@ -226,7 +236,11 @@ class Conv:
         cands = [_tuning.Candidate(name + ("+relu" if fused else ""), i, ws)
                  for i, ((name, _, ws, _v), fused) in enumerate(zip(self.impls, self.fused))]
         if self.prefers_blocked():
-            cands.sort(key=lambda c: BLOCKED not in c.name)      # stable: oneDNN's order kept
+            # blocked copies, else channels-last ones (the bf16 stem: the blocked kernels
+            # there read its plain odd-channel x, ``_walk``; on NHWC copies jit_bf16 took
+            # 0.7x gemm:jit's time), before the user's plain layout; stable: oneDNN's
+            # order kept within each
+            cands.sort(key=lambda c: (BLOCKED not in c.name, "+nhwc" not in c.name))
         return cands
 
     def fuses_relu(self, pd) -> bool:
