@@ -27,7 +27,9 @@ def _gpu_info() -> dict:
 
 def _cpu_info() -> dict:
     """The CPU's DNN library: oneDNN's path, version, ISA and threads (ONEDNN_ENGINE runs),
-    or why it is not used (CPU_ENGINE, over NumPy, runs everything)."""
+    and the build of ONEDNN_ENGINE's own batchnorm rows per element type; or why oneDNN is
+    not used (CPU_ENGINE, over NumPy, runs everything)."""
+    from .providers.cpu import _kernels
     from .runtime import load_onednn
     state = load_onednn()
     info = {"onednn": state.ok, "engines": (["ONEDNN_ENGINE", "CPU_ENGINE"] if state.ok
@@ -36,7 +38,9 @@ def _cpu_info() -> dict:
         major, minor, patch, git, runtime = state.version
         info.update(path=state.record.path, found_via=state.record.found_via,
                     version=f"{major}.{minor}.{patch}", git_hash=git, runtime=runtime,
-                    isa=state.isa, threads=state.threads)
+                    isa=state.isa, threads=state.threads,
+                    batchnorm_rows={k: _kernels.bn_rows_isa(k)
+                                    for k in ("float32", "bfloat16", "float16")})
     else:
         info["reason"] = state.reason
     return info

@@ -547,6 +547,29 @@ def test_info_shows_the_library():
     assert info["onednn"] is True and info["path"] == state.record.path
     assert info["version"] == ".".join(map(str, state.version[:3])) and info["isa"] == state.isa
     assert info["threads"] >= 1 and info["engines"] == [ONEDNN, CPU]
+    # the build of the batchnorm rows, by the CPU's own flags (Linux: /proc/cpuinfo)
+    rows = info["batchnorm_rows"]
+    assert set(rows) == {"float32", "bfloat16", "float16"}
+    assert set(rows.values()) <= {"avx512", "avx512_auto", "baseline"}
+    flags = _cpu_flags()
+    if flags is not None and platform.machine().lower() in ("x86_64", "amd64"):
+        avx512 = {"avx512f", "avx512bw", "avx512vl"} <= flags
+        assert rows["float32"] == ("avx512" if avx512 else "baseline")
+        assert rows["bfloat16"] == ("avx512" if avx512 and "avx512_bf16" in flags
+                                    else "avx512_auto" if avx512 else "baseline")
+        assert rows["float16"] == ("avx512_auto" if avx512 else "baseline")
+
+
+def _cpu_flags():
+    """The CPU's feature flags from /proc/cpuinfo, or None where it is not readable."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        return None
+    return None
 
 
 # ------------------------------------------------------------------ submit path, constants
