@@ -48,6 +48,7 @@ OPS = [("training", k.BN_ROWS_TRAINING, False, 0.0, np.inf),
        ("training_relu", k.BN_ROWS_TRAINING, True, 0.0, np.inf),
        ("training_clamp", k.BN_ROWS_TRAINING, True, -0.25, 0.5),
        ("inference", k.BN_ROWS_INFERENCE, False, 0.0, np.inf),
+       ("inference_clamp", k.BN_ROWS_INFERENCE, True, -0.25, 0.5),
        ("backward", k.BN_ROWS_BACKWARD, False, 0.0, np.inf),
        ("backward_drelu", k.BN_ROWS_BACKWARD, True, 0.0, np.inf),
        ("backward_drelu_clipped", k.BN_ROWS_BACKWARD, True, 0.1, 0.5)]
@@ -156,8 +157,9 @@ def reference(name, vals, eps=EPS):
             var = ((x - r["mean"]) ** 2).mean(axis=axes(x), keepdims=True)
             return {"y": forward_act(r["y"], act, lo, hi), "mean": r["mean"], "variance": var}
         if op == k.BN_ROWS_INFERENCE:
-            return {"y": ref.bn_inference_variance(x, vals["mean"], vals["variance"],
-                                                   vals["scale"], vals["bias"], eps)}
+            y = ref.bn_inference_variance(x, vals["mean"], vals["variance"], vals["scale"],
+                                          vals["bias"], eps)
+            return {"y": forward_act(y, act, lo, hi)}
         g = vals["dy"]
         if act:
             ybn = ref.bn_inference(x, vals["mean"], vals["inv_variance"], vals["scale"],
