@@ -42,9 +42,10 @@ EPS = 3e-5
 ONEDNN_STATE = load_onednn()
 
 # (N, C, spatial...): rows of S = 1, 5, 16, 17, 31, 33, 196 elements (tails of the 16-lane
-# masked vectors and the 32-lane blocks) and NCDHW ones
+# masked vectors and the 32-lane blocks), NCDHW ones, and one channel (fewer channels
+# than threads)
 SHAPES = [(2, 5, 1, 1), (3, 5, 1, 5), (2, 5, 4, 4), (2, 5, 17, 1), (2, 4, 1, 31),
-          (2, 5, 3, 11), (2, 3, 14, 14), (2, 5, 3, 4, 5), (3, 4, 2, 3, 3)]
+          (2, 5, 3, 11), (2, 3, 14, 14), (2, 5, 3, 4, 5), (3, 4, 2, 3, 3), (4, 1, 3, 7)]
 # how an activation sits in memory: spatial elements packed, N and C strides free
 STRIDES = ("packed", "channel_slice", "batch_step", "reversed", "cnhw")
 # (name, op, act, lower, upper)
@@ -329,12 +330,14 @@ def test_inference_special_values(dtype, baseline):
 @pytest.mark.parametrize("dtype", list(KINDS))
 def test_backward_special_values(dtype, baseline):
     # per channel: 0 finite; 1 NaN in dy; 2 +inf in dy; 3 scale NaN; 4 inv_variance NaN;
-    # 5 mean NaN; 6 finite
+    # 5 mean NaN; 6 finite; 7 +inf in x (dscale infinite: dx infinite, of the sign of
+    # -(x - mean) * dscale)
     need_build(dtype, baseline)
-    shape = (2, 7, 5, 7)
+    shape = (2, 8, 5, 7)
     vals = draw("backward", dtype, shape, 13)
     dy = vals["dy"]
     dy[1, 1, 2, 3], dy[0, 2, 4, 6] = np.nan, np.inf
+    vals["x"][1, 7, 3, 3] = np.inf
     vals["scale"][3], vals["inv_variance"][4], vals["mean"][5] = np.nan, np.nan, np.nan
     got, _, _ = run_op("backward", dtype, baseline, shape, ("reversed", "channel_slice",
                                                             "batch_step"), vals, fill=UNWRITTEN)
@@ -344,7 +347,8 @@ def test_backward_special_values(dtype, baseline):
         assert_close(got[r], want[r].reshape(-1), 1e-5, 1e-5, f"{dtype} {r}")
     dx = f64(got["y"])
     assert np.isnan(dx[:, [1, 3, 4, 5]]).all() and np.isfinite(dx[:, [0, 6]]).all()
-    assert np.isfinite(got["dbias"][[0, 3, 4, 5, 6]]).all()          # sums of dy only
+    assert np.isfinite(got["dbias"][[0, 3, 4, 5, 6, 7]]).all()       # sums of dy only
+    assert np.isinf(got["dscale"][7]) and np.isinf(dx[:, 7]).sum() > dx[:, 7].size // 2
 
 
 @pytest.mark.parametrize("baseline", [True, False], ids=["baseline", "default"])
