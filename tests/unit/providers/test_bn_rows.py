@@ -414,6 +414,22 @@ def test_rows_run_on_onednn_team_and_match_the_baseline():
     np.testing.assert_allclose(got[False]["mean_out"], got[True]["mean_out"], rtol=1e-6)
 
 
+def _worker_env(threads):
+    return dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONPATH=os.pathsep.join(
+        [str(pathlib.Path(k.__file__).resolve().parents[3])] + sys.path))
+
+
+def _same_bits(got, here, phase, n, what):
+    """Every output of ``here`` (this process) equals ``got``'s ``phase`` bit for bit
+    (NaN payloads included), each case having run on ``n`` threads."""
+    for key, v in here.items():
+        if key.endswith("/threads"):
+            assert int(got[f"{phase}/{key}"]) == n, (what, phase, key)
+        else:
+            assert np.array_equal(got[f"{phase}/{key}"].view(np.uint8),
+                                  np.ascontiguousarray(v).view(np.uint8)), (what, phase, key)
+
+
 def test_results_do_not_depend_on_the_team_size(tmp_path):
     """Every channel runs on one thread: 1, 2 (here: this process) and 3 threads, and no
     team at all before oneDNN is loaded, give the same bits."""
@@ -423,29 +439,39 @@ def test_results_do_not_depend_on_the_team_size(tmp_path):
     from hipdnn_async.runtime import _onednn
     if _onednn.max_threads() < 2:
         pytest.skip("oneDNN's team has one thread here: nothing to compare with 1 thread")
-    w = _worker()
-    here = w.run_all()
+    here = _worker().run_all()
     assert {int(v) for key, v in here.items() if key.endswith("/threads")} == \
         {_onednn.max_threads()}
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(pathlib.Path(k.__file__).resolve().parents[3])] + sys.path))
     for threads in (1, 3):
         path = tmp_path / f"t{threads}.npz"
-        env["OMP_NUM_THREADS"] = str(threads)
         p = subprocess.run([sys.executable, str(HERE / "_bn_rows_worker.py"), str(path)],
-                           env=env, capture_output=True, text=True, timeout=120)
+                           env=_worker_env(threads), capture_output=True, text=True,
+                           timeout=120)
         assert p.returncode == 0, p.stderr[-2000:]
         with np.load(path) as f:
             got = dict(f)
         assert int(got["max_threads"]) == threads
-        for phase, n in (("unloaded", 1), ("loaded", threads)):
-            for key, v in here.items():
-                if key.endswith("/threads"):
-                    assert int(got[f"{phase}/{key}"]) == n, (phase, key)
-                else:      # bit for bit, NaN payloads included
-                    assert np.array_equal(got[f"{phase}/{key}"].view(np.uint8),
-                                          np.ascontiguousarray(v).view(np.uint8)), \
-                        (threads, phase, key)
+        _same_bits(got, here, "unloaded", 1, f"OMP_NUM_THREADS={threads}")
+        _same_bits(got, here, "loaded", threads, f"OMP_NUM_THREADS={threads}")
+
+
+def test_fork_child_runs_the_rows_on_its_own_thread(tmp_path):
+    """A process forked after its parent ran the rows on oneDNN's team (whose threads do
+    not survive fork) runs them on its calling thread instead: no hang, the same bits."""
+    state = ONEDNN_STATE
+    if not state.ok:
+        pytest.skip(f"oneDNN does not load here: {state.reason}")
+    if not hasattr(os, "fork"):
+        pytest.skip("no fork on this platform")
+    here = _worker().run_all()
+    path = tmp_path / "fork.npz"
+    p = subprocess.run([sys.executable, str(HERE / "_bn_rows_worker.py"), str(path), "fork"],
+                       env=_worker_env(2), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    with np.load(path) as f:
+        got = dict(f)
+    _same_bits(got, here, "loaded", 2, "parent")
+    _same_bits(got, here, "forked", 1, "fork child")
 
 
 # ------------------------------------------------------------------ errors
