@@ -53,6 +53,7 @@ OPS = [("training", k.BN_ROWS_TRAINING, False, 0.0, np.inf),
        ("training_relu", k.BN_ROWS_TRAINING, True, 0.0, np.inf),
        ("training_clamp", k.BN_ROWS_TRAINING, True, -0.25, 0.5),
        ("inference", k.BN_ROWS_INFERENCE, False, 0.0, np.inf),
+       ("inference_relu", k.BN_ROWS_INFERENCE, True, 0.0, np.inf),
        ("inference_clamp", k.BN_ROWS_INFERENCE, True, -0.25, 0.5),
        ("backward", k.BN_ROWS_BACKWARD, False, 0.0, np.inf),
        ("backward_drelu", k.BN_ROWS_BACKWARD, True, 0.0, np.inf),
@@ -306,24 +307,34 @@ def test_training_special_values(name, dtype, baseline):
 
 @pytest.mark.parametrize("baseline", [True, False], ids=["baseline", "default"])
 @pytest.mark.parametrize("dtype", list(KINDS))
-def test_inference_special_values(dtype, baseline):
+@pytest.mark.parametrize("name", ["inference", "inference_relu", "inference_clamp"])
+def test_inference_special_values(name, dtype, baseline):
     # per channel: 0 finite; 1 NaN, 2 +inf, 3 -inf in x; 4 mean NaN; 5 variance +inf;
     # 6 scale NaN; 7 bias -inf; 8 variance -1 (sqrt of a negative: NaN)
     need_build(dtype, baseline)
-    vals = draw("inference", dtype, SPECIAL_SHAPE, 12)
+    _, _, act, lo, hi = next(o for o in OPS if o[0] == name)
+    vals = draw(name, dtype, SPECIAL_SHAPE, 12)
     x = vals["x"]
     x[1, 1, 2, 3], x[0, 2, 4, 6], x[1, 3, 0, 0] = np.nan, np.inf, -np.inf
     vals["mean"][4], vals["variance"][5], vals["scale"][6] = np.nan, np.inf, np.nan
     vals["bias"][7], vals["variance"][8] = -np.inf, -1.0
-    got, _, _ = run_op("inference", dtype, baseline, SPECIAL_SHAPE, ("batch_step", "cnhw"),
+    got, _, _ = run_op(name, dtype, baseline, SPECIAL_SHAPE, ("batch_step", "cnhw"),
                        vals, fill=UNWRITTEN)
-    want = reference("inference", vals)
-    assert_close(got["y"], want["y"], *tol("bn_inference_variance", dtype), f"{dtype} y")
+    want = reference(name, vals)
+    assert_close(got["y"], want["y"], *tol("bn_inference_variance", dtype), f"{name} {dtype} y")
     y = f64(got["y"])
-    assert np.isnan(y[1, 1, 2, 3]) and y[0, 2, 4, 6] * np.sign(vals["scale"][2]) == np.inf
+    assert np.isnan(y[1, 1, 2, 3]) and np.isnan(y[:, [4, 6, 8]]).all()
     assert np.isfinite(np.delete(y[:, 1], np.ravel_multi_index((1, 2, 3), (2, 5, 7)))).all()
+    # scale * (+-inf - mean): +-inf, or the clip it is clamped to
+    inf2 = np.inf * np.sign(vals["scale"][2])
+    inf3 = -np.inf * np.sign(vals["scale"][3])
+    for got_v, v in ((y[0, 2, 4, 6], inf2), (y[1, 3, 0, 0], inf3), (y[0, 7, 0, 0], -np.inf)):
+        assert got_v == (min(max(v, lo), hi) if act else v), (name, got_v, v)
     # variance +inf: scale / sqrt(inf) = 0, so y is the bias (rounded to the I/O type)
-    assert (y[:, 5] == f64(vals["bias"][5].astype(KINDS[dtype][1]))).all()
+    b5 = f64(vals["bias"][5].astype(KINDS[dtype][1]))
+    assert (y[:, 5] == (min(max(b5, lo), hi) if act else b5)).all()
+    if act:
+        assert not np.signbit(y[y == 0]).any()
 
 
 @pytest.mark.parametrize("baseline", [True, False], ids=["baseline", "default"])
