@@ -190,8 +190,8 @@ typedef struct {
         } else if (j->op == HD_BN_INFERENCE) {                                             \
             float a = (float)(j->scale[c] / sqrt((double)j->var[c] + j->eps));             \
             for (n = 0; n < N; n++)                                                        \
-                AFFINE(x + n * j->xn, y + n * j->yn, S, j->mean[c], a, j->bias[c], 0, 0.0f, \
-                       0.0f);                                                              \
+                AFFINE(x + n * j->xn, y + n * j->yn, S, j->mean[c], a, j->bias[c], j->act, \
+                       j->lo, j->hi);                                                      \
         } else {                                                                           \
             const HD_TYPE_##K* dy = (const HD_TYPE_##K*)j->dy + c * j->gc;                 \
             const float m = j->mean[c];                                                    \

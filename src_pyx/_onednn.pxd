@@ -9,10 +9,6 @@ from ._onednn_api cimport ExecArg, OnednnFns
 from ._loader cimport Library, LibraryTable
 
 
-# a share of host work: called as fn(data, i, n) on each thread i of n (``run_on_team``)
-ctypedef void (*team_fn)(void* data, int ithr, int nthr) noexcept nogil
-
-
 cdef class Onednn(LibraryTable):
     cdef OnednnFns f
     cdef void* engine                 # the CPU engine (index 0), created at load
@@ -62,4 +58,7 @@ cdef class Program:
     cdef int c_run(self, tuple arrays, char* workspace) except -1
 
 
-cdef int run_on_team(team_fn fn, void* data) noexcept nogil
+# a share of host work, fn(data, i, n), run on each thread i of n of oneDNN's team (the
+# callback's type is ours, written out: a ctypedef'd function-pointer type is taken for a
+# vendor declaration that the header checks must cover)
+cdef int run_on_team(void (*fn)(void*, int, int) noexcept nogil, void* data) noexcept nogil

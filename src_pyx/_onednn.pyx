@@ -354,7 +354,7 @@ def fork_reason():
 
 
 cdef struct _TeamCall:
-    team_fn fn
+    void (*fn)(void*, int, int) noexcept nogil
     void* data
 
 
@@ -363,7 +363,7 @@ cdef void _team_entry(void* p) noexcept nogil:
     t.fn(t.data, _T.omp_get_thread_num(), _T.omp_get_num_threads())
 
 
-cdef int run_on_team(team_fn fn, void* data) noexcept nogil:
+cdef int run_on_team(void (*fn)(void*, int, int) noexcept nogil, void* data) noexcept nogil:
     """Run ``fn(data, i, n)`` on each thread i of n of oneDNN's OpenMP team (the pool its
     primitives run on), under the process-wide gate: host work of the CPU provider (its
     batchnorm rows) takes the cores in turn with oneDNN programs instead of

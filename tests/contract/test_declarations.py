@@ -129,6 +129,13 @@ _OWN_STRUCTS = {"RuntimeConstants": "the values a Runtime fills from its checked
                            "vendor layout",
                 # providers.cpu._kernels (bias_relu): loop parameters
                 "_Clip": "bias_relu's clip values for its inner loops: no vendor layout",
+                # providers.cpu._kernels (bn_rows): the job of the C rows, from _bn_rows.h
+                "hd_bn_job": "bn_rows' job for the batchnorm rows, a struct of our own "
+                             "header _bn_rows.h: no vendor layout",
+                # runtime._onednn: run_on_team's callback and its data, GOMP_parallel's one
+                # pointer argument
+                "_TeamCall": "run_on_team's callback and data, passed to each thread of the "
+                             "OpenMP team through one pointer: no vendor layout",
                 # runtime._onednn: the C arrays a convolution's descriptor creation takes
                 "_Geometry": "a convolution's strides, dilations and paddings as four "
                              "int64_t arrays, passed by element: no vendor layout"}

@@ -1,0 +1,654 @@
+"""``providers.cpu._kernels.bn_rows``, the channels-first batchnorm rows of
+ONEDNN_ENGINE (``_bn_rows.h``), against the float64 references of
+tests/oracle/_reference.py with the tolerances of tests/oracle/_cases.py: every op
+(training with and without a clamp, inference, backward with and without the RELU_BWD
+mask) x element kind x build (the portable baseline and the one that runs by default) x
+row lengths around the 16- and 32-lane blocks, on N and C strides that are not packed;
+special values; results that do not depend on the OpenMP team's size (bit for bit, in
+subprocesses); the errors; and the engine's choice of the rows on NCHW and NCDHW graphs.
+
+The batch statistics and the backward sums are float32 lane sums added in float64, so
+they are checked to 1e-5 of the sum of the magnitudes of their terms, far inside the
+batchnorm tolerances (a row tail lost or counted twice moves them by 1/M of a term).
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import pathlib
+import subprocess
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import hipdnn_async as hd
+from hipdnn_async.providers.cpu import _kernels as k
+from hipdnn_async.runtime import load_onednn
+from oracle import _reference as ref
+from oracle import test_patterns as tp
+from oracle._cases import assert_close, tol
+
+HERE = pathlib.Path(__file__).resolve().parent
+KINDS = {"float32": (0, np.dtype(np.float32)), "bfloat16": (1, np.dtype(ml_dtypes.bfloat16)),
+         "float16": (2, np.dtype(np.float16))}
+ONEDNN, BENCH = "ONEDNN_ENGINE", "global.benchmarking"
+SUM_RTOL = 1e-5      # statistics and backward sums, relative to the sum of |terms|
+EPS = 3e-5
+# loaded at import, so that every case below runs on oneDNN's OpenMP team, as in the
+# engine, wherever oneDNN loads (elsewhere on the calling thread; the worker compares the
+# two bit for bit)
+ONEDNN_STATE = load_onednn()
+
+# (N, C, spatial...): rows of S = 1, 5, 16, 17, 31, 33, 196 elements (tails of the 16-lane
+# masked vectors and the 32-lane blocks), NCDHW ones, and one channel (fewer channels
+# than threads)
+SHAPES = [(2, 5, 1, 1), (3, 5, 1, 5), (2, 5, 4, 4), (2, 5, 17, 1), (2, 4, 1, 31),
+          (2, 5, 3, 11), (2, 3, 14, 14), (2, 5, 3, 4, 5), (3, 4, 2, 3, 3), (4, 1, 3, 7)]
+# how an activation sits in memory: spatial elements packed, N and C strides free
+STRIDES = ("packed", "channel_slice", "batch_step", "reversed", "cnhw")
+# (name, op, act, lower, upper)
+OPS = [("training", k.BN_ROWS_TRAINING, False, 0.0, np.inf),
+       ("training_relu", k.BN_ROWS_TRAINING, True, 0.0, np.inf),
+       ("training_clamp", k.BN_ROWS_TRAINING, True, -0.25, 0.5),
+       ("inference", k.BN_ROWS_INFERENCE, False, 0.0, np.inf),
+       ("inference_relu", k.BN_ROWS_INFERENCE, True, 0.0, np.inf),
+       ("inference_clamp", k.BN_ROWS_INFERENCE, True, -0.25, 0.5),
+       ("backward", k.BN_ROWS_BACKWARD, False, 0.0, np.inf),
+       ("backward_drelu", k.BN_ROWS_BACKWARD, True, 0.0, np.inf),
+       ("backward_drelu_clipped", k.BN_ROWS_BACKWARD, True, 0.1, 0.5)]
+
+
+def placed(shape, dtype, how, fill):
+    """An array of logical ``shape`` laid out as ``how`` (STRIDES) in a buffer filled
+    with ``fill``; returns (view, buffer, mask of the buffer's elements the view covers)."""
+    n, c, sp = shape[0], shape[1], shape[2:]
+    if how == "channel_slice":
+        base = np.full((n, c + 5) + sp, fill, dtype)
+        sel = (slice(None), slice(2, 2 + c))
+    elif how == "batch_step":
+        base = np.full((2 * n, c) + sp, fill, dtype)
+        sel = (slice(1, None, 2),)
+    elif how == "reversed":          # negative N and C strides
+        base = np.full(shape, fill, dtype)
+        sel = (slice(None, None, -1), slice(None, None, -1))
+    else:
+        base = np.full(shape if how == "packed" else (c, n) + sp, fill, dtype)
+        sel = ()
+    covered = np.zeros(base.shape, bool)
+    covered[sel] = True
+    view = base[sel]
+    if how == "cnhw":                # memory (C, N, spatial): the N stride below C's
+        view = view.swapaxes(0, 1)
+    return view, base, covered
+
+
+def raw(a):
+    """An activation as ``bn_rows`` reads it: 16-bit kinds as their raw bits."""
+    return a if a.dtype.itemsize == 4 else a.view(np.uint16)
+
+
+def f64(a):
+    return np.asarray(a).astype(np.float64)
+
+
+def axes(a):
+    return (0,) + tuple(range(2, a.ndim))
+
+
+def chan(v, nd):
+    return np.asarray(v, np.float64).reshape((1, -1) + (1,) * (nd - 2))
+
+
+def relu_bwd_nan(ybn, dy, lower, upper):
+    """RELU_BWD as the CPU computes it: tests/oracle's reference, with NaN where the
+    forward value is NaN (NaN propagates on the CPU)."""
+    up = None if np.isinf(upper) else upper
+    return np.where(np.isnan(ybn), np.nan, ref.relu_bwd(ybn, dy, lower, up))
+
+
+def forward_act(y, act, lower, upper):
+    return ref.relu(y, lower, None if np.isinf(upper) else upper) if act else y
+
+
+def close_sums(got, want, terms, what):
+    """Per-channel sums within SUM_RTOL of the sum of |terms| over N and spatial."""
+    got, want = f64(got), want.reshape(-1)
+    assert_close(got, want, np.inf, 0.0, what)                 # NaN and inf positions
+    bound = SUM_RTOL * np.abs(terms).sum(axis=axes(terms))
+    fin = np.isfinite(want)
+    assert (np.abs(got - want)[fin] <= bound[fin]).all(), \
+        f"{what}: got {got}, expected {want}, bound {bound}"
+
+
+def need_build(dtype, baseline):
+    if not baseline and k.bn_rows_isa(dtype) == "baseline":
+        pytest.skip(f"the default rows for {dtype} are the baseline build here (no AVX-512)")
+
+
+def run_op(name, dtype, baseline, shape, hows, vals, eps=EPS, fill=np.nan):
+    """Run OPS' ``name`` on ``vals`` (float64 logical arrays and vectors) with y (dx)
+    filled with ``fill`` before; returns the outputs, the y/dx buffer and its coverage
+    mask."""
+    _, op, act, lo, hi = next(o for o in OPS if o[0] == name)
+    kind, dt = KINDS[dtype]
+    x, _, _ = placed(shape, dt, hows[0], 7.0)
+    x[...] = vals["x"].astype(dt)
+    y, ybuf, cover = placed(shape, dt, hows[1], fill)
+    c = shape[1]
+    vec = {r: np.asarray(vals[r], np.float32) for r in ("scale", "bias", "mean", "variance",
+                                                      "inv_variance") if r in vals}
+    out = {r: np.full(c, np.nan, np.float32) for r in ("mean_out", "variance_out", "dscale",
+                                                      "dbias")}
+    kw = dict(scale=vec["scale"], act=act, lower=lo, upper=hi, baseline=baseline)
+    if op == k.BN_ROWS_TRAINING:
+        n = k.bn_rows(op, raw(x), raw(y), kind, bias=vec["bias"], mean_out=out["mean_out"],
+                      variance_out=out["variance_out"], epsilon=eps, **kw)
+    elif op == k.BN_ROWS_INFERENCE:
+        n = k.bn_rows(op, raw(x), raw(y), kind, bias=vec["bias"], mean=vec["mean"],
+                      variance=vec["variance"], epsilon=eps, **kw)
+    else:
+        dy, _, _ = placed(shape, dt, hows[2], 7.0)
+        dy[...] = vals["dy"].astype(dt)
+        n = k.bn_rows(op, raw(x), raw(y), kind, dy=raw(dy), bias=vec.get("bias"),
+                      mean=vec["mean"], inv_variance=vec["inv_variance"],
+                      dscale=out["dscale"], dbias=out["dbias"], **kw)
+    out["y"], out["threads"] = y, n
+    return out, ybuf, cover
+
+
+def reference(name, vals, eps=EPS):
+    """float64 outputs of OPS' ``name`` for ``vals`` (already rounded to the I/O type)."""
+    _, op, act, lo, hi = next(o for o in OPS if o[0] == name)
+    x = vals["x"]
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        if op == k.BN_ROWS_TRAINING:
+            r = ref.bn_training(x, vals["scale"], vals["bias"], eps)
+            var = ((x - r["mean"]) ** 2).mean(axis=axes(x), keepdims=True)
+            return {"y": forward_act(r["y"], act, lo, hi), "mean": r["mean"], "variance": var}
+        if op == k.BN_ROWS_INFERENCE:
+            y = ref.bn_inference_variance(x, vals["mean"], vals["variance"], vals["scale"],
+                                          vals["bias"], eps)
+            return {"y": forward_act(y, act, lo, hi)}
+        g = vals["dy"]
+        if act:
+            ybn = ref.bn_inference(x, vals["mean"], vals["inv_variance"], vals["scale"],
+                                   vals["bias"])
+            g = relu_bwd_nan(ybn, g, lo, hi)
+        r = ref.bn_backward(g, x, vals["scale"], vals["mean"], vals["inv_variance"])
+        return {"y": r["dx"], "dscale": r["dscale"], "dbias": r["dbias"], "g": g}
+
+
+def draw(name, dtype, shape, seed, offset=0.3):
+    """Inputs for OPS' ``name``: activations rounded to ``dtype`` and read back in float64,
+    float32 vectors; for a RELU_BWD mask, dy is 0 where the forward is within 1e-4 of a
+    clip (where float32 and float64 may take different sides, and dy then does not matter)."""
+    _, op, act, lo, hi = next(o for o in OPS if o[0] == name)
+    dt = KINDS[dtype][1]
+    rng = np.random.default_rng(seed)
+    c = shape[1]
+    x = f64((offset + rng.uniform(-1, 1, shape) * 2).astype(dt))
+    v = {"x": x, "scale": rng.uniform(-2, 2, c).astype(np.float32),
+         "bias": rng.uniform(-1, 1, c).astype(np.float32)}
+    if op == k.BN_ROWS_INFERENCE:
+        v["mean"] = rng.uniform(-0.5, 1, c).astype(np.float32)
+        v["variance"] = rng.uniform(0.5, 2, c).astype(np.float32)
+    if op == k.BN_ROWS_BACKWARD:
+        st = ref.bn_training(x, np.ones(c), np.zeros(c), 1e-5)
+        v["mean"] = st["mean"].reshape(-1).astype(np.float32)
+        v["inv_variance"] = st["inv_variance"].reshape(-1).astype(np.float32)
+        v["scale"] = rng.uniform(0.5, 1.5, c).astype(np.float32)
+        v["bias"] = rng.uniform(-0.2, 0.6, c).astype(np.float32)
+        dy = f64(rng.uniform(-1, 1, shape).astype(dt))
+        if act:
+            ybn = ref.bn_inference(x, v["mean"], v["inv_variance"], v["scale"], v["bias"])
+            near = np.abs(ybn - lo) < 1e-4 * (1 + abs(lo))
+            if np.isfinite(hi):
+                near |= np.abs(ybn - hi) < 1e-4 * (1 + abs(hi))
+            dy[near] = 0.0
+        v["dy"] = dy
+    for r in ("mean", "variance", "inv_variance", "scale", "bias"):
+        if r in v:
+            v[r] = np.asarray(v[r], np.float32)
+    return v
+
+
+def check(name, dtype, got, want, vals, what):
+    op = next(o for o in OPS if o[0] == name)[1]
+    x = vals["x"]
+    if op == k.BN_ROWS_TRAINING:
+        m = x.size // x.shape[1]
+        assert_close(got["y"], want["y"], *tol("bn_training", dtype), f"{what} y")
+        close_sums(got["mean_out"], want["mean"], x / m, f"{what} mean")
+        close_sums(got["variance_out"], want["variance"], (x - want["mean"]) ** 2 / m,
+                   f"{what} variance")
+    elif op == k.BN_ROWS_INFERENCE:
+        assert_close(got["y"], want["y"], *tol("bn_inference_variance", dtype), f"{what} y")
+    else:
+        assert_close(got["y"], want["y"], *tol("bn_backward", dtype), f"{what} dx")
+        g = want["g"]
+        d = (x - chan(vals["mean"], x.ndim)) * chan(vals["inv_variance"], x.ndim)
+        close_sums(got["dbias"], want["dbias"], g, f"{what} dbias")
+        close_sums(got["dscale"], want["dscale"], g * d, f"{what} dscale")
+
+
+# ------------------------------------------------------------------ every op x kind x build x shape
+@pytest.mark.parametrize("baseline", [True, False], ids=["baseline", "default"])
+@pytest.mark.parametrize("dtype", list(KINDS))
+@pytest.mark.parametrize("name", [o[0] for o in OPS])
+@pytest.mark.parametrize("i", range(len(SHAPES)), ids=["x".join(map(str, s)) for s in SHAPES])
+def test_rows_match_float64(name, dtype, baseline, i):
+    need_build(dtype, baseline)
+    shape = SHAPES[i]
+    # x, y and dy each in another of STRIDES, a different pick per shape
+    hows = tuple(STRIDES[(i + j * 2) % len(STRIDES)] for j in range(3))
+    vals = draw(name, dtype, shape, [i, KINDS[dtype][0], [o[0] for o in OPS].index(name)])
+    got, ybuf, cover = run_op(name, dtype, baseline, shape, hows, vals)
+    what = f"{name} {dtype} {'baseline' if baseline else 'default'} {shape} {hows}"
+    check(name, dtype, got, reference(name, vals), vals, what)
+    assert got["threads"] == (ONEDNN_STATE.threads if ONEDNN_STATE.ok else 1), what
+    # nothing written outside y's elements (the buffer's other channels or batches)
+    assert np.isnan(f64(ybuf[~cover])).all(), what
+
+
+@pytest.mark.parametrize("baseline", [True, False], ids=["baseline", "default"])
+def test_training_statistics_of_a_large_mean(baseline):
+    # x = 1000 + U(-1, 1): the variance is taken from deviations, not from sum(x^2)
+    need_build("float32", baseline)
+    shape = (4, 6, 7, 9)
+    vals = draw("training", "float32", shape, 5, offset=1000.0)
+    got, _, _ = run_op("training", "float32", baseline, shape, ("channel_slice", "packed"),
+                       vals)
+    want = reference("training", vals)
+    check("training", "float32", got, want, vals, "offset 1000")
+    assert_close(got["variance_out"], want["variance"].reshape(-1), 0.0, 1e-4, "variance")
+
+
+# ------------------------------------------------------------------ special values
+SPECIAL_SHAPE = (2, 9, 5, 7)
+UNWRITTEN = 1000.0   # y's fill where NaN is expected: an element not written fails
+
+
+def _special_training(dtype):
+    """x, scale, bias with, per channel: 0 finite; 1 a NaN in x; 2 +inf in x; 3 -inf in x;
+    4 scale NaN; 5 bias NaN; 6 bias -inf; 7 scale 0 and bias -0.0; 8 finite."""
+    v = draw("training", dtype, SPECIAL_SHAPE, 11)
+    x = v["x"]
+    x[1, 1, 2, 3], x[0, 2, 4, 6], x[1, 3, 0, 0] = np.nan, np.inf, -np.inf
+    v["scale"][4], v["bias"][5], v["bias"][6] = np.nan, np.nan, -np.inf
+    v["scale"][7], v["bias"][7] = 0.0, -0.0
+    return v
+
+
+@pytest.mark.parametrize("baseline", [True, False], ids=["baseline", "default"])
+@pytest.mark.parametrize("dtype", list(KINDS))
+@pytest.mark.parametrize("name", ["training", "training_relu", "training_clamp"])
+def test_training_special_values(name, dtype, baseline):
+    need_build(dtype, baseline)
+    vals = _special_training(dtype)
+    got, _, _ = run_op(name, dtype, baseline, SPECIAL_SHAPE, ("channel_slice", "reversed"),
+                       vals, fill=UNWRITTEN)
+    want = reference(name, vals)
+    what = f"{name} {dtype}"
+    assert_close(got["y"], want["y"], *tol("bn_training", dtype), f"{what} y")
+    for r, w in (("mean_out", want["mean"]), ("variance_out", want["variance"])):
+        assert_close(got[r], w.reshape(-1), 1e-5, 1e-5, f"{what} {r}")
+    y = f64(got["y"])
+    assert np.isnan(y[:, [1, 2, 3, 4, 5]]).all(), what           # NaN statistics / vectors
+    assert np.isfinite(y[:, [0, 7, 8]]).all(), what              # other channels untouched
+    if name == "training":
+        assert (y[:, 6] == -np.inf).all(), what
+    else:                    # RELU_FWD: NaN kept, -inf -> lower, never -0.0
+        assert (y[:, 6] == (0.0 if name == "training_relu" else -0.25)).all(), what
+        assert (y[:, 7] == 0.0).all(), what
+        assert not np.signbit(y[y == 0]).any(), what
+
+
+@pytest.mark.parametrize("baseline", [True, False], ids=["baseline", "default"])
+@pytest.mark.parametrize("dtype", list(KINDS))
+@pytest.mark.parametrize("name", ["inference", "inference_relu", "inference_clamp"])
+def test_inference_special_values(name, dtype, baseline):
+    # per channel: 0 finite; 1 NaN, 2 +inf, 3 -inf in x; 4 mean NaN; 5 variance +inf;
+    # 6 scale NaN; 7 bias -inf; 8 variance -1 (sqrt of a negative: NaN)
+    need_build(dtype, baseline)
+    _, _, act, lo, hi = next(o for o in OPS if o[0] == name)
+    vals = draw(name, dtype, SPECIAL_SHAPE, 12)
+    x = vals["x"]
+    x[1, 1, 2, 3], x[0, 2, 4, 6], x[1, 3, 0, 0] = np.nan, np.inf, -np.inf
+    vals["mean"][4], vals["variance"][5], vals["scale"][6] = np.nan, np.inf, np.nan
+    vals["bias"][7], vals["variance"][8] = -np.inf, -1.0
+    got, _, _ = run_op(name, dtype, baseline, SPECIAL_SHAPE, ("batch_step", "cnhw"),
+                       vals, fill=UNWRITTEN)
+    want = reference(name, vals)
+    assert_close(got["y"], want["y"], *tol("bn_inference_variance", dtype), f"{name} {dtype} y")
+    y = f64(got["y"])
+    assert np.isnan(y[1, 1, 2, 3]) and np.isnan(y[:, [4, 6, 8]]).all()
+    assert np.isfinite(np.delete(y[:, 1], np.ravel_multi_index((1, 2, 3), (2, 5, 7)))).all()
+    # scale * (+-inf - mean): +-inf, or the clip it is clamped to
+    inf2 = np.inf * np.sign(vals["scale"][2])
+    inf3 = -np.inf * np.sign(vals["scale"][3])
+    for got_v, v in ((y[0, 2, 4, 6], inf2), (y[1, 3, 0, 0], inf3), (y[0, 7, 0, 0], -np.inf)):
+        assert got_v == (min(max(v, lo), hi) if act else v), (name, got_v, v)
+    # variance +inf: scale / sqrt(inf) = 0, so y is the bias (rounded to the I/O type)
+    b5 = f64(vals["bias"][5].astype(KINDS[dtype][1]))
+    assert (y[:, 5] == (min(max(b5, lo), hi) if act else b5)).all()
+    if act:
+        assert not np.signbit(y[y == 0]).any()
+
+
+@pytest.mark.parametrize("baseline", [True, False], ids=["baseline", "default"])
+@pytest.mark.parametrize("dtype", list(KINDS))
+def test_backward_special_values(dtype, baseline):
+    # per channel: 0 finite; 1 NaN in dy; 2 +inf in dy; 3 scale NaN; 4 inv_variance NaN;
+    # 5 mean NaN; 6 finite; 7 +inf in x (dscale infinite: dx infinite, of the sign of
+    # -(x - mean) * dscale)
+    need_build(dtype, baseline)
+    shape = (2, 8, 5, 7)
+    vals = draw("backward", dtype, shape, 13)
+    dy = vals["dy"]
+    dy[1, 1, 2, 3], dy[0, 2, 4, 6] = np.nan, np.inf
+    vals["x"][1, 7, 3, 3] = np.inf
+    vals["scale"][3], vals["inv_variance"][4], vals["mean"][5] = np.nan, np.nan, np.nan
+    got, _, _ = run_op("backward", dtype, baseline, shape, ("reversed", "channel_slice",
+                                                            "batch_step"), vals, fill=UNWRITTEN)
+    want = reference("backward", vals)
+    assert_close(got["y"], want["y"], *tol("bn_backward", dtype), f"{dtype} dx")
+    for r in ("dscale", "dbias"):
+        assert_close(got[r], want[r].reshape(-1), 1e-5, 1e-5, f"{dtype} {r}")
+    dx = f64(got["y"])
+    assert np.isnan(dx[:, [1, 3, 4, 5]]).all() and np.isfinite(dx[:, [0, 6]]).all()
+    assert np.isfinite(got["dbias"][[0, 3, 4, 5, 6, 7]]).all()       # sums of dy only
+    assert np.isinf(got["dscale"][7]) and np.isinf(dx[:, 7]).sum() > dx[:, 7].size // 2
+
+
+@pytest.mark.parametrize("baseline", [True, False], ids=["baseline", "default"])
+@pytest.mark.parametrize("dtype", list(KINDS))
+@pytest.mark.parametrize("name", ["backward_drelu", "backward_drelu_clipped"])
+def test_backward_drelu_special_values(name, dtype, baseline):
+    # per channel: 0 finite; 1 a NaN forward value (x NaN); 2 bias NaN (every forward
+    # value NaN); 3 dy +inf and 4 dy NaN where the mask is off (forward below lower);
+    # 5 dy +inf where it is on; 6 finite
+    need_build(dtype, baseline)
+    _, _, _, lo, hi = next(o for o in OPS if o[0] == name)
+    shape = (2, 7, 5, 7)
+    vals = draw(name, dtype, shape, 14)
+    x, dy = vals["x"], vals["dy"]
+    x[1, 1, 2, 3] = np.nan
+    vals["bias"][2] = np.nan
+    ybn = ref.bn_inference(x, vals["mean"], vals["inv_variance"], vals["scale"], vals["bias"])
+    off = [tuple(np.argwhere(ybn[:, c] < lo - 1e-3)[0]) for c in (3, 4)]
+    on = tuple(np.argwhere((ybn[:, 5] > lo + 1e-3) & (ybn[:, 5] < hi - 1e-3))[0])
+    dy[(off[0][0], 3) + off[0][1:]] = np.inf
+    dy[(off[1][0], 4) + off[1][1:]] = np.nan
+    dy[(on[0], 5) + on[1:]] = np.inf
+    got, _, _ = run_op(name, dtype, baseline, shape, ("cnhw", "packed", "reversed"), vals,
+                       fill=UNWRITTEN)
+    want = reference(name, vals)
+    what = f"{name} {dtype}"
+    assert_close(got["y"], want["y"], *tol("bn_backward", dtype), f"{what} dx")
+    for r in ("dscale", "dbias"):
+        assert_close(got[r], want[r].reshape(-1), 1e-5, 1e-5, f"{what} {r}")
+    dx = f64(got["y"])
+    assert np.isnan(dx[:, [1, 2]]).all() and np.isnan(got["dbias"][[1, 2]]).all(), what
+    assert np.isfinite(dx[:, [0, 3, 4, 6]]).all(), what             # masked-off dy unseen
+    assert np.isfinite(got["dbias"][[0, 3, 4, 6]]).all(), what
+    assert got["dbias"][5] == np.inf, what
+
+
+# ------------------------------------------------------------------ OpenMP team
+def _worker():
+    spec = importlib.util.spec_from_file_location("_bn_rows_worker", HERE / "_bn_rows_worker.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_rows_run_on_onednn_team_and_match_the_baseline():
+    """With oneDNN loaded the rows run on its OpenMP team (the thread count returned is
+    its ``omp_get_max_threads``), and the default build agrees with the baseline one and
+    with float64."""
+    state = ONEDNN_STATE
+    if not state.ok:
+        pytest.skip(f"oneDNN does not load here: {state.reason}")
+    from hipdnn_async.runtime import _onednn
+    shape = (2, 6, 9, 9)
+    vals = draw("training_relu", "float32", shape, 21)
+    want = reference("training_relu", vals)
+    got = {}
+    for baseline in (True, False):
+        got[baseline] = run_op("training_relu", "float32", baseline, shape,
+                               ("packed", "packed"), vals)[0]
+        assert got[baseline]["threads"] == _onednn.max_threads() == state.threads
+        check("training_relu", "float32", got[baseline], want, vals, f"baseline={baseline}")
+    np.testing.assert_allclose(got[False]["y"], got[True]["y"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[False]["mean_out"], got[True]["mean_out"], rtol=1e-6)
+
+
+def _worker_env(threads):
+    return dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONPATH=os.pathsep.join(
+        [str(pathlib.Path(k.__file__).resolve().parents[3])] + sys.path))
+
+
+def _same_bits(got, here, phase, n, what):
+    """Every output of ``here`` (this process) equals ``got``'s ``phase`` bit for bit
+    (NaN payloads included), each case having run on ``n`` threads."""
+    for key, v in here.items():
+        if key.endswith("/threads"):
+            assert int(got[f"{phase}/{key}"]) == n, (what, phase, key)
+        else:
+            assert np.array_equal(got[f"{phase}/{key}"].view(np.uint8),
+                                  np.ascontiguousarray(v).view(np.uint8)), (what, phase, key)
+
+
+def test_results_do_not_depend_on_the_team_size(tmp_path):
+    """Every channel runs on one thread: 1, 2 (here: this process) and 3 threads, and no
+    team at all before oneDNN is loaded, give the same bits."""
+    state = ONEDNN_STATE
+    if not state.ok:
+        pytest.skip(f"oneDNN does not load here: {state.reason}")
+    from hipdnn_async.runtime import _onednn
+    if _onednn.max_threads() < 2:
+        pytest.skip("oneDNN's team has one thread here: nothing to compare with 1 thread")
+    here = _worker().run_all()
+    assert {int(v) for key, v in here.items() if key.endswith("/threads")} == \
+        {_onednn.max_threads()}
+    for threads in (1, 3):
+        path = tmp_path / f"t{threads}.npz"
+        p = subprocess.run([sys.executable, str(HERE / "_bn_rows_worker.py"), str(path)],
+                           env=_worker_env(threads), capture_output=True, text=True,
+                           timeout=120)
+        assert p.returncode == 0, p.stderr[-2000:]
+        with np.load(path) as f:
+            got = dict(f)
+        assert int(got["max_threads"]) == threads
+        _same_bits(got, here, "unloaded", 1, f"OMP_NUM_THREADS={threads}")
+        _same_bits(got, here, "loaded", threads, f"OMP_NUM_THREADS={threads}")
+
+
+def test_fork_child_runs_the_rows_on_its_own_thread(tmp_path):
+    """A process forked after its parent ran the rows on oneDNN's team (whose threads do
+    not survive fork) runs them on its calling thread instead: no hang, the same bits."""
+    state = ONEDNN_STATE
+    if not state.ok:
+        pytest.skip(f"oneDNN does not load here: {state.reason}")
+    if not hasattr(os, "fork"):
+        pytest.skip("no fork on this platform")
+    here = _worker().run_all()
+    path = tmp_path / "fork.npz"
+    p = subprocess.run([sys.executable, str(HERE / "_bn_rows_worker.py"), str(path), "fork"],
+                       env=_worker_env(2), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    with np.load(path) as f:
+        got = dict(f)
+    _same_bits(got, here, "loaded", 2, "parent")
+    _same_bits(got, here, "forked", 1, "fork child")
+
+
+# ------------------------------------------------------------------ errors
+def _args(shape=(2, 3, 4, 5), dtype=np.float32):
+    x = np.ones(shape, dtype)
+    c = shape[1]
+    v = {r: np.ones(c, np.float32) for r in ("scale", "bias", "mean_out", "variance_out")}
+    return x, np.full_like(x, np.nan), v
+
+
+@pytest.mark.parametrize("case, match", [
+    ("kind", "element kind 3"),
+    ("itemsize", "x has 2-byte elements; kind 0 has 4"),
+    ("op", "op 9"),
+    ("rank", r"x has dims \(2, 3\); need \(N, C, spatial...\)"),
+    ("dims", r"y has dims \(2, 3, 4, 4\); need \(N, C, spatial...\) equal to \(2, 3, 4, 5\)"),
+    ("spatial", r"x's spatial elements are not one packed run \(strides"),
+    ("spatial_y", r"y's spatial elements are not one packed run"),
+    ("length", "scale has 4 values; 3 channels"),
+    ("missing", "op 0 needs mean_out, variance_out"),
+    ("missing_inference", "op 1 needs mean, variance"),
+    ("missing_backward", "op 2 needs inv_variance, dscale, dbias"),
+    ("missing_bias_drelu", "op 2 needs bias"),
+    ("no_dy", "backward needs dy"),
+    ("dy_dims", r"dy has dims \(2, 3, 4, 6\)"),
+    ("read_only", "y is read-only"),
+])
+def test_errors_are_clear(case, match):
+    x, y, v = _args()
+    op, kind, kw = k.BN_ROWS_TRAINING, 0, dict(v)
+    if case == "kind":
+        kind = 3
+    elif case == "itemsize":
+        x, y = x.astype(np.float16), np.full(x.shape, np.nan, np.float16)
+    elif case == "op":
+        op = 9
+    elif case == "rank":
+        x, y = np.ones((2, 3), np.float32), np.full((2, 3), np.nan, np.float32)
+    elif case == "dims":
+        y = np.full((2, 3, 4, 4), np.nan, np.float32)
+    elif case == "spatial":
+        x = np.ones((2, 3, 4, 10), np.float32)[..., ::2]
+    elif case == "spatial_y":
+        y = np.full((2, 3, 8, 5), np.nan, np.float32)[:, :, ::2]
+    elif case == "length":
+        kw["scale"] = np.ones(4, np.float32)
+    elif case == "missing":
+        del kw["mean_out"], kw["variance_out"]
+    elif case == "missing_inference":
+        op = k.BN_ROWS_INFERENCE
+        kw = {"scale": v["scale"], "bias": v["bias"]}
+    elif case in ("missing_backward", "missing_bias_drelu", "no_dy", "dy_dims"):
+        op = k.BN_ROWS_BACKWARD
+        kw = {"scale": v["scale"], "mean": v["scale"]}
+        if case != "no_dy":
+            kw["dy"] = np.ones((2, 3, 4, 6) if case == "dy_dims" else x.shape, np.float32)
+        if case in ("missing_bias_drelu", "no_dy", "dy_dims"):
+            kw.update(inv_variance=v["scale"], dscale=np.empty(3, np.float32),
+                      dbias=np.empty(3, np.float32))
+        if case == "missing_bias_drelu":
+            kw["act"] = True
+    elif case == "read_only":
+        y.flags.writeable = False
+    with pytest.raises(ValueError, match=f"^bn_rows: {match}"):
+        k.bn_rows(op, x, y, kind, epsilon=1e-5, **kw)
+    assert np.isnan(y.astype(np.float64)).all()                    # nothing ran
+
+
+# ------------------------------------------------------------------ ONEDNN_ENGINE
+BN_PATTERNS = ("BN_TRAINING", "BN_TRAINING_RELU", "BN_INFERENCE_VARIANCE", "BN_BACKWARD",
+               "BN_INFERENCE_DRELU_BACKWARD")
+
+
+@pytest.fixture(scope="module")
+def dev():
+    if not ONEDNN_STATE.ok:
+        pytest.skip(f"oneDNN does not load here: {ONEDNN_STATE.reason}")
+    with hd.Device("cpu") as d:
+        yield d
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NCDHW", "NHWC", "NDHWC", "NCDHW_nonpacked",
+                                    "NHWC_nonpacked"])
+@pytest.mark.parametrize("pattern", BN_PATTERNS)
+def test_engine_takes_the_rows_on_channels_first_memory(dev, pattern, layout):
+    rows = layout in ("NCHW", "NCDHW")          # channels first, spatial elements packed
+    for knobs in ({}, {BENCH: 1}):
+        h, checks, got = tp.run_case(dev, pattern, "float32", layout, engine=ONEDNN,
+                                     knobs=knobs)
+        alg = h.plan.algorithm
+        names = [n for n, _ in alg.trials]
+        assert any(n.startswith("bn_rows:") for n in names) == rows, names
+        assert str(alg) in names, (str(alg), names)
+        if rows and not knobs:
+            assert str(alg) == "bn_rows:" + k.bn_rows_isa("float32"), names
+        tp.check_case(h, checks, got, f"{pattern} {layout} {knobs}")
+
+
+@pytest.mark.parametrize("dims, strides", [
+    ((2, 5, 4, 6), (9 * 24, 24, 6, 1)),                 # a channel slice: 5 of 9 channels
+    ((3, 4, 2, 3, 3), (18, 3 * 18, 9, 3, 1)),           # memory (C, N, D, H, W)
+])
+def test_engine_takes_the_rows_on_free_n_and_c_strides(dev, dims, strides):
+    g = hd.Graph(name="bn_slice")
+    c, nd = dims[1], len(dims)
+    x = g.tensor(dims=dims, strides=strides, name="x")
+    s, b = (g.tensor(dims=(1, c) + (1,) * (nd - 2), name=n) for n in ("s", "b"))
+    y, mean, inv, _, _ = g.batchnorm(x, s, b, epsilon=1e-4)
+    y.set_strides(strides)
+    for t in (y, mean, inv):
+        t.set_output(True)
+    plan = dev.build_sync(g, engine=ONEDNN)
+    assert str(plan.algorithm).startswith("bn_rows:")
+    rng = np.random.default_rng(3)
+    xa = _strided(dims, strides, rng.uniform(-1, 1, dims))
+    sa, ba = (rng.uniform(-1, 1, (1, c) + (1,) * (nd - 2)).astype(np.float32) for _ in "sb")
+    ya = _strided(dims, strides, np.full(dims, np.nan))
+    ma, ia = np.empty(s.dims, np.float32), np.empty(s.dims, np.float32)
+    plan.execute_sync({x: xa, s: sa, b: ba, y: ya, mean: ma, inv: ia})
+    want = ref.bn_training(xa, sa, ba, 1e-4)
+    assert_close(ya, want["y"], *tol("bn_training", "float32"), "y")
+    assert_close(ma, want["mean"], 1e-6, 1e-5, "mean")
+    assert_close(ia, want["inv_variance"], 1e-5, 1e-5, "inv_variance")
+
+
+def _strided(dims, strides, values):
+    """float32 ``values`` in a buffer with element ``strides`` (rest NaN)."""
+    size = 1 + sum((d - 1) * s for d, s in zip(dims, strides))
+    buf = np.full(size, np.nan, np.float32)
+    a = np.lib.stride_tricks.as_strided(buf, dims, tuple(4 * s for s in strides))
+    a[...] = values
+    return a
+
+
+def test_two_streams_run_rows_plans_at_once():
+    """bn_rows plans queued on two streams at once (work too long to run inline at
+    submission: each stream's worker thread runs it): the oneDNN gate takes their teams in
+    turn, and each execution gets its own results."""
+    if not ONEDNN_STATE.ok:
+        pytest.skip(f"oneDNN does not load here: {ONEDNN_STATE.reason}")
+    g = hd.Graph(name="bn_streams")
+    dims = (8, 32, 28, 28)
+    x = g.tensor(dims=dims, layout="NCHW", name="x")
+    s, b = (g.tensor(dims=(1, 32, 1, 1), name=n) for n in ("s", "b"))
+    y, mean, inv, _, _ = g.batchnorm(x, s, b, epsilon=1e-4)
+    r = g.pointwise(y, mode=hd.PointwiseMode.RELU_FWD)
+    for t in (r, mean, inv):
+        t.set_output(True)
+    with hd.Device("cpu", streams=2) as dev2:
+        plan = dev2.build_sync(g, engine=ONEDNN)
+        assert str(plan.algorithm).startswith("bn_rows:")
+        packs = []
+        for i in range(8):
+            rng = np.random.default_rng(60 + i)
+            packs.append({x: rng.uniform(-1, 1, dims).astype(np.float32) + i,
+                          s: rng.uniform(-2, 2, s.dims).astype(np.float32),
+                          b: rng.uniform(-1, 1, b.dims).astype(np.float32),
+                          r: np.full(dims, np.nan, np.float32),
+                          mean: np.full(s.dims, np.nan, np.float32),
+                          inv: np.full(s.dims, np.nan, np.float32)})
+        handles = [plan.submit(p, stream=i % 2) for i, p in enumerate(packs)]
+        for h in handles:
+            h.result(timeout=60)
+        assert [st["completed"] for st in dev2.metrics()["streams"]] == [4, 4]
+    for p in packs:
+        want = ref.bn_training(p[x], p[s], p[b], 1e-4)
+        assert_close(p[r], ref.relu(want["y"]), *tol("bn_training", "float32"), "y")
+        assert_close(p[mean], want["mean"], 1e-6, 1e-5, "mean")
+        assert_close(p[inv], want["inv_variance"], 1e-5, 1e-5, "inv_variance")
