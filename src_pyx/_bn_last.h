@@ -44,6 +44,12 @@ typedef struct {
  *   dx:     dx[p][c] = k1[c] * g + k2[c] * (x - m[c]) + k3[c]
  * The portable ones run a pixel's channels as one loop the compiler vectorises, the
  * float32 sums in acc0 / acc1 (C values) added to the float64 ones once per tile. */
+/* the portable rows' outputs overlap no input (what lets the compiler vectorise them) */
+#if defined(__GNUC__) || defined(__clang__)
+#define HD_BNL_RESTRICT __restrict__
+#else
+#define HD_BNL_RESTRICT
+#endif
 #define HD_BN_LAST_TILES(ISA, ATTR, K)                                                     \
     ATTR HD_BN_UNUSED static void hd_bnl_sum_##K##_##ISA(                                  \
         const HD_TYPE_##K* x, ptrdiff_t xp, ptrdiff_t P, const float* m, ptrdiff_t C,      \
@@ -78,21 +84,28 @@ typedef struct {
     ATTR HD_BN_UNUSED static void hd_bnl_bsum_##K##_##ISA(                                 \
         const HD_TYPE_##K* x, ptrdiff_t xp, const HD_TYPE_##K* dy, ptrdiff_t gp,           \
         ptrdiff_t P, const float* m, const float* a, const float* b, ptrdiff_t C, int act, \
-        float lo, float hi, float* acc0, float* acc1, double* s0, double* s1) {            \
+        float lo, float hi, float* HD_BNL_RESTRICT acc0, float* HD_BNL_RESTRICT acc1,      \
+        double* s0, double* s1) {                                                          \
         ptrdiff_t p, c;                                                                    \
         for (c = 0; c < C; c++) acc0[c] = acc1[c] = 0.0f;                                  \
         for (p = 0; p < P; p++, x += xp, dy += gp)                                         \
-            for (c = 0; c < C; c++) {                                                      \
-                float d = HD_LOAD_##K(x[c]) - m[c];                                        \
-                float g = HD_LOAD_##K(dy[c]);                                              \
-                if (act) {                                                                 \
+            if (act)                                                                       \
+                for (c = 0; c < C; c++) {                                                  \
+                    float d = HD_LOAD_##K(x[c]) - m[c];                                    \
+                    float g = HD_LOAD_##K(dy[c]);                                          \
                     float yb = d * a[c] + b[c];                                            \
                     g = (yb > lo && yb < hi) ? g : 0.0f;                                   \
                     g = (yb != yb) ? yb : g;                                               \
+                    acc0[c] += g;                                                          \
+                    acc1[c] += g * d;                                                      \
                 }                                                                          \
-                acc0[c] += g;                                                              \
-                acc1[c] += g * d;                                                          \
-            }                                                                              \
+            else                                                                           \
+                for (c = 0; c < C; c++) {                                                  \
+                    float d = HD_LOAD_##K(x[c]) - m[c];                                    \
+                    float g = HD_LOAD_##K(dy[c]);                                          \
+                    acc0[c] += g;                                                          \
+                    acc1[c] += g * d;                                                      \
+                }                                                                          \
         for (c = 0; c < C; c++) {                                                          \
             s0[c] += acc0[c];                                                              \
             s1[c] += acc1[c];                                                              \
@@ -100,21 +113,25 @@ typedef struct {
     }                                                                                      \
     ATTR HD_BN_UNUSED static void hd_bnl_dx_##K##_##ISA(                                   \
         const HD_TYPE_##K* x, ptrdiff_t xp, const HD_TYPE_##K* dy, ptrdiff_t gp,           \
-        HD_TYPE_##K* dx, ptrdiff_t yp, ptrdiff_t P, const float* m, const float* a,        \
-        const float* b, ptrdiff_t C, int act, float lo, float hi, const float* k1,         \
-        const float* k2, const float* k3) {                                                \
+        HD_TYPE_##K* HD_BNL_RESTRICT dx, ptrdiff_t yp, ptrdiff_t P, const float* m,        \
+        const float* a, const float* b, ptrdiff_t C, int act, float lo, float hi,          \
+        const float* k1, const float* k2, const float* k3) {                               \
         ptrdiff_t p, c;                                                                    \
         for (p = 0; p < P; p++, x += xp, dy += gp, dx += yp)                               \
-            for (c = 0; c < C; c++) {                                                      \
-                float d = HD_LOAD_##K(x[c]) - m[c];                                        \
-                float g = HD_LOAD_##K(dy[c]);                                              \
-                if (act) {                                                                 \
+            if (act)                                                                       \
+                for (c = 0; c < C; c++) {                                                  \
+                    float d = HD_LOAD_##K(x[c]) - m[c];                                    \
+                    float g = HD_LOAD_##K(dy[c]);                                          \
                     float yb = d * a[c] + b[c];                                            \
                     g = (yb > lo && yb < hi) ? g : 0.0f;                                   \
                     g = (yb != yb) ? yb : g;                                               \
+                    dx[c] = HD_STORE_##K(k1[c] * g + k2[c] * d + k3[c]);                   \
                 }                                                                          \
-                dx[c] = HD_STORE_##K(k1[c] * g + k2[c] * d + k3[c]);                       \
-            }                                                                              \
+            else                                                                           \
+                for (c = 0; c < C; c++) {                                                  \
+                    float d = HD_LOAD_##K(x[c]) - m[c];                                    \
+                    dx[c] = HD_STORE_##K(k1[c] * HD_LOAD_##K(dy[c]) + k2[c] * d + k3[c]);  \
+                }                                                                          \
     }
 
 /* Tiles of the thread's pixels [r0, r1): each within one n, at most HD_BN_FLUSH long. */
@@ -261,6 +278,7 @@ HD_AVX512V static inline __mmask16 hd_bnl_mask(ptrdiff_t left) {
 #define HD_BNL_BLOCK(C, ...)                                                               \
     do {                                                                                   \
         const ptrdiff_t cb = 0;                                                            \
+        (void)cb;                                                                          \
         if ((C) == 16 * HD_BNL_U) {                                                        \
             const __mmask16 k[HD_BNL_U] = {0xffff, 0xffff, 0xffff, 0xffff};                \
             __VA_ARGS__                                                                    \

@@ -5,8 +5,8 @@ runs by default) x channel counts around the 16-lane vectors and the 64-channel 
 (3, 20, 33, 64, 100, 130), on pixel strides wider than C and N strides that do not follow
 the pixels, against float64 references (tests/oracle/_reference.py, tolerances of
 tests/oracle/_cases.py); special values, which follow the channels-first rows' rules;
-and ONEDNN_ENGINE offering the rows on channels-last memory for inference -> DReLU ->
-backward only.
+and ONEDNN_ENGINE offering the rows on channels-last memory where they beat oneDNN's jit
+batchnorm (FLOAT and HALF: every pattern; BFLOAT16: inference -> DReLU -> backward).
 
 Cases run on oneDNN's OpenMP team (loaded at import) wherever oneDNN loads: the pixels
 are split among its threads, whose partial sums meet after a team barrier."""
@@ -344,11 +344,12 @@ def _drelu_graph(layout, dims):
     return g, (x, dy, s, b, m, iv), (dx, ds, db)
 
 
-def _training_graph(layout, dims):
-    g = hd.Graph(name="bn_train_last")
-    c = dims[1]
+def _training_graph(layout, dims, dtype):
+    g = hd.Graph(name="bn_train_last", io_data_type=dtype, intermediate_data_type="float32",
+                 compute_data_type="float32")
+    cs = (1, dims[1]) + (1,) * (len(dims) - 2)
     x = g.tensor(dims=dims, layout=layout, name="x")
-    s, b = (g.tensor(dims=(1, c, 1, 1), name=n) for n in ("s", "b"))
+    s, b = (g.tensor(dims=cs, name=n, data_type="float32") for n in ("s", "b"))
     y, mean, inv, _, _ = g.batchnorm(x, s, b, epsilon=EPS)
     y.set_output(True)
     return g
@@ -384,12 +385,17 @@ def test_engine_takes_the_rows_for_channels_last_drelu_backward(layout, dims):
         assert_close(outs[db], want["dbias"], *tol("bn_backward", "float32"), what="dbias")
 
 
-def test_engine_keeps_the_jit_for_channels_last_training():
+@pytest.mark.parametrize("dtype,rows", [("float32", True), ("float16", True),
+                                        ("bfloat16", False)])
+def test_engine_offers_the_rows_for_channels_last_training_by_data_type(dtype, rows):
+    # FLOAT and HALF take the rows; BFLOAT16 keeps oneDNN's jit batchnorm, the faster there
     if not ONEDNN_STATE.ok:
         pytest.skip(f"oneDNN does not load here: {ONEDNN_STATE.reason}")
     with hd.Device("cpu") as dev:
-        plan = dev.build_sync(_training_graph("NHWC", (3, 20, 5, 5)), engine="ONEDNN_ENGINE",
-                              knobs={"global.benchmarking": 1})
+        plan = dev.build_sync(_training_graph("NHWC", (3, 20, 5, 5), dtype),
+                              engine="ONEDNN_ENGINE", knobs={"global.benchmarking": 1})
         names = [n for n, _ in plan.algorithm.trials]
-        assert not any(n.startswith("bn_rows:") for n in names), names
-        assert "jit" in str(plan.algorithm), plan.algorithm
+        assert any(n.startswith("bn_rows:") for n in names) == rows, names
+        heuristic = dev.build_sync(_training_graph("NHWC", (3, 20, 5, 5), dtype),
+                                   engine="ONEDNN_ENGINE")
+        assert str(heuristic.algorithm).startswith("bn_rows:") == rows, heuristic.algorithm

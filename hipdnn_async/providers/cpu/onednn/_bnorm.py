@@ -350,9 +350,9 @@ def _rows(match, order, fuse, dry):
     cache; oneDNN 3.2's jit batchnorm takes only channel-blocked or channels-last memory;
     around it the reorders move three more copies of the tensor (2-3.5x PyTorch's time in
     backward, measured on 2 cores), and its generic ``ncsp_bnorm`` is slower still.
-    Channels-last (``_LAST_PATTERNS``): the pixels split among the threads, per-thread
-    partial sums added after a team barrier; inference -> DReLU -> backward in two passes
-    where oneDNN runs its inference and backward primitives. Clipped ReLUs fuse here too."""
+    Channels-last (where ``_LAST_PATTERNS`` says they beat oneDNN's jit batchnorm): the
+    pixels split among the threads, per-thread partial sums added after a team barrier.
+    Clipped ReLUs fuse here too."""
     t, p = match.tensors, match.params
     kind = _rows_fit(match)
     pat = match.pattern
@@ -436,13 +436,26 @@ BN_BUILDERS = {
 }
 
 
-# The patterns offered the channels-last rows: those where they beat oneDNN 3.2's jit
-# batchnorm on nspc memory (2 cores, batch 8, ResNet-50 shapes, FLOAT and BFLOAT16, best of
-# 200 interleaved launches at two buffer alignments): inference -> DReLU -> backward, 0.7-0.9x
-# its time (its inference pass and backward pass read x twice more). Training, inference
-# and plain backward measured within +-15 % of it either way (it won on some alignments and
-# shapes, lost on others), so they keep the jit kernel.
-_LAST_PATTERNS = frozenset({Pattern.BN_INFERENCE_DRELU_BACKWARD})
+# The channels-last rows are offered (and taken by the heuristic) where they beat oneDNN
+# 3.2's jit batchnorm on nspc memory, by activation data type (2 cores, batch 8, ResNet-50
+# shapes; best of 150-200 interleaved launches at several buffer alignments, and
+# bench/bench_cpu.py runs). FLOAT: every pattern; oneDNN's FLOAT jit takes 2.1-2.4x its own
+# time when y is 64-byte aligned (0.95-1.12x PyTorch's time in inference, 0.83-1.02x in
+# training and backward) where the rows take 0.5-0.75x, and elsewhere the two are within
+# +-10 %. HALF: every pattern; oneDNN 3.2 has no f16 batchnorm here and runs float32 copies
+# made by reference reorders (40-140 ms a case; the rows 0.25-10 ms). BFLOAT16: inference
+# -> DReLU -> backward only (0.33-0.38x PyTorch's time against the jit's 0.35-0.46x: its
+# inference and backward primitives read x twice more); the bf16 jit is 5-15 % faster in
+# training and inference and even in backward.
+_ALL_BN = frozenset(BN_BUILDERS)
+_LAST_PATTERNS = {DataType.FLOAT: _ALL_BN, DataType.HALF: _ALL_BN,
+                  DataType.BFLOAT16: frozenset({Pattern.BN_INFERENCE_DRELU_BACKWARD})}
+
+
+def _last_rows_win(match) -> bool:
+    """Whether ``match`` is offered the channels-last rows (``_LAST_PATTERNS``)."""
+    return (match.pattern in _LAST_PATTERNS.get(match.tensors["x"].data_type, ())
+            and _channels_last(match))
 
 
 class Bn:
@@ -453,7 +466,7 @@ class Bn:
     training + ReLU with ``fuse_norm_relu`` and with the ReLU as a separate pass; for
     batchnorm inference also one binary primitive on the user's layout
     (``_bn_inference_binary``); the engine's C rows (``_rows``) on channels-first memory
-    and, for the patterns of ``_LAST_PATTERNS``, on channels-last memory."""
+    and, for the data types and patterns of ``_LAST_PATTERNS``, on channels-last memory."""
 
     def __init__(self, match):
         self.match = match
@@ -469,9 +482,9 @@ class Bn:
                    and p.get("relu_lower_clip") in (None, 0.0) and p.get("relu_upper_clip") is None)
         variants = [(suffix, order, fuse, builder) for suffix, order in orders
                     for fuse in ((True, False) if fusable else (False,))]
-        if len(orders) > 1 or (match.pattern in _LAST_PATTERNS and _channels_last(match)):
+        if len(orders) > 1 or _last_rows_win(match):
             # the C rows, which read the user's layout as it is (``_rows``): channels-first,
-            # and channels-last where they beat oneDNN's jit batchnorm
+            # and channels-last where they beat oneDNN's jit batchnorm (``_LAST_PATTERNS``)
             variants.insert(0, ("", None, False, _rows))
         if match.pattern == Pattern.BN_INFERENCE_VARIANCE and len(orders) > 1:
             # plain layouts only: where the channel stride is 1 oneDNN's binary kernel
