@@ -512,9 +512,10 @@ class Bn:
     def heuristic(self, fitting, limit):
         """Without timing: the batchnorm rows where offered (channels-first memory: 0.5-0.95x
         PyTorch's time on the ResNet-50 shapes at batch 8, 2 cores, against 1.1-3.5x for the
-        best oneDNN candidate there); else a jit implementation before the generic ones (``ncsp_bnorm``,
-        ``nspc_bnorm``: 5-20x slower in training and backward, and fuse_norm_relu 10x
-        slower than a separate ReLU pass there), in the candidates' order: the user's
+        best oneDNN candidate there; channels-last: ``_LAST_PATTERNS``); else a jit
+        implementation before the generic ones (``ncsp_bnorm``, ``nspc_bnorm``: 5-20x
+        slower in training and backward, and fuse_norm_relu 10x slower than a separate ReLU
+        pass there), in the candidates' order: the user's
         layout, then channel-blocked copies (two cheap reorders), then channels-last copies
         (two transpositions). Batchnorm inference: the jit batchnorm on the user's layout
         (channels-last: one pass), else the binary primitive on the user's layout (one
