@@ -5,8 +5,8 @@ runs by default) x channel counts around the 16-lane vectors and the 64-channel 
 (3, 20, 33, 64, 100, 130), on pixel strides wider than C and N strides that do not follow
 the pixels, against float64 references (tests/oracle/_reference.py, tolerances of
 tests/oracle/_cases.py); special values, which follow the channels-first rows' rules;
-and ONEDNN_ENGINE offering the rows on channels-last memory where they beat oneDNN's jit
-batchnorm (FLOAT and HALF: every pattern; BFLOAT16: inference -> DReLU -> backward).
+and ONEDNN_ENGINE taking the rows on channels-last memory (oneDNN's batchnorm still
+offered to benchmarking).
 
 Cases run on oneDNN's OpenMP team (loaded at import) wherever oneDNN loads: the pixels
 are split among its threads, whose partial sums meet after a team barrier."""
@@ -385,17 +385,17 @@ def test_engine_takes_the_rows_for_channels_last_drelu_backward(layout, dims):
         assert_close(outs[db], want["dbias"], *tol("bn_backward", "float32"), what="dbias")
 
 
-@pytest.mark.parametrize("dtype,rows", [("float32", True), ("float16", True),
-                                        ("bfloat16", False)])
-def test_engine_offers_the_rows_for_channels_last_training_by_data_type(dtype, rows):
-    # FLOAT and HALF take the rows; BFLOAT16 keeps oneDNN's jit batchnorm, the faster there
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_engine_takes_the_rows_for_channels_last_training_and_offers_the_jit(dtype):
     if not ONEDNN_STATE.ok:
         pytest.skip(f"oneDNN does not load here: {ONEDNN_STATE.reason}")
     with hd.Device("cpu") as dev:
         plan = dev.build_sync(_training_graph("NHWC", (3, 20, 5, 5), dtype),
-                              engine="ONEDNN_ENGINE", knobs={"global.benchmarking": 1})
-        names = [n for n, _ in plan.algorithm.trials]
-        assert any(n.startswith("bn_rows:") for n in names) == rows, names
-        heuristic = dev.build_sync(_training_graph("NHWC", (3, 20, 5, 5), dtype),
-                                   engine="ONEDNN_ENGINE")
-        assert str(heuristic.algorithm).startswith("bn_rows:") == rows, heuristic.algorithm
+                              engine="ONEDNN_ENGINE")
+        assert str(plan.algorithm).startswith("bn_rows:"), plan.algorithm
+        timed = dev.build_sync(_training_graph("NHWC", (3, 20, 5, 5), dtype),
+                               engine="ONEDNN_ENGINE", knobs={"global.benchmarking": 1})
+        names = [n for n, _ in timed.algorithm.trials]
+        # oneDNN's own batchnorm on the user's layout stays a candidate
+        assert any(n.startswith("bn_rows:") for n in names), names
+        assert any(not n.startswith("bn_rows:") for n in names), names

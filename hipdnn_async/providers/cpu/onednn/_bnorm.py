@@ -438,18 +438,16 @@ BN_BUILDERS = {
 
 # The channels-last rows are offered (and taken by the heuristic) where they beat oneDNN
 # 3.2's jit batchnorm on nspc memory, by activation data type (2 cores, batch 8, ResNet-50
-# shapes; best of 150-200 interleaved launches at several buffer alignments, and
-# bench/bench_cpu.py runs). FLOAT: every pattern; oneDNN's FLOAT jit takes 2.1-2.4x its own
-# time when y is 64-byte aligned (0.95-1.12x PyTorch's time in inference, 0.83-1.02x in
-# training and backward) where the rows take 0.5-0.75x, and elsewhere the two are within
-# +-10 %. HALF: every pattern; oneDNN 3.2 has no f16 batchnorm here and runs float32 copies
-# made by reference reorders (40-140 ms a case; the rows 0.25-10 ms). BFLOAT16: inference
-# -> DReLU -> backward only (0.33-0.38x PyTorch's time against the jit's 0.35-0.46x: its
-# inference and backward primitives read x twice more); the bf16 jit is 5-15 % faster in
-# training and inference and even in backward.
-_ALL_BN = frozenset(BN_BUILDERS)
-_LAST_PATTERNS = {DataType.FLOAT: _ALL_BN, DataType.HALF: _ALL_BN,
-                  DataType.BFLOAT16: frozenset({Pattern.BN_INFERENCE_DRELU_BACKWARD})}
+# shapes 64x56x56, 256x28x28, 512x14x14; best of 150 interleaved launches of each
+# candidate at several buffer alignments; bench/bench_cpu.py). FLOAT and BFLOAT16: every
+# pattern. Where oneDNN's jit is at its best (x, y 16 bytes past a 64-byte boundary) the
+# rows take 0.78-1.09x its time (0.92x in the geometric mean; the worst, FLOAT training at
+# 64x56x56, 1.09x); when y is 64-byte aligned oneDNN's FLOAT jit takes 2.1-2.4x its own
+# time (0.95-1.12x PyTorch's in inference) and the rows do not slow down. HALF: every
+# pattern; oneDNN 3.2 has no f16 batchnorm here and runs float32 copies made by reference
+# reorders (40-140 ms a case; the rows 0.25-10 ms).
+_LAST_PATTERNS = dict.fromkeys((DataType.FLOAT, DataType.BFLOAT16, DataType.HALF),
+                               frozenset(BN_BUILDERS))
 
 
 def _last_rows_win(match) -> bool:
