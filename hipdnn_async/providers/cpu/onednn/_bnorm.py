@@ -441,8 +441,9 @@ BN_BUILDERS = {
 # shapes 64x56x56, 256x28x28, 512x14x14; best of 150 interleaved launches of each
 # candidate at several buffer alignments; bench/bench_cpu.py). FLOAT and BFLOAT16: every
 # pattern. Where oneDNN's jit is at its best (x, y 16 bytes past a 64-byte boundary) the
-# rows take 0.78-1.09x its time (0.92x in the geometric mean; the worst, FLOAT training at
-# 64x56x56, 1.09x); when y is 64-byte aligned oneDNN's FLOAT jit takes 2.1-2.4x its own
+# rows take 0.75-1.09x its time in training (+ ReLU), inference and backward (0.92x in the
+# geometric mean; the worst, FLOAT training at 64x56x56, 1.09x) and 0.45-0.93x in
+# inference -> DReLU -> backward (two passes to its three); when y is 64-byte aligned oneDNN's FLOAT jit takes 2.1-2.4x its own
 # time (0.95-1.12x PyTorch's in inference) and the rows do not slow down. HALF: every
 # pattern; oneDNN 3.2 has no f16 batchnorm here and runs float32 copies made by reference
 # reorders (40-140 ms a case; the rows 0.25-10 ms).
