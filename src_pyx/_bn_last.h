@@ -1,20 +1,23 @@
 /* Channels-last batchnorm of hipdnn_async.providers.cpu._kernels.bn_rows (NHWC, NDHWC):
  * the same ops, formulas and special-value rules as the channels-first rows of
- * _bn_rows.h, on activations whose C channel values of a pixel are contiguous. The N *
- * spatial pixels are split among the team's threads; a pixel's row runs over every
- * channel, against per-channel vectors (mean, factor, bias) that stay in L1.
+ * _bn_rows.h, on activations whose C channel values of a pixel are contiguous.
  *
- * Statistics are per-thread partial sums: float32 per channel over at most
- * HD_BN_FLUSH pixels (as short as the float32 lane sums of the channels-first rows), added
- * into float64 per-thread vectors, which every thread then adds up in the same order
- * after a barrier (so each thread holds the same mean and factor, and only thread 0
- * writes the outputs). Training: sums, barrier, squared deviations, barrier, y.
- * Backward: the two sums, barrier, dx. Inference: one pass.
+ * Why it exists: oneDNN 3.2's FLOAT jit batchnorm on channels-last memory takes about
+ * twice its own time when y is 64-byte aligned, it has no HALF batchnorm here (float32
+ * copies through reference reorders), and inference -> DReLU -> backward is two of its
+ * primitives (three passes over x) where the rows make two passes.
+ *
+ * The N * spatial pixels are split among the team's threads. Statistics are per-thread
+ * partial sums: float32 per channel over a tile of at most HD_BN_FLUSH pixels (as short as
+ * the float32 lane sums of the channels-first rows), added into float64 per-thread
+ * vectors, which every thread then adds up in the same order after a barrier (so each
+ * thread holds the same mean and factor, and only thread 0 writes the outputs; the sums'
+ * last bits depend on the number of threads). Training: sums, barrier, squared
+ * deviations, barrier, y. Backward: the two sums, barrier, dx. Inference: one pass.
  */
 #ifndef HD_BN_LAST_H
 #define HD_BN_LAST_H
 
-#include <stdlib.h>
 #include "_bn_rows.h"
 
 #define HD_BN_FLUSH 64
@@ -33,6 +36,13 @@ typedef struct {
 /* per thread: 2 float64 and 6 float32 vectors of Cp values */
 #define HD_BN_LAST_BLOCK(Cp) ((size_t)(Cp) * (2 * sizeof(double) + 6 * sizeof(float)))
 
+/* the portable rows' outputs overlap no input (what lets the compiler vectorise them) */
+#if defined(__GNUC__) || defined(__clang__)
+#define HD_BNL_RESTRICT __restrict__
+#else
+#define HD_BNL_RESTRICT
+#endif
+
 /* Tile functions: P pixels (<= HD_BN_FLUSH) at pixel strides xp, yp, gp, over C channels;
  * per-channel vectors are float32 of >= C values (m: the mean subtracted; a: the factor;
  * b: the bias; k1..k3 the dx coefficients), float64 sums of >= C values (padded to a
@@ -44,12 +54,6 @@ typedef struct {
  *   dx:     dx[p][c] = k1[c] * g + k2[c] * (x - m[c]) + k3[c]
  * The portable ones run a pixel's channels as one loop the compiler vectorises, the
  * float32 sums in acc0 / acc1 (C values) added to the float64 ones once per tile. */
-/* the portable rows' outputs overlap no input (what lets the compiler vectorise them) */
-#if defined(__GNUC__) || defined(__clang__)
-#define HD_BNL_RESTRICT __restrict__
-#else
-#define HD_BNL_RESTRICT
-#endif
 #define HD_BN_LAST_TILES(ISA, ATTR, K)                                                     \
     ATTR HD_BN_UNUSED static void hd_bnl_sum_##K##_##ISA(                                  \
         const HD_TYPE_##K* x, ptrdiff_t xp, ptrdiff_t P, const float* m, ptrdiff_t C,      \
@@ -134,12 +138,17 @@ typedef struct {
                 }                                                                          \
     }
 
-/* Tiles of the thread's pixels [r0, r1): each within one n, at most HD_BN_FLUSH long. */
+/* The pixels from r of a tile: to the end of r's image, of [.., r1) or HD_BN_FLUSH. */
+static inline ptrdiff_t hd_bnl_tile(ptrdiff_t r, ptrdiff_t r1, ptrdiff_t S) {
+    ptrdiff_t P = S - r % S;
+    P = P < r1 - r ? P : r1 - r;
+    return P < HD_BN_FLUSH ? P : HD_BN_FLUSH;
+}
+/* Tiles of the thread's pixels [r0, r1) (pixel r = n * S + s): n, s of a tile's first
+ * pixel and P, its pixel count, as the loop's variables */
 #define HD_BN_LAST_FOR_TILES(r0, r1, S, n, s, P)                                           \
-    for (ptrdiff_t r_ = (r0), n = 0, s = 0, P = 0; r_ < (r1); r_ += P)                     \
-        if (n = r_ / (S), s = r_ % (S),                                                    \
-            P = (S) - s < (r1) - r_ ? (S) - s : (r1) - r_,                                 \
-            P = P < HD_BN_FLUSH ? P : HD_BN_FLUSH, 1)
+    for (ptrdiff_t r_ = (r0), n = r_ / (S), s = r_ % (S), P = hd_bnl_tile(r_, (r1), (S));  \
+         r_ < (r1); r_ += P, n = r_ / (S), s = r_ % (S), P = hd_bnl_tile(r_, (r1), (S)))
 
 /* The share of thread ithr of nthr of a channels-last job; KS is the suffix of the tile
  * functions (K_ISA). The per-channel float64 work is plain C, C values a pass. */

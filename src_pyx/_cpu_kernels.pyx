@@ -794,7 +794,8 @@ def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=No
     shape = (<object>x).shape
     for a, role in ((y, "y"), (dy if op == HD_BN_BACKWARD else None, "dy")):
         if a is not None and (<object>a).shape != shape:
-            raise ValueError(f"bn_rows: {role} has dims {(<object>a).shape}; need {shape}")
+            raise ValueError(f"bn_rows: {role} has dims {(<object>a).shape}; need (N, C, "
+                             f"spatial...) equal to {shape}")
     j.xc = j.yc = j.gc = 1
     j.gn = L.gp = 0
     last = (x.ndim >= 3 and x.shape[1] > 1 and _pixels_of(x, itemsize, &j.xn, &L.xp)
