@@ -179,7 +179,7 @@ static inline ptrdiff_t hd_bnl_tile(ptrdiff_t r, ptrdiff_t r1, ptrdiff_t S) {
                 fa[c] = (float)(j->scale[c] / sqrt((double)j->var[c] + j->eps));           \
             HD_BN_LAST_FOR_TILES(r0, r1, S, n, s, P)                                       \
                 hd_bnl_affine_##KS(x + n * j->xn + s * xp, xp, y + n * j->yn + s * yp, yp, \
-                                   P, j->mean, fa, j->bias, C, 0, 0.0f, 0.0f);             \
+                                   P, j->mean, fa, j->bias, C, j->act, j->lo, j->hi);      \
         } else if (j->op == HD_BN_TRAINING) {                                              \
             double mean, var;                                                              \
             if (me) {                                                                      \

@@ -2,7 +2,7 @@
 ``_bn_last.h``): every op (training with and without a clamp, inference, backward with and
 without the RELU_BWD mask) x element kind x build (the portable baseline and the one that
 runs by default) x channel counts around the 16-lane vectors and the 64-channel blocks
-(3, 20, 33, 64, 100, 130), on pixel strides wider than C and N strides that do not follow
+(3, 5, 17, 20, 33, 64, 100, 130), on pixel strides wider than C and N strides that do not follow
 the pixels, against float64 references (tests/oracle/_reference.py, tolerances of
 tests/oracle/_cases.py); special values, which follow the channels-first rows' rules;
 and ONEDNN_ENGINE taking the rows on channels-last memory (oneDNN's batchnorm still
@@ -43,6 +43,8 @@ OPS = [("training", k.BN_ROWS_TRAINING, False, 0.0, np.inf),
        ("training_relu", k.BN_ROWS_TRAINING, True, 0.0, np.inf),
        ("training_clamp", k.BN_ROWS_TRAINING, True, -0.25, 0.5),
        ("inference", k.BN_ROWS_INFERENCE, False, 0.0, np.inf),
+       ("inference_relu", k.BN_ROWS_INFERENCE, True, 0.0, np.inf),
+       ("inference_clamp", k.BN_ROWS_INFERENCE, True, -0.25, 0.5),
        ("backward", k.BN_ROWS_BACKWARD, False, 0.0, np.inf),
        ("backward_drelu", k.BN_ROWS_BACKWARD, True, 0.0, np.inf),
        ("backward_drelu_clipped", k.BN_ROWS_BACKWARD, True, 0.1, 0.5)]
@@ -155,8 +157,9 @@ def reference(name, vals):
         y = ref.relu(st["y"], lo, None if hi == np.inf else hi) if act else st["y"]
         return {"y": y, "mean_out": st["mean"], "variance_out": var}
     if op == k.BN_ROWS_INFERENCE:
-        return {"y": ref.bn_inference_variance(x, vals["mean"], vals["variance"],
-                                               vals["scale"], vals["bias"], EPS)}
+        y = ref.bn_inference_variance(x, vals["mean"], vals["variance"], vals["scale"],
+                                      vals["bias"], EPS)
+        return {"y": ref.relu(y, lo, None if hi == np.inf else hi) if act else y}
     g = f64(vals["dy"])
     if act:
         ybn = ref.bn_inference(x, vals["mean"], vals["inv_variance"], vals["scale"],
@@ -309,7 +312,7 @@ def test_special_values_follow_the_channels_first_rows(name, baseline):
         assert np.isnan(yl[1, 2, 3, 4]) and np.isfinite(yl[:, 2]).sum() == yl[:, 2].size - 1
     else:
         assert np.isnan(yl[:, 2]).all()
-    if op == k.BN_ROWS_TRAINING and act:
+    if op != k.BN_ROWS_BACKWARD and act:
         finite = np.isfinite(f64(yl))
         assert (f64(yl)[finite] >= lo).all() and (f64(yl)[finite] <= hi).all()
         assert not np.signbit(yl[f64(yl) == 0]).any()          # RELU_FWD: no -0.0
