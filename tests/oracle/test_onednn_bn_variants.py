@@ -2,8 +2,8 @@
 its heuristic takes: the user's layout, channel-blocked (nC[d]hw16c) and channels-last
 copies around oneDNN's batchnorm, fused and separate ReLU, batchnorm inference as one
 binary primitive, and the engine's own C rows (``bn_rows``, offered exactly on the packed
-layouts NCHW, NCDHW, NHWC and NDHWC). Each runs every batchnorm pattern x {FLOAT, HALF, BFLOAT16} x the
-oracle's layouts (NCHW, NHWC, NCDHW, NDHWC and non-packed strides), with 3 channels (one
+layouts NCHW, NCDHW, NHWC and NDHWC). Each runs every batchnorm pattern x {FLOAT, HALF,
+BFLOAT16} x the oracle's layouts (NCHW, NHWC, NCDHW, NDHWC and non-packed strides), with 3 channels (one
 partial block of 16) and 20 (a full and a partial block), against the float64 references
 of ``_reference.py`` with the tolerances of ``_cases.py``.
 
