@@ -22,7 +22,7 @@ _DLOPEN = dict(libraries=["dl"])
 
 EXTENSIONS = [
     Extension("hipdnn_async.providers.cpu._kernels", ["src_pyx/_cpu_kernels.pyx"],
-              depends=["src_pyx/_relu_rows.h", "src_pyx/_bn_rows.h"], **_NUMPY),
+              depends=["src_pyx/_relu_rows.h", "src_pyx/_bn_rows.h", "src_pyx/_bn_last.h"], **_NUMPY),
     Extension("hipdnn_async.runtime._loader", ["src_pyx/_loader.pyx"], **_DLOPEN),
     Extension("hipdnn_async.runtime._launch_state", ["src_pyx/_launch_state.pyx"]),
     Extension("hipdnn_async.runtime._gpu", ["src_pyx/_gpu.pyx"], **_DLOPEN),

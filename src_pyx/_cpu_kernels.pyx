@@ -37,7 +37,9 @@ from libc.stdint cimport int16_t, int32_t, uint16_t, uint32_t
 from cython cimport floating
 cimport numpy as cnp
 
-from hipdnn_async.runtime._onednn cimport run_on_team
+from libc.stdlib cimport free, malloc
+
+from hipdnn_async.runtime._onednn cimport run_on_team, team_barrier, team_size
 
 cnp.import_array()
 
@@ -639,6 +641,16 @@ cdef extern from "_bn_rows.h" nogil:
 
 BN_ROWS_TRAINING, BN_ROWS_INFERENCE, BN_ROWS_BACKWARD = HD_BN_TRAINING, HD_BN_INFERENCE, HD_BN_BACKWARD
 
+cdef extern from "_bn_last.h" nogil:
+    ctypedef struct hd_bn_last_job:
+        hd_bn_job j
+        Py_ssize_t xp, yp, gp, Cp
+        int slots
+        char* scratch
+        void (*barrier)() noexcept nogil
+    void hd_bn_last_team(void* data, int ithr, int nthr) noexcept
+    size_t HD_BN_LAST_BLOCK(Py_ssize_t Cp)
+
 
 def bn_rows_isa(str kind="float32") -> str:
     """The rows ``bn_rows`` runs for elements of ``kind`` (a ``BIAS_RELU_KINDS`` name)
@@ -674,6 +686,30 @@ cdef int _rows_of(cnp.ndarray a, object like, str role, Py_ssize_t itemsize,
     return 0
 
 
+cdef bint _pixels_of(cnp.ndarray a, Py_ssize_t itemsize, Py_ssize_t* rn, Py_ssize_t* rp):
+    """Whether ``a`` (dims (N, C, spatial...)) is channels-last: the C values of a pixel one
+    packed run and the pixels one run of a constant stride >= C (NHWC, NDHWC; N stride
+    free); then its N and pixel strides in elements."""
+    cdef int k, nd = a.ndim
+    cdef Py_ssize_t p = a.shape[1] * itemsize, run
+    if nd < 3 or (a.shape[1] > 1 and a.strides[1] != itemsize) or a.strides[0] % itemsize:
+        return False
+    for k in range(nd - 1, 1, -1):
+        if a.shape[k] != 1:
+            p = a.strides[k]
+            break
+    if p % itemsize or p < a.shape[1] * itemsize:
+        return False
+    run = p
+    for k in range(nd - 1, 1, -1):
+        if a.shape[k] != 1 and a.strides[k] != run:
+            return False
+        run *= a.shape[k]
+    rn[0] = a.strides[0] // itemsize
+    rp[0] = p // itemsize
+    return True
+
+
 cdef const float* _vec(const float[::1] v, Py_ssize_t c, str role) except? NULL:
     if v is None:
         return NULL
@@ -689,8 +725,10 @@ def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=No
             float[::1] variance_out=None, float[::1] dscale=None, float[::1] dbias=None,
             double epsilon=0.0, bint act=False, double lower=0.0, double upper=INFINITY,
             bint baseline=False):
-    """Batchnorm on channels-first activations, every pass of a channel on one thread of
-    oneDNN's OpenMP team (``runtime._onednn.run_on_team``), C rows of ``_bn_rows.h``.
+    """Batchnorm on channels-first or channels-last activations on oneDNN's OpenMP team
+    (``runtime._onednn.run_on_team``), C rows of ``_bn_rows.h`` (channels-first: every
+    pass of a channel on one thread) and ``_bn_last.h`` (channels-last: the pixels split
+    among the threads, per-thread partial sums added up after a team barrier).
 
     Parameters
     ----------
@@ -699,9 +737,11 @@ def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=No
         given statistics; ``BN_ROWS_BACKWARD``: dx (written to ``y``), dscale, dbias.
     x, y, dy : ndarray
         Activations of dims (N, C, spatial...) and one element type, ``kind``
-        (``BIAS_RELU_KINDS``: 0 float32, 1 bfloat16, 2 float16, 16-bit ones as raw bits),
-        the spatial elements of each (n, c) one packed run (NCHW, NCDHW), N and C strides
-        free; ``y`` (dx for backward) is written; ``dy`` for backward only.
+        (``BIAS_RELU_KINDS``: 0 float32, 1 bfloat16, 2 float16, 16-bit ones as raw bits);
+        ``y`` (dx for backward) is written; ``dy`` for backward only. Channels-last where
+        C > 1 and each has its C values of a pixel packed and its pixels at one stride
+        (NHWC, NDHWC; N stride free); else channels-first: the spatial elements of each
+        (n, c) one packed run (NCHW, NCDHW), N and C strides free.
     scale, bias, mean, variance, inv_variance : float32 vectors of C values, contiguous
         Training: scale, bias. Inference: scale, bias, mean, variance. Backward: scale,
         mean, inv_variance (and bias with ``act``: the forward whose ReLU is undone).
@@ -731,8 +771,12 @@ def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=No
     + bias``; backward ``dbias = sum(g)``, ``dscale = inv_variance * sum(g * (x - mean))``,
     ``dx = scale * inv_variance / M * (M g - dbias - (x - mean) * inv_variance * dscale)``.
     Element arithmetic is float32 (y and dx rounded once to the element type).
+    Channels-last sums are float32 per channel over at most 64 pixels, added in float64.
     """
-    cdef hd_bn_job j
+    cdef hd_bn_last_job L
+    cdef hd_bn_job* j = &L.j
+    cdef bint last
+    cdef char* raw = NULL
     cdef int n = 1
     cdef Py_ssize_t itemsize = 4 if kind == 0 else 2
     if not 0 <= kind <= 2:
@@ -745,15 +789,28 @@ def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=No
                              f"has {itemsize}")
     if not y.flags.writeable:
         raise ValueError("bn_rows: y is read-only")
+    if op == HD_BN_BACKWARD and dy is None:
+        raise ValueError("bn_rows: backward needs dy")
     shape = (<object>x).shape
-    _rows_of(x, None, "x", itemsize, &j.xn, &j.xc)
-    _rows_of(y, shape, "y", itemsize, &j.yn, &j.yc)
+    for a, role in ((y, "y"), (dy if op == HD_BN_BACKWARD else None, "dy")):
+        if a is not None and (<object>a).shape != shape:
+            raise ValueError(f"bn_rows: {role} has dims {(<object>a).shape}; need (N, C, "
+                             f"spatial...) equal to {shape}")
+    j.xc = j.yc = j.gc = 1
+    j.gn = L.gp = 0
+    last = (x.ndim >= 3 and x.shape[1] > 1 and _pixels_of(x, itemsize, &j.xn, &L.xp)
+            and _pixels_of(y, itemsize, &j.yn, &L.yp)
+            and (op != HD_BN_BACKWARD or _pixels_of(dy, itemsize, &j.gn, &L.gp)))
+    if not last:
+        _rows_of(x, None, "x", itemsize, &j.xn, &j.xc)
+        _rows_of(y, shape, "y", itemsize, &j.yn, &j.yc)
+        if op == HD_BN_BACKWARD:
+            _rows_of(dy, shape, "dy", itemsize, &j.gn, &j.gc)
     j.N, j.C = x.shape[0], x.shape[1]
     j.S = x.size // (j.N * j.C) if j.N * j.C else 0
     j.op, j.kind, j.isa = op, kind, hd_bn_rows_isa(baseline)
     j.x, j.y = cnp.PyArray_DATA(x), cnp.PyArray_DATA(y)
-    j.dy = NULL
-    j.gn = j.gc = 0
+    j.dy = cnp.PyArray_DATA(dy) if op == HD_BN_BACKWARD else NULL
     j.scale = _vec(scale, j.C, "scale")
     j.bias = _vec(bias, j.C, "bias")
     j.mean = _vec(mean, j.C, "mean")
@@ -771,10 +828,6 @@ def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=No
     elif op == HD_BN_INFERENCE:
         need = {"scale": scale, "bias": bias, "mean": mean, "variance": variance}
     else:
-        if dy is None:
-            raise ValueError("bn_rows: backward needs dy")
-        _rows_of(dy, shape, "dy", itemsize, &j.gn, &j.gc)
-        j.dy = cnp.PyArray_DATA(dy)
         need = {"scale": scale, "mean": mean, "inv_variance": inv_variance, "dscale": dscale,
                 "dbias": dbias}
         if act:
@@ -784,6 +837,22 @@ def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=No
         raise ValueError(f"bn_rows: op {op} needs {', '.join(missing)}")
     if j.N * j.C * j.S == 0:
         return 1
+    if not last:
+        with nogil:
+            n = run_on_team(hd_bn_team, j)
+        return n
+    if (j.xn == j.S * L.xp and j.yn == j.S * L.yp
+            and (op != HD_BN_BACKWARD or j.gn == j.S * L.gp)):
+        j.S, j.N = j.S * j.N, 1              # every pixel at one stride: longer tiles
+    L.Cp = (j.C + 15) // 16 * 16
+    L.barrier = team_barrier
     with nogil:
-        n = run_on_team(hd_bn_team, &j)
+        L.slots = team_size()
+        raw = <char*>malloc(L.slots * HD_BN_LAST_BLOCK(L.Cp) + 64)
+        if raw != NULL:
+            L.scratch = raw + (-<size_t>raw & 63)          # 64-byte aligned blocks
+            n = run_on_team(hd_bn_last_team, &L)
+            free(raw)
+    if raw == NULL:
+        raise MemoryError("bn_rows: per-thread scratch")
     return n

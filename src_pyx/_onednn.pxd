@@ -17,6 +17,7 @@ cdef class Onednn(LibraryTable):
     cdef int (*omp_get_thread_num)() noexcept nogil
     cdef int (*omp_get_num_threads)() noexcept nogil
     cdef void (*gomp_parallel)(void (*)(void*) noexcept nogil, void*, unsigned, unsigned) noexcept nogil
+    cdef void (*gomp_barrier)() noexcept nogil
     cdef Library _omp                 # that runtime, kept open
 
     cdef int _check(self, int status, const char* call) except -1
@@ -62,3 +63,5 @@ cdef class Program:
 # callback's type is ours, written out: a ctypedef'd function-pointer type is taken for a
 # vendor declaration that the header checks must cover)
 cdef int run_on_team(void (*fn)(void*, int, int) noexcept nogil, void* data) noexcept nogil
+cdef int team_size() noexcept nogil
+cdef void team_barrier() noexcept nogil

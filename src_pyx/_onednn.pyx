@@ -263,6 +263,7 @@ cdef class Onednn(LibraryTable):
         self.omp_get_max_threads = NULL
         self.omp_get_thread_num = self.omp_get_num_threads = NULL
         self.gomp_parallel = NULL
+        self.gomp_barrier = NULL
         if omp is not None:
             self.omp_get_max_threads = <int (*)() noexcept nogil>omp.sym("omp_get_max_threads")
             self.omp_get_thread_num = <int (*)() noexcept nogil>omp.sym("omp_get_thread_num")
@@ -270,6 +271,8 @@ cdef class Onednn(LibraryTable):
             # what ``#pragma omp parallel`` compiles to (libgomp's ABI since GCC 4.9)
             self.gomp_parallel = <void (*)(void (*)(void*) noexcept nogil, void*, unsigned,
                                            unsigned) noexcept nogil>omp.sym("GOMP_parallel")
+            # what ``#pragma omp barrier`` compiles to: the team's threads meet
+            self.gomp_barrier = <void (*)() noexcept nogil>omp.sym("GOMP_barrier")
         return 0
 
     cdef void _clear(self) noexcept:
@@ -277,6 +280,7 @@ cdef class Onednn(LibraryTable):
         self.omp_get_max_threads = NULL
         self.omp_get_thread_num = self.omp_get_num_threads = NULL
         self.gomp_parallel = NULL
+        self.gomp_barrier = NULL
         self.engine = NULL
 
     cdef object _version(self):
@@ -363,12 +367,31 @@ cdef void _team_entry(void* p) noexcept nogil:
     t.fn(t.data, _T.omp_get_thread_num(), _T.omp_get_num_threads())
 
 
+cdef inline bint _has_team() noexcept nogil:
+    return (_T.gomp_parallel != NULL and _T.gomp_barrier != NULL
+            and _T.omp_get_thread_num != NULL and _T.omp_get_num_threads != NULL
+            and _T.omp_get_max_threads != NULL and not _fork_child)
+
+
+cdef int team_size() noexcept nogil:
+    """The most threads ``run_on_team`` runs ``fn`` on from this thread now (1 without
+    the OpenMP runtime): the size of per-thread scratch its callers allocate."""
+    return _T.omp_get_max_threads() if _has_team() else 1
+
+
+cdef void team_barrier() noexcept nogil:
+    """Wait until every thread of the team running ``run_on_team``'s ``fn`` calls it too
+    (GOMP_barrier); only inside ``fn`` with more than one thread."""
+    _T.gomp_barrier()
+
+
 cdef int run_on_team(void (*fn)(void*, int, int) noexcept nogil, void* data) noexcept nogil:
     """Run ``fn(data, i, n)`` on each thread i of n of oneDNN's OpenMP team (the pool its
     primitives run on), under the process-wide gate: host work of the CPU provider (its
     batchnorm rows) takes the cores in turn with oneDNN programs instead of
-    oversubscribing them. Without that runtime (oneDNN not loaded, or a TBB or sequential
-    build) ``fn(data, 0, 1)`` runs on the calling thread. Returns the thread count."""
+    oversubscribing them; ``fn`` may call ``team_barrier``. Without that runtime (oneDNN
+    not loaded, or a TBB or sequential build) ``fn(data, 0, 1)`` runs on the calling
+    thread. Returns the thread count."""
     global _ran
     cdef _TeamCall t
     cdef sigset_t saved
@@ -376,9 +399,7 @@ cdef int run_on_team(void (*fn)(void*, int, int) noexcept nogil, void* data) noe
     t.fn, t.data = fn, data
     pthread_sigmask(SIG_BLOCK, &_async_signals, &saved)
     pthread_mutex_lock(&_gate)
-    if (_T.gomp_parallel != NULL and _T.omp_get_thread_num != NULL
-            and _T.omp_get_num_threads != NULL and _T.omp_get_max_threads != NULL
-            and not _fork_child):
+    if _has_team():
         _ran = True
         n = _T.omp_get_max_threads()
         _T.gomp_parallel(_team_entry, &t, 0, 0)

@@ -132,6 +132,8 @@ _OWN_STRUCTS = {"RuntimeConstants": "the values a Runtime fills from its checked
                 # providers.cpu._kernels (bn_rows): the job of the C rows, from _bn_rows.h
                 "hd_bn_job": "bn_rows' job for the batchnorm rows, a struct of our own "
                              "header _bn_rows.h: no vendor layout",
+                "hd_bn_last_job": "bn_rows' job for the channels-last rows, a struct of our "
+                                  "own header _bn_last.h: no vendor layout",
                 # runtime._onednn: run_on_team's callback and its data, GOMP_parallel's one
                 # pointer argument
                 "_TeamCall": "run_on_team's callback and data, passed to each thread of the "

@@ -75,11 +75,14 @@ def bn_rows(op: int, x: np.ndarray, y: np.ndarray, kind: int, *, dy: np.ndarray 
             variance_out: np.ndarray | None = None, dscale: np.ndarray | None = None,
             dbias: np.ndarray | None = None, epsilon: float = 0.0, act: bool = False,
             lower: float = 0.0, upper: float = ..., baseline: bool = False) -> int:
-    """Batchnorm training / inference / backward on channels-first activations (dims (N,
-    C, spatial...), spatial elements one packed run; float32, bfloat16 or float16 by
-    ``kind``, 16-bit as raw bits), every pass of a channel on one thread of oneDNN's OpenMP
-    team; y (dx for backward) written; per-channel float32 contiguous vectors; returns the
-    thread count. ``act``: a fused clamp (forward) or RELU_BWD mask (backward)."""
+    """Batchnorm training / inference / backward on oneDNN's OpenMP team, activations of
+    dims (N, C, spatial...) (float32, bfloat16 or float16 by ``kind``, 16-bit as raw bits)
+    either channels-last (C > 1, a pixel's C values packed, pixels at one stride: NHWC,
+    NDHWC; the pixels split among the threads, partial sums meeting at a team barrier) or
+    channels-first (spatial elements one packed run: NCHW, NCDHW; every pass of a channel
+    on one thread); y (dx for backward) written; per-channel float32 contiguous vectors;
+    returns the thread count. ``act``: a fused clamp (forward) or RELU_BWD mask
+    (backward)."""
 
 def bn_rows_isa(kind: str = "float32") -> str:
     """``"avx512"``, ``"avx512_auto"`` or ``"baseline"``: the rows ``bn_rows`` runs for

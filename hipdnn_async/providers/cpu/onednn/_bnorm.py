@@ -280,8 +280,10 @@ _ROWS_KINDS = {DataType.FLOAT: 0, DataType.BFLOAT16: 1, DataType.HALF: 2}
 
 def _rows_fit(match) -> int:
     """The element kind ``_kernels.bn_rows`` runs ``match`` with, or a decline: every
-    activation channels-first with its spatial elements one packed run (NCHW, NCDHW) and of
-    one data type; every per-channel tensor a dense FLOAT vector."""
+    activation of one data type and either channels-last (C > 1, the C values of a pixel
+    one packed run, the pixels at one stride: NHWC, NDHWC; ``_channels_last``) or
+    channels-first with its spatial elements one packed run (NCHW, NCDHW); every
+    per-channel tensor a dense FLOAT vector."""
     t = match.tensors
     acts = [t[r] for r in ("x", "y", "dy", "dx") if r in t and not t[r].is_virtual]
     types = {a.data_type for a in acts}
@@ -289,15 +291,18 @@ def _rows_fit(match) -> int:
         raise decline("the batchnorm rows take activations of one type, FLOAT, BFLOAT16 or "
                       "HALF")
     for a in acts:
-        dims, strides = tuple(a.dims), tuple(a.strides)
-        run = 1
-        for d, s in zip(reversed(dims[2:]), reversed(strides[2:])):
-            if d != 1 and s != run:
-                raise decline(f"tensor '{a.name}' (strides {strides}): the batchnorm rows "
-                              "take spatial elements in one packed run")
-            run *= d
-        if any(d == 0 for d in dims):
-            raise decline(f"tensor '{a.name}' has a zero dim {dims}")
+        if any(d == 0 for d in a.dims):
+            raise decline(f"tensor '{a.name}' has a zero dim {tuple(a.dims)}")
+    if not _channels_last(match):
+        for a in acts:
+            dims, strides = tuple(a.dims), tuple(a.strides)
+            run = 1
+            for d, s in zip(reversed(dims[2:]), reversed(strides[2:])):
+                if d != 1 and s != run:
+                    raise decline(f"tensor '{a.name}' (strides {strides}): the batchnorm rows "
+                                  "take spatial elements in one packed run or channels-last "
+                                  "pixels")
+                run *= d
     for role, tt in t.items():
         if tt.is_virtual or role in ("x", "y", "dy", "dx"):
             continue
@@ -308,19 +313,46 @@ def _rows_fit(match) -> int:
     return _ROWS_KINDS[next(iter(types))]
 
 
+def _channels_last(match) -> bool:
+    """Whether ``bn_rows`` reads ``match``'s activations as channels-last pixels (the rule
+    of its ``_pixels_of``): C > 1, channel stride 1, the spatial dims one run of pixels at
+    a stride >= C."""
+    t = match.tensors
+    c = t["x"].dims[1]
+    if c < 2:
+        return False
+    for r in ("x", "y", "dy", "dx"):
+        if r not in t or t[r].is_virtual:
+            continue
+        dims, strides = tuple(t[r].dims), tuple(t[r].strides)
+        if strides[1] != 1:
+            return False
+        inner = [s for d, s in zip(dims[2:], strides[2:]) if d != 1]
+        run = inner[-1] if inner else c
+        if run < c:
+            return False
+        for d, s in zip(reversed(dims[2:]), reversed(strides[2:])):
+            if d != 1 and s != run:
+                return False
+            run *= d
+    return True
+
+
 def _bits(a):
     """An activation as the array ``bn_rows`` reads: 16-bit types as their raw bits."""
     return a if a.dtype.itemsize == 4 else a.view(np.uint16)
 
 
 def _rows(match, order, fuse, dry):
-    """Batchnorm on channels-first activations through the engine's C rows
-    (``_kernels.bn_rows``) on oneDNN's OpenMP team, every pattern: one thread runs all
-    passes of a channel (statistics, then y; or the backward sums, then dx), so the later
-    passes read from its cache. oneDNN 3.2's jit batchnorm takes only channel-blocked or
-    channels-last memory; around it the reorders move three more copies of the tensor
-    (2-3.5x PyTorch's time in backward, measured on 2 cores), and its generic
-    ``ncsp_bnorm`` is slower still. Clipped ReLUs fuse here too."""
+    """Batchnorm through the engine's C rows (``_kernels.bn_rows``) on oneDNN's OpenMP
+    team, every pattern. Channels-first: one thread runs all passes of a channel
+    (statistics, then y; or the backward sums, then dx), so the later passes read from its
+    cache; oneDNN 3.2's jit batchnorm takes only channel-blocked or channels-last memory;
+    around it the reorders move three more copies of the tensor (2-3.5x PyTorch's time in
+    backward, measured on 2 cores), and its generic ``ncsp_bnorm`` is slower still.
+    Channels-last (where ``_LAST_PATTERNS`` says they beat oneDNN's jit batchnorm): the
+    pixels split among the threads, per-thread partial sums added after a team barrier.
+    Clipped ReLUs fuse here too."""
     t, p = match.tensors, match.params
     kind = _rows_fit(match)
     pat = match.pattern
@@ -404,6 +436,27 @@ BN_BUILDERS = {
 }
 
 
+# The channels-last rows are offered (and taken by the heuristic) where they beat oneDNN
+# 3.2's jit batchnorm on nspc memory, by activation data type (2 cores, batch 8, ResNet-50
+# shapes 64x56x56, 256x28x28, 512x14x14; best of 150 interleaved launches of each
+# candidate at several buffer alignments; bench/bench_cpu.py). FLOAT and BFLOAT16: every
+# pattern. Where oneDNN's jit is at its best (x, y 16 bytes past a 64-byte boundary) the
+# rows take 0.75-1.09x its time in training (+ ReLU), inference and backward (0.92x in the
+# geometric mean; the worst, FLOAT training at 64x56x56, 1.09x) and 0.45-0.93x in
+# inference -> DReLU -> backward (two passes to its three); when y is 64-byte aligned oneDNN's FLOAT jit takes 2.1-2.4x its own
+# time (0.95-1.12x PyTorch's in inference) and the rows do not slow down. HALF: every
+# pattern; oneDNN 3.2 has no f16 batchnorm here and runs float32 copies made by reference
+# reorders (40-140 ms a case; the rows 0.25-10 ms).
+_LAST_PATTERNS = dict.fromkeys((DataType.FLOAT, DataType.BFLOAT16, DataType.HALF),
+                               frozenset(BN_BUILDERS))
+
+
+def _last_rows_win(match) -> bool:
+    """Whether ``match`` is offered the channels-last rows (``_LAST_PATTERNS``)."""
+    return (match.pattern in _LAST_PATTERNS.get(match.tensors["x"].data_type, ())
+            and _channels_last(match))
+
+
 class Bn:
     """One batchnorm problem and its candidates: the user's layout and, for activations
     that are not channels-last, channel-blocked (nChw16c) and channels-last copies
@@ -411,8 +464,8 @@ class Bn:
     memory; on plain NCHW it runs its generic ``ncsp_bnorm:any``), each for batchnorm
     training + ReLU with ``fuse_norm_relu`` and with the ReLU as a separate pass; for
     batchnorm inference also one binary primitive on the user's layout
-    (``_bn_inference_binary``); on channels-first memory first of all the engine's
-    batchnorm rows (``_rows``)."""
+    (``_bn_inference_binary``); the engine's C rows (``_rows``) on channels-first memory
+    and, for the data types and patterns of ``_LAST_PATTERNS``, on channels-last memory."""
 
     def __init__(self, match):
         self.match = match
@@ -428,8 +481,9 @@ class Bn:
                    and p.get("relu_lower_clip") in (None, 0.0) and p.get("relu_upper_clip") is None)
         variants = [(suffix, order, fuse, builder) for suffix, order in orders
                     for fuse in ((True, False) if fusable else (False,))]
-        if len(orders) > 1:
-            # channels-first: the C rows, which read it as it is (``_rows``)
+        if len(orders) > 1 or _last_rows_win(match):
+            # the C rows, which read the user's layout as it is (``_rows``): channels-first,
+            # and channels-last where they beat oneDNN's jit batchnorm (``_LAST_PATTERNS``)
             variants.insert(0, ("", None, False, _rows))
         if match.pattern == Pattern.BN_INFERENCE_VARIANCE and len(orders) > 1:
             # plain layouts only: where the channel stride is 1 oneDNN's binary kernel
@@ -457,9 +511,10 @@ class Bn:
     def heuristic(self, fitting, limit):
         """Without timing: the batchnorm rows where offered (channels-first memory: 0.5-0.95x
         PyTorch's time on the ResNet-50 shapes at batch 8, 2 cores, against 1.1-3.5x for the
-        best oneDNN candidate there); else a jit implementation before the generic ones (``ncsp_bnorm``,
-        ``nspc_bnorm``: 5-20x slower in training and backward, and fuse_norm_relu 10x
-        slower than a separate ReLU pass there), in the candidates' order: the user's
+        best oneDNN candidate there; channels-last: ``_LAST_PATTERNS``); else a jit
+        implementation before the generic ones (``ncsp_bnorm``, ``nspc_bnorm``: 5-20x
+        slower in training and backward, and fuse_norm_relu 10x slower than a separate ReLU
+        pass there), in the candidates' order: the user's
         layout, then channel-blocked copies (two cheap reorders), then channels-last copies
         (two transpositions). Batchnorm inference: the jit batchnorm on the user's layout
         (channels-last: one pass), else the binary primitive on the user's layout (one

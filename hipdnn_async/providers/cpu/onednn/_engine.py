@@ -26,8 +26,10 @@ class OnednnEngine(ProviderEngine):
              "workspace), strided activations on dense copies; batchnorm on plain layouts "
              "through channel-blocked (nC16c) copies, inference there as one binary "
              "primitive; channels-first batchnorm by default through the engine's own C rows "
-             "(bn_rows) on oneDNN's threads; declines (to CPU_ENGINE) where oneDNN has only its reference "
-             "implementation; NaN propagates through ReLU (a NaN input gives NaN)")
+             "(bn_rows) on oneDNN's threads, channels-last too (where they beat oneDNN's "
+             "jit batchnorm: _bnorm._LAST_PATTERNS); declines "
+             "(to CPU_ENGINE) where oneDNN has only its reference implementation; NaN "
+             "propagates through ReLU (a NaN input gives NaN)")
 
     def __init__(self, provider):
         super().__init__(provider)
@@ -74,7 +76,9 @@ class OnednnEngine(ProviderEngine):
                                     device=self.perf_device())
             spec, _, hooks = bn.build(choice.candidate)
             plan = OnednnPlan(match, spec.program(), spec,
-                              explain(choice, "channels-first: the engine's batchnorm rows; "
+                              explain(choice, "the engine's batchnorm rows where offered "
+                                       "(channels-first; channels-last where they beat "
+                                       "oneDNN's jit); "
                                        "else a jit implementation before oneDNN's generic "
                                        "ones, blocked copies before channels-last ones "
                                        "(batchnorm inference: the jit batchnorm on the "

@@ -1,0 +1,638 @@
+/* Channels-last batchnorm of hipdnn_async.providers.cpu._kernels.bn_rows (NHWC, NDHWC):
+ * the same ops, formulas and special-value rules as the channels-first rows of
+ * _bn_rows.h, on activations whose C channel values of a pixel are contiguous.
+ *
+ * Why it exists: oneDNN 3.2's FLOAT jit batchnorm on channels-last memory takes about
+ * twice its own time when y is 64-byte aligned, it has no HALF batchnorm here (float32
+ * copies through reference reorders), and inference -> DReLU -> backward is two of its
+ * primitives (three passes over x) where the rows make two passes.
+ *
+ * The N * spatial pixels are split among the team's threads. Statistics are per-thread
+ * partial sums: float32 per channel over a tile of at most HD_BN_FLUSH pixels (as short as
+ * the float32 lane sums of the channels-first rows), added into float64 per-thread
+ * vectors, which every thread then adds up in the same order after a barrier (so each
+ * thread holds the same mean and factor, and only thread 0 writes the outputs; the sums'
+ * last bits depend on the number of threads). Training: sums, barrier, squared
+ * deviations, barrier, y. Backward: the two sums, barrier, dx. Inference: one pass.
+ */
+#ifndef HD_BN_LAST_H
+#define HD_BN_LAST_H
+
+#include "_bn_rows.h"
+
+#define HD_BN_FLUSH 64
+
+/* What the channels-last job adds to hd_bn_job's fields (N, C, S, the pointers, the
+ * per-channel vectors, eps, act, lo, hi): pixel strides and per-thread scratch. */
+typedef struct {
+    hd_bn_job j;                   /* xn, yn, gn: N strides; xc, yc, gc unused */
+    ptrdiff_t xp, yp, gp;          /* pixel strides (>= C): between consecutive pixels */
+    ptrdiff_t Cp;                  /* C rounded up to 16 */
+    int slots;                     /* per-thread scratch blocks; threads beyond idle */
+    char* scratch;                 /* slots blocks of HD_BN_LAST_BLOCK(Cp) bytes, 64-aligned */
+    void (*barrier)(void);         /* the team's barrier (GOMP_barrier) */
+} hd_bn_last_job;
+
+/* per thread: 2 float64 and 6 float32 vectors of Cp values */
+#define HD_BN_LAST_BLOCK(Cp) ((size_t)(Cp) * (2 * sizeof(double) + 6 * sizeof(float)))
+
+/* the portable rows' outputs overlap no input (what lets the compiler vectorise them) */
+#if defined(__GNUC__) || defined(__clang__)
+#define HD_BNL_RESTRICT __restrict__
+#else
+#define HD_BNL_RESTRICT
+#endif
+
+/* Tile functions: P pixels (<= HD_BN_FLUSH) at pixel strides xp, yp, gp, over C channels;
+ * per-channel vectors are float32 of >= C values (m: the mean subtracted; a: the factor;
+ * b: the bias; k1..k3 the dx coefficients), float64 sums of >= C values (padded to a
+ * multiple of 16).
+ *   sum:    s0[c] += sum_p x[p][c]        (square: (x[p][c] - m[c])^2)
+ *   affine: y[p][c] = (x - m[c]) * a[c] + b[c], clamped to [lo, hi] (+ 0.0) where act
+ *   bsum:   s0[c] += sum_p g, s1[c] += sum_p g * (x - m[c]); g = dy, or RELU_BWD of the
+ *           forward yb = (x - m) * a + b where act (as hd_bn_bsum)
+ *   dx:     dx[p][c] = k1[c] * g + k2[c] * (x - m[c]) + k3[c]
+ * The portable ones run a pixel's channels as one loop the compiler vectorises, the
+ * float32 sums in acc0 / acc1 (C values) added to the float64 ones once per tile. */
+#define HD_BN_LAST_TILES(ISA, ATTR, K)                                                     \
+    ATTR HD_BN_UNUSED static void hd_bnl_sum_##K##_##ISA(                                  \
+        const HD_TYPE_##K* x, ptrdiff_t xp, ptrdiff_t P, const float* m, ptrdiff_t C,      \
+        int square, float* acc0, float* acc1, double* s0) {                                \
+        ptrdiff_t p, c;                                                                    \
+        (void)acc1;                                                                        \
+        for (c = 0; c < C; c++) acc0[c] = 0.0f;                                            \
+        for (p = 0; p < P; p++, x += xp)                                                   \
+            if (square)                                                                    \
+                for (c = 0; c < C; c++) {                                                  \
+                    float d = HD_LOAD_##K(x[c]) - m[c];                                    \
+                    acc0[c] += d * d;                                                      \
+                }                                                                          \
+            else                                                                           \
+                for (c = 0; c < C; c++) acc0[c] += HD_LOAD_##K(x[c]);                      \
+        for (c = 0; c < C; c++) s0[c] += acc0[c];                                          \
+    }                                                                                      \
+    ATTR HD_BN_UNUSED static void hd_bnl_affine_##K##_##ISA(                               \
+        const HD_TYPE_##K* x, ptrdiff_t xp, HD_TYPE_##K* y, ptrdiff_t yp, ptrdiff_t P,     \
+        const float* m, const float* a, const float* b, ptrdiff_t C, int act, float lo,    \
+        float hi) {                                                                        \
+        ptrdiff_t p, c;                                                                    \
+        for (p = 0; p < P; p++, x += xp, y += yp)                                          \
+            if (act)                                                                       \
+                for (c = 0; c < C; c++)                                                    \
+                    y[c] = HD_STORE_##K(                                                   \
+                        hd_clamp((HD_LOAD_##K(x[c]) - m[c]) * a[c] + b[c], lo, hi));       \
+            else                                                                           \
+                for (c = 0; c < C; c++)                                                    \
+                    y[c] = HD_STORE_##K((HD_LOAD_##K(x[c]) - m[c]) * a[c] + b[c]);         \
+    }                                                                                      \
+    ATTR HD_BN_UNUSED static void hd_bnl_bsum_##K##_##ISA(                                 \
+        const HD_TYPE_##K* x, ptrdiff_t xp, const HD_TYPE_##K* dy, ptrdiff_t gp,           \
+        ptrdiff_t P, const float* m, const float* a, const float* b, ptrdiff_t C, int act, \
+        float lo, float hi, float* HD_BNL_RESTRICT acc0, float* HD_BNL_RESTRICT acc1,      \
+        double* s0, double* s1) {                                                          \
+        ptrdiff_t p, c;                                                                    \
+        for (c = 0; c < C; c++) acc0[c] = acc1[c] = 0.0f;                                  \
+        for (p = 0; p < P; p++, x += xp, dy += gp)                                         \
+            if (act)                                                                       \
+                for (c = 0; c < C; c++) {                                                  \
+                    float d = HD_LOAD_##K(x[c]) - m[c];                                    \
+                    float g = HD_LOAD_##K(dy[c]);                                          \
+                    float yb = d * a[c] + b[c];                                            \
+                    g = (yb > lo && yb < hi) ? g : 0.0f;                                   \
+                    g = (yb != yb) ? yb : g;                                               \
+                    acc0[c] += g;                                                          \
+                    acc1[c] += g * d;                                                      \
+                }                                                                          \
+            else                                                                           \
+                for (c = 0; c < C; c++) {                                                  \
+                    float d = HD_LOAD_##K(x[c]) - m[c];                                    \
+                    float g = HD_LOAD_##K(dy[c]);                                          \
+                    acc0[c] += g;                                                          \
+                    acc1[c] += g * d;                                                      \
+                }                                                                          \
+        for (c = 0; c < C; c++) {                                                          \
+            s0[c] += acc0[c];                                                              \
+            s1[c] += acc1[c];                                                              \
+        }                                                                                  \
+    }                                                                                      \
+    ATTR HD_BN_UNUSED static void hd_bnl_dx_##K##_##ISA(                                   \
+        const HD_TYPE_##K* x, ptrdiff_t xp, const HD_TYPE_##K* dy, ptrdiff_t gp,           \
+        HD_TYPE_##K* HD_BNL_RESTRICT dx, ptrdiff_t yp, ptrdiff_t P, const float* m,        \
+        const float* a, const float* b, ptrdiff_t C, int act, float lo, float hi,          \
+        const float* k1, const float* k2, const float* k3) {                               \
+        ptrdiff_t p, c;                                                                    \
+        for (p = 0; p < P; p++, x += xp, dy += gp, dx += yp)                               \
+            if (act)                                                                       \
+                for (c = 0; c < C; c++) {                                                  \
+                    float d = HD_LOAD_##K(x[c]) - m[c];                                    \
+                    float g = HD_LOAD_##K(dy[c]);                                          \
+                    float yb = d * a[c] + b[c];                                            \
+                    g = (yb > lo && yb < hi) ? g : 0.0f;                                   \
+                    g = (yb != yb) ? yb : g;                                               \
+                    dx[c] = HD_STORE_##K(k1[c] * g + k2[c] * d + k3[c]);                   \
+                }                                                                          \
+            else                                                                           \
+                for (c = 0; c < C; c++) {                                                  \
+                    float d = HD_LOAD_##K(x[c]) - m[c];                                    \
+                    dx[c] = HD_STORE_##K(k1[c] * HD_LOAD_##K(dy[c]) + k2[c] * d + k3[c]);  \
+                }                                                                          \
+    }
+
+/* The pixels from r of a tile: to the end of r's image, of [.., r1) or HD_BN_FLUSH. */
+static inline ptrdiff_t hd_bnl_tile(ptrdiff_t r, ptrdiff_t r1, ptrdiff_t S) {
+    ptrdiff_t P = S - r % S;
+    P = P < r1 - r ? P : r1 - r;
+    return P < HD_BN_FLUSH ? P : HD_BN_FLUSH;
+}
+/* Tiles of the thread's pixels [r0, r1) (pixel r = n * S + s): n, s of a tile's first
+ * pixel and P, its pixel count, as the loop's variables */
+#define HD_BN_LAST_FOR_TILES(r0, r1, S, n, s, P)                                           \
+    for (ptrdiff_t r_ = (r0), n = r_ / (S), s = r_ % (S), P = hd_bnl_tile(r_, (r1), (S));  \
+         r_ < (r1); r_ += P, n = r_ / (S), s = r_ % (S), P = hd_bnl_tile(r_, (r1), (S)))
+
+/* The share of thread ithr of nthr of a channels-last job; KS is the suffix of the tile
+ * functions (K_ISA). The per-channel float64 work is plain C, C values a pass. */
+#define HD_BN_LAST_TEAM(KS, ATTR, K)                                                       \
+    ATTR static void hd_bnl_team_##KS(const hd_bn_last_job* L, int ithr, int nthr) {       \
+        const hd_bn_job* j = &L->j;                                                        \
+        const ptrdiff_t C = j->C, Cp = L->Cp, S = j->S, R = j->N * j->S;                   \
+        const ptrdiff_t xp = L->xp, yp = L->yp, gp = L->gp;                                \
+        const double M = (double)R;                                                        \
+        const int team = nthr < L->slots ? nthr : L->slots, me = ithr < team;              \
+        const ptrdiff_t r0 = me ? R * ithr / team : 0, r1 = me ? R * (ithr + 1) / team : 0; \
+        char* blk = L->scratch + (size_t)(me ? ithr : 0) * HD_BN_LAST_BLOCK(Cp);           \
+        double* d0 = (double*)blk;               /* per-thread float64 sums */             \
+        double* d1 = d0 + Cp;                                                              \
+        float* f0 = (float*)(d1 + Cp);           /* float32 sums of a tile (portable) */   \
+        float* f1 = f0 + Cp;                                                               \
+        float* fm = f1 + Cp;                     /* training: the mean subtracted */       \
+        float* fa = fm + Cp;                     /* the factor a; backward: k1 */          \
+        float* k2 = fa + Cp;                     /* backward: the factor a, then k2 */     \
+        float* k3 = k2 + Cp;                     /* backward: zeros (b without act) */     \
+        const HD_TYPE_##K* x = (const HD_TYPE_##K*)j->x;                                   \
+        HD_TYPE_##K* y = (HD_TYPE_##K*)j->y;                                               \
+        const HD_TYPE_##K* dy = (const HD_TYPE_##K*)j->dy;                                 \
+        ptrdiff_t c, u;                                                                    \
+        if (j->op == HD_BN_INFERENCE) {                                                    \
+            if (!me) return;                                                               \
+            for (c = 0; c < C; c++)                                                        \
+                fa[c] = (float)(j->scale[c] / sqrt((double)j->var[c] + j->eps));           \
+            HD_BN_LAST_FOR_TILES(r0, r1, S, n, s, P)                                       \
+                hd_bnl_affine_##KS(x + n * j->xn + s * xp, xp, y + n * j->yn + s * yp, yp, \
+                                   P, j->mean, fa, j->bias, C, j->act, j->lo, j->hi);      \
+        } else if (j->op == HD_BN_TRAINING) {                                              \
+            double mean, var;                                                              \
+            if (me) {                                                                      \
+                for (c = 0; c < Cp; c++) d0[c] = d1[c] = 0.0, fm[c] = 0.0f;                \
+                HD_BN_LAST_FOR_TILES(r0, r1, S, n, s, P)                                   \
+                    hd_bnl_sum_##KS(x + n * j->xn + s * xp, xp, P, fm, C, 0, f0, f1, d0);  \
+            }                                                                              \
+            if (nthr > 1) L->barrier();                                                    \
+            if (me) {                                                                      \
+                for (c = 0; c < C; c++) {                                                  \
+                    double sum = 0.0;                                                      \
+                    for (u = 0; u < team; u++)                                             \
+                        sum += ((const double*)(L->scratch + u * HD_BN_LAST_BLOCK(Cp)))[c]; \
+                    fm[c] = (float)(sum / M);                                              \
+                }                                                                          \
+                HD_BN_LAST_FOR_TILES(r0, r1, S, n, s, P)                                   \
+                    hd_bnl_sum_##KS(x + n * j->xn + s * xp, xp, P, fm, C, 1, f0, f1, d1);  \
+            }                                                                              \
+            if (nthr > 1) L->barrier();                                                    \
+            if (!me) return;                                                               \
+            for (c = 0; c < C; c++) {                                                      \
+                double sum = 0.0, q = 0.0;                                                 \
+                for (u = 0; u < team; u++) {                                               \
+                    const double* du = (const double*)(L->scratch + u * HD_BN_LAST_BLOCK(Cp)); \
+                    sum += du[c];                                                          \
+                    q += du[Cp + c];                                                       \
+                }                                                                          \
+                mean = sum / M;                                                            \
+                /* deviations were taken from fm[c], as in the channels-first rows */      \
+                var = q / M - (mean - (double)fm[c]) * (mean - (double)fm[c]);             \
+                var = var < 0.0 ? 0.0 : var;                                               \
+                fa[c] = (float)(j->scale[c] / sqrt(var + j->eps));                         \
+                if (ithr == 0) {                                                           \
+                    j->mean_out[c] = fm[c];                                                \
+                    j->var_out[c] = (float)var;                                            \
+                }                                                                          \
+            }                                                                              \
+            HD_BN_LAST_FOR_TILES(r0, r1, S, n, s, P)                                       \
+                hd_bnl_affine_##KS(x + n * j->xn + s * xp, xp, y + n * j->yn + s * yp, yp, \
+                                   P, fm, fa, j->bias, C, j->act, j->lo, j->hi);           \
+        } else {                                                                           \
+            const float* b = j->act ? j->bias : k3;                                        \
+            if (me) {                                                                      \
+                for (c = 0; c < Cp; c++) d0[c] = d1[c] = 0.0, k3[c] = 0.0f;                \
+                for (c = 0; c < C; c++) k2[c] = (float)((double)j->scale[c] * j->inv[c]);  \
+                HD_BN_LAST_FOR_TILES(r0, r1, S, n, s, P)                                   \
+                    hd_bnl_bsum_##KS(x + n * j->xn + s * xp, xp, dy + n * j->gn + s * gp,  \
+                                     gp, P, j->mean, k2, b, C, j->act, j->lo, j->hi, f0,   \
+                                     f1, d0, d1);                                          \
+            }                                                                              \
+            if (nthr > 1) L->barrier();                                                    \
+            if (!me) return;                                                               \
+            for (c = 0; c < C; c++) {                                                      \
+                const double inv = j->inv[c], sc = j->scale[c];                            \
+                double sg = 0.0, sgd = 0.0, k1, dscale;                                    \
+                for (u = 0; u < team; u++) {                                               \
+                    const double* du = (const double*)(L->scratch + u * HD_BN_LAST_BLOCK(Cp)); \
+                    sg += du[c];                                                           \
+                    sgd += du[Cp + c];                                                     \
+                }                                                                          \
+                dscale = sgd * inv;                                                        \
+                if (ithr == 0) {                                                           \
+                    j->dbias[c] = (float)sg;                                               \
+                    j->dscale[c] = (float)dscale;                                          \
+                }                                                                          \
+                /* dx = scale * inv / M * (M g - dbias - (x - m) inv dscale) */            \
+                k1 = sc * inv;                                                             \
+                fa[c] = (float)k1;                                                         \
+                f1[c] = (float)(-k1 * inv * dscale / M);                                   \
+                f0[c] = (float)(-k1 * sg / M);                                             \
+            }                                                                              \
+            HD_BN_LAST_FOR_TILES(r0, r1, S, n, s, P)                                       \
+                hd_bnl_dx_##KS(x + n * j->xn + s * xp, xp, dy + n * j->gn + s * gp, gp,    \
+                               y + n * j->yn + s * yp, yp, P, j->mean, k2, b, C, j->act,   \
+                               j->lo, j->hi, fa, f1, f0);                                  \
+        }                                                                                  \
+    }
+
+#define HD_BN_LAST_KIND(ISA, ATTR, K)                                                      \
+    HD_BN_LAST_TILES(ISA, ATTR, K) HD_BN_LAST_TEAM(K##_##ISA, ATTR, K)
+
+#define HD_BN_LAST_ISA(ISA, ATTR)                                                          \
+    HD_BN_LAST_KIND(ISA, ATTR, f32) HD_BN_LAST_KIND(ISA, ATTR, bf16)                       \
+    HD_BN_LAST_KIND(ISA, ATTR, f16)                                                        \
+    typedef void (*hd_bnl_team_fn_##ISA)(const hd_bn_last_job*, int, int);                 \
+    static const hd_bnl_team_fn_##ISA hd_bnl_teams_##ISA[3] = {                            \
+        hd_bnl_team_f32_##ISA, hd_bnl_team_bf16_##ISA, hd_bnl_team_f16_##ISA};
+
+HD_BN_LAST_ISA(base, )
+#if HD_RELU_X86
+HD_BN_LAST_ISA(avx512, HD_AVX512)
+#endif
+
+#if HD_BN_VEC
+/* The intrinsics: blocks of 64 channels (four vectors, the last ones masked) whose
+ * per-channel operands and sums stay in registers over a tile's pixels, as oneDNN's jit
+ * batchnorm keeps them (a pixel-by-pixel loop reloading them from L1 ran at 1.5x its
+ * time). Masked-off lanes load as zero and are neither stored nor added. */
+HD_AVX512V static inline __mmask16 hd_bnl_mask(ptrdiff_t left) {
+    return left <= 0 ? (__mmask16)0 : hd_bn_tail(left);
+}
+#define HD_BNL_U 4
+/* The code after it for one block of C <= 64 channels (cb = 0), k the lanes of its four
+ * vectors: constants for C = 64 (unmasked instructions: 10 % faster), else masks. */
+#define HD_BNL_BLOCK(C, ...)                                                               \
+    do {                                                                                   \
+        const ptrdiff_t cb = 0;                                                            \
+        (void)cb;                                                                          \
+        if ((C) == 16 * HD_BNL_U) {                                                        \
+            const __mmask16 k[HD_BNL_U] = {0xffff, 0xffff, 0xffff, 0xffff};                \
+            __VA_ARGS__                                                                    \
+        } else {                                                                           \
+            __mmask16 k[HD_BNL_U];                                                         \
+            for (u = 0; u < HD_BNL_U; u++) k[u] = hd_bnl_mask((C) - 16 * u);               \
+            __VA_ARGS__                                                                    \
+        }                                                                                  \
+    } while (0)
+#define HD_BNL_LD(v, src, k)                                                               \
+    __m512 v[HD_BNL_U];                                                                    \
+    for (u = 0; u < HD_BNL_U; u++) v[u] = _mm512_maskz_loadu_ps(k[u], (src) + cb + 16 * u)
+/* float64 sums s[cb..cb+64) += the float32 vectors v, where a vector has lanes */
+#define HD_BNL_ADD64(s, v, k)                                                              \
+    for (u = 0; u < HD_BNL_U; u++)                                                         \
+        if (k[u]) {                                                                        \
+            double* s_ = (s) + cb + 16 * u;                                                \
+            _mm512_storeu_pd(s_, _mm512_add_pd(_mm512_loadu_pd(s_),                        \
+                                               _mm512_cvtps_pd(_mm512_castps512_ps256(v[u])))); \
+            _mm512_storeu_pd(s_ + 8, _mm512_add_pd(_mm512_loadu_pd(s_ + 8),                \
+                _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v[u]), 1))))); \
+        }
+/* RELU_BWD of g under the forward yb = d * a + b (as in hd_bn_bsum) */
+#define HD_BNL_VMASK(g, d, a, b)                                                           \
+    do {                                                                                   \
+        __m512 yb_ = _mm512_fmadd_ps(d, a, b);                                             \
+        __mmask16 in_ = _mm512_cmp_ps_mask(yb_, vlo, _CMP_GT_OQ)                           \
+                        & _mm512_cmp_ps_mask(yb_, vhi, _CMP_LT_OQ);                        \
+        g = _mm512_maskz_mov_ps(in_, g);                                                   \
+        g = _mm512_mask_mov_ps(g, _mm512_cmp_ps_mask(yb_, yb_, _CMP_UNORD_Q), yb_);        \
+    } while (0)
+
+/* y of one vector: (x - m) * a + b, clamped as hd_clamp where act (2; 1: below only, the
+ * upper clip +inf): VMAXPS(lo, v) is
+ * lo > v ? lo : v and VMINPS(hi, v) is hi < v ? hi : v, v where v is NaN (bit for bit
+ * hd_clamp's selects, in 2 instructions instead of 4: bfloat16 training + ReLU ran at 1.9x
+ * the time of training without); -0.0 + 0.0 is +0.0 */
+HD_AVX512V static inline __m512 hd_bnl_affv(__m512 x, __m512 m, __m512 a, __m512 b, int act,
+                                            __m512 vlo, __m512 vhi) {
+    __m512 v = _mm512_fmadd_ps(_mm512_sub_ps(x, m), a, b);
+    if (act) {
+        v = _mm512_max_ps(vlo, v);
+        if (act > 1)    /* 1: hi is +inf, VMINPS(+inf, v) is v */
+            v = _mm512_min_ps(vhi, v);
+        v = _mm512_add_ps(v, _mm512_setzero_ps());
+    }
+    return v;
+}
+/* dx of one vector: k1 * g + k2 * d + k3, g = dy or its RELU_BWD where act */
+HD_AVX512V static inline __m512 hd_bnl_dxv(__m512 x, __m512 g, __m512 m, __m512 a, __m512 b,
+                                           __m512 k1, __m512 k2, __m512 k3, int act,
+                                           __m512 vlo, __m512 vhi) {
+    __m512 d = _mm512_sub_ps(x, m);
+    if (act) HD_BNL_VMASK(g, d, a, b);
+    return _mm512_fmadd_ps(k1, g, _mm512_fmadd_ps(k2, d, k3));
+}
+/* Stores of two vectors, 32 elements from p (lanes k0, k1): bfloat16 rounds both with one
+ * VCVTNE2PS2BF16 into one 64-byte store where every lane is stored (20 % faster than two
+ * VCVTNEPS2BF16 and 32-byte stores at C = 64, in a C harness) */
+HD_AVX512V static inline void hd_bnl_st2_f32(float* p, __mmask16 k0, __mmask16 k1, __m512 v0,
+                                             __m512 v1) {
+    _mm512_mask_storeu_ps(p, k0, v0);
+    _mm512_mask_storeu_ps(p + 16, k1, v1);
+}
+HD_AVX512BF16 static inline void hd_bnl_st2_bf16(uint16_t* p, __mmask16 k0, __mmask16 k1,
+                                                 __m512 v0, __m512 v1) {
+    if ((k0 & k1) == 0xffff) {
+        _mm512_storeu_si512((void*)p, (__m512i)_mm512_cvtne2ps_pbh(v1, v0));
+    } else {
+        hd_bn_st_bf16(p, k0, v0);
+        hd_bn_st_bf16(p + 16, k1, v1);
+    }
+}
+/* C > 64 channels, pixel by pixel: __VA_ARGS__ for channels [c, c + 32) (lanes ka, kb) of
+ * the q pixels from p0, in groups of 4 pixels (then one at a time), so that the
+ * per-channel operands are loaded from L1 once for 4 pixels (20-25 % faster than once a
+ * pixel at C = 256 and 512, in a C harness); full vectors are unmasked. */
+#define HD_BNL_GROUPS(C, P, ...)                                                           \
+    for (ptrdiff_t p0 = 0, q = 0; p0 < (P); p0 += q) {                                     \
+        ptrdiff_t c = 0;                                                                   \
+        q = (P) - p0 >= 4 ? 4 : 1;                                                         \
+        for (; c + 32 <= (C); c += 32) {                                                   \
+            const __mmask16 ka = 0xffff, kb = 0xffff;                                      \
+            __VA_ARGS__                                                                    \
+        }                                                                                  \
+        if (c < (C)) {                                                                     \
+            const __mmask16 ka = hd_bnl_mask((C) - c), kb = hd_bnl_mask((C) - c - 16);     \
+            __VA_ARGS__                                                                    \
+        }                                                                                  \
+    }
+/* the float32 vectors src[c + off, +16) under mask k */
+#define HD_BNL_L(src, off, k) _mm512_maskz_loadu_ps(k, (src) + c + (off))
+
+#define HD_BN_LAST_VEC(K, ATTR)                                                            \
+    ATTR static void hd_bnl_sum_##K##_avx512v(                                             \
+        const HD_TYPE_##K* x, ptrdiff_t xp, ptrdiff_t P, const float* m, ptrdiff_t C,      \
+        int square, float* acc0, float* acc1, double* s0) {                                \
+        ptrdiff_t p, u;                                                                    \
+        (void)acc1;                                                                        \
+        if (C > 16 * HD_BNL_U) {   /* sums in acc0 */                                      \
+            memset(acc0, 0, (size_t)C * sizeof(float));                                    \
+            HD_BNL_GROUPS(C, P, {                                                          \
+                __m512 a0 = HD_BNL_L(acc0, 0, ka), a1 = HD_BNL_L(acc0, 16, kb);            \
+                const __m512 m0 = HD_BNL_L(m, 0, ka), m1 = HD_BNL_L(m, 16, kb);            \
+                for (p = p0; p < p0 + q; p++) {                                            \
+                    __m512 v0 = hd_bn_ld_##K(x + p * xp + c, ka);                          \
+                    __m512 v1 = hd_bn_ld_##K(x + p * xp + c + 16, kb);                     \
+                    if (square) {                                                          \
+                        v0 = _mm512_sub_ps(v0, m0);                                        \
+                        v1 = _mm512_sub_ps(v1, m1);                                        \
+                        a0 = _mm512_fmadd_ps(v0, v0, a0);                                  \
+                        a1 = _mm512_fmadd_ps(v1, v1, a1);                                  \
+                    } else {                                                               \
+                        a0 = _mm512_add_ps(a0, v0);                                        \
+                        a1 = _mm512_add_ps(a1, v1);                                        \
+                    }                                                                      \
+                }                                                                          \
+                _mm512_mask_storeu_ps(acc0 + c, ka, a0);                                   \
+                _mm512_mask_storeu_ps(acc0 + c + 16, kb, a1);                              \
+            })                                                                             \
+            for (p = 0; p < C; p++) s0[p] += acc0[p];                                      \
+            return;                                                                        \
+        }                                                                                  \
+        HD_BNL_BLOCK(C, {  /* C <= 64: one block, its operands in registers */             \
+            const HD_TYPE_##K* xr = x + cb;                                                \
+            __m512 s[HD_BNL_U];                                                            \
+            for (u = 0; u < HD_BNL_U; u++) s[u] = _mm512_setzero_ps();                     \
+            if (square) {                                                                  \
+                HD_BNL_LD(vm, m, k);                                                       \
+                for (p = 0; p < P; p++, xr += xp)                                          \
+                    for (u = 0; u < HD_BNL_U; u++) {                                       \
+                        __m512 d = _mm512_sub_ps(hd_bn_ld_##K(xr + 16 * u, k[u]), vm[u]);  \
+                        s[u] = _mm512_fmadd_ps(d, d, s[u]);                                \
+                    }                                                                      \
+            } else                                                                         \
+                for (p = 0; p < P; p++, xr += xp)                                          \
+                    for (u = 0; u < HD_BNL_U; u++)                                         \
+                        s[u] = _mm512_add_ps(s[u], hd_bn_ld_##K(xr + 16 * u, k[u]));       \
+            HD_BNL_ADD64(s0, s, k);                                                        \
+        });                                                                                \
+    }                                                                                      \
+    ATTR static inline __attribute__((always_inline)) void hd_bnl_affine_##K##_avx512i(                                          \
+        const HD_TYPE_##K* x, ptrdiff_t xp, HD_TYPE_##K* y, ptrdiff_t yp, ptrdiff_t P,     \
+        const float* m, const float* a, const float* b, ptrdiff_t C, int act, float lo,    \
+        float hi) {                                                                        \
+        const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);                   \
+        ptrdiff_t p, u;                                                                    \
+        if (C > 16 * HD_BNL_U) {   /* the operands from L1 */                              \
+            HD_BNL_GROUPS(C, P, {                                                          \
+                const __m512 m0 = HD_BNL_L(m, 0, ka), m1 = HD_BNL_L(m, 16, kb);            \
+                const __m512 a0 = HD_BNL_L(a, 0, ka), a1 = HD_BNL_L(a, 16, kb);            \
+                const __m512 b0 = HD_BNL_L(b, 0, ka), b1 = HD_BNL_L(b, 16, kb);            \
+                for (p = p0; p < p0 + q; p++)                                              \
+                    hd_bnl_st2_##K(y + p * yp + c, ka, kb,                                 \
+                        hd_bnl_affv(hd_bn_ld_##K(x + p * xp + c, ka), m0, a0, b0, act, vlo, vhi), \
+                        hd_bnl_affv(hd_bn_ld_##K(x + p * xp + c + 16, kb), m1, a1, b1, act, \
+                                    vlo, vhi));                                            \
+            })                                                                             \
+            return;                                                                        \
+        }                                                                                  \
+        HD_BNL_BLOCK(C, {  /* C <= 64: one block, its operands in registers */             \
+            const HD_TYPE_##K* xr = x + cb;                                                \
+            HD_TYPE_##K* yr = y + cb;                                                      \
+            HD_BNL_LD(vm, m, k);                                                           \
+            HD_BNL_LD(va, a, k);                                                           \
+            HD_BNL_LD(vb, b, k);                                                           \
+            for (p = 0; p < P; p++, xr += xp, yr += yp) {                                  \
+                __m512 v[HD_BNL_U];                                                        \
+                for (u = 0; u < HD_BNL_U; u++)                                             \
+                    v[u] = hd_bnl_affv(hd_bn_ld_##K(xr + 16 * u, k[u]), vm[u], va[u],      \
+                                       vb[u], act, vlo, vhi);                              \
+                for (u = 0; u < HD_BNL_U; u += 2)                                          \
+                    hd_bnl_st2_##K(yr + 16 * u, k[u], k[u + 1], v[u], v[u + 1]);           \
+            }                                                                              \
+        });                                                                                \
+    }                                                                                      \
+    ATTR static inline __attribute__((always_inline)) void hd_bnl_bsum_##K##_avx512i(                                            \
+        const HD_TYPE_##K* x, ptrdiff_t xp, const HD_TYPE_##K* dy, ptrdiff_t gp,           \
+        ptrdiff_t P, const float* m, const float* a, const float* b, ptrdiff_t C, int act, \
+        float lo, float hi, float* acc0, float* acc1, double* s0, double* s1) {            \
+        const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);                   \
+        ptrdiff_t p, u;                                                                    \
+        if (C > 16 * HD_BNL_U) {   /* sums in acc0, acc1 */                                \
+            memset(acc0, 0, (size_t)C * sizeof(float));                                    \
+            memset(acc1, 0, (size_t)C * sizeof(float));                                    \
+            HD_BNL_GROUPS(C, P, {                                                          \
+                __m512 g0 = HD_BNL_L(acc0, 0, ka), g1 = HD_BNL_L(acc0, 16, kb);            \
+                __m512 e0 = HD_BNL_L(acc1, 0, ka), e1 = HD_BNL_L(acc1, 16, kb);            \
+                const __m512 m0 = HD_BNL_L(m, 0, ka), m1 = HD_BNL_L(m, 16, kb);            \
+                const __m512 a0 = HD_BNL_L(a, 0, ka), a1 = HD_BNL_L(a, 16, kb);            \
+                const __m512 b0 = HD_BNL_L(b, 0, ka), b1 = HD_BNL_L(b, 16, kb);            \
+                for (p = p0; p < p0 + q; p++) {                                            \
+                    __m512 d0 = _mm512_sub_ps(hd_bn_ld_##K(x + p * xp + c, ka), m0);       \
+                    __m512 d1 = _mm512_sub_ps(hd_bn_ld_##K(x + p * xp + c + 16, kb), m1);  \
+                    __m512 h0 = hd_bn_ld_##K(dy + p * gp + c, ka);                         \
+                    __m512 h1 = hd_bn_ld_##K(dy + p * gp + c + 16, kb);                    \
+                    if (act) {                                                             \
+                        HD_BNL_VMASK(h0, d0, a0, b0);                                      \
+                        HD_BNL_VMASK(h1, d1, a1, b1);                                      \
+                    }                                                                      \
+                    g0 = _mm512_add_ps(g0, h0);                                            \
+                    g1 = _mm512_add_ps(g1, h1);                                            \
+                    e0 = _mm512_fmadd_ps(h0, d0, e0);                                      \
+                    e1 = _mm512_fmadd_ps(h1, d1, e1);                                      \
+                }                                                                          \
+                _mm512_mask_storeu_ps(acc0 + c, ka, g0);                                   \
+                _mm512_mask_storeu_ps(acc0 + c + 16, kb, g1);                              \
+                _mm512_mask_storeu_ps(acc1 + c, ka, e0);                                   \
+                _mm512_mask_storeu_ps(acc1 + c + 16, kb, e1);                              \
+            })                                                                             \
+            for (p = 0; p < C; p++) {                                                      \
+                s0[p] += acc0[p];                                                          \
+                s1[p] += acc1[p];                                                          \
+            }                                                                              \
+            return;                                                                        \
+        }                                                                                  \
+        HD_BNL_BLOCK(C, {  /* C <= 64: one block, its operands in registers */             \
+            const HD_TYPE_##K* xr = x + cb;                                                \
+            const HD_TYPE_##K* gr = dy + cb;                                               \
+            __m512 sg[HD_BNL_U], sd[HD_BNL_U];                                             \
+            HD_BNL_LD(vm, m, k);                                                           \
+            HD_BNL_LD(va, a, k);                                                           \
+            HD_BNL_LD(vb, b, k);                                                           \
+            for (u = 0; u < HD_BNL_U; u++) sg[u] = sd[u] = _mm512_setzero_ps();            \
+            for (p = 0; p < P; p++, xr += xp, gr += gp)                                    \
+                for (u = 0; u < HD_BNL_U; u++) {                                           \
+                    __m512 d = _mm512_sub_ps(hd_bn_ld_##K(xr + 16 * u, k[u]), vm[u]);      \
+                    __m512 g = hd_bn_ld_##K(gr + 16 * u, k[u]);                            \
+                    if (act) HD_BNL_VMASK(g, d, va[u], vb[u]);                             \
+                    sg[u] = _mm512_add_ps(sg[u], g);                                       \
+                    sd[u] = _mm512_fmadd_ps(g, d, sd[u]);                                  \
+                }                                                                          \
+            HD_BNL_ADD64(s0, sg, k);                                                       \
+            HD_BNL_ADD64(s1, sd, k);                                                       \
+        });                                                                                \
+    }                                                                                      \
+    ATTR static inline __attribute__((always_inline)) void hd_bnl_dx_##K##_avx512i(                                              \
+        const HD_TYPE_##K* x, ptrdiff_t xp, const HD_TYPE_##K* dy, ptrdiff_t gp,           \
+        HD_TYPE_##K* dx, ptrdiff_t yp, ptrdiff_t P, const float* m, const float* a,        \
+        const float* b, ptrdiff_t C, int act, float lo, float hi, const float* k1,         \
+        const float* k2, const float* k3) {                                                \
+        const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);                   \
+        ptrdiff_t p, u;                                                                    \
+        if (C > 16 * HD_BNL_U) {   /* the operands from L1 */                              \
+            HD_BNL_GROUPS(C, P, {                                                          \
+                const __m512 m0 = HD_BNL_L(m, 0, ka), m1 = HD_BNL_L(m, 16, kb);            \
+                const __m512 a0 = HD_BNL_L(a, 0, ka), a1 = HD_BNL_L(a, 16, kb);            \
+                const __m512 b0 = HD_BNL_L(b, 0, ka), b1 = HD_BNL_L(b, 16, kb);            \
+                const __m512 c10 = HD_BNL_L(k1, 0, ka), c11 = HD_BNL_L(k1, 16, kb);        \
+                const __m512 c20 = HD_BNL_L(k2, 0, ka), c21 = HD_BNL_L(k2, 16, kb);        \
+                const __m512 c30 = HD_BNL_L(k3, 0, ka), c31 = HD_BNL_L(k3, 16, kb);        \
+                for (p = p0; p < p0 + q; p++)                                              \
+                    hd_bnl_st2_##K(dx + p * yp + c, ka, kb,                                \
+                        hd_bnl_dxv(hd_bn_ld_##K(x + p * xp + c, ka),                       \
+                                   hd_bn_ld_##K(dy + p * gp + c, ka), m0, a0, b0, c10, c20, \
+                                   c30, act, vlo, vhi),                                    \
+                        hd_bnl_dxv(hd_bn_ld_##K(x + p * xp + c + 16, kb),                  \
+                                   hd_bn_ld_##K(dy + p * gp + c + 16, kb), m1, a1, b1, c11, \
+                                   c21, c31, act, vlo, vhi));                              \
+            })                                                                             \
+            return;                                                                        \
+        }                                                                                  \
+        HD_BNL_BLOCK(C, {  /* C <= 64: one block, its operands in registers */             \
+            const HD_TYPE_##K* xr = x + cb;                                                \
+            const HD_TYPE_##K* gr = dy + cb;                                               \
+            HD_TYPE_##K* dr = dx + cb;                                                     \
+            HD_BNL_LD(vm, m, k);                                                           \
+            HD_BNL_LD(va, a, k);                                                           \
+            HD_BNL_LD(vb, b, k);                                                           \
+            HD_BNL_LD(v1, k1, k);                                                          \
+            HD_BNL_LD(v2, k2, k);                                                          \
+            HD_BNL_LD(v3, k3, k);                                                          \
+            for (p = 0; p < P; p++, xr += xp, gr += gp, dr += yp) {                        \
+                __m512 v[HD_BNL_U];                                                        \
+                for (u = 0; u < HD_BNL_U; u++)                                             \
+                    v[u] = hd_bnl_dxv(hd_bn_ld_##K(xr + 16 * u, k[u]),                     \
+                                      hd_bn_ld_##K(gr + 16 * u, k[u]), vm[u], va[u], vb[u], \
+                                      v1[u], v2[u], v3[u], act, vlo, vhi);                 \
+                for (u = 0; u < HD_BNL_U; u += 2)                                          \
+                    hd_bnl_st2_##K(dr + 16 * u, k[u], k[u + 1], v[u], v[u + 1]);           \
+            }                                                                              \
+        });                                                                                \
+    }                                                                                      \
+    /* act as a constant in each copy of the rows (no test of it per vector) */            \
+    ATTR static void hd_bnl_affine_##K##_avx512v(                                          \
+        const HD_TYPE_##K* x, ptrdiff_t xp, HD_TYPE_##K* y, ptrdiff_t yp, ptrdiff_t P,     \
+        const float* m, const float* a, const float* b, ptrdiff_t C, int act, float lo,    \
+        float hi) {                                                                        \
+        if (act && hi == INFINITY)  /* ReLU without an upper clip: one VMINPS less */     \
+            hd_bnl_affine_##K##_avx512i(x, xp, y, yp, P, m, a, b, C, 1, lo, hi);           \
+        else if (act)                                                                      \
+            hd_bnl_affine_##K##_avx512i(x, xp, y, yp, P, m, a, b, C, 2, lo, hi);           \
+        else                                                                               \
+            hd_bnl_affine_##K##_avx512i(x, xp, y, yp, P, m, a, b, C, 0, lo, hi);           \
+    }                                                                                      \
+    ATTR static void hd_bnl_bsum_##K##_avx512v(                                            \
+        const HD_TYPE_##K* x, ptrdiff_t xp, const HD_TYPE_##K* dy, ptrdiff_t gp,           \
+        ptrdiff_t P, const float* m, const float* a, const float* b, ptrdiff_t C, int act, \
+        float lo, float hi, float* acc0, float* acc1, double* s0, double* s1) {            \
+        if (act)                                                                           \
+            hd_bnl_bsum_##K##_avx512i(x, xp, dy, gp, P, m, a, b, C, 1, lo, hi, acc0, acc1, \
+                                      s0, s1);                                             \
+        else                                                                               \
+            hd_bnl_bsum_##K##_avx512i(x, xp, dy, gp, P, m, a, b, C, 0, lo, hi, acc0, acc1, \
+                                      s0, s1);                                             \
+    }                                                                                      \
+    ATTR static void hd_bnl_dx_##K##_avx512v(                                              \
+        const HD_TYPE_##K* x, ptrdiff_t xp, const HD_TYPE_##K* dy, ptrdiff_t gp,           \
+        HD_TYPE_##K* dx, ptrdiff_t yp, ptrdiff_t P, const float* m, const float* a,        \
+        const float* b, ptrdiff_t C, int act, float lo, float hi, const float* k1,         \
+        const float* k2, const float* k3) {                                                \
+        if (act)                                                                           \
+            hd_bnl_dx_##K##_avx512i(x, xp, dy, gp, dx, yp, P, m, a, b, C, 1, lo, hi, k1, k2, \
+                                    k3);                                                   \
+        else                                                                               \
+            hd_bnl_dx_##K##_avx512i(x, xp, dy, gp, dx, yp, P, m, a, b, C, 0, lo, hi, k1, k2, \
+                                    k3);                                                   \
+    }                                                                                      \
+    HD_BN_LAST_TEAM(K##_avx512v, ATTR, K)
+
+HD_BN_LAST_VEC(f32, HD_AVX512V)
+HD_BN_LAST_VEC(bf16, HD_AVX512BF16)
+#endif
+
+/* The channels-last share of thread ithr of nthr, rows chosen as in hd_bn_team. */
+static void hd_bn_last_team(void* data, int ithr, int nthr) {
+    const hd_bn_last_job* L = (const hd_bn_last_job*)data;
+    const hd_bn_job* j = &L->j;
+#if HD_BN_VEC
+    if (j->isa == 2 && j->kind == 0) {
+        hd_bnl_team_f32_avx512v(L, ithr, nthr);
+        return;
+    }
+    if (j->isa == 2 && j->kind == 1 && hd_bn_bf16_stores()) {
+        hd_bnl_team_bf16_avx512v(L, ithr, nthr);
+        return;
+    }
+#endif
+#if HD_RELU_X86
+    if (j->isa) {
+        hd_bnl_teams_avx512[j->kind](L, ithr, nthr);
+        return;
+    }
+#endif
+    hd_bnl_teams_base[j->kind](L, ithr, nthr);
+}
+
+#endif /* HD_BN_LAST_H */

@@ -1,0 +1,404 @@
+"""``providers.cpu._kernels.bn_rows`` on channels-last activations (NHWC, NDHWC;
+``_bn_last.h``): every op (training with and without a clamp, inference, backward with and
+without the RELU_BWD mask) x element kind x build (the portable baseline and the one that
+runs by default) x channel counts around the 16-lane vectors and the 64-channel blocks
+(3, 5, 17, 20, 33, 64, 100, 130), on pixel strides wider than C and N strides that do not follow
+the pixels, against float64 references (tests/oracle/_reference.py, tolerances of
+tests/oracle/_cases.py); special values, which follow the channels-first rows' rules;
+and ONEDNN_ENGINE taking the rows on channels-last memory (oneDNN's batchnorm still
+offered to benchmarking).
+
+Cases run on oneDNN's OpenMP team (loaded at import) wherever oneDNN loads: the pixels
+are split among its threads, whose partial sums meet after a team barrier."""
+from __future__ import annotations
+
+import os
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import hipdnn_async as hd
+from hipdnn_async.providers.cpu import _kernels as k
+from hipdnn_async.runtime import load_onednn
+from oracle import _reference as ref
+from oracle._cases import assert_close, tol
+
+KINDS = {"float32": (0, np.dtype(np.float32)), "bfloat16": (1, np.dtype(ml_dtypes.bfloat16)),
+         "float16": (2, np.dtype(np.float16))}
+EPS = 3e-5
+SUM_RTOL = 1e-5      # statistics and backward sums, relative to the sum of |terms|
+ONEDNN_STATE = load_onednn()          # the team, as in the engine
+
+# (N, C, spatial...): C around the 16-lane vectors and the 64-channel register blocks
+# (the wider ones run pixel by pixel), more than 64 pixels a thread (several float32 tiles
+# per thread), a single pixel per image, NDHWC
+SHAPES = [(2, 3, 5, 7), (2, 20, 3, 5), (3, 33, 4, 5), (2, 64, 5, 5), (2, 100, 3, 3),
+          (4, 20, 9, 9), (3, 5, 1, 1), (1, 130, 2, 2, 3), (2, 17, 2, 3, 4)]
+# how an activation sits in memory, channels-last: packed; pixels padded to C + 3 values;
+# every other image of a buffer of 2N (an N stride the pixels do not continue); N reversed
+LAYOUTS = ("packed", "padded", "batch_step", "reversed_n")
+# (name, op, act, lower, upper)
+OPS = [("training", k.BN_ROWS_TRAINING, False, 0.0, np.inf),
+       ("training_relu", k.BN_ROWS_TRAINING, True, 0.0, np.inf),
+       ("training_clamp", k.BN_ROWS_TRAINING, True, -0.25, 0.5),
+       ("inference", k.BN_ROWS_INFERENCE, False, 0.0, np.inf),
+       ("inference_relu", k.BN_ROWS_INFERENCE, True, 0.0, np.inf),
+       ("inference_clamp", k.BN_ROWS_INFERENCE, True, -0.25, 0.5),
+       ("backward", k.BN_ROWS_BACKWARD, False, 0.0, np.inf),
+       ("backward_drelu", k.BN_ROWS_BACKWARD, True, 0.0, np.inf),
+       ("backward_drelu_clipped", k.BN_ROWS_BACKWARD, True, 0.1, 0.5)]
+
+
+def placed(shape, dtype, how, fill):
+    """An array of logical ``shape`` (N, C, spatial...) in channels-last memory laid out as
+    ``how`` (LAYOUTS), in a buffer filled with ``fill``: (view, buffer, covered mask)."""
+    n, c, sp = shape[0], shape[1], shape[2:]
+    if how == "padded":
+        base = np.full((n,) + sp + (c + 3,), fill, dtype)
+        sel = (Ellipsis, slice(0, c))
+    elif how == "batch_step":
+        base = np.full((2 * n,) + sp + (c,), fill, dtype)
+        sel = (slice(1, None, 2),)
+    elif how == "reversed_n":
+        base = np.full((n,) + sp + (c,), fill, dtype)
+        sel = (slice(None, None, -1),)
+    else:
+        base = np.full((n,) + sp + (c,), fill, dtype)
+        sel = ()
+    covered = np.zeros(base.shape, bool)
+    covered[sel] = True
+    view = np.moveaxis(base[sel], -1, 1)
+    assert view.strides[1] == dtype.itemsize          # channels-last, as bn_rows reads it
+    return view, base, covered
+
+
+def raw(a):
+    return a if a.dtype.itemsize == 4 else a.view(np.uint16)
+
+
+def f64(a):
+    return np.asarray(a, np.float64)
+
+
+def axes(a):
+    return (0,) + tuple(range(2, a.ndim))
+
+
+def chan(v, nd):
+    return np.asarray(v, np.float64).reshape((1, -1) + (1,) * (nd - 2))
+
+
+def relu_bwd_nan(ybn, dy, lower, upper):
+    """RELU_BWD as the rows apply it: dy where lower < ybn < upper, NaN where ybn is."""
+    g = ref.relu_bwd(ybn, dy, lower, None if upper == np.inf else upper)
+    return np.where(np.isnan(ybn), np.nan, g)
+
+
+def close_sums(got, want, terms, what):
+    """Per-channel sums: |got - want| <= SUM_RTOL * sum |terms| (+ a float32 ulp)."""
+    got, want = f64(got).reshape(-1), f64(want).reshape(-1)
+    bound = SUM_RTOL * f64(terms).reshape(-1) + 1e-30
+    assert np.all(np.abs(got - want) <= bound + 1.2e-7 * np.abs(want)), \
+        f"{what}: {got} vs {want} (bound {bound})"
+
+
+def draw(dtype, shape, how, seed):
+    """Inputs: activations placed as ``how`` (rounded to ``dtype``) and
+    float32 per-channel vectors."""
+    rng = np.random.default_rng(seed)
+    c = shape[1]
+    vals = {}
+    for role, off in (("x", 0.3), ("dy", 0.0)):
+        v, _, _ = placed(shape, dtype, how, np.nan)
+        v[...] = (off + rng.uniform(-1, 1, shape)).astype(dtype)
+        vals[role] = v
+    vals["scale"] = rng.uniform(-2, 2, c).astype(np.float32)
+    vals["bias"] = rng.uniform(-1, 1, c).astype(np.float32)
+    vals["mean"] = rng.uniform(-0.2, 0.5, c).astype(np.float32)
+    vals["variance"] = rng.uniform(0.5, 2, c).astype(np.float32)
+    vals["inv_variance"] = rng.uniform(0.5, 2, c).astype(np.float32)
+    return vals
+
+
+def run(name, dtype, baseline, shape, how, vals, fill=np.nan):
+    """``bn_rows`` on ``vals``: (outputs, output buffer, covered mask, threads)."""
+    op, act, lo, hi = {o[0]: o[1:] for o in OPS}[name]
+    kind = KINDS[dtype.name][0]
+    y, ybuf, covered = placed(shape, dtype, how, fill)
+    c = shape[1]
+    outs = {r: np.full(c, np.nan, np.float32) for r in ("mean_out", "variance_out", "dscale",
+                                                        "dbias")}
+    kw = dict(act=act, lower=lo, upper=hi, baseline=baseline)
+    if op == k.BN_ROWS_TRAINING:
+        kw.update(scale=vals["scale"], bias=vals["bias"], mean_out=outs["mean_out"],
+                  variance_out=outs["variance_out"], epsilon=EPS)
+    elif op == k.BN_ROWS_INFERENCE:
+        kw.update(scale=vals["scale"], bias=vals["bias"], mean=vals["mean"],
+                  variance=vals["variance"], epsilon=EPS)
+    else:
+        kw.update(dy=raw(vals["dy"]), scale=vals["scale"], mean=vals["mean"],
+                  inv_variance=vals["inv_variance"], dscale=outs["dscale"],
+                  dbias=outs["dbias"])
+        if act:
+            kw["bias"] = vals["bias"]
+    threads = k.bn_rows(op, raw(vals["x"]), raw(y), kind, **kw)
+    outs["y"] = y
+    return outs, ybuf, covered, threads
+
+
+def reference(name, vals):
+    op, act, lo, hi = {o[0]: o[1:] for o in OPS}[name]
+    x = f64(vals["x"])
+    nd = x.ndim
+    if op == k.BN_ROWS_TRAINING:
+        st = ref.bn_training(x, vals["scale"], vals["bias"], EPS)
+        var = ((x - st["mean"]) ** 2).mean(axis=axes(x), keepdims=True)
+        y = ref.relu(st["y"], lo, None if hi == np.inf else hi) if act else st["y"]
+        return {"y": y, "mean_out": st["mean"], "variance_out": var}
+    if op == k.BN_ROWS_INFERENCE:
+        y = ref.bn_inference_variance(x, vals["mean"], vals["variance"], vals["scale"],
+                                      vals["bias"], EPS)
+        return {"y": ref.relu(y, lo, None if hi == np.inf else hi) if act else y}
+    g = f64(vals["dy"])
+    if act:
+        ybn = ref.bn_inference(x, vals["mean"], vals["inv_variance"], vals["scale"],
+                               vals["bias"])
+        g = relu_bwd_nan(ybn, g, lo, hi)
+    want = ref.bn_backward(g, x, vals["scale"], vals["mean"], vals["inv_variance"])
+    d = x - chan(vals["mean"], nd)
+    want["terms_g"] = np.abs(g).sum(axis=axes(x))
+    want["terms_gd"] = np.abs(g * d).sum(axis=axes(x)) * np.abs(f64(vals["inv_variance"]))
+    return {"y": want["dx"], "dscale": want["dscale"], "dbias": want["dbias"],
+            "terms_g": want["terms_g"], "terms_gd": want["terms_gd"]}
+
+
+def off_the_mask_edges(name, vals):
+    """For the RELU_BWD ops, zero dy where y_bn lies within 1e-4 of a clip: the float32
+    y_bn of the rows and the float64 one may fall on either side there, and a zero dy
+    makes both sides agree."""
+    op, act, lo, hi = {o[0]: o[1:] for o in OPS}[name]
+    if op != k.BN_ROWS_BACKWARD or not act:
+        return
+    ybn = ref.bn_inference(vals["x"], vals["mean"], vals["inv_variance"], vals["scale"],
+                           vals["bias"])
+    near = np.abs(ybn - lo) < 1e-4
+    if hi != np.inf:
+        near |= np.abs(ybn - hi) < 1e-4
+    vals["dy"][near] = 0
+
+
+def need_build(dtype, baseline):
+    if not baseline and k.bn_rows_isa(dtype) == "baseline":
+        pytest.skip("this CPU runs the baseline build by default (no AVX-512)")
+
+
+def test_the_team_runs_the_channels_last_rows():
+    if not ONEDNN_STATE.ok:
+        pytest.skip(f"oneDNN does not load here: {ONEDNN_STATE.reason}")
+    vals = draw(np.dtype(np.float32), (2, 20, 9, 9), "packed", 0)
+    _, _, _, threads = run("inference", np.dtype(np.float32), False, (2, 20, 9, 9), "packed",
+                           vals)
+    # libgomp's team: OMP_NUM_THREADS, else one thread per CPU this process may run on
+    want = int(os.environ.get("OMP_NUM_THREADS", "0").split(",")[0] or 0) \
+        or len(os.sched_getaffinity(0))
+    assert threads == want
+
+
+@pytest.mark.parametrize("how", LAYOUTS)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("baseline", [False, True], ids=["default", "baseline"])
+@pytest.mark.parametrize("dtype", list(KINDS))
+@pytest.mark.parametrize("name", [o[0] for o in OPS])
+def test_ops_match_float64(name, dtype, baseline, shape, how):
+    dt = KINDS[dtype][1]
+    need_build(dtype, baseline)
+    seed = [OPS.index(next(o for o in OPS if o[0] == name)), SHAPES.index(shape),
+            LAYOUTS.index(how), list(KINDS).index(dtype)]
+    vals = draw(dt, shape, how, seed)
+    off_the_mask_edges(name, vals)
+    got, ybuf, covered, _ = run(name, dt, baseline, shape, how, vals)
+    want = reference(name, vals)
+    what = f"{name} {dtype} {'baseline' if baseline else 'default'} {shape} {how}"
+    op = {o[0]: o[1] for o in OPS}[name]
+    table = {k.BN_ROWS_TRAINING: "bn_training", k.BN_ROWS_INFERENCE: "bn_inference_variance",
+             k.BN_ROWS_BACKWARD: "bn_backward"}[op]
+    assert_close(got["y"], want["y"], *tol(table, dtype), what=what + " y")
+    # the buffer outside the view (padding, other images) is not written
+    assert np.isnan(f64(ybuf[~covered])).all(), what
+    x = f64(vals["x"])
+    if op == k.BN_ROWS_TRAINING:
+        close_sums(got["mean_out"], want["mean_out"], np.abs(x).sum(axis=axes(x)) / x.size
+                   * x.shape[1], what + " mean")
+        dev2 = (x - chan(want["mean_out"].reshape(-1), x.ndim)) ** 2
+        close_sums(got["variance_out"], want["variance_out"],
+                   dev2.sum(axis=axes(x)) / x.size * x.shape[1], what + " variance")
+    elif op == k.BN_ROWS_BACKWARD:
+        close_sums(got["dbias"], want["dbias"], want["terms_g"], what + " dbias")
+        close_sums(got["dscale"], want["dscale"], want["terms_gd"], what + " dscale")
+
+
+# ------------------------------------------------------------------ special values
+def laid_both(a):
+    """``a`` (N, C, spatial...) as a channels-last array and as a packed channels-first one."""
+    last = np.moveaxis(np.ascontiguousarray(np.moveaxis(a, 1, -1)), -1, 1)
+    return last, np.ascontiguousarray(a)
+
+
+@pytest.mark.parametrize("baseline", [False, True], ids=["default", "baseline"])
+@pytest.mark.parametrize("name", [o[0] for o in OPS])
+def test_special_values_follow_the_channels_first_rows(name, baseline):
+    """NaN, +-inf and -0.0 in x, dy and the per-channel vectors: the channels-last rows
+    give the channels-first rows' NaN, infinities and signed zeros, and values within
+    float32 rounding of theirs; a NaN in x poisons exactly the float64 reference's
+    elements."""
+    need_build("float32", baseline)
+    op, act, lo, hi = {o[0]: o[1:] for o in OPS}[name]
+    shape = (3, 20, 5, 6)
+    rng = np.random.default_rng(7)
+    x = (0.3 + rng.uniform(-1, 1, shape)).astype(np.float32)
+    dy = rng.uniform(-1, 1, shape).astype(np.float32)
+    x[1, 2, 3, 4] = np.nan                      # channel 2
+    x[0, 5, 0, 0] = np.inf                      # channel 5
+    x[2, 17, 1, 1] = -np.inf                    # channel 17: the 16-lane tail
+    x[:, 8] = -0.0                              # channel 8: constant -0.0 (variance 0)
+    dy[0, 11, 2, 2] = np.inf                    # channel 11
+    dy[1, 12, 0, 3] = np.nan                    # channel 12
+    vec = {r: rng.uniform(lo_, hi_, 20).astype(np.float32) for r, lo_, hi_ in
+           (("scale", -2, 2), ("bias", -1, 1), ("mean", -0.2, 0.5), ("variance", 0.5, 2),
+            ("inv_variance", 0.5, 2))}
+    vec["scale"][9] = np.nan
+    vec["bias"][10] = -np.inf
+    vec["mean"][13] = np.inf
+    vec["variance"][14] = -1.0                  # variance + epsilon < 0: NaN factor
+    vec["inv_variance"][15] = 0.0
+    vec["bias"][16] = -0.0
+    vec["scale"][16] = 0.0                      # y = 0 * ... + -0.0
+    results = []
+    xl, xf = laid_both(x)
+    dyl, dyf = laid_both(dy)
+    for xa, dya in ((xl, dyl), (xf, dyf)):
+        y = np.full_like(xa, 7.0)
+        outs = {r: np.full(20, 7.0, np.float32) for r in ("m", "v", "ds", "db")}
+        kw = dict(act=act, lower=lo, upper=hi, baseline=baseline)
+        if op == k.BN_ROWS_TRAINING:
+            kw.update(scale=vec["scale"], bias=vec["bias"], mean_out=outs["m"],
+                      variance_out=outs["v"], epsilon=EPS)
+        elif op == k.BN_ROWS_INFERENCE:
+            kw.update(scale=vec["scale"], bias=vec["bias"], mean=vec["mean"],
+                      variance=vec["variance"], epsilon=EPS)
+        else:
+            kw.update(dy=dya, scale=vec["scale"], mean=vec["mean"],
+                      inv_variance=vec["inv_variance"], dscale=outs["ds"], dbias=outs["db"])
+            if act:
+                kw["bias"] = vec["bias"]
+        k.bn_rows(op, xa, y, 0, **kw)
+        results.append((np.array(y), outs))
+    (yl, ol), (yf, of) = results
+    for what, a, b in [("y", yl, yf)] + [(r, ol[r], of[r]) for r in ol]:
+        a64, b64 = f64(a), f64(b)
+        assert (np.isnan(a64) == np.isnan(b64)).all(), f"{name} {what}: NaN positions differ"
+        inf = np.isinf(b64)
+        assert (np.isinf(a64) == inf).all() and (a64[inf] == b64[inf]).all(), \
+            f"{name} {what}: infinities differ"
+        zero = b64 == 0
+        assert (np.signbit(a64[zero]) == np.signbit(b64[zero])).all(), \
+            f"{name} {what}: signed zeros differ"
+        fin = np.isfinite(b64)
+        assert_close(a64[fin], b64[fin], 1e-4, 1e-4, what=f"{name} {what}")
+    # the float64 reference: a NaN in x makes NaN of its element (inference) or of its whole
+    # channel (training's statistics; backward's sums)
+    if op == k.BN_ROWS_INFERENCE:
+        assert np.isnan(yl[1, 2, 3, 4]) and np.isfinite(yl[:, 2]).sum() == yl[:, 2].size - 1
+    else:
+        assert np.isnan(yl[:, 2]).all()
+    if op != k.BN_ROWS_BACKWARD and act:
+        finite = np.isfinite(f64(yl))
+        assert (f64(yl)[finite] >= lo).all() and (f64(yl)[finite] <= hi).all()
+        assert not np.signbit(yl[f64(yl) == 0]).any()          # RELU_FWD: no -0.0
+
+
+# ------------------------------------------------------------------ errors
+def test_channels_last_rows_refuse_a_pixel_overlap():
+    # pixels 2 values apart with 3 channels: not channels-last, and not channels-first
+    # either (the spatial elements are not one packed run): the wrapper says so
+    buf = np.zeros(2 * 3 * 8 + 8, np.float32)
+    x = np.lib.stride_tricks.as_strided(buf, (2, 3, 2, 4), (4 * 24, 4, 4 * 8, 4 * 2))
+    y = np.zeros((2, 3, 2, 4), np.float32)
+    v = np.ones(3, np.float32)
+    with pytest.raises(ValueError, match="packed run"):
+        k.bn_rows(k.BN_ROWS_INFERENCE, x, y, 0, scale=v, bias=v, mean=v, variance=v,
+                  epsilon=EPS)
+
+
+# ------------------------------------------------------------------ the engine's choice
+def _drelu_graph(layout, dims):
+    g = hd.Graph(name="bn_drelu_last")
+    c = dims[1]
+    x = g.tensor(dims=dims, layout=layout, name="x")
+    dy = g.tensor(dims=dims, layout=layout, name="dy")
+    cs = (1, c) + (1,) * (len(dims) - 2)
+    s, b, m, iv = (g.tensor(dims=cs, name=n) for n in ("s", "b", "m", "iv"))
+    ybn = g.batchnorm_inference(x, m, iv, s, b)
+    g_ = g.pointwise(ybn, dy, mode=hd.PointwiseMode.RELU_BWD)
+    dx, ds, db = g.batchnorm_backward(g_, x, s, mean=m, inv_variance=iv)
+    for t in (dx, ds, db):
+        t.set_output(True)
+    return g, (x, dy, s, b, m, iv), (dx, ds, db)
+
+
+def _training_graph(layout, dims, dtype):
+    g = hd.Graph(name="bn_train_last", io_data_type=dtype, intermediate_data_type="float32",
+                 compute_data_type="float32")
+    cs = (1, dims[1]) + (1,) * (len(dims) - 2)
+    x = g.tensor(dims=dims, layout=layout, name="x")
+    s, b = (g.tensor(dims=cs, name=n, data_type="float32") for n in ("s", "b"))
+    y, mean, inv, _, _ = g.batchnorm(x, s, b, epsilon=EPS)
+    y.set_output(True)
+    return g
+
+
+@pytest.mark.parametrize("layout,dims", [("NHWC", (3, 20, 5, 5)), ("NDHWC", (2, 33, 2, 3, 3))])
+def test_engine_takes_the_rows_for_channels_last_drelu_backward(layout, dims):
+    if not ONEDNN_STATE.ok:
+        pytest.skip(f"oneDNN does not load here: {ONEDNN_STATE.reason}")
+    with hd.Device("cpu") as dev:
+        g, (x, dy, s, b, m, iv), (dx, ds, db) = _drelu_graph(layout, dims)
+        plan = dev.build_sync(g, engine="ONEDNN_ENGINE")
+        assert str(plan.algorithm).startswith("bn_rows:"), plan.algorithm
+        rng = np.random.default_rng(3)
+        xa = (0.3 + rng.uniform(-1, 1, dims)).astype(np.float32)
+        dya = rng.uniform(-1, 1, dims).astype(np.float32)
+        cs = (1, dims[1]) + (1,) * (len(dims) - 2)
+        sa, ba, ma = (rng.uniform(lo, hi, cs).astype(np.float32)
+                      for lo, hi in ((-2, 2), (-1, 1), (-0.2, 0.5)))
+        iva = rng.uniform(0.5, 2, cs).astype(np.float32)
+        ybn = ref.bn_inference(xa, ma, iva, sa, ba)
+        dya[np.abs(ybn) < 1e-4] = 0                   # off the mask's edge (see above)
+        perm = (0,) + tuple(range(2, len(dims))) + (1,)
+        inv_perm = tuple(np.argsort(perm))
+        xl = np.ascontiguousarray(xa.transpose(perm)).transpose(inv_perm)
+        dyl = np.ascontiguousarray(dya.transpose(perm)).transpose(inv_perm)
+        outs = {dx: np.full(dims, np.nan, np.float32).transpose(perm).copy().transpose(inv_perm),
+                ds: np.full(cs, np.nan, np.float32), db: np.full(cs, np.nan, np.float32)}
+        plan.execute_sync({x: xl, dy: dyl, s: sa, b: ba, m: ma, iv: iva, **outs})
+        want = ref.bn_backward(ref.relu_bwd(ybn, dya), xa, sa, ma, iva)
+        assert_close(outs[dx], want["dx"], *tol("bn_backward", "float32"), what="dx")
+        assert_close(outs[ds], want["dscale"], *tol("bn_backward", "float32"), what="dscale")
+        assert_close(outs[db], want["dbias"], *tol("bn_backward", "float32"), what="dbias")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_engine_takes_the_rows_for_channels_last_training_and_offers_the_jit(dtype):
+    if not ONEDNN_STATE.ok:
+        pytest.skip(f"oneDNN does not load here: {ONEDNN_STATE.reason}")
+    with hd.Device("cpu") as dev:
+        plan = dev.build_sync(_training_graph("NHWC", (3, 20, 5, 5), dtype),
+                              engine="ONEDNN_ENGINE")
+        assert str(plan.algorithm).startswith("bn_rows:"), plan.algorithm
+        timed = dev.build_sync(_training_graph("NHWC", (3, 20, 5, 5), dtype),
+                               engine="ONEDNN_ENGINE", knobs={"global.benchmarking": 1})
+        names = [n for n, _ in timed.algorithm.trials]
+        # oneDNN's own batchnorm on the user's layout stays a candidate
+        assert any(n.startswith("bn_rows:") for n in names), names
+        assert any(not n.startswith("bn_rows:") for n in names), names
