@@ -567,8 +567,9 @@ def dev():
 @pytest.mark.parametrize("layout", ["NCHW", "NCDHW", "NHWC", "NDHWC", "NCDHW_nonpacked",
                                     "NHWC_nonpacked"])
 @pytest.mark.parametrize("pattern", BN_PATTERNS)
-def test_engine_takes_the_rows_on_channels_first_memory(dev, pattern, layout):
-    rows = layout in ("NCHW", "NCDHW")          # channels first, spatial elements packed
+def test_engine_takes_the_rows_on_packed_memory(dev, pattern, layout):
+    # channels first with the spatial elements packed, or channels last (_bn_last.h)
+    rows = layout in ("NCHW", "NCDHW", "NHWC", "NDHWC")
     for knobs in ({}, {BENCH: 1}):
         h, checks, got = tp.run_case(dev, pattern, "float32", layout, engine=ONEDNN,
                                      knobs=knobs)
