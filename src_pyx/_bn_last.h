@@ -352,6 +352,11 @@ HD_AVX512V static inline void hd_bnl_st2_f32(float* p, __mmask16 k0, __mmask16 k
     _mm512_mask_storeu_ps(p, k0, v0);
     _mm512_mask_storeu_ps(p + 16, k1, v1);
 }
+HD_AVX512V static inline void hd_bnl_st2_f16(uint16_t* p, __mmask16 k0, __mmask16 k1,
+                                             __m512 v0, __m512 v1) {
+    hd_bn_st_f16(p, k0, v0);
+    hd_bn_st_f16(p + 16, k1, v1);
+}
 HD_AVX512BF16 static inline void hd_bnl_st2_bf16(uint16_t* p, __mmask16 k0, __mmask16 k1,
                                                  __m512 v0, __m512 v1) {
     if ((k0 & k1) == 0xffff) {
@@ -610,6 +615,7 @@ HD_AVX512BF16 static inline void hd_bnl_st2_bf16(uint16_t* p, __mmask16 k0, __mm
 
 HD_BN_LAST_VEC(f32, HD_AVX512V)
 HD_BN_LAST_VEC(bf16, HD_AVX512BF16)
+HD_BN_LAST_VEC(f16, HD_AVX512V)
 #endif
 
 /* The channels-last share of thread ithr of nthr, rows chosen as in hd_bn_team. */
@@ -623,6 +629,10 @@ static void hd_bn_last_team(void* data, int ithr, int nthr) {
     }
     if (j->isa == 2 && j->kind == 1 && hd_bn_bf16_stores()) {
         hd_bnl_team_bf16_avx512v(L, ithr, nthr);
+        return;
+    }
+    if (j->isa == 2 && j->kind == 2) {
+        hd_bnl_team_f16_avx512v(L, ithr, nthr);
         return;
     }
 #endif

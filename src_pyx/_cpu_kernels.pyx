@@ -654,12 +654,13 @@ cdef extern from "_bn_last.h" nogil:
 
 def bn_rows_isa(str kind="float32") -> str:
     """The rows ``bn_rows`` runs for elements of ``kind`` (a ``BIAS_RELU_KINDS`` name)
-    here: ``"avx512"`` (intrinsics; bfloat16 results rounded by VCVTNEPS2BF16, on CPUs with
-    AVX512_BF16), ``"avx512_auto"`` (the compiler's AVX-512 build of the portable rows) or
+    here: ``"avx512"`` (intrinsics; float16 converted by VCVTPH2PS / VCVTPS2PH, bfloat16
+    results rounded by VCVTNEPS2BF16, on CPUs with AVX512_BF16), ``"avx512_auto"`` (the
+    compiler's AVX-512 build of the portable rows: bfloat16 without AVX512_BF16) or
     ``"baseline"``."""
     k = BIAS_RELU_KINDS[kind]
     isa = hd_bn_rows_isa(0)
-    if isa == 2 and (k == 2 or (k == 1 and not hd_bn_bf16_stores())):
+    if isa == 2 and k == 1 and not hd_bn_bf16_stores():
         isa = 1
     return ("baseline", "avx512_auto", "avx512")[isa]
 

@@ -557,7 +557,7 @@ def test_info_shows_the_library():
         assert rows["float32"] == ("avx512" if avx512 else "baseline")
         assert rows["bfloat16"] == ("avx512" if avx512 and "avx512_bf16" in flags
                                     else "avx512_auto" if avx512 else "baseline")
-        assert rows["float16"] == ("avx512_auto" if avx512 else "baseline")
+        assert rows["float16"] == ("avx512" if avx512 else "baseline")
 
 
 def _cpu_flags():
