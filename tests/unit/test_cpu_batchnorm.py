@@ -525,3 +525,33 @@ def test_add_bias_relu_rejects_bad_bias_and_clips():
         bn.add_bias_relu(y, np.zeros((1, 4, 1, 1), np.float32), y, None, None)
     with pytest.raises(GraphError, match="lower"):
         bn.relu(y, y, 1.0, 0.5)
+
+
+@pytest.mark.parametrize("dims", [(3, 40, 33, 17), (1, 37, 45, 41)], ids=["n3", "n1"])
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("in_dt", [F32, BF16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("with_bias", [False, True], ids=["nobias", "bias"])
+def test_bias_relu_on_onednn_threads_equals_one_thread(dims, layout, in_dt, with_bias):
+    """``team=True`` (the oneDNN engine's epilogue; 65,536 elements and more) splits the
+    outermost axis among oneDNN's OpenMP threads: the same bits as one thread, and the
+    float64 reference rounded once, on uneven splits (3 images, or one image whose
+    outermost axis is then a plane) with special values."""
+    from hipdnn_async.providers.cpu import _kernels
+    from hipdnn_async.runtime import load_onednn
+    if not load_onednn().ok:
+        pytest.skip("oneDNN does not load here: team=True runs on the calling thread only")
+    rng = np.random.default_rng(31)
+    v = rng.uniform(-2, 2, dims)
+    v.reshape(-1)[::101][:5] = [np.nan, np.inf, -np.inf, -0.0, 0.0]
+    y = _layout(v.astype(in_dt), layout)
+    assert y.size >= 1 << 16
+    bias = _param(dims[1], rng, -0.5, 0.5) if with_bias else None
+    b = None if bias is None else np.ascontiguousarray(bias.reshape(-1), np.float32)
+    k = _kernels.BIAS_RELU_KINDS[in_dt.name]
+    outs = []
+    for team in (False, True):
+        out = _empty(dims, in_dt, layout)
+        _kernels.bias_relu(y, k, out, k, b, 0.0, math.inf, team=team)
+        outs.append(out.view({4: np.uint32, 2: np.uint16}[out.dtype.itemsize]))
+    assert np.array_equal(outs[0], outs[1])
+    _assert_same(outs[1].view(in_dt), _bias_relu_ref(y, bias, None, None, in_dt))

@@ -330,7 +330,7 @@ def bn_backward(dy, x, scale, mean, inv_variance, dx, dscale, dbias, *, drelu=No
 # Activations
 # ----------------------------------------------------------------------------
 
-def relu(x, out, lower=None, upper=None) -> None:
+def relu(x, out, lower=None, upper=None, *, team=False) -> None:
     """RELU_FWD (docs/contract/semantics.md) into ``out``; ``add_bias_relu`` without bias.
 
     Parameters
@@ -344,11 +344,14 @@ def relu(x, out, lower=None, upper=None) -> None:
         Clips. No clip: max(x, 0); upper only: min(max(x, 0), upper); both:
         clamp(x, lower, upper); lower only: max(x, lower). NaN propagates and -0.0 becomes
         +0.0.
+    team : bool
+        Split the pass among oneDNN's OpenMP threads (``_kernels.bias_relu``; the oneDNN
+        engine's epilogues: after a oneDNN primitive, on the threads it ran on).
     """
-    add_bias_relu(x, None, out, lower, upper)
+    add_bias_relu(x, None, out, lower, upper, team=team)
 
 
-def add_bias_relu(y, bias, out, lower, upper) -> None:
+def add_bias_relu(y, bias, out, lower, upper, *, team=False) -> None:
     """Convolution epilogue: ``out = RELU_FWD(y + bias)`` in one pass.
 
     Parameters
@@ -363,6 +366,8 @@ def add_bias_relu(y, bias, out, lower, upper) -> None:
         ``y`` itself; another overlap with ``y`` is handled by copying ``y`` first).
     lower, upper : float or None
         RELU_FWD clips (see ``relu``).
+    team : bool
+        As in ``relu``.
 
     Raises
     ------
@@ -393,12 +398,12 @@ def add_bias_relu(y, bias, out, lower, upper) -> None:
         if b.shape[0] != c:
             raise GraphError(f"{where}: tensor 'bias' needs {c} per-channel values "
                              f"(dims (1, {c}, 1, 1)); got dims {tuple(np.shape(bias))}")
-    if _bias_relu_kernel(y, bias, out, lo, hi):
+    if _bias_relu_kernel(y, bias, out, lo, hi, team):
         return
     _add_bias_relu_f64(y, bias, out, lo, hi)
 
 
-def _bias_relu_kernel(y, bias, out, lo: float, hi: float) -> bool:
+def _bias_relu_kernel(y, bias, out, lo: float, hi: float, team: bool = False) -> bool:
     """Run ``_kernels.bias_relu`` when it takes these arrays; False when it does not."""
     kinds = _kernels.BIAS_RELU_KINDS
     yk = kinds.get(y.dtype.name)
@@ -412,7 +417,7 @@ def _bias_relu_kernel(y, bias, out, lo: float, hi: float) -> bool:
             y.dtype == out.dtype and y.strides == out.strides
             and y.__array_interface__["data"][0] == out.__array_interface__["data"][0]):
         y = y.copy()   # a partial overlap: the one-pass kernel would read written values
-    _kernels.bias_relu(y, yk, out, ok, b, lo, hi)
+    _kernels.bias_relu(y, yk, out, ok, b, lo, hi, team=team)
     return True
 
 

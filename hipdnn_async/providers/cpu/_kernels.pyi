@@ -37,11 +37,12 @@ BIAS_RELU_KINDS: dict[str, int]
 
 def bias_relu(x: np.ndarray, x_kind: int, out: np.ndarray, out_kind: int,
               bias: np.ndarray | None, lower: float, upper: float, *,
-              baseline: bool = False) -> None:
+              baseline: bool = False, team: bool = False) -> None:
     """out = clamp(x + bias[c], lower, upper) + 0.0 in one pass, rounded once to ``out``'s
     type (float32, bfloat16 or float16 by ``BIAS_RELU_KINDS``); NaN kept, ReLU(-inf) = +0.0,
     -0.0 becomes +0.0; any dims (N, C, ...) and element strides; ``out`` may be ``x``.
-    ``baseline``: the rows built for the baseline ISA even where AVX-512 ones run."""
+    ``baseline``: the rows built for the baseline ISA even where AVX-512 ones run;
+    ``team``: split among oneDNN's OpenMP threads (65,536 elements and more)."""
 
 def bias_relu_isa() -> str:
     """``"avx512"`` where ``bias_relu`` runs its AVX-512 rows (avx512f + avx512bw), else

@@ -139,7 +139,7 @@ def _bn_training(match, order, fuse, dry):
                 g.get("prev_running_variance"), g.get("next_running_variance"),
                 g["scale"] if fused else None, g["bias"] if fused else None)
             if clips is not None:
-                _batchnorm.relu(b["y"], b["y"], *clips)
+                _batchnorm.relu(b["y"], b["y"], *clips, team=True)
             elif bad:
                 _nonfinite_channels(b, workspace, spec, vec(var), eps, mean_virtual)
         return None, after

@@ -371,5 +371,5 @@ def clip_hooks(conv, pd):
 
     def hooks(b, workspace):
         y = b[conv.roles.y]
-        return None, lambda: _batchnorm.relu(y, y, lo, hi)
+        return None, lambda: _batchnorm.relu(y, y, lo, hi, team=True)
     return hooks
