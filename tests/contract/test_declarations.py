@@ -129,6 +129,8 @@ _OWN_STRUCTS = {"RuntimeConstants": "the values a Runtime fills from its checked
                            "vendor layout",
                 # providers.cpu._kernels (bias_relu): loop parameters
                 "_Clip": "bias_relu's clip values for its inner loops: no vendor layout",
+                "_ReluJob": "bias_relu's arguments, passed to each thread of oneDNN's OpenMP "
+                            "team through one pointer (team=True): no vendor layout",
                 # providers.cpu._kernels (bn_rows): the job of the C rows, from _bn_rows.h
                 "hd_bn_job": "bn_rows' job for the batchnorm rows, a struct of our own "
                              "header _bn_rows.h: no vendor layout",
