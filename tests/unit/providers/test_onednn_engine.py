@@ -625,3 +625,30 @@ def test_streams_share_one_plan_without_mixing_buffers():
     for p in packs:
         close(p[y], ref.conv_fprop(p[x], p[w], (1, 1), (1, 1)), 1e-4)
 
+
+@pytest.mark.parametrize("dtype,n,rows", [("float32", 8, True), ("float32", 32, False),
+                                          ("bfloat16", 32, False), ("float16", 32, True)])
+def test_channels_last_bn_default_by_size(dev, dtype, n, rows):
+    # channels-last FLOAT / BFLOAT16 batchnorm: the rows while x is at most 8 MiB, oneDNN's
+    # jit batchnorm beyond (it streams from memory better); HALF (no oneDNN f16 batchnorm
+    # on this CPU class) and the fused DReLU chain keep the rows at every size
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip(f"oneDNN's jit batchnorm is x86-64's; this is {platform.machine()}")
+    dt = getattr(hd.DataType, {"float32": "FLOAT", "bfloat16": "BFLOAT16",
+                               "float16": "HALF"}[dtype])
+    g = hd.Graph(name="bn_nhwc_size", io_data_type=dt, compute_data_type=hd.DataType.FLOAT,
+                 intermediate_data_type=hd.DataType.FLOAT)
+    x = g.tensor(dims=(n, 256, 28, 28), layout="NHWC", name="x")
+    s, b = (g.tensor(dims=(1, 256, 1, 1), name=k, data_type=hd.DataType.FLOAT)
+            for k in ("s", "b"))
+    y, mean, inv, _, _ = g.batchnorm(x, s, b, epsilon=1e-5)
+    for t in (y, mean, inv):
+        t.set_output(True)
+    for t in (mean, inv):
+        t.set_data_type(hd.DataType.FLOAT)
+    plan = dev.build_sync(g, engine=ONEDNN)
+    names = [nm for nm, _ in plan.algorithm.trials]
+    assert any(nm.startswith("bn_rows:") for nm in names), names
+    assert str(plan.algorithm).startswith("bn_rows:") == rows, (str(plan.algorithm), names)
+    if not rows:
+        assert "bnorm_jit" in str(plan.algorithm)

@@ -451,6 +451,12 @@ _LAST_PATTERNS = dict.fromkeys((DataType.FLOAT, DataType.BFLOAT16, DataType.HALF
                                frozenset(BN_BUILDERS))
 
 
+# bytes of x up to which channels-last rows are the default (``Bn._streams_better_in_onednn``):
+# a quarter of the measured machine's L3, between its batch-8 (6.4 MB) and batch-32 bfloat16
+# (12.8 MB) ResNet-50 activations
+_LAST_ROWS_MAX_BYTES = 8 << 20
+
+
 def _last_rows_win(match) -> bool:
     """Whether ``match`` is offered the channels-last rows (``_LAST_PATTERNS``)."""
     return (match.pattern in _LAST_PATTERNS.get(match.tensors["x"].data_type, ())
@@ -523,7 +529,9 @@ class Bn:
         impls = self.impls
         rows = [c for c in fitting if impls[c.id][5] is _rows]
         if rows:
-            return rows[0]
+            if not self._streams_better_in_onednn():
+                return rows[0]
+            fitting = [c for c in fitting if impls[c.id][5] is not _rows] or rows
         if self.match.pattern == Pattern.BN_INFERENCE_VARIANCE:
             own = [c for c in fitting if impls[c.id][5] is not _bn_inference_binary
                    and impls[c.id][1] is None]
@@ -537,6 +545,21 @@ class Bn:
             return jit[0]
         unfused = [c for c in fitting if not impls[c.id][2]]
         return (unfused or fitting)[0]
+
+    def _streams_better_in_onednn(self) -> bool:
+        """Channels-last FLOAT / BFLOAT16 training, inference and backward on activations
+        past ``_LAST_ROWS_MAX_BYTES``: there oneDNN's jit batchnorm streams from memory
+        better than the rows' passes over the whole tensor (ResNet-50 shapes at batch 32,
+        2 cores, two runs of each: FLOAT jit 0.83-1.6x PyTorch's time, rows 1.2-2.6x;
+        BFLOAT16 closer, jit 0.9-1.3x, rows 1.0-1.4x); below it the rows win (batch 8:
+        0.4-0.9x against the jit's 0.6-1.24x). The fused inference -> DReLU -> backward
+        keeps the rows at every size (0.5-0.8x at batch 32)."""
+        x = self.match.tensors["x"]
+        return (self.match.pattern != Pattern.BN_INFERENCE_DRELU_BACKWARD
+                and x.data_type in (DataType.FLOAT, DataType.BFLOAT16)
+                and _channels_last(self.match)
+                and math.prod(x.dims) * (4 if x.data_type == DataType.FLOAT else 2)
+                > _LAST_ROWS_MAX_BYTES)
 
     def build(self, candidate):
         _, order, fuse, _, _, build = self.impls[candidate.id]
