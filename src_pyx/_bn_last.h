@@ -98,8 +98,7 @@ typedef struct {
                     float d = HD_LOAD_##K(x[c]) - m[c];                                    \
                     float g = HD_LOAD_##K(dy[c]);                                          \
                     float yb = d * a[c] + b[c];                                            \
-                    g = (yb > lo && yb < hi) ? g : 0.0f;                                   \
-                    g = (yb != yb) ? yb : g;                                               \
+                    g = hd_bn_drelu(g, yb, lo, hi);                                        \
                     acc0[c] += g;                                                          \
                     acc1[c] += g * d;                                                      \
                 }                                                                          \
@@ -127,8 +126,7 @@ typedef struct {
                     float d = HD_LOAD_##K(x[c]) - m[c];                                    \
                     float g = HD_LOAD_##K(dy[c]);                                          \
                     float yb = d * a[c] + b[c];                                            \
-                    g = (yb > lo && yb < hi) ? g : 0.0f;                                   \
-                    g = (yb != yb) ? yb : g;                                               \
+                    g = hd_bn_drelu(g, yb, lo, hi);                                        \
                     dx[c] = HD_STORE_##K(k1[c] * g + k2[c] * d + k3[c]);                   \
                 }                                                                          \
             else                                                                           \

@@ -31,6 +31,13 @@
 
 enum { HD_BN_TRAINING = 0, HD_BN_INFERENCE = 1, HD_BN_BACKWARD = 2 };
 
+/* RELU_BWD of g under the forward value yb: g where lo < yb < hi, NaN where yb is NaN (as
+ * the float64 reference), else 0; selects, so that the loops around it vectorise. */
+HD_INLINE float hd_bn_drelu(float g, float yb, float lo, float hi) {
+    g = (yb > lo && yb < hi) ? g : 0.0f;
+    return (yb != yb) ? yb : g;
+}
+
 typedef struct {
     int op;                        /* HD_BN_TRAINING / _INFERENCE / _BACKWARD */
     int kind;                      /* every activation's element kind: 0 f32, 1 bf16, 2 f16 */
@@ -114,8 +121,7 @@ typedef struct {
                 float g = HD_LOAD_##K(dy[i + j]);                                          \
                 if (act) {                                                                 \
                     float yb = d * a + b;                                                  \
-                    g = (yb > lo && yb < hi) ? g : 0.0f;                                   \
-                    g = (yb != yb) ? yb : g;                                               \
+                    g = hd_bn_drelu(g, yb, lo, hi);                                        \
                 }                                                                          \
                 ag[j] += g;                                                                \
                 agd[j] += g * d;                                                           \
@@ -125,8 +131,7 @@ typedef struct {
             float g = HD_LOAD_##K(dy[i]);                                                  \
             if (act) {                                                                     \
                 float yb = d * a + b;                                                      \
-                g = (yb > lo && yb < hi) ? g : 0.0f;                                       \
-                g = (yb != yb) ? yb : g;                                                   \
+                g = hd_bn_drelu(g, yb, lo, hi);                                            \
             }                                                                              \
             s1 += g;                                                                       \
             s2 += (double)g * d;                                                           \
@@ -149,8 +154,7 @@ typedef struct {
                 float d = HD_LOAD_##K(x[i]) - m;                                           \
                 float g = HD_LOAD_##K(dy[i]);                                              \
                 float yb = d * a + b;                                                      \
-                g = (yb > lo && yb < hi) ? g : 0.0f;                                       \
-                g = (yb != yb) ? yb : g;                                                   \
+                g = hd_bn_drelu(g, yb, lo, hi);                                            \
                 dx[i] = HD_STORE_##K(k1 * g + k2 * d + k3);                                \
             }                                                                              \
         else                                                                               \

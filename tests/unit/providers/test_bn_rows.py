@@ -30,6 +30,8 @@ from oracle import _reference as ref
 from oracle import test_patterns as tp
 from oracle._cases import assert_close, tol
 
+from ._bn_rows_ops import OPS
+
 HERE = pathlib.Path(__file__).resolve().parent
 KINDS = {"float32": (0, np.dtype(np.float32)), "bfloat16": (1, np.dtype(ml_dtypes.bfloat16)),
          "float16": (2, np.dtype(np.float16))}
@@ -48,16 +50,6 @@ SHAPES = [(2, 5, 1, 1), (3, 5, 1, 5), (2, 5, 4, 4), (2, 5, 17, 1), (2, 4, 1, 31)
           (2, 5, 3, 11), (2, 3, 14, 14), (2, 5, 3, 4, 5), (3, 4, 2, 3, 3), (4, 1, 3, 7)]
 # how an activation sits in memory: spatial elements packed, N and C strides free
 STRIDES = ("packed", "channel_slice", "batch_step", "reversed", "cnhw")
-# (name, op, act, lower, upper)
-OPS = [("training", k.BN_ROWS_TRAINING, False, 0.0, np.inf),
-       ("training_relu", k.BN_ROWS_TRAINING, True, 0.0, np.inf),
-       ("training_clamp", k.BN_ROWS_TRAINING, True, -0.25, 0.5),
-       ("inference", k.BN_ROWS_INFERENCE, False, 0.0, np.inf),
-       ("inference_relu", k.BN_ROWS_INFERENCE, True, 0.0, np.inf),
-       ("inference_clamp", k.BN_ROWS_INFERENCE, True, -0.25, 0.5),
-       ("backward", k.BN_ROWS_BACKWARD, False, 0.0, np.inf),
-       ("backward_drelu", k.BN_ROWS_BACKWARD, True, 0.0, np.inf),
-       ("backward_drelu_clipped", k.BN_ROWS_BACKWARD, True, 0.1, 0.5)]
 
 
 def placed(shape, dtype, how, fill):

@@ -24,6 +24,8 @@ from hipdnn_async.runtime import load_onednn
 from oracle import _reference as ref
 from oracle._cases import assert_close, tol
 
+from ._bn_rows_ops import OPS
+
 KINDS = {"float32": (0, np.dtype(np.float32)), "bfloat16": (1, np.dtype(ml_dtypes.bfloat16)),
          "float16": (2, np.dtype(np.float16))}
 EPS = 3e-5
@@ -38,16 +40,6 @@ SHAPES = [(2, 3, 5, 7), (2, 20, 3, 5), (3, 33, 4, 5), (2, 64, 5, 5), (2, 100, 3,
 # how an activation sits in memory, channels-last: packed; pixels padded to C + 3 values;
 # every other image of a buffer of 2N (an N stride the pixels do not continue); N reversed
 LAYOUTS = ("packed", "padded", "batch_step", "reversed_n")
-# (name, op, act, lower, upper)
-OPS = [("training", k.BN_ROWS_TRAINING, False, 0.0, np.inf),
-       ("training_relu", k.BN_ROWS_TRAINING, True, 0.0, np.inf),
-       ("training_clamp", k.BN_ROWS_TRAINING, True, -0.25, 0.5),
-       ("inference", k.BN_ROWS_INFERENCE, False, 0.0, np.inf),
-       ("inference_relu", k.BN_ROWS_INFERENCE, True, 0.0, np.inf),
-       ("inference_clamp", k.BN_ROWS_INFERENCE, True, -0.25, 0.5),
-       ("backward", k.BN_ROWS_BACKWARD, False, 0.0, np.inf),
-       ("backward_drelu", k.BN_ROWS_BACKWARD, True, 0.0, np.inf),
-       ("backward_drelu_clipped", k.BN_ROWS_BACKWARD, True, 0.1, 0.5)]
 
 
 def placed(shape, dtype, how, fill):
