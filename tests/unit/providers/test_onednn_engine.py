@@ -652,3 +652,32 @@ def test_channels_last_bn_default_by_size(dev, dtype, n, rows):
     assert str(plan.algorithm).startswith("bn_rows:") == rows, (str(plan.algorithm), names)
     if not rows:
         assert "bnorm_jit" in str(plan.algorithm)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_channels_last_bn_slice_keeps_rows_past_the_size_switch(dev, dtype):
+    # a channel slice of a wider NHWC buffer past 8 MiB: oneDNN's jit batchnorm would run
+    # on dense copies reordered in and out (3-5x the rows' time), so the rows, which read
+    # the slice in place, stay the default; the packed tensor of the same dims switches
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip(f"oneDNN's jit batchnorm is x86-64's; this is {platform.machine()}")
+    dt = getattr(hd.DataType, {"float32": "FLOAT", "bfloat16": "BFLOAT16"}[dtype])
+    dims, wide = (32, 256, 28, 28), 272
+    sliced = (28 * 28 * wide, 1, 28 * wide, wide)       # channels 8..263 of 272, NHWC
+    chosen = {}
+    for name, kw in (("slice", dict(strides=sliced)), ("packed", dict(layout="NHWC"))):
+        g = hd.Graph(name="bn_nhwc_slice", io_data_type=dt)
+        x = g.tensor(dims=dims, name="x", **kw)
+        s, b = (g.tensor(dims=(1, 256, 1, 1), name=k, data_type=hd.DataType.FLOAT)
+                for k in ("s", "b"))
+        y, mean, inv, _, _ = g.batchnorm(x, s, b, epsilon=1e-5)
+        if name == "slice":
+            y.set_strides(sliced)
+        for t in (y, mean, inv):
+            t.set_output(True)
+        plan = dev.build_sync(g, engine=ONEDNN)
+        names = [nm for nm, _ in plan.algorithm.trials]
+        assert any("bnorm_jit" in nm for nm in names), names
+        chosen[name] = str(plan.algorithm)
+    assert chosen["slice"].startswith("bn_rows:"), chosen
+    assert "bnorm_jit" in chosen["packed"], chosen

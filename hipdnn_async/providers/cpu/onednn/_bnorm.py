@@ -15,8 +15,8 @@ from ....patterns import Pattern
 from ... import _tuning
 from .. import _batchnorm, _kernels
 from ...._errors import NotSupportedError
-from ._program import (CHANNEL_BLOCKED, ProgramSpec, channel_md, decline, dnnl, memory_order,
-                       packed_md, vec, ws_view)
+from ._program import (CHANNEL_BLOCKED, ProgramSpec, channel_md, decline, dnnl, is_native,
+                       memory_order, packed_md, vec, ws_view)
 
 __all__ = ["Bn", "BN_BUILDERS"]
 
@@ -553,11 +553,17 @@ class Bn:
         2 cores, two runs of each: FLOAT jit 0.83-1.6x PyTorch's time, rows 1.2-2.6x;
         BFLOAT16 closer, jit 0.9-1.3x, rows 1.0-1.4x); below it the rows win (batch 8:
         0.4-0.9x against the jit's 0.6-1.24x). The fused inference -> DReLU -> backward
-        keeps the rows at every size (0.5-0.8x at batch 32)."""
-        x = self.match.tensors["x"]
+        keeps the rows at every size (0.5-0.8x at batch 32). So do activations that are not
+        packed (a channel slice of a wider NHWC buffer): oneDNN's kernel would run on dense
+        copies reordered in and out, 3-5x the rows' time in place (timed with
+        ``global.benchmarking=1``, 2 x 64 x 128 x 136 FLOAT, 2 cores)."""
+        t = self.match.tensors
+        x = t["x"]
         return (self.match.pattern != Pattern.BN_INFERENCE_DRELU_BACKWARD
                 and x.data_type in (DataType.FLOAT, DataType.BFLOAT16)
                 and _channels_last(self.match)
+                and all(is_native(t[r]) for r in ("x", "y", "dy", "dx")
+                        if r in t and not t[r].is_virtual)
                 and math.prod(x.dims) * (4 if x.data_type == DataType.FLOAT else 2)
                 > _LAST_ROWS_MAX_BYTES)
 
