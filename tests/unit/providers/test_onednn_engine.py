@@ -681,3 +681,40 @@ def test_channels_last_bn_slice_keeps_rows_past_the_size_switch(dev, dtype):
         chosen[name] = str(plan.algorithm)
     assert chosen["slice"].startswith("bn_rows:"), chosen
     assert "bnorm_jit" in chosen["packed"], chosen
+
+
+@pytest.mark.parametrize("dtype,c", [("float32", 3), ("bfloat16", 17)])
+def test_channels_last_bn_past_the_size_switch_without_a_jit_kernel_keeps_rows(dev, dtype, c):
+    # channels-last training past 8 MiB where oneDNN 3.2 has no jit batchnorm for the
+    # channel count (its generic nspc_bnorm only): the rows stay, and the statistics of x
+    # = 1000 + N(0, 1) match float64 (nspc_bnorm's float32 sums gave a mean off by about
+    # 10, y off by about 1)
+    dt = getattr(hd.DataType, {"float32": "FLOAT", "bfloat16": "BFLOAT16"}[dtype])
+    npdt = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16}[dtype]
+    side = {"float32": 954, "bfloat16": 567}[dtype]      # x just past 8 MiB
+    dims = (1, c, side, side)
+    g = hd.Graph(name="bn_nhwc_generic", io_data_type=dt)
+    x = g.tensor(dims=dims, layout="NHWC", name="x")
+    s, b = (g.tensor(dims=(1, c, 1, 1), name=k, data_type=hd.DataType.FLOAT)
+            for k in ("s", "b"))
+    y, mean, inv, _, _ = g.batchnorm(x, s, b, epsilon=1e-5)
+    for t in (y, mean, inv):
+        t.set_output(True)
+    plan = dev.build_sync(g, engine=ONEDNN)
+    assert str(plan.algorithm).startswith("bn_rows:"), (str(plan.algorithm),
+                                                          plan.algorithm.trials)
+    rng = np.random.default_rng(5)
+    xm = (1000 + rng.standard_normal((1, side, side, c))).astype(npdt)   # NHWC memory
+    ym = np.empty_like(xm)
+    got_mean, got_inv = np.empty((1, c, 1, 1), np.float32), np.empty((1, c, 1, 1), np.float32)
+    plan.execute_sync({x: xm, s: np.ones((1, c, 1, 1), np.float32),
+                       b: np.zeros((1, c, 1, 1), np.float32), y: ym, mean: got_mean,
+                       inv: got_inv})
+    x64 = xm.astype(np.float64)
+    want_mean = x64.mean(axis=(0, 1, 2))
+    want_inv = 1 / np.sqrt(x64.var(axis=(0, 1, 2)) + 1e-5)
+    want_y = (x64 - want_mean) * want_inv
+    np.testing.assert_allclose(got_mean.ravel(), want_mean, rtol=1e-6)
+    np.testing.assert_allclose(got_inv.ravel(), want_inv, rtol=1e-5)
+    tol = 4e-3 if dtype == "float32" else 8e-3    # the tolerance table's batchnorm training
+    assert np.all(np.abs(ym.astype(np.float64) - want_y) <= tol + tol * np.abs(want_y))

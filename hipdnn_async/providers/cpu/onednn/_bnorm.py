@@ -529,9 +529,14 @@ class Bn:
         impls = self.impls
         rows = [c for c in fitting if impls[c.id][5] is _rows]
         if rows:
-            if not self._streams_better_in_onednn():
+            others = [c for c in fitting if impls[c.id][5] is not _rows]
+            # past the size switch only oneDNN's jit kernel: its generic nspc_bnorm (the
+            # only one for C = 2, 3, 17, ...) is 5-20x slower, and its float32 sums lost
+            # the mean of x ~ 1000 + N(0, 1) at 2^21 pixels (y off by about 1, against
+            # the rows' float64-gathered tiles)
+            if not (self._streams_better_in_onednn() and any(impls[c.id][4] for c in others)):
                 return rows[0]
-            fitting = [c for c in fitting if impls[c.id][5] is not _rows] or rows
+            fitting = others
         if self.match.pattern == Pattern.BN_INFERENCE_VARIANCE:
             own = [c for c in fitting if impls[c.id][5] is not _bn_inference_binary
                    and impls[c.id][1] is None]
