@@ -718,3 +718,29 @@ def test_channels_last_bn_past_the_size_switch_without_a_jit_kernel_keeps_rows(d
     np.testing.assert_allclose(got_inv.ravel(), want_inv, rtol=1e-5)
     tol = 4e-3 if dtype == "float32" else 8e-3    # the tolerance table's batchnorm training
     assert np.all(np.abs(ym.astype(np.float64) - want_y) <= tol + tol * np.abs(want_y))
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_bn_single_channel_runs_the_rows(dev, layout):
+    # C = 1: oneDNN 3.2 has only its generic ncsp_bnorm, whose float32 sums lost the mean
+    # of x = 1000 + N(0, 1) over 2^20 values (y off by about 1); the rows match float64
+    dims = (16, 1, 256, 256)
+    g = hd.Graph(name="bn_c1", io_data_type=hd.DataType.FLOAT)
+    x = g.tensor(dims=dims, layout=layout, name="x")
+    s, b = (g.tensor(dims=(1, 1, 1, 1), name=k) for k in ("s", "b"))
+    y, mean, inv, _, _ = g.batchnorm(x, s, b, epsilon=1e-5)
+    for t in (y, mean, inv):
+        t.set_output(True)
+    plan = dev.build_sync(g, engine=ONEDNN)
+    assert str(plan.algorithm).startswith("bn_rows:"), str(plan.algorithm)
+    xs = (1000 + np.random.default_rng(6).standard_normal(dims)).astype(np.float32)
+    ys = np.empty_like(xs)
+    got_mean, got_inv = np.empty((1, 1, 1, 1), np.float32), np.empty((1, 1, 1, 1), np.float32)
+    plan.execute_sync({x: xs, s: np.ones((1, 1, 1, 1), np.float32),
+                       b: np.zeros((1, 1, 1, 1), np.float32), y: ys, mean: got_mean,
+                       inv: got_inv})
+    x64 = xs.astype(np.float64)
+    want_y = (x64 - x64.mean()) / np.sqrt(x64.var() + 1e-5)
+    np.testing.assert_allclose(got_mean.ravel(), [x64.mean()], rtol=1e-6)
+    np.testing.assert_allclose(got_inv.ravel(), [1 / np.sqrt(x64.var() + 1e-5)], rtol=1e-5)
+    assert np.all(np.abs(ys - want_y) <= 4e-3 + 4e-3 * np.abs(want_y))   # training's FLOAT tol
