@@ -15,8 +15,8 @@ from ....patterns import Pattern
 from ... import _tuning
 from .. import _batchnorm, _kernels
 from ...._errors import NotSupportedError
-from ._program import (CHANNEL_BLOCKED, ProgramSpec, channel_md, decline, dnnl, memory_order,
-                       packed_md, vec, ws_view)
+from ._program import (CHANNEL_BLOCKED, ProgramSpec, channel_md, decline, dnnl, is_native,
+                       memory_order, packed_md, vec, ws_view)
 
 __all__ = ["Bn", "BN_BUILDERS"]
 
@@ -487,8 +487,10 @@ class Bn:
                    and p.get("relu_lower_clip") in (None, 0.0) and p.get("relu_upper_clip") is None)
         variants = [(suffix, order, fuse, builder) for suffix, order in orders
                     for fuse in ((True, False) if fusable else (False,))]
-        if len(orders) > 1 or _last_rows_win(match):
-            # the C rows, which read the user's layout as it is (``_rows``): channels-first,
+        if len(orders) > 1 or x.dims[1] == 1 or _last_rows_win(match):
+            # the C rows, which read the user's layout as it is (``_rows``): channels-first
+            # (C = 1 too: oneDNN's generic ncsp_bnorm, all it has there, sums in float32
+            # and lost the mean of x = 1000 + N(0, 1) at 2^20 values, y off by about 1),
             # and channels-last where they beat oneDNN's jit batchnorm (``_LAST_PATTERNS``)
             variants.insert(0, ("", None, False, _rows))
         if match.pattern == Pattern.BN_INFERENCE_VARIANCE and len(orders) > 1:
@@ -529,9 +531,14 @@ class Bn:
         impls = self.impls
         rows = [c for c in fitting if impls[c.id][5] is _rows]
         if rows:
-            if not self._streams_better_in_onednn():
+            others = [c for c in fitting if impls[c.id][5] is not _rows]
+            # past the size switch only oneDNN's jit kernel: its generic nspc_bnorm (the
+            # only one for C = 2, 3, 17, ...) is 5-20x slower, and its float32 sums lost
+            # the mean of x ~ 1000 + N(0, 1) at 2^21 pixels (y off by about 1, against
+            # the rows' float64-gathered tiles)
+            if not (self._streams_better_in_onednn() and any(impls[c.id][4] for c in others)):
                 return rows[0]
-            fitting = [c for c in fitting if impls[c.id][5] is not _rows] or rows
+            fitting = others
         if self.match.pattern == Pattern.BN_INFERENCE_VARIANCE:
             own = [c for c in fitting if impls[c.id][5] is not _bn_inference_binary
                    and impls[c.id][1] is None]
@@ -553,11 +560,17 @@ class Bn:
         2 cores, two runs of each: FLOAT jit 0.83-1.6x PyTorch's time, rows 1.2-2.6x;
         BFLOAT16 closer, jit 0.9-1.3x, rows 1.0-1.4x); below it the rows win (batch 8:
         0.4-0.9x against the jit's 0.6-1.24x). The fused inference -> DReLU -> backward
-        keeps the rows at every size (0.5-0.8x at batch 32)."""
-        x = self.match.tensors["x"]
+        keeps the rows at every size (0.5-0.8x at batch 32). So do activations that are not
+        packed (a channel slice of a wider NHWC buffer): oneDNN's kernel would run on dense
+        copies reordered in and out, 3-5x the rows' time in place (timed with
+        ``global.benchmarking=1``, 2 x 64 x 128 x 136 FLOAT, 2 cores)."""
+        t = self.match.tensors
+        x = t["x"]
         return (self.match.pattern != Pattern.BN_INFERENCE_DRELU_BACKWARD
                 and x.data_type in (DataType.FLOAT, DataType.BFLOAT16)
                 and _channels_last(self.match)
+                and all(is_native(t[r]) for r in ("x", "y", "dy", "dx")
+                        if r in t and not t[r].is_virtual)
                 and math.prod(x.dims) * (4 if x.data_type == DataType.FLOAT else 2)
                 > _LAST_ROWS_MAX_BYTES)
 
