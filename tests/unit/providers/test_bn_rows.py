@@ -645,3 +645,22 @@ def test_two_streams_run_rows_plans_at_once():
         assert_close(p[r], ref.relu(want["y"]), *tol("bn_training", "float32"), "y")
         assert_close(p[mean], want["mean"], 1e-6, 1e-5, "mean")
         assert_close(p[inv], want["inv_variance"], 1e-5, 1e-5, "inv_variance")
+
+
+@pytest.mark.parametrize("baseline", [False, True], ids=["default", "baseline"])
+def test_long_rows_sum_in_float64_chunks(baseline):
+    """One image of 2048 x 2048 (a 4 Mi-element row): the sums of a row go to float64 every
+    HD_BN_CHUNK elements, so x = 1000 + N(0, 1) keeps its mean to float64's reach (float32
+    lanes over the whole row put y 3.3e-4 off); bounds far inside the tolerance table's, as
+    the lost tail of a row shows only there."""
+    x = (1000 + np.random.default_rng(8).standard_normal((1, 1, 2048, 2048))).astype(np.float32)
+    y = np.empty_like(x)
+    mean, var = np.empty(1, np.float32), np.empty(1, np.float32)
+    k.bn_rows(k.BN_ROWS_TRAINING, x, y, 0, scale=np.ones(1, np.float32),
+              bias=np.zeros(1, np.float32), mean_out=mean, variance_out=var, epsilon=1e-5,
+              baseline=baseline)
+    x64 = x.astype(np.float64)
+    assert abs(mean[0] - x64.mean()) <= 1e-7 * x64.mean()
+    assert abs(var[0] - x64.var()) <= 1e-5 * x64.var()
+    want = (x64 - x64.mean()) / np.sqrt(x64.var() + 1e-5)
+    assert np.abs(y - want).max() <= 1e-4

@@ -15,7 +15,7 @@ from ....patterns import Pattern
 from ... import _tuning
 from .. import _batchnorm, _kernels
 from ...._errors import NotSupportedError
-from ._program import (CHANNEL_BLOCKED, ProgramSpec, channel_md, decline, dnnl, is_native,
+from ._program import (CHANNEL_BLOCKED, ProgramSpec, channel_md, decline, dnnl,
                        memory_order, packed_md, vec, ws_view)
 
 __all__ = ["Bn", "BN_BUILDERS"]
@@ -451,12 +451,6 @@ _LAST_PATTERNS = dict.fromkeys((DataType.FLOAT, DataType.BFLOAT16, DataType.HALF
                                frozenset(BN_BUILDERS))
 
 
-# bytes of x up to which channels-last rows are the default (``Bn._streams_better_in_onednn``):
-# a quarter of the measured machine's L3, between its batch-8 (6.4 MB) and batch-32 bfloat16
-# (12.8 MB) ResNet-50 activations
-_LAST_ROWS_MAX_BYTES = 8 << 20
-
-
 def _last_rows_win(match) -> bool:
     """Whether ``match`` is offered the channels-last rows (``_LAST_PATTERNS``)."""
     return (match.pattern in _LAST_PATTERNS.get(match.tensors["x"].data_type, ())
@@ -519,7 +513,10 @@ class Bn:
     def heuristic(self, fitting, limit):
         """Without timing: the batchnorm rows where offered (channels-first memory: 0.5-0.95x
         PyTorch's time on the ResNet-50 shapes at batch 8, 2 cores, against 1.1-3.5x for the
-        best oneDNN candidate there; channels-last: ``_LAST_PATTERNS``); else a jit
+        best oneDNN candidate there; channels-last: ``_LAST_PATTERNS``, at every size: at
+        batch 32, out of the caches, oneDNN's jit batchnorm was faster in some runs and
+        slower in others, and its float32 sums missed the FLOAT tolerance on x = 1000 +
+        N(0, 1) at 32x64x56x56 where the rows' float64-gathered tiles did not); else a jit
         implementation before the generic ones (``ncsp_bnorm``, ``nspc_bnorm``: 5-20x
         slower in training and backward, and fuse_norm_relu 10x slower than a separate ReLU
         pass there), in the candidates' order: the user's
@@ -531,14 +528,7 @@ class Bn:
         impls = self.impls
         rows = [c for c in fitting if impls[c.id][5] is _rows]
         if rows:
-            others = [c for c in fitting if impls[c.id][5] is not _rows]
-            # past the size switch only oneDNN's jit kernel: its generic nspc_bnorm (the
-            # only one for C = 2, 3, 17, ...) is 5-20x slower, and its float32 sums lost
-            # the mean of x ~ 1000 + N(0, 1) at 2^21 pixels (y off by about 1, against
-            # the rows' float64-gathered tiles)
-            if not (self._streams_better_in_onednn() and any(impls[c.id][4] for c in others)):
-                return rows[0]
-            fitting = others
+            return rows[0]
         if self.match.pattern == Pattern.BN_INFERENCE_VARIANCE:
             own = [c for c in fitting if impls[c.id][5] is not _bn_inference_binary
                    and impls[c.id][1] is None]
@@ -552,27 +542,6 @@ class Bn:
             return jit[0]
         unfused = [c for c in fitting if not impls[c.id][2]]
         return (unfused or fitting)[0]
-
-    def _streams_better_in_onednn(self) -> bool:
-        """Channels-last FLOAT / BFLOAT16 training, inference and backward on activations
-        past ``_LAST_ROWS_MAX_BYTES``: there oneDNN's jit batchnorm streams from memory
-        better than the rows' passes over the whole tensor (ResNet-50 shapes at batch 32,
-        2 cores, two runs of each: FLOAT jit 0.83-1.6x PyTorch's time, rows 1.2-2.6x;
-        BFLOAT16 closer, jit 0.9-1.3x, rows 1.0-1.4x); below it the rows win (batch 8:
-        0.4-0.9x against the jit's 0.6-1.24x). The fused inference -> DReLU -> backward
-        keeps the rows at every size (0.5-0.8x at batch 32). So do activations that are not
-        packed (a channel slice of a wider NHWC buffer): oneDNN's kernel would run on dense
-        copies reordered in and out, 3-5x the rows' time in place (timed with
-        ``global.benchmarking=1``, 2 x 64 x 128 x 136 FLOAT, 2 cores)."""
-        t = self.match.tensors
-        x = t["x"]
-        return (self.match.pattern != Pattern.BN_INFERENCE_DRELU_BACKWARD
-                and x.data_type in (DataType.FLOAT, DataType.BFLOAT16)
-                and _channels_last(self.match)
-                and all(is_native(t[r]) for r in ("x", "y", "dy", "dx")
-                        if r in t and not t[r].is_virtual)
-                and math.prod(x.dims) * (4 if x.data_type == DataType.FLOAT else 2)
-                > _LAST_ROWS_MAX_BYTES)
 
     def build(self, candidate):
         _, order, fuse, _, _, build = self.impls[candidate.id]
