@@ -13,3 +13,21 @@ OPS = [("training", k.BN_ROWS_TRAINING, False, 0.0, np.inf),
        ("backward", k.BN_ROWS_BACKWARD, False, 0.0, np.inf),
        ("backward_drelu", k.BN_ROWS_BACKWARD, True, 0.0, np.inf),
        ("backward_drelu_clipped", k.BN_ROWS_BACKWARD, True, 0.1, 0.5)]
+
+
+def op_vectors(op, act, vec, outs):
+    """The per-channel keyword arguments of ``bn_rows`` for ``op``: scale, bias, mean,
+    variance, inv_variance from ``vec``; mean_out, variance_out, dscale, dbias into
+    ``outs`` (the output vectors, written). Backward takes the forward's bias only under
+    ``act`` (RELU_BWD of the recomputed forward)."""
+    if op == k.BN_ROWS_TRAINING:
+        return dict(scale=vec["scale"], bias=vec["bias"], mean_out=outs["mean_out"],
+                    variance_out=outs["variance_out"])
+    if op == k.BN_ROWS_INFERENCE:
+        return dict(scale=vec["scale"], bias=vec["bias"], mean=vec["mean"],
+                    variance=vec["variance"])
+    kw = dict(scale=vec["scale"], mean=vec["mean"], inv_variance=vec["inv_variance"],
+              dscale=outs["dscale"], dbias=outs["dbias"])
+    if act:
+        kw["bias"] = vec["bias"]
+    return kw

@@ -30,7 +30,7 @@ from oracle import _reference as ref
 from oracle import test_patterns as tp
 from oracle._cases import assert_close, tol
 
-from ._bn_rows_ops import OPS
+from ._bn_rows_ops import OPS, op_vectors
 
 HERE = pathlib.Path(__file__).resolve().parent
 KINDS = {"float32": (0, np.dtype(np.float32)), "bfloat16": (1, np.dtype(ml_dtypes.bfloat16)),
@@ -133,19 +133,14 @@ def run_op(name, dtype, baseline, shape, hows, vals, eps=EPS, fill=np.nan):
                                                       "inv_variance") if r in vals}
     out = {r: np.full(c, np.nan, np.float32) for r in ("mean_out", "variance_out", "dscale",
                                                       "dbias")}
-    kw = dict(scale=vec["scale"], act=act, lower=lo, upper=hi, baseline=baseline)
-    if op == k.BN_ROWS_TRAINING:
-        n = k.bn_rows(op, raw(x), raw(y), kind, bias=vec["bias"], mean_out=out["mean_out"],
-                      variance_out=out["variance_out"], epsilon=eps, **kw)
-    elif op == k.BN_ROWS_INFERENCE:
-        n = k.bn_rows(op, raw(x), raw(y), kind, bias=vec["bias"], mean=vec["mean"],
-                      variance=vec["variance"], epsilon=eps, **kw)
-    else:
+    kw = dict(op_vectors(op, act, vec, out), act=act, lower=lo, upper=hi, baseline=baseline)
+    if op == k.BN_ROWS_BACKWARD:
         dy, _, _ = placed(shape, dt, hows[2], 7.0)
         dy[...] = vals["dy"].astype(dt)
-        n = k.bn_rows(op, raw(x), raw(y), kind, dy=raw(dy), bias=vec.get("bias"),
-                      mean=vec["mean"], inv_variance=vec["inv_variance"],
-                      dscale=out["dscale"], dbias=out["dbias"], **kw)
+        kw["dy"] = raw(dy)
+    else:
+        kw["epsilon"] = eps
+    n = k.bn_rows(op, raw(x), raw(y), kind, **kw)
     out["y"], out["threads"] = y, n
     return out, ybuf, cover
 

@@ -24,7 +24,7 @@ from hipdnn_async.runtime import load_onednn
 from oracle import _reference as ref
 from oracle._cases import assert_close, tol
 
-from ._bn_rows_ops import OPS
+from ._bn_rows_ops import OPS, op_vectors
 
 KINDS = {"float32": (0, np.dtype(np.float32)), "bfloat16": (1, np.dtype(ml_dtypes.bfloat16)),
          "float16": (2, np.dtype(np.float16))}
@@ -121,19 +121,12 @@ def run(name, dtype, baseline, shape, how, vals, fill=np.nan):
     c = shape[1]
     outs = {r: np.full(c, np.nan, np.float32) for r in ("mean_out", "variance_out", "dscale",
                                                         "dbias")}
-    kw = dict(act=act, lower=lo, upper=hi, baseline=baseline)
-    if op == k.BN_ROWS_TRAINING:
-        kw.update(scale=vals["scale"], bias=vals["bias"], mean_out=outs["mean_out"],
-                  variance_out=outs["variance_out"], epsilon=EPS)
-    elif op == k.BN_ROWS_INFERENCE:
-        kw.update(scale=vals["scale"], bias=vals["bias"], mean=vals["mean"],
-                  variance=vals["variance"], epsilon=EPS)
+    kw = dict(op_vectors(op, act, vals, outs), act=act, lower=lo, upper=hi,
+              baseline=baseline)
+    if op == k.BN_ROWS_BACKWARD:
+        kw["dy"] = raw(vals["dy"])
     else:
-        kw.update(dy=raw(vals["dy"]), scale=vals["scale"], mean=vals["mean"],
-                  inv_variance=vals["inv_variance"], dscale=outs["dscale"],
-                  dbias=outs["dbias"])
-        if act:
-            kw["bias"] = vals["bias"]
+        kw["epsilon"] = EPS
     threads = k.bn_rows(op, raw(vals["x"]), raw(y), kind, **kw)
     outs["y"] = y
     return outs, ybuf, covered, threads
@@ -271,19 +264,14 @@ def test_special_values_follow_the_channels_first_rows(name, baseline):
     dyl, dyf = laid_both(dy)
     for xa, dya in ((xl, dyl), (xf, dyf)):
         y = np.full_like(xa, 7.0)
-        outs = {r: np.full(20, 7.0, np.float32) for r in ("m", "v", "ds", "db")}
-        kw = dict(act=act, lower=lo, upper=hi, baseline=baseline)
-        if op == k.BN_ROWS_TRAINING:
-            kw.update(scale=vec["scale"], bias=vec["bias"], mean_out=outs["m"],
-                      variance_out=outs["v"], epsilon=EPS)
-        elif op == k.BN_ROWS_INFERENCE:
-            kw.update(scale=vec["scale"], bias=vec["bias"], mean=vec["mean"],
-                      variance=vec["variance"], epsilon=EPS)
+        outs = {r: np.full(20, 7.0, np.float32) for r in ("mean_out", "variance_out",
+                                                           "dscale", "dbias")}
+        kw = dict(op_vectors(op, act, vec, outs), act=act, lower=lo, upper=hi,
+                  baseline=baseline)
+        if op == k.BN_ROWS_BACKWARD:
+            kw["dy"] = dya
         else:
-            kw.update(dy=dya, scale=vec["scale"], mean=vec["mean"],
-                      inv_variance=vec["inv_variance"], dscale=outs["ds"], dbias=outs["db"])
-            if act:
-                kw["bias"] = vec["bias"]
+            kw["epsilon"] = EPS
         k.bn_rows(op, xa, y, 0, **kw)
         results.append((np.array(y), outs))
     (yl, ol), (yf, of) = results

@@ -626,19 +626,16 @@ def test_streams_share_one_plan_without_mixing_buffers():
         close(p[y], ref.conv_fprop(p[x], p[w], (1, 1), (1, 1)), 1e-4)
 
 
-@pytest.mark.parametrize("dims", [(32, 64, 56, 56), (16, 136, 40, 40)], ids=["c64", "c136"])
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
-def test_channels_last_bn_keeps_the_rows_out_of_the_caches(dev, dtype, dims):
-    # channels-last training of 13-25 MB of float32 x: the rows, not oneDNN's jit
-    # batchnorm, whose float32 sums missed the FLOAT tolerance on x = 1000 + N(0, 1) at
-    # 32 x 64 x 56 x 56 (y off by 5.8e-3 against 4e-3); the rows match float64, with the
-    # per-channel operands in registers (C <= 64) and, past 8 MiB, pixel by pixel (C > 64)
+def _offset_bn_training(dev, dims, layout, dtype, offset, seed):
+    """Batchnorm training of x = offset + N(0, 1) (dims (N, C, H, W) in ``layout`` memory):
+    the plan runs the rows, and mean and inv_variance (rtol 1e-6 / 1e-5) and y (the
+    tolerance table's batchnorm-training bound) match float64."""
     dt = getattr(hd.DataType, {"float32": "FLOAT", "bfloat16": "BFLOAT16",
                                "float16": "HALF"}[dtype])
     npdt = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}[dtype]
     c = dims[1]
-    g = hd.Graph(name="bn_nhwc_large", io_data_type=dt)
-    x = g.tensor(dims=dims, layout="NHWC", name="x")
+    g = hd.Graph(name="bn_offset", io_data_type=dt)
+    x = g.tensor(dims=dims, layout=layout, name="x")
     s, b = (g.tensor(dims=(1, c, 1, 1), name=k, data_type=hd.DataType.FLOAT)
             for k in ("s", "b"))
     y, mean, inv, _, _ = g.batchnorm(x, s, b, epsilon=1e-5)
@@ -647,22 +644,34 @@ def test_channels_last_bn_keeps_the_rows_out_of_the_caches(dev, dtype, dims):
     plan = dev.build_sync(g, engine=ONEDNN)
     assert str(plan.algorithm).startswith("bn_rows:"), (str(plan.algorithm),
                                                           plan.algorithm.trials)
-    offset = 1000 if dtype == "float32" else 100
-    rng = np.random.default_rng(7)
-    xm = (offset + rng.standard_normal((dims[0],) + dims[2:] + (c,))).astype(npdt)   # NHWC
+    nhwc = layout == "NHWC"
+    physical = (dims[0],) + dims[2:] + (c,) if nhwc else dims
+    xm = (offset + np.random.default_rng(seed).standard_normal(physical)).astype(npdt)
     ym = np.empty_like(xm)
     got_mean, got_inv = np.empty((1, c, 1, 1), np.float32), np.empty((1, c, 1, 1), np.float32)
     plan.execute_sync({x: xm, s: np.ones((1, c, 1, 1), np.float32),
                        b: np.zeros((1, c, 1, 1), np.float32), y: ym, mean: got_mean,
                        inv: got_inv})
     x64 = xm.astype(np.float64)
-    want_mean = x64.mean(axis=(0, 1, 2))
-    want_inv = 1 / np.sqrt(x64.var(axis=(0, 1, 2)) + 1e-5)
+    x64, y64 = ((a.transpose(0, 3, 1, 2) for a in (x64, ym.astype(np.float64))) if nhwc
+                else (x64, ym.astype(np.float64)))
+    want_mean = x64.mean(axis=(0, 2, 3))
+    want_inv = 1 / np.sqrt(x64.var(axis=(0, 2, 3)) + 1e-5)
     np.testing.assert_allclose(got_mean.ravel(), want_mean, rtol=1e-6)
     np.testing.assert_allclose(got_inv.ravel(), want_inv, rtol=1e-5)
-    want_y = (x64 - want_mean) * want_inv
+    want_y = (x64 - want_mean[:, None, None]) * want_inv[:, None, None]
     tol = {"float32": 4e-3, "bfloat16": 8e-3, "float16": 4e-3}[dtype]
-    assert np.all(np.abs(ym.astype(np.float64) - want_y) <= tol + tol * np.abs(want_y))
+    assert np.all(np.abs(y64 - want_y) <= tol + tol * np.abs(want_y))
+
+
+@pytest.mark.parametrize("dims", [(32, 64, 56, 56), (16, 136, 40, 40)], ids=["c64", "c136"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_channels_last_bn_keeps_the_rows_out_of_the_caches(dev, dtype, dims):
+    # channels-last training of 13-25 MB of float32 x: the rows, not oneDNN's jit
+    # batchnorm, whose float32 sums missed the FLOAT tolerance on x = 1000 + N(0, 1) at
+    # 32 x 64 x 56 x 56 (y off by 5.8e-3 against 4e-3); the rows match float64, with the
+    # per-channel operands in registers (C <= 64) and, past 8 MiB, pixel by pixel (C > 64)
+    _offset_bn_training(dev, dims, "NHWC", dtype, 1000 if dtype == "float32" else 100, 7)
 
 
 @pytest.mark.parametrize("dtype,c", [("float32", 3), ("bfloat16", 17)])
@@ -671,58 +680,12 @@ def test_channels_last_bn_without_a_jit_kernel_runs_the_rows(dev, dtype, c):
     # channel count (its generic nspc_bnorm only): the rows run, and the statistics of x
     # = 1000 + N(0, 1) match float64 (nspc_bnorm's float32 sums gave a mean off by about
     # 10, y off by about 1)
-    dt = getattr(hd.DataType, {"float32": "FLOAT", "bfloat16": "BFLOAT16"}[dtype])
-    npdt = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16}[dtype]
     side = {"float32": 954, "bfloat16": 567}[dtype]      # x just past 8 MiB
-    dims = (1, c, side, side)
-    g = hd.Graph(name="bn_nhwc_generic", io_data_type=dt)
-    x = g.tensor(dims=dims, layout="NHWC", name="x")
-    s, b = (g.tensor(dims=(1, c, 1, 1), name=k, data_type=hd.DataType.FLOAT)
-            for k in ("s", "b"))
-    y, mean, inv, _, _ = g.batchnorm(x, s, b, epsilon=1e-5)
-    for t in (y, mean, inv):
-        t.set_output(True)
-    plan = dev.build_sync(g, engine=ONEDNN)
-    assert str(plan.algorithm).startswith("bn_rows:"), (str(plan.algorithm),
-                                                          plan.algorithm.trials)
-    rng = np.random.default_rng(5)
-    xm = (1000 + rng.standard_normal((1, side, side, c))).astype(npdt)   # NHWC memory
-    ym = np.empty_like(xm)
-    got_mean, got_inv = np.empty((1, c, 1, 1), np.float32), np.empty((1, c, 1, 1), np.float32)
-    plan.execute_sync({x: xm, s: np.ones((1, c, 1, 1), np.float32),
-                       b: np.zeros((1, c, 1, 1), np.float32), y: ym, mean: got_mean,
-                       inv: got_inv})
-    x64 = xm.astype(np.float64)
-    want_mean = x64.mean(axis=(0, 1, 2))
-    want_inv = 1 / np.sqrt(x64.var(axis=(0, 1, 2)) + 1e-5)
-    want_y = (x64 - want_mean) * want_inv
-    np.testing.assert_allclose(got_mean.ravel(), want_mean, rtol=1e-6)
-    np.testing.assert_allclose(got_inv.ravel(), want_inv, rtol=1e-5)
-    tol = 4e-3 if dtype == "float32" else 8e-3    # the tolerance table's batchnorm training
-    assert np.all(np.abs(ym.astype(np.float64) - want_y) <= tol + tol * np.abs(want_y))
+    _offset_bn_training(dev, (1, c, side, side), "NHWC", dtype, 1000, 5)
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_bn_single_channel_runs_the_rows(dev, layout):
     # C = 1: oneDNN 3.2 has only its generic ncsp_bnorm, whose float32 sums lost the mean
     # of x = 1000 + N(0, 1) over 2^20 values (y off by about 1); the rows match float64
-    dims = (16, 1, 256, 256)
-    g = hd.Graph(name="bn_c1", io_data_type=hd.DataType.FLOAT)
-    x = g.tensor(dims=dims, layout=layout, name="x")
-    s, b = (g.tensor(dims=(1, 1, 1, 1), name=k) for k in ("s", "b"))
-    y, mean, inv, _, _ = g.batchnorm(x, s, b, epsilon=1e-5)
-    for t in (y, mean, inv):
-        t.set_output(True)
-    plan = dev.build_sync(g, engine=ONEDNN)
-    assert str(plan.algorithm).startswith("bn_rows:"), str(plan.algorithm)
-    xs = (1000 + np.random.default_rng(6).standard_normal(dims)).astype(np.float32)
-    ys = np.empty_like(xs)
-    got_mean, got_inv = np.empty((1, 1, 1, 1), np.float32), np.empty((1, 1, 1, 1), np.float32)
-    plan.execute_sync({x: xs, s: np.ones((1, 1, 1, 1), np.float32),
-                       b: np.zeros((1, 1, 1, 1), np.float32), y: ys, mean: got_mean,
-                       inv: got_inv})
-    x64 = xs.astype(np.float64)
-    want_y = (x64 - x64.mean()) / np.sqrt(x64.var() + 1e-5)
-    np.testing.assert_allclose(got_mean.ravel(), [x64.mean()], rtol=1e-6)
-    np.testing.assert_allclose(got_inv.ravel(), [1 / np.sqrt(x64.var() + 1e-5)], rtol=1e-5)
-    assert np.all(np.abs(ys - want_y) <= 4e-3 + 4e-3 * np.abs(want_y))   # training's FLOAT tol
+    _offset_bn_training(dev, (16, 1, 256, 256), layout, "float32", 1000, 6)

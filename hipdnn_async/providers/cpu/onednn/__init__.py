@@ -60,9 +60,9 @@ one thread, the later passes reading it from cache), since oneDNN 3.2's jit batc
 reads only blocked or channels-last memory and the reorders around it cost 2-3.5x
 PyTorch's time in backward; the oneDNN candidates below stay offered and benchmarked.
 On channels-last activations (NHWC, NDHWC) the rows split the pixels among the threads
-(``_bn_last.h``; partial sums meet at a team barrier) and are taken by default too, by
-data type and pattern where they measured faster than oneDNN's jit batchnorm
-(``_bnorm._LAST_PATTERNS``: every one), which stays offered.
+(``_bn_last.h``; partial sums meet at a team barrier) and are taken by default too, for
+every pattern and data type (they measured faster than oneDNN's jit batchnorm, which
+stays offered, and its float32 sums missed the tolerance on offset data).
 
 Batchnorm candidates: the user's layout, and for activations that are not channels-last
 also channels-last copies (``+nhwc``: reorders in and out around oneDNN's jit batchnorm,

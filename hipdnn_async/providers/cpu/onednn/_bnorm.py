@@ -350,7 +350,7 @@ def _rows(match, order, fuse, dry):
     cache; oneDNN 3.2's jit batchnorm takes only channel-blocked or channels-last memory;
     around it the reorders move three more copies of the tensor (2-3.5x PyTorch's time in
     backward, measured on 2 cores), and its generic ``ncsp_bnorm`` is slower still.
-    Channels-last (where ``_LAST_PATTERNS`` says they beat oneDNN's jit batchnorm): the
+    Channels-last (faster than oneDNN's jit batchnorm: see above ``Bn``): the
     pixels split among the threads, per-thread partial sums added after a team barrier.
     Clipped ReLUs fuse here too."""
     t, p = match.tensors, match.params
@@ -436,25 +436,16 @@ BN_BUILDERS = {
 }
 
 
-# The channels-last rows are offered (and taken by the heuristic) where they beat oneDNN
-# 3.2's jit batchnorm on nspc memory, by activation data type (2 cores, batch 8, ResNet-50
-# shapes 64x56x56, 256x28x28, 512x14x14; best of 150 interleaved launches of each
-# candidate at several buffer alignments; bench/bench_cpu.py). FLOAT and BFLOAT16: every
-# pattern. Where oneDNN's jit is at its best (x, y 16 bytes past a 64-byte boundary) the
-# rows take 0.75-1.09x its time in training (+ ReLU), inference and backward (0.92x in the
-# geometric mean; the worst, FLOAT training at 64x56x56, 1.09x) and 0.45-0.93x in
-# inference -> DReLU -> backward (two passes to its three); when y is 64-byte aligned oneDNN's FLOAT jit takes 2.1-2.4x its own
-# time (0.95-1.12x PyTorch's in inference) and the rows do not slow down. HALF: every
-# pattern; oneDNN 3.2 has no f16 batchnorm here and runs float32 copies made by reference
-# reorders (40-140 ms a case; the rows 0.25-10 ms).
-_LAST_PATTERNS = dict.fromkeys((DataType.FLOAT, DataType.BFLOAT16, DataType.HALF),
-                               frozenset(BN_BUILDERS))
-
-
-def _last_rows_win(match) -> bool:
-    """Whether ``match`` is offered the channels-last rows (``_LAST_PATTERNS``)."""
-    return (match.pattern in _LAST_PATTERNS.get(match.tensors["x"].data_type, ())
-            and _channels_last(match))
+# Why the channels-last rows are offered, and taken by the heuristic, for every pattern and
+# data type (2 cores, batch 8, ResNet-50 shapes 64x56x56, 256x28x28, 512x14x14; best of 150
+# interleaved launches of each candidate at several buffer alignments): where oneDNN 3.2's
+# jit batchnorm is at its best (x, y 16 bytes past a 64-byte boundary) the rows take
+# 0.75-1.09x its time in training (+ ReLU), inference and backward (0.92x in the geometric
+# mean) and 0.45-0.93x in inference -> DReLU -> backward (two passes to its three); with y
+# 64-byte aligned oneDNN's FLOAT jit takes 2.1-2.4x its own time and the rows do not slow
+# down. Its float32 sums miss the FLOAT tolerance on offset data at batch 32 (x = 1000 +
+# N(0, 1)). HALF: oneDNN 3.2 has no f16 batchnorm here and runs float32 copies made by
+# reference reorders (40-140 ms a case; the rows 0.25-10 ms).
 
 
 class Bn:
@@ -465,7 +456,7 @@ class Bn:
     training + ReLU with ``fuse_norm_relu`` and with the ReLU as a separate pass; for
     batchnorm inference also one binary primitive on the user's layout
     (``_bn_inference_binary``); the engine's C rows (``_rows``) on channels-first memory
-    and, for the data types and patterns of ``_LAST_PATTERNS``, on channels-last memory."""
+    and on channels-last memory."""
 
     def __init__(self, match):
         self.match = match
@@ -481,12 +472,11 @@ class Bn:
                    and p.get("relu_lower_clip") in (None, 0.0) and p.get("relu_upper_clip") is None)
         variants = [(suffix, order, fuse, builder) for suffix, order in orders
                     for fuse in ((True, False) if fusable else (False,))]
-        if len(orders) > 1 or x.dims[1] == 1 or _last_rows_win(match):
-            # the C rows, which read the user's layout as it is (``_rows``): channels-first
-            # (C = 1 too: oneDNN's generic ncsp_bnorm, all it has there, sums in float32
-            # and lost the mean of x = 1000 + N(0, 1) at 2^20 values, y off by about 1),
-            # and channels-last where they beat oneDNN's jit batchnorm (``_LAST_PATTERNS``)
-            variants.insert(0, ("", None, False, _rows))
+        # the C rows, on the user's memory as it is, wherever ``_rows_fit`` takes it:
+        # channels-first (C = 1 too: oneDNN's generic ncsp_bnorm, all it has there, sums in
+        # float32 and lost the mean of x = 1000 + N(0, 1) at 2^20 values, y off by about 1)
+        # and channels-last (see the figures above this class)
+        variants.insert(0, ("", None, False, _rows))
         if match.pattern == Pattern.BN_INFERENCE_VARIANCE and len(orders) > 1:
             # plain layouts only: where the channel stride is 1 oneDNN's binary kernel
             # broadcasts its per-channel post-op operands wrongly (oneDNN 3.2, e.g. NCHW
@@ -513,7 +503,7 @@ class Bn:
     def heuristic(self, fitting, limit):
         """Without timing: the batchnorm rows where offered (channels-first memory: 0.5-0.95x
         PyTorch's time on the ResNet-50 shapes at batch 8, 2 cores, against 1.1-3.5x for the
-        best oneDNN candidate there; channels-last: ``_LAST_PATTERNS``, at every size: at
+        best oneDNN candidate there; channels-last at every size (see above the class): at
         batch 32, out of the caches, oneDNN's jit batchnorm was faster in some runs and
         slower in others, and its float32 sums missed the FLOAT tolerance on x = 1000 +
         N(0, 1) at 32x64x56x56 where the rows' float64-gathered tiles did not); else a jit

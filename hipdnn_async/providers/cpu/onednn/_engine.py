@@ -26,8 +26,7 @@ class OnednnEngine(ProviderEngine):
              "workspace), strided activations on dense copies; batchnorm on plain layouts "
              "through channel-blocked (nC16c) copies, inference there as one binary "
              "primitive; channels-first batchnorm by default through the engine's own C rows "
-             "(bn_rows) on oneDNN's threads, channels-last too (where they beat oneDNN's "
-             "jit batchnorm: _bnorm._LAST_PATTERNS); declines "
+             "(bn_rows) on oneDNN's threads, channels-last too; declines "
              "(to CPU_ENGINE) where oneDNN has only its reference implementation; NaN "
              "propagates through ReLU (a NaN input gives NaN)")
 
