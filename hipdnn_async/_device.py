@@ -572,7 +572,8 @@ class ExecutionPlan:
     knobs : dict
         The knob settings in force (defaults filled in, environment overrides applied).
     workspace_size : int
-        Bytes of workspace an execution needs (allocated per call when not passed).
+        Bytes of workspace an execution needs (when not passed: allocated per call on a
+        GPU; on the CPU taken from a pool of host blocks reused across executions).
     algorithm : str or None
         The provider's algorithm choice (None where there is nothing to choose).
     pattern : str
@@ -907,8 +908,10 @@ class ExecutionPlan:
             share memory with any other buffer of the pack (no operation runs in place);
             inputs may share memory with each other.
         workspace : array, optional
-            At least ``workspace_size`` writable contiguous bytes; allocated per call if
-            omitted. The execution writes it: it may not overlap any buffer of the pack.
+            At least ``workspace_size`` writable contiguous bytes. If omitted: allocated
+            per call on a GPU; on the CPU, blocks of 1 MiB and more come from a pool
+            reused once an execution is done with its block (up to 8 free blocks, 1 GiB,
+            are kept). The execution writes it: it may not overlap any buffer of the pack.
         stream : Stream or int, optional
             Stream to run on; default the least loaded. Waits while it is full.
 

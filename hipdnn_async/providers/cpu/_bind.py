@@ -15,6 +15,7 @@ from ..._types import DataType, numpy_dtype
 from ..._layout import (element_extent, packed_strides, same_memory_order, stride_order,
                         strides_match, wrong_strides_message)
 from ...runtime import DeviceArray
+from . import _workspace
 
 __all__ = ["logical_view", "make_binder", "bind_workspace", "allocate_workspace"]
 
@@ -225,8 +226,10 @@ def _from_pointer(address: int, tensor, label: str, output: bool = False) -> np.
 
 
 def allocate_workspace(nbytes: int) -> np.ndarray:
-    """A fresh uint8 host workspace of ``nbytes`` (raises MemoryError; one place to fail)."""
-    return np.empty(nbytes, np.uint8)
+    """A uint8 host workspace of ``nbytes`` for one execution, from the pool of
+    ``_workspace`` (reused once the execution is done with it; raises MemoryError; one
+    place to fail)."""
+    return _workspace.take(nbytes)
 
 
 def bind_workspace(nbytes: int, given, *, where: str):
