@@ -24,12 +24,16 @@ per family) and the issue's targets (every case <= 1.0x, geometric mean <= 0.8x,
 
 Timing: one warm-up of each side before anything is timed (the first primitive in a
 process runs ~50 % slow), then per case ``--warmup`` calls each and ``--reps`` timed calls
-each in alternating windows (ours, torch, ours, ...), garbage collector off; the figure
-is the best call (the median goes to ``--json`` too).
+each in alternating windows (ours, torch, ours, ...), garbage collector off; where
+``--reps`` calls take less than ``--min-ms``, more (up to MAX_REPS, in up to MAX_WINDOWS
+windows), so that a millisecond batchnorm gets as many samples as its noisy memory bus
+needs; the figure is the best call (the median goes to ``--json`` too, and the calls
+column says how many each side had).
 
     python bench/bench_cpu.py [--engine ONEDNN_ENGINE|CPU_ENGINE] [--batch 8] [--quick]
-                              [--reps 10] [--threads N] [--configs float32:NHWC,...]
-                              [--patterns fprop,...] [--gemm-n 2048] [--json PATH]
+                              [--reps 10] [--min-ms 200] [--threads N]
+                              [--configs float32:NHWC,...] [--patterns fprop,...]
+                              [--gemm-n 2048] [--json PATH]
 """
 from __future__ import annotations
 
@@ -71,6 +75,8 @@ TARGET_GEMM = {"float32": 80.0, "bfloat16": 70.0}   # % of the GEMM rate, 3x3 co
 TARGET_COPY = 70.0                                   # % of the copy bandwidth, batchnorm
 
 WINDOWS = 3
+MAX_WINDOWS = 10
+MAX_REPS = 100     # timed calls per side at most, however short a call
 ANCHOR_GEMM_N = 2048
 ANCHOR_COPY_BYTES = 64 << 20
 
@@ -105,6 +111,9 @@ def parse_args(argv=None):
     p.add_argument("--batch", type=_positive, default=8, help="batch N (default 8)")
     p.add_argument("--reps", type=_positive, default=10, help="timed calls per side (default 10)")
     p.add_argument("--warmup", type=_positive, default=3, help="untimed calls per side first")
+    p.add_argument("--min-ms", type=float, default=200.0,
+                   help="time each side for about this long where --reps calls are shorter "
+                        f"(at most {MAX_REPS} calls; default 200; 0: exactly --reps)")
     p.add_argument("--threads", type=_positive, default=None,
                    help="threads of both sides (default: the cores this process may use)")
     p.add_argument("--quick", action="store_true", help="a subset: convolutions "
@@ -381,22 +390,32 @@ def bn_case(hd, torch, dev, engine, n, chw, pattern, dtype, layout):
 # =======================================================================================
 # timing
 
-def time_pair(ours, theirs, reps, warmup):
-    """{"ours": (best ms, median ms), "torch": (...)}: warm-up calls of each, then `reps`
-    timed calls of each in WINDOWS alternating windows, garbage collector off."""
+def time_pair(ours, theirs, reps, warmup, min_ms=0.0):
+    """{"ours": (best ms, median ms, calls), "torch": (...)}: warm-up calls of each, then
+    timed calls of each in alternating windows, garbage collector off: ``reps`` calls, or
+    more where one call is short, until each side has run about ``min_ms`` (at most
+    MAX_REPS calls; a millisecond batchnorm is as noisy as its memory bus, and 3 samples
+    of it say little). Windows: WINDOWS, or one per 5 calls, up to MAX_WINDOWS."""
+    per_call = 0.0
     for fn in (ours, theirs):
         for _ in range(warmup):
+            t0 = time.perf_counter()
             fn()
+            last = (time.perf_counter() - t0) * 1e3
+        per_call = max(per_call, last)
+    if min_ms > 0 and per_call > 0:
+        reps = max(reps, min(MAX_REPS, math.ceil(min_ms / per_call)))
+    windows = min(MAX_WINDOWS, max(WINDOWS, reps // 5))
     samples = {"ours": [], "torch": []}
-    per_window = max(1, math.ceil(reps / WINDOWS))
+    per_window = max(1, math.ceil(reps / windows))
     with NoGc():
-        for _ in range(WINDOWS):
+        for _ in range(windows):
             for key, fn in (("ours", ours), ("torch", theirs)):
                 for _ in range(per_window):
                     t0 = time.perf_counter()
                     fn()
                     samples[key].append((time.perf_counter() - t0) * 1e3)
-    return {k: (min(v), median(v)) for k, v in samples.items()}
+    return {k: (min(v), median(v), len(v)) for k, v in samples.items()}
 
 
 def anchors(torch, n=ANCHOR_GEMM_N, reps=5):
@@ -461,6 +480,7 @@ def header(args, hd, torch, dev, threads):
         "load_average_1_5_15": _loadavg(),
         "batch": args.batch,
         "reps": args.reps,
+        "min_ms": args.min_ms,
         "warmup": args.warmup,
         "gemm_n": args.gemm_n,
     }
@@ -590,9 +610,11 @@ def run(args):
                     if p in args.patterns])
         rows = doc["cases"]
         print(f"\n== {len(specs) * len(args.configs)} cases at batch {args.batch}; ms = best of "
-              f"{args.reps} calls ({WINDOWS} alternating windows); ratio = ours / torch")
+              f"{args.reps} calls ({WINDOWS} alternating windows), or of up to {MAX_REPS} in "
+              f"up to {MAX_WINDOWS} windows where {args.reps} take less than {args.min_ms:g} "
+              "ms (the calls column); ratio = ours / torch")
         hdr = ["family", "shape", "pattern", "dtype", "layout", "ours ms", "torch ms", "ratio",
-               "median ratio", "rate", "% anchor", "rel L2", "algorithm"]
+               "median ratio", "rate", "% anchor", "rel L2", "algorithm", "calls"]
         printed = []
         for dtype, layout in args.configs:
             for family, spec, pattern in specs:
@@ -600,7 +622,7 @@ def run(args):
                     make = conv_case if family == "conv" else bn_case
                     case = make(hd, torch, dev, args.engine, args.batch, spec, pattern, dtype,
                                 layout)
-                    t = time_pair(case.ours, case.theirs, args.reps, args.warmup)
+                    t = time_pair(case.ours, case.theirs, args.reps, args.warmup, args.min_ms)
                     err = rel_l2(case.out, case.theirs())
                 except Exception as exc:  # noqa: BLE001 - reported, the run goes on
                     name = spec[0] if family == "conv" else "x".join(map(str, spec))
@@ -613,7 +635,7 @@ def run(args):
                 printed.append([row["family"], row["shape"], row["pattern"], dtype, layout,
                                 f(row["ours_ms"]), f(row["torch_ms"]), f(row["ratio"]),
                                 f(row["median_ratio"]), row["rate_text"], f(row["pct"], 1),
-                                f"{err:.1e}", row["algorithm"][:40]])
+                                f"{err:.1e}", row["algorithm"][:40], row["calls"]])
                 print("  " + "  ".join(str(c) for c in printed[-1]), flush=True)
         # the anchors again at the end, the best of both kept: the figures are maxima the
         # machine reached, and load from other processes varies over a run
@@ -643,8 +665,8 @@ def run(args):
 
 
 def _row(case, t, err, anch):
-    ours_ms, ours_med = t["ours"]
-    torch_ms, torch_med = t["torch"]
+    ours_ms, ours_med, calls = t["ours"]
+    torch_ms, torch_med, _ = t["torch"]
     if case.flops is not None:
         rate = case.flops / ours_ms / 1e6
         anchor = anch[f"gemm_{case.dtype}_gflops"]
@@ -657,6 +679,7 @@ def _row(case, t, err, anch):
             "dtype": case.dtype, "layout": case.layout, "ours_ms": ours_ms,
             "ours_median_ms": ours_med, "torch_ms": torch_ms, "torch_median_ms": torch_med,
             "ratio": ratio(ours_ms, torch_ms), "median_ratio": ratio(ours_med, torch_med),
+            "calls": calls,
             "rate": rate, "rate_text": rate_text, "pct": pct_of(rate, anchor),
             "anchor": "copy_gbps" if case.flops is None else f"gemm_{case.dtype}_gflops",
             "rel_l2": err, "engine": case.plan.engine.name,
