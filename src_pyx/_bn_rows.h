@@ -168,6 +168,34 @@ typedef struct {
             }                                                                              \
     }
 
+/* Ask for the bytes [p, p + n) in L2 (PREFETCHT1), one request a cache line: the next
+ * channel's rows, read from memory while this channel's later passes run from L2 and
+ * leave the memory bus idle. */
+static inline void hd_bn_prefetch(const void* p, ptrdiff_t n) {
+#if defined(__GNUC__) || defined(__clang__)
+    const char* b = (const char*)p;
+    for (ptrdiff_t o = 0; o < n; o += 64) __builtin_prefetch(b + o, 0, 2);
+#else
+    (void)p, (void)n;
+#endif
+}
+
+/* Whether a channel's passes from L2 prefetch the next channel's x (and dy): where what
+ * the job reads and writes (x and y; backward x, dy and dx) passes about 3/4 of a 32 MiB
+ * L3 (HD_BN_PREFETCH_BYTES), and a row is short enough (HD_BN_PREFETCH_ROW bytes) that
+ * the hardware's prefetcher, which follows one run, leaves the next channel's N runs, C *
+ * S elements apart, to be read on demand. On 2 cores: 32 x 256 x 28 x 28 and 32 x 512 x
+ * 14 x 14 training and backward ran at 0.82-0.91x the time without; in the caches (8 x
+ * 256 x 28 x 28 float32 backward, 32 x 512 x 14 x 14 bfloat16) at 1.04-1.09x, as did
+ * 56 x 56 float32 rows. */
+#define HD_BN_PREFETCH_BYTES (24 << 20)
+#define HD_BN_PREFETCH_ROW 8192
+static inline int hd_bn_prefetches(const hd_bn_job* j, ptrdiff_t itemsize) {
+    const double bytes = (double)j->N * (double)j->C * (double)j->S * (double)itemsize
+                         * (j->op == HD_BN_BACKWARD ? 3.0 : 2.0);
+    return bytes >= HD_BN_PREFETCH_BYTES && j->S * itemsize <= HD_BN_PREFETCH_ROW;
+}
+
 /* Every pass of channel c (see hd_bn_job); the rows of one channel, back to back. AFFINE
  * and DX name the row functions of the stores (hd_bn_affine_*, hd_bn_dx_*). */
 #define HD_BN_CHANNEL(ISA, ATTR, K, AFFINE, DX)                                            \
@@ -176,6 +204,7 @@ typedef struct {
         const HD_TYPE_##K* x = (const HD_TYPE_##K*)j->x + c * j->xc;                       \
         HD_TYPE_##K* y = (HD_TYPE_##K*)j->y + c * j->yc;                                   \
         const ptrdiff_t N = j->N, S = j->S;                                                \
+        const int pf = c + 1 < j->C && hd_bn_prefetches(j, (ptrdiff_t)sizeof(*x));        \
         const double M = (double)N * (double)S;                                            \
         ptrdiff_t n, o;                                                                    \
         if (j->op == HD_BN_TRAINING) {                                                     \
@@ -186,9 +215,11 @@ typedef struct {
                     s += hd_bn_sum_##K##_##ISA(x + n * j->xn + o, HD_BN_RUN(S, o), 0.0f, 0); \
             mean = s / M;                                                                  \
             mf = (float)mean;                                                              \
-            for (n = 0; n < N; n++)                                                        \
+            for (n = 0; n < N; n++) {                                                      \
                 for (o = 0; o < S; o += HD_BN_CHUNK)                                       \
                     q += hd_bn_sum_##K##_##ISA(x + n * j->xn + o, HD_BN_RUN(S, o), mf, 1); \
+                if (pf) hd_bn_prefetch(x + j->xc + n * j->xn, S * (ptrdiff_t)sizeof(*x));  \
+            }                                                                              \
             /* deviations were taken from mf: sum (x - mf)^2 = sum (x - mean)^2            \
              * + M (mean - mf)^2 */                                                        \
             var = q / M - (mean - (double)mf) * (mean - (double)mf);                       \
@@ -221,9 +252,14 @@ typedef struct {
             j->dscale[c] = (float)dscale;                                                  \
             /* dx = scale * inv / M * (M g - dbias - (x - m) inv dscale) */                \
             k1 = sc * inv;                                                                 \
-            for (n = 0; n < N; n++)                                                        \
+            for (n = 0; n < N; n++) {                                                      \
                 DX(x + n * j->xn, dy + n * j->gn, y + n * j->yn, S, m, a, b, j->act, j->lo, \
                    j->hi, (float)k1, (float)(-k1 * inv * dscale / M), (float)(-k1 * sg / M)); \
+                if (pf) {                                                                  \
+                    hd_bn_prefetch(x + j->xc + n * j->xn, S * (ptrdiff_t)sizeof(*x));      \
+                    hd_bn_prefetch(dy + j->gc + n * j->gn, S * (ptrdiff_t)sizeof(*dy));    \
+                }                                                                          \
+            }                                                                              \
         }                                                                                  \
     }
 

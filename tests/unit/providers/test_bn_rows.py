@@ -252,6 +252,27 @@ def test_training_statistics_of_a_large_mean(baseline):
     assert_close(got["variance_out"], want["variance"].reshape(-1), 0.0, 1e-4, "variance")
 
 
+# channels-first jobs that prefetch the next channel's rows (_bn_rows.h,
+# hd_bn_prefetches: x and y, or x, dy and dx, past 24 MiB; rows of at most 8 KiB): the
+# last channel of each thread, and the last of the tensor, whose next one is not read
+PREFETCH_SHAPES = {"training": (65, 257, 14, 14), "backward": (43, 257, 14, 14)}
+
+
+@pytest.mark.parametrize("name", ["training", "backward", "backward_drelu"])
+def test_rows_that_prefetch_the_next_channel_match_float64(name):
+    need_build("float32", False)
+    shape = PREFETCH_SHAPES["training" if name == "training" else "backward"]
+    n, c, s_ = shape[0], shape[1], shape[2] * shape[3]
+    tensors = 2 if name == "training" else 3
+    assert n * c * s_ * 4 * tensors >= 24 << 20 and s_ * 4 <= 8192, "below the threshold"
+    vals = draw(name, "float32", shape, 11)
+    # x with negative N and C strides (the next channel below this one in memory)
+    got, ybuf, cover = run_op(name, "float32", False, shape,
+                              ("reversed", "packed", "channel_slice"), vals)
+    check(name, "float32", got, reference(name, vals), vals, f"{name} {shape}")
+    assert np.isnan(f64(ybuf[~cover])).all()
+
+
 # ------------------------------------------------------------------ special values
 SPECIAL_SHAPE = (2, 9, 5, 7)
 UNWRITTEN = 1000.0   # y's fill where NaN is expected: an element not written fails
