@@ -32,6 +32,7 @@ EXTENSIONS = [
     Extension("hipdnn_async.runtime._onednn", ["src_pyx/_onednn.pyx"], **_DLOPEN, **_NUMPY),
     Extension("hipdnn_async.queues._core", ["src_pyx/_queue_core.pyx"]),
     Extension("hipdnn_async.runtime._binding", ["src_pyx/_binding.pyx"], **_NUMPY),
+    Extension("hipdnn_async.runtime._host_pool", ["src_pyx/_host_pool.pyx"], **_NUMPY),
 ]
 
 # .pxd files without a module of their own (declarations only) belong to this package.

@@ -20,7 +20,7 @@ MODULES = ["hipdnn_async.runtime._loader", "hipdnn_async.runtime._launch_state",
            "hipdnn_async.runtime._onednn",
            "hipdnn_async.runtime._cudnn", "hipdnn_async.runtime._cudnn_backend",
            "hipdnn_async.providers.cpu._kernels", "hipdnn_async.queues._core",
-           "hipdnn_async.runtime._binding"]
+           "hipdnn_async.runtime._binding", "hipdnn_async.runtime._host_pool"]
 
 
 def test_every_compiled_module_is_checked():

@@ -14,8 +14,7 @@ from ..._knobs import WORKSPACE_SIZE_LIMIT
 from ..._types import DataType, numpy_dtype
 from ..._layout import (element_extent, packed_strides, same_memory_order, stride_order,
                         strides_match, wrong_strides_message)
-from ...runtime import DeviceArray
-from . import _workspace
+from ...runtime import DeviceArray, _host_pool
 
 __all__ = ["logical_view", "make_binder", "bind_workspace", "allocate_workspace"]
 
@@ -226,10 +225,10 @@ def _from_pointer(address: int, tensor, label: str, output: bool = False) -> np.
 
 
 def allocate_workspace(nbytes: int) -> np.ndarray:
-    """A uint8 host workspace of ``nbytes`` for one execution, from the pool of
-    ``_workspace`` (reused once the execution is done with it; raises MemoryError; one
-    place to fail)."""
-    return _workspace.take(nbytes)
+    """A uint8 host workspace of ``nbytes`` for one execution, from the runtime's pool of
+    host blocks (``runtime._host_pool``: reused once the execution is done with it;
+    raises MemoryError; one place to fail)."""
+    return _host_pool.take(nbytes)
 
 
 def bind_workspace(nbytes: int, given, *, where: str):

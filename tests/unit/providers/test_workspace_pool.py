@@ -1,4 +1,4 @@
-"""The CPU device's pool of host workspaces (``providers.cpu._workspace``): a block is
+"""The CPU device's pool of host workspaces (``runtime._host_pool``): a block is
 handed out again only once every view of it is gone; concurrent executions of one plan
 each get their own; the pool keeps no more than its limits; results stay the float64
 oracle's."""
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import hipdnn_async as hd
-from hipdnn_async.providers.cpu import _workspace as pool
+from hipdnn_async.runtime import _host_pool as pool
 from tests.oracle import _reference as ref
 
 BIG = 2 * pool.POOL_MIN_BYTES
