@@ -463,6 +463,8 @@ static fake_stream *all_streams[4096];
 static int n_streams;
 static fake_stream *default_stream;
 
+static void do_record(void *p);
+
 static void *worker_main(void *arg) {
     fake_stream *s = (fake_stream *)arg;
     cur_device = s->device;
@@ -474,19 +476,26 @@ static void *worker_main(void *arg) {
         pthread_mutex_unlock(&s->mu);
         int d = fake_delay_us();
         if (d > 0) usleep((useconds_t)d);
-        if (w->fn) w->fn(w->arg);
+        /* An event record marks its event inside the stream's count of done items (under
+         * its lock), as CUDA does: once the event is done a query of the stream sees the
+         * record done too, and a stream synchronize sees the event done. */
+        int record = w->fn == do_record;
+        if (w->fn && !record) w->fn(w->arg);
         if (w->label) {
             fake_rec *r = fake_rec_begin("exec", w->label);
             fake_rec_int(r, "stream", s->id);
             fake_rec_end(r, 0);
         }
-        if (w->free_arg) w->free_arg(w->arg);
         pthread_mutex_lock(&s->mu);
         s->head = w->next;
         if (!s->head) s->tail = NULL;
         s->completed++;
-        free(w);
+        if (record) w->fn(w->arg);
         pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        if (w->free_arg) w->free_arg(w->arg);
+        free(w);
+        pthread_mutex_lock(&s->mu);
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
