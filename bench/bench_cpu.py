@@ -88,6 +88,13 @@ def _positive(text):
     return value
 
 
+def _milliseconds(text):
+    value = float(text)
+    if not 0.0 <= value < math.inf:     # also NaN; inf would ask for infinitely many calls
+        raise argparse.ArgumentTypeError(f"need a finite number of ms >= 0; got {text}")
+    return value
+
+
 def _configs(text):
     out = []
     for item in (t.strip() for t in text.split(",") if t.strip()):
@@ -111,7 +118,7 @@ def parse_args(argv=None):
     p.add_argument("--batch", type=_positive, default=8, help="batch N (default 8)")
     p.add_argument("--reps", type=_positive, default=10, help="timed calls per side (default 10)")
     p.add_argument("--warmup", type=_positive, default=3, help="untimed calls per side first")
-    p.add_argument("--min-ms", type=float, default=200.0,
+    p.add_argument("--min-ms", type=_milliseconds, default=200.0,
                    help="time each side for about this long where --reps calls are shorter "
                         f"(at most {MAX_REPS} calls; default 200; 0: exactly --reps)")
     p.add_argument("--threads", type=_positive, default=None,
@@ -395,7 +402,8 @@ def time_pair(ours, theirs, reps, warmup, min_ms=0.0):
     timed calls of each in alternating windows, garbage collector off: ``reps`` calls, or
     more where one call is short, until each side has run about ``min_ms`` (at most
     MAX_REPS calls; a millisecond batchnorm is as noisy as its memory bus, and 3 samples
-    of it say little). Windows: WINDOWS, or one per 5 calls, up to MAX_WINDOWS."""
+    of it say little). Windows: WINDOWS, or one per 5 calls, up to MAX_WINDOWS, never
+    more than the calls; the calls are split among them exactly."""
     per_call = 0.0
     for fn in (ours, theirs):
         for _ in range(warmup):
@@ -405,13 +413,15 @@ def time_pair(ours, theirs, reps, warmup, min_ms=0.0):
         per_call = max(per_call, last)
     if min_ms > 0 and per_call > 0:
         reps = max(reps, min(MAX_REPS, math.ceil(min_ms / per_call)))
-    windows = min(MAX_WINDOWS, max(WINDOWS, reps // 5))
+    windows = min(reps, MAX_WINDOWS, max(WINDOWS, reps // 5))
     samples = {"ours": [], "torch": []}
-    per_window = max(1, math.ceil(reps / windows))
     with NoGc():
-        for _ in range(windows):
+        for i in range(windows):
+            # reps split exactly (window sizes differ by at most one): --min-ms 0 times
+            # --reps calls, not windows * ceil(reps / windows)
+            calls = reps // windows + (i < reps % windows)
             for key, fn in (("ours", ours), ("torch", theirs)):
-                for _ in range(per_window):
+                for _ in range(calls):
                     t0 = time.perf_counter()
                     fn()
                     samples[key].append((time.perf_counter() - t0) * 1e3)
@@ -610,8 +620,8 @@ def run(args):
                     if p in args.patterns])
         rows = doc["cases"]
         print(f"\n== {len(specs) * len(args.configs)} cases at batch {args.batch}; ms = best of "
-              f"{args.reps} calls ({WINDOWS} alternating windows), or of up to {MAX_REPS} in "
-              f"up to {MAX_WINDOWS} windows where {args.reps} take less than {args.min_ms:g} "
+              f"{args.reps} calls (up to {WINDOWS} alternating windows), or of up to "
+              f"{MAX_REPS} in up to {MAX_WINDOWS} windows where {args.reps} take less than {args.min_ms:g} "
               "ms (the calls column); ratio = ours / torch")
         hdr = ["family", "shape", "pattern", "dtype", "layout", "ours ms", "torch ms", "ratio",
                "median ratio", "rate", "% anchor", "rel L2", "algorithm", "calls"]

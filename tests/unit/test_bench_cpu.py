@@ -57,6 +57,8 @@ def test_every_case_ran_on_both_sides(report):
         assert r["ours_ms"] <= r["ours_median_ms"] and r["torch_ms"] <= r["torch_median_ms"], r
         assert math.isclose(r["ratio"], r["ours_ms"] / r["torch_ms"], rel_tol=1e-12), r
         assert r["rel_l2"] <= REL_L2[r["dtype"]], r
+        assert 1 <= r["calls"] <= bc.MAX_REPS, r         # --reps 1, the default --min-ms
+    assert doc["header"]["min_ms"] == 200.0
     assert "geometric means" in stdout and "targets:" in stdout
 
 
@@ -121,3 +123,46 @@ def test_quick_and_filters_parse():
     for bad in (["--configs", "float16:NHWC"], ["--patterns", "fft"], ["--batch", "0"]):
         with pytest.raises(SystemExit):
             bc.parse_args(bad)
+
+
+def _counting():
+    """(ours, theirs, log): two no-op timed functions recording the order of their calls."""
+    log = []
+    return (lambda: log.append("ours")), (lambda: log.append("torch")), log
+
+
+@pytest.mark.parametrize("reps", [1, 2, 7, 10, 11])
+def test_min_ms_0_times_exactly_reps_calls_per_side(reps):
+    ours, theirs, log = _counting()
+    t = bc.time_pair(ours, theirs, reps, warmup=1, min_ms=0)
+    timed = log[2:]                                   # after one warm-up call each
+    assert timed.count("ours") == timed.count("torch") == reps
+    assert t["ours"][2] == t["torch"][2] == reps
+
+
+def test_short_calls_get_up_to_max_reps_in_alternating_windows():
+    ours, theirs, log = _counting()
+    t = bc.time_pair(ours, theirs, 3, warmup=1, min_ms=1e3)    # a no-op: far below 1 s
+    timed = log[2:]
+    runs = [k for i, k in enumerate(timed) if i == 0 or timed[i - 1] != k]
+    assert timed.count("ours") == timed.count("torch") == bc.MAX_REPS
+    assert runs == ["ours", "torch"] * (len(runs) // 2)       # alternating windows
+    assert bc.WINDOWS <= len(runs) // 2 <= bc.MAX_WINDOWS
+    assert t["ours"][2] == t["torch"][2] == bc.MAX_REPS
+
+
+def test_min_ms_adds_calls_only_up_to_about_min_ms():
+    """Calls of >= 2 ms each (time.sleep's lower bound) against --min-ms 9: at most
+    ceil(9 / 2) = 5 calls a side, and never fewer than --reps."""
+    import time
+
+    def slow():
+        time.sleep(0.002)
+    t = bc.time_pair(slow, slow, 2, warmup=1, min_ms=9)
+    assert 2 <= t["ours"][2] == t["torch"][2] <= 5
+
+
+@pytest.mark.parametrize("bad", ["-1", "inf", "nan"])
+def test_min_ms_must_be_a_finite_number_of_ms(bad):
+    with pytest.raises(SystemExit):
+        bc.parse_args(["--min-ms", bad])
