@@ -97,13 +97,17 @@ cdef object _pop_fit(Py_ssize_t nbytes):
 
 def take(Py_ssize_t nbytes):
     """A writable uint8 array of ``nbytes``: a reused block where one fits, else a new one
-    (MemoryError when it cannot be had). From ``POOL_MIN_BYTES`` up it returns to the pool
+    (where that fails, once more after freeing the idle blocks; then MemoryError). From ``POOL_MIN_BYTES`` up it returns to the pool
     once every view of it is gone."""
     if nbytes < POOL_MIN_BYTES:
         return np.empty(nbytes, np.uint8)
     owner = _pop_fit(nbytes)
     if owner is None:
-        owner = np.empty(nbytes, np.uint8)
+        try:
+            owner = np.empty(nbytes, np.uint8)
+        except MemoryError:     # idle blocks (none fits) may hold the memory it lacks
+            del _free[:]
+            owner = np.empty(nbytes, np.uint8)
     cdef HostBlock block = HostBlock.__new__(HostBlock)
     block.ptr = <char*>cnp.PyArray_DATA(<cnp.ndarray>owner)
     block.shape[0] = nbytes

@@ -17,7 +17,8 @@ class HostBlock:
         """Bytes exported (the request's size, at most the block's)."""
 
 def take(nbytes: int) -> np.ndarray:
-    """A writable uint8 array of ``nbytes`` (reused block or new; MemoryError)."""
+    """A writable uint8 array of ``nbytes`` (reused block or new; where a new one fails,
+    again after freeing the idle blocks; then MemoryError)."""
 
 def pooled_bytes() -> int:
     """Bytes held in free blocks now."""

@@ -2,6 +2,10 @@
 handed out again only once every view of it is gone; concurrent executions of one plan
 each get their own; the pool keeps no more than its limits; results stay the float64
 oracle's."""
+import os
+import subprocess
+import sys
+import textwrap
 import threading
 
 import numpy as np
@@ -12,6 +16,7 @@ from hipdnn_async.runtime import _host_pool as pool
 from tests.oracle import _reference as ref
 
 BIG = 2 * pool.POOL_MIN_BYTES
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 
 
 @pytest.fixture(autouse=True)
@@ -49,6 +54,15 @@ def test_reuse_needs_at_least_half_the_block_and_small_requests_skip_the_pool():
     assert half.ctypes.data == addr and half.nbytes == 2 * BIG
     tiny = pool.take(pool.POOL_MIN_BYTES - 1)
     assert isinstance(tiny.base, (type(None), np.ndarray)) and tiny.flags.owndata
+
+
+def test_a_numpy_integer_size_is_taken_as_np_empty_takes_it():
+    """A size computed with NumPy (np.prod of dims) must not be a ctypes TypeError ('_length_
+    must be an integer') where np.empty took it."""
+    a = pool.take(np.int64(BIG))
+    assert a.nbytes == BIG and a.dtype == np.uint8
+    del a
+    assert pool.take(np.uint32(BIG)).nbytes == BIG            # the reused block
 
 
 def test_the_pool_keeps_at_most_its_blocks_and_bytes(monkeypatch):
@@ -118,3 +132,91 @@ def test_executions_from_threads_reuse_the_pool_and_stay_correct():
             t.join()
         assert not errors
         assert 0 < pool.pooled_bytes() <= pool.POOL_KEEP_BYTES
+
+
+def _child(code: str, timeout: float) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter (a hang there cannot hang this session)."""
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    try:
+        return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, env=env,
+                              timeout=timeout, capture_output=True, text=True)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"the child hung: {exc.stdout!r} {exc.stderr!r}")
+
+
+def test_a_block_the_cyclic_gc_frees_inside_the_pool_does_not_deadlock():
+    """A view of a workspace in a reference cycle (a traceback's frame, a work item in a
+    cycle) is freed by the cyclic GC, which runs at any allocation, also inside the pool's
+    own code: the block comes back there (a pool whose release took a non-reentrant lock
+    deadlocked at the first iteration)."""
+    r = _child("""
+        import gc
+        from hipdnn_async.runtime import _host_pool as pool
+
+        class Holder:
+            pass
+
+        gc.set_threshold(7)
+        for i in range(2000):
+            h = Holder()
+            h.me = h                                    # only the cyclic GC frees h
+            h.ws = pool.take(2 << 20)[16:]
+            del h
+            pool.take(2 << 20)
+        print("done", pool.pooled_bytes() <= pool.POOL_KEEP_BYTES)
+        """, timeout=30)
+    assert r.returncode == 0 and r.stdout.split() == ["done", "True"], r.stderr[-2000:]
+
+
+def test_a_fork_while_another_thread_is_in_the_pool_leaves_the_child_a_usable_pool():
+    """os.fork (multiprocessing's fork start method) while a stream's worker gives a block
+    back: the child must not inherit pool state held by a thread it does not have (with a
+    lock and no at-fork handling, about a third of these children hung)."""
+    r = _child("""
+        import os, signal, threading
+        from hipdnn_async.runtime import _host_pool as pool
+
+        stop = False
+        def churn():
+            while not stop:
+                a = pool.take(2 << 20)
+                del a
+        t = threading.Thread(target=churn)
+        t.start()
+        hung = 0
+        for _ in range(30):
+            pid = os.fork()
+            if pid == 0:
+                signal.alarm(2)                         # a hung child dies of SIGALRM
+                a = pool.take(2 << 20)
+                del a
+                os._exit(0 if pool.pooled_bytes() == 2 << 20 else 3)
+            _, status = os.waitpid(pid, 0)
+            hung += status != 0
+        stop = True
+        t.join()
+        print("hung", hung)
+        """, timeout=120)
+    assert r.returncode == 0 and r.stdout.split() == ["hung", "0"], (r.stdout, r.stderr[-2000:])
+
+
+def test_an_allocation_that_fails_while_blocks_sit_idle_frees_them_and_tries_again():
+    """Under an address-space limit, 240 MB of idle blocks (none of which fits a 200 MB
+    request) must not turn a 200 MB workspace that fits once they are freed into a
+    MemoryError (the execution's 'cannot allocate a workspace')."""
+    r = _child("""
+        import resource
+        from hipdnn_async.runtime import _host_pool as pool
+
+        MB = 1 << 20
+        blocks = [pool.take(60 * MB) for _ in range(4)]
+        del blocks
+        assert pool.pooled_bytes() == 240 * MB
+        with open("/proc/self/status") as f:
+            vm = next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmSize"))
+        resource.setrlimit(resource.RLIMIT_AS, (vm + 100 * MB, resource.RLIM_INFINITY))
+        a = pool.take(200 * MB)
+        a[-1] = 1
+        print(a.nbytes // MB, pool.pooled_bytes())
+        """, timeout=60)
+    assert r.returncode == 0 and r.stdout.split() == ["200", "0"], (r.stdout, r.stderr[-2000:])
