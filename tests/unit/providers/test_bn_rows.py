@@ -258,18 +258,21 @@ def test_training_statistics_of_a_large_mean(baseline):
 PREFETCH_SHAPES = {"training": (65, 257, 14, 14), "backward": (43, 257, 14, 14)}
 
 
+@pytest.mark.parametrize("dtype", list(KINDS))
 @pytest.mark.parametrize("name", ["training", "backward", "backward_drelu"])
-def test_rows_that_prefetch_the_next_channel_match_float64(name):
-    need_build("float32", False)
+def test_rows_that_prefetch_the_next_channel_match_float64(name, dtype):
+    need_build(dtype, False)
     shape = PREFETCH_SHAPES["training" if name == "training" else "backward"]
+    item = KINDS[dtype][1].itemsize
+    shape = (shape[0] * 4 // item,) + shape[1:]     # 16-bit kinds: twice the rows, same bytes
     n, c, s_ = shape[0], shape[1], shape[2] * shape[3]
     tensors = 2 if name == "training" else 3
-    assert n * c * s_ * 4 * tensors >= 24 << 20 and s_ * 4 <= 8192, "below the threshold"
-    vals = draw(name, "float32", shape, 11)
+    assert n * c * s_ * item * tensors >= 24 << 20 and s_ * item <= 8192, "below the threshold"
+    vals = draw(name, dtype, shape, 11)
     # x with negative N and C strides (the next channel below this one in memory)
-    got, ybuf, cover = run_op(name, "float32", False, shape,
+    got, ybuf, cover = run_op(name, dtype, False, shape,
                               ("reversed", "packed", "channel_slice"), vals)
-    check(name, "float32", got, reference(name, vals), vals, f"{name} {shape}")
+    check(name, dtype, got, reference(name, vals), vals, f"{name} {dtype} {shape}")
     assert np.isnan(f64(ybuf[~cover])).all()
 
 
