@@ -621,8 +621,8 @@ def run(args):
         rows = doc["cases"]
         print(f"\n== {len(specs) * len(args.configs)} cases at batch {args.batch}; ms = best of "
               f"{args.reps} calls (up to {WINDOWS} alternating windows), or of up to "
-              f"{MAX_REPS} in up to {MAX_WINDOWS} windows where {args.reps} take less than {args.min_ms:g} "
-              "ms (the calls column); ratio = ours / torch")
+              f"{MAX_REPS} in up to {MAX_WINDOWS} windows where {args.reps} take less than "
+              f"{args.min_ms:g} ms (the calls column); ratio = ours / torch")
         hdr = ["family", "shape", "pattern", "dtype", "layout", "ours ms", "torch ms", "ratio",
                "median ratio", "rate", "% anchor", "rel L2", "algorithm", "calls"]
         printed = []

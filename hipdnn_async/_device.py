@@ -246,12 +246,15 @@ class Device:
         self.close()
 
     async def aclose(self) -> None:
-        """Drain in-flight work, then stop the streams. Idempotent."""
+        """Drain in-flight work, then stop the streams and free the memory the provider
+        keeps for reuse (on the CPU, the pool of host workspaces). Idempotent."""
         await self._pool.aclose()
+        self.provider.release_idle()
 
     def close(self) -> None:
         """Blocking ``aclose`` for code without an event loop. Idempotent."""
         self._pool.close()
+        self.provider.release_idle()
 
     def __repr__(self) -> str:
         return f"Device({self.spec!r}, streams={len(self._pool.streams)})"

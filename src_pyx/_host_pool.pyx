@@ -97,8 +97,8 @@ cdef object _pop_fit(Py_ssize_t nbytes):
 
 def take(Py_ssize_t nbytes):
     """A writable uint8 array of ``nbytes``: a reused block where one fits, else a new one
-    (where that fails, once more after freeing the idle blocks; then MemoryError). From ``POOL_MIN_BYTES`` up it returns to the pool
-    once every view of it is gone."""
+    (where that fails, once more after freeing the idle blocks; then MemoryError). From
+    ``POOL_MIN_BYTES`` up it returns to the pool once every view of it is gone."""
     if nbytes < POOL_MIN_BYTES:
         return np.empty(nbytes, np.uint8)
     owner = _pop_fit(nbytes)

@@ -307,6 +307,10 @@ class Provider(abc.ABC):
         """Device model, library versions and anything else that keys the perf db."""
         return {}
 
+    def release_idle(self) -> None:
+        """Free memory the provider keeps for reuse and no execution holds (a device's
+        ``close`` calls it once its streams have drained); by default nothing."""
+
 
 def _at_build(fn, *args):
     """``fn(*args)``, a vendor error raised as a build reports it (``VendorError.at_build``:

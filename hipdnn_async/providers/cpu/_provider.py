@@ -21,7 +21,7 @@ from ..._layout import element_extent
 from ..._types import numpy_dtype
 from ..._version import __version__
 from ...patterns import conv_roles
-from ...runtime import DeviceArray
+from ...runtime import DeviceArray, _host_pool
 from .. import _tuning
 from .._base import Provider, ProviderEngine, ProviderPlan
 from . import _batchnorm, _bind, _conv
@@ -148,6 +148,10 @@ class CpuProvider(Provider):
 
     def bind_workspace(self, nbytes: int, given, *, where: str):
         return bind_workspace(nbytes, given, where=where)
+
+    def release_idle(self) -> None:
+        # the host workspaces the pool keeps (up to 1 GiB); blocks in use stay theirs
+        _host_pool.release_pooled()
 
     def empty(self, dims, dtype, strides):
         try:

@@ -220,3 +220,13 @@ def test_an_allocation_that_fails_while_blocks_sit_idle_frees_them_and_tries_aga
         print(a.nbytes // MB, pool.pooled_bytes())
         """, timeout=60)
     assert r.returncode == 0 and r.stdout.split() == ["200", "0"], (r.stdout, r.stderr[-2000:])
+
+
+def test_closing_a_cpu_device_frees_the_idle_blocks():
+    with hd.Device("cpu", streams=1) as dev:
+        plan, x, w, y = _nchw_conv(dev)
+        xv = np.ones((8, 32, 40, 40), np.float32)
+        plan.execute_sync({x: xv, w: np.ones((32, 32, 3, 3), np.float32),
+                           y: np.empty_like(xv)})
+        assert pool.pooled_bytes() >= plan.workspace_size
+    assert pool.pooled_bytes() == 0
