@@ -326,22 +326,6 @@ HD_AVX512V static inline __mmask16 hd_bnl_mask(ptrdiff_t left) {
         g = _mm512_mask_mov_ps(g, _mm512_cmp_ps_mask(yb_, yb_, _CMP_UNORD_Q), yb_);        \
     } while (0)
 
-/* y of one vector: (x - m) * a + b, clamped as hd_clamp where act (2; 1: below only, the
- * upper clip +inf): VMAXPS(lo, v) is
- * lo > v ? lo : v and VMINPS(hi, v) is hi < v ? hi : v, v where v is NaN (bit for bit
- * hd_clamp's selects, in 2 instructions instead of 4: bfloat16 training + ReLU ran at 1.9x
- * the time of training without); -0.0 + 0.0 is +0.0 */
-HD_AVX512V static inline __m512 hd_bnl_affv(__m512 x, __m512 m, __m512 a, __m512 b, int act,
-                                            __m512 vlo, __m512 vhi) {
-    __m512 v = _mm512_fmadd_ps(_mm512_sub_ps(x, m), a, b);
-    if (act) {
-        v = _mm512_max_ps(vlo, v);
-        if (act > 1)    /* 1: hi is +inf, VMINPS(+inf, v) is v */
-            v = _mm512_min_ps(vhi, v);
-        v = _mm512_add_ps(v, _mm512_setzero_ps());
-    }
-    return v;
-}
 /* dx of one vector: k1 * g + k2 * d + k3, g = dy or its RELU_BWD where act */
 HD_AVX512V static inline __m512 hd_bnl_dxv(__m512 x, __m512 g, __m512 m, __m512 a, __m512 b,
                                            __m512 k1, __m512 k2, __m512 k3, int act,
@@ -453,8 +437,8 @@ HD_AVX512BF16 static inline void hd_bnl_st2_bf16(uint16_t* p, __mmask16 k0, __mm
                 const __m512 b0 = HD_BNL_L(b, 0, ka), b1 = HD_BNL_L(b, 16, kb);            \
                 for (p = p0; p < p0 + q; p++)                                              \
                     hd_bnl_st2_##K(y + p * yp + c, ka, kb,                                 \
-                        hd_bnl_affv(hd_bn_ld_##K(x + p * xp + c, ka), m0, a0, b0, act, vlo, vhi), \
-                        hd_bnl_affv(hd_bn_ld_##K(x + p * xp + c + 16, kb), m1, a1, b1, act, \
+                        hd_bn_affv(hd_bn_ld_##K(x + p * xp + c, ka), m0, a0, b0, act, vlo, vhi), \
+                        hd_bn_affv(hd_bn_ld_##K(x + p * xp + c + 16, kb), m1, a1, b1, act, \
                                     vlo, vhi));                                            \
             })                                                                             \
             return;                                                                        \
@@ -468,7 +452,7 @@ HD_AVX512BF16 static inline void hd_bnl_st2_bf16(uint16_t* p, __mmask16 k0, __mm
             for (p = 0; p < P; p++, xr += xp, yr += yp) {                                  \
                 __m512 v[HD_BNL_U];                                                        \
                 for (u = 0; u < HD_BNL_U; u++)                                             \
-                    v[u] = hd_bnl_affv(hd_bn_ld_##K(xr + 16 * u, k[u]), vm[u], va[u],      \
+                    v[u] = hd_bn_affv(hd_bn_ld_##K(xr + 16 * u, k[u]), vm[u], va[u],      \
                                        vb[u], act, vlo, vhi);                              \
                 for (u = 0; u < HD_BNL_U; u += 2)                                          \
                     hd_bnl_st2_##K(yr + 16 * u, k[u], k[u + 1], v[u], v[u + 1]);           \

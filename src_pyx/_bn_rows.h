@@ -326,6 +326,22 @@ HD_AVX512V static inline double hd_bn_hsum(__m512 a, __m512 b) {
     return _mm512_reduce_add_pd(_mm512_add_pd(lo, hi));
 }
 
+/* y of one vector: (x - m) * a + b, clamped as hd_clamp where act (2; 1: below only, the
+ * upper clip +inf): VMAXPS(lo, v) is
+ * lo > v ? lo : v and VMINPS(hi, v) is hi < v ? hi : v, v where v is NaN (bit for bit
+ * hd_clamp's selects, in 2 instructions instead of 4: bfloat16 training + ReLU ran at 1.9x
+ * the time of training without); -0.0 + 0.0 is +0.0 */
+HD_AVX512V static inline __m512 hd_bn_affv(__m512 x, __m512 m, __m512 a, __m512 b, int act,
+                                           __m512 vlo, __m512 vhi) {
+    __m512 v = _mm512_fmadd_ps(_mm512_sub_ps(x, m), a, b);
+    if (act) {
+        v = _mm512_max_ps(vlo, v);
+        if (act > 1)    /* 1: hi is +inf, VMINPS(+inf, v) is v */
+            v = _mm512_min_ps(vhi, v);
+        v = _mm512_add_ps(v, _mm512_setzero_ps());
+    }
+    return v;
+}
 /* RELU_BWD of g under the forward yb = d * a + b (as in hd_bn_bsum), lanes k only */
 #define HD_BN_VMASK(g, d, k)                                                               \
     do {                                                                                   \
@@ -363,23 +379,28 @@ HD_AVX512V static inline double hd_bn_hsum(__m512 a, __m512 b) {
         }                                                                                  \
         return hd_bn_hsum(a0, a1);                                                         \
     }                                                                                      \
-    ATTR static void hd_bn_affine_##K##_avx512v(const HD_TYPE_##K* x, HD_TYPE_##K* y,      \
-                                                ptrdiff_t S, float m, float a, float b,    \
-                                                int act, float lo, float hi) {             \
+    /* act as a constant in each copy of the row (hd_bn_affine_*_avx512v picks one) */     \
+    ATTR static inline __attribute__((always_inline)) void hd_bn_affine_##K##_avx512i(     \
+        const HD_TYPE_##K* x, HD_TYPE_##K* y, ptrdiff_t S, float m, float a, float b,      \
+        int act, float lo, float hi) {                                                     \
         const __m512 vm = _mm512_set1_ps(m), va = _mm512_set1_ps(a), vb = _mm512_set1_ps(b); \
         const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);                   \
-        const __m512 zero = _mm512_setzero_ps();                                           \
         ptrdiff_t i;                                                                       \
         for (i = 0; i < S; i += 16) {                                                      \
             __mmask16 k = hd_bn_tail(S - i);                                               \
-            __m512 v = _mm512_fmadd_ps(_mm512_sub_ps(hd_bn_ld_##K(x + i, k), vm), va, vb); \
-            if (act) {     /* hd_clamp: NaN fails both comparisons; -0.0 + 0.0 is +0.0 */  \
-                v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, vlo, _CMP_LT_OQ), vlo);    \
-                v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, vhi, _CMP_GT_OQ), vhi);    \
-                v = _mm512_add_ps(v, zero);                                                \
-            }                                                                              \
-            hd_bn_st_##K(y + i, k, v);                                                     \
+            hd_bn_st_##K(y + i, k, hd_bn_affv(hd_bn_ld_##K(x + i, k), vm, va, vb, act, vlo, \
+                                              vhi));                                       \
         }                                                                                  \
+    }                                                                                      \
+    ATTR static void hd_bn_affine_##K##_avx512v(const HD_TYPE_##K* x, HD_TYPE_##K* y,      \
+                                                ptrdiff_t S, float m, float a, float b,    \
+                                                int act, float lo, float hi) {             \
+        if (act && hi == INFINITY)   /* ReLU without an upper clip: one VMINPS less */     \
+            hd_bn_affine_##K##_avx512i(x, y, S, m, a, b, 1, lo, hi);                       \
+        else if (act)                                                                      \
+            hd_bn_affine_##K##_avx512i(x, y, S, m, a, b, 2, lo, hi);                       \
+        else                                                                               \
+            hd_bn_affine_##K##_avx512i(x, y, S, m, a, b, 0, lo, hi);                       \
     }                                                                                      \
     ATTR static void hd_bn_bsum_##K##_avx512v(const HD_TYPE_##K* x, const HD_TYPE_##K* dy, \
                                               ptrdiff_t S, float m, float a, float b,      \
