@@ -4,6 +4,7 @@ import numpy as np
 
 __all__: list[str]
 
+ALIGN: int
 POOL_MIN_BYTES: int
 POOL_KEEP_BLOCKS: int
 POOL_KEEP_BYTES: int
@@ -21,7 +22,7 @@ def take(nbytes: int) -> np.ndarray:
     again after freeing the idle blocks; then MemoryError)."""
 
 def pooled_bytes() -> int:
-    """Bytes held in free blocks now."""
+    """Bytes held in free blocks now (past their alignment slack)."""
 
 def release_pooled() -> int:
     """Free every pooled block not in use; return the bytes released."""

@@ -52,8 +52,32 @@ def test_reuse_needs_at_least_half_the_block_and_small_requests_skip_the_pool():
     assert small.ctypes.data != addr and small.nbytes == BIG
     half = pool.take(2 * BIG)                   # half of it: reused, viewed at its size
     assert half.ctypes.data == addr and half.nbytes == 2 * BIG
-    tiny = pool.take(pool.POOL_MIN_BYTES - 1)
-    assert isinstance(tiny.base, (type(None), np.ndarray)) and tiny.flags.owndata
+    tiny = pool.take(pool.POOL_MIN_BYTES - 1)      # a view of a plain np.empty
+    assert type(tiny.base) is np.ndarray and tiny.base.flags.owndata
+    assert tiny.nbytes == pool.POOL_MIN_BYTES - 1
+
+
+@pytest.mark.parametrize("nbytes", [1, 100, 83840, BIG, 3 * BIG + 5])
+def test_every_workspace_starts_on_a_64_byte_boundary(nbytes):
+    # NumPy's arrays start at 16-byte boundaries (so most of these would not)
+    got = [pool.take(nbytes) for _ in range(6)]
+    assert [a.ctypes.data % 64 for a in got] == [0] * 6
+    assert all(a.nbytes == nbytes and a.flags.writeable for a in got)
+    for a in got:                                 # the whole extent is ours to write
+        a[:] = 7
+        a[-1] = 8
+
+
+def test_a_given_workspace_is_used_from_its_first_64_byte_boundary_where_it_has_room():
+    from hipdnn_async.providers.cpu._bind import bind_workspace
+    raw = np.empty(1000 + 128, np.uint8)
+    base = raw[(16 - raw.ctypes.data) % 64:]     # a start 16 bytes past a boundary
+    assert base.ctypes.data % 64 == 16
+    roomy = bind_workspace(900, base, where="t")
+    assert roomy.ctypes.data % 64 == 0 and roomy.nbytes >= 900
+    assert np.shares_memory(roomy, base)
+    tight = bind_workspace(base.nbytes, base, where="t")   # no room: used as given
+    assert tight.ctypes.data == base.ctypes.data
 
 
 def test_a_numpy_integer_size_is_taken_as_np_empty_takes_it():
