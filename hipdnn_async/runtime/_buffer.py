@@ -39,11 +39,26 @@ def host_values(array, where: str, dims: tuple) -> np.ndarray:
     return values
 
 
+ALIGN = 64    # bytes: where a DeviceArray's memory starts (oneDNN's own buffers' alignment)
+
+
+def _aligned_empty(n: int, dtype) -> np.ndarray:
+    """``n`` uninitialised elements of ``dtype`` starting on an ALIGN-byte boundary.
+    NumPy's arrays start at 16-byte ones, and a oneDNN kernel reading 64-byte vectors off
+    a boundary splits each over two cache lines (a 1x1 convolution on NHWC memory took
+    1.08x the time)."""
+    dtype = np.dtype(dtype)
+    raw = np.empty(n * dtype.itemsize + ALIGN, np.uint8)
+    off = -raw.__array_interface__["data"][0] % ALIGN
+    return raw[off:off + n * dtype.itemsize].view(dtype)
+
+
 class DeviceArray:
     """An array owned by a device, in logical dims (N, C, [D,] H, W) with element strides.
 
     The CPU device's array (``Device.empty`` / ``Device.asarray`` make it): host memory
-    with ``dims``, ``strides`` (elements), ``dtype``, ``device``, ``nbytes`` and
+    starting on a 64-byte boundary (``ALIGN``), with ``dims``, ``strides`` (elements),
+    ``dtype``, ``device``, ``nbytes`` and
     ``view``, a NumPy view in logical shape over that memory (read or written at once).
     ``copy_from`` and ``to_numpy`` wait for the work already submitted to the owning
     device's streams (``order_after``), as a ``GpuArray``'s copies wait for launched work:
@@ -77,8 +92,9 @@ class DeviceArray:
         self.dtype = np.dtype(dtype)
         self.device = device
         extent = element_extent(self.dims, self.strides)
-        self._flat = np.empty(max(extent, 1), self.dtype) if fill is None else np.full(
-            max(extent, 1), fill, self.dtype)
+        self._flat = _aligned_empty(max(extent, 1), self.dtype)
+        if fill is not None:
+            self._flat[...] = fill
         self.view = as_strided(self._flat, self.dims,
                                tuple(s * self.dtype.itemsize for s in self.strides))
         self._queue = None      # weakref to the owning device's StreamPool (order_after)

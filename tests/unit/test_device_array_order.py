@@ -131,3 +131,18 @@ async def test_asarray_and_copy_from_of_a_device_array_wait_for_its_writer(anyio
             finally:
                 gate.set()
             assert_close(out.to_numpy_sync(), ref, *tol)
+
+
+def test_cpu_device_arrays_start_on_a_64_byte_boundary():
+    # NumPy's own arrays start at 16-byte boundaries; oneDNN's kernels read 64-byte vectors
+    import ml_dtypes
+    with hd.Device("cpu") as dev:
+        for dims, dtype in (((32, 64, 56, 56), np.float32), ((3, 5, 1, 1), np.float16),
+                            ((2, 3, 7, 7), ml_dtypes.bfloat16), ((1, 1, 1, 1), np.float32)):
+            arrays = [dev.empty(dims, dtype) for _ in range(4)]
+            assert [a.view.ctypes.data % 64 for a in arrays] == [0] * 4, dims
+            a = arrays[0]
+            assert a.view.shape == dims and a.view.dtype == np.dtype(dtype)
+            a.view[...] = 3
+            assert a.nbytes == np.prod(dims) * np.dtype(dtype).itemsize
+            assert (a.view == 3).all()
