@@ -201,10 +201,8 @@ class Buffers:
 def aligned_copy(a, dtype):
     """A C-contiguous copy of ``a`` in ``dtype`` starting on a 64-byte boundary (as a
     ``Device.empty`` array, or a torch tensor, does)."""
-    n = a.size * np.dtype(dtype).itemsize
-    raw = np.empty(n + 64, np.uint8)
-    off = -raw.__array_interface__["data"][0] % 64
-    out = raw[off:off + n].view(dtype).reshape(a.shape)
+    from hipdnn_async.runtime._host_pool import aligned_empty
+    out = aligned_empty(a.size * np.dtype(dtype).itemsize).view(dtype).reshape(a.shape)
     out[...] = a
     return out
 

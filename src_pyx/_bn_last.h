@@ -375,6 +375,11 @@ HD_AVX512BF16 static inline void hd_bnl_st2_bf16(uint16_t* p, __mmask16 k0, __mm
     }
 /* the float32 vectors src[c + off, +16) under mask k */
 #define HD_BNL_L(src, off, k) _mm512_maskz_loadu_ps(k, (src) + c + (off))
+/* the mean, factor and bias of channels [c, c + 32) (m0, m1, a0, a1, b0, b1) */
+#define HD_BNL_MAB                                                                         \
+    const __m512 m0 = HD_BNL_L(m, 0, ka), m1 = HD_BNL_L(m, 16, kb);                        \
+    const __m512 a0 = HD_BNL_L(a, 0, ka), a1 = HD_BNL_L(a, 16, kb);                        \
+    const __m512 b0 = HD_BNL_L(b, 0, ka), b1 = HD_BNL_L(b, 16, kb);
 
 #define HD_BN_LAST_VEC(K, ATTR)                                                            \
     ATTR static void hd_bnl_sum_##K##_avx512v(                                             \
@@ -432,9 +437,7 @@ HD_AVX512BF16 static inline void hd_bnl_st2_bf16(uint16_t* p, __mmask16 k0, __mm
         ptrdiff_t p, u;                                                                    \
         if (C > 16 * HD_BNL_U) {   /* the operands from L1 */                              \
             HD_BNL_GROUPS(C, P, {                                                          \
-                const __m512 m0 = HD_BNL_L(m, 0, ka), m1 = HD_BNL_L(m, 16, kb);            \
-                const __m512 a0 = HD_BNL_L(a, 0, ka), a1 = HD_BNL_L(a, 16, kb);            \
-                const __m512 b0 = HD_BNL_L(b, 0, ka), b1 = HD_BNL_L(b, 16, kb);            \
+                HD_BNL_MAB                                                                 \
                 for (p = p0; p < p0 + q; p++)                                              \
                     hd_bnl_st2_##K(y + p * yp + c, ka, kb,                                 \
                         hd_bn_affv(hd_bn_ld_##K(x + p * xp + c, ka), m0, a0, b0, act, vlo, vhi), \
@@ -471,9 +474,7 @@ HD_AVX512BF16 static inline void hd_bnl_st2_bf16(uint16_t* p, __mmask16 k0, __mm
             HD_BNL_GROUPS(C, P, {                                                          \
                 __m512 g0 = HD_BNL_L(acc0, 0, ka), g1 = HD_BNL_L(acc0, 16, kb);            \
                 __m512 e0 = HD_BNL_L(acc1, 0, ka), e1 = HD_BNL_L(acc1, 16, kb);            \
-                const __m512 m0 = HD_BNL_L(m, 0, ka), m1 = HD_BNL_L(m, 16, kb);            \
-                const __m512 a0 = HD_BNL_L(a, 0, ka), a1 = HD_BNL_L(a, 16, kb);            \
-                const __m512 b0 = HD_BNL_L(b, 0, ka), b1 = HD_BNL_L(b, 16, kb);            \
+                HD_BNL_MAB                                                                 \
                 for (p = p0; p < p0 + q; p++) {                                            \
                     __m512 d0 = _mm512_sub_ps(hd_bn_ld_##K(x + p * xp + c, ka), m0);       \
                     __m512 d1 = _mm512_sub_ps(hd_bn_ld_##K(x + p * xp + c + 16, kb), m1);  \
@@ -528,9 +529,7 @@ HD_AVX512BF16 static inline void hd_bnl_st2_bf16(uint16_t* p, __mmask16 k0, __mm
         ptrdiff_t p, u;                                                                    \
         if (C > 16 * HD_BNL_U) {   /* the operands from L1 */                              \
             HD_BNL_GROUPS(C, P, {                                                          \
-                const __m512 m0 = HD_BNL_L(m, 0, ka), m1 = HD_BNL_L(m, 16, kb);            \
-                const __m512 a0 = HD_BNL_L(a, 0, ka), a1 = HD_BNL_L(a, 16, kb);            \
-                const __m512 b0 = HD_BNL_L(b, 0, ka), b1 = HD_BNL_L(b, 16, kb);            \
+                HD_BNL_MAB                                                                 \
                 const __m512 c10 = HD_BNL_L(k1, 0, ka), c11 = HD_BNL_L(k1, 16, kb);        \
                 const __m512 c20 = HD_BNL_L(k2, 0, ka), c21 = HD_BNL_L(k2, 16, kb);        \
                 const __m512 c30 = HD_BNL_L(k3, 0, ka), c31 = HD_BNL_L(k3, 16, kb);        \

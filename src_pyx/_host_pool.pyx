@@ -26,13 +26,15 @@ import numpy as np
 cnp.import_array()
 
 __all__ = ["ALIGN", "POOL_MIN_BYTES", "POOL_KEEP_BLOCKS", "POOL_KEEP_BYTES", "HostBlock",
-           "take", "pooled_bytes", "release_pooled"]
+           "aligned_empty", "take", "pooled_bytes", "release_pooled"]
 
 POOL_MIN_BYTES = 1 << 20      # smaller workspaces: np.empty (the heap recycles those)
 POOL_KEEP_BLOCKS = 8          # free blocks kept
 POOL_KEEP_BYTES = 1 << 30     # bytes of free blocks kept
 
-ALIGN = 64                    # bytes: every workspace handed out starts at a multiple
+cdef enum:
+    _ALIGN = 64               # bytes: where every array handed out here starts
+ALIGN = _ALIGN
 cdef list _free = []          # owner arrays (np.uint8, 1-D, ALIGN bytes of slack) of the
                               # free blocks
 cdef char* _FORMAT = b"B"     # unsigned bytes (struct module syntax)
@@ -77,17 +79,22 @@ cdef class HostBlock:
 
 cdef inline Py_ssize_t _usable(object owner):
     """Bytes of a block past its alignment slack."""
-    return cnp.PyArray_NBYTES(<cnp.ndarray>owner) - 64
+    return cnp.PyArray_NBYTES(<cnp.ndarray>owner) - _ALIGN
+
+
+cdef Py_ssize_t _held():
+    """Bytes of the free blocks, past their slack."""
+    cdef Py_ssize_t held = 0
+    for o in _free:
+        held += _usable(o)
+    return held
 
 
 cdef void _put(object owner):
     """Keep ``owner`` free where the limits allow (else it is dropped, and freed)."""
-    cdef Py_ssize_t held = 0
     if _free is None:              # interpreter shutdown
         return
-    for o in _free:
-        held += _usable(o)
-    if len(_free) < POOL_KEEP_BLOCKS and held + _usable(owner) <= POOL_KEEP_BYTES:
+    if len(_free) < POOL_KEEP_BLOCKS and _held() + _usable(owner) <= POOL_KEEP_BYTES:
         _free.append(owner)
 
 
@@ -101,10 +108,17 @@ cdef object _pop_fit(Py_ssize_t nbytes):
     return None if best < 0 else _free.pop(best)
 
 
-cdef char* _aligned(object owner):
-    """The first ALIGN-byte boundary in ``owner``'s memory."""
-    cdef size_t p = <size_t>cnp.PyArray_DATA(<cnp.ndarray>owner)
-    return <char*>((p + 63) & ~(<size_t>63))
+cdef Py_ssize_t _slack(object raw):
+    """Bytes from the start of ``raw``'s memory to its first ALIGN-byte boundary."""
+    return -<Py_ssize_t>cnp.PyArray_DATA(<cnp.ndarray>raw) & (_ALIGN - 1)
+
+
+def aligned_empty(Py_ssize_t nbytes):
+    """A writable, uninitialised uint8 array of ``nbytes`` starting at a multiple of
+    ``ALIGN`` bytes, not pooled (``DeviceArray`` memory, small workspaces; MemoryError)."""
+    raw = np.empty(nbytes + _ALIGN, np.uint8)
+    cdef Py_ssize_t off = _slack(raw)
+    return raw[off:off + nbytes]
 
 
 def take(Py_ssize_t nbytes):
@@ -117,20 +131,17 @@ def take(Py_ssize_t nbytes):
     pieces (blocked copies, scratchpads) as 64-byte vectors, and a piece off by 16 bytes
     splits every one of them over two cache lines: the fp32 7x7/2 stem's weight gradient
     at batch 32 took 46 ms with such a workspace, 42 ms with an aligned one."""
-    cdef Py_ssize_t off
     if nbytes < POOL_MIN_BYTES:
-        raw = np.empty(nbytes + 64, np.uint8)
-        off = _aligned(raw) - <char*>cnp.PyArray_DATA(<cnp.ndarray>raw)
-        return raw[off:off + nbytes]
+        return aligned_empty(nbytes)
     owner = _pop_fit(nbytes)
     if owner is None:
         try:
-            owner = np.empty(nbytes + 64, np.uint8)
+            owner = np.empty(nbytes + _ALIGN, np.uint8)
         except MemoryError:     # idle blocks (none fits) may hold the memory it lacks
             del _free[:]
-            owner = np.empty(nbytes + 64, np.uint8)
+            owner = np.empty(nbytes + _ALIGN, np.uint8)
     cdef HostBlock block = HostBlock.__new__(HostBlock)
-    block.ptr = _aligned(owner)
+    block.ptr = <char*>cnp.PyArray_DATA(<cnp.ndarray>owner) + _slack(owner)
     block.shape[0] = nbytes
     block.strides[0] = 1
     block.owner = owner
@@ -139,7 +150,7 @@ def take(Py_ssize_t nbytes):
 
 def pooled_bytes():
     """Bytes held in free blocks now (past their alignment slack)."""
-    return sum(o.nbytes - 64 for o in _free)
+    return _held()
 
 
 def release_pooled():

@@ -8,6 +8,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from .._errors import VariantPackError
 from .._layout import element_extent
+from ._host_pool import aligned_empty
 
 __all__ = ["DeviceArray", "element_extent", "host_values", "refuse_masked"]
 
@@ -39,25 +40,11 @@ def host_values(array, where: str, dims: tuple) -> np.ndarray:
     return values
 
 
-ALIGN = 64    # bytes: where a DeviceArray's memory starts (oneDNN's own buffers' alignment)
-
-
-def _aligned_empty(n: int, dtype) -> np.ndarray:
-    """``n`` uninitialised elements of ``dtype`` starting on an ALIGN-byte boundary.
-    NumPy's arrays start at 16-byte ones, and a oneDNN kernel reading 64-byte vectors off
-    a boundary splits each over two cache lines (a 1x1 convolution on NHWC memory took
-    1.08x the time)."""
-    dtype = np.dtype(dtype)
-    raw = np.empty(n * dtype.itemsize + ALIGN, np.uint8)
-    off = -raw.__array_interface__["data"][0] % ALIGN
-    return raw[off:off + n * dtype.itemsize].view(dtype)
-
-
 class DeviceArray:
     """An array owned by a device, in logical dims (N, C, [D,] H, W) with element strides.
 
     The CPU device's array (``Device.empty`` / ``Device.asarray`` make it): host memory
-    starting on a 64-byte boundary (``ALIGN``), with ``dims``, ``strides`` (elements),
+    starting on a 64-byte boundary (``_host_pool.ALIGN``), with ``dims``, ``strides`` (elements),
     ``dtype``, ``device``, ``nbytes`` and
     ``view``, a NumPy view in logical shape over that memory (read or written at once).
     ``copy_from`` and ``to_numpy`` wait for the work already submitted to the owning
@@ -92,7 +79,10 @@ class DeviceArray:
         self.dtype = np.dtype(dtype)
         self.device = device
         extent = element_extent(self.dims, self.strides)
-        self._flat = _aligned_empty(max(extent, 1), self.dtype)
+        # from a 64-byte boundary, as torch's allocator places its tensors: NumPy's start
+        # at 16-byte ones, and oneDNN's kernels read 64-byte vectors (a 1x1 convolution
+        # on NHWC memory took 1.08x the time)
+        self._flat = aligned_empty(max(extent, 1) * self.dtype.itemsize).view(self.dtype)
         if fill is not None:
             self._flat[...] = fill
         self.view = as_strided(self._flat, self.dims,

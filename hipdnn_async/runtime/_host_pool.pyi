@@ -17,6 +17,10 @@ class HostBlock:
     def nbytes(self) -> int:
         """Bytes exported (the request's size, at most the block's)."""
 
+def aligned_empty(nbytes: int) -> np.ndarray:
+    """A writable uninitialised uint8 array of ``nbytes`` at a multiple of ``ALIGN`` bytes,
+    not pooled (MemoryError)."""
+
 def take(nbytes: int) -> np.ndarray:
     """A writable uint8 array of ``nbytes`` (reused block or new; where a new one fails,
     again after freeing the idle blocks; then MemoryError)."""
