@@ -201,7 +201,7 @@ class Buffers:
 def aligned_copy(a, dtype):
     """A C-contiguous copy of ``a`` in ``dtype`` starting on a 64-byte boundary (as a
     ``Device.empty`` array, or a torch tensor, does)."""
-    from hipdnn_async.runtime._host_pool import aligned_empty
+    from hipdnn_async.runtime._buffer import aligned_empty
     out = aligned_empty(a.size * np.dtype(dtype).itemsize).view(dtype).reshape(a.shape)
     out[...] = a
     return out

@@ -23,6 +23,8 @@ cimport numpy as cnp
 
 import numpy as np
 
+from ._buffer import ALIGN, aligned_empty
+
 cnp.import_array()
 
 __all__ = ["ALIGN", "POOL_MIN_BYTES", "POOL_KEEP_BLOCKS", "POOL_KEEP_BYTES", "HostBlock",
@@ -32,10 +34,7 @@ POOL_MIN_BYTES = 1 << 20      # smaller workspaces: np.empty (the heap recycles 
 POOL_KEEP_BLOCKS = 8          # free blocks kept
 POOL_KEEP_BYTES = 1 << 30     # bytes of free blocks kept
 
-cdef enum:
-    _ALIGN = 64               # bytes: where every array handed out here starts
-ALIGN = _ALIGN
-cdef list _free = []          # owner arrays (np.uint8, 1-D, ALIGN bytes of slack) of the
+cdef list _free = []          # owner arrays (np.uint8, 1-D, from aligned_empty) of the
                               # free blocks
 cdef char* _FORMAT = b"B"     # unsigned bytes (struct module syntax)
 
@@ -77,16 +76,11 @@ cdef class HostBlock:
             _put(self.owner)
 
 
-cdef inline Py_ssize_t _usable(object owner):
-    """Bytes of a block past its alignment slack."""
-    return cnp.PyArray_NBYTES(<cnp.ndarray>owner) - _ALIGN
-
-
 cdef Py_ssize_t _held():
-    """Bytes of the free blocks, past their slack."""
+    """Bytes of the free blocks."""
     cdef Py_ssize_t held = 0
     for o in _free:
-        held += _usable(o)
+        held += cnp.PyArray_NBYTES(<cnp.ndarray>o)
     return held
 
 
@@ -94,7 +88,8 @@ cdef void _put(object owner):
     """Keep ``owner`` free where the limits allow (else it is dropped, and freed)."""
     if _free is None:              # interpreter shutdown
         return
-    if len(_free) < POOL_KEEP_BLOCKS and _held() + _usable(owner) <= POOL_KEEP_BYTES:
+    if (len(_free) < POOL_KEEP_BLOCKS
+            and _held() + cnp.PyArray_NBYTES(<cnp.ndarray>owner) <= POOL_KEEP_BYTES):
         _free.append(owner)
 
 
@@ -102,23 +97,10 @@ cdef object _pop_fit(Py_ssize_t nbytes):
     """The smallest free block of nbytes .. 2 * nbytes bytes, taken off the list; None."""
     cdef Py_ssize_t i, best = -1, size, best_size = 0
     for i in range(len(_free)):
-        size = _usable(_free[i])
+        size = cnp.PyArray_NBYTES(<cnp.ndarray>_free[i])
         if nbytes <= size <= 2 * nbytes and (best < 0 or size < best_size):
             best, best_size = i, size
     return None if best < 0 else _free.pop(best)
-
-
-cdef Py_ssize_t _slack(object raw):
-    """Bytes from the start of ``raw``'s memory to its first ALIGN-byte boundary."""
-    return -<Py_ssize_t>cnp.PyArray_DATA(<cnp.ndarray>raw) & (_ALIGN - 1)
-
-
-def aligned_empty(Py_ssize_t nbytes):
-    """A writable, uninitialised uint8 array of ``nbytes`` starting at a multiple of
-    ``ALIGN`` bytes, not pooled (``DeviceArray`` memory, small workspaces; MemoryError)."""
-    raw = np.empty(nbytes + _ALIGN, np.uint8)
-    cdef Py_ssize_t off = _slack(raw)
-    return raw[off:off + nbytes]
 
 
 def take(Py_ssize_t nbytes):
@@ -136,12 +118,12 @@ def take(Py_ssize_t nbytes):
     owner = _pop_fit(nbytes)
     if owner is None:
         try:
-            owner = np.empty(nbytes + _ALIGN, np.uint8)
+            owner = aligned_empty(nbytes)
         except MemoryError:     # idle blocks (none fits) may hold the memory it lacks
             del _free[:]
-            owner = np.empty(nbytes + _ALIGN, np.uint8)
+            owner = aligned_empty(nbytes)
     cdef HostBlock block = HostBlock.__new__(HostBlock)
-    block.ptr = <char*>cnp.PyArray_DATA(<cnp.ndarray>owner) + _slack(owner)
+    block.ptr = <char*>cnp.PyArray_DATA(<cnp.ndarray>owner)
     block.shape[0] = nbytes
     block.strides[0] = 1
     block.owner = owner
@@ -149,7 +131,7 @@ def take(Py_ssize_t nbytes):
 
 
 def pooled_bytes():
-    """Bytes held in free blocks now (past their alignment slack)."""
+    """Bytes held in free blocks now."""
     return _held()
 
 

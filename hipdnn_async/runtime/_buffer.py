@@ -8,9 +8,22 @@ from numpy.lib.stride_tricks import as_strided
 
 from .._errors import VariantPackError
 from .._layout import element_extent
-from ._host_pool import aligned_empty
 
-__all__ = ["DeviceArray", "element_extent", "host_values", "refuse_masked"]
+__all__ = ["ALIGN", "DeviceArray", "aligned_empty", "element_extent", "host_values",
+           "refuse_masked"]
+
+ALIGN = 64    # bytes: where DeviceArrays and host workspaces start (oneDNN's own alignment)
+
+
+def aligned_empty(nbytes: int) -> np.ndarray:
+    """A writable, uninitialised uint8 array of ``nbytes`` starting at a multiple of
+    ``ALIGN`` bytes (MemoryError). NumPy's arrays start at 16-byte boundaries; oneDNN's
+    kernels read 64-byte vectors, and one off a boundary spans two cache lines (a 1x1
+    convolution on NHWC memory took 1.08x the time, the fp32 7x7/2 stem's weight gradient
+    with its scratchpad so placed 1.09x)."""
+    raw = np.empty(nbytes + ALIGN, np.uint8)
+    off = -raw.__array_interface__["data"][0] % ALIGN
+    return raw[off:off + nbytes]
 
 
 def refuse_masked(array, where: str) -> None:
@@ -44,7 +57,7 @@ class DeviceArray:
     """An array owned by a device, in logical dims (N, C, [D,] H, W) with element strides.
 
     The CPU device's array (``Device.empty`` / ``Device.asarray`` make it): host memory
-    starting on a 64-byte boundary (``_host_pool.ALIGN``), with ``dims``, ``strides`` (elements),
+    starting on a 64-byte boundary (``ALIGN``), with ``dims``, ``strides`` (elements),
     ``dtype``, ``device``, ``nbytes`` and
     ``view``, a NumPy view in logical shape over that memory (read or written at once).
     ``copy_from`` and ``to_numpy`` wait for the work already submitted to the owning
@@ -79,9 +92,7 @@ class DeviceArray:
         self.dtype = np.dtype(dtype)
         self.device = device
         extent = element_extent(self.dims, self.strides)
-        # from a 64-byte boundary, as torch's allocator places its tensors: NumPy's start
-        # at 16-byte ones, and oneDNN's kernels read 64-byte vectors (a 1x1 convolution
-        # on NHWC memory took 1.08x the time)
+        # from an ALIGN-byte boundary, as torch's allocator places its tensors
         self._flat = aligned_empty(max(extent, 1) * self.dtype.itemsize).view(self.dtype)
         if fill is not None:
             self._flat[...] = fill

@@ -18,7 +18,7 @@ class HostBlock:
         """Bytes exported (the request's size, at most the block's)."""
 
 def aligned_empty(nbytes: int) -> np.ndarray:
-    """A writable uninitialised uint8 array of ``nbytes`` at a multiple of ``ALIGN`` bytes,
+    """``runtime._buffer.aligned_empty``: ``nbytes`` at a multiple of ``ALIGN`` bytes,
     not pooled (MemoryError)."""
 
 def take(nbytes: int) -> np.ndarray:
@@ -26,7 +26,7 @@ def take(nbytes: int) -> np.ndarray:
     again after freeing the idle blocks; then MemoryError)."""
 
 def pooled_bytes() -> int:
-    """Bytes held in free blocks now (past their alignment slack)."""
+    """Bytes held in free blocks now."""
 
 def release_pooled() -> int:
     """Free every pooled block not in use; return the bytes released."""

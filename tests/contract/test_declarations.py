@@ -168,7 +168,6 @@ _OWN_CONSTANTS = {
     "_C_MAX_NDIMS": "checked: _onednn refuses to import unless it equals MAX_NDIMS (DNNL_MAX_NDIMS)",
     "_C_MAX_MEMS": "our bound on the memories of one oneDNN program",
     "_MAX_NDIM": "our bound on the dims of a NumPy print a binding keeps in C (runtime._binding)",
-    "_ALIGN": "our alignment of host workspaces and DeviceArrays (runtime._host_pool; oneDNN's 64)",
     "_K_NONE": "our tag of a binding's buffer kind (runtime._binding)",
     "_K_ND": "our tag of a binding's buffer kind (runtime._binding)",
     "_K_DEVARRAY": "our tag of a binding's buffer kind (runtime._binding)",
