@@ -429,17 +429,31 @@ def time_pair(ours, theirs, reps, warmup, min_ms=0.0):
         reps = max(reps, min(MAX_REPS, math.ceil(min_ms / per_call)))
     windows = min(reps, MAX_WINDOWS, max(WINDOWS, reps // 5))
     samples = {"ours": [], "torch": []}
+    faults = {"ours": 0, "torch": 0}
     with NoGc():
         for i in range(windows):
             # reps split exactly (window sizes differ by at most one): --min-ms 0 times
             # --reps calls, not windows * ceil(reps / windows)
             calls = reps // windows + (i < reps % windows)
             for key, fn in (("ours", ours), ("torch", theirs)):
+                before = minor_faults()
                 for _ in range(calls):
                     t0 = time.perf_counter()
                     fn()
                     samples[key].append((time.perf_counter() - t0) * 1e3)
-    return {k: (min(v), median(v), len(v)) for k, v in samples.items()}
+                faults[key] += minor_faults() - before
+    return {k: (min(v), median(v), len(v), faults[k] / len(v)) for k, v in samples.items()}
+
+
+def minor_faults() -> int:
+    """This process's minor page faults so far (getrusage; 0 where it is missing). A
+    fresh mapping of an allocation faults one per 4 KiB page it touches: a side that
+    allocates its output or scratch per call pays for that inside its time."""
+    try:
+        import resource
+    except ImportError:
+        return 0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def anchors(torch, n=ANCHOR_GEMM_N, reps=5):
@@ -638,7 +652,8 @@ def run(args):
               f"{MAX_REPS} in up to {MAX_WINDOWS} windows where {args.reps} take less than "
               f"{args.min_ms:g} ms (the calls column); ratio = ours / torch")
         hdr = ["family", "shape", "pattern", "dtype", "layout", "ours ms", "torch ms", "ratio",
-               "median ratio", "rate", "% anchor", "rel L2", "algorithm", "calls"]
+               "median ratio", "rate", "% anchor", "rel L2", "algorithm", "calls",
+               "faults/call"]
         printed = []
         for dtype, layout in args.configs:
             for family, spec, pattern in specs:
@@ -659,7 +674,8 @@ def run(args):
                 printed.append([row["family"], row["shape"], row["pattern"], dtype, layout,
                                 f(row["ours_ms"]), f(row["torch_ms"]), f(row["ratio"]),
                                 f(row["median_ratio"]), row["rate_text"], f(row["pct"], 1),
-                                f"{err:.1e}", row["algorithm"][:40], row["calls"]])
+                                f"{err:.1e}", row["algorithm"][:40], row["calls"],
+                                f"{row['faults']:.0f}/{row['torch_faults']:.0f}"])
                 print("  " + "  ".join(str(c) for c in printed[-1]), flush=True)
         # the anchors again at the end, the best of both kept: the figures are maxima the
         # machine reached, and load from other processes varies over a run
@@ -689,8 +705,8 @@ def run(args):
 
 
 def _row(case, t, err, anch):
-    ours_ms, ours_med, calls = t["ours"]
-    torch_ms, torch_med, _ = t["torch"]
+    ours_ms, ours_med, calls, ours_faults = t["ours"]
+    torch_ms, torch_med, _, torch_faults = t["torch"]
     if case.flops is not None:
         rate = case.flops / ours_ms / 1e6
         anchor = anch[f"gemm_{case.dtype}_gflops"]
@@ -703,7 +719,7 @@ def _row(case, t, err, anch):
             "dtype": case.dtype, "layout": case.layout, "ours_ms": ours_ms,
             "ours_median_ms": ours_med, "torch_ms": torch_ms, "torch_median_ms": torch_med,
             "ratio": ratio(ours_ms, torch_ms), "median_ratio": ratio(ours_med, torch_med),
-            "calls": calls,
+            "calls": calls, "faults": ours_faults, "torch_faults": torch_faults,
             "rate": rate, "rate_text": rate_text, "pct": pct_of(rate, anchor),
             "anchor": "copy_gbps" if case.flops is None else f"gemm_{case.dtype}_gflops",
             "rel_l2": err, "engine": case.plan.engine.name,

@@ -2,8 +2,9 @@
 reordered into the layout oneDNN picks (``format_tag_any``, nChw16c / nCdhw16c) and the
 results reordered back, against the float64 references of ``_reference.py`` with the
 tolerances of ``_cases.py``; and the default choice's rule (``Conv.prefers_blocked``): the
-blocked variant for NCHW kernels larger than 1x1, the user's layout for 1x1 kernels and
-a strided dgrad into fewer than 16 channels (the stem's).
+blocked variant for NCHW kernels larger than 1x1 and for float32 unit-stride 1x1 weight
+gradients reducing channels over at least 28x28 pixels; the user's layout for other 1x1
+kernels and a strided dgrad into fewer than 16 channels (the stem's).
 
 Skipped where ONEDNN_ENGINE is not offered (``_cpu_engines.require``)."""
 from __future__ import annotations
@@ -128,8 +129,8 @@ def test_blocked_bf16_odd_channels_keep_inf(device, direction, case):
 # ---------------------------------------------------------------------------------------
 # the default choice's rule
 
-def _graph(hd, direction, layout, xd, wd, stride=(1, 1), padding=0):
-    g = hd.Graph(name=f"rule_{direction}")
+def _graph(hd, direction, layout, xd, wd, stride=(1, 1), padding=0, dtype="float32"):
+    g = hd.Graph(name=f"rule_{direction}", io_data_type=dtype)
     yd = ref.conv_out_dims(xd, wd, (padding,) * 2, (padding,) * 2, stride, (1, 1))
     kw = dict(padding=padding, stride=stride)
     if direction == "fprop":
@@ -151,6 +152,11 @@ def _graph(hd, direction, layout, xd, wd, stride=(1, 1), padding=0):
     ("wgrad", (2, 64, 14, 14), (64, 64, 3, 3), (1, 1), 1, True),
     ("fprop", (2, 64, 14, 14), (32, 64, 1, 1), (1, 1), 0, False),     # 1x1: one GEMM
     ("wgrad", (2, 64, 14, 14), (32, 64, 1, 1), (1, 1), 0, False),
+    ("wgrad", (2, 64, 28, 28), (32, 64, 1, 1), (1, 1), 0, True),      # 1x1 reducing C at 28x28
+    ("wgrad", (2, 64, 28, 28), (64, 64, 1, 1), (1, 1), 0, True),
+    ("wgrad", (2, 32, 28, 28), (64, 32, 1, 1), (1, 1), 0, False),     # widening
+    ("wgrad", (2, 64, 28, 28), (32, 64, 1, 1), (2, 2), 0, False),     # strided
+    ("fprop", (2, 64, 28, 28), (32, 64, 1, 1), (1, 1), 0, False),
     ("dgrad", (2, 32, 14, 14), (32, 32, 3, 3), (2, 2), 1, True),      # strided dgrad
     ("fprop", (1, 3, 32, 32), (16, 3, 7, 7), (2, 2), 3, True),        # the stem, C = 3
     ("wgrad", (1, 3, 32, 32), (16, 3, 7, 7), (2, 2), 3, True),
@@ -166,6 +172,14 @@ def test_default_choice_rule(device, direction, xd, wd, stride, padding, blocked
     assert (BLOCKED in str(plan.algorithm)) == blocked, (plan.algorithm, names)
     if not blocked:
         assert "oneDNN's own preference order, rank 1" in plan.algorithm.reason
+
+
+def test_the_1x1_weight_gradient_exception_is_float32_only(device):
+    import hipdnn_async as hd
+    plan = device.build_sync(_graph(hd, "wgrad", "NCHW", (2, 64, 28, 28), (32, 64, 1, 1),
+                                    dtype="bfloat16"), engine=ONEDNN)
+    assert BLOCKED not in str(plan.algorithm), plan.algorithm
+    assert "oneDNN's own preference order, rank 1" in plan.algorithm.reason
 
 
 def test_channels_last_has_no_blocked_variant(device):

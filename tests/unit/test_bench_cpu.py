@@ -166,3 +166,23 @@ def test_min_ms_adds_calls_only_up_to_about_min_ms():
 def test_min_ms_must_be_a_finite_number_of_ms(bad):
     with pytest.raises(SystemExit):
         bc.parse_args(["--min-ms", bad])
+
+
+@pytest.mark.skipif(bc.minor_faults() == 0, reason="getrusage's minor faults are not counted here")
+def test_faults_per_call_count_the_pages_a_side_maps_fresh_each_call():
+    import mmap
+    pages = 256
+
+    def fresh():                      # a new anonymous mapping, every page touched once
+        m = mmap.mmap(-1, pages * mmap.PAGESIZE)
+        for i in range(0, pages * mmap.PAGESIZE, mmap.PAGESIZE):
+            m[i] = 1
+        m.close()
+    kept = bytearray(pages * mmap.PAGESIZE)
+
+    def reused():
+        for i in range(0, len(kept), mmap.PAGESIZE):
+            kept[i] = 1
+    t = bc.time_pair(fresh, reused, 4, warmup=1, min_ms=0)
+    assert pages <= t["ours"][3] < pages + 32
+    assert t["torch"][3] < 8

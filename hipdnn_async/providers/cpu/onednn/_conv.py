@@ -205,15 +205,32 @@ class Conv:
         the stem's dgrad (7x7/2 into C = 3) 2.4-5. Blocked layouts pad channels to the
         block with zeros in activations and weights alike, so no padded weight meets a
         real input (the odd-C inf * 0 = NaN of the channels-last bf16 kernels:
-        tests/oracle/test_onednn_blocked.py)."""
+        tests/oracle/test_onednn_blocked.py).
+
+        One 1x1 exception: a float32 weight gradient at unit stride that reduces channels
+        (K <= C) over at least 28x28 pixels, where the blocked ``jit_1x1`` took 0.79-0.94x
+        the GEMM's time (ResNet-50's 64>64 and 256>64 at 56x56 and 512>128 at 28x28, batch
+        8 and 32, two threads; PyTorch's NCHW path takes it for every 1x1). Widening
+        (K > C) or over 14x14 it was 0.96-1.14x, and in bfloat16 1.04-1.16x."""
         conv = self.match.params["conv"]
         w = self.match.tensors[self.roles.w]
         if all(d == 1 for d in w.dims[2:]):
-            return False
+            return self._reducing_1x1_wgrad(conv, w)
         if (self.direction == "dgrad" and conv.groups == 1 and w.dims[1] < 16
                 and any(s != 1 for s in conv.stride)):
             return False
         return True
+
+    def _reducing_1x1_wgrad(self, conv, w) -> bool:
+        """``prefers_blocked``'s 1x1 exception (float32 unit-stride wgrad, K <= C, at
+        least 784 output pixels per image)."""
+        x = self.match.tensors[self.roles.x]
+        pixels = 1
+        for d in x.dims[2:]:
+            pixels *= d
+        return (self.direction == "wgrad" and compute_type(x) == dnnl.DATA_F32
+                and conv.groups == 1 and all(s == 1 for s in conv.stride)
+                and w.dims[0] <= w.dims[1] and pixels >= 784)
 
     def rule(self, name) -> str | None:
         """``plan.algorithm``'s reason for the default choice ``name`` (None: oneDNN's
@@ -221,11 +238,12 @@ class Conv:
         if BLOCKED in name:
             return ("oneDNN's blocked layout (activations reordered in and out) before the "
                     "user's plain layout for a kernel larger than 1x1 (not a strided dgrad "
-                    "into fewer than 16 channels)")
+                    "into fewer than 16 channels) or a float32 1x1 weight gradient "
+                    "reducing channels over at least 28x28 pixels")
         if "+nhwc" in name and self.prefers_blocked():
             return ("channels-last copies (activations reordered in and out) before the "
-                    "user's plain layout for a kernel larger than 1x1, where no blocked "
-                    "kernel applies")
+                    "user's plain layout where the blocked layout is preferred (a kernel "
+                    "larger than 1x1) but no blocked kernel applies")
         return None
 
     def candidates(self) -> list:
