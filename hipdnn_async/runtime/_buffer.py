@@ -30,7 +30,7 @@ def aligned_empty(nbytes: int) -> np.ndarray:
     ``MADV_HUGEPAGE``: with the kernel's transparent huge pages in ``madvise`` or
     ``always`` mode they are then backed by 2 MiB pages, one TLB entry each instead of
     512. Measured here (2-core AVX-512 CPU, THP ``madvise``, one process, against the
-    same buffers from the NumPy heap): memory-bound batchnorm 0.85-0.98x the time, oneDNN
+    same buffers from the NumPy heap): memory-bound batchnorm 0.79-0.98x the time, oneDNN
     convolutions 0.97-0.99x (1x1 weight gradients 0.93-0.96x). The tail past the last
     whole extent keeps 4 KiB pages, so no more memory is touched than ``nbytes``."""
     if _MADV_HUGEPAGE is not None and nbytes >= HUGE_PAGE:
