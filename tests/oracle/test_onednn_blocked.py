@@ -2,8 +2,8 @@
 reordered into the layout oneDNN picks (``format_tag_any``, nChw16c / nCdhw16c) and the
 results reordered back, against the float64 references of ``_reference.py`` with the
 tolerances of ``_cases.py``; and the default choice's rule (``Conv.prefers_blocked``): the
-blocked variant for NCHW kernels larger than 1x1 and for float32 unit-stride 1x1 weight
-gradients reducing channels over at least 28x28 pixels; the user's layout for other 1x1
+blocked variant for NCHW kernels larger than 1x1 and for float32 unpadded unit-stride 1x1
+weight gradients reducing channels over at least 28x28 pixels; the user's layout for other 1x1
 kernels and a strided dgrad into fewer than 16 channels (the stem's).
 
 Skipped where ONEDNN_ENGINE is not offered (``_cpu_engines.require``)."""
@@ -174,12 +174,35 @@ def test_default_choice_rule(device, direction, xd, wd, stride, padding, blocked
         assert "oneDNN's own preference order, rank 1" in plan.algorithm.reason
 
 
-def test_the_1x1_weight_gradient_exception_is_float32_only(device):
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_the_1x1_weight_gradient_exception_is_float32_only(device, dtype):
+    # float16 runs on float32 copies (compute type float32) but was not measured faster
     import hipdnn_async as hd
     plan = device.build_sync(_graph(hd, "wgrad", "NCHW", (2, 64, 28, 28), (32, 64, 1, 1),
-                                    dtype="bfloat16"), engine=ONEDNN)
+                                    dtype=dtype), engine=ONEDNN)
     assert BLOCKED not in str(plan.algorithm), plan.algorithm
+    assert "+nhwc" not in str(plan.algorithm), plan.algorithm
     assert "oneDNN's own preference order, rank 1" in plan.algorithm.reason
+
+
+def test_a_padded_1x1_weight_gradient_keeps_the_plain_gemm(device):
+    # no blocked kernel takes a padded 1x1; its channels-last copies were 2.8x slower
+    import hipdnn_async as hd
+    plan = device.build_sync(_graph(hd, "wgrad", "NCHW", (2, 64, 28, 28), (32, 64, 1, 1),
+                                    padding=1), engine=ONEDNN)
+    names = [n for n, _ in plan.algorithm.trials]
+    assert not any(BLOCKED in n for n in names), names
+    assert plan.algorithm == names[0] and "+nhwc" not in plan.algorithm, names
+    assert "oneDNN's own preference order, rank 1" in plan.algorithm.reason
+
+
+def test_the_1x1_exception_names_its_own_reason(device):
+    import hipdnn_async as hd
+    plan = device.build_sync(_graph(hd, "wgrad", "NCHW", (2, 64, 28, 28), (32, 64, 1, 1)),
+                             engine=ONEDNN)
+    assert BLOCKED in plan.algorithm, plan.algorithm
+    assert "1x1 weight gradient reducing channels" in plan.algorithm.reason
+    assert "larger than 1x1" not in plan.algorithm.reason
 
 
 def test_channels_last_has_no_blocked_variant(device):

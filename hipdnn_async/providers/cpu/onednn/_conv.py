@@ -211,36 +211,47 @@ class Conv:
         (K <= C) over at least 28x28 pixels, where the blocked ``jit_1x1`` took 0.79-0.94x
         the GEMM's time (ResNet-50's 64>64 and 256>64 at 56x56 and 512>128 at 28x28, batch
         8 and 32, two threads; PyTorch's NCHW path takes it for every 1x1). Widening
-        (K > C) or over 14x14 it was 0.96-1.14x, and in bfloat16 1.04-1.16x."""
+        (K > C) or over 14x14 it was 0.96-1.14x, and in bfloat16 1.04-1.16x. Not for
+        HALF I/O either (computed on float32 copies; 0.94-1.2x at 64>64 and 256>64, 56x56,
+        batch 8), nor a padded 1x1: no blocked kernel takes it (``jit_1x1`` takes no
+        padding), and its channels-last copies took 2.8x the plain GEMM's time."""
         conv = self.match.params["conv"]
         w = self.match.tensors[self.roles.w]
-        if all(d == 1 for d in w.dims[2:]):
+        if self._one_by_one():
             return self._reducing_1x1_wgrad(conv, w)
         if (self.direction == "dgrad" and conv.groups == 1 and w.dims[1] < 16
                 and any(s != 1 for s in conv.stride)):
             return False
         return True
 
+    def _one_by_one(self) -> bool:
+        """Whether the kernel is 1x1 (1x1x1; 1 in 1-D)."""
+        return all(d == 1 for d in self.match.tensors[self.roles.w].dims[2:])
+
     def _reducing_1x1_wgrad(self, conv, w) -> bool:
-        """``prefers_blocked``'s 1x1 exception (float32 unit-stride wgrad, K <= C, at
-        least 784 output pixels per image)."""
+        """``prefers_blocked``'s 1x1 exception (FLOAT unit-stride unpadded wgrad, K <= C,
+        at least 784 input pixels, or voxels, per image)."""
         x = self.match.tensors[self.roles.x]
         pixels = 1
         for d in x.dims[2:]:
             pixels *= d
-        return (self.direction == "wgrad" and compute_type(x) == dnnl.DATA_F32
+        return (self.direction == "wgrad" and x.data_type == DataType.FLOAT
                 and conv.groups == 1 and all(s == 1 for s in conv.stride)
+                and not any(conv.pre_padding) and not any(conv.post_padding)
                 and w.dims[0] <= w.dims[1] and pixels >= 784)
 
     def rule(self, name) -> str | None:
         """``plan.algorithm``'s reason for the default choice ``name`` (None: oneDNN's
         own order)."""
+        if BLOCKED in name and self._one_by_one():
+            return ("oneDNN's blocked layout (activations reordered in and out) before the "
+                    "user's plain layout for a float32 unit-stride unpadded 1x1 weight "
+                    "gradient reducing channels (K <= C) over at least 28x28 pixels")
         if BLOCKED in name:
             return ("oneDNN's blocked layout (activations reordered in and out) before the "
                     "user's plain layout for a kernel larger than 1x1 (not a strided dgrad "
-                    "into fewer than 16 channels) or a float32 1x1 weight gradient "
-                    "reducing channels over at least 28x28 pixels")
-        if "+nhwc" in name and self.prefers_blocked():
+                    "into fewer than 16 channels)")
+        if "+nhwc" in name and self.prefers_blocked() and not self._one_by_one():
             return ("channels-last copies (activations reordered in and out) before the "
                     "user's plain layout where the blocked layout is preferred (a kernel "
                     "larger than 1x1) but no blocked kernel applies")
@@ -257,8 +268,10 @@ class Conv:
             # blocked copies, else channels-last ones (the bf16 stem: the blocked kernels
             # there read its plain odd-channel x, ``_walk``; on NHWC copies jit_bf16 took
             # 0.7x gemm:jit's time), before the user's plain layout; stable: oneDNN's
-            # order kept within each
-            cands.sort(key=lambda c: (BLOCKED not in c.name, "+nhwc" not in c.name))
+            # order kept within each; a 1x1 without a blocked kernel keeps its plain GEMM
+            # (a padded 1x1 on channels-last copies took 2.8x its time)
+            one = self._one_by_one()
+            cands.sort(key=lambda c: (BLOCKED not in c.name, one or "+nhwc" not in c.name))
         return cands
 
     def fuses_relu(self, pd) -> bool:
