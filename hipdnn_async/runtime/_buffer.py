@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import mmap
+import operator
 import weakref
 
 import numpy as np
@@ -19,11 +20,12 @@ _MADV_HUGEPAGE = getattr(mmap, "MADV_HUGEPAGE", None)     # Linux only
 
 
 def aligned_empty(nbytes: int) -> np.ndarray:
-    """A writable, uninitialised uint8 array of ``nbytes`` starting at a multiple of
-    ``ALIGN`` bytes (MemoryError). NumPy's arrays start at 16-byte boundaries; oneDNN's
-    kernels read 64-byte vectors, and one off a boundary spans two cache lines (a 1x1
-    convolution on NHWC memory took 1.08x the time, the fp32 7x7/2 stem's weight gradient
-    with its scratchpad so placed 1.09x).
+    """Return a writable, uninitialised 1-D uint8 array of ``nbytes`` bytes starting at a
+    multiple of ``ALIGN`` bytes.
+
+    NumPy's arrays start at 16-byte boundaries; oneDNN's kernels read 64-byte vectors, and
+    one off a boundary spans two cache lines (a 1x1 convolution on NHWC memory took 1.08x
+    the time, the fp32 7x7/2 stem's weight gradient with its scratchpad so placed 1.09x).
 
     From ``HUGE_PAGE`` bytes up (on Linux) the array is its own anonymous mapping, starting
     on a ``HUGE_PAGE`` boundary, and its whole 2 MiB extents are advised
@@ -32,7 +34,34 @@ def aligned_empty(nbytes: int) -> np.ndarray:
     512. Measured here (2-core AVX-512 CPU, THP ``madvise``, one process, against the
     same buffers from the NumPy heap): memory-bound batchnorm 0.79-0.98x the time, oneDNN
     convolutions 0.97-0.99x (1x1 weight gradients 0.93-0.96x). The tail past the last
-    whole extent keeps 4 KiB pages, so no more memory is touched than ``nbytes``."""
+    whole extent is not advised, so in ``madvise`` mode it keeps 4 KiB pages and no more
+    memory is touched than ``nbytes`` (in ``always`` mode the kernel may back it, as any
+    memory, by a huge page). The mapping is unmapped when the last view of the array goes.
+
+    Parameters
+    ----------
+    nbytes : int
+        Size in bytes, >= 0; any integer type (``operator.index``: NumPy integers too,
+        converted before any arithmetic, so a ``np.uint32`` cannot wrap around).
+
+    Returns
+    -------
+    numpy.ndarray
+        Shape (nbytes,), dtype uint8, C-contiguous, writable.
+
+    Raises
+    ------
+    MemoryError
+        The memory cannot be had (the heap, or ``mmap`` refused: address-space limit,
+        ``vm.max_map_count``, overcommit).
+    ValueError
+        ``nbytes`` < 0.
+    TypeError
+        ``nbytes`` is not an integer.
+    """
+    nbytes = operator.index(nbytes)
+    if nbytes < 0:
+        raise ValueError(f"aligned_empty: nbytes must be >= 0; got {nbytes}")
     if _MADV_HUGEPAGE is not None and nbytes >= HUGE_PAGE:
         return _huge_empty(nbytes)
     raw = np.empty(nbytes + ALIGN, np.uint8)

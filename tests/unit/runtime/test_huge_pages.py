@@ -110,3 +110,28 @@ def test_without_madvise_the_heap_path_serves_every_size(monkeypatch):
     assert a.ctypes.data % 64 == 0 and a.nbytes == 3 * HUGE_PAGE
     assert type(a.base) is np.ndarray and a.base.flags.owndata
 
+
+
+@pytest.mark.parametrize("nbytes", [np.int64(HUGE_PAGE), np.uint32(HUGE_PAGE + 5),
+                                    np.uint32(4_000_000_000), np.int32(HUGE_PAGE - 1)])
+def test_numpy_integer_sizes_are_taken_without_wrapping(nbytes):
+    # np.uint32 + HUGE_PAGE wraps around in uint32 (NEP 50): the mapping was then smaller
+    # than the array claimed; the size is made a Python int first
+    want = int(nbytes)
+    a = aligned_empty(nbytes)
+    assert a.shape == (want,) and a.dtype == np.uint8 and a.ctypes.data % 64 == 0
+    a[-1] = 9                                       # the last byte is ours
+    assert a[-1] == 9
+
+
+@pytest.mark.parametrize("nbytes", [-1, -HUGE_PAGE - 1])
+def test_a_negative_size_is_a_value_error(nbytes):
+    # -1 used to give an empty array (a slice of the 64-byte slack) instead of an error
+    with pytest.raises(ValueError, match=f"nbytes must be >= 0; got {nbytes}"):
+        aligned_empty(nbytes)
+
+
+@pytest.mark.parametrize("nbytes", [2.5 * HUGE_PAGE, 64.0])
+def test_a_float_size_is_a_type_error(nbytes):
+    with pytest.raises(TypeError):
+        aligned_empty(nbytes)
