@@ -412,7 +412,8 @@ def bn_case(hd, torch, dev, engine, n, chw, pattern, dtype, layout):
 # timing
 
 def time_pair(ours, theirs, reps, warmup, min_ms=0.0):
-    """{"ours": (best ms, median ms, calls), "torch": (...)}: warm-up calls of each, then
+    """{"ours": (best ms, median ms, calls, minor page faults per call), "torch": (...)}
+    (faults None where ``minor_faults`` cannot count them): warm-up calls of each, then
     timed calls of each in alternating windows, garbage collector off: ``reps`` calls, or
     more where one call is short, until each side has run about ``min_ms`` (at most
     MAX_REPS calls; a millisecond batchnorm is as noisy as its memory bus, and 3 samples
@@ -441,19 +442,28 @@ def time_pair(ours, theirs, reps, warmup, min_ms=0.0):
                     t0 = time.perf_counter()
                     fn()
                     samples[key].append((time.perf_counter() - t0) * 1e3)
-                faults[key] += minor_faults() - before
-    return {k: (min(v), median(v), len(v), faults[k] / len(v)) for k, v in samples.items()}
+                if before is not None:
+                    faults[key] += minor_faults() - before
+    return {k: (min(v), median(v), len(v), None if minor_faults() is None
+                else faults[k] / len(v)) for k, v in samples.items()}
 
 
-def minor_faults() -> int:
-    """This process's minor page faults so far (getrusage; 0 where it is missing). A
-    fresh mapping of an allocation faults one per 4 KiB page it touches: a side that
-    allocates its output or scratch per call pays for that inside its time."""
+def minor_faults() -> int | None:
+    """This process's minor page faults so far, every thread's (getrusage RUSAGE_SELF's
+    ru_minflt); None where there is no ``resource`` module (not POSIX). A fresh mapping
+    of an allocation faults once per page it touches (4 KiB; once per 2 MiB where
+    transparent huge pages back it): a side that allocates its output or scratch per call
+    pays for that inside its time."""
     try:
         import resource
     except ImportError:
-        return 0
+        return None
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def faults_text(ours, torch) -> str:
+    """The faults/call column: ours/torch, "-" where they were not counted."""
+    return "-" if ours is None else f"{ours:.0f}/{torch:.0f}"
 
 
 def anchors(torch, n=ANCHOR_GEMM_N, reps=5):
@@ -675,7 +685,7 @@ def run(args):
                                 f(row["ours_ms"]), f(row["torch_ms"]), f(row["ratio"]),
                                 f(row["median_ratio"]), row["rate_text"], f(row["pct"], 1),
                                 f"{err:.1e}", row["algorithm"][:40], row["calls"],
-                                f"{row['faults']:.0f}/{row['torch_faults']:.0f}"])
+                                faults_text(row["faults"], row["torch_faults"])])
                 print("  " + "  ".join(str(c) for c in printed[-1]), flush=True)
         # the anchors again at the end, the best of both kept: the figures are maxima the
         # machine reached, and load from other processes varies over a run

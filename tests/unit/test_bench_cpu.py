@@ -168,7 +168,7 @@ def test_min_ms_must_be_a_finite_number_of_ms(bad):
         bc.parse_args(["--min-ms", bad])
 
 
-@pytest.mark.skipif(bc.minor_faults() == 0, reason="getrusage's minor faults are not counted here")
+@pytest.mark.skipif(bc.minor_faults() is None, reason="no getrusage (resource) here")
 def test_faults_per_call_count_the_pages_a_side_maps_fresh_each_call():
     import mmap
     pages = 256
@@ -186,3 +186,21 @@ def test_faults_per_call_count_the_pages_a_side_maps_fresh_each_call():
     t = bc.time_pair(fresh, reused, 4, warmup=1, min_ms=0)
     assert pages <= t["ours"][3] < pages + 32
     assert t["torch"][3] < 8
+
+
+def test_without_getrusage_faults_are_none_not_zero(monkeypatch):
+    # no resource module (not POSIX): "not counted", never a count of 0
+    import builtins
+    real_import = builtins.__import__
+
+    def no_resource(name, *args, **kw):
+        if name == "resource":
+            raise ImportError(name)
+        return real_import(name, *args, **kw)
+    monkeypatch.setattr(builtins, "__import__", no_resource)
+    assert bc.minor_faults() is None
+    t = bc.time_pair(lambda: None, lambda: None, 3, warmup=1, min_ms=0)
+    assert t["ours"][3] is None and t["torch"][3] is None
+    assert t["ours"][2] == 3
+    assert bc.faults_text(None, None) == "-"
+    assert bc.faults_text(256.4, 3.0) == "256/3"
