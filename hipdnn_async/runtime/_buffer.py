@@ -218,9 +218,26 @@ class DeviceArray:
             await queue.synchronize()
         return np.array(self.view, order="C", copy=True)
 
+    def __reduce__(self):
+        """Pickle (and ``copy.copy`` / ``copy.deepcopy``) as a new array of the same dims,
+        strides, dtype and device spec holding the values, once the work already submitted
+        to the owning device's streams is done. The copy waits for no stream (a process
+        that unpickles it has none of the original's). Field by field, the strided view and
+        the allocation under it would come back as two unrelated copies, and the weak
+        reference to the owning streams does not pickle at all."""
+        self._wait_blocking()
+        return (_rebuild, (self.dims, self.dtype, self.strides, self.device, self._flat))
+
     def __array__(self, dtype=None, copy=None):
         return self.view if dtype is None else self.view.astype(dtype)
 
     def __repr__(self) -> str:
         return (f"DeviceArray(dims={self.dims}, strides={self.strides}, "
                 f"dtype={self.dtype.name}, device={self.device!r})")
+
+
+def _rebuild(dims, dtype, strides, device, flat) -> DeviceArray:
+    """``DeviceArray.__reduce__``'s constructor: a new array holding ``flat``'s elements."""
+    out = DeviceArray(dims, dtype, strides, device)
+    out._flat[...] = flat
+    return out

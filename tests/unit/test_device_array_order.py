@@ -4,6 +4,7 @@ submitted, unfinished conv before; docstring-audit report). A gate on the plan's
 holds the work back, so the order is checked without timing luck."""
 from __future__ import annotations
 
+import pickle
 import threading
 
 import anyio
@@ -84,6 +85,28 @@ def test_copy_from_and_to_numpy_sync_wait_for_submitted_work():
         # the execution read x before the overwrite, and to_numpy_sync sees its result
         assert_close(ya.to_numpy_sync(), ref, *reduction_tol("conv_fprop", "float32", C * 9))
         np.testing.assert_array_equal(xd.to_numpy_sync(), np.zeros(x.dims, np.float32))
+
+
+def test_pickling_waits_for_submitted_work():
+    # a DeviceArray pickled (for another process) holds the values of the work already
+    # submitted to write it, as to_numpy_sync does
+    with hd.Device("cpu", streams=2) as dev:
+        plan, x, w, y, xa, wa, ref = _conv(dev)
+        ya = dev.empty(y.dims, "float32")
+        ya.copy_from(np.zeros(y.dims, np.float32))
+        gate = _gate(dev)
+        handle = plan.submit({x: xa, w: wa, y: ya}, stream=0)
+        out = []
+        t = threading.Thread(target=lambda: out.append(pickle.dumps(ya)))
+        t.start()
+        t.join(0.05)
+        early = list(out)
+        gate.set()
+        t.join(10)
+        assert early == [] and len(out) == 1
+        handle.result(10)
+        assert_close(pickle.loads(out[0]).to_numpy_sync(), ref,
+                     *reduction_tol("conv_fprop", "float32", C * 9))
 
 
 def test_to_numpy_sync_in_a_done_callback_reads_the_result():
