@@ -199,10 +199,13 @@ class Buffers:
 
 
 def aligned_copy(a, dtype):
-    """A C-contiguous copy of ``a`` in ``dtype`` starting on a 64-byte boundary (as a
-    ``Device.empty`` array, or a torch tensor, does)."""
+    """A C-contiguous copy of ``a`` in ``dtype`` in ``Device.empty``'s memory: on a 64-byte
+    boundary (as a torch tensor is too), and from 2 MiB up on huge pages where the kernel
+    gives them (``runtime._buffer.aligned_empty``; PyTorch's allocator does so only with
+    ``THP_MEM_ALLOC_ENABLE=1``, which this benchmark does not set)."""
     from hipdnn_async.runtime._buffer import aligned_empty
-    out = aligned_empty(a.size * np.dtype(dtype).itemsize).view(dtype).reshape(a.shape)
+    out = aligned_empty(a.size * np.dtype(dtype).itemsize,
+                        huge_pages=True).view(dtype).reshape(a.shape)
     out[...] = a
     return out
 

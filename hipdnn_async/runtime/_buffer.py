@@ -19,7 +19,7 @@ HUGE_PAGE = 2 << 20     # bytes: x86-64's transparent huge page (PMD) size
 _MADV_HUGEPAGE = getattr(mmap, "MADV_HUGEPAGE", None)     # Linux only
 
 
-def aligned_empty(nbytes: int) -> np.ndarray:
+def aligned_empty(nbytes: int, *, huge_pages: bool = False) -> np.ndarray:
     """Return a writable, uninitialised 1-D uint8 array of ``nbytes`` bytes starting at a
     multiple of ``ALIGN`` bytes.
 
@@ -27,8 +27,9 @@ def aligned_empty(nbytes: int) -> np.ndarray:
     one off a boundary spans two cache lines (a 1x1 convolution on NHWC memory took 1.08x
     the time, the fp32 7x7/2 stem's weight gradient with its scratchpad so placed 1.09x).
 
-    From ``HUGE_PAGE`` bytes up (on Linux) the array is its own anonymous mapping, starting
-    on a ``HUGE_PAGE`` boundary, and its whole 2 MiB extents are advised
+    With ``huge_pages`` (``DeviceArray`` memory), from ``HUGE_PAGE`` bytes up (on Linux)
+    the array is its own anonymous mapping, starting on a ``HUGE_PAGE`` boundary, and its
+    whole 2 MiB extents are advised
     ``MADV_HUGEPAGE``: with the kernel's transparent huge pages in ``madvise`` or
     ``always`` mode they are then backed by 2 MiB pages, one TLB entry each instead of
     512. Measured here (2-core AVX-512 CPU, THP ``madvise``, one process, against the
@@ -37,12 +38,20 @@ def aligned_empty(nbytes: int) -> np.ndarray:
     whole extent is not advised, so in ``madvise`` mode it keeps 4 KiB pages and no more
     memory is touched than ``nbytes`` (in ``always`` mode the kernel may back it, as any
     memory, by a huge page). The mapping is unmapped when the last view of the array goes.
+    The workspace pool (``runtime._host_pool``) keeps its blocks on the heap: in whole
+    benchmark runs (``bench/bench_cpu.py --batch 32``) with its blocks on huge pages,
+    bfloat16 NCHW 3x3 convolutions, whose blocked copies live in the workspace, took
+    1.04-1.13x PyTorch's time in each of three runs, against 1.00-1.03x with heap blocks
+    and the same code otherwise (cause not found; one case at a time, it did not show).
 
     Parameters
     ----------
     nbytes : int
         Size in bytes, >= 0; any integer type (``operator.index``: NumPy integers too,
         converted before any arithmetic, so a ``np.uint32`` cannot wrap around).
+    huge_pages : bool, optional
+        Map ``HUGE_PAGE`` bytes and more on their own, advised huge (default False: the
+        NumPy heap at every size).
 
     Returns
     -------
@@ -62,7 +71,7 @@ def aligned_empty(nbytes: int) -> np.ndarray:
     nbytes = operator.index(nbytes)
     if nbytes < 0:
         raise ValueError(f"aligned_empty: nbytes must be >= 0; got {nbytes}")
-    if _MADV_HUGEPAGE is not None and nbytes >= HUGE_PAGE:
+    if huge_pages and _MADV_HUGEPAGE is not None and nbytes >= HUGE_PAGE:
         return _huge_empty(nbytes)
     raw = np.empty(nbytes + ALIGN, np.uint8)
     off = -raw.__array_interface__["data"][0] % ALIGN
@@ -118,7 +127,8 @@ class DeviceArray:
     """An array owned by a device, in logical dims (N, C, [D,] H, W) with element strides.
 
     The CPU device's array (``Device.empty`` / ``Device.asarray`` make it): host memory
-    starting on a 64-byte boundary (``ALIGN``), with ``dims``, ``strides`` (elements),
+    starting on a 64-byte boundary (``ALIGN``), from 2 MiB up on transparent huge pages
+    where the kernel gives them (``aligned_empty``), with ``dims``, ``strides`` (elements),
     ``dtype``, ``device``, ``nbytes`` and
     ``view``, a NumPy view in logical shape over that memory (read or written at once).
     ``copy_from`` and ``to_numpy`` wait for the work already submitted to the owning
@@ -154,7 +164,8 @@ class DeviceArray:
         self.device = device
         extent = element_extent(self.dims, self.strides)
         # from an ALIGN-byte boundary, as torch's allocator places its tensors
-        self._flat = aligned_empty(max(extent, 1) * self.dtype.itemsize).view(self.dtype)
+        self._flat = aligned_empty(max(extent, 1) * self.dtype.itemsize,
+                                   huge_pages=True).view(self.dtype)
         if fill is not None:
             self._flat[...] = fill
         self.view = as_strided(self._flat, self.dims,

@@ -48,7 +48,7 @@ def _mapping(addr):
 @linux
 @pytest.mark.parametrize("nbytes", [HUGE_PAGE, 5 * HUGE_PAGE // 2, 3 * HUGE_PAGE + 64])
 def test_large_arrays_start_on_a_huge_page_and_their_whole_extents_are_advised(nbytes):
-    a = aligned_empty(nbytes)
+    a = aligned_empty(nbytes, huge_pages=True)
     addr = a.ctypes.data
     assert addr % HUGE_PAGE == 0 and a.nbytes == nbytes and a.flags.writeable
     a[:] = 3
@@ -66,14 +66,14 @@ def test_large_arrays_start_on_a_huge_page_and_their_whole_extents_are_advised(n
 
 @linux
 def test_small_arrays_stay_on_the_numpy_heap_on_64_byte_boundaries():
-    a = aligned_empty(HUGE_PAGE - 1)
+    a = aligned_empty(HUGE_PAGE - 1, huge_pages=True)
     assert a.ctypes.data % 64 == 0 and a.nbytes == HUGE_PAGE - 1
     assert type(a.base) is np.ndarray and a.base.flags.owndata
 
 
 @linux
 def test_the_mapping_goes_with_the_last_view():
-    a = aligned_empty(2 * HUGE_PAGE)
+    a = aligned_empty(2 * HUGE_PAGE, huge_pages=True)
     addr = a.ctypes.data
     view = a[HUGE_PAGE:].view(np.float32)[5:]
     del a
@@ -93,7 +93,7 @@ def test_a_mapping_the_address_space_refuses_is_a_memory_error():
         limit = 1 << 33
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
         try:
-            aligned_empty({1 << 34})
+            aligned_empty({1 << 34}, huge_pages=True)
         except MemoryError as exc:
             print("MemoryError", exc)
         """)
@@ -106,7 +106,7 @@ def test_a_mapping_the_address_space_refuses_is_a_memory_error():
 def test_without_madvise_the_heap_path_serves_every_size(monkeypatch):
     # another platform (no mmap.MADV_HUGEPAGE): 64-byte boundaries as before
     monkeypatch.setattr(_buffer, "_MADV_HUGEPAGE", None)
-    a = aligned_empty(3 * HUGE_PAGE)
+    a = aligned_empty(3 * HUGE_PAGE, huge_pages=True)
     assert a.ctypes.data % 64 == 0 and a.nbytes == 3 * HUGE_PAGE
     assert type(a.base) is np.ndarray and a.base.flags.owndata
 
@@ -118,7 +118,7 @@ def test_numpy_integer_sizes_are_taken_without_wrapping(nbytes):
     # np.uint32 + HUGE_PAGE wraps around in uint32 (NEP 50): the mapping was then smaller
     # than the array claimed; the size is made a Python int first
     want = int(nbytes)
-    a = aligned_empty(nbytes)
+    a = aligned_empty(nbytes, huge_pages=True)
     assert a.shape == (want,) and a.dtype == np.uint8 and a.ctypes.data % 64 == 0
     a[-1] = 9                                       # the last byte is ours
     assert a[-1] == 9
@@ -128,10 +128,42 @@ def test_numpy_integer_sizes_are_taken_without_wrapping(nbytes):
 def test_a_negative_size_is_a_value_error(nbytes):
     # -1 used to give an empty array (a slice of the 64-byte slack) instead of an error
     with pytest.raises(ValueError, match=f"nbytes must be >= 0; got {nbytes}"):
-        aligned_empty(nbytes)
+        aligned_empty(nbytes, huge_pages=True)
 
 
 @pytest.mark.parametrize("nbytes", [2.5 * HUGE_PAGE, 64.0])
 def test_a_float_size_is_a_type_error(nbytes):
     with pytest.raises(TypeError):
         aligned_empty(nbytes)
+
+
+@linux
+def test_without_huge_pages_large_arrays_stay_on_the_heap_and_pool_blocks_too():
+    from hipdnn_async.runtime import _host_pool as pool
+    a = aligned_empty(3 * HUGE_PAGE)
+    assert a.ctypes.data % 64 == 0 and type(a.base) is np.ndarray and a.base.flags.owndata
+    pool.release_pooled()
+    try:
+        block = pool.take(3 * HUGE_PAGE)
+        # the block's memory is a NumPy heap allocation, not a mapping of its own
+        lo, hi, _ = _mapping(block.ctypes.data)
+        assert not (lo == block.ctypes.data and hi - lo == 3 * HUGE_PAGE)
+        assert block.ctypes.data % 64 == 0
+    finally:
+        del block
+        pool.release_pooled()
+
+
+@linux
+def test_device_arrays_of_2_mib_and_more_are_huge_page_mappings():
+    import hipdnn_async as hd
+    with hd.Device("cpu") as dev:
+        big = dev.empty((2, 64, 64, 64), dtype=np.float32)          # 2 MiB exactly
+        small = dev.empty((2, 64, 64, 63), dtype=np.float32)
+        addr = big.view.ctypes.data
+        assert addr % HUGE_PAGE == 0
+        lo, hi, fields = _mapping(addr)
+        assert (lo, hi - lo) == (addr, HUGE_PAGE)
+        if _thp_mode() in ("madvise", "always"):
+            assert fields.get("THPeligible") == "1"
+        assert small.view.ctypes.data % 64 == 0
