@@ -17,9 +17,9 @@ class HostBlock:
     def nbytes(self) -> int:
         """Bytes exported (the request's size, at most the block's)."""
 
-def aligned_empty(nbytes: int) -> np.ndarray:
+def aligned_empty(nbytes: int, *, huge_pages: bool = False) -> np.ndarray:
     """``runtime._buffer.aligned_empty``: ``nbytes`` at a multiple of ``ALIGN`` bytes,
-    not pooled (MemoryError)."""
+    not pooled; the pool calls it without ``huge_pages`` (MemoryError)."""
 
 def take(nbytes: int) -> np.ndarray:
     """A writable uint8 array of ``nbytes`` (reused block or new; where a new one fails,
