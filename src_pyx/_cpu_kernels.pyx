@@ -49,6 +49,7 @@ __all__ = [
     "bias_act",
     "bias_relu",
     "bias_relu_isa",
+    "convert",
     "BIAS_RELU_KINDS",
     "relu_backward",
     "bn_backward_reduce",
@@ -316,6 +317,8 @@ cdef extern from "_relu_rows.h" nogil:
     int hd_relu_avx512()
     uint32_t hd_bits(float f)
     float hd_flt(uint32_t u)
+    void hd_cvt_row(int isa, int xk, int ok, const void* x, Py_ssize_t xs, void* o,
+                    Py_ssize_t os, Py_ssize_t n)
     float hd_widen_bf16(uint16_t h)
     float hd_widen_f16(uint16_t h)
     uint16_t hd_narrow_bf16(float v)
@@ -344,13 +347,31 @@ def bias_relu_isa() -> str:
     return "avx512" if hd_relu_avx512() else "baseline"
 
 
-cdef void _run(char* xp, char* op, const float* bp, int na, const Py_ssize_t* dim,
-               const Py_ssize_t* xst, const Py_ssize_t* ost, const Py_ssize_t* bst,
-               const _Clip* c, int isa, int xk, int ok) noexcept nogil:
+ctypedef struct _Walk:
+    # one pass over two arrays of equal dims (``_axes``): bias_relu's rows or convert's
+    char* xp
+    char* op
+    const float* bp
+    int na, isa, xk, ok
+    bint convert            # hd_cvt_row (exact conversion) instead of the RELU_FWD rows
+    Py_ssize_t* dim
+    Py_ssize_t* xst
+    Py_ssize_t* ost
+    Py_ssize_t* bst
+    const _Clip* c
+
+
+cdef void _run(const _Walk* w, char* xp, char* op, const float* bp,
+               const Py_ssize_t* dim) noexcept nogil:
     """Walk the axes: axis 0 is the inner run, axis 1 the rows of a 2-D block, the rest an
-    odometer. Strides ``xst``/``ost`` are in bytes, ``bst`` in bias elements (0 or 1)."""
+    odometer. Strides ``w.xst``/``w.ost`` are in bytes, ``w.bst`` in bias elements (0 or 1)."""
     cdef Py_ssize_t idx[_MAX_AXES]
-    cdef Py_ssize_t xs0 = xst[0] // _ITEMSIZE[xk], os0 = ost[0] // _ITEMSIZE[ok]
+    cdef int na = w.na
+    cdef const Py_ssize_t* xst = w.xst
+    cdef const Py_ssize_t* ost = w.ost
+    cdef const Py_ssize_t* bst = w.bst
+    cdef const _Clip* c = w.c
+    cdef Py_ssize_t xs0 = xst[0] // _ITEMSIZE[w.xk], os0 = ost[0] // _ITEMSIZE[w.ok]
     cdef Py_ssize_t nj = dim[1] if na > 1 else 1
     cdef Py_ssize_t xsj = xst[1] if na > 1 else 0
     cdef Py_ssize_t osj = ost[1] if na > 1 else 0
@@ -361,13 +382,15 @@ cdef void _run(char* xp, char* op, const float* bp, int na, const Py_ssize_t* di
         idx[k] = 0
     while True:
         for j in range(nj):
-            if c.bits16:
-                hd_relu_row16(isa, <const uint16_t*>(xp + j * xsj), xs0,
+            if w.convert:
+                hd_cvt_row(w.isa, w.xk, w.ok, xp + j * xsj, xs0, op + j * osj, os0, dim[0])
+            elif c.bits16:
+                hd_relu_row16(w.isa, <const uint16_t*>(xp + j * xsj), xs0,
                               <uint16_t*>(op + j * osj), os0, dim[0], <int16_t>c.klo,
                               <int16_t>c.khi, <int16_t>c.inf16, <int16_t>c.lo16,
                               <int16_t>c.hi16)
             else:
-                hd_relu_row(isa, xk, ok, xp + j * xsj, xs0, op + j * osj, os0, dim[0],
+                hd_relu_row(w.isa, w.xk, w.ok, xp + j * xsj, xs0, op + j * osj, os0, dim[0],
                             (bp + j * bsj) if bp != NULL else NULL, bst[0], c.lo, c.hi)
         k = 2
         while k < na:
@@ -388,36 +411,77 @@ cdef void _run(char* xp, char* op, const float* bp, int na, const Py_ssize_t* di
             return
 
 
-ctypedef struct _ReluJob:
-    char* xp
-    char* op
-    const float* bp
-    int na, isa, xk, ok
-    Py_ssize_t* dim
-    Py_ssize_t* xst
-    Py_ssize_t* ost
-    Py_ssize_t* bst
-    const _Clip* c
-
-
-cdef void _relu_share(void* data, int ithr, int nthr) noexcept nogil:
+cdef void _share(void* data, int ithr, int nthr) noexcept nogil:
     """Thread ithr of nthr: its share [n ithr / nthr, n (ithr + 1) / nthr) of the outermost
     axis (``_run``'s last), every element of it once."""
-    cdef _ReluJob* j = <_ReluJob*>data
+    cdef _Walk* w = <_Walk*>data
     cdef Py_ssize_t dim[_MAX_AXES]
-    cdef int k, a = j.na - 1
-    cdef Py_ssize_t n = j.dim[a], i0 = n * ithr // nthr, i1 = n * (ithr + 1) // nthr
-    cdef Py_ssize_t step
+    cdef int k, a = w.na - 1
+    cdef Py_ssize_t n = w.dim[a], i0 = n * ithr // nthr, i1 = n * (ithr + 1) // nthr
     if i1 <= i0:
         return
-    for k in range(j.na):
-        dim[k] = j.dim[k]
+    for k in range(w.na):
+        dim[k] = w.dim[k]
     dim[a] = i1 - i0
     # axis 0 is the inner run: its strides are in bytes too (_run divides them)
-    step = j.bst[a] * i0
-    _run(j.xp + j.xst[a] * i0, j.op + j.ost[a] * i0,
-         (j.bp + step) if j.bp != NULL else NULL, j.na, dim, j.xst, j.ost, j.bst, j.c,
-         j.isa, j.xk, j.ok)
+    _run(w, w.xp + w.xst[a] * i0, w.op + w.ost[a] * i0,
+         (w.bp + w.bst[a] * i0) if w.bp != NULL else NULL, dim)
+
+
+cdef int _axes(cnp.ndarray x, cnp.ndarray out, bint bias, Py_ssize_t* dim, Py_ssize_t* xst,
+               Py_ssize_t* ost, Py_ssize_t* bst) noexcept:
+    """The walk of ``x`` and ``out`` (equal dims, size > 0, rank <= _MAX_AXES) for ``_run``:
+    the axes of extent > 1 (an extent-1 channel axis leaves one bias value for all), ordered
+    by output stride, innermost first, an axis merged into the one inside it where both
+    tensors step through them as one (never the channel axis of a ``bias``). Fills ``dim``
+    and the byte strides ``xst``, ``ost`` (``bst``: 1 on the channel axis with a bias, else
+    0); returns the number of axes (>= 1)."""
+    cdef int nd = x.ndim, na = 0, a, k, best
+    for a in range(nd):
+        if x.shape[a] == 1:
+            continue
+        dim[na] = x.shape[a]
+        xst[na] = x.strides[a]
+        ost[na] = out.strides[a]
+        bst[na] = 1 if (a == 1 and bias) else 0
+        na += 1
+    if na == 0:
+        dim[0] = 1
+        xst[0] = ost[0] = bst[0] = 0
+        return 1
+    # Order by output stride (selection sort: few axes), innermost first.
+    for a in range(na):
+        best = a
+        for k in range(a + 1, na):
+            if abs(ost[k]) < abs(ost[best]) or (abs(ost[k]) == abs(ost[best])
+                                                and abs(xst[k]) < abs(xst[best])):
+                best = k
+        if best != a:
+            dim[a], dim[best] = dim[best], dim[a]
+            xst[a], xst[best] = xst[best], xst[a]
+            ost[a], ost[best] = ost[best], ost[a]
+            bst[a], bst[best] = bst[best], bst[a]
+    # Merge an axis into the one inside it when both tensors step through them as one.
+    a = 0
+    while a + 1 < na:
+        if (bst[a] == 0 and bst[a + 1] == 0 and xst[a + 1] == xst[a] * dim[a]
+                and ost[a + 1] == ost[a] * dim[a]):
+            dim[a] *= dim[a + 1]
+            for k in range(a + 1, na - 1):
+                dim[k], xst[k], ost[k], bst[k] = dim[k + 1], xst[k + 1], ost[k + 1], bst[k + 1]
+            na -= 1
+        else:
+            a += 1
+    return na
+
+
+cdef void _go(_Walk* w, bint team) noexcept:
+    """Run walk ``w`` on this thread, or split among oneDNN's OpenMP team (``team``)."""
+    with nogil:
+        if team:
+            run_on_team(_share, w)
+        else:
+            _run(w, w.xp, w.op, w.bp, w.dim)
 
 
 cdef float _f32_odd(double d) noexcept:
@@ -491,62 +555,16 @@ def bias_relu(cnp.ndarray x, int x_kind, cnp.ndarray out, int out_kind, const fl
     cdef Py_ssize_t xst[_MAX_AXES]
     cdef Py_ssize_t ost[_MAX_AXES]
     cdef Py_ssize_t bst[_MAX_AXES]
-    cdef int nd = x.ndim, na = 0, a, k, best
-    cdef Py_ssize_t t
     cdef _Clip c
+    cdef _Walk w
     cdef const float* bp = NULL
-    cdef char* xp = <char*>cnp.PyArray_DATA(x)
-    cdef char* op = <char*>cnp.PyArray_DATA(out)
-    if nd < 2 or out.ndim != nd or nd > _MAX_AXES:
-        raise ValueError(f"bias_relu: need x and out of equal rank 2..{_MAX_AXES}; got "
-                         f"{x.ndim}, {out.ndim}")
-    for a in range(nd):
-        if x.shape[a] != out.shape[a]:
-            raise ValueError("bias_relu: x and out shapes differ")
-    if not (0 <= x_kind <= 2 and 0 <= out_kind <= 2):
-        raise ValueError(f"bias_relu: element kinds {x_kind}, {out_kind}; need 0, 1 or 2")
+    _check_pair("bias_relu", x, x_kind, out, out_kind)
     if bias is not None:
         if bias.shape[0] != x.shape[1]:
             raise ValueError(f"bias_relu: bias needs {x.shape[1]} values; got {bias.shape[0]}")
         bp = &bias[0] if bias.shape[0] else NULL
     if x.size == 0:
         return
-    # Axes of extent > 1 (an extent-1 channel axis leaves one bias value for all).
-    for a in range(nd):
-        if x.shape[a] == 1:
-            continue
-        dim[na] = x.shape[a]
-        xst[na] = x.strides[a]
-        ost[na] = out.strides[a]
-        bst[na] = 1 if (a == 1 and bp != NULL) else 0
-        na += 1
-    if na == 0:
-        dim[0] = 1
-        xst[0] = ost[0] = bst[0] = 0
-        na = 1
-    # Order by output stride (selection sort: few axes), innermost first.
-    for a in range(na):
-        best = a
-        for k in range(a + 1, na):
-            if abs(ost[k]) < abs(ost[best]) or (abs(ost[k]) == abs(ost[best])
-                                                and abs(xst[k]) < abs(xst[best])):
-                best = k
-        if best != a:
-            dim[a], dim[best] = dim[best], dim[a]
-            xst[a], xst[best] = xst[best], xst[a]
-            ost[a], ost[best] = ost[best], ost[a]
-            bst[a], bst[best] = bst[best], bst[a]
-    # Merge an axis into the one inside it when both tensors step through them as one.
-    a = 0
-    while a + 1 < na:
-        if (bst[a] == 0 and bst[a + 1] == 0 and xst[a + 1] == xst[a] * dim[a]
-                and ost[a + 1] == ost[a] * dim[a]):
-            dim[a] *= dim[a + 1]
-            for k in range(a + 1, na - 1):
-                dim[k], xst[k], ost[k], bst[k] = dim[k + 1], xst[k + 1], ost[k + 1], bst[k + 1]
-            na -= 1
-        else:
-            a += 1
     c.lo = _rounded(lower, out_kind)
     c.hi = _rounded(upper, out_kind)
     c.bits16 = x_kind == out_kind and x_kind != 0 and bp == NULL
@@ -559,17 +577,77 @@ def bias_relu(cnp.ndarray x, int x_kind, cnp.ndarray out, int out_kind, const fl
         c.hi16 = _narrow_bits(c.hi, out_kind) & (0x7fff if c.hi == 0 else 0xffff)
         c.klo = _key(c.lo16)
         c.khi = _key(c.hi16)
-    cdef int isa = hd_relu_rows(baseline)
-    cdef _ReluJob job
-    if team and x.size >= _TEAM_MIN_ELEMENTS:
-        job.xp, job.op, job.bp, job.na, job.isa, job.xk, job.ok = (xp, op, bp, na, isa,
-                                                                   x_kind, out_kind)
-        job.dim, job.xst, job.ost, job.bst, job.c = dim, xst, ost, bst, &c
-        with nogil:
-            run_on_team(_relu_share, &job)
+    w.na = _axes(x, out, bp != NULL, dim, xst, ost, bst)
+    w.xp, w.op, w.bp = <char*>cnp.PyArray_DATA(x), <char*>cnp.PyArray_DATA(out), bp
+    w.isa, w.xk, w.ok, w.convert = hd_relu_rows(baseline), x_kind, out_kind, False
+    w.dim, w.xst, w.ost, w.bst, w.c = dim, xst, ost, bst, &c
+    _go(&w, team and x.size >= _TEAM_MIN_ELEMENTS)
+
+
+cdef int _check_pair(str where, cnp.ndarray x, int x_kind, cnp.ndarray out,
+                     int out_kind) except -1:
+    """ValueError unless ``x`` and ``out`` have equal dims of rank 2.._MAX_AXES (rank 1..
+    for ``convert``), kinds 0..2 matching their item sizes, and ``out`` is writable."""
+    cdef int a, nd = x.ndim, least = 1 if where == "convert" else 2
+    if nd < least or out.ndim != nd or nd > _MAX_AXES:
+        raise ValueError(f"{where}: need x and out of equal rank {least}..{_MAX_AXES}; got "
+                         f"{x.ndim}, {out.ndim}")
+    for a in range(nd):
+        if x.shape[a] != out.shape[a]:
+            raise ValueError(f"{where}: x and out shapes differ: {(<object>x).shape}, "
+                             f"{(<object>out).shape}")
+    if not (0 <= x_kind <= 2 and 0 <= out_kind <= 2):
+        raise ValueError(f"{where}: element kinds {x_kind}, {out_kind}; need 0, 1 or 2")
+    if x.itemsize != _ITEMSIZE[x_kind] or out.itemsize != _ITEMSIZE[out_kind]:
+        raise ValueError(f"{where}: item sizes {x.itemsize}, {out.itemsize} do not match "
+                         f"element kinds {x_kind}, {out_kind}")
+    if not out.flags.writeable:
+        raise ValueError(f"{where}: out is read-only")
+    return 0
+
+
+def convert(cnp.ndarray x, int x_kind, cnp.ndarray out, int out_kind, *,
+            bint baseline=False, bint team=False):
+    """out = x converted exactly to ``out``'s element type, one pass (NumPy's ``astype``).
+
+    Parameters
+    ----------
+    x, out : ndarray
+        Same dims, rank >= 1, any element strides (byte strides multiples of the item size,
+        aligned; negative ones too); ``out`` writable. ``out`` may be ``x`` itself (same
+        kind); any other overlap is the caller's to remove.
+    x_kind, out_kind : int
+        Element types, ``BIAS_RELU_KINDS``: 0 float32, 1 bfloat16, 2 float16 (16-bit
+        arrays may be viewed as uint16: only the bits are read).
+    baseline : bool
+        Run the rows built for the baseline ISA even where the AVX-512 ones run (same
+        bits; for tests comparing them).
+    team : bool
+        Split the outermost axis among the threads of oneDNN's OpenMP team
+        (``runtime._onednn.run_on_team``) where there are at least 65,536 elements.
+
+    Notes
+    -----
+    float16 and bfloat16 to float32 are exact (every value: -0.0, subnormals, +-inf; NaN
+    stays NaN with its payload). float32 (and float16 <-> bfloat16) to a 16-bit type rounds
+    to nearest-even (IEEE 754-2008 roundTiesToEven, as NumPy's ``astype``), overflow to
+    +-inf, NaN stays NaN (quiet: float16 0x7e00, bfloat16 the payload's top bits with the
+    quiet bit). The same kind in and out copies the bits. Raises ``ValueError`` for
+    unequal dims, a kind not 0..2 or not the array's item size, or a read-only ``out``.
+    """
+    cdef Py_ssize_t dim[_MAX_AXES]
+    cdef Py_ssize_t xst[_MAX_AXES]
+    cdef Py_ssize_t ost[_MAX_AXES]
+    cdef Py_ssize_t bst[_MAX_AXES]
+    cdef _Walk w
+    _check_pair("convert", x, x_kind, out, out_kind)
+    if x.size == 0:
         return
-    with nogil:
-        _run(xp, op, bp, na, dim, xst, ost, bst, &c, isa, x_kind, out_kind)
+    w.na = _axes(x, out, False, dim, xst, ost, bst)
+    w.xp, w.op, w.bp = <char*>cnp.PyArray_DATA(x), <char*>cnp.PyArray_DATA(out), NULL
+    w.isa, w.xk, w.ok, w.convert = hd_relu_rows(baseline), x_kind, out_kind, True
+    w.dim, w.xst, w.ost, w.bst, w.c = dim, xst, ost, bst, NULL
+    _go(&w, team and x.size >= _TEAM_MIN_ELEMENTS)
 
 
 # ----------------------------------------------------------------------------

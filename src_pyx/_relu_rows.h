@@ -1,6 +1,7 @@
 /* RELU_FWD rows of hipdnn_async.providers.cpu._kernels.bias_relu: o = clamp(x + b, lo, hi)
  * + 0.0 over one run of elements, float32 / bfloat16 / float16 in and out (16-bit elements
- * as raw bits), computed in float32 and rounded once to the output type.
+ * as raw bits), computed in float32 and rounded once to the output type; and the exact
+ * element-type conversion rows of ``convert`` (HD_CVT) on the same element helpers.
  *
  * Every row is plain scalar C written branch-free (masks, no jumps) so that the compiler
  * vectorises it, and it is compiled twice: for the baseline ISA of the build (SSE2 on
@@ -203,6 +204,51 @@ HD_ROWS(base, )
 HD_ROWS(avx512, HD_AVX512)
 #endif
 
+/* Exact element-type conversion rows of hipdnn_async.providers.cpu._kernels.convert: o = x
+ * rounded once to the output type (float16 / bfloat16 -> float32 exact; float32 -> 16-bit
+ * round to nearest-even, overflow to inf, NaN kept NaN; the same type: the bits copied).
+ * Unit strides get their own loop so that the compiler vectorises it. */
+#define HD_CVT(ISA, ATTR, SK, DK)                                                          \
+    ATTR static void hd_cvt_##SK##_##DK##_##ISA(const void* xv, ptrdiff_t xs, void* ov,   \
+                                                ptrdiff_t os, ptrdiff_t n) {              \
+        const HD_TYPE_##SK* x = (const HD_TYPE_##SK*)xv;                                   \
+        HD_TYPE_##DK* o = (HD_TYPE_##DK*)ov;                                               \
+        ptrdiff_t i;                                                                       \
+        if (xs == 1 && os == 1)                                                            \
+            for (i = 0; i < n; i++) o[i] = HD_STORE_##DK(HD_LOAD_##SK(x[i]));              \
+        else                                                                               \
+            for (i = 0; i < n; i++) o[i * os] = HD_STORE_##DK(HD_LOAD_##SK(x[i * xs]));    \
+    }
+
+/* The same type: a copy of the bits (a float32 NaN's payload and signalling bit kept). */
+#define HD_COPY(ISA, ATTR, BITS)                                                           \
+    ATTR static void hd_copy##BITS##_##ISA(const void* xv, ptrdiff_t xs, void* ov,        \
+                                           ptrdiff_t os, ptrdiff_t n) {                   \
+        const uint##BITS##_t* x = (const uint##BITS##_t*)xv;                               \
+        uint##BITS##_t* o = (uint##BITS##_t*)ov;                                           \
+        ptrdiff_t i;                                                                       \
+        if (xs == 1 && os == 1)                                                            \
+            memmove(o, x, (size_t)n * sizeof(*o));                                         \
+        else                                                                               \
+            for (i = 0; i < n; i++) o[i * os] = x[i * xs];                                 \
+    }
+
+typedef void (*hd_cvt_fn)(const void* x, ptrdiff_t xs, void* o, ptrdiff_t os, ptrdiff_t n);
+
+#define HD_CVTS(ISA, ATTR)                                                                 \
+    HD_CVT(ISA, ATTR, f32, bf16) HD_CVT(ISA, ATTR, f32, f16) HD_CVT(ISA, ATTR, bf16, f32) \
+    HD_CVT(ISA, ATTR, bf16, f16) HD_CVT(ISA, ATTR, f16, f32) HD_CVT(ISA, ATTR, f16, bf16) \
+    HD_COPY(ISA, ATTR, 32) HD_COPY(ISA, ATTR, 16)                                          \
+    static const hd_cvt_fn hd_cvts_##ISA[3][3] = {                                         \
+        {hd_copy32_##ISA, hd_cvt_f32_bf16_##ISA, hd_cvt_f32_f16_##ISA},                    \
+        {hd_cvt_bf16_f32_##ISA, hd_copy16_##ISA, hd_cvt_bf16_f16_##ISA},                   \
+        {hd_cvt_f16_f32_##ISA, hd_cvt_f16_bf16_##ISA, hd_copy16_##ISA}};
+
+HD_CVTS(base, )
+#if HD_RELU_X86
+HD_CVTS(avx512, HD_AVX512)
+#endif
+
 /* 1 where the AVX-512 rows run here (the CPU has avx512f and avx512bw and the OS saves
  * their registers: libgcc's / compiler-rt's feature check reads XCR0), else 0. */
 static int hd_relu_avx512(void) {
@@ -242,6 +288,19 @@ static void hd_relu_row(int isa, int xk, int ok, const void* x, ptrdiff_t xs, vo
 #endif
     (void)isa;
     hd_rows_base[xk][ok](x, xs, o, os, n, bv, bs, lo, hi);
+}
+
+/* Run one conversion row of element kinds xk -> ok from the rows ``isa`` names. */
+static void hd_cvt_row(int isa, int xk, int ok, const void* x, ptrdiff_t xs, void* o,
+                       ptrdiff_t os, ptrdiff_t n) {
+#if HD_RELU_X86
+    if (isa) {
+        hd_cvts_avx512[xk][ok](x, xs, o, os, n);
+        return;
+    }
+#endif
+    (void)isa;
+    hd_cvts_base[xk][ok](x, xs, o, os, n);
 }
 
 /* Run one row of the 16-bit same-type path (hd_row16_fn's arguments). */

@@ -44,6 +44,15 @@ def bias_relu(x: np.ndarray, x_kind: int, out: np.ndarray, out_kind: int,
     ``baseline``: the rows built for the baseline ISA even where AVX-512 ones run;
     ``team``: split among oneDNN's OpenMP threads (65,536 elements and more)."""
 
+def convert(x: np.ndarray, x_kind: int, out: np.ndarray, out_kind: int, *,
+            baseline: bool = False, team: bool = False) -> None:
+    """out = x converted exactly to ``out``'s element type (``BIAS_RELU_KINDS``), as NumPy's
+    ``astype``: 16-bit to float32 exact, float32 to 16-bit round to nearest-even (overflow
+    to inf, NaN kept NaN), the same kind copies the bits; any equal dims (rank >= 1) and
+    element strides; ``team``: split among oneDNN's OpenMP threads (65,536 elements and
+    more). ValueError for unequal dims, kinds not 0..2 or not the item sizes, read-only
+    ``out``."""
+
 def bias_relu_isa() -> str:
     """``"avx512"`` where ``bias_relu`` runs its AVX-512 rows (avx512f + avx512bw), else
     ``"baseline"``."""
