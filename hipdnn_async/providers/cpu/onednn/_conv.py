@@ -9,8 +9,9 @@ from ....patterns import Pattern, conv_roles
 from ....runtime import load_onednn
 from ... import _tuning
 from .. import _batchnorm
+from ...._layout import packed_strides
 from ._program import (ProgramSpec, any_md, channel_like, channels_last_md, compute_type,
-                       decline, dnnl, dnnl_type, is_native, packed_md, user_md)
+                       decline, dnnl, dnnl_type, is_native, memory_order, packed_md, user_md)
 
 __all__ = ["Conv", "clip_hooks", "clips_are_relu", "relu_post_ops", "relu_post_ops_exact",
            "BLOCKED"]
@@ -286,50 +287,70 @@ class Conv:
         activations are reordered in (inputs) and out (the output) around it."""
         roles = [self.roles.x, self.roles.w, self.roles.y] + ([self.bias_role] if self.bias_role else [])
         spec = ProgramSpec(roles, dry=dry)
+        t = self.match.tensors
         x = x_user = spec.array(self.roles.x, self.x_md)
         y = y_user = spec.array(self.roles.y, self.y_md)
         w_user = spec.array(self.roles.w, self.w_user)
+        # where the user's memory is float16 (HALF), the primitive's side of each array is
+        # a float32 copy packed in the user's order, converted in and out around the
+        # program (``ProgramSpec.converted``); reorders run float32 to float32 only
+        half = t[self.roles.x].data_type == DataType.HALF
+        x_src_md, y_src_md, w_src_md = self.x_md, self.y_md, self.w_user
+        if half:
+            x_src_md = packed_md(t[self.roles.x], dnnl.DATA_F32)
+            y_src_md = packed_md(t[self.roles.y], dnnl.DATA_F32)
+            w_src_md = self._w_f32()
         outputs = []
         if variant is not None:
             x_md, y_md = variant
-            # a side whose chosen layout is the user's memory runs on it (the stem's
-            # blocked kernels read a plain 3-channel x)
-            x = x_user if x_md.equals(self.x_md) else spec.scratch(x_md)
-            y = y_user if y_md.equals(self.y_md) else spec.scratch(y_md)
-            ins = {"fprop": ((self.x_md, x_md, x_user, x),),
-                   "dgrad": ((self.y_md, y_md, y_user, y),),
-                   "wgrad": ((self.x_md, x_md, x_user, x), (self.y_md, y_md, y_user, y))}
+            out_x, out_y = self.direction == "dgrad", self.direction == "fprop"
+            x_src = (spec.converted(self.roles.x, t[self.roles.x], x_src_md, output=out_x)
+                     if half else x_user)
+            y_src = (spec.converted(self.roles.y, t[self.roles.y], y_src_md, output=out_y)
+                     if half else y_user)
+            # a side whose chosen layout is the user's memory (or its float32 copy) runs on
+            # it (the stem's blocked kernels read a plain 3-channel x)
+            x = x_src if x_md.equals(x_src_md) else spec.scratch(x_md)
+            y = y_src if y_md.equals(y_src_md) else spec.scratch(y_md)
+            ins = {"fprop": ((x_src_md, x_md, x_src, x),),
+                   "dgrad": ((y_src_md, y_md, y_src, y),),
+                   "wgrad": ((x_src_md, x_md, x_src, x), (y_src_md, y_md, y_src, y))}
             for src_md, dst_md, src, dst in ins[self.direction]:
                 if dst != src:
                     spec.step(dnnl.reorder(src_md, dst_md), [(dnnl.ARG_SRC, src),
                                                              (dnnl.ARG_DST, dst)])
-            if self.direction == "fprop" and y != y_user:
-                outputs.append((y_md, self.y_md, y, y_user))
-            elif self.direction == "dgrad" and x != x_user:
-                outputs.append((x_md, self.x_md, x, x_user))
+            if out_y and y != y_src:
+                outputs.append((y_md, y_src_md, y, y_src))
+            elif out_x and x != x_src:
+                outputs.append((x_md, x_src_md, x, x_src))
         w_query = dnnl.QUERY_DIFF_WEIGHTS_MD if self.direction == "wgrad" else dnnl.QUERY_WEIGHTS_MD
         w_md = pd.md(w_query)
-        plain = w_md.equals(self.w_user)
+        plain = w_md.equals(w_src_md)
         if self.direction == "wgrad":
-            w = w_user if plain else spec.scratch(w_md)
+            w_src = (spec.converted(self.roles.w, t[self.roles.w], w_src_md, output=True)
+                     if half else w_user)
+            w = w_src if plain else spec.scratch(w_md)
             spec.step(pd, [(dnnl.ARG_SRC, x), (dnnl.ARG_DIFF_DST, y), (dnnl.ARG_DIFF_WEIGHTS, w)])
             if not plain:
-                spec.step(dnnl.reorder(w_md, self.w_user), [(dnnl.ARG_SRC, w),
-                                                            (dnnl.ARG_DST, w_user)])
+                spec.step(dnnl.reorder(w_md, w_src_md), [(dnnl.ARG_SRC, w),
+                                                         (dnnl.ARG_DST, w_src)])
         else:
-            if plain:
-                w = w_user
-            elif frozen_w is not None:
+            if frozen_w is not None:
                 spec.mems.append((w_md, dnnl.MEM_OWNED, frozen_w))
                 w = len(spec.mems) - 1
             else:
-                w = spec.scratch(w_md, "w")
-                spec.step(dnnl.reorder(self.w_user, w_md), [(dnnl.ARG_SRC, w_user),
-                                                            (dnnl.ARG_DST, w)])
+                w_src = (spec.converted(self.roles.w, t[self.roles.w], w_src_md)
+                         if half else w_user)
+                if plain:
+                    w = w_src
+                else:
+                    w = spec.scratch(w_md, "w")
+                    spec.step(dnnl.reorder(w_src_md, w_md), [(dnnl.ARG_SRC, w_src),
+                                                             (dnnl.ARG_DST, w)])
             if self.direction == "fprop":
                 args = [(dnnl.ARG_SRC, x), (dnnl.ARG_WEIGHTS, w), (dnnl.ARG_DST, y)]
                 if self.bias_role:
-                    bias = self.match.tensors[self.bias_role]
+                    bias = t[self.bias_role]
                     if bias.data_type == DataType.HALF:
                         b_user = spec.array(self.bias_role, channel_like(bias))
                         b = spec.scratch(self.bias_md)
@@ -346,6 +367,15 @@ class Conv:
         if dry:
             return spec.ws.size
         return spec.program(), spec
+
+    def _w_f32(self):
+        """The float32 copy of HALF weights: packed in the user's memory order, seen with
+        the primitive's dims (``w_dims``: (G, K/G, C/G, ...) for groups)."""
+        w = self.match.tensors[self.roles.w]
+        s = packed_strides(tuple(w.dims), memory_order(w))
+        g = len(self.w_dims) - len(w.dims)
+        strides = ((s[0] * self.w_dims[1],) if g else ()) + s
+        return dnnl.MemoryDesc(self.w_dims, dnnl.DATA_F32, strides=strides)
 
     def weights_layout(self, pd):
         """The blocked weights descriptor ``pd`` reads, or None where it reads the user's."""

@@ -6,7 +6,8 @@ import numpy as np
 
 from ..._base import ProviderPlan
 from ._conv import clip_hooks
-from ._program import ProgramSpec, dnnl
+from .._kernels import BIAS_RELU_KINDS, convert
+from ._program import ProgramSpec, converted_view, dnnl
 
 __all__ = ["OnednnPlan", "staged"]
 
@@ -23,7 +24,7 @@ class OnednnPlan(ProviderPlan):
         self.workspace_size = program.workspace_size
         self._conv, self._pd, self._variant = conv, pd, variant
         self._frozen = None
-        self._hooks = staged(spec, hooks) if spec.copy_in or spec.copy_out else hooks
+        self._hooks = staged(spec, hooks) if spec.host_copies else hooks
 
     def _arrays(self, buffers) -> tuple:
         return tuple(buffers[r] for r in self.roles)
@@ -88,7 +89,7 @@ class OnednnPlan(ProviderPlan):
         once.run((weights,), ws)
         program, spec = self._conv.program(self._pd, frozen_w=blocked, variant=self._variant)
         hooks = clip_hooks(self._conv, self._pd)
-        self._hooks = staged(spec, hooks) if spec.copy_in else hooks
+        self._hooks = staged(spec, hooks) if spec.host_copies else hooks
         self._frozen = (blocked, program)
         self.workspace_size = program.workspace_size
         return True
@@ -102,8 +103,13 @@ def quiet(fn):
 
 
 def staged(spec, hooks):
-    """``hooks`` with the per-channel copies of ``spec`` (``ProgramSpec.channel``) added:
-    inputs copied into the workspace first, outputs copied out before ``after`` runs."""
+    """``hooks`` with the per-channel copies (``ProgramSpec.channel``) and the float16 <->
+    float32 conversions (``ProgramSpec.converted``: ``_kernels.convert`` on oneDNN's OpenMP
+    team) of ``spec`` added: inputs copied / converted into the workspace first, outputs
+    copied / converted out before ``after`` runs (a RELU_FWD hook then sees the user's
+    output)."""
+    ins, outs = bool(spec.copy_in or spec.convert_in), bool(spec.copy_out or spec.convert_out)
+
     def staged(b, workspace):
         before, after = hooks(b, workspace) if hooks else (None, None)
 
@@ -112,6 +118,10 @@ def staged(spec, hooks):
                 off, nbytes = spec.offset("copy:" + role)
                 dst = workspace[off:off + nbytes].view(b[role].dtype)
                 dst[...] = b[role].reshape(-1)
+            for role in spec.convert_in:
+                src = b[role]
+                convert(src, _KINDS[src.dtype.itemsize], converted_view(workspace, spec, role),
+                        _F32, team=True)
             if before is not None:
                 before()
 
@@ -120,8 +130,16 @@ def staged(spec, hooks):
                 off, nbytes = spec.offset("copy:" + role)
                 out = b[role]
                 out[...] = workspace[off:off + nbytes].view(out.dtype).reshape(out.shape)
+            for role in spec.convert_out:
+                out = b[role]
+                convert(converted_view(workspace, spec, role), _F32, out,
+                        _KINDS[out.dtype.itemsize], team=True)
             if after is not None:
                 after()
-        return (copy_in if spec.copy_in or before else None,
-                copy_out if spec.copy_out or after else None)
+        return (copy_in if ins or before else None, copy_out if outs or after else None)
     return staged
+
+
+# ``ProgramSpec.converted`` arrays: the user's HALF (2-byte) elements, float32 copies
+_KINDS = {2: BIAS_RELU_KINDS["float16"]}
+_F32 = BIAS_RELU_KINDS["float32"]

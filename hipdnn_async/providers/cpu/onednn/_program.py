@@ -19,7 +19,7 @@ except ImportError:          # a source tree built without it: the engine declin
 __all__ = ["ONEDNN_ENGINE_NAME", "CHANNEL_BLOCKED", "dnnl", "decline", "dnnl_type", "user_md",
            "memory_order",
            "packed_md", "is_dense", "compute_type", "is_native", "channel_md",
-           "channels_last_md", "any_md", "channel_like", "Workspace", "ProgramSpec", "ws_view", "vec",
+           "channels_last_md", "any_md", "channel_like", "Workspace", "ProgramSpec", "ws_view", "converted_view", "vec",
            "put"]
 
 ONEDNN_ENGINE_NAME = "ONEDNN_ENGINE"
@@ -126,6 +126,9 @@ class ProgramSpec:
         self.dry = dry               # only sizes: no primitive is created (no JIT)
         self.copy_in, self.copy_out = [], []     # per-channel roles staged in the workspace
         self.pre_steps = []          # steps run as a separate program first (``_clipped_drelu``)
+        # HALF arrays converted to / from float32 workspace copies by the engine's exact
+        # conversion (``converted``): role -> (dims, element strides) of the copy
+        self.convert_in, self.convert_out = {}, {}
         self.names = []              # oneDNN's implementation name of each step
 
     def array(self, role, md) -> int:
@@ -146,6 +149,24 @@ class ProgramSpec:
         index = self.scratch(dense, "copy:" + role)
         (self.copy_out if output else self.copy_in).append(role)
         return index
+
+    def converted(self, role, tensor, md, *, output=False) -> int:
+        """A float32 copy of the HALF user array ``role`` (``tensor``'s dims, packed in its
+        memory order; ``md``: that memory as the primitive sees it, e.g. grouped weights'
+        (G, K/G, C/G, ...) view of it) in the workspace, filled from the user's array before
+        the program (input) or emptied into it after (``output``) by the engine's exact
+        conversion (``_kernels.convert``, ``_plan.staged``): oneDNN 3.2 converts float16 in
+        its generic reorder (``simple:any``), 10-50x slower here than float32 reorders."""
+        dims = tuple(tensor.dims)
+        index = self.scratch(md, "f32:" + role)
+        (self.convert_out if output else self.convert_in)[role] = (
+            dims, packed_strides(dims, memory_order(tensor)))
+        return index
+
+    @property
+    def host_copies(self) -> bool:
+        """Whether ``_plan.staged`` has per-channel copies or conversions to run."""
+        return bool(self.copy_in or self.copy_out or self.convert_in or self.convert_out)
 
     def broadcast(self, index, rank) -> int:
         """The (C,) per-channel memory ``index`` (``channel``, ``scratch``) again, as a
@@ -247,6 +268,15 @@ def ws_view(workspace, spec, name) -> np.ndarray:
     """The float32 per-channel vector ``name`` inside one execution's workspace."""
     off, nbytes = spec.offset(name)
     return workspace[off:off + nbytes].view(np.float32)
+
+
+def converted_view(workspace, spec, role) -> np.ndarray:
+    """The float32 copy ``role`` of ``ProgramSpec.converted`` inside one execution's
+    workspace, as an array of the user tensor's dims."""
+    off, nbytes = spec.offset("f32:" + role)
+    dims, strides = (spec.convert_in.get(role) or spec.convert_out[role])
+    return np.lib.stride_tricks.as_strided(workspace[off:off + nbytes].view(np.float32),
+                                           dims, tuple(4 * s for s in strides))
 
 
 def vec(a) -> np.ndarray:
