@@ -13,7 +13,7 @@ from ...._errors import DeviceError
 from ...._types import numpy_dtype
 from ... import _tuning
 from ._bnorm import Bn
-from ._conv import Conv
+from ._conv import Conv, clip_hooks
 from ._plan import OnednnPlan
 from ._program import ONEDNN_ENGINE_NAME
 
@@ -58,11 +58,13 @@ def benchmark_conv(conv: Conv, fitting):
                           f"'{_knobs.BENCHMARKING}'") from None
     times = []
     for cand in fitting:
+        # the plan each candidate would be, host work included: the RELU_FWD pass after a
+        # primitive without the ReLU post-ops, HALF's float16 <-> float32 conversions
         _, pd, _, variant = conv.impls[cand.id]
         program, spec = conv.program(pd, variant=variant)
-        ws = np.empty(program.workspace_size, np.uint8) if program.workspace_size else None
-        args = tuple(arrays[r] for r in spec.roles)
-        times.append(_best_ms(lambda: program.run(args, ws)))
+        plan = OnednnPlan(conv.match, program, spec, cand.name, hooks=clip_hooks(conv, pd))
+        ws = np.empty(plan.workspace_size, np.uint8) if plan.workspace_size else None
+        times.append(_best_ms(lambda: plan.run(arrays, ws)))
         log.info("benchmark %s: %s %.3f ms", conv.direction, cand.name, times[-1])
         program.close()
     best = _tuning.fastest(times)

@@ -6,7 +6,7 @@ import numpy as np
 
 from ..._base import ProviderPlan
 from ._conv import clip_hooks
-from .._kernels import BIAS_RELU_KINDS, convert
+from .. import _kernels
 from ._program import ProgramSpec, converted_view, dnnl
 
 __all__ = ["OnednnPlan", "staged"]
@@ -120,8 +120,8 @@ def staged(spec, hooks):
                 dst[...] = b[role].reshape(-1)
             for role in spec.convert_in:
                 src = b[role]
-                convert(src, _KINDS[src.dtype.itemsize], converted_view(workspace, spec, role),
-                        _F32, team=True)
+                _kernels.convert(src, _KINDS[src.dtype.itemsize],
+                                 converted_view(workspace, spec, role), _F32, team=True)
             if before is not None:
                 before()
 
@@ -132,8 +132,8 @@ def staged(spec, hooks):
                 out[...] = workspace[off:off + nbytes].view(out.dtype).reshape(out.shape)
             for role in spec.convert_out:
                 out = b[role]
-                convert(converted_view(workspace, spec, role), _F32, out,
-                        _KINDS[out.dtype.itemsize], team=True)
+                _kernels.convert(converted_view(workspace, spec, role), _F32, out,
+                                 _KINDS[out.dtype.itemsize], team=True)
             if after is not None:
                 after()
         return (copy_in if ins or before else None, copy_out if outs or after else None)
@@ -141,5 +141,5 @@ def staged(spec, hooks):
 
 
 # ``ProgramSpec.converted`` arrays: the user's HALF (2-byte) elements, float32 copies
-_KINDS = {2: BIAS_RELU_KINDS["float16"]}
-_F32 = BIAS_RELU_KINDS["float32"]
+_KINDS = {2: _kernels.BIAS_RELU_KINDS["float16"]}
+_F32 = _kernels.BIAS_RELU_KINDS["float32"]

@@ -19,7 +19,8 @@ except ImportError:          # a source tree built without it: the engine declin
 __all__ = ["ONEDNN_ENGINE_NAME", "CHANNEL_BLOCKED", "dnnl", "decline", "dnnl_type", "user_md",
            "memory_order",
            "packed_md", "is_dense", "compute_type", "is_native", "channel_md",
-           "channels_last_md", "any_md", "channel_like", "Workspace", "ProgramSpec", "ws_view", "converted_view", "vec",
+           "channels_last_md", "any_md", "channel_like", "Workspace", "ProgramSpec", "ws_view",
+           "converted_view", "vec",
            "put"]
 
 ONEDNN_ENGINE_NAME = "ONEDNN_ENGINE"
