@@ -106,8 +106,9 @@ class Conv:
             out = [("", self.x_md, self.y_md)]
             suffix = ""
         else:
-            # HALF runs on float32 copies; strided (non-packed) activations on dense copies:
-            # oneDNN's only implementations of strided activations are its reference ones
+            # HALF runs on float32 copies (converted by the engine, ``program``); strided
+            # (non-packed) activations on dense copies: oneDNN's only implementations of
+            # strided activations are its reference ones
             suffix = "+f32" if x.data_type == DataType.HALF else "+dense"
             out = [(suffix, packed_md(x, compute_type(x)), packed_md(y, compute_type(y)))]
         blocked = (suffix + BLOCKED, any_md(x), any_md(y))
@@ -284,7 +285,15 @@ class Conv:
         workspace bytes it needs (no primitive is created). ``frozen_w``: an array already
         holding the weights in ``pd``'s layout (the reorder is then not part of it).
         ``variant``: (x, y) descriptors the primitive takes instead of the user's, whose
-        activations are reordered in (inputs) and out (the output) around it."""
+        activations are reordered in (inputs) and out (the output) around it.
+
+        HALF: the primitive and every reorder run float32; the user's float16 x, w, y (dy,
+        dx, dw) are converted into and out of float32 copies packed in the user's layout
+        (``ProgramSpec.converted``, workspace pieces ``f32:<role>``) by the plan's hooks
+        with ``_kernels.convert`` (exact, round to nearest-even, on oneDNN's OpenMP team):
+        oneDNN 3.2 runs f16 <-> f32 reorders in its generic ``simple:any`` here (no
+        AVX512-FP16), ~36 ms per 8x64x56x56 tensor, 10x the convolution; the conversion
+        takes 0.3-0.5 ms. A HALF bias (K values) keeps its reorder."""
         roles = [self.roles.x, self.roles.w, self.roles.y] + ([self.bias_role] if self.bias_role else [])
         spec = ProgramSpec(roles, dry=dry)
         t = self.match.tensors

@@ -85,8 +85,8 @@ def is_dense(tensor) -> bool:
 def compute_type(tensor) -> int:
     """The data type oneDNN computes ``tensor``'s values in: float32 for HALF (oneDNN 3.2
     has f16 convolution and batchnorm kernels only on CPUs with AVX512-FP16 / AMX-FP16;
-    f16 -> f32 is exact and the f32 -> f16 reorder of the result rounds once, as the
-    tolerance table assumes), else its own."""
+    f16 -> f32 is exact and the f32 -> f16 conversion of the result rounds once, as the
+    tolerance table assumes: ``ProgramSpec.converted``), else its own."""
     return dnnl.DATA_F32 if tensor.data_type == DataType.HALF else dnnl_type(tensor)
 
 
