@@ -22,7 +22,9 @@ is no OpenMP (two CPU streams already run on two threads).
 dims (N, C, ...), any element strides, in float32, bfloat16 or float16 (16-bit elements as
 raw bits), and computes in float32 with the rounding to the output type done exactly
 (see its docstring); its inner loops are C (``_relu_rows.h``), built for the baseline ISA
-and for AVX-512 and chosen at run time (``bias_relu_isa``).
+and for AVX-512 and chosen at run time (``bias_relu_isa``). ``convert`` (exact element-type
+conversion between the same three types, NumPy's ``astype``) shares its walk over the
+strides and its split over oneDNN's OpenMP team (``_axes``, ``_run``, ``_share``).
 
 ``bn_training_statistics``, ``bn_inv_to_variance`` and ``bn_inference_factor`` are the
 per-channel host work around oneDNN's batchnorm primitives (``onednn/_bnorm.py``): 1-D

@@ -127,10 +127,11 @@ _OWN_STRUCTS = {"RuntimeConstants": "the values a Runtime fills from its checked
                 "sigset_t": "libc's, from <signal.h>",
                 "NdPrint": "a NumPy array's print kept by a binding (runtime._binding): no "
                            "vendor layout",
-                # providers.cpu._kernels (bias_relu): loop parameters
+                # providers.cpu._kernels (bias_relu, convert): loop parameters
                 "_Clip": "bias_relu's clip values for its inner loops: no vendor layout",
-                "_ReluJob": "bias_relu's arguments, passed to each thread of oneDNN's OpenMP "
-                            "team through one pointer (team=True): no vendor layout",
+                "_Walk": "bias_relu's and convert's arguments, passed to each thread of "
+                         "oneDNN's OpenMP team through one pointer (team=True): no vendor "
+                         "layout",
                 # providers.cpu._kernels (bn_rows): the job of the C rows, from _bn_rows.h
                 "hd_bn_job": "bn_rows' job for the batchnorm rows, a struct of our own "
                              "header _bn_rows.h: no vendor layout",
