@@ -188,3 +188,27 @@ def test_benchmarking_times_the_conversions(dev, monkeypatch):
     timed = [ms for _, ms in plan.algorithm.trials if ms is not None]
     # each timed candidate ran at least twice (warm-up and one timed call), 3 conversions each
     assert len(calls) >= 3 * 2 * len(timed), (len(calls), len(timed))
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_workspace_limit_counts_the_float32_copies(dev, layout):
+    """The workspace-limit knob ranges over the HALF candidates with their float32 copies
+    counted: a plan built at either end fits it, holds at least the copies of x and y, and
+    computes the float64 reference's values."""
+    g, t, out = _graph("fprop", F16, layout, (2, 16, 9, 9), (16, 16, 3, 3), 1)
+    knob = hd.engines(g, "cpu")[0].knob("global.workspace_size_limit")
+    copies = 4 * (np.prod(t["x"].dims) + np.prod(t["y"].dims))
+    assert knob.min >= copies
+    vals = _inputs(t, "fprop", layout, 3)
+    vals["x"][0, 0, 0, 0] = vals["x"][1, 1, 4, 4] = 0.5
+    for limit in (knob.min, knob.max):
+        plan = dev.build_sync(g, engine=ONEDNN, knobs={"global.workspace_size_limit": limit})
+        assert copies <= plan.workspace_size <= limit
+        pack = {t[n]: alloc(t[n].dims, t[n].strides, np.float16) for n in ("x", "w", "y")}
+        for n in ("x", "w"):
+            pack[t[n]][...] = vals[n]
+        plan.execute_sync(pack)
+        want = ref.conv_fprop(vals["x"].astype(np.float64), vals["w"].astype(np.float64),
+                              (1, 1), (1, 1))
+        got = pack[t["y"]].astype(np.float64)
+        assert np.all(np.abs(got - want) <= 2e-3 * (1 + np.abs(want)))
