@@ -215,7 +215,8 @@ class Conv:
         8 and 32, two threads; PyTorch's NCHW path takes it for every 1x1). Widening
         (K > C) or over 14x14 it was 0.96-1.14x, and in bfloat16 1.04-1.16x. Not for
         HALF I/O either (computed on float32 copies; 0.94-1.2x at 64>64 and 256>64, 56x56,
-        batch 8), nor a padded 1x1: no blocked kernel takes it (``jit_1x1`` takes no
+        batch 8, measured while HALF still converted through oneDNN's reorders: not
+        re-measured since), nor a padded 1x1: no blocked kernel takes it (``jit_1x1`` takes no
         padding), and its channels-last copies took 2.8x the plain GEMM's time."""
         conv = self.match.params["conv"]
         w = self.match.tensors[self.roles.w]
