@@ -689,3 +689,38 @@ def test_bn_single_channel_runs_the_rows(dev, layout):
     # C = 1: oneDNN 3.2 has only its generic ncsp_bnorm, whose float32 sums lost the mean
     # of x = 1000 + N(0, 1) over 2^20 values (y off by about 1); the rows match float64
     _offset_bn_training(dev, (16, 1, 256, 256), layout, "float32", 1000, 6)
+
+
+_CANDIDATES = r"""
+import json, sys
+import hipdnn_async as hd
+
+def names(layout, bench):
+    g = hd.Graph(name="fprop", io_data_type=hd.DataType.FLOAT)
+    x = g.tensor(dims=(2, 16, 9, 9), layout=layout, name="x")
+    w = g.tensor(dims=(16, 16, 3, 3), layout=layout, name="w")
+    g.conv_fprop(x, w, padding=1).set_output(True).set_name("y")
+    with hd.Device("cpu") as dev:
+        plan = dev.build_sync(g, engine="ONEDNN_ENGINE", knobs={"global.benchmarking": bench})
+        return [n for n, _ in plan.algorithm.trials] if bench else None
+
+if sys.argv[1] == "after":
+    names("NCHW", 1)            # runs the +nhwc copies' implementations: same descriptors
+print(json.dumps(names("NHWC", 1)))
+"""
+
+
+def test_candidates_do_not_depend_on_earlier_builds(tmp_path):
+    """An NHWC convolution offers the same implementations in a fresh process as after a
+    benchmarked NCHW one of the same shape ran its channels-last copies (oneDNN 3.2's
+    primitive cache answered those descriptors' first implementations again, so the walk
+    listed every implementation twice: ``#2`` names a new process cannot find in the perf
+    db, and twice the benchmarking time)."""
+    env = dict(os.environ, HIPDNN_ASYNC_PERFDB=":memory:",
+               PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    fresh, after = (json.loads(subprocess.run([sys.executable, "-c", _CANDIDATES, how], env=env,
+                                              check=True, capture_output=True,
+                                              text=True).stdout)
+                    for how in ("fresh", "after"))
+    assert len(set(fresh)) == len(fresh)
+    assert after == fresh
