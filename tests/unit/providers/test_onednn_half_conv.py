@@ -212,3 +212,48 @@ def test_workspace_limit_counts_the_float32_copies(dev, layout):
                               (1, 1), (1, 1))
         got = pack[t["y"]].astype(np.float64)
         assert np.all(np.abs(got - want) <= 2e-3 * (1 + np.abs(want)))
+
+
+MIXED = [("fprop", (F16, F32, F16)), ("fprop", (F16, F16, F32)), ("fprop", (F32, F32, F16)),
+         ("dgrad", (F16, F32, F16)), ("dgrad", (F32, F32, F16)), ("dgrad", (F16, F16, F32)),
+         ("wgrad", (F32, F16, F32)), ("wgrad", (F16, F16, F32)), ("wgrad", (F16, F32, F16))]
+
+
+@pytest.mark.parametrize("direction,types", MIXED,
+                         ids=["-".join(t.name[0] for t in ty) + "-" + d for d, ty in MIXED])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_mixed_half_and_float_io(dev, direction, types, layout):
+    """Per-tensor data types (the two inputs and the output, in the direction's order:
+    fprop x, w, y; dgrad dy, w, dx; wgrad dy, x, dw) mixing HALF and FLOAT: only the
+    HALF ones are converted, the FLOAT ones read and written as they are; the float64
+    reference's values."""
+    names = {"fprop": ("x", "w", "y"), "dgrad": ("dy", "w", "dx"),
+             "wgrad": ("dy", "x", "dw")}[direction]
+    x_dims, w_dims = (2, 8, 7, 7), (8, 8, 3, 3)
+    dims = {"x": x_dims, "w": w_dims, "dy": x_dims, "y": x_dims, "dx": x_dims, "dw": w_dims}
+    g = hd.Graph(name="mixed", io_data_type=F32, intermediate_data_type=F32,
+                 compute_data_type=F32)
+    t = {n: g.tensor(dims=dims[n], layout=layout, name=n, data_type=ty)
+         for n, ty in zip(names[:2], types[:2])}
+    if direction == "fprop":
+        out = g.conv_fprop(t["x"], t["w"], padding=1)
+    elif direction == "dgrad":
+        out = g.conv_dgrad(t["dy"], t["w"], dx_dims=x_dims, padding=1)
+    else:
+        out = g.conv_wgrad(t["dy"], t["x"], dw_dims=w_dims, padding=1)
+    t[names[2]] = out.set_output(True).set_name(names[2]).set_data_type(types[2])
+    plan = dev.build_sync(g, engine=ONEDNN)
+    rng = np.random.default_rng(4)
+    vals = {n: rng.uniform(-1, 1, dims[n]).astype(np.float16) for n in names[:2]}
+    pack = {}
+    for n, ty in zip(names, types):
+        pack[t[n]] = alloc(dims[n], t[n].strides, np.float16 if ty == F16 else np.float32)
+        if n in vals:
+            pack[t[n]][...] = vals[n]
+    plan.execute_sync(pack)
+    a, b = (vals[n].astype(np.float64) for n in names[:2])
+    want = {"fprop": lambda: ref.conv_fprop(a, b, (1, 1), (1, 1)),
+            "dgrad": lambda: ref.conv_dgrad(a, b, x_dims, (1, 1), (1, 1)),
+            "wgrad": lambda: ref.conv_wgrad(a, b, w_dims, (1, 1), (1, 1))}[direction]()
+    got = pack[t[names[2]]].astype(np.float64)
+    assert np.all(np.abs(got - want) <= 2e-3 * (1 + np.abs(want)))
