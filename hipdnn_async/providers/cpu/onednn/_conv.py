@@ -303,7 +303,7 @@ class Conv:
         activations are reordered in (inputs) and out (the output) around it.
 
         HALF: the primitive and every reorder run float32; the user's float16 x, w, y (dy,
-        dx, dw) are converted into and out of float32 copies packed in the user's layout
+        dx, dw; each one that is HALF, per tensor) are converted into and out of float32 copies packed in the user's layout
         (``ProgramSpec.converted``, workspace pieces ``f32:<role>``) by the plan's hooks
         with ``_kernels.convert`` (exact, round to nearest-even, on oneDNN's OpenMP team):
         oneDNN 3.2 runs f16 <-> f32 reorders in its generic ``simple:any`` here (no
@@ -318,20 +318,20 @@ class Conv:
         # where the user's memory is float16 (HALF), the primitive's side of each array is
         # a float32 copy packed in the user's order, converted in and out around the
         # program (``ProgramSpec.converted``); reorders run float32 to float32 only
-        half = t[self.roles.x].data_type == DataType.HALF
-        x_src_md, y_src_md, w_src_md = self.x_md, self.y_md, self.w_user
-        if half:
-            x_src_md = packed_md(t[self.roles.x], dnnl.DATA_F32)
-            y_src_md = packed_md(t[self.roles.y], dnnl.DATA_F32)
-            w_src_md = self._w_f32()
+        # per tensor: each may have its own data type (a FLOAT w with HALF x and y)
+        hx, hy, hw = (t[r].data_type == DataType.HALF
+                      for r in (self.roles.x, self.roles.y, self.roles.w))
+        x_src_md = packed_md(t[self.roles.x], dnnl.DATA_F32) if hx else self.x_md
+        y_src_md = packed_md(t[self.roles.y], dnnl.DATA_F32) if hy else self.y_md
+        w_src_md = self._w_f32() if hw else self.w_user
         outputs = []
         if variant is not None:
             x_md, y_md = variant
             out_x, out_y = self.direction == "dgrad", self.direction == "fprop"
             x_src = (spec.converted(self.roles.x, t[self.roles.x], x_src_md, output=out_x)
-                     if half else x_user)
+                     if hx else x_user)
             y_src = (spec.converted(self.roles.y, t[self.roles.y], y_src_md, output=out_y)
-                     if half else y_user)
+                     if hy else y_user)
             # a side whose chosen layout is the user's memory (or its float32 copy) runs on
             # it (the stem's blocked kernels read a plain 3-channel x)
             x = x_src if x_md.equals(x_src_md) else spec.scratch(x_md)
@@ -352,7 +352,7 @@ class Conv:
         plain = w_md.equals(w_src_md)
         if self.direction == "wgrad":
             w_src = (spec.converted(self.roles.w, t[self.roles.w], w_src_md, output=True)
-                     if half else w_user)
+                     if hw else w_user)
             w = w_src if plain else spec.scratch(w_md)
             spec.step(pd, [(dnnl.ARG_SRC, x), (dnnl.ARG_DIFF_DST, y), (dnnl.ARG_DIFF_WEIGHTS, w)])
             if not plain:
@@ -364,7 +364,7 @@ class Conv:
                 w = len(spec.mems) - 1
             else:
                 w_src = (spec.converted(self.roles.w, t[self.roles.w], w_src_md)
-                         if half else w_user)
+                         if hw else w_user)
                 if plain:
                     w = w_src
                 else:
