@@ -49,6 +49,11 @@ import time
 
 import numpy as np
 
+try:
+    import resource         # POSIX: minor_faults
+except ImportError:
+    resource = None
+
 from _bench_common import (RESNET50_CONVS, NoGc, bn_gbps, conv_flops, conv_graph, f,  # noqa: E402
                            geomean, median, pct_of, ratio, table)
 
@@ -457,9 +462,7 @@ def minor_faults() -> int | None:
     of an allocation faults once per page it touches (4 KiB; once per 2 MiB where
     transparent huge pages back it): a side that allocates its output or scratch per call
     pays for that inside its time."""
-    try:
-        import resource
-    except ImportError:
+    if resource is None:
         return None
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 

@@ -39,6 +39,20 @@ def _gate(dev):
     return gate
 
 
+def _waits_behind(gate, fn):
+    """Run ``fn`` on a thread while stream 0 is held, then release it: (whether ``fn``
+    had returned before the release, its result)."""
+    out = []
+    t = threading.Thread(target=lambda: out.append(fn()))
+    t.start()
+    t.join(0.05)
+    early = bool(out)
+    gate.set()
+    t.join(10)
+    assert len(out) == 1
+    return early, out[0]
+
+
 async def test_to_numpy_waits_for_the_submitted_execution(anyio_backend):
     async with hd.Device("cpu", streams=2) as dev:
         plan, x, w, y, xa, wa, ref = _conv(dev)
@@ -71,16 +85,8 @@ def test_copy_from_and_to_numpy_sync_wait_for_submitted_work():
         ya = dev.empty(y.dims, "float32")
         gate = _gate(dev)
         handle = plan.submit({x: xd, w: wa, y: ya}, stream=0)
-        order = []
-        t = threading.Thread(target=lambda: (xd.copy_from(np.zeros(x.dims, np.float32)),
-                                              order.append("copied")))
-        t.start()
-        t.join(0.05)
-        early = list(order)
-        gate.set()
-        t.join(10)
-        assert early == []                  # the overwrite waited for the execution
-        assert order == ["copied"]
+        early, _ = _waits_behind(gate, lambda: xd.copy_from(np.zeros(x.dims, np.float32)))
+        assert not early                    # the overwrite waited for the execution
         handle.result(10)
         # the execution read x before the overwrite, and to_numpy_sync sees its result
         assert_close(ya.to_numpy_sync(), ref, *reduction_tol("conv_fprop", "float32", C * 9))
@@ -96,16 +102,10 @@ def test_pickling_waits_for_submitted_work():
         ya.copy_from(np.zeros(y.dims, np.float32))
         gate = _gate(dev)
         handle = plan.submit({x: xa, w: wa, y: ya}, stream=0)
-        out = []
-        t = threading.Thread(target=lambda: out.append(pickle.dumps(ya)))
-        t.start()
-        t.join(0.05)
-        early = list(out)
-        gate.set()
-        t.join(10)
-        assert early == [] and len(out) == 1
+        early, pickled = _waits_behind(gate, lambda: pickle.dumps(ya))
+        assert not early
         handle.result(10)
-        assert_close(pickle.loads(out[0]).to_numpy_sync(), ref,
+        assert_close(pickle.loads(pickled).to_numpy_sync(), ref,
                      *reduction_tol("conv_fprop", "float32", C * 9))
 
 

@@ -62,11 +62,13 @@ def benchmark_conv(conv: Conv, fitting):
         # primitive without the ReLU post-ops, HALF's float16 <-> float32 conversions
         _, pd, _, variant = conv.impls[cand.id]
         program, spec = conv.program(pd, variant=variant)
-        plan = OnednnPlan(conv.match, program, spec, cand.name, hooks=clip_hooks(conv, pd))
-        ws = np.empty(plan.workspace_size, np.uint8) if plan.workspace_size else None
-        times.append(_best_ms(lambda: plan.run(arrays, ws)))
+        try:
+            plan = OnednnPlan(conv.match, program, spec, cand.name, hooks=clip_hooks(conv, pd))
+            ws = np.empty(plan.workspace_size, np.uint8) if plan.workspace_size else None
+            times.append(_best_ms(lambda: plan.run(arrays, ws)))
+        finally:
+            program.close()         # a candidate that raised too
         log.info("benchmark %s: %s %.3f ms", conv.direction, cand.name, times[-1])
-        program.close()
     best = _tuning.fastest(times)
     return fitting[best], times[best], tuple((c.name, ms) for c, ms in zip(fitting, times))
 

@@ -303,7 +303,8 @@ class Conv:
         activations are reordered in (inputs) and out (the output) around it.
 
         HALF: the primitive and every reorder run float32; the user's float16 x, w, y (dy,
-        dx, dw; each one that is HALF, per tensor) are converted into and out of float32 copies packed in the user's layout
+        dx, dw; each one that is HALF, per tensor) are converted into and out of float32
+        copies packed in the user's layout
         (``ProgramSpec.converted``, workspace pieces ``f32:<role>``) by the plan's hooks
         with ``_kernels.convert`` (exact, round to nearest-even, on oneDNN's OpenMP team):
         oneDNN 3.2 runs f16 <-> f32 reorders in its generic ``simple:any`` here (no

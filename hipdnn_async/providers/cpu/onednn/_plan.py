@@ -119,9 +119,8 @@ def staged(spec, hooks):
                 dst = workspace[off:off + nbytes].view(b[role].dtype)
                 dst[...] = b[role].reshape(-1)
             for role in spec.convert_in:
-                src = b[role]
-                _kernels.convert(src, _KINDS[src.dtype.itemsize],
-                                 converted_view(workspace, spec, role), _F32, team=True)
+                _kernels.convert(b[role], _F16, converted_view(workspace, spec, role), _F32,
+                                 team=True)
             if before is not None:
                 before()
 
@@ -131,9 +130,8 @@ def staged(spec, hooks):
                 out = b[role]
                 out[...] = workspace[off:off + nbytes].view(out.dtype).reshape(out.shape)
             for role in spec.convert_out:
-                out = b[role]
-                _kernels.convert(converted_view(workspace, spec, role), _F32, out,
-                                 _KINDS[out.dtype.itemsize], team=True)
+                _kernels.convert(converted_view(workspace, spec, role), _F32, b[role], _F16,
+                                 team=True)
             if after is not None:
                 after()
         return (copy_in if ins or before else None, copy_out if outs or after else None)
@@ -141,5 +139,5 @@ def staged(spec, hooks):
 
 
 # ``ProgramSpec.converted`` arrays: the user's HALF (2-byte) elements, float32 copies
-_KINDS = {2: _kernels.BIAS_RELU_KINDS["float16"]}
+_F16 = _kernels.BIAS_RELU_KINDS["float16"]
 _F32 = _kernels.BIAS_RELU_KINDS["float32"]
