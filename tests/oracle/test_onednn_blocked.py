@@ -2,9 +2,10 @@
 reordered into the layout oneDNN picks (``format_tag_any``, nChw16c / nCdhw16c) and the
 results reordered back, against the float64 references of ``_reference.py`` with the
 tolerances of ``_cases.py``; and the default choice's rule (``Conv.prefers_blocked``): the
-blocked variant for NCHW kernels larger than 1x1 and for float32 unpadded unit-stride 1x1
-weight gradients reducing channels over at least 28x28 pixels; the user's layout for other 1x1
-kernels and a strided dgrad into fewer than 16 channels (the stem's).
+blocked variant for NCHW kernels larger than 1x1, for float32 unpadded unit-stride 1x1
+weight gradients reducing channels over at least 28x28 pixels, and for unpadded strided 1x1
+bfloat16 fprop and dgrad with a small dy; the user's layout for other 1x1 kernels and a
+strided dgrad into fewer than 16 channels (the stem's).
 
 Skipped where ONEDNN_ENGINE is not offered (``_cpu_engines.require``)."""
 from __future__ import annotations
@@ -203,6 +204,37 @@ def test_the_1x1_exception_names_its_own_reason(device):
     assert BLOCKED in plan.algorithm, plan.algorithm
     assert "1x1 weight gradient reducing channels" in plan.algorithm.reason
     assert "larger than 1x1" not in plan.algorithm.reason
+
+
+# the strided 1x1 exceptions: (direction, dtype, x dims, w dims, padding, blocked)
+STRIDED_1X1 = [
+    ("fprop", "bfloat16", (1, 32, 28, 28), (64, 32, 1, 1), 0, True),
+    ("conv_bias_relu", "bfloat16", (1, 32, 28, 28), (64, 32, 1, 1), 0, True),
+    ("fprop", "float32", (1, 32, 28, 28), (64, 32, 1, 1), 0, False),
+    ("fprop", "float16", (1, 32, 28, 28), (64, 32, 1, 1), 0, False),      # not measured
+    ("fprop", "bfloat16", (1, 32, 28, 28), (64, 32, 1, 1), 1, False),     # padded
+    ("dgrad", "bfloat16", (1, 32, 28, 28), (64, 32, 1, 1), 0, True),      # dy 14x14
+    ("dgrad", "bfloat16", (1, 32, 58, 58), (64, 32, 1, 1), 0, False),     # dy 29x29
+    ("dgrad", "float32", (1, 32, 14, 14), (64, 32, 1, 1), 0, True),       # dy 7x7
+    ("dgrad", "float32", (1, 32, 28, 28), (64, 32, 1, 1), 0, False),      # dy 14x14
+    ("dgrad", "bfloat16", (1, 8, 14, 14), (64, 8, 1, 1), 0, False),       # into C = 8
+    ("wgrad", "bfloat16", (1, 32, 28, 28), (64, 32, 1, 1), 0, False),
+]
+
+
+@pytest.mark.parametrize("direction,dtype,xd,wd,padding,blocked", STRIDED_1X1)
+def test_strided_1x1_exceptions_match_float64(device, direction, dtype, xd, wd, padding,
+                                              blocked):
+    pads = (padding, padding)
+    case = ("NCHW", xd, wd, pads, pads, (2, 2), (1, 1))
+    plan, got, want, limits = run_blocked(device, direction, dtype, case, seed=3)
+    what = f"strided 1x1 {direction} {dtype} {xd} pad {padding} (algorithm {plan.algorithm})"
+    assert (BLOCKED in str(plan.algorithm)) == blocked, what
+    if blocked:
+        assert "strided unpadded 1x1" in plan.algorithm.reason, plan.algorithm.reason
+    else:
+        assert "oneDNN's own preference order, rank 1" in plan.algorithm.reason, what
+    assert_close(got, want, *limits, what)
 
 
 def test_channels_last_has_no_blocked_variant(device):

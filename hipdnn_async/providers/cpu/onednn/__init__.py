@@ -19,7 +19,8 @@ How each pattern maps (primitives are created at build, never per execution):
   for kernels larger than 1x1 (oneDNN runs ``gemm:jit`` on plain NCHW; its blocked
   kernels plus the reorders took 0.5-0.9 of that time here), except a strided dgrad
   into fewer than 16 channels, and for a float32 unit-stride unpadded 1x1 weight
-  gradient reducing channels over at least 28x28 pixels (``Conv.prefers_blocked``).
+  gradient reducing channels over at least 28x28 pixels, and for an unpadded strided
+  1x1 bfloat16 fprop or small-dy dgrad (``Conv.prefers_blocked``).
   Activations that are not packed (gaps between elements, a channel slice) run on dense
   copies (``+dense``): oneDNN's only implementations of strided activations are its
   reference ones.

@@ -231,11 +231,19 @@ class Conv:
         HALF I/O either (computed on float32 copies; 0.94-1.2x at 64>64 and 256>64, 56x56,
         batch 8, measured while HALF still converted through oneDNN's reorders: not
         re-measured since), nor a padded 1x1: no blocked kernel takes it (``jit_1x1`` takes no
-        padding), and its channels-last copies took 2.8x the plain GEMM's time."""
+        padding), and its channels-last copies took 2.8x the plain GEMM's time.
+
+        Two strided 1x1 exceptions (unpadded, ungrouped; measured on ResNet-50's 256>512,
+        512>1024 and 1024>2048 downsampling convolutions at batch 8 and 32, two threads,
+        benchmarking's timings): a bfloat16 fprop (conv + bias + ReLU too), where the
+        blocked kernels took 0.69-0.95x the GEMM's time (1.02x once at 256>512, batch 32);
+        and a dgrad whose dy has at most 14x14 pixels in bfloat16 (0.52-0.91x) or 7x7 in
+        float32 (0.66-0.79x; at 14x14 it was 1.03-1.06x, at 28x28 1.06-1.18x in either
+        type). Strided 1x1 weight gradients and float32 fprop stay plain (0.95-1.36x)."""
         conv = self.match.params["conv"]
         w = self.match.tensors[self.roles.w]
         if self._one_by_one():
-            return self._reducing_1x1_wgrad(conv, w)
+            return self._reducing_1x1_wgrad(conv, w) or self._strided_1x1(conv)
         if (self.direction == "dgrad" and conv.groups == 1 and w.dims[1] < 16
                 and any(s != 1 for s in conv.stride)):
             return False
@@ -257,10 +265,33 @@ class Conv:
                 and not any(conv.pre_padding) and not any(conv.post_padding)
                 and w.dims[0] <= w.dims[1] and pixels >= 784)
 
+    def _strided_1x1(self, conv) -> bool:
+        """``prefers_blocked``'s strided 1x1 exceptions (unpadded, ungrouped): a BFLOAT16
+        fprop; a dgrad into at least 16 channels whose dy has at most 14x14 pixels (or
+        voxels) in BFLOAT16, 7x7 in FLOAT."""
+        if (conv.groups != 1 or all(s == 1 for s in conv.stride)
+                or any(conv.pre_padding) or any(conv.post_padding)):
+            return False
+        x_type = self.match.tensors[self.roles.x].data_type
+        if self.direction == "fprop":
+            return x_type == DataType.BFLOAT16
+        if (self.direction != "dgrad" or x_type not in (DataType.BFLOAT16, DataType.FLOAT)
+                or self.match.tensors[self.roles.w].dims[1] < 16):
+            return False   # (into fewer than 16 channels: as the stem's dgrad, below)
+        pixels = 1
+        for d in self.match.tensors[self.roles.y].dims[2:]:
+            pixels *= d
+        return pixels <= (196 if x_type == DataType.BFLOAT16 else 49)
+
     def rule(self, name) -> str | None:
         """``plan.algorithm``'s reason for the default choice ``name`` (None: oneDNN's
         own order)."""
         if BLOCKED in name and self._one_by_one():
+            if self._strided_1x1(self.match.params["conv"]):
+                return ("oneDNN's blocked layout (activations reordered in and out) before "
+                        "the user's plain layout for a strided unpadded 1x1 "
+                        + ("bfloat16 fprop" if self.direction == "fprop" else
+                           "dgrad with at most 14x14 (bfloat16) or 7x7 (float32) dy pixels"))
             return ("oneDNN's blocked layout (activations reordered in and out) before the "
                     "user's plain layout for a float32 unit-stride unpadded 1x1 weight "
                     "gradient reducing channels (K <= C) over at least 28x28 pixels")
