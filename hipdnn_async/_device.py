@@ -209,6 +209,7 @@ class Device:
                                              knob_defaults=defaults,
                                              tune_lock=self._tune_lock)
         self._stats_lock = threading.Lock()
+        self._plans = weakref.WeakSet()          # built here: close() drops their bindings
         self._entered = False                     # by `with` / `async with`: see Notes
         # per pattern: plans built, build ms, and the executions' counter (a C launch bumps
         # it itself: no Python call per execution)
@@ -247,13 +248,22 @@ class Device:
 
     async def aclose(self) -> None:
         """Drain in-flight work, then stop the streams and free the memory the provider
-        keeps for reuse (on the CPU, the pool of host workspaces). Idempotent."""
+        keeps for reuse (on the CPU, the pool of host workspaces) and the plans' cached
+        bindings (on the CPU, references to the arrays of their last packs). Idempotent."""
         await self._pool.aclose()
-        self.provider.release_idle()
+        self._release()
 
     def close(self) -> None:
         """Blocking ``aclose`` for code without an event loop. Idempotent."""
         self._pool.close()
+        self._release()
+
+    def _release(self) -> None:
+        """Free what the device keeps for reuse once nothing can run: the provider's
+        (host workspaces) and its plans' cached bindings (on the CPU they keep the
+        user's arrays alive)."""
+        for plan in list(self._plans):
+            plan._bindings.clear()
         self.provider.release_idle()
 
     def __repr__(self) -> str:
@@ -536,6 +546,7 @@ class Device:
             originals = {id(tensor_map[id(t)]): t for t in graph.tensors}
             plan = ExecutionPlan(self, graph, match, chosen, settings, pplan,
                                  (time.perf_counter() - t0) * 1e3, originals=originals)
+            self._plans.add(plan)
         with self._stats_lock:
             s = self._plan_stats[plan.pattern]
             s["plans"] += 1
@@ -652,7 +663,8 @@ class ExecutionPlan:
         self._alias_passed = None
         # The submit path reuses a binding while the same buffers come again.
         self._bindings = BindingCache(self._bind, self._make_fn, enabled=True,
-                                      host=device.is_host)
+                                      host=device.is_host,
+                                      take_workspace=self._fresh_workspace)
         # Host streams: the plan's execution time, from which a submission decides whether
         # it may run on the calling thread (``StreamPool._submit_now``); None on a GPU,
         # whose launches only enqueue.
@@ -778,6 +790,12 @@ class ExecutionPlan:
         return run_launcher(self._pplan, buffers, ws,
                             counter=self.device._exec_counter(self.pattern), label=self._label)
 
+    def _fresh_workspace(self):
+        """A fresh workspace for one execution (the binding cache's hit of a pack bound
+        without one; raises as ``_bind`` does)."""
+        return self.device.provider.bind_workspace(self.workspace_size, None,
+                                                   where=f"execute: plan {self.pattern}")
+
     def _make_fn(self, buffers: dict, ws):
         """The work-item function of one binding: the provider plan's ``launcher`` for
         these buffers (a prebuilt vendor launch where the engine has one), counted in the
@@ -827,7 +845,10 @@ class ExecutionPlan:
                 raise VariantPackError(_vp.unknown_key(self, key, t))
             for role, bind in slots:
                 bound[role] = bind(buf)
-        return bool(prepare(bound))
+        prepared = bool(prepare(bound))
+        if prepared:
+            self._bindings.clear()     # their functions run the program before the copy
+        return prepared
 
     # -- execution -----------------------------------------------------------------------
     def submit(self, variant_pack: Mapping, *, workspace=None, stream=None):

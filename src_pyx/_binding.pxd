@@ -21,15 +21,17 @@ cdef class Binding:
     cdef readonly object buffers, workspace, fn, ws_obj, ws_print
     cdef readonly Py_ssize_t n
     cdef readonly bint plain
+    cdef readonly bint fresh_ws          # a hit takes a fresh workspace (BindingCache)
     cdef int* kinds
     cdef NdPrint* nd
     cdef object __weakref__
 
     cdef bint matches(self, dict variant_pack, object workspace)
+    cdef Binding one_off(self, workspace, fn)
 
 
 cdef class BindingCache:
-    cdef object _bind, _make_fn
+    cdef object _bind, _make_fn, _take_ws
     cdef readonly list _entries           # most recent first (tests read it)
     cdef public bint enabled
     cdef readonly bint host

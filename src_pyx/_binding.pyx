@@ -27,8 +27,11 @@ What a binding holds: on a GPU, pointers (never a user's memory). On a host devi
 bound buffers are views of the user's memory, and the work-item function needs them, so
 a cached binding keeps them alive: at most ``CACHE_SIZE`` packs per plan, each of at most
 ``HOST_CACHE_BYTES`` (a larger pack is bound on every call: its kernel's time dwarfs the
-binding's), and not a host binding with a workspace allocated for it (``workspace=None``
-and a workspace needed: concurrent executions of one binding would share it).
+binding's). A host binding with a workspace allocated for it (``workspace=None`` and a
+workspace needed) is cached without that workspace: each hit takes a fresh one (the
+cache's ``take_workspace``) and makes its work-item function anew, as concurrent
+executions of one binding must not share a workspace; what a hit skips is the binding's
+checks, the larger part of its cost.
 """
 from cpython.dict cimport PyDict_Next
 from cpython.object cimport PyObject, PyObject_RichCompareBool, Py_EQ
@@ -192,6 +195,7 @@ cdef class Binding:
     """
 
     def __init__(self, tuple keys, tuple bufs, buffers, workspace, fn, ws_obj):
+        self.fresh_ws = False
         self.keys = keys
         self.n = len(keys)
         self.buffers = buffers
@@ -245,6 +249,16 @@ cdef class Binding:
     def cacheable(self) -> bool:
         return self.refs is not None
 
+    cdef Binding one_off(self, workspace, fn):
+        """A binding of this one's buffers with ``workspace`` and ``fn``, for one
+        execution (never cached, nothing to compare)."""
+        cdef Binding b = Binding.__new__(Binding)
+        b.keys = ()
+        b.buffers = self.buffers
+        b.workspace = workspace
+        b.fn = fn
+        return b
+
     cdef bint matches(self, dict variant_pack, object workspace):
         """Whether ``variant_pack`` / ``workspace`` are this binding's buffers, unchanged."""
         cdef Py_ssize_t pos = 0, i = 0, n = self.n
@@ -290,11 +304,18 @@ cdef class BindingCache:
     host : bool, optional
         The buffers are host memory (the CPU device): what a binding keeps alive is
         bounded (module docstring). Default False.
+    take_workspace : callable, optional
+        ``take_workspace()`` -> a fresh workspace for one execution (the host device's
+        pool; raises as ``bind`` does): lets a host binding whose workspace was allocated
+        for it be cached without it (module docstring). None: such bindings are bound
+        on every submission.
     """
 
-    def __init__(self, bind, make_fn, *, bint enabled, bint host=False):
+    def __init__(self, bind, make_fn, *, bint enabled, bint host=False,
+                 take_workspace=None):
         self._bind = bind
         self._make_fn = make_fn
+        self._take_ws = take_workspace
         self._entries = []
         self.enabled = enabled
         self.host = host
@@ -320,6 +341,9 @@ cdef class BindingCache:
                 b = <Binding>entry
                 if b.refs is not None and b.matches(<dict>variant_pack, workspace):
                     self.hits += 1
+                    if b.fresh_ws:
+                        ws = self._take_ws()
+                        return b.one_off(ws, self._make_fn(b.buffers, ws))
                     return b
         buffers, ws = self._bind(variant_pack, workspace)
         self.misses += 1
@@ -328,14 +352,20 @@ cdef class BindingCache:
             return Binding((), (), buffers, ws, fn, workspace)
         keys = tuple(variant_pack.keys())
         bufs = tuple(variant_pack.values())
-        if self.host and ((workspace is None and ws is not None)
+        fresh = self.host and workspace is None and ws is not None
+        if self.host and ((fresh and self._take_ws is None)
                           or _pack_bytes(bufs) > HOST_CACHE_BYTES):
             return Binding((), (), buffers, ws, fn, workspace)
-        b = Binding(keys, bufs, buffers, ws, fn, workspace)
+        if fresh:
+            # cached without this execution's workspace and function (module docstring)
+            b = Binding(keys, bufs, buffers, None, None, workspace)
+            b.fresh_ws = True
+        else:
+            b = Binding(keys, bufs, buffers, ws, fn, workspace)
         if b.cacheable:
             self._entries.insert(0, b)
             del self._entries[_CACHE_SIZE:]
-        return b
+        return b.one_off(ws, fn) if fresh else b
 
     def clear(self) -> None:
         self._entries.clear()

@@ -17,6 +17,7 @@ class Binding:
     descrs: tuple | None
     n: int
     plain: bool
+    fresh_ws: bool
     buffers: dict
     workspace: Any
     fn: Callable[[], Any]
@@ -36,7 +37,8 @@ class BindingCache:
     misses: int
 
     def __init__(self, bind: Callable[[Any, Any], tuple], make_fn: Callable[[dict, Any], Any],
-                 *, enabled: bool, host: bool = False) -> None:
+                 *, enabled: bool, host: bool = False,
+                 take_workspace: Callable[[], Any] | None = None) -> None:
         """A cache over ``bind`` (the full binding) and ``make_fn`` (the work item)."""
     def get(self, variant_pack: Any, workspace: Any) -> Binding:
         """The binding of ``variant_pack`` / ``workspace``, cached or new."""

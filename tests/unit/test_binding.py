@@ -307,6 +307,37 @@ def test_a_host_binding_keeps_at_most_host_cache_bytes_and_no_allocated_workspac
     assert r.binds == 4                      # concurrent runs would share it: not kept
 
 
+def test_a_host_binding_with_an_allocated_workspace_is_kept_without_it():
+    """With ``take_workspace`` such a binding is cached, but each hit takes a fresh
+    workspace and makes its function anew: executions in flight together never share
+    one, and the cache keeps no workspace alive."""
+    import numpy as np
+    r, takes = Recorder(), []
+
+    def bind_with_fresh_ws(vp, ws):
+        r.binds += 1
+        return dict(vp), np.empty(8, np.uint8)
+
+    def take():
+        takes.append(np.empty(8, np.uint8))
+        return takes[-1]
+
+    c = BindingCache(bind_with_fresh_ws, Recorder.make_fn, enabled=True, host=True,
+                     take_workspace=take)
+    small = np.zeros(4, np.float32)
+    got = [c.get({"x": small}, None) for _ in range(3)]
+    assert r.binds == 1 and c.hits == 2 and len(takes) == 2
+    assert all(b.workspace is t for b, t in zip(got[1:], takes))     # each its own
+    assert len({id(b.workspace) for b in got}) == 3
+    assert all(b.fn()[1] is t for b, t in zip(got[1:], takes))       # functions too
+    assert all(b.fn()[0] == {"x": small} for b in got)
+    (entry,) = c._entries
+    assert entry.fresh_ws and entry.workspace is None and entry.fn is None
+    assert not any(b.cacheable for b in got)          # the one-off bindings handed out
+    c.get({"x": np.zeros(4, np.float32)}, None)       # another buffer: bound anew
+    assert r.binds == 2
+
+
 def test_a_device_array_binds_by_its_view():
     import numpy as np
     import hipdnn_async as hd

@@ -235,6 +235,24 @@ def test_clipped_conv_relu_runs_after_the_primitive(dev, layout, clips):
     _assert_relu_special(ya, want, 4e-5, f"{plan.algorithm} clips {clips}")
 
 
+@pytest.mark.parametrize("clips", [(None, None), (-0.5, 1.0)], ids=["relu", "clamp"])
+def test_conv_relu_on_an_unaligned_y_equals_the_aligned_result(dev, clips):
+    """The ReLU after the primitive runs the compiled pass on y itself where y's elements
+    are aligned, and the checked one otherwise: the same bits either way."""
+    g, bufs, y, want = _conv_bias_relu_special(hd.DataType.FLOAT, "NHWC", 2, clips)
+    plan = dev.build_sync(g, engine=ONEDNN)
+    aligned = empty(y)
+    plan.execute_sync({**bufs, y: aligned})
+    raw = np.frombuffer(bytearray(aligned.nbytes + 1), np.uint8)[1:]
+    odd = np.lib.stride_tricks.as_strided(raw.view(np.float32), aligned.shape,
+                                          aligned.strides)
+    assert not odd.flags.aligned and odd.flags.writeable
+    plan.execute_sync({**bufs, y: odd})
+    assert np.array_equal(odd, aligned, equal_nan=True)
+    assert np.array_equal(np.signbit(odd), np.signbit(aligned))
+    _assert_relu_special(odd, want, 4e-5, f"unaligned y, clips {clips}")
+
+
 def test_bn_training_running_statistics_and_variance_round_trip(dev):
     g = hd.Graph(name="bn")
     x = g.tensor(dims=(4, 3, 5, 6), layout="NHWC", name="x")
@@ -607,6 +625,45 @@ def test_constant_weights_are_reordered_once(dev, layout):
     wa[...] = 0                  # not seen: the reordered copy is what runs now
     plan.execute_sync({x: xa, w: wa, y: after})
     assert np.array_equal(before, after)
+
+
+def test_a_plan_with_a_pooled_workspace_reuses_its_binding_with_a_fresh_workspace(dev):
+    """A small pack of a plan that needs a workspace (none passed) binds once: later
+    executions hit the binding cache, each with a workspace of its own from the pool, and
+    see the pack's values as they are at each execution."""
+    g, x, w, y = fprop_graph(x_dims=(1, 8, 8, 8), w_dims=(8, 8, 1, 1))
+    plan = dev.build_sync(g, engine=ONEDNN)
+    assert plan.workspace_size > 0, plan.workspace_size
+    xa, wa, ya = rand(x), rand(w, 1), empty(y)
+    pack = {x: xa, w: wa, y: ya}
+    cache = plan._bindings
+    misses = cache.misses
+    for i in range(20):
+        xa[...] = rand(x, 100 + i)
+        plan.execute_sync(pack)
+        close(ya, ref.conv_fprop(xa, wa), 1e-5)
+    assert cache.misses == misses + 1 and cache.hits >= 19
+    (entry,) = cache._entries
+    assert entry.fresh_ws and entry.workspace is None      # the cache keeps no workspace
+    first, second = cache.get(pack, None), cache.get(pack, None)
+    assert first.workspace is not second.workspace
+    assert first.workspace.nbytes == second.workspace.nbytes == plan.workspace_size
+
+
+def test_reorder_constants_drops_the_cached_bindings(dev):
+    g, x, w, y = fprop_graph(x_dims=(1, 16, 8, 8), w_dims=(16, 16, 3, 3), padding=1)
+    plan = dev.build_sync(g, engine=ONEDNN)
+    xa, wa, ya = rand(x), rand(w, 1), empty(y)
+    pack = {x: xa, w: wa, y: ya}
+    plan.execute_sync(pack)
+    assert plan._bindings._entries
+    if not plan.reorder_constants({w: wa}):
+        pytest.skip(f"{plan.algorithm} reads the user's weights layout: nothing to reorder")
+    assert not plan._bindings._entries
+    want = ref.conv_fprop(xa, wa, (1, 1), (1, 1))
+    wa[...] = 0                  # the same pack again: the reordered copy runs, not wa
+    plan.execute_sync(pack)
+    close(ya, want, 1e-4)
 
 
 def test_streams_share_one_plan_without_mixing_buffers():

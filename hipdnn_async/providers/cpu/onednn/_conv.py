@@ -3,12 +3,15 @@ program running one of them) and the RELU_FWD of conv + bias + ReLU: hooks runni
 after the primitive, or the primitive's post-ops where they are exact (``relu_post_ops``)."""
 from __future__ import annotations
 
+import math
+from functools import partial
+
 from ...._errors import NotSupportedError
 from ...._types import ConvolutionMode, DataType
 from ....patterns import Pattern, conv_roles
 from ....runtime import load_onednn
 from ... import _tuning
-from .. import _batchnorm
+from .. import _batchnorm, _kernels
 from ...._layout import packed_strides
 from ._program import (ProgramSpec, any_md, channel_like, channels_last_md, compute_type,
                        decline, dnnl, dnnl_type, is_native, memory_order, packed_md, user_md)
@@ -484,14 +487,30 @@ def relu_post_ops_exact() -> bool:
     return state.ok and tuple(state.version[:2]) in _EXACT_VERSIONS
 
 
+_RELU_KINDS = {DataType.FLOAT: _kernels.BIAS_RELU_KINDS["float32"],
+               DataType.BFLOAT16: _kernels.BIAS_RELU_KINDS["bfloat16"],
+               DataType.HALF: _kernels.BIAS_RELU_KINDS["float16"]}
+
+
 def clip_hooks(conv, pd):
     """Hooks running RELU_FWD on a convolution's y (pattern 8) after implementation ``pd``,
     or None (no ReLU, or one ``pd`` computes as post-ops)."""
     if conv.clips is None or conv.fuses_relu(pd):
         return None
-    lo, hi = conv.clips
+    lower, upper = conv.clips
+    lo = 0.0 if lower is None else float(lower)
+    hi = math.inf if upper is None else float(upper)
+    role = conv.roles.y
+    # y's element kind, from its tensor (the binding checked the buffer's dtype against
+    # it; reading ``y.dtype.name`` costs 2 us a call)
+    kind = _RELU_KINDS.get(conv.match.tensors[role].data_type)
 
     def hooks(b, workspace):
-        y = b[conv.roles.y]
-        return None, lambda: _batchnorm.relu(y, y, lo, hi, team=True)
+        y = b[role]
+        if kind is None or not y.flags.aligned or not lo <= hi:
+            return None, lambda: _batchnorm.relu(y, y, lower, upper, team=True)
+        # the compiled pass itself, in place (``_batchnorm.relu``'s checks cost 8 us a
+        # call, 5x the pass on a tiny y): a C callable the plan runs without NumPy's
+        # warning state (``_plan.quiet``)
+        return None, partial(_kernels.bias_relu, y, kind, y, kind, None, lo, hi, team=True)
     return hooks
