@@ -206,8 +206,9 @@ def test_conv_bias_relu_post_ops_exact_in_every_implementation(dev, monkeypatch,
     plan = dev.build_sync(g, engine=ONEDNN)
     names = [str(a) for a, _ in plan.algorithm.trials]
     fused = [n for n in names if n.endswith("+relu")]
-    # each implementation twice: the ReLU after it (the heuristic's pick), and as post-ops
-    assert not str(plan.algorithm).endswith("+relu")
+    # each implementation twice: the ReLU after it, and as post-ops (the default for this
+    # small y, except on the GEMM convolution: test_conv_relu_default_by_y_size)
+    assert str(plan.algorithm).endswith("+relu") == ("gemm" not in str(plan.algorithm))
     assert fused and sorted(n[:-len("+relu")] for n in fused) == sorted(set(names) - set(fused))
     for name in names:
         monkeypatch.setattr(_conv.Conv, "candidates",
@@ -219,6 +220,38 @@ def test_conv_bias_relu_post_ops_exact_in_every_implementation(dev, monkeypatch,
             ya = empty(y, NPDT[dtype])
             plan.execute_sync({**bufs, y: ya})
         _assert_relu_special(ya, want, tol * 4, f"{name} {dtype.name} {layout}")
+
+
+@pytest.mark.parametrize("layout,x_dims,w_dims,padding,post_ops", [
+    ("NHWC", (1, 8, 8, 8), (8, 8, 3, 3), 1, True),           # y: 512 elements
+    ("NCHW", (1, 8, 8, 8), (8, 8, 3, 3), 1, True),           # +blocked+relu
+    ("NHWC", (1, 16, 64, 64), (16, 16, 3, 3), 1, False),     # y: SMALL_Y elements
+    ("NCHW", (1, 8, 8, 8), (8, 8, 1, 1), 0, False),          # gemm:jit: the pass after it
+])
+def test_conv_relu_default_by_y_size(dev, layout, x_dims, w_dims, padding, post_ops):
+    """Without benchmarking, conv + bias + ReLU computes the ReLU as post-ops where y has
+    fewer than SMALL_Y elements (not on oneDNN's GEMM convolution), else after the
+    primitive; the plan says why, and the result is PyTorch's conv + relu."""
+    from hipdnn_async.providers.cpu.onednn._conv import SMALL_Y
+    torch = peer("torch", "conv + bias + ReLU against PyTorch's conv + relu")
+    g = hd.Graph(name="cbr_size")
+    x = g.tensor(dims=x_dims, layout=layout, name="x")
+    w = g.tensor(dims=w_dims, layout=layout, name="w")
+    b = g.tensor(dims=(1, w_dims[0], 1, 1), name="b")
+    y = g.pointwise(g.pointwise(g.conv_fprop(x, w, padding=padding), b,
+                                mode=hd.PointwiseMode.ADD), mode=hd.PointwiseMode.RELU_FWD)
+    y.set_output(True)
+    plan = dev.build_sync(g, engine=ONEDNN)
+    assert (int(np.prod(y.dims)) < SMALL_Y) == (post_ops or "gemm" in str(plan.algorithm))
+    assert str(plan.algorithm).endswith("+relu") == post_ops, plan.algorithm
+    assert ("post-ops for a y of fewer than" in plan.algorithm.reason) == post_ops
+    xa, wa, ba = rand(x, 1), rand(w, 2), rand(b, 3)
+    ya = empty(y)
+    plan.execute_sync({x: xa, w: wa, b: ba, y: ya})
+    want = torch.relu(torch.nn.functional.conv2d(
+        torch.from_numpy(xa.astype(np.float64)), torch.from_numpy(wa.astype(np.float64)),
+        torch.from_numpy(ba.reshape(-1).astype(np.float64)), padding=padding)).numpy()
+    close(ya, want, 1e-5)
 
 
 @pytest.mark.parametrize("clips", [(None, 1.0), (-0.5, 1.0), (0.25, None)],

@@ -17,9 +17,13 @@ from ._program import (ProgramSpec, any_md, channel_like, channels_last_md, comp
                        decline, dnnl, dnnl_type, is_native, memory_order, packed_md, user_md)
 
 __all__ = ["Conv", "clip_hooks", "clips_are_relu", "relu_post_ops", "relu_post_ops_exact",
-           "BLOCKED"]
+           "BLOCKED", "RELU", "SMALL_Y"]
 
 BLOCKED = "+blocked"         # the variant whose activations are in oneDNN's chosen layout
+RELU = "+relu"               # an implementation computing RELU_FWD as its post-ops
+# y elements below which a ReLU post-op chain is the default over the pass after the
+# primitive, except on oneDNN's GEMM convolution (``_post_ops_first``)
+SMALL_Y = 1 << 16
 
 
 class Conv:
@@ -289,6 +293,11 @@ class Conv:
     def rule(self, name) -> str | None:
         """``plan.algorithm``'s reason for the default choice ``name`` (None: oneDNN's
         own order)."""
+        if name.endswith(RELU):
+            base = self.rule(name[:-len(RELU)])
+            why = (f"the ReLU as the primitive's post-ops for a y of fewer than {SMALL_Y} "
+                   "elements (a pass after it costs more than the pass's work there)")
+            return why if base is None else f"{base}; {why}"
         if BLOCKED in name and self._one_by_one():
             if self._strided_1x1(self.match.params["conv"]):
                 return ("oneDNN's blocked layout (activations reordered in and out) before "
@@ -313,7 +322,7 @@ class Conv:
         with the ``+blocked`` ones first where ``prefers_blocked`` (the default choice is
         the first that fits the workspace limit; benchmarking keeps another only if it
         beats that one by its margin); one computing the ReLU as post-ops ends ``+relu``."""
-        cands = [_tuning.Candidate(name + ("+relu" if fused else ""), i, ws)
+        cands = [_tuning.Candidate(name + (RELU if fused else ""), i, ws)
                  for i, ((name, _, ws, _v), fused) in enumerate(zip(self.impls, self.fused))]
         if self.prefers_blocked():
             # blocked copies, else channels-last ones (the bf16 stem: the blocked kernels
@@ -323,7 +332,16 @@ class Conv:
             # (a padded 1x1 on channels-last copies took 2.8x its time)
             one = self._one_by_one()
             cands.sort(key=lambda c: (BLOCKED not in c.name, one or "+nhwc" not in c.name))
+        if any(self.fused) and self._small_y():
+            cands = _post_ops_first(cands)
         return cands
+
+    def _small_y(self) -> bool:
+        """Whether y has fewer than ``SMALL_Y`` elements (``_post_ops_first``)."""
+        n = 1
+        for d in self.match.tensors[self.roles.y].dims:
+            n *= d
+        return n < SMALL_Y
 
     def fuses_relu(self, pd) -> bool:
         """Whether implementation ``pd`` (one of ``impls``) computes the ReLU itself."""
@@ -467,6 +485,27 @@ def _same(a, b) -> bool:
 # 1.4-4.1x after the float32 one, which computes post-ops outside its jit code
 # (bench/bench_conv_relu.py): both are candidates, the pass first.
 _EXACT_VERSIONS = ((3, 2),)
+
+
+def _post_ops_first(cands) -> list:
+    """``cands`` with each implementation's post-op twin (``+relu``) just before it, but
+    not the GEMM convolution's (``gemm`` in the name: its post-ops run outside its jit
+    code). For a y of fewer than SMALL_Y elements the pass after the primitive runs on the
+    calling thread, and its call costs more than its work: on the 2-core CPU above
+    (benchmarking's timings of whole plans, batch 1: 1x1 8>8 and 3x3 8>8 at 8x8, 3x3
+    64>64 at 8x8, 1x1 64>64 at 14x14) the twin took 0.68-0.97x the time in float32 and
+    0.62-1.01x in bfloat16, NHWC and NCHW; the GEMM's 1.2-6.5x. From 8 x 64 x 14 x 14 up
+    the pass runs on the OpenMP team and the chain was 1.0-1.3x (see above)."""
+    twins = {c.name[:-len(RELU)]: c for c in cands if c.name.endswith(RELU)}
+    out = []
+    for c in cands:
+        if c.name.endswith(RELU):
+            continue
+        twin = twins.get(c.name)
+        if twin is not None and "gemm" not in c.name:
+            out.append(twin)
+        out.append(c)
+    return out + [c for c in cands if c.name.endswith(RELU) and c not in out]
 
 
 def relu_post_ops() -> list:
