@@ -23,7 +23,7 @@ from hipdnn_async.providers._tuning import Algorithm
 from hipdnn_async.runtime import load_onednn
 from oracle import _reference as ref
 from _peers import peer
-from oracle._cases import alloc
+from oracle._cases import alloc, assert_close, reduction_tol
 
 pytestmark = pytest.mark.skipif(not load_onednn().ok,
                                 reason=f"oneDNN does not load here: {load_onednn().reason}")
@@ -225,14 +225,17 @@ def test_conv_bias_relu_post_ops_exact_in_every_implementation(dev, monkeypatch,
 @pytest.mark.parametrize("layout,x_dims,w_dims,padding,post_ops", [
     ("NHWC", (1, 8, 8, 8), (8, 8, 3, 3), 1, True),           # y: 512 elements
     ("NCHW", (1, 8, 8, 8), (8, 8, 3, 3), 1, True),           # +blocked+relu
+    ("NHWC", (1, 64, 8, 8), (64, 64, 3, 3), 1, True),        # 2.4 M multiply-adds
     ("NHWC", (1, 16, 64, 64), (16, 16, 3, 3), 1, False),     # y: SMALL_Y elements
+    ("NHWC", (1, 128, 8, 8), (128, 128, 3, 3), 1, False),    # SMALL_MACS and more
     ("NCHW", (1, 8, 8, 8), (8, 8, 1, 1), 0, False),          # gemm:jit: the pass after it
 ])
 def test_conv_relu_default_by_y_size(dev, layout, x_dims, w_dims, padding, post_ops):
     """Without benchmarking, conv + bias + ReLU computes the ReLU as post-ops where y has
-    fewer than SMALL_Y elements (not on oneDNN's GEMM convolution), else after the
-    primitive; the plan says why, and the result is PyTorch's conv + relu."""
-    from hipdnn_async.providers.cpu.onednn._conv import SMALL_Y
+    fewer than SMALL_Y elements and the convolution fewer than SMALL_MACS multiply-adds
+    (not on oneDNN's GEMM convolution), else after the primitive; the plan says why, and
+    the result is PyTorch's conv + relu."""
+    from hipdnn_async.providers.cpu.onednn._conv import SMALL_MACS, SMALL_Y
     torch = peer("torch", "conv + bias + ReLU against PyTorch's conv + relu")
     g = hd.Graph(name="cbr_size")
     x = g.tensor(dims=x_dims, layout=layout, name="x")
@@ -242,7 +245,9 @@ def test_conv_relu_default_by_y_size(dev, layout, x_dims, w_dims, padding, post_
                                 mode=hd.PointwiseMode.ADD), mode=hd.PointwiseMode.RELU_FWD)
     y.set_output(True)
     plan = dev.build_sync(g, engine=ONEDNN)
-    assert (int(np.prod(y.dims)) < SMALL_Y) == (post_ops or "gemm" in str(plan.algorithm))
+    small = (int(np.prod(y.dims)) < SMALL_Y
+             and int(np.prod(y.dims)) * int(np.prod(w_dims[1:])) < SMALL_MACS)
+    assert small == (post_ops or "gemm" in str(plan.algorithm))
     assert str(plan.algorithm).endswith("+relu") == post_ops, plan.algorithm
     assert ("post-ops for a y of fewer than" in plan.algorithm.reason) == post_ops
     xa, wa, ba = rand(x, 1), rand(w, 2), rand(b, 3)
@@ -251,7 +256,8 @@ def test_conv_relu_default_by_y_size(dev, layout, x_dims, w_dims, padding, post_
     want = torch.relu(torch.nn.functional.conv2d(
         torch.from_numpy(xa.astype(np.float64)), torch.from_numpy(wa.astype(np.float64)),
         torch.from_numpy(ba.reshape(-1).astype(np.float64)), padding=padding)).numpy()
-    close(ya, want, 1e-5)
+    assert_close(ya, want, *reduction_tol("conv_fprop", "float32", int(np.prod(w_dims[1:]))),
+                 str(plan.algorithm))
 
 
 @pytest.mark.parametrize("clips", [(None, 1.0), (-0.5, 1.0), (0.25, None)],

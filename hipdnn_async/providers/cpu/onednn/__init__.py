@@ -30,8 +30,9 @@ How each pattern maps (primitives are created at build, never per execution):
   on y through the CPU kernels, since oneDNN 3.2's eltwise post-ops differ from RELU_FWD
   on special values (``relu`` gives NaN for -inf and -0.0 for negatives, ``clip`` maps
   NaN to the lower bound); an unclipped one also as the exact post-op chain ``elu``,
-  ``linear`` (``+relu`` candidates: the default for a y of fewer than 65,536 elements,
-  not on the GEMM convolution; ``_conv._post_ops_first``).
+  ``linear`` (``+relu`` candidates: the default for a y of fewer than 65,536 elements
+  and fewer than 4 M multiply-adds, not on the GEMM convolution;
+  ``_conv._post_ops_first``).
 - batchnorm inference (variance): one forward-inference primitive with global statistics.
 - batchnorm training (+ ReLU): one forward-training primitive, with ``fuse_norm_relu`` for
   an unclipped ReLU (its mask goes to a workspace piece, ``DNNL_ARG_WORKSPACE``); its jit

@@ -17,13 +17,14 @@ from ._program import (ProgramSpec, any_md, channel_like, channels_last_md, comp
                        decline, dnnl, dnnl_type, is_native, memory_order, packed_md, user_md)
 
 __all__ = ["Conv", "clip_hooks", "clips_are_relu", "relu_post_ops", "relu_post_ops_exact",
-           "BLOCKED", "RELU", "SMALL_Y"]
+           "BLOCKED", "RELU", "SMALL_MACS", "SMALL_Y"]
 
 BLOCKED = "+blocked"         # the variant whose activations are in oneDNN's chosen layout
 RELU = "+relu"               # an implementation computing RELU_FWD as its post-ops
-# y elements below which a ReLU post-op chain is the default over the pass after the
-# primitive, except on oneDNN's GEMM convolution (``_post_ops_first``)
+# y elements and multiply-adds below which a ReLU post-op chain is the default over the
+# pass after the primitive, except on oneDNN's GEMM convolution (``_post_ops_first``)
 SMALL_Y = 1 << 16
+SMALL_MACS = 1 << 22
 
 
 class Conv:
@@ -296,7 +297,8 @@ class Conv:
         if name.endswith(RELU):
             base = self.rule(name[:-len(RELU)])
             why = (f"the ReLU as the primitive's post-ops for a y of fewer than {SMALL_Y} "
-                   "elements (a pass after it costs more than the pass's work there)")
+                   f"elements and fewer than {SMALL_MACS} multiply-adds (a pass after it "
+                   "costs more than its work there)")
             return why if base is None else f"{base}; {why}"
         if BLOCKED in name and self._one_by_one():
             if self._strided_1x1(self.match.params["conv"]):
@@ -332,16 +334,20 @@ class Conv:
             # (a padded 1x1 on channels-last copies took 2.8x its time)
             one = self._one_by_one()
             cands.sort(key=lambda c: (BLOCKED not in c.name, one or "+nhwc" not in c.name))
-        if any(self.fused) and self._small_y():
+        if any(self.fused) and self._small():
             cands = _post_ops_first(cands)
         return cands
 
-    def _small_y(self) -> bool:
-        """Whether y has fewer than ``SMALL_Y`` elements (``_post_ops_first``)."""
-        n = 1
+    def _small(self) -> bool:
+        """Whether y has fewer than ``SMALL_Y`` elements and the convolution fewer than
+        ``SMALL_MACS`` multiply-adds (``_post_ops_first``)."""
+        y = 1
         for d in self.match.tensors[self.roles.y].dims:
-            n *= d
-        return n < SMALL_Y
+            y *= d
+        taps = 1
+        for d in self.match.tensors[self.roles.w].dims[1:]:
+            taps *= d               # C / groups x the kernel's taps: MACs per y element
+        return y < SMALL_Y and y * taps < SMALL_MACS
 
     def fuses_relu(self, pd) -> bool:
         """Whether implementation ``pd`` (one of ``impls``) computes the ReLU itself."""
@@ -490,12 +496,15 @@ _EXACT_VERSIONS = ((3, 2),)
 def _post_ops_first(cands) -> list:
     """``cands`` with each implementation's post-op twin (``+relu``) just before it, but
     not the GEMM convolution's (``gemm`` in the name: its post-ops run outside its jit
-    code). For a y of fewer than SMALL_Y elements the pass after the primitive runs on the
-    calling thread, and its call costs more than its work: on the 2-core CPU above
-    (benchmarking's timings of whole plans, batch 1: 1x1 8>8 and 3x3 8>8 at 8x8, 3x3
-    64>64 at 8x8, 1x1 64>64 at 14x14) the twin took 0.68-0.97x the time in float32 and
-    0.62-1.01x in bfloat16, NHWC and NCHW; the GEMM's 1.2-6.5x. From 8 x 64 x 14 x 14 up
-    the pass runs on the OpenMP team and the chain was 1.0-1.3x (see above)."""
+    code), for a problem of fewer than SMALL_Y y elements and SMALL_MACS multiply-adds.
+    There the pass after the primitive runs on the calling thread, and its call costs more
+    than its work: on the 2-core CPU above (benchmarking's timings of whole plans, batch
+    1: 1x1 8>8 and 3x3 8>8 at 8x8, 3x3 64>64 at 8x8, 1x1 64>64 at 14x14; 4 K-2.4 M
+    multiply-adds) the twin took 0.68-0.97x the time in float32 and 0.62-1.01x in
+    bfloat16, NHWC and NCHW; the GEMM's 1.2-6.5x. From 9.4 M multiply-adds up (3x3 at 64
+    to 512 channels) it was 0.96-1.08x, and 1.48x on ResNet-50's 3x3 512>512 at 7x7
+    (brgconv, float32); from 8 x 64 x 14 x 14 y elements up the pass runs on the OpenMP
+    team and the chain was 1.0-1.3x (see above)."""
     twins = {c.name[:-len(RELU)]: c for c in cands if c.name.endswith(RELU)}
     out = []
     for c in cands:
