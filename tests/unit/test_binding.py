@@ -9,6 +9,7 @@ import pytest
 
 from hipdnn_async import VariantPackError
 from hipdnn_async.runtime._binding import CACHE_SIZE, BindingCache
+from _peers import peer
 
 
 class TorchLike:
@@ -305,6 +306,53 @@ def test_a_host_binding_keeps_at_most_host_cache_bytes_and_no_allocated_workspac
     c2.get({"x": small}, None)
     c2.get({"x": small}, None)
     assert r.binds == 4                      # concurrent runs would share it: not kept
+
+
+def test_a_host_binding_counts_a_torch_tensors_bytes():
+    """A CPU torch tensor is host memory as a NumPy array is: a pack holding one larger
+    than HOST_CACHE_BYTES (or a small view of a larger storage, which the binding would
+    keep alive in full) is bound on every call, never kept by the cache."""
+    torch = peer("torch", "a CPU torch tensor in a host variant pack")
+    from hipdnn_async.runtime._binding import HOST_CACHE_BYTES
+    r, c = host_cache()
+    big = torch.zeros(HOST_CACHE_BYTES // 4 + 1)
+    assert big.untyped_storage().nbytes() > HOST_CACHE_BYTES
+    c.get({"x": big}, None)
+    c.get({"x": big}, None)
+    assert r.binds == 2 and not c._entries
+    ref = weakref.ref(big)
+    del big
+    gc.collect()
+    assert ref() is None                    # the cache kept nothing alive
+    view = torch.zeros(HOST_CACHE_BYTES // 4 + 1)[:4]
+    c.get({"x": view}, None)
+    c.get({"x": view}, None)
+    assert r.binds == 4 and not c._entries
+    small = torch.zeros(4)                  # within the bound: kept, then a hit
+    c.get({"x": small}, None)
+    c.get({"x": small}, None)
+    assert r.binds == 5 and c.hits == 1
+
+
+def test_a_cpu_plan_does_not_keep_a_large_torch_pack_alive():
+    """Through a CPU plan: after an execution with torch tensors of 8 MiB, the plan's
+    binding cache holds no reference to them while the device stays open."""
+    torch = peer("torch", "CPU torch tensors as a CPU plan's buffers")
+    import hipdnn_async as hd
+    g = hd.Graph(name="big_torch", io_data_type=hd.DataType.FLOAT)
+    x = g.tensor(dims=(8, 64, 64, 64), name="x")
+    w = g.tensor(dims=(64, 64, 1, 1), name="w")
+    y = g.conv_fprop(x, w).set_output(True)
+    with hd.Device("cpu") as dev:
+        plan = dev.build_sync(g)
+        xt, wt, yt = torch.rand(8, 64, 64, 64), torch.rand(64, 64, 1, 1), torch.empty(8, 64, 64, 64)
+        plan.execute_sync({x: xt, w: wt, y: yt})
+        want = torch.nn.functional.conv2d(xt.double(), wt.double())
+        assert torch.allclose(yt.double(), want, rtol=1e-4, atol=1e-4)
+        ref = weakref.ref(xt)
+        del xt, yt
+        gc.collect()
+        assert ref() is None, "the binding cache keeps an 8 MiB torch tensor alive"
 
 
 def test_a_host_binding_with_an_allocated_workspace_is_kept_without_it():
