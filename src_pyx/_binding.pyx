@@ -170,11 +170,17 @@ def _fingerprint_fn(buf):
 
 
 def _host_bytes(buf) -> int:
-    """Bytes of host memory a binding of ``buf`` may keep alive (0 for device memory)."""
+    """Bytes of host memory a binding of ``buf`` (a buffer of a host device's pack) may
+    keep alive: a torch tensor's whole storage (a view keeps all of it), another
+    buffer's ``nbytes`` (0 where it has none)."""
     t = type(buf)
     if t is np.ndarray or t is _DeviceArray:
         return buf.nbytes
-    return 0
+    storage = getattr(buf, "untyped_storage", None)
+    if callable(storage):
+        return storage().nbytes()
+    n = getattr(buf, "nbytes", 0)
+    return n if type(n) is int else 0
 
 
 def _pack_bytes(bufs) -> int:
