@@ -334,6 +334,28 @@ def test_a_host_binding_counts_a_torch_tensors_bytes():
     assert r.binds == 5 and c.hits == 1
 
 
+def test_a_host_binding_counts_the_array_a_numpy_view_keeps_alive():
+    """A small NumPy view keeps its whole base array alive: a pack holding a view of an
+    array larger than HOST_CACHE_BYTES is bound on every call, and once the caller drops
+    both, nothing of them stays alive."""
+    import numpy as np
+    from hipdnn_async.runtime._binding import HOST_CACHE_BYTES
+    r, c = host_cache()
+    view = np.zeros(HOST_CACHE_BYTES // 4 + 1, np.float32)[:4].reshape(2, 2)
+    assert view.nbytes == 16 and view.base.nbytes > HOST_CACHE_BYTES
+    c.get({"x": view}, None)
+    c.get({"x": view}, None)
+    assert r.binds == 2 and not c._entries
+    ref = weakref.ref(view.base)
+    del view
+    gc.collect()
+    assert ref() is None
+    small = np.zeros(64, np.float32)[:4]     # a view of a small array: kept, then a hit
+    c.get({"x": small}, None)
+    c.get({"x": small}, None)
+    assert r.binds == 3 and c.hits == 1
+
+
 def test_a_cpu_plan_does_not_keep_a_large_torch_pack_alive():
     """Through a CPU plan: after an execution with torch tensors of 8 MiB, the plan's
     binding cache holds no reference to them while the device stays open."""
