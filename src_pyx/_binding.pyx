@@ -171,11 +171,15 @@ def _fingerprint_fn(buf):
 
 def _host_bytes(buf) -> int:
     """Bytes of host memory a binding of ``buf`` (a buffer of a host device's pack) may
-    keep alive: a torch tensor's whole storage (a view keeps all of it), another
-    buffer's ``nbytes`` (0 where it has none)."""
+    keep alive: a NumPy view's base array and a torch tensor's whole storage (a view
+    keeps all of it), another buffer's ``nbytes`` (0 where it has none)."""
     t = type(buf)
-    if t is np.ndarray or t is _DeviceArray:
-        return buf.nbytes
+    if t is _DeviceArray:
+        buf = buf.view
+        t = type(buf)
+    if t is np.ndarray:
+        base = buf.base                  # NumPy links a view to the array owning the data
+        return max(buf.nbytes, base.nbytes) if isinstance(base, np.ndarray) else buf.nbytes
     storage = getattr(buf, "untyped_storage", None)
     if callable(storage):
         return storage().nbytes()
