@@ -443,3 +443,43 @@ def test_a_library_error_of_a_plan_without_its_own_launcher_names_the_plan(dev, 
     monkeypatch.undo()
     plan.execute_sync(vp)
     np.testing.assert_allclose(vp[y], conv2d_ref(vp[x], vp[w], (1, 1)), rtol=1e-5, atol=1e-5)
+
+
+def test_close_while_another_thread_builds_plans():
+    """``Device.close`` drops every plan's cached bindings while another thread may still
+    be adding a plan (a build that passed its closed check): close must neither raise nor
+    skip the rest of its release. Races are forced with a tiny switch interval; each round
+    gives the builder a few thousand plans' worth of iteration to land in."""
+    import sys
+    g, x, w, y = conv_graph()
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(6):
+            dev = hd.Device("cpu")
+            plans = [dev.build_sync(g) for _ in range(1000)]
+            xa, wa, ya = rand(x.dims), rand(w.dims), np.empty(y.dims, np.float32)
+            plans[0].execute_sync({x: xa, w: wa, y: ya})
+            assert plans[0]._bindings._entries
+            started, errors = threading.Event(), []
+
+            def builder():
+                started.set()
+                while True:
+                    try:
+                        plans.append(dev.build_sync(g))
+                    except hd.DeviceError:
+                        return            # closed: "build: device ... is closed"
+                    except BaseException as exc:     # noqa: BLE001 - reported below
+                        errors.append(exc)
+                        return
+
+            t = threading.Thread(target=builder)
+            t.start()
+            started.wait()
+            dev.close()
+            t.join()
+            assert not errors, errors
+            assert not plans[0]._bindings._entries      # released: nothing skipped
+    finally:
+        sys.setswitchinterval(interval)
