@@ -210,6 +210,7 @@ class Device:
                                              tune_lock=self._tune_lock)
         self._stats_lock = threading.Lock()
         self._plans = weakref.WeakSet()          # built here: close() drops their bindings
+        self._plans_lock = threading.Lock()      # a build may add one while close() reads
         self._entered = False                     # by `with` / `async with`: see Notes
         # per pattern: plans built, build ms, and the executions' counter (a C launch bumps
         # it itself: no Python call per execution)
@@ -262,7 +263,9 @@ class Device:
         """Free what the device keeps for reuse once nothing can run: the provider's
         (host workspaces) and its plans' cached bindings (on the CPU they keep the
         user's arrays alive)."""
-        for plan in list(self._plans):
+        with self._plans_lock:
+            plans = list(self._plans)
+        for plan in plans:
             plan._bindings.clear()
         self.provider.release_idle()
 
@@ -546,7 +549,8 @@ class Device:
             originals = {id(tensor_map[id(t)]): t for t in graph.tensors}
             plan = ExecutionPlan(self, graph, match, chosen, settings, pplan,
                                  (time.perf_counter() - t0) * 1e3, originals=originals)
-            self._plans.add(plan)
+            with self._plans_lock:
+                self._plans.add(plan)
         with self._stats_lock:
             s = self._plan_stats[plan.pattern]
             s["plans"] += 1
