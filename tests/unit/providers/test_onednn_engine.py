@@ -260,6 +260,24 @@ def test_conv_relu_default_by_y_size(dev, layout, x_dims, w_dims, padding, post_
                  str(plan.algorithm))
 
 
+def test_a_post_op_twin_outside_the_small_rule_claims_no_small_reason(dev):
+    """A ``+relu`` candidate taken for another reason (e.g. the only one within a
+    workspace limit) on a problem the small-problem rule leaves out is not explained by
+    that rule."""
+    g = hd.Graph(name="cbr_big")
+    x = g.tensor(dims=(1, 128, 8, 8), layout="NHWC", name="x")
+    w = g.tensor(dims=(128, 128, 3, 3), layout="NHWC", name="w")
+    b = g.tensor(dims=(1, 128, 1, 1), name="b")
+    y = g.pointwise(g.pointwise(g.conv_fprop(x, w, padding=1), b,
+                                mode=hd.PointwiseMode.ADD), mode=hd.PointwiseMode.RELU_FWD)
+    y.set_output(True)
+    plan = dev.build_sync(g, engine=ONEDNN)
+    conv = plan._pplan._conv
+    name = str(plan.algorithm)
+    assert not name.endswith("+relu")
+    assert conv.rule(name + "+relu") == conv.rule(name)
+
+
 @pytest.mark.parametrize("clips", [(None, 1.0), (-0.5, 1.0), (0.25, None)],
                          ids=["upper", "clamp", "lower"])
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])

@@ -296,6 +296,8 @@ class Conv:
         own order)."""
         if name.endswith(RELU):
             base = self.rule(name[:-len(RELU)])
+            if not self._small():
+                return base     # the first to fit the workspace limit, in the usual order
             why = (f"the ReLU as the primitive's post-ops for a y of fewer than {SMALL_Y} "
                    f"elements and fewer than {SMALL_MACS} multiply-adds (a pass after it "
                    "costs more than its work there)")
