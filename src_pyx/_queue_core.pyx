@@ -24,12 +24,12 @@ from cpython.exc cimport PyErr_CheckSignals
 from cpython.pythread cimport (NOWAIT_LOCK, PY_LOCK_ACQUIRED, PY_LOCK_FAILURE, WAIT_LOCK,
                                PyLockStatus, PyThread_acquire_lock, PyThread_allocate_lock,
                                PyThread_free_lock, PyThread_release_lock, PyThread_type_lock)
-from ..runtime._binding cimport Binding, BindingCache
+from hipdnn_async.runtime._binding cimport Binding, BindingCache
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 from .._errors import DeviceError as _DeviceError
 from .._errors import HipdnnError as _HipdnnError
-from ..runtime._launch_state cimport launch_enter, launch_exit
+from hipdnn_async.runtime._launch_state cimport launch_enter, launch_exit
 from ._metrics import FOLD_AT as _FOLD_AT
 from _thread import TIMEOUT_MAX as _THREAD_TIMEOUT_MAX
 
