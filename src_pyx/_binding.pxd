@@ -22,12 +22,13 @@ cdef class Binding:
     cdef readonly Py_ssize_t n
     cdef readonly bint plain
     cdef readonly bint fresh_ws          # a hit takes a fresh workspace (BindingCache)
+    cdef readonly object recipe          # by reference only: ((role, pack index), ...)
     cdef int* kinds
     cdef NdPrint* nd
     cdef object __weakref__
 
     cdef bint matches(self, dict variant_pack, object workspace)
-    cdef Binding one_off(self, workspace, fn)
+    cdef Binding one_off(self, buffers, workspace, fn)
 
 
 cdef class BindingCache:

@@ -31,9 +31,13 @@ binding's). A host binding with a workspace allocated for it (``workspace=None``
 workspace needed) is cached without that workspace: each hit takes a fresh one (the
 cache's ``take_workspace``) and makes its work-item function anew, as concurrent
 executions of one binding must not share a workspace; what a hit skips is the binding's
-checks, the larger part of its cost.
+checks, the larger part of its cost. A larger pack of plain NumPy arrays that bind as
+themselves (logical dims and strides; no ``workspace=``) is cached by reference only (its
+``recipe``: weak references, C prints, and which pack value each role is): it keeps
+nothing alive, and a hit rebuilds the role map from the pack it is given and makes the
+work-item function anew (a 3 MB batchnorm pack: 12 us of checks per call before).
 """
-from cpython.dict cimport PyDict_Next
+from cpython.dict cimport PyDict_Next, PyDict_Values
 from cpython.object cimport PyObject, PyObject_RichCompareBool, Py_EQ
 from cpython.weakref cimport PyWeakref_GET_OBJECT
 from libc.stdlib cimport calloc, free
@@ -187,6 +191,19 @@ def _host_bytes(buf) -> int:
     return n if type(n) is int else 0
 
 
+def _recipe(dict buffers, tuple bufs):
+    """((role, index into bufs), ...) where every bound buffer is a pack value itself, a
+    plain NumPy array; else None (a view made by binding, another type: not rebuilt)."""
+    index = {id(v): i for i, v in enumerate(bufs) if type(v) is np.ndarray}
+    out = []
+    for role, v in buffers.items():
+        i = index.get(id(v))
+        if i is None:
+            return None
+        out.append((role, i))
+    return tuple(out)
+
+
 def _pack_bytes(bufs) -> int:
     return sum(_host_bytes(v) for v in bufs)
 
@@ -206,6 +223,7 @@ cdef class Binding:
 
     def __init__(self, tuple keys, tuple bufs, buffers, workspace, fn, ws_obj):
         self.fresh_ws = False
+        self.recipe = None
         self.keys = keys
         self.n = len(keys)
         self.buffers = buffers
@@ -259,12 +277,12 @@ cdef class Binding:
     def cacheable(self) -> bool:
         return self.refs is not None
 
-    cdef Binding one_off(self, workspace, fn):
-        """A binding of this one's buffers with ``workspace`` and ``fn``, for one
-        execution (never cached, nothing to compare)."""
+    cdef Binding one_off(self, buffers, workspace, fn):
+        """A binding of ``buffers`` with ``workspace`` and ``fn``, for one execution
+        (never cached, nothing to compare)."""
         cdef Binding b = Binding.__new__(Binding)
         b.keys = ()
-        b.buffers = self.buffers
+        b.buffers = buffers
         b.workspace = workspace
         b.fn = fn
         return b
@@ -351,9 +369,17 @@ cdef class BindingCache:
                 b = <Binding>entry
                 if b.refs is not None and b.matches(<dict>variant_pack, workspace):
                     self.hits += 1
+                    if b.recipe is not None:
+                        # the pack's values, in the order matches() compared them
+                        values = PyDict_Values(<dict>variant_pack)
+                        buffers = {role: values[i] for role, i in b.recipe}
+                    else:
+                        buffers = b.buffers
                     if b.fresh_ws:
                         ws = self._take_ws()
-                        return b.one_off(ws, self._make_fn(b.buffers, ws))
+                        return b.one_off(buffers, ws, self._make_fn(buffers, ws))
+                    if b.recipe is not None:
+                        return b.one_off(buffers, None, self._make_fn(buffers, None))
                     return b
         buffers, ws = self._bind(variant_pack, workspace)
         self.misses += 1
@@ -363,10 +389,18 @@ cdef class BindingCache:
         keys = tuple(variant_pack.keys())
         bufs = tuple(variant_pack.values())
         fresh = self.host and workspace is None and ws is not None
+        recipe = None
         if self.host and ((fresh and self._take_ws is None)
                           or _pack_bytes(bufs) > HOST_CACHE_BYTES):
-            return Binding((), (), buffers, ws, fn, workspace)
-        if fresh:
+            recipe = _recipe(buffers, bufs) if workspace is None else None
+            if recipe is None or (fresh and self._take_ws is None):
+                return Binding((), (), buffers, ws, fn, workspace)
+        if recipe is not None:
+            # by reference only: no buffer, workspace or function kept (module docstring)
+            b = Binding(keys, bufs, None, None, None, workspace)
+            b.recipe = recipe
+            b.fresh_ws = fresh
+        elif fresh:
             # cached without this execution's workspace and function (module docstring)
             b = Binding(keys, bufs, buffers, None, None, workspace)
             b.fresh_ws = True
@@ -375,7 +409,7 @@ cdef class BindingCache:
         if b.cacheable:
             self._entries.insert(0, b)
             del self._entries[_CACHE_SIZE:]
-        return b.one_off(ws, fn) if fresh else b
+        return b.one_off(buffers, ws, fn) if (fresh or recipe is not None) else b
 
     def clear(self) -> None:
         self._entries.clear()

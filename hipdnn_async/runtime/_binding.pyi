@@ -18,6 +18,7 @@ class Binding:
     n: int
     plain: bool
     fresh_ws: bool
+    recipe: tuple | None
     buffers: dict
     workspace: Any
     fn: Callable[[], Any]

@@ -356,6 +356,80 @@ def test_a_host_binding_counts_the_array_a_numpy_view_keeps_alive():
     assert r.binds == 3 and c.hits == 1
 
 
+def _identity_cache(take_workspace=None):
+    """A host cache whose binder returns the pack's arrays themselves (as the CPU device's
+    does for arrays in logical dims and strides), counting binds."""
+    r = Recorder()
+
+    def bind(vp, ws):
+        r.binds += 1
+        return dict(vp), ws
+    return r, BindingCache(bind, Recorder.make_fn, enabled=True, host=True,
+                           take_workspace=take_workspace)
+
+
+def test_a_large_pack_of_arrays_bound_as_themselves_is_cached_by_reference():
+    """Past HOST_CACHE_BYTES a pack whose arrays bind as themselves is still reused, but
+    the cache keeps none of it alive: a hit rebuilds the role map from the pack given."""
+    import numpy as np
+    from hipdnn_async.runtime._binding import HOST_CACHE_BYTES
+    r, c = _identity_cache()
+    x = np.zeros(HOST_CACHE_BYTES // 4 + 1, np.float32)
+    y = np.zeros(8, np.float32)
+    first = c.get({"x": x, "y": y}, None)
+    second = c.get({"x": x, "y": y}, None)
+    assert r.binds == 1 and c.hits == 1
+    assert second.buffers["x"] is x and second.buffers["y"] is y
+    bound = second.fn()[0]
+    assert bound["x"] is x and bound["y"] is y and first is not second
+    (entry,) = c._entries
+    assert entry.recipe is not None and entry.buffers is None and entry.fn is None
+    x.shape = (1, -1)                          # a changed print: bound anew
+    c.get({"x": x, "y": y}, None)
+    assert r.binds == 2
+    refs = [weakref.ref(a) for a in (x, y)]
+    del x, y, first, second, bound
+    gc.collect()
+    assert all(ref() is None for ref in refs), "the cache kept a large pack alive"
+    assert len(c._entries) == 2                # entries whose arrays are gone never hit
+
+
+def test_a_large_pack_bound_through_a_view_is_not_cached():
+    import numpy as np
+    from hipdnn_async.runtime._binding import HOST_CACHE_BYTES
+    r = Recorder()
+
+    def bind(vp, ws):
+        r.binds += 1
+        return {k: v.reshape(-1) for k, v in vp.items()}, ws   # views made by binding
+    c = BindingCache(bind, Recorder.make_fn, enabled=True, host=True)
+    x = np.zeros((2, HOST_CACHE_BYTES // 8 + 1), np.float32)
+    c.get({"x": x}, None)
+    c.get({"x": x}, None)
+    assert r.binds == 2 and not c._entries
+
+
+def test_a_large_pack_with_a_pooled_workspace_takes_a_fresh_one_per_hit():
+    import numpy as np
+    from hipdnn_async.runtime._binding import HOST_CACHE_BYTES
+    takes = []
+
+    def take():
+        takes.append(np.empty(8, np.uint8))
+        return takes[-1]
+    r = Recorder()
+
+    def bind(vp, ws):
+        r.binds += 1
+        return dict(vp), np.empty(8, np.uint8)
+    c = BindingCache(bind, Recorder.make_fn, enabled=True, host=True, take_workspace=take)
+    x = np.zeros(HOST_CACHE_BYTES // 4 + 1, np.float32)
+    got = [c.get({"x": x}, None) for _ in range(3)]
+    assert r.binds == 1 and len(takes) == 2
+    assert all(b.workspace is t and b.fn()[1] is t for b, t in zip(got[1:], takes))
+    assert c._entries[0].recipe is not None and c._entries[0].workspace is None
+
+
 def test_a_cpu_plan_does_not_keep_a_large_torch_pack_alive():
     """Through a CPU plan: after an execution with torch tensors of 8 MiB, the plan's
     binding cache holds no reference to them while the device stays open."""

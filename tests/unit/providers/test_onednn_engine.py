@@ -707,6 +707,41 @@ def test_a_plan_with_a_pooled_workspace_reuses_its_binding_with_a_fresh_workspac
     assert first.workspace.nbytes == second.workspace.nbytes == plan.workspace_size
 
 
+def test_a_large_batchnorm_pack_reuses_its_binding_without_keeping_it_alive(dev):
+    """A 3 MB batchnorm-backward pack (past the 1 MiB a cached host binding may keep
+    alive) hits the binding cache by reference: results follow in-place edits (float64
+    reference), and the arrays are freed while the plan and device live on."""
+    import gc
+    import weakref
+    g = hd.Graph(name="bnb_large")
+    x = g.tensor(dims=(8, 64, 14, 14), layout="NCHW", name="x")
+    dy = g.tensor(dims=(8, 64, 14, 14), layout="NCHW", name="dy")
+    s, m, iv = (g.tensor(dims=(1, 64, 1, 1), name=n) for n in ("s", "m", "iv"))
+    dx, ds, db = g.batchnorm_backward(dy, x, s, mean=m, inv_variance=iv)
+    for t in (dx, ds, db):
+        t.set_output(True)
+    plan = dev.build_sync(g, engine=ONEDNN)
+    xa, dya, sa = rand(x, 13), rand(dy, 14), rand(s, 15)
+    st = ref.bn_training(xa, np.ones(64), np.zeros(64), 1e-5)
+    ma, iva = st["mean"].astype(np.float32), st["inv_variance"].astype(np.float32)
+    outs = {t: empty(t) for t in (dx, ds, db)}
+    pack = {x: xa, dy: dya, s: sa, m: ma, iv: iva, **outs}
+    cache = plan._bindings
+    hits, misses = cache.hits, cache.misses
+    for i in range(3):
+        dya[...] = rand(dy, 20 + i)
+        plan.execute_sync(pack)
+        want = ref.bn_backward(dya, xa, sa, ma, iva)
+        close(outs[dx], want["dx"], 2e-3)
+        close(outs[ds], want["dscale"], 2e-3)
+    assert cache.misses == misses + 1 and cache.hits == hits + 2
+    assert cache._entries[0].recipe is not None and cache._entries[0].buffers is None
+    refs = [weakref.ref(a) for a in (xa, dya)]
+    del pack, xa, dya
+    gc.collect()
+    assert all(r() is None for r in refs), "the binding cache kept the pack alive"
+
+
 def test_reorder_constants_drops_the_cached_bindings(dev):
     g, x, w, y = fprop_graph(x_dims=(1, 16, 8, 8), w_dims=(16, 16, 3, 3), padding=1)
     plan = dev.build_sync(g, engine=ONEDNN)
