@@ -356,6 +356,54 @@ def test_a_host_binding_counts_the_array_a_numpy_view_keeps_alive():
     assert r.binds == 3 and c.hits == 1
 
 
+def test_a_host_binding_counts_the_memory_a_strided_or_buffer_view_keeps_alive():
+    """A small view made by ``as_strided`` (NumPy links it to a DummyArray holding the
+    array, not to the array) or by ``np.frombuffer`` (linked to the bytes object) keeps its
+    whole base alive too: such a pack of an array larger than HOST_CACHE_BYTES is bound on
+    every call and freed once the caller drops it."""
+    import numpy as np
+    from numpy.lib.stride_tricks import as_strided
+    from hipdnn_async.runtime._binding import HOST_CACHE_BYTES
+    for make in (lambda big: as_strided(big, (2, 2), (8, 4)),
+                 lambda big: np.frombuffer(memoryview(big).cast("B"), np.float32, 4)):
+        r, c = host_cache()
+        big = np.zeros(HOST_CACHE_BYTES // 4 + 1, np.float32)
+        view = make(big)
+        assert view.nbytes == 16 and big.nbytes > HOST_CACHE_BYTES
+        c.get({"x": view}, None)
+        c.get({"x": view}, None)
+        assert r.binds == 2 and not c._entries
+        ref = weakref.ref(big)
+        del big, view
+        gc.collect()
+        assert ref() is None, "the binding cache keeps a view's large base alive"
+
+
+def test_a_cpu_plan_does_not_keep_the_base_of_small_strided_views_alive():
+    """Through a CPU plan: buffers given as small ``as_strided`` views (the usual way to
+    make an NHWC view) of a 16 MiB array are not kept alive by the binding cache."""
+    import numpy as np
+    from numpy.lib.stride_tricks import as_strided
+    import hipdnn_async as hd
+    g = hd.Graph(name="strided_views", io_data_type=hd.DataType.FLOAT)
+    x = g.tensor(dims=(1, 4, 4, 4), name="x")
+    w = g.tensor(dims=(4, 4, 1, 1), name="w")
+    y = g.conv_fprop(x, w).set_output(True)
+    with hd.Device("cpu") as dev:
+        plan = dev.build_sync(g)
+        big = np.random.default_rng(0).uniform(-1, 1, 4 << 20).astype(np.float32)
+        view = lambda t, off: as_strided(big[off:], t.dims, [s * 4 for s in t.strides])
+        xa, wa, ya = view(x, 0), view(w, 64), view(y, 1 << 20)
+        for _ in range(2):
+            plan.execute_sync({x: xa, w: wa, y: ya})
+        want = np.einsum("kc,nchw->nkhw", wa[:, :, 0, 0].astype(np.float64), xa)
+        assert np.allclose(ya, want, rtol=1e-5, atol=1e-5)
+        ref = weakref.ref(big)
+        del big, xa, wa, ya
+        gc.collect()
+        assert ref() is None, "the binding cache keeps a 16 MiB base array alive"
+
+
 def _identity_cache(take_workspace=None):
     """A host cache whose binder returns the pack's arrays themselves (as the CPU device's
     does for arrays in logical dims and strides), counting binds."""
