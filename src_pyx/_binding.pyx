@@ -182,13 +182,36 @@ def _host_bytes(buf) -> int:
         buf = buf.view
         t = type(buf)
     if t is np.ndarray:
-        base = buf.base                  # NumPy links a view to the array owning the data
-        return max(buf.nbytes, base.nbytes) if isinstance(base, np.ndarray) else buf.nbytes
+        return max(buf.nbytes, _base_bytes(buf.base))
     storage = getattr(buf, "untyped_storage", None)
     if callable(storage):
         return storage().nbytes()
     n = getattr(buf, "nbytes", 0)
     return n if type(n) is int else 0
+
+
+def _base_bytes(base) -> int:
+    """Bytes of the largest object in a NumPy array's ``base`` chain: the array owning
+    the data, but also what a view made otherwise holds (``as_strided``: a DummyArray
+    holding the array; ``np.frombuffer``: a bytes object, memoryview or mmap)."""
+    n = 0
+    for _ in range(32):             # a chain is short; the bound only guards a cycle
+        if base is None:
+            break
+        if isinstance(base, np.ndarray):
+            n = max(n, base.nbytes)
+            base = base.base
+        elif isinstance(base, memoryview):
+            n = max(n, base.nbytes)
+            base = base.obj
+        else:
+            try:
+                n = max(n, memoryview(base).nbytes)
+            except (TypeError, ValueError, BufferError):    # no buffer (DummyArray), closed
+                got = getattr(base, "nbytes", 0)
+                n = max(n, got if type(got) is int else 0)
+            base = getattr(base, "base", None)
+    return n
 
 
 def _recipe(dict buffers, tuple bufs):
