@@ -379,6 +379,25 @@ def test_a_host_binding_counts_the_memory_a_strided_or_buffer_view_keeps_alive()
         assert ref() is None, "the binding cache keeps a view's large base alive"
 
 
+def test_a_host_binding_counts_the_torch_storage_under_a_numpy_array():
+    """``tensor.numpy()`` of a small slice is a NumPy array whose base is the torch
+    tensor, which keeps its whole storage alive: counted as such (bound every call)."""
+    torch = peer("torch", "a NumPy array over a CPU torch tensor's storage")
+    import numpy as np
+    from hipdnn_async.runtime._binding import HOST_CACHE_BYTES
+    big = torch.zeros(HOST_CACHE_BYTES // 4 + 1)
+    for view in (big[:4].numpy(), np.asarray(big[4:8])):
+        r, c = host_cache()
+        assert view.nbytes == 16
+        c.get({"x": view}, None)
+        c.get({"x": view}, None)
+        assert r.binds == 2 and not c._entries
+    ref = weakref.ref(big)
+    del big, view
+    gc.collect()
+    assert ref() is None
+
+
 def test_a_cpu_plan_does_not_keep_the_base_of_small_strided_views_alive():
     """Through a CPU plan: buffers given as small ``as_strided`` views (the usual way to
     make an NHWC view) of a 16 MiB array are not kept alive by the binding cache."""
