@@ -193,7 +193,8 @@ def _host_bytes(buf) -> int:
 def _base_bytes(base) -> int:
     """Bytes of the largest object in a NumPy array's ``base`` chain: the array owning
     the data, but also what a view made otherwise holds (``as_strided``: a DummyArray
-    holding the array; ``np.frombuffer``: a bytes object, memoryview or mmap)."""
+    holding the array; ``np.frombuffer``: a bytes object, memoryview or mmap;
+    ``tensor.numpy()``: the torch tensor, holding its whole storage)."""
     n = 0
     for _ in range(32):             # a chain is short; the bound only guards a cycle
         if base is None:
@@ -204,6 +205,10 @@ def _base_bytes(base) -> int:
         elif isinstance(base, memoryview):
             n = max(n, base.nbytes)
             base = base.obj
+        elif callable(getattr(base, "untyped_storage", None)):
+            # a torch tensor (tensor.numpy(), np.asarray(tensor)): its whole storage
+            n = max(n, base.untyped_storage().nbytes())
+            break
         else:
             try:
                 n = max(n, memoryview(base).nbytes)
