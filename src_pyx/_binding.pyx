@@ -194,7 +194,8 @@ def _base_bytes(base) -> int:
     """Bytes of the largest object in a NumPy array's ``base`` chain: the array owning
     the data, but also what a view made otherwise holds (``as_strided``: a DummyArray
     holding the array; ``np.frombuffer``: a bytes object, memoryview or mmap;
-    ``tensor.numpy()``: the torch tensor, holding its whole storage)."""
+    ``tensor.numpy()``: the torch tensor, holding its whole storage). An object that
+    cannot say (its attribute raises) counts as more than HOST_CACHE_BYTES."""
     n = 0
     for _ in range(32):             # a chain is short; the bound only guards a cycle
         if base is None:
@@ -202,20 +203,23 @@ def _base_bytes(base) -> int:
         if isinstance(base, np.ndarray):
             n = max(n, base.nbytes)
             base = base.base
-        elif isinstance(base, memoryview):
-            n = max(n, base.nbytes)
-            base = base.obj
-        elif callable(getattr(base, "untyped_storage", None)):
-            # a torch tensor (tensor.numpy(), np.asarray(tensor)): its whole storage
-            n = max(n, base.untyped_storage().nbytes())
-            break
-        else:
-            try:
-                n = max(n, memoryview(base).nbytes)
-            except (TypeError, ValueError, BufferError):    # no buffer (DummyArray), closed
-                got = getattr(base, "nbytes", 0)
-                n = max(n, got if type(got) is int else 0)
-            base = getattr(base, "base", None)
+            continue
+        try:
+            if isinstance(base, memoryview):
+                n = max(n, base.nbytes)
+                base = base.obj
+            elif callable(getattr(type(base), "untyped_storage", None)):
+                # a torch tensor (tensor.numpy(), np.asarray(tensor)): its whole storage
+                return max(n, base.untyped_storage().nbytes())
+            else:
+                try:
+                    n = max(n, memoryview(base).nbytes)
+                except (TypeError, ValueError, BufferError):  # no buffer (DummyArray)
+                    got = getattr(base, "nbytes", 0)
+                    n = max(n, got if type(got) is int else 0)
+                base = getattr(base, "base", None)
+        except Exception:           # a foreign object's property: not trusted to be small
+            return HOST_CACHE_BYTES + 1
     return n
 
 
