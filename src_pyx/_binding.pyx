@@ -401,18 +401,15 @@ cdef class BindingCache:
                 b = <Binding>entry
                 if b.refs is not None and b.matches(<dict>variant_pack, workspace):
                     self.hits += 1
+                    if b.recipe is None and not b.fresh_ws:
+                        return b
+                    buffers = b.buffers
                     if b.recipe is not None:
                         # the pack's values, in the order matches() compared them
                         values = PyDict_Values(<dict>variant_pack)
                         buffers = {role: values[i] for role, i in b.recipe}
-                    else:
-                        buffers = b.buffers
-                    if b.fresh_ws:
-                        ws = self._take_ws()
-                        return b.one_off(buffers, ws, self._make_fn(buffers, ws))
-                    if b.recipe is not None:
-                        return b.one_off(buffers, None, self._make_fn(buffers, None))
-                    return b
+                    ws = self._take_ws() if b.fresh_ws else None
+                    return b.one_off(buffers, ws, self._make_fn(buffers, ws))
         buffers, ws = self._bind(variant_pack, workspace)
         self.misses += 1
         fn = self._make_fn(buffers, ws)
@@ -422,10 +419,11 @@ cdef class BindingCache:
         bufs = tuple(variant_pack.values())
         fresh = self.host and workspace is None and ws is not None
         recipe = None
-        if self.host and ((fresh and self._take_ws is None)
-                          or _pack_bytes(bufs) > HOST_CACHE_BYTES):
+        if fresh and self._take_ws is None:
+            return Binding((), (), buffers, ws, fn, workspace)
+        if self.host and _pack_bytes(bufs) > HOST_CACHE_BYTES:
             recipe = _recipe(buffers, bufs) if workspace is None else None
-            if recipe is None or (fresh and self._take_ws is None):
+            if recipe is None:
                 return Binding((), (), buffers, ws, fn, workspace)
         if recipe is not None:
             # by reference only: no buffer, workspace or function kept (module docstring)

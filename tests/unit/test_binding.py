@@ -356,6 +356,14 @@ def test_a_host_binding_counts_the_array_a_numpy_view_keeps_alive():
     assert r.binds == 3 and c.hits == 1
 
 
+def _bound_every_call(view):
+    """Whether a host cache binds a pack of ``view`` on each of two calls, keeping none."""
+    r, c = host_cache()
+    c.get({"x": view}, None)
+    c.get({"x": view}, None)
+    return r.binds == 2 and not c._entries
+
+
 def test_a_host_binding_counts_the_memory_a_strided_or_buffer_view_keeps_alive():
     """A small view made by ``as_strided`` (NumPy links it to a DummyArray holding the
     array, not to the array) or by ``np.frombuffer`` (linked to the bytes object) keeps its
@@ -366,13 +374,10 @@ def test_a_host_binding_counts_the_memory_a_strided_or_buffer_view_keeps_alive()
     from hipdnn_async.runtime._binding import HOST_CACHE_BYTES
     for make in (lambda big: as_strided(big, (2, 2), (8, 4)),
                  lambda big: np.frombuffer(memoryview(big).cast("B"), np.float32, 4)):
-        r, c = host_cache()
         big = np.zeros(HOST_CACHE_BYTES // 4 + 1, np.float32)
         view = make(big)
         assert view.nbytes == 16 and big.nbytes > HOST_CACHE_BYTES
-        c.get({"x": view}, None)
-        c.get({"x": view}, None)
-        assert r.binds == 2 and not c._entries
+        assert _bound_every_call(view)
         ref = weakref.ref(big)
         del big, view
         gc.collect()
@@ -387,11 +392,7 @@ def test_a_host_binding_counts_the_torch_storage_under_a_numpy_array():
     from hipdnn_async.runtime._binding import HOST_CACHE_BYTES
     big = torch.zeros(HOST_CACHE_BYTES // 4 + 1)
     for view in (big[:4].numpy(), np.asarray(big[4:8])):
-        r, c = host_cache()
-        assert view.nbytes == 16
-        c.get({"x": view}, None)
-        c.get({"x": view}, None)
-        assert r.binds == 2 and not c._entries
+        assert view.nbytes == 16 and _bound_every_call(view)
     ref = weakref.ref(big)
     del big, view
     gc.collect()

@@ -331,24 +331,38 @@ def test_bn_training_running_statistics_and_variance_round_trip(dev):
         close(outs[t], want[key], 1e-4)
 
 
-def test_bn_backward_takes_inv_variance(dev):
+def _bn_backward(dev, dims):
+    """(plan, pack, tensors x, dy, dx, ds, db) of an NCHW batchnorm backward on ``dims``
+    taking inv_variance: x, dy and scale U(-1, 1), mean and inv_variance x's float64
+    statistics, outputs empty."""
+    c = dims[1]
     g = hd.Graph(name="bnb")
-    x = g.tensor(dims=(3, 4, 5, 5), layout="NCHW", name="x")
-    dy = g.tensor(dims=(3, 4, 5, 5), layout="NCHW", name="dy")
-    s, m, iv = (g.tensor(dims=(1, 4, 1, 1), name=n) for n in ("s", "m", "iv"))
+    x = g.tensor(dims=dims, layout="NCHW", name="x")
+    dy = g.tensor(dims=dims, layout="NCHW", name="dy")
+    s, m, iv = (g.tensor(dims=(1, c, 1, 1), name=n) for n in ("s", "m", "iv"))
     dx, ds, db = g.batchnorm_backward(dy, x, s, mean=m, inv_variance=iv)
     for t in (dx, ds, db):
         t.set_output(True)
     plan = dev.build_sync(g, engine=ONEDNN)
-    xa, dya, sa = rand(x, 13), rand(dy, 14), rand(s, 15)
-    st = ref.bn_training(xa, np.ones(4), np.zeros(4), 1e-5)
-    ma, iva = st["mean"].astype(np.float32), st["inv_variance"].astype(np.float32)
-    outs = {t: empty(t) for t in (dx, ds, db)}
-    plan.execute_sync({x: xa, dy: dya, s: sa, m: ma, iv: iva, **outs})
-    want = ref.bn_backward(dya, xa, sa, ma, iva)
-    close(outs[dx], want["dx"], 2e-3)
-    close(outs[ds], want["dscale"], 2e-3)
-    close(outs[db], want["dbias"], 2e-3)
+    xa = rand(x, 13)
+    st = ref.bn_training(xa, np.ones(c), np.zeros(c), 1e-5)
+    pack = {x: xa, dy: rand(dy, 14), s: rand(s, 15), m: st["mean"].astype(np.float32),
+            iv: st["inv_variance"].astype(np.float32), **{t: empty(t) for t in (dx, ds, db)}}
+    return plan, pack, (x, dy, s, m, iv, dx, ds, db)
+
+
+def _check_bn_backward(pack, tensors):
+    x, dy, s, m, iv, dx, ds, db = tensors
+    want = ref.bn_backward(pack[dy], pack[x], pack[s], pack[m], pack[iv])
+    close(pack[dx], want["dx"], 2e-3)
+    close(pack[ds], want["dscale"], 2e-3)
+    close(pack[db], want["dbias"], 2e-3)
+
+
+def test_bn_backward_takes_inv_variance(dev):
+    plan, pack, tensors = _bn_backward(dev, (3, 4, 5, 5))
+    plan.execute_sync(pack)
+    _check_bn_backward(pack, tensors)
 
 
 @pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
@@ -713,31 +727,18 @@ def test_a_large_batchnorm_pack_reuses_its_binding_without_keeping_it_alive(dev)
     reference), and the arrays are freed while the plan and device live on."""
     import gc
     import weakref
-    g = hd.Graph(name="bnb_large")
-    x = g.tensor(dims=(8, 64, 14, 14), layout="NCHW", name="x")
-    dy = g.tensor(dims=(8, 64, 14, 14), layout="NCHW", name="dy")
-    s, m, iv = (g.tensor(dims=(1, 64, 1, 1), name=n) for n in ("s", "m", "iv"))
-    dx, ds, db = g.batchnorm_backward(dy, x, s, mean=m, inv_variance=iv)
-    for t in (dx, ds, db):
-        t.set_output(True)
-    plan = dev.build_sync(g, engine=ONEDNN)
-    xa, dya, sa = rand(x, 13), rand(dy, 14), rand(s, 15)
-    st = ref.bn_training(xa, np.ones(64), np.zeros(64), 1e-5)
-    ma, iva = st["mean"].astype(np.float32), st["inv_variance"].astype(np.float32)
-    outs = {t: empty(t) for t in (dx, ds, db)}
-    pack = {x: xa, dy: dya, s: sa, m: ma, iv: iva, **outs}
+    plan, pack, tensors = _bn_backward(dev, (8, 64, 14, 14))
+    x, dy = tensors[:2]
     cache = plan._bindings
     hits, misses = cache.hits, cache.misses
     for i in range(3):
-        dya[...] = rand(dy, 20 + i)
+        pack[dy][...] = rand(dy, 20 + i)      # in place: the same pack object each time
         plan.execute_sync(pack)
-        want = ref.bn_backward(dya, xa, sa, ma, iva)
-        close(outs[dx], want["dx"], 2e-3)
-        close(outs[ds], want["dscale"], 2e-3)
+        _check_bn_backward(pack, tensors)
     assert cache.misses == misses + 1 and cache.hits == hits + 2
     assert cache._entries[0].recipe is not None and cache._entries[0].buffers is None
-    refs = [weakref.ref(a) for a in (xa, dya)]
-    del pack, xa, dya
+    refs = [weakref.ref(pack[t]) for t in (x, dy)]
+    del pack
     gc.collect()
     assert all(r() is None for r in refs), "the binding cache kept the pack alive"
 

@@ -286,9 +286,7 @@ class Conv:
         if (self.direction != "dgrad" or x_type not in (DataType.BFLOAT16, DataType.FLOAT)
                 or self.match.tensors[self.roles.w].dims[1] < 16):
             return False   # (into fewer than 16 channels: as the stem's dgrad, below)
-        pixels = 1
-        for d in self.match.tensors[self.roles.y].dims[2:]:
-            pixels *= d
+        pixels = math.prod(self.match.tensors[self.roles.y].dims[2:])
         return pixels <= (196 if x_type == DataType.BFLOAT16 else 49)
 
     def rule(self, name) -> str | None:
@@ -343,12 +341,9 @@ class Conv:
     def _small(self) -> bool:
         """Whether y has fewer than ``SMALL_Y`` elements and the convolution fewer than
         ``SMALL_MACS`` multiply-adds (``_post_ops_first``)."""
-        y = 1
-        for d in self.match.tensors[self.roles.y].dims:
-            y *= d
-        taps = 1
-        for d in self.match.tensors[self.roles.w].dims[1:]:
-            taps *= d               # C / groups x the kernel's taps: MACs per y element
+        y = math.prod(self.match.tensors[self.roles.y].dims)
+        # C / groups x the kernel's taps: multiply-adds per y element
+        taps = math.prod(self.match.tensors[self.roles.w].dims[1:])
         return y < SMALL_Y and y * taps < SMALL_MACS
 
     def fuses_relu(self, pd) -> bool:
@@ -554,10 +549,11 @@ def clip_hooks(conv, pd):
     # y's element kind, from its tensor (the binding checked the buffer's dtype against
     # it; reading ``y.dtype.name`` costs 2 us a call)
     kind = _RELU_KINDS.get(conv.match.tensors[role].data_type)
+    compiled = kind is not None and lo <= hi
 
     def hooks(b, workspace):
         y = b[role]
-        if kind is None or not y.flags.aligned or not lo <= hi:
+        if not (compiled and y.flags.aligned):
             return None, lambda: _batchnorm.relu(y, y, lower, upper, team=True)
         # the compiled pass itself, in place (``_batchnorm.relu``'s checks cost 8 us a
         # call, 5x the pass on a tiny y): a C callable the plan runs without NumPy's
