@@ -338,19 +338,29 @@ HD_AVX512V static inline __m512 hd_bnl_dxv(__m512 x, __m512 g, __m512 m, __m512 
  * VCVTNE2PS2BF16 into one 64-byte store where every lane is stored (20 % faster than two
  * VCVTNEPS2BF16 and 32-byte stores at C = 64, in a C harness) */
 HD_AVX512V static inline void hd_bnl_st2_f32(float* p, __mmask16 k0, __mmask16 k1, __m512 v0,
-                                             __m512 v1) {
+                                             __m512 v1, int nt) {
+    if (nt && (k0 & k1) == 0xffff) {   /* p is 64-byte aligned (hd_bn_last_job.stream) */
+        _mm512_stream_ps(p, v0);
+        _mm512_stream_ps(p + 16, v1);
+        return;
+    }
     _mm512_mask_storeu_ps(p, k0, v0);
     _mm512_mask_storeu_ps(p + 16, k1, v1);
 }
 HD_AVX512V static inline void hd_bnl_st2_f16(uint16_t* p, __mmask16 k0, __mmask16 k1,
-                                             __m512 v0, __m512 v1) {
+                                             __m512 v0, __m512 v1, int nt) {
+    (void)nt;                          /* never streamed (stream is set for f32, bf16) */
     hd_bn_st_f16(p, k0, v0);
     hd_bn_st_f16(p + 16, k1, v1);
 }
 HD_AVX512BF16 static inline void hd_bnl_st2_bf16(uint16_t* p, __mmask16 k0, __mmask16 k1,
-                                                 __m512 v0, __m512 v1) {
+                                                 __m512 v0, __m512 v1, int nt) {
     if ((k0 & k1) == 0xffff) {
-        _mm512_storeu_si512((void*)p, (__m512i)_mm512_cvtne2ps_pbh(v1, v0));
+        const __m512i w = (__m512i)_mm512_cvtne2ps_pbh(v1, v0);
+        if (nt)
+            _mm512_stream_si512((void*)p, w);
+        else
+            _mm512_storeu_si512((void*)p, w);
     } else {
         hd_bn_st_bf16(p, k0, v0);
         hd_bn_st_bf16(p + 16, k1, v1);
@@ -429,10 +439,10 @@ HD_AVX512BF16 static inline void hd_bnl_st2_bf16(uint16_t* p, __mmask16 k0, __mm
             HD_BNL_ADD64(s0, s, k);                                                        \
         });                                                                                \
     }                                                                                      \
-    ATTR static inline __attribute__((always_inline)) void hd_bnl_affine_##K##_avx512i(                                          \
+    ATTR static inline __attribute__((always_inline)) void hd_bnl_affine_##K##_avx512i(    \
         const HD_TYPE_##K* x, ptrdiff_t xp, HD_TYPE_##K* y, ptrdiff_t yp, ptrdiff_t P,     \
         const float* m, const float* a, const float* b, ptrdiff_t C, int act, float lo,    \
-        float hi) {                                                                        \
+        float hi, int nt) {                                                                \
         const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);                   \
         ptrdiff_t p, u;                                                                    \
         if (C > 16 * HD_BNL_U) {   /* the operands from L1 */                              \
@@ -442,7 +452,7 @@ HD_AVX512BF16 static inline void hd_bnl_st2_bf16(uint16_t* p, __mmask16 k0, __mm
                     hd_bnl_st2_##K(y + p * yp + c, ka, kb,                                 \
                         hd_bn_affv(hd_bn_ld_##K(x + p * xp + c, ka), m0, a0, b0, act, vlo, vhi), \
                         hd_bn_affv(hd_bn_ld_##K(x + p * xp + c + 16, kb), m1, a1, b1, act, \
-                                    vlo, vhi));                                            \
+                                    vlo, vhi), nt);                                        \
             })                                                                             \
             return;                                                                        \
         }                                                                                  \
@@ -458,7 +468,7 @@ HD_AVX512BF16 static inline void hd_bnl_st2_bf16(uint16_t* p, __mmask16 k0, __mm
                     v[u] = hd_bn_affv(hd_bn_ld_##K(xr + 16 * u, k[u]), vm[u], va[u],      \
                                        vb[u], act, vlo, vhi);                              \
                 for (u = 0; u < HD_BNL_U; u += 2)                                          \
-                    hd_bnl_st2_##K(yr + 16 * u, k[u], k[u + 1], v[u], v[u + 1]);           \
+                    hd_bnl_st2_##K(yr + 16 * u, k[u], k[u + 1], v[u], v[u + 1], nt);       \
             }                                                                              \
         });                                                                                \
     }                                                                                      \
@@ -520,11 +530,11 @@ HD_AVX512BF16 static inline void hd_bnl_st2_bf16(uint16_t* p, __mmask16 k0, __mm
             HD_BNL_ADD64(s1, sd, k);                                                       \
         });                                                                                \
     }                                                                                      \
-    ATTR static inline __attribute__((always_inline)) void hd_bnl_dx_##K##_avx512i(                                              \
+    ATTR static inline __attribute__((always_inline)) void hd_bnl_dx_##K##_avx512i(        \
         const HD_TYPE_##K* x, ptrdiff_t xp, const HD_TYPE_##K* dy, ptrdiff_t gp,           \
         HD_TYPE_##K* dx, ptrdiff_t yp, ptrdiff_t P, const float* m, const float* a,        \
         const float* b, ptrdiff_t C, int act, float lo, float hi, const float* k1,         \
-        const float* k2, const float* k3) {                                                \
+        const float* k2, const float* k3, int nt) {                                        \
         const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);                   \
         ptrdiff_t p, u;                                                                    \
         if (C > 16 * HD_BNL_U) {   /* the operands from L1 */                              \
@@ -540,7 +550,7 @@ HD_AVX512BF16 static inline void hd_bnl_st2_bf16(uint16_t* p, __mmask16 k0, __mm
                                    c30, act, vlo, vhi),                                    \
                         hd_bnl_dxv(hd_bn_ld_##K(x + p * xp + c + 16, kb),                  \
                                    hd_bn_ld_##K(dy + p * gp + c + 16, kb), m1, a1, b1, c11, \
-                                   c21, c31, act, vlo, vhi));                              \
+                                   c21, c31, act, vlo, vhi), nt);                          \
             })                                                                             \
             return;                                                                        \
         }                                                                                  \
@@ -561,21 +571,25 @@ HD_AVX512BF16 static inline void hd_bnl_st2_bf16(uint16_t* p, __mmask16 k0, __mm
                                       hd_bn_ld_##K(gr + 16 * u, k[u]), vm[u], va[u], vb[u], \
                                       v1[u], v2[u], v3[u], act, vlo, vhi);                 \
                 for (u = 0; u < HD_BNL_U; u += 2)                                          \
-                    hd_bnl_st2_##K(dr + 16 * u, k[u], k[u + 1], v[u], v[u + 1]);           \
+                    hd_bnl_st2_##K(dr + 16 * u, k[u], k[u + 1], v[u], v[u + 1], nt);       \
             }                                                                              \
         });                                                                                \
     }                                                                                      \
-    /* act as a constant in each copy of the rows (no test of it per vector) */            \
+    /* act and nt (hd_bn_stream) as constants in each copy of the rows (no test of them  \
+     * per vector) */                                                                      \
     ATTR static void hd_bnl_affine_##K##_avx512v(                                          \
         const HD_TYPE_##K* x, ptrdiff_t xp, HD_TYPE_##K* y, ptrdiff_t yp, ptrdiff_t P,     \
         const float* m, const float* a, const float* b, ptrdiff_t C, int act, float lo,    \
         float hi) {                                                                        \
-        if (act && hi == INFINITY)  /* ReLU without an upper clip: one VMINPS less */     \
-            hd_bnl_affine_##K##_avx512i(x, xp, y, yp, P, m, a, b, C, 1, lo, hi);           \
-        else if (act)                                                                      \
-            hd_bnl_affine_##K##_avx512i(x, xp, y, yp, P, m, a, b, C, 2, lo, hi);           \
-        else                                                                               \
-            hd_bnl_affine_##K##_avx512i(x, xp, y, yp, P, m, a, b, C, 0, lo, hi);           \
+        const int a_ = !act ? 0 : hi == INFINITY ? 1 : 2;  /* 1: ReLU, one VMINPS less */ \
+        switch (a_ + 3 * hd_bn_stream) {                                                  \
+        case 0: hd_bnl_affine_##K##_avx512i(x, xp, y, yp, P, m, a, b, C, 0, lo, hi, 0); break; \
+        case 1: hd_bnl_affine_##K##_avx512i(x, xp, y, yp, P, m, a, b, C, 1, lo, hi, 0); break; \
+        case 2: hd_bnl_affine_##K##_avx512i(x, xp, y, yp, P, m, a, b, C, 2, lo, hi, 0); break; \
+        case 3: hd_bnl_affine_##K##_avx512i(x, xp, y, yp, P, m, a, b, C, 0, lo, hi, 1); break; \
+        case 4: hd_bnl_affine_##K##_avx512i(x, xp, y, yp, P, m, a, b, C, 1, lo, hi, 1); break; \
+        default: hd_bnl_affine_##K##_avx512i(x, xp, y, yp, P, m, a, b, C, 2, lo, hi, 1);   \
+        }                                                                                  \
     }                                                                                      \
     ATTR static void hd_bnl_bsum_##K##_avx512v(                                            \
         const HD_TYPE_##K* x, ptrdiff_t xp, const HD_TYPE_##K* dy, ptrdiff_t gp,           \
@@ -593,12 +607,16 @@ HD_AVX512BF16 static inline void hd_bnl_st2_bf16(uint16_t* p, __mmask16 k0, __mm
         HD_TYPE_##K* dx, ptrdiff_t yp, ptrdiff_t P, const float* m, const float* a,        \
         const float* b, ptrdiff_t C, int act, float lo, float hi, const float* k1,         \
         const float* k2, const float* k3) {                                                \
-        if (act)                                                                           \
-            hd_bnl_dx_##K##_avx512i(x, xp, dy, gp, dx, yp, P, m, a, b, C, 1, lo, hi, k1, k2, \
-                                    k3);                                                   \
-        else                                                                               \
-            hd_bnl_dx_##K##_avx512i(x, xp, dy, gp, dx, yp, P, m, a, b, C, 0, lo, hi, k1, k2, \
-                                    k3);                                                   \
+        switch ((act ? 1 : 0) + 2 * hd_bn_stream) {                                       \
+        case 0: hd_bnl_dx_##K##_avx512i(x, xp, dy, gp, dx, yp, P, m, a, b, C, 0, lo, hi, k1, \
+                                        k2, k3, 0); break;                                 \
+        case 1: hd_bnl_dx_##K##_avx512i(x, xp, dy, gp, dx, yp, P, m, a, b, C, 1, lo, hi, k1, \
+                                        k2, k3, 0); break;                                 \
+        case 2: hd_bnl_dx_##K##_avx512i(x, xp, dy, gp, dx, yp, P, m, a, b, C, 0, lo, hi, k1, \
+                                        k2, k3, 1); break;                                 \
+        default: hd_bnl_dx_##K##_avx512i(x, xp, dy, gp, dx, yp, P, m, a, b, C, 1, lo, hi, \
+                                         k1, k2, k3, 1);                                   \
+        }                                                                                  \
     }                                                                                      \
     HD_BN_LAST_TEAM(K##_avx512v, ATTR, K)
 
@@ -613,12 +631,17 @@ static void hd_bn_last_team(void* data, int ithr, int nthr) {
     const hd_bn_job* j = &L->j;
     hd_bnl_group = L->group;
 #if HD_BN_VEC
+    /* channels-last rows stream full vectors of every pixel: y 64-byte aligned at each
+     * (the caller's stream), float32 or bfloat16 */
+    hd_bn_stream = j->stream;
     if (j->isa == 2 && j->kind == 0) {
         hd_bnl_team_f32_avx512v(L, ithr, nthr);
+        if (j->stream) _mm_sfence();   /* streamed stores seen before the team's end */
         return;
     }
     if (j->isa == 2 && j->kind == 1 && hd_bn_bf16_stores()) {
         hd_bnl_team_bf16_avx512v(L, ithr, nthr);
+        if (j->stream) _mm_sfence();
         return;
     }
     if (j->isa == 2 && j->kind == 2) {

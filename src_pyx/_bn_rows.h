@@ -66,7 +66,17 @@ typedef struct {
     double eps;                    /* training, inference */
     int act;                       /* forward: clamp y to [lo, hi]; backward: RELU_BWD mask */
     float lo, hi;
+    int stream;                    /* y's (dx's) 64-byte-aligned full vectors stored
+                                      non-temporally (hd_bn_stream); the caller sets it
+                                      only where y is too large for the caches */
 } hd_bn_job;
+
+/* Whether this thread's intrinsic rows store y (dx) with MOVNTPS (hd_bn_job.stream, set on
+ * entering the team). A store pass over a y larger than the caches otherwise reads every
+ * line of y before writing it and evicts x with it (glibc's memcpy streams above 3/4 of
+ * the L3 for the same reason); while y fits the caches, streaming is slower (1.3-1.9x at
+ * 9.6-19 MB of float32 y, 2 cores, C harness). */
+static __thread int hd_bn_stream = 0;
 
 /* One channel's rows of one element kind K, for one ISA. */
 #define HD_BN_KIND(ISA, ATTR, K)                                                           \
@@ -316,6 +326,20 @@ HD_AVX512V static inline void hd_bn_st_f16(uint16_t* p, __mmask16 k, __m512 v) {
     _mm256_mask_storeu_epi16(p, k,
                              _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
+/* Streamed stores (hd_bn_stream) of one full float32 vector at a 64-byte-aligned p; rows
+ * of 16-bit elements are never streamed (HD_BN_NT_*: none of ResNet-50's passes the
+ * caches in 16 bits at batch 32). */
+#define HD_BN_NT_f32 1
+#define HD_BN_NT_bf16 0
+#define HD_BN_NT_f16 0
+HD_AVX512V static inline void hd_bn_nt_f32(float* p, __m512 v) { _mm512_stream_ps(p, v); }
+HD_AVX512V static inline void hd_bn_nt_bf16(uint16_t* p, __m512 v) { (void)p, (void)v; }
+HD_AVX512V static inline void hd_bn_nt_f16(uint16_t* p, __m512 v) { (void)p, (void)v; }
+/* the elements of a row at p (of S) before its first 64-byte boundary */
+static inline ptrdiff_t hd_bn_to_line(const void* p, ptrdiff_t S) {
+    const ptrdiff_t h = (ptrdiff_t)((64 - ((uintptr_t)p & 63)) & 63) / 4;
+    return h < S ? h : S;
+}
 /* the 16 lanes of a and b, summed in float64 */
 HD_AVX512V static inline double hd_bn_hsum(__m512 a, __m512 b) {
     __m512d lo = _mm512_add_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(a)),
@@ -382,11 +406,19 @@ HD_AVX512V static inline __m512 hd_bn_affv(__m512 x, __m512 m, __m512 a, __m512 
     /* act as a constant in each copy of the row (hd_bn_affine_*_avx512v picks one) */     \
     ATTR static inline __attribute__((always_inline)) void hd_bn_affine_##K##_avx512i(     \
         const HD_TYPE_##K* x, HD_TYPE_##K* y, ptrdiff_t S, float m, float a, float b,      \
-        int act, float lo, float hi) {                                                     \
+        int act, float lo, float hi, int nt) {                                             \
         const __m512 vm = _mm512_set1_ps(m), va = _mm512_set1_ps(a), vb = _mm512_set1_ps(b); \
         const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);                   \
-        ptrdiff_t i;                                                                       \
-        for (i = 0; i < S; i += 16) {                                                      \
+        ptrdiff_t i = 0;                                                                   \
+        if (nt) {  /* masked up to y's first 64-byte boundary, then streamed */           \
+            ptrdiff_t h = hd_bn_to_line(y, S);                                             \
+            if (h) hd_bn_st_##K(y, hd_bn_tail(h), hd_bn_affv(hd_bn_ld_##K(x, hd_bn_tail(h)), \
+                                                             vm, va, vb, act, vlo, vhi));  \
+            for (i = h; i + 16 <= S; i += 16)                                              \
+                hd_bn_nt_##K(y + i, hd_bn_affv(hd_bn_ld_##K(x + i, 0xffff), vm, va, vb,    \
+                                               act, vlo, vhi));                            \
+        }                                                                                  \
+        for (; i < S; i += 16) {                                                           \
             __mmask16 k = hd_bn_tail(S - i);                                               \
             hd_bn_st_##K(y + i, k, hd_bn_affv(hd_bn_ld_##K(x + i, k), vm, va, vb, act, vlo, \
                                               vhi));                                       \
@@ -395,12 +427,15 @@ HD_AVX512V static inline __m512 hd_bn_affv(__m512 x, __m512 m, __m512 a, __m512 
     ATTR static void hd_bn_affine_##K##_avx512v(const HD_TYPE_##K* x, HD_TYPE_##K* y,      \
                                                 ptrdiff_t S, float m, float a, float b,    \
                                                 int act, float lo, float hi) {             \
-        if (act && hi == INFINITY)   /* ReLU without an upper clip: one VMINPS less */     \
-            hd_bn_affine_##K##_avx512i(x, y, S, m, a, b, 1, lo, hi);                       \
-        else if (act)                                                                      \
-            hd_bn_affine_##K##_avx512i(x, y, S, m, a, b, 2, lo, hi);                       \
-        else                                                                               \
-            hd_bn_affine_##K##_avx512i(x, y, S, m, a, b, 0, lo, hi);                       \
+        const int a_ = !act ? 0 : hi == INFINITY ? 1 : 2;  /* 1: ReLU, one VMINPS less */ \
+        switch (a_ + 3 * (HD_BN_NT_##K && hd_bn_stream)) {                                 \
+        case 0: hd_bn_affine_##K##_avx512i(x, y, S, m, a, b, 0, lo, hi, 0); break;         \
+        case 1: hd_bn_affine_##K##_avx512i(x, y, S, m, a, b, 1, lo, hi, 0); break;         \
+        case 2: hd_bn_affine_##K##_avx512i(x, y, S, m, a, b, 2, lo, hi, 0); break;         \
+        case 3: hd_bn_affine_##K##_avx512i(x, y, S, m, a, b, 0, lo, hi, 1); break;         \
+        case 4: hd_bn_affine_##K##_avx512i(x, y, S, m, a, b, 1, lo, hi, 1); break;         \
+        default: hd_bn_affine_##K##_avx512i(x, y, S, m, a, b, 2, lo, hi, 1);               \
+        }                                                                                  \
     }                                                                                      \
     ATTR static void hd_bn_bsum_##K##_avx512v(const HD_TYPE_##K* x, const HD_TYPE_##K* dy, \
                                               ptrdiff_t S, float m, float a, float b,      \
@@ -435,13 +470,21 @@ HD_AVX512V static inline __m512 hd_bn_affv(__m512 x, __m512 m, __m512 a, __m512 
         const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);                   \
         const __m512 v1 = _mm512_set1_ps(k1), v2 = _mm512_set1_ps(k2);                     \
         const __m512 v3 = _mm512_set1_ps(k3);                                              \
+        /* streamed from dx's first 64-byte boundary h (hd_bn_stream), masked elsewhere */ \
+        const ptrdiff_t h = HD_BN_NT_##K && hd_bn_stream ? hd_bn_to_line(dx, S) : S;       \
         ptrdiff_t i;                                                                       \
         for (i = 0; i < S; i += 16) {                                                      \
-            __mmask16 k = hd_bn_tail(S - i);                                               \
+            __mmask16 k = i < h ? hd_bn_tail(h - i) : hd_bn_tail(S - i);                   \
             __m512 d = _mm512_sub_ps(hd_bn_ld_##K(x + i, k), vm);                          \
             __m512 g = hd_bn_ld_##K(dy + i, k);                                            \
+            __m512 v;                                                                      \
             if (act) HD_BN_VMASK(g, d, k);                                                 \
-            hd_bn_st_##K(dx + i, k, _mm512_fmadd_ps(v1, g, _mm512_fmadd_ps(v2, d, v3)));   \
+            v = _mm512_fmadd_ps(v1, g, _mm512_fmadd_ps(v2, d, v3));                        \
+            if (i >= h && k == 0xffff)                                                     \
+                hd_bn_nt_##K(dx + i, v);                                                   \
+            else                                                                           \
+                hd_bn_st_##K(dx + i, k, v);                                                \
+            if (i < h && i + 16 > h) i = h - 16;   /* on from the boundary */              \
         }                                                                                  \
     }                                                                                      \
     HD_BN_CHANNEL(avx512v, ATTR, K, hd_bn_affine_##K##_avx512v, hd_bn_dx_##K##_avx512v)
@@ -510,13 +553,17 @@ static void hd_bn_channel(const hd_bn_job* j, ptrdiff_t c, ptrdiff_t n0, ptrdiff
  * rows C*S apart took 1.5x PyTorch's time once the tensor left the caches, at batch 32). */
 static void hd_bn_team(void* data, int ithr, int nthr) {
     const hd_bn_job* j = (const hd_bn_job*)data;
+    hd_bn_stream = j->stream;
     if (j->op == HD_BN_INFERENCE) {
         ptrdiff_t R = j->N * j->C, r0 = R * ithr / nthr, r1 = R * (ithr + 1) / nthr, r;
         for (r = r0; r < r1; r++) hd_bn_channel(j, r % j->C, r / j->C, r / j->C + 1);
-        return;
+    } else {
+        ptrdiff_t c0 = j->C * ithr / nthr, c1 = j->C * (ithr + 1) / nthr, c;
+        for (c = c0; c < c1; c++) hd_bn_channel(j, c, 0, j->N);
     }
-    ptrdiff_t c0 = j->C * ithr / nthr, c1 = j->C * (ithr + 1) / nthr, c;
-    for (c = c0; c < c1; c++) hd_bn_channel(j, c, 0, j->N);
+#if HD_BN_VEC
+    if (j->stream) _mm_sfence();   /* streamed stores seen before the team's end */
+#endif
 }
 
 #endif /* HD_BN_ROWS_H */

@@ -84,7 +84,8 @@ def bn_rows(op: int, x: np.ndarray, y: np.ndarray, kind: int, *, dy: np.ndarray 
             inv_variance: np.ndarray | None = None, mean_out: np.ndarray | None = None,
             variance_out: np.ndarray | None = None, dscale: np.ndarray | None = None,
             dbias: np.ndarray | None = None, epsilon: float = 0.0, act: bool = False,
-            lower: float = 0.0, upper: float = ..., baseline: bool = False) -> int:
+            lower: float = 0.0, upper: float = ..., baseline: bool = False,
+            stream: bool | None = None) -> int:
     """Batchnorm training / inference / backward on oneDNN's OpenMP team, activations of
     dims (N, C, spatial...) (float32, bfloat16 or float16 by ``kind``, 16-bit as raw bits)
     either channels-last (C > 1, a pixel's C values packed, pixels at one stride: NHWC,
@@ -92,7 +93,8 @@ def bn_rows(op: int, x: np.ndarray, y: np.ndarray, kind: int, *, dy: np.ndarray 
     channels-first (spatial elements one packed run: NCHW, NCDHW; every pass of a channel
     on one thread); y (dx for backward) written; per-channel float32 contiguous vectors;
     returns the thread count. ``act``: a fused clamp (forward) or RELU_BWD mask
-    (backward)."""
+    (backward). ``stream``: y's stores non-temporal (None: where y is at least 24 MiB;
+    True raises ValueError where the rows cannot)."""
 
 def bn_rows_isa(kind: str = "float32") -> str:
     """``"avx512"``, ``"avx512_auto"`` or ``"baseline"``: the rows ``bn_rows`` runs for

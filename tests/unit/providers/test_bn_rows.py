@@ -119,7 +119,7 @@ def need_build(dtype, baseline):
         pytest.skip(f"the default rows for {dtype} are the baseline build here (no AVX-512)")
 
 
-def run_op(name, dtype, baseline, shape, hows, vals, eps=EPS, fill=np.nan):
+def run_op(name, dtype, baseline, shape, hows, vals, eps=EPS, fill=np.nan, stream=None):
     """Run OPS' ``name`` on ``vals`` (float64 logical arrays and vectors) with y (dx)
     filled with ``fill`` before; returns the outputs, the y/dx buffer and its coverage
     mask."""
@@ -133,7 +133,8 @@ def run_op(name, dtype, baseline, shape, hows, vals, eps=EPS, fill=np.nan):
                                                       "inv_variance") if r in vals}
     out = {r: np.full(c, np.nan, np.float32) for r in ("mean_out", "variance_out", "dscale",
                                                       "dbias")}
-    kw = dict(op_vectors(op, act, vec, out), act=act, lower=lo, upper=hi, baseline=baseline)
+    kw = dict(op_vectors(op, act, vec, out), act=act, lower=lo, upper=hi, baseline=baseline,
+              stream=stream)
     if op == k.BN_ROWS_BACKWARD:
         dy, _, _ = placed(shape, dt, hows[2], 7.0)
         dy[...] = vals["dy"].astype(dt)
@@ -274,6 +275,40 @@ def test_rows_that_prefetch_the_next_channel_match_float64(name, dtype):
                               ("reversed", "packed", "channel_slice"), vals)
     check(name, dtype, got, reference(name, vals), vals, f"{name} {dtype} {shape}")
     assert np.isnan(f64(ybuf[~cover])).all()
+
+
+# streamed stores (hd_bn_stream; by default only where y passes 24 MiB): float32 rows
+# masked up to each row's first 64-byte line, then MOVNTPS, then a masked tail. Rows of
+# 5-196 elements, most starting inside a 64-byte line (x, y, dy in other STRIDES);
+# not a single pixel (C values of one pixel are a channels-last job)
+ROWS = [i for i, s in enumerate(SHAPES) if np.prod(s[2:]) > 1]
+
+
+@pytest.mark.parametrize("name", [o[0] for o in OPS])
+@pytest.mark.parametrize("i", ROWS, ids=["x".join(map(str, SHAPES[i])) for i in ROWS])
+def test_streamed_rows_match_float64_and_the_cached_stores(name, i):
+    need_build("float32", False)
+    shape = SHAPES[i]
+    hows = tuple(STRIDES[(i + j) % len(STRIDES)] for j in range(3))
+    vals = draw(name, "float32", shape, [i, 7, [o[0] for o in OPS].index(name)])
+    got, ybuf, cover = run_op(name, "float32", False, shape, hows, vals, stream=True)
+    what = f"{name} streamed {shape} {hows}"
+    check(name, "float32", got, reference(name, vals), vals, what)
+    assert np.isnan(f64(ybuf[~cover])).all(), what
+    cached, _, _ = run_op(name, "float32", False, shape, hows, vals, stream=False)
+    for r in ("y", "mean_out", "variance_out", "dscale", "dbias"):   # the same values
+        np.testing.assert_array_equal(f64(got[r]), f64(cached[r]), f"{what} {r}")
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_streaming_16_bit_rows_is_refused(dtype):
+    need_build(dtype, False)
+    vals = draw("inference", dtype, SHAPES[2], 3)
+    with pytest.raises(ValueError, match="cannot stream y"):
+        run_op("inference", dtype, False, SHAPES[2], ("packed",) * 3, vals, stream=True)
+    with pytest.raises(ValueError, match="cannot stream y"):
+        run_op("inference", "float32", True, SHAPES[2], ("packed",) * 3,
+               draw("inference", "float32", SHAPES[2], 3), stream=True)
 
 
 # ------------------------------------------------------------------ special values

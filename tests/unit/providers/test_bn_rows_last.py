@@ -21,6 +21,7 @@ import pytest
 import hipdnn_async as hd
 from hipdnn_async.providers.cpu import _kernels as k
 from hipdnn_async.runtime import load_onednn
+from hipdnn_async.runtime._buffer import aligned_empty
 from oracle import _reference as ref
 from oracle._cases import assert_close, tol
 
@@ -42,21 +43,31 @@ SHAPES = [(2, 3, 5, 7), (2, 20, 3, 5), (3, 33, 4, 5), (2, 64, 5, 5), (2, 100, 3,
 LAYOUTS = ("packed", "padded", "batch_step", "reversed_n")
 
 
-def placed(shape, dtype, how, fill):
+def placed(shape, dtype, how, fill, aligned=False):
     """An array of logical ``shape`` (N, C, spatial...) in channels-last memory laid out as
-    ``how`` (LAYOUTS), in a buffer filled with ``fill``: (view, buffer, covered mask)."""
+    ``how`` (LAYOUTS), in a buffer filled with ``fill``: (view, buffer, covered mask).
+    ``aligned``: the buffer starts on a 64-byte boundary and pixels are padded by 64
+    bytes, not 3 values."""
     n, c, sp = shape[0], shape[1], shape[2:]
+
+    def full(dims):
+        if not aligned:
+            return np.full(dims, fill, dtype)
+        b = aligned_empty(int(np.prod(dims)) * dtype.itemsize).view(dtype).reshape(dims)
+        b[...] = fill
+        return b
+
     if how == "padded":
-        base = np.full((n,) + sp + (c + 3,), fill, dtype)
+        base = full((n,) + sp + (c + (64 // dtype.itemsize if aligned else 3),))
         sel = (Ellipsis, slice(0, c))
     elif how == "batch_step":
-        base = np.full((2 * n,) + sp + (c,), fill, dtype)
+        base = full((2 * n,) + sp + (c,))
         sel = (slice(1, None, 2),)
     elif how == "reversed_n":
-        base = np.full((n,) + sp + (c,), fill, dtype)
+        base = full((n,) + sp + (c,))
         sel = (slice(None, None, -1),)
     else:
-        base = np.full((n,) + sp + (c,), fill, dtype)
+        base = full((n,) + sp + (c,))
         sel = ()
     covered = np.zeros(base.shape, bool)
     covered[sel] = True
@@ -113,16 +124,17 @@ def draw(dtype, shape, how, seed):
     return vals
 
 
-def run(name, dtype, baseline, shape, how, vals, fill=np.nan):
-    """``bn_rows`` on ``vals``: (outputs, output buffer, covered mask, threads)."""
+def run(name, dtype, baseline, shape, how, vals, fill=np.nan, stream=None, aligned=False):
+    """``bn_rows`` on ``vals`` (y placed ``aligned`` or not; ``stream`` as bn_rows takes
+    it): (outputs, output buffer, covered mask, threads)."""
     op, act, lo, hi = {o[0]: o[1:] for o in OPS}[name]
     kind = KINDS[dtype.name][0]
-    y, ybuf, covered = placed(shape, dtype, how, fill)
+    y, ybuf, covered = placed(shape, dtype, how, fill, aligned)
     c = shape[1]
     outs = {r: np.full(c, np.nan, np.float32) for r in ("mean_out", "variance_out", "dscale",
                                                         "dbias")}
     kw = dict(op_vectors(op, act, vals, outs), act=act, lower=lo, upper=hi,
-              baseline=baseline)
+              baseline=baseline, stream=stream)
     if op == k.BN_ROWS_BACKWARD:
         kw["dy"] = raw(vals["dy"])
     else:
@@ -221,6 +233,60 @@ def test_ops_match_float64(name, dtype, baseline, shape, how):
     elif op == k.BN_ROWS_BACKWARD:
         close_sums(got["dbias"], want["dbias"], want["terms_g"], what + " dbias")
         close_sums(got["dscale"], want["dscale"], want["terms_gd"], what + " dscale")
+
+
+# streamed stores (hd_bn_stream; by default only where y passes 24 MiB): y on 64-byte
+# boundaries at every pixel, C around the 32-channel vectors of the pixel-by-pixel rows
+# (C > 64) and the 64-channel register blocks (C <= 64), float32 and bfloat16
+STREAM_SHAPES = {"float32": [(2, 16, 3, 5), (3, 48, 4, 5), (2, 64, 5, 5), (2, 80, 3, 3),
+                             (65, 256, 1, 2), (1, 144, 2, 2, 3)],
+                 "bfloat16": [(2, 32, 3, 5), (2, 64, 5, 5), (3, 96, 2, 3), (65, 128, 1, 2)]}
+STREAM_CASES = [(d, s) for d, shapes in STREAM_SHAPES.items() for s in shapes]
+
+
+@pytest.mark.parametrize("how", LAYOUTS)
+@pytest.mark.parametrize("dtype,shape", STREAM_CASES,
+                         ids=[f"{d}-{'x'.join(map(str, s))}" for d, s in STREAM_CASES])
+@pytest.mark.parametrize("name", [o[0] for o in OPS])
+def test_streamed_rows_match_float64_and_the_cached_stores(name, dtype, shape, how):
+    dt = KINDS[dtype][1]
+    need_build(dtype, False)
+    if k.bn_rows_isa(dtype) != "avx512":
+        pytest.skip(f"{dtype} rows are {k.bn_rows_isa(dtype)} here: they do not stream")
+    vals = draw(dt, shape, how, [OPS.index(next(o for o in OPS if o[0] == name)), 9,
+                                 LAYOUTS.index(how)])
+    off_the_mask_edges(name, vals)
+    got, ybuf, covered, _ = run(name, dt, False, shape, how, vals, stream=True, aligned=True)
+    what = f"{name} {dtype} streamed {shape} {how}"
+    op = {o[0]: o[1] for o in OPS}[name]
+    table = {k.BN_ROWS_TRAINING: "bn_training", k.BN_ROWS_INFERENCE: "bn_inference_variance",
+             k.BN_ROWS_BACKWARD: "bn_backward"}[op]
+    assert_close(got["y"], reference(name, vals)["y"], *tol(table, dtype), what=what + " y")
+    assert np.isnan(f64(ybuf[~covered])).all(), what
+    cached, _, _, _ = run(name, dt, False, shape, how, vals, stream=False, aligned=True)
+    for r in ("y", "mean_out", "variance_out", "dscale", "dbias"):   # the same values
+        np.testing.assert_array_equal(f64(got[r]), f64(cached[r]), f"{what} {r}")
+
+
+def test_streaming_is_refused_off_64_byte_boundaries():
+    need_build("float32", False)
+    dt = KINDS["float32"][1]
+    vals = draw(dt, (2, 64, 5, 5), "packed", 1)
+    with pytest.raises(ValueError, match="cannot stream y"):   # numpy's 16-byte alignment
+        x = vals["x"]
+        y = np.moveaxis(aligned_empty(x.nbytes + 4).view(np.float32)[1:].reshape(2, 5, 5, 64),
+                        -1, 1)
+        k.bn_rows(k.BN_ROWS_INFERENCE, x, y, 0, scale=vals["scale"], bias=vals["bias"],
+                  mean=vals["mean"], variance=vals["variance"], stream=True)
+    with pytest.raises(ValueError, match="cannot stream y"):   # pixels 20 values apart
+        run("inference", dt, False, (2, 20, 3, 3), "packed", draw(dt, (2, 20, 3, 3), "packed",
+                                                                   2), stream=True,
+            aligned=True)
+    with pytest.raises(ValueError, match="cannot stream y"):   # float16 never streams
+        d16 = KINDS["float16"][1]
+        run("inference", d16, False, (2, 64, 3, 3), "packed", draw(d16, (2, 64, 3, 3),
+                                                                   "packed", 3),
+            stream=True, aligned=True)
 
 
 # ------------------------------------------------------------------ special values
