@@ -23,6 +23,7 @@ cdef class Binding:
     cdef readonly bint plain
     cdef readonly bint fresh_ws          # a hit takes a fresh workspace (BindingCache)
     cdef readonly object recipe          # by reference only: ((role, pack index), ...)
+    cdef readonly object template        # fresh_ws: a launch to copy onto each workspace
     cdef int* kinds
     cdef NdPrint* nd
     cdef object __weakref__

@@ -1049,6 +1049,31 @@ cdef class Launch:
             self.ws = <char*>cnp.PyArray_DATA(<cnp.ndarray>workspace)
         self.counter, self.label, self.before, self.after = counter, label, before, after
 
+    def with_workspace(self, workspace):
+        """This launch on another ``workspace`` (an ndarray of at least the program's
+        ``workspace_size`` bytes; None makes a template, only to be copied again), or None
+        where ``before`` / ``after`` are set: they may read the workspace they were made
+        for. A copy in C: no check of the arrays runs again.
+
+        Raises
+        ------
+        ValueError
+            ``workspace`` is smaller than the program's workspace.
+        """
+        cdef Launch out
+        if self.before is not None or self.after is not None:
+            return None
+        out = Launch.__new__(Launch)
+        out.program, out.arrays, out.counter, out.label = (self.program, self.arrays,
+                                                           self.counter, self.label)
+        out.workspace, out.ws = workspace, NULL
+        if workspace is not None:
+            if (<cnp.ndarray>_checked(workspace, cnp.ndarray, "Launch")).nbytes < self.program.workspace_size:
+                raise ValueError(f"_onednn.Launch: workspace of {workspace.nbytes} bytes; "
+                                 f"{self.program.workspace_size} needed")
+            out.ws = <char*>cnp.PyArray_DATA(<cnp.ndarray>workspace)
+        return out
+
     def __call__(self):
         cdef long long t0 = _now_ns()
         try:

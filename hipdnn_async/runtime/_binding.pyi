@@ -19,6 +19,7 @@ class Binding:
     plain: bool
     fresh_ws: bool
     recipe: tuple | None
+    template: Callable[[], None] | None
     buffers: dict
     workspace: Any
     fn: Callable[[], Any]

@@ -187,6 +187,9 @@ class Launch:
                  before: Callable[[], None] | None = ...,
                  after: Callable[[], None] | None = ...) -> None:
         """init."""
+    def with_workspace(self, workspace: np.ndarray | None) -> Launch | None:
+        """This launch on another workspace (None: a template), or None where it has
+        host hooks (before / after); ValueError where the workspace is too small."""
     def __call__(self) -> None:
         """call."""
 

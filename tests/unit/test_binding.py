@@ -550,6 +550,65 @@ def test_a_host_binding_with_an_allocated_workspace_is_kept_without_it():
     assert r.binds == 2
 
 
+class CopyableFn:
+    """A work-item function that copies itself onto another workspace (as a oneDNN launch
+    without host hooks does: ``_onednn.Launch.with_workspace``)."""
+    made = 0
+
+    def __init__(self, buffers, ws):
+        self.buffers, self.ws = buffers, ws
+
+    @classmethod
+    def make_fn(cls, buffers, ws):
+        cls.made += 1
+        return cls(buffers, ws)
+
+    def with_workspace(self, ws):
+        return CopyableFn(self.buffers, ws)
+
+    def __call__(self):
+        return self.buffers, self.ws
+
+
+def test_a_fresh_workspace_hit_copies_the_template_function():
+    """A cached binding whose function copies onto another workspace keeps a copy on none
+    (its template) and hands each hit a copy on that hit's fresh workspace: the function
+    is made once, the workspaces stay distinct, and the template holds no workspace."""
+    import numpy as np
+    takes = []
+
+    def take():
+        takes.append(np.empty(8, np.uint8))
+        return takes[-1]
+
+    CopyableFn.made = 0
+    c = BindingCache(lambda vp, ws: (dict(vp), np.empty(8, np.uint8)), CopyableFn.make_fn,
+                     enabled=True, host=True, take_workspace=take)
+    small = np.zeros(4, np.float32)
+    got = [c.get({"x": small}, None) for _ in range(4)]
+    assert CopyableFn.made == 1 and c.hits == 3 and len(takes) == 3
+    assert [b.fn()[1] for b in got[1:]] == takes          # each hit on its own workspace
+    assert all(b.fn()[0] == {"x": small} for b in got)
+    (entry,) = c._entries
+    assert entry.template is not None and entry.template.ws is None and entry.fn is None
+
+
+def test_a_function_that_cannot_copy_is_made_anew_on_each_hit():
+    import numpy as np
+
+    class Hooked(CopyableFn):
+        def with_workspace(self, ws):
+            return None             # host hooks that read the workspace: no copy
+
+    Hooked.made = 0
+    c = BindingCache(lambda vp, ws: (dict(vp), np.empty(8, np.uint8)), Hooked.make_fn,
+                     enabled=True, host=True, take_workspace=lambda: np.empty(8, np.uint8))
+    small = np.zeros(4, np.float32)
+    got = [c.get({"x": small}, None) for _ in range(3)]
+    assert Hooked.made == 3 and c._entries[0].template is None
+    assert len({id(b.fn()[1]) for b in got}) == 3
+
+
 def test_a_device_array_binds_by_its_view():
     import numpy as np
     import hipdnn_async as hd

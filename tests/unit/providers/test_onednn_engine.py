@@ -716,9 +716,29 @@ def test_a_plan_with_a_pooled_workspace_reuses_its_binding_with_a_fresh_workspac
     assert cache.misses == misses + 1 and cache.hits >= 19
     (entry,) = cache._entries
     assert entry.fresh_ws and entry.workspace is None      # the cache keeps no workspace
+    assert entry.template is not None     # no host hooks: hits copy the launch in C
     first, second = cache.get(pack, None), cache.get(pack, None)
     assert first.workspace is not second.workspace
     assert first.workspace.nbytes == second.workspace.nbytes == plan.workspace_size
+    # the two copies run on their own workspaces, each giving the float64 answer
+    for b in (first, second):
+        xa[...] = rand(x, 7 + (b is second))
+        ya[...] = np.nan
+        b.fn()
+        close(ya, ref.conv_fprop(xa, wa), 1e-5)
+    with pytest.raises(ValueError, match="workspace of 8 bytes"):
+        entry.template.with_workspace(np.empty(8, np.uint8))
+
+
+def test_a_launch_with_host_hooks_is_not_copied_onto_another_workspace():
+    """The batchnorm rows run in a host hook (``before``), which may read the workspace
+    it was made for: such a launch is made anew for each fresh workspace."""
+    from hipdnn_async.runtime import _onednn
+
+    plan, pack, _ = _bn_backward(hd.Device("cpu", streams=1), (2, 8, 3, 3))
+    assert plan.algorithm.startswith("bn_rows"), plan.algorithm
+    fn = plan._pplan.launcher(plan._bind(pack, None)[0], None)
+    assert isinstance(fn, _onednn.Launch) and fn.with_workspace(None) is None
 
 
 def test_a_large_batchnorm_pack_reuses_its_binding_without_keeping_it_alive(dev):
