@@ -555,6 +555,9 @@ def _args(shape=(2, 3, 4, 5), dtype=np.float32):
     ("no_dy", "backward needs dy"),
     ("dy_dims", r"dy has dims \(2, 3, 4, 6\)"),
     ("read_only", "y is read-only"),
+    ("vector_dtype", r"scale is not a contiguous float32 vector \("),
+    ("vector_stride", r"bias is not a contiguous float32 vector \("),
+    ("vector_read_only", "mean_out is not a contiguous float32 vector that can be written"),
 ])
 def test_errors_are_clear(case, match):
     x, y, v = _args()
@@ -592,9 +595,40 @@ def test_errors_are_clear(case, match):
             kw["act"] = True
     elif case == "read_only":
         y.flags.writeable = False
+    elif case == "vector_dtype":
+        kw["scale"] = np.ones(3, np.float64)
+    elif case == "vector_stride":
+        kw["bias"] = np.ones(6, np.float32)[::2]
+    elif case == "vector_read_only":
+        kw["mean_out"] = np.empty(3, np.float32)
+        kw["mean_out"].flags.writeable = False
     with pytest.raises(ValueError, match=f"^bn_rows: {match}"):
         k.bn_rows(op, x, y, kind, epsilon=1e-5, **kw)
     assert np.isnan(y.astype(np.float64)).all()                    # nothing ran
+
+
+def test_vectors_of_any_float32_buffer_give_the_ndarray_results():
+    """Per-channel vectors are read in C from 1-D float32 ndarrays, and through the buffer
+    protocol from anything else a float32 memoryview takes (array.array here): the same
+    values either way."""
+    import array
+    _, _, v = _args()
+    x = np.random.default_rng(4).standard_normal((2, 3, 4, 5)).astype(np.float32)
+    got = {}
+    for how in ("ndarray", "buffer"):
+        y = np.full(x.shape, np.nan, np.float32)
+        outs = {r: (np.full(3, np.nan, np.float32) if how == "ndarray"
+                    else array.array("f", [np.nan] * 3)) for r in ("mean_out", "variance_out")}
+        vec = {r: (v[r] if how == "ndarray" else array.array("f", v[r].tolist()))
+               for r in ("scale", "bias")}
+        k.bn_rows(k.BN_ROWS_TRAINING, x, y, 0, epsilon=1e-5, **vec, **outs)
+        got[how] = (y, np.asarray(outs["mean_out"], np.float32),
+                    np.asarray(outs["variance_out"], np.float32))
+    for a, b in zip(got["ndarray"], got["buffer"]):
+        np.testing.assert_array_equal(a, b)
+    xd = x.astype(np.float64)
+    np.testing.assert_allclose(got["buffer"][1], xd.mean(axis=(0, 2, 3)), rtol=1e-5,
+                               atol=1e-6)
 
 
 # ------------------------------------------------------------------ ONEDNN_ENGINE

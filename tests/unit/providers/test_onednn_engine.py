@@ -894,3 +894,31 @@ def test_candidates_do_not_depend_on_earlier_builds(tmp_path):
                     for how in ("fresh", "after"))
     assert len(set(fresh)) == len(fresh)
     assert after == fresh
+
+
+def test_host_hooks_of_compiled_kernels_run_without_errstate_and_others_with_it():
+    """``_plan.quiet``: a hook marked ``compiled_only`` (the batchnorm rows) or a
+    ``partial`` of a quiet kernel is run as it is (no NumPy warning can come from C); any
+    other hook runs under ``np.errstate(all="ignore")``, so a NumPy overflow in it warns
+    nothing (pytest turns warnings into errors here)."""
+    from functools import partial
+    from hipdnn_async.providers.cpu import _kernels
+    from hipdnn_async.providers.cpu.onednn._plan import quiet
+
+    def marked():
+        pass
+    marked.compiled_only = True
+    kernel = partial(_kernels.bias_relu)
+    assert quiet(marked) is marked and quiet(kernel) is kernel
+    seen = {}
+
+    def numpy_hook():
+        seen["state"] = np.geterr()
+        seen["value"] = np.float32(3e38) * np.float32(10)       # overflows: no warning
+    wrapped = quiet(numpy_hook)
+    assert wrapped is not numpy_hook
+    wrapped()
+    assert seen["state"]["over"] == "ignore" and seen["value"] == np.inf
+    plan, pack, _ = _bn_backward(hd.Device("cpu", streams=1), (2, 8, 3, 3))
+    before, after = plan._pplan._host_work(plan._bind(pack, None)[0], None)
+    assert getattr(before, "compiled_only", False) and after is None

@@ -391,6 +391,7 @@ def _rows(match, order, fuse, dry):
                     var, eps, g.get("inv_variance"), mu, mom, m / (m - 1.0),
                     g.get("prev_running_mean"), g.get("next_running_mean"),
                     g.get("prev_running_variance"), g.get("next_running_variance"), None, None)
+            before.compiled_only = True         # _plan.quiet: no NumPy warning to silence
             return before, None
     elif pat == Pattern.BN_INFERENCE_VARIANCE:
         eps = float(p["epsilon"])
@@ -403,6 +404,7 @@ def _rows(match, order, fuse, dry):
 
             def before():
                 rows(_kernels.BN_ROWS_INFERENCE, x_, y_, kind, epsilon=eps, **v)
+            before.compiled_only = True
             return before, None
     else:
         act = pat == Pattern.BN_INFERENCE_DRELU_BACKWARD
@@ -416,6 +418,7 @@ def _rows(match, order, fuse, dry):
             def before():
                 rows(_kernels.BN_ROWS_BACKWARD, x_, dx_, kind, dy=dy_, act=act, lower=lo,
                      upper=hi, **v)
+            before.compiled_only = True
             return before, None
     spec.names.append("bn_rows:" + _kernels.bn_rows_isa(("float32", "bfloat16", "float16")[kind]))
     return spec, None, hooks
