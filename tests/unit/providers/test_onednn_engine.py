@@ -922,3 +922,39 @@ def test_host_hooks_of_compiled_kernels_run_without_errstate_and_others_with_it(
     plan, pack, _ = _bn_backward(hd.Device("cpu", streams=1), (2, 8, 3, 3))
     before, after = plan._pplan._host_work(plan._bind(pack, None)[0], None)
     assert getattr(before, "compiled_only", False) and after is None
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_a_repeated_training_pack_reuses_its_whole_launch(dev, layout):
+    """Batchnorm training on the rows needs no workspace (its variance vector is made
+    per execution), so a repeated pack hits a binding that keeps its launch: each
+    execution still gives the float64 batch statistics, y and running statistics of the
+    values it is given (the running pair updated in place, execution after execution)."""
+    c, dims, eps, mom = 6, (2, 6, 3, 4), 1e-5, 0.1
+    g = hd.Graph(name="bnt")
+    x = g.tensor(dims=dims, layout=layout, name="x")
+    s, b, rm, rv = (g.tensor(dims=(1, c, 1, 1), name=n) for n in ("s", "b", "rm", "rv"))
+    y, mean, inv, nrm, nrv = g.batchnorm(x, s, b, epsilon=eps, momentum=mom,
+                                         prev_running_mean=rm, prev_running_variance=rv)
+    for t in (y, mean, inv, nrm, nrv):
+        t.set_output(True)
+    plan = dev.build_sync(g, engine=ONEDNN)
+    assert plan.algorithm.startswith("bn_rows") and plan.workspace_size == 0
+    pack = {x: rand(x, 1), s: rand(s, 2), b: rand(b, 3), rm: rand(rm, 4),
+            rv: np.abs(rand(rv, 5)) + 0.5, **{t: empty(t) for t in (y, mean, inv)}}
+    pack[nrm], pack[nrv] = pack[rm], pack[rv]          # updated in place
+    cache = plan._bindings
+    for i in range(3):
+        pack[x][...] = rand(x, 10 + i)
+        run_m, run_v = pack[rm].astype(np.float64), pack[rv].astype(np.float64)
+        plan.execute_sync(pack)
+        want = ref.bn_training(pack[x], pack[s], pack[b], eps)
+        close(pack[y], want["y"], 1e-4)
+        close(pack[mean], want["mean"], 1e-5)
+        close(pack[inv], want["inv_variance"], 1e-4)
+        m = dims[0] * dims[2] * dims[3]
+        var = pack[x].astype(np.float64).var(axis=(0, 2, 3)).reshape(1, c, 1, 1)
+        close(pack[nrm], (1 - mom) * run_m + mom * want["mean"], 1e-5)
+        close(pack[nrv], (1 - mom) * run_v + mom * var * m / (m - 1), 1e-5)
+    (entry,) = cache._entries
+    assert cache.hits == 2 and not entry.fresh_ws and entry.fn is not None
