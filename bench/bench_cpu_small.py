@@ -10,7 +10,9 @@ the same cores (torch on our thread count). Batch 1, FLOAT by default:
 - 3x3 64>64 @8, 1x1 64>64 @14 (tens of microseconds);
 - res5 3x3 512>512 @7 (ResNet-50's last 3x3 at batch 1, a few milliseconds);
 
-fprop, dgrad, wgrad and conv + bias + ReLU, NHWC and NCHW. Per case: our and torch's
+fprop, dgrad, wgrad and conv + bias + ReLU, NHWC and NCHW; and batchnorm (the calls of
+``bench_cpu.py``: ``native_batch_norm``, ``native_batch_norm_backward``) on a tiny
+16x8x8 activation and a 64x14x14 one, every pattern. Per case: our and torch's
 best and median µs, their ratio (ours / torch, best and median), our plan's algorithm and
 workspace bytes. Plans with a workspace take it from the host pool on each execution (no
 ``workspace=`` passed), as a user's would.
@@ -29,8 +31,8 @@ import os
 import sys
 
 from _bench_common import geomean, table
-from bench_cpu import CONFIGS, CONV_PATTERNS, _configs, _positive, conv_case, header, \
-    our_threads, time_pair, warm_process
+from bench_cpu import BN_PATTERNS, CONFIGS, CONV_PATTERNS, _configs, _positive, bn_case, \
+    conv_case, header, our_threads, time_pair, warm_process
 
 # name, (C, H, W) of the input, (K, C, R, S), padding, stride
 SHAPES = [
@@ -40,6 +42,8 @@ SHAPES = [
     ("1x1 64>64 @14", (64, 14, 14), (64, 64, 1, 1), 0, 1),
     ("res5 3x3 @7", (512, 7, 7), (512, 512, 3, 3), 1, 1),
 ]
+# batchnorm: name, (C, H, W)
+BN_SHAPES = [("tiny bn 16x8x8", (16, 8, 8)), ("bn 64x14x14", (64, 14, 14))]
 
 
 def parse_args(argv=None):
@@ -71,21 +75,26 @@ def run(args) -> dict:
                                               if k not in ("device", "gemm_n", "min_ms")))
         warm_process(hd, torch, dev, None)
         for dtype, layout in args.configs:
-            for spec in SHAPES:
-                for pattern in CONV_PATTERNS:
-                    case = conv_case(hd, torch, dev, None, 1, spec, pattern, dtype, layout)
-                    # calls per side: --reps, or as many as take about 300 ms
-                    t0 = _seconds(case.ours)
-                    reps = max(10, min(args.reps, int(0.3 / max(t0, 1e-7))))
-                    t = time_pair(case.ours, case.theirs, reps, warmup=20)
-                    (ob, om, _, _), (tb, tm, _, _) = t["ours"], t["torch"]
-                    rows.append({"shape": spec[0], "pattern": pattern, "dtype": dtype,
-                                 "layout": layout, "ours_us": ob * 1e3,
-                                 "ours_median_us": om * 1e3, "torch_us": tb * 1e3,
-                                 "torch_median_us": tm * 1e3, "ratio": ob / tb,
-                                 "median_ratio": om / tm, "calls": reps,
-                                 "algorithm": str(case.plan.algorithm),
-                                 "workspace": case.plan.workspace_size})
+            cases = [(spec[0], pattern, lambda spec=spec, pattern=pattern: conv_case(
+                        hd, torch, dev, None, 1, spec, pattern, dtype, layout))
+                     for spec in SHAPES for pattern in CONV_PATTERNS]
+            cases += [(name, pattern, lambda chw=chw, pattern=pattern: bn_case(
+                         hd, torch, dev, None, 1, chw, pattern, dtype, layout))
+                      for name, chw in BN_SHAPES for pattern in BN_PATTERNS]
+            for name, pattern, make in cases:
+                case = make()
+                # calls per side: --reps, or as many as take about 300 ms
+                t0 = _seconds(case.ours)
+                reps = max(10, min(args.reps, int(0.3 / max(t0, 1e-7))))
+                t = time_pair(case.ours, case.theirs, reps, warmup=20)
+                (ob, om, _, _), (tb, tm, _, _) = t["ours"], t["torch"]
+                rows.append({"shape": name, "pattern": pattern, "dtype": dtype,
+                             "layout": layout, "ours_us": ob * 1e3,
+                             "ours_median_us": om * 1e3, "torch_us": tb * 1e3,
+                             "torch_median_us": tm * 1e3, "ratio": ob / tb,
+                             "median_ratio": om / tm, "calls": reps,
+                             "algorithm": str(case.plan.algorithm),
+                             "workspace": case.plan.workspace_size})
     table([[r["shape"], r["pattern"], r["dtype"], r["layout"],
             f"{r['ours_us']:.1f} / {r['ours_median_us']:.1f}",
             f"{r['torch_us']:.1f} / {r['torch_median_us']:.1f}", f"{r['ratio']:.2f}",
