@@ -1026,6 +1026,9 @@ cdef class Launch:
         Starts the message of a failed execution's error.
     before, after : callable, optional
         Called with no arguments before and after the program (while it is not running).
+    hooks_read_ws : bool
+        Whether ``before`` / ``after`` may read ``workspace`` (the default): such a launch
+        is never copied onto another one (:meth:`with_workspace`).
     """
 
     cdef Program program
@@ -1036,9 +1039,10 @@ cdef class Launch:
     cdef object label
     cdef object before
     cdef object after
+    cdef bint hooks_read_ws
 
     def __init__(self, program, arrays, workspace=None, counter=None, label=None,
-                 before=None, after=None):
+                 before=None, after=None, *, bint hooks_read_ws=True):
         self.program = _checked(program, Program, "Launch")
         self.arrays, self.workspace = _checked(arrays, tuple, "Launch"), workspace
         self.ws = NULL
@@ -1048,12 +1052,13 @@ cdef class Launch:
                                  f"{self.program.workspace_size} needed")
             self.ws = <char*>cnp.PyArray_DATA(<cnp.ndarray>workspace)
         self.counter, self.label, self.before, self.after = counter, label, before, after
+        self.hooks_read_ws = hooks_read_ws
 
     def with_workspace(self, workspace):
         """This launch on another ``workspace`` (an ndarray of at least the program's
         ``workspace_size`` bytes; None makes a template, only to be copied again), or None
-        where ``before`` / ``after`` are set: they may read the workspace they were made
-        for. A copy in C: no check of the arrays runs again.
+        where ``before`` / ``after`` may read the workspace they were made for
+        (``hooks_read_ws``). A copy in C: no check of the arrays runs again.
 
         Raises
         ------
@@ -1061,11 +1066,12 @@ cdef class Launch:
             ``workspace`` is smaller than the program's workspace.
         """
         cdef Launch out
-        if self.before is not None or self.after is not None:
+        if self.hooks_read_ws and (self.before is not None or self.after is not None):
             return None
         out = Launch.__new__(Launch)
         out.program, out.arrays, out.counter, out.label = (self.program, self.arrays,
                                                            self.counter, self.label)
+        out.before, out.after, out.hooks_read_ws = self.before, self.after, self.hooks_read_ws
         out.workspace, out.ws = workspace, NULL
         if workspace is not None:
             if (<cnp.ndarray>_checked(workspace, cnp.ndarray, "Launch")).nbytes < self.program.workspace_size:

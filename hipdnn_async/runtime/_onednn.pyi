@@ -185,11 +185,13 @@ class Launch:
     def __init__(self, program: Program, arrays: tuple[np.ndarray, ...],
                  workspace: np.ndarray | None = ..., counter: Any = ..., label: str | None = ...,
                  before: Callable[[], None] | None = ...,
-                 after: Callable[[], None] | None = ...) -> None:
+                 after: Callable[[], None] | None = ..., *,
+                 hooks_read_ws: bool = True) -> None:
         """init."""
     def with_workspace(self, workspace: np.ndarray | None) -> Launch | None:
-        """This launch on another workspace (None: a template), or None where it has
-        host hooks (before / after); ValueError where the workspace is too small."""
+        """This launch on another workspace (None: a template), or None where its host
+        hooks may read the workspace (``hooks_read_ws``); ValueError where the workspace
+        is too small."""
     def __call__(self) -> None:
         """call."""
 

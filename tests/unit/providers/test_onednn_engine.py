@@ -730,15 +730,29 @@ def test_a_plan_with_a_pooled_workspace_reuses_its_binding_with_a_fresh_workspac
         entry.template.with_workspace(np.empty(8, np.uint8))
 
 
-def test_a_launch_with_host_hooks_is_not_copied_onto_another_workspace():
-    """The batchnorm rows run in a host hook (``before``), which may read the workspace
-    it was made for: such a launch is made anew for each fresh workspace."""
+def test_a_launch_whose_hooks_may_read_the_workspace_is_not_copied():
+    """A launch with host hooks is copied onto another workspace only where they are
+    marked not to read it (``hooks_read_ws=False``: the ReLU pass after a convolution,
+    the batchnorm rows); by default it is made anew for each fresh workspace, and a
+    copy calls the same hooks."""
     from hipdnn_async.runtime import _onednn
 
-    plan, pack, _ = _bn_backward(hd.Device("cpu", streams=1), (2, 8, 3, 3))
-    assert plan.algorithm.startswith("bn_rows"), plan.algorithm
-    fn = plan._pplan.launcher(plan._bind(pack, None)[0], None)
-    assert isinstance(fn, _onednn.Launch) and fn.with_workspace(None) is None
+    g, x, w, y = fprop_graph(x_dims=(1, 8, 8, 8), w_dims=(8, 8, 1, 1))
+    plan = hd.Device("cpu", streams=1).build_sync(g, engine=ONEDNN)
+    program = plan._pplan.program
+    pack = {x: rand(x), w: rand(w, 1), y: empty(y)}
+    arrays = plan._pplan._arrays(plan._bind(pack, None)[0])
+    calls = []
+    hook = lambda: calls.append(1)          # noqa: E731
+    assert _onednn.Launch(program, arrays, None, None, None, hook).with_workspace(None) is None
+    ws = np.empty(plan.workspace_size, np.uint8)
+    copy = _onednn.Launch(program, arrays, None, None, None, None, hook,
+                          hooks_read_ws=False).with_workspace(ws)
+    pack[y][...] = np.nan
+    copy()
+    assert calls == [1]
+    close(pack[y], ref.conv_fprop(pack[x], pack[w]), 1e-5)
+
 
 
 def test_a_large_batchnorm_pack_reuses_its_binding_without_keeping_it_alive(dev):
@@ -958,3 +972,29 @@ def test_a_repeated_training_pack_reuses_its_whole_launch(dev, layout):
         close(pack[nrv], (1 - mom) * run_v + mom * var * m / (m - 1), 1e-5)
     (entry,) = cache._entries
     assert cache.hits == 2 and not entry.fresh_ws and entry.fn is not None
+
+
+def test_a_conv_bias_relu_with_its_relu_pass_copies_its_launch_per_workspace(dev):
+    """Past the small sizes the ReLU runs as a compiled pass after the primitive (a host
+    hook that reads only y): a repeated pack with a pooled workspace hits a binding that
+    keeps a template of the launch, hook included, and each execution gives the float64
+    conv + bias + ReLU of its values."""
+    g = hd.Graph(name="cbr")
+    x = g.tensor(dims=(1, 64, 32, 32), layout="NHWC", name="x")
+    w = g.tensor(dims=(64, 64, 3, 3), layout="NHWC", name="w")
+    b = g.tensor(dims=(1, 64, 1, 1), name="b")
+    y = g.pointwise(g.pointwise(g.conv_fprop(x, w, padding=1), b, mode=hd.PointwiseMode.ADD),
+                    mode=hd.PointwiseMode.RELU_FWD)
+    y.set_output(True)
+    plan = dev.build_sync(g, engine=ONEDNN)
+    if plan.workspace_size == 0 or "+relu" in plan.algorithm:
+        pytest.skip(f"{plan.algorithm}: no pooled workspace or no separate ReLU pass here")
+    pack = {x: rand(x, 5), w: rand(w, 6), b: rand(b, 7), y: empty(y)}
+    for i in range(3):
+        pack[x][...] = rand(x, 20 + i)
+        pack[y][...] = np.nan
+        plan.execute_sync(pack)
+        close(pack[y], ref.relu(ref.conv_fprop(pack[x], pack[w], pre=1, post=1)
+                                + pack[b].astype(np.float64)), 1e-4)
+    (entry,) = plan._bindings._entries
+    assert entry.fresh_ws and entry.template is not None

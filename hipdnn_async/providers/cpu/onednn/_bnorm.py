@@ -422,6 +422,7 @@ def _rows(match, order, fuse, dry):
             before.compiled_only = True
             return before, None
     spec.names.append("bn_rows:" + _kernels.bn_rows_isa(("float32", "bfloat16", "float16")[kind]))
+    hooks.reads_workspace = False     # _plan: its launches copy onto a fresh workspace
     return spec, None, hooks
 
 

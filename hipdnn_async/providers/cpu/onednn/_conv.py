@@ -559,4 +559,5 @@ def clip_hooks(conv, pd):
         # call, 5x the pass on a tiny y): a C callable the plan runs without NumPy's
         # warning state (``_plan.quiet``)
         return None, partial(_kernels.bias_relu, y, kind, y, kind, None, lo, hi, team=True)
+    hooks.reads_workspace = False     # _plan: its launches copy onto a fresh workspace
     return hooks

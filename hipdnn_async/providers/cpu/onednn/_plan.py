@@ -29,7 +29,15 @@ class OnednnPlan(ProviderPlan):
         self.workspace_size = program.workspace_size
         self._conv, self._pd, self._variant = conv, pd, variant
         self._frozen = None
+        self._set_hooks(spec, hooks)
+
+    def _set_hooks(self, spec, hooks) -> None:
+        """``hooks`` (staged with ``spec``'s host copies), and whether the launches they
+        go into may be copied onto another workspace: hooks marked ``reads_workspace =
+        False`` and no staged copies (which read and write the workspace)."""
         self._hooks = staged(spec, hooks) if spec.host_copies else hooks
+        self._hooks_read_ws = bool(spec.host_copies) or getattr(hooks, "reads_workspace",
+                                                                 True)
 
     def _arrays(self, buffers) -> tuple:
         return tuple(buffers[r] for r in self.roles)
@@ -58,7 +66,7 @@ class OnednnPlan(ProviderPlan):
         before, after = self._host_work(buffers, workspace)
         program = self._frozen[1] if self._frozen is not None else self.program
         return dnnl.Launch(program, self._arrays(buffers), workspace, counter, label,
-                           before, after)
+                           before, after, hooks_read_ws=self._hooks_read_ws)
 
     def reorder_constants(self, buffers) -> bool:
         """Reorder constant weights once into the layout the convolution reads, so later
@@ -93,8 +101,7 @@ class OnednnPlan(ProviderPlan):
         ws = np.empty(once.workspace_size, np.uint8) if once.workspace_size else None
         once.run((weights,), ws)
         program, spec = self._conv.program(self._pd, frozen_w=blocked, variant=self._variant)
-        hooks = clip_hooks(self._conv, self._pd)
-        self._hooks = staged(spec, hooks) if spec.host_copies else hooks
+        self._set_hooks(spec, clip_hooks(self._conv, self._pd))
         self._frozen = (blocked, program)
         self.workspace_size = program.workspace_size
         return True
