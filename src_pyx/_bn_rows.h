@@ -335,9 +335,11 @@ HD_AVX512V static inline void hd_bn_st_f16(uint16_t* p, __mmask16 k, __m512 v) {
 HD_AVX512V static inline void hd_bn_nt_f32(float* p, __m512 v) { _mm512_stream_ps(p, v); }
 HD_AVX512V static inline void hd_bn_nt_bf16(uint16_t* p, __m512 v) { (void)p, (void)v; }
 HD_AVX512V static inline void hd_bn_nt_f16(uint16_t* p, __m512 v) { (void)p, (void)v; }
-/* the elements of a row at p (of S) before its first 64-byte boundary */
-static inline ptrdiff_t hd_bn_to_line(const void* p, ptrdiff_t S) {
-    const ptrdiff_t h = (ptrdiff_t)((64 - ((uintptr_t)p & 63)) & 63) / 4;
+/* the float32 elements of a row at p (of S) before its first 64-byte boundary; all S
+ * where p is off a 4-byte boundary (then no element of the row is on one, and MOVNTPS
+ * would fault: bn_rows streams no such row, this keeps the rows safe by themselves) */
+static inline ptrdiff_t hd_bn_to_line(const float* p, ptrdiff_t S) {
+    const ptrdiff_t h = (uintptr_t)p & 3 ? S : (ptrdiff_t)((64 - ((uintptr_t)p & 63)) & 63) / 4;
     return h < S ? h : S;
 }
 /* the 16 lanes of a and b, summed in float64 */
@@ -411,9 +413,12 @@ HD_AVX512V static inline __m512 hd_bn_affv(__m512 x, __m512 m, __m512 a, __m512 
         const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);                   \
         ptrdiff_t i = 0;                                                                   \
         if (nt) {  /* masked up to y's first 64-byte boundary, then streamed */           \
-            ptrdiff_t h = hd_bn_to_line(y, S);                                             \
-            if (h) hd_bn_st_##K(y, hd_bn_tail(h), hd_bn_affv(hd_bn_ld_##K(x, hd_bn_tail(h)), \
-                                                             vm, va, vb, act, vlo, vhi));  \
+            const ptrdiff_t h = hd_bn_to_line((const float*)y, S);                         \
+            for (; i < h; i += 16) {                                                       \
+                __mmask16 k = hd_bn_tail(h - i);                                           \
+                hd_bn_st_##K(y + i, k, hd_bn_affv(hd_bn_ld_##K(x + i, k), vm, va, vb, act, \
+                                                  vlo, vhi));                              \
+            }                                                                              \
             for (i = h; i + 16 <= S; i += 16)                                              \
                 hd_bn_nt_##K(y + i, hd_bn_affv(hd_bn_ld_##K(x + i, 0xffff), vm, va, vb,    \
                                                act, vlo, vhi));                            \
@@ -471,7 +476,8 @@ HD_AVX512V static inline __m512 hd_bn_affv(__m512 x, __m512 m, __m512 a, __m512 
         const __m512 v1 = _mm512_set1_ps(k1), v2 = _mm512_set1_ps(k2);                     \
         const __m512 v3 = _mm512_set1_ps(k3);                                              \
         /* streamed from dx's first 64-byte boundary h (hd_bn_stream), masked elsewhere */ \
-        const ptrdiff_t h = HD_BN_NT_##K && hd_bn_stream ? hd_bn_to_line(dx, S) : S;       \
+        const ptrdiff_t h = HD_BN_NT_##K && hd_bn_stream ? hd_bn_to_line((const float*)dx, S) \
+                                                          : S;                            \
         ptrdiff_t i;                                                                       \
         for (i = 0; i < S; i += 16) {                                                      \
             __mmask16 k = i < h ? hd_bn_tail(h - i) : hd_bn_tail(S - i);                   \

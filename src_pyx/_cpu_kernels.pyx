@@ -805,9 +805,13 @@ def bn_rows_isa(str kind="float32") -> str:
     results rounded by VCVTNEPS2BF16, on CPUs with AVX512_BF16), ``"avx512_auto"`` (the
     compiler's AVX-512 build of the portable rows: bfloat16 without AVX512_BF16) or
     ``"baseline"``."""
-    k = BIAS_RELU_KINDS[kind]
-    isa = hd_bn_rows_isa(0)
-    if isa == 2 and k == 1 and not hd_bn_bf16_stores():
+    return _rows_name(hd_bn_rows_isa(0), BIAS_RELU_KINDS[kind])
+
+
+cdef str _rows_name(int isa, int kind):
+    """The ``bn_rows_isa`` name of the rows build ``isa`` (``hd_bn_rows_isa``) runs for
+    element ``kind`` with: bfloat16 without AVX512_BF16 keeps the compiler's build."""
+    if isa == 2 and kind == 1 and not hd_bn_bf16_stores():
         isa = 1
     return ("baseline", "avx512_auto", "avx512")[isa]
 
@@ -928,9 +932,10 @@ def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=No
     stream : bool or None
         Store y's full vectors non-temporally (MOVNTPS, bypassing the caches): None
         decides by size (y of at least ``_STREAM_BYTES``, 24 MiB); True insists, and raises
-        ValueError where these rows cannot (not the AVX-512 intrinsic rows; channels-first
-        rows of 16-bit elements; channels-last y not on 64-byte boundaries at every
-        pixel); False never. The values written are the same either way.
+        ValueError where these rows cannot (not the AVX-512 intrinsic rows, as with
+        ``baseline``; channels-first rows of 16-bit elements, or of float32 off 4-byte
+        boundaries; channels-last y not on 64-byte boundaries at every pixel); False
+        never. The values written are the same either way.
 
     Returns
     -------
@@ -1012,19 +1017,23 @@ def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=No
         raise ValueError(f"bn_rows: op {op} needs {', '.join(missing)}")
     if j.N * j.C * j.S == 0:
         return 1
+    if stream not in (None, True, False):
+        raise TypeError(f"bn_rows: stream is {stream!r}; need None, True or False")
     # streamed stores where y passes the caches (None) or the caller insists (True): the
     # intrinsic rows (bn_rows_isa "avx512"); float32 channels-first rows, from each row's
-    # first 64-byte line; float32 / bfloat16 channels-last ones where every pixel's
-    # vectors lie on 64-byte boundaries (MOVNTPS faults on any other address)
+    # first 64-byte line, so y on whole floats (a row at an odd address has no float on a
+    # 64-byte boundary: NumPy makes such arrays); float32 / bfloat16 channels-last ones
+    # where every pixel's vectors lie on 64-byte boundaries (MOVNTPS faults on any other
+    # address)
     can = (j.isa == 2 and (kind != 1 or hd_bn_bf16_stores())
-           and (kind == 0 if not last else
+           and (kind == 0 and <size_t>j.y % 4 == 0 if not last else
                 kind != 2 and <size_t>j.y % 64 == 0 and (L.yp * itemsize) % 64 == 0
                 and (j.N == 1 or (j.yn * itemsize) % 64 == 0)))
     if stream and not can:
         raise ValueError(f"bn_rows: stream=True, but these rows cannot stream y (kind {kind}, "
                          f"{'channels-last' if last else 'channels-first'}, rows "
-                         f"{bn_rows_isa(('float32', 'bfloat16', 'float16')[kind])}, y at "
-                         f"{<size_t>j.y % 64} bytes past a 64-byte boundary"
+                         f"{_rows_name(j.isa, kind)}, y at {<size_t>j.y % 64} bytes past a "
+                         "64-byte boundary"
                          + (f", pixels {L.yp * itemsize} bytes apart)" if last else ")"))
     j.stream = can and (stream if stream is not None
                         else j.N * j.C * j.S * itemsize >= _STREAM_BYTES)

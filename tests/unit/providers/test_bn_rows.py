@@ -26,6 +26,7 @@ import pytest
 import hipdnn_async as hd
 from hipdnn_async.providers.cpu import _kernels as k
 from hipdnn_async.runtime import load_onednn
+from hipdnn_async.runtime._buffer import aligned_empty
 from oracle import _reference as ref
 from oracle import test_patterns as tp
 from oracle._cases import assert_close, tol
@@ -52,21 +53,31 @@ SHAPES = [(2, 5, 1, 1), (3, 5, 1, 5), (2, 5, 4, 4), (2, 5, 17, 1), (2, 4, 1, 31)
 STRIDES = ("packed", "channel_slice", "batch_step", "reversed", "cnhw")
 
 
-def placed(shape, dtype, how, fill):
+def placed(shape, dtype, how, fill, offset=None):
     """An array of logical ``shape`` laid out as ``how`` (STRIDES) in a buffer filled
-    with ``fill``; returns (view, buffer, mask of the buffer's elements the view covers)."""
+    with ``fill``, the buffer ``offset`` bytes past a 64-byte boundary (None: where NumPy
+    puts it); returns (view, buffer, mask of the buffer's elements the view covers)."""
     n, c, sp = shape[0], shape[1], shape[2:]
+
+    def full(dims):
+        if offset is None:
+            return np.full(dims, fill, dtype)
+        size = int(np.prod(dims)) * dtype.itemsize
+        b = aligned_empty(offset + size)[offset:].view(dtype).reshape(dims)
+        b[...] = fill
+        return b
+
     if how == "channel_slice":
-        base = np.full((n, c + 5) + sp, fill, dtype)
+        base = full((n, c + 5) + sp)
         sel = (slice(None), slice(2, 2 + c))
     elif how == "batch_step":
-        base = np.full((2 * n, c) + sp, fill, dtype)
+        base = full((2 * n, c) + sp)
         sel = (slice(1, None, 2),)
     elif how == "reversed":          # negative N and C strides
-        base = np.full(shape, fill, dtype)
+        base = full(shape)
         sel = (slice(None, None, -1), slice(None, None, -1))
     else:
-        base = np.full(shape if how == "packed" else (c, n) + sp, fill, dtype)
+        base = full(shape if how == "packed" else (c, n) + sp)
         sel = ()
     covered = np.zeros(base.shape, bool)
     covered[sel] = True
@@ -119,15 +130,16 @@ def need_build(dtype, baseline):
         pytest.skip(f"the default rows for {dtype} are the baseline build here (no AVX-512)")
 
 
-def run_op(name, dtype, baseline, shape, hows, vals, eps=EPS, fill=np.nan, stream=None):
+def run_op(name, dtype, baseline, shape, hows, vals, eps=EPS, fill=np.nan, stream=None,
+           y_offset=None):
     """Run OPS' ``name`` on ``vals`` (float64 logical arrays and vectors) with y (dx)
-    filled with ``fill`` before; returns the outputs, the y/dx buffer and its coverage
-    mask."""
+    filled with ``fill`` before, its buffer ``y_offset`` bytes past a 64-byte boundary
+    (``placed``); returns the outputs, the y/dx buffer and its coverage mask."""
     _, op, act, lo, hi = next(o for o in OPS if o[0] == name)
     kind, dt = KINDS[dtype]
     x, _, _ = placed(shape, dt, hows[0], 7.0)
     x[...] = vals["x"].astype(dt)
-    y, ybuf, cover = placed(shape, dt, hows[1], fill)
+    y, ybuf, cover = placed(shape, dt, hows[1], fill, y_offset)
     c = shape[1]
     vec = {r: np.asarray(vals[r], np.float32) for r in ("scale", "bias", "mean", "variance",
                                                       "inv_variance") if r in vals}
@@ -300,15 +312,112 @@ def test_streamed_rows_match_float64_and_the_cached_stores(name, i):
         np.testing.assert_array_equal(f64(got[r]), f64(cached[r]), f"{what} {r}")
 
 
+# each row's masked head, from y's start at every 4-byte offset of a 64-byte line: rows
+# shorter than the head, of exactly 16 and 32 elements, and around them; rows S * 4 bytes
+# apart, so that the rows of one job start at several offsets
+LINE_ROWS = (2, 5, 15, 16, 17, 31, 32, 33, 49)
+
+
+@pytest.mark.parametrize("offset", range(0, 64, 4))
+@pytest.mark.parametrize("name", [o[0] for o in OPS])
+def test_streamed_rows_from_every_offset_of_a_line(name, offset):
+    need_build("float32", False)
+    for j, s_ in enumerate(LINE_ROWS):
+        shape = (3, 2, s_)
+        hows = ("packed", STRIDES[j % 4], STRIDES[(j + 1) % 4])
+        vals = draw(name, "float32", shape, [offset, j, [o[0] for o in OPS].index(name)])
+        got, ybuf, cover = run_op(name, "float32", False, shape, hows, vals, stream=True,
+                                  y_offset=offset)
+        what = f"{name} streamed {shape} {hows} y at {offset}"
+        check(name, "float32", got, reference(name, vals), vals, what)
+        assert np.isnan(f64(ybuf[~cover])).all(), what
+        cached, _, _ = run_op(name, "float32", False, shape, hows, vals, stream=False,
+                              y_offset=offset)
+        for r in ("y", "mean_out", "variance_out", "dscale", "dbias"):
+            np.testing.assert_array_equal(f64(got[r]), f64(cached[r]), f"{what} {r}")
+
+
+# float32 y off 4-byte boundaries (NumPy makes such arrays from a buffer at an odd
+# offset): no element of such a row is ever on a 64-byte boundary, so its rows are not
+# streamed (MOVNTPS there faulted and ended the process), whether asked for or at a size
+# that streams by default, through bn_rows and through the engine. In a subprocess, so
+# that a fault fails the test instead of ending the run.
+_OFF_WORD = r"""
+import sys
+import numpy as np
+import hipdnn_async as hd
+from hipdnn_async.providers.cpu import _kernels as k
+from hipdnn_async.runtime._buffer import aligned_empty
+
+path, off = sys.argv[1], int(sys.argv[2])
+dims = (32, 64, 56, 56)                  # 25.7 MB of float32 y: the default streams
+c, size = dims[1], int(np.prod(dims)) * 4
+
+
+def y_at(offset):
+    y = aligned_empty(size + 64)[offset:offset + size].view(np.float32).reshape(dims)
+    y[...] = np.nan
+    return y
+
+
+rng = np.random.default_rng(off)
+x = rng.uniform(-1, 1, dims).astype(np.float32) + 0.3
+s, b = (rng.uniform(-1, 1, (1, c, 1, 1)).astype(np.float32) for _ in "sb")
+vec = {r: np.ones(c, np.float32) for r in ("scale", "bias", "mean", "variance")}
+try:
+    k.bn_rows(k.BN_ROWS_INFERENCE, x[:2], y_at(off)[:2], 0, stream=True, **vec)
+    refused = False
+except ValueError as e:
+    refused = "cannot stream y" in str(e)
+g = hd.Graph(name="bn_off_word")
+xt = g.tensor(dims=dims, layout="NCHW", name="x")
+st, bt = (g.tensor(dims=(1, c, 1, 1), name=n) for n in ("s", "b"))
+yt, mt, it, _, _ = g.batchnorm(xt, st, bt, epsilon=1e-4)
+for t in (yt, mt, it):
+    t.set_output(True)
+y = y_at(off)
+with hd.Device("cpu") as dev:
+    plan = dev.build_sync(g, engine="ONEDNN_ENGINE")
+    plan.execute_sync({xt: x, st: s, bt: b, yt: y, mt: np.empty(s.shape, np.float32),
+                       it: np.empty(s.shape, np.float32)})
+np.savez(path, x=x, s=s, b=b, y=y, refused=refused, algorithm=str(plan.algorithm))
+"""
+
+
+@pytest.mark.parametrize("offset", [1, 2, 3])
+def test_rows_off_4_byte_boundaries_are_not_streamed(tmp_path, offset):
+    need_build("float32", False)
+    if not ONEDNN_STATE.ok:
+        pytest.skip(f"oneDNN does not load here: {ONEDNN_STATE.reason}")
+    path = tmp_path / "y.npz"
+    p = subprocess.run([sys.executable, "-c", _OFF_WORD, str(path), str(offset)],
+                       env=_worker_env(2), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, f"exit status {p.returncode}: {p.stderr[-2000:]}"
+    with np.load(path) as f:
+        got = dict(f)
+    assert bool(got["refused"]), "bn_rows(stream=True) ran on a y off 4-byte boundaries"
+    assert str(got["algorithm"]).startswith("bn_rows:")
+    want = ref.bn_training(f64(got["x"]), got["s"], got["b"], 1e-4)
+    assert_close(got["y"], want["y"], *tol("bn_training", "float32"), f"y at {offset}")
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_streaming_16_bit_rows_is_refused(dtype):
     need_build(dtype, False)
     vals = draw("inference", dtype, SHAPES[2], 3)
     with pytest.raises(ValueError, match="cannot stream y"):
         run_op("inference", dtype, False, SHAPES[2], ("packed",) * 3, vals, stream=True)
-    with pytest.raises(ValueError, match="cannot stream y"):
+    with pytest.raises(ValueError, match="cannot stream y .*rows baseline"):   # as run
         run_op("inference", "float32", True, SHAPES[2], ("packed",) * 3,
                draw("inference", "float32", SHAPES[2], 3), stream=True)
+
+
+def test_stream_takes_none_true_or_false():
+    x, y, _ = _args()
+    v = {r: np.ones(3, np.float32) for r in ("scale", "bias", "mean", "variance")}
+    with pytest.raises(TypeError, match="^bn_rows: stream is 'yes'; need None, True or False"):
+        k.bn_rows(k.BN_ROWS_INFERENCE, x, y, 0, stream="yes", **v)
+    assert np.isnan(y).all()                                        # nothing ran
 
 
 # ------------------------------------------------------------------ special values
