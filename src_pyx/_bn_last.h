@@ -339,7 +339,7 @@ HD_AVX512V static inline __m512 hd_bnl_dxv(__m512 x, __m512 g, __m512 m, __m512 
  * VCVTNEPS2BF16 and 32-byte stores at C = 64, in a C harness) */
 HD_AVX512V static inline void hd_bnl_st2_f32(float* p, __mmask16 k0, __mmask16 k1, __m512 v0,
                                              __m512 v1, int nt) {
-    if (nt && (k0 & k1) == 0xffff) {   /* p is 64-byte aligned (hd_bn_last_job.stream) */
+    if (nt && (k0 & k1) == 0xffff) {   /* p is 64-byte aligned (hd_bn_job.stream) */
         _mm512_stream_ps(p, v0);
         _mm512_stream_ps(p + 16, v1);
         return;

@@ -930,12 +930,13 @@ def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=No
     baseline : bool
         Run the rows built for the baseline ISA even where the AVX-512 ones run.
     stream : bool or None
-        Store y's full vectors non-temporally (MOVNTPS, bypassing the caches): None
+        Store y's full vectors non-temporally (MOVNTPS; bfloat16 MOVNTDQ): None
         decides by size (y of at least ``_STREAM_BYTES``, 24 MiB); True insists, and raises
         ValueError where these rows cannot (not the AVX-512 intrinsic rows, as with
         ``baseline``; channels-first rows of 16-bit elements, or of float32 off 4-byte
         boundaries; channels-last y not on 64-byte boundaries at every pixel); False
-        never. The values written are the same either way.
+        never; any other value raises TypeError. The values written are the same either
+        way.
 
     Returns
     -------

@@ -94,7 +94,9 @@ def bn_rows(op: int, x: np.ndarray, y: np.ndarray, kind: int, *, dy: np.ndarray 
     on one thread); y (dx for backward) written; per-channel float32 contiguous vectors;
     returns the thread count. ``act``: a fused clamp (forward) or RELU_BWD mask
     (backward). ``stream``: y's stores non-temporal (None: where y is at least 24 MiB;
-    True raises ValueError where the rows cannot)."""
+    True raises ValueError where the rows cannot: not the intrinsic rows, 16-bit
+    channels-first rows, float32 y off 4-byte boundaries, channels-last y off 64-byte
+    boundaries at some pixel)."""
 
 def bn_rows_isa(kind: str = "float32") -> str:
     """``"avx512"``, ``"avx512_auto"`` or ``"baseline"``: the rows ``bn_rows`` runs for

@@ -238,9 +238,11 @@ def test_ops_match_float64(name, dtype, baseline, shape, how):
 # streamed stores (hd_bn_stream; by default only where y passes 24 MiB): y on 64-byte
 # boundaries at every pixel, C around the 32-channel vectors of the pixel-by-pixel rows
 # (C > 64) and the 64-channel register blocks (C <= 64), float32 and bfloat16
-STREAM_SHAPES = {"float32": [(2, 16, 3, 5), (3, 48, 4, 5), (2, 64, 5, 5), (2, 80, 3, 3),
-                             (65, 256, 1, 2), (1, 144, 2, 2, 3)],
-                 "bfloat16": [(2, 32, 3, 5), (2, 64, 5, 5), (3, 96, 2, 3), (65, 128, 1, 2)]}
+STREAM_SHAPES = {"float32": [(2, 16, 3, 5), (2, 32, 3, 3), (3, 48, 4, 5), (2, 64, 5, 5),
+                             (2, 80, 3, 3), (2, 96, 2, 3), (2, 128, 3, 1), (65, 256, 1, 2),
+                             (2, 512, 2, 3), (1, 144, 2, 2, 3)],
+                 "bfloat16": [(2, 32, 3, 5), (2, 64, 5, 5), (3, 96, 2, 3), (65, 128, 1, 2),
+                              (2, 64, 2, 2, 3), (2, 512, 1, 3)]}
 STREAM_CASES = [(d, s) for d, shapes in STREAM_SHAPES.items() for s in shapes]
 
 
@@ -287,6 +289,22 @@ def test_streaming_is_refused_off_64_byte_boundaries():
         run("inference", d16, False, (2, 64, 3, 3), "packed", draw(d16, (2, 64, 3, 3),
                                                                    "packed", 3),
             stream=True, aligned=True)
+    # every pixel 64 bytes from the next within an image, the images 16 bytes off
+    x = vals["x"]
+    per = 5 * 5 * 64 + 4
+    buf = aligned_empty(2 * per * 4).view(np.float32)
+    buf[...] = np.nan
+    y = np.moveaxis(np.lib.stride_tricks.as_strided(buf, (2, 5, 5, 64), (per * 4, 5 * 256,
+                                                                         256, 4)), -1, 1)
+    with pytest.raises(ValueError, match="cannot stream y"):
+        k.bn_rows(k.BN_ROWS_INFERENCE, x, y, 0, scale=vals["scale"], bias=vals["bias"],
+                  mean=vals["mean"], variance=vals["variance"], stream=True)
+    assert np.isnan(buf).all()                                    # nothing ran
+    if k.bn_rows_isa("bfloat16") == "avx512":   # bfloat16 pixels of 48 values: 96 bytes
+        b16 = KINDS["bfloat16"][1]
+        with pytest.raises(ValueError, match="cannot stream y.*pixels 96 bytes apart"):
+            run("inference", b16, False, (2, 48, 3, 3), "packed",
+                draw(b16, (2, 48, 3, 3), "packed", 4), stream=True, aligned=True)
 
 
 # ------------------------------------------------------------------ special values
