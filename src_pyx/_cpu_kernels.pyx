@@ -1022,7 +1022,7 @@ def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=No
         raise TypeError(f"bn_rows: stream is {stream!r}; need None, True or False")
     # streamed stores where y passes the caches (None) or the caller insists (True): the
     # intrinsic rows (bn_rows_isa "avx512"); float32 channels-first rows, from each row's
-    # first 64-byte line, so y on whole floats (a row at an odd address has no float on a
+    # first 64-byte line, so y on 4-byte boundaries (off them no float of a row is on a
     # 64-byte boundary: NumPy makes such arrays); float32 / bfloat16 channels-last ones
     # where every pixel's vectors lie on 64-byte boundaries (MOVNTPS faults on any other
     # address)
