@@ -333,8 +333,14 @@ HD_AVX512V static inline void hd_bn_st_f16(uint16_t* p, __mmask16 k, __m512 v) {
 #define HD_BN_NT_bf16 0
 #define HD_BN_NT_f16 0
 HD_AVX512V static inline void hd_bn_nt_f32(float* p, __m512 v) { _mm512_stream_ps(p, v); }
-HD_AVX512V static inline void hd_bn_nt_bf16(uint16_t* p, __m512 v) { (void)p, (void)v; }
-HD_AVX512V static inline void hd_bn_nt_f16(uint16_t* p, __m512 v) { (void)p, (void)v; }
+/* unreachable while HD_BN_NT_bf16 / _f16 are 0; a plain store, so that turning one on
+ * without a streamed version would lose no value */
+HD_AVX512BF16 static inline void hd_bn_nt_bf16(uint16_t* p, __m512 v) {
+    hd_bn_st_bf16(p, (__mmask16)0xffff, v);
+}
+HD_AVX512V static inline void hd_bn_nt_f16(uint16_t* p, __m512 v) {
+    hd_bn_st_f16(p, (__mmask16)0xffff, v);
+}
 /* the float32 elements of a row at p (of S) before its first 64-byte boundary; all S
  * where p is off a 4-byte boundary (then no element of the row is on one, and MOVNTPS
  * would fault: bn_rows streams no such row, this keeps the rows safe by themselves) */
