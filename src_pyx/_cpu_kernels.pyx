@@ -862,10 +862,13 @@ cdef bint _pixels_of(cnp.ndarray a, Py_ssize_t itemsize, Py_ssize_t* rn, Py_ssiz
     return True
 
 
-cdef const float* _vec(object v, Py_ssize_t c, str role, bint out) except? NULL:
+cdef const float* _vec(object v, Py_ssize_t c, str role, bint out, list held) except? NULL:
     """The float32 values of a per-channel vector ``v`` (None: NULL): a 1-D contiguous
     float32 ndarray read in C (a typed memoryview's acquisition cost about 0.3 us a
-    vector, 1.5 us of a tiny batchnorm's 4), else any buffer a ``float[::1]`` takes."""
+    vector, 1.5 us of a tiny batchnorm's 4), else any buffer a ``float[::1]`` takes, whose
+    acquisition goes into ``held``: the caller keeps it until the kernel is done, as the
+    exporter may free or move memory no longer exported (``memoryview.release()`` then
+    ``mmap.close()`` from another thread while the kernel runs without the GIL)."""
     cdef cnp.ndarray a
     cdef const float[::1] ro
     cdef float[::1] rw
@@ -890,7 +893,8 @@ cdef const float* _vec(object v, Py_ssize_t c, str role, bint out) except? NULL:
                          f"{' that can be written' if out else ''} ({exc})") from None
     if ro.shape[0] != c:
         raise ValueError(f"bn_rows: {role} has {ro.shape[0]} values; {c} channels")
-    return &ro[0] if c else NULL     # v keeps the buffer alive for the call
+    held.append(ro)
+    return &ro[0] if c else NULL
 
 
 def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=None,
@@ -992,15 +996,16 @@ def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=No
     j.op, j.kind, j.isa = op, kind, hd_bn_rows_isa(baseline)
     j.x, j.y = cnp.PyArray_DATA(x), cnp.PyArray_DATA(y)
     j.dy = cnp.PyArray_DATA(dy) if op == HD_BN_BACKWARD else NULL
-    j.scale = _vec(scale, j.C, "scale", False)
-    j.bias = _vec(bias, j.C, "bias", False)
-    j.mean = _vec(mean, j.C, "mean", False)
-    j.var = _vec(variance, j.C, "variance", False)
-    j.inv = _vec(inv_variance, j.C, "inv_variance", False)
-    j.mean_out = <float*>_vec(mean_out, j.C, "mean_out", True)
-    j.var_out = <float*>_vec(variance_out, j.C, "variance_out", True)
-    j.dscale = <float*>_vec(dscale, j.C, "dscale", True)
-    j.dbias = <float*>_vec(dbias, j.C, "dbias", True)
+    held = []     # the fallback vectors' buffers, acquired until the rows are done
+    j.scale = _vec(scale, j.C, "scale", False, held)
+    j.bias = _vec(bias, j.C, "bias", False, held)
+    j.mean = _vec(mean, j.C, "mean", False, held)
+    j.var = _vec(variance, j.C, "variance", False, held)
+    j.inv = _vec(inv_variance, j.C, "inv_variance", False, held)
+    j.mean_out = <float*>_vec(mean_out, j.C, "mean_out", True, held)
+    j.var_out = <float*>_vec(variance_out, j.C, "variance_out", True, held)
+    j.dscale = <float*>_vec(dscale, j.C, "dscale", True, held)
+    j.dbias = <float*>_vec(dbias, j.C, "dbias", True, held)
     j.eps, j.act = epsilon, act
     j.lo = _rounded(lower, kind) if op != HD_BN_BACKWARD else <float>lower
     j.hi = _rounded(upper, kind) if op != HD_BN_BACKWARD else <float>upper
