@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import logging
 import os
@@ -820,8 +821,9 @@ class ExecutionPlan:
 
         ``ONEDNN_ENGINE`` reorders constant convolution weights into the blocked layout
         its primitive reads, so later executions skip that reorder; other engines have
-        nothing to prepare. Every later execution must pass the same values for these
-        tensors (a change is not seen until this is called again).
+        nothing to prepare. Every later execution of this plan must pass the same values
+        for these tensors (a change is not seen until this is called again); other plans,
+        built from equal graphs, keep reading the values they are given.
 
         Parameters
         ----------
@@ -849,8 +851,12 @@ class ExecutionPlan:
                 raise VariantPackError(_vp.unknown_key(self, key, t))
             for role, bind in slots:
                 bound[role] = bind(buf)
-        prepared = bool(prepare(bound))
+        # on a copy of the provider plan: the device's plan cache gives equal graphs' plans
+        # one provider plan, and the others must not read these constants
+        pplan = copy.copy(self._pplan)
+        prepared = bool(pplan.reorder_constants(bound))
         if prepared:
+            self._pplan = pplan
             self._bindings.clear()     # their functions run the program before the copy
         return prepared
 

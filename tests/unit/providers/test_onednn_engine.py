@@ -793,6 +793,42 @@ def test_reorder_constants_drops_the_cached_bindings(dev):
     close(ya, want, 1e-4)
 
 
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_reorder_constants_reaches_no_other_plan_of_an_equal_graph(dev, layout):
+    """Plans of equal graphs share one provider plan (the device's plan cache); constants
+    reordered through one of them reach that plan only. The other plan, and a plan built
+    later, keep giving the float64 convolution of the weights they are given. Was: the
+    other plan's cached pack failed with a ValueError (its launch template on a workspace
+    sized for the prepared program), and a new pack silently ran on the first plan's
+    weights."""
+    def graph():
+        return fprop_graph(layout, x_dims=(1, 32, 16, 16), w_dims=(32, 32, 3, 3), padding=1)
+
+    g1, x1, w1, y1 = graph()
+    g2, x2, w2, y2 = graph()
+    p1, p2 = dev.build_sync(g1, engine=ONEDNN), dev.build_sync(g2, engine=ONEDNN)
+    xa, wa, wb = rand(x1), rand(w1, 1), rand(w1, 2)
+    pack2 = {x2: xa, w2: wb, y2: empty(y2)}
+    p2.execute_sync(pack2)                       # cached by p2
+    if not p1.reorder_constants({w1: wa}):
+        pytest.skip(f"{p1.algorithm} reads the user's weights layout: nothing to reorder")
+    want_a = ref.conv_fprop(xa, wa, (1, 1), (1, 1))
+    want_b = ref.conv_fprop(xa, wb, (1, 1), (1, 1))
+    pack2[y2][...] = np.nan
+    p2.execute_sync(pack2)                       # the cached pack
+    close(pack2[y2], want_b, 1e-4)
+    yb = empty(y2)
+    p2.execute_sync({x2: xa, w2: wb, y2: yb})    # a new pack
+    close(yb, want_b, 1e-4)
+    g3, x3, w3, y3 = graph()
+    yc = empty(y3)
+    dev.build_sync(g3, engine=ONEDNN).execute_sync({x3: xa, w3: wb, y3: yc})
+    close(yc, want_b, 1e-4)
+    ya = empty(y1)
+    p1.execute_sync({x1: xa, w1: np.zeros_like(wa), y1: ya})   # p1 reads its reordered wa
+    close(ya, want_a, 1e-4)
+
+
 def test_streams_share_one_plan_without_mixing_buffers():
     """Executions of one plan on two streams at once (each with its own arrays and
     workspace) give each its own result: the program's data handles are set under the
