@@ -829,6 +829,39 @@ def test_reorder_constants_reaches_no_other_plan_of_an_equal_graph(dev, layout):
     close(ya, want_a, 1e-4)
 
 
+def test_two_batchers_of_one_graph_serve_their_own_weights():
+    """Two DynamicBatchers of equal graphs with different constant weights on one device
+    (two models of one architecture): each serves the float64 convolution of its own
+    weights. Was: the second batcher's reordered weights reached the first one's plan,
+    which then served them, silently."""
+    import anyio
+
+    def graph():
+        g = hd.Graph(io_data_type=hd.DataType.FLOAT)
+        x = g.tensor(dims=(1, 16, 12, 12), layout="NCHW", name="x")
+        w = g.tensor(dims=(16, 16, 3, 3), layout="NCHW", name="w")
+        g.conv_fprop(x, w, padding=1).set_output(True)
+        return g
+
+    rng = np.random.default_rng(7)
+    wa, wb = (rng.uniform(-1, 1, (16, 16, 3, 3)).astype(np.float32) for _ in range(2))
+    req = rng.uniform(-1, 1, (1, 16, 12, 12)).astype(np.float32)
+    got = {}
+
+    async def main():
+        async with hd.Device("cpu") as d:
+            async with hd.DynamicBatcher(d, graph(), constants={"w": wa}, max_batch_size=4) as a, \
+                    hd.DynamicBatcher(d, graph(), constants={"w": wb}, max_batch_size=4) as b:
+                got["a"] = await a(req)
+                got["b"] = await b(req)
+                got["a2"] = await a(req)
+
+    anyio.run(main)
+    close(got["a"], ref.conv_fprop(req, wa, (1, 1), (1, 1)), 1e-4)
+    close(got["b"], ref.conv_fprop(req, wb, (1, 1), (1, 1)), 1e-4)
+    close(got["a2"], ref.conv_fprop(req, wa, (1, 1), (1, 1)), 1e-4)
+
+
 def test_streams_share_one_plan_without_mixing_buffers():
     """Executions of one plan on two streams at once (each with its own arrays and
     workspace) give each its own result: the program's data handles are set under the
