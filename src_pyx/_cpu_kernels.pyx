@@ -876,8 +876,11 @@ cdef const float* _vec(object v, Py_ssize_t c, str role, bint out, list held) ex
         return NULL
     if type(v) is cnp.ndarray:
         a = <cnp.ndarray>v
+        # native byte order too: NPY_FLOAT32 is also the type of a '>f4' array, whose
+        # bytes read as floats here would be other numbers (the memoryview refuses it)
         if (cnp.PyArray_TYPE(a) == cnp.NPY_FLOAT32 and cnp.PyArray_NDIM(a) == 1
-                and cnp.PyArray_IS_C_CONTIGUOUS(a) and (not out or cnp.PyArray_ISWRITEABLE(a))):
+                and cnp.PyArray_IS_C_CONTIGUOUS(a) and cnp.PyArray_ISNOTSWAPPED(a)
+                and (not out or cnp.PyArray_ISWRITEABLE(a))):
             if cnp.PyArray_DIM(a, 0) != c:
                 raise ValueError(f"bn_rows: {role} has {cnp.PyArray_DIM(a, 0)} values; {c} "
                                  "channels")
@@ -972,6 +975,8 @@ def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=No
         if a is not None and a.itemsize != itemsize:
             raise ValueError(f"bn_rows: {role} has {a.itemsize}-byte elements; kind {kind} "
                              f"has {itemsize}")
+        if a is not None and not cnp.PyArray_ISNOTSWAPPED(a):
+            raise ValueError(f"bn_rows: {role} is in non-native byte order ({a.dtype.str})")
     if not y.flags.writeable:
         raise ValueError("bn_rows: y is read-only")
     if op == HD_BN_BACKWARD and dy is None:

@@ -667,6 +667,9 @@ def _args(shape=(2, 3, 4, 5), dtype=np.float32):
     ("vector_dtype", r"scale is not a contiguous float32 vector \("),
     ("vector_stride", r"bias is not a contiguous float32 vector \("),
     ("vector_read_only", "mean_out is not a contiguous float32 vector that can be written"),
+    ("vector_byte_order", r"scale is not a contiguous float32 vector \("),
+    ("out_byte_order", "variance_out is not a contiguous float32 vector that can be written"),
+    ("x_byte_order", r"x is in non-native byte order \(>f4\)"),
 ])
 def test_errors_are_clear(case, match):
     x, y, v = _args()
@@ -711,6 +714,12 @@ def test_errors_are_clear(case, match):
     elif case == "vector_read_only":
         kw["mean_out"] = np.empty(3, np.float32)
         kw["mean_out"].flags.writeable = False
+    elif case == "vector_byte_order":     # was read in C as native floats: other numbers
+        kw["scale"] = np.ones(3, ">f4")
+    elif case == "out_byte_order":
+        kw["variance_out"] = np.empty(3, ">f4")
+    elif case == "x_byte_order":
+        x = x.astype(">f4")
     with pytest.raises(ValueError, match=f"^bn_rows: {match}"):
         k.bn_rows(op, x, y, kind, epsilon=1e-5, **kw)
     assert np.isnan(y.astype(np.float64)).all()                    # nothing ran
