@@ -603,6 +603,10 @@ cdef int _check_pair(str where, cnp.ndarray x, int x_kind, cnp.ndarray out,
     if x.itemsize != _ITEMSIZE[x_kind] or out.itemsize != _ITEMSIZE[out_kind]:
         raise ValueError(f"{where}: item sizes {x.itemsize}, {out.itemsize} do not match "
                          f"element kinds {x_kind}, {out_kind}")
+    if not (cnp.PyArray_ISNOTSWAPPED(x) and cnp.PyArray_ISNOTSWAPPED(out)):
+        # the passes read and write native elements: a '>f2' x would convert other numbers
+        raise ValueError(f"{where}: x ({x.dtype.str}) or out ({out.dtype.str}) is in "
+                         "non-native byte order")
     if not out.flags.writeable:
         raise ValueError(f"{where}: out is read-only")
     return 0

@@ -141,6 +141,11 @@ def test_bad_arguments():
         _kernels.convert(x, 2, o, 3)
     with pytest.raises(ValueError, match="item sizes"):
         _kernels.convert(x, 2, o, 2)
+    with pytest.raises(ValueError, match=r"x \(>f2\) .* non-native byte order"):
+        _kernels.convert(x.astype(">f2"), 2, o, 0)    # was: other numbers, silently
+    with pytest.raises(ValueError, match=r"out \(>f4\) is in non-native byte order"):
+        _kernels.convert(x, 2, o.astype(">f4"), 0)
+    assert not o.any()                                 # nothing written
     o.flags.writeable = False
     with pytest.raises(ValueError, match="read-only"):
         _kernels.convert(x, 2, o, 0)
