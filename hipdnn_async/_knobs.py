@@ -273,7 +273,7 @@ def resolve_knobs(knobs: Sequence[Knob], settings=None, *, engine_name: str) -> 
         if knob_id not in offered:
             names = ", ".join(f"'{k}'" for k in offered) or "none"
             raise KnobError(f"knob {knob_id!r} is not offered for engine "
-                            f"'{engine_name}'; offered: {names}")
+                            f"'{engine_name}' on this graph; offered: {names}")
         if knob_id in chosen:
             raise KnobError(f"knob '{knob_id}' is set twice for engine '{engine_name}' "
                             f"(values {chosen[knob_id]} and {value!r})")
