@@ -419,7 +419,14 @@ cdef class BindingCache:
                         values = PyDict_Values(<dict>variant_pack)
                         buffers = {role: values[i] for role, i in b.recipe}
                     ws = self._take_ws() if b.fresh_ws else None
-                    fn = b.template.with_workspace(ws) if b.template is not None else None
+                    fn = None
+                    if b.template is not None:
+                        try:
+                            fn = b.template.with_workspace(ws)
+                        except ValueError:
+                            # the plan's program changed since (reorder_constants on
+                            # another thread, before it dropped this binding): made anew
+                            fn = None
                     return b.one_off(buffers, ws, fn if fn is not None else
                                      self._make_fn(buffers, ws))
         buffers, ws = self._bind(variant_pack, workspace)

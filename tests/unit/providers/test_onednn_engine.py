@@ -829,6 +829,31 @@ def test_reorder_constants_reaches_no_other_plan_of_an_equal_graph(dev, layout):
     close(ya, want_a, 1e-4)
 
 
+def test_a_template_on_a_changed_program_is_made_anew(dev):
+    """A thread whose hit comes between ``reorder_constants``'s new provider plan and its
+    dropping the plan's bindings takes a workspace sized for the new program with the
+    binding's template of the old one: the launch is made anew from the plan as it is, and
+    the execution gives the float64 convolution (was: a ValueError naming the workspace).
+    The window is opened here by setting the new provider plan alone."""
+    import copy
+    g, x, w, y = fprop_graph("NCHW", x_dims=(1, 32, 16, 16), w_dims=(32, 32, 3, 3), padding=1)
+    plan = dev.build_sync(g, engine=ONEDNN)
+    pack = {x: rand(x), w: rand(w, 1), y: empty(y)}
+    plan.execute_sync(pack)
+    (entry,) = plan._bindings._entries
+    if entry.template is None:
+        pytest.skip(f"{plan.algorithm}: no pooled workspace, no template here")
+    prepared = copy.copy(plan._pplan)
+    if not prepared.reorder_constants(plan._bind(pack, None)[0]):
+        pytest.skip(f"{plan.algorithm} reads the user's weights layout: nothing to reorder")
+    if prepared.workspace_size >= plan.workspace_size:
+        pytest.skip("the prepared program needs no less workspace: the template fits")
+    plan._pplan = prepared                       # what reorder_constants does before clear()
+    pack[y][...] = np.nan
+    plan.execute_sync(pack)
+    close(pack[y], ref.conv_fprop(pack[x], pack[w], (1, 1), (1, 1)), 1e-4)
+
+
 def test_two_batchers_of_one_graph_serve_their_own_weights():
     """Two DynamicBatchers of equal graphs with different constant weights on one device
     (two models of one architecture): each serves the float64 convolution of its own
