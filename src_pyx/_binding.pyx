@@ -31,9 +31,10 @@ binding's). A host binding with a workspace allocated for it (``workspace=None``
 workspace needed) is cached without that workspace: each hit takes a fresh one (the
 cache's ``take_workspace``) and makes its work-item function anew, as concurrent
 executions of one binding must not share a workspace; what a hit skips is the binding's
-checks, the larger part of its cost. Where the function is a oneDNN launch without host
-hooks, the binding keeps a template of it on no workspace, and a hit copies that onto
-the fresh workspace in C instead of making it anew (1.0 of 6 us of a tiny convolution). A larger pack of plain NumPy arrays that bind as
+checks, the larger part of its cost. Where the function is a oneDNN launch whose host
+hooks do not read the workspace, the binding keeps a template of it on no workspace, and
+a hit copies that onto the fresh workspace in C instead of making it anew (1.0 of 6 us
+of a tiny convolution). A larger pack of plain NumPy arrays that bind as
 themselves (logical dims and strides; no ``workspace=``) is cached by reference only (its
 ``recipe``: weak references, C prints, and which pack value each role is): it keeps
 nothing alive, and a hit rebuilds the role map from the pack it is given and makes the
@@ -354,7 +355,8 @@ cdef class Binding:
 
 cdef object _template(fn):
     """A copy of ``fn`` on no workspace, where ``fn`` can be copied onto another one in C
-    (``_onednn.Launch.with_workspace``: a launch without host hooks), else None."""
+    (``_onednn.Launch.with_workspace``: a launch whose host hooks do not read the
+    workspace), else None."""
     with_ws = getattr(fn, "with_workspace", None)
     return with_ws(None) if with_ws is not None else None
 

@@ -1044,13 +1044,8 @@ cdef class Launch:
     def __init__(self, program, arrays, workspace=None, counter=None, label=None,
                  before=None, after=None, *, bint hooks_read_ws=True):
         self.program = _checked(program, Program, "Launch")
-        self.arrays, self.workspace = _checked(arrays, tuple, "Launch"), workspace
-        self.ws = NULL
-        if workspace is not None:
-            if (<cnp.ndarray>_checked(workspace, cnp.ndarray, "Launch")).nbytes < self.program.workspace_size:
-                raise ValueError(f"_onednn.Launch: workspace of {workspace.nbytes} bytes; "
-                                 f"{self.program.workspace_size} needed")
-            self.ws = <char*>cnp.PyArray_DATA(<cnp.ndarray>workspace)
+        self.arrays = _checked(arrays, tuple, "Launch")
+        self._set_workspace(workspace)
         self.counter, self.label, self.before, self.after = counter, label, before, after
         self.hooks_read_ws = hooks_read_ws
 
@@ -1072,13 +1067,19 @@ cdef class Launch:
         out.program, out.arrays, out.counter, out.label = (self.program, self.arrays,
                                                            self.counter, self.label)
         out.before, out.after, out.hooks_read_ws = self.before, self.after, self.hooks_read_ws
-        out.workspace, out.ws = workspace, NULL
+        out._set_workspace(workspace)
+        return out
+
+    cdef int _set_workspace(self, workspace) except -1:
+        """``workspace`` (None, or an ndarray of at least the program's bytes) and its
+        address."""
+        self.workspace, self.ws = workspace, NULL
         if workspace is not None:
             if (<cnp.ndarray>_checked(workspace, cnp.ndarray, "Launch")).nbytes < self.program.workspace_size:
                 raise ValueError(f"_onednn.Launch: workspace of {workspace.nbytes} bytes; "
                                  f"{self.program.workspace_size} needed")
-            out.ws = <char*>cnp.PyArray_DATA(<cnp.ndarray>workspace)
-        return out
+            self.ws = <char*>cnp.PyArray_DATA(<cnp.ndarray>workspace)
+        return 0
 
     def __call__(self):
         cdef long long t0 = _now_ns()

@@ -399,16 +399,22 @@ def test_a_host_binding_counts_the_torch_storage_under_a_numpy_array():
     assert ref() is None
 
 
+def _conv_1x1_graph(name, x_dims):
+    """A FLOAT 1x1 conv_fprop graph on ``x_dims`` (K = C): (graph, x, w, y)."""
+    import hipdnn_async as hd
+    g = hd.Graph(name=name, io_data_type=hd.DataType.FLOAT)
+    x = g.tensor(dims=x_dims, name="x")
+    w = g.tensor(dims=(x_dims[1], x_dims[1], 1, 1), name="w")
+    return g, x, w, g.conv_fprop(x, w).set_output(True)
+
+
 def test_a_cpu_plan_does_not_keep_the_base_of_small_strided_views_alive():
     """Through a CPU plan: buffers given as small ``as_strided`` views (the usual way to
     make an NHWC view) of a 16 MiB array are not kept alive by the binding cache."""
     import numpy as np
     from numpy.lib.stride_tricks import as_strided
     import hipdnn_async as hd
-    g = hd.Graph(name="strided_views", io_data_type=hd.DataType.FLOAT)
-    x = g.tensor(dims=(1, 4, 4, 4), name="x")
-    w = g.tensor(dims=(4, 4, 1, 1), name="w")
-    y = g.conv_fprop(x, w).set_output(True)
+    g, x, w, y = _conv_1x1_graph("strided_views", (1, 4, 4, 4))
     with hd.Device("cpu") as dev:
         plan = dev.build_sync(g)
         big = np.random.default_rng(0).uniform(-1, 1, 4 << 20).astype(np.float32)
@@ -503,10 +509,7 @@ def test_a_cpu_plan_does_not_keep_a_large_torch_pack_alive():
     binding cache holds no reference to them while the device stays open."""
     torch = peer("torch", "CPU torch tensors as a CPU plan's buffers")
     import hipdnn_async as hd
-    g = hd.Graph(name="big_torch", io_data_type=hd.DataType.FLOAT)
-    x = g.tensor(dims=(8, 64, 64, 64), name="x")
-    w = g.tensor(dims=(64, 64, 1, 1), name="w")
-    y = g.conv_fprop(x, w).set_output(True)
+    g, x, w, y = _conv_1x1_graph("big_torch", (8, 64, 64, 64))
     with hd.Device("cpu") as dev:
         plan = dev.build_sync(g)
         xt, wt, yt = torch.rand(8, 64, 64, 64), torch.rand(64, 64, 1, 1), torch.empty(8, 64, 64, 64)
