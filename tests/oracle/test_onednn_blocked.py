@@ -18,6 +18,62 @@ from ._cases import Harness, assert_close, device, reduction_tol, wgrad_tol  # n
 from ._cpu_engines import ONEDNN, require
 
 BLOCKED = "+blocked"
+AMX_REASON = "oneDNN's AMX implementations first"
+
+
+def amx_here() -> bool:
+    """Whether oneDNN dispatches to AMX on this CPU (its own report, ``dnnl_get_effective_
+    cpu_isa``): there bfloat16 kernels larger than 1x1 default to its AMX implementations on
+    channels-last copies, and a bfloat16 1x1 to the plain GEMM (``Conv._amx_first``)."""
+    from hipdnn_async.runtime import load_onednn
+    return "amx" in load_onednn().isa
+
+
+def candidate_outputs(plan, harness, direction, keep):
+    """{name: output as float64} of every candidate of ``plan``'s problem whose name
+    ``keep(name)`` accepts, each run alone on ``harness``'s pack (not only the default)."""
+    from hipdnn_async.providers.cpu.onednn._conv import Conv
+    match = plan._pplan.match
+    pack = {role: harness.pack[t.name] for role, t in match.tensors.items()
+            if not t.is_virtual}
+    conv = Conv(match)
+    out = getattr(conv.roles, {"dgrad": "x", "wgrad": "w"}.get(direction, "y"))
+    got = {}
+    for cand in conv.candidates():
+        if not keep(cand.name):
+            continue
+        _, pd, _, variant = conv.impls[cand.id]
+        program, spec = conv.program(pd, variant=variant)
+        try:
+            pack[out][...] = 0
+            ws = np.empty(program.workspace_size, np.uint8) if program.workspace_size else None
+            program.run(tuple(pack[r] for r in spec.roles), ws)
+        finally:
+            program.close()
+        got[cand.name] = np.asarray(pack[out], np.float64).copy()
+    return got
+
+
+def check_default(plan, got, want, limits, what, direction, dtype, harness):
+    """The default of a kernel larger than 1x1 is ``+blocked`` (with the blocked reason),
+    or in bfloat16 on an AMX CPU an AMX one on copies (with that reason), whose blocked
+    candidates (no longer the default there) must match float64 too. Conv + bias + ReLU's
+    candidates compute the convolution alone, so only its default is compared."""
+    if dtype == "bfloat16" and amx_here():
+        # (on channels-last copies, or on the layout oneDNN chose where those are not
+        # offered: the odd-K bf16 dgrad's, ``Conv._variants``)
+        assert "_amx" in str(plan.algorithm), what
+        assert AMX_REASON in plan.algorithm.reason, plan.algorithm.reason
+        if direction != "conv_bias_relu":
+            others = candidate_outputs(plan, harness, direction,
+                                       lambda n: BLOCKED in n and "_amx" not in n)
+            assert others, what
+            for name, out in others.items():
+                assert_close(out, want, *limits, f"{what}, candidate {name}")
+    else:
+        assert BLOCKED in str(plan.algorithm), what
+        assert "blocked layout" in plan.algorithm.reason, plan.algorithm.reason
+    assert_close(got, want, *limits, what)
 
 # name: (layout, x dims, w dims, pre, post, stride, dilation); every one takes +blocked
 # by default (kernels larger than 1x1)
@@ -84,11 +140,10 @@ def run_blocked(dev, direction, dtype, case, seed=0, values=None, harness=None):
 @pytest.mark.parametrize("direction", ["fprop", "dgrad", "wgrad", "conv_bias_relu"])
 @pytest.mark.parametrize("case", list(CASES))
 def test_blocked_matches_float64(device, case, direction, dtype):
-    plan, got, want, limits = run_blocked(device, direction, dtype, CASES[case])
+    hs = []
+    plan, got, want, limits = run_blocked(device, direction, dtype, CASES[case], harness=hs)
     what = f"{case} {direction} {dtype} (algorithm {plan.algorithm})"
-    assert BLOCKED in str(plan.algorithm), what
-    assert "blocked layout" in plan.algorithm.reason, plan.algorithm.reason
-    assert_close(got, want, *limits, what)
+    check_default(plan, got, want, limits, what, direction, dtype, hs[0])
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -99,11 +154,16 @@ def test_blocked_matches_float64(device, case, direction, dtype):
     # the +nhwc variant runs, no +blocked one
     ("depthwise", "dgrad"), ("depthwise", "wgrad")])
 def test_blocked_strided_and_depthwise_match_float64(device, case, direction, dtype):
+    hs = []
     plan, got, want, limits = run_blocked(device, direction, dtype,
-                                          STRIDED if case == "strided" else DEPTHWISE, seed=1)
+                                          STRIDED if case == "strided" else DEPTHWISE, seed=1,
+                                          harness=hs)
     what = f"{case} {direction} {dtype} (algorithm {plan.algorithm})"
-    assert BLOCKED in str(plan.algorithm), what
-    assert_close(got, want, *limits, what)
+    if case == "depthwise":     # no AMX kernel: +blocked everywhere
+        assert BLOCKED in str(plan.algorithm), what
+        assert_close(got, want, *limits, what)
+    else:
+        check_default(plan, got, want, limits, what, direction, dtype, hs[0])
 
 
 @pytest.mark.parametrize("direction,case", [
@@ -120,11 +180,14 @@ def test_blocked_bf16_odd_channels_keep_inf(device, direction, case):
     values = np.random.default_rng(7).uniform(-1, 1, shape)
     values[0, -1, 2, 2] = np.inf
     values[0, 1, 0, 4] = -np.inf
+    hs = []
     with np.errstate(invalid="ignore"):     # the reference's inf - inf is NaN, as it must be
-        plan, got, want, limits = run_blocked(device, direction, "bfloat16", case, 7, values)
-    assert BLOCKED in str(plan.algorithm), plan.algorithm
-    assert np.isinf(want).any()
-    assert_close(got, want, *limits, f"bf16 C={case[1][1]} {direction} with inf inputs")
+        plan, got, want, limits = run_blocked(device, direction, "bfloat16", case, 7, values,
+                                              harness=hs)
+        assert np.isinf(want).any()
+        check_default(plan, got, want, limits,
+                      f"bf16 C={case[1][1]} {direction} with inf inputs ({plan.algorithm})",
+                      direction, "bfloat16", hs[0])
 
 
 # ---------------------------------------------------------------------------------------
@@ -229,6 +292,8 @@ def test_strided_1x1_exceptions_match_float64(device, direction, dtype, xd, wd, 
     case = ("NCHW", xd, wd, pads, pads, (2, 2), (1, 1))
     plan, got, want, limits = run_blocked(device, direction, dtype, case, seed=3)
     what = f"strided 1x1 {direction} {dtype} {xd} pad {padding} (algorithm {plan.algorithm})"
+    if dtype == "bfloat16" and amx_here():
+        blocked = False     # the plain GEMM on AMX (``Conv.prefers_blocked``)
     assert (BLOCKED in str(plan.algorithm)) == blocked, what
     if blocked:
         assert "strided unpadded 1x1" in plan.algorithm.reason, plan.algorithm.reason

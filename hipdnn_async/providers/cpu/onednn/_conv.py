@@ -20,6 +20,7 @@ __all__ = ["Conv", "clip_hooks", "clips_are_relu", "relu_post_ops", "relu_post_o
            "BLOCKED", "RELU", "SMALL_MACS", "SMALL_Y"]
 
 BLOCKED = "+blocked"         # the variant whose activations are in oneDNN's chosen layout
+AMX = "_amx"                 # in the ISA of oneDNN's AMX implementations (avx512_core_amx)
 RELU = "+relu"               # an implementation computing RELU_FWD as its post-ops
 # y elements and multiply-adds below which a ReLU post-op chain is the default over the
 # pass after the primitive, except on oneDNN's GEMM convolution (``_post_ops_first``)
@@ -56,10 +57,16 @@ class Conv:
         self.bias_md = None
         if self.bias_role:
             bias = t["bias"]
-            self.bias_md = channel_like(bias)
-            if bias.data_type == DataType.HALF:
-                # the f32 primitive takes an f32 bias, converted in the program
-                self.bias_md = dnnl.MemoryDesc((bias.dims[1],), dnnl.DATA_F32, strides=(1,))
+            channel_like(bias)      # declines a bias that is not (1, K, 1, 1)
+            # dense: the program hands the primitive a dense vector (the user's where its
+            # channels are, else a copy: ``ProgramSpec.channel``); a pd made with the user's
+            # stride had oneDNN 3.2's AMX kernels read the copy with that stride (wrong
+            # values, tests/oracle/test_onednn_blocked.py's strided-memory cases). HALF:
+            # the f32 primitive takes an f32 bias, converted in the program
+            self.bias_md = dnnl.MemoryDesc(
+                (bias.dims[1],),
+                dnnl.DATA_F32 if bias.data_type == DataType.HALF else dnnl_type(bias),
+                strides=(1,))
         self.post_ops, self.clips = [], None
         clips = (match.params.get("relu_lower_clip"), match.params.get("relu_upper_clip"))
         if match.pattern == Pattern.CONV_FPROP_BIAS_RELU:
@@ -169,6 +176,12 @@ class Conv:
         # last channel's inf meets a zero weight (NaN; tests/oracle/
         # test_onednn_bf16_odd_channels.py): not a candidate
         odd_bf16 = compute_type(x) == dnnl.DATA_BF16 and self._odd_reduced_channels()
+        # nor, for the same NaN, oneDNN 3.2's AVX-512 brgconv kernels (brgconv,
+        # brgconv_1x1, brgconv_strided on avx512_core_bf16: fprop over C = 1, 3, 5, 17,
+        # strided dgrad over K = 3, 5, 17) and its AMX jit forward kernel
+        # (jit:avx512_core_amx, C = 1, 3, 5, 17, 3x3 and 7x7 kernels); its AMX brgconv
+        # kernels and the rest kept the reference's values (same test, infs in every channel)
+        odd_fprop = odd_bf16 and self.direction == "fprop"
         x_last = x.strides[1] == 1
         for suffix, x_md, y_md in self._variants():
             try:
@@ -189,7 +202,9 @@ class Conv:
                         variant = None      # a plain odd-channel side: the NaN above
                 if not name.startswith("ref:") and (variant is not None or not blocked) \
                         and not (odd_bf16 and name.startswith("x64:gemm")
-                                 and (x_last or suffix.endswith("+nhwc"))):
+                                 and (x_last or suffix.endswith("+nhwc"))) \
+                        and not (odd_bf16 and "brg" in name and AMX not in name) \
+                        and not (odd_fprop and name.startswith("jit:") and AMX in name):
                     # oneDNN's reference implementations (ref:any) are never candidates:
                     # 100-5000x slower than CPU_ENGINE, and in 3.2 wrong for a strided
                     # 3-D destination with bias (tests/oracle, CONV_FPROP_BIAS_RELU)
@@ -247,7 +262,16 @@ class Conv:
         blocked kernels took 0.69-0.95x the GEMM's time (1.02x once at 256>512, batch 32);
         and a dgrad whose dy has at most 14x14 pixels in bfloat16 (0.52-0.91x) or 7x7 in
         float32 (0.66-0.79x; at 14x14 it was 1.03-1.06x, at 28x28 1.06-1.18x in either
-        type). Strided 1x1 weight gradients and float32 fprop stay plain (0.95-1.36x)."""
+        type). Strided 1x1 weight gradients and float32 fprop stay plain (0.95-1.36x).
+
+        None of this where oneDNN offers an AMX implementation (``_amx``): there the
+        blocked layout runs bfloat16 on the AVX-512 kernels, and ``candidates`` puts the
+        AMX ones first for kernels larger than 1x1; a 1x1 keeps the plain GEMM (itself on
+        AMX), which took 0.75-0.95x the AMX kernels' time on channels-last copies and
+        0.35-0.7x the blocked kernels' (ResNet-50's 256>64 and strided 256>512 and
+        1024>2048 1x1 at batch 8, two threads, interleaved)."""
+        if self._amx():
+            return False
         conv = self.match.params["conv"]
         w = self.match.tensors[self.roles.w]
         if self._one_by_one():
@@ -256,6 +280,21 @@ class Conv:
                 and any(s != 1 for s in conv.stride)):
             return False
         return True
+
+    def _amx(self) -> bool:
+        """Whether oneDNN offers an AMX implementation of this problem (bfloat16 on a CPU
+        with AMX: oneDNN 3.2 names its ISA ``avx512_core_amx``)."""
+        return any(AMX in name for name, *_ in self.impls)
+
+    def _amx_first(self) -> bool:
+        """Whether the default choice is an AMX implementation: oneDNN offers one and the
+        kernel is larger than 1x1. Those read channels-last memory only (NCHW activations
+        take the ``+nhwc`` copies); on the blocked layout oneDNN runs bfloat16 on its
+        AVX-512 kernels, which took 3.5-5x the time of the AMX ones on channels-last
+        copies, reorders included, at ResNet-50's 3x3 convolutions, and the plain GEMM
+        2-3.5x (batch 8, NCHW, two threads, benchmarking's timings). The stem's dgrad
+        too: 2.1x on the GEMM."""
+        return self._amx() and not self._one_by_one()
 
     def _one_by_one(self) -> bool:
         """Whether the kernel is 1x1 (1x1x1; 1 in 1-D)."""
@@ -300,6 +339,10 @@ class Conv:
                    f"elements and fewer than {SMALL_MACS} multiply-adds (a pass after it "
                    "costs more than its work there)")
             return why if base is None else f"{base}; {why}"
+        if AMX in name and self._amx_first() and ("+nhwc" in name or BLOCKED in name):
+            return ("oneDNN's AMX implementations first, on copies of the activations "
+                    "(reordered in and out): on the blocked layout it runs bfloat16 on "
+                    "AVX-512 kernels")
         if BLOCKED in name and self._one_by_one():
             if self._strided_1x1(self.match.params["conv"]):
                 return ("oneDNN's blocked layout (activations reordered in and out) before "
@@ -321,12 +364,16 @@ class Conv:
 
     def candidates(self) -> list:
         """One per implementation (id: the index in ``impls``), best first: oneDNN's order,
-        with the ``+blocked`` ones first where ``prefers_blocked`` (the default choice is
+        with its AMX ones first where ``_amx_first``, else the ``+blocked`` ones first
+        where ``prefers_blocked`` (the default choice is
         the first that fits the workspace limit; benchmarking keeps another only if it
         beats that one by its margin); one computing the ReLU as post-ops ends ``+relu``."""
         cands = [_tuning.Candidate(name + (RELU if fused else ""), i, ws)
                  for i, ((name, _, ws, _v), fused) in enumerate(zip(self.impls, self.fused))]
-        if self.prefers_blocked():
+        if self._amx_first():
+            # stable: oneDNN's order kept among the AMX ones and among the others
+            cands.sort(key=lambda c: AMX not in c.name)
+        elif self.prefers_blocked():
             # blocked copies, else channels-last ones (the bf16 stem: the blocked kernels
             # there read its plain odd-channel x, ``_walk``; on NHWC copies jit_bf16 took
             # 0.7x gemm:jit's time), before the user's plain layout; stable: oneDNN's
