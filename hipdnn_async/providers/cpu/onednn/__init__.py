@@ -20,7 +20,10 @@ How each pattern maps (primitives are created at build, never per execution):
   kernels plus the reorders took 0.5-0.9 of that time here), except a strided dgrad
   into fewer than 16 channels, and for a float32 unit-stride unpadded 1x1 weight
   gradient reducing channels over at least 28x28 pixels, and for an unpadded strided
-  1x1 bfloat16 fprop or small-dy dgrad (``Conv.prefers_blocked``).
+  1x1 bfloat16 fprop or small-dy dgrad (``Conv.prefers_blocked``). On a CPU with AMX,
+  bfloat16 kernels larger than 1x1 take oneDNN's AMX implementations first (on ``+nhwc``
+  copies: its blocked layout runs bf16 on AVX-512 kernels) and a bfloat16 1x1 the plain
+  GEMM (``Conv._amx_first``).
   Activations that are not packed (gaps between elements, a channel slice) run on dense
   copies (``+dense``): oneDNN's only implementations of strided activations are its
   reference ones.
