@@ -5,7 +5,7 @@ gives the float64 reference's +-inf and NaN exactly where the reference has them
 oneDNN 3.2's bf16 kernels read channels in pairs; on channels-last memory with an odd
 channel count some read the next pixel's channel with a zero-padded weight (inf * 0 =
 NaN), so those are not offered there (``Conv._walk``: the GEMM, the AVX-512 brgconv
-kernels, the AMX jit forward kernel).
+kernels; the AMX jit forward kernel is offered nowhere).
 
 Skipped where oneDNN does not load (``_cpu_engines.require``)."""
 from __future__ import annotations
