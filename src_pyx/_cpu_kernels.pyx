@@ -38,6 +38,7 @@ from libc.math cimport INFINITY, sqrt
 from libc.stdint cimport int16_t, int32_t, uint16_t, uint32_t
 from cython cimport floating
 cimport numpy as cnp
+import numpy as np
 
 from libc.stdlib cimport free, malloc
 
@@ -64,6 +65,7 @@ __all__ = [
     "BN_ROWS_INFERENCE",
     "BN_ROWS_BACKWARD",
     "bn_rows_isa",
+    "nonfinite",
 ]
 
 
@@ -654,6 +656,89 @@ def convert(cnp.ndarray x, int x_kind, cnp.ndarray out, int out_kind, *,
     w.isa, w.xk, w.ok, w.convert = hd_relu_rows(baseline), x_kind, out_kind, True
     w.dim, w.xst, w.ost, w.bst, w.c = dim, xst, ost, bst, NULL
     _go(&w, team and x.size >= _TEAM_MIN_ELEMENTS)
+
+
+cdef bint _dense_order(cnp.ndarray x) noexcept:
+    """Whether ``x``'s elements fill ``x.size`` consecutive items from its data pointer
+    (packed in some order of its axes, every stride positive)."""
+    cdef int nd = cnp.PyArray_NDIM(x), i, j, best
+    cdef Py_ssize_t want = cnp.PyArray_ITEMSIZE(x)
+    cdef Py_ssize_t st[_MAX_AXES]
+    cdef Py_ssize_t dm[_MAX_AXES]
+    cdef bint used[_MAX_AXES]
+    cdef cnp.npy_intp *strides = cnp.PyArray_STRIDES(x)
+    cdef cnp.npy_intp *dims = cnp.PyArray_DIMS(x)
+    cdef int n = 0
+    for i in range(nd):
+        if dims[i] != 1:
+            st[n], dm[n], used[n] = strides[i], dims[i], False
+            n += 1
+    for i in range(n):            # the axes from the smallest stride up
+        best = -1
+        for j in range(n):
+            if not used[j] and (best < 0 or st[j] < st[best]):
+                best = j
+        if st[best] != want:
+            return False
+        used[best] = True
+        want *= dm[best]
+    return True
+
+
+def nonfinite(cnp.ndarray x, int kind):
+    """Whether ``x`` holds a NaN or an infinity: its exponent bits all ones.
+
+    Parameters
+    ----------
+    x : ndarray
+        Any dims and strides; read only.
+    kind : int
+        Its element type, ``BIAS_RELU_KINDS``: 0 float32, 1 bfloat16, 2 float16 (16-bit
+        arrays may be viewed as uint16: only the bits are read).
+
+    Notes
+    -----
+    Packed memory (in any axis order: NCHW, NHWC, ...) is read as one run of bits, in
+    blocks of 256 elements whose maximum masked exponent is compared once (a loop the
+    compiler vectorises: 0.1 ms for 2.4 MB here); other strides go through NumPy.
+    Raises ``ValueError`` for a kind not 0..2 or not the array's item size.
+    """
+    cdef Py_ssize_t n = x.size, i, k
+    cdef const uint16_t *p16
+    cdef const uint32_t *p32
+    cdef uint16_t m16, a16
+    cdef uint32_t a32
+    if kind not in (0, 1, 2) or cnp.PyArray_ITEMSIZE(x) != (4 if kind == 0 else 2):
+        raise ValueError(f"nonfinite: kind {kind} does not fit a {x.dtype} array")
+    if n == 0:
+        return False
+    if not _dense_order(x):
+        bits = x.view(np.uint32 if kind == 0 else np.uint16)
+        mask = (0x7f800000, 0x7f80, 0x7c00)[kind]
+        return bool(((bits & mask) == mask).any())
+    cdef bint found = False
+    if kind == 0:
+        p32 = <const uint32_t*>cnp.PyArray_DATA(x)
+        with nogil:
+            i = 0
+            while i < n and not found:
+                a32 = 0
+                for k in range(i, min(i + 256, n)):
+                    a32 = max(a32, p32[k] & 0x7f800000u)
+                found = a32 == 0x7f800000u
+                i += 256
+        return found
+    m16 = 0x7f80 if kind == 1 else 0x7c00
+    p16 = <const uint16_t*>cnp.PyArray_DATA(x)
+    with nogil:
+        i = 0
+        while i < n and not found:
+            a16 = 0
+            for k in range(i, min(i + 256, n)):
+                a16 = max(a16, p16[k] & m16)
+            found = a16 == m16
+            i += 256
+    return found
 
 
 # ----------------------------------------------------------------------------

@@ -31,26 +31,37 @@ def amx_here() -> bool:
 
 def candidate_outputs(plan, harness, direction, keep):
     """{name: output as float64} of every candidate of ``plan``'s problem whose name
-    ``keep(name)`` accepts, each run alone on ``harness``'s pack (not only the default)."""
-    from hipdnn_async.providers.cpu.onednn._conv import Conv
-    match = plan._pplan.match
-    pack = {role: harness.pack[t.name] for role, t in match.tensors.items()
+    ``keep(name)`` accepts, each run alone on ``harness``'s pack (not only the default),
+    as its plan runs it: with its hooks (a guarded one's check and fallback, the ReLU
+    pass after the primitive)."""
+    pack = {role: harness.pack[t.name] for role, t in plan._pplan.match.tensors.items()
             if not t.is_virtual}
+    return {name: out for name, out in run_candidates(plan._pplan.match, pack, direction)
+            if keep(name)}
+
+
+def run_candidates(match, pack, direction):
+    """(name, output as float64) per candidate of ``match``'s convolution, in the engine's
+    order, each run on ``pack`` (role -> array) through the plan the engine would make
+    of it: its program and hooks (``_conv.conv_hooks``), as ``benchmark_conv`` times it."""
+    from hipdnn_async.providers.cpu.onednn._conv import Conv, conv_hooks
+    from hipdnn_async.providers.cpu.onednn._plan import OnednnPlan
     conv = Conv(match)
     out = getattr(conv.roles, {"dgrad": "x", "wgrad": "w"}.get(direction, "y"))
-    got = {}
+    got = []
     for cand in conv.candidates():
-        if not keep(cand.name):
-            continue
         _, pd, _, variant = conv.impls[cand.id]
         program, spec = conv.program(pd, variant=variant)
         try:
+            hooks, ws_size = conv_hooks(conv, cand)
+            plan = OnednnPlan(match, program, spec, cand.name, hooks=hooks,
+                              workspace_size=ws_size)
             pack[out][...] = 0
-            ws = np.empty(program.workspace_size, np.uint8) if program.workspace_size else None
-            program.run(tuple(pack[r] for r in spec.roles), ws)
+            size = plan.workspace_size
+            plan.run(pack, np.empty(size, np.uint8) if size else None)
         finally:
             program.close()
-        got[cand.name] = np.asarray(pack[out], np.float64).copy()
+        got.append((cand.name, np.asarray(pack[out], np.float64).copy()))
     return got
 
 
@@ -97,9 +108,10 @@ def _onednn():
     require(ONEDNN)
 
 
-def run_blocked(dev, direction, dtype, case, seed=0, values=None, harness=None):
-    """Build ``case`` on ONEDNN_ENGINE by default choice: (plan, got, want, (atol, rtol));
-    ``harness``: a list the ``Harness`` is appended to (its pack, for re-runs)."""
+def run_blocked(dev, direction, dtype, case, seed=0, values=None, harness=None, knobs=None):
+    """Build ``case`` on ONEDNN_ENGINE by default choice (or with ``knobs``): (plan, got,
+    want, (atol, rtol)); ``harness``: a list the ``Harness`` is appended to (its pack, for
+    re-runs)."""
     layout, xd, wd, pre, post, stride, dil = case
     kw = dict(pre_padding=pre, post_padding=post, stride=stride, dilation=dil)
     yd = ref.conv_out_dims(xd, wd, pre, post, stride, dil)
@@ -130,7 +142,7 @@ def run_blocked(dev, direction, dtype, case, seed=0, values=None, harness=None):
         h.output(h.g.conv_wgrad(dy, x, dw_dims=wd, **kw), "out")
         want = ref.conv_wgrad(h.ref["dy"], h.ref["x"], wd, pre, post, stride, dil)
         limits = wgrad_tol(dtype, yd[0] * int(np.prod(yd[2:])), 1.0, 1.0)
-    got = h.run(dev, engine=ONEDNN)["out"]
+    got = h.run(dev, engine=ONEDNN, **({} if knobs is None else {"knobs": knobs}))["out"]
     if harness is not None:
         harness.append(h)
     return h.plan, got, want, limits

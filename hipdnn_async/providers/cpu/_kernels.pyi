@@ -101,3 +101,8 @@ def bn_rows(op: int, x: np.ndarray, y: np.ndarray, kind: int, *, dy: np.ndarray 
 def bn_rows_isa(kind: str = "float32") -> str:
     """``"avx512"``, ``"avx512_auto"`` or ``"baseline"``: the rows ``bn_rows`` runs for
     elements of ``kind`` here."""
+
+
+def nonfinite(x: np.ndarray, kind: int) -> bool:
+    """Whether ``x`` (float32, bfloat16 or float16 bits: ``kind`` 0, 1, 2) holds a NaN or
+    an infinity."""

@@ -13,7 +13,7 @@ from ...._errors import DeviceError
 from ...._types import numpy_dtype
 from ... import _tuning
 from ._bnorm import Bn
-from ._conv import Conv, clip_hooks
+from ._conv import Conv, conv_hooks
 from ._plan import OnednnPlan
 from ._program import ONEDNN_ENGINE_NAME
 
@@ -63,7 +63,9 @@ def benchmark_conv(conv: Conv, fitting):
         _, pd, _, variant = conv.impls[cand.id]
         program, spec = conv.program(pd, variant=variant)
         try:
-            plan = OnednnPlan(conv.match, program, spec, cand.name, hooks=clip_hooks(conv, pd))
+            hooks, ws_size = conv_hooks(conv, cand)      # a guarded one's check timed too
+            plan = OnednnPlan(conv.match, program, spec, cand.name, hooks=hooks,
+                              workspace_size=ws_size)
             ws = np.empty(plan.workspace_size, np.uint8) if plan.workspace_size else None
             times.append(_best_ms(lambda: plan.run(arrays, ws)))
         finally:

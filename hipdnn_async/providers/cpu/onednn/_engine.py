@@ -7,7 +7,7 @@ from ... import _tuning
 from ..._base import ProviderEngine, ProviderPlan
 from ._bnorm import Bn
 from ._choose import benchmark_bn, benchmark_conv, explain
-from ._conv import Conv, clip_hooks
+from ._conv import Conv, conv_hooks
 from ._plan import OnednnPlan
 from ._program import ONEDNN_ENGINE_NAME, decline, dnnl
 
@@ -99,8 +99,11 @@ class OnednnEngine(ProviderEngine):
                                 device=self.perf_device())
         _, pd, _, variant = conv.impls[choice.candidate.id]
         program, spec = conv.program(pd, variant=variant)
+        hooks, ws = conv_hooks(conv, choice.candidate)
+        # a guarded plan (its own workspace size) reads the user's weights per execution:
+        # its fallback does too, and reorder_constants would drop the guard's hooks
         plan = OnednnPlan(match, program, spec, explain(choice, conv.rule(choice.candidate.name)),
-                          hooks=clip_hooks(conv, pd),
-                          conv=conv, pd=pd, variant=variant)
+                          hooks=hooks, workspace_size=ws,
+                          conv=conv if ws is None else None, pd=pd, variant=variant)
         plan.benchmarked, plan.perfdb_hit = choice.benchmarked, choice.perfdb_hit
         return plan

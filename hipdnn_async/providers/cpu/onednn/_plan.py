@@ -23,10 +23,13 @@ class OnednnPlan(ProviderPlan):
     statistics). ``launcher`` gives the submit path's C callable."""
 
     def __init__(self, match, program, spec, algorithm, *, hooks=None, conv=None, pd=None,
-                 variant=None):
+                 variant=None, workspace_size=None):
         self.match, self.program, self.roles = match, program, spec.roles
         self.algorithm = algorithm
-        self.workspace_size = program.workspace_size
+        # more than the program's where a hook runs another program on it (a guarded
+        # convolution's fallback, ``_conv.conv_hooks``)
+        self.workspace_size = (program.workspace_size if workspace_size is None
+                               else workspace_size)
         self._conv, self._pd, self._variant = conv, pd, variant
         self._frozen = None
         self._set_hooks(spec, hooks)

@@ -1,0 +1,131 @@
+"""ONEDNN_ENGINE's guarded convolutions (``_conv.GUARDED``): oneDNN 3.2's AMX jit forward
+kernel (``jit:avx512_core_amx``) lets a NaN or inf in x reach outputs whose windows do not
+hold it, and is exact on finite x; it runs with a check of x after it, and where x holds
+a NaN or inf the first unguarded candidate recomputes y. On an AMX CPU it is the default
+for a bfloat16 stem (3 channels: oneDNN has no AMX brgconv there). Checked against the
+float64 references of ``_reference.py``: finite inputs within the tolerances, special
+values exactly where the reference has them, through ``execute_sync`` and the streams;
+and the guard is what makes it so (the kernel alone gives extra NaN on the same input).
+
+Skipped where oneDNN does not offer the kernel (no AMX: ``amx_here``)."""
+from __future__ import annotations
+
+import anyio
+import numpy as np
+import pytest
+
+from . import _reference as ref
+from ._cases import assert_close, device  # noqa: F401
+from ._cpu_engines import ONEDNN, require
+from .test_onednn_blocked import amx_here, run_blocked
+
+GUARDED = "+guarded"
+STEM = {   # layout, x dims, w dims, pre, post, stride, dilation: the ResNet-50 stem, small
+    "NHWC": ("NHWC", (2, 3, 20, 20), (16, 3, 7, 7), (3, 3), (3, 3), (2, 2), (1, 1)),
+    "NCHW": ("NCHW", (2, 3, 20, 20), (16, 3, 7, 7), (3, 3), (3, 3), (2, 2), (1, 1)),
+}
+
+
+@pytest.fixture(autouse=True)
+def _amx():
+    require(ONEDNN)
+    if not amx_here():
+        pytest.skip("oneDNN dispatches to no AMX ISA on this CPU: it offers no AMX jit "
+                    "kernel, so no candidate is guarded")
+
+
+def _specials(shape, seed=5):
+    """U(-1, 1) with a NaN, +inf and -inf in x's interior, away from one another."""
+    values = np.random.default_rng(seed).uniform(-1, 1, shape)
+    values[0, 0, 5, 5] = np.nan
+    values[0, -1, 10, 12] = np.inf
+    values[-1, 1, 14, 6] = -np.inf
+    return values
+
+
+def _same_specials(got, want, what):
+    got = np.asarray(got, np.float64)
+    assert np.array_equal(np.isnan(got), np.isnan(want)), (
+        f"{what}: NaN at {np.argwhere(np.isnan(got) != np.isnan(want))[:4]}")
+    inf = np.isinf(want)
+    assert np.array_equal(got[inf], want[inf]), f"{what}: infs differ"
+
+
+@pytest.mark.parametrize("layout", list(STEM))
+@pytest.mark.parametrize("direction", ["fprop", "conv_bias_relu"])
+def test_stem_defaults_to_the_guarded_amx_kernel_and_matches_float64(device, layout,
+                                                                     direction):
+    plan, got, want, limits = run_blocked(device, direction, "bfloat16", STEM[layout])
+    what = f"{layout} {direction} ({plan.algorithm})"
+    assert GUARDED in str(plan.algorithm) and "_amx" in str(plan.algorithm), what
+    assert "guarded: x is checked" in plan.algorithm.reason, plan.algorithm.reason
+    assert_close(got, want, *limits, what)
+
+
+@pytest.mark.parametrize("layout", list(STEM))
+@pytest.mark.parametrize("direction", ["fprop", "conv_bias_relu"])
+def test_special_values_are_the_reference_s(device, layout, direction):
+    case = STEM[layout]
+    hs = []
+    with np.errstate(invalid="ignore"):
+        plan, got, want, limits = run_blocked(device, direction, "bfloat16", case, 5,
+                                              _specials(case[1]), harness=hs)
+    what = f"{layout} {direction} ({plan.algorithm})"
+    assert GUARDED in str(plan.algorithm), what
+    assert np.isnan(want).any() and np.isinf(want).any()
+    _same_specials(got, want, what)
+    finite = np.isfinite(want)
+    assert_close(np.asarray(got, np.float64)[finite], want[finite], *limits, what)
+
+    # the same input through a stream (the launch's hooks), twice: the fallback's
+    # workspace is the execution's own
+    pack = hs[0].pack
+
+    async def main():
+        for _ in range(2):
+            pack["out"][...] = 0
+            await plan.execute(pack)
+    anyio.run(main)
+    _same_specials(pack["out"], want, what + " via plan.execute")
+
+
+def test_the_guard_is_what_makes_it_exact(device):
+    """The guarded candidate's program alone (no check, no fallback) gives NaN where the
+    reference has none on the same input; its plan does not."""
+    from hipdnn_async.providers.cpu.onednn._conv import Conv
+    case = STEM["NHWC"]
+    hs = []
+    with np.errstate(invalid="ignore"):
+        plan, got, want, _ = run_blocked(device, "fprop", "bfloat16", case, 5,
+                                         _specials(case[1]), harness=hs)
+    got = np.array(got, np.float64)      # (the pack's own buffer, run over below)
+    match = plan._pplan.match
+    pack = {role: hs[0].pack[t.name] for role, t in match.tensors.items() if not t.is_virtual}
+    conv = Conv(match)
+    cand = next(c for c in conv.candidates() if GUARDED in c.name)
+    _, pd, _, variant = conv.impls[cand.id]
+    program, spec = conv.program(pd, variant=variant)
+    try:
+        y = pack[conv.roles.y]
+        y[...] = 0
+        ws = np.empty(program.workspace_size, np.uint8) if program.workspace_size else None
+        program.run(tuple(pack[r] for r in spec.roles), ws)
+    finally:
+        program.close()
+    alone = np.asarray(y, np.float64)
+    assert (np.isnan(alone) & ~np.isnan(want)).any(), "the kernel alone kept the reference"
+    _same_specials(got, want, f"plan {plan.algorithm}")
+
+
+def test_benchmarking_times_the_guarded_kernel_and_stays_exact(device):
+    """Benchmarking times every candidate, the guarded one with its check; whichever it
+    keeps gives the reference's special values."""
+    case = STEM["NCHW"]
+    with np.errstate(invalid="ignore"):
+        plan, got, want, _ = run_blocked(device, "fprop", "bfloat16", case, 5,
+                                         _specials(case[1]), knobs={"global.benchmarking": 1})
+    trials = dict(plan.algorithm.trials)
+    assert plan.benchmarked
+    guarded = [n for n in trials if GUARDED in n]
+    assert guarded and all(trials[n] is not None and trials[n] > 0 for n in guarded), trials
+    _same_specials(got, want, str(plan.algorithm))
