@@ -652,7 +652,6 @@ def conv_hooks(conv, cand):
             if after is not None:
                 after()
         return before, check
-    guarded.fallback = program     # (for tests) the program it runs
     return guarded, max(program.workspace_size, ws)
 
 
