@@ -190,6 +190,9 @@ class Conv:
         # dilated convolution: wrong values (finite, inf, NaN) without special values in
         # the inputs, dilated along H (D or H in 3-D) over C above 32 and not a multiple of
         # 16 (tests/oracle/test_onednn_amx_wgrad_dilation.py); left out at any dilation
+        # Nor, in fprop, its AMX jit 1x1 kernel (jit_1x1:avx512_core_amx): it wrote a whole
+        # tile past the end of y at 36 pixels an image (heap corruption in benchmarking:
+        # tests/oracle/test_onednn_amx_1x1_overrun.py)
         no_amx_jit = self.direction == "fprop" or (
             self.direction == "wgrad" and any(d > 0 for d in self.geometry[1]))
         x_last = x.strides[1] == 1
@@ -214,7 +217,9 @@ class Conv:
                         and not (odd_bf16 and name.startswith(("x64:gemm", "jit_bf16_1x1"))
                                  and (x_last or suffix.endswith("+nhwc"))) \
                         and not (odd_bf16 and "brg" in name and AMX not in name) \
-                        and not (no_amx_jit and name.startswith("jit:") and AMX in name):
+                        and not (no_amx_jit and name.startswith("jit:") and AMX in name) \
+                        and not (self.direction == "fprop" and name.startswith("jit_1x1:")
+                                 and AMX in name):
                     # oneDNN's reference implementations (ref:any) are never candidates:
                     # 100-5000x slower than CPU_ENGINE, and in 3.2 wrong for a strided
                     # 3-D destination with bias (tests/oracle, CONV_FPROP_BIAS_RELU)
