@@ -152,10 +152,15 @@ class Conv:
 
     def _summed_side_copied(self, variant) -> bool:
         """Whether ``variant``'s chosen layout copies the activations fprop (x) or dgrad
-        (dy) sums over, rather than reading the user's plain memory as it is (which a
-        bf16 kernel with an odd channel count reads in pairs: ``_variants``)."""
+        (dy) sums over into another layout, rather than reading the user's plain memory as
+        it is or a packed plain copy of it (the ``+dense`` one of non-packed memory), which
+        a bf16 kernel with an odd channel count reads in pairs (``_variants``;
+        tests/oracle/test_onednn_bf16_odd_channels.py's non-packed cases)."""
+        role = self.roles.y if self.direction == "dgrad" else self.roles.x
         md = variant[1] if self.direction == "dgrad" else variant[0]
-        return not md.equals(self.y_md if self.direction == "dgrad" else self.x_md)
+        tensor = self.match.tensors[role]
+        return not (md.equals(self.y_md if self.direction == "dgrad" else self.x_md)
+                    or md.equals(packed_md(tensor, compute_type(tensor))))
 
     def _chosen(self, pd) -> tuple:
         """The (x, y) descriptors ``pd`` chose for ``format_tag_any`` activations."""
