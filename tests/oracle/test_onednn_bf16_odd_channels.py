@@ -36,6 +36,12 @@ CASES = {   # layout, x dims, w dims, pre, post padding, stride, dilation
                          (1, 1)),
     "K5-strided-dgrad": ("NCHW", (2, 16, 12, 12), (5, 16, 3, 3), (1, 1), (1, 1), (2, 2),
                          (1, 1)),
+    # non-packed NCHW (a channel slice): dense copies, where a blocked kernel chose the
+    # plain odd-channel layout for x (the copy, not the user's memory)
+    "C5-nonpacked": ("NCHW_nonpacked", (2, 5, 8, 10), (5, 5, 2, 2), (0, 0), (0, 0), (1, 1),
+                     (1, 1)),
+    "C3-nonpacked-3x3": ("NCHW_nonpacked", (2, 3, 8, 10), (16, 3, 3, 3), (1, 1), (1, 1),
+                         (1, 1), (1, 1)),
 }
 
 

@@ -153,10 +153,15 @@ class Conv:
 
     def _summed_side_copied(self, variant) -> bool:
         """Whether ``variant``'s chosen layout copies the activations fprop (x) or dgrad
-        (dy) sums over, rather than reading the user's plain memory as it is (which a
-        bf16 kernel with an odd channel count reads in pairs: ``_variants``)."""
+        (dy) sums over into another layout, rather than reading the user's plain memory as
+        it is or a packed plain copy of it (the ``+dense`` one of non-packed memory), which
+        a bf16 kernel with an odd channel count reads in pairs (``_variants``;
+        tests/oracle/test_onednn_bf16_odd_channels.py's non-packed cases)."""
+        role = self.roles.y if self.direction == "dgrad" else self.roles.x
         md = variant[1] if self.direction == "dgrad" else variant[0]
-        return not md.equals(self.y_md if self.direction == "dgrad" else self.x_md)
+        tensor = self.match.tensors[role]
+        return not (md.equals(self.y_md if self.direction == "dgrad" else self.x_md)
+                    or md.equals(packed_md(tensor, compute_type(tensor))))
 
     def _chosen(self, pd) -> tuple:
         """The (x, y) descriptors ``pd`` chose for ``format_tag_any`` activations."""
@@ -175,7 +180,10 @@ class Conv:
         x = self.match.tensors[self.roles.x]
         # bf16 GEMM convolution on channels-last memory with an odd channel count: the
         # last channel's inf meets a zero weight (NaN; tests/oracle/
-        # test_onednn_bf16_odd_channels.py): not a candidate
+        # test_onednn_bf16_odd_channels.py): not a candidate; nor oneDNN 3.2's AVX-512
+        # bf16 1x1 kernel there (jit_bf16_1x1 on avx512_core_bf16): wrong values from
+        # finite inputs at some pixel counts (C = 1, 3, 5, 17, 33 at 15, 30, 59, 60 pixels
+        # an image: tests/oracle/test_onednn_bf16_odd_1x1.py)
         odd_bf16 = compute_type(x) == dnnl.DATA_BF16 and self._odd_reduced_channels()
         # nor, for the same NaN, oneDNN 3.2's AVX-512 brgconv kernels (brgconv,
         # brgconv_1x1, brgconv_strided on avx512_core_bf16: fprop over C = 1, 3, 5, 17,
@@ -185,8 +193,23 @@ class Conv:
         # windows do not hold it (NaN where the reference has inf or 0, at any C:
         # tests/unit/providers/test_onednn_engine.py's special values; over an odd C as
         # above), and is exact on finite x (past x's end too: it reads nothing there), so
-        # it runs guarded (``GUARDED``, ``conv_hooks``)
+        # it runs guarded (``GUARDED``, ``conv_hooks``).
         amx_jit_fprop = self.direction == "fprop"
+        # Not its AMX jit backward-weights kernel (jit:avx512_core_amx in wgrad) for a
+        # dilated convolution: wrong values (finite, inf, NaN) without special values in
+        # the inputs, dilated along H (D or H in 3-D) over C above 32 and not a multiple of
+        # 16 (tests/oracle/test_onednn_amx_wgrad_dilation.py); left out at any dilation.
+        # Nor, in fprop, its AMX jit 1x1 kernel (jit_1x1:avx512_core_amx): it wrote a whole
+        # tile past the end of y at 36 pixels an image (heap corruption in benchmarking:
+        # tests/oracle/test_onednn_amx_1x1_overrun.py)
+        amx_jit_wgrad_dilated = (self.direction == "wgrad"
+                                 and any(d > 0 for d in self.geometry[1]))
+        # nor, for a weight gradient from one channel to one (K = C = 1, groups 1) with a
+        # kernel larger than 1x1, its GEMM convolution (x64:gemm:jit): it wrote past the end
+        # of dw and of its scratchpad (heap corruption while benchmarking, in float32 and
+        # bfloat16: tests/oracle/test_onednn_gemm_wgrad_one_channel.py)
+        gemm_wgrad_one = (self.direction == "wgrad" and self.w_dims[:2] == (1, 1)
+                          and not self._one_by_one())
         x_last = x.strides[1] == 1
         for suffix, x_md, y_md in self._variants():
             try:
@@ -206,9 +229,14 @@ class Conv:
                     elif odd_bf16 and not self._summed_side_copied(variant):
                         variant = None      # a plain odd-channel side: the NaN above
                 if not name.startswith("ref:") and (variant is not None or not blocked) \
-                        and not (odd_bf16 and name.startswith("x64:gemm")
+                        and not (odd_bf16 and name.startswith(("x64:gemm", "jit_bf16_1x1"))
                                  and (x_last or suffix.endswith("+nhwc"))) \
-                        and not (odd_bf16 and "brg" in name and AMX not in name):
+                        and not (odd_bf16 and "brg" in name and AMX not in name) \
+                        and not (amx_jit_wgrad_dilated and name.startswith("jit:")
+                                 and AMX in name) \
+                        and not (self.direction == "fprop" and name.startswith("jit_1x1:")
+                                 and AMX in name) \
+                        and not (gemm_wgrad_one and name.startswith("x64:gemm")):
                     # oneDNN's reference implementations (ref:any) are never candidates:
                     # 100-5000x slower than CPU_ENGINE, and in 3.2 wrong for a strided
                     # 3-D destination with bias (tests/oracle, CONV_FPROP_BIAS_RELU)
