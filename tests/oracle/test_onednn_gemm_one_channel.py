@@ -1,5 +1,6 @@
-"""A weight gradient from one channel to one (K = C = 1) with a 3x3 kernel on NCHW
-memory, built with benchmarking (which runs every candidate) and run: the process
+"""Convolutions from one channel to one (K = C = 1) with a 3x3 kernel on NCHW memory,
+which oneDNN 3.2's GEMM convolution got wrong (``Conv._walk``: not a candidate there).
+A weight gradient, built with benchmarking (which runs every candidate) and run: the process
 survives and dw matches the float64 reference. oneDNN 3.2's GEMM convolution
 (``x64:gemm:jit``) wrote past the end of dw (135 elements past a 9-element dw in float32)
 and of its scratchpad there, and the process aborted with heap corruption, in float32 and
@@ -15,6 +16,7 @@ import sys
 
 import pytest
 
+from ._cases import device  # noqa: F401
 from ._cpu_engines import ONEDNN, require
 
 CHILD = r"""
@@ -53,3 +55,21 @@ def test_one_channel_wgrad_benchmarking_survives(tmp_path, dtype):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), (
         f"rc {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+
+
+@pytest.mark.parametrize("direction", ["fprop", "dgrad"])
+def test_one_channel_fp32_every_candidate_matches_float64(device, direction):
+    """float32 fprop and dgrad from one channel to one on NCHW: the GEMM convolution gave
+    wrong values there (71 of 72 outputs at 1x1x7x7, 3x3, padding 2, 1 / 2, 2)."""
+    require(ONEDNN)
+    from ._cases import assert_close
+    from .test_onednn_blocked import candidate_outputs, run_blocked
+    case = ("NCHW", (2, 1, 7, 7), (1, 1, 3, 3), (2, 1), (2, 2), (1, 1), (1, 1))
+    hs = []
+    plan, got, want, limits = run_blocked(device, direction, "float32", case, seed=2,
+                                          harness=hs)
+    assert_close(got, want, *limits, f"{direction} default ({plan.algorithm})")
+    outs = candidate_outputs(plan, hs[0], direction, lambda name: True)
+    assert outs
+    for name, out in outs.items():
+        assert_close(out, want, *limits, f"{direction}, candidate {name}")

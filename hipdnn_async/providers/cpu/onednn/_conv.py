@@ -204,12 +204,19 @@ class Conv:
         # tests/oracle/test_onednn_amx_1x1_overrun.py)
         amx_jit_wgrad_dilated = (self.direction == "wgrad"
                                  and any(d > 0 for d in self.geometry[1]))
-        # nor, for a weight gradient from one channel to one (K = C = 1, groups 1) with a
-        # kernel larger than 1x1, its GEMM convolution (x64:gemm:jit): it wrote past the end
-        # of dw and of its scratchpad (heap corruption while benchmarking, in float32 and
-        # bfloat16: tests/oracle/test_onednn_gemm_wgrad_one_channel.py)
-        gemm_wgrad_one = (self.direction == "wgrad" and self.w_dims[:2] == (1, 1)
-                          and not self._one_by_one())
+        # nor, from one channel to one (K = C = 1, groups 1) with a kernel larger than 1x1,
+        # its GEMM convolution (x64:gemm:jit): in a weight gradient it wrote past the end of
+        # dw and of its scratchpad (heap corruption while benchmarking, in float32 and
+        # bfloat16), and in float32 fprop and dgrad on NCHW it gave wrong values
+        # (tests/oracle/test_onednn_gemm_one_channel.py)
+        gemm_one = self.w_dims[:2] == (1, 1) and not self._one_by_one()
+        # nor, in a strided weight gradient over fewer than 16 channels (C / groups), its
+        # AVX 1x1 kernels (jit_1x1, jit_bf16_1x1): the float32 one, the default for an NHWC
+        # 1x1/2 over C = 7, 8 or 12, wrote 48-280 bytes past the end of its scratchpad (the
+        # workspace: heap corruption; tests/oracle/test_onednn_strided_1x1_wgrad_overrun.py)
+        nsp = len(self.geometry[0])
+        strided_1x1_wgrad = (self.direction == "wgrad" and self.w_dims[-nsp - 1] < 16
+                             and any(s > 1 for s in self.geometry[0]))
         x_last = x.strides[1] == 1
         for suffix, x_md, y_md in self._variants():
             try:
@@ -236,7 +243,9 @@ class Conv:
                                  and AMX in name) \
                         and not (self.direction == "fprop" and name.startswith("jit_1x1:")
                                  and AMX in name) \
-                        and not (gemm_wgrad_one and name.startswith("x64:gemm")):
+                        and not (gemm_one and name.startswith("x64:gemm")) \
+                        and not (strided_1x1_wgrad
+                                 and name.startswith(("jit_1x1:", "jit_bf16_1x1:"))):
                     # oneDNN's reference implementations (ref:any) are never candidates:
                     # 100-5000x slower than CPU_ENGINE, and in 3.2 wrong for a strided
                     # 3-D destination with bias (tests/oracle, CONV_FPROP_BIAS_RELU)
