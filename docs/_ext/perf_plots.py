@@ -18,8 +18,8 @@ _log = logging.getLogger(__name__)
 CONV_RUNS = (("h200_bench_gpu.json", 32), ("h200_bench_gpu_n256.json", 256))
 HOST_RUN = "h200_bench_gpu_all.json"
 # bench/bench_cpu.py runs (ONEDNN_ENGINE against PyTorch's CPU calls), by batch.
-CPU_RUNS = (("cpu_bench_2026-12-06_final21_batch8.json", 8),
-            ("cpu_bench_2026-12-06_final21_batch32.json", 32))
+CPU_RUNS = (("cpu_bench_2026-12-06_final23_batch8.json", 8),
+            ("cpu_bench_2026-12-06_final23_batch32.json", 32))
 
 
 def _load(name):
