@@ -43,6 +43,15 @@ def _specials(shape, seed=5):
     return values
 
 
+def _buffer(layout, dims, dtype=None):
+    """Zeros of logical ``dims`` in ``layout``'s memory order (bfloat16 by default)."""
+    import ml_dtypes
+    dtype = ml_dtypes.bfloat16 if dtype is None else dtype
+    if layout == "NHWC":
+        return np.zeros((dims[0],) + tuple(dims[2:]) + (dims[1],), dtype).transpose(0, 3, 1, 2)
+    return np.zeros(dims, dtype)
+
+
 def _same_specials(got, want, what):
     got = np.asarray(got, np.float64)
     assert np.array_equal(np.isnan(got), np.isnan(want)), (
@@ -117,9 +126,12 @@ def test_the_guard_is_what_makes_it_exact(device):
     _same_specials(got, want, f"plan {plan.algorithm}")
 
 
-def test_benchmarking_times_the_guarded_kernel_and_stays_exact(device):
+def test_benchmarking_times_the_guarded_kernel_and_stays_exact(device, tmp_path,
+                                                              monkeypatch):
     """Benchmarking times every candidate, the guarded one with its check; whichever it
-    keeps gives the reference's special values."""
+    keeps gives the reference's special values. (Its own perf db: one that already holds
+    this problem answers without benchmarking.)"""
+    monkeypatch.setenv("HIPDNN_ASYNC_PERFDB", str(tmp_path / "perfdb.sqlite3"))
     case = STEM["NCHW"]
     with np.errstate(invalid="ignore"):
         plan, got, want, _ = run_blocked(device, "fprop", "bfloat16", case, 5,
@@ -139,7 +151,6 @@ def test_fallback_stages_a_strided_bias(device, layout, clips):
     holds a NaN or inf the fallback reads its own copy of the bias, which must be staged
     too (it read unfilled workspace: every output off by up to 2 in the reference's
     finite values)."""
-    import ml_dtypes
     import hipdnn_async as hd
     _, xd, wd, pre, post, stride, dil = STEM[layout]
     k = wd[0]
@@ -156,12 +167,7 @@ def test_fallback_stages_a_strided_bias(device, layout, clips):
     plan = device.build_sync(g, engine=ONEDNN)
     assert GUARDED in str(plan.algorithm), plan.algorithm
 
-    def buffer(dims):
-        if layout == "NHWC":
-            return np.zeros((dims[0],) + dims[2:] + (dims[1],),
-                            ml_dtypes.bfloat16).transpose(0, 3, 1, 2)
-        return np.zeros(dims, ml_dtypes.bfloat16)
-    xv, wv, yv = buffer(xd), buffer(wd), buffer(tuple(y.dims))
+    xv, wv, yv = (_buffer(layout, d) for d in (xd, wd, tuple(y.dims)))
     xv[...] = _specials(xd)
     wv[...] = rng.uniform(-1, 1, wd)
     bv = np.zeros(2 * k, np.float32)[::2].reshape(1, k, 1, 1)
@@ -177,3 +183,33 @@ def test_fallback_stages_a_strided_bias(device, layout, clips):
     finite = np.isfinite(want)
     limits = reduction_tol("conv_fprop", "bfloat16", wd[1] * int(np.prod(wd[2:])))
     assert_close(np.asarray(yv, np.float64)[finite], want[finite], *limits, what)
+
+
+@pytest.mark.parametrize("layout", list(STEM))
+def test_fallback_converts_a_half_y(device, layout):
+    """bfloat16 x and w into a HALF y (the ``+dense`` variant: y a float32 workspace copy
+    converted out by the plan's host work, ``ProgramSpec.converted``): where x holds a
+    NaN or inf the fallback's float32 y must be converted out too (it was not: y kept
+    the guarded kernel's extra NaN, 64 outputs whose windows hold none)."""
+    import hipdnn_async as hd
+    _, xd, wd, pre, post, stride, dil = STEM[layout]
+    g = hd.Graph(io_data_type="bfloat16")
+    x = g.tensor(dims=xd, layout=layout, name="x")
+    w = g.tensor(dims=wd, layout=layout, name="w")
+    y = g.conv_fprop(x, w, pre_padding=pre, post_padding=post, stride=stride, dilation=dil)
+    y.set_output(True).set_name("y").set_data_type(hd.DataType.HALF)
+    plan = device.build_sync(g, engine=ONEDNN)
+    assert GUARDED in str(plan.algorithm), plan.algorithm
+    xv, wv = _buffer(layout, xd), _buffer(layout, wd)
+    xv[...] = _specials(xd)
+    wv[...] = np.random.default_rng(12).uniform(-1, 1, wd)
+    yv = _buffer(layout, tuple(y.dims), np.float16)
+    plan.execute_sync({"x": xv, "w": wv, "y": yv})
+    with np.errstate(invalid="ignore"):
+        want = ref.conv_fprop(xv.astype(np.float64), wv.astype(np.float64), pre, post,
+                              stride, dil)
+    what = f"{layout} HALF y ({plan.algorithm})"
+    _same_specials(yv, want, what)
+    finite = np.isfinite(want)
+    limits = reduction_tol("conv_fprop", "bfloat16", wd[1] * int(np.prod(wd[2:])))
+    assert_close(yv.astype(np.float64)[finite], want[finite], *limits, what)
