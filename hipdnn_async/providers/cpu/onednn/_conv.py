@@ -667,7 +667,8 @@ def conv_hooks(conv, cand):
     and for a guarded one (``GUARDED``) also a check of x after the primitive
     (``_kernels.nonfinite``: 0.13 ms for the ResNet-50 stem's 2.4 MB bf16 x at batch 8);
     where x holds a NaN or inf, the fallback's program (``Conv.fallback``, made here, at
-    build) recomputes y before the ReLU pass. The workspace fits both programs."""
+    build) recomputes y before the ReLU pass, with its own staged host copies
+    (``_plan.staged``). The workspace fits both programs."""
     _, pd, ws, _ = conv.impls[cand.id]
     hooks = clip_hooks(conv, pd)
     if GUARDED not in cand.name:
@@ -678,6 +679,10 @@ def conv_hooks(conv, cand):
     roles = spec.roles
     role_x = conv.roles.x
     kind = _RELU_KINDS[conv.match.tensors[role_x].data_type]
+    # the fallback's own host copies (a bias of non-unit channel stride staged at its own
+    # workspace offset, ``ProgramSpec.channel``) run around it, as its plan would run them
+    from ._plan import staged        # (_plan imports this module)
+    stage = staged(spec, None) if spec.host_copies else None
 
     def guarded(b, workspace):
         before, after = hooks(b, workspace) if hooks is not None else (None, None)
@@ -685,7 +690,12 @@ def conv_hooks(conv, cand):
 
         def check():
             if _kernels.nonfinite(x, kind):
+                copy_in, copy_out = stage(b, workspace) if stage else (None, None)
+                if copy_in is not None:
+                    copy_in()
                 program.run(tuple(b[r] for r in roles), workspace)
+                if copy_out is not None:
+                    copy_out()
             if after is not None:
                 after()
         return before, check
