@@ -701,7 +701,8 @@ def nonfinite(cnp.ndarray x, int kind):
     Packed memory (in any axis order: NCHW, NHWC, ...) is read as one run of bits, in
     blocks of 256 elements whose maximum masked exponent is compared once (a loop the
     compiler vectorises: 0.1 ms for 2.4 MB here); other strides go through NumPy.
-    Raises ``ValueError`` for a kind not 0..2 or not the array's item size.
+    Raises ``ValueError`` for a kind not 0..2 or not the array's item size, or a
+    byte-swapped array.
     """
     cdef Py_ssize_t n = x.size, i, k
     cdef const uint16_t *p16
@@ -710,6 +711,9 @@ def nonfinite(cnp.ndarray x, int kind):
     cdef uint32_t a32
     if kind not in (0, 1, 2) or cnp.PyArray_ITEMSIZE(x) != (4 if kind == 0 else 2):
         raise ValueError(f"nonfinite: kind {kind} does not fit a {x.dtype} array")
+    if not x.dtype.isnative:
+        raise ValueError(f"nonfinite: a {x.dtype.str} array is not in this machine's byte "
+                         "order")
     if n == 0:
         return False
     if not _dense_order(x):

@@ -62,6 +62,8 @@ def test_empty_arrays_and_wrong_kinds():
         _kernels.nonfinite(np.zeros(4, np.float16), 0)
     with pytest.raises(ValueError, match="kind 3"):
         _kernels.nonfinite(np.zeros(4, np.float16), 3)
+    with pytest.raises(ValueError, match="byte order"):   # its inf would read as finite
+        _kernels.nonfinite(np.array([1.0, np.inf], ">f4"), 0)
 
 
 def test_16_bit_arrays_are_read_as_bits():

@@ -14,7 +14,8 @@ from ... import _tuning
 from .. import _batchnorm, _kernels
 from ...._layout import packed_strides
 from ._program import (ProgramSpec, any_md, channel_like, channels_last_md, compute_type,
-                       decline, dnnl, dnnl_type, is_native, memory_order, packed_md, user_md)
+                       decline, dnnl, dnnl_type, is_native, memory_order, packed_md, staged,
+                       user_md)
 
 __all__ = ["Conv", "clip_hooks", "conv_hooks", "clips_are_relu", "relu_post_ops",
            "relu_post_ops_exact", "BLOCKED", "GUARDED", "RELU", "SMALL_MACS", "SMALL_Y"]
@@ -668,7 +669,7 @@ def conv_hooks(conv, cand):
     (``_kernels.nonfinite``: 0.13 ms for the ResNet-50 stem's 2.4 MB bf16 x at batch 8);
     where x holds a NaN or inf, the fallback's program (``Conv.fallback``, made here, at
     build) recomputes y before the ReLU pass, with its own staged host copies
-    (``_plan.staged``). The workspace fits both programs."""
+    (``_program.staged``). The workspace fits both programs."""
     _, pd, ws, _ = conv.impls[cand.id]
     hooks = clip_hooks(conv, pd)
     if GUARDED not in cand.name:
@@ -681,7 +682,6 @@ def conv_hooks(conv, cand):
     kind = _RELU_KINDS[conv.match.tensors[role_x].data_type]
     # the fallback's own host copies (a bias of non-unit channel stride staged at its own
     # workspace offset, ``ProgramSpec.channel``) run around it, as its plan would run them
-    from ._plan import staged        # (_plan imports this module)
     stage = staged(spec, None) if spec.host_copies else None
 
     def guarded(b, workspace):

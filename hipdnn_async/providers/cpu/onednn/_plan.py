@@ -9,9 +9,9 @@ import numpy as np
 from ..._base import ProviderPlan
 from ._conv import clip_hooks
 from .. import _kernels
-from ._program import ProgramSpec, converted_view, dnnl
+from ._program import ProgramSpec, dnnl, staged
 
-__all__ = ["OnednnPlan", "staged"]
+__all__ = ["OnednnPlan"]
 
 # compiled passes that never set NumPy's floating-point flags
 _QUIET_KERNELS = (_kernels.bias_relu, _kernels.convert)
@@ -124,43 +124,3 @@ def quiet(fn):
             fn()
     return quiet
 
-
-def staged(spec, hooks):
-    """``hooks`` with the per-channel copies (``ProgramSpec.channel``) and the float16 <->
-    float32 conversions (``ProgramSpec.converted``: ``_kernels.convert`` on oneDNN's OpenMP
-    team) of ``spec`` added: inputs copied / converted into the workspace first, outputs
-    copied / converted out before ``after`` runs (a RELU_FWD hook then sees the user's
-    output)."""
-    ins, outs = bool(spec.copy_in or spec.convert_in), bool(spec.copy_out or spec.convert_out)
-
-    def staged(b, workspace):
-        before, after = hooks(b, workspace) if hooks else (None, None)
-
-        def copy_in():
-            for role in spec.copy_in:
-                off, nbytes = spec.offset("copy:" + role)
-                dst = workspace[off:off + nbytes].view(b[role].dtype)
-                dst[...] = b[role].reshape(-1)
-            for role in spec.convert_in:
-                _kernels.convert(b[role], _F16, converted_view(workspace, spec, role), _F32,
-                                 team=True)
-            if before is not None:
-                before()
-
-        def copy_out():
-            for role in spec.copy_out:
-                off, nbytes = spec.offset("copy:" + role)
-                out = b[role]
-                out[...] = workspace[off:off + nbytes].view(out.dtype).reshape(out.shape)
-            for role in spec.convert_out:
-                _kernels.convert(converted_view(workspace, spec, role), _F32, b[role], _F16,
-                                 team=True)
-            if after is not None:
-                after()
-        return (copy_in if ins or before else None, copy_out if outs or after else None)
-    return staged
-
-
-# ``ProgramSpec.converted`` arrays: the user's HALF (2-byte) elements, float32 copies
-_F16 = _kernels.BIAS_RELU_KINDS["float16"]
-_F32 = _kernels.BIAS_RELU_KINDS["float32"]

@@ -10,6 +10,7 @@ import numpy as np
 from ...._errors import NotSupportedError
 from ...._layout import packed_strides, stride_order, strides_match
 from ...._types import DataType
+from .. import _kernels
 
 try:
     from ....runtime import _onednn as dnnl
@@ -20,7 +21,7 @@ __all__ = ["ONEDNN_ENGINE_NAME", "CHANNEL_BLOCKED", "dnnl", "decline", "dnnl_typ
            "memory_order",
            "packed_md", "is_dense", "compute_type", "is_native", "channel_md",
            "channels_last_md", "any_md", "channel_like", "Workspace", "ProgramSpec", "ws_view",
-           "converted_view", "vec",
+           "converted_view", "vec", "staged",
            "put"]
 
 ONEDNN_ENGINE_NAME = "ONEDNN_ENGINE"
@@ -156,7 +157,7 @@ class ProgramSpec:
         memory order; ``md``: that memory as the primitive sees it, e.g. grouped weights'
         (G, K/G, C/G, ...) view of it) in the workspace, filled from the user's array before
         the program (input) or emptied into it after (``output``) by the engine's exact
-        conversion (``_kernels.convert``, ``_plan.staged``): oneDNN 3.2 converts float16 in
+        conversion (``_kernels.convert``, ``staged``): oneDNN 3.2 converts float16 in
         its generic reorder (``simple:any``), 10-50x slower here than float32 reorders."""
         dims = tuple(tensor.dims)
         index = self.scratch(md, "f32:" + role)
@@ -166,7 +167,7 @@ class ProgramSpec:
 
     @property
     def host_copies(self) -> bool:
-        """Whether ``_plan.staged`` has per-channel copies or conversions to run."""
+        """Whether ``staged`` has per-channel copies or conversions to run."""
         return bool(self.copy_in or self.copy_out or self.convert_in or self.convert_out)
 
     def broadcast(self, index, rank) -> int:
@@ -287,3 +288,44 @@ def vec(a) -> np.ndarray:
 
 def put(out, values) -> None:
     out[...] = values.reshape(out.shape)
+
+
+def staged(spec, hooks):
+    """``hooks`` with the per-channel copies (``ProgramSpec.channel``) and the float16 <->
+    float32 conversions (``ProgramSpec.converted``: ``_kernels.convert`` on oneDNN's OpenMP
+    team) of ``spec`` added: inputs copied / converted into the workspace first, outputs
+    copied / converted out before ``after`` runs (a RELU_FWD hook then sees the user's
+    output)."""
+    ins, outs = bool(spec.copy_in or spec.convert_in), bool(spec.copy_out or spec.convert_out)
+
+    def staged(b, workspace):
+        before, after = hooks(b, workspace) if hooks else (None, None)
+
+        def copy_in():
+            for role in spec.copy_in:
+                off, nbytes = spec.offset("copy:" + role)
+                dst = workspace[off:off + nbytes].view(b[role].dtype)
+                dst[...] = b[role].reshape(-1)
+            for role in spec.convert_in:
+                _kernels.convert(b[role], _F16, converted_view(workspace, spec, role), _F32,
+                                 team=True)
+            if before is not None:
+                before()
+
+        def copy_out():
+            for role in spec.copy_out:
+                off, nbytes = spec.offset("copy:" + role)
+                out = b[role]
+                out[...] = workspace[off:off + nbytes].view(out.dtype).reshape(out.shape)
+            for role in spec.convert_out:
+                _kernels.convert(converted_view(workspace, spec, role), _F32, b[role], _F16,
+                                 team=True)
+            if after is not None:
+                after()
+        return (copy_in if ins or before else None, copy_out if outs or after else None)
+    return staged
+
+
+# ``ProgramSpec.converted`` arrays: the user's HALF (2-byte) elements, float32 copies
+_F16 = _kernels.BIAS_RELU_KINDS["float16"]
+_F32 = _kernels.BIAS_RELU_KINDS["float32"]
