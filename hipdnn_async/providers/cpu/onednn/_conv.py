@@ -179,46 +179,9 @@ class Conv:
         reorders."""
         out, seen, layouts, sigs = [], {}, [], []
         x = self.match.tensors[self.roles.x]
-        # bf16 GEMM convolution on channels-last memory with an odd channel count: the
-        # last channel's inf meets a zero weight (NaN; tests/oracle/
-        # test_onednn_bf16_odd_channels.py): not a candidate; nor oneDNN 3.2's AVX-512
-        # bf16 1x1 kernel there (jit_bf16_1x1 on avx512_core_bf16): wrong values from
-        # finite inputs at some pixel counts (C = 1, 3, 5, 17, 33 at 15, 30, 59, 60 pixels
-        # an image: tests/oracle/test_onednn_bf16_odd_1x1.py)
+        # bf16 over an odd summed channel count: a variant whose kernel reads that side's
+        # plain memory is left out below (``_left_out`` has the rest)
         odd_bf16 = compute_type(x) == dnnl.DATA_BF16 and self._odd_reduced_channels()
-        # nor, for the same NaN, oneDNN 3.2's AVX-512 brgconv kernels (brgconv,
-        # brgconv_1x1, brgconv_strided on avx512_core_bf16: fprop over C = 1, 3, 5, 17,
-        # strided dgrad over K = 3, 5, 17); its AMX brgconv kernels and the rest kept the
-        # reference's values (same test, infs in every channel). oneDNN 3.2's AMX jit
-        # forward kernel (jit:avx512_core_amx) lets a NaN or inf in x reach outputs whose
-        # windows do not hold it (NaN where the reference has inf or 0, at any C:
-        # tests/unit/providers/test_onednn_engine.py's special values; over an odd C as
-        # above), and is exact on finite x (past x's end too: it reads nothing there), so
-        # it runs guarded (``GUARDED``, ``conv_hooks``).
-        amx_jit_fprop = self.direction == "fprop"
-        # Not its AMX jit backward-weights kernel (jit:avx512_core_amx in wgrad) for a
-        # dilated convolution: wrong values (finite, inf, NaN) without special values in
-        # the inputs, dilated along H (D or H in 3-D) over C above 32 and not a multiple of
-        # 16 (tests/oracle/test_onednn_amx_wgrad_dilation.py); left out at any dilation.
-        # Nor, in fprop, its AMX jit 1x1 kernel (jit_1x1:avx512_core_amx): it wrote a whole
-        # tile past the end of y at 36 pixels an image (heap corruption in benchmarking:
-        # tests/oracle/test_onednn_amx_1x1_overrun.py)
-        amx_jit_wgrad_dilated = (self.direction == "wgrad"
-                                 and any(d > 0 for d in self.geometry[1]))
-        # nor, from one channel to one (K = C = 1, groups 1) with a kernel larger than 1x1,
-        # its GEMM convolution (x64:gemm:jit): in a weight gradient it wrote past the end of
-        # dw and of its scratchpad (heap corruption while benchmarking, in float32 and
-        # bfloat16), and in float32 fprop and dgrad on NCHW it gave wrong values
-        # (tests/oracle/test_onednn_gemm_one_channel.py)
-        gemm_one = self.w_dims[:2] == (1, 1) and not self._one_by_one()
-        # nor, in a strided weight gradient over fewer than 16 channels (C / groups), its
-        # AVX 1x1 kernels (jit_1x1, jit_bf16_1x1): the float32 one, the default for an NHWC
-        # 1x1/2 over C = 7, 8 or 12, wrote 48-280 bytes past the end of its scratchpad (the
-        # workspace: heap corruption; tests/oracle/test_onednn_strided_1x1_wgrad_overrun.py)
-        nsp = len(self.geometry[0])
-        strided_1x1_wgrad = (self.direction == "wgrad" and self.w_dims[-nsp - 1] < 16
-                             and any(s > 1 for s in self.geometry[0]))
-        x_last = x.strides[1] == 1
         for suffix, x_md, y_md in self._variants():
             try:
                 pd = self._first(x_md, y_md)
@@ -236,22 +199,9 @@ class Conv:
                         variant = None
                     elif odd_bf16 and not self._summed_side_copied(variant):
                         variant = None      # a plain odd-channel side: the NaN above
-                if not name.startswith("ref:") and (variant is not None or not blocked) \
-                        and not (odd_bf16 and name.startswith(("x64:gemm", "jit_bf16_1x1"))
-                                 and (x_last or suffix.endswith("+nhwc"))) \
-                        and not (odd_bf16 and "brg" in name and AMX not in name) \
-                        and not (amx_jit_wgrad_dilated and name.startswith("jit:")
-                                 and AMX in name) \
-                        and not (self.direction == "fprop" and name.startswith("jit_1x1:")
-                                 and AMX in name) \
-                        and not (gemm_one and name.startswith("x64:gemm")) \
-                        and not (strided_1x1_wgrad
-                                 and name.startswith(("jit_1x1:", "jit_bf16_1x1:"))):
-                    # oneDNN's reference implementations (ref:any) are never candidates:
-                    # 100-5000x slower than CPU_ENGINE, and in 3.2 wrong for a strided
-                    # 3-D destination with bias (tests/oracle, CONV_FPROP_BIAS_RELU)
+                if (variant is not None or not blocked) and not self._left_out(name, suffix):
                     name += suffix
-                    if amx_jit_fprop and name.startswith("jit:") and AMX in name:
+                    if self._guarded(name):
                         name += GUARDED
                     # oneDNN 3.2's primitive cache answers a walk's first steps for
                     # descriptors an earlier plan ran, then the walk restarts from the
@@ -269,6 +219,65 @@ class Conv:
                 if not pd.next_impl():
                     break
         return out
+
+    def _left_out(self, name: str, suffix: str) -> bool:
+        """Whether oneDNN's implementation ``name``, on the layout variant ``suffix``, is not
+        a candidate for this problem: its reference implementations, and oneDNN 3.2's
+        kernels that gave wrong values or wrote past their buffers here (each rule names
+        its test)."""
+        if name.startswith("ref:"):
+            # 100-5000x slower than CPU_ENGINE, and in 3.2 wrong for a strided 3-D
+            # destination with bias (tests/oracle, CONV_FPROP_BIAS_RELU)
+            return True
+        amx, d = AMX in name, self.direction
+        x = self.match.tensors[self.roles.x]
+        channels_last = x.strides[1] == 1 or suffix.endswith("+nhwc")
+        if compute_type(x) == dnnl.DATA_BF16 and self._odd_reduced_channels():
+            # bf16 over an odd summed channel count (``_odd_reduced_channels``): on
+            # channels-last memory the GEMM convolution met an inf with a zero weight (NaN;
+            # tests/oracle/test_onednn_bf16_odd_channels.py) and the AVX-512 1x1 kernel
+            # (jit_bf16_1x1) gave wrong values from finite inputs at some pixel counts
+            # (tests/oracle/test_onednn_bf16_odd_1x1.py); the AVX-512 brgconv kernels
+            # (brgconv, brgconv_1x1, brgconv_strided on avx512_core_bf16: fprop over C = 1,
+            # 3, 5, 17, strided dgrad over K = 3, 5, 17) gave the same NaN on any layout.
+            if channels_last and name.startswith(("x64:gemm", "jit_bf16_1x1")):
+                return True
+            if "brg" in name and not amx:
+                return True
+        if d == "fprop" and amx and name.startswith("jit_1x1:"):
+            # the AMX jit 1x1 kernel wrote a whole tile past the end of y at 36 pixels an
+            # image (heap corruption: tests/oracle/test_onednn_amx_1x1_overrun.py)
+            return True
+        stride, dilation = self.geometry[0], self.geometry[1]
+        if d == "wgrad" and amx and name.startswith("jit:") and any(dilation):
+            # the AMX jit weight gradient, dilated along H (D or H in 3-D) over C above 32
+            # and not a multiple of 16, gave wrong values from finite inputs
+            # (tests/oracle/test_onednn_amx_wgrad_dilation.py); left out at any dilation
+            return True
+        if (name.startswith("x64:gemm") and self.w_dims[:2] == (1, 1)
+                and not self._one_by_one()):
+            # the GEMM convolution from one channel to one with a kernel larger than 1x1
+            # wrote past dw and its scratchpad in a weight gradient (heap corruption) and gave
+            # wrong float32 fprop and dgrad values on NCHW
+            # (tests/oracle/test_onednn_gemm_one_channel.py)
+            return True
+        if (d == "wgrad" and name.startswith(("jit_1x1:", "jit_bf16_1x1:"))
+                and self.w_dims[-len(stride) - 1] < 16 and any(st > 1 for st in stride)):
+            # the AVX 1x1 kernels in a strided weight gradient over fewer than 16 channels
+            # (C / groups): the float32 one, the default for an NHWC 1x1/2 over C = 7, 8 or
+            # 12, wrote 48-280 bytes past its scratchpad, the workspace (heap corruption:
+            # tests/oracle/test_onednn_strided_1x1_wgrad_overrun.py)
+            return True
+        return False
+
+    def _guarded(self, name: str) -> bool:
+        """Whether candidate ``name`` runs guarded (``GUARDED``): oneDNN 3.2's AMX jit
+        forward kernel (jit:avx512_core_amx) lets a NaN or inf in x reach outputs whose
+        windows do not hold it (NaN where the reference has inf or 0, at any C:
+        tests/unit/providers/test_onednn_engine.py's special values; over an odd C, an
+        inf next to the odd channel), and is exact on finite x (past x's end too: it reads
+        nothing there). ``conv_hooks`` checks x after it."""
+        return self.direction == "fprop" and name.startswith("jit:") and AMX in name
 
     def _signature(self, pd) -> tuple:
         """What tells two implementations of one walk apart beyond their name: the x, w
