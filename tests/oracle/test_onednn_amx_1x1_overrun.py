@@ -3,7 +3,7 @@
 after y. oneDNN 3.2's AMX jit 1x1 forward kernel (``jit_1x1:avx512_core_amx``) wrote a whole
 tile past the end of y at 36 pixels an image (9x4, 6x6: 12 rows x K elements, the
 process then aborting with heap corruption in benchmarking); it is not a candidate
-(``Conv._walk``). On a CPU without AMX oneDNN does not offer it and these cases check the
+(``Conv._left_out``). On a CPU without AMX oneDNN does not offer it and these cases check the
 other implementations.
 
 Skipped where ONEDNN_ENGINE is not offered (``_cpu_engines.require``)."""

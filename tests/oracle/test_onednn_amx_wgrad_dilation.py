@@ -5,7 +5,7 @@ gave wrong values there, finite, inf or NaN, without special values in the input
 is above 32 and not a multiple of 16 (C = 33, 34, 36, 40, 47, 49, 50, 65, 72; not C <= 32,
 48, 64, 80, 96, nor with dilation along W alone), on the user's channels-last memory and on
 ``+nhwc`` / ``+dense`` copies alike, whatever the workspace held; it is not a candidate for
-a dilated weight gradient (``Conv._walk``). On a CPU without AMX oneDNN does not offer it
+a dilated weight gradient (``Conv._left_out``). On a CPU without AMX oneDNN does not offer it
 and these cases check the other implementations.
 
 Skipped where ONEDNN_ENGINE is not offered (``_cpu_engines.require``)."""

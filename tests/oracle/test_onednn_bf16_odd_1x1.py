@@ -4,7 +4,7 @@ NHWC, or ``+nhwc`` copies of NCHW): every implementation ``ONEDNN_ENGINE`` offer
 3.2's AVX-512 bf16 1x1 kernel (``jit_bf16_1x1:avx512_core_bf16``) gave wrong values there
 for some pixel counts (C = 1, 3, 5, 17, 33 at 15, 30, 59 or 60 pixels per image: 453 of
 480 outputs wrong at 1x3x5x6 > 16), and benchmarking chose it; it is not a candidate
-there (``Conv._walk``), as the GEMM convolution is not.
+there (``Conv._left_out``), as the GEMM convolution is not.
 
 Skipped where ONEDNN_ENGINE is not offered (``_cpu_engines.require``)."""
 from __future__ import annotations

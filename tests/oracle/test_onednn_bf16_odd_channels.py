@@ -4,8 +4,9 @@ every channel): every implementation ``ONEDNN_ENGINE`` offers (not only its defa
 gives the float64 reference's +-inf and NaN exactly where the reference has them.
 oneDNN 3.2's bf16 kernels read channels in pairs; on channels-last memory with an odd
 channel count some read the next pixel's channel with a zero-padded weight (inf * 0 =
-NaN), so those are not offered there (``Conv._walk``: the GEMM, the AVX-512 brgconv
-kernels; the AMX jit forward kernel is offered nowhere).
+NaN), so those are not offered there (``Conv._left_out``: the GEMM, the AVX-512 brgconv
+kernels); the AMX jit forward kernel runs guarded (``Conv._guarded``), and is run here as
+its plan runs it. Where the reference is a number the candidates give it too.
 
 Skipped where oneDNN does not load (``_cpu_engines.require``)."""
 from __future__ import annotations
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 
 from . import _reference as ref
-from ._cases import device  # noqa: F401
+from ._cases import assert_close, device  # noqa: F401
 from ._cpu_engines import ONEDNN, require
 from .test_onednn_blocked import run_blocked, run_candidates
 
@@ -65,7 +66,7 @@ def test_bf16_odd_channels_keep_inf_on_every_candidate(device, case, direction):
         # channels across two pixels meets one. (Not for wgrad, which sums over pixels:
         # there oneDNN's kernels multiply x's border pixels by dy positions past its
         # edge, zeros, so an inf there gives a NaN the reference does not have, for every
-        # channel count: docs/guide/cpu.rst)
+        # channel count: docs/guide/cpu.md)
         values[rng.random(shape) < 0.03] = np.inf
     hs = []
     with np.errstate(invalid="ignore"):           # the reference's inf - inf is NaN
@@ -75,9 +76,15 @@ def test_bf16_odd_channels_keep_inf_on_every_candidate(device, case, direction):
     match = plan._pplan.match
     pack = {role: hs[0].pack[t.name] for role, t in match.tensors.items() if not t.is_virtual}
     names = []
+    finite = np.isfinite(want)
+    inf = np.isinf(want)
     with np.errstate(invalid="ignore"):
         for name, got_c in run_candidates(match, pack, direction):
             extra = np.isnan(got_c) & ~np.isnan(want)
             names.append((name, int(extra.sum())))
+            # and where the reference is a number, the same number: the infs with their
+            # sign, the finite values within the tolerances
+            assert np.array_equal(got_c[inf], want[inf]), f"{case} {name}: infs differ"
+            assert_close(got_c[finite], want[finite], *limits, f"{case} {name}")
     assert names and not any(n for _, n in names), (
         f"default {plan.algorithm}; (candidate, NaNs where the reference has none): {names}")

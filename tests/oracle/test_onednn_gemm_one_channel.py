@@ -1,10 +1,10 @@
 """Convolutions from one channel to one (K = C = 1) with a 3x3 kernel on NCHW memory,
-which oneDNN 3.2's GEMM convolution got wrong (``Conv._walk``: not a candidate there).
+which oneDNN 3.2's GEMM convolution got wrong (``Conv._left_out``: not a candidate there).
 A weight gradient, built with benchmarking (which runs every candidate) and run: the process
 survives and dw matches the float64 reference. oneDNN 3.2's GEMM convolution
 (``x64:gemm:jit``) wrote past the end of dw (135 elements past a 9-element dw in float32)
 and of its scratchpad there, and the process aborted with heap corruption, in float32 and
-bfloat16; it is not a candidate there (``Conv._walk``). Run in a child process: the
+bfloat16; it is not a candidate there (``Conv._left_out``). Run in a child process: the
 failure is the process's death.
 
 Skipped where ONEDNN_ENGINE is not offered (``_cpu_engines.require``)."""

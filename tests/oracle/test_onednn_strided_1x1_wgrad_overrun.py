@@ -3,7 +3,7 @@ plan and every candidate stay inside their workspace, and dw matches float64. on
 3.2's AVX-512 1x1 weight-gradient kernel (``jit_1x1:avx512_core``, the float32 default
 there) wrote 48-280 bytes past the end of its scratchpad (the plan's workspace) at C = 7,
 8, 12 with stride 2 (not at C = 16 and up, nor unstrided); it and its bf16 sibling are
-not candidates there (``Conv._walk``).
+not candidates there (``Conv._left_out``).
 
 Skipped where ONEDNN_ENGINE is not offered (``_cpu_engines.require``)."""
 from __future__ import annotations

@@ -678,8 +678,9 @@ def conv_hooks(conv, cand):
     (``_kernels.nonfinite``: 0.13 ms for the ResNet-50 stem's 2.4 MB bf16 x at batch 8);
     where x holds a NaN or inf, the fallback's program (``Conv.fallback``, made here, at
     build) recomputes y before the ReLU pass, with its own staged host copies
-    (``_program.staged``). The workspace fits both programs."""
-    _, pd, ws, _ = conv.impls[cand.id]
+    (``_program.staged``). The workspace is ``cand``'s, which fits both programs
+    (``Conv._guard``); None where the plan's program alone sets it."""
+    pd = conv.impls[cand.id][1]
     hooks = clip_hooks(conv, pd)
     if GUARDED not in cand.name:
         return hooks, None
@@ -691,7 +692,7 @@ def conv_hooks(conv, cand):
     kind = _RELU_KINDS[conv.match.tensors[role_x].data_type]
     # the fallback's own host copies (a bias of non-unit channel stride staged at its own
     # workspace offset, ``ProgramSpec.channel``) run around it, as its plan would run them
-    stage = staged(spec, None) if spec.host_copies else None
+    stage = staged(spec, None)
 
     def guarded(b, workspace):
         before, after = hooks(b, workspace) if hooks is not None else (None, None)
@@ -699,7 +700,7 @@ def conv_hooks(conv, cand):
 
         def check():
             if _kernels.nonfinite(x, kind):
-                copy_in, copy_out = stage(b, workspace) if stage else (None, None)
+                copy_in, copy_out = stage(b, workspace)
                 if copy_in is not None:
                     copy_in()
                 program.run(tuple(b[r] for r in roles), workspace)
@@ -708,7 +709,8 @@ def conv_hooks(conv, cand):
             if after is not None:
                 after()
         return before, check
-    return guarded, max(program.workspace_size, ws)
+    assert cand.workspace_bytes >= program.workspace_size, cand   # ``_guard`` sized it
+    return guarded, cand.workspace_bytes
 
 
 def clip_hooks(conv, pd):
