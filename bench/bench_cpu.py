@@ -32,6 +32,21 @@ column says how many each side had). Every buffer of both sides starts on a 64-b
 boundary, as torch's allocator and ``Device.empty`` place theirs (a NumPy array's
 16-byte start cost a 1x1 convolution 8 % on NHWC memory).
 
+Why, for each case above 1.0x (best-of ratio, as the verdict counts): after the timing,
+the torch call runs once more under ``torch.backends.mkldnn.verbose``, file descriptor 1
+caught (oneDNN prints from C), for PyTorch's oneDNN implementation (``torch_algorithm``;
+"aten" for batchnorm, ATen's own kernel; None and ``torch_algorithm_reason`` where no
+oneDNN convolution ran) and its reorders in the call (``torch_reorders``). The reason
+compares kernels: ours less our variant suffixes (the parts without ``:``: ``+blocked``,
+``+nhwc``, ``+guarded``), of a name ``outer+inner`` (backward data through the forward
+kernel) the inner one, which does the work, and in oneDNN 3.5's spelling (ours is 3.2,
+torch 2.13 bundles 3.12; 3.5 renamed ``brgconv`` to ``brg_conv_fwd`` and ``brg_fwd`` to
+``brg_conv_bwd``). Equal: "same kernel as PyTorch" (the same implementation, its code
+possibly changed between the versions); else "different kernel: ours X, PyTorch Y";
+batchnorm: "our C rows vs PyTorch's ATen kernel". Each ends "median <= 1.0x: within
+the run's spread" where the median ratio is at most 1.0x (the best calls differ, the
+typical ones do not), else "median above 1.0x too", which the verdict also counts.
+
     python bench/bench_cpu.py [--engine ONEDNN_ENGINE|CPU_ENGINE] [--batch 8] [--quick]
                               [--reps 10] [--min-ms 200] [--threads N]
                               [--configs float32:NHWC,...] [--patterns fprop,...]
@@ -40,11 +55,13 @@ boundary, as torch's allocator and ``Device.empty`` place theirs (a NumPy array'
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import math
 import os
 import platform
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -511,6 +528,135 @@ def warm_process(hd, torch, dev, engine, seconds=0.5):
 
 
 # =======================================================================================
+# why: PyTorch's oneDNN implementation of a case, and the reason a case is above target
+
+# the oneDNN primitive kind each family's torch call would run, where it runs one
+ONEDNN_KIND = {"conv": "convolution", "bn": "batch_normalization"}
+# oneDNN 3.5 (commit 20d93aea88) renamed these x64 implementations; ours is 3.2
+ONEDNN_RENAMES = {"brgconv": "brg_conv_fwd", "brg_fwd": "brg_conv_bwd"}
+
+
+def verbose_execs(text):
+    """(primitive kind, implementation) of each oneDNN verbose ``exec`` line of ``text``,
+    in order; other lines are skipped. Fields are found from ``exec`` on, not by position:
+    oneDNN 3.2 writes ``onednn_verbose,exec,cpu,KIND,IMPL,...``, the 3.12 of torch 2.13
+    ``onednn_verbose,v1,primitive,exec,cpu,KIND,IMPL,...``, and ONEDNN_VERBOSE_TIMESTAMP
+    adds a field before ``exec``."""
+    out = []
+    for line in text.splitlines():
+        fields = line.strip().split(",")
+        if fields[0] not in ("onednn_verbose", "dnnl_verbose") or "exec" not in fields:
+            continue
+        i = fields.index("exec")
+        # graph-API lines carry partitions, not primitives, in those fields
+        if "graph" not in fields[1:i] and len(fields) > i + 3:
+            out.append((fields[i + 2], fields[i + 3]))
+    return out
+
+
+def capture_fd1(fn):
+    """The text ``fn()`` writes to file descriptor 1: oneDNN prints its verbose lines with
+    C stdio, below Python's ``sys.stdout``. Both stdio buffers are flushed on either side
+    so that nothing of ours goes into the capture, or of the capture to the terminal."""
+    libc = ctypes.CDLL(None)
+    sys.stdout.flush()
+    libc.fflush(None)
+    saved = os.dup(1)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 1)
+        try:
+            fn()
+        finally:
+            libc.fflush(None)
+            os.dup2(saved, 1)
+            os.close(saved)
+        tmp.seek(0)
+        return tmp.read().decode("utf-8", errors="replace")
+
+
+def torch_algorithm(torch, family, theirs):
+    """{"torch_algorithm", "torch_reorders", "torch_algorithm_reason"} of one case: the
+    implementation of the oneDNN primitive ``theirs()`` ran (ONEDNN_KIND[family]; distinct
+    names joined by ";"), the reorders it ran, and why the name is "aten" or None (the
+    reason is None where a name came). One untimed call under verbose; any failure is
+    reported in the reason, never raised: the timed figures stand without it."""
+    execs, reason = [], None
+    if not torch.backends.mkldnn.is_available():
+        reason = "this torch has no oneDNN (torch.backends.mkldnn.is_available() False)"
+    else:
+        try:
+            execs = verbose_execs(capture_fd1(lambda: _verbose_call(torch, theirs)))
+        except Exception as exc:  # noqa: BLE001 - the case keeps its timings
+            reason = f"verbose capture failed: {type(exc).__name__}: {exc}"
+    kind = ONEDNN_KIND[family]
+    impls = list(dict.fromkeys(impl for k, impl in execs if k == kind))
+    name = ";".join(impls) or None
+    if name is None and family == "bn":
+        name = "aten"
+        reason = reason or "no oneDNN batch_normalization ran: PyTorch's CPU batchnorm is ATen's"
+    elif name is None:
+        # e.g. batch-1 fp32 NCHW at 8x16x16: ATen's thnn_conv2d (torch's profiler says)
+        reason = reason or f"no oneDNN {kind} ran: PyTorch took a kernel of its own"
+    return {"torch_algorithm": name, "torch_reorders": sum(k == "reorder" for k, _ in execs),
+            "torch_algorithm_reason": reason}
+
+
+def _verbose_call(torch, theirs):
+    with torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON):
+        theirs()
+
+
+def kernel_name(name):
+    """The oneDNN implementation that does the work in an algorithm name, in oneDNN 3.5+'s
+    spelling, or None where the name has none: our variant suffixes (parts without ":")
+    dropped, the last oneDNN part kept (of ``outer+inner`` the inner kernel), renamed by
+    ONEDNN_RENAMES. ``brg_fwd:avx512_core+brgconv:avx512_core+nhwc`` ->
+    ``brg_conv_fwd:avx512_core``; ``x64:gemm:jit`` stays."""
+    parts = [p for p in (name or "").split("+") if ":" in p]
+    if not parts:
+        return None
+    impl, _, isa = parts[-1].partition(":")
+    return f"{ONEDNN_RENAMES.get(impl, impl)}:{isa}"
+
+
+def above_target(row):
+    """Whether a case's best-of ratio misses TARGET_RATIO (no ratio misses it too)."""
+    return row["ratio"] is None or row["ratio"] > TARGET_RATIO
+
+
+def median_above(row):
+    """Whether a case's median ratio misses TARGET_RATIO too."""
+    return row["median_ratio"] is None or row["median_ratio"] > TARGET_RATIO
+
+
+def why(row):
+    """The reason of a case above target, from its figures and both sides' kernels (the
+    rules: the module docstring)."""
+    spread = ("median above 1.0x too" if median_above(row)
+              else "median <= 1.0x: within the run's spread")
+    ours, theirs = kernel_name(row["algorithm"]), row["torch_algorithm"]
+    if theirs == "aten":
+        who = "our C rows" if (ours or "").startswith("bn_rows:") else f"ours {ours}"
+        return f"{who} vs PyTorch's ATen kernel; {spread}"
+    if theirs is None:
+        return f"PyTorch's kernel unknown ({row['torch_algorithm_reason']}); {spread}"
+    if ours == kernel_name(theirs):
+        return f"same kernel as PyTorch; {spread}"
+    return f"different kernel: ours {ours}, PyTorch {kernel_name(theirs)}; {spread}"
+
+
+def print_why(rows):
+    """One line per case above target: both ratios, both sides' algorithms, the reason."""
+    lines = [[f"{r['family']} {r['shape']} {r['pattern']} {r['dtype']} {r['layout']}",
+              f(r["ratio"]), f(r["median_ratio"]), r["algorithm"], r["torch_algorithm"],
+              r["torch_reorders"], r["why"]] for r in rows if r["why"]]
+    if lines:
+        print(f"\n== why: the {len(lines)} cases above {TARGET_RATIO:.1f}x")
+        table(lines, ["case", "ratio", "median ratio", "ours", "torch", "torch reorders",
+                      "why"])
+
+
+# =======================================================================================
 # report
 
 def header(args, hd, torch, dev, threads):
@@ -587,7 +733,7 @@ def summarise(rows, anch):
             sel = [r["ratio"] for r in rows if r["dtype"] == dt and r["family"] == fam]
             if sel:
                 out[f"geomean_ratio_{dt}_{fam}"] = geomean(sel)
-    above = [r for r in rows if r["ratio"] is None or r["ratio"] > TARGET_RATIO]
+    above = [r for r in rows if above_target(r)]
     gemm_miss = [r for r in rows if r["family"] == "conv" and "3x3" in r["shape"]
                  and (r["pct"] is None or r["pct"] < TARGET_GEMM[r["dtype"]])]
     copy_miss = [r for r in rows if r["family"] == "bn"
@@ -595,6 +741,7 @@ def summarise(rows, anch):
     out["verdict"] = {
         "cases": len(rows),
         "above_1x": len(above),
+        "above_1x_median_too": sum(map(median_above, above)),
         "geomean_target_met": bool(out["geomean_ratio"] <= TARGET_GEOMEAN),
         "conv3x3_below_gemm_target": len(gemm_miss),
         "bn_below_copy_target": len(copy_miss),
@@ -627,6 +774,8 @@ def print_summary(summary, anch):
           f"the GEMM rate; {v['bn_below_copy_target']} batchnorm cases below "
           f"{TARGET_COPY:.0f} % of the copy bandwidth "
           f"({f(anch['copy_gbps'], 1)} GB/s)")
+    print(f"   {v['above_1x_median_too']} of the {v['above_1x']} above {TARGET_RATIO:.1f}x "
+          "by their median ratio too")
 
 
 def run(args):
@@ -679,13 +828,14 @@ def run(args):
                                 layout)
                     t = time_pair(case.ours, case.theirs, args.reps, args.warmup, args.min_ms)
                     err = rel_l2(case.out, case.theirs())
+                    kernels = torch_algorithm(torch, family, case.theirs)   # untimed
                 except Exception as exc:  # noqa: BLE001 - reported, the run goes on
                     name = spec[0] if family == "conv" else "x".join(map(str, spec))
                     doc["errors"].append(f"{family} {name} {pattern} {dtype} {layout}: "
                                          f"{type(exc).__name__}: {exc}")
                     print(f"  ERROR {doc['errors'][-1]}", flush=True)
                     continue
-                row = _row(case, t, err, anch)
+                row = dict(_row(case, t, err, anch), **kernels)
                 rows.append(row)
                 printed.append([row["family"], row["shape"], row["pattern"], dtype, layout,
                                 f(row["ours_ms"]), f(row["torch_ms"]), f(row["ratio"]),
@@ -709,12 +859,15 @@ def run(args):
     print()
     table(printed, hdr)
     doc["summary"] = summarise(rows, anch)
+    for row in rows:
+        row["why"] = why(row) if above_target(row) else None
     print("\n== ours / torch (best of the calls each)")
     print_matrix(rows)
     print("\n== % of the anchor (fp32 / bf16 GEMM rate for convolutions, copy bandwidth for "
           "batchnorm)")
     print_matrix(rows, "pct", 0)
     print_summary(doc["summary"], anch)
+    print_why(rows)
     doc["total_seconds"] = time.perf_counter() - started
     print(f"\nbench_cpu: {len(rows)} cases in {doc['total_seconds']:.1f} s", flush=True)
     return doc

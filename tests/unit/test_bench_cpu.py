@@ -113,6 +113,22 @@ def test_geometric_means_and_verdict(report):
     assert v["bn_below_copy_target"] == sum(r["family"] == "bn" and r["pct"] < 70.0 for r in rows)
 
 
+def test_every_case_names_torchs_kernel_and_every_case_above_target_says_why(report):
+    doc, stdout = report
+    rows = doc["cases"]
+    for r in rows:
+        assert r["torch_reorders"] >= 0, r
+        if r["family"] == "bn":
+            assert r["torch_algorithm"] == "aten", r
+        # a convolution without a oneDNN name says why (batch 1 may take ATen's own)
+        assert r["torch_algorithm"] is not None or r["torch_algorithm_reason"], r
+        assert bool(r["why"]) == (r["ratio"] > 1.0), r
+    above = [r for r in rows if r["ratio"] > 1.0]
+    assert doc["summary"]["verdict"]["above_1x_median_too"] == sum(
+        r["median_ratio"] > 1.0 for r in above)
+    assert ("== why:" in stdout) == bool(above)
+
+
 def test_quick_and_filters_parse():
     args = bc.parse_args(["--quick", "--configs", "bfloat16:NHWC", "--patterns", "wgrad"])
     assert args.quick and args.configs == (("bfloat16", "NHWC"),) and args.patterns == ("wgrad",)
