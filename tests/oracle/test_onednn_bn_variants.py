@@ -1,8 +1,8 @@
 """Every batchnorm implementation ``ONEDNN_ENGINE`` offers for a problem, not only the one
 its heuristic takes: the user's layout, channel-blocked (nC[d]hw16c) and channels-last
-copies around oneDNN's batchnorm, fused and separate ReLU, batchnorm inference as one
-binary primitive, and the engine's own C rows (``bn_rows``, offered exactly on the packed
-layouts NCHW, NCDHW, NHWC and NDHWC). Each runs every batchnorm pattern x {FLOAT, HALF,
+copies around oneDNN's batchnorm, batchnorm inference as one binary primitive, and the
+engine's own C rows (``bn_rows``, offered exactly on the packed layouts NCHW, NCDHW, NHWC
+and NDHWC; training: the rows alone, on dense copies of the non-packed layouts). Each runs every batchnorm pattern x {FLOAT, HALF,
 BFLOAT16} x the oracle's layouts (NCHW, NHWC, NCDHW, NDHWC and non-packed strides), with 3 channels (one
 partial block of 16) and 20 (a full and a partial block), against the float64 references
 of ``_reference.py`` with the tolerances of ``_cases.py``.
@@ -56,14 +56,18 @@ def test_every_bn_candidate_matches_float64(cpu_device, monkeypatch, pattern, dt
     names = [name for name, _ in runs]
     # the engine's C rows (bn_rows) read channels-first memory whose spatial elements are
     # one packed run (NCHW, NCDHW) and channels-last memory whose pixels are at one stride
-    # (NHWC, NDHWC), not the padded (non-packed) layouts
+    # (NHWC, NDHWC), not the padded (non-packed) layouts; training runs the rows alone, on
+    # dense copies there (every oneDNN 3.2 batchnorm sums in float32)
+    from hipdnn_async.providers.cpu import _kernels
     base, _, kind = layout.partition("_")
-    rows = [n for n in names if n.startswith("bn_rows:")]
-    assert bool(rows) == (kind != "nonpacked"), names
-    if rows:
-        from hipdnn_async.providers.cpu import _kernels
-        assert rows == ["bn_rows:" + _kernels.bn_rows_isa(dtype)], names
-    if not layout.startswith(("NHWC", "NDHWC")):
+    rows_name = "bn_rows:" + _kernels.bn_rows_isa(dtype)
+    if pattern.startswith("BN_TRAINING"):
+        assert names == [rows_name + ("+dense" if kind == "nonpacked" else "")], names
+    else:
+        rows = [n for n in names if n.startswith("bn_rows:")]
+        assert bool(rows) == (kind != "nonpacked"), names
+        assert rows in ([], [rows_name]), names
+    if not layout.startswith(("NHWC", "NDHWC")) and not pattern.startswith("BN_TRAINING"):
         # plain layouts offer channels-last copies, blocked ones (not to the clipped DReLU
         # composition, which masks dy through a strided view) and binary inference
         clipped = params.get("relu_lower_clip") not in (None, 0.0) \

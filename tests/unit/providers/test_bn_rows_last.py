@@ -453,16 +453,16 @@ def test_engine_takes_the_rows_for_channels_last_drelu_backward(layout, dims):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
-def test_engine_takes_the_rows_for_channels_last_training_and_offers_the_jit(dtype):
+def test_engine_takes_the_rows_alone_for_channels_last_training(dtype):
+    # oneDNN's own batchnorm (bnorm_jit, nspc_bnorm) sums in float32 and missed the FLOAT
+    # tolerance on offset data; training offers the rows alone, benchmarking too
     if not ONEDNN_STATE.ok:
         pytest.skip(f"oneDNN does not load here: {ONEDNN_STATE.reason}")
     with hd.Device("cpu") as dev:
         plan = dev.build_sync(_training_graph("NHWC", (3, 20, 5, 5), dtype),
                               engine="ONEDNN_ENGINE")
-        assert str(plan.algorithm).startswith("bn_rows:"), plan.algorithm
+        assert str(plan.algorithm) == "bn_rows:" + k.bn_rows_isa(dtype), plan.algorithm
         timed = dev.build_sync(_training_graph("NHWC", (3, 20, 5, 5), dtype),
                                engine="ONEDNN_ENGINE", knobs={"global.benchmarking": 1})
         names = [n for n, _ in timed.algorithm.trials]
-        # oneDNN's own batchnorm on the user's layout stays a candidate
-        assert any(n.startswith("bn_rows:") for n in names), names
-        assert any(not n.startswith("bn_rows:") for n in names), names
+        assert names == ["bn_rows:" + k.bn_rows_isa(dtype)], names

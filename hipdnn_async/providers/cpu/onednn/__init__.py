@@ -37,13 +37,9 @@ How each pattern maps (primitives are created at build, never per execution):
   and fewer than 4 M multiply-adds, not on the GEMM convolution;
   ``_conv._post_ops_first``).
 - batchnorm inference (variance): one forward-inference primitive with global statistics.
-- batchnorm training (+ ReLU): one forward-training primitive, with ``fuse_norm_relu`` for
-  an unclipped ReLU (its mask goes to a workspace piece, ``DNNL_ARG_WORKSPACE``); its jit
-  implementation maps NaN to +0 (mask y > 0), so a channel whose statistics, scale or bias
-  are not finite is recomputed on the host (RELU_FWD keeps NaN); a clipped ReLU runs on the
-  result through the CPU kernels. oneDNN returns the batch variance,
-  converted per channel to ``inv_variance = 1 / sqrt(variance + epsilon)``; the running
-  statistics are updated per channel as ``CPU_ENGINE`` does (unbiased variance).
+- batchnorm training (+ ReLU): the engine's batchnorm rows alone (below), on dense copies
+  of memory they cannot read as it is; every oneDNN 3.2 batchnorm sums in float32 and
+  missed the FLOAT tolerance on offset data (``_bnorm.BN_BUILDERS``).
 - batchnorm backward: one backward primitive given ``variance = 1 / inv_variance**2`` and
   epsilon 0 (so oneDNN's ``1 / sqrt(variance + 0)`` is the graph's inv_variance).
 - batchnorm inference -> RELU_BWD -> batchnorm backward: a forward-training primitive with
@@ -66,23 +62,23 @@ by default, through the engine's own batchnorm rows (``_bnorm._rows``: C in
 ``_kernels.bn_rows``, on oneDNN's OpenMP team under its gate; every pass of a channel on
 one thread, the later passes reading it from cache), since oneDNN 3.2's jit batchnorm
 reads only blocked or channels-last memory and the reorders around it cost 2-3.5x
-PyTorch's time in backward; the oneDNN candidates below stay offered and benchmarked.
-On channels-last activations (NHWC, NDHWC) the rows split the pixels among the threads
-(``_bn_last.h``; partial sums meet at a team barrier) and are taken by default too, for
-every pattern and data type (they measured faster than oneDNN's jit batchnorm, which
-stays offered, and its float32 sums missed the tolerance on offset data).
+PyTorch's time in backward; for inference and backward the oneDNN candidates below stay
+offered and benchmarked. On channels-last activations (NHWC, NDHWC) the rows split the
+pixels among the threads (``_bn_last.h``; partial sums meet at a team barrier) and are
+taken by default too, for every pattern and data type (they measured faster than
+oneDNN's jit batchnorm, and its float32 sums missed the tolerance on offset data).
+Training runs the rows alone; on memory they cannot read as it is, on dense workspace
+copies (``+dense``).
 
-Batchnorm candidates: the user's layout, and for activations that are not channels-last
-also channels-last copies (``+nhwc``: reorders in and out around oneDNN's jit batchnorm,
-which takes no plain NCHW memory; there oneDNN runs its generic ``ncsp_bnorm:any``); for
-batchnorm training + ReLU each with ``fuse_norm_relu`` and with a separate ReLU pass.
-Without benchmarking a jit implementation is taken before the generic ones (measured on
-8x256x28x28, one thread: NCHW training + ReLU 3.2 ms through ``+nhwc`` fused vs 19-20 ms
-generic), except for batchnorm inference, which keeps the user's layout (one pass at
-memory speed: the reorders cost more in float32).
+Batchnorm candidates of inference and backward: the user's layout, and for activations
+that are not channels-last also channels-last copies (``+nhwc``: reorders in and out
+around oneDNN's jit batchnorm, which takes no plain NCHW memory; there oneDNN runs its
+generic ``ncsp_bnorm:any``). Without benchmarking a jit implementation is taken before
+the generic ones, except for batchnorm inference, which keeps the user's layout (one
+pass at memory speed: the reorders cost more in float32).
 
 Per-channel tensors (scale, bias, statistics) whose channel stride is not 1 are staged
-through the workspace (oneDNN reads and writes them as dense vectors).
+through the workspace (oneDNN reads and writes them as dense vectors; the rows too).
 
 Choosing: a primitive descriptor's implementations (``next_impl``, named by
 ``impl_info_str``) are the candidates, in oneDNN's own preference order; each needs the

@@ -1,8 +1,8 @@
-"""Batchnorm through oneDNN: one builder per pattern (training (+ ReLU), inference (the
-batchnorm primitive, or one binary primitive), backward, inference -> DReLU -> backward),
-the engine's own batchnorm rows for channels-first memory (``_rows``, every pattern) and
-``Bn``, a problem's candidates (layouts, fused or separate ReLU) and the heuristic
-choosing among them."""
+"""Batchnorm of the oneDNN engine: oneDNN's batchnorm per pattern (inference (the
+batchnorm primitive, or one binary primitive), backward, inference -> DReLU -> backward;
+none for training, ``BN_BUILDERS`` says why), the engine's own batchnorm rows (``_rows``,
+every pattern; ``_rows_dense`` on dense copies) and ``Bn``, a problem's candidates and the
+heuristic choosing among them."""
 from __future__ import annotations
 
 import math
@@ -13,15 +13,15 @@ from ...._layout import packed_strides
 from ...._types import DataType
 from ....patterns import Pattern
 from ... import _tuning
-from .. import _batchnorm, _kernels
+from .. import _kernels
 from ...._errors import NotSupportedError
 from ._program import (CHANNEL_BLOCKED, ProgramSpec, channel_md, decline, dnnl,
-                       memory_order, packed_md, vec, ws_view)
+                       dnnl_type, memory_order, packed_md, ws_view)
 
 __all__ = ["Bn", "BN_BUILDERS"]
 
 
-def _bn_inference_variance(match, order, fuse, dry):
+def _bn_inference_variance(match, order, dry):
     t, p = match.tensors, match.params
     roles = ["x", "y", "mean", "variance", "scale", "bias"]
     eps = float(p["epsilon"])
@@ -41,7 +41,7 @@ def _bn_inference_variance(match, order, fuse, dry):
     return spec, pd, None
 
 
-def _bn_inference_binary(match, order, fuse, dry):
+def _bn_inference_binary(match, order, dry):
     """Batchnorm inference as one pass of oneDNN's binary primitive on the user's layout:
     ``y = ((x - mean) * a) + bias`` (binary SUB with two binary post-ops), where
     ``a = scale / sqrt(variance + epsilon)`` is computed per channel on the host (float64,
@@ -81,98 +81,11 @@ def _bn_inference_binary(match, order, fuse, dry):
     return spec, pd, hooks
 
 
-def _bn_training(match, order, fuse, dry):
-    t, p = match.tensors, match.params
-    x = t["x"]
-    m = x.dims[0] * math.prod(x.dims[2:])
-    eps = float(p["epsilon"])
-    if m < 2 or not eps > 0:
-        raise decline(f"N*spatial = {m}, epsilon = {eps!r}; CPU_ENGINE reports them")
-    relu = match.pattern == Pattern.BN_TRAINING_RELU
-    lo, hi = p.get("relu_lower_clip"), p.get("relu_upper_clip")
-    real = {r for r, tt in t.items() if not tt.is_virtual}
-    roles = [r for r in ("x", "y", "scale", "bias", "mean", "inv_variance", "prev_running_mean",
-                         "prev_running_variance", "next_running_mean",
-                         "next_running_variance") if r in real]
-    spec = ProgramSpec(roles, dry=dry)
-    xm = spec.activation("x", x, order)
-    # y over the copy of x where both are copies (oneDNN's batchnorm works in place)
-    ym = spec.activation("y", t["y"], order, share=xm)
-    # ``fuse``: an unclipped ReLU is oneDNN's fuse_norm_relu (y > 0 ? y : +0, its mask
-    # written to the workspace); else the ReLU runs on y after the primitive
-    fused = fuse and relu and lo in (None, 0.0) and hi is None
-    pd = dnnl.bn_forward(dnnl.PROP_FORWARD_TRAINING, xm[1], ym[1], eps,
-                         dnnl.USE_SCALE | dnnl.USE_SHIFT | (dnnl.FUSE_NORM_RELU if fused else 0))
-    c = x.dims[1]
-    stat_md = dnnl.MemoryDesc((c,), dnnl.DATA_F32, strides=(1,))
-    for role in ("scale", "bias", "mean", "inv_variance", "prev_running_mean",
-                 "prev_running_variance", "next_running_mean", "next_running_variance"):
-        if role in real:
-            channel_md(t[role])                       # declines a non-FLOAT statistic
-    mean = (spec.channel("mean", t["mean"], output=True) if "mean" in real
-            else spec.scratch(stat_md, "mean"))
-    args = [(dnnl.ARG_SRC, xm[0]), (dnnl.ARG_DST, ym[0]),
-            (dnnl.ARG_SCALE, spec.channel("scale", t["scale"])),
-            (dnnl.ARG_SHIFT, spec.channel("bias", t["bias"])),
-            (dnnl.ARG_MEAN, mean), (dnnl.ARG_VARIANCE, spec.scratch(stat_md, "variance"))]
-    mask = pd.md(dnnl.QUERY_WORKSPACE_MD)
-    if mask is not None:
-        args.append((dnnl.ARG_WORKSPACE, spec.scratch(mask)))
-    spec.reorder_in(xm)
-    spec.step(pd, args)
-    spec.reorder_out(ym)
-    momentum = p.get("momentum")
-    clips = (lo, hi) if relu and not fused else None
-    mean_virtual = "mean" not in real
-
-    mom = 0.0 if momentum is None else float(momentum)
-
-    def hooks(b, workspace):
-        def after():
-            # inv_variance, the running statistics and the non-finite check: one C loop
-            var = ws_view(workspace, spec, "variance")
-            mu = ws_view(workspace, spec, "mean") if mean_virtual else b["mean"].reshape(-1)
-            g = {r: b[r].reshape(-1) for r in _STAT_ROLES if r in b}
-            bad = _kernels.bn_training_statistics(
-                var, eps, g.get("inv_variance"), mu, mom, m / (m - 1.0),
-                g.get("prev_running_mean"), g.get("next_running_mean"),
-                g.get("prev_running_variance"), g.get("next_running_variance"),
-                g["scale"] if fused else None, g["bias"] if fused else None)
-            if clips is not None:
-                _batchnorm.relu(b["y"], b["y"], *clips, team=True)
-            elif bad:
-                _nonfinite_channels(b, workspace, spec, vec(var), eps, mean_virtual)
-        return None, after
-
-    if ("next_running_mean" in real or "next_running_variance" in real) and momentum is None:
-        raise decline("running statistics without a momentum; CPU_ENGINE reports it")
-    return spec, pd, hooks
-
-
 _STAT_ROLES = ("inv_variance", "prev_running_mean", "next_running_mean", "prev_running_variance",
                "next_running_variance", "scale", "bias")
 
 
-def _nonfinite_channels(b, workspace, spec, var, eps, mean_virtual) -> None:
-    """oneDNN's jit fuse_norm_relu writes +0 where y is NaN (its mask is y > 0; its
-    generic implementations keep the NaN): in a channel whose statistics, scale or bias
-    are not finite (the only way y gets a NaN: with finite ones, y is finite or an
-    overflowed +-inf, which the mask maps right), recompute
-    ``y = RELU_FWD(scale * (x - mean) / sqrt(variance + epsilon) + bias)``, NaN kept."""
-    mu = vec(ws_view(workspace, spec, "mean") if mean_virtual else b["mean"])
-    sc, sh = vec(b["scale"]), vec(b["bias"])
-    bad = ~(np.isfinite(mu) & np.isfinite(var) & np.isfinite(sc) & np.isfinite(sh))
-    if not bad.any():
-        return
-    x, y = b["x"], b["y"]
-    for c in np.flatnonzero(bad):
-        v = (sc[c] * (np.asarray(x[:, c], np.float64) - mu[c]) / np.sqrt(var[c] + eps)
-             + sh[c]).astype(np.float32)
-        _batchnorm.relu(v, v)
-        y[:, c] = v
-
-
-def _bn_backward(match, order, fuse, dry):
+def _bn_backward(match, order, dry):
     t = match.tensors
     drelu = match.pattern == Pattern.BN_INFERENCE_DRELU_BACKWARD
     lo = hi = None
@@ -278,14 +191,19 @@ def _clipped_drelu(spec, x, order, first, dy_index, lo, hi):
 _ROWS_KINDS = {DataType.FLOAT: 0, DataType.BFLOAT16: 1, DataType.HALF: 2}
 
 
-def _rows_fit(match) -> int:
+_ACTIVATIONS = ("x", "y", "dy", "dx")
+
+
+def _rows_fit(match, *, dense=False) -> int:
     """The element kind ``_kernels.bn_rows`` runs ``match`` with, or a decline: every
     activation of one data type and either channels-last (C > 1, the C values of a pixel
     one packed run, the pixels at one stride: NHWC, NDHWC; ``_channels_last``) or
     channels-first with its spatial elements one packed run (NCHW, NCDHW); every
-    per-channel tensor a dense FLOAT vector."""
+    per-channel tensor a dense FLOAT vector. ``dense``: the memory the rows cannot read
+    as it is goes to dense copies (``_dense_roles``), and a problem with none declines
+    (the rows without copies take it)."""
     t = match.tensors
-    acts = [t[r] for r in ("x", "y", "dy", "dx") if r in t and not t[r].is_virtual]
+    acts = [t[r] for r in _ACTIVATIONS if r in t and not t[r].is_virtual]
     types = {a.data_type for a in acts}
     if len(types) != 1 or next(iter(types)) not in _ROWS_KINDS:
         raise decline("the batchnorm rows take activations of one type, FLOAT, BFLOAT16 or "
@@ -293,24 +211,45 @@ def _rows_fit(match) -> int:
     for a in acts:
         if any(d == 0 for d in a.dims):
             raise decline(f"tensor '{a.name}' has a zero dim {tuple(a.dims)}")
-    if not _channels_last(match):
-        for a in acts:
-            dims, strides = tuple(a.dims), tuple(a.strides)
-            run = 1
-            for d, s in zip(reversed(dims[2:]), reversed(strides[2:])):
-                if d != 1 and s != run:
-                    raise decline(f"tensor '{a.name}' (strides {strides}): the batchnorm rows "
-                                  "take spatial elements in one packed run or channels-last "
-                                  "pixels")
-                run *= d
     for role, tt in t.items():
-        if tt.is_virtual or role in ("x", "y", "dy", "dx"):
-            continue
-        channel_md(tt)                                # declines a non-FLOAT statistic
-        if tt.dims[1] > 1 and tt.strides[1] != 1:
-            raise decline(f"per-channel tensor '{tt.name}' has channel stride "
-                          f"{tt.strides[1]}; the batchnorm rows take dense vectors")
+        if not tt.is_virtual and role not in _ACTIVATIONS:
+            channel_md(tt)                            # declines a non-FLOAT statistic
+    copies = _dense_roles(match)
+    if dense and not copies:
+        raise decline("the batchnorm rows read this memory as it is; no copies needed")
+    if copies and not dense:
+        tt = t[copies[0]]
+        if copies[0] in _ACTIVATIONS:
+            raise decline(f"tensor '{tt.name}' (strides {tuple(tt.strides)}): the batchnorm "
+                          "rows take spatial elements in one packed run or channels-last "
+                          "pixels")
+        raise decline(f"per-channel tensor '{tt.name}' has channel stride "
+                      f"{tt.strides[1]}; the batchnorm rows take dense vectors")
     return _ROWS_KINDS[next(iter(types))]
+
+
+def _dense_roles(match) -> list:
+    """The roles ``bn_rows`` cannot read as they are: unless every activation is
+    channels-last, those whose spatial elements are not one packed run; per-channel
+    tensors whose channels are not dense."""
+    t = match.tensors
+    out = []
+    last = _channels_last(match)
+    for role, tt in sorted(t.items()):
+        if tt.is_virtual:
+            continue
+        if role in _ACTIVATIONS:
+            if last:
+                continue
+            run = 1
+            for d, s in zip(reversed(tt.dims[2:]), reversed(tt.strides[2:])):
+                if d != 1 and s != run:
+                    out.append(role)
+                    break
+                run *= d
+        elif tt.dims[1] > 1 and tt.strides[1] != 1:
+            out.append(role)
+    return out
 
 
 def _channels_last(match) -> bool:
@@ -343,7 +282,7 @@ def _bits(a):
     return a if a.dtype.itemsize == 4 else a.view(np.uint16)
 
 
-def _rows(match, order, fuse, dry):
+def _rows(match, order, dry, *, dense=False):
     """Batchnorm through the engine's C rows (``_kernels.bn_rows``) on oneDNN's OpenMP
     team, every pattern. Channels-first: one thread runs all passes of a channel
     (statistics, then y; or the backward sums, then dx), so the later passes read from its
@@ -352,15 +291,23 @@ def _rows(match, order, fuse, dry):
     backward, measured on 2 cores), and its generic ``ncsp_bnorm`` is slower still.
     Channels-last (faster than oneDNN's jit batchnorm: see above ``Bn``): the
     pixels split among the threads, per-thread partial sums added after a team barrier.
-    Clipped ReLUs fuse here too."""
+    Clipped ReLUs fuse here too. ``dense``: on dense workspace copies of the memory the
+    rows cannot read as it is (``_dense_roles``; ``_on_dense_copies``)."""
     t, p = match.tensors, match.params
-    kind = _rows_fit(match)
+    kind = _rows_fit(match, dense=dense)
     pat = match.pattern
     x = t["x"]
     c = x.dims[1]
     m = x.dims[0] * math.prod(x.dims[2:])
     real = {r for r, tt in t.items() if not tt.is_virtual}
     spec = ProgramSpec(sorted(real), dry=dry)
+    copies = _dense_roles(match) if dense else []
+    for role in copies:
+        tt = t[role]
+        dims = tuple(tt.dims)
+        spec.scratch(dnnl.MemoryDesc(dims, dnnl_type(tt),
+                                     strides=packed_strides(dims, tuple(range(len(dims))))),
+                     "dense:" + role)
     rows = _kernels.bn_rows
     if pat in (Pattern.BN_TRAINING, Pattern.BN_TRAINING_RELU):
         eps = float(p["epsilon"])
@@ -421,9 +368,52 @@ def _rows(match, order, fuse, dry):
                      upper=hi, **v)
             before.compiled_only = True
             return before, None
-    spec.names.append("bn_rows:" + _kernels.bn_rows_isa(("float32", "bfloat16", "float16")[kind]))
+    spec.names.append("bn_rows:"
+                      + _kernels.bn_rows_isa(("float32", "bfloat16", "float16")[kind]))
+    if copies:
+        return spec, None, _on_dense_copies(hooks, copies, spec, _row_outputs(pat))
     hooks.reads_workspace = False     # _plan: its launches copy onto a fresh workspace
     return spec, None, hooks
+
+
+def _rows_dense(match, order, dry):
+    """``_rows`` on dense copies (batchnorm training: its only candidate where the rows
+    cannot read the user's memory as it is)."""
+    return _rows(match, order, dry, dense=True)
+
+
+def _row_outputs(pattern) -> frozenset:
+    """The roles ``bn_rows`` writes in ``pattern``."""
+    if pattern in (Pattern.BN_TRAINING, Pattern.BN_TRAINING_RELU):
+        return frozenset(("y", "mean", "inv_variance", "next_running_mean",
+                          "next_running_variance"))
+    if pattern == Pattern.BN_INFERENCE_VARIANCE:
+        return frozenset(("y",))
+    return frozenset(("dx", "dscale", "dbias"))
+
+
+def _on_dense_copies(hooks, roles, spec, outputs):
+    """``hooks`` (``_rows``'s) run on dense workspace copies of ``roles`` (each packed in
+    its dims' order, ``"dense:" + role``): inputs copied in before the rows, outputs copied
+    out after them, in the same host step."""
+    def dense_hooks(b, workspace):
+        views = {}
+        for role in roles:
+            off, nbytes = spec.offset("dense:" + role)
+            views[role] = workspace[off:off + nbytes].view(b[role].dtype).reshape(b[role].shape)
+        rows, _ = hooks({**b, **views}, workspace)
+        ins = [(views[r], b[r]) for r in roles if r not in outputs]
+        outs = [(b[r], views[r]) for r in roles if r in outputs]
+
+        def before():
+            for dst, src in ins:
+                np.copyto(dst, src)
+            rows()
+            for dst, src in outs:
+                np.copyto(dst, src)
+        before.compiled_only = True     # copies of one dtype and the rows: no FP warnings
+        return before, None
+    return dense_hooks
 
 
 def _relu_clips(p) -> tuple[float, float]:
@@ -432,10 +422,11 @@ def _relu_clips(p) -> tuple[float, float]:
     return (0.0 if lo is None else float(lo)), (math.inf if hi is None else float(hi))
 
 
+# oneDNN's batchnorm per pattern; training has none: every oneDNN 3.2 batchnorm sums in
+# float32 (on x = 3e4 + N(0, 1), 16x3x64x64, its y was 2.9-5.1 off, the FLOAT tolerance
+# 4e-3; the rows: 2e-4), so training runs the rows alone (``Bn``)
 BN_BUILDERS = {
     Pattern.BN_INFERENCE_VARIANCE: _bn_inference_variance,
-    Pattern.BN_TRAINING: _bn_training,
-    Pattern.BN_TRAINING_RELU: _bn_training,
     Pattern.BN_BACKWARD: _bn_backward,
     Pattern.BN_INFERENCE_DRELU_BACKWARD: _bn_backward,
 }
@@ -454,56 +445,56 @@ BN_BUILDERS = {
 
 
 class Bn:
-    """One batchnorm problem and its candidates: the user's layout and, for activations
-    that are not channels-last, channel-blocked (nChw16c) and channels-last copies
-    (reordered in and out: oneDNN's jit batchnorm takes only blocked or channels-last
-    memory; on plain NCHW it runs its generic ``ncsp_bnorm:any``), each for batchnorm
-    training + ReLU with ``fuse_norm_relu`` and with the ReLU as a separate pass; for
-    batchnorm inference also one binary primitive on the user's layout
-    (``_bn_inference_binary``); the engine's C rows (``_rows``) on channels-first memory
-    and on channels-last memory."""
+    """One batchnorm problem and its candidates. Training (+ ReLU): the engine's C rows
+    (``_rows``) alone, on dense copies of memory they cannot read as it is
+    (``_rows_dense``; see ``BN_BUILDERS``). Inference and backward: the rows on
+    channels-first and channels-last memory; oneDNN's batchnorm on the user's layout and,
+    for activations that are not channels-last, on channel-blocked (nChw16c) and
+    channels-last copies (reordered in and out: oneDNN's jit batchnorm takes only blocked
+    or channels-last memory; on plain NCHW it runs its generic ``ncsp_bnorm:any``); for
+    inference also one binary primitive on the user's layout (``_bn_inference_binary``)."""
 
     def __init__(self, match):
         self.match = match
-        builder = BN_BUILDERS[match.pattern]
-        x = match.tensors["x"]
-        orders = [("", None)]
-        if x.strides[1] != 1 and x.dims[1] > 1:
-            rank = len(x.dims)
-            orders.append(("+nChw16c" if rank == 4 else "+blocked16c", CHANNEL_BLOCKED))
-            orders.append(("+nhwc", (0,) + tuple(range(2, rank)) + (1,)))
-        p = match.params
-        fusable = (match.pattern == Pattern.BN_TRAINING_RELU
-                   and p.get("relu_lower_clip") in (None, 0.0) and p.get("relu_upper_clip") is None)
-        variants = [(suffix, order, fuse, builder) for suffix, order in orders
-                    for fuse in ((True, False) if fusable else (False,))]
         # the C rows, on the user's memory as it is, wherever ``_rows_fit`` takes it:
         # channels-first (C = 1 too: oneDNN's generic ncsp_bnorm, all it has there, sums in
         # float32 and lost the mean of x = 1000 + N(0, 1) at 2^20 values, y off by about 1)
         # and channels-last (see the figures above this class)
-        variants.insert(0, ("", None, False, _rows))
-        if match.pattern == Pattern.BN_INFERENCE_VARIANCE and len(orders) > 1:
-            # plain layouts only: where the channel stride is 1 oneDNN's binary kernel
-            # broadcasts its per-channel post-op operands wrongly (oneDNN 3.2, e.g. NCHW
-            # (3, 5, 1, 1)), and its jit batchnorm runs there anyway
-            variants.insert(0, ("+binary", None, False, _bn_inference_binary))
-        # (name, order, fuse, workspace bytes, jit?, builder)
+        variants = [("", None, _rows)]
+        builder = BN_BUILDERS.get(match.pattern)
+        if builder is None:
+            variants.append(("+dense", None, _rows_dense))
+        else:
+            x = match.tensors["x"]
+            orders = [("", None)]
+            if x.strides[1] != 1 and x.dims[1] > 1:
+                rank = len(x.dims)
+                orders.append(("+nChw16c" if rank == 4 else "+blocked16c", CHANNEL_BLOCKED))
+                orders.append(("+nhwc", (0,) + tuple(range(2, rank)) + (1,)))
+            variants += [(suffix, order, builder) for suffix, order in orders]
+            if match.pattern == Pattern.BN_INFERENCE_VARIANCE and len(orders) > 1:
+                # plain layouts only: where the channel stride is 1 oneDNN's binary kernel
+                # broadcasts its per-channel post-op operands wrongly (oneDNN 3.2, e.g. NCHW
+                # (3, 5, 1, 1)), and its jit batchnorm runs there anyway
+                variants.insert(0, ("+binary", None, _bn_inference_binary))
+        # (name, order, workspace bytes, jit?, builder)
         self.impls = []
-        for suffix, order, fuse, build in variants:
+        declined = []
+        for suffix, order, build in variants:
             try:
-                spec, pd, _ = build(match, order, fuse, True)
-            except NotSupportedError:
+                spec, pd, _ = build(match, order, True)
+            except NotSupportedError as exc:
                 if build is builder and order is None:
                     raise                      # the user's layout: the problem declines
-                continue                       # oneDNN has no such variant here
-            name = "+".join(spec.names) + suffix
-            if match.pattern == Pattern.BN_TRAINING_RELU and build is not _rows:
-                name += "+fuse_norm_relu" if fuse else "+relu"
-            self.impls.append((name, order, fuse, spec.ws.size,
+                declined.append(exc)
+                continue                       # no such variant here
+            self.impls.append(("+".join(spec.names) + suffix, order, spec.ws.size,
                                pd is None or "jit" in pd.impl_name, build))
+        if not self.impls:
+            raise declined[0]                  # training the rows decline: CPU_ENGINE runs it
 
     def candidates(self) -> list:
-        return [_tuning.Candidate(impl[0], i, impl[3]) for i, impl in enumerate(self.impls)]
+        return [_tuning.Candidate(impl[0], i, impl[2]) for i, impl in enumerate(self.impls)]
 
     def heuristic(self, fitting, limit):
         """Without timing: the batchnorm rows where offered (channels-first memory: 0.5-0.95x
@@ -513,31 +504,27 @@ class Bn:
         slower in others, and its float32 sums missed the FLOAT tolerance on x = 1000 +
         N(0, 1) at 32x64x56x56 where the rows' float64-gathered tiles did not); else a jit
         implementation before the generic ones (``ncsp_bnorm``, ``nspc_bnorm``: 5-20x
-        slower in training and backward, and fuse_norm_relu 10x slower than a separate ReLU
-        pass there), in the candidates' order: the user's
-        layout, then channel-blocked copies (two cheap reorders), then channels-last copies
-        (two transpositions). Batchnorm inference: the jit batchnorm on the user's layout
+        slower in backward), in the candidates' order: the user's layout, then
+        channel-blocked copies (two cheap reorders), then channels-last copies (two
+        transpositions). Batchnorm inference: the jit batchnorm on the user's layout
         (channels-last: one pass), else the binary primitive on the user's layout (one
         pass at memory speed; the generic ``ncsp_bnorm`` is 5-20x slower and the reorders
         around a jit batchnorm cost two more passes)."""
         impls = self.impls
-        rows = [c for c in fitting if impls[c.id][5] is _rows]
+        rows = [c for c in fitting if impls[c.id][4] in (_rows, _rows_dense)]
         if rows:
             return rows[0]
         if self.match.pattern == Pattern.BN_INFERENCE_VARIANCE:
-            own = [c for c in fitting if impls[c.id][5] is not _bn_inference_binary
+            own = [c for c in fitting if impls[c.id][4] is not _bn_inference_binary
                    and impls[c.id][1] is None]
-            if own and impls[own[0].id][4]:
+            if own and impls[own[0].id][3]:
                 return own[0]
-            binary = [c for c in fitting if impls[c.id][5] is _bn_inference_binary
-                      and impls[c.id][4]]
+            binary = [c for c in fitting if impls[c.id][4] is _bn_inference_binary
+                      and impls[c.id][3]]
             return (binary or own or fitting)[0]
-        jit = [c for c in fitting if impls[c.id][4]]
-        if jit:
-            return jit[0]
-        unfused = [c for c in fitting if not impls[c.id][2]]
-        return (unfused or fitting)[0]
+        jit = [c for c in fitting if impls[c.id][3]]
+        return (jit or fitting)[0]
 
     def build(self, candidate):
-        _, order, fuse, _, _, build = self.impls[candidate.id]
-        return build(self.match, order, fuse, False)
+        _, order, _, _, build = self.impls[candidate.id]
+        return build(self.match, order, False)
