@@ -316,12 +316,12 @@ HD_AVX512V static inline __mmask16 hd_bnl_mask(ptrdiff_t left) {
             _mm512_storeu_pd(s_ + 8, _mm512_add_pd(_mm512_loadu_pd(s_ + 8),                \
                 _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v[u]), 1))))); \
         }
-/* RELU_BWD of g under the forward yb = d * a + b (as in hd_bn_bsum) */
+/* RELU_BWD of g under the forward yb = d * a + b (as hd_bn_drelu: lo < yb <= hi) */
 #define HD_BNL_VMASK(g, d, a, b)                                                           \
     do {                                                                                   \
         __m512 yb_ = _mm512_fmadd_ps(d, a, b);                                             \
         __mmask16 in_ = _mm512_cmp_ps_mask(yb_, vlo, _CMP_GT_OQ)                           \
-                        & _mm512_cmp_ps_mask(yb_, vhi, _CMP_LT_OQ);                        \
+                        & _mm512_cmp_ps_mask(yb_, vhi, _CMP_LE_OQ);                        \
         g = _mm512_maskz_mov_ps(in_, g);                                                   \
         g = _mm512_mask_mov_ps(g, _mm512_cmp_ps_mask(yb_, yb_, _CMP_UNORD_Q), yb_);        \
     } while (0)

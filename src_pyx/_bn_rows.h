@@ -35,10 +35,14 @@
 
 enum { HD_BN_TRAINING = 0, HD_BN_INFERENCE = 1, HD_BN_BACKWARD = 2 };
 
-/* RELU_BWD of g under the forward value yb: g where lo < yb < hi, NaN where yb is NaN (as
- * the float64 reference), else 0; selects, so that the loops around it vectorise. */
+/* RELU_BWD of g under the forward value yb: g where lo < yb <= hi, NaN where yb is NaN
+ * (as the float64 reference), else 0; selects, so that the loops around it vectorise. hi
+ * is the backward job's inclusive top (hd_bn_job.hi): the float32 below the upper clip,
+ * so that yb < upper strictly and yb = +inf (>= any clip) gives 0; +inf without an upper
+ * clip, so that yb = +inf passes (relu(+inf) = +inf with slope 1: PyTorch's relu
+ * backward and cuDNN pass dy there). */
 HD_INLINE float hd_bn_drelu(float g, float yb, float lo, float hi) {
-    g = (yb > lo && yb < hi) ? g : 0.0f;
+    g = (yb > lo && yb <= hi) ? g : 0.0f;
     return (yb != yb) ? yb : g;
 }
 
@@ -65,7 +69,8 @@ typedef struct {
     float* dbias;                  /* backward */
     double eps;                    /* training, inference */
     int act;                       /* forward: clamp y to [lo, hi]; backward: RELU_BWD mask */
-    float lo, hi;
+    float lo, hi;                  /* backward: dy passes where lo < yb <= hi (hd_bn_drelu):
+                                      hi the float32 below the upper clip, or +inf */
     int stream;                    /* y's (dx's) 64-byte-aligned full vectors stored
                                       non-temporally (hd_bn_stream); the caller sets it
                                       only where y is too large for the caches */
@@ -120,7 +125,7 @@ static __thread int hd_bn_stream = 0;
             for (i = 0; i < S; i++) y[i] = HD_STORE_##K((HD_LOAD_##K(x[i]) - m) * a + b);  \
     }                                                                                      \
     /* sg += sum(g), sgd += sum(g * (x - m)); g = dy, or RELU_BWD(dy) of the forward        \
-     * yb = (x - m) * a + b where act: dy where lo < yb < hi, NaN where yb is, else 0 */   \
+     * yb = (x - m) * a + b where act: dy where lo < yb <= hi, NaN where yb is, else 0 */  \
     ATTR HD_BN_UNUSED static void hd_bn_bsum_##K##_##ISA(const HD_TYPE_##K* x, const HD_TYPE_##K* dy,   \
                                             ptrdiff_t S, float m, float a, float b,        \
                                             int act, float lo, float hi, double* sg,       \
@@ -374,12 +379,13 @@ HD_AVX512V static inline __m512 hd_bn_affv(__m512 x, __m512 m, __m512 a, __m512 
     }
     return v;
 }
-/* RELU_BWD of g under the forward yb = d * a + b (as in hd_bn_bsum), lanes k only */
+/* RELU_BWD of g under the forward yb = d * a + b (as hd_bn_drelu: lo < yb <= hi), lanes k
+ * only */
 #define HD_BN_VMASK(g, d, k)                                                               \
     do {                                                                                   \
         __m512 yb_ = _mm512_fmadd_ps(d, va, vb);                                           \
         __mmask16 in_ = _mm512_cmp_ps_mask(yb_, vlo, _CMP_GT_OQ)                           \
-                        & _mm512_cmp_ps_mask(yb_, vhi, _CMP_LT_OQ);                        \
+                        & _mm512_cmp_ps_mask(yb_, vhi, _CMP_LE_OQ);                        \
         g = _mm512_maskz_mov_ps(in_, g);                                                   \
         g = _mm512_mask_mov_ps(g, _mm512_cmp_ps_mask(yb_, yb_, _CMP_UNORD_Q) & (k), yb_);   \
     } while (0)

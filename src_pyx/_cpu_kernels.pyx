@@ -34,7 +34,7 @@ arithmetic rounded once to float32, one loop over C instead of a dozen NumPy cal
 Errors: shapes are checked by the Python layer; these functions raise only ``ValueError``
 for a mismatch they detect themselves.
 """
-from libc.math cimport INFINITY, sqrt
+from libc.math cimport INFINITY, nextafterf, sqrt
 from libc.stdint cimport int16_t, int32_t, uint16_t, uint32_t
 from cython cimport floating
 cimport numpy as cnp
@@ -85,10 +85,12 @@ cdef inline double _act(double v, double lower, double upper) noexcept nogil:
 
 
 cdef inline double _dact(double y, double dy, double lower, double upper) noexcept nogil:
-    """RELU_BWD: dy where lower < y < upper, 0 elsewhere; a NaN forward value gives NaN."""
+    """RELU_BWD: dy where lower < y < upper, 0 elsewhere; a NaN forward value gives NaN.
+    ``upper`` +inf is no upper clip: dy where lower < y, y = +inf included (relu(+inf) =
+    +inf with slope 1)."""
     if y != y:
         return y
-    if lower < y and y < upper:
+    if lower < y and (y < upper or upper == INFINITY):
         return dy
     return 0.0
 
@@ -212,7 +214,8 @@ def bias_act(const floating[:, :, :] x, floating[:, :, :] y, const double[::1] b
 
 def relu_backward(const floating[:, :, :] y, const floating[:, :, :] dy, floating[:, :, :] dx,
                   double lower, double upper):
-    """dx = dy where lower < y < upper, else 0; NaN in y gives NaN (RELU_BWD)."""
+    """dx = dy where lower < y < upper, else 0; NaN in y gives NaN (RELU_BWD). ``upper``
+    +inf is no upper clip: dy where lower < y, y = +inf included."""
     cdef Py_ssize_t n_, c_, s_, N = y.shape[0], C = y.shape[1], S = y.shape[2]
     cdef bint cin = C > 1 and S > 1 and abs(y.strides[1]) < abs(y.strides[2])
     with nogil:
@@ -999,7 +1002,7 @@ def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=No
             scale=None, bias=None, mean=None, variance=None, inv_variance=None,
             mean_out=None, variance_out=None, dscale=None, dbias=None,
             double epsilon=0.0, bint act=False, double lower=0.0, double upper=INFINITY,
-            bint baseline=False, stream=None):
+            bint baseline=False, stream=None, isa=None):
     """Batchnorm on channels-first or channels-last activations on oneDNN's OpenMP team
     (``runtime._onednn.run_on_team``), C rows of ``_bn_rows.h`` (channels-first: every
     pass of a channel on one thread) and ``_bn_last.h`` (channels-last: the pixels split
@@ -1028,9 +1031,15 @@ def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=No
     act : bool
         Forward: y = clamp(y, lower, upper) + 0.0 (RELU_FWD: NaN kept, no -0.0).
         Backward: g = dy where lower < y_bn < upper, 0 elsewhere, NaN where y_bn is NaN
-        (RELU_BWD of ``y_bn = scale * (x - mean) * inv_variance + bias``).
+        (RELU_BWD of ``y_bn = scale * (x - mean) * inv_variance + bias``); ``upper``
+        +inf is no upper clip: there g = dy where lower < y_bn, +inf included.
     baseline : bool
         Run the rows built for the baseline ISA even where the AVX-512 ones run.
+    isa : str or None
+        The rows to run, a ``bn_rows_isa`` name: ``"baseline"`` (as ``baseline``),
+        ``"avx512_auto"`` (the compiler's AVX-512 build) or ``"avx512"`` (the
+        intrinsics); None (the default) runs those ``bn_rows_isa`` names. ValueError
+        where this CPU cannot run the one named (for tests of every build).
     stream : bool or None
         Store y's full vectors non-temporally (MOVNTPS; bfloat16 MOVNTDQ): None
         decides by size (y of at least ``_STREAM_BYTES``, 24 MiB); True insists, and raises
@@ -1094,6 +1103,12 @@ def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=No
     j.N, j.C = x.shape[0], x.shape[1]
     j.S = x.size // (j.N * j.C) if j.N * j.C else 0
     j.op, j.kind, j.isa = op, kind, hd_bn_rows_isa(baseline)
+    if isa is not None:
+        builds = ("baseline", "avx512_auto", "avx512")
+        if isa not in builds or builds.index(isa) > hd_bn_rows_isa(0):
+            raise ValueError(f"bn_rows: isa {isa!r}; this CPU runs "
+                             f"{builds[:hd_bn_rows_isa(0) + 1]}")
+        j.isa = builds.index(isa)
     j.x, j.y = cnp.PyArray_DATA(x), cnp.PyArray_DATA(y)
     j.dy = cnp.PyArray_DATA(dy) if op == HD_BN_BACKWARD else NULL
     held = []     # the fallback vectors' buffers, acquired until the rows are done
@@ -1108,7 +1123,11 @@ def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=No
     j.dbias = <float*>_vec(dbias, j.C, "dbias", True, held)
     j.eps, j.act = epsilon, act
     j.lo = _rounded(lower, kind) if op != HD_BN_BACKWARD else <float>lower
-    j.hi = _rounded(upper, kind) if op != HD_BN_BACKWARD else <float>upper
+    # backward: the inclusive top of RELU_BWD's mask (hd_bn_drelu: lo < y_bn <= hi), the
+    # float32 below the upper clip (y_bn < upper strictly, +inf dropped) or +inf where
+    # there is none (y_bn = +inf passes)
+    j.hi = (_rounded(upper, kind) if op != HD_BN_BACKWARD else
+            INFINITY if upper == INFINITY else nextafterf(<float>upper, -INFINITY))
     if op == HD_BN_TRAINING:
         need = {"scale": scale, "bias": bias, "mean_out": mean_out, "variance_out": variance_out}
     elif op == HD_BN_INFERENCE:
