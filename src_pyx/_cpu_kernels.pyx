@@ -762,12 +762,21 @@ cdef inline bint _finite(double v) noexcept nogil:
     return v == v and v - v == 0.0
 
 
-def bn_training_statistics(const float[:] variance, double epsilon, float[:] inv_variance,
+cdef bint _is_f64(object v):
+    """Whether ``v`` is a float64 ndarray (a float64 batch variance: ``bn_rows``'
+    ``variance_out``, ``bn_training_statistics``' ``variance``)."""
+    return type(v) is cnp.ndarray and cnp.PyArray_TYPE(<cnp.ndarray>v) == cnp.NPY_FLOAT64
+
+
+def bn_training_statistics(variance, double epsilon, float[:] inv_variance,
                            const float[:] mean, double momentum, double unbias,
                            const float[:] prev_mean, float[:] next_mean,
                            const float[:] prev_variance, float[:] next_variance,
                            const float[:] scale, const float[:] bias):
-    """After a training batchnorm that wrote the biased ``variance``:
+    """After a training batchnorm that wrote the biased ``variance`` (a float32 vector, or
+    a float64 ndarray: ``bn_rows``' ``variance_out`` in float64, which keeps a variance
+    beyond FLT_MAX finite, so that inv_variance and the running variance are its
+    correctly rounded functions rather than those of +inf):
     ``inv_variance = 1 / sqrt(variance + epsilon)``,
     ``next_mean = (1 - momentum) * prev_mean + momentum * mean``,
     ``next_variance = (1 - momentum) * prev_variance + momentum * variance * unbias``
@@ -781,11 +790,20 @@ def bn_training_statistics(const float[:] variance, double epsilon, float[:] inv
         With ``scale`` and ``bias`` given: the number of channels whose mean, variance,
         scale or bias is not finite, else 0.
     """
-    cdef Py_ssize_t c, C = variance.shape[0]
+    cdef const float[:] v32 = None
+    cdef const double[:] v64 = None
+    cdef Py_ssize_t c, C
     cdef double v
     cdef int bad = 0
+    cdef bint wide = _is_f64(variance)
     cdef bint has_inv = inv_variance is not None, has_nm = next_mean is not None
     cdef bint has_nv = next_variance is not None, check = scale is not None and bias is not None
+    if wide:
+        v64 = variance
+        C = v64.shape[0]
+    else:
+        v32 = variance
+        C = v32.shape[0]
     if (_wrong_len(inv_variance, C) or _wrong_len(mean, C) or _wrong_len(next_mean, C)
             or _wrong_len(prev_mean, C) or _wrong_len(next_variance, C)
             or _wrong_len(prev_variance, C) or _wrong_len(scale, C) or _wrong_len(bias, C)
@@ -795,7 +813,7 @@ def bn_training_statistics(const float[:] variance, double epsilon, float[:] inv
                          "running statistic without its inputs")
     with nogil:
         for c in range(C):
-            v = variance[c]
+            v = v64[c] if wide else v32[c]
             if has_inv:
                 inv_variance[c] = <float>(1.0 / sqrt(v + epsilon))
             if has_nm:
@@ -858,6 +876,7 @@ cdef extern from "_bn_rows.h" nogil:
         const float* inv
         float* mean_out
         float* var_out
+        double* var_out64
         float* dscale
         float* dbias
         double eps
@@ -998,6 +1017,19 @@ cdef const float* _vec(object v, Py_ssize_t c, str role, bint out, list held) ex
     return &ro[0] if c else NULL
 
 
+cdef double* _vec64_out(cnp.ndarray a, Py_ssize_t c) except? NULL:
+    """The data of a float64 ``variance_out``: 1-D, contiguous, writable, native byte
+    order, ``c`` values (NULL where ``c`` is 0)."""
+    if not (cnp.PyArray_NDIM(a) == 1 and cnp.PyArray_IS_C_CONTIGUOUS(a)
+            and cnp.PyArray_ISNOTSWAPPED(a) and cnp.PyArray_ISWRITEABLE(a)):
+        raise ValueError("bn_rows: variance_out is not a contiguous float64 vector that can "
+                         "be written")
+    if cnp.PyArray_DIM(a, 0) != c:
+        raise ValueError(f"bn_rows: variance_out has {cnp.PyArray_DIM(a, 0)} values; {c} "
+                         "channels")
+    return <double*>cnp.PyArray_DATA(a) if c else NULL
+
+
 def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=None,
             scale=None, bias=None, mean=None, variance=None, inv_variance=None,
             mean_out=None, variance_out=None, dscale=None, dbias=None,
@@ -1024,7 +1056,11 @@ def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=No
         Training: scale, bias. Inference: scale, bias, mean, variance. Backward: scale,
         mean, inv_variance (and bias with ``act``: the forward whose ReLU is undone).
     mean_out, variance_out : float32 vectors, written (training)
-        The batch mean and the biased batch variance.
+        The batch mean and the biased batch variance. ``variance_out`` may be a float64
+        ndarray (1-D, contiguous): then the variance is stored in float64, where float32
+        would round a variance beyond FLT_MAX (|x - mean| beyond 1.8e19) to +inf, so
+        that ``bn_training_statistics`` takes inv_variance and the running variance
+        from its float64 value. y is computed from the float64 variance either way.
     dscale, dbias : float32 vectors, written (backward)
     epsilon : float
         Added to the variance (training, inference).
@@ -1064,6 +1100,12 @@ def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=No
     ``dx = scale * inv_variance / M * (M g - dbias - (x - mean) * inv_variance * dscale)``.
     Element arithmetic is float32 (y and dx rounded once to the element type).
     Channels-last sums are float32 per channel over at most 64 pixels, added in float64.
+    Finite data float32 cannot hold: a run's float32 sums that come out non-finite (sums
+    of squares of deviations beyond 1.8e19, sums of values near FLT_MAX, backward
+    products g * (x - mean) beyond FLT_MAX) are taken again in float64, and a channel
+    whose factor ``scale / sqrt(variance + epsilon)`` overflows float32 (an epsilon near
+    its bound on a constant channel) has its y computed in float64 (slow paths taken
+    only there, tested once per run or channel).
     """
     cdef hd_bn_last_job L
     cdef hd_bn_job* j = &L.j
@@ -1118,7 +1160,11 @@ def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=No
     j.var = _vec(variance, j.C, "variance", False, held)
     j.inv = _vec(inv_variance, j.C, "inv_variance", False, held)
     j.mean_out = <float*>_vec(mean_out, j.C, "mean_out", True, held)
-    j.var_out = <float*>_vec(variance_out, j.C, "variance_out", True, held)
+    if _is_f64(variance_out):
+        j.var_out64, j.var_out = _vec64_out(variance_out, j.C), NULL
+    else:
+        j.var_out64 = NULL
+        j.var_out = <float*>_vec(variance_out, j.C, "variance_out", True, held)
     j.dscale = <float*>_vec(dscale, j.C, "dscale", True, held)
     j.dbias = <float*>_vec(dbias, j.C, "dbias", True, held)
     j.eps, j.act = epsilon, act

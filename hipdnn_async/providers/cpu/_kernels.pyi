@@ -64,7 +64,8 @@ def bn_training_statistics(variance: np.ndarray, epsilon: float, inv_variance: n
                            prev_variance: np.ndarray | None, next_variance: np.ndarray | None,
                            scale: np.ndarray | None, bias: np.ndarray | None) -> int:
     """inv_variance, running statistics from a training batchnorm's variance (float32 1-D
-    vectors, float64 arithmetic); returns the count of channels with a non-finite mean,
+    vectors; the variance may be a float64 ndarray, bn_rows' variance_out in float64;
+    float64 arithmetic); returns the count of channels with a non-finite mean,
     variance, scale or bias where scale and bias are given."""
 
 def bn_inv_to_variance(inv_variance: np.ndarray, variance: np.ndarray) -> None:
@@ -95,7 +96,8 @@ def bn_rows(op: int, x: np.ndarray, y: np.ndarray, kind: int, *, dy: np.ndarray 
     on one thread); y (dx for backward) written; per-channel float32 contiguous vectors;
     returns the thread count. ``act``: a fused clamp (forward) or RELU_BWD mask
     (backward: dy where lower < y_bn < upper; upper +inf is no upper clip, where y_bn =
-    +inf passes). ``isa``: the build to run (a ``bn_rows_isa`` name; None: the one it
+    +inf passes). ``variance_out`` (training) may be a float64 ndarray: the variance kept
+    beyond FLT_MAX. ``isa``: the build to run (a ``bn_rows_isa`` name; None: the one it
     names). ``stream``: y's stores non-temporal (None: where y is at least 24 MiB;
     True raises ValueError where the rows cannot: not the intrinsic rows, 16-bit
     channels-first rows, float32 y off 4-byte boundaries, channels-last y off 64-byte
