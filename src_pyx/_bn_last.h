@@ -14,6 +14,11 @@
  * thread holds the same mean and factor, and only thread 0 writes the outputs; the sums'
  * last bits depend on the number of threads). Training: sums, barrier, squared
  * deviations, barrier, y. Backward: the two sums, barrier, dx. Inference: one pass.
+ *
+ * A channel's float32 tile sums that come out non-finite are taken again in float64 over
+ * the tile (one test per channel and tile), and a channel whose factor scale /
+ * sqrt(variance + epsilon) overflows float32 has its y taken again in float64 after the
+ * pass (hd_bnl_fix_*), as in the channels-first rows (_bn_rows.h).
  */
 #ifndef HD_BN_LAST_H
 #define HD_BN_LAST_H
@@ -41,8 +46,8 @@ typedef struct {
  * 28 x 28 float32 inference 0.76 against 1.82 ms, 2 cores). */
 static __thread int hd_bnl_group = 4;
 
-/* per thread: 2 float64 and 6 float32 vectors of Cp values */
-#define HD_BN_LAST_BLOCK(Cp) ((size_t)(Cp) * (2 * sizeof(double) + 6 * sizeof(float)))
+/* per thread: 3 float64 and 6 float32 vectors of Cp values */
+#define HD_BN_LAST_BLOCK(Cp) ((size_t)(Cp) * (3 * sizeof(double) + 6 * sizeof(float)))
 
 /* the portable rows' outputs overlap no input (what lets the compiler vectorise them) */
 #if defined(__GNUC__) || defined(__clang__)
@@ -50,6 +55,54 @@ static __thread int hd_bnl_group = 4;
 #else
 #define HD_BNL_RESTRICT
 #endif
+
+/* Whether any of the C float32 sums v is not finite (one pass the compiler vectorises). */
+HD_INLINE int hd_bnl_nonfinite(const float* v, ptrdiff_t C) {
+    int bad = 0;
+    ptrdiff_t c;
+    for (c = 0; c < C; c++) bad |= !(v[c] - v[c] == 0.0f);
+    return bad;
+}
+
+/* Streamed stores (hd_bn_stream) seen before stores to the same lines (hd_bnl_fix_*). */
+static inline void hd_bnl_fence(void) {
+#if HD_BN_VEC
+    if (hd_bn_stream) _mm_sfence();
+#endif
+}
+
+/* Per element kind K: s0[c] += the float32 tile sums acc (hd_bnl_sum), those of the
+ * channels where they are not finite taken again in float64 over the tile; and y of the
+ * channels whose factor a64[c] overflows float32 (hd_bn_overflows), in float64, over the
+ * pixels [r0, r1) of a job (after the float32 pass wrote them). */
+#define HD_BN_LAST_SLOW(K)                                                                 \
+    HD_INLINE void hd_bnl_sum_flush_##K(const HD_TYPE_##K* x, ptrdiff_t xp, ptrdiff_t P,   \
+                                        const float* m, ptrdiff_t C, int square,           \
+                                        float* acc, double* s0) {                          \
+        ptrdiff_t c;                                                                       \
+        if (hd_bnl_nonfinite(acc, C))                                                      \
+            for (c = 0; c < C; c++)                                                        \
+                if (!hd_bn_finite(acc[c])) {                                               \
+                    s0[c] += hd_bn_sum64_##K(x + c, xp, P, m[c], square);                  \
+                    acc[c] = 0.0f;                                                         \
+                }                                                                          \
+        for (c = 0; c < C; c++) s0[c] += acc[c];                                           \
+    }                                                                                      \
+    HD_BN_UNUSED static void hd_bnl_fix_##K(const hd_bn_job* j, ptrdiff_t xp, ptrdiff_t yp, \
+                                            ptrdiff_t r0, ptrdiff_t r1, const float* m,    \
+                                            const double* a64) {                           \
+        const HD_TYPE_##K* x = (const HD_TYPE_##K*)j->x;                                   \
+        HD_TYPE_##K* y = (HD_TYPE_##K*)j->y;                                               \
+        const ptrdiff_t S = j->S;                                                          \
+        ptrdiff_t c;                                                                       \
+        hd_bnl_fence();                                                                    \
+        for (c = 0; c < j->C; c++)                                                         \
+            if (hd_bn_overflows(a64[c]))                                                   \
+                HD_BN_LAST_FOR_TILES(r0, r1, S, n, s, P)                                   \
+                    hd_bn_affine64_##K(x + n * j->xn + s * xp + c, xp,                     \
+                                       y + n * j->yn + s * yp + c, yp, P, m[c], a64[c],    \
+                                       j->bias[c], j->act, j->lo, j->hi);                  \
+    }
 
 /* Tile functions: P pixels (<= HD_BN_FLUSH) at pixel strides xp, yp, gp, over C channels;
  * per-channel vectors are float32 of >= C values (m: the mean subtracted; a: the factor;
@@ -66,6 +119,7 @@ static __thread int hd_bnl_group = 4;
     ATTR HD_BN_UNUSED static void hd_bnl_sum_##K##_##ISA(                                  \
         const HD_TYPE_##K* x, ptrdiff_t xp, ptrdiff_t P, const float* m, ptrdiff_t C,      \
         int square, float* acc0, float* acc1, double* s0) {                                \
+        const HD_TYPE_##K* x0 = x;                                                         \
         ptrdiff_t p, c;                                                                    \
         (void)acc1;                                                                        \
         for (c = 0; c < C; c++) acc0[c] = 0.0f;                                            \
@@ -77,7 +131,7 @@ static __thread int hd_bnl_group = 4;
                 }                                                                          \
             else                                                                           \
                 for (c = 0; c < C; c++) acc0[c] += HD_LOAD_##K(x[c]);                      \
-        for (c = 0; c < C; c++) s0[c] += acc0[c];                                          \
+        hd_bnl_sum_flush_##K(x0, xp, P, m, C, square, acc0, s0);                           \
     }                                                                                      \
     ATTR HD_BN_UNUSED static void hd_bnl_affine_##K##_##ISA(                               \
         const HD_TYPE_##K* x, ptrdiff_t xp, HD_TYPE_##K* y, ptrdiff_t yp, ptrdiff_t P,     \
@@ -99,6 +153,8 @@ static __thread int hd_bnl_group = 4;
         float lo, float hi, float* HD_BNL_RESTRICT acc0, float* HD_BNL_RESTRICT acc1,      \
         double* s0, double* s1) {                                                          \
         ptrdiff_t p, c;                                                                    \
+        const HD_TYPE_##K* x0 = x;                                                         \
+        const HD_TYPE_##K* dy0 = dy;                                                       \
         for (c = 0; c < C; c++) acc0[c] = acc1[c] = 0.0f;                                  \
         for (p = 0; p < P; p++, x += xp, dy += gp)                                         \
             if (act)                                                                       \
@@ -116,6 +172,16 @@ static __thread int hd_bnl_group = 4;
                     float g = HD_LOAD_##K(dy[c]);                                          \
                     acc0[c] += g;                                                          \
                     acc1[c] += g * d;                                                      \
+                }                                                                          \
+        if (hd_bnl_nonfinite(acc0, C) || hd_bnl_nonfinite(acc1, C))                        \
+            for (c = 0; c < C; c++)                                                        \
+                if (!(hd_bn_finite(acc0[c]) && hd_bn_finite(acc1[c]))) {                   \
+                    double u0, u1;                                                         \
+                    hd_bn_bsum64_##K##_##ISA(x0 + c, xp, dy0 + c, gp, P, m[c], a[c], b[c], \
+                                             act, lo, hi, &u0, &u1);                       \
+                    s0[c] += u0;                                                           \
+                    s1[c] += u1;                                                           \
+                    acc0[c] = acc1[c] = 0.0f;                                              \
                 }                                                                          \
         for (c = 0; c < C; c++) {                                                          \
             s0[c] += acc0[c];                                                              \
@@ -169,7 +235,8 @@ static inline ptrdiff_t hd_bnl_tile(ptrdiff_t r, ptrdiff_t r1, ptrdiff_t S) {
         char* blk = L->scratch + (size_t)(me ? ithr : 0) * HD_BN_LAST_BLOCK(Cp);           \
         double* d0 = (double*)blk;               /* per-thread float64 sums */             \
         double* d1 = d0 + Cp;                                                              \
-        float* f0 = (float*)(d1 + Cp);           /* float32 sums of a tile (portable) */   \
+        double* a64 = d1 + Cp;                   /* the factor a in float64 (forward) */   \
+        float* f0 = (float*)(a64 + Cp);          /* float32 sums of a tile (portable) */   \
         float* f1 = f0 + Cp;                                                               \
         float* fm = f1 + Cp;                     /* training: the mean subtracted */       \
         float* fa = fm + Cp;                     /* the factor a; backward: k1 */          \
@@ -180,14 +247,20 @@ static inline ptrdiff_t hd_bnl_tile(ptrdiff_t r, ptrdiff_t r1, ptrdiff_t S) {
         const HD_TYPE_##K* dy = (const HD_TYPE_##K*)j->dy;                                 \
         ptrdiff_t c, u;                                                                    \
         if (j->op == HD_BN_INFERENCE) {                                                    \
+            int big = 0;                                                                   \
             if (!me) return;                                                               \
-            for (c = 0; c < C; c++)                                                        \
-                fa[c] = (float)(j->scale[c] / sqrt((double)j->var[c] + j->eps));           \
+            for (c = 0; c < C; c++) {                                                      \
+                a64[c] = j->scale[c] / sqrt((double)j->var[c] + j->eps);                   \
+                fa[c] = (float)a64[c];                                                     \
+                big |= hd_bn_overflows(a64[c]);                                            \
+            }                                                                              \
             HD_BN_LAST_FOR_TILES(r0, r1, S, n, s, P)                                       \
                 hd_bnl_affine_##KS(x + n * j->xn + s * xp, xp, y + n * j->yn + s * yp, yp, \
                                    P, j->mean, fa, j->bias, C, j->act, j->lo, j->hi);      \
+            if (big) hd_bnl_fix_##K(j, xp, yp, r0, r1, j->mean, a64);                      \
         } else if (j->op == HD_BN_TRAINING) {                                              \
             double mean, var;                                                              \
+            int big = 0;                                                                   \
             if (me) {                                                                      \
                 for (c = 0; c < Cp; c++) d0[c] = d1[c] = 0.0, fm[c] = 0.0f;                \
                 HD_BN_LAST_FOR_TILES(r0, r1, S, n, s, P)                                   \
@@ -217,15 +290,22 @@ static inline ptrdiff_t hd_bnl_tile(ptrdiff_t r, ptrdiff_t r1, ptrdiff_t S) {
                 /* deviations were taken from fm[c], as in the channels-first rows */      \
                 var = q / M - (mean - (double)fm[c]) * (mean - (double)fm[c]);             \
                 var = var < 0.0 ? 0.0 : var;                                               \
-                fa[c] = (float)(j->scale[c] / sqrt(var + j->eps));                         \
+                /* y from the float64 variance, as in the channels-first rows */           \
+                a64[c] = j->scale[c] / sqrt(var + j->eps);                                 \
+                fa[c] = (float)a64[c];                                                     \
+                big |= hd_bn_overflows(a64[c]);                                            \
                 if (ithr == 0) {                                                           \
                     j->mean_out[c] = fm[c];                                                \
-                    j->var_out[c] = (float)var;                                            \
+                    if (j->var_out64)                                                      \
+                        j->var_out64[c] = var;                                             \
+                    else                                                                   \
+                        j->var_out[c] = (float)var;                                        \
                 }                                                                          \
             }                                                                              \
             HD_BN_LAST_FOR_TILES(r0, r1, S, n, s, P)                                       \
                 hd_bnl_affine_##KS(x + n * j->xn + s * xp, xp, y + n * j->yn + s * yp, yp, \
                                    P, fm, fa, j->bias, C, j->act, j->lo, j->hi);           \
+            if (big) hd_bnl_fix_##K(j, xp, yp, r0, r1, fm, a64);                           \
         } else {                                                                           \
             const float* b = j->act ? j->bias : k3;                                        \
             if (me) {                                                                      \
@@ -274,6 +354,10 @@ static inline ptrdiff_t hd_bnl_tile(ptrdiff_t r, ptrdiff_t r1, ptrdiff_t S) {
     static const hd_bnl_team_fn_##ISA hd_bnl_teams_##ISA[3] = {                            \
         hd_bnl_team_f32_##ISA, hd_bnl_team_bf16_##ISA, hd_bnl_team_f16_##ISA};
 
+HD_BN_LAST_SLOW(f32)
+HD_BN_LAST_SLOW(bf16)
+HD_BN_LAST_SLOW(f16)
+
 HD_BN_LAST_ISA(base, )
 #if HD_RELU_X86
 HD_BN_LAST_ISA(avx512, HD_AVX512)
@@ -286,6 +370,10 @@ HD_BN_LAST_ISA(avx512, HD_AVX512)
  * time). Masked-off lanes load as zero and are neither stored nor added. */
 HD_AVX512V static inline __mmask16 hd_bnl_mask(ptrdiff_t left) {
     return left <= 0 ? (__mmask16)0 : hd_bn_tail(left);
+}
+/* the lanes of v that are not finite: v - v is NaN there, +0 elsewhere */
+HD_AVX512V static inline __mmask16 hd_bnl_vbad(__m512 v) {
+    return _mm512_cmp_ps_mask(_mm512_sub_ps(v, v), _mm512_setzero_ps(), _CMP_NEQ_UQ);
 }
 #define HD_BNL_U 4
 /* The code after it for one block of C <= 64 channels (cb = 0), k the lanes of its four
@@ -316,12 +404,29 @@ HD_AVX512V static inline __mmask16 hd_bnl_mask(ptrdiff_t left) {
             _mm512_storeu_pd(s_ + 8, _mm512_add_pd(_mm512_loadu_pd(s_ + 8),                \
                 _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v[u]), 1))))); \
         }
-/* RELU_BWD of g under the forward yb = d * a + b (as in hd_bn_bsum) */
+/* The lanes of the float32 sums v[u] (lanes k[u]) that are not finite, for each of
+ * them __VA_ARGS__ with ch its channel (which takes the channel's sums again in float64),
+ * then the lane set to 0, so that HD_BNL_ADD64 adds nothing there. One test a vector. */
+#define HD_BNL_SLOW_LANES(v, w, k, ...)                                                    \
+    for (u = 0; u < HD_BNL_U; u++) {                                                       \
+        const __mmask16 bad_ = (hd_bnl_vbad(v[u]) | hd_bnl_vbad(w[u])) & k[u];             \
+        if (bad_) {                                                                        \
+            int l_;                                                                        \
+            for (l_ = 0; l_ < 16; l_++)                                                    \
+                if (bad_ >> l_ & 1) {                                                      \
+                    const ptrdiff_t ch = cb + 16 * u + l_;                                 \
+                    __VA_ARGS__                                                            \
+                }                                                                          \
+            v[u] = _mm512_mask_mov_ps(v[u], bad_, _mm512_setzero_ps());                    \
+            w[u] = _mm512_mask_mov_ps(w[u], bad_, _mm512_setzero_ps());                    \
+        }                                                                                  \
+    }
+/* RELU_BWD of g under the forward yb = d * a + b (as hd_bn_drelu: lo < yb <= hi) */
 #define HD_BNL_VMASK(g, d, a, b)                                                           \
     do {                                                                                   \
         __m512 yb_ = _mm512_fmadd_ps(d, a, b);                                             \
         __mmask16 in_ = _mm512_cmp_ps_mask(yb_, vlo, _CMP_GT_OQ)                           \
-                        & _mm512_cmp_ps_mask(yb_, vhi, _CMP_LT_OQ);                        \
+                        & _mm512_cmp_ps_mask(yb_, vhi, _CMP_LE_OQ);                        \
         g = _mm512_maskz_mov_ps(in_, g);                                                   \
         g = _mm512_mask_mov_ps(g, _mm512_cmp_ps_mask(yb_, yb_, _CMP_UNORD_Q), yb_);        \
     } while (0)
@@ -418,7 +523,7 @@ HD_AVX512BF16 static inline void hd_bnl_st2_bf16(uint16_t* p, __mmask16 k0, __mm
                 _mm512_mask_storeu_ps(acc0 + c, ka, a0);                                   \
                 _mm512_mask_storeu_ps(acc0 + c + 16, kb, a1);                              \
             })                                                                             \
-            for (p = 0; p < C; p++) s0[p] += acc0[p];                                      \
+            hd_bnl_sum_flush_##K(x, xp, P, m, C, square, acc0, s0);                        \
             return;                                                                        \
         }                                                                                  \
         HD_BNL_BLOCK(C, {  /* C <= 64: one block, its operands in registers */             \
@@ -436,6 +541,9 @@ HD_AVX512BF16 static inline void hd_bnl_st2_bf16(uint16_t* p, __mmask16 k0, __mm
                 for (p = 0; p < P; p++, xr += xp)                                          \
                     for (u = 0; u < HD_BNL_U; u++)                                         \
                         s[u] = _mm512_add_ps(s[u], hd_bn_ld_##K(xr + 16 * u, k[u]));       \
+            HD_BNL_SLOW_LANES(s, s, k, {                                                   \
+                s0[ch] += hd_bn_sum64_##K(x + ch, xp, P, m[ch], square);                   \
+            });                                                                            \
             HD_BNL_ADD64(s0, s, k);                                                        \
         });                                                                                \
     }                                                                                      \
@@ -504,6 +612,16 @@ HD_AVX512BF16 static inline void hd_bnl_st2_bf16(uint16_t* p, __mmask16 k0, __mm
                 _mm512_mask_storeu_ps(acc1 + c, ka, e0);                                   \
                 _mm512_mask_storeu_ps(acc1 + c + 16, kb, e1);                              \
             })                                                                             \
+            if (hd_bnl_nonfinite(acc0, C) || hd_bnl_nonfinite(acc1, C))                    \
+                for (p = 0; p < C; p++)                                                    \
+                    if (!(hd_bn_finite(acc0[p]) && hd_bn_finite(acc1[p]))) {               \
+                        double u0, u1;                                                     \
+                        hd_bn_bsum64_##K##_avx512v(x + p, xp, dy + p, gp, P, m[p], a[p],   \
+                                                   b[p], act, lo, hi, &u0, &u1);           \
+                        s0[p] += u0;                                                       \
+                        s1[p] += u1;                                                       \
+                        acc0[p] = acc1[p] = 0.0f;                                          \
+                    }                                                                      \
             for (p = 0; p < C; p++) {                                                      \
                 s0[p] += acc0[p];                                                          \
                 s1[p] += acc1[p];                                                          \
@@ -526,6 +644,13 @@ HD_AVX512BF16 static inline void hd_bnl_st2_bf16(uint16_t* p, __mmask16 k0, __mm
                     sg[u] = _mm512_add_ps(sg[u], g);                                       \
                     sd[u] = _mm512_fmadd_ps(g, d, sd[u]);                                  \
                 }                                                                          \
+            HD_BNL_SLOW_LANES(sg, sd, k, {                                                 \
+                double u0, u1;                                                             \
+                hd_bn_bsum64_##K##_avx512v(x + ch, xp, dy + ch, gp, P, m[ch], a[ch], b[ch], \
+                                           act, lo, hi, &u0, &u1);                         \
+                s0[ch] += u0;                                                              \
+                s1[ch] += u1;                                                              \
+            });                                                                            \
             HD_BNL_ADD64(s0, sg, k);                                                       \
             HD_BNL_ADD64(s1, sd, k);                                                       \
         });                                                                                \

@@ -15,6 +15,15 @@
  * baseline ISA and for AVX-512 (chosen at run time by hd_relu_rows); the sums keep 32
  * float32 lanes (two 512-bit accumulators) so that the reduction vectorises without
  * reassociating anything the compiler may not.
+ *
+ * Finite data the float32 lanes cannot hold: a run's float32 sums (sum x, sum (x - m)^2;
+ * backward sum g, sum g (x - m)) that come out non-finite are taken again in float64
+ * (hd_bn_sum64_*, hd_bn_bsum64_*: one test per run of at most HD_BN_CHUNK elements, a
+ * slow path only there), so that |x - mean| up to FLT_MAX (squares to 1e77) and sums of
+ * values near FLT_MAX give the float64 statistics; a channel whose factor scale /
+ * sqrt(variance + epsilon) overflows float32 (a variance + epsilon below (scale /
+ * FLT_MAX)^2) has its y taken in float64 (hd_bn_affine64_*). Non-finite data take the
+ * slow path too and give the same non-finite results.
  */
 #ifndef HD_BN_ROWS_H
 #define HD_BN_ROWS_H
@@ -35,12 +44,56 @@
 
 enum { HD_BN_TRAINING = 0, HD_BN_INFERENCE = 1, HD_BN_BACKWARD = 2 };
 
-/* RELU_BWD of g under the forward value yb: g where lo < yb < hi, NaN where yb is NaN (as
- * the float64 reference), else 0; selects, so that the loops around it vectorise. */
+/* RELU_BWD of g under the forward value yb: g where lo < yb <= hi, NaN where yb is NaN
+ * (as the float64 reference), else 0; selects, so that the loops around it vectorise. hi
+ * is the backward job's inclusive top (hd_bn_job.hi): the float32 below the upper clip,
+ * so that yb < upper strictly and yb = +inf (>= any clip) gives 0; +inf without an upper
+ * clip, so that yb = +inf passes (relu(+inf) = +inf with slope 1: PyTorch's relu
+ * backward and cuDNN pass dy there). */
 HD_INLINE float hd_bn_drelu(float g, float yb, float lo, float hi) {
-    g = (yb > lo && yb < hi) ? g : 0.0f;
+    g = (yb > lo && yb <= hi) ? g : 0.0f;
     return (yb != yb) ? yb : g;
 }
+
+/* Whether v is finite (neither infinite nor NaN). */
+HD_INLINE int hd_bn_finite(double v) { return v - v == 0.0; }
+
+/* Whether a finite v rounds to an infinity in float32 (|v| >= FLT_MAX + half an ulp). */
+HD_INLINE int hd_bn_overflows(double v) {
+    const float f = (float)v;
+    return hd_bn_finite(v) && f - f != 0.0f;
+}
+
+/* The slow paths of one element kind K, in float64 (see the top of this file), on n
+ * elements at element strides xs (ys, gs): a channels-first row (stride 1) or one
+ * channel of channels-last pixels (the pixel stride).
+ *   sum64:    sum x, or with square sum (x - m)^2 (the terms in float64)
+ *   affine64: y = (x - m) * a + b in float64, rounded to float32, clamped as hd_clamp
+ *             where act, then to the element kind */
+#define HD_BN_SLOW_KIND(K)                                                                 \
+    HD_BN_UNUSED static double hd_bn_sum64_##K(const HD_TYPE_##K* x, ptrdiff_t xs,        \
+                                               ptrdiff_t n, double m, int square) {        \
+        double s = 0.0;                                                                    \
+        ptrdiff_t i;                                                                       \
+        for (i = 0; i < n; i++) {                                                          \
+            const double v = (double)HD_LOAD_##K(x[i * xs]);                               \
+            s += square ? (v - m) * (v - m) : v;                                           \
+        }                                                                                  \
+        return s;                                                                          \
+    }                                                                                      \
+    HD_BN_UNUSED static void hd_bn_affine64_##K(const HD_TYPE_##K* x, ptrdiff_t xs,        \
+                                                HD_TYPE_##K* y, ptrdiff_t ys, ptrdiff_t n, \
+                                                double m, double a, double b, int act,     \
+                                                float lo, float hi) {                      \
+        ptrdiff_t i;                                                                       \
+        for (i = 0; i < n; i++) {                                                          \
+            const float v = (float)(((double)HD_LOAD_##K(x[i * xs]) - m) * a + b);         \
+            y[i * ys] = HD_STORE_##K(act ? hd_clamp(v, lo, hi) : v);                       \
+        }                                                                                  \
+    }
+HD_BN_SLOW_KIND(f32)
+HD_BN_SLOW_KIND(bf16)
+HD_BN_SLOW_KIND(f16)
 
 typedef struct {
     int op;                        /* HD_BN_TRAINING / _INFERENCE / _BACKWARD */
@@ -60,12 +113,14 @@ typedef struct {
     const float* var;              /* inference: the running variance */
     const float* inv;              /* backward: the given inv_variance */
     float* mean_out;               /* training: the batch mean */
-    float* var_out;                /* training: the biased batch variance */
+    float* var_out;                /* training: the biased batch variance (float32) */
+    double* var_out64;             /* training: it in float64, where given (var_out unused) */
     float* dscale;                 /* backward */
     float* dbias;                  /* backward */
     double eps;                    /* training, inference */
     int act;                       /* forward: clamp y to [lo, hi]; backward: RELU_BWD mask */
-    float lo, hi;
+    float lo, hi;                  /* backward: dy passes where lo < yb <= hi (hd_bn_drelu):
+                                      hi the float32 below the upper clip, or +inf */
     int stream;                    /* y's (dx's) 64-byte-aligned full vectors stored
                                       non-temporally (hd_bn_stream); the caller sets it
                                       only where y is too large for the caches */
@@ -106,7 +161,7 @@ static __thread int hd_bn_stream = 0;
             for (; i < S; i++) s += HD_LOAD_##K(x[i]);                                     \
         }                                                                                  \
         for (j = 0; j < HD_BN_LANES; j++) s += acc[j];                                     \
-        return s;                                                                          \
+        return hd_bn_finite(s) ? s : hd_bn_sum64_##K(x, 1, S, m, square);                  \
     }                                                                                      \
     /* y = clamp((x - m) * a + b) where act, else (x - m) * a + b */                        \
     ATTR HD_BN_UNUSED static void hd_bn_affine_##K##_##ISA(const HD_TYPE_##K* x, HD_TYPE_##K* y,        \
@@ -119,8 +174,30 @@ static __thread int hd_bn_stream = 0;
         else                                                                               \
             for (i = 0; i < S; i++) y[i] = HD_STORE_##K((HD_LOAD_##K(x[i]) - m) * a + b);  \
     }                                                                                      \
+    /* The sums of hd_bn_bsum in float64 (*sg, *sgd set): n elements at strides xs, gs;  \
+     * the mask as the float32 rows of this build take it (the same expression) */        \
+    ATTR HD_BN_UNUSED static void hd_bn_bsum64_##K##_##ISA(                                \
+        const HD_TYPE_##K* x, ptrdiff_t xs, const HD_TYPE_##K* dy, ptrdiff_t gs,           \
+        ptrdiff_t n, float m, float a, float b, int act, float lo, float hi, double* sg,   \
+        double* sgd) {                                                                     \
+        double s1 = 0.0, s2 = 0.0;                                                         \
+        ptrdiff_t i;                                                                       \
+        for (i = 0; i < n; i++) {                                                          \
+            const float xv = HD_LOAD_##K(x[i * xs]);                                       \
+            const float d = xv - m;                                                        \
+            float g = HD_LOAD_##K(dy[i * gs]);                                             \
+            if (act) {                                                                     \
+                float yb = d * a + b;                                                      \
+                g = hd_bn_drelu(g, yb, lo, hi);                                            \
+            }                                                                              \
+            s1 += g;                                                                       \
+            s2 += (double)g * ((double)xv - (double)m);                                    \
+        }                                                                                  \
+        *sg = s1;                                                                          \
+        *sgd = s2;                                                                         \
+    }                                                                                      \
     /* sg += sum(g), sgd += sum(g * (x - m)); g = dy, or RELU_BWD(dy) of the forward        \
-     * yb = (x - m) * a + b where act: dy where lo < yb < hi, NaN where yb is, else 0 */   \
+     * yb = (x - m) * a + b where act: dy where lo < yb <= hi, NaN where yb is, else 0 */  \
     ATTR HD_BN_UNUSED static void hd_bn_bsum_##K##_##ISA(const HD_TYPE_##K* x, const HD_TYPE_##K* dy,   \
                                             ptrdiff_t S, float m, float a, float b,        \
                                             int act, float lo, float hi, double* sg,       \
@@ -154,6 +231,8 @@ static __thread int hd_bn_stream = 0;
             s1 += ag[j];                                                                   \
             s2 += agd[j];                                                                  \
         }                                                                                  \
+        if (!(hd_bn_finite(s1) && hd_bn_finite(s2)))                                       \
+            hd_bn_bsum64_##K##_##ISA(x, 1, dy, 1, S, m, a, b, act, lo, hi, &s1, &s2);      \
         *sg += s1;                                                                         \
         *sgd += s2;                                                                        \
     }                                                                                      \
@@ -235,17 +314,31 @@ static inline int hd_bn_prefetches(const hd_bn_job* j, ptrdiff_t itemsize) {
             var = q / M - (mean - (double)mf) * (mean - (double)mf);                       \
             var = var < 0.0 ? 0.0 : var;                                                   \
             j->mean_out[c] = mf;                                                           \
-            j->var_out[c] = (float)var;                                                    \
-            {                                                                              \
-                float a = (float)(j->scale[c] / sqrt(var + j->eps)), b = j->bias[c];       \
+            if (j->var_out64)                                                              \
+                j->var_out64[c] = var;                                                     \
+            else                                                                           \
+                j->var_out[c] = (float)var;   /* +inf above FLT_MAX (correctly rounded) */ \
+            {   /* y from the float64 variance (a of a variance beyond float32: finite) */  \
+                const double a64 = j->scale[c] / sqrt(var + j->eps);                       \
+                const float a = (float)a64, b = j->bias[c];                                \
                 for (n = 0; n < N; n++)                                                    \
-                    AFFINE(x + n * j->xn, y + n * j->yn, S, mf, a, b, j->act, j->lo, j->hi); \
+                    if (hd_bn_overflows(a64))                                              \
+                        hd_bn_affine64_##K(x + n * j->xn, 1, y + n * j->yn, 1, S, mf, a64, b, \
+                                           j->act, j->lo, j->hi);                          \
+                    else                                                                   \
+                        AFFINE(x + n * j->xn, y + n * j->yn, S, mf, a, b, j->act, j->lo,   \
+                               j->hi);                                                     \
             }                                                                              \
         } else if (j->op == HD_BN_INFERENCE) {                                             \
-            float a = (float)(j->scale[c] / sqrt((double)j->var[c] + j->eps));             \
+            const double a64 = j->scale[c] / sqrt((double)j->var[c] + j->eps);             \
+            const float a = (float)a64;                                                    \
             for (n = n0; n < n1; n++)                                                      \
-                AFFINE(x + n * j->xn, y + n * j->yn, S, j->mean[c], a, j->bias[c], j->act, \
-                       j->lo, j->hi);                                                      \
+                if (hd_bn_overflows(a64))                                                  \
+                    hd_bn_affine64_##K(x + n * j->xn, 1, y + n * j->yn, 1, S, j->mean[c],  \
+                                       a64, j->bias[c], j->act, j->lo, j->hi);             \
+                else                                                                       \
+                    AFFINE(x + n * j->xn, y + n * j->yn, S, j->mean[c], a, j->bias[c],     \
+                           j->act, j->lo, j->hi);                                          \
         } else {                                                                           \
             const HD_TYPE_##K* dy = (const HD_TYPE_##K*)j->dy + c * j->gc;                 \
             const float m = j->mean[c];                                                    \
@@ -374,12 +467,13 @@ HD_AVX512V static inline __m512 hd_bn_affv(__m512 x, __m512 m, __m512 a, __m512 
     }
     return v;
 }
-/* RELU_BWD of g under the forward yb = d * a + b (as in hd_bn_bsum), lanes k only */
+/* RELU_BWD of g under the forward yb = d * a + b (as hd_bn_drelu: lo < yb <= hi), lanes k
+ * only */
 #define HD_BN_VMASK(g, d, k)                                                               \
     do {                                                                                   \
         __m512 yb_ = _mm512_fmadd_ps(d, va, vb);                                           \
         __mmask16 in_ = _mm512_cmp_ps_mask(yb_, vlo, _CMP_GT_OQ)                           \
-                        & _mm512_cmp_ps_mask(yb_, vhi, _CMP_LT_OQ);                        \
+                        & _mm512_cmp_ps_mask(yb_, vhi, _CMP_LE_OQ);                        \
         g = _mm512_maskz_mov_ps(in_, g);                                                   \
         g = _mm512_mask_mov_ps(g, _mm512_cmp_ps_mask(yb_, yb_, _CMP_UNORD_Q) & (k), yb_);   \
     } while (0)
@@ -409,7 +503,28 @@ HD_AVX512V static inline __m512 hd_bn_affv(__m512 x, __m512 m, __m512 a, __m512 
             }                                                                              \
             for (; i < S; i += 16) a0 = _mm512_add_ps(a0, hd_bn_ld_##K(x + i, hd_bn_tail(S - i))); \
         }                                                                                  \
-        return hd_bn_hsum(a0, a1);                                                         \
+        {                                                                                  \
+            const double s = hd_bn_hsum(a0, a1);                                           \
+            return hd_bn_finite(s) ? s : hd_bn_sum64_##K(x, 1, S, m, square);              \
+        }                                                                                  \
+    }                                                                                      \
+    /* hd_bn_bsum64 of the intrinsic rows: their mask's forward value is one FMA */        \
+    ATTR static void hd_bn_bsum64_##K##_avx512v(                                           \
+        const HD_TYPE_##K* x, ptrdiff_t xs, const HD_TYPE_##K* dy, ptrdiff_t gs,           \
+        ptrdiff_t n, float m, float a, float b, int act, float lo, float hi, double* sg,   \
+        double* sgd) {                                                                     \
+        double s1 = 0.0, s2 = 0.0;                                                         \
+        ptrdiff_t i;                                                                       \
+        for (i = 0; i < n; i++) {                                                          \
+            const float xv = HD_LOAD_##K(x[i * xs]);                                       \
+            const float d = xv - m;                                                        \
+            float g = HD_LOAD_##K(dy[i * gs]);                                             \
+            if (act) g = hd_bn_drelu(g, fmaf(d, a, b), lo, hi);                            \
+            s1 += g;                                                                       \
+            s2 += (double)g * ((double)xv - (double)m);                                    \
+        }                                                                                  \
+        *sg = s1;                                                                          \
+        *sgd = s2;                                                                         \
     }                                                                                      \
     /* act as a constant in each copy of the row (hd_bn_affine_*_avx512v picks one) */     \
     ATTR static inline __attribute__((always_inline)) void hd_bn_affine_##K##_avx512i(     \
@@ -470,8 +585,13 @@ HD_AVX512V static inline __m512 hd_bn_affv(__m512 x, __m512 m, __m512 a, __m512 
                 p0 = _mm512_fmadd_ps(g, d, p0);                                            \
             }                                                                              \
         }                                                                                  \
-        *sg += hd_bn_hsum(g0, g1);                                                         \
-        *sgd += hd_bn_hsum(p0, p1);                                                        \
+        {                                                                                  \
+            double s1 = hd_bn_hsum(g0, g1), s2 = hd_bn_hsum(p0, p1);                       \
+            if (!(hd_bn_finite(s1) && hd_bn_finite(s2)))                                   \
+                hd_bn_bsum64_##K##_avx512v(x, 1, dy, 1, S, m, a, b, act, lo, hi, &s1, &s2); \
+            *sg += s1;                                                                     \
+            *sgd += s2;                                                                    \
+        }                                                                                  \
     }                                                                                      \
     ATTR static void hd_bn_dx_##K##_avx512v(const HD_TYPE_##K* x, const HD_TYPE_##K* dy,   \
                                             HD_TYPE_##K* dx, ptrdiff_t S, float m, float a, \

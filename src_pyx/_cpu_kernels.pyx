@@ -34,7 +34,7 @@ arithmetic rounded once to float32, one loop over C instead of a dozen NumPy cal
 Errors: shapes are checked by the Python layer; these functions raise only ``ValueError``
 for a mismatch they detect themselves.
 """
-from libc.math cimport INFINITY, sqrt
+from libc.math cimport INFINITY, nextafterf, sqrt
 from libc.stdint cimport int16_t, int32_t, uint16_t, uint32_t
 from cython cimport floating
 cimport numpy as cnp
@@ -85,10 +85,12 @@ cdef inline double _act(double v, double lower, double upper) noexcept nogil:
 
 
 cdef inline double _dact(double y, double dy, double lower, double upper) noexcept nogil:
-    """RELU_BWD: dy where lower < y < upper, 0 elsewhere; a NaN forward value gives NaN."""
+    """RELU_BWD: dy where lower < y < upper, 0 elsewhere; a NaN forward value gives NaN.
+    ``upper`` +inf is no upper clip: dy where lower < y, y = +inf included (relu(+inf) =
+    +inf with slope 1)."""
     if y != y:
         return y
-    if lower < y and y < upper:
+    if lower < y and (y < upper or upper == INFINITY):
         return dy
     return 0.0
 
@@ -212,7 +214,8 @@ def bias_act(const floating[:, :, :] x, floating[:, :, :] y, const double[::1] b
 
 def relu_backward(const floating[:, :, :] y, const floating[:, :, :] dy, floating[:, :, :] dx,
                   double lower, double upper):
-    """dx = dy where lower < y < upper, else 0; NaN in y gives NaN (RELU_BWD)."""
+    """dx = dy where lower < y < upper, else 0; NaN in y gives NaN (RELU_BWD). ``upper``
+    +inf is no upper clip: dy where lower < y, y = +inf included."""
     cdef Py_ssize_t n_, c_, s_, N = y.shape[0], C = y.shape[1], S = y.shape[2]
     cdef bint cin = C > 1 and S > 1 and abs(y.strides[1]) < abs(y.strides[2])
     with nogil:
@@ -759,12 +762,21 @@ cdef inline bint _finite(double v) noexcept nogil:
     return v == v and v - v == 0.0
 
 
-def bn_training_statistics(const float[:] variance, double epsilon, float[:] inv_variance,
+cdef bint _is_f64(object v):
+    """Whether ``v`` is a float64 ndarray (a float64 batch variance: ``bn_rows``'
+    ``variance_out``, ``bn_training_statistics``' ``variance``)."""
+    return type(v) is cnp.ndarray and cnp.PyArray_TYPE(<cnp.ndarray>v) == cnp.NPY_FLOAT64
+
+
+def bn_training_statistics(variance, double epsilon, float[:] inv_variance,
                            const float[:] mean, double momentum, double unbias,
                            const float[:] prev_mean, float[:] next_mean,
                            const float[:] prev_variance, float[:] next_variance,
                            const float[:] scale, const float[:] bias):
-    """After a training batchnorm that wrote the biased ``variance``:
+    """After a training batchnorm that wrote the biased ``variance`` (a float32 vector, or
+    a float64 ndarray: ``bn_rows``' ``variance_out`` in float64, which keeps a variance
+    beyond FLT_MAX finite, so that inv_variance and the running variance are its
+    correctly rounded functions rather than those of +inf):
     ``inv_variance = 1 / sqrt(variance + epsilon)``,
     ``next_mean = (1 - momentum) * prev_mean + momentum * mean``,
     ``next_variance = (1 - momentum) * prev_variance + momentum * variance * unbias``
@@ -778,11 +790,20 @@ def bn_training_statistics(const float[:] variance, double epsilon, float[:] inv
         With ``scale`` and ``bias`` given: the number of channels whose mean, variance,
         scale or bias is not finite, else 0.
     """
-    cdef Py_ssize_t c, C = variance.shape[0]
+    cdef const float[:] v32 = None
+    cdef const double[:] v64 = None
+    cdef Py_ssize_t c, C
     cdef double v
     cdef int bad = 0
+    cdef bint wide = _is_f64(variance)
     cdef bint has_inv = inv_variance is not None, has_nm = next_mean is not None
     cdef bint has_nv = next_variance is not None, check = scale is not None and bias is not None
+    if wide:
+        v64 = variance
+        C = v64.shape[0]
+    else:
+        v32 = variance
+        C = v32.shape[0]
     if (_wrong_len(inv_variance, C) or _wrong_len(mean, C) or _wrong_len(next_mean, C)
             or _wrong_len(prev_mean, C) or _wrong_len(next_variance, C)
             or _wrong_len(prev_variance, C) or _wrong_len(scale, C) or _wrong_len(bias, C)
@@ -792,7 +813,7 @@ def bn_training_statistics(const float[:] variance, double epsilon, float[:] inv
                          "running statistic without its inputs")
     with nogil:
         for c in range(C):
-            v = variance[c]
+            v = v64[c] if wide else v32[c]
             if has_inv:
                 inv_variance[c] = <float>(1.0 / sqrt(v + epsilon))
             if has_nm:
@@ -855,6 +876,7 @@ cdef extern from "_bn_rows.h" nogil:
         const float* inv
         float* mean_out
         float* var_out
+        double* var_out64
         float* dscale
         float* dbias
         double eps
@@ -995,11 +1017,24 @@ cdef const float* _vec(object v, Py_ssize_t c, str role, bint out, list held) ex
     return &ro[0] if c else NULL
 
 
+cdef double* _vec64_out(cnp.ndarray a, Py_ssize_t c) except? NULL:
+    """The data of a float64 ``variance_out``: 1-D, contiguous, writable, native byte
+    order, ``c`` values (NULL where ``c`` is 0)."""
+    if not (cnp.PyArray_NDIM(a) == 1 and cnp.PyArray_IS_C_CONTIGUOUS(a)
+            and cnp.PyArray_ISNOTSWAPPED(a) and cnp.PyArray_ISWRITEABLE(a)):
+        raise ValueError("bn_rows: variance_out is not a contiguous float64 vector that can "
+                         "be written")
+    if cnp.PyArray_DIM(a, 0) != c:
+        raise ValueError(f"bn_rows: variance_out has {cnp.PyArray_DIM(a, 0)} values; {c} "
+                         "channels")
+    return <double*>cnp.PyArray_DATA(a) if c else NULL
+
+
 def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=None,
             scale=None, bias=None, mean=None, variance=None, inv_variance=None,
             mean_out=None, variance_out=None, dscale=None, dbias=None,
             double epsilon=0.0, bint act=False, double lower=0.0, double upper=INFINITY,
-            bint baseline=False, stream=None):
+            bint baseline=False, stream=None, isa=None):
     """Batchnorm on channels-first or channels-last activations on oneDNN's OpenMP team
     (``runtime._onednn.run_on_team``), C rows of ``_bn_rows.h`` (channels-first: every
     pass of a channel on one thread) and ``_bn_last.h`` (channels-last: the pixels split
@@ -1021,16 +1056,26 @@ def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=No
         Training: scale, bias. Inference: scale, bias, mean, variance. Backward: scale,
         mean, inv_variance (and bias with ``act``: the forward whose ReLU is undone).
     mean_out, variance_out : float32 vectors, written (training)
-        The batch mean and the biased batch variance.
+        The batch mean and the biased batch variance. ``variance_out`` may be a float64
+        ndarray (1-D, contiguous): then the variance is stored in float64, where float32
+        would round a variance beyond FLT_MAX (|x - mean| beyond 1.8e19) to +inf, so
+        that ``bn_training_statistics`` takes inv_variance and the running variance
+        from its float64 value. y is computed from the float64 variance either way.
     dscale, dbias : float32 vectors, written (backward)
     epsilon : float
         Added to the variance (training, inference).
     act : bool
         Forward: y = clamp(y, lower, upper) + 0.0 (RELU_FWD: NaN kept, no -0.0).
         Backward: g = dy where lower < y_bn < upper, 0 elsewhere, NaN where y_bn is NaN
-        (RELU_BWD of ``y_bn = scale * (x - mean) * inv_variance + bias``).
+        (RELU_BWD of ``y_bn = scale * (x - mean) * inv_variance + bias``); ``upper``
+        +inf is no upper clip: there g = dy where lower < y_bn, +inf included.
     baseline : bool
         Run the rows built for the baseline ISA even where the AVX-512 ones run.
+    isa : str or None
+        The rows to run, a ``bn_rows_isa`` name: ``"baseline"`` (as ``baseline``),
+        ``"avx512_auto"`` (the compiler's AVX-512 build) or ``"avx512"`` (the
+        intrinsics); None (the default) runs those ``bn_rows_isa`` names. ValueError
+        where this CPU cannot run the one named (for tests of every build).
     stream : bool or None
         Store y's full vectors non-temporally (MOVNTPS; bfloat16 MOVNTDQ): None
         decides by size (y of at least ``_STREAM_BYTES``, 24 MiB); True insists, and raises
@@ -1055,6 +1100,12 @@ def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=No
     ``dx = scale * inv_variance / M * (M g - dbias - (x - mean) * inv_variance * dscale)``.
     Element arithmetic is float32 (y and dx rounded once to the element type).
     Channels-last sums are float32 per channel over at most 64 pixels, added in float64.
+    Finite data float32 cannot hold: a run's float32 sums that come out non-finite (sums
+    of squares of deviations beyond 1.8e19, sums of values near FLT_MAX, backward
+    products g * (x - mean) beyond FLT_MAX) are taken again in float64, and a channel
+    whose factor ``scale / sqrt(variance + epsilon)`` overflows float32 (an epsilon near
+    its bound on a constant channel) has its y computed in float64 (slow paths taken
+    only there, tested once per run or channel).
     """
     cdef hd_bn_last_job L
     cdef hd_bn_job* j = &L.j
@@ -1094,6 +1145,12 @@ def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=No
     j.N, j.C = x.shape[0], x.shape[1]
     j.S = x.size // (j.N * j.C) if j.N * j.C else 0
     j.op, j.kind, j.isa = op, kind, hd_bn_rows_isa(baseline)
+    if isa is not None:
+        builds = ("baseline", "avx512_auto", "avx512")
+        if isa not in builds or builds.index(isa) > hd_bn_rows_isa(0):
+            raise ValueError(f"bn_rows: isa {isa!r}; this CPU runs "
+                             f"{builds[:hd_bn_rows_isa(0) + 1]}")
+        j.isa = builds.index(isa)
     j.x, j.y = cnp.PyArray_DATA(x), cnp.PyArray_DATA(y)
     j.dy = cnp.PyArray_DATA(dy) if op == HD_BN_BACKWARD else NULL
     held = []     # the fallback vectors' buffers, acquired until the rows are done
@@ -1103,12 +1160,20 @@ def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=No
     j.var = _vec(variance, j.C, "variance", False, held)
     j.inv = _vec(inv_variance, j.C, "inv_variance", False, held)
     j.mean_out = <float*>_vec(mean_out, j.C, "mean_out", True, held)
-    j.var_out = <float*>_vec(variance_out, j.C, "variance_out", True, held)
+    if _is_f64(variance_out):
+        j.var_out64, j.var_out = _vec64_out(variance_out, j.C), NULL
+    else:
+        j.var_out64 = NULL
+        j.var_out = <float*>_vec(variance_out, j.C, "variance_out", True, held)
     j.dscale = <float*>_vec(dscale, j.C, "dscale", True, held)
     j.dbias = <float*>_vec(dbias, j.C, "dbias", True, held)
     j.eps, j.act = epsilon, act
     j.lo = _rounded(lower, kind) if op != HD_BN_BACKWARD else <float>lower
-    j.hi = _rounded(upper, kind) if op != HD_BN_BACKWARD else <float>upper
+    # backward: the inclusive top of RELU_BWD's mask (hd_bn_drelu: lo < y_bn <= hi), the
+    # float32 below the upper clip (y_bn < upper strictly, +inf dropped) or +inf where
+    # there is none (y_bn = +inf passes)
+    j.hi = (_rounded(upper, kind) if op != HD_BN_BACKWARD else
+            INFINITY if upper == INFINITY else nextafterf(<float>upper, -INFINITY))
     if op == HD_BN_TRAINING:
         need = {"scale": scale, "bias": bias, "mean_out": mean_out, "variance_out": variance_out}
     elif op == HD_BN_INFERENCE:

@@ -5,6 +5,8 @@ import dataclasses
 import math
 import operator
 
+import numpy as np
+
 from .._errors import GraphError
 from .._types import IO_DATA_TYPES, ConvolutionMode, DataType, PointwiseMode, as_data_type
 from . import _shapes
@@ -46,6 +48,26 @@ _STAT_SLOTS = frozenset({"scale", "bias", "mean", "inv_variance", "variance",
 
 _BINARY_MODES = frozenset({PointwiseMode.ADD, PointwiseMode.RELU_BWD})
 _RELU_MODES = frozenset({PointwiseMode.RELU_FWD, PointwiseMode.RELU_BWD})
+
+
+# The smallest batchnorm epsilon: inv_variance = 1/sqrt(variance + epsilon) is a FLOAT
+# output, and on a constant channel (variance 0) it is 1/sqrt(epsilon), a finite float32
+# only for epsilon >= 1/FLT_MAX**2 (about 8.64e-78; FLT_MAX**2 is exact in float64). Below
+# it inv_variance overflows and y = (x - mean) * inv_variance is 0 * inf = NaN.
+_FLT_MAX = float(np.finfo(np.float32).max)
+_MIN_BN_EPSILON = 1.0 / (_FLT_MAX * _FLT_MAX)
+
+
+def _check_epsilon(where: str, epsilon: float) -> None:
+    """A batchnorm epsilon (already a finite float, ``_scalar``): > 0 and at least
+    ``_MIN_BN_EPSILON``; GraphError naming the node, the parameter and the value."""
+    if epsilon <= 0:
+        raise GraphError(f"{where}: epsilon {epsilon} must be > 0 (e.g. 1e-5)")
+    if epsilon < _MIN_BN_EPSILON:
+        raise GraphError(f"{where}: epsilon {epsilon} is below {_MIN_BN_EPSILON:.6g} "
+                         "(1/FLT_MAX**2): inv_variance = 1/sqrt(variance + epsilon) is a "
+                         "FLOAT output and must be finite for a constant channel (variance "
+                         "0), where it is 1/sqrt(epsilon); use a larger epsilon (e.g. 1e-12)")
 
 
 def _where(kind: str, name: str) -> str:
@@ -615,7 +637,9 @@ class Graph:
         scale, bias : TensorAttributes
             FLOAT, dims (1, C, 1, 1[, 1]).
         epsilon : float
-            > 0 and finite; ``inv_variance = 1/sqrt(var + epsilon)``.
+            Finite and at least 1/FLT_MAX**2 (about 8.64e-78), so > 0;
+            ``inv_variance = 1/sqrt(var + epsilon)``, a finite FLOAT even for a constant
+            channel.
         momentum : float, optional
             In [0, 1]; required with running statistics.
         prev_running_mean, prev_running_variance : TensorAttributes, optional
@@ -634,10 +658,10 @@ class Graph:
         Raises
         ------
         GraphError
-            Shapes or types (not FLOAT) of scale/bias/statistics, epsilon <= 0 or not
-            finite, momentum outside [0, 1], N * spatial == 1, only one of the running
-            statistics, or running statistics without momentum (those two with code
-            ``ATTRIBUTE_NOT_SET``).
+            Shapes or types (not FLOAT) of scale/bias/statistics, epsilon <= 0, below
+            1/FLT_MAX**2 or not finite, momentum outside [0, 1], N * spatial == 1, only
+            one of the running statistics, or running statistics without momentum (those
+            two with code ``ATTRIBUTE_NOT_SET``).
 
         Notes
         -----
@@ -715,7 +739,7 @@ class Graph:
         mean, variance, scale, bias : TensorAttributes
             FLOAT, dims (1, C, 1, 1[, 1]).
         epsilon : float
-            > 0 and finite.
+            Finite and at least 1/FLT_MAX**2 (about 8.64e-78), so > 0.
         compute_data_type : DataType, optional
             Default the graph's.
         name : str, optional
@@ -730,7 +754,7 @@ class Graph:
         ------
         GraphError
             Shapes or types (not FLOAT) of the statistics, rank not 4 or 5, epsilon
-            <= 0 or not finite.
+            <= 0, below 1/FLT_MAX**2 or not finite.
         """
         kind = "batchnorm_inference_variance_ext"
         name = self._node_name(kind, name)
@@ -1235,8 +1259,7 @@ def _infer_batchnorm(node, fixed, where):
     if x.dims[0] * _shapes.spatial_volume(x.dims) == 1:
         raise GraphError(f"{where}: tensor {x.label} (x) dims {x.dims} give one value per "
                          "channel (N * spatial == 1); batchnorm training needs N * spatial > 1")
-    if a.epsilon <= 0:
-        raise GraphError(f"{where}: epsilon {a.epsilon} must be > 0 (e.g. 1e-5)")
+    _check_epsilon(where, a.epsilon)
     if a.momentum is not None and not 0.0 <= a.momentum <= 1.0:
         raise GraphError(f"{where}: momentum {a.momentum} is outside [0, 1]")
     if "prev_running_mean" in node.inputs and a.momentum is None:
@@ -1257,8 +1280,8 @@ def _infer_bn_inference(node, fixed, where):
         if slot != "x":
             _check_stat(where, slot, node.inputs[slot], x)
     a = node.attrs
-    if isinstance(a, BatchnormInferenceVarianceAttrs) and a.epsilon <= 0:
-        raise GraphError(f"{where}: epsilon {a.epsilon} must be > 0 (e.g. 1e-5)")
+    if isinstance(a, BatchnormInferenceVarianceAttrs):
+        _check_epsilon(where, a.epsilon)
     return {"y": x.dims}, "x", a
 
 

@@ -216,10 +216,14 @@ def relu(x, lower=None, upper=None):
 
 
 def relu_bwd(y_fwd, dy, lower=None, upper=None):
-    """RELU_BWD(in0=forward input, in1=dy): dy where lower < in0 < upper (strictly), else 0."""
+    """RELU_BWD(in0=forward input, in1=dy): dy where lower < in0 < upper (strictly), else 0
+    (docs/contract/semantics.md, "Pointwise"). Without an upper clip the active range is
+    (lower, +inf]: in0 = +inf passes dy (relu(+inf) = +inf with slope 1); under a clip
+    u, +inf is not below u and gives 0. NaN where in0 is NaN (the gradient is undefined
+    there: NaN propagates on the CPU)."""
     y_fwd, dy = _f64(y_fwd), _f64(dy)
     lo = 0.0 if lower is None else float(lower)
     inside = y_fwd > lo
     if upper is not None:
         inside &= y_fwd < float(upper)
-    return np.where(inside, dy, 0.0)
+    return np.where(np.isnan(y_fwd), np.nan, np.where(inside, dy, 0.0))

@@ -142,7 +142,7 @@ def test_dgrad_1x1x1_3d_filter_pad_writes_everything(device, dtype):
     assert_close(got, want, atol, rtol, "dgrad 1x1x1 pad 1")
 
 
-def _bn_training_run(dev, dtype, layout, xv, *, relu=False, eps=1e-5):
+def _bn_training_run(dev, dtype, layout, xv, *, relu=False, eps=1e-5, **build_kw):
     import hipdnn_async as hd
     rank = xv.ndim
     cs = chan_shape(xv.shape[1], rank)
@@ -157,7 +157,7 @@ def _bn_training_run(dev, dtype, layout, xv, *, relu=False, eps=1e-5):
     h.output(y, "y")
     h.output(mean, "mean", dtype="float32")
     h.output(inv, "inv_variance", dtype="float32")
-    got = h.run(dev)
+    got = h.run(dev, **build_kw)
     want = ref.bn_training(h.ref["x"], h.ref["scale"], h.ref["bias"], eps)
     if relu:
         want["y"] = ref.relu(want["y"])
@@ -178,6 +178,23 @@ def test_bn_constant_and_zero_channels_no_nan(device, dtype, relu):
     assert_close(got["y"], want["y"], *t, "bn constant channels y")
     assert_close(got["mean"], want["mean"], *tol("bn_training", "float32"), "mean")
     # inv_variance = 1/sqrt(eps) = 316 for a zero-variance channel: compare relatively
+    assert_close(got["inv_variance"], want["inv_variance"], 0, 4e-3, "inv_variance")
+
+
+@pytest.mark.parametrize("engine", ["ONEDNN_ENGINE", "CPU_ENGINE"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_bn_epsilon_at_float32_bound_constant_channel(device, layout, engine):
+    """The smallest epsilons the graph takes (1e-77, just above 1/FLT_MAX**2 = 8.64e-78):
+    a constant channel's inv_variance 1/sqrt(epsilon) = 3.2e38 is a finite float32, and y
+    is the bias there (below the bound 1/sqrt(epsilon) overflowed and y was NaN)."""
+    from ._cpu_engines import require
+    require(engine)
+    xv = np.random.default_rng(78).uniform(-1, 1, (2, 3, 4, 4))
+    xv[:, 1] = 3.0      # constant channel
+    got, want, _ = _bn_training_run(device, "float32", layout, xv, eps=1e-77, engine=engine)
+    for k in ("y", "mean", "inv_variance"):
+        assert np.isfinite(got[k].astype(np.float64)).all(), f"{k} has NaN/inf"
+    assert_close(got["y"], want["y"], *tol("bn_training", "float32"), "y, epsilon 1e-77")
     assert_close(got["inv_variance"], want["inv_variance"], 0, 4e-3, "inv_variance")
 
 
@@ -363,9 +380,11 @@ def test_bn_small_epsilon_works(device):
     assert_close(got["y"], want["y"], *tol("bn_training", "float32"), "eps 1e-6")
 
 
-@pytest.mark.parametrize("eps", [0.0, -1e-5])
+@pytest.mark.parametrize("eps", [0.0, -1e-5, 1e-80, 1e-300])
 def test_bn_nonpositive_epsilon_rejected(eps):
-    """pytorch #1623: epsilon 0 or negative is a GraphError naming the value."""
+    """pytorch #1623: epsilon 0 or negative is a GraphError naming the value; so is one
+    below 1/FLT_MAX**2 (about 8.64e-78), whose 1/sqrt overflows float32 (a constant
+    channel's inv_variance; y NaN there)."""
     import hipdnn_async as hd
     g = hd.Graph(io_data_type="float32")
     x = g.tensor(dims=(2, 3, 4, 4), layout="NCHW", name="x")

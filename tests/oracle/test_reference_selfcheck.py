@@ -99,4 +99,14 @@ def test_relu_reference_matches_torch():
     np.testing.assert_array_equal(ref.relu(x, 0.1, 1.0), torch.clamp(xt, 0.1, 1.0).numpy())
     assert not np.signbit(ref.relu(x)[1])
     dy = np.arange(x.size, dtype=np.float64) + 1
-    np.testing.assert_array_equal(ref.relu_bwd(x, dy), np.where(x > 0, dy, 0.0))
+    # RELU_BWD: PyTorch's relu / hardtanh(0, 1) backward wherever the forward value is a
+    # number (+inf passes without an upper clip, not under one); NaN where it is NaN (the
+    # contract's CPU rule; PyTorch passes dy there)
+    nan = np.isnan(x)
+    for upper, fwd in ((None, torch.relu), (1.0, lambda t: F.hardtanh(t, 0.0, 1.0))):
+        xg = xt.clone().requires_grad_(True)
+        fwd(xg).backward(torch.from_numpy(dy))
+        got = ref.relu_bwd(x, dy, upper=upper)
+        np.testing.assert_array_equal(got[~nan], xg.grad.numpy()[~nan])
+        assert np.isnan(got[nan]).all()
+    assert ref.relu_bwd(x, dy)[7] == dy[7] and ref.relu_bwd(x, dy, upper=1.0)[7] == 0.0

@@ -313,6 +313,21 @@ def test_relu_backward_special_values():
     np.testing.assert_array_equal(out.ravel(), [np.nan, 0, 0, 4, 0, 0, 0, 0])
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_relu_backward_at_plus_inf(dtype):
+    """A forward value of +inf is inside the active range (lower, +inf] without an upper
+    clip (relu(+inf) = +inf, slope 1: dy passes, as PyTorch and cuDNN pass it) and above
+    any upper clip (0); -inf is below every lower clip."""
+    y = np.array([np.inf, -np.inf, np.inf, 0.5], dtype).reshape(1, 1, 4)
+    dy = np.array([3.0, 4.0, -5.0, 6.0], dtype).reshape(1, 1, 4)
+    out = np.full(y.shape, 7, dtype)
+    for clips, want in (((None, None), [3, 0, -5, 6]), ((0.25, None), [3, 0, -5, 6]),
+                        ((-1.0, np.inf), [3, 0, -5, 6]), ((None, 6.0), [0, 0, 0, 6]),
+                        ((0.25, 1e30), [0, 0, 0, 6])):
+        bn.relu_backward(y, dy, out, *clips)
+        np.testing.assert_array_equal(out.ravel(), want, err_msg=str(clips))
+
+
 @pytest.mark.parametrize("layout", ["nchw", "nhwc", "gapped"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
 def test_add_bias_relu(dtype, layout):

@@ -1,6 +1,7 @@
 """Node methods of Graph: shape inference, default names, eager validation errors."""
 import math
 
+import numpy as np
 import pytest
 
 from hipdnn_async._errors import GraphError
@@ -345,6 +346,12 @@ def _bn_graph(x_dims=(4, 3, 5, 5)):
     ((1, 3, 1, 1, 1), dict(epsilon=1e-5), "INVALID_VALUE", ["N * spatial == 1"]),
     ((4, 3, 5, 5), dict(epsilon=0.0), "INVALID_VALUE", ["epsilon 0.0", "> 0"]),
     ((4, 3, 5, 5), dict(epsilon=-1e-5), "INVALID_VALUE", ["epsilon -1e-05"]),
+    # below 1/FLT_MAX**2: 1/sqrt(epsilon), a constant channel's inv_variance, overflows
+    # float32 (and y is NaN there)
+    ((4, 3, 5, 5), dict(epsilon=1e-80), "INVALID_VALUE", ["epsilon 1e-80", "8.63617e-78",
+                                                          "inv_variance", "constant channel"]),
+    ((4, 3, 5, 5), dict(epsilon=1e-300), "INVALID_VALUE", ["epsilon 1e-300", "FLOAT"]),
+    ((4, 3, 5, 5), dict(epsilon=5e-324), "INVALID_VALUE", ["epsilon 5e-324"]),
     ((4, 3, 5, 5), dict(epsilon=float("inf")), "INVALID_VALUE", ["epsilon inf",
                                                                  "not finite"]),
     ((4, 3, 5, 5), dict(epsilon=None), "ATTRIBUTE_NOT_SET", ["epsilon"]),
@@ -365,6 +372,17 @@ def test_batchnorm_errors(x_dims, kwargs, code, frags):
     with pytest.raises(GraphError) as e:
         g.batchnorm(x, scale, bias, name="bn", **kwargs)
     check_error(e, code, "batchnorm 'bn'", *frags)
+
+
+@pytest.mark.parametrize("eps", [1e-77, 1e-30, 1.0 / float(np.finfo(np.float32).max) ** 2])
+def test_batchnorm_epsilon_bound_accepts(eps):
+    """Epsilon at or above 1/FLT_MAX**2 (about 8.64e-78; 1/sqrt of it is FLT_MAX, a finite
+    float32) is accepted by every batchnorm node kind that takes one."""
+    g, x, (scale, bias, mean, var, _, _) = _bn_graph()
+    g.batchnorm(x, scale, bias, epsilon=eps, name="bn")
+    g.batchnorm_inference_variance_ext(x, mean, var, scale, bias, epsilon=eps, name="v")
+    assert g.nodes[0].attrs.epsilon == g.nodes[1].attrs.epsilon == eps
+    assert np.isfinite(np.float32(1.0 / np.sqrt(eps)))
 
 
 def test_batchnorm_running_stats_rules():
@@ -435,6 +453,12 @@ def test_batchnorm_inference_and_variance_ext():
                                            name="v")
     check_error(e, "INVALID_VALUE", "batchnorm_inference_variance_ext 'v'", "epsilon 1000",
                 "not finite as a float")
+    for eps in (1e-80, 1e-300):     # below 1/FLT_MAX**2: 1/sqrt(epsilon) overflows float32
+        with pytest.raises(GraphError) as e:
+            g.batchnorm_inference_variance_ext(x, mean, var, scale, bias, epsilon=eps,
+                                               name="v")
+        check_error(e, "INVALID_VALUE", "batchnorm_inference_variance_ext 'v'",
+                    f"epsilon {eps}", "8.63617e-78", "inv_variance", "constant channel")
 
 
 def test_batchnorm_backward():

@@ -19,9 +19,12 @@ Activation semantics (docs/contract/semantics.md, "Pointwise")
 - RELU_FWD: no clip -> ``max(x, 0)``; upper only -> ``min(max(x, 0), upper)``; both ->
   ``clamp(x, lower, upper)``; lower only -> ``max(x, lower)``. NaN propagates; the result
   is never -0.0 (``max(-0.0, 0)`` is +0.0).
-- RELU_BWD(y, dy): ``dy`` where ``lower < y < upper`` strictly (lower defaults to 0,
-  upper to +inf), else 0. A NaN in ``dy`` propagates where the mask passes it; a NaN in
-  the forward value ``y`` gives NaN (the gradient is undefined there).
+- RELU_BWD(y, dy): ``dy`` where ``lower < y < upper`` strictly (lower defaults to 0),
+  else 0; without an upper clip (upper None, taken as +inf) ``dy`` where ``lower < y``,
+  so a forward value of +inf passes (relu(+inf) = +inf with slope 1, as PyTorch's relu
+  backward and cuDNN have it), while under an upper clip +inf is dropped (it is not below
+  the clip). A NaN in ``dy`` propagates where the mask passes it; a NaN in the forward
+  value ``y`` gives NaN (the gradient is undefined there).
 """
 from __future__ import annotations
 
@@ -433,7 +436,8 @@ def _add_bias_relu_f64(y, bias, out, lo: float, hi: float) -> None:
 
 
 def relu_backward(y, dy, out, lower=None, upper=None) -> None:
-    """RELU_BWD(y, dy) into ``out``: dy where lower < y < upper (defaults 0, +inf), else 0.
+    """RELU_BWD(y, dy) into ``out``: dy where lower < y < upper (defaults 0, +inf), else 0;
+    with no upper clip (None or +inf) dy where lower < y, so y = +inf passes.
 
     A NaN forward value ``y`` gives NaN; a NaN in ``dy`` propagates where the mask passes it.
     """

@@ -20,7 +20,8 @@ def bias_act(x: np.ndarray, y: np.ndarray, bias: np.ndarray, has_bias: bool,
 
 def relu_backward(y: np.ndarray, dy: np.ndarray, dx: np.ndarray, lower: float,
                   upper: float) -> None:
-    """dx = dy where lower < y < upper else 0; NaN in y gives NaN."""
+    """dx = dy where lower < y < upper else 0; NaN in y gives NaN; upper +inf is no upper
+    clip (dy where lower < y, y = +inf included)."""
 
 def bn_backward_reduce(dy: np.ndarray, x: np.ndarray, scale: np.ndarray, mean: np.ndarray,
                        inv: np.ndarray, bn_bias: np.ndarray, drelu: bool, lower: float,
@@ -63,7 +64,8 @@ def bn_training_statistics(variance: np.ndarray, epsilon: float, inv_variance: n
                            prev_variance: np.ndarray | None, next_variance: np.ndarray | None,
                            scale: np.ndarray | None, bias: np.ndarray | None) -> int:
     """inv_variance, running statistics from a training batchnorm's variance (float32 1-D
-    vectors, float64 arithmetic); returns the count of channels with a non-finite mean,
+    vectors; the variance may be a float64 ndarray, bn_rows' variance_out in float64;
+    float64 arithmetic); returns the count of channels with a non-finite mean,
     variance, scale or bias where scale and bias are given."""
 
 def bn_inv_to_variance(inv_variance: np.ndarray, variance: np.ndarray) -> None:
@@ -85,7 +87,7 @@ def bn_rows(op: int, x: np.ndarray, y: np.ndarray, kind: int, *, dy: np.ndarray 
             variance_out: np.ndarray | None = None, dscale: np.ndarray | None = None,
             dbias: np.ndarray | None = None, epsilon: float = 0.0, act: bool = False,
             lower: float = 0.0, upper: float = ..., baseline: bool = False,
-            stream: bool | None = None) -> int:
+            stream: bool | None = None, isa: str | None = None) -> int:
     """Batchnorm training / inference / backward on oneDNN's OpenMP team, activations of
     dims (N, C, spatial...) (float32, bfloat16 or float16 by ``kind``, 16-bit as raw bits)
     either channels-last (C > 1, a pixel's C values packed, pixels at one stride: NHWC,
@@ -93,7 +95,10 @@ def bn_rows(op: int, x: np.ndarray, y: np.ndarray, kind: int, *, dy: np.ndarray 
     channels-first (spatial elements one packed run: NCHW, NCDHW; every pass of a channel
     on one thread); y (dx for backward) written; per-channel float32 contiguous vectors;
     returns the thread count. ``act``: a fused clamp (forward) or RELU_BWD mask
-    (backward). ``stream``: y's stores non-temporal (None: where y is at least 24 MiB;
+    (backward: dy where lower < y_bn < upper; upper +inf is no upper clip, where y_bn =
+    +inf passes). ``variance_out`` (training) may be a float64 ndarray: the variance kept
+    beyond FLT_MAX. ``isa``: the build to run (a ``bn_rows_isa`` name; None: the one it
+    names). ``stream``: y's stores non-temporal (None: where y is at least 24 MiB;
     True raises ValueError where the rows cannot: not the intrinsic rows, 16-bit
     channels-first rows, float32 y off 4-byte boundaries, channels-last y off 64-byte
     boundaries at some pixel)."""

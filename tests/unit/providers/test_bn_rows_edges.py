@@ -1,0 +1,353 @@
+"""Edge cases of ``providers.cpu._kernels.bn_rows`` in both row families (channels-first,
+``_bn_rows.h``; channels-last, ``_bn_last.h``) on every build this CPU runs (``isa``: the
+portable baseline, the compiler's AVX-512 build of the portable rows, the AVX-512
+intrinsics), against float64 references computed here from the formulas of
+docs/contract/semantics.md, with the tolerances of tests/oracle/_cases.py:
+
+- RELU_BWD of the recomputed forward value at +inf: dy passes without an upper clip
+  (relu(+inf) = +inf with slope 1), is dropped under one (+inf is not below the clip).
+- Finite data beyond float32's sums: deviations from 1.8e19 (squares beyond FLT_MAX),
+  values whose float32 sums overflow, backward products g * (x - mean) beyond FLT_MAX,
+  taken again in float64; the variance beyond FLT_MAX kept in a float64 variance_out.
+- A factor scale / sqrt(variance + epsilon) beyond float32 (the smallest epsilon the graph
+  takes, 1e-77, on a constant channel): y in float64, the bias there, not NaN.
+"""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from hipdnn_async.providers.cpu import _kernels as k
+from hipdnn_async.runtime import load_onednn
+from oracle._cases import assert_close, tol
+
+KINDS = {"float32": (0, np.dtype(np.float32)), "bfloat16": (1, np.dtype(ml_dtypes.bfloat16)),
+         "float16": (2, np.dtype(np.float16))}
+BUILDS = ("baseline", "avx512_auto", "avx512")
+# the builds this CPU runs (bn_rows_isa names the widest)
+ISAS = BUILDS[:BUILDS.index(k.bn_rows_isa("float32")) + 1]
+ONEDNN_STATE = load_onednn()          # the rows run on oneDNN's OpenMP team, as in the engine
+
+
+def f64(a):
+    return np.asarray(a, np.float64)
+
+
+def chan(v):
+    return np.asarray(v, np.float64).reshape(1, -1, 1, 1)
+
+
+def laid(values, dtype, layout):
+    """``values`` (logical N, C, H, W) rounded to ``dtype`` in ``layout`` memory ("first":
+    NCHW, "last": NHWC); returns (array, the float64 values it holds)."""
+    if layout == "first":
+        a = np.ascontiguousarray(values.astype(dtype))
+    else:
+        a = np.moveaxis(np.ascontiguousarray(np.moveaxis(values, 1, -1).astype(dtype)), -1, 1)
+    return a, f64(a)
+
+
+def empty_like_layout(a):
+    out = np.empty_like(a)   # keeps the strides' order (NHWC stays NHWC)
+    out[...] = np.nan
+    return out
+
+
+def raw(a):
+    return a if a.dtype.itemsize == 4 else a.view(np.uint16)
+
+
+# ------------------------------------------------------------------ RELU_BWD at +inf
+# (lower, upper) of the mask; upper +inf is no upper clip
+DRELU_CLIPS = {"no_clip": (0.0, np.inf), "lower_only": (0.1, np.inf), "upper_6": (0.0, 6.0)}
+# channels-first rows of 40 elements (a 32-lane block, then the tail), channels-last 20
+# and 100 channels (one register block; pixel by pixel)
+DRELU_SHAPES = {"first": [(2, 4, 5, 8)], "last": [(2, 20, 3, 5), (2, 100, 2, 3)]}
+
+
+def inf_at(shape):
+    """Where x = +inf: channel 1's first element (a row's first vector) and channel 3's
+    last (the tail of a row)."""
+    return [(0, 1, 0, 0), (shape[0] - 1, 3, shape[2] - 1, shape[3] - 1)]
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("clip", list(DRELU_CLIPS))
+@pytest.mark.parametrize("layout,shape", [(lay, s) for lay, ss in DRELU_SHAPES.items()
+                                          for s in ss])
+@pytest.mark.parametrize("dtype", list(KINDS))
+def test_drelu_at_plus_inf(dtype, layout, shape, clip, isa):
+    kind, dt = KINDS[dtype]
+    lo, hi = DRELU_CLIPS[clip]
+    rng = np.random.default_rng([len(dtype), shape[1], len(clip)])
+    c = shape[1]
+    xv = rng.uniform(-1.8, 1.8, shape)
+    dyv = rng.uniform(-1, 1, shape)
+    for at in inf_at(shape):
+        xv[at] = np.inf
+        dyv[at] = 0.75
+    mean = rng.uniform(-0.1, 0.1, c).astype(np.float32)
+    inv = rng.uniform(0.5, 2.0, c).astype(np.float32)
+    scale = rng.uniform(0.5, 1.5, c).astype(np.float32)
+    bias = rng.uniform(-0.1, 0.1, c).astype(np.float32)
+    x, xr = laid(xv, dt, layout)
+    ybn = chan(scale) * (xr - chan(mean)) * chan(inv) + chan(bias)
+    with np.errstate(invalid="ignore"):
+        near = (np.abs(ybn - lo) < 1e-3) | (np.abs(ybn - hi) < 1e-3)
+    dyv[near] = 0.0                  # float32 and float64 may take either side there
+    dy, dyr = laid(dyv, dt, layout)
+    dx = empty_like_layout(x)
+    dscale, dbias = np.full(c, np.nan, np.float32), np.full(c, np.nan, np.float32)
+    k.bn_rows(k.BN_ROWS_BACKWARD, raw(x), raw(dx), kind, dy=raw(dy), scale=scale, bias=bias,
+              mean=mean, inv_variance=inv, dscale=dscale, dbias=dbias, act=True, lower=lo,
+              upper=hi, isa=isa)
+    # float64: dy where lo < ybn < hi, +inf passing where hi is +inf (no upper clip)
+    inside = (ybn > lo) & ((ybn < hi) | (hi == np.inf))
+    g = np.where(inside, dyr, 0.0)
+    m = xr.size // c
+    with np.errstate(invalid="ignore", over="ignore"):
+        xhat = (xr - chan(mean)) * chan(inv)
+        want_db = g.sum(axis=(0, 2, 3))
+        want_ds = (g * xhat).sum(axis=(0, 2, 3))
+        want_dx = chan(scale) * chan(inv) / m * (m * g - chan(want_db) - xhat * chan(want_ds))
+    what = f"{dtype} {layout} {shape} {clip} {isa}"
+    tf = tol("bn_backward", "float32")
+    assert_close(dbias, want_db, *tf, f"{what} dbias")
+    assert_close(dscale, want_ds, *tf, f"{what} dscale")
+    assert_close(dx, want_dx, *tol("bn_backward", dtype), f"{what} dx")
+    for at in inf_at(shape):
+        # passed: dscale +inf (0.75 * inf); dropped: 0 * inf = NaN
+        assert (dscale[at[1]] == np.inf) if hi == np.inf else np.isnan(dscale[at[1]]), what
+
+
+# ------------------------------------------------------------------ finite data beyond float32's sums
+SUM_RTOL = 1e-5      # statistics and backward sums, relative to the sum of |terms|
+EPS = 1e-5
+# (scale, offset) of x = offset + scale * N(0, 1): deviations whose squares overflow float32
+# from |x - mean| ~ 1.8e19 (the variance itself beyond FLT_MAX from 1e20); at 5e37 + 1e37
+# the float32 lane sums of x itself overflow too
+HUGE = {"1e19": (1e19, 0.0), "4e19": (4e19, 0.0), "1e20": (1e20, 0.0), "1e30": (1e30, 0.0),
+        "1e37": (1e37, 0.0), "5e37+1e37": (1e37, 5e37)}
+# channels-first rows of 40 and 300 elements (32-lane blocks and a tail); channels-last
+# 3 channels over 3 tiles of pixels, 20 (one register block) and 100 (pixel by pixel)
+HUGE_SHAPES = {"first": [(2, 3, 5, 8), (3, 2, 15, 20)],
+               "last": [(3, 3, 8, 9), (2, 20, 3, 5), (2, 100, 2, 3)]}
+HUGE_KINDS = ("float32", "bfloat16")   # float16 holds no such value
+
+
+def _training_rows(x, kind, scale, bias, eps, isa, wide, act=False, lo=0.0, hi=np.inf):
+    c = x.shape[1]
+    y = empty_like_layout(x)
+    mean = np.full(c, np.nan, np.float32)
+    var = np.full(c, np.nan, np.float64 if wide else np.float32)
+    k.bn_rows(k.BN_ROWS_TRAINING, raw(x), raw(y), kind, scale=scale, bias=bias, mean_out=mean,
+              variance_out=var, epsilon=eps, act=act, lower=lo, upper=hi, isa=isa)
+    return y, mean, var
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("case", list(HUGE))
+@pytest.mark.parametrize("layout,shape", [(lay, s) for lay, ss in HUGE_SHAPES.items()
+                                          for s in ss])
+@pytest.mark.parametrize("dtype", HUGE_KINDS)
+def test_training_of_huge_finite_values(dtype, layout, shape, case, isa):
+    """Squares of deviations (and at 5e37 the sums of x) beyond float32 taken in float64:
+    the float64 mean and variance, y from them; the float32 variance is the correctly
+    rounded one (+inf beyond FLT_MAX), the float64 one keeps it, and inv_variance and the
+    running variance from that (bn_training_statistics) are finite and right."""
+    kind, dt = KINDS[dtype]
+    sc, off = HUGE[case]
+    rng = np.random.default_rng([shape[1], shape[2], len(case)])
+    c = shape[1]
+    x, xr = laid(off + sc * rng.standard_normal(shape), dt, layout)
+    assert np.isfinite(xr).all()
+    scale = rng.uniform(0.5, 2.0, c).astype(np.float32)
+    bias = rng.uniform(-1, 1, c).astype(np.float32)
+    m = xr.size // c
+    mean64 = xr.mean(axis=(0, 2, 3))
+    var64 = ((xr - chan(mean64)) ** 2).mean(axis=(0, 2, 3))
+    want_y = chan(scale) * (xr - chan(mean64)) / np.sqrt(chan(var64) + EPS) + chan(bias)
+    what = f"{dtype} {layout} {shape} x ~ {case} {isa}"
+    for wide in (False, True):
+        y, mean, var = _training_rows(x, kind, scale, bias, EPS, isa, wide)
+        assert_close(y, want_y, *tol("bn_training", dtype), f"{what} y")
+        bound = SUM_RTOL * np.abs(xr).sum(axis=(0, 2, 3)) / m
+        assert (np.abs(f64(mean) - mean64) <= bound).all(), (what, mean, mean64)
+        if wide:
+            assert_close(var, var64, 0.0, SUM_RTOL, f"{what} variance (float64)")
+        else:
+            with np.errstate(over="ignore"):
+                assert_close(var, var64.astype(np.float32), 0.0, SUM_RTOL,
+                             f"{what} variance (float32, +inf beyond FLT_MAX)")
+    # inv_variance and the running statistics from the float64 variance
+    inv = np.full(c, np.nan, np.float32)
+    prev_m, prev_v = rng.uniform(-1, 1, c).astype(np.float32), rng.uniform(0.5, 2, c).astype(np.float32)
+    next_m, next_v = np.empty(c, np.float32), np.empty(c, np.float32)
+    k.bn_training_statistics(var, EPS, inv, mean, 0.1, m / (m - 1.0), prev_m, next_m, prev_v,
+                             next_v, None, None)
+    with np.errstate(over="ignore"):
+        want_nv = (0.9 * f64(prev_v) + 0.1 * var64 * m / (m - 1.0)).astype(np.float32)
+    assert_close(inv, 1.0 / np.sqrt(var64 + EPS), 0.0, SUM_RTOL, f"{what} inv_variance")
+    assert_close(next_v, want_nv, 0.0, SUM_RTOL, f"{what} next running variance")
+    assert_close(next_m, 0.9 * f64(prev_m) + 0.1 * f64(mean), 0.0, 1e-6, f"{what} next mean")
+
+
+def _backward_rows(x, dy, kind, scale, mean, inv, isa, bias=None, act=False, lo=0.0, hi=np.inf):
+    c = x.shape[1]
+    dx = empty_like_layout(x)
+    dscale, dbias = np.full(c, np.nan, np.float32), np.full(c, np.nan, np.float32)
+    k.bn_rows(k.BN_ROWS_BACKWARD, raw(x), raw(dx), kind, dy=raw(dy), scale=scale, bias=bias,
+              mean=mean, inv_variance=inv, dscale=dscale, dbias=dbias, act=act, lower=lo,
+              upper=hi, isa=isa)
+    return dx, dscale, dbias
+
+
+def _backward_want(xr, dyr, scale, mean, inv, bias=None, act=False):
+    c, m = xr.shape[1], xr.size // xr.shape[1]
+    xhat = (xr - chan(mean)) * chan(inv)
+    g = dyr
+    if act:
+        g = np.where(chan(scale) * xhat + chan(bias) > 0, dyr, 0.0)
+    db = g.sum(axis=(0, 2, 3))
+    ds = (g * xhat).sum(axis=(0, 2, 3))
+    dx = chan(scale) * chan(inv) / m * (m * g - chan(db) - xhat * chan(ds))
+    return dx, ds, db, g, xhat
+
+
+@pytest.mark.parametrize("v,match", [
+    (np.ones(6)[::2], "variance_out is not a contiguous float64 vector that can be written"),
+    (np.ones(3, ">f8"), "variance_out is not a contiguous float64 vector that can be written"),
+    (np.ones(4), "variance_out has 4 values; 3 channels")])
+def test_float64_variance_out_is_checked(v, match):
+    x = np.ones((2, 3, 4, 4), np.float32)
+    y = np.full_like(x, np.nan)
+    one = np.ones(3, np.float32)
+    with pytest.raises(ValueError, match=match):
+        k.bn_rows(k.BN_ROWS_TRAINING, x, y, 0, scale=one, bias=one, mean_out=one.copy(),
+                  variance_out=v, epsilon=EPS)
+    assert np.isnan(y).all()
+
+
+def test_isa_names_a_build_this_cpu_runs():
+    x = np.ones((2, 3, 4, 4), np.float32)
+    one = np.ones(3, np.float32)
+    with pytest.raises(ValueError, match="isa 'avx2'"):
+        k.bn_rows(k.BN_ROWS_INFERENCE, x, x.copy(), 0, scale=one, bias=one, mean=one,
+                  variance=one, epsilon=EPS, isa="avx2")
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("act", [False, True], ids=["plain", "drelu"])
+@pytest.mark.parametrize("layout,shape", [(lay, s) for lay, ss in HUGE_SHAPES.items()
+                                          for s in ss])
+@pytest.mark.parametrize("dtype", HUGE_KINDS)
+def test_backward_of_huge_finite_products(dtype, layout, shape, act, isa):
+    """x ~ 1e20 N(0, 1) with its own statistics (inv_variance ~ 1e-20) and dy ~ 1e19: each
+    g * (x - mean) is ~1e39, beyond float32, while dscale = inv_variance * sum(g (x -
+    mean)) ~ 1e19 is not: the products and their sums taken in float64."""
+    kind, dt = KINDS[dtype]
+    rng = np.random.default_rng([shape[1], shape[2], act])
+    c = shape[1]
+    x, xr = laid(1e20 * rng.standard_normal(shape), dt, layout)
+    dy, dyr = laid(1e19 * rng.uniform(-1, 1, shape), dt, layout)
+    mean = xr.mean(axis=(0, 2, 3)).astype(np.float32)
+    inv = (1.0 / np.sqrt(((xr - chan(xr.mean(axis=(0, 2, 3)))) ** 2).mean(axis=(0, 2, 3))))
+    inv = inv.astype(np.float32)
+    scale = rng.uniform(0.5, 1.5, c).astype(np.float32)
+    bias = rng.uniform(-0.1, 0.1, c).astype(np.float32)
+    want_dx, want_ds, want_db, g, xhat = _backward_want(xr, dyr, scale, mean, inv, bias, act)
+    assert np.abs(g * (xr - chan(mean))).max() > 3.5e38        # products beyond float32
+    dx, ds, db = _backward_rows(x, dy, kind, scale, mean, inv, isa, bias if act else None, act)
+    what = f"{dtype} {layout} {shape} act={act} {isa}"
+    assert_close(dx, want_dx, *tol("bn_backward", dtype), f"{what} dx")
+    assert (np.abs(f64(db) - want_db) <= SUM_RTOL * np.abs(g).sum(axis=(0, 2, 3))).all(), what
+    assert (np.abs(f64(ds) - want_ds) <= SUM_RTOL * np.abs(g * xhat).sum(axis=(0, 2, 3))).all(), what
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("layout,shape", [("first", (2, 3, 4, 32)), ("last", (2, 20, 4, 32)),
+                                          ("last", (2, 100, 4, 8))])
+def test_backward_sums_near_flt_max_that_cancel(layout, shape, isa):
+    """dy of +-3e38 in runs of +, +, -, - along each row (channels-first: runs of 32
+    elements, so that each float32 lane sees the pattern; channels-last: pixel by pixel):
+    the float32 partial sums of dy overflow, the float64 ones are 0, so dbias is 0 (not
+    +-inf or NaN). x = 1 +- 0.5 in runs of +, -, +, -, so that the products g (x - mean)
+    cancel as well (dscale 0, finite)."""
+    c = shape[1]
+    n_sp = shape[2] * shape[3]
+    if layout == "first":     # along a row: runs of 32
+        s_dy = np.resize(np.repeat([1.0, 1.0, -1.0, -1.0], 32), n_sp)
+        s_x = np.resize(np.repeat([1.0, -1.0, 1.0, -1.0], 32), n_sp)
+    else:                     # along the pixels
+        s_dy = np.resize([1.0, 1.0, -1.0, -1.0], n_sp)
+        s_x = np.resize([1.0, -1.0, 1.0, -1.0], n_sp)
+    grid = (1, 1, shape[2], shape[3])
+    x, xr = laid(np.broadcast_to(1.0 + 0.5 * s_x.reshape(grid), shape).copy(), np.float32,
+                 layout)
+    dy, dyr = laid(np.broadcast_to(3e38 * s_dy.reshape(grid), shape).copy(), np.float32,
+                   layout)
+    mean = np.ones(c, np.float32)
+    inv = np.full(c, 2.0, np.float32)
+    scale = np.full(c, 0.01, np.float32)
+    want_dx, want_ds, want_db, g, xhat = _backward_want(xr, dyr, scale, mean, inv)
+    assert (want_db == 0).all() and (want_ds == 0).all()
+    dx, ds, db = _backward_rows(x, dy, 0, scale, mean, inv, isa)
+    what = f"{layout} {shape} {isa}"
+    assert (db == 0).all() and (ds == 0).all(), (what, db, ds)
+    assert_close(dx, want_dx, *tol("bn_backward", "float32"), f"{what} dx")
+
+
+# ------------------------------------------------------------------ a factor beyond float32
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("name", ["training", "training_relu", "inference"])
+@pytest.mark.parametrize("layout,shape", [("first", (2, 3, 5, 8)), ("last", (2, 3, 5, 8)),
+                                          ("last", (2, 100, 2, 3))])
+@pytest.mark.parametrize("dtype", list(KINDS))
+def test_factor_beyond_float32(dtype, layout, shape, name, isa):
+    """epsilon 1e-77 (the graph's bound is 8.64e-78, where 1/sqrt(epsilon) is FLT_MAX) and
+    scale 2: scale / sqrt(variance + epsilon) = 6.3e38 overflows float32 on a channel of
+    variance 0. Channel 0 is constant (0 * inf = NaN in float32; the bias in float64);
+    for inference, channel 1 has the given variance 0 and mean 0 and x ~ 1e-39 (float32:
+    y = x * 6.3e38 + bias ~ 1, +-inf in float32); the other channels take the float32
+    rows. (A non-constant channel's squares of deviations below ~1e-19 underflow float32,
+    so training has no finite such case but the constant one.)"""
+    kind, dt = KINDS[dtype]
+    eps = 1e-77
+    rng = np.random.default_rng([shape[1], len(name)])
+    c = shape[1]
+    xv = rng.uniform(-1, 1, shape)
+    xv[:, 0] = 3.0                                    # constant: variance 0
+    tiny = name == "inference" and dtype == "float32"
+    if tiny:
+        xv[:, 1] = 1e-39 * rng.standard_normal(xv[:, 1].shape)
+    x, xr = laid(xv, dt, layout)
+    scale = rng.uniform(0.5, 1.5, c).astype(np.float32)
+    scale[:2] = 2.0
+    bias = rng.uniform(-1, 1, c).astype(np.float32)
+    relu = name == "training_relu"
+    what = f"{dtype} {layout} {shape} {name} {isa}"
+    if name == "inference":
+        mean64 = xr.mean(axis=(0, 2, 3))
+        var64 = ((xr - chan(mean64)) ** 2).mean(axis=(0, 2, 3))
+        mean, var = mean64.astype(np.float32), var64.astype(np.float32)
+        if tiny:
+            mean[1] = var[1] = 0.0
+        y = empty_like_layout(x)
+        k.bn_rows(k.BN_ROWS_INFERENCE, raw(x), raw(y), kind, scale=scale, bias=bias, mean=mean,
+                  variance=var, epsilon=eps, isa=isa)
+        mean64, var64 = f64(mean), f64(var)
+    else:
+        y, mean, var = _training_rows(x, kind, scale, bias, eps, isa, True, act=relu)
+        mean64 = xr.mean(axis=(0, 2, 3))
+        var64 = ((xr - chan(mean64)) ** 2).mean(axis=(0, 2, 3))
+    want = chan(scale) * (xr - chan(mean64)) / np.sqrt(chan(var64) + eps) + chan(bias)
+    if relu:
+        want = np.maximum(want, 0.0)
+    factor = f64(scale) / np.sqrt(var64 + eps)
+    assert factor[0] > 3.5e38 and (not tiny or factor[1] > 3.5e38)
+    assert_close(y, want, *tol("bn_training", dtype), f"{what} y")
+    yb = f64(y)
+    assert np.isfinite(yb).all(), what
+    b0 = f64(np.float32(bias[0]).astype(dt))
+    assert (yb[:, 0] == (max(b0, 0.0) if relu else b0)).all(), what
