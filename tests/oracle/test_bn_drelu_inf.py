@@ -113,3 +113,25 @@ def test_drelu_passes_dy_at_plus_inf_without_an_upper_clip(cpu_device, engine, d
     # channel 2: a NaN forward value makes the channel's outputs NaN; channel 0 finite
     assert np.isnan(dbias[2]) and np.isnan(dscale[2]) and np.isnan(dx[:, 2]).all(), what
     assert np.isfinite(dx[:, 0]).all() and np.isfinite([dbias[0], dscale[0]]).all(), what
+
+
+@pytest.mark.parametrize("clip", list(CLIPS))
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_every_onednn_candidate_follows_the_drelu_rules(cpu_device, layout, clip):
+    """Every candidate ``global.benchmarking=1`` may keep, not only the default rows:
+    oneDNN's primitives on copies composed with RELU_BWD (``_bnorm._composed_drelu``,
+    which once dropped dy at +inf under a lower-only clip and gave 0 for a NaN forward
+    value, as oneDNN's fuse_norm_relu, once taken without a clip, did)."""
+    from .test_onednn_bn_variants import candidate_outputs
+    require("ONEDNN_ENGINE")
+    lower, upper = CLIPS[clip]
+    h = _case("float32", layout, lower, upper)
+    want, _ = _want(h.ref, lower, upper)
+    h.run(cpu_device, engine="ONEDNN_ENGINE")
+    runs = candidate_outputs(h)
+    assert len(runs) > 1, [n for n, _ in runs]
+    tf = tol("bn_backward", "float32")
+    for name, got in runs:
+        what = f"{layout} {clip} candidate {name}"
+        for k in ("dx", "dscale", "dbias"):
+            assert_close(got[k], want[k], *tf, f"{what} {k}")

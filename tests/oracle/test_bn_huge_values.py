@@ -101,20 +101,11 @@ def test_training_y_and_mean_of_huge_values(cpu_device, engine, layout, case, ru
 @pytest.mark.parametrize("case", list(HUGE))
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("engine", ENGINES)
-def test_training_inv_variance_of_huge_values(request, cpu_device, engine, layout, case,
-                                              running):
+def test_training_inv_variance_of_huge_values(cpu_device, engine, layout, case, running):
     """inv_variance (and the running variance, correctly rounded to float32: +inf beyond
     FLT_MAX) from the float64 variance."""
     require(engine)
     got, want, _ = _training(cpu_device, engine, layout, case, running)
-    if engine == "ONEDNN_ENGINE" and (want["variance"] > FLT_MAX).any():
-        # The rows compute y from the float64 variance and can store it in float64
-        # (_kernels.bn_rows' variance_out), from which bn_training_statistics takes
-        # inv_variance; the engine's training hook still hands them a float32 variance
-        # (onednn/_bnorm.py, _rows: var = np.empty(c, np.float32)), which is +inf here.
-        request.node.add_marker(pytest.mark.xfail(
-            strict=True, reason="ONEDNN_ENGINE's bn_rows hook (onednn/_bnorm.py) keeps the "
-            "batch variance in float32: +inf beyond FLT_MAX, so inv_variance is 0"))
     what = f"{engine} {layout} x ~ {case} running={running}"
     rtol = tol("bn_training", "float32")[1]
     assert_close(got["inv_variance"], want["inv_variance"], 0.0, rtol, f"{what} inv_variance")
@@ -151,8 +142,8 @@ def test_backward_of_huge_products(cpu_device, engine, layout, drelu):
     xr = h.ref["x"]
     mu = xr.mean(axis=(0, 2, 3), keepdims=True)
     mean = h.float_input("mean", mu)
-    inv = h.float_input("inv_variance", 1.0 / np.sqrt(((xr - mu) ** 2).mean(axis=(0, 2, 3),
-                                                                           keepdims=True)))
+    var = ((xr - mu) ** 2).mean(axis=(0, 2, 3), keepdims=True)
+    inv = h.float_input("inv_variance", 1.0 / np.sqrt(var))
     scale = h.float_input("scale", rng.uniform(0.5, 1.5, cs))
     r = h.ref
     g = r["dy"]

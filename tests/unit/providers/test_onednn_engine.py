@@ -367,9 +367,9 @@ def test_bn_backward_takes_inv_variance(dev):
 
 @pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
 def test_bn_training_relu_fused_keeps_relu_special_values(dev, layout):
-    # C = 16 NHWC runs oneDNN's jit batchnorm with fuse_norm_relu, whose mask (y > 0)
-    # turns NaN into +0: a NaN in a channel must still make that channel NaN
-    # (tests/oracle/test_edge_cases.py: NaN propagates, RELU(-inf) = +0, -0.0 -> +0.0)
+    # a NaN in a channel makes that channel NaN (oneDNN's fuse_norm_relu, once taken at
+    # C = 16 NHWC, turned it into +0), RELU(-inf) = +0, -0.0 -> +0.0
+    # (tests/oracle/test_edge_cases.py)
     c = 16
     g = hd.Graph(name="bnr")
     x = g.tensor(dims=(2, c, 3, 3), layout=layout, name="x")
@@ -484,6 +484,35 @@ def test_bn_training_on_memory_the_rows_cannot_read_runs_them_on_dense_copies(de
         assert np.isnan(ywide[..., full.shape[-1]:]).all()
         for t in (mean, inv, nm, nv):
             assert np.isnan(outs[t].base[1::2]).all()
+
+
+@pytest.mark.parametrize("eps", [1e-77, 1e-50, 1e-37])
+def test_bn_inference_epsilon_below_float32_normals_offers_no_onednn_primitive(dev, eps):
+    # oneDNN's batchnorm and the binary inference take epsilon, and 1/sqrt(variance +
+    # epsilon), in float32: below its smallest normal (1.18e-38) a constant channel's y
+    # came out NaN (ncsp_bnorm at 1e-50, chosen by benchmarking); only the rows are offered
+    from hipdnn_async.providers.cpu import _kernels
+    g = hd.Graph(name="bn_tiny_eps")
+    x = g.tensor(dims=(2, 3, 4, 4), layout="NCHW", name="x")
+    m, v, s, b = (g.tensor(dims=(1, 3, 1, 1), name=n) for n in ("m", "v", "s", "b"))
+    y = g.batchnorm_inference_variance_ext(x, m, v, s, b, epsilon=eps).set_output(True)
+    xa = rand(x, 60)
+    xa[:, 1] = 3.0                                            # a constant channel
+    ma, va = xa.mean(axis=(0, 2, 3), keepdims=True), xa.var(axis=(0, 2, 3), keepdims=True)
+    ma[0, 1], va[0, 1] = 3.0, 0.0
+    sa, ba = np.full(s.dims, 2.0, np.float32), np.full(b.dims, 0.5, np.float32)
+    want = ref.bn_inference_variance(xa, ma, va, sa, ba, eps)
+    for knobs in ({}, {BENCH: 1}):
+        plan = dev.build_sync(g, engine=ONEDNN, knobs=knobs)
+        names = [n for n, _ in plan.algorithm.trials]
+        if eps < np.finfo(np.float32).tiny:
+            assert names == ["bn_rows:" + _kernels.bn_rows_isa("float32")], names
+        else:
+            assert len(names) > 1, names
+        out = empty(y)
+        plan.execute_sync({x: xa, m: ma, v: va, s: sa, b: ba, y: out})
+        assert (out[:, 1] == 0.5).all(), out[:, 1]
+        close(out, want, 1e-4)
 
 
 @pytest.mark.parametrize("dims", [(4, 16, 5, 6), (2, 20, 3, 2, 2), (3, 5, 1, 1)])

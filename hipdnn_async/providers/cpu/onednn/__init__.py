@@ -42,12 +42,11 @@ How each pattern maps (primitives are created at build, never per execution):
   missed the FLOAT tolerance on offset data (``_bnorm.BN_BUILDERS``).
 - batchnorm backward: one backward primitive given ``variance = 1 / inv_variance**2`` and
   epsilon 0 (so oneDNN's ``1 / sqrt(variance + 0)`` is the graph's inv_variance).
-- batchnorm inference -> RELU_BWD -> batchnorm backward: a forward-training primitive with
-  global statistics and ``fuse_norm_relu`` writes the ReLU mask, the backward primitive
-  with ``fuse_norm_relu`` applies it: two primitives, one program. A clipped ReLU has no
-  oneDNN mask (``fuse_norm_relu`` masks y > 0 only): a first program runs the
-  forward-inference primitive into a float32 y, dy's float32 copy is zeroed where
-  ``lower < y < upper`` fails, then the backward primitive runs on it.
+- batchnorm inference -> RELU_BWD -> batchnorm backward (where the rows do not run it): a
+  first program runs the forward-inference primitive into a float32 y, dy's float32 copy
+  is zeroed where RELU_BWD's ``lower < y < upper`` fails (``lower < y`` without an upper
+  clip) and made NaN where y is NaN, then the backward primitive runs on it.
+  ``fuse_norm_relu`` is not used: its mask is y > 0 only and turns a NaN y into 0.
 - batchnorm activations that are not packed run on dense copies, as convolutions do.
 
 HALF (float16) I/O: oneDNN 3.2 has f16 convolution and batchnorm kernels only on CPUs with

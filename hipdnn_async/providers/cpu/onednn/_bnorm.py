@@ -21,12 +21,25 @@ from ._program import (CHANNEL_BLOCKED, ProgramSpec, channel_md, decline, dnnl,
 __all__ = ["Bn", "BN_BUILDERS"]
 
 
+def _primitive_epsilon(p) -> float:
+    """The epsilon of a oneDNN batchnorm (or its binary inference), or a decline: oneDNN
+    takes it, and computes ``1 / sqrt(variance + epsilon)``, in float32, where an epsilon
+    below the smallest normal float32 (1.18e-38) rounds to 0 or leaves no finite factor for
+    a constant channel (y was NaN at 1e-50, the rows and CPU_ENGINE give the bias)."""
+    eps = float(p["epsilon"])
+    if not eps >= _F32_TINY:
+        raise decline(f"epsilon = {eps!r}: oneDNN computes 1/sqrt(variance + epsilon) in "
+                      f"float32, which needs epsilon >= {_F32_TINY:.6g}")
+    return eps
+
+
+_F32_TINY = float(np.finfo(np.float32).tiny)
+
+
 def _bn_inference_variance(match, order, dry):
     t, p = match.tensors, match.params
     roles = ["x", "y", "mean", "variance", "scale", "bias"]
-    eps = float(p["epsilon"])
-    if not eps > 0:
-        raise decline(f"epsilon = {eps!r}; CPU_ENGINE reports it")
+    eps = _primitive_epsilon(p)
     spec = ProgramSpec(roles, dry=dry)
     x, y = spec.activation("x", t["x"], order), spec.activation("y", t["y"], order)
     pd = dnnl.bn_forward(dnnl.PROP_FORWARD_INFERENCE, x[1], y[1], eps,
@@ -51,9 +64,7 @@ def _bn_inference_binary(match, order, dry):
     memory speed. The subtraction comes first,
     as in the batchnorm primitive, so a large mean does not cancel."""
     t, p = match.tensors, match.params
-    eps = float(p["epsilon"])
-    if not eps > 0:
-        raise decline(f"epsilon = {eps!r}; CPU_ENGINE reports it")
+    eps = _primitive_epsilon(p)
     for role in ("variance", "scale"):
         channel_md(t[role])                           # declines a non-FLOAT statistic
     spec = ProgramSpec(["x", "y", "mean", "variance", "scale", "bias"], dry=dry)
@@ -91,10 +102,11 @@ def _bn_backward(match, order, dry):
     lo = hi = None
     if drelu:
         lo, hi = match.params.get("relu_lower_clip"), match.params.get("relu_upper_clip")
-    # fuse_norm_relu masks y > 0 only; a clipped RELU_BWD is composed (``_clipped_drelu``)
-    clipped = drelu and (lo not in (None, 0.0) or hi is not None)
-    if clipped and order == CHANNEL_BLOCKED:   # the composition masks dy through a strided view
-        raise decline("a clipped RELU_BWD between batchnorms runs on plain layouts")
+    # RELU_BWD between the batchnorms is composed (``_composed_drelu``): oneDNN's
+    # fuse_norm_relu masks y > 0 only (no clips) and gives 0 for a NaN y, where the
+    # contract's RELU_BWD gives NaN (the rows' rule)
+    if drelu and order == CHANNEL_BLOCKED:   # the composition masks dy through a strided view
+        raise decline("a RELU_BWD between batchnorms runs on plain layouts")
     roles = ["x", "dy", "scale", "mean", "inv_variance", "dx", "dscale", "dbias"] + (
         ["bias"] if drelu else [])
     x, dy, dx = t["x"], t["dy"], t["dx"]
@@ -103,16 +115,15 @@ def _bn_backward(match, order, dry):
     c = x.dims[1]
     stat_md = dnnl.MemoryDesc((c,), dnnl.DATA_F32, strides=(1,))
     spec = ProgramSpec(roles, dry=dry)
-    # the clipped composition keeps its intermediates (y, the masked dy) in float32
-    f32 = (lambda tt: None if tt.data_type == DataType.FLOAT else dnnl.DATA_F32) if clipped \
+    # the composition keeps its intermediates (y, the masked dy) in float32
+    f32 = (lambda tt: None if tt.data_type == DataType.FLOAT else dnnl.DATA_F32) if drelu \
         else (lambda tt: None)
     xm = spec.activation("x", x, order, data_type=f32(x))
-    dym = spec.activation("dy", dy, order, data_type=dnnl.DATA_F32 if clipped else None)
+    dym = spec.activation("dy", dy, order, data_type=dnnl.DATA_F32 if drelu else None)
     # dx is written over the copy of dy (oneDNN's batchnorm backward works in place):
     # one buffer less to bring through the caches
     dxm = spec.activation("dx", dx, order, data_type=f32(dx), share=dym)
-    relu = dnnl.FUSE_NORM_RELU if drelu and not clipped else 0
-    flags = dnnl.USE_SCALE | dnnl.USE_SHIFT | relu
+    flags = dnnl.USE_SCALE | dnnl.USE_SHIFT
     # epsilon 0: oneDNN's 1/sqrt(variance + 0) is then the graph's inv_variance
     y_md = packed_md(x, xm[1].data_type, order) if drelu else dym[1]
     hint = dnnl.bn_forward(dnnl.PROP_FORWARD_TRAINING, xm[1], y_md, 0.0, flags)
@@ -131,29 +142,22 @@ def _bn_backward(match, order, dry):
         fwd_args = [(dnnl.ARG_SRC, xm[0]), (dnnl.ARG_DST, spec.scratch(y_md, "y")),
                     (dnnl.ARG_MEAN, mean), (dnnl.ARG_VARIANCE, var), (dnnl.ARG_SCALE, scale),
                     (dnnl.ARG_SHIFT, spec.channel("bias", t["bias"]))]
-        if clipped:
-            fwd = dnnl.bn_forward(dnnl.PROP_FORWARD_INFERENCE, xm[1], y_md, 0.0,
-                                  dnnl.USE_SCALE | dnnl.USE_SHIFT | dnnl.USE_GLOBAL_STATS)
-        else:
-            fwd = dnnl.bn_forward(dnnl.PROP_FORWARD_TRAINING, xm[1], y_md, 0.0,
-                                  flags | dnnl.USE_GLOBAL_STATS)
-            mask = spec.scratch(fwd.md(dnnl.QUERY_WORKSPACE_MD))
-            fwd_args.append((dnnl.ARG_WORKSPACE, mask))
-            args.append((dnnl.ARG_WORKSPACE, mask))
+        fwd = dnnl.bn_forward(dnnl.PROP_FORWARD_INFERENCE, xm[1], y_md, 0.0,
+                              dnnl.USE_SCALE | dnnl.USE_SHIFT | dnnl.USE_GLOBAL_STATS)
         spec.step(fwd, fwd_args)
     first = len(spec.steps)
     spec.step(pd, args)
     spec.reorder_out(dxm)
 
-    if not clipped:
+    if not drelu:
         def hooks(b, workspace):
             def before():
                 _variance_from_inv(b, workspace, spec)
             return before, None
         return spec, pd, hooks
-    return spec, pd, _clipped_drelu(spec, x, order, first, dym[0],
-                                    0.0 if lo is None else float(lo),
-                                    math.inf if hi is None else float(hi))
+    return spec, pd, _composed_drelu(spec, x, order, first, dym[0],
+                                     0.0 if lo is None else float(lo),
+                                     math.inf if hi is None else float(hi))
 
 
 def _variance_from_inv(b, workspace, spec) -> None:
@@ -161,12 +165,13 @@ def _variance_from_inv(b, workspace, spec) -> None:
     _kernels.bn_inv_to_variance(b["inv_variance"].reshape(-1), ws_view(workspace, spec, "variance"))
 
 
-def _clipped_drelu(spec, x, order, first, dy_index, lo, hi):
-    """Hooks composing batchnorm inference -> clipped RELU_BWD -> batchnorm backward:
+def _composed_drelu(spec, x, order, first, dy_index, lo, hi):
+    """Hooks composing batchnorm inference -> RELU_BWD -> batchnorm backward:
     ``spec``'s steps before ``first`` (the reorders in and the inference primitive writing
     the float32 y) run as a separate program before the main one (its steps from
     ``first``: the backward primitive), and between them the float32 copy of dy is zeroed
-    where ``lo < y < hi`` fails (a NaN y masks, as RELU_BWD's comparison does)."""
+    where ``lo < y < hi`` fails (``lo < y`` alone where ``hi`` is +inf, so that y = +inf
+    passes) and made NaN where y is NaN, as the rows' RELU_BWD does."""
     pre = None if spec.dry else spec.program(spec.steps[:first])
     spec.pre_steps, spec.steps = spec.steps[:first], spec.steps[first:]
     dims = tuple(x.dims)
@@ -181,8 +186,10 @@ def _clipped_drelu(spec, x, order, first, dy_index, lo, hi):
             y = np.ndarray(dims, np.float32, workspace, y_off, strides)
             g = np.ndarray(dims, np.float32, workspace, dy_off, strides)
             inside = np.greater(y, lo)
-            inside &= np.less(y, hi)
+            if hi < math.inf:
+                inside &= np.less(y, hi)
             np.copyto(g, 0.0, where=~inside)
+            np.copyto(g, y, where=np.isnan(y))
         return before, None
     return hooks
 
@@ -330,7 +337,7 @@ def _rows(match, order, dry, *, dense=False):
                 # not workspace, so the plan needs none and a repeated pack's launch is
                 # reused whole (a workspace per execution made it anew: 2.5 of 16 us of a
                 # tiny training batchnorm)
-                var = np.empty(c, np.float32)
+                var = np.empty(c, np.float64)   # beyond FLT_MAX too (x ~ 1e20)
                 mu = user_mu if user_mu is not None else np.empty(c, np.float32)
                 rows(_kernels.BN_ROWS_TRAINING, x_, y_, kind, scale=g["scale"],
                      bias=g["bias"], mean_out=mu, variance_out=var, epsilon=eps, act=act,
@@ -485,7 +492,11 @@ class Bn:
                 spec, pd, _ = build(match, order, True)
             except NotSupportedError as exc:
                 if build is builder and order is None:
-                    raise                      # the user's layout: the problem declines
+                    # oneDNN takes none of this problem's layouts: the rows alone, or a
+                    # decline
+                    if not any(impl[4] is _rows for impl in self.impls):
+                        raise
+                    break
                 declined.append(exc)
                 continue                       # no such variant here
             self.impls.append(("+".join(spec.names) + suffix, order, spec.ws.size,
