@@ -366,7 +366,7 @@ def test_bn_backward_takes_inv_variance(dev):
 
 
 @pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
-def test_bn_training_relu_fused_keeps_relu_special_values(dev, layout):
+def test_bn_training_relu_keeps_relu_special_values(dev, layout):
     # a NaN in a channel makes that channel NaN (oneDNN's fuse_norm_relu, once taken at
     # C = 16 NHWC, turned it into +0), RELU(-inf) = +0, -0.0 -> +0.0
     # (tests/oracle/test_edge_cases.py)
@@ -547,29 +547,52 @@ def test_nchw_bn_inference_runs_one_binary_primitive(dev, dims):
     close(ya, ref.bn_inference_variance(xa, ma, va, sa, ba, 1e-4), 2e-4)
 
 
-def test_nchw_bn_backward_takes_the_rows_and_offers_the_blocked_jit(dev):
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        pytest.skip(f"oneDNN's jit batchnorm is x86-64's; this is {platform.machine()}")
-    g = hd.Graph(name="bnb_nchw")
-    x = g.tensor(dims=(3, 20, 5, 5), layout="NCHW", name="x")
-    dy = g.tensor(dims=(3, 20, 5, 5), layout="NCHW", name="dy")
-    s, m, iv = (g.tensor(dims=(1, 20, 1, 1), name=n) for n in ("s", "m", "iv"))
-    dx, ds, db = g.batchnorm_backward(dy, x, s, mean=m, inv_variance=iv)
-    for t in (dx, ds, db):
-        t.set_output(True)
-    plan = dev.build_sync(g, engine=ONEDNN)
-    assert str(plan.algorithm).startswith("bn_rows:")
-    names = [n for n, _ in plan.algorithm.trials]
-    assert any("bnorm_jit" in n and "+nChw16c" in n for n in names), names
-    xa, dya, sa = rand(x, 13), rand(dy, 14), rand(s, 15)
-    st = ref.bn_training(xa, np.ones(20), np.zeros(20), 1e-5)
-    ma, iva = st["mean"].astype(np.float32), st["inv_variance"].astype(np.float32)
-    outs = {t: empty(t) for t in (dx, ds, db)}
-    plan.execute_sync({x: xa, dy: dya, s: sa, m: ma, iv: iva, **outs})
-    want = ref.bn_backward(dya, xa, sa, ma, iva)
-    close(outs[dx], want["dx"], 2e-3)
-    close(outs[ds], want["dscale"], 2e-3)
-    close(outs[db], want["dbias"], 2e-3)
+@pytest.mark.parametrize("x_scale", [
+    1.0, 1e21,
+    # the rows' dx factor k2 = -scale * inv**2 * dscale / M is a float32: beyond FLT_MAX at
+    # inv_variance ~ 1.7e20, where dx itself (~1e20) is finite; dx = k1 g + k2 (x - mean) + k3
+    # would need (x - mean) * inv first. Known, not fixed yet.
+    pytest.param(1e-20, marks=pytest.mark.xfail(
+        strict=True, reason="bn_rows' backward factor k2 overflows float32 at inv_variance "
+        "~1.7e20 (dx inf where finite)"))])
+def test_bn_backward_offers_the_rows_alone(dev, x_scale):
+    # oneDNN's batchnorm backward takes inv_variance as variance = 1 / inv_variance**2 in
+    # float32: 0 or +inf beyond about 9.2e18 or below 5.4e-20 (a constant channel's
+    # inv_variance at epsilon 1e-77 is 3.2e38), and its dx was all NaN there; the rows alone
+    # are offered, benchmarking too, on packed NCHW and on a W-cropped copy
+    from hipdnn_async.providers.cpu import _kernels
+    for cropped in (False, True):
+        g = hd.Graph(name="bnb_nchw")
+        dims = (3, 20, 5, 5)
+        strides = (20 * 5 * 7, 5 * 7, 7, 1) if cropped else hd.strides_for(dims, "NCHW")
+        x = g.tensor(dims=dims, strides=strides, name="x")
+        dy = g.tensor(dims=dims, strides=strides, name="dy")
+        s, m, iv = (g.tensor(dims=(1, 20, 1, 1), name=n) for n in ("s", "m", "iv"))
+        dx, ds, db = g.batchnorm_backward(dy, x, s, mean=m, inv_variance=iv)
+        for t in (dx, ds, db):
+            t.set_output(True)
+        dx.set_strides(strides)
+        xa, dya, sa = rand(x, 13) * np.float32(x_scale), rand(dy, 14), rand(s, 15)
+        st = ref.bn_training(xa, np.ones(20), np.zeros(20), 0.0)     # inv_variance ~ 1/x_scale
+        ma, iva = st["mean"].astype(np.float32), st["inv_variance"].astype(np.float32)
+        want = ref.bn_backward(dya, xa, sa, ma, iva)
+        if cropped:
+            wide = np.full((3, 20, 5, 7), np.nan, np.float32)
+            xw, dyw, dxw = wide.copy(), wide.copy(), wide.copy()
+            xw[..., :5], dyw[..., :5] = xa, dya
+            xa, dya, dxa = xw[..., :5], dyw[..., :5], dxw[..., :5]
+        else:
+            dxa = empty(dx)
+        for knobs in ({}, {BENCH: 1}):
+            plan = dev.build_sync(g, engine=ONEDNN, knobs=knobs)
+            names = [n for n, _ in plan.algorithm.trials]
+            assert names == ["bn_rows:" + _kernels.bn_rows_isa("float32")
+                             + ("+dense" if cropped else "")], names
+            outs = {ds: empty(ds), db: empty(db)}
+            plan.execute_sync({x: xa, dy: dya, s: sa, m: ma, iv: iva, dx: dxa, **outs})
+            for got, key in ((dxa, "dx"), (outs[ds], "dscale"), (outs[db], "dbias")):
+                assert np.isfinite(got).all(), key
+                close(got, want[key], 2e-3)
 
 
 # ------------------------------------------------------------------ HALF and strided activations

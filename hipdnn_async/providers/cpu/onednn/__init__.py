@@ -40,13 +40,10 @@ How each pattern maps (primitives are created at build, never per execution):
 - batchnorm training (+ ReLU): the engine's batchnorm rows alone (below), on dense copies
   of memory they cannot read as it is; every oneDNN 3.2 batchnorm sums in float32 and
   missed the FLOAT tolerance on offset data (``_bnorm.BN_BUILDERS``).
-- batchnorm backward: one backward primitive given ``variance = 1 / inv_variance**2`` and
-  epsilon 0 (so oneDNN's ``1 / sqrt(variance + 0)`` is the graph's inv_variance).
-- batchnorm inference -> RELU_BWD -> batchnorm backward (where the rows do not run it): a
-  first program runs the forward-inference primitive into a float32 y, dy's float32 copy
-  is zeroed where RELU_BWD's ``lower < y < upper`` fails (``lower < y`` without an upper
-  clip) and made NaN where y is NaN, then the backward primitive runs on it.
-  ``fuse_norm_relu`` is not used: its mask is y > 0 only and turns a NaN y into 0.
+- batchnorm backward and inference -> RELU_BWD -> batchnorm backward: the rows alone too;
+  oneDNN's backward takes inv_variance as a float32 variance ``1 / inv_variance**2`` (0
+  or +inf at the extremes: dx all NaN) and its fused ReLU mask (``fuse_norm_relu``) turns
+  a NaN y into 0 (``_bnorm.BN_BUILDERS``).
 - batchnorm activations that are not packed run on dense copies, as convolutions do.
 
 HALF (float16) I/O: oneDNN 3.2 has f16 convolution and batchnorm kernels only on CPUs with
@@ -61,15 +58,15 @@ by default, through the engine's own batchnorm rows (``_bnorm._rows``: C in
 ``_kernels.bn_rows``, on oneDNN's OpenMP team under its gate; every pass of a channel on
 one thread, the later passes reading it from cache), since oneDNN 3.2's jit batchnorm
 reads only blocked or channels-last memory and the reorders around it cost 2-3.5x
-PyTorch's time in backward; for inference and backward the oneDNN candidates below stay
-offered and benchmarked. On channels-last activations (NHWC, NDHWC) the rows split the
+PyTorch's time in backward; for inference the oneDNN candidates below stay offered and
+benchmarked. On channels-last activations (NHWC, NDHWC) the rows split the
 pixels among the threads (``_bn_last.h``; partial sums meet at a team barrier) and are
 taken by default too, for every pattern and data type (they measured faster than
 oneDNN's jit batchnorm, and its float32 sums missed the tolerance on offset data).
-Training runs the rows alone; on memory they cannot read as it is, on dense workspace
-copies (``+dense``).
+Training, backward and pattern 2 run the rows alone; on memory they cannot read as it
+is, on dense workspace copies (``+dense``).
 
-Batchnorm candidates of inference and backward: the user's layout, and for activations
+Batchnorm candidates of inference: the user's layout, and for activations
 that are not channels-last also channels-last copies (``+nhwc``: reorders in and out
 around oneDNN's jit batchnorm, which takes no plain NCHW memory; there oneDNN runs its
 generic ``ncsp_bnorm:any``). Without benchmarking a jit implementation is taken before

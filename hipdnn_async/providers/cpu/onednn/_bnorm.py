@@ -1,8 +1,7 @@
-"""Batchnorm of the oneDNN engine: oneDNN's batchnorm per pattern (inference (the
-batchnorm primitive, or one binary primitive), backward, inference -> DReLU -> backward;
-none for training, ``BN_BUILDERS`` says why), the engine's own batchnorm rows (``_rows``,
-every pattern; ``_rows_dense`` on dense copies) and ``Bn``, a problem's candidates and the
-heuristic choosing among them."""
+"""Batchnorm of the oneDNN engine: the engine's own batchnorm rows (``_rows``, every
+pattern; ``_rows_dense`` on dense copies), oneDNN's batchnorm for inference only (the
+batchnorm primitive, or one binary primitive; ``BN_BUILDERS`` says why) and ``Bn``, a
+problem's candidates and the heuristic choosing among them."""
 from __future__ import annotations
 
 import math
@@ -16,7 +15,7 @@ from ... import _tuning
 from .. import _kernels
 from ...._errors import NotSupportedError
 from ._program import (CHANNEL_BLOCKED, ProgramSpec, channel_md, decline, dnnl,
-                       dnnl_type, memory_order, packed_md, ws_view)
+                       dnnl_type, ws_view)
 
 __all__ = ["Bn", "BN_BUILDERS"]
 
@@ -29,7 +28,8 @@ def _primitive_epsilon(p) -> float:
     eps = float(p["epsilon"])
     if not eps >= _F32_TINY:
         raise decline(f"epsilon = {eps!r}: oneDNN computes 1/sqrt(variance + epsilon) in "
-                      f"float32, which needs epsilon >= {_F32_TINY:.6g}")
+                      f"float32, which needs epsilon >= {_F32_TINY!r} (float32's smallest "
+                      "normal)")
     return eps
 
 
@@ -94,104 +94,6 @@ def _bn_inference_binary(match, order, dry):
 
 _STAT_ROLES = ("inv_variance", "prev_running_mean", "next_running_mean", "prev_running_variance",
                "next_running_variance", "scale", "bias")
-
-
-def _bn_backward(match, order, dry):
-    t = match.tensors
-    drelu = match.pattern == Pattern.BN_INFERENCE_DRELU_BACKWARD
-    lo = hi = None
-    if drelu:
-        lo, hi = match.params.get("relu_lower_clip"), match.params.get("relu_upper_clip")
-    # RELU_BWD between the batchnorms is composed (``_composed_drelu``): oneDNN's
-    # fuse_norm_relu masks y > 0 only (no clips) and gives 0 for a NaN y, where the
-    # contract's RELU_BWD gives NaN (the rows' rule)
-    if drelu and order == CHANNEL_BLOCKED:   # the composition masks dy through a strided view
-        raise decline("a RELU_BWD between batchnorms runs on plain layouts")
-    roles = ["x", "dy", "scale", "mean", "inv_variance", "dx", "dscale", "dbias"] + (
-        ["bias"] if drelu else [])
-    x, dy, dx = t["x"], t["dy"], t["dx"]
-    for role in ("scale", "mean", "inv_variance", "dscale", "dbias") + (("bias",) if drelu else ()):
-        channel_md(t[role])
-    c = x.dims[1]
-    stat_md = dnnl.MemoryDesc((c,), dnnl.DATA_F32, strides=(1,))
-    spec = ProgramSpec(roles, dry=dry)
-    # the composition keeps its intermediates (y, the masked dy) in float32
-    f32 = (lambda tt: None if tt.data_type == DataType.FLOAT else dnnl.DATA_F32) if drelu \
-        else (lambda tt: None)
-    xm = spec.activation("x", x, order, data_type=f32(x))
-    dym = spec.activation("dy", dy, order, data_type=dnnl.DATA_F32 if drelu else None)
-    # dx is written over the copy of dy (oneDNN's batchnorm backward works in place):
-    # one buffer less to bring through the caches
-    dxm = spec.activation("dx", dx, order, data_type=f32(dx), share=dym)
-    flags = dnnl.USE_SCALE | dnnl.USE_SHIFT
-    # epsilon 0: oneDNN's 1/sqrt(variance + 0) is then the graph's inv_variance
-    y_md = packed_md(x, xm[1].data_type, order) if drelu else dym[1]
-    hint = dnnl.bn_forward(dnnl.PROP_FORWARD_TRAINING, xm[1], y_md, 0.0, flags)
-    pd = dnnl.bn_backward(dnnl.PROP_BACKWARD, dxm[1], dym[1], xm[1], 0.0, flags, hint)
-    mean = spec.channel("mean", t["mean"])
-    scale = spec.channel("scale", t["scale"])
-    var = spec.scratch(stat_md, "variance")
-    args = [(dnnl.ARG_SRC, xm[0]), (dnnl.ARG_DIFF_DST, dym[0]),
-            (dnnl.ARG_MEAN, mean), (dnnl.ARG_VARIANCE, var), (dnnl.ARG_SCALE, scale),
-            (dnnl.ARG_DIFF_SRC, dxm[0]),
-            (dnnl.ARG_DIFF_SCALE, spec.channel("dscale", t["dscale"], output=True)),
-            (dnnl.ARG_DIFF_SHIFT, spec.channel("dbias", t["dbias"], output=True))]
-    spec.reorder_in(xm)
-    spec.reorder_in(dym)
-    if drelu:
-        fwd_args = [(dnnl.ARG_SRC, xm[0]), (dnnl.ARG_DST, spec.scratch(y_md, "y")),
-                    (dnnl.ARG_MEAN, mean), (dnnl.ARG_VARIANCE, var), (dnnl.ARG_SCALE, scale),
-                    (dnnl.ARG_SHIFT, spec.channel("bias", t["bias"]))]
-        fwd = dnnl.bn_forward(dnnl.PROP_FORWARD_INFERENCE, xm[1], y_md, 0.0,
-                              dnnl.USE_SCALE | dnnl.USE_SHIFT | dnnl.USE_GLOBAL_STATS)
-        spec.step(fwd, fwd_args)
-    first = len(spec.steps)
-    spec.step(pd, args)
-    spec.reorder_out(dxm)
-
-    if not drelu:
-        def hooks(b, workspace):
-            def before():
-                _variance_from_inv(b, workspace, spec)
-            return before, None
-        return spec, pd, hooks
-    return spec, pd, _composed_drelu(spec, x, order, first, dym[0],
-                                     0.0 if lo is None else float(lo),
-                                     math.inf if hi is None else float(hi))
-
-
-def _variance_from_inv(b, workspace, spec) -> None:
-    """The workspace's float32 variance = 1 / inv_variance**2 (read with epsilon 0)."""
-    _kernels.bn_inv_to_variance(b["inv_variance"].reshape(-1), ws_view(workspace, spec, "variance"))
-
-
-def _composed_drelu(spec, x, order, first, dy_index, lo, hi):
-    """Hooks composing batchnorm inference -> RELU_BWD -> batchnorm backward:
-    ``spec``'s steps before ``first`` (the reorders in and the inference primitive writing
-    the float32 y) run as a separate program before the main one (its steps from
-    ``first``: the backward primitive), and between them the float32 copy of dy is zeroed
-    where ``lo < y < hi`` fails (``lo < y`` alone where ``hi`` is +inf, so that y = +inf
-    passes) and made NaN where y is NaN, as the rows' RELU_BWD does."""
-    pre = None if spec.dry else spec.program(spec.steps[:first])
-    spec.pre_steps, spec.steps = spec.steps[:first], spec.steps[first:]
-    dims = tuple(x.dims)
-    strides = tuple(4 * s for s in packed_strides(dims, memory_order(x) if order is None else order))
-    y_off, _ = spec.offset("y")
-    dy_off = spec.mems[dy_index][2]
-
-    def hooks(b, workspace):
-        def before():
-            _variance_from_inv(b, workspace, spec)
-            pre.run(tuple(b[r] for r in spec.roles), workspace)
-            y = np.ndarray(dims, np.float32, workspace, y_off, strides)
-            g = np.ndarray(dims, np.float32, workspace, dy_off, strides)
-            inside = np.greater(y, lo)
-            if hi < math.inf:
-                inside &= np.less(y, hi)
-            np.copyto(g, 0.0, where=~inside)
-            np.copyto(g, y, where=np.isnan(y))
-        return before, None
-    return hooks
 
 
 # element kinds of ``_kernels.bn_rows`` by data type
@@ -429,13 +331,14 @@ def _relu_clips(p) -> tuple[float, float]:
     return (0.0 if lo is None else float(lo)), (math.inf if hi is None else float(hi))
 
 
-# oneDNN's batchnorm per pattern; training has none: every oneDNN 3.2 batchnorm sums in
-# float32 (on x = 3e4 + N(0, 1), 16x3x64x64, its y was 2.9-5.1 off, the FLOAT tolerance
-# 4e-3; the rows: 2e-4), so training runs the rows alone (``Bn``)
+# oneDNN's batchnorm per pattern: inference only. Training: every oneDNN 3.2 batchnorm
+# sums in float32 (on x = 3e4 + N(0, 1), 16x3x64x64, its y was 2.9-5.1 off, the FLOAT
+# tolerance 4e-3; the rows: 2e-4). Backward (and pattern 2): it takes inv_variance as
+# variance = 1 / inv_variance**2 in float32, which is 0 or +inf for inv_variance beyond
+# about 9.2e18 or below 5.4e-20 (a constant channel's inv_variance at epsilon 1e-77 is
+# 3.2e38): dx all NaN. Those patterns run the rows alone (``Bn``).
 BN_BUILDERS = {
     Pattern.BN_INFERENCE_VARIANCE: _bn_inference_variance,
-    Pattern.BN_BACKWARD: _bn_backward,
-    Pattern.BN_INFERENCE_DRELU_BACKWARD: _bn_backward,
 }
 
 
@@ -452,14 +355,14 @@ BN_BUILDERS = {
 
 
 class Bn:
-    """One batchnorm problem and its candidates. Training (+ ReLU): the engine's C rows
-    (``_rows``) alone, on dense copies of memory they cannot read as it is
-    (``_rows_dense``; see ``BN_BUILDERS``). Inference and backward: the rows on
-    channels-first and channels-last memory; oneDNN's batchnorm on the user's layout and,
-    for activations that are not channels-last, on channel-blocked (nChw16c) and
-    channels-last copies (reordered in and out: oneDNN's jit batchnorm takes only blocked
-    or channels-last memory; on plain NCHW it runs its generic ``ncsp_bnorm:any``); for
-    inference also one binary primitive on the user's layout (``_bn_inference_binary``)."""
+    """One batchnorm problem and its candidates. Training (+ ReLU), backward and pattern 2:
+    the engine's C rows (``_rows``) alone, on dense copies of memory they cannot read as it
+    is (``_rows_dense``; ``BN_BUILDERS`` says why). Inference: the rows on channels-first
+    and channels-last memory; oneDNN's batchnorm on the user's layout and, for activations
+    that are not channels-last, on channel-blocked (nChw16c) and channels-last copies
+    (reordered in and out: oneDNN's jit batchnorm takes only blocked or channels-last
+    memory; on plain NCHW it runs its generic ``ncsp_bnorm:any``); one binary primitive on
+    the user's layout (``_bn_inference_binary``)."""
 
     def __init__(self, match):
         self.match = match
@@ -479,7 +382,7 @@ class Bn:
                 orders.append(("+nChw16c" if rank == 4 else "+blocked16c", CHANNEL_BLOCKED))
                 orders.append(("+nhwc", (0,) + tuple(range(2, rank)) + (1,)))
             variants += [(suffix, order, builder) for suffix, order in orders]
-            if match.pattern == Pattern.BN_INFERENCE_VARIANCE and len(orders) > 1:
+            if len(orders) > 1:
                 # plain layouts only: where the channel stride is 1 oneDNN's binary kernel
                 # broadcasts its per-channel post-op operands wrongly (oneDNN 3.2, e.g. NCHW
                 # (3, 5, 1, 1)), and its jit batchnorm runs there anyway
@@ -513,28 +416,22 @@ class Bn:
         best oneDNN candidate there; channels-last at every size (see above the class): at
         batch 32, out of the caches, oneDNN's jit batchnorm was faster in some runs and
         slower in others, and its float32 sums missed the FLOAT tolerance on x = 1000 +
-        N(0, 1) at 32x64x56x56 where the rows' float64-gathered tiles did not); else a jit
-        implementation before the generic ones (``ncsp_bnorm``, ``nspc_bnorm``: 5-20x
-        slower in backward), in the candidates' order: the user's layout, then
-        channel-blocked copies (two cheap reorders), then channels-last copies (two
-        transpositions). Batchnorm inference: the jit batchnorm on the user's layout
-        (channels-last: one pass), else the binary primitive on the user's layout (one
-        pass at memory speed; the generic ``ncsp_bnorm`` is 5-20x slower and the reorders
-        around a jit batchnorm cost two more passes)."""
+        N(0, 1) at 32x64x56x56 where the rows' float64-gathered tiles did not); else
+        (inference, the only pattern oneDNN's batchnorm takes here) the jit batchnorm on the
+        user's layout (channels-last: one pass), else the binary primitive on the user's
+        layout (one pass at memory speed; the generic ``ncsp_bnorm`` is 5-20x slower and the
+        reorders around a jit batchnorm cost two more passes)."""
         impls = self.impls
         rows = [c for c in fitting if impls[c.id][4] in (_rows, _rows_dense)]
         if rows:
             return rows[0]
-        if self.match.pattern == Pattern.BN_INFERENCE_VARIANCE:
-            own = [c for c in fitting if impls[c.id][4] is not _bn_inference_binary
-                   and impls[c.id][1] is None]
-            if own and impls[own[0].id][3]:
-                return own[0]
-            binary = [c for c in fitting if impls[c.id][4] is _bn_inference_binary
-                      and impls[c.id][3]]
-            return (binary or own or fitting)[0]
-        jit = [c for c in fitting if impls[c.id][3]]
-        return (jit or fitting)[0]
+        own = [c for c in fitting if impls[c.id][4] is not _bn_inference_binary
+               and impls[c.id][1] is None]
+        if own and impls[own[0].id][3]:
+            return own[0]
+        binary = [c for c in fitting if impls[c.id][4] is _bn_inference_binary
+                  and impls[c.id][3]]
+        return (binary or own or fitting)[0]
 
     def build(self, candidate):
         _, order, _, _, build = self.impls[candidate.id]

@@ -127,7 +127,6 @@ class ProgramSpec:
         self.index = {}
         self.dry = dry               # only sizes: no primitive is created (no JIT)
         self.copy_in, self.copy_out = [], []     # per-channel roles staged in the workspace
-        self.pre_steps = []          # steps run as a separate program first (``_composed_drelu``)
         # HALF arrays converted to / from float32 workspace copies by the engine's exact
         # conversion (``converted``): role -> (dims, element strides) of the copy
         self.convert_in, self.convert_out = {}, {}
