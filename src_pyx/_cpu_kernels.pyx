@@ -26,8 +26,8 @@ and for AVX-512 and chosen at run time (``bias_relu_isa``). ``convert`` (exact e
 conversion between the same three types, NumPy's ``astype``) shares its walk over the
 strides and its split over oneDNN's OpenMP team (``_axes``, ``_run``, ``_share``).
 
-``bn_training_statistics``, ``bn_inv_to_variance`` and ``bn_inference_factor`` are the
-per-channel host work around oneDNN's batchnorm primitives (``onednn/_bnorm.py``): 1-D
+``bn_training_statistics`` and ``bn_inference_factor`` are the per-channel host work
+around the batchnorm rows and oneDNN's inference primitives (``onednn/_bnorm.py``): 1-D
 float32 vectors of length C with any stride (the (1, C, 1, 1) tensors reshaped), float64
 arithmetic rounded once to float32, one loop over C instead of a dozen NumPy calls.
 
@@ -58,7 +58,6 @@ __all__ = [
     "bn_backward_reduce",
     "bn_backward_dx",
     "bn_training_statistics",
-    "bn_inv_to_variance",
     "bn_inference_factor",
     "bn_rows",
     "BN_ROWS_TRAINING",
@@ -758,10 +757,6 @@ cdef inline bint _wrong_len(const float[:] a, Py_ssize_t n):
     return a is not None and a.shape[0] != n
 
 
-cdef inline bint _finite(double v) noexcept nogil:
-    return v == v and v - v == 0.0
-
-
 cdef bint _is_f64(object v):
     """Whether ``v`` is a float64 ndarray (a float64 batch variance: ``bn_rows``'
     ``variance_out``, ``bn_training_statistics``' ``variance``)."""
@@ -771,8 +766,7 @@ cdef bint _is_f64(object v):
 def bn_training_statistics(variance, double epsilon, float[:] inv_variance,
                            const float[:] mean, double momentum, double unbias,
                            const float[:] prev_mean, float[:] next_mean,
-                           const float[:] prev_variance, float[:] next_variance,
-                           const float[:] scale, const float[:] bias):
+                           const float[:] prev_variance, float[:] next_variance):
     """After a training batchnorm that wrote the biased ``variance`` (a float32 vector, or
     a float64 ndarray: ``bn_rows``' ``variance_out`` in float64, which keeps a variance
     beyond FLT_MAX finite, so that inv_variance and the running variance are its
@@ -782,22 +776,14 @@ def bn_training_statistics(variance, double epsilon, float[:] inv_variance,
     ``next_variance = (1 - momentum) * prev_variance + momentum * variance * unbias``
     (``unbias = m / (m - 1)``, Bessel's correction over the m = N * spatial values of a
     channel), each output skipped where it is None (the running pair updates in place when
-    ``prev`` and ``next`` are one buffer: each element is read before it is written).
-
-    Returns
-    -------
-    int
-        With ``scale`` and ``bias`` given: the number of channels whose mean, variance,
-        scale or bias is not finite, else 0.
-    """
+    ``prev`` and ``next`` are one buffer: each element is read before it is written)."""
     cdef const float[:] v32 = None
     cdef const double[:] v64 = None
     cdef Py_ssize_t c, C
     cdef double v
-    cdef int bad = 0
     cdef bint wide = _is_f64(variance)
     cdef bint has_inv = inv_variance is not None, has_nm = next_mean is not None
-    cdef bint has_nv = next_variance is not None, check = scale is not None and bias is not None
+    cdef bint has_nv = next_variance is not None
     if wide:
         v64 = variance
         C = v64.shape[0]
@@ -806,7 +792,7 @@ def bn_training_statistics(variance, double epsilon, float[:] inv_variance,
         C = v32.shape[0]
     if (_wrong_len(inv_variance, C) or _wrong_len(mean, C) or _wrong_len(next_mean, C)
             or _wrong_len(prev_mean, C) or _wrong_len(next_variance, C)
-            or _wrong_len(prev_variance, C) or _wrong_len(scale, C) or _wrong_len(bias, C)
+            or _wrong_len(prev_variance, C)
             or (has_nm and (mean is None or prev_mean is None))
             or (has_nv and prev_variance is None)):
         raise ValueError(f"bn_training_statistics: vectors of other than {C} channels, or a "
@@ -821,23 +807,6 @@ def bn_training_statistics(variance, double epsilon, float[:] inv_variance,
             if has_nv:
                 next_variance[c] = <float>((1.0 - momentum) * prev_variance[c]
                                            + momentum * v * unbias)
-            if check and not (_finite(mean[c]) and _finite(v) and _finite(scale[c])
-                              and _finite(bias[c])):
-                bad += 1
-    return bad
-
-
-def bn_inv_to_variance(const float[:] inv_variance, float[:] variance):
-    """``variance = 1 / inv_variance**2`` (the variance a batchnorm with epsilon 0 turns
-    back into ``inv_variance``); 0 gives inf."""
-    cdef Py_ssize_t c, C = inv_variance.shape[0]
-    cdef double i
-    if variance.shape[0] != C:
-        raise ValueError(f"bn_inv_to_variance: {variance.shape[0]} channels; {C} expected")
-    with nogil:
-        for c in range(C):
-            i = inv_variance[c]
-            variance[c] = <float>(1.0 / (i * i)) if i != 0.0 else <float>(1.0 / 0.0)
     return None
 
 

@@ -61,15 +61,11 @@ def bias_relu_isa() -> str:
 def bn_training_statistics(variance: np.ndarray, epsilon: float, inv_variance: np.ndarray | None,
                            mean: np.ndarray | None, momentum: float, unbias: float,
                            prev_mean: np.ndarray | None, next_mean: np.ndarray | None,
-                           prev_variance: np.ndarray | None, next_variance: np.ndarray | None,
-                           scale: np.ndarray | None, bias: np.ndarray | None) -> int:
+                           prev_variance: np.ndarray | None,
+                           next_variance: np.ndarray | None) -> None:
     """inv_variance, running statistics from a training batchnorm's variance (float32 1-D
     vectors; the variance may be a float64 ndarray, bn_rows' variance_out in float64;
-    float64 arithmetic); returns the count of channels with a non-finite mean,
-    variance, scale or bias where scale and bias are given."""
-
-def bn_inv_to_variance(inv_variance: np.ndarray, variance: np.ndarray) -> None:
-    """variance = 1 / inv_variance**2 (float32 1-D vectors)."""
+    float64 arithmetic)."""
 
 def bn_inference_factor(scale: np.ndarray, variance: np.ndarray, epsilon: float,
                         factor: np.ndarray) -> None:

@@ -247,7 +247,7 @@ def _rows(match, order, dry, *, dense=False):
                 _kernels.bn_training_statistics(
                     var, eps, g.get("inv_variance"), mu, mom, m / (m - 1.0),
                     g.get("prev_running_mean"), g.get("next_running_mean"),
-                    g.get("prev_running_variance"), g.get("next_running_variance"), None, None)
+                    g.get("prev_running_variance"), g.get("next_running_variance"))
             before.compiled_only = True         # _plan.quiet: no NumPy warning to silence
             return before, None
     elif pat == Pattern.BN_INFERENCE_VARIANCE:
