@@ -67,7 +67,8 @@ HD_INLINE int hd_bn_overflows(double v) {
 /* The slow paths of one element kind K, in float64 (see the top of this file), on n
  * elements at element strides xs (ys, gs): a channels-first row (stride 1) or one
  * channel of channels-last pixels (the pixel stride).
- *   sum64:    sum x, or with square sum (x - m)^2 (the terms in float64)
+ *   sum64:    sum (x - m), or with square sum (x - m)^2 (the terms in float64; the
+ *             channels-first rows pass m = 0 for the plain sum)
  *   affine64: y = (x - m) * a + b in float64, rounded to float32, clamped as hd_clamp
  *             where act, then to the element kind */
 #define HD_BN_SLOW_KIND(K)                                                                 \
@@ -77,7 +78,7 @@ HD_INLINE int hd_bn_overflows(double v) {
         ptrdiff_t i;                                                                       \
         for (i = 0; i < n; i++) {                                                          \
             const double v = (double)HD_LOAD_##K(x[i * xs]);                               \
-            s += square ? (v - m) * (v - m) : v;                                           \
+            s += square ? (v - m) * (v - m) : v - m;                                       \
         }                                                                                  \
         return s;                                                                          \
     }                                                                                      \

@@ -307,6 +307,82 @@ def test_streaming_is_refused_off_64_byte_boundaries():
                 draw(b16, (2, 48, 3, 3), "packed", 4), stream=True, aligned=True)
 
 
+# ------------------------------------------------------------------ offset data
+# x = offset + sigma * N(0, 1): the statistics of values far from zero with a small spread
+# (float32 tile sums of 64 values ~3e4 lost bits: the mean 3 ulps off, y 0.0124 off at
+# 3e4 + 0.5 N(0, 1)), at small batch, in one and several float32 tiles per thread, C in
+# one register block and past it (pixel by pixel)
+OFFSET_SHAPES = [(2, 20, 2, 3), (1, 17, 2, 2, 5), (4, 64, 8, 8), (2, 100, 3, 5)]
+OFFSETS = [(3e4, 0.5), (1e4, 1.0)]
+ISAS = ("baseline", "avx512_auto", "avx512")
+
+
+@pytest.mark.parametrize("off,sigma", OFFSETS, ids=lambda v: f"{v:g}")
+@pytest.mark.parametrize("shape", OFFSET_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("dtype", list(KINDS))
+def test_training_on_offset_data_matches_float64(dtype, isa, shape, off, sigma):
+    """Training of every build on x = off + sigma N(0, 1) (rounded to the element kind):
+    y within the training tolerance of float64, the mean within a float32 ulp of the
+    float64 mean of the rounded x."""
+    if ISAS.index(isa) > ISAS.index(k.bn_rows_isa("float32")):
+        pytest.skip(f"this CPU runs {k.bn_rows_isa('float32')}, not {isa}")
+    dt = KINDS[dtype][1]
+    rng = np.random.default_rng([OFFSET_SHAPES.index(shape), int(off), ISAS.index(isa)])
+    c = shape[1]
+    x, _, _ = placed(shape, dt, "packed", np.nan)
+    x[...] = (off + sigma * rng.standard_normal(shape)).astype(dt)
+    y, _, _ = placed(shape, dt, "packed", np.nan)
+    scale = rng.uniform(0.5, 1.5, c).astype(np.float32)
+    bias = rng.uniform(-1, 1, c).astype(np.float32)
+    mean = np.full(c, np.nan, np.float32)
+    var = np.full(c, np.nan, np.float32)
+    k.bn_rows(k.BN_ROWS_TRAINING, raw(x), raw(y), KINDS[dtype][0], scale=scale, bias=bias,
+              mean_out=mean, variance_out=var, epsilon=EPS, isa=isa)
+    want = ref.bn_training(f64(x), scale, bias, EPS)
+    what = f"{dtype} {isa} {shape} {off:g} + {sigma:g} N(0, 1)"
+    assert_close(y, want["y"], *tol("bn_training", dtype), what=what + " y")
+    m64 = want["mean"].reshape(-1)
+    ulp = np.spacing(np.abs(m64).astype(np.float32)).astype(np.float64)
+    err = np.abs(f64(mean) - m64)
+    assert np.all(err <= ulp), f"{what} mean: {err / ulp} float32 ulps off"
+    v64 = ((f64(x) - want["mean"]) ** 2).mean(axis=axes(x))
+    assert np.allclose(f64(var), v64, rtol=1e-4, atol=1e-7 * off * off * 1e-6), \
+        f"{what} variance: {var} vs {v64}"
+
+
+@pytest.mark.parametrize("shape", OFFSET_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_training_sums_of_x_minus_the_pivot_that_overflow_are_taken_in_float64(dtype, isa,
+                                                                               shape):
+    """The first pixel 1e38, the others -1e38 (+ 1e36 N(0, 1)): each x - p is ~ -2e38 and
+    their float32 tile sums overflow (as the squared deviations do), so they are taken
+    again in float64: the mean and y still within tolerance of float64."""
+    if ISAS.index(isa) > ISAS.index(k.bn_rows_isa("float32")):
+        pytest.skip(f"this CPU runs {k.bn_rows_isa('float32')}, not {isa}")
+    dt = KINDS[dtype][1]
+    rng = np.random.default_rng(OFFSET_SHAPES.index(shape))
+    c = shape[1]
+    x, _, _ = placed(shape, dt, "packed", np.nan)
+    v = -1e38 + 1e36 * rng.standard_normal(shape)
+    v[(0, slice(None)) + (0,) * (len(shape) - 2)] = 1e38
+    x[...] = v.astype(dt)
+    y, _, _ = placed(shape, dt, "packed", np.nan)
+    scale = rng.uniform(0.5, 1.5, c).astype(np.float32)
+    bias = rng.uniform(-1, 1, c).astype(np.float32)
+    mean = np.full(c, np.nan, np.float32)
+    var = np.full(c, np.nan, np.float64)
+    k.bn_rows(k.BN_ROWS_TRAINING, raw(x), raw(y), KINDS[dtype][0], scale=scale, bias=bias,
+              mean_out=mean, variance_out=var, epsilon=EPS, isa=isa)
+    want = ref.bn_training(f64(x), scale, bias, EPS)
+    what = f"{dtype} {isa} {shape}"
+    assert_close(y, want["y"], *tol("bn_training", dtype), what=what + " y")
+    assert_close(mean, want["mean"].reshape(-1), 0, 1.2e-7, what=what + " mean")
+    v64 = ((f64(x) - want["mean"]) ** 2).mean(axis=axes(x))
+    assert_close(var, v64, 0, 1e-5, what=what + " variance")
+
+
 # ------------------------------------------------------------------ special values
 def laid_both(a):
     """``a`` (N, C, spatial...) as a channels-last array and as a packed channels-first one."""
