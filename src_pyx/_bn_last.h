@@ -293,7 +293,7 @@ static inline ptrdiff_t hd_bnl_tile(ptrdiff_t r, ptrdiff_t r1, ptrdiff_t S) {
             if (nthr > 1) L->barrier();                                                    \
             if (!me) return;                                                               \
             for (c = 0; c < C; c++) {                                                      \
-                double q = 0.0;                                                            \
+                double q = 0.0, r_;                                                        \
                 for (u = 0; u < team; u++)                                                 \
                     q += ((const double*)(L->scratch + u * HD_BN_LAST_BLOCK(Cp)))[Cp + c]; \
                 mean = a64[c];                                                             \
@@ -303,6 +303,10 @@ static inline ptrdiff_t hd_bnl_tile(ptrdiff_t r, ptrdiff_t r1, ptrdiff_t S) {
                 /* y from the float64 variance, as in the channels-first rows */           \
                 a64[c] = j->scale[c] / sqrt(var + j->eps);                                 \
                 fa[c] = (float)a64[c];                                                     \
+                /* the bias with the float64 mean's remainder, as in the channels-first   \
+                 * rows: y = (x - fm) a + (bias - a (mean - fm)) */                        \
+                r_ = a64[c] * (mean - (double)fm[c]);                                      \
+                k3[c] = r_ == 0.0 ? j->bias[c] : (float)((double)j->bias[c] - r_); /* -0.0 */ \
                 big |= hd_bn_overflows(a64[c]);                                            \
                 if (ithr == 0) {                                                           \
                     j->mean_out[c] = fm[c];                                                \
@@ -312,9 +316,10 @@ static inline ptrdiff_t hd_bnl_tile(ptrdiff_t r, ptrdiff_t r1, ptrdiff_t S) {
                         j->var_out[c] = (float)var;                                        \
                 }                                                                          \
             }                                                                              \
+            for (c = C; c < Cp; c++) k3[c] = 0.0f;                                         \
             HD_BN_LAST_FOR_TILES(r0, r1, S, n, s, P)                                       \
                 hd_bnl_affine_##KS(x + n * j->xn + s * xp, xp, y + n * j->yn + s * yp, yp, \
-                                   P, fm, fa, j->bias, C, j->act, j->lo, j->hi);           \
+                                   P, fm, fa, k3, C, j->act, j->lo, j->hi);                \
             if (big) hd_bnl_fix_##K(j, xp, yp, r0, r1, fm, a64);                           \
         } else {                                                                           \
             const float* b = j->act ? j->bias : k3;                                        \

@@ -925,3 +925,31 @@ def test_long_rows_sum_in_float64_chunks(baseline):
     assert abs(var[0] - x64.var()) <= 1e-5 * x64.var()
     want = (x64 - x64.mean()) / np.sqrt(x64.var() + 1e-5)
     assert np.abs(y - want).max() <= 1e-4
+
+
+@pytest.mark.parametrize("off,sigma", [(3e4, 0.5), (3e4, 0.1), (1e4, 1.0)],
+                         ids=lambda v: f"{v:g}")
+@pytest.mark.parametrize("shape", [(2, 20, 2, 3), (4, 3, 8, 8), (1, 17, 2, 2, 5)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("isa", ["baseline", "avx512_auto", "avx512"])
+def test_training_on_offset_data_matches_float64(isa, shape, off, sigma):
+    """float32 training on x = off + sigma N(0, 1), channels-first: y within the training
+    tolerance of float64. y is computed from the float32 mean mf, whose rounding over sigma
+    (3e4: half an ulp is 1e-3) once put y 4.3e-3 off at sigma 0.2 and 9e-3 at 0.1; the
+    bias now takes the float64 mean's remainder, bias - a (mean - mf)."""
+    builds = ("baseline", "avx512_auto", "avx512")
+    if builds.index(isa) > builds.index(k.bn_rows_isa("float32")):
+        pytest.skip(f"this CPU runs {k.bn_rows_isa('float32')}, not {isa}")
+    rng = np.random.default_rng([shape[1], int(off), int(10 * sigma)])
+    c = shape[1]
+    x, _, _ = placed(shape, np.dtype(np.float32), "packed", np.nan)
+    x[...] = off + sigma * rng.standard_normal(shape)
+    y, _, _ = placed(shape, np.dtype(np.float32), "packed", np.nan)
+    scale = rng.uniform(0.5, 1.5, c).astype(np.float32)
+    bias = rng.uniform(-1, 1, c).astype(np.float32)
+    mean, var = np.full(c, np.nan, np.float32), np.full(c, np.nan, np.float32)
+    k.bn_rows(k.BN_ROWS_TRAINING, x, y, 0, scale=scale, bias=bias, mean_out=mean,
+              variance_out=var, epsilon=EPS, isa=isa)
+    want = ref.bn_training(f64(x), scale, bias, EPS)
+    assert_close(y, want["y"], *tol("bn_training", "float32"),
+                 f"{isa} {shape} {off:g} + {sigma:g} N(0, 1) y")
