@@ -109,6 +109,12 @@ static inline void hd_bnl_fence(void) {
                                        j->bias[c], j->act, j->lo, j->hi);                  \
     }
 
+/* The median of a, b and c (the channels-last rows' pivot), 0 where one is not finite. */
+static inline float hd_bnl_median3(float a, float b, float c) {
+    if (!(hd_bn_finite(a) && hd_bn_finite(b) && hd_bn_finite(c))) return 0.0f;
+    return a > b ? (b > c ? b : (a > c ? c : a)) : (a > c ? a : (b > c ? c : b));
+}
+
 /* Tile functions: P pixels (<= HD_BN_FLUSH) at pixel strides xp, yp, gp, over C channels;
  * per-channel vectors are float32 of >= C values (m: the mean subtracted; a: the factor;
  * b: the bias; k1..k3 the dx coefficients), float64 sums of >= C values (padded to a
@@ -267,13 +273,18 @@ static inline ptrdiff_t hd_bnl_tile(ptrdiff_t r, ptrdiff_t r1, ptrdiff_t S) {
             double mean, var;                                                              \
             int big = 0;                                                                   \
             if (me) {                                                                      \
-                /* sums of x - p, p the pivot of channel c: its value at the first pixel  \
-                 * (the same element for every thread; 0 where not finite), so that the   \
-                 * float32 tile sums of offset data (3e4 + N(0, 1)) stay small */         \
+                /* sums of x - p, p the pivot of channel c: the median of its values at   \
+                 * the first, middle and last pixels (the same elements for every thread; \
+                 * 0 where one is not finite), so that the float32 tile sums of offset     \
+                 * data (3e4 + N(0, 1)) stay small; a median, so that one outlier (1e30 at \
+                 * the first pixel once put the mean 1.8 % off) is not the pivot */        \
                 for (c = 0; c < Cp; c++) d0[c] = d1[c] = 0.0, fm[c] = 0.0f;                \
-                for (c = 0; c < C; c++) {                                                  \
-                    const float p_ = R > 0 ? HD_LOAD_##K(x[c]) : 0.0f;                     \
-                    fm[c] = hd_bn_finite(p_) ? p_ : 0.0f;                                  \
+                if (R > 0) {                                                               \
+                    const HD_TYPE_##K* xm_ = x + (j->N / 2) * j->xn + (S / 2) * xp;        \
+                    const HD_TYPE_##K* xl_ = x + (j->N - 1) * j->xn + (S - 1) * xp;        \
+                    for (c = 0; c < C; c++)                                                \
+                        fm[c] = hd_bnl_median3(HD_LOAD_##K(x[c]), HD_LOAD_##K(xm_[c]),     \
+                                               HD_LOAD_##K(xl_[c]));                       \
                 }                                                                          \
                 HD_BN_LAST_FOR_TILES(r0, r1, S, n, s, P)                                   \
                     hd_bnl_sum_##KS(x + n * j->xn + s * xp, xp, P, fm, C, 0, f0, f1, d0);  \
