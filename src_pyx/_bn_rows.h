@@ -134,6 +134,29 @@ typedef struct {
  * 9.6-19 MB of float32 y, 2 cores, C harness). */
 static __thread int hd_bn_stream = 0;
 
+/* The float64 slow path of hd_bn_bsum (*sg, *sgd set): n elements of x and dy at strides
+ * xs, gs; FWD(d, a, b) is the forward value of the RELU_BWD mask as the float32 rows that
+ * fall back to it compute it, so that both take the same elements. */
+#define HD_BN_FWD_MULADD(d, a, b) ((d) * (a) + (b))
+#define HD_BN_FWD_FMA(d, a, b) fmaf((d), (a), (b))
+#define HD_BN_BSUM64(ATTR, K, NAME, FWD)                                                   \
+    ATTR static void NAME(const HD_TYPE_##K* x, ptrdiff_t xs, const HD_TYPE_##K* dy,       \
+                          ptrdiff_t gs, ptrdiff_t n, float m, float a, float b, int act,   \
+                          float lo, float hi, double* sg, double* sgd) {                   \
+        double s1 = 0.0, s2 = 0.0;                                                         \
+        ptrdiff_t i;                                                                       \
+        for (i = 0; i < n; i++) {                                                          \
+            const float xv = HD_LOAD_##K(x[i * xs]);                                       \
+            const float d = xv - m;                                                        \
+            float g = HD_LOAD_##K(dy[i * gs]);                                             \
+            if (act) g = hd_bn_drelu(g, FWD(d, a, b), lo, hi);                             \
+            s1 += g;                                                                       \
+            s2 += (double)g * ((double)xv - (double)m);                                    \
+        }                                                                                  \
+        *sg = s1;                                                                          \
+        *sgd = s2;                                                                         \
+    }
+
 /* One channel's rows of one element kind K, for one ISA. */
 #define HD_BN_KIND(ISA, ATTR, K)                                                           \
     HD_BN_ROWS_OF(ISA, ATTR, K)                                                            \
@@ -175,28 +198,9 @@ static __thread int hd_bn_stream = 0;
         else                                                                               \
             for (i = 0; i < S; i++) y[i] = HD_STORE_##K((HD_LOAD_##K(x[i]) - m) * a + b);  \
     }                                                                                      \
-    /* The sums of hd_bn_bsum in float64 (*sg, *sgd set): n elements at strides xs, gs;  \
-     * the mask as the float32 rows of this build take it (the same expression) */        \
-    ATTR HD_BN_UNUSED static void hd_bn_bsum64_##K##_##ISA(                                \
-        const HD_TYPE_##K* x, ptrdiff_t xs, const HD_TYPE_##K* dy, ptrdiff_t gs,           \
-        ptrdiff_t n, float m, float a, float b, int act, float lo, float hi, double* sg,   \
-        double* sgd) {                                                                     \
-        double s1 = 0.0, s2 = 0.0;                                                         \
-        ptrdiff_t i;                                                                       \
-        for (i = 0; i < n; i++) {                                                          \
-            const float xv = HD_LOAD_##K(x[i * xs]);                                       \
-            const float d = xv - m;                                                        \
-            float g = HD_LOAD_##K(dy[i * gs]);                                             \
-            if (act) {                                                                     \
-                float yb = d * a + b;                                                      \
-                g = hd_bn_drelu(g, yb, lo, hi);                                            \
-            }                                                                              \
-            s1 += g;                                                                       \
-            s2 += (double)g * ((double)xv - (double)m);                                    \
-        }                                                                                  \
-        *sg = s1;                                                                          \
-        *sgd = s2;                                                                         \
-    }                                                                                      \
+    /* the sums of hd_bn_bsum in float64: the mask as the float32 rows of this build take \
+     * it (the same expression, d * a + b) */                                              \
+    HD_BN_BSUM64(ATTR HD_BN_UNUSED, K, hd_bn_bsum64_##K##_##ISA, HD_BN_FWD_MULADD)         \
     /* sg += sum(g), sgd += sum(g * (x - m)); g = dy, or RELU_BWD(dy) of the forward        \
      * yb = (x - m) * a + b where act: dy where lo < yb <= hi, NaN where yb is, else 0 */  \
     ATTR HD_BN_UNUSED static void hd_bn_bsum_##K##_##ISA(const HD_TYPE_##K* x, const HD_TYPE_##K* dy,   \
@@ -515,23 +519,7 @@ HD_AVX512V static inline __m512 hd_bn_affv(__m512 x, __m512 m, __m512 a, __m512 
         }                                                                                  \
     }                                                                                      \
     /* hd_bn_bsum64 of the intrinsic rows: their mask's forward value is one FMA */        \
-    ATTR static void hd_bn_bsum64_##K##_avx512v(                                           \
-        const HD_TYPE_##K* x, ptrdiff_t xs, const HD_TYPE_##K* dy, ptrdiff_t gs,           \
-        ptrdiff_t n, float m, float a, float b, int act, float lo, float hi, double* sg,   \
-        double* sgd) {                                                                     \
-        double s1 = 0.0, s2 = 0.0;                                                         \
-        ptrdiff_t i;                                                                       \
-        for (i = 0; i < n; i++) {                                                          \
-            const float xv = HD_LOAD_##K(x[i * xs]);                                       \
-            const float d = xv - m;                                                        \
-            float g = HD_LOAD_##K(dy[i * gs]);                                             \
-            if (act) g = hd_bn_drelu(g, fmaf(d, a, b), lo, hi);                            \
-            s1 += g;                                                                       \
-            s2 += (double)g * ((double)xv - (double)m);                                    \
-        }                                                                                  \
-        *sg = s1;                                                                          \
-        *sgd = s2;                                                                         \
-    }                                                                                      \
+    HD_BN_BSUM64(ATTR, K, hd_bn_bsum64_##K##_avx512v, HD_BN_FWD_FMA)                       \
     /* act as a constant in each copy of the row (hd_bn_affine_*_avx512v picks one) */     \
     ATTR static inline __attribute__((always_inline)) void hd_bn_affine_##K##_avx512i(     \
         const HD_TYPE_##K* x, HD_TYPE_##K* y, ptrdiff_t S, float m, float a, float b,      \

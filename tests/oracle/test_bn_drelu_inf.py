@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from . import _reference as ref
 from ._cases import Harness, assert_close, tol
 from ._cpu_engines import check_engine, require, run_named
 
@@ -29,23 +30,12 @@ CLIPS = {"no_clip": (None, None), "lower_only": (0.1, None), "upper_6": (0.0, 6.
 
 
 def _want(r, lower, upper):
-    """float64 dx, dscale, dbias of the pattern for the rounded inputs ``r``."""
-    x, dy = r["x"], r["dy"]
-    c = (1, -1, 1, 1)
-    scale, mean, inv, bias = (r[k].reshape(c) for k in ("scale", "mean", "inv_variance", "bias"))
-    lo = 0.0 if lower is None else lower
+    """float64 dx, dscale, dbias of the pattern for the rounded inputs ``r`` (the
+    reference's RELU_BWD follows the rules above), and the forward value y_bn."""
     with np.errstate(invalid="ignore", over="ignore"):
-        ybn = scale * (x - mean) * inv + bias
-        inside = ybn > lo
-        if upper is not None:
-            inside &= ybn < upper
-        g = np.where(np.isnan(ybn), np.nan, np.where(inside, dy, 0.0))
-        m = x.size // x.shape[1]
-        xhat = (x - mean) * inv
-        dbias = g.sum(axis=(0, 2, 3), keepdims=True)
-        dscale = (g * xhat).sum(axis=(0, 2, 3), keepdims=True)
-        dx = scale * inv / m * (m * g - dbias - xhat * dscale)
-    return {"dx": dx, "dscale": dscale, "dbias": dbias}, ybn
+        ybn = ref.bn_inference(r["x"], r["mean"], r["inv_variance"], r["scale"], r["bias"])
+        g = ref.relu_bwd(ybn, r["dy"], lower, upper)
+        return ref.bn_backward(g, r["x"], r["scale"], r["mean"], r["inv_variance"]), ybn
 
 
 def _case(dtype, layout, lower, upper):

@@ -317,6 +317,17 @@ OFFSETS = [(3e4, 0.5), (1e4, 1.0), (3e4, 0.1)]   # 0.1: the bias takes the mean'
 ISAS = ("baseline", "avx512_auto", "avx512")
 
 
+def _training(x, dtype, isa, scale, bias, variance_dtype=np.float32):
+    """bn_rows training of the channels-last ``x`` (of ``dtype``) by build ``isa``: (y,
+    mean, variance, float64 reference)."""
+    c = x.shape[1]
+    y, _, _ = placed(x.shape, KINDS[dtype][1], "packed", np.nan)
+    mean, var = np.full(c, np.nan, np.float32), np.full(c, np.nan, variance_dtype)
+    k.bn_rows(k.BN_ROWS_TRAINING, raw(x), raw(y), KINDS[dtype][0], scale=scale, bias=bias,
+              mean_out=mean, variance_out=var, epsilon=EPS, isa=isa)
+    return y, mean, var, ref.bn_training(f64(x), scale, bias, EPS)
+
+
 @pytest.mark.parametrize("off,sigma", OFFSETS, ids=lambda v: f"{v:g}")
 @pytest.mark.parametrize("shape", OFFSET_SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("isa", ISAS)
@@ -332,14 +343,9 @@ def test_training_on_offset_data_matches_float64(dtype, isa, shape, off, sigma):
     c = shape[1]
     x, _, _ = placed(shape, dt, "packed", np.nan)
     x[...] = (off + sigma * rng.standard_normal(shape)).astype(dt)
-    y, _, _ = placed(shape, dt, "packed", np.nan)
     scale = rng.uniform(0.5, 1.5, c).astype(np.float32)
     bias = rng.uniform(-1, 1, c).astype(np.float32)
-    mean = np.full(c, np.nan, np.float32)
-    var = np.full(c, np.nan, np.float32)
-    k.bn_rows(k.BN_ROWS_TRAINING, raw(x), raw(y), KINDS[dtype][0], scale=scale, bias=bias,
-              mean_out=mean, variance_out=var, epsilon=EPS, isa=isa)
-    want = ref.bn_training(f64(x), scale, bias, EPS)
+    y, mean, var, want = _training(x, dtype, isa, scale, bias)
     what = f"{dtype} {isa} {shape} {off:g} + {sigma:g} N(0, 1)"
     assert_close(y, want["y"], *tol("bn_training", dtype), what=what + " y")
     m64 = want["mean"].reshape(-1)
@@ -368,14 +374,9 @@ def test_training_sums_of_x_minus_the_pivot_that_overflow_are_taken_in_float64(d
     v = -1e38 + 1e36 * rng.standard_normal(shape)
     v[(0, slice(None)) + (0,) * (len(shape) - 2)] = 1e38
     x[...] = v.astype(dt)
-    y, _, _ = placed(shape, dt, "packed", np.nan)
     scale = rng.uniform(0.5, 1.5, c).astype(np.float32)
     bias = rng.uniform(-1, 1, c).astype(np.float32)
-    mean = np.full(c, np.nan, np.float32)
-    var = np.full(c, np.nan, np.float64)
-    k.bn_rows(k.BN_ROWS_TRAINING, raw(x), raw(y), KINDS[dtype][0], scale=scale, bias=bias,
-              mean_out=mean, variance_out=var, epsilon=EPS, isa=isa)
-    want = ref.bn_training(f64(x), scale, bias, EPS)
+    y, mean, var, want = _training(x, dtype, isa, scale, bias, np.float64)
     what = f"{dtype} {isa} {shape}"
     assert_close(y, want["y"], *tol("bn_training", dtype), what=what + " y")
     assert_close(mean, want["mean"].reshape(-1), 0, 1.2e-7, what=what + " mean")
@@ -558,12 +559,8 @@ def test_training_with_an_outlier_at_the_first_pixel_matches_float64(isa, outlie
     x, _, _ = placed(shape, np.dtype(np.float32), "packed", np.nan)
     x[...] = rng.standard_normal(shape)
     x[0, :, 0, 0] = outlier
-    y, _, _ = placed(shape, np.dtype(np.float32), "packed", np.nan)
     scale, bias = np.full(2, 100.0, np.float32), np.zeros(2, np.float32)
-    mean, var = np.full(2, np.nan, np.float32), np.full(2, np.nan, np.float32)
-    k.bn_rows(k.BN_ROWS_TRAINING, x, y, 0, scale=scale, bias=bias, mean_out=mean,
-              variance_out=var, epsilon=EPS, isa=isa)
-    want = ref.bn_training(f64(x), scale, bias, EPS)
+    y, mean, _, want = _training(x, "float32", isa, scale, bias)
     m64 = want["mean"].reshape(-1)
     assert np.allclose(f64(mean), m64, rtol=1e-6, atol=0), (mean, m64)
     assert_close(y, want["y"], *tol("bn_training", "float32"), what=f"{isa} {outlier:g} y")
