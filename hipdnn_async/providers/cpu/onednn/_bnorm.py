@@ -34,6 +34,7 @@ def _primitive_epsilon(p) -> float:
 
 
 _F32_TINY = float(np.finfo(np.float32).tiny)
+_F32 = _kernels.BIAS_RELU_KINDS["float32"]
 
 
 def _bn_inference_variance(match, order, dry):
@@ -280,7 +281,7 @@ def _rows(match, order, dry, *, dense=False):
     spec.names.append("bn_rows:"
                       + _kernels.bn_rows_isa(("float32", "bfloat16", "float16")[kind]))
     if copies:
-        return spec, None, _on_dense_copies(hooks, copies, spec, _row_outputs(pat))
+        return spec, None, _on_dense_copies(hooks, copies, spec, _row_outputs(pat), kind)
     hooks.reads_workspace = False     # _plan: its launches copy onto a fresh workspace
     return spec, None, hooks
 
@@ -301,10 +302,16 @@ def _row_outputs(pattern) -> frozenset:
     return frozenset(("dx", "dscale", "dbias"))
 
 
-def _on_dense_copies(hooks, roles, spec, outputs):
+def _on_dense_copies(hooks, roles, spec, outputs, kind):
     """``hooks`` (``_rows``'s) run on dense workspace copies of ``roles`` (each packed in
     its dims' order, ``"dense:" + role``): inputs copied in before the rows, outputs copied
-    out after them, in the same host step."""
+    out after them, in the same host step. The copies are ``_kernels.convert`` of one
+    element kind to itself (the bits), split among oneDNN's team: NumPy's ``copyto`` runs
+    on one core (the activations' ``kind``; per-channel tensors are float32)."""
+    def copy(dst, src):
+        k = kind if src.dtype.itemsize == 2 else _F32
+        _kernels.convert(_bits(src), k, _bits(dst), k, team=True)
+
     def dense_hooks(b, workspace):
         views = {}
         for role in roles:
@@ -316,10 +323,10 @@ def _on_dense_copies(hooks, roles, spec, outputs):
 
         def before():
             for dst, src in ins:
-                np.copyto(dst, src)
+                copy(dst, src)
             rows()
             for dst, src in outs:
-                np.copyto(dst, src)
+                copy(dst, src)
         before.compiled_only = True     # copies of one dtype and the rows: no FP warnings
         return before, None
     return dense_hooks
