@@ -42,7 +42,9 @@ compares kernels: ours less our variant suffixes (the parts without ``:``: ``+bl
 kernel) the inner one, which does the work, and in oneDNN 3.5's spelling (ours is 3.2,
 torch 2.13 bundles 3.12; 3.5 renamed ``brgconv`` to ``brg_conv_fwd`` and ``brg_fwd`` to
 ``brg_conv_bwd``). Equal: "same kernel as PyTorch" (the same implementation, its code
-possibly changed between the versions); else "different kernel: ours X, PyTorch Y";
+possibly changed between the versions); else "different kernel: ours X, PyTorch Y", with
+"(not among the N our oneDNN offers here)" where no candidate of our plan
+(``plan.algorithm.trials``, in ``candidates``) is PyTorch's kernel;
 batchnorm: "our C rows vs PyTorch's ATen kernel". Each ends "median <= 1.0x: within
 the run's spread" where the median ratio is at most 1.0x (the best calls differ, the
 typical ones do not), else "median above 1.0x too", which the verdict also counts.
@@ -642,7 +644,11 @@ def why(row):
         return f"PyTorch's kernel unknown ({row['torch_algorithm_reason']}); {spread}"
     if ours == kernel_name(theirs):
         return f"same kernel as PyTorch; {spread}"
-    return f"different kernel: ours {ours}, PyTorch {kernel_name(theirs)}; {spread}"
+    offered = row.get("candidates") or []
+    absent = ("" if not offered or kernel_name(theirs) in {kernel_name(c) for c in offered}
+              else f" (not among the {len(offered)} our oneDNN offers here)")
+    return (f"different kernel: ours {ours}, PyTorch {kernel_name(theirs)}{absent}; "
+            f"{spread}")
 
 
 def print_why(rows):
@@ -892,7 +898,8 @@ def _row(case, t, err, anch):
             "rate": rate, "rate_text": rate_text, "pct": pct_of(rate, anchor),
             "anchor": "copy_gbps" if case.flops is None else f"gemm_{case.dtype}_gflops",
             "rel_l2": err, "engine": case.plan.engine.name,
-            "algorithm": str(case.plan.algorithm)}
+            "algorithm": str(case.plan.algorithm),
+            "candidates": [n for n, _ in getattr(case.plan.algorithm, "trials", ())]}
 
 
 def _rate_pct(row, anch):

@@ -89,6 +89,18 @@ def test_different_kernels_are_named():
                            "brg_conv_fwd:avx512_core; median above 1.0x too")
 
 
+def test_a_kernel_our_onednn_does_not_offer_is_said_so():
+    # the fp32 NHWC stem fprop: oneDNN 3.2 offers no brgconv for 3 input channels
+    row = _row("jit:avx512_core", "brg_conv_fwd:avx512_core", 1.02, 1.01)
+    row["candidates"] = ["jit:avx512_core", "jit:avx2", "jit:sse41", "x64:gemm:jit"]
+    assert bc.why(row) == ("different kernel: ours jit:avx512_core, PyTorch "
+                           "brg_conv_fwd:avx512_core (not among the 4 our oneDNN offers "
+                           "here); median above 1.0x too")
+    row["candidates"].append("brgconv:avx512_core+nhwc")      # offered, in 3.2's spelling
+    assert bc.why(row).startswith("different kernel: ours jit:avx512_core, PyTorch "
+                                  "brg_conv_fwd:avx512_core; ")
+
+
 def test_batchnorm_against_aten_and_an_unknown_torch_kernel():
     row = _row("bn_rows:avx512", "aten", 1.1, 0.97, family="bn")
     assert bc.why(row) == ("our C rows vs PyTorch's ATen kernel; "
