@@ -116,14 +116,15 @@ static inline float hd_bnl_median3(float a, float b, float c) {
 }
 
 /* Tile functions: P pixels (<= HD_BN_FLUSH) at pixel strides xp, yp, gp, over C channels;
- * per-channel vectors are float32 of >= C values (m: the mean subtracted; a: the factor;
- * b: the bias; k1..k3 the dx coefficients), float64 sums of >= C values (padded to a
- * multiple of 16).
+ * per-channel vectors are float32 of >= C values (m: the mean subtracted; inv: backward's
+ * inv_variance, NULL where every channel's k2 folds it in; a: the factor; b: the bias;
+ * k1..k3 the dx coefficients), float64 sums of >= C values (padded to a multiple of 16).
  *   sum:    s0[c] += sum_p x[p][c] - m[c] (square: (x[p][c] - m[c])^2)
  *   affine: y[p][c] = (x - m[c]) * a[c] + b[c], clamped to [lo, hi] (+ 0.0) where act
  *   bsum:   s0[c] += sum_p g, s1[c] += sum_p g * (x - m[c]); g = dy, or RELU_BWD of the
  *           forward yb = (x - m) * a + b where act (as hd_bn_bsum)
- *   dx:     dx[p][c] = k1[c] * g + k2[c] * (x - m[c]) + k3[c]
+ *   dx:     dx[p][c] = k1[c] * g + k2[c] * xhat + k3[c], xhat = (x - m[c]) * inv[c], or
+ *           x - m[c] where inv is NULL (as hd_bn_dx_*: hd_bn_folds)
  * The portable ones run a pixel's channels as one loop the compiler vectorises, the
  * float32 sums in acc0 / acc1 (C values) added to the float64 ones once per tile. */
 #define HD_BN_LAST_TILES(ISA, ATTR, K)                                                     \
@@ -199,11 +200,12 @@ static inline float hd_bnl_median3(float a, float b, float c) {
             s1[c] += acc1[c];                                                              \
         }                                                                                  \
     }                                                                                      \
-    ATTR HD_BN_UNUSED static void hd_bnl_dx_##K##_##ISA(                                   \
+    /* xh (inv given) a constant in each copy of the loops, as in hd_bn_dx_* */            \
+    ATTR HD_INLINE void hd_bnl_dxi_##K##_##ISA(                                            \
         const HD_TYPE_##K* x, ptrdiff_t xp, const HD_TYPE_##K* dy, ptrdiff_t gp,           \
         HD_TYPE_##K* HD_BNL_RESTRICT dx, ptrdiff_t yp, ptrdiff_t P, const float* m,        \
-        const float* a, const float* b, ptrdiff_t C, int act, float lo, float hi,          \
-        const float* k1, const float* k2, const float* k3) {                               \
+        const float* inv, const float* a, const float* b, ptrdiff_t C, int act, float lo,  \
+        float hi, const float* k1, const float* k2, const float* k3, int xh) {             \
         ptrdiff_t p, c;                                                                    \
         for (p = 0; p < P; p++, x += xp, dy += gp, dx += yp)                               \
             if (act)                                                                       \
@@ -212,13 +214,27 @@ static inline float hd_bnl_median3(float a, float b, float c) {
                     float g = HD_LOAD_##K(dy[c]);                                          \
                     float yb = d * a[c] + b[c];                                            \
                     g = hd_bn_drelu(g, yb, lo, hi);                                        \
-                    dx[c] = HD_STORE_##K(k1[c] * g + k2[c] * d + k3[c]);                   \
+                    dx[c] = HD_STORE_##K(k1[c] * g + k2[c] * (xh ? d * inv[c] : d)         \
+                                         + k3[c]);                                         \
                 }                                                                          \
             else                                                                           \
                 for (c = 0; c < C; c++) {                                                  \
                     float d = HD_LOAD_##K(x[c]) - m[c];                                    \
-                    dx[c] = HD_STORE_##K(k1[c] * HD_LOAD_##K(dy[c]) + k2[c] * d + k3[c]);  \
+                    dx[c] = HD_STORE_##K(k1[c] * HD_LOAD_##K(dy[c])                        \
+                                         + k2[c] * (xh ? d * inv[c] : d) + k3[c]);         \
                 }                                                                          \
+    }                                                                                      \
+    ATTR HD_BN_UNUSED static void hd_bnl_dx_##K##_##ISA(                                   \
+        const HD_TYPE_##K* x, ptrdiff_t xp, const HD_TYPE_##K* dy, ptrdiff_t gp,           \
+        HD_TYPE_##K* HD_BNL_RESTRICT dx, ptrdiff_t yp, ptrdiff_t P, const float* m,        \
+        const float* inv, const float* a, const float* b, ptrdiff_t C, int act, float lo,  \
+        float hi, const float* k1, const float* k2, const float* k3) {                     \
+        if (inv)                                                                           \
+            hd_bnl_dxi_##K##_##ISA(x, xp, dy, gp, dx, yp, P, m, inv, a, b, C, act, lo, hi, \
+                                   k1, k2, k3, 1);                                         \
+        else                                                                               \
+            hd_bnl_dxi_##K##_##ISA(x, xp, dy, gp, dx, yp, P, m, inv, a, b, C, act, lo, hi, \
+                                   k1, k2, k3, 0);                                         \
     }
 
 /* The pixels from r of a tile: to the end of r's image, of [.., r1) or HD_BN_FLUSH. */
@@ -249,7 +265,8 @@ static inline ptrdiff_t hd_bnl_tile(ptrdiff_t r, ptrdiff_t r1, ptrdiff_t S) {
         double* a64 = d1 + Cp;                   /* the factor a in float64 (forward) */   \
         float* f0 = (float*)(a64 + Cp);          /* float32 sums of a tile (portable) */   \
         float* f1 = f0 + Cp;                                                               \
-        float* fm = f1 + Cp;                     /* training: the mean subtracted */       \
+        float* fm = f1 + Cp;                     /* training: the mean subtracted; */      \
+                                                 /* backward: inv, or 1 where k2 folds */  \
         float* fa = fm + Cp;                     /* the factor a; backward: k1 */          \
         float* k2 = fa + Cp;                     /* backward: the factor a, then k2 */     \
         float* k3 = k2 + Cp;                     /* backward: zeros (b without act) */     \
@@ -334,6 +351,7 @@ static inline ptrdiff_t hd_bnl_tile(ptrdiff_t r, ptrdiff_t r1, ptrdiff_t S) {
             if (big) hd_bnl_fix_##K(j, xp, yp, r0, r1, fm, a64);                           \
         } else {                                                                           \
             const float* b = j->act ? j->bias : k3;                                        \
+            int xh = 0;                          /* a k2 of xhat (hd_bn_folds) */          \
             if (me) {                                                                      \
                 for (c = 0; c < Cp; c++) d0[c] = d1[c] = 0.0, k3[c] = 0.0f;                \
                 for (c = 0; c < C; c++) k2[c] = (float)((double)j->scale[c] * j->inv[c]);  \
@@ -346,7 +364,7 @@ static inline ptrdiff_t hd_bnl_tile(ptrdiff_t r, ptrdiff_t r1, ptrdiff_t S) {
             if (!me) return;                                                               \
             for (c = 0; c < C; c++) {                                                      \
                 const double inv = j->inv[c], sc = j->scale[c];                            \
-                double sg = 0.0, sgd = 0.0, k1, dscale;                                    \
+                double sg = 0.0, sgd = 0.0, k1, k2_, dscale;                               \
                 for (u = 0; u < team; u++) {                                               \
                     const double* du = (const double*)(L->scratch + u * HD_BN_LAST_BLOCK(Cp)); \
                     sg += du[c];                                                           \
@@ -357,16 +375,26 @@ static inline ptrdiff_t hd_bnl_tile(ptrdiff_t r, ptrdiff_t r1, ptrdiff_t S) {
                     j->dbias[c] = (float)sg;                                               \
                     j->dscale[c] = (float)dscale;                                          \
                 }                                                                          \
-                /* dx = scale * inv / M * (M g - dbias - (x - m) inv dscale) */            \
+                /* dx = scale * inv / M * (M g - dbias - xhat dscale), xhat = (x - m) inv: \
+                 * k2 of x - m where that is a float32 (fm 1), else of xhat (fm inv), as   \
+                 * in the channels-first rows; the rows read fm only where some channel's  \
+                 * is not 1 (xh) */                                                        \
                 k1 = sc * inv;                                                             \
+                k2_ = -k1 * inv * dscale / M;                                              \
+                fm[c] = 1.0f;                                                              \
+                if (!hd_bn_folds(k2_)) {                                                   \
+                    k2_ = -k1 * dscale / M;                                                \
+                    fm[c] = (float)inv;                                                    \
+                    xh = 1;                                                                \
+                }                                                                          \
                 fa[c] = (float)k1;                                                         \
-                f1[c] = (float)(-k1 * inv * dscale / M);                                   \
+                f1[c] = (float)k2_;                                                        \
                 f0[c] = (float)(-k1 * sg / M);                                             \
             }                                                                              \
             HD_BN_LAST_FOR_TILES(r0, r1, S, n, s, P)                                       \
                 hd_bnl_dx_##KS(x + n * j->xn + s * xp, xp, dy + n * j->gn + s * gp, gp,    \
-                               y + n * j->yn + s * yp, yp, P, j->mean, k2, b, C, j->act,   \
-                               j->lo, j->hi, fa, f1, f0);                                  \
+                               y + n * j->yn + s * yp, yp, P, j->mean, xh ? fm : NULL, k2, \
+                               b, C, j->act, j->lo, j->hi, fa, f1, f0);                    \
         }                                                                                  \
     }
 
@@ -457,13 +485,15 @@ HD_AVX512V static inline __mmask16 hd_bnl_vbad(__m512 v) {
         g = _mm512_mask_mov_ps(g, _mm512_cmp_ps_mask(yb_, yb_, _CMP_UNORD_Q), yb_);        \
     } while (0)
 
-/* dx of one vector: k1 * g + k2 * d + k3, g = dy or its RELU_BWD where act */
-HD_AVX512V static inline __m512 hd_bnl_dxv(__m512 x, __m512 g, __m512 m, __m512 a, __m512 b,
-                                           __m512 k1, __m512 k2, __m512 k3, int act,
-                                           __m512 vlo, __m512 vhi) {
+/* dx of one vector: k1 * g + k2 * xhat + k3, xhat = d * inv where xh, else d = x - m; g =
+ * dy or its RELU_BWD where act (of d, as hd_bnl_bsum takes it) */
+HD_AVX512V static inline __m512 hd_bnl_dxv(__m512 x, __m512 g, __m512 m, __m512 inv,
+                                           __m512 a, __m512 b, __m512 k1, __m512 k2,
+                                           __m512 k3, int act, int xh, __m512 vlo,
+                                           __m512 vhi) {
     __m512 d = _mm512_sub_ps(x, m);
     if (act) HD_BNL_VMASK(g, d, a, b);
-    return _mm512_fmadd_ps(k1, g, _mm512_fmadd_ps(k2, d, k3));
+    return _mm512_fmadd_ps(k1, g, _mm512_fmadd_ps(k2, xh ? _mm512_mul_ps(d, inv) : d, k3));
 }
 /* Stores of two vectors, 32 elements from p (lanes k0, k1): bfloat16 rounds both with one
  * VCVTNE2PS2BF16 into one 64-byte store where every lane is stored (20 % faster than two
@@ -684,25 +714,27 @@ HD_AVX512BF16 static inline void hd_bnl_st2_bf16(uint16_t* p, __mmask16 k0, __mm
     }                                                                                      \
     ATTR static inline __attribute__((always_inline)) void hd_bnl_dx_##K##_avx512i(        \
         const HD_TYPE_##K* x, ptrdiff_t xp, const HD_TYPE_##K* dy, ptrdiff_t gp,           \
-        HD_TYPE_##K* dx, ptrdiff_t yp, ptrdiff_t P, const float* m, const float* a,        \
-        const float* b, ptrdiff_t C, int act, float lo, float hi, const float* k1,         \
-        const float* k2, const float* k3, int nt) {                                        \
+        HD_TYPE_##K* dx, ptrdiff_t yp, ptrdiff_t P, const float* m, const float* inv,      \
+        const float* a, const float* b, ptrdiff_t C, int act, float lo, float hi,          \
+        const float* k1, const float* k2, const float* k3, int nt, int xh) {               \
         const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);                   \
+        const float* iv = xh ? inv : m;    /* not xh: inv NULL, the loads unused */        \
         ptrdiff_t p, u;                                                                    \
         if (C > 16 * HD_BNL_U) {   /* the operands from L1 */                              \
             HD_BNL_GROUPS(C, P, {                                                          \
                 HD_BNL_MAB                                                                 \
+                const __m512 i0 = HD_BNL_L(iv, 0, ka), i1 = HD_BNL_L(iv, 16, kb);          \
                 const __m512 c10 = HD_BNL_L(k1, 0, ka), c11 = HD_BNL_L(k1, 16, kb);        \
                 const __m512 c20 = HD_BNL_L(k2, 0, ka), c21 = HD_BNL_L(k2, 16, kb);        \
                 const __m512 c30 = HD_BNL_L(k3, 0, ka), c31 = HD_BNL_L(k3, 16, kb);        \
                 for (p = p0; p < p0 + q; p++)                                              \
                     hd_bnl_st2_##K(dx + p * yp + c, ka, kb,                                \
                         hd_bnl_dxv(hd_bn_ld_##K(x + p * xp + c, ka),                       \
-                                   hd_bn_ld_##K(dy + p * gp + c, ka), m0, a0, b0, c10, c20, \
-                                   c30, act, vlo, vhi),                                    \
+                                   hd_bn_ld_##K(dy + p * gp + c, ka), m0, i0, a0, b0, c10, \
+                                   c20, c30, act, xh, vlo, vhi),                           \
                         hd_bnl_dxv(hd_bn_ld_##K(x + p * xp + c + 16, kb),                  \
-                                   hd_bn_ld_##K(dy + p * gp + c + 16, kb), m1, a1, b1, c11, \
-                                   c21, c31, act, vlo, vhi), nt);                          \
+                                   hd_bn_ld_##K(dy + p * gp + c + 16, kb), m1, i1, a1, b1, \
+                                   c11, c21, c31, act, xh, vlo, vhi), nt);                 \
             })                                                                             \
             return;                                                                        \
         }                                                                                  \
@@ -711,6 +743,7 @@ HD_AVX512BF16 static inline void hd_bnl_st2_bf16(uint16_t* p, __mmask16 k0, __mm
             const HD_TYPE_##K* gr = dy + cb;                                               \
             HD_TYPE_##K* dr = dx + cb;                                                     \
             HD_BNL_LD(vm, m, k);                                                           \
+            HD_BNL_LD(vi, iv, k);                                                          \
             HD_BNL_LD(va, a, k);                                                           \
             HD_BNL_LD(vb, b, k);                                                           \
             HD_BNL_LD(v1, k1, k);                                                          \
@@ -720,15 +753,15 @@ HD_AVX512BF16 static inline void hd_bnl_st2_bf16(uint16_t* p, __mmask16 k0, __mm
                 __m512 v[HD_BNL_U];                                                        \
                 for (u = 0; u < HD_BNL_U; u++)                                             \
                     v[u] = hd_bnl_dxv(hd_bn_ld_##K(xr + 16 * u, k[u]),                     \
-                                      hd_bn_ld_##K(gr + 16 * u, k[u]), vm[u], va[u], vb[u], \
-                                      v1[u], v2[u], v3[u], act, vlo, vhi);                 \
+                                      hd_bn_ld_##K(gr + 16 * u, k[u]), vm[u], vi[u], va[u], \
+                                      vb[u], v1[u], v2[u], v3[u], act, xh, vlo, vhi);      \
                 for (u = 0; u < HD_BNL_U; u += 2)                                          \
                     hd_bnl_st2_##K(dr + 16 * u, k[u], k[u + 1], v[u], v[u + 1], nt);       \
             }                                                                              \
         });                                                                                \
     }                                                                                      \
-    /* act and nt (hd_bn_stream) as constants in each copy of the rows (no test of them  \
-     * per vector) */                                                                      \
+    /* act and nt (hd_bn_stream), and dx's xh (inv given), as constants in each copy of    \
+     * the rows (no test of them per vector) */                                            \
     ATTR static void hd_bnl_affine_##K##_avx512v(                                          \
         const HD_TYPE_##K* x, ptrdiff_t xp, HD_TYPE_##K* y, ptrdiff_t yp, ptrdiff_t P,     \
         const float* m, const float* a, const float* b, ptrdiff_t C, int act, float lo,    \
@@ -756,18 +789,26 @@ HD_AVX512BF16 static inline void hd_bnl_st2_bf16(uint16_t* p, __mmask16 k0, __mm
     }                                                                                      \
     ATTR static void hd_bnl_dx_##K##_avx512v(                                              \
         const HD_TYPE_##K* x, ptrdiff_t xp, const HD_TYPE_##K* dy, ptrdiff_t gp,           \
-        HD_TYPE_##K* dx, ptrdiff_t yp, ptrdiff_t P, const float* m, const float* a,        \
-        const float* b, ptrdiff_t C, int act, float lo, float hi, const float* k1,         \
-        const float* k2, const float* k3) {                                                \
-        switch ((act ? 1 : 0) + 2 * hd_bn_stream) {                                       \
-        case 0: hd_bnl_dx_##K##_avx512i(x, xp, dy, gp, dx, yp, P, m, a, b, C, 0, lo, hi, k1, \
-                                        k2, k3, 0); break;                                 \
-        case 1: hd_bnl_dx_##K##_avx512i(x, xp, dy, gp, dx, yp, P, m, a, b, C, 1, lo, hi, k1, \
-                                        k2, k3, 0); break;                                 \
-        case 2: hd_bnl_dx_##K##_avx512i(x, xp, dy, gp, dx, yp, P, m, a, b, C, 0, lo, hi, k1, \
-                                        k2, k3, 1); break;                                 \
-        default: hd_bnl_dx_##K##_avx512i(x, xp, dy, gp, dx, yp, P, m, a, b, C, 1, lo, hi, \
-                                         k1, k2, k3, 1);                                   \
+        HD_TYPE_##K* dx, ptrdiff_t yp, ptrdiff_t P, const float* m, const float* inv,      \
+        const float* a, const float* b, ptrdiff_t C, int act, float lo, float hi,          \
+        const float* k1, const float* k2, const float* k3) {                               \
+        switch ((act ? 1 : 0) + 2 * hd_bn_stream + 4 * (inv != NULL)) {                    \
+        case 0: hd_bnl_dx_##K##_avx512i(x, xp, dy, gp, dx, yp, P, m, inv, a, b, C, 0, lo,  \
+                                        hi, k1, k2, k3, 0, 0); break;                      \
+        case 1: hd_bnl_dx_##K##_avx512i(x, xp, dy, gp, dx, yp, P, m, inv, a, b, C, 1, lo,  \
+                                        hi, k1, k2, k3, 0, 0); break;                      \
+        case 2: hd_bnl_dx_##K##_avx512i(x, xp, dy, gp, dx, yp, P, m, inv, a, b, C, 0, lo,  \
+                                        hi, k1, k2, k3, 1, 0); break;                      \
+        case 3: hd_bnl_dx_##K##_avx512i(x, xp, dy, gp, dx, yp, P, m, inv, a, b, C, 1, lo,  \
+                                        hi, k1, k2, k3, 1, 0); break;                      \
+        case 4: hd_bnl_dx_##K##_avx512i(x, xp, dy, gp, dx, yp, P, m, inv, a, b, C, 0, lo,  \
+                                        hi, k1, k2, k3, 0, 1); break;                      \
+        case 5: hd_bnl_dx_##K##_avx512i(x, xp, dy, gp, dx, yp, P, m, inv, a, b, C, 1, lo,  \
+                                        hi, k1, k2, k3, 0, 1); break;                      \
+        case 6: hd_bnl_dx_##K##_avx512i(x, xp, dy, gp, dx, yp, P, m, inv, a, b, C, 0, lo,  \
+                                        hi, k1, k2, k3, 1, 1); break;                      \
+        default: hd_bnl_dx_##K##_avx512i(x, xp, dy, gp, dx, yp, P, m, inv, a, b, C, 1, lo, \
+                                         hi, k1, k2, k3, 1, 1);                            \
         }                                                                                  \
     }                                                                                      \
     HD_BN_LAST_TEAM(K##_avx512v, ATTR, K)

@@ -11,6 +11,8 @@ docs/contract/semantics.md, with the tolerances of tests/oracle/_cases.py:
   taken again in float64; the variance beyond FLT_MAX kept in a float64 variance_out.
 - A factor scale / sqrt(variance + epsilon) beyond float32 (the smallest epsilon the graph
   takes, 1e-77, on a constant channel): y in float64, the bias there, not NaN.
+- Backward of x spread over 1e-20 and less (inv_variance ~ 1e20 and up): dx's factor of
+  x - mean beyond FLT_MAX while dx is finite, so the rows take xhat first there.
 """
 from __future__ import annotations
 
@@ -296,6 +298,49 @@ def test_backward_sums_near_flt_max_that_cancel(layout, shape, isa):
     what = f"{layout} {shape} {isa}"
     assert (db == 0).all() and (ds == 0).all(), (what, db, ds)
     assert_close(dx, want_dx, *tol("bn_backward", "float32"), f"{what} dx")
+
+
+# channels-first rows of 40 and 300 elements; channels-last 3 channels over 3 tiles, 20 and
+# 64 (one register block, masked and not) and 100 (pixel by pixel)
+TINY_SHAPES = {"first": [(2, 3, 5, 8), (3, 2, 15, 20)],
+               "last": [(3, 3, 8, 9), (2, 20, 3, 5), (2, 64, 2, 3), (2, 100, 2, 3)]}
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("act", [False, True], ids=["plain", "drelu"])
+@pytest.mark.parametrize("layout,shape", [(lay, s) for lay, ss in TINY_SHAPES.items()
+                                          for s in ss])
+@pytest.mark.parametrize("dtype", HUGE_KINDS)
+@pytest.mark.parametrize("spread", [1e-19, 1e-20, 1e-30], ids=lambda v: f"{v:g}")
+def test_backward_of_a_tiny_spread(spread, dtype, layout, shape, act, isa):
+    """x ~ spread N(0, 1) with its own statistics (inv_variance ~ 1 / spread), dy ~ U(-1,
+    1): dx ~ 1 / spread is finite, while from spread 1e-20 on dx's factor of x - mean,
+    -scale * inv_variance**2 * dscale / M, is beyond FLT_MAX (the rows once gave dx +-inf
+    there); the rows take xhat = (x - mean) * inv_variance first where that factor is no
+    float32. Every other channel is spread over 1 (its factor a float32), so that the
+    channels-last rows meet both kinds of channel in one pass."""
+    kind, dt = KINDS[dtype]
+    rng = np.random.default_rng([shape[1], shape[2], act, int(-np.log10(spread))])
+    c = shape[1]
+    spreads = np.where(np.arange(c) % 2 == 0, spread, 1.0).reshape(1, -1, 1, 1)
+    x, xr = laid(spreads * rng.standard_normal(shape), dt, layout)
+    mean64 = xr.mean(axis=(0, 2, 3))
+    mean = mean64.astype(np.float32)
+    inv = (1.0 / np.sqrt(((xr - chan(mean64)) ** 2).mean(axis=(0, 2, 3)))).astype(np.float32)
+    scale = rng.uniform(0.5, 1.5, c).astype(np.float32)
+    bias = rng.uniform(-0.1, 0.1, c).astype(np.float32)
+    dyv = rng.uniform(-1, 1, shape)
+    if act:   # off the mask's edge, where float32 and float64 may take different sides
+        dyv[np.abs(chan(scale) * (xr - chan(mean)) * chan(inv) + chan(bias)) < 1e-3] = 0.0
+    dy, dyr = laid(dyv, dt, layout)
+    want_dx, want_ds, want_db, g, xhat = _backward_want(xr, dyr, scale, mean, inv, bias, act)
+    assert np.isfinite(want_dx).all() and np.abs(want_dx[:, 0]).max() > 0.1 / spread
+    dx, ds, db = _backward_rows(x, dy, kind, scale, mean, inv, isa, bias if act else None, act)
+    what = f"{dtype} {layout} {shape} spread {spread:g} act={act} {isa}"
+    assert np.isfinite(f64(dx)).all(), what
+    assert_close(dx, want_dx, *tol("bn_backward", dtype), f"{what} dx")
+    assert (np.abs(f64(db) - want_db) <= SUM_RTOL * np.abs(g).sum(axis=(0, 2, 3))).all(), what
+    assert (np.abs(f64(ds) - want_ds) <= SUM_RTOL * np.abs(g * xhat).sum(axis=(0, 2, 3))).all(), what
 
 
 # ------------------------------------------------------------------ a factor beyond float32

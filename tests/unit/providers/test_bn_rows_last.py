@@ -529,6 +529,67 @@ def test_engine_takes_the_rows_for_channels_last_drelu_backward(layout, dims):
         assert_close(outs[db], want["dbias"], *tol("bn_backward", "float32"), what="dbias")
 
 
+def _backward_graph(layout, dims):
+    g = hd.Graph(name="bnb_last")
+    x = g.tensor(dims=dims, layout=layout, name="x")
+    dy = g.tensor(dims=dims, layout=layout, name="dy")
+    cs = (1, dims[1]) + (1,) * (len(dims) - 2)
+    s, m, iv = (g.tensor(dims=cs, name=n) for n in ("s", "m", "iv"))
+    dx, ds, db = g.batchnorm_backward(dy, x, s, mean=m, inv_variance=iv)
+    for t in (dx, ds, db):
+        t.set_output(True)
+    return g, (x, dy, s, None, m, iv), (dx, ds, db)
+
+
+@pytest.mark.parametrize("x_scale", [1.0, 1e-19, 1e-20, 1e-30], ids=lambda v: f"{v:g}")
+@pytest.mark.parametrize("drelu", [False, True], ids=["backward", "drelu_backward"])
+def test_engine_channels_last_backward_of_a_tiny_spread(drelu, x_scale):
+    """NHWC backward and inference -> DReLU -> backward of x spread over x_scale with its
+    own statistics (inv_variance ~ 1 / x_scale): dx ~ 1 / x_scale is finite, while from
+    1e-20 on dx's factor of x - mean, -scale * inv_variance**2 * dscale / M, is beyond
+    FLT_MAX; the rows take xhat = (x - mean) * inv_variance first there (they once gave dx
+    +-inf). Every other channel is spread over 1, so that one pass meets both kinds."""
+    if not ONEDNN_STATE.ok:
+        pytest.skip(f"oneDNN does not load here: {ONEDNN_STATE.reason}")
+    dims = (3, 20, 5, 5)
+    cs = (1, 20, 1, 1)
+    rng = np.random.default_rng(int(-np.log10(x_scale)))
+    spread = np.where(np.arange(20) % 2 == 0, x_scale, 1.0).reshape(cs)
+    xa = (spread * rng.standard_normal(dims)).astype(np.float32)
+    dya = rng.uniform(-1, 1, dims).astype(np.float32)
+    st = ref.bn_training(xa, np.ones(20), np.zeros(20), 0.0)
+    ma, iva = st["mean"].astype(np.float32), st["inv_variance"].astype(np.float32)
+    sa = rng.uniform(0.5, 1.5, cs).astype(np.float32)
+    ba = rng.uniform(-0.1, 0.1, cs).astype(np.float32)
+    g_ = dya
+    if drelu:
+        ybn = ref.bn_inference(xa, ma, iva, sa, ba)
+        dya[np.abs(ybn) < 1e-3] = 0                   # off the mask's edge
+        g_ = ref.relu_bwd(ybn, dya)
+    want = ref.bn_backward(g_, xa, sa, ma, iva)
+    assert np.isfinite(want["dx"]).all()
+    with hd.Device("cpu") as dev:
+        g, (x, dy, s, b, m, iv), (dx, ds, db) = (_drelu_graph if drelu else _backward_graph)(
+            "NHWC", dims)
+        for knobs in ({}, {"global.benchmarking": 1}):     # the rows alone, timed too
+            plan = dev.build_sync(g, engine="ONEDNN_ENGINE", knobs=knobs)
+            names = [n for n, _ in plan.algorithm.trials]
+            assert names == ["bn_rows:" + k.bn_rows_isa("float32")], names
+            xl, dyl = laid_both(xa)[0], laid_both(dya)[0]
+            outs = {dx: laid_both(np.full(dims, np.nan, np.float32))[0],
+                    ds: np.full(cs, np.nan, np.float32), db: np.full(cs, np.nan, np.float32)}
+            vals = {x: xl, dy: dyl, s: sa, m: ma, iv: iva, **outs}
+            if drelu:
+                vals[b] = ba
+            plan.execute_sync(vals)
+            what = f"x_scale {x_scale:g} drelu={drelu} {knobs}"
+            assert np.isfinite(outs[dx]).all(), what
+            t = tol("bn_backward", "float32")
+            assert_close(outs[dx], want["dx"], *t, what=what + " dx")
+            assert_close(outs[ds], want["dscale"], *t, what=what + " dscale")
+            assert_close(outs[db], want["dbias"], *t, what=what + " dbias")
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 def test_engine_takes_the_rows_alone_for_channels_last_training(dtype):
     # oneDNN's own batchnorm (bnorm_jit, nspc_bnorm) sums in float32 and missed the FLOAT

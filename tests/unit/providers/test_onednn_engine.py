@@ -547,14 +547,10 @@ def test_nchw_bn_inference_runs_one_binary_primitive(dev, dims):
     close(ya, ref.bn_inference_variance(xa, ma, va, sa, ba, 1e-4), 2e-4)
 
 
-@pytest.mark.parametrize("x_scale", [
-    1.0, 1e21,
-    # the rows' dx factor k2 = -scale * inv**2 * dscale / M is a float32: beyond FLT_MAX at
-    # inv_variance ~ 1.7e20, where dx itself (~1e20) is finite; dx = k1 g + k2 (x - mean) + k3
-    # would need (x - mean) * inv first. Known, not fixed yet.
-    pytest.param(1e-20, marks=pytest.mark.xfail(
-        strict=True, reason="bn_rows' backward factor k2 overflows float32 at inv_variance "
-        "~1.7e20 (dx inf where finite)"))])
+# 1e-19, 1e-20: inv_variance ~ 1e19, 1e20; at 1e20 the factor of x - mean in dx, -scale *
+# inv_variance**2 * dscale / M, is beyond FLT_MAX while dx (~1e20) is finite, so the rows take
+# xhat = (x - mean) * inv_variance first there (it overflowed float32 once: dx +-inf)
+@pytest.mark.parametrize("x_scale", [1.0, 1e21, 1e-19, 1e-20])
 def test_bn_backward_offers_the_rows_alone(dev, x_scale):
     # oneDNN's batchnorm backward takes inv_variance as variance = 1 / inv_variance**2 in
     # float32: 0 or +inf beyond about 9.2e18 or below 5.4e-20 (a constant channel's
