@@ -818,10 +818,12 @@ def run(args):
                  + [("bn", chw, p) for chw in bn_shapes for p in BN_PATTERNS
                     if p in args.patterns])
         rows = doc["cases"]
+        more = (f", or of up to {MAX_REPS} in up to {MAX_WINDOWS} windows where {args.reps} "
+                f"take less than {args.min_ms:g} ms (the calls column)" if args.min_ms > 0
+                else "")
         print(f"\n== {len(specs) * len(args.configs)} cases at batch {args.batch}; ms = best of "
-              f"{args.reps} calls (up to {WINDOWS} alternating windows), or of up to "
-              f"{MAX_REPS} in up to {MAX_WINDOWS} windows where {args.reps} take less than "
-              f"{args.min_ms:g} ms (the calls column); ratio = ours / torch")
+              f"{args.reps} calls (up to {WINDOWS} alternating windows){more}; "
+              "ratio = ours / torch")
         hdr = ["family", "shape", "pattern", "dtype", "layout", "ours ms", "torch ms", "ratio",
                "median ratio", "rate", "% anchor", "rel L2", "algorithm", "calls",
                "faults/call"]
