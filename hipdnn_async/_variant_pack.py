@@ -68,8 +68,12 @@ def unknown_key(plan, key, t) -> str:
         when = "" if t.is_virtual else " when this plan was built"
         return (f"execute: tensor '{snap.name}' (uid {snap.uid}) was virtual{when} and takes "
                 "no buffer; call set_output(True) on it before building to get it back")
+    if snap is not None and id(snap) not in plan._slots:
+        return (f"execute: tensor '{snap.name}' (uid {snap.uid}) is an operand of no operation "
+                f"of graph '{plan.graph.name}', so the plan takes no buffer for it; leave it "
+                "out of the variant pack")
     takes = ", ".join(f"'{g.name}' (uid {g.uid})" for g in plan._snapshot.tensors
-                      if not g.is_virtual)
+                      if not g.is_virtual and id(g) in plan._slots)
     return (f"execute: variant pack key {key!r} names no tensor of graph "
             f"'{plan.graph.name}'; its tensors that take a buffer are {takes} (keys are "
             "those tensors, their names or their uids)")

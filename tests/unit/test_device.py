@@ -140,6 +140,22 @@ def test_variant_pack_errors_name_the_tensor(dev):
     assert err.code == "INVALID_VARIANT_PACK"
 
 
+def test_a_tensor_no_operation_uses_is_named_as_such(dev):
+    # a graph tensor that is no operand takes no buffer: the error says so, and the list
+    # of the tensors that take one leaves it out
+    g, x, w, y = conv_graph()
+    spare = g.tensor(dims=(1, 4, 1, 1), name="spare")
+    plan = dev.build_sync(g)
+    xa, wa, ya = rand(x.dims), rand(w.dims), np.zeros(y.dims, np.float32)
+    for key in (spare, "spare", spare.uid):
+        with pytest.raises(hd.VariantPackError, match=r"tensor 'spare' \(uid \d+\) is an "
+                           "operand of no operation of graph .*leave it out"):
+            plan.execute_sync({x: xa, w: wa, y: ya, key: np.zeros(spare.dims, np.float32)})
+    with pytest.raises(hd.VariantPackError, match="names no tensor") as err:
+        plan.execute_sync({x: xa, w: wa, y: ya, "nope": ya})
+    assert "spare" not in str(err.value)
+
+
 def test_virtual_tensor_in_variant_pack_is_rejected(dev):
     g = hd.Graph(name="cbr")
     x = g.tensor(dims=(1, 2, 5, 5), name="x")
