@@ -591,6 +591,53 @@ def test_bn_backward_offers_the_rows_alone(dev, x_scale):
                 close(got, want[key], 2e-3)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("pattern", ["inference", "training"])
+def test_bn_on_channel_packed_pixels_in_another_order_runs_the_rows_on_dense_copies(
+        dev, pattern, dtype):
+    # x and y with H and W swapped and a gap after each pixel's C values (packed, the
+    # pixels not at one stride): the rows on dense channels-last copies, inference too
+    # (oneDNN offers only its reference ref:any there); the gaps untouched, the values the
+    # float64 reference's
+    from hipdnn_async.providers.cpu import _kernels
+    n, c, h, w = 2, 5, 3, 4
+    strides = (w * h * (c + 1), 1, c + 1, h * (c + 1))     # N, W, H, C (+ a gap)
+    dt = "float32" if dtype == np.float32 else "bfloat16"
+    g = hd.Graph(name="bn_nwhc", io_data_type=dt, intermediate_data_type="float32",
+                 compute_data_type="float32")
+    x = g.tensor(dims=(n, c, h, w), strides=strides, name="x")
+    ch = {k: g.tensor(dims=(1, c, 1, 1), name=k, data_type="float32")
+          for k in (("m", "v") if pattern == "inference" else ()) + ("s", "b")}
+    if pattern == "inference":
+        y = g.batchnorm_inference_variance_ext(x, ch["m"], ch["v"], ch["s"], ch["b"],
+                                               epsilon=1e-5)
+        stats = ()
+    else:
+        y, mean, inv, _, _ = g.batchnorm(x, ch["s"], ch["b"], epsilon=1e-5)
+        stats = (mean.set_output(True), inv.set_output(True))
+    y.set_output(True).set_strides(strides)
+    xa = rand(x, 50, dtype)
+    pack = {x: xa, **{t: rand(t, 51 + i) for i, t in enumerate(ch.values())}}
+    if "v" in ch:
+        pack[ch["v"]] = np.abs(pack[ch["v"]]) + 0.1
+    v = {k: np.asarray(pack[t], np.float64) for k, t in ch.items()}
+    x64 = np.asarray(xa, np.float64)
+    want = (ref.bn_inference_variance(x64, v["m"], v["v"], v["s"], v["b"], 1e-5)
+            if pattern == "inference" else ref.bn_training(x64, v["s"], v["b"], 1e-5)["y"])
+    for knobs in ({}, {BENCH: 1}):
+        plan = dev.build_sync(g, engine=ONEDNN, knobs=knobs)
+        rows = "bn_rows:" + _kernels.bn_rows_isa(dt) + "+dense"
+        names = [name for name, _ in plan.algorithm.trials]
+        assert rows in names and (knobs or str(plan.algorithm) == rows), names
+        ya = empty(y, dtype)                               # NaN, gaps included
+        plan.execute_sync({**pack, y: ya, **{t: empty(t) for t in stats}})
+        close(ya, want, 2e-2 if dtype != np.float32 else 2e-4)
+        # the gaps: after each pixel's C values but the last (the buffer ends there)
+        pixels = np.lib.stride_tricks.as_strided(ya, (n * w * h - 1, c + 1),
+                                                 ((c + 1) * ya.itemsize, ya.itemsize))
+        assert np.isnan(np.asarray(pixels[:, c], np.float32)).all()
+
+
 # ------------------------------------------------------------------ HALF and strided activations
 def test_half_runs_float32_primitives_on_workspace_copies(dev):
     # oneDNN 3.2 has f16 kernels only with AVX512-FP16 / AMX-FP16: HALF I/O runs float32

@@ -140,16 +140,23 @@ def _rows_fit(match, *, dense=False) -> int:
 
 def _dense_roles(match) -> list:
     """The roles ``bn_rows`` cannot read as they are: unless every activation is
-    channels-last, those whose spatial elements are not one packed run; per-channel
-    tensors whose channels are not dense."""
+    channels-last, those activations that are not channels-last pixels where every
+    activation's channels are packed (``_dense_order``), else those whose spatial elements
+    are not one packed run; per-channel tensors whose channels are not dense."""
     t = match.tensors
     out = []
     last = _channels_last(match)
+    pixels = _dense_order(match) is not None
+    c = t["x"].dims[1]
     for role, tt in sorted(t.items()):
         if tt.is_virtual:
             continue
         if role in _ACTIVATIONS:
             if last:
+                continue
+            if pixels:
+                if not _pixels(tt, c):
+                    out.append(role)
                 continue
             run = 1
             for d, s in zip(reversed(tt.dims[2:]), reversed(tt.strides[2:])):
@@ -162,29 +169,47 @@ def _dense_roles(match) -> list:
     return out
 
 
-def _channels_last(match) -> bool:
-    """Whether ``bn_rows`` reads ``match``'s activations as channels-last pixels (the rule
-    of its ``_pixels_of``): C > 1, channel stride 1, the spatial dims one run of pixels at
-    a stride >= C."""
+def _dense_order(match):
+    """The order of the activations' dense copies: channels-last (N, spatial..., C) where
+    C > 1 and every activation's C values of a pixel are packed (channel stride 1, e.g. a
+    channel slice with its W and H swapped), so that a copy moves whole pixels and the rows
+    read every activation as channels-last pixels; else None, for channels-first
+    (a channels-first copy of such memory transposes every element: 1.14x PyTorch's time
+    on 32x256x28x28 with H and W swapped, 2 cores)."""
     t = match.tensors
     c = t["x"].dims[1]
-    if c < 2:
+    acts = [t[r] for r in _ACTIVATIONS if r in t and not t[r].is_virtual]
+    if c < 2 or any(a.strides[1] != 1 for a in acts):
+        return None
+    rank = len(t["x"].dims)
+    return (0,) + tuple(range(2, rank)) + (1,)
+
+
+def _pixels(tt, c) -> bool:
+    """Whether ``bn_rows`` reads the activation ``tt`` as channels-last pixels (the rule of
+    its ``_pixels_of``): channel stride 1, the spatial dims one run of pixels at a stride
+    >= C."""
+    dims, strides = tuple(tt.dims), tuple(tt.strides)
+    if strides[1] != 1:
         return False
-    for r in ("x", "y", "dy", "dx"):
-        if r not in t or t[r].is_virtual:
-            continue
-        dims, strides = tuple(t[r].dims), tuple(t[r].strides)
-        if strides[1] != 1:
+    inner = [s for d, s in zip(dims[2:], strides[2:]) if d != 1]
+    run = inner[-1] if inner else c
+    if run < c:
+        return False
+    for d, s in zip(reversed(dims[2:]), reversed(strides[2:])):
+        if d != 1 and s != run:
             return False
-        inner = [s for d, s in zip(dims[2:], strides[2:]) if d != 1]
-        run = inner[-1] if inner else c
-        if run < c:
-            return False
-        for d, s in zip(reversed(dims[2:]), reversed(strides[2:])):
-            if d != 1 and s != run:
-                return False
-            run *= d
+        run *= d
     return True
+
+
+def _channels_last(match) -> bool:
+    """Whether ``bn_rows`` reads every one of ``match``'s activations as channels-last
+    pixels (``_pixels``; C > 1)."""
+    t = match.tensors
+    c = t["x"].dims[1]
+    return c >= 2 and all(_pixels(t[r], c) for r in _ACTIVATIONS
+                          if r in t and not t[r].is_virtual)
 
 
 def _bits(a):
@@ -212,11 +237,14 @@ def _rows(match, order, dry, *, dense=False):
     real = {r for r, tt in t.items() if not tt.is_virtual}
     spec = ProgramSpec(sorted(real), dry=dry)
     copies = _dense_roles(match) if dense else []
+    pixels = _dense_order(match)
+    orders = {}                       # role -> its copy's element strides
     for role in copies:
         tt = t[role]
         dims = tuple(tt.dims)
-        spec.scratch(dnnl.MemoryDesc(dims, dnnl_type(tt),
-                                     strides=packed_strides(dims, tuple(range(len(dims))))),
+        order = pixels if role in _ACTIVATIONS and pixels else tuple(range(len(dims)))
+        orders[role] = packed_strides(dims, order)
+        spec.scratch(dnnl.MemoryDesc(dims, dnnl_type(tt), strides=orders[role]),
                      "dense:" + role)
     rows = _kernels.bn_rows
     if pat in (Pattern.BN_TRAINING, Pattern.BN_TRAINING_RELU):
@@ -281,7 +309,7 @@ def _rows(match, order, dry, *, dense=False):
     spec.names.append("bn_rows:"
                       + _kernels.bn_rows_isa(("float32", "bfloat16", "float16")[kind]))
     if copies:
-        return spec, None, _on_dense_copies(hooks, copies, spec, _row_outputs(pat), kind)
+        return spec, None, _on_dense_copies(hooks, orders, spec, _row_outputs(pat), kind)
     hooks.reads_workspace = False     # _plan: its launches copy onto a fresh workspace
     return spec, None, hooks
 
@@ -303,9 +331,9 @@ def _row_outputs(pattern) -> frozenset:
 
 
 def _on_dense_copies(hooks, roles, spec, outputs, kind):
-    """``hooks`` (``_rows``'s) run on dense workspace copies of ``roles`` (each packed in
-    its dims' order, ``"dense:" + role``): inputs copied in before the rows, outputs copied
-    out after them, in the same host step. The copies are ``_kernels.convert`` of one
+    """``hooks`` (``_rows``'s) run on dense workspace copies of ``roles`` (role -> the
+    copy's element strides, ``"dense:" + role``): inputs copied in before the rows, outputs
+    copied out after them, in the same host step. The copies are ``_kernels.convert`` of one
     element kind to itself (the bits), split among oneDNN's team: NumPy's ``copyto`` runs
     on one core (the activations' ``kind``; per-channel tensors are float32)."""
     def copy(dst, src):
@@ -316,7 +344,10 @@ def _on_dense_copies(hooks, roles, spec, outputs, kind):
         views = {}
         for role in roles:
             off, nbytes = spec.offset("dense:" + role)
-            views[role] = workspace[off:off + nbytes].view(b[role].dtype).reshape(b[role].shape)
+            a = b[role]
+            views[role] = np.lib.stride_tricks.as_strided(
+                workspace[off:off + nbytes].view(a.dtype), a.shape,
+                tuple(a.itemsize * st for st in roles[role]))
         rows, _ = hooks({**b, **views}, workspace)
         ins = [(views[r], b[r]) for r in roles if r not in outputs]
         outs = [(b[r], views[r]) for r in roles if r in outputs]
@@ -364,8 +395,9 @@ BN_BUILDERS = {
 class Bn:
     """One batchnorm problem and its candidates. Training (+ ReLU), backward and pattern 2:
     the engine's C rows (``_rows``) alone, on dense copies of memory they cannot read as it
-    is (``_rows_dense``; ``BN_BUILDERS`` says why). Inference: the rows on channels-first
-    and channels-last memory; oneDNN's batchnorm on the user's layout and, for activations
+    is (``_rows_dense``; ``BN_BUILDERS`` says why). Inference: the rows (on dense copies
+    likewise: on a W-cropped NCHW x oneDNN's best took 1.8x PyTorch's time, and on other
+    stride orders oneDNN offers only its reference ``ref:any``, 6.8x); oneDNN's batchnorm on the user's layout and, for activations
     that are not channels-last, on channel-blocked (nChw16c) and channels-last copies
     (reordered in and out: oneDNN's jit batchnorm takes only blocked or channels-last
     memory; on plain NCHW it runs its generic ``ncsp_bnorm:any``); one binary primitive on
@@ -377,11 +409,9 @@ class Bn:
         # channels-first (C = 1 too: oneDNN's generic ncsp_bnorm, all it has there, sums in
         # float32 and lost the mean of x = 1000 + N(0, 1) at 2^20 values, y off by about 1)
         # and channels-last (see the figures above this class)
-        variants = [("", None, _rows)]
+        variants = [("", None, _rows), ("+dense", None, _rows_dense)]
         builder = BN_BUILDERS.get(match.pattern)
-        if builder is None:
-            variants.append(("+dense", None, _rows_dense))
-        else:
+        if builder is not None:
             x = match.tensors["x"]
             orders = [("", None)]
             if x.strides[1] != 1 and x.dims[1] > 1:
@@ -404,7 +434,7 @@ class Bn:
                 if build is builder and order is None:
                     # oneDNN takes none of this problem's layouts: the rows alone, or a
                     # decline
-                    if not any(impl[4] is _rows for impl in self.impls):
+                    if not any(impl[4] in (_rows, _rows_dense) for impl in self.impls):
                         raise
                     break
                 declined.append(exc)
