@@ -8,9 +8,11 @@ Usage::
 
 Activations are ResNet-50's 256 x 28 x 28 at batch N, cut from a wider buffer: NCHW cropped
 in W (28 of 32 columns: no channel's values are one packed run, so the rows run on dense
-workspace copies, ``+dense``) and NHWC a channel slice (256 of 320 channels: the
-channels-last rows read it in place). Patterns: training (``native_batch_norm``, training
-True) and backward (``native_batch_norm_backward``). Prints the best and median of
+workspace copies, ``+dense``), NHWC a channel slice (256 of 320 channels: the
+channels-last rows read it in place), and NWHC (channels-last with H and W swapped: the
+rows on channels-last copies). Patterns: training (``native_batch_norm``, training True),
+inference (the same, training False, running statistics) and backward
+(``native_batch_norm_backward``). Prints the best and median of
 ``--reps`` interleaved rounds of 5 calls a side, the relative L2 distance of our y (dx)
 from PyTorch's, and the load average.
 """
@@ -31,6 +33,9 @@ def _wide(layout, n, dtype, seed):
     if layout == "NCHW":
         buf = rng.standard_normal((n, C, H, W + 4)).astype(dtype)
         return buf, buf[..., :W]
+    if layout == "NWHC":
+        buf = rng.standard_normal((n, W, H, C)).astype(dtype)
+        return buf, buf.transpose(0, 3, 2, 1)
     buf = rng.standard_normal((n, H, W, C + 64)).astype(dtype)
     return buf, buf[..., :C].transpose(0, 3, 1, 2)
 
@@ -54,6 +59,8 @@ def case(hd, torch, dev, n, pattern, dtype, layout):
         # the same view of a torch tensor over the same buffer (bfloat16 through its bits)
         whole = torch.from_numpy(b.view(np.uint16)).view(t_dtype) if dtype != "float32" \
             else torch.from_numpy(b)
+        if layout == "NWHC":
+            return whole.permute(0, 3, 2, 1)
         return whole[..., :W] if layout == "NCHW" else whole[..., :C].permute(0, 3, 1, 2)
 
     one = np.ones((1, C, 1, 1), np.float32)
@@ -72,6 +79,18 @@ def case(hd, torch, dev, n, pattern, dtype, layout):
 
         def theirs():
             return torch.ops.aten.native_batch_norm(xt, ot, zt, None, None, True, 0.1, 1e-5)
+    elif pattern == "bn_infer":
+        y = g.batchnorm_inference_variance_ext(x, chan("mean"), chan("variance"), chan("scale"),
+                                               chan("bias"), epsilon=1e-5)
+        _, ya = _wide(layout, n, np_dtype, 1)
+        y.set_output(True).set_strides(strides)
+        plan = dev.build_sync(g)
+        names = {t.name: t for t in g.tensors}
+        pack = {x: xa, y: ya, names["mean"]: one * 0, names["variance"]: one,
+                names["scale"]: one, names["bias"]: one * 0}
+
+        def theirs():
+            return torch.ops.aten.native_batch_norm(xt, ot, zt, zt, ot, False, 0.1, 1e-5)
     else:
         dy = g.tensor(dims=xa.shape, strides=strides, name="dy")
         dx, ds, db = g.batchnorm_backward(dy, x, chan("scale"), mean=chan("mean"),
@@ -90,7 +109,7 @@ def case(hd, torch, dev, n, pattern, dtype, layout):
         def theirs():
             return torch.ops.aten.native_batch_norm_backward(
                 dyt, xt, ot, None, None, zt, ot, True, 1e-5, [True, True, True])
-    out = ya if pattern == "bn_train" else dxa
+    out = dxa if pattern == "bn_backward" else ya
     return plan, (lambda: plan.execute_sync(pack)), theirs, out
 
 
@@ -108,8 +127,8 @@ def main(argv=None):
     print(f"{'pattern':<12}{'dtype':<10}{'layout':<7}{'algorithm':<26}"
           f"{'ours ms':>9}{'torch ms':>10}{'ratio':>7}{'median ratio':>14}{'rel L2':>9}")
     for dtype in args.dtypes.split(","):
-        for layout in ("NCHW", "NHWC"):
-            for pattern in ("bn_train", "bn_backward"):
+        for layout in ("NCHW", "NHWC", "NWHC"):
+            for pattern in ("bn_train", "bn_infer", "bn_backward"):
                 plan, ours, theirs, out = case(hd, torch, dev, args.batch, pattern, dtype, layout)
                 for fn in (ours, theirs):
                     for _ in range(3):
