@@ -23,7 +23,8 @@
  * A channel's float32 tile sums that come out non-finite are taken again in float64 over
  * the tile (one test per channel and tile), and a channel whose factor scale /
  * sqrt(variance + epsilon) overflows float32 has its y taken again in float64 after the
- * pass (hd_bnl_fix_*), as in the channels-first rows (_bn_rows.h).
+ * pass (hd_bnl_fix_*), one whose backward factors overflow float32 (k1, k2 or k3 beyond
+ * FLT_MAX) its dx (hd_bnl_dxfix_*), as in the channels-first rows (_bn_rows.h).
  */
 #ifndef HD_BN_LAST_H
 #define HD_BN_LAST_H
@@ -252,6 +253,38 @@ static inline ptrdiff_t hd_bnl_tile(ptrdiff_t r, ptrdiff_t r1, ptrdiff_t S) {
 /* The share of thread ithr of nthr of a channels-last job; KS is the suffix of the tile
  * functions (K_ISA). The per-channel float64 work is plain C, C values a pass. */
 #define HD_BN_LAST_TEAM(KS, ATTR, K)                                                       \
+    /* backward: dx of the channels c whose factors overflow float32 (big[c] not 0), in    \
+     * float64 (hd_bn_dx64_*, its mask as the tiles of KS take it), over the pixels [r0,  \
+     * r1) of a job after the float32 pass wrote them (as hd_bnl_fix_*); the channel's     \
+     * sums added again from the team's blocks, in the team's order */                     \
+    ATTR static void hd_bnl_dxfix_##KS(const hd_bn_last_job* L, int team, ptrdiff_t r0,    \
+                                       ptrdiff_t r1, const double* big) {                  \
+        const hd_bn_job* j = &L->j;                                                        \
+        const HD_TYPE_##K* x = (const HD_TYPE_##K*)j->x;                                   \
+        const HD_TYPE_##K* dy = (const HD_TYPE_##K*)j->dy;                                 \
+        HD_TYPE_##K* y = (HD_TYPE_##K*)j->y;                                               \
+        const ptrdiff_t S = j->S, Cp = L->Cp, xp = L->xp, yp = L->yp, gp = L->gp;          \
+        const double M = (double)(j->N * j->S);                                            \
+        ptrdiff_t c;                                                                       \
+        int u;                                                                             \
+        hd_bnl_fence();                                                                    \
+        for (c = 0; c < j->C; c++)                                                         \
+            if (big[c] != 0.0) {                                                           \
+                const double inv = j->inv[c], k1 = (double)j->scale[c] * inv;             \
+                const float a = (float)k1, b = j->act ? j->bias[c] : 0.0f;                 \
+                double sg = 0.0, sgd = 0.0;                                                \
+                for (u = 0; u < team; u++) {                                               \
+                    const double* du = (const double*)(L->scratch + u * HD_BN_LAST_BLOCK(Cp)); \
+                    sg += du[c];                                                           \
+                    sgd += du[Cp + c];                                                     \
+                }                                                                          \
+                HD_BN_LAST_FOR_TILES(r0, r1, S, n, s, P)                                   \
+                    hd_bn_dx64_##KS(x + n * j->xn + s * xp + c, xp,                        \
+                                    dy + n * j->gn + s * gp + c, gp,                       \
+                                    y + n * j->yn + s * yp + c, yp, P, j->mean[c], inv, a, \
+                                    b, j->act, j->lo, j->hi, k1, sg / M, sgd * inv / M);   \
+            }                                                                              \
+    }                                                                                      \
     ATTR static void hd_bnl_team_##KS(const hd_bn_last_job* L, int ithr, int nthr) {       \
         const hd_bn_job* j = &L->j;                                                        \
         const ptrdiff_t C = j->C, Cp = L->Cp, S = j->S, R = j->N * j->S;                   \
@@ -262,7 +295,8 @@ static inline ptrdiff_t hd_bnl_tile(ptrdiff_t r, ptrdiff_t r1, ptrdiff_t S) {
         char* blk = L->scratch + (size_t)(me ? ithr : 0) * HD_BN_LAST_BLOCK(Cp);           \
         double* d0 = (double*)blk;               /* per-thread float64 sums */             \
         double* d1 = d0 + Cp;                                                              \
-        double* a64 = d1 + Cp;                   /* the factor a in float64 (forward) */   \
+        double* a64 = d1 + Cp;                   /* the factor a in float64 (forward); */  \
+                                                 /* backward: 1 where dx takes float64 */  \
         float* f0 = (float*)(a64 + Cp);          /* float32 sums of a tile (portable) */   \
         float* f1 = f0 + Cp;                                                               \
         float* fm = f1 + Cp;                     /* training: the mean subtracted; */      \
@@ -352,6 +386,7 @@ static inline ptrdiff_t hd_bnl_tile(ptrdiff_t r, ptrdiff_t r1, ptrdiff_t S) {
         } else {                                                                           \
             const float* b = j->act ? j->bias : k3;                                        \
             int xh = 0;                          /* a k2 of xhat (hd_bn_folds) */          \
+            int big = 0;                         /* a channel of hd_bnl_dxfix_* */         \
             if (me) {                                                                      \
                 for (c = 0; c < Cp; c++) d0[c] = d1[c] = 0.0, k3[c] = 0.0f;                \
                 for (c = 0; c < C; c++) k2[c] = (float)((double)j->scale[c] * j->inv[c]);  \
@@ -390,11 +425,18 @@ static inline ptrdiff_t hd_bnl_tile(ptrdiff_t r, ptrdiff_t r1, ptrdiff_t S) {
                 fa[c] = (float)k1;                                                         \
                 f1[c] = (float)k2_;                                                        \
                 f0[c] = (float)(-k1 * sg / M);                                             \
+                /* a factor beyond FLT_MAX, as in the channels-first rows: the channel's   \
+                 * dx again in float64 after the pass (a64 1; this thread's a64 is not    \
+                 * read by the others) */                                                  \
+                a64[c] = hd_bn_overflows(k1) || hd_bn_overflows(k2_)                       \
+                         || hd_bn_overflows(-k1 * sg / M);                                 \
+                big |= a64[c] != 0.0;                                                      \
             }                                                                              \
             HD_BN_LAST_FOR_TILES(r0, r1, S, n, s, P)                                       \
                 hd_bnl_dx_##KS(x + n * j->xn + s * xp, xp, dy + n * j->gn + s * gp, gp,    \
                                y + n * j->yn + s * yp, yp, P, j->mean, xh ? fm : NULL, k2, \
                                b, C, j->act, j->lo, j->hi, fa, f1, f0);                    \
+            if (big) hd_bnl_dxfix_##KS(L, team, r0, r1, a64);                              \
         }                                                                                  \
     }
 

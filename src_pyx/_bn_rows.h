@@ -23,7 +23,10 @@
  * values near FLT_MAX give the float64 statistics; a channel whose factor scale /
  * sqrt(variance + epsilon) overflows float32 (a variance + epsilon below (scale /
  * FLT_MAX)^2) has its y taken in float64 (hd_bn_affine64_*). Non-finite data take the
- * slow path too and give the same non-finite results.
+ * slow path too and give the same non-finite results. A channel whose backward factors
+ * overflow float32 (finite in float64: k1 = scale inv from inv ~ 3e38, the factor of x - m
+ * or of xhat, k3 = -k1 sum g / M from dy ~ 1e30), where dx may be finite, has its dx taken
+ * in float64 (hd_bn_dx64_*).
  */
 #ifndef HD_BN_ROWS_H
 #define HD_BN_ROWS_H
@@ -167,6 +170,28 @@ static __thread int hd_bn_stream = 0;
         *sg = s1;                                                                          \
         *sgd = s2;                                                                         \
     }
+/* The float64 slow path of backward's dx rows (hd_bn_dx_*) for a channel whose factors
+ * overflow float32 (k1 = scale inv, k2 or k3 beyond FLT_MAX where dx is finite: inv ~ 3e38
+ * from epsilon 1e-77, or dy ~ 1e30 under a k1 ~ 1e9): n elements at element strides xs, gs,
+ * ys (a channels-first row, or one channel of channels-last pixels), dx = k1 (g - mg -
+ * xhat mx), xhat = (x - m) inv, mg = sum g / M, mx = dscale / M, in float64, rounded to
+ * float32, then to the element kind; g's RELU_BWD mask from FWD as in HD_BN_BSUM64, so
+ * that it takes the same elements as the float32 rows of the build. */
+#define HD_BN_DX64(ATTR, K, NAME, FWD)                                                     \
+    ATTR static void NAME(const HD_TYPE_##K* x, ptrdiff_t xs, const HD_TYPE_##K* dy,       \
+                          ptrdiff_t gs, HD_TYPE_##K* dx, ptrdiff_t ys, ptrdiff_t n,        \
+                          float m, double inv, float a, float b, int act, float lo,        \
+                          float hi, double k1, double mg, double mx) {                     \
+        ptrdiff_t i;                                                                       \
+        for (i = 0; i < n; i++) {                                                          \
+            const float xv = HD_LOAD_##K(x[i * xs]);                                       \
+            const float d = xv - m;                                                        \
+            float g = HD_LOAD_##K(dy[i * gs]);                                             \
+            if (act) g = hd_bn_drelu(g, FWD(d, a, b), lo, hi);                             \
+            dx[i * ys] = HD_STORE_##K(                                                     \
+                (float)(k1 * ((double)g - mg - ((double)xv - (double)m) * inv * mx)));     \
+        }                                                                                  \
+    }
 
 /* One channel's rows of one element kind K, for one ISA. */
 #define HD_BN_KIND(ISA, ATTR, K)                                                           \
@@ -212,6 +237,8 @@ static __thread int hd_bn_stream = 0;
     /* the sums of hd_bn_bsum in float64: the mask as the float32 rows of this build take \
      * it (the same expression, d * a + b) */                                              \
     HD_BN_BSUM64(ATTR HD_BN_UNUSED, K, hd_bn_bsum64_##K##_##ISA, HD_BN_FWD_MULADD)         \
+    /* dx of a channel whose factors overflow float32, in float64 (mask as above) */      \
+    HD_BN_DX64(ATTR HD_BN_UNUSED, K, hd_bn_dx64_##K##_##ISA, HD_BN_FWD_MULADD)             \
     /* sg += sum(g), sgd += sum(g * (x - m)); g = dy, or RELU_BWD(dy) of the forward        \
      * yb = (x - m) * a + b where act: dy where lo < yb <= hi, NaN where yb is, else 0 */  \
     ATTR HD_BN_UNUSED static void hd_bn_bsum_##K##_##ISA(const HD_TYPE_##K* x, const HD_TYPE_##K* dy,   \
@@ -380,8 +407,8 @@ static inline int hd_bn_prefetches(const hd_bn_job* j, ptrdiff_t itemsize) {
             const float m = j->mean[c];                                                    \
             const double inv = j->inv[c], sc = j->scale[c];                                \
             const float a = (float)(sc * inv), b = j->act ? j->bias[c] : 0.0f;             \
-            double sg = 0.0, sgd = 0.0, k1, k2, dscale;                                    \
-            int fold;                                                                      \
+            double sg = 0.0, sgd = 0.0, k1, k2, k3, dscale;                                \
+            int fold, slow;                                                                \
             for (n = 0; n < N; n++)                                                        \
                 for (o = 0; o < S; o += HD_BN_CHUNK)                                       \
                     hd_bn_bsum_##K##_##ISA(x + n * j->xn + o, dy + n * j->gn + o,          \
@@ -398,10 +425,19 @@ static inline int hd_bn_prefetches(const hd_bn_job* j, ptrdiff_t itemsize) {
             k2 = -k1 * inv * dscale / M;                                                   \
             fold = hd_bn_folds(k2);                                                        \
             if (!fold) k2 = -k1 * dscale / M;                                              \
+            k3 = -k1 * sg / M;                                                             \
+            /* a factor beyond FLT_MAX (k1 from inv ~ 3e38, k3 from sum g ~ 1e30 M, k2)    \
+             * while dx may be finite: the channel's dx in float64 (hd_bn_dx64_*) */       \
+            slow = hd_bn_overflows(k1) || hd_bn_overflows(k2) || hd_bn_overflows(k3);      \
             for (n = 0; n < N; n++) {                                                      \
-                DX(x + n * j->xn, dy + n * j->gn, y + n * j->yn, S, m,                     \
-                   fold ? 1.0f : (float)inv, a, b, j->act, j->lo, j->hi, (float)k1,        \
-                   (float)k2, (float)(-k1 * sg / M));                                      \
+                if (slow)                                                                  \
+                    hd_bn_dx64_##K##_##ISA(x + n * j->xn, 1, dy + n * j->gn, 1,            \
+                                           y + n * j->yn, 1, S, m, inv, a, b, j->act,      \
+                                           j->lo, j->hi, k1, sg / M, dscale / M);          \
+                else                                                                       \
+                    DX(x + n * j->xn, dy + n * j->gn, y + n * j->yn, S, m,                 \
+                       fold ? 1.0f : (float)inv, a, b, j->act, j->lo, j->hi, (float)k1,    \
+                       (float)k2, (float)k3);                                              \
                 if (pf) {                                                                  \
                     hd_bn_prefetch(x + j->xc + n * j->xn, S * (ptrdiff_t)sizeof(*x));      \
                     hd_bn_prefetch(dy + j->gc + n * j->gn, S * (ptrdiff_t)sizeof(*dy));    \
@@ -554,6 +590,7 @@ HD_AVX512V static inline __m512 hd_bn_affv(__m512 x, __m512 m, __m512 a, __m512 
     }                                                                                      \
     /* hd_bn_bsum64 of the intrinsic rows: their mask's forward value is one FMA */        \
     HD_BN_BSUM64(ATTR, K, hd_bn_bsum64_##K##_avx512v, HD_BN_FWD_FMA)                       \
+    HD_BN_DX64(ATTR, K, hd_bn_dx64_##K##_avx512v, HD_BN_FWD_FMA)                           \
     /* act as a constant in each copy of the row (hd_bn_affine_*_avx512v picks one) */     \
     ATTR static inline __attribute__((always_inline)) void hd_bn_affine_##K##_avx512i(     \
         const HD_TYPE_##K* x, HD_TYPE_##K* y, ptrdiff_t S, float m, float a, float b,      \

@@ -13,6 +13,9 @@ docs/contract/semantics.md, with the tolerances of tests/oracle/_cases.py:
   takes, 1e-77, on a constant channel): y in float64, the bias there, not NaN.
 - Backward of x spread over 1e-20 and less (inv_variance ~ 1e20 and up): dx's factor of
   x - mean beyond FLT_MAX while dx is finite, so the rows take xhat first there.
+- Backward where scale * inv_variance (inv_variance 3.16e38 at epsilon 1e-77) or its
+  product with dy ~ 1e30 is beyond FLT_MAX while dx is finite: that channel's dx in
+  float64, the other channels' rows unchanged; and the same through a graph.
 """
 from __future__ import annotations
 
@@ -20,8 +23,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+import hipdnn_async as hd
 from hipdnn_async.providers.cpu import _kernels as k
 from hipdnn_async.runtime import load_onednn
+from hipdnn_async.runtime._buffer import aligned_empty
 from oracle._cases import assert_close, tol
 
 KINDS = {"float32": (0, np.dtype(np.float32)), "bfloat16": (1, np.dtype(ml_dtypes.bfloat16)),
@@ -341,6 +346,219 @@ def test_backward_of_a_tiny_spread(spread, dtype, layout, shape, act, isa):
     assert_close(dx, want_dx, *tol("bn_backward", dtype), f"{what} dx")
     assert (np.abs(f64(db) - want_db) <= SUM_RTOL * np.abs(g).sum(axis=(0, 2, 3))).all(), what
     assert (np.abs(f64(ds) - want_ds) <= SUM_RTOL * np.abs(g * xhat).sum(axis=(0, 2, 3))).all(), what
+
+
+# ------------------------------------------------------------------ backward factors beyond float32
+FLT_MAX = float(np.finfo(np.float32).max)
+# the even channels of a job, whose float32 factors of dx overflow while dx is finite:
+#   constant:    x constant, inv_variance 3.16e38 (epsilon 1e-77), scale 2: k1 = scale *
+#                inv_variance = 6.3e38 (dx = k1 (dy - mean dy) ~ 1e37)
+#   tiny_spread: x ~ 1e-36 N(0, 1) with its own statistics, scale 1000: k1 ~ 1e39
+#   dy_offset:   dy ~ 1e30 (1 + 0.03 N(0, 1)), k1 ~ 1e9: k1 dy and k3 = -k1 sum dy / M
+#                ~ 1e39 (dx ~ 1e37)
+# The mask of pattern 2 takes the float32 rows' forward value (x - mean) * a + bias, a =
+# float32(k1): +-inf where a is (tiny_spread, bias 0: the float64 mask's elements; on a
+# constant channel 0 * inf = NaN, as the sums take it), so act runs tiny_spread only.
+FACTOR_CASES = [("constant", False), ("tiny_spread", False), ("tiny_spread", True),
+                ("dy_offset", False)]
+
+
+def _factor_job(case, dtype, layout, shape, act, slow=True):
+    """A backward job of ``shape`` whose odd channels are ordinary (x ~ N(0, 1) with its
+    own statistics, dy ~ U(-1, 1)) and whose even ones are ``case`` where ``slow`` (else
+    ordinary too, the odd ones the same): (x, dy, scale, mean, inv, bias, xr, dyr)."""
+    dt = KINDS[dtype][1]
+    rng = np.random.default_rng([shape[1], shape[2], act, len(case)])
+    c = shape[1]
+    xv = rng.standard_normal(shape)
+    dyv = rng.uniform(-1, 1, shape)
+    scale = rng.uniform(0.5, 1.5, c).astype(np.float32)
+    bias = rng.uniform(-0.1, 0.1, c).astype(np.float32)
+    ev = slice(0, None, 2)
+    if slow:
+        r2 = np.random.default_rng([shape[1], shape[2], len(case), 2])
+        sub = xv[:, ev].shape
+        if case == "constant":
+            xv[:, ev] = 3.0
+            dyv[:, ev] = 0.1 * r2.standard_normal(sub)
+            scale[ev] = 2.0
+        elif case == "tiny_spread":
+            xv[:, ev] = 1e-36 * r2.standard_normal(sub)
+            dyv[:, ev] = r2.uniform(-0.05, 0.05, sub)
+            scale[ev] = 1000.0
+            bias[ev] = 0.0
+        else:
+            dyv[:, ev] = 1e30 * (1.0 + 0.03 * r2.standard_normal(sub))
+            scale[ev] = 1e9
+    x, xr = laid(xv, dt, layout)
+    mean64 = xr.mean(axis=(0, 2, 3))
+    mean = mean64.astype(np.float32)
+    with np.errstate(divide="ignore"):
+        inv = 1.0 / np.sqrt(((xr - chan(mean64)) ** 2).mean(axis=(0, 2, 3)))
+    if slow and case == "constant":
+        inv[ev] = 1.0 / np.sqrt(1e-77)
+    inv = inv.astype(np.float32)
+    if act:   # off the mask's edge, where float32 and float64 may take different sides
+        dyv[np.abs(chan(scale) * (xr - chan(mean)) * chan(inv) + chan(bias)) < 1e-3] = 0.0
+    dy, dyr = laid(dyv, dt, layout)
+    return x, dy, scale, mean, inv, bias, xr, dyr
+
+
+def bits(a):
+    return a.view(np.uint32 if a.dtype.itemsize == 4 else np.uint16)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("layout,shape", [(lay, s) for lay, ss in TINY_SHAPES.items()
+                                          for s in ss])
+@pytest.mark.parametrize("dtype", HUGE_KINDS)
+@pytest.mark.parametrize("case,act", FACTOR_CASES,
+                         ids=[f"{c}-{'drelu' if a else 'plain'}" for c, a in FACTOR_CASES])
+def test_backward_where_factors_overflow_float32(case, act, dtype, layout, shape, isa):
+    """dx's float32 factors k1 = scale * inv_variance, k3 = -k1 * sum(g) / M (or k2)
+    beyond FLT_MAX while dx is finite (FACTOR_CASES; the rows once gave dx +-inf there):
+    such a channel takes dx = k1 * (g - sum(g) / M - xhat * dscale / M) in float64, within
+    float32 rounding of the float64 reference and of the float32 sums it starts from; the
+    ordinary channels of the same job are bit for bit those of a job without such
+    channels (their float32 rows unchanged)."""
+    kind = KINDS[dtype][0]
+    x, dy, scale, mean, inv, bias, xr, dyr = _factor_job(case, dtype, layout, shape, act)
+    want_dx, want_ds, want_db, g, xhat = _backward_want(xr, dyr, scale, mean, inv, bias, act)
+    m = xr.size // xr.shape[1]
+    k1 = f64(scale) * f64(inv)
+    assert ((k1 > FLT_MAX) | (k1 * np.abs(want_db) / m > FLT_MAX))[::2].all()
+    assert np.isfinite(want_dx).all() and np.abs(want_dx).max() > 1e36
+    dx, ds, db = _backward_rows(x, dy, kind, scale, mean, inv, isa, bias if act else None, act)
+    what = f"{dtype} {layout} {shape} {case} act={act} {isa}"
+    got = f64(dx)
+    assert np.isfinite(got).all(), what
+    # within the output's rounding, and k1 times that of the float32 sums of g, g (x - m)
+    sum_g = SUM_RTOL * np.abs(g).sum(axis=(0, 2, 3))
+    sum_gx = SUM_RTOL * np.abs(g * xhat).sum(axis=(0, 2, 3))
+    lim = (tol("bn_backward", dtype)[1] * np.abs(want_dx)
+           + chan(k1) * (chan(sum_g) + np.abs(xhat) * chan(sum_gx)) / m)
+    bad = ~(np.abs(got - want_dx) <= lim)
+    assert not bad.any(), (what, got[bad][:4], want_dx[bad][:4])
+    assert_close(dx[:, 1::2], want_dx[:, 1::2], *tol("bn_backward", dtype), f"{what} dx")
+    assert (np.abs(f64(db) - want_db) <= sum_g).all(), what
+    assert (np.abs(f64(ds) - want_ds) <= sum_gx).all(), what
+    # the ordinary channels: as in a job without the others
+    x2, dy2, scale2, mean2, inv2, bias2, _, _ = _factor_job(case, dtype, layout, shape, act,
+                                                            slow=False)
+    dx2, ds2, db2 = _backward_rows(x2, dy2, kind, scale2, mean2, inv2, isa,
+                                   bias2 if act else None, act)
+    assert (bits(dx[:, 1::2]) == bits(dx2[:, 1::2])).all(), what
+    assert (bits(ds[1::2]) == bits(ds2[1::2])).all() and (bits(db[1::2]) == bits(db2[1::2])).all()
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("layout,shape", [("first", (2, 3, 5, 8)), ("last", (2, 3, 5, 8)),
+                                          ("last", (2, 100, 2, 3))])
+@pytest.mark.parametrize("dtype", list(KINDS))
+def test_backward_where_k1_overflows_of_a_constant_dy(dtype, layout, shape, isa):
+    """Channel 0 constant at inv_variance 3.16e38 (epsilon 1e-77), scale 2, under a
+    constant dy: dx = k1 (dy - mean dy) is 0 (the float32 rows gave k1 dy + k3 = inf - inf,
+    NaN), in every element kind; the other channels ordinary."""
+    kind, dt = KINDS[dtype]
+    rng = np.random.default_rng([shape[1], len(dtype)])
+    c = shape[1]
+    xv, dyv = rng.uniform(-1, 1, shape), rng.uniform(-1, 1, shape)
+    xv[:, 0], dyv[:, 0] = 3.0, 0.5
+    x, xr = laid(xv, dt, layout)
+    dy, dyr = laid(dyv, dt, layout)
+    mean = xr.mean(axis=(0, 2, 3)).astype(np.float32)
+    inv = (1.0 / np.sqrt(xr.var(axis=(0, 2, 3)) + 1e-77)).astype(np.float32)
+    scale = rng.uniform(0.5, 1.5, c).astype(np.float32)
+    scale[0] = 2.0
+    assert f64(scale[0]) * f64(inv[0]) > FLT_MAX
+    want_dx, want_ds, want_db, _, _ = _backward_want(xr, dyr, scale, mean, inv)
+    dx, ds, db = _backward_rows(x, dy, kind, scale, mean, inv, isa)
+    what = f"{dtype} {layout} {shape} {isa}"
+    assert (bits(dx[:, 0]) == 0).all() and ds[0] == 0 and db[0] == 0.5 * xr[:, 0].size, what
+    assert_close(dx, want_dx, *tol("bn_backward", dtype), f"{what} dx")
+
+
+@pytest.mark.skipif("avx512" not in ISAS, reason="the intrinsic rows alone stream")
+@pytest.mark.parametrize("layout,shape", [("first", (2, 3, 5, 8)), ("last", (2, 64, 2, 3))])
+@pytest.mark.parametrize("case", ["constant", "dy_offset"])
+def test_backward_where_factors_overflow_float32_streamed(case, layout, shape):
+    """Streamed stores of dx (MOVNTPS) around the float64 channels (channels-last writes
+    them over the streamed pixels after a fence): the values of cached stores."""
+    x, dy, scale, mean, inv, bias, _, _ = _factor_job(case, "float32", layout, shape, False)
+    outs = []
+    for stream in (True, False):
+        dx = aligned_empty(x.nbytes).view(np.float32)
+        dx = (dx.reshape(x.shape) if layout == "first" else
+              np.moveaxis(dx.reshape(np.moveaxis(x, 1, -1).shape), -1, 1))
+        dx[...] = np.nan
+        ds, db = np.full(shape[1], np.nan, np.float32), np.full(shape[1], np.nan, np.float32)
+        k.bn_rows(k.BN_ROWS_BACKWARD, x, dx, 0, dy=dy, scale=scale, mean=mean,
+                  inv_variance=inv, dscale=ds, dbias=db, stream=stream, isa="avx512")
+        outs.append(dx)
+    assert np.isfinite(outs[0]).all()
+    assert (bits(outs[0]) == bits(outs[1])).all()
+
+
+def _engine_backward(layout, x, dy, scale, mean, inv):
+    """dx of a FLOAT graph's batchnorm backward on ONEDNN_ENGINE (``layout`` NCHW or NHWC;
+    the bn_rows alone), as float64 of logical (N, C, H, W)."""
+    f32 = hd.DataType.FLOAT
+    n, c, h, w = x.shape
+    g = hd.Graph(io_data_type="float32", intermediate_data_type=f32, compute_data_type=f32)
+    X = g.tensor(dims=x.shape, layout=layout, name="x")
+    DY = g.tensor(dims=x.shape, layout=layout, name="dy")
+    ch = lambda name: g.tensor(dims=(1, c, 1, 1), name=name, data_type="float32")
+    dx, ds, db = g.batchnorm_backward(DY, X, ch("scale"), mean=ch("mean"),
+                                      inv_variance=ch("inv"))
+    dx.set_output(True).set_name("dx")
+    ds.set_output(True).set_data_type("float32").set_name("ds")
+    db.set_output(True).set_data_type("float32").set_name("db")
+    with hd.Device("cpu") as dev:
+        plan = dev.build_sync(g, engine="ONEDNN_ENGINE")
+        names = [nm for nm, _ in plan.algorithm.trials]
+        assert names == ["bn_rows:" + k.bn_rows_isa("float32")], names
+        v = lambda a: np.asarray(a, np.float32).reshape(1, c, 1, 1)
+        perm = (0, 2, 3, 1) if layout == "NHWC" else (0, 1, 2, 3)
+        mem = lambda a: np.ascontiguousarray(np.transpose(a, perm)).astype(np.float32)
+        out = np.full(mem(x).shape, np.nan, np.float32)
+        plan.execute_sync({"x": mem(x), "dy": mem(dy), "scale": v(scale), "mean": v(mean),
+                           "inv": v(inv), "dx": out, "ds": v([np.nan] * c),
+                           "db": v([np.nan] * c)})
+    return np.transpose(out, np.argsort(perm)).astype(np.float64)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("case", ["constant", "dy_offset"])
+def test_engine_backward_where_factors_overflow_float32(case, layout):
+    """A graph's batchnorm backward on a constant channel at epsilon 1e-77 (inv_variance
+    3.16e38, allowed) with scale 2, and on dy ~ 1e30 + 1e24 N(0, 1) under scale *
+    inv_variance ~ 1e9: k1 = 6.3e38, or k1 * dy and k3 ~ 1e39, beyond FLT_MAX while dx
+    (~1e37, ~1e33) is finite; the rows gave dx +-inf there once."""
+    if not ONEDNN_STATE.ok:
+        pytest.skip(f"oneDNN does not load here: {ONEDNN_STATE.reason}")
+    if case == "constant":
+        rng = np.random.default_rng(0)
+        x = np.full((4, 1, 4, 4), 3.0)
+        dy = 0.1 * rng.standard_normal(x.shape)
+        scale, mean, inv = 2.0, 3.0, float(np.float32(1 / np.sqrt(1e-77)))
+    else:
+        rng = np.random.default_rng(1)
+        x = rng.standard_normal((2, 1, 2, 2)).astype(np.float32).astype(np.float64)
+        dy = 1e30 + 1e24 * rng.standard_normal(x.shape)
+        scale, mean, inv = 1e9, x.mean(), 1 / x.std()
+    dx = _engine_backward(layout, x, dy, scale, mean, inv)
+    xr, dyr = f64(np.float32(x)), f64(np.float32(dy))
+    s, mu, iv = (float(np.float32(v)) for v in (scale, mean, inv))
+    xhat = (xr - mu) * iv
+    m = dyr.size
+    want = s * iv / m * (m * dyr - dyr.sum() - xhat * (dyr * xhat).sum())
+    assert np.isfinite(want).all() and np.abs(want).max() > 1e32
+    assert np.isfinite(dx).all(), (dx.ravel()[:4], want.ravel()[:4])
+    # within float32 rounding of the float64 reference and (dy_offset, where that is most
+    # of dx: float32 ulps of 1e30 are 8e22) k1 times that of the float32 sums of dy
+    lim = 2e-3 * np.abs(want) + s * iv * SUM_RTOL * (np.abs(dyr).sum()
+                                                    + np.abs(xhat) * np.abs(dyr * xhat).sum()) / m
+    assert (np.abs(dx - want) <= lim).all(), (dx.ravel()[:4], want.ravel()[:4])
 
 
 # ------------------------------------------------------------------ a factor beyond float32
