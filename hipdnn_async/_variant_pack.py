@@ -60,18 +60,30 @@ def edit_hint(plan, role: str) -> str:
 
 
 def unknown_key(plan, key, t) -> str:
-    """The message for a variant-pack key naming no buffer-taking tensor of ``plan``."""
+    """The message for a variant-pack key naming no buffer-taking tensor of ``plan``: a
+    tensor no operation of the plan's graph used (at build), a virtual intermediate of a
+    fused pattern, a virtual output, or no tensor at all."""
     snap = plan._snap_of.get(id(t)) if t is not None else None
     if snap is None and t is not None and any(t is g for g in plan._snapshot.tensors):
         snap = t
-    if snap is not None and snap.is_virtual:
-        when = "" if t.is_virtual else " when this plan was built"
-        return (f"execute: tensor '{snap.name}' (uid {snap.uid}) was virtual{when} and takes "
-                "no buffer; call set_output(True) on it before building to get it back")
-    if snap is not None and id(snap) not in plan._slots:
-        return (f"execute: tensor '{snap.name}' (uid {snap.uid}) is an operand of no operation "
-                f"of graph '{plan.graph.name}', so the plan takes no buffer for it; leave it "
-                "out of the variant pack")
+    if snap is not None:
+        nodes = plan._snapshot.nodes
+        read = any(u is snap for n in nodes for u in n.inputs.values())
+        made = any(u is snap for n in nodes for u in n.outputs.values())
+        if not (read or made):
+            return (f"execute: tensor '{snap.name}' (uid {snap.uid}) was an operand of no "
+                    f"operation of graph '{plan.graph.name}' when this plan was built, so "
+                    "the plan takes no buffer for it; leave it out of the variant pack")
+        if snap.is_virtual:
+            when = "" if t.is_virtual else " when this plan was built"
+            if read and made:        # a fused pattern's intermediates stay virtual
+                return (f"execute: tensor '{snap.name}' (uid {snap.uid}) was virtual{when}: "
+                        "an intermediate of the fused pattern (one operation's output, "
+                        "another's input), which takes no buffer; leave it out of the "
+                        "variant pack")
+            return (f"execute: tensor '{snap.name}' (uid {snap.uid}) was virtual{when} and "
+                    "takes no buffer; call set_output(True) on it before building to get "
+                    "it back")
     takes = ", ".join(f"'{g.name}' (uid {g.uid})" for g in plan._snapshot.tensors
                       if not g.is_virtual and id(g) in plan._slots)
     return (f"execute: variant pack key {key!r} names no tensor of graph "
