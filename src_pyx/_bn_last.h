@@ -24,7 +24,9 @@
  * the tile (one test per channel and tile), and a channel whose factor scale /
  * sqrt(variance + epsilon) overflows float32 has its y taken again in float64 after the
  * pass (hd_bnl_fix_*), one whose backward factors overflow float32 (k1, k2 or k3 beyond
- * FLT_MAX) its dx (hd_bnl_dxfix_*), as in the channels-first rows (_bn_rows.h).
+ * FLT_MAX) its dx (hd_bnl_dxfix_*), as in the channels-first rows (_bn_rows.h); where a =
+ * float32(scale inv) itself overflows, under RELU_BWD, also its sums (hd_bnl_bsumfix_*),
+ * so that the mask's forward value is inference's y there (HD_BN_FWD64) in both.
  */
 #ifndef HD_BN_LAST_H
 #define HD_BN_LAST_H
@@ -190,8 +192,8 @@ static inline float hd_bnl_median3(float a, float b, float c) {
             for (c = 0; c < C; c++)                                                        \
                 if (!(hd_bn_finite(acc0[c]) && hd_bn_finite(acc1[c]))) {                   \
                     double u0, u1;                                                         \
-                    hd_bn_bsum64_##K##_##ISA(x0 + c, xp, dy0 + c, gp, P, m[c], a[c], b[c], \
-                                             act, lo, hi, &u0, &u1);                       \
+                    hd_bn_bsum64_##K##_##ISA(x0 + c, xp, dy0 + c, gp, P, m[c], a[c], a[c], \
+                                             b[c], act, lo, hi, &u0, &u1);                 \
                     s0[c] += u0;                                                           \
                     s1[c] += u1;                                                           \
                     acc0[c] = acc1[c] = 0.0f;                                              \
@@ -253,9 +255,35 @@ static inline ptrdiff_t hd_bnl_tile(ptrdiff_t r, ptrdiff_t r1, ptrdiff_t S) {
 /* The share of thread ithr of nthr of a channels-last job; KS is the suffix of the tile
  * functions (K_ISA). The per-channel float64 work is plain C, C values a pass. */
 #define HD_BN_LAST_TEAM(KS, ATTR, K)                                                       \
+    /* backward under RELU_BWD: this thread's sums s0, s1 of the channels whose a =        \
+     * float32(scale inv) is not finite taken again over the pixels [r0, r1), in float64   \
+     * with the mask's forward value of HD_BN_FWD64 (the tiles' float32 sums of d * inf    \
+     * replaced: they may be finite, and mask elements inference's y does not) */          \
+    ATTR static void hd_bnl_bsumfix_##KS(const hd_bn_last_job* L, ptrdiff_t r0,            \
+                                         ptrdiff_t r1, double* s0, double* s1) {           \
+        const hd_bn_job* j = &L->j;                                                        \
+        const HD_TYPE_##K* x = (const HD_TYPE_##K*)j->x;                                   \
+        const HD_TYPE_##K* dy = (const HD_TYPE_##K*)j->dy;                                 \
+        const ptrdiff_t S = j->S, xp = L->xp, gp = L->gp;                                  \
+        ptrdiff_t c;                                                                       \
+        for (c = 0; c < j->C; c++) {                                                       \
+            const double a64 = (double)j->scale[c] * j->inv[c];                            \
+            const float a = (float)a64;                                                    \
+            if (a - a == 0.0f) continue;                                                   \
+            s0[c] = s1[c] = 0.0;                                                           \
+            HD_BN_LAST_FOR_TILES(r0, r1, S, n, s, P) {                                     \
+                double u0, u1;                                                             \
+                hd_bn_bsum64_##KS(x + n * j->xn + s * xp + c, xp,                          \
+                                  dy + n * j->gn + s * gp + c, gp, P, j->mean[c], a, a64,  \
+                                  j->bias[c], 1, j->lo, j->hi, &u0, &u1);                  \
+                s0[c] += u0;                                                               \
+                s1[c] += u1;                                                               \
+            }                                                                              \
+        }                                                                                  \
+    }                                                                                      \
     /* backward: dx of the channels c whose factors overflow float32 (big[c] not 0), in    \
-     * float64 (hd_bn_dx64_*, its mask as the tiles of KS take it), over the pixels [r0,  \
-     * r1) of a job after the float32 pass wrote them (as hd_bnl_fix_*); the channel's     \
+     * float64 (hd_bn_dx64_*, its mask as the sums take it), over the pixels [r0, r1)    \
+     * of a job after the float32 pass wrote them (as hd_bnl_fix_*); the channel's         \
      * sums added again from the team's blocks, in the team's order */                     \
     ATTR static void hd_bnl_dxfix_##KS(const hd_bn_last_job* L, int team, ptrdiff_t r0,    \
                                        ptrdiff_t r1, const double* big) {                  \
@@ -388,12 +416,17 @@ static inline ptrdiff_t hd_bnl_tile(ptrdiff_t r, ptrdiff_t r1, ptrdiff_t S) {
             int xh = 0;                          /* a k2 of xhat (hd_bn_folds) */          \
             int big = 0;                         /* a channel of hd_bnl_dxfix_* */         \
             if (me) {                                                                      \
+                int wide = 0;                    /* a channel of hd_bnl_bsumfix_* */       \
                 for (c = 0; c < Cp; c++) d0[c] = d1[c] = 0.0, k3[c] = 0.0f;                \
-                for (c = 0; c < C; c++) k2[c] = (float)((double)j->scale[c] * j->inv[c]);  \
+                for (c = 0; c < C; c++) {                                                  \
+                    k2[c] = (float)((double)j->scale[c] * j->inv[c]);                      \
+                    wide |= !(k2[c] - k2[c] == 0.0f);                                      \
+                }                                                                          \
                 HD_BN_LAST_FOR_TILES(r0, r1, S, n, s, P)                                   \
                     hd_bnl_bsum_##KS(x + n * j->xn + s * xp, xp, dy + n * j->gn + s * gp,  \
                                      gp, P, j->mean, k2, b, C, j->act, j->lo, j->hi, f0,   \
                                      f1, d0, d1);                                          \
+                if (wide && j->act) hd_bnl_bsumfix_##KS(L, r0, r1, d0, d1);                \
             }                                                                              \
             if (nthr > 1) L->barrier();                                                    \
             if (!me) return;                                                               \
@@ -716,7 +749,7 @@ HD_AVX512BF16 static inline void hd_bnl_st2_bf16(uint16_t* p, __mmask16 k0, __mm
                     if (!(hd_bn_finite(acc0[p]) && hd_bn_finite(acc1[p]))) {               \
                         double u0, u1;                                                     \
                         hd_bn_bsum64_##K##_avx512v(x + p, xp, dy + p, gp, P, m[p], a[p],   \
-                                                   b[p], act, lo, hi, &u0, &u1);           \
+                                                   a[p], b[p], act, lo, hi, &u0, &u1);     \
                         s0[p] += u0;                                                       \
                         s1[p] += u1;                                                       \
                         acc0[p] = acc1[p] = 0.0f;                                          \
@@ -745,8 +778,8 @@ HD_AVX512BF16 static inline void hd_bnl_st2_bf16(uint16_t* p, __mmask16 k0, __mm
                 }                                                                          \
             HD_BNL_SLOW_LANES(sg, sd, k, {                                                 \
                 double u0, u1;                                                             \
-                hd_bn_bsum64_##K##_avx512v(x + ch, xp, dy + ch, gp, P, m[ch], a[ch], b[ch], \
-                                           act, lo, hi, &u0, &u1);                         \
+                hd_bn_bsum64_##K##_avx512v(x + ch, xp, dy + ch, gp, P, m[ch], a[ch], a[ch], \
+                                           b[ch], act, lo, hi, &u0, &u1);                  \
                 s0[ch] += u0;                                                              \
                 s1[ch] += u1;                                                              \
             });                                                                            \

@@ -26,7 +26,10 @@
  * slow path too and give the same non-finite results. A channel whose backward factors
  * overflow float32 (finite in float64: k1 = scale inv from inv ~ 3e38, the factor of x - m
  * or of xhat, k3 = -k1 sum g / M from dy ~ 1e30), where dx may be finite, has its dx taken
- * in float64 (hd_bn_dx64_*).
+ * in float64 (hd_bn_dx64_*). Where a = float32(scale inv) itself overflows, backward's
+ * RELU_BWD mask takes its forward value as inference's y there (hd_bn_affine64_*: 0 * inf
+ * = NaN on x = mean in float32, the bias in float64): such a channel's sums and dx run the
+ * float64 paths alone (HD_BN_FWD64).
  */
 #ifndef HD_BN_ROWS_H
 #define HD_BN_ROWS_H
@@ -150,20 +153,29 @@ static __thread int hd_bn_stream = 0;
 
 /* The float64 slow path of hd_bn_bsum (*sg, *sgd set): n elements of x and dy at strides
  * xs, gs; FWD(d, a, b) is the forward value of the RELU_BWD mask as the float32 rows that
- * fall back to it compute it, so that both take the same elements. */
+ * fall back to it compute it, so that both take the same elements. Where a is not finite
+ * (scale inv beyond FLT_MAX) it is HD_BN_FWD64 of a64 = scale inv instead: y as the
+ * inference rows take it there (hd_bn_affine64_*, unclamped), the bias on x = m where d *
+ * a is 0 * inf = NaN; the callers run such a channel's sums here alone (act), so that no
+ * float32 sum of it is kept. */
 #define HD_BN_FWD_MULADD(d, a, b) ((d) * (a) + (b))
 #define HD_BN_FWD_FMA(d, a, b) fmaf((d), (a), (b))
+#define HD_BN_FWD64(xv, m, a64, b)                                                         \
+    ((float)(((double)(xv) - (double)(m)) * (a64) + (double)(b)))
 #define HD_BN_BSUM64(ATTR, K, NAME, FWD)                                                   \
     ATTR static void NAME(const HD_TYPE_##K* x, ptrdiff_t xs, const HD_TYPE_##K* dy,       \
-                          ptrdiff_t gs, ptrdiff_t n, float m, float a, float b, int act,   \
-                          float lo, float hi, double* sg, double* sgd) {                   \
+                          ptrdiff_t gs, ptrdiff_t n, float m, float a, double a64, float b, \
+                          int act, float lo, float hi, double* sg, double* sgd) {          \
+        const int wide = !(a - a == 0.0f);                                                 \
         double s1 = 0.0, s2 = 0.0;                                                         \
         ptrdiff_t i;                                                                       \
         for (i = 0; i < n; i++) {                                                          \
             const float xv = HD_LOAD_##K(x[i * xs]);                                       \
             const float d = xv - m;                                                        \
             float g = HD_LOAD_##K(dy[i * gs]);                                             \
-            if (act) g = hd_bn_drelu(g, FWD(d, a, b), lo, hi);                             \
+            if (act)                                                                       \
+                g = hd_bn_drelu(g, wide ? HD_BN_FWD64(xv, m, a64, b) : FWD(d, a, b), lo,  \
+                                hi);                                                       \
             s1 += g;                                                                       \
             s2 += (double)g * ((double)xv - (double)m);                                    \
         }                                                                                  \
@@ -175,19 +187,22 @@ static __thread int hd_bn_stream = 0;
  * from epsilon 1e-77, or dy ~ 1e30 under a k1 ~ 1e9): n elements at element strides xs, gs,
  * ys (a channels-first row, or one channel of channels-last pixels), dx = k1 (g - mg -
  * xhat mx), xhat = (x - m) inv, mg = sum g / M, mx = dscale / M, in float64, rounded to
- * float32, then to the element kind; g's RELU_BWD mask from FWD as in HD_BN_BSUM64, so
- * that it takes the same elements as the float32 rows of the build. */
+ * float32, then to the element kind; g's RELU_BWD mask from FWD as in HD_BN_BSUM64 (of
+ * a64 = k1 where a is not finite), so that it takes the same elements as the sums. */
 #define HD_BN_DX64(ATTR, K, NAME, FWD)                                                     \
     ATTR static void NAME(const HD_TYPE_##K* x, ptrdiff_t xs, const HD_TYPE_##K* dy,       \
                           ptrdiff_t gs, HD_TYPE_##K* dx, ptrdiff_t ys, ptrdiff_t n,        \
                           float m, double inv, float a, float b, int act, float lo,        \
                           float hi, double k1, double mg, double mx) {                     \
+        const int wide = !(a - a == 0.0f);                                                 \
         ptrdiff_t i;                                                                       \
         for (i = 0; i < n; i++) {                                                          \
             const float xv = HD_LOAD_##K(x[i * xs]);                                       \
             const float d = xv - m;                                                        \
             float g = HD_LOAD_##K(dy[i * gs]);                                             \
-            if (act) g = hd_bn_drelu(g, FWD(d, a, b), lo, hi);                             \
+            if (act)                                                                       \
+                g = hd_bn_drelu(g, wide ? HD_BN_FWD64(xv, m, k1, b) : FWD(d, a, b), lo,   \
+                                hi);                                                       \
             dx[i * ys] = HD_STORE_##K(                                                     \
                 (float)(k1 * ((double)g - mg - ((double)xv - (double)m) * inv * mx)));     \
         }                                                                                  \
@@ -275,7 +290,7 @@ static __thread int hd_bn_stream = 0;
             s2 += agd[j];                                                                  \
         }                                                                                  \
         if (!(hd_bn_finite(s1) && hd_bn_finite(s2)))                                       \
-            hd_bn_bsum64_##K##_##ISA(x, 1, dy, 1, S, m, a, b, act, lo, hi, &s1, &s2);      \
+            hd_bn_bsum64_##K##_##ISA(x, 1, dy, 1, S, m, a, a, b, act, lo, hi, &s1, &s2);   \
         *sg += s1;                                                                         \
         *sgd += s2;                                                                        \
     }                                                                                      \
@@ -407,13 +422,24 @@ static inline int hd_bn_prefetches(const hd_bn_job* j, ptrdiff_t itemsize) {
             const float m = j->mean[c];                                                    \
             const double inv = j->inv[c], sc = j->scale[c];                                \
             const float a = (float)(sc * inv), b = j->act ? j->bias[c] : 0.0f;             \
+            /* a beyond float32: the mask's forward value in float64 (HD_BN_FWD64), the    \
+             * sums in float64 alone (the float32 ones of d * inf may be finite) */        \
+            const int wide = j->act && !(a - a == 0.0f);                                   \
             double sg = 0.0, sgd = 0.0, k1, k2, k3, dscale;                                \
             int fold, slow;                                                                \
             for (n = 0; n < N; n++)                                                        \
                 for (o = 0; o < S; o += HD_BN_CHUNK)                                       \
-                    hd_bn_bsum_##K##_##ISA(x + n * j->xn + o, dy + n * j->gn + o,          \
-                                           HD_BN_RUN(S, o), m, a, b, j->act, j->lo, j->hi, \
-                                           &sg, &sgd);                                     \
+                    if (wide) {                                                            \
+                        double u0, u1;                                                     \
+                        hd_bn_bsum64_##K##_##ISA(x + n * j->xn + o, 1, dy + n * j->gn + o, \
+                                                 1, HD_BN_RUN(S, o), m, a, sc * inv, b,    \
+                                                 j->act, j->lo, j->hi, &u0, &u1);          \
+                        sg += u0;                                                          \
+                        sgd += u1;                                                         \
+                    } else                                                                 \
+                        hd_bn_bsum_##K##_##ISA(x + n * j->xn + o, dy + n * j->gn + o,      \
+                                               HD_BN_RUN(S, o), m, a, b, j->act, j->lo,    \
+                                               j->hi, &sg, &sgd);                          \
             dscale = sgd * inv;                                                            \
             j->dbias[c] = (float)sg;                                                       \
             j->dscale[c] = (float)dscale;                                                  \
@@ -653,7 +679,8 @@ HD_AVX512V static inline __m512 hd_bn_affv(__m512 x, __m512 m, __m512 a, __m512 
         {                                                                                  \
             double s1 = hd_bn_hsum(g0, g1), s2 = hd_bn_hsum(p0, p1);                       \
             if (!(hd_bn_finite(s1) && hd_bn_finite(s2)))                                   \
-                hd_bn_bsum64_##K##_avx512v(x, 1, dy, 1, S, m, a, b, act, lo, hi, &s1, &s2); \
+                hd_bn_bsum64_##K##_avx512v(x, 1, dy, 1, S, m, a, a, b, act, lo, hi, &s1,   \
+                                           &s2);                                           \
             *sg += s1;                                                                     \
             *sgd += s2;                                                                    \
         }                                                                                  \

@@ -15,7 +15,10 @@ docs/contract/semantics.md, with the tolerances of tests/oracle/_cases.py:
   x - mean beyond FLT_MAX while dx is finite, so the rows take xhat first there.
 - Backward where scale * inv_variance (inv_variance 3.16e38 at epsilon 1e-77) or its
   product with dy ~ 1e30 is beyond FLT_MAX while dx is finite: that channel's dx in
-  float64, the other channels' rows unchanged; and the same through a graph.
+  float64, the other channels' rows unchanged; and the same through a graph. Under
+  pattern 2's RELU_BWD where scale * inv_variance itself overflows float32, the mask's
+  forward value is inference's y (float64: the bias on a constant channel, not 0 * inf =
+  NaN), in the rows and through a graph (NCHW, NHWC, a cropped NCHW).
 """
 from __future__ import annotations
 
@@ -356,11 +359,12 @@ FLT_MAX = float(np.finfo(np.float32).max)
 #   tiny_spread: x ~ 1e-36 N(0, 1) with its own statistics, scale 1000: k1 ~ 1e39
 #   dy_offset:   dy ~ 1e30 (1 + 0.03 N(0, 1)), k1 ~ 1e9: k1 dy and k3 = -k1 sum dy / M
 #                ~ 1e39 (dx ~ 1e37)
-# The mask of pattern 2 takes the float32 rows' forward value (x - mean) * a + bias, a =
-# float32(k1): +-inf where a is (tiny_spread, bias 0: the float64 mask's elements; on a
-# constant channel 0 * inf = NaN, as the sums take it), so act runs tiny_spread only.
-FACTOR_CASES = [("constant", False), ("tiny_spread", False), ("tiny_spread", True),
-                ("dy_offset", False)]
+# The mask of pattern 2 (act) takes its forward value (x - mean) * a + bias where a =
+# float32(k1) overflows as inference's y there, in float64 (on the constant channels the
+# bias, where float32 gave 0 * inf = NaN): there the even channels' biases are +-0.05 in
+# turn, so that the mask passes one's dy and drops the next one's.
+FACTOR_CASES = [("constant", False), ("constant", True), ("tiny_spread", False),
+                ("tiny_spread", True), ("dy_offset", False)]
 
 
 def _factor_job(case, dtype, layout, shape, act, slow=True):
@@ -382,6 +386,7 @@ def _factor_job(case, dtype, layout, shape, act, slow=True):
             xv[:, ev] = 3.0
             dyv[:, ev] = 0.1 * r2.standard_normal(sub)
             scale[ev] = 2.0
+            bias[ev] = np.where(np.arange(c)[ev] % 4 == 0, 0.05, -0.05)
         elif case == "tiny_spread":
             xv[:, ev] = 1e-36 * r2.standard_normal(sub)
             dyv[:, ev] = r2.uniform(-0.05, 0.05, sub)
@@ -455,25 +460,32 @@ def test_backward_where_factors_overflow_float32(case, act, dtype, layout, shape
 @pytest.mark.parametrize("layout,shape", [("first", (2, 3, 5, 8)), ("last", (2, 3, 5, 8)),
                                           ("last", (2, 100, 2, 3))])
 @pytest.mark.parametrize("dtype", list(KINDS))
-def test_backward_where_k1_overflows_of_a_constant_dy(dtype, layout, shape, isa):
+@pytest.mark.parametrize("act", [False, True], ids=["plain", "drelu"])
+def test_backward_where_k1_overflows_of_a_constant_dy(dtype, layout, shape, act, isa):
     """Channel 0 constant at inv_variance 3.16e38 (epsilon 1e-77), scale 2, under a
     constant dy: dx = k1 (dy - mean dy) is 0 (the float32 rows gave k1 dy + k3 = inf - inf,
-    NaN), in every element kind; the other channels ordinary."""
+    NaN), in every element kind; the other channels ordinary. drelu: the mask's forward
+    value there is the bias, 0.5 (float32's d * a + b was 0 * inf = NaN), so dy passes."""
     kind, dt = KINDS[dtype]
     rng = np.random.default_rng([shape[1], len(dtype)])
     c = shape[1]
     xv, dyv = rng.uniform(-1, 1, shape), rng.uniform(-1, 1, shape)
     xv[:, 0], dyv[:, 0] = 3.0, 0.5
     x, xr = laid(xv, dt, layout)
-    dy, dyr = laid(dyv, dt, layout)
     mean = xr.mean(axis=(0, 2, 3)).astype(np.float32)
     inv = (1.0 / np.sqrt(xr.var(axis=(0, 2, 3)) + 1e-77)).astype(np.float32)
     scale = rng.uniform(0.5, 1.5, c).astype(np.float32)
     scale[0] = 2.0
+    bias = rng.uniform(-0.5, 0.5, c).astype(np.float32)
+    bias[0] = 0.5
+    if act:   # off the mask's edge, where float32 and float64 may take different sides
+        yb = chan(scale) * (xr - chan(mean)) * chan(inv) + chan(bias)
+        dyv[:, 1:][np.abs(yb[:, 1:]) < 1e-3] = 0.0
+    dy, dyr = laid(dyv, dt, layout)
     assert f64(scale[0]) * f64(inv[0]) > FLT_MAX
-    want_dx, want_ds, want_db, _, _ = _backward_want(xr, dyr, scale, mean, inv)
-    dx, ds, db = _backward_rows(x, dy, kind, scale, mean, inv, isa)
-    what = f"{dtype} {layout} {shape} {isa}"
+    want_dx, want_ds, want_db, _, _ = _backward_want(xr, dyr, scale, mean, inv, bias, act)
+    dx, ds, db = _backward_rows(x, dy, kind, scale, mean, inv, isa, bias if act else None, act)
+    what = f"{dtype} {layout} {shape} act={act} {isa}"
     assert (bits(dx[:, 0]) == 0).all() and ds[0] == 0 and db[0] == 0.5 * xr[:, 0].size, what
     assert_close(dx, want_dx, *tol("bn_backward", dtype), f"{what} dx")
 
@@ -559,6 +571,118 @@ def test_engine_backward_where_factors_overflow_float32(case, layout):
     lim = 2e-3 * np.abs(want) + s * iv * SUM_RTOL * (np.abs(dyr).sum()
                                                     + np.abs(xhat) * np.abs(dyr * xhat).sum()) / m
     assert (np.abs(dx - want) <= lim).all(), (dx.ravel()[:4], want.ravel()[:4])
+
+
+# pattern 2 through a graph: N, C, H, W and the memory layouts (NCHW+cropped: W of 5 in
+# rows of 7, which the rows read from dense copies, "+dense")
+P2_DIMS = (2, 4, 3, 5)
+P2_LAYOUTS = {"NCHW": ((0, 1, 2, 3), 0), "NHWC": ((0, 2, 3, 1), 0), "NCHW+cropped": ((0, 1, 2, 3), 2)}
+
+
+def _p2_strides(layout):
+    order, gap = P2_LAYOUTS[layout]
+    st, size = [0] * 4, 1
+    for ax in reversed(order):
+        st[ax] = size
+        size *= P2_DIMS[ax] + (gap if ax == 3 else 0)
+    return tuple(st)
+
+
+def _p2_data(special):
+    """Pattern 2's inputs (float64, logical N, C, H, W / per channel): channels 0 and 2
+    ordinary; where ``special``, channels 1 and 3 constant at inv_variance 3e38 (epsilon
+    1e-77) with scale 2 and 1.5 (scale * inv_variance beyond FLT_MAX) and bias 10 (the
+    mask passes dy) and -0.25 (it drops it), else ordinary too."""
+    rng = np.random.default_rng(7)
+    c = P2_DIMS[1]
+    x = rng.uniform(-2, 2, P2_DIMS)
+    dy = rng.uniform(-1, 1, P2_DIMS)
+    mean = rng.uniform(-0.3, 0.3, c)
+    inv = rng.uniform(0.5, 2, c)
+    scale = rng.uniform(0.5, 1.5, c)
+    bias = rng.uniform(-0.5, 0.5, c)
+    if special:
+        x[:, 1], x[:, 3] = 0.75, -1.5
+        dy[:, 1::2] *= 1e-3                    # dx ~ k1 dy ~ 1e35, finite
+        mean[1::2] = 0.75, -1.5
+        inv[1::2] = 3e38
+        scale[1::2] = 2.0, 1.5
+        bias[1::2] = 10.0, -0.25
+    return x, dy, mean, inv, scale, bias
+
+
+def _engine_p2(layout, dtype, special):
+    """Batchnorm inference -> RELU_BWD -> batchnorm backward (pattern 2) of a graph on
+    ONEDNN_ENGINE: (dx, dscale, dbias as float64, dx's raw array, the float64 reference
+    of the stored inputs)."""
+    from oracle import _reference as ref
+    from oracle._cases import alloc
+    dt = KINDS[dtype][1]
+    c = P2_DIMS[1]
+    strides = _p2_strides(layout)
+    g = hd.Graph(io_data_type=dtype, intermediate_data_type="float32",
+                 compute_data_type="float32")
+    X = g.tensor(dims=P2_DIMS, strides=strides, name="x")
+    DY = g.tensor(dims=P2_DIMS, strides=strides, name="dy")
+    ch = lambda name: g.tensor(dims=(1, c, 1, 1), name=name, data_type="float32")
+    S, B, M, IV = ch("s"), ch("b"), ch("m"), ch("iv")
+    yb = g.batchnorm_inference(X, M, IV, S, B)
+    gg = g.pointwise(yb, DY, mode=hd.PointwiseMode.RELU_BWD)
+    DX, DS, DB = g.batchnorm_backward(gg, X, S, mean=M, inv_variance=IV)
+    DX.set_output(True).set_strides(strides)
+    DS.set_output(True).set_data_type("float32")
+    DB.set_output(True).set_data_type("float32")
+    x, dy, mean, inv, scale, bias = _p2_data(special)
+    pack = {}
+    for t, v, tdt in ((X, x, dt), (DY, dy, dt), (S, scale, np.float32), (B, bias, np.float32),
+                      (M, mean, np.float32), (IV, inv, np.float32)):
+        a = alloc(t.dims, t.strides, tdt)
+        a[...] = np.asarray(v, np.float64).reshape(t.dims).astype(np.float32).astype(tdt)
+        pack[t] = a
+    r = {t: f64(a) for t, a in pack.items()}
+    outs = {DX: alloc(DX.dims, DX.strides, dt), DS: alloc(DS.dims, DS.strides, np.float32),
+            DB: alloc(DB.dims, DB.strides, np.float32)}
+    with hd.Device("cpu") as dev:
+        plan = dev.build_sync(g, engine="ONEDNN_ENGINE")
+        names = [nm for nm, _ in plan.algorithm.trials]
+        want_name = ("bn_rows:" + k.bn_rows_isa(dtype)
+                     + ("+dense" if layout.endswith("cropped") else ""))
+        assert names == [want_name], names
+        plan.execute_sync({**pack, **outs})
+    yf = ref.bn_inference(r[X], r[M], r[IV], r[S], r[B])
+    want = ref.bn_backward(ref.relu_bwd(yf, r[DY]), r[X], r[S], r[M], r[IV])
+    return (f64(outs[DX]), f64(outs[DS]).ravel(), f64(outs[DB]).ravel(), outs[DX], want,
+            yf)
+
+
+@pytest.mark.parametrize("dtype", HUGE_KINDS)
+@pytest.mark.parametrize("layout", list(P2_LAYOUTS))
+def test_engine_pattern2_where_scale_inv_overflows_float32(layout, dtype):
+    """Pattern 2 on constant channels at inv_variance 3e38 with scale 2 and 1.5:
+    a = float32(scale * inv_variance) is +inf, and inference gives y = bias there (in
+    float64, x - mean = 0); RELU_BWD's forward value in the backward was 0 * inf = NaN
+    (dx, dscale NaN) where the float64 reference has dx ~ 1e35, dscale 0. Now the
+    float64 reference's dx, dscale 0, dbias the sum of the passed dy; the ordinary
+    channels bit for bit those of a graph run without the special ones."""
+    if not ONEDNN_STATE.ok:
+        pytest.skip(f"oneDNN does not load here: {ONEDNN_STATE.reason}")
+    dx, ds, db, dxa, want, yf = _engine_p2(layout, dtype, True)
+    what = f"{layout} {dtype}"
+    assert (yf[:, 1] == 10.0).all() and (yf[:, 3] == -0.25).all(), what
+    wdx, wds, wdb = want["dx"], want["dscale"].ravel(), want["dbias"].ravel()
+    assert np.isfinite(wdx).all() and np.abs(wdx[:, 1]).max() > 1e34, what
+    assert np.isfinite(dx).all(), (what, dx[0, 1, 0])
+    assert_close(dx, wdx, *tol("bn_backward", dtype), f"{what} dx")
+    assert_close(ds, wds, *tol("bn_backward", "float32"), f"{what} dscale")
+    assert_close(db, wdb, *tol("bn_backward", "float32"), f"{what} dbias")
+    assert ds[1] == 0.0 and ds[3] == 0.0 and db[3] == 0.0, (what, ds, db)
+    assert (dx[:, 3] == 0.0).all(), what
+    # the ordinary channels: as without the special ones
+    dx2, ds2, db2, dxa2, _, _ = _engine_p2(layout, dtype, False)
+    assert (bits(np.ascontiguousarray(dxa[:, ::2]))
+            == bits(np.ascontiguousarray(dxa2[:, ::2]))).all(), what
+    f32 = lambda v: bits(np.float32(v[::2]))
+    assert (f32(ds) == f32(ds2)).all() and (f32(db) == f32(db2)).all(), what
 
 
 # ------------------------------------------------------------------ a factor beyond float32
