@@ -432,7 +432,8 @@ static inline ptrdiff_t hd_bnl_tile(ptrdiff_t r, ptrdiff_t r1, ptrdiff_t S) {
             if (!me) return;                                                               \
             for (c = 0; c < C; c++) {                                                      \
                 const double inv = j->inv[c], sc = j->scale[c];                            \
-                double sg = 0.0, sgd = 0.0, k1, k2_, dscale;                               \
+                double sg = 0.0, sgd = 0.0, k1, k2_, k3_, dscale;                          \
+                int fold;                                                                  \
                 for (u = 0; u < team; u++) {                                               \
                     const double* du = (const double*)(L->scratch + u * HD_BN_LAST_BLOCK(Cp)); \
                     sg += du[c];                                                           \
@@ -443,26 +444,17 @@ static inline ptrdiff_t hd_bnl_tile(ptrdiff_t r, ptrdiff_t r1, ptrdiff_t S) {
                     j->dbias[c] = (float)sg;                                               \
                     j->dscale[c] = (float)dscale;                                          \
                 }                                                                          \
-                /* dx = scale * inv / M * (M g - dbias - xhat dscale), xhat = (x - m) inv: \
-                 * k2 of x - m where that is a float32 (fm 1), else of xhat (fm inv), as   \
-                 * in the channels-first rows; the rows read fm only where some channel's  \
-                 * is not 1 (xh) */                                                        \
-                k1 = sc * inv;                                                             \
-                k2_ = -k1 * inv * dscale / M;                                              \
-                fm[c] = 1.0f;                                                              \
-                if (!hd_bn_folds(k2_)) {                                                   \
-                    k2_ = -k1 * dscale / M;                                                \
-                    fm[c] = (float)inv;                                                    \
-                    xh = 1;                                                                \
-                }                                                                          \
+                /* the factors as in the channels-first rows (hd_bn_dx_factors): fm 1     \
+                 * where k2 folds inv, else inv (the rows read fm only where some channel's \
+                 * is not 1: xh); a factor beyond FLT_MAX: the channel's dx again in       \
+                 * float64 after the pass (a64 1; this thread's a64 is not read by the     \
+                 * others) */                                                              \
+                a64[c] = hd_bn_dx_factors(sc, inv, sg, sgd, M, &k1, &k2_, &k3_, &fold);    \
+                fm[c] = fold ? 1.0f : (float)inv;                                          \
+                xh |= !fold;                                                               \
                 fa[c] = (float)k1;                                                         \
                 f1[c] = (float)k2_;                                                        \
-                f0[c] = (float)(-k1 * sg / M);                                             \
-                /* a factor beyond FLT_MAX, as in the channels-first rows: the channel's   \
-                 * dx again in float64 after the pass (a64 1; this thread's a64 is not    \
-                 * read by the others) */                                                  \
-                a64[c] = hd_bn_overflows(k1) || hd_bn_overflows(k2_)                       \
-                         || hd_bn_overflows(-k1 * sg / M);                                 \
+                f0[c] = (float)k3_;                                                        \
                 big |= a64[c] != 0.0;                                                      \
             }                                                                              \
             HD_BN_LAST_FOR_TILES(r0, r1, S, n, s, P)                                       \
@@ -627,6 +619,11 @@ HD_AVX512BF16 static inline void hd_bnl_st2_bf16(uint16_t* p, __mmask16 k0, __mm
     const __m512 a0 = HD_BNL_L(a, 0, ka), a1 = HD_BNL_L(a, 16, kb);                        \
     const __m512 b0 = HD_BNL_L(b, 0, ka), b1 = HD_BNL_L(b, 16, kb);
 
+/* One call of the intrinsic dx tiles (hd_bnl_dx_*_avx512i) with act, nt and xh constant,
+ * inside hd_bnl_dx_*_avx512v (its arguments by name) */
+#define HD_BNL_DXI(K, ACT, NT, XH)                                                         \
+    hd_bnl_dx_##K##_avx512i(x, xp, dy, gp, dx, yp, P, m, inv, a, b, C, ACT, lo, hi, k1, k2, \
+                            k3, NT, XH)
 #define HD_BN_LAST_VEC(K, ATTR)                                                            \
     ATTR static void hd_bnl_sum_##K##_avx512v(                                             \
         const HD_TYPE_##K* x, ptrdiff_t xp, ptrdiff_t P, const float* m, ptrdiff_t C,      \
@@ -867,23 +864,16 @@ HD_AVX512BF16 static inline void hd_bnl_st2_bf16(uint16_t* p, __mmask16 k0, __mm
         HD_TYPE_##K* dx, ptrdiff_t yp, ptrdiff_t P, const float* m, const float* inv,      \
         const float* a, const float* b, ptrdiff_t C, int act, float lo, float hi,          \
         const float* k1, const float* k2, const float* k3) {                               \
+        /* act, nt (hd_bn_stream) and xh (inv given) constants in each copy of the row */  \
         switch ((act ? 1 : 0) + 2 * hd_bn_stream + 4 * (inv != NULL)) {                    \
-        case 0: hd_bnl_dx_##K##_avx512i(x, xp, dy, gp, dx, yp, P, m, inv, a, b, C, 0, lo,  \
-                                        hi, k1, k2, k3, 0, 0); break;                      \
-        case 1: hd_bnl_dx_##K##_avx512i(x, xp, dy, gp, dx, yp, P, m, inv, a, b, C, 1, lo,  \
-                                        hi, k1, k2, k3, 0, 0); break;                      \
-        case 2: hd_bnl_dx_##K##_avx512i(x, xp, dy, gp, dx, yp, P, m, inv, a, b, C, 0, lo,  \
-                                        hi, k1, k2, k3, 1, 0); break;                      \
-        case 3: hd_bnl_dx_##K##_avx512i(x, xp, dy, gp, dx, yp, P, m, inv, a, b, C, 1, lo,  \
-                                        hi, k1, k2, k3, 1, 0); break;                      \
-        case 4: hd_bnl_dx_##K##_avx512i(x, xp, dy, gp, dx, yp, P, m, inv, a, b, C, 0, lo,  \
-                                        hi, k1, k2, k3, 0, 1); break;                      \
-        case 5: hd_bnl_dx_##K##_avx512i(x, xp, dy, gp, dx, yp, P, m, inv, a, b, C, 1, lo,  \
-                                        hi, k1, k2, k3, 0, 1); break;                      \
-        case 6: hd_bnl_dx_##K##_avx512i(x, xp, dy, gp, dx, yp, P, m, inv, a, b, C, 0, lo,  \
-                                        hi, k1, k2, k3, 1, 1); break;                      \
-        default: hd_bnl_dx_##K##_avx512i(x, xp, dy, gp, dx, yp, P, m, inv, a, b, C, 1, lo, \
-                                         hi, k1, k2, k3, 1, 1);                            \
+        case 0: HD_BNL_DXI(K, 0, 0, 0); break;                                             \
+        case 1: HD_BNL_DXI(K, 1, 0, 0); break;                                             \
+        case 2: HD_BNL_DXI(K, 0, 1, 0); break;                                             \
+        case 3: HD_BNL_DXI(K, 1, 1, 0); break;                                             \
+        case 4: HD_BNL_DXI(K, 0, 0, 1); break;                                             \
+        case 5: HD_BNL_DXI(K, 1, 0, 1); break;                                             \
+        case 6: HD_BNL_DXI(K, 0, 1, 1); break;                                             \
+        default: HD_BNL_DXI(K, 1, 1, 1);                                                   \
         }                                                                                  \
     }                                                                                      \
     HD_BN_LAST_TEAM(K##_avx512v, ATTR, K)

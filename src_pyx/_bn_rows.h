@@ -81,6 +81,25 @@ HD_INLINE int hd_bn_folds(double v) {
     return a == 0.0 || (a >= FLT_MIN && a <= FLT_MAX);
 }
 
+/* Backward's dx factors of a channel from its sums sg = sum g, sgd = sum g (x - m), M
+ * values, scale sc, inv_variance inv: dx = scale inv / M (M g - sg - xhat dscale), dscale
+ * = sgd inv, xhat = (x - m) inv, as dx = k1 g + k2 t + k3, t = x - m where *fold (k2 of
+ * x - m 0 or a normal float32: hd_bn_folds), else t = xhat (|xhat| <= sqrt(M) under the
+ * batch's statistics: inv ~ 1e20 put k2 of x - m past FLT_MAX), so that k2 is finite
+ * where dx is. Returns whether a factor overflows float32 all the same (k1 from inv ~
+ * 3e38, k3 from sum g ~ 1e30 M): that channel's dx is taken in float64 (hd_bn_dx64_*).
+ * The channels-first and the channels-last rows both take them from here. */
+HD_INLINE int hd_bn_dx_factors(double sc, double inv, double sg, double sgd, double M,
+                               double* k1, double* k2, double* k3, int* fold) {
+    const double dscale = sgd * inv;
+    *k1 = sc * inv;
+    *k2 = -*k1 * inv * dscale / M;
+    *fold = hd_bn_folds(*k2);
+    if (!*fold) *k2 = -*k1 * dscale / M;
+    *k3 = -*k1 * sg / M;
+    return hd_bn_overflows(*k1) || hd_bn_overflows(*k2) || hd_bn_overflows(*k3);
+}
+
 /* The slow paths of one element kind K, in float64 (see the top of this file), on n
  * elements at element strides xs (ys, gs): a channels-first row (stride 1) or one
  * channel of channels-last pixels (the pixel stride).
@@ -162,20 +181,22 @@ static __thread int hd_bn_stream = 0;
 #define HD_BN_FWD_FMA(d, a, b) fmaf((d), (a), (b))
 #define HD_BN_FWD64(xv, m, a64, b)                                                         \
     ((float)(((double)(xv) - (double)(m)) * (a64) + (double)(b)))
+/* RELU_BWD of g under the forward value of x: FWD's float32 one, or HD_BN_FWD64's where
+ * a = float32(scale inv) is not finite (then a64 = scale inv); the float64 slow paths'
+ * mask (HD_BN_BSUM64, HD_BN_DX64), so that both take the same elements */
+#define HD_BN_SLOW_DRELU(FWD, g, xv, m, a, a64, b, lo, hi)                                 \
+    hd_bn_drelu((g), !((a) - (a) == 0.0f) ? HD_BN_FWD64((xv), (m), (a64), (b))             \
+                                          : FWD((xv) - (m), (a), (b)), (lo), (hi))
 #define HD_BN_BSUM64(ATTR, K, NAME, FWD)                                                   \
     ATTR static void NAME(const HD_TYPE_##K* x, ptrdiff_t xs, const HD_TYPE_##K* dy,       \
                           ptrdiff_t gs, ptrdiff_t n, float m, float a, double a64, float b, \
                           int act, float lo, float hi, double* sg, double* sgd) {          \
-        const int wide = !(a - a == 0.0f);                                                 \
         double s1 = 0.0, s2 = 0.0;                                                         \
         ptrdiff_t i;                                                                       \
         for (i = 0; i < n; i++) {                                                          \
             const float xv = HD_LOAD_##K(x[i * xs]);                                       \
-            const float d = xv - m;                                                        \
             float g = HD_LOAD_##K(dy[i * gs]);                                             \
-            if (act)                                                                       \
-                g = hd_bn_drelu(g, wide ? HD_BN_FWD64(xv, m, a64, b) : FWD(d, a, b), lo,  \
-                                hi);                                                       \
+            if (act) g = HD_BN_SLOW_DRELU(FWD, g, xv, m, a, a64, b, lo, hi);               \
             s1 += g;                                                                       \
             s2 += (double)g * ((double)xv - (double)m);                                    \
         }                                                                                  \
@@ -194,15 +215,11 @@ static __thread int hd_bn_stream = 0;
                           ptrdiff_t gs, HD_TYPE_##K* dx, ptrdiff_t ys, ptrdiff_t n,        \
                           float m, double inv, float a, float b, int act, float lo,        \
                           float hi, double k1, double mg, double mx) {                     \
-        const int wide = !(a - a == 0.0f);                                                 \
         ptrdiff_t i;                                                                       \
         for (i = 0; i < n; i++) {                                                          \
             const float xv = HD_LOAD_##K(x[i * xs]);                                       \
-            const float d = xv - m;                                                        \
             float g = HD_LOAD_##K(dy[i * gs]);                                             \
-            if (act)                                                                       \
-                g = hd_bn_drelu(g, wide ? HD_BN_FWD64(xv, m, k1, b) : FWD(d, a, b), lo,   \
-                                hi);                                                       \
+            if (act) g = HD_BN_SLOW_DRELU(FWD, g, xv, m, a, k1, b, lo, hi);                \
             dx[i * ys] = HD_STORE_##K(                                                     \
                 (float)(k1 * ((double)g - mg - ((double)xv - (double)m) * inv * mx)));     \
         }                                                                                  \
@@ -443,18 +460,8 @@ static inline int hd_bn_prefetches(const hd_bn_job* j, ptrdiff_t itemsize) {
             dscale = sgd * inv;                                                            \
             j->dbias[c] = (float)sg;                                                       \
             j->dscale[c] = (float)dscale;                                                  \
-            /* dx = scale * inv / M * (M g - dbias - xhat dscale), xhat = (x - m) inv:     \
-             * k2 the factor of x - m where that is a float32 (hd_bn_folds; the rows take  \
-             * inv as 1), else of xhat (|xhat| <= sqrt(M) under the batch's statistics),   \
-             * so that it is finite where dx is */                                         \
-            k1 = sc * inv;                                                                 \
-            k2 = -k1 * inv * dscale / M;                                                   \
-            fold = hd_bn_folds(k2);                                                        \
-            if (!fold) k2 = -k1 * dscale / M;                                              \
-            k3 = -k1 * sg / M;                                                             \
-            /* a factor beyond FLT_MAX (k1 from inv ~ 3e38, k3 from sum g ~ 1e30 M, k2)    \
-             * while dx may be finite: the channel's dx in float64 (hd_bn_dx64_*) */       \
-            slow = hd_bn_overflows(k1) || hd_bn_overflows(k2) || hd_bn_overflows(k3);      \
+            /* the rows take inv as 1 where k2 folds it */                                 \
+            slow = hd_bn_dx_factors(sc, inv, sg, sgd, M, &k1, &k2, &k3, &fold);            \
             for (n = 0; n < N; n++) {                                                      \
                 if (slow)                                                                  \
                     hd_bn_dx64_##K##_##ISA(x + n * j->xn, 1, dy + n * j->gn, 1,            \

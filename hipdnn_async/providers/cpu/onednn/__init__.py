@@ -66,12 +66,12 @@ oneDNN's jit batchnorm, and its float32 sums missed the tolerance on offset data
 Training, backward and pattern 2 run the rows alone; on memory they cannot read as it
 is, on dense workspace copies (``+dense``).
 
-Batchnorm candidates of inference: the user's layout, and for activations
-that are not channels-last also channels-last copies (``+nhwc``: reorders in and out
+Batchnorm inference candidates: the rows (in place, or on dense copies), oneDNN's
+batchnorm on the user's layout and, for activations that are not channels-last, on
+channel-blocked and channels-last copies (``+nChw16c``, ``+nhwc``: reorders in and out
 around oneDNN's jit batchnorm, which takes no plain NCHW memory; there oneDNN runs its
-generic ``ncsp_bnorm:any``). Without benchmarking a jit implementation is taken before
-the generic ones, except for batchnorm inference, which keeps the user's layout (one
-pass at memory speed: the reorders cost more in float32).
+generic ``ncsp_bnorm:any``), and one binary primitive (``+binary``). Without
+benchmarking the rows run; ``global.benchmarking=1`` times them all.
 
 Per-channel tensors (scale, bias, statistics) whose channel stride is not 1 are staged
 through the workspace (oneDNN reads and writes them as dense vectors; the rows too).

@@ -5,6 +5,7 @@ problem's candidates and the heuristic choosing among them."""
 from __future__ import annotations
 
 import math
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -315,8 +316,8 @@ def _rows(match, order, dry, *, dense=False):
 
 
 def _rows_dense(match, order, dry):
-    """``_rows`` on dense copies (batchnorm training: its only candidate where the rows
-    cannot read the user's memory as it is)."""
+    """``_rows`` on dense copies of the memory the rows cannot read as it is (every
+    pattern; for all but inference the only candidate there)."""
     return _rows(match, order, dry, dense=True)
 
 
@@ -392,18 +393,30 @@ BN_BUILDERS = {
 # reference reorders (40-140 ms a case; the rows 0.25-10 ms).
 
 
+class _Impl(NamedTuple):
+    """One batchnorm candidate of ``Bn``."""
+    name: str                # plan.algorithm's name: the steps' implementations + variant
+    order: object            # the builder's layout of the activations (None: the user's)
+    workspace: int           # bytes
+    jit: bool                # no oneDNN step, or a jit one (not a generic implementation)
+    build: Callable          # builder(match, order, dry) -> (spec, pd, hooks)
+
+
+_ROWS = (_rows, _rows_dense)
+
+
 class Bn:
-    """One batchnorm problem and its candidates. Training (+ ReLU), backward and pattern 2:
-    the engine's C rows (``_rows``) alone, on dense copies of memory they cannot read as it
-    is (``_rows_dense``; ``BN_BUILDERS`` says why). Inference: the rows (on dense copies
-    likewise: with H and W swapped oneDNN offers only its reference ``ref:any``, 97 ms
-    against the copies' 4.5 ms at 32x256x28x28; on a W-cropped NCHW x its binary primitive
-    with reorders and the copies take about the same time); oneDNN's batchnorm on the
-    user's layout and, for activations
-    that are not channels-last, on channel-blocked (nChw16c) and channels-last copies
-    (reordered in and out: oneDNN's jit batchnorm takes only blocked or channels-last
-    memory; on plain NCHW it runs its generic ``ncsp_bnorm:any``); one binary primitive on
-    the user's layout (``_bn_inference_binary``)."""
+    """One batchnorm problem and its candidates (``impls``: ``_Impl``). Training (+ ReLU),
+    backward and pattern 2: the engine's C rows (``_rows``) alone, on dense copies of
+    memory they cannot read as it is (``_rows_dense``; ``BN_BUILDERS`` says why).
+    Inference: the rows, on dense copies likewise (with H and W swapped oneDNN offers only
+    its reference ``ref:any``, 97 ms against the copies' 4.5 ms at 32x256x28x28; on a
+    W-cropped NCHW x its binary primitive with reorders and the copies take about the same
+    time); oneDNN's batchnorm on the user's layout and, for activations that are not
+    channels-last, on channel-blocked (nChw16c) and channels-last copies (reordered in and
+    out: oneDNN's jit batchnorm takes only blocked or channels-last memory; on plain NCHW
+    it runs its generic ``ncsp_bnorm:any``); one binary primitive on the user's layout
+    (``_bn_inference_binary``)."""
 
     def __init__(self, match):
         self.match = match
@@ -426,7 +439,6 @@ class Bn:
                 # broadcasts its per-channel post-op operands wrongly (oneDNN 3.2, e.g. NCHW
                 # (3, 5, 1, 1)), and its jit batchnorm runs there anyway
                 variants.insert(0, ("+binary", None, _bn_inference_binary))
-        # (name, order, workspace bytes, jit?, builder)
         self.impls = []
         declined = []
         for suffix, order, build in variants:
@@ -436,18 +448,19 @@ class Bn:
                 if build is builder and order is None:
                     # oneDNN takes none of this problem's layouts: the rows alone, or a
                     # decline
-                    if not any(impl[4] in (_rows, _rows_dense) for impl in self.impls):
+                    if not any(impl.build in _ROWS for impl in self.impls):
                         raise
                     break
                 declined.append(exc)
                 continue                       # no such variant here
-            self.impls.append(("+".join(spec.names) + suffix, order, spec.ws.size,
-                               pd is None or "jit" in pd.impl_name, build))
+            self.impls.append(_Impl("+".join(spec.names) + suffix, order, spec.ws.size,
+                                    pd is None or "jit" in pd.impl_name, build))
         if not self.impls:
             raise declined[0]                  # training the rows decline: CPU_ENGINE runs it
 
     def candidates(self) -> list:
-        return [_tuning.Candidate(impl[0], i, impl[2]) for i, impl in enumerate(self.impls)]
+        return [_tuning.Candidate(impl.name, i, impl.workspace)
+                for i, impl in enumerate(self.impls)]
 
     def heuristic(self, fitting, limit):
         """Without timing: the batchnorm rows where offered (channels-first memory: 0.5-0.95x
@@ -460,18 +473,17 @@ class Bn:
         user's layout (channels-last: one pass), else the binary primitive on the user's
         layout (one pass at memory speed; the generic ``ncsp_bnorm`` is 5-20x slower and the
         reorders around a jit batchnorm cost two more passes)."""
-        impls = self.impls
-        rows = [c for c in fitting if impls[c.id][4] in (_rows, _rows_dense)]
+        impl = [self.impls[c.id] for c in fitting]
+        rows = [c for c, i in zip(fitting, impl) if i.build in _ROWS]
         if rows:
             return rows[0]
-        own = [c for c in fitting if impls[c.id][4] is not _bn_inference_binary
-               and impls[c.id][1] is None]
-        if own and impls[own[0].id][3]:
+        own = [c for c, i in zip(fitting, impl)
+               if i.build is not _bn_inference_binary and i.order is None]
+        if own and self.impls[own[0].id].jit:
             return own[0]
-        binary = [c for c in fitting if impls[c.id][4] is _bn_inference_binary
-                  and impls[c.id][3]]
+        binary = [c for c, i in zip(fitting, impl) if i.build is _bn_inference_binary and i.jit]
         return (binary or own or fitting)[0]
 
     def build(self, candidate):
-        _, order, _, _, build = self.impls[candidate.id]
-        return build(self.match, order, False)
+        impl = self.impls[candidate.id]
+        return impl.build(self.match, impl.order, False)
