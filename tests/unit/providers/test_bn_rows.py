@@ -289,6 +289,35 @@ def test_rows_that_prefetch_the_next_channel_match_float64(name, dtype):
     assert np.isnan(f64(ybuf[~cover])).all()
 
 
+# channels-first training and backward in blocks of channels (_bn_rows.h, hd_bn_block):
+# x, y (and dy) each with its channels adjacent (C stride = the row) and rows of at most
+# 1 KiB take up to 64 channels a pass; each thread's share is cut into such blocks, the
+# last one shorter. (N, C, spatial...): blocks of 64 with 1-2 left over, of 10 (backward)
+# and 20 (training) with a remainder, a share of fewer channels than a block, rows of 3.
+BLOCK_SHAPES = [(3, 131, 14, 14), (33, 41, 14, 14), (2, 70, 3, 3), (4, 9, 1, 3)]
+
+
+@pytest.mark.parametrize("dtype", list(KINDS))
+@pytest.mark.parametrize("name", [o[0] for o in OPS if o[1] != k.BN_ROWS_INFERENCE])
+@pytest.mark.parametrize("shape", BLOCK_SHAPES, ids=["x".join(map(str, s)) for s in BLOCK_SHAPES])
+def test_rows_in_channel_blocks_match_float64_and_one_channel_at_a_time(shape, name, dtype):
+    """Blocks change only the order in which rows are read: each channel's sums add its
+    rows in n order either way, so the outputs are bit for bit those of the same job run one
+    channel at a time (y, or dy for backward, laid out (C, N, ...): channels not adjacent),
+    and within the tolerances of float64."""
+    need_build(dtype, False)
+    vals = draw(name, dtype, shape, [len(shape), shape[1], len(name)])
+    backward = name.startswith("backward")
+    got, ybuf, cover = run_op(name, dtype, False, shape, ("packed", "packed", "packed"), vals)
+    check(name, dtype, got, reference(name, vals), vals, f"{name} {dtype} {shape} blocks")
+    assert np.isnan(f64(ybuf[~cover])).all()
+    one = run_op(name, dtype, False, shape,
+                 ("packed", "packed", "cnhw") if backward else ("packed", "cnhw"), vals)[0]
+    for r in ("y", "dscale", "dbias") if backward else ("y", "mean_out", "variance_out"):
+        a, b = np.ascontiguousarray(got[r]), np.ascontiguousarray(one[r])
+        assert a.tobytes() == b.tobytes(), f"{name} {dtype} {shape}: {r} differs"
+
+
 # streamed stores (hd_bn_stream; by default only where y passes 24 MiB): float32 rows
 # masked up to each row's first 64-byte line, then MOVNTPS, then a masked tail. Rows of
 # 5-196 elements, most starting inside a 64-byte line (x, y, dy in other STRIDES);
