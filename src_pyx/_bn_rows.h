@@ -382,8 +382,8 @@ static inline int hd_bn_prefetches(const hd_bn_job* j, ptrdiff_t itemsize) {
  * apart, which the hardware prefetcher hardly follows; a block reads runs B rows long.
  * On 2 cores (AMD EPYC, 1 MiB L2), float32 32 x 512 x 14 x 14: backward (+ DReLU)
  * 0.75-0.86x and training 0.74-0.9x the time of one channel at a time; 28 x 28 rows (3136
- * bytes, and bfloat16's 1568) ran up to 1.1x slower in blocks, and blocks of 1 MiB ran
- * 1.2x slower on them. */
+ * bytes, and bfloat16's 1568) ran up to 1.1x slower in blocks of 512 KiB, and of 1 MiB
+ * 1.1-1.3x slower. */
 #define HD_BN_BLOCK_MAX 64
 #define HD_BN_BLOCK_BYTES (512 << 10)
 #define HD_BN_BLOCK_ROW 1024
