@@ -666,6 +666,9 @@ class ExecutionPlan:
                                    if o in layout and r in layout and layout[o] == layout[r])
         self._alias_roles = tuple(r for r, _ in self._roles)
         self._alias_passed = None
+        # this pattern's execution counter (made once per device and pattern, never
+        # replaced): looked up once, not per binding
+        self._counter = device._exec_counter(self.pattern)
         # The submit path reuses a binding while the same buffers come again.
         self._bindings = BindingCache(self._bind, self._make_fn, enabled=True,
                                       host=device.is_host,
@@ -792,8 +795,7 @@ class ExecutionPlan:
         """The work-item function of one execution with bound ``buffers`` / ``ws`` that
         calls the provider plan's ``run`` (a capture records these: a replay must not
         launch anything but the recorded calls); its library errors name this plan."""
-        return run_launcher(self._pplan, buffers, ws,
-                            counter=self.device._exec_counter(self.pattern), label=self._label)
+        return run_launcher(self._pplan, buffers, ws, counter=self._counter, label=self._label)
 
     def _fresh_workspace(self):
         """A fresh workspace for one execution (the binding cache's hit of a pack bound
@@ -805,8 +807,7 @@ class ExecutionPlan:
         """The work-item function of one binding: the provider plan's ``launcher`` for
         these buffers (a prebuilt vendor launch where the engine has one), counted in the
         device's ``plan_stats`` and naming this plan in its errors."""
-        return self._pplan.launcher(buffers, ws, counter=self.device._exec_counter(self.pattern),
-                                    label=self._label)
+        return self._pplan.launcher(buffers, ws, counter=self._counter, label=self._label)
 
     def _work(self, variant_pack, workspace):
         """(work-item function, keepalive) of one execution: the binding's function, and

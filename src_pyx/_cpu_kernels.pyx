@@ -948,10 +948,22 @@ cdef bint _pixels_of(cnp.ndarray a, Py_ssize_t itemsize, Py_ssize_t* rn, Py_ssiz
     return True
 
 
+cdef bint _channel_dims(cnp.ndarray a) noexcept:
+    """Whether ``a``'s dims are a vector's: (C,), or (1, C, 1, ...) as a graph's per-channel
+    tensors come (every dim but the second 1)."""
+    cdef int k, nd = cnp.PyArray_NDIM(a)
+    if nd == 1:
+        return True
+    for k in range(nd):
+        if k != 1 and cnp.PyArray_DIM(a, k) != 1:
+            return False
+    return nd > 1
+
+
 cdef const float* _vec(object v, Py_ssize_t c, str role, bint out, list held) except? NULL:
-    """The float32 values of a per-channel vector ``v`` (None: NULL): a 1-D contiguous
-    float32 ndarray read in C (a typed memoryview's acquisition cost about 0.3 us a
-    vector, 1.5 us of a tiny batchnorm's 4), else any buffer a ``float[::1]`` takes, whose
+    """The float32 values of a per-channel vector ``v`` (None: NULL): a contiguous float32
+    ndarray of dims (C,) or (1, C, 1, ...) read in C (a typed memoryview's acquisition
+    cost about 0.3 us a vector, 1.5 us of a tiny batchnorm's 4), else any buffer a ``float[::1]`` takes, whose
     acquisition goes into ``held``: the caller keeps it until the kernel is done, as the
     exporter may free or move memory no longer exported (``memoryview.release()`` then
     ``mmap.close()`` from another thread while the kernel runs without the GIL)."""
@@ -964,11 +976,11 @@ cdef const float* _vec(object v, Py_ssize_t c, str role, bint out, list held) ex
         a = <cnp.ndarray>v
         # native byte order too: NPY_FLOAT32 is also the type of a '>f4' array, whose
         # bytes read as floats here would be other numbers (the memoryview refuses it)
-        if (cnp.PyArray_TYPE(a) == cnp.NPY_FLOAT32 and cnp.PyArray_NDIM(a) == 1
+        if (cnp.PyArray_TYPE(a) == cnp.NPY_FLOAT32 and _channel_dims(a)
                 and cnp.PyArray_IS_C_CONTIGUOUS(a) and cnp.PyArray_ISNOTSWAPPED(a)
                 and (not out or cnp.PyArray_ISWRITEABLE(a))):
-            if cnp.PyArray_DIM(a, 0) != c:
-                raise ValueError(f"bn_rows: {role} has {cnp.PyArray_DIM(a, 0)} values; {c} "
+            if cnp.PyArray_SIZE(a) != c:
+                raise ValueError(f"bn_rows: {role} has {cnp.PyArray_SIZE(a)} values; {c} "
                                  "channels")
             return <const float*>cnp.PyArray_DATA(a) if c else NULL
     try:
@@ -1022,9 +1034,10 @@ def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=No
         (NHWC, NDHWC; N stride free); else channels-first: the spatial elements of each
         (n, c) one packed run (NCHW, NCDHW), N and C strides free.
     scale, bias, mean, variance, inv_variance : float32 vectors of C values, contiguous
+        (ndarrays of dims (C,) or (1, C, 1, ...), or any 1-D buffer)
         Training: scale, bias. Inference: scale, bias, mean, variance. Backward: scale,
         mean, inv_variance (and bias with ``act``: the forward whose ReLU is undone).
-    mean_out, variance_out : float32 vectors, written (training)
+    mean_out, variance_out : float32 vectors as above, written (training)
         The batch mean and the biased batch variance. ``variance_out`` may be a float64
         ndarray (1-D, contiguous): then the variance is stored in float64, where float32
         would round a variance beyond FLT_MAX (|x - mean| beyond 1.8e19) to +inf, so

@@ -778,6 +778,34 @@ def test_vectors_of_any_float32_buffer_give_the_ndarray_results():
                                atol=1e-6)
 
 
+@pytest.mark.parametrize("dims", [(1, 3, 1, 1), (1, 3, 1, 1, 1), (1, 3)])
+def test_vectors_of_a_graphs_per_channel_dims_give_the_1d_results(dims):
+    """Per-channel ndarrays of a graph's dims (1, C, 1, ...) are read as they are (the
+    engine passes its bound arrays, without 1-D views): the same bits as 1-D vectors, every
+    op, outputs (mean_out, variance_out; dscale, dbias) written in place. Other dims of C
+    values are refused, naming the vector."""
+    x = np.random.default_rng(5).standard_normal((2, 3, 4, 5)).astype(np.float32)
+    dy = np.random.default_rng(6).standard_normal(x.shape).astype(np.float32)
+    v = {"scale": np.float32([0.5, -1.5, 2.0]), "bias": np.float32([0.1, 0.2, -0.3]),
+         "mean": np.float32([0.0, 0.1, -0.1]), "variance": np.float32([1.0, 0.5, 2.0]),
+         "inv_variance": np.float32([1.0, 1.4, 0.7])}
+    for name, op, act, lo, hi in OPS:
+        got = {}
+        for shape in ((3,), dims):
+            outs = {r: np.full(shape, np.nan, np.float32)
+                    for r in ("mean_out", "variance_out", "dscale", "dbias")}
+            kw = op_vectors(op, act, {r: a.reshape(shape) for r, a in v.items()}, outs)
+            y = np.full(x.shape, np.nan, np.float32)
+            extra = {"dy": dy} if op == k.BN_ROWS_BACKWARD else {"epsilon": 1e-5}
+            k.bn_rows(op, x, y, 0, act=act, lower=lo, upper=hi, **kw, **extra)
+            got[shape] = [y] + [outs[r].reshape(-1) for r in sorted(outs)]
+        for a, b in zip(got[(3,)], got[dims]):
+            assert a.tobytes() == b.tobytes(), (name, dims)
+    with pytest.raises(ValueError, match="bn_rows: scale is not a contiguous float32"):
+        k.bn_rows(k.BN_ROWS_INFERENCE, x, np.empty_like(x), 0, scale=v["scale"].reshape(3, 1),
+                  bias=v["bias"], mean=v["mean"], variance=v["variance"], epsilon=1e-5)
+
+
 def test_a_buffer_vector_stays_acquired_until_the_rows_are_done():
     """A vector read through the buffer protocol stays acquired for the whole call: while
     the rows run (without the GIL) another thread cannot release it. Was: released as soon

@@ -1160,8 +1160,9 @@ def test_candidates_do_not_depend_on_earlier_builds(tmp_path):
 
 
 def test_host_hooks_of_compiled_kernels_run_without_errstate_and_others_with_it():
-    """``_plan.quiet``: a hook marked ``compiled_only`` (the batchnorm rows) or a
-    ``partial`` of a quiet kernel is run as it is (no NumPy warning can come from C); any
+    """``_plan.quiet``: a hook marked ``compiled_only`` (the batchnorm rows on dense
+    copies) or a ``partial`` of a quiet kernel (the batchnorm rows themselves) is run as it
+    is (no NumPy warning can come from C); any
     other hook runs under ``np.errstate(all="ignore")``, so a NumPy overflow in it warns
     nothing (pytest turns warnings into errors here)."""
     from functools import partial
@@ -1184,7 +1185,8 @@ def test_host_hooks_of_compiled_kernels_run_without_errstate_and_others_with_it(
     assert seen["state"]["over"] == "ignore" and seen["value"] == np.inf
     plan, pack, _ = _bn_backward(hd.Device("cpu", streams=1), (2, 8, 3, 3))
     before, after = plan._pplan._host_work(plan._bind(pack, None)[0], None)
-    assert getattr(before, "compiled_only", False) and after is None
+    assert isinstance(before, partial) and before.func is _kernels.bn_rows and after is None
+    assert quiet(before) is before
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])

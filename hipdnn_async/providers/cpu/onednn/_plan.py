@@ -14,7 +14,7 @@ from ._program import ProgramSpec, dnnl, staged
 __all__ = ["OnednnPlan"]
 
 # compiled passes that never set NumPy's floating-point flags
-_QUIET_KERNELS = (_kernels.bias_relu, _kernels.convert)
+_QUIET_KERNELS = (_kernels.bias_relu, _kernels.convert, _kernels.bn_rows)
 
 
 class OnednnPlan(ProviderPlan):
@@ -43,7 +43,7 @@ class OnednnPlan(ProviderPlan):
                                                                  True)
 
     def _arrays(self, buffers) -> tuple:
-        return tuple(buffers[r] for r in self.roles)
+        return tuple([buffers[r] for r in self.roles])
 
     def _host_work(self, buffers, workspace):
         """(before, after) of one execution, each run with NumPy's floating-point warnings
@@ -51,7 +51,9 @@ class OnednnPlan(ProviderPlan):
         pytest's -W error, or a user's filter, would turn into exceptions on a worker)."""
         if not self._hooks:
             return None, None
-        return tuple(None if fn is None else quiet(fn) for fn in self._hooks(buffers, workspace))
+        before, after = self._hooks(buffers, workspace)
+        return (None if before is None else quiet(before),
+                None if after is None else quiet(after))
 
     def run(self, buffers, workspace) -> None:
         before, after = self._host_work(buffers, workspace)
