@@ -137,6 +137,9 @@ typedef struct {
     int kind;                      /* every activation's element kind: 0 f32, 1 bf16, 2 f16 */
     int isa;                       /* hd_bn_rows_isa() */
     ptrdiff_t N, C, S;             /* rows per channel, channels, elements per row */
+    ptrdiff_t R, W;                /* a row's runs, R of W elements each (R W = S): 1 and S
+                                      where its elements are one packed run */
+    ptrdiff_t xr, yr, gr;          /* element strides between a row's runs (x, y, dy) */
     const void* x;                 /* x: element strides xn (between n) and xc (between c) */
     ptrdiff_t xn, xc;
     void* y;                       /* y (forward) or dx (backward) */
@@ -392,7 +395,7 @@ static inline ptrdiff_t hd_bn_block(const hd_bn_job* j) {
     const double per = (double)j->N * (double)j->S * (double)item
                        * (j->op == HD_BN_BACKWARD ? 2.0 : 1.0);
     const double b = per > 0.0 ? HD_BN_BLOCK_BYTES / per : 1.0;
-    if (j->S * item > HD_BN_BLOCK_ROW || j->xc != j->S || j->yc != j->S
+    if (j->R != 1 || j->S * item > HD_BN_BLOCK_ROW || j->xc != j->S || j->yc != j->S
         || (j->op == HD_BN_BACKWARD && j->gc != j->S))
         return 1;
     return b < 1.0 ? 1 : b > HD_BN_BLOCK_MAX ? HD_BN_BLOCK_MAX : (ptrdiff_t)b;
@@ -409,26 +412,31 @@ static inline ptrdiff_t hd_bn_block(const hd_bn_job* j) {
         const HD_TYPE_##K* x0 = (const HD_TYPE_##K*)j->x + c0 * j->xc;                     \
         HD_TYPE_##K* y0 = (HD_TYPE_##K*)j->y + c0 * j->yc;                                 \
         const ptrdiff_t N = j->N, S = j->S, xn = j->xn, xc = j->xc, yn = j->yn, yc = j->yc; \
+        /* a row (n, c): R runs of W elements, xr (yr, gr) apart (hd_bn_job) */            \
+        const ptrdiff_t R = j->R, W = j->W, xr = j->xr, yr = j->yr;                        \
         const ptrdiff_t rowb = S * (ptrdiff_t)sizeof(*x0);                                 \
         /* the next block's rows are read ahead during the last pass over x (and dy) */   \
-        const int pf = c0 + B < j->C && hd_bn_prefetches(j, (ptrdiff_t)sizeof(*x0)); \
+        const int pf = R == 1 && c0 + B < j->C && hd_bn_prefetches(j, (ptrdiff_t)sizeof(*x0)); \
         const double M = (double)N * (double)S;                                            \
-        ptrdiff_t n, o, b;                                                                 \
+        ptrdiff_t n, o, b, r;                                                              \
         if (j->op == HD_BN_TRAINING) {                                                     \
             double s[HD_BN_BLOCK_MAX], q[HD_BN_BLOCK_MAX], a64[HD_BN_BLOCK_MAX];           \
             float mf[HD_BN_BLOCK_MAX], a[HD_BN_BLOCK_MAX], bf[HD_BN_BLOCK_MAX];            \
             for (b = 0; b < B; b++) s[b] = q[b] = 0.0;                                     \
             for (n = 0; n < N; n++)                                                        \
                 for (b = 0; b < B; b++)                                                    \
-                    for (o = 0; o < S; o += HD_BN_CHUNK)                                   \
-                        s[b] += hd_bn_sum_##K##_##ISA(x0 + b * xc + n * xn + o,            \
-                                                      HD_BN_RUN(S, o), 0.0f, 0);           \
+                    for (r = 0; r < R; r++)                                                \
+                        for (o = 0; o < W; o += HD_BN_CHUNK)                               \
+                            s[b] += hd_bn_sum_##K##_##ISA(x0 + b * xc + n * xn + r * xr + o, \
+                                                          HD_BN_RUN(W, o), 0.0f, 0);       \
             for (b = 0; b < B; b++) mf[b] = (float)(s[b] / M);                             \
             for (n = 0; n < N; n++)                                                        \
                 for (b = 0; b < B; b++) {                                                  \
                     const HD_TYPE_##K* x = x0 + b * xc + n * xn;                           \
-                    for (o = 0; o < S; o += HD_BN_CHUNK)                                   \
-                        q[b] += hd_bn_sum_##K##_##ISA(x + o, HD_BN_RUN(S, o), mf[b], 1);   \
+                    for (r = 0; r < R; r++)                                                \
+                        for (o = 0; o < W; o += HD_BN_CHUNK)                               \
+                            q[b] += hd_bn_sum_##K##_##ISA(x + r * xr + o, HD_BN_RUN(W, o), \
+                                                          mf[b], 1);                       \
                     if (pf && c0 + b + B < j->C) hd_bn_prefetch(x + B * xc, rowb);         \
                 }                                                                          \
             for (b = 0; b < B; b++) {                                                      \
@@ -456,27 +464,31 @@ static inline ptrdiff_t hd_bn_block(const hd_bn_job* j) {
             }                                                                              \
             for (n = 0; n < N; n++)                                                        \
                 for (b = 0; b < B; b++)                                                    \
-                    if (hd_bn_overflows(a64[b]))                                           \
-                        hd_bn_affine64_##K(x0 + b * xc + n * xn, 1, y0 + b * yc + n * yn, \
-                                           1, S, mf[b], a64[b], j->bias[c0 + b], j->act,   \
-                                           j->lo, j->hi);                                  \
-                    else                                                                   \
-                        AFFINE(x0 + b * xc + n * xn, y0 + b * yc + n * yn, S, mf[b], a[b], \
-                               bf[b], j->act, j->lo, j->hi);                               \
+                    for (r = 0; r < R; r++) {                                              \
+                        const HD_TYPE_##K* x = x0 + b * xc + n * xn + r * xr;              \
+                        HD_TYPE_##K* y = y0 + b * yc + n * yn + r * yr;                    \
+                        if (hd_bn_overflows(a64[b]))                                       \
+                            hd_bn_affine64_##K(x, 1, y, 1, W, mf[b], a64[b],               \
+                                               j->bias[c0 + b], j->act, j->lo, j->hi);     \
+                        else                                                               \
+                            AFFINE(x, y, W, mf[b], a[b], bf[b], j->act, j->lo, j->hi);     \
+                    }                                                                      \
         } else if (j->op == HD_BN_INFERENCE) {                                             \
             const ptrdiff_t c = c0;                                                        \
             const double a64 = j->scale[c] / sqrt((double)j->var[c] + j->eps);             \
             const float a = (float)a64;                                                    \
             for (n = n0; n < n1; n++)                                                      \
-                if (hd_bn_overflows(a64))                                                  \
-                    hd_bn_affine64_##K(x0 + n * xn, 1, y0 + n * yn, 1, S, j->mean[c],      \
-                                       a64, j->bias[c], j->act, j->lo, j->hi);             \
-                else                                                                       \
-                    AFFINE(x0 + n * xn, y0 + n * yn, S, j->mean[c], a, j->bias[c], j->act, \
-                           j->lo, j->hi);                                                  \
+                for (r = 0; r < R; r++)                                                    \
+                    if (hd_bn_overflows(a64))                                              \
+                        hd_bn_affine64_##K(x0 + n * xn + r * xr, 1, y0 + n * yn + r * yr, 1, \
+                                           W, j->mean[c], a64, j->bias[c], j->act, j->lo,  \
+                                           j->hi);                                         \
+                    else                                                                   \
+                        AFFINE(x0 + n * xn + r * xr, y0 + n * yn + r * yr, W, j->mean[c], \
+                               a, j->bias[c], j->act, j->lo, j->hi);                       \
         } else {                                                                           \
             const HD_TYPE_##K* g0 = (const HD_TYPE_##K*)j->dy + c0 * j->gc;                \
-            const ptrdiff_t gn = j->gn, gc = j->gc;                                        \
+            const ptrdiff_t gn = j->gn, gc = j->gc, gr = j->gr;                            \
             double sg[HD_BN_BLOCK_MAX], sgd[HD_BN_BLOCK_MAX];                              \
             double k1[HD_BN_BLOCK_MAX], k2[HD_BN_BLOCK_MAX], k3[HD_BN_BLOCK_MAX];          \
             float a[HD_BN_BLOCK_MAX], bb[HD_BN_BLOCK_MAX];                                 \
@@ -496,18 +508,21 @@ static inline ptrdiff_t hd_bn_block(const hd_bn_job* j) {
                     const HD_TYPE_##K* dy = g0 + b * gc + n * gn;                          \
                     const float m = j->mean[c0 + b];                                       \
                     const double inv = j->inv[c0 + b], sc = j->scale[c0 + b];              \
-                    for (o = 0; o < S; o += HD_BN_CHUNK)                                   \
-                        if (wide[b]) {                                                     \
-                            double u0, u1;                                                 \
-                            hd_bn_bsum64_##K##_##ISA(x + o, 1, dy + o, 1, HD_BN_RUN(S, o), \
-                                                     m, a[b], sc * inv, bb[b], j->act,     \
-                                                     j->lo, j->hi, &u0, &u1);              \
-                            sg[b] += u0;                                                   \
-                            sgd[b] += u1;                                                  \
-                        } else                                                             \
-                            hd_bn_bsum_##K##_##ISA(x + o, dy + o, HD_BN_RUN(S, o), m, a[b], \
-                                                   bb[b], j->act, j->lo, j->hi, &sg[b],    \
-                                                   &sgd[b]);                               \
+                    for (r = 0; r < R; r++)                                                \
+                        for (o = 0; o < W; o += HD_BN_CHUNK)                               \
+                            if (wide[b]) {                                                 \
+                                double u0, u1;                                             \
+                                hd_bn_bsum64_##K##_##ISA(x + r * xr + o, 1, dy + r * gr + o, \
+                                                         1, HD_BN_RUN(W, o), m, a[b],      \
+                                                         sc * inv, bb[b], j->act, j->lo,   \
+                                                         j->hi, &u0, &u1);                 \
+                                sg[b] += u0;                                               \
+                                sgd[b] += u1;                                              \
+                            } else                                                         \
+                                hd_bn_bsum_##K##_##ISA(x + r * xr + o, dy + r * gr + o,    \
+                                                       HD_BN_RUN(W, o), m, a[b], bb[b],    \
+                                                       j->act, j->lo, j->hi, &sg[b],       \
+                                                       &sgd[b]);                           \
                 }                                                                          \
             for (b = 0; b < B; b++) {                                                      \
                 const double inv = j->inv[c0 + b], sc = j->scale[c0 + b];                  \
@@ -523,14 +538,16 @@ static inline ptrdiff_t hd_bn_block(const hd_bn_job* j) {
                     HD_TYPE_##K* dx = y0 + b * yc + n * yn;                                \
                     const float m = j->mean[c0 + b];                                       \
                     const double inv = j->inv[c0 + b];                                     \
-                    if (slow[b])                                                           \
-                        hd_bn_dx64_##K##_##ISA(x, 1, dy, 1, dx, 1, S, m, inv, a[b], bb[b], \
-                                               j->act, j->lo, j->hi, k1[b], sg[b] / M,     \
-                                               sgd[b] * inv / M);                          \
-                    else                                                                   \
-                        DX(x, dy, dx, S, m, fold[b] ? 1.0f : (float)inv, a[b], bb[b],      \
-                           j->act, j->lo, j->hi, (float)k1[b], (float)k2[b],               \
-                           (float)k3[b]);                                                  \
+                    for (r = 0; r < R; r++)                                                \
+                        if (slow[b])                                                       \
+                            hd_bn_dx64_##K##_##ISA(x + r * xr, 1, dy + r * gr, 1,          \
+                                                   dx + r * yr, 1, W, m, inv, a[b], bb[b], \
+                                                   j->act, j->lo, j->hi, k1[b], sg[b] / M, \
+                                                   sgd[b] * inv / M);                      \
+                        else                                                               \
+                            DX(x + r * xr, dy + r * gr, dx + r * yr, W, m,                 \
+                               fold[b] ? 1.0f : (float)inv, a[b], bb[b], j->act, j->lo,    \
+                               j->hi, (float)k1[b], (float)k2[b], (float)k3[b]);           \
                     if (pf && c0 + b + B < j->C) {                                         \
                         hd_bn_prefetch(x + B * xc, rowb);                                  \
                         hd_bn_prefetch(dy + B * gc, rowb);                                 \

@@ -832,6 +832,8 @@ cdef extern from "_bn_rows.h" nogil:
     ctypedef struct hd_bn_job:
         int op, kind, isa
         Py_ssize_t N, C, S
+        Py_ssize_t R, W
+        Py_ssize_t xr, yr, gr
         const void* x
         Py_ssize_t xn, xc
         void* y
@@ -903,24 +905,66 @@ cdef str _rows_name(int isa, int kind):
 
 
 cdef int _rows_of(cnp.ndarray a, object like, str role, Py_ssize_t itemsize,
-                  Py_ssize_t* rn, Py_ssize_t* rc) except -1:
-    """Element strides of ``a``'s N and C axes; its spatial axes must be one packed run."""
+                  Py_ssize_t* rn, Py_ssize_t* rc, Py_ssize_t* w, Py_ssize_t* rr) except -1:
+    """Element strides of ``a``'s N and C axes, and its (n, c) rows as runs: ``w``
+    elements packed (the innermost spatial dims), the spatial dims outside them one
+    sequence of such runs ``rr`` >= ``w`` elements apart (NCHW cropped in W: runs of W,
+    the H stride apart); a row of packed spatial elements is one run (``w`` its size,
+    ``rr`` = ``w``). Else ValueError (the engine gives such memory dense copies)."""
     cdef int k, nd = a.ndim
-    cdef Py_ssize_t run = itemsize
+    cdef bint split = False
+    cdef Py_ssize_t run = itemsize, outer = 0, step = 0
     shape = tuple([a.shape[k] for k in range(nd)])
     if nd < 3 or (like is not None and shape != like):
         raise ValueError(f"bn_rows: {role} has dims {shape}; need (N, C, spatial...)"
                          + (f" equal to {like}" if like is not None else ""))
     for k in range(nd - 1, 1, -1):
-        if a.shape[k] != 1 and a.strides[k] != run:
-            raise ValueError(f"bn_rows: {role}'s spatial elements are not one packed run "
-                             f"(strides {(<object>a).strides})")
-        run *= a.shape[k]
-    if a.strides[0] % itemsize or a.strides[1] % itemsize:
+        if a.shape[k] == 1:
+            continue
+        if not split and a.strides[k] == run:
+            run *= a.shape[k]                # still the packed run
+        elif not split and run > itemsize and a.strides[k] >= run:
+            # the first dim outside it (the innermost one packed): runs that far apart,
+            # not overlapping
+            split, outer, step = True, a.strides[k], a.strides[k] * a.shape[k]
+        elif split and a.strides[k] == step:
+            step *= a.shape[k]
+        else:
+            raise ValueError(f"bn_rows: {role}'s spatial elements are neither one packed run "
+                             f"nor packed runs at one stride (strides {(<object>a).strides})")
+    if a.strides[0] % itemsize or a.strides[1] % itemsize or outer % itemsize:
         raise ValueError(f"bn_rows: {role}'s strides {(<object>a).strides} are not whole "
                          "elements")
     rn[0] = a.strides[0] // itemsize
     rc[0] = a.strides[1] // itemsize
+    w[0] = run // itemsize
+    rr[0] = outer // itemsize if split else w[0]
+    return 0
+
+
+cdef int _runs_of(hd_bn_job* j, Py_ssize_t* w, Py_ssize_t* rr, int n, object roles) except -1:
+    """Set ``j``'s runs (hd_bn_job R, W, xr, yr, gr) from the ``n`` activations' runs (x,
+    y, dy: ``w``, ``rr`` as ``_rows_of`` gives them): W the shortest run; an activation of
+    runs that long keeps its stride, a packed one (one run of S) takes runs of W at
+    stride W; any other cannot be read as runs of W (ValueError)."""
+    cdef int i
+    cdef Py_ssize_t W = j.S
+    cdef Py_ssize_t st[3]
+    for i in range(n):
+        if w[i] < W:
+            W = w[i]
+    for i in range(n):
+        if w[i] == W:
+            st[i] = rr[i]
+        elif w[i] == j.S:
+            st[i] = W
+        else:
+            raise ValueError(f"bn_rows: {roles[i]}'s runs of {w[i]} elements and another's of "
+                             f"{W} do not split one another")
+    j.W = W if W else 1
+    j.R = j.S // j.W if W else 0
+    j.xr, j.yr = st[0], st[1]
+    j.gr = st[2] if n > 2 else 0
     return 0
 
 
@@ -1028,11 +1072,14 @@ def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=No
         given statistics; ``BN_ROWS_BACKWARD``: dx (written to ``y``), dscale, dbias.
     x, y, dy : ndarray
         Activations of dims (N, C, spatial...) and one element type, ``kind``
-        (``BIAS_RELU_KINDS``: 0 float32, 1 bfloat16, 2 float16, 16-bit ones as raw bits);
-        ``y`` (dx for backward) is written; ``dy`` for backward only. Channels-last where
-        C > 1 and each has its C values of a pixel packed and its pixels at one stride
-        (NHWC, NDHWC; N stride free); else channels-first: the spatial elements of each
-        (n, c) one packed run (NCHW, NCDHW), N and C strides free.
+        (``BIAS_RELU_KINDS``: 0 float32, 1 bfloat16, 2 float16; 16-bit ones as raw bits
+        or any dtype of that size); ``y`` (dx for backward) is written; ``dy`` for
+        backward only. Channels-last where C > 1 and each has its C values of a pixel
+        packed and its pixels at one stride (NHWC, NDHWC; N stride free); else
+        channels-first: the spatial elements of each (n, c) one packed run (NCHW, NCDHW)
+        or packed runs of one length at one stride (NCHW cropped in W: runs of W, the H
+        stride apart; a packed activation beside it is read as runs of that length), N
+        and C strides free.
     scale, bias, mean, variance, inv_variance : float32 vectors of C values, contiguous
         (ndarrays of dims (C,) or (1, C, 1, ...), or any 1-D buffer)
         Training: scale, bias. Inference: scale, bias, mean, variance. Backward: scale,
@@ -1060,7 +1107,8 @@ def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=No
         where this CPU cannot run the one named (for tests of every build).
     stream : bool or None
         Store y's full vectors non-temporally (MOVNTPS; bfloat16 MOVNTDQ): None
-        decides by size (y of at least ``_STREAM_BYTES``, 24 MiB); True insists, and raises
+        decides by size (y of at least ``_STREAM_BYTES``, 24 MiB, whose rows are not
+        runs); True insists, and raises
         ValueError where these rows cannot (not the AVX-512 intrinsic rows, as with
         ``baseline``; channels-first rows of 16-bit elements, or of float32 off 4-byte
         boundaries; channels-last y not on 64-byte boundaries at every pixel); False
@@ -1094,6 +1142,8 @@ def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=No
     cdef bint last
     cdef char* raw = NULL
     cdef int n = 1
+    cdef Py_ssize_t rw[3]
+    cdef Py_ssize_t rs[3]
     cdef Py_ssize_t itemsize = 4 if kind == 0 else 2
     if not 0 <= kind <= 2:
         raise ValueError(f"bn_rows: element kind {kind}; need 0, 1 or 2")
@@ -1120,12 +1170,15 @@ def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=No
             and _pixels_of(y, itemsize, &j.yn, &L.yp)
             and (op != HD_BN_BACKWARD or _pixels_of(dy, itemsize, &j.gn, &L.gp)))
     if not last:
-        _rows_of(x, None, "x", itemsize, &j.xn, &j.xc)
-        _rows_of(y, shape, "y", itemsize, &j.yn, &j.yc)
+        _rows_of(x, None, "x", itemsize, &j.xn, &j.xc, &rw[0], &rs[0])
+        _rows_of(y, shape, "y", itemsize, &j.yn, &j.yc, &rw[1], &rs[1])
         if op == HD_BN_BACKWARD:
-            _rows_of(dy, shape, "dy", itemsize, &j.gn, &j.gc)
+            _rows_of(dy, shape, "dy", itemsize, &j.gn, &j.gc, &rw[2], &rs[2])
     j.N, j.C = x.shape[0], x.shape[1]
     j.S = x.size // (j.N * j.C) if j.N * j.C else 0
+    j.R, j.W, j.xr, j.yr, j.gr = 1, j.S, j.S, j.S, j.S
+    if not last and j.S:
+        _runs_of(j, rw, rs, 3 if op == HD_BN_BACKWARD else 2, ("x", "y", "dy"))
     j.op, j.kind, j.isa = op, kind, hd_bn_rows_isa(baseline)
     if isa is not None:
         builds = ("baseline", "avx512_auto", "avx512")
@@ -1188,8 +1241,11 @@ def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=No
                          f"{_rows_name(j.isa, kind)}, y at {<size_t>j.y % 64} bytes past a "
                          "64-byte boundary"
                          + (f", pixels {L.yp * itemsize} bytes apart)" if last else ")"))
+    # never by default where rows are runs (j.R > 1): a run's streamed full vectors and
+    # its masked tail share lines (inference in runs of 28 float32 values at 32x256x28x28
+    # took 2.3x the time with them)
     j.stream = can and (stream if stream is not None
-                        else j.N * j.C * j.S * itemsize >= _STREAM_BYTES)
+                        else j.R == 1 and j.N * j.C * j.S * itemsize >= _STREAM_BYTES)
     if not last:
         with nogil:
             n = run_on_team(hd_bn_team, j)

@@ -49,8 +49,9 @@ ONEDNN_STATE = load_onednn()
 # than threads)
 SHAPES = [(2, 5, 1, 1), (3, 5, 1, 5), (2, 5, 4, 4), (2, 5, 17, 1), (2, 4, 1, 31),
           (2, 5, 3, 11), (2, 3, 14, 14), (2, 5, 3, 4, 5), (3, 4, 2, 3, 3), (4, 1, 3, 7)]
-# how an activation sits in memory: spatial elements packed, N and C strides free
-STRIDES = ("packed", "channel_slice", "batch_step", "reversed", "cnhw")
+# how an activation sits in memory: spatial elements packed, N and C strides free; or
+# cropped in its last dim (packed runs of it, the next dim's stride apart)
+STRIDES = ("packed", "channel_slice", "batch_step", "reversed", "cnhw", "cropped")
 
 
 def placed(shape, dtype, how, fill, offset=None):
@@ -73,6 +74,12 @@ def placed(shape, dtype, how, fill, offset=None):
     elif how == "batch_step":
         base = full((2 * n, c) + sp)
         sel = (slice(1, None, 2),)
+    elif how in ("cropped", "cropped_outer"):
+        # the innermost dim of size > 1 (cropped_outer: the next one out) cut from one 3 wider
+        big = [a for a in range(2, len(shape)) if shape[a] > 1] or [len(shape) - 1]
+        d = big[-1] if how == "cropped" else big[-2]
+        base = full(shape[:d] + (shape[d] + 3,) + shape[d + 1:])
+        sel = (slice(None),) * d + (slice(0, shape[d]),)
     elif how == "reversed":          # negative N and C strides
         base = full(shape)
         sel = (slice(None, None, -1), slice(None, None, -1))
@@ -316,6 +323,33 @@ def test_rows_in_channel_blocks_match_float64_and_one_channel_at_a_time(shape, n
     for r in ("y", "dscale", "dbias") if backward else ("y", "mean_out", "variance_out"):
         a, b = np.ascontiguousarray(got[r]), np.ascontiguousarray(one[r])
         assert a.tobytes() == b.tobytes(), f"{name} {dtype} {shape}: {r} differs"
+
+
+# (n, c) rows read as packed runs at one stride (_bn_rows.h, hd_bn_job R, W): NCHW cropped
+# in W (runs of W, the H stride apart), NCDHW cropped in W (the D stride H times the H
+# stride) and in H (runs of H x W); beside packed activations, read as runs that long
+RUN_CASES = [((2, 5, 6, 7), ("cropped", "packed", "cropped")),
+             ((3, 4, 5, 33), ("packed", "cropped", "cropped")),
+             ((2, 3, 3, 4, 5), ("cropped", "cropped", "packed")),
+             ((2, 3, 3, 4, 5), ("cropped_outer", "packed", "cropped_outer")),
+             ((2, 70, 3, 3), ("cropped", "cropped", "cropped"))]
+
+
+@pytest.mark.parametrize("baseline", [True, False], ids=["baseline", "default"])
+@pytest.mark.parametrize("dtype", list(KINDS))
+@pytest.mark.parametrize("name", [o[0] for o in OPS])
+@pytest.mark.parametrize("shape, hows", RUN_CASES,
+                         ids=["x".join(map(str, s)) + "-" + "-".join(h) for s, h in RUN_CASES])
+def test_rows_in_packed_runs_match_float64(shape, hows, name, dtype, baseline):
+    need_build(dtype, baseline)
+    vals = draw(name, dtype, shape, [len(shape), shape[-1], len(name), len(hows[0])])
+    got, ybuf, cover = run_op(name, dtype, baseline, shape, hows, vals)
+    check(name, dtype, got, reference(name, vals), vals, f"{name} {dtype} {shape} {hows}")
+    assert np.isnan(f64(ybuf[~cover])).all()        # the crop's other columns untouched
+    if dtype == "float32" and not baseline:         # streamed stores, run by run
+        streamed, sbuf, _ = run_op(name, dtype, baseline, shape, hows, vals, stream=True)
+        assert f64(streamed["y"]).tobytes() == f64(got["y"]).tobytes()
+        assert np.isnan(f64(sbuf[~cover])).all()
 
 
 # streamed stores (hd_bn_stream; by default only where y passes 24 MiB): float32 rows
@@ -683,8 +717,10 @@ def _args(shape=(2, 3, 4, 5), dtype=np.float32):
     ("op", "op 9"),
     ("rank", r"x has dims \(2, 3\); need \(N, C, spatial...\)"),
     ("dims", r"y has dims \(2, 3, 4, 4\); need \(N, C, spatial...\) equal to \(2, 3, 4, 5\)"),
-    ("spatial", r"x's spatial elements are not one packed run \(strides"),
-    ("spatial_y", r"y's spatial elements are not one packed run"),
+    ("spatial", r"x's spatial elements are neither one packed run nor packed runs at one "
+                r"stride \(strides"),
+    ("spatial_y", r"y's spatial elements are neither one packed run nor packed runs"),
+    ("runs", r"y's runs of 8 elements and another's of 4 do not split one another"),
     ("length", "scale has 4 values; 3 channels"),
     ("missing", "op 0 needs mean_out, variance_out"),
     ("missing_inference", "op 1 needs mean, variance"),
@@ -715,8 +751,15 @@ def test_errors_are_clear(case, match):
         y = np.full((2, 3, 4, 4), np.nan, np.float32)
     elif case == "spatial":
         x = np.ones((2, 3, 4, 10), np.float32)[..., ::2]
-    elif case == "spatial_y":
-        y = np.full((2, 3, 8, 5), np.nan, np.float32)[:, :, ::2]
+    elif case == "spatial_y":       # W not packed
+        y = np.full((2, 3, 4, 10), np.nan, np.float32)[..., ::2]
+    elif case == "runs":            # x in runs of 4 (W cropped), y of 8 (H cropped)
+        x = np.ones((2, 3, 2, 2, 6), np.float32)[..., :4]
+        yb = np.full((2, 3, 2, 11), np.nan, np.float32)
+        y = np.lib.stride_tricks.as_strided(yb, (2, 3, 2, 2, 4), yb.strides[:3] + (16, 4))
+        kw = {"scale": v["scale"], "bias": v["bias"], "mean": v["scale"],
+              "variance": v["scale"]}
+        op = k.BN_ROWS_INFERENCE
     elif case == "length":
         kw["scale"] = np.ones(4, np.float32)
     elif case == "missing":

@@ -486,6 +486,44 @@ def test_bn_training_on_memory_the_rows_cannot_read_runs_them_on_dense_copies(de
             assert np.isnan(outs[t].base[1::2]).all()
 
 
+@pytest.mark.parametrize("dims, crop", [((4, 6, 7, 9), -1), ((2, 5, 3, 4, 6), -1),
+                                        ((2, 5, 3, 4, 6), -2)],
+                         ids=["NCHW-W", "NCDHW-W", "NCDHW-H"])
+@pytest.mark.parametrize("y_cropped", [False, True], ids=["y_packed", "y_cropped"])
+def test_bn_inference_on_cropped_memory_runs_the_rows_in_place(dev, dims, crop, y_cropped):
+    # x cut from a wider buffer in W (or, NCDHW, in H): its (n, c) rows are packed runs of
+    # W (H x W) at one stride, which the rows read as they are, y packed or cropped alike:
+    # no dense copies ("+dense" absent), values within the FLOAT inference tolerance, the
+    # crop's other columns untouched
+    tol = 1e-5                            # FLOAT bn_inference_variance (tests/oracle/_cases.py)
+    c = dims[1]
+    wide_dims = list(dims)
+    wide_dims[crop] += 3
+    cut = (slice(None),) * (len(dims) + crop) + (slice(0, dims[crop]),)
+    rng = np.random.default_rng(len(dims) - crop)
+    wide = rng.standard_normal(wide_dims).astype(np.float32)
+    xa = wide[cut]
+    g = hd.Graph(name="bn_inference_cropped")
+    x = g.tensor(dims=dims, strides=tuple(st // 4 for st in xa.strides), name="x")
+    m, v, s, b = (g.tensor(dims=(1, c) + (1,) * (len(dims) - 2), name=n)
+                  for n in ("m", "v", "s", "b"))
+    y = g.batchnorm_inference_variance_ext(x, m, v, s, b, epsilon=1e-5).set_output(True)
+    ywide = np.full(wide_dims, np.nan, np.float32)
+    ya = ywide[cut] if y_cropped else np.full(dims, np.nan, np.float32)
+    y.set_strides(tuple(st // 4 for st in ya.strides))
+    vecs = {t: rng.uniform(lo, hi, t.dims).astype(np.float32)
+            for t, lo, hi in ((m, -0.5, 0.5), (v, 0.5, 2.0), (s, 0.5, 1.5), (b, -1, 1))}
+    plan = dev.build_sync(g, engine=ONEDNN)
+    assert str(plan.algorithm).startswith("bn_rows:"), plan.algorithm
+    assert "+dense" not in str(plan.algorithm), plan.algorithm
+    plan.execute_sync({x: xa, y: ya, **vecs})
+    close(ya, ref.bn_inference_variance(xa, vecs[m], vecs[v], vecs[s], vecs[b], 1e-5), tol)
+    if y_cropped:
+        rest = np.ones(wide_dims, bool)
+        rest[cut] = False
+        assert np.isnan(ywide[rest]).all()
+
+
 @pytest.mark.parametrize("eps", [1e-77, 1e-50, 1e-37])
 def test_bn_inference_epsilon_below_float32_normals_offers_no_onednn_primitive(dev, eps):
     # oneDNN's batchnorm and the binary inference take epsilon, and 1/sqrt(variance +

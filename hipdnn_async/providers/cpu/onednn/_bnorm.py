@@ -110,7 +110,8 @@ def _rows_fit(match, *, dense=False) -> int:
     """The element kind ``_kernels.bn_rows`` runs ``match`` with, or a decline: every
     activation of one data type and either channels-last (C > 1, the C values of a pixel
     one packed run, the pixels at one stride: NHWC, NDHWC; ``_channels_last``) or
-    channels-first with its spatial elements one packed run (NCHW, NCDHW); every
+    channels-first with its spatial elements one packed run (NCHW, NCDHW) or, for
+    inference, packed runs at one stride (NCHW cropped in W; ``_runs``); every
     per-channel tensor a dense FLOAT vector. ``dense``: the memory the rows cannot read
     as it is goes to dense copies (``_dense_roles``), and a problem with none declines
     (the rows without copies take it)."""
@@ -133,8 +134,8 @@ def _rows_fit(match, *, dense=False) -> int:
         tt = t[copies[0]]
         if copies[0] in _ACTIVATIONS:
             raise decline(f"tensor '{tt.name}' (strides {tuple(tt.strides)}): the batchnorm "
-                          "rows take spatial elements in one packed run or channels-last "
-                          "pixels")
+                          "rows take spatial elements in one packed run, packed runs at one "
+                          "stride or channels-last pixels")
         raise decline(f"per-channel tensor '{tt.name}' has channel stride "
                       f"{tt.strides[1]}; the batchnorm rows take dense vectors")
     return _ROWS_KINDS[next(iter(types))]
@@ -144,12 +145,25 @@ def _dense_roles(match) -> list:
     """The roles ``bn_rows`` cannot read as they are: unless every activation is
     channels-last, those activations that are not channels-last pixels where every
     activation's channels are packed (``_dense_order``), else those whose spatial elements
-    are not one packed run; per-channel tensors whose channels are not dense."""
+    are one packed run or, for inference, packed runs of the others' length at one stride
+    (``_runs``: NCHW cropped in W is read as it is); per-channel tensors whose channels are
+    not dense."""
     t = match.tensors
     out = []
     last = _channels_last(match)
     pixels = _dense_order(match) is not None
     c = t["x"].dims[1]
+    acts = {r: tt for r, tt in t.items() if r in _ACTIVATIONS and not tt.is_virtual}
+    runs = {r: _runs(tt) for r, tt in acts.items()}
+    # the rows' run length (bn_rows' _runs_of): the shortest; a packed activation is
+    # read as runs that long, any other must have runs of exactly that length. Inference
+    # only: the sums of training and backward over runs as short as a cropped row (28
+    # values) took 1.15x (training) and 0.97x (backward) the time of dense copies at
+    # 32x256x28x28 float32, inference 0.4x
+    whole = math.prod(t["x"].dims[2:])
+    w = whole
+    if match.pattern == Pattern.BN_INFERENCE_VARIANCE:
+        w = min([rw[0] for rw in runs.values() if rw is not None] or [whole])
     for role, tt in sorted(t.items()):
         if tt.is_virtual:
             continue
@@ -160,15 +174,33 @@ def _dense_roles(match) -> list:
                 if not _pixels(tt, c):
                     out.append(role)
                 continue
-            run = 1
-            for d, s in zip(reversed(tt.dims[2:]), reversed(tt.strides[2:])):
-                if d != 1 and s != run:
-                    out.append(role)
-                    break
-                run *= d
+            if runs[role] is None or runs[role][0] not in (w, whole):
+                out.append(role)
         elif tt.dims[1] > 1 and tt.strides[1] != 1:
             out.append(role)
     return out
+
+
+def _runs(tt):
+    """(w, rr) of the activation ``tt``'s (n, c) rows as ``bn_rows`` reads them (the rule of
+    its ``_rows_of``): ``w`` elements packed (the innermost spatial dims; the innermost of
+    size > 1 at stride 1), the dims outside them one sequence of runs ``rr`` >= ``w``
+    elements apart (``rr`` = ``w``: the row is one packed run); None where they are
+    neither (those rows run on a dense copy)."""
+    run, split, step = 1, False, 0
+    outer = 0
+    for d, s in zip(reversed(tt.dims[2:]), reversed(tt.strides[2:])):
+        if d == 1:
+            continue
+        if not split and s == run:
+            run *= d
+        elif not split and run > 1 and s >= run:
+            split, outer, step = True, s, s * d
+        elif split and s == step:
+            step *= d
+        else:
+            return None
+    return run, (outer if split else run)
 
 
 def _dense_order(match):
@@ -407,9 +439,8 @@ class Bn:
     backward and pattern 2: the engine's C rows (``_rows``) alone, on dense copies of
     memory they cannot read as it is (``_rows_dense``; ``BN_BUILDERS`` says why).
     Inference: the rows, on dense copies likewise (with H and W swapped oneDNN offers only
-    its reference ``ref:any``, 97 ms against the copies' 4.5 ms at 32x256x28x28; on a
-    W-cropped NCHW x its binary primitive with reorders and the copies take about the same
-    time); oneDNN's batchnorm on the user's layout and, for activations that are not
+    its reference ``ref:any``, 97 ms against the copies' 4.5 ms at 32x256x28x28; a
+    W-cropped NCHW x the rows read as it is, in runs of W); oneDNN's batchnorm on the user's layout and, for activations that are not
     channels-last, on channel-blocked (nChw16c) and channels-last copies (reordered in and
     out: oneDNN's jit batchnorm takes only blocked or channels-last memory; on plain NCHW
     it runs its generic ``ncsp_bnorm:any``); one binary primitive on the user's layout
