@@ -871,9 +871,10 @@ static void hd_bn_channel(const hd_bn_job* j, ptrdiff_t c, ptrdiff_t B, ptrdiff_
 
 /* The share of thread ithr of nthr. Training and backward: channels [C ithr / nthr,
  * C (ithr + 1) / nthr), in blocks of hd_bn_block channels, so that one thread runs every
- * pass of a channel (its rows stay in that core's caches). Inference, one pass: the N*C rows in (n, c) order (memory order of
- * NCHW), a contiguous share each, as a copy streams (by channel, threads hopping between
- * rows C*S apart took 1.5x PyTorch's time once the tensor left the caches, at batch 32). */
+ * pass of a channel (its rows stay in that core's caches). Inference, one pass: the N*C
+ * rows in (n, c) order (memory order of NCHW), a contiguous share each, as a copy streams
+ * (by channel, threads hopping between rows C*S apart took 1.5x PyTorch's time once the
+ * tensor left the caches, at batch 32). */
 static void hd_bn_team(void* data, int ithr, int nthr) {
     const hd_bn_job* j = (const hd_bn_job*)data;
     hd_bn_stream = j->stream;

@@ -943,8 +943,8 @@ cdef int _rows_of(cnp.ndarray a, object like, str role, Py_ssize_t itemsize,
 
 
 cdef int _runs_of(hd_bn_job* j, Py_ssize_t* w, Py_ssize_t* rr, int n, object roles) except -1:
-    """Set ``j``'s runs (hd_bn_job R, W, xr, yr, gr) from the ``n`` activations' runs (x,
-    y, dy: ``w``, ``rr`` as ``_rows_of`` gives them): W the shortest run; an activation of
+    """Set ``j``'s runs (hd_bn_job R, W, xr, yr, gr; j.S > 0) from the ``n`` activations'
+    runs (x, y, dy: ``w``, ``rr`` as ``_rows_of`` gives them): W the shortest run; an activation of
     runs that long keeps its stride, a packed one (one run of S) takes runs of W at
     stride W; any other cannot be read as runs of W (ValueError)."""
     cdef int i
@@ -961,8 +961,7 @@ cdef int _runs_of(hd_bn_job* j, Py_ssize_t* w, Py_ssize_t* rr, int n, object rol
         else:
             raise ValueError(f"bn_rows: {roles[i]}'s runs of {w[i]} elements and another's of "
                              f"{W} do not split one another")
-    j.W = W if W else 1
-    j.R = j.S // j.W if W else 0
+    j.W, j.R = W, j.S // W
     j.xr, j.yr = st[0], st[1]
     j.gr = st[2] if n > 2 else 0
     return 0
@@ -1007,8 +1006,8 @@ cdef bint _channel_dims(cnp.ndarray a) noexcept:
 cdef const float* _vec(object v, Py_ssize_t c, str role, bint out, list held) except? NULL:
     """The float32 values of a per-channel vector ``v`` (None: NULL): a contiguous float32
     ndarray of dims (C,) or (1, C, 1, ...) read in C (a typed memoryview's acquisition
-    cost about 0.3 us a vector, 1.5 us of a tiny batchnorm's 4), else any buffer a ``float[::1]`` takes, whose
-    acquisition goes into ``held``: the caller keeps it until the kernel is done, as the
+    cost about 0.3 us a vector, 1.5 us of a tiny batchnorm's 4), else any buffer a
+    ``float[::1]`` takes, whose acquisition goes into ``held``: the caller keeps it until the kernel is done, as the
     exporter may free or move memory no longer exported (``memoryview.release()`` then
     ``mmap.close()`` from another thread while the kernel runs without the GIL)."""
     cdef cnp.ndarray a

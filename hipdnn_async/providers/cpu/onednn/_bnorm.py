@@ -134,8 +134,8 @@ def _rows_fit(match, *, dense=False) -> int:
         tt = t[copies[0]]
         if copies[0] in _ACTIVATIONS:
             raise decline(f"tensor '{tt.name}' (strides {tuple(tt.strides)}): the batchnorm "
-                          "rows take spatial elements in one packed run, packed runs at one "
-                          "stride or channels-last pixels")
+                          "rows take spatial elements in one packed run (inference: or "
+                          "packed runs at one stride) or channels-last pixels")
         raise decline(f"per-channel tensor '{tt.name}' has channel stride "
                       f"{tt.strides[1]}; the batchnorm rows take dense vectors")
     return _ROWS_KINDS[next(iter(types))]
@@ -440,8 +440,9 @@ class Bn:
     memory they cannot read as it is (``_rows_dense``; ``BN_BUILDERS`` says why).
     Inference: the rows, on dense copies likewise (with H and W swapped oneDNN offers only
     its reference ``ref:any``, 97 ms against the copies' 4.5 ms at 32x256x28x28; a
-    W-cropped NCHW x the rows read as it is, in runs of W); oneDNN's batchnorm on the user's layout and, for activations that are not
-    channels-last, on channel-blocked (nChw16c) and channels-last copies (reordered in and
+    W-cropped NCHW x the rows read as it is, in runs of W); oneDNN's batchnorm on the
+    user's layout and, for activations that are not channels-last, on channel-blocked
+    (nChw16c) and channels-last copies (reordered in and
     out: oneDNN's jit batchnorm takes only blocked or channels-last memory; on plain NCHW
     it runs its generic ``ncsp_bnorm:any``); one binary primitive on the user's layout
     (``_bn_inference_binary``)."""
