@@ -1004,28 +1004,35 @@ cdef bint _channel_dims(cnp.ndarray a) noexcept:
 
 
 cdef const float* _vec(object v, Py_ssize_t c, str role, bint out, list held) except? NULL:
-    """The float32 values of a per-channel vector ``v`` (None: NULL): a contiguous float32
-    ndarray of dims (C,) or (1, C, 1, ...) read in C (a typed memoryview's acquisition
-    cost about 0.3 us a vector, 1.5 us of a tiny batchnorm's 4), else any buffer a
-    ``float[::1]`` takes, whose acquisition goes into ``held``: the caller keeps it until the kernel is done, as the
-    exporter may free or move memory no longer exported (``memoryview.release()`` then
-    ``mmap.close()`` from another thread while the kernel runs without the GIL)."""
+    """The float32 values of a per-channel vector ``v`` (None: NULL): an ndarray (a
+    subclass too, e.g. ``np.memmap``), contiguous float32 of dims (C,) or (1, C, 1, ...),
+    read in C (a typed memoryview's acquisition cost about 0.3 us a vector, 1.5 us of a
+    tiny batchnorm's 4); else any buffer a ``float[::1]`` takes, whose acquisition goes
+    into ``held``: the caller keeps it until the kernel is done, as the exporter may free
+    or move memory no longer exported (``memoryview.release()`` then ``mmap.close()``
+    from another thread while the kernel runs without the GIL; an ndarray's memory stays
+    while the call holds the array)."""
     cdef cnp.ndarray a
     cdef const float[::1] ro
     cdef float[::1] rw
     if v is None:
         return NULL
-    if type(v) is cnp.ndarray:
+    if cnp.PyArray_Check(v):
         a = <cnp.ndarray>v
         # native byte order too: NPY_FLOAT32 is also the type of a '>f4' array, whose
-        # bytes read as floats here would be other numbers (the memoryview refuses it)
-        if (cnp.PyArray_TYPE(a) == cnp.NPY_FLOAT32 and _channel_dims(a)
-                and cnp.PyArray_IS_C_CONTIGUOUS(a) and cnp.PyArray_ISNOTSWAPPED(a)
-                and (not out or cnp.PyArray_ISWRITEABLE(a))):
-            if cnp.PyArray_SIZE(a) != c:
-                raise ValueError(f"bn_rows: {role} has {cnp.PyArray_SIZE(a)} values; {c} "
-                                 "channels")
-            return <const float*>cnp.PyArray_DATA(a) if c else NULL
+        # bytes read as floats here would be other numbers
+        why = (f"dtype {a.dtype.str}" if cnp.PyArray_TYPE(a) != cnp.NPY_FLOAT32
+               or not cnp.PyArray_ISNOTSWAPPED(a) else
+               f"dims {(<object>a).shape}; need (C,) or (1, C, 1, ...)" if not _channel_dims(a)
+               else f"strides {(<object>a).strides}" if not cnp.PyArray_IS_C_CONTIGUOUS(a)
+               else "read-only" if out and not cnp.PyArray_ISWRITEABLE(a) else None)
+        if why is not None:
+            raise ValueError(f"bn_rows: {role} is not a contiguous float32 vector"
+                             f"{' that can be written' if out else ''} ({why})")
+        if cnp.PyArray_SIZE(a) != c:
+            raise ValueError(f"bn_rows: {role} has {cnp.PyArray_SIZE(a)} values; {c} "
+                             "channels")
+        return <const float*>cnp.PyArray_DATA(a) if c else NULL
     try:
         if out:
             rw = v

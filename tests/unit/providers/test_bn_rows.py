@@ -825,8 +825,9 @@ def test_vectors_of_any_float32_buffer_give_the_ndarray_results():
 def test_vectors_of_a_graphs_per_channel_dims_give_the_1d_results(dims):
     """Per-channel ndarrays of a graph's dims (1, C, 1, ...) are read as they are (the
     engine passes its bound arrays, without 1-D views): the same bits as 1-D vectors, every
-    op, outputs (mean_out, variance_out; dscale, dbias) written in place. Other dims of C
-    values are refused, naming the vector."""
+    op, outputs (mean_out, variance_out; dscale, dbias) written in place; ndarray
+    subclasses (``np.memmap``'s kind) too. Other dims, dtypes, byte orders and strides are
+    refused, naming the vector and what is wrong with it."""
     x = np.random.default_rng(5).standard_normal((2, 3, 4, 5)).astype(np.float32)
     dy = np.random.default_rng(6).standard_normal(x.shape).astype(np.float32)
     v = {"scale": np.float32([0.5, -1.5, 2.0]), "bias": np.float32([0.1, 0.2, -0.3]),
@@ -844,9 +845,24 @@ def test_vectors_of_a_graphs_per_channel_dims_give_the_1d_results(dims):
             got[shape] = [y] + [outs[r].reshape(-1) for r in sorted(outs)]
         for a, b in zip(got[(3,)], got[dims]):
             assert a.tobytes() == b.tobytes(), (name, dims)
-    with pytest.raises(ValueError, match="bn_rows: scale is not a contiguous float32"):
-        k.bn_rows(k.BN_ROWS_INFERENCE, x, np.empty_like(x), 0, scale=v["scale"].reshape(3, 1),
-                  bias=v["bias"], mean=v["mean"], variance=v["variance"], epsilon=1e-5)
+    # an ndarray subclass (np.memmap's kind) is read as an ndarray, any dims above
+    class Sub(np.ndarray):
+        pass
+    y = np.full(x.shape, np.nan, np.float32)
+    kw = {r: v[r].reshape(dims).view(Sub) for r in ("scale", "bias", "mean", "variance")}
+    k.bn_rows(k.BN_ROWS_INFERENCE, x, y, 0, epsilon=1e-5, **kw)
+    want = np.full(x.shape, np.nan, np.float32)
+    k.bn_rows(k.BN_ROWS_INFERENCE, x, want, 0, epsilon=1e-5,
+              **{r: v[r] for r in ("scale", "bias", "mean", "variance")})
+    assert y.tobytes() == want.tobytes()
+    inf = dict(bias=v["bias"], mean=v["mean"], variance=v["variance"], epsilon=1e-5)
+    for bad, why in ((v["scale"].reshape(3, 1), r"dims \(3, 1\); need \(C,\) or \(1, C, 1"),
+                     (v["scale"].reshape(dims).astype(np.float64), "dtype <f8"),
+                     (v["scale"].reshape(dims).astype(">f4"), "dtype >f4"),
+                     (np.repeat(v["scale"], 2)[::2].reshape(dims), "strides")):
+        with pytest.raises(ValueError, match=r"bn_rows: scale is not a contiguous float32 "
+                                             r"vector \(" + why):
+            k.bn_rows(k.BN_ROWS_INFERENCE, x, np.empty_like(x), 0, scale=bad, **inf)
 
 
 def test_a_buffer_vector_stays_acquired_until_the_rows_are_done():

@@ -524,6 +524,64 @@ def test_bn_inference_on_cropped_memory_runs_the_rows_in_place(dev, dims, crop, 
         assert np.isnan(ywide[rest]).all()
 
 
+@pytest.mark.parametrize("pattern", ["inference", "backward", "drelu_backward"])
+def test_bn_rows_take_per_channel_memmaps(dev, tmp_path, pattern):
+    # per-channel tensors bound to np.memmap arrays of dims (1, C, 1, 1), outputs (dscale,
+    # dbias) too: the rows read and write them as the ndarrays they are (a regression
+    # took only exact ndarrays there, and refused these at execute)
+    n, c = 2, 4
+    rng = np.random.default_rng(3)
+
+    def mm(name, values):
+        a = np.memmap(tmp_path / name, dtype=np.float32, mode="w+", shape=(1, c, 1, 1))
+        a[...] = values
+        return a
+    g = hd.Graph(name="bn_memmap")
+    x = g.tensor(dims=(n, c, 3, 5), name="x")
+    s, b, m = (g.tensor(dims=(1, c, 1, 1), name=nm) for nm in ("s", "b", "m"))
+    xa = rng.standard_normal(x.dims).astype(np.float32)
+    sa, ba = rng.uniform(0.5, 1.5, s.dims), rng.uniform(-0.5, 0.5, b.dims)
+    ma = xa.mean(axis=(0, 2, 3), keepdims=True)
+    va = xa.var(axis=(0, 2, 3), keepdims=True)
+    if pattern == "inference":
+        v = g.tensor(dims=(1, c, 1, 1), name="v")
+        y = g.batchnorm_inference_variance_ext(x, m, v, s, b, epsilon=1e-5).set_output(True)
+        out = np.empty(x.dims, np.float32)
+        pack = {x: xa, y: out, s: mm("s", sa), b: mm("b", ba), m: mm("m", ma),
+                v: mm("v", va)}
+        plan = dev.build_sync(g, engine=ONEDNN)
+        plan.execute_sync(pack)
+        close(out, ref.bn_inference_variance(xa, ma, va, sa, ba, 1e-5), 1e-5)
+        return
+    inv = g.tensor(dims=(1, c, 1, 1), name="inv")
+    ia = 1.0 / np.sqrt(va + 1e-5)
+    dy = g.tensor(dims=x.dims, name="dy")
+    dya = rng.standard_normal(x.dims).astype(np.float32)
+    if pattern == "drelu_backward":
+        z = g.batchnorm_inference(x, m, inv, s, b)
+        gz = g.pointwise(z, dy, mode=hd.PointwiseMode.RELU_BWD)
+        g_in = ref.relu_bwd(ref.bn_inference(xa, ma, ia, sa, ba), dya)
+        dx, ds, db = g.batchnorm_backward(gz, x, s, mean=m, inv_variance=inv)
+    else:
+        g_in = dya
+        dx, ds, db = g.batchnorm_backward(dy, x, s, mean=m, inv_variance=inv)
+    for t in (dx, ds, db):
+        t.set_output(True)
+    ds.set_data_type("float32")
+    db.set_data_type("float32")
+    outs = {dx: np.empty(x.dims, np.float32), ds: mm("ds", np.nan), db: mm("db", np.nan)}
+    pack = {x: xa, dy: dya, s: mm("s", sa), m: mm("m", ma), inv: mm("inv", ia), **outs}
+    if pattern == "drelu_backward":
+        pack[b] = mm("b", ba)
+    plan = dev.build_sync(g, engine=ONEDNN)
+    assert str(plan.algorithm).startswith("bn_rows:"), plan.algorithm
+    plan.execute_sync(pack)
+    want = ref.bn_backward(g_in, xa, sa, ma, ia)
+    close(outs[dx], want["dx"], 1e-4)
+    close(outs[ds], want["dscale"], 1e-4)
+    close(outs[db], want["dbias"], 1e-4)
+
+
 @pytest.mark.parametrize("eps", [1e-77, 1e-50, 1e-37])
 def test_bn_inference_epsilon_below_float32_normals_offers_no_onednn_primitive(dev, eps):
     # oneDNN's batchnorm and the binary inference take epsilon, and 1/sqrt(variance +
