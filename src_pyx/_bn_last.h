@@ -112,12 +112,6 @@ static inline void hd_bnl_fence(void) {
                                        j->bias[c], j->act, j->lo, j->hi);                  \
     }
 
-/* The median of a, b and c (the channels-last rows' pivot), 0 where one is not finite. */
-static inline float hd_bnl_median3(float a, float b, float c) {
-    if (!(hd_bn_finite(a) && hd_bn_finite(b) && hd_bn_finite(c))) return 0.0f;
-    return a > b ? (b > c ? b : (a > c ? c : a)) : (a > c ? a : (b > c ? c : b));
-}
-
 /* Tile functions: P pixels (<= HD_BN_FLUSH) at pixel strides xp, yp, gp, over C channels;
  * per-channel vectors are float32 of >= C values (m: the mean subtracted; inv: backward's
  * inv_variance, NULL where every channel's k2 folds it in; a: the factor; b: the bias;
@@ -362,8 +356,8 @@ static inline ptrdiff_t hd_bnl_tile(ptrdiff_t r, ptrdiff_t r1, ptrdiff_t S) {
                     const HD_TYPE_##K* xm_ = x + (j->N / 2) * j->xn + (S / 2) * xp;        \
                     const HD_TYPE_##K* xl_ = x + (j->N - 1) * j->xn + (S - 1) * xp;        \
                     for (c = 0; c < C; c++)                                                \
-                        fm[c] = hd_bnl_median3(HD_LOAD_##K(x[c]), HD_LOAD_##K(xm_[c]),     \
-                                               HD_LOAD_##K(xl_[c]));                       \
+                        fm[c] = hd_bn_median3(HD_LOAD_##K(x[c]), HD_LOAD_##K(xm_[c]),      \
+                                              HD_LOAD_##K(xl_[c]));                        \
                 }                                                                          \
                 HD_BN_LAST_FOR_TILES(r0, r1, S, n, s, P)                                   \
                     hd_bnl_sum_##KS(x + n * j->xn + s * xp, xp, P, fm, C, 0, f0, f1, d0);  \

@@ -1131,7 +1131,9 @@ def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=No
     Formulas (Ioffe and Szegedy, "Batch Normalization", ICML 2015, Algorithm 1 and the
     backward pass of its section 3): ``mean = sum(x) / M`` and ``variance = sum((x -
     mean)^2) / M`` over the M = N * spatial values of a channel (two passes; per-row sums of
-    float32 lanes added in float64); ``y = (x - mean) * (scale / sqrt(variance + epsilon))
+    float32 lanes added in float64, the first of x - p, p the median of the channel's
+    first, middle and last values, so that the lanes add deviations, not the offset: a
+    constant channel's mean is exact); ``y = (x - mean) * (scale / sqrt(variance + epsilon))
     + bias``; backward ``dbias = sum(g)``, ``dscale = inv_variance * sum(g * (x - mean))``,
     ``dx = scale * inv_variance / M * (M g - dbias - (x - mean) * inv_variance * dscale)``.
     Element arithmetic is float32 (y and dx rounded once to the element type).

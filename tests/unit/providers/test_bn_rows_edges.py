@@ -203,6 +203,41 @@ def test_training_of_huge_finite_values(dtype, layout, shape, case, isa):
     assert_close(next_m, 0.9 * f64(prev_m) + 0.1 * f64(mean), 0.0, 1e-6, f"{what} next mean")
 
 
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("layout", ["first", "last"])
+@pytest.mark.parametrize("dtype", list(KINDS))
+@pytest.mark.parametrize("value,eps", [(30000.1, 1e-5), (1000.1, 1e-5), (-3.5, 1e-5),
+                                       (0.1, 1e-14), (0.1, 1e-30), (0.1, 1e-77)])
+def test_training_of_constant_channels_gives_the_bias(value, eps, dtype, layout, isa):
+    """Channels holding one value (every channel but the last, an ordinary N(0, 1) one):
+    the batch mean is that value exactly, the variance 0 and y the bias exactly (the
+    float64 reference: x - mean = 0), whatever the factor scale / sqrt(epsilon). Was: the
+    channels-first rows summed the values themselves in float32 lanes, whose rounding put
+    the mean of 32 x 8 x 28 x 28 values of 30000.1 5.9e-3 off and y 0.75 off the bias
+    (epsilon 1e-5), y 2.4e29 off at epsilon 1e-77 (found by a break-it helper)."""
+    kind, dt = KINDS[dtype]
+    shape = (32, 8, 28, 28) if value == 30000.1 else (8, 5, 14, 14)
+    c = shape[1]
+    rng = np.random.default_rng([len(dtype), shape[1]])
+    xv = np.full(shape, value)
+    xv[:, -1] = rng.standard_normal(xv[:, -1].shape)
+    x, xr = laid(xv, dt, layout)
+    scale = np.full(c, 1.0, np.float32)
+    scale[1] = 2.0                               # 2 / sqrt(1e-77): beyond float32
+    bias = np.linspace(-0.5, 0.5, c).astype(np.float32)
+    y, mean, var = _training_rows(x, kind, scale, bias, eps, isa, wide=True)
+    what = f"{dtype} {layout} {value} {eps} {isa}"
+    const = xr[0, :-1, 0, 0]
+    assert (f64(mean[:-1]) == const).all(), (what, mean[:-1], const)
+    assert (var[:-1] == 0.0).all(), (what, var[:-1])
+    want_b = chan(f64(bias.astype(dt)))[:, :-1]          # the bias in the output's type
+    assert (f64(y[:, :-1]) == want_b).all(), (what, np.abs(f64(y[:, :-1]) - want_b).max())
+    m = xr[:, -1].mean()
+    inv = 1.0 / np.sqrt(((xr[:, -1] - m) ** 2).mean() + eps)
+    want = (xr[:, -1] - m) * inv * scale[-1] + bias[-1]
+    assert_close(y[:, -1], want, *tol("bn_training", dtype), what)
+
+
 def _backward_rows(x, dy, kind, scale, mean, inv, isa, bias=None, act=False, lo=0.0, hi=np.inf):
     c = x.shape[1]
     dx = empty_like_layout(x)
