@@ -45,8 +45,10 @@
 #define HD_BN_RUN(S, o) ((S) - (o) < HD_BN_CHUNK ? (S) - (o) : HD_BN_CHUNK)
 #if defined(__GNUC__) || defined(__clang__)
 #define HD_BN_UNUSED __attribute__((unused))
+#define HD_BN_NOINLINE __attribute__((noinline))
 #else
 #define HD_BN_UNUSED
+#define HD_BN_NOINLINE
 #endif
 
 enum { HD_BN_TRAINING = 0, HD_BN_INFERENCE = 1, HD_BN_BACKWARD = 2 };
@@ -413,11 +415,15 @@ static inline ptrdiff_t hd_bn_block(const hd_bn_job* j) {
 /* Every pass of channels [c0, c0 + B) (see hd_bn_job): each pass runs over the block's
  * rows in (n, c) order, so that where the channels are adjacent (NCHW) it reads N runs of
  * B rows each instead of N * B short runs (hd_bn_block); each channel's sums still add its
- * rows in n order, as with B 1. Inference: channel c0's rows [n0, n1), B 1. AFFINE and DX
- * name the row functions of the stores (hd_bn_affine_*, hd_bn_dx_*). */
+ * rows in n order, as with B 1. Inference: a thread's share of the (n, c) rows in one
+ * call (a call per row cost 1.1x the time on 196-element rows). AFFINE and DX name the
+ * row functions of the stores (hd_bn_affine_*, hd_bn_dx_*). Training and
+ * backward, whose per-channel state of a block fills kilobytes of stack, are functions of
+ * their own: inside the per-row inference call that frame cost 1.15-1.3x its time on
+ * 196-element rows (32 x 512 x 14 x 14). */
 #define HD_BN_CHANNEL(ISA, ATTR, K, AFFINE, DX)                                            \
-    ATTR static void hd_bn_channel_##K##_##ISA(const hd_bn_job* j, ptrdiff_t c0,           \
-                                               ptrdiff_t B, ptrdiff_t n0, ptrdiff_t n1) {  \
+    ATTR HD_BN_NOINLINE static void hd_bn_train_##K##_##ISA(const hd_bn_job* j,            \
+                                                      ptrdiff_t c0, ptrdiff_t B) {         \
         const HD_TYPE_##K* x0 = (const HD_TYPE_##K*)j->x + c0 * j->xc;                     \
         HD_TYPE_##K* y0 = (HD_TYPE_##K*)j->y + c0 * j->yc;                                 \
         const ptrdiff_t N = j->N, S = j->S, xn = j->xn, xc = j->xc, yn = j->yn, yc = j->yc; \
@@ -428,161 +434,190 @@ static inline ptrdiff_t hd_bn_block(const hd_bn_job* j) {
         const int pf = R == 1 && c0 + B < j->C && hd_bn_prefetches(j, (ptrdiff_t)sizeof(*x0)); \
         const double M = (double)N * (double)S;                                            \
         ptrdiff_t n, o, b, r;                                                              \
-        if (j->op == HD_BN_TRAINING) {                                                     \
-            double s[HD_BN_BLOCK_MAX], q[HD_BN_BLOCK_MAX], a64[HD_BN_BLOCK_MAX];           \
-            float mf[HD_BN_BLOCK_MAX], a[HD_BN_BLOCK_MAX], bf[HD_BN_BLOCK_MAX];            \
-            /* the sum of x - p, p the channel's pivot (hd_bn_median3): the float32 lanes  \
-             * then add deviations, not the offset, and a constant channel's mean is p     \
-             * exactly (its y the bias; the lanes' rounding of 32 x 8 x 28 x 28 values of  \
-             * 30000.1 put the mean 5.9e-3 off and y 0.75) */                              \
-            float p[HD_BN_BLOCK_MAX];                                                      \
-            const ptrdiff_t mid = (N / 2) * xn + (S / 2 / W) * xr + (S / 2) % W;            \
-            const ptrdiff_t end = (N - 1) * xn + ((S - 1) / W) * xr + (S - 1) % W;          \
-            for (b = 0; b < B; b++) {                                                      \
-                p[b] = hd_bn_median3(HD_LOAD_##K(x0[b * xc]), HD_LOAD_##K(x0[b * xc + mid]), \
-                                     HD_LOAD_##K(x0[b * xc + end]));                       \
-                s[b] = q[b] = 0.0;                                                         \
-            }                                                                              \
-            for (n = 0; n < N; n++)                                                        \
-                for (b = 0; b < B; b++)                                                    \
-                    for (r = 0; r < R; r++)                                                \
-                        for (o = 0; o < W; o += HD_BN_CHUNK)                               \
-                            s[b] += hd_bn_sum_##K##_##ISA(x0 + b * xc + n * xn + r * xr + o, \
-                                                          HD_BN_RUN(W, o), p[b], 0);       \
-            for (b = 0; b < B; b++) {                                                      \
-                s[b] = (double)p[b] + s[b] / M;          /* the mean, from here on */     \
-                mf[b] = (float)s[b];                                                       \
-            }                                                                              \
-            for (n = 0; n < N; n++)                                                        \
-                for (b = 0; b < B; b++) {                                                  \
-                    const HD_TYPE_##K* x = x0 + b * xc + n * xn;                           \
-                    for (r = 0; r < R; r++)                                                \
-                        for (o = 0; o < W; o += HD_BN_CHUNK)                               \
-                            q[b] += hd_bn_sum_##K##_##ISA(x + r * xr + o, HD_BN_RUN(W, o), \
-                                                          mf[b], 1);                       \
-                    if (pf && c0 + b + B < j->C) hd_bn_prefetch(x + B * xc, rowb);         \
-                }                                                                          \
-            for (b = 0; b < B; b++) {                                                      \
-                const double mean = s[b];                                                  \
-                /* deviations were taken from mf: sum (x - mf)^2 = sum (x - mean)^2        \
-                 * + M (mean - mf)^2 */                                                    \
-                double var = q[b] / M - (mean - (double)mf[b]) * (mean - (double)mf[b]);   \
-                double r_;                                                                 \
-                var = var < 0.0 ? 0.0 : var;                                               \
-                j->mean_out[c0 + b] = mf[b];                                               \
-                if (j->var_out64)                                                          \
-                    j->var_out64[c0 + b] = var;                                            \
-                else                                                                       \
-                    j->var_out[c0 + b] = (float)var;   /* +inf above FLT_MAX (correctly    \
-                                                          rounded) */                      \
-                /* y from the float64 variance (a of a variance beyond float32: finite);   \
-                 * y = (x - mf) a + (bias - a (mean - mf)): the float64 mean's remainder   \
-                 * in the bias (x = 3e4 + 0.2 N(0, 1): y 4.3e-3 off without, the float32  \
-                 * mean's rounding over sigma) */                                          \
-                a64[b] = j->scale[c0 + b] / sqrt(var + j->eps);                            \
-                a[b] = (float)a64[b];                                                      \
-                r_ = a64[b] * (mean - (double)mf[b]);                                      \
-                bf[b] = r_ == 0.0 ? j->bias[c0 + b]                      /* -0.0 kept */   \
-                                  : (float)((double)j->bias[c0 + b] - r_);                 \
-            }                                                                              \
-            for (n = 0; n < N; n++)                                                        \
-                for (b = 0; b < B; b++)                                                    \
-                    for (r = 0; r < R; r++) {                                              \
-                        const HD_TYPE_##K* x = x0 + b * xc + n * xn + r * xr;              \
-                        HD_TYPE_##K* y = y0 + b * yc + n * yn + r * yr;                    \
-                        if (hd_bn_overflows(a64[b]))                                       \
-                            hd_bn_affine64_##K(x, 1, y, 1, W, mf[b], a64[b],               \
-                                               j->bias[c0 + b], j->act, j->lo, j->hi);     \
-                        else                                                               \
-                            AFFINE(x, y, W, mf[b], a[b], bf[b], j->act, j->lo, j->hi);     \
-                    }                                                                      \
-        } else if (j->op == HD_BN_INFERENCE) {                                             \
-            const ptrdiff_t c = c0;                                                        \
+        double s[HD_BN_BLOCK_MAX], q[HD_BN_BLOCK_MAX], a64[HD_BN_BLOCK_MAX];           \
+        float mf[HD_BN_BLOCK_MAX], a[HD_BN_BLOCK_MAX], bf[HD_BN_BLOCK_MAX];            \
+        /* the sum of x - p, p the channel's pivot (hd_bn_median3): the float32 lanes  \
+         * then add deviations, not the offset, and a constant channel's mean is p     \
+         * exactly (its y the bias; the lanes' rounding of 32 x 8 x 28 x 28 values of  \
+         * 30000.1 put the mean 5.9e-3 off and y 0.75) */                              \
+        float p[HD_BN_BLOCK_MAX];                                                      \
+        const ptrdiff_t mid = (N / 2) * xn + (S / 2 / W) * xr + (S / 2) % W;           \
+        const ptrdiff_t end = (N - 1) * xn + ((S - 1) / W) * xr + (S - 1) % W;         \
+        for (b = 0; b < B; b++) {                                                      \
+            p[b] = hd_bn_median3(HD_LOAD_##K(x0[b * xc]), HD_LOAD_##K(x0[b * xc + mid]),\
+                                 HD_LOAD_##K(x0[b * xc + end]));                       \
+            s[b] = q[b] = 0.0;                                                         \
+        }                                                                              \
+        for (n = 0; n < N; n++)                                                        \
+            for (b = 0; b < B; b++)                                                    \
+                for (r = 0; r < R; r++)                                                \
+                    for (o = 0; o < W; o += HD_BN_CHUNK)                               \
+                        s[b] += hd_bn_sum_##K##_##ISA(x0 + b * xc + n * xn + r * xr + o,\
+                                                      HD_BN_RUN(W, o), p[b], 0);       \
+        for (b = 0; b < B; b++) {                                                      \
+            s[b] = (double)p[b] + s[b] / M;          /* the mean, from here on */      \
+            mf[b] = (float)s[b];                                                       \
+        }                                                                              \
+        for (n = 0; n < N; n++)                                                        \
+            for (b = 0; b < B; b++) {                                                  \
+                const HD_TYPE_##K* x = x0 + b * xc + n * xn;                           \
+                for (r = 0; r < R; r++)                                                \
+                    for (o = 0; o < W; o += HD_BN_CHUNK)                               \
+                        q[b] += hd_bn_sum_##K##_##ISA(x + r * xr + o, HD_BN_RUN(W, o), \
+                                                      mf[b], 1);                       \
+                if (pf && c0 + b + B < j->C) hd_bn_prefetch(x + B * xc, rowb);         \
+            }                                                                          \
+        for (b = 0; b < B; b++) {                                                      \
+            const double mean = s[b];                                                  \
+            /* deviations were taken from mf: sum (x - mf)^2 = sum (x - mean)^2        \
+             * + M (mean - mf)^2 */                                                    \
+            double var = q[b] / M - (mean - (double)mf[b]) * (mean - (double)mf[b]);   \
+            double r_;                                                                 \
+            var = var < 0.0 ? 0.0 : var;                                               \
+            j->mean_out[c0 + b] = mf[b];                                               \
+            if (j->var_out64)                                                          \
+                j->var_out64[c0 + b] = var;                                            \
+            else                                                                       \
+                j->var_out[c0 + b] = (float)var;   /* +inf above FLT_MAX (correctly    \
+                                                      rounded) */                      \
+            /* y from the float64 variance (a of a variance beyond float32: finite);   \
+             * y = (x - mf) a + (bias - a (mean - mf)): the float64 mean's remainder   \
+             * in the bias (x = 3e4 + 0.2 N(0, 1): y 4.3e-3 off without, the float32   \
+             * mean's rounding over sigma) */                                          \
+            a64[b] = j->scale[c0 + b] / sqrt(var + j->eps);                            \
+            a[b] = (float)a64[b];                                                      \
+            r_ = a64[b] * (mean - (double)mf[b]);                                      \
+            bf[b] = r_ == 0.0 ? j->bias[c0 + b]                      /* -0.0 kept */   \
+                              : (float)((double)j->bias[c0 + b] - r_);                 \
+        }                                                                              \
+        for (n = 0; n < N; n++)                                                        \
+            for (b = 0; b < B; b++)                                                    \
+                for (r = 0; r < R; r++) {                                              \
+                    const HD_TYPE_##K* x = x0 + b * xc + n * xn + r * xr;              \
+                    HD_TYPE_##K* y = y0 + b * yc + n * yn + r * yr;                    \
+                    if (hd_bn_overflows(a64[b]))                                       \
+                        hd_bn_affine64_##K(x, 1, y, 1, W, mf[b], a64[b],               \
+                                           j->bias[c0 + b], j->act, j->lo, j->hi);     \
+                    else                                                               \
+                        AFFINE(x, y, W, mf[b], a[b], bf[b], j->act, j->lo, j->hi);     \
+                }                                                                      \
+    }                                                                                  \
+    ATTR HD_BN_NOINLINE static void hd_bn_back_##K##_##ISA(const hd_bn_job* j,             \
+                                                      ptrdiff_t c0, ptrdiff_t B) {         \
+        const HD_TYPE_##K* x0 = (const HD_TYPE_##K*)j->x + c0 * j->xc;                     \
+        HD_TYPE_##K* y0 = (HD_TYPE_##K*)j->y + c0 * j->yc;                                 \
+        const ptrdiff_t N = j->N, S = j->S, xn = j->xn, xc = j->xc, yn = j->yn, yc = j->yc; \
+        /* a row (n, c): R runs of W elements, xr (yr, gr) apart (hd_bn_job) */            \
+        const ptrdiff_t R = j->R, W = j->W, xr = j->xr, yr = j->yr;                        \
+        const ptrdiff_t rowb = S * (ptrdiff_t)sizeof(*x0);                                 \
+        /* the next block's rows are read ahead during the last pass over x (and dy) */   \
+        const int pf = R == 1 && c0 + B < j->C && hd_bn_prefetches(j, (ptrdiff_t)sizeof(*x0)); \
+        const double M = (double)N * (double)S;                                            \
+        ptrdiff_t n, o, b, r;                                                              \
+        const HD_TYPE_##K* g0 = (const HD_TYPE_##K*)j->dy + c0 * j->gc;                \
+        const ptrdiff_t gn = j->gn, gc = j->gc, gr = j->gr;                            \
+        double sg[HD_BN_BLOCK_MAX], sgd[HD_BN_BLOCK_MAX];                              \
+        double k1[HD_BN_BLOCK_MAX], k2[HD_BN_BLOCK_MAX], k3[HD_BN_BLOCK_MAX];          \
+        float a[HD_BN_BLOCK_MAX], bb[HD_BN_BLOCK_MAX];                                 \
+        /* wide: a beyond float32: the mask's forward value in float64 (HD_BN_FWD64),  \
+         * the sums in float64 alone (the float32 ones of d * inf may be finite);      \
+         * fold: the rows take inv as 1 where k2 folds it */                           \
+        int wide[HD_BN_BLOCK_MAX], fold[HD_BN_BLOCK_MAX], slow[HD_BN_BLOCK_MAX];       \
+        for (b = 0; b < B; b++) {                                                      \
+            a[b] = (float)((double)j->scale[c0 + b] * (double)j->inv[c0 + b]);         \
+            bb[b] = j->act ? j->bias[c0 + b] : 0.0f;                                   \
+            wide[b] = j->act && !(a[b] - a[b] == 0.0f);                                \
+            sg[b] = sgd[b] = 0.0;                                                      \
+        }                                                                              \
+        for (n = 0; n < N; n++)                                                        \
+            for (b = 0; b < B; b++) {                                                  \
+                const HD_TYPE_##K* x = x0 + b * xc + n * xn;                           \
+                const HD_TYPE_##K* dy = g0 + b * gc + n * gn;                          \
+                const float m = j->mean[c0 + b];                                       \
+                const double inv = j->inv[c0 + b], sc = j->scale[c0 + b];              \
+                for (r = 0; r < R; r++)                                                \
+                    for (o = 0; o < W; o += HD_BN_CHUNK)                               \
+                        if (wide[b]) {                                                 \
+                            double u0, u1;                                             \
+                            hd_bn_bsum64_##K##_##ISA(x + r * xr + o, 1, dy + r * gr + o,\
+                                                     1, HD_BN_RUN(W, o), m, a[b],      \
+                                                     sc * inv, bb[b], j->act, j->lo,   \
+                                                     j->hi, &u0, &u1);                 \
+                            sg[b] += u0;                                               \
+                            sgd[b] += u1;                                              \
+                        } else                                                         \
+                            hd_bn_bsum_##K##_##ISA(x + r * xr + o, dy + r * gr + o,    \
+                                                   HD_BN_RUN(W, o), m, a[b], bb[b],    \
+                                                   j->act, j->lo, j->hi, &sg[b],       \
+                                                   &sgd[b]);                           \
+            }                                                                          \
+        for (b = 0; b < B; b++) {                                                      \
+            const double inv = j->inv[c0 + b], sc = j->scale[c0 + b];                  \
+            j->dbias[c0 + b] = (float)sg[b];                                           \
+            j->dscale[c0 + b] = (float)(sgd[b] * inv);                                 \
+            slow[b] = hd_bn_dx_factors(sc, inv, sg[b], sgd[b], M, &k1[b], &k2[b],      \
+                                       &k3[b], &fold[b]);                              \
+        }                                                                              \
+        for (n = 0; n < N; n++)                                                        \
+            for (b = 0; b < B; b++) {                                                  \
+                const HD_TYPE_##K* x = x0 + b * xc + n * xn;                           \
+                const HD_TYPE_##K* dy = g0 + b * gc + n * gn;                          \
+                HD_TYPE_##K* dx = y0 + b * yc + n * yn;                                \
+                const float m = j->mean[c0 + b];                                       \
+                const double inv = j->inv[c0 + b];                                     \
+                for (r = 0; r < R; r++)                                                \
+                    if (slow[b])                                                       \
+                        hd_bn_dx64_##K##_##ISA(x + r * xr, 1, dy + r * gr, 1,          \
+                                               dx + r * yr, 1, W, m, inv, a[b], bb[b], \
+                                               j->act, j->lo, j->hi, k1[b], sg[b] / M, \
+                                               sgd[b] * inv / M);                      \
+                    else                                                               \
+                        DX(x + r * xr, dy + r * gr, dx + r * yr, W, m,                 \
+                           fold[b] ? 1.0f : (float)inv, a[b], bb[b], j->act, j->lo,    \
+                           j->hi, (float)k1[b], (float)k2[b], (float)k3[b]);           \
+                if (pf && c0 + b + B < j->C) {                                         \
+                    hd_bn_prefetch(x + B * xc, rowb);                                  \
+                    hd_bn_prefetch(dy + B * gc, rowb);                                 \
+                }                                                                      \
+            }                                                                          \
+    }                                                                                  \
+    /* inference: the rows [r0, r1) in (n, c) order, one call for a thread's share */      \
+    ATTR static void hd_bn_infer_##K##_##ISA(const hd_bn_job* j, ptrdiff_t r0,             \
+                                             ptrdiff_t r1) {                               \
+        const HD_TYPE_##K* x = (const HD_TYPE_##K*)j->x;                                   \
+        HD_TYPE_##K* y = (HD_TYPE_##K*)j->y;                                               \
+        /* a row (n, c): R runs of W elements, xr (yr) apart (hd_bn_job) */                \
+        const ptrdiff_t C = j->C, R = j->R, W = j->W, xr = j->xr, yr = j->yr;              \
+        ptrdiff_t n = r0 / C, c = r0 % C, i, r;                                            \
+        for (i = r0; i < r1; i++) {                                                        \
             const double a64 = j->scale[c] / sqrt((double)j->var[c] + j->eps);             \
             const float a = (float)a64;                                                    \
-            for (n = n0; n < n1; n++)                                                      \
-                for (r = 0; r < R; r++)                                                    \
-                    if (hd_bn_overflows(a64))                                              \
-                        hd_bn_affine64_##K(x0 + n * xn + r * xr, 1, y0 + n * yn + r * yr, 1, \
-                                           W, j->mean[c], a64, j->bias[c], j->act, j->lo,  \
-                                           j->hi);                                         \
-                    else                                                                   \
-                        AFFINE(x0 + n * xn + r * xr, y0 + n * yn + r * yr, W, j->mean[c], \
-                               a, j->bias[c], j->act, j->lo, j->hi);                       \
-        } else {                                                                           \
-            const HD_TYPE_##K* g0 = (const HD_TYPE_##K*)j->dy + c0 * j->gc;                \
-            const ptrdiff_t gn = j->gn, gc = j->gc, gr = j->gr;                            \
-            double sg[HD_BN_BLOCK_MAX], sgd[HD_BN_BLOCK_MAX];                              \
-            double k1[HD_BN_BLOCK_MAX], k2[HD_BN_BLOCK_MAX], k3[HD_BN_BLOCK_MAX];          \
-            float a[HD_BN_BLOCK_MAX], bb[HD_BN_BLOCK_MAX];                                 \
-            /* wide: a beyond float32: the mask's forward value in float64 (HD_BN_FWD64),  \
-             * the sums in float64 alone (the float32 ones of d * inf may be finite);      \
-             * fold: the rows take inv as 1 where k2 folds it */                           \
-            int wide[HD_BN_BLOCK_MAX], fold[HD_BN_BLOCK_MAX], slow[HD_BN_BLOCK_MAX];       \
-            for (b = 0; b < B; b++) {                                                      \
-                a[b] = (float)((double)j->scale[c0 + b] * (double)j->inv[c0 + b]);         \
-                bb[b] = j->act ? j->bias[c0 + b] : 0.0f;                                   \
-                wide[b] = j->act && !(a[b] - a[b] == 0.0f);                                \
-                sg[b] = sgd[b] = 0.0;                                                      \
-            }                                                                              \
-            for (n = 0; n < N; n++)                                                        \
-                for (b = 0; b < B; b++) {                                                  \
-                    const HD_TYPE_##K* x = x0 + b * xc + n * xn;                           \
-                    const HD_TYPE_##K* dy = g0 + b * gc + n * gn;                          \
-                    const float m = j->mean[c0 + b];                                       \
-                    const double inv = j->inv[c0 + b], sc = j->scale[c0 + b];              \
-                    for (r = 0; r < R; r++)                                                \
-                        for (o = 0; o < W; o += HD_BN_CHUNK)                               \
-                            if (wide[b]) {                                                 \
-                                double u0, u1;                                             \
-                                hd_bn_bsum64_##K##_##ISA(x + r * xr + o, 1, dy + r * gr + o, \
-                                                         1, HD_BN_RUN(W, o), m, a[b],      \
-                                                         sc * inv, bb[b], j->act, j->lo,   \
-                                                         j->hi, &u0, &u1);                 \
-                                sg[b] += u0;                                               \
-                                sgd[b] += u1;                                              \
-                            } else                                                         \
-                                hd_bn_bsum_##K##_##ISA(x + r * xr + o, dy + r * gr + o,    \
-                                                       HD_BN_RUN(W, o), m, a[b], bb[b],    \
-                                                       j->act, j->lo, j->hi, &sg[b],       \
-                                                       &sgd[b]);                           \
-                }                                                                          \
-            for (b = 0; b < B; b++) {                                                      \
-                const double inv = j->inv[c0 + b], sc = j->scale[c0 + b];                  \
-                j->dbias[c0 + b] = (float)sg[b];                                           \
-                j->dscale[c0 + b] = (float)(sgd[b] * inv);                                 \
-                slow[b] = hd_bn_dx_factors(sc, inv, sg[b], sgd[b], M, &k1[b], &k2[b],      \
-                                           &k3[b], &fold[b]);                              \
-            }                                                                              \
-            for (n = 0; n < N; n++)                                                        \
-                for (b = 0; b < B; b++) {                                                  \
-                    const HD_TYPE_##K* x = x0 + b * xc + n * xn;                           \
-                    const HD_TYPE_##K* dy = g0 + b * gc + n * gn;                          \
-                    HD_TYPE_##K* dx = y0 + b * yc + n * yn;                                \
-                    const float m = j->mean[c0 + b];                                       \
-                    const double inv = j->inv[c0 + b];                                     \
-                    for (r = 0; r < R; r++)                                                \
-                        if (slow[b])                                                       \
-                            hd_bn_dx64_##K##_##ISA(x + r * xr, 1, dy + r * gr, 1,          \
-                                                   dx + r * yr, 1, W, m, inv, a[b], bb[b], \
-                                                   j->act, j->lo, j->hi, k1[b], sg[b] / M, \
-                                                   sgd[b] * inv / M);                      \
-                        else                                                               \
-                            DX(x + r * xr, dy + r * gr, dx + r * yr, W, m,                 \
-                               fold[b] ? 1.0f : (float)inv, a[b], bb[b], j->act, j->lo,    \
-                               j->hi, (float)k1[b], (float)k2[b], (float)k3[b]);           \
-                    if (pf && c0 + b + B < j->C) {                                         \
-                        hd_bn_prefetch(x + B * xc, rowb);                                  \
-                        hd_bn_prefetch(dy + B * gc, rowb);                                 \
-                    }                                                                      \
-                }                                                                          \
+            const HD_TYPE_##K* xi = x + n * j->xn + c * j->xc;                             \
+            HD_TYPE_##K* yi = y + n * j->yn + c * j->yc;                                   \
+            for (r = 0; r < R; r++)                                                        \
+                if (hd_bn_overflows(a64))                                                  \
+                    hd_bn_affine64_##K(xi + r * xr, 1, yi + r * yr, 1, W, j->mean[c], a64, \
+                                       j->bias[c], j->act, j->lo, j->hi);                  \
+                else                                                                       \
+                    AFFINE(xi + r * xr, yi + r * yr, W, j->mean[c], a, j->bias[c], j->act, \
+                           j->lo, j->hi);                                                  \
+            if (++c == C) c = 0, n++;                                                      \
         }                                                                                  \
+    }                                                                                      \
+    /* training, backward: channels [c0, c0 + B); inference: the rows [c0, c0 + B) */  \
+    ATTR static void hd_bn_channel_##K##_##ISA(const hd_bn_job* j, ptrdiff_t c0,           \
+                                               ptrdiff_t B) {                              \
+        if (j->op == HD_BN_TRAINING)                                                       \
+            hd_bn_train_##K##_##ISA(j, c0, B);                                             \
+        else if (j->op == HD_BN_INFERENCE)                                                 \
+            hd_bn_infer_##K##_##ISA(j, c0, c0 + B);                                        \
+        else                                                                               \
+            hd_bn_back_##K##_##ISA(j, c0, B);                                              \
     }
 
 #define HD_BN_ISA(ISA, ATTR)                                                               \
     HD_BN_KIND(ISA, ATTR, f32) HD_BN_KIND(ISA, ATTR, bf16) HD_BN_KIND(ISA, ATTR, f16)      \
-    typedef void (*hd_bn_channel_fn_##ISA)(const hd_bn_job*, ptrdiff_t, ptrdiff_t,         \
-                                           ptrdiff_t, ptrdiff_t);                          \
+    typedef void (*hd_bn_channel_fn_##ISA)(const hd_bn_job*, ptrdiff_t, ptrdiff_t);        \
     static const hd_bn_channel_fn_##ISA hd_bn_channels_##ISA[3] = {                        \
         hd_bn_channel_f32_##ISA, hd_bn_channel_bf16_##ISA, hd_bn_channel_f16_##ISA};
 
@@ -868,31 +903,30 @@ static int hd_bn_bf16_stores(void) {
 #endif
 }
 
-/* Channels [c, c + B) (inference: channel c's rows [n0, n1), B 1; the other ops take all
- * N rows) by the build j->isa names. */
-static void hd_bn_channel(const hd_bn_job* j, ptrdiff_t c, ptrdiff_t B, ptrdiff_t n0,
-                          ptrdiff_t n1) {
+/* Channels [c, c + B) (training, backward: every pass of their N rows), or inference's
+ * rows [c, c + B) in (n, c) order, by the build j->isa names. */
+static void hd_bn_channel(const hd_bn_job* j, ptrdiff_t c, ptrdiff_t B) {
 #if HD_BN_VEC
     if (j->isa == 2 && j->kind == 0) {
-        hd_bn_channel_f32_avx512v(j, c, B, n0, n1);
+        hd_bn_channel_f32_avx512v(j, c, B);
         return;
     }
     if (j->isa == 2 && j->kind == 1 && hd_bn_bf16_stores()) {
-        hd_bn_channel_bf16_avx512v(j, c, B, n0, n1);
+        hd_bn_channel_bf16_avx512v(j, c, B);
         return;
     }
     if (j->isa == 2 && j->kind == 2) {
-        hd_bn_channel_f16_avx512v(j, c, B, n0, n1);
+        hd_bn_channel_f16_avx512v(j, c, B);
         return;
     }
 #endif
 #if HD_RELU_X86
     if (j->isa) {
-        hd_bn_channels_avx512[j->kind](j, c, B, n0, n1);
+        hd_bn_channels_avx512[j->kind](j, c, B);
         return;
     }
 #endif
-    hd_bn_channels_base[j->kind](j, c, B, n0, n1);
+    hd_bn_channels_base[j->kind](j, c, B);
 }
 
 /* The share of thread ithr of nthr. Training and backward: channels [C ithr / nthr,
@@ -905,12 +939,12 @@ static void hd_bn_team(void* data, int ithr, int nthr) {
     const hd_bn_job* j = (const hd_bn_job*)data;
     hd_bn_stream = j->stream;
     if (j->op == HD_BN_INFERENCE) {
-        ptrdiff_t R = j->N * j->C, r0 = R * ithr / nthr, r1 = R * (ithr + 1) / nthr, r;
-        for (r = r0; r < r1; r++) hd_bn_channel(j, r % j->C, 1, r / j->C, r / j->C + 1);
+        const ptrdiff_t R = j->N * j->C, r0 = R * ithr / nthr, r1 = R * (ithr + 1) / nthr;
+        if (r1 > r0) hd_bn_channel(j, r0, r1 - r0);
     } else {
         ptrdiff_t c0 = j->C * ithr / nthr, c1 = j->C * (ithr + 1) / nthr, c;
         const ptrdiff_t B = hd_bn_block(j);
-        for (c = c0; c < c1; c += B) hd_bn_channel(j, c, c1 - c < B ? c1 - c : B, 0, j->N);
+        for (c = c0; c < c1; c += B) hd_bn_channel(j, c, c1 - c < B ? c1 - c : B);
     }
 #if HD_BN_VEC
     if (j->stream) _mm_sfence();   /* streamed stores seen before the team's end */
