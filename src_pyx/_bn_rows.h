@@ -115,7 +115,8 @@ HD_INLINE int hd_bn_dx_factors(double sc, double inv, double sg, double sgd, dou
  * elements at element strides xs (ys, gs): a channels-first row (stride 1) or one
  * channel of channels-last pixels (the pixel stride).
  *   sum64:    sum (x - m), or with square sum (x - m)^2 (the terms in float64; the
- *             channels-first rows pass m = 0 for the plain sum)
+ *             channels-first rows pass their pivot p (hd_bn_median3) for the plain
+ *             sum)
  *   affine64: y = (x - m) * a + b in float64, rounded to float32, clamped as hd_clamp
  *             where act, then to the element kind */
 #define HD_BN_SLOW_KIND(K)                                                                 \
@@ -245,29 +246,38 @@ static __thread int hd_bn_stream = 0;
     HD_BN_CHANNEL(ISA, ATTR, K, hd_bn_affine_##K##_##ISA, hd_bn_dx_##K##_##ISA)
 
 #define HD_BN_ROWS_OF(ISA, ATTR, K)                                                        \
-    ATTR HD_BN_UNUSED static double hd_bn_sum_##K##_##ISA(const HD_TYPE_##K* x, ptrdiff_t S, float m,   \
-                                             int square) {                                 \
-        float acc[HD_BN_LANES];                                                            \
+    /* *s1 += sum (x - m) and, where square, *s2 += sum (x - m)^2 over S elements */       \
+    ATTR HD_BN_UNUSED static void hd_bn_sums_##K##_##ISA(const HD_TYPE_##K* x, ptrdiff_t S,\
+                                                         float m, int square, double* s1,  \
+                                                         double* s2) {                     \
+        float a1[HD_BN_LANES], a2[HD_BN_LANES];                                            \
         ptrdiff_t i = 0, j;                                                                \
-        double s = 0.0;                                                                    \
-        for (j = 0; j < HD_BN_LANES; j++) acc[j] = 0.0f;                                   \
+        double t1 = 0.0, t2 = 0.0;                                                         \
+        for (j = 0; j < HD_BN_LANES; j++) a1[j] = a2[j] = 0.0f;                            \
         if (square) {                                                                      \
             for (; i + HD_BN_LANES <= S; i += HD_BN_LANES)                                 \
                 for (j = 0; j < HD_BN_LANES; j++) {                                        \
                     float d = HD_LOAD_##K(x[i + j]) - m;                                   \
-                    acc[j] += d * d;                                                       \
+                    a1[j] += d;                                                            \
+                    a2[j] += d * d;                                                        \
                 }                                                                          \
             for (; i < S; i++) {                                                           \
                 float d = HD_LOAD_##K(x[i]) - m;                                           \
-                s += d * d;                                                                \
+                t1 += d;                                                                   \
+                t2 += d * d;                                                               \
             }                                                                              \
         } else {                                                                           \
             for (; i + HD_BN_LANES <= S; i += HD_BN_LANES)                                 \
-                for (j = 0; j < HD_BN_LANES; j++) acc[j] += HD_LOAD_##K(x[i + j]) - m;     \
-            for (; i < S; i++) s += HD_LOAD_##K(x[i]) - m;                                 \
+                for (j = 0; j < HD_BN_LANES; j++) a1[j] += HD_LOAD_##K(x[i + j]) - m;      \
+            for (; i < S; i++) t1 += HD_LOAD_##K(x[i]) - m;                                \
         }                                                                                  \
-        for (j = 0; j < HD_BN_LANES; j++) s += acc[j];                                     \
-        return hd_bn_finite(s) ? s : hd_bn_sum64_##K(x, 1, S, m, square);                  \
+        for (j = 0; j < HD_BN_LANES; j++) t1 += a1[j], t2 += a2[j];                        \
+        if (!(hd_bn_finite(t1) && hd_bn_finite(t2))) {                                     \
+            t1 = hd_bn_sum64_##K(x, 1, S, m, 0);                                           \
+            if (square) t2 = hd_bn_sum64_##K(x, 1, S, m, 1);                               \
+        }                                                                                  \
+        *s1 += t1;                                                                         \
+        if (square) *s2 += t2;                                                             \
     }                                                                                      \
     /* y = clamp((x - m) * a + b) where act, else (x - m) * a + b */                        \
     ATTR HD_BN_UNUSED static void hd_bn_affine_##K##_##ISA(const HD_TYPE_##K* x, HD_TYPE_##K* y,        \
@@ -434,7 +444,8 @@ static inline ptrdiff_t hd_bn_block(const hd_bn_job* j) {
         const int pf = R == 1 && c0 + B < j->C && hd_bn_prefetches(j, (ptrdiff_t)sizeof(*x0)); \
         const double M = (double)N * (double)S;                                            \
         ptrdiff_t n, o, b, r;                                                              \
-        double s[HD_BN_BLOCK_MAX], q[HD_BN_BLOCK_MAX], a64[HD_BN_BLOCK_MAX];           \
+        double s[HD_BN_BLOCK_MAX], q[HD_BN_BLOCK_MAX], e[HD_BN_BLOCK_MAX];             \
+        double a64[HD_BN_BLOCK_MAX];                                                   \
         float mf[HD_BN_BLOCK_MAX], a[HD_BN_BLOCK_MAX], bf[HD_BN_BLOCK_MAX];            \
         /* the sum of x - p, p the channel's pivot (hd_bn_median3): the float32 lanes  \
          * then add deviations, not the offset, and a constant channel's mean is p     \
@@ -446,16 +457,16 @@ static inline ptrdiff_t hd_bn_block(const hd_bn_job* j) {
         for (b = 0; b < B; b++) {                                                      \
             p[b] = hd_bn_median3(HD_LOAD_##K(x0[b * xc]), HD_LOAD_##K(x0[b * xc + mid]),\
                                  HD_LOAD_##K(x0[b * xc + end]));                       \
-            s[b] = q[b] = 0.0;                                                         \
+            s[b] = q[b] = e[b] = 0.0;                                                  \
         }                                                                              \
         for (n = 0; n < N; n++)                                                        \
             for (b = 0; b < B; b++)                                                    \
                 for (r = 0; r < R; r++)                                                \
                     for (o = 0; o < W; o += HD_BN_CHUNK)                               \
-                        s[b] += hd_bn_sum_##K##_##ISA(x0 + b * xc + n * xn + r * xr + o,\
-                                                      HD_BN_RUN(W, o), p[b], 0);       \
+                        hd_bn_sums_##K##_##ISA(x0 + b * xc + n * xn + r * xr + o,      \
+                                               HD_BN_RUN(W, o), p[b], 0, &s[b], NULL); \
         for (b = 0; b < B; b++) {                                                      \
-            s[b] = (double)p[b] + s[b] / M;          /* the mean, from here on */      \
+            s[b] = (double)p[b] + s[b] / M;                  /* pass 1's mean */       \
             mf[b] = (float)s[b];                                                       \
         }                                                                              \
         for (n = 0; n < N; n++)                                                        \
@@ -463,18 +474,24 @@ static inline ptrdiff_t hd_bn_block(const hd_bn_job* j) {
                 const HD_TYPE_##K* x = x0 + b * xc + n * xn;                           \
                 for (r = 0; r < R; r++)                                                \
                     for (o = 0; o < W; o += HD_BN_CHUNK)                               \
-                        q[b] += hd_bn_sum_##K##_##ISA(x + r * xr + o, HD_BN_RUN(W, o), \
-                                                      mf[b], 1);                       \
+                        hd_bn_sums_##K##_##ISA(x + r * xr + o, HD_BN_RUN(W, o), mf[b], \
+                                               1, &e[b], &q[b]);                       \
                 if (pf && c0 + b + B < j->C) hd_bn_prefetch(x + B * xc, rowb);         \
             }                                                                          \
         for (b = 0; b < B; b++) {                                                      \
-            const double mean = s[b];                                                  \
-            /* deviations were taken from mf: sum (x - mf)^2 = sum (x - mean)^2        \
-             * + M (mean - mf)^2 */                                                    \
-            double var = q[b] / M - (mean - (double)mf[b]) * (mean - (double)mf[b]);   \
+            /* the corrected two-pass algorithm (Chan, Golub and LeVeque, "Algorithms   \
+             * for computing the sample variance", 1983): the mean is mf plus the mean  \
+             * of pass 2's deviations x - mf, which holds however far mf is off (two    \
+             * outliers at the pivot's elements once put it 5 % off), and sum (x - mf)^2 \
+             * = sum (x - mean)^2 + M (mean - mf)^2; pass 1's mean where it is not    \
+             * finite (+inf data: inf, not inf + NaN) */                               \
+            const int fin = hd_bn_finite(s[b]);                                        \
+            const double dm = fin ? e[b] / M : s[b] - (double)mf[b];                   \
+            const double mean = fin ? (double)mf[b] + dm : s[b];                       \
+            double var = q[b] / M - dm * dm;                                           \
             double r_;                                                                 \
             var = var < 0.0 ? 0.0 : var;                                               \
-            j->mean_out[c0 + b] = mf[b];                                               \
+            j->mean_out[c0 + b] = (float)mean;                                         \
             if (j->var_out64)                                                          \
                 j->var_out64[c0 + b] = var;                                            \
             else                                                                       \
@@ -486,7 +503,7 @@ static inline ptrdiff_t hd_bn_block(const hd_bn_job* j) {
              * mean's rounding over sigma) */                                          \
             a64[b] = j->scale[c0 + b] / sqrt(var + j->eps);                            \
             a[b] = (float)a64[b];                                                      \
-            r_ = a64[b] * (mean - (double)mf[b]);                                      \
+            r_ = a64[b] * dm;                                                          \
             bf[b] = r_ == 0.0 ? j->bias[c0 + b]                      /* -0.0 kept */   \
                               : (float)((double)j->bias[c0 + b] - r_);                 \
         }                                                                              \
@@ -727,36 +744,45 @@ HD_AVX512V static inline __m512 hd_bn_affv(__m512 x, __m512 m, __m512 a, __m512 
     } while (0)
 
 #define HD_BN_VEC_KIND(K, ATTR)                                                            \
-    ATTR static double hd_bn_sum_##K##_avx512v(const HD_TYPE_##K* x, ptrdiff_t S, float m, \
-                                               int square) {                               \
+    ATTR static void hd_bn_sums_##K##_avx512v(const HD_TYPE_##K* x, ptrdiff_t S, float m,  \
+                                              int square, double* s1, double* s2) {        \
         const __m512 vm = _mm512_set1_ps(m);                                               \
         __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();                         \
+        __m512 q0 = _mm512_setzero_ps(), q1 = _mm512_setzero_ps();                         \
         ptrdiff_t i = 0;                                                                   \
         if (square) {                                                                      \
             for (; i + 32 <= S; i += 32) {                                                 \
                 __m512 d0 = _mm512_sub_ps(hd_bn_ld_##K(x + i, 0xffff), vm);                \
                 __m512 d1 = _mm512_sub_ps(hd_bn_ld_##K(x + i + 16, 0xffff), vm);           \
-                a0 = _mm512_fmadd_ps(d0, d0, a0);                                          \
-                a1 = _mm512_fmadd_ps(d1, d1, a1);                                          \
+                a0 = _mm512_add_ps(a0, d0);                                                \
+                a1 = _mm512_add_ps(a1, d1);                                                \
+                q0 = _mm512_fmadd_ps(d0, d0, q0);                                          \
+                q1 = _mm512_fmadd_ps(d1, d1, q1);                                          \
             }                                                                              \
             for (; i < S; i += 16) {                                                       \
                 __mmask16 k = hd_bn_tail(S - i);                                           \
                 __m512 d = _mm512_maskz_sub_ps(k, hd_bn_ld_##K(x + i, k), vm);             \
-                a0 = _mm512_fmadd_ps(d, d, a0);                                            \
+                a0 = _mm512_add_ps(a0, d);                                                 \
+                q0 = _mm512_fmadd_ps(d, d, q0);                                            \
             }                                                                              \
         } else {                                                                           \
             for (; i + 32 <= S; i += 32) {                                                 \
                 a0 = _mm512_add_ps(a0, _mm512_sub_ps(hd_bn_ld_##K(x + i, 0xffff), vm));    \
-                a1 = _mm512_add_ps(a1, _mm512_sub_ps(hd_bn_ld_##K(x + i + 16, 0xffff), vm)); \
+                a1 = _mm512_add_ps(a1, _mm512_sub_ps(hd_bn_ld_##K(x + i + 16, 0xffff), vm));\
             }                                                                              \
             for (; i < S; i += 16) {                                                       \
                 __mmask16 k = hd_bn_tail(S - i);                                           \
-                a0 = _mm512_add_ps(a0, _mm512_maskz_sub_ps(k, hd_bn_ld_##K(x + i, k), vm)); \
+                a0 = _mm512_add_ps(a0, _mm512_maskz_sub_ps(k, hd_bn_ld_##K(x + i, k), vm));\
             }                                                                              \
         }                                                                                  \
         {                                                                                  \
-            const double s = hd_bn_hsum(a0, a1);                                           \
-            return hd_bn_finite(s) ? s : hd_bn_sum64_##K(x, 1, S, m, square);              \
+            double t1 = hd_bn_hsum(a0, a1), t2 = square ? hd_bn_hsum(q0, q1) : 0.0;        \
+            if (!(hd_bn_finite(t1) && hd_bn_finite(t2))) {                                 \
+                t1 = hd_bn_sum64_##K(x, 1, S, m, 0);                                       \
+                if (square) t2 = hd_bn_sum64_##K(x, 1, S, m, 1);                           \
+            }                                                                              \
+            *s1 += t1;                                                                     \
+            if (square) *s2 += t2;                                                         \
         }                                                                                  \
     }                                                                                      \
     /* hd_bn_bsum64 of the intrinsic rows: their mask's forward value is one FMA */        \

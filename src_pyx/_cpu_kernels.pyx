@@ -39,12 +39,14 @@ from libc.stdint cimport int16_t, int32_t, uint16_t, uint32_t
 from cython cimport floating
 cimport numpy as cnp
 import numpy as np
-
 from libc.stdlib cimport free, malloc
 
 from hipdnn_async.runtime._onednn cimport run_on_team, team_barrier, team_size
 
 cnp.import_array()
+
+# per-channel vectors of this type are refused: the kernels would read past their mask
+_MaskedArray = np.ma.MaskedArray
 
 __all__ = [
     "channel_stats",
@@ -760,7 +762,7 @@ cdef inline bint _wrong_len(const float[:] a, Py_ssize_t n):
 cdef bint _is_f64(object v):
     """Whether ``v`` is a float64 ndarray (a float64 batch variance: ``bn_rows``'
     ``variance_out``, ``bn_training_statistics``' ``variance``)."""
-    return type(v) is cnp.ndarray and cnp.PyArray_TYPE(<cnp.ndarray>v) == cnp.NPY_FLOAT64
+    return cnp.PyArray_Check(v) and cnp.PyArray_TYPE(<cnp.ndarray>v) == cnp.NPY_FLOAT64
 
 
 def bn_training_statistics(variance, double epsilon, float[:] inv_variance,
@@ -1017,6 +1019,8 @@ cdef const float* _vec(object v, Py_ssize_t c, str role, bint out, list held) ex
     cdef float[::1] rw
     if v is None:
         return NULL
+    if isinstance(v, _MaskedArray):       # as the graph's binding refuses one
+        raise ValueError(f"bn_rows: {role} is a masked array; its mask would be ignored")
     if cnp.PyArray_Check(v):
         a = <cnp.ndarray>v
         # native byte order too: NPY_FLOAT32 is also the type of a '>f4' array, whose
@@ -1049,14 +1053,17 @@ cdef const float* _vec(object v, Py_ssize_t c, str role, bint out, list held) ex
 
 
 cdef double* _vec64_out(cnp.ndarray a, Py_ssize_t c) except? NULL:
-    """The data of a float64 ``variance_out``: 1-D, contiguous, writable, native byte
-    order, ``c`` values (NULL where ``c`` is 0)."""
-    if not (cnp.PyArray_NDIM(a) == 1 and cnp.PyArray_IS_C_CONTIGUOUS(a)
+    """The data of a float64 ``variance_out``: dims (C,) or (1, C, 1, ...), contiguous,
+    writable, native byte order, ``c`` values (NULL where ``c`` is 0)."""
+    if isinstance(a, _MaskedArray):
+        raise ValueError("bn_rows: variance_out is a masked array; its mask would be ignored")
+    if not (_channel_dims(a) and cnp.PyArray_IS_C_CONTIGUOUS(a)
             and cnp.PyArray_ISNOTSWAPPED(a) and cnp.PyArray_ISWRITEABLE(a)):
         raise ValueError("bn_rows: variance_out is not a contiguous float64 vector that can "
-                         "be written")
-    if cnp.PyArray_DIM(a, 0) != c:
-        raise ValueError(f"bn_rows: variance_out has {cnp.PyArray_DIM(a, 0)} values; {c} "
+                         f"be written (dims {(<object>a).shape}, strides "
+                         f"{(<object>a).strides}, writeable {bool(cnp.PyArray_ISWRITEABLE(a))})")
+    if cnp.PyArray_SIZE(a) != c:
+        raise ValueError(f"bn_rows: variance_out has {cnp.PyArray_SIZE(a)} values; {c} "
                          "channels")
     return <double*>cnp.PyArray_DATA(a) if c else NULL
 
@@ -1133,7 +1140,9 @@ def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=No
     mean)^2) / M`` over the M = N * spatial values of a channel (two passes; per-row sums of
     float32 lanes added in float64, the first of x - p, p the median of the channel's
     first, middle and last values, so that the lanes add deviations, not the offset: a
-    constant channel's mean is exact); ``y = (x - mean) * (scale / sqrt(variance + epsilon))
+    constant channel's mean is exact; channels-first, the mean is then corrected by the
+    second pass's sum of x - mean (Chan, Golub and LeVeque, "Algorithms for computing the
+    sample variance", 1983)); ``y = (x - mean) * (scale / sqrt(variance + epsilon))
     + bias``; backward ``dbias = sum(g)``, ``dscale = inv_variance * sum(g * (x - mean))``,
     ``dx = scale * inv_variance / M * (M g - dbias - (x - mean) * inv_variance * dscale)``.
     Element arithmetic is float32 (y and dx rounded once to the element type).

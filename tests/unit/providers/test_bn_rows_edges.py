@@ -238,6 +238,64 @@ def test_training_of_constant_channels_gives_the_bias(value, eps, dtype, layout,
     assert_close(y[:, -1], want, *tol("bn_training", dtype), what)
 
 
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("where", ["first_last", "first_middle", "all_three"])
+def test_training_with_outliers_at_the_pivots_elements(where, dtype, isa):
+    """Outliers of 1e10 at two or three of the elements the pivot is the median of (a
+    channel's first, middle and last values), N(0, 1) elsewhere: the pivot is an outlier,
+    and the float32 lanes of pass 1 add x - p of about -1e10 for every other value. The
+    mean (within 1e-5 of the mean of |x|, the rows' sum bound), the variance and y stay
+    within their tolerances of float64: pass 2's deviations from pass 1's mean correct it
+    (found by a break-it helper: 2 outliers put the mean 5.4 % off). Channels-first rows:
+    the channels-last ones, which take no such correction, put this mean 0.2 % off."""
+    kind, dt = KINDS[dtype]
+    layout = "first"
+    shape = (4, 3, 32, 64)
+    rng = np.random.default_rng([len(where), len(dtype)])
+    xv = rng.standard_normal(shape)
+    n, s_ = shape[0], shape[2] * shape[3]
+    spots = {"first": (0, 0), "middle": (n // 2, s_ // 2), "last": (n - 1, s_ - 1)}
+    names = ("first", "middle", "last") if where == "all_three" else where.split("_")
+    for name in names:
+        i, o = spots[name]
+        xv[i, :, o // shape[3], o % shape[3]] = 1e10
+    x, xr = laid(xv, dt, layout)
+    scale, bias = np.ones(3, np.float32), np.zeros(3, np.float32)
+    y, mean, var = _training_rows(x, kind, scale, bias, 1e-5, isa, wide=True)
+    what = f"{where} {dtype} {isa}"
+    m = xr.mean(axis=(0, 2, 3))
+    v = xr.var(axis=(0, 2, 3))
+    bound = 1e-5 * np.abs(xr).mean(axis=(0, 2, 3))
+    assert (np.abs(f64(mean) - m) <= bound).all(), (what, mean, m, bound)
+    assert (np.abs(var - v) <= 1e-5 * v).all(), (what, var, v)
+    want = (xr - chan(m)) / np.sqrt(chan(v) + 1e-5)
+    assert_close(y, want, *tol("bn_training", dtype), what)
+
+
+@pytest.mark.parametrize("role", ["scale", "variance_out"])
+def test_masked_vectors_are_refused_and_float64_memmaps_taken(tmp_path, role):
+    """A masked per-channel vector is refused (its mask would be ignored, as the graph's
+    binding says); a float64 ``variance_out`` is taken as any ndarray, an ``np.memmap``
+    and dims (1, C, 1, 1) too, with the 1-D result."""
+    x = np.random.default_rng(9).standard_normal((2, 3, 4, 5)).astype(np.float32)
+    kw = dict(scale=np.ones(3, np.float32), bias=np.zeros(3, np.float32),
+              mean_out=np.empty(3, np.float32), variance_out=np.empty(3, np.float64),
+              epsilon=1e-5)
+    kw[role] = np.ma.masked_array(kw[role], mask=[False, True, False])
+    with pytest.raises(ValueError, match=f"bn_rows: {role} is a masked array"):
+        k.bn_rows(k.BN_ROWS_TRAINING, x, np.empty_like(x), 0, **kw)
+    want = None
+    for out in (np.empty(3, np.float64), np.empty((1, 3, 1, 1), np.float64),
+                np.memmap(tmp_path / "v", dtype=np.float64, mode="w+", shape=(1, 3, 1, 1))):
+        kw.update(scale=np.ones(3, np.float32), variance_out=out)
+        k.bn_rows(k.BN_ROWS_TRAINING, x, np.empty_like(x), 0, **kw)
+        got = np.asarray(out).reshape(-1).copy()
+        assert want is None or got.tobytes() == want.tobytes()
+        want = got
+    np.testing.assert_allclose(want, x.astype(np.float64).var(axis=(0, 2, 3)), rtol=1e-6)
+
+
 def _backward_rows(x, dy, kind, scale, mean, inv, isa, bias=None, act=False, lo=0.0, hi=np.inf):
     c = x.shape[1]
     dx = empty_like_layout(x)
