@@ -431,9 +431,9 @@ static inline ptrdiff_t hd_bn_block(const hd_bn_job* j) {
  * backward, whose per-channel state of a block fills kilobytes of stack, are functions of
  * their own: inside the per-row inference call that frame cost 1.15-1.3x its time on
  * 196-element rows (32 x 512 x 14 x 14). */
-#define HD_BN_CHANNEL(ISA, ATTR, K, AFFINE, DX)                                            \
-    ATTR HD_BN_NOINLINE static void hd_bn_train_##K##_##ISA(const hd_bn_job* j,            \
-                                                      ptrdiff_t c0, ptrdiff_t B) {         \
+/* The locals of hd_bn_train_* and hd_bn_back_* (j, c0 and B in scope): block channels
+ * c0's x0 and y0, the strides, the runs, read-ahead and M. */
+#define HD_BN_BLOCK_LOCALS(K)                                                              \
         const HD_TYPE_##K* x0 = (const HD_TYPE_##K*)j->x + c0 * j->xc;                     \
         HD_TYPE_##K* y0 = (HD_TYPE_##K*)j->y + c0 * j->yc;                                 \
         const ptrdiff_t N = j->N, S = j->S, xn = j->xn, xc = j->xc, yn = j->yn, yc = j->yc; \
@@ -443,7 +443,12 @@ static inline ptrdiff_t hd_bn_block(const hd_bn_job* j) {
         /* the next block's rows are read ahead during the last pass over x (and dy) */   \
         const int pf = R == 1 && c0 + B < j->C && hd_bn_prefetches(j, (ptrdiff_t)sizeof(*x0)); \
         const double M = (double)N * (double)S;                                            \
-        ptrdiff_t n, o, b, r;                                                              \
+        ptrdiff_t n, o, b, r;
+
+#define HD_BN_CHANNEL(ISA, ATTR, K, AFFINE, DX)                                            \
+    ATTR HD_BN_NOINLINE static void hd_bn_train_##K##_##ISA(const hd_bn_job* j,            \
+                                                      ptrdiff_t c0, ptrdiff_t B) {         \
+        HD_BN_BLOCK_LOCALS(K)                                                              \
         double s[HD_BN_BLOCK_MAX], q[HD_BN_BLOCK_MAX], e[HD_BN_BLOCK_MAX];             \
         double a64[HD_BN_BLOCK_MAX];                                                   \
         float mf[HD_BN_BLOCK_MAX], a[HD_BN_BLOCK_MAX], bf[HD_BN_BLOCK_MAX];            \
@@ -521,16 +526,7 @@ static inline ptrdiff_t hd_bn_block(const hd_bn_job* j) {
     }                                                                                  \
     ATTR HD_BN_NOINLINE static void hd_bn_back_##K##_##ISA(const hd_bn_job* j,             \
                                                       ptrdiff_t c0, ptrdiff_t B) {         \
-        const HD_TYPE_##K* x0 = (const HD_TYPE_##K*)j->x + c0 * j->xc;                     \
-        HD_TYPE_##K* y0 = (HD_TYPE_##K*)j->y + c0 * j->yc;                                 \
-        const ptrdiff_t N = j->N, S = j->S, xn = j->xn, xc = j->xc, yn = j->yn, yc = j->yc; \
-        /* a row (n, c): R runs of W elements, xr (yr, gr) apart (hd_bn_job) */            \
-        const ptrdiff_t R = j->R, W = j->W, xr = j->xr, yr = j->yr;                        \
-        const ptrdiff_t rowb = S * (ptrdiff_t)sizeof(*x0);                                 \
-        /* the next block's rows are read ahead during the last pass over x (and dy) */   \
-        const int pf = R == 1 && c0 + B < j->C && hd_bn_prefetches(j, (ptrdiff_t)sizeof(*x0)); \
-        const double M = (double)N * (double)S;                                            \
-        ptrdiff_t n, o, b, r;                                                              \
+        HD_BN_BLOCK_LOCALS(K)                                                              \
         const HD_TYPE_##K* g0 = (const HD_TYPE_##K*)j->dy + c0 * j->gc;                \
         const ptrdiff_t gn = j->gn, gc = j->gc, gr = j->gr;                            \
         double sg[HD_BN_BLOCK_MAX], sgd[HD_BN_BLOCK_MAX];                              \

@@ -1019,7 +1019,8 @@ cdef const float* _vec(object v, Py_ssize_t c, str role, bint out, list held) ex
     cdef float[::1] rw
     if v is None:
         return NULL
-    if isinstance(v, _MaskedArray):       # as the graph's binding refuses one
+    # as the graph's binding refuses one (exact ndarrays, the engine's, skip the check)
+    if type(v) is not cnp.ndarray and isinstance(v, _MaskedArray):
         raise ValueError(f"bn_rows: {role} is a masked array; its mask would be ignored")
     if cnp.PyArray_Check(v):
         a = <cnp.ndarray>v
@@ -1055,7 +1056,7 @@ cdef const float* _vec(object v, Py_ssize_t c, str role, bint out, list held) ex
 cdef double* _vec64_out(cnp.ndarray a, Py_ssize_t c) except? NULL:
     """The data of a float64 ``variance_out``: dims (C,) or (1, C, 1, ...), contiguous,
     writable, native byte order, ``c`` values (NULL where ``c`` is 0)."""
-    if isinstance(a, _MaskedArray):
+    if type(a) is not cnp.ndarray and isinstance(a, _MaskedArray):
         raise ValueError("bn_rows: variance_out is a masked array; its mask would be ignored")
     if not (_channel_dims(a) and cnp.PyArray_IS_C_CONTIGUOUS(a)
             and cnp.PyArray_ISNOTSWAPPED(a) and cnp.PyArray_ISWRITEABLE(a)):
