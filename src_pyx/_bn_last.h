@@ -384,6 +384,10 @@ static inline ptrdiff_t hd_bnl_tile(ptrdiff_t r, ptrdiff_t r1, ptrdiff_t S) {
                 /* deviations were taken from fm[c], as in the channels-first rows */      \
                 var = q / M - (mean - (double)fm[c]) * (mean - (double)fm[c]);             \
                 var = var < 0.0 ? 0.0 : var;                                               \
+                /* squares lost below FLT_MIN: float64, as in the channels-first rows      \
+                 * (every thread the same sum) */                                          \
+                if (hd_bn_finite(mean) && var + j->eps < HD_BN_TINY_VAR)                   \
+                    var = hd_bn_sq64_##K(x + c, j->N, j->xn, 1, 0, S, xp, mean) / M;       \
                 /* y from the float64 variance, as in the channels-first rows */           \
                 a64[c] = j->scale[c] / sqrt(var + j->eps);                                 \
                 fa[c] = (float)a64[c];                                                     \

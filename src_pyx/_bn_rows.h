@@ -144,6 +144,31 @@ HD_BN_SLOW_KIND(f32)
 HD_BN_SLOW_KIND(bf16)
 HD_BN_SLOW_KIND(f16)
 
+/* Training's variance below this, epsilon included, is taken again in float64
+ * (hd_bn_sq64_*): float32 squares of deviations below 1e-19 fall under FLT_MIN and keep
+ * an absolute error of up to 2^-150 (7e-46) each, to 0 below 1e-23, so a variance of
+ * 1e-46 came out 0 and, at epsilon 1e-77, y = (x - mean) / sqrt(epsilon) 1e14 off. Above
+ * it that error is under 2^-30 of variance + epsilon; below it only where epsilon is
+ * under 1e-36 too, which no network uses (a slow path for such data alone). */
+#define HD_BN_TINY_VAR 1e-36
+
+/* sum (x - m)^2 in float64 over N x R runs of W elements at element stride xs, x + n xn
+ * + r xr the first of each (a channels-first channel's rows; one channel of channels-last
+ * pixels: R 1, xs the pixel stride) */
+#define HD_BN_SQ64_KIND(K)                                                                 \
+    HD_BN_UNUSED static double hd_bn_sq64_##K(const HD_TYPE_##K* x, ptrdiff_t N,           \
+                                              ptrdiff_t xn, ptrdiff_t R, ptrdiff_t xr,     \
+                                              ptrdiff_t W, ptrdiff_t xs, double m) {       \
+        double s = 0.0;                                                                    \
+        ptrdiff_t n, r;                                                                    \
+        for (n = 0; n < N; n++)                                                            \
+            for (r = 0; r < R; r++) s += hd_bn_sum64_##K(x + n * xn + r * xr, xs, W, m, 1); \
+        return s;                                                                          \
+    }
+HD_BN_SQ64_KIND(f32)
+HD_BN_SQ64_KIND(bf16)
+HD_BN_SQ64_KIND(f16)
+
 typedef struct {
     int op;                        /* HD_BN_TRAINING / _INFERENCE / _BACKWARD */
     int kind;                      /* every activation's element kind: 0 f32, 1 bf16, 2 f16 */
@@ -496,6 +521,8 @@ static inline ptrdiff_t hd_bn_block(const hd_bn_job* j) {
             double var = q[b] / M - dm * dm;                                           \
             double r_;                                                                 \
             var = var < 0.0 ? 0.0 : var;                                               \
+            if (fin && var + j->eps < HD_BN_TINY_VAR)                                  \
+                var = hd_bn_sq64_##K(x0 + b * xc, N, xn, R, xr, W, 1, mean) / M;       \
             j->mean_out[c0 + b] = (float)mean;                                         \
             if (j->var_out64)                                                          \
                 j->var_out64[c0 + b] = var;                                            \

@@ -273,6 +273,49 @@ def test_training_with_outliers_at_the_pivots_elements(where, dtype, isa):
     assert_close(y, want, *tol("bn_training", dtype), what)
 
 
+# channels-first rows of 40 and 300 elements, a block of 9 short rows; channels-last 3
+# channels over 3 tiles, 20 (a register block) and 100 (pixel by pixel)
+TINY_TRAIN_SHAPES = {"first": [(2, 3, 5, 8), (3, 2, 15, 20), (2, 9, 5, 8)],
+                     "last": [(3, 3, 8, 9), (2, 20, 3, 5), (2, 100, 2, 3)]}
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("layout,shape", [(lay, s) for lay, ss in TINY_TRAIN_SHAPES.items()
+                                          for s in ss])
+@pytest.mark.parametrize("dtype", HUGE_KINDS)
+@pytest.mark.parametrize("spread,eps", [(1e-19, 1e-77), (1e-23, 1e-77), (1e-30, 1e-77),
+                                        (1e-23, 1e-40), (1e-23, 1e-5)])
+def test_training_of_a_tiny_spread(spread, eps, dtype, layout, shape, isa):
+    """x ~ spread N(0, 1) on the even channels (N(0, 1) on the others), epsilon far below
+    the variance: squares of deviations under 1e-19 fall below FLT_MIN in float32 and lose
+    their bits (to 0 under 1e-23), so the variance came out 0 and y = (x - mean) /
+    sqrt(epsilon) 1e14 off at spread 1e-23, epsilon 1e-77 (found by a break-it helper).
+    Where variance + epsilon is below 1e-36 the rows take the channel's squares again in
+    float64: y, the mean and the float64 variance are float64's. At epsilon 1e-5 the
+    variance is below float32's resolution of variance + epsilon, and y is (x - mean) /
+    sqrt(epsilon) either way (the float32 path, its variance within 2^-149 absolute)."""
+    kind, dt = KINDS[dtype]
+    c = shape[1]
+    rng = np.random.default_rng([shape[1], shape[2], int(-np.log10(spread)), int(-np.log10(eps))])
+    spreads = np.where(np.arange(c) % 2 == 0, spread, 1.0).reshape(1, -1, 1, 1)
+    x, xr = laid(spreads * rng.standard_normal(shape), dt, layout)
+    scale = rng.uniform(0.5, 2.0, c).astype(np.float32)
+    bias = rng.uniform(-1, 1, c).astype(np.float32)
+    mean64 = xr.mean(axis=(0, 2, 3))
+    var64 = ((xr - chan(mean64)) ** 2).mean(axis=(0, 2, 3))
+    want_y = chan(scale) * (xr - chan(mean64)) / np.sqrt(chan(var64) + eps) + chan(bias)
+    what = f"{dtype} {layout} {shape} spread {spread:g} eps {eps:g} {isa}"
+    y, mean, var = _training_rows(x, kind, scale, bias, eps, isa, wide=True)
+    assert np.isfinite(f64(y)).all(), what
+    assert_close(y, want_y, *tol("bn_training", dtype), f"{what} y")
+    bound = SUM_RTOL * np.abs(xr).mean(axis=(0, 2, 3))
+    assert (np.abs(f64(mean) - mean64) <= bound).all(), (what, mean, mean64)
+    # float32 squares (variance + epsilon above 1e-36) round each to within 2^-150 below
+    # FLT_MIN: the variance within 2^-149 absolute, far below epsilon's share
+    atol = 2.0 ** -149 if (var64 + eps >= 1e-36).all() else 0.0
+    assert_close(var, var64, atol, SUM_RTOL, f"{what} variance (float64)")
+
+
 @pytest.mark.parametrize("role", ["scale", "variance_out"])
 def test_masked_vectors_are_refused_and_float64_memmaps_taken(tmp_path, role):
     """A masked per-channel vector is refused (its mask would be ignored, as the graph's
@@ -831,3 +874,42 @@ def test_factor_beyond_float32(dtype, layout, shape, name, isa):
     assert np.isfinite(yb).all(), what
     b0 = f64(np.float32(bias[0]).astype(dt))
     assert (yb[:, 0] == (max(b0, 0.0) if relu else b0)).all(), what
+
+
+@pytest.mark.parametrize("engine", ["ONEDNN_ENGINE", "CPU_ENGINE"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_engine_training_of_a_tiny_spread(layout, engine):
+    """A graph's batchnorm training at epsilon 1e-77 on x ~ 1e-23 N(0, 1) (variance ~
+    1e-46, whose float32 squares vanish) beside an N(0, 1) channel: y ~ N(0, 1), the mean
+    and inv_variance ~ 1e23 are float64's on both engines (the rows once gave y 1e14 off)."""
+    if engine == "ONEDNN_ENGINE" and not ONEDNN_STATE.ok:
+        pytest.skip(f"oneDNN does not load here: {ONEDNN_STATE.reason}")
+    rng = np.random.default_rng(23)
+    shape, eps = (4, 2, 6, 5), 1e-77
+    x = (np.array([1e-23, 1.0]).reshape(1, 2, 1, 1)
+         * rng.standard_normal(shape)).astype(np.float32)
+    xr = f64(x)
+    m = xr.mean(axis=(0, 2, 3))
+    inv = 1.0 / np.sqrt(((xr - chan(m)) ** 2).mean(axis=(0, 2, 3)) + eps)
+    want_y = (xr - chan(m)) * chan(inv)
+    f32 = hd.DataType.FLOAT
+    g = hd.Graph(io_data_type="float32", intermediate_data_type=f32, compute_data_type=f32)
+    X = g.tensor(dims=shape, layout=layout, name="x")
+    ch = lambda name: g.tensor(dims=(1, 2, 1, 1), name=name, data_type="float32")
+    y, mean, iv, _, _ = g.batchnorm(X, ch("scale"), ch("bias"), epsilon=eps)
+    y.set_output(True).set_name("y")
+    mean.set_output(True).set_data_type("float32").set_name("mean")
+    iv.set_output(True).set_data_type("float32").set_name("inv")
+    perm = (0, 2, 3, 1) if layout == "NHWC" else (0, 1, 2, 3)
+    xm = np.ascontiguousarray(np.transpose(x, perm))
+    out = np.full_like(xm, np.nan)
+    v = lambda a: np.asarray(a, np.float32).reshape(1, 2, 1, 1)
+    pack = {"x": xm, "y": out, "scale": v([1, 1]), "bias": v([0, 0]),
+            "mean": v([np.nan] * 2), "inv": v([np.nan] * 2)}
+    with hd.Device("cpu") as dev:
+        dev.build_sync(g, engine=engine).execute_sync(pack)
+    got = np.transpose(out, np.argsort(perm))
+    what = f"{layout} {engine}"
+    assert_close(got, want_y, *tol("bn_training", "float32"), f"{what} y")
+    assert_close(pack["mean"].reshape(-1), m, 1e-30, 1e-5, f"{what} mean")
+    assert_close(pack["inv"].reshape(-1), inv, 0.0, 1e-5, f"{what} inv_variance")
