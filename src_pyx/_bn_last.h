@@ -324,7 +324,8 @@ static inline ptrdiff_t hd_bnl_tile(ptrdiff_t r, ptrdiff_t r1, ptrdiff_t S) {
         float* fm = f1 + Cp;                     /* training: the mean subtracted; */      \
                                                  /* backward: inv, or 1 where k2 folds */  \
         float* fa = fm + Cp;                     /* the factor a; backward: k1 */          \
-        float* k2 = fa + Cp;                     /* backward: the factor a, then k2 */     \
+        float* k2 = fa + Cp;                     /* backward: the factor a, then k2; */    \
+                                                 /* training: the pivots */                \
         float* k3 = k2 + Cp;                     /* backward: zeros (b without act) */     \
         const HD_TYPE_##K* x = (const HD_TYPE_##K*)j->x;                                   \
         HD_TYPE_##K* y = (HD_TYPE_##K*)j->y;                                               \
@@ -343,7 +344,7 @@ static inline ptrdiff_t hd_bnl_tile(ptrdiff_t r, ptrdiff_t r1, ptrdiff_t S) {
                                    P, j->mean, fa, j->bias, C, j->act, j->lo, j->hi);      \
             if (big) hd_bnl_fix_##K(j, xp, yp, r0, r1, j->mean, a64);                      \
         } else if (j->op == HD_BN_TRAINING) {                                              \
-            double mean, var;                                                              \
+            double mean, dm, var;                                                          \
             int big = 0;                                                                   \
             if (me) {                                                                      \
                 /* sums of x - p, p the pivot of channel c: the median of its values at   \
@@ -369,6 +370,7 @@ static inline ptrdiff_t hd_bnl_tile(ptrdiff_t r, ptrdiff_t r1, ptrdiff_t S) {
                     for (u = 0; u < team; u++)                                             \
                         sum += ((const double*)(L->scratch + u * HD_BN_LAST_BLOCK(Cp)))[c]; \
                     a64[c] = (double)fm[c] + sum / M;   /* the float64 mean, kept */       \
+                    k2[c] = fm[c];                      /* the pivot, kept */              \
                     fm[c] = (float)a64[c];                                                 \
                 }                                                                          \
                 HD_BN_LAST_FOR_TILES(r0, r1, S, n, s, P)                                   \
@@ -380,24 +382,20 @@ static inline ptrdiff_t hd_bnl_tile(ptrdiff_t r, ptrdiff_t r1, ptrdiff_t S) {
                 double q = 0.0, r_;                                                        \
                 for (u = 0; u < team; u++)                                                 \
                     q += ((const double*)(L->scratch + u * HD_BN_LAST_BLOCK(Cp)))[Cp + c]; \
-                mean = a64[c];                                                             \
-                /* deviations were taken from fm[c], as in the channels-first rows */      \
-                var = q / M - (mean - (double)fm[c]) * (mean - (double)fm[c]);             \
-                var = var < 0.0 ? 0.0 : var;                                               \
-                /* squares lost below FLT_MIN: float64, as in the channels-first rows      \
-                 * (every thread the same sum) */                                          \
-                if (hd_bn_finite(mean) && var + j->eps < HD_BN_TINY_VAR)                   \
-                    var = hd_bn_sq64_##K(x + c, j->N, j->xn, 1, 0, S, xp, mean) / M;       \
+                /* as the channels-first rows (float64 where the float32 sums may have    \
+                 * lost them: every thread the same sums) */                               \
+                hd_bn_stats_##K(x + c, j->N, j->xn, 1, 0, S, xp, k2[c], a64[c], q, j->eps,  \
+                                &mean, &dm, &var);                                         \
                 /* y from the float64 variance, as in the channels-first rows */           \
                 a64[c] = j->scale[c] / sqrt(var + j->eps);                                 \
                 fa[c] = (float)a64[c];                                                     \
                 /* the bias with the float64 mean's remainder, as in the channels-first   \
                  * rows: y = (x - fm) a + (bias - a (mean - fm)) */                        \
-                r_ = a64[c] * (mean - (double)fm[c]);                                      \
+                r_ = a64[c] * dm;                                                          \
                 k3[c] = r_ == 0.0 ? j->bias[c] : (float)((double)j->bias[c] - r_); /* -0.0 */ \
                 big |= hd_bn_overflows(a64[c]);                                            \
                 if (ithr == 0) {                                                           \
-                    j->mean_out[c] = fm[c];                                                \
+                    j->mean_out[c] = (float)mean;                                          \
                     if (j->var_out64)                                                      \
                         j->var_out64[c] = var;                                             \
                     else                                                                   \

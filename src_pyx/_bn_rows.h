@@ -144,30 +144,72 @@ HD_BN_SLOW_KIND(f32)
 HD_BN_SLOW_KIND(bf16)
 HD_BN_SLOW_KIND(f16)
 
-/* Training's variance below this, epsilon included, is taken again in float64
- * (hd_bn_sq64_*): float32 squares of deviations below 1e-19 fall under FLT_MIN and keep
- * an absolute error of up to 2^-150 (7e-46) each, to 0 below 1e-23, so a variance of
- * 1e-46 came out 0 and, at epsilon 1e-77, y = (x - mean) / sqrt(epsilon) 1e14 off. Above
- * it that error is under 2^-30 of variance + epsilon; below it only where epsilon is
- * under 1e-36 too, which no network uses (a slow path for such data alone). */
+/* Training's statistics of a channel in float64 where its float32 sums may have lost them
+ * (hd_bn_stats_*), both row families:
+ * - a variance + epsilon below HD_BN_TINY_VAR: float32 squares of deviations below 1e-19
+ *   fall under FLT_MIN and keep an absolute error of up to 2^-150 (7e-46) each, to 0
+ *   below 1e-23, so a variance of 1e-46 came out 0 and, at epsilon 1e-77, y = (x - mean)
+ *   / sqrt(epsilon) 1e14 off. Above it that error is under 2^-30 of variance + epsilon;
+ *   below it only where epsilon is under 1e-36 too, which no network uses.
+ * - a pivot p further than HD_BN_PIVOT_FAR root-mean-squares of pass 2 from pass 1's mean
+ *   (outliers at two of the three elements it is the median of): pass 1's float32 sums of
+ *   x - p, HD_BN_SUM_RUN additions into an accumulator at most, are off by up to about
+ *   HD_BN_SUM_RUN 2^-24 mean |x - p| of the mean (two 1e10 among N(0, 1) values put it
+ *   5.4 % off channels-first, 0.2 % channels-last). Nearer, that bound is under 6.5e-5
+ *   of the spread. The mean is then mf plus the mean of x - mf in float64 (the corrected
+ *   two-pass algorithm: Chan, Golub and LeVeque, "Algorithms for computing the sample
+ *   variance", 1983), the variance about it.
+ * Slow paths for such data alone: ordinary channels pay one test. */
 #define HD_BN_TINY_VAR 1e-36
+#define HD_BN_PIVOT_FAR 16.0
+#define HD_BN_SUM_RUN 64    /* 32-lane sums of <= 1024-element chunks; 64-pixel tiles */
 
-/* sum (x - m)^2 in float64 over N x R runs of W elements at element stride xs, x + n xn
- * + r xr the first of each (a channels-first channel's rows; one channel of channels-last
- * pixels: R 1, xs the pixel stride) */
-#define HD_BN_SQ64_KIND(K)                                                                 \
-    HD_BN_UNUSED static double hd_bn_sq64_##K(const HD_TYPE_##K* x, ptrdiff_t N,           \
-                                              ptrdiff_t xn, ptrdiff_t R, ptrdiff_t xr,     \
-                                              ptrdiff_t W, ptrdiff_t xs, double m) {       \
+/* sum (x - m)^2 (square) or sum (x - m) in float64 over N x R runs of W elements at
+ * element stride xs, x + n xn + r xr the first of each (a channels-first channel's rows;
+ * one channel of channels-last pixels: R 1, xs the pixel stride). hd_bn_stats: a
+ * channel's mean, the remainder dm = mean - mf that y's bias takes, and variance from
+ * pass 1's float64 mean mean1 (of sums of x - p), mf = float32(mean1) and pass 2's q =
+ * sum (x - mf)^2, as sum (x - mf)^2 = sum (x - mean)^2 + M (mean - mf)^2; in float64
+ * where the float32 sums may have lost them (see above); pass 1's mean where it is not
+ * finite (+inf data: inf, not inf + NaN). */
+#define HD_BN_STATS_KIND(K)                                                                \
+    HD_BN_UNUSED static double hd_bn_chan64_##K(const HD_TYPE_##K* x, ptrdiff_t N,         \
+                                                ptrdiff_t xn, ptrdiff_t R, ptrdiff_t xr,   \
+                                                ptrdiff_t W, ptrdiff_t xs, double m,       \
+                                                int square) {                              \
         double s = 0.0;                                                                    \
         ptrdiff_t n, r;                                                                    \
         for (n = 0; n < N; n++)                                                            \
-            for (r = 0; r < R; r++) s += hd_bn_sum64_##K(x + n * xn + r * xr, xs, W, m, 1); \
+            for (r = 0; r < R; r++)                                                        \
+                s += hd_bn_sum64_##K(x + n * xn + r * xr, xs, W, m, square);               \
         return s;                                                                          \
+    }                                                                                      \
+    HD_BN_UNUSED static void hd_bn_stats_##K(const HD_TYPE_##K* x, ptrdiff_t N,            \
+                                             ptrdiff_t xn, ptrdiff_t R, ptrdiff_t xr,      \
+                                             ptrdiff_t W, ptrdiff_t xs, float p, double mean1, \
+                                             double q, double eps, double* mean,           \
+                                             double* dm, double* var) {                    \
+        const double M = (double)N * (double)R * (double)W;                                \
+        const float mf = (float)mean1;                                                     \
+        double v;                                                                          \
+        *mean = mean1;                                                                     \
+        *dm = mean1 - (double)mf;                                                          \
+        v = q / M - *dm * *dm;                                                             \
+        v = v < 0.0 ? 0.0 : v;                                                             \
+        if (hd_bn_finite(mean1)) {                                                         \
+            const int far = fabs((double)mf - (double)p) > HD_BN_PIVOT_FAR * sqrt(q / M);  \
+            if (far) {                                                                     \
+                *dm = hd_bn_chan64_##K(x, N, xn, R, xr, W, xs, mf, 0) / M;                 \
+                *mean = (double)mf + *dm;                                                  \
+            }                                                                              \
+            if (far || v + eps < HD_BN_TINY_VAR)                                           \
+                v = hd_bn_chan64_##K(x, N, xn, R, xr, W, xs, *mean, 1) / M;                \
+        }                                                                                  \
+        *var = v;                                                                          \
     }
-HD_BN_SQ64_KIND(f32)
-HD_BN_SQ64_KIND(bf16)
-HD_BN_SQ64_KIND(f16)
+HD_BN_STATS_KIND(f32)
+HD_BN_STATS_KIND(bf16)
+HD_BN_STATS_KIND(f16)
 
 typedef struct {
     int op;                        /* HD_BN_TRAINING / _INFERENCE / _BACKWARD */
@@ -271,7 +313,7 @@ static __thread int hd_bn_stream = 0;
     HD_BN_CHANNEL(ISA, ATTR, K, hd_bn_affine_##K##_##ISA, hd_bn_dx_##K##_##ISA)
 
 #define HD_BN_ROWS_OF(ISA, ATTR, K)                                                        \
-    /* *s1 += sum (x - m) and, where square, *s2 += sum (x - m)^2 over S elements */       \
+    /* over S elements: *s2 += sum (x - m)^2 where square, else *s1 += sum (x - m) */       \
     ATTR HD_BN_UNUSED static void hd_bn_sums_##K##_##ISA(const HD_TYPE_##K* x, ptrdiff_t S,\
                                                          float m, int square, double* s1,  \
                                                          double* s2) {                     \
@@ -283,12 +325,10 @@ static __thread int hd_bn_stream = 0;
             for (; i + HD_BN_LANES <= S; i += HD_BN_LANES)                                 \
                 for (j = 0; j < HD_BN_LANES; j++) {                                        \
                     float d = HD_LOAD_##K(x[i + j]) - m;                                   \
-                    a1[j] += d;                                                            \
                     a2[j] += d * d;                                                        \
                 }                                                                          \
             for (; i < S; i++) {                                                           \
                 float d = HD_LOAD_##K(x[i]) - m;                                           \
-                t1 += d;                                                                   \
                 t2 += d * d;                                                               \
             }                                                                              \
         } else {                                                                           \
@@ -297,12 +337,10 @@ static __thread int hd_bn_stream = 0;
             for (; i < S; i++) t1 += HD_LOAD_##K(x[i]) - m;                                \
         }                                                                                  \
         for (j = 0; j < HD_BN_LANES; j++) t1 += a1[j], t2 += a2[j];                        \
-        if (!(hd_bn_finite(t1) && hd_bn_finite(t2))) {                                     \
-            t1 = hd_bn_sum64_##K(x, 1, S, m, 0);                                           \
-            if (square) t2 = hd_bn_sum64_##K(x, 1, S, m, 1);                               \
-        }                                                                                  \
-        *s1 += t1;                                                                         \
-        if (square) *s2 += t2;                                                             \
+        if (square)                                                                        \
+            *s2 += hd_bn_finite(t2) ? t2 : hd_bn_sum64_##K(x, 1, S, m, 1);                 \
+        else                                                                               \
+            *s1 += hd_bn_finite(t1) ? t1 : hd_bn_sum64_##K(x, 1, S, m, 0);                 \
     }                                                                                      \
     /* y = clamp((x - m) * a + b) where act, else (x - m) * a + b */                        \
     ATTR HD_BN_UNUSED static void hd_bn_affine_##K##_##ISA(const HD_TYPE_##K* x, HD_TYPE_##K* y,        \
@@ -474,7 +512,7 @@ static inline ptrdiff_t hd_bn_block(const hd_bn_job* j) {
     ATTR HD_BN_NOINLINE static void hd_bn_train_##K##_##ISA(const hd_bn_job* j,            \
                                                       ptrdiff_t c0, ptrdiff_t B) {         \
         HD_BN_BLOCK_LOCALS(K)                                                              \
-        double s[HD_BN_BLOCK_MAX], q[HD_BN_BLOCK_MAX], e[HD_BN_BLOCK_MAX];             \
+        double s[HD_BN_BLOCK_MAX], q[HD_BN_BLOCK_MAX];                                 \
         double a64[HD_BN_BLOCK_MAX];                                                   \
         float mf[HD_BN_BLOCK_MAX], a[HD_BN_BLOCK_MAX], bf[HD_BN_BLOCK_MAX];            \
         /* the sum of x - p, p the channel's pivot (hd_bn_median3): the float32 lanes  \
@@ -487,7 +525,7 @@ static inline ptrdiff_t hd_bn_block(const hd_bn_job* j) {
         for (b = 0; b < B; b++) {                                                      \
             p[b] = hd_bn_median3(HD_LOAD_##K(x0[b * xc]), HD_LOAD_##K(x0[b * xc + mid]),\
                                  HD_LOAD_##K(x0[b * xc + end]));                       \
-            s[b] = q[b] = e[b] = 0.0;                                                  \
+            s[b] = q[b] = 0.0;                                                         \
         }                                                                              \
         for (n = 0; n < N; n++)                                                        \
             for (b = 0; b < B; b++)                                                    \
@@ -505,24 +543,14 @@ static inline ptrdiff_t hd_bn_block(const hd_bn_job* j) {
                 for (r = 0; r < R; r++)                                                \
                     for (o = 0; o < W; o += HD_BN_CHUNK)                               \
                         hd_bn_sums_##K##_##ISA(x + r * xr + o, HD_BN_RUN(W, o), mf[b], \
-                                               1, &e[b], &q[b]);                       \
+                                               1, NULL, &q[b]);                        \
                 if (pf && c0 + b + B < j->C) hd_bn_prefetch(x + B * xc, rowb);         \
             }                                                                          \
         for (b = 0; b < B; b++) {                                                      \
-            /* the corrected two-pass algorithm (Chan, Golub and LeVeque, "Algorithms   \
-             * for computing the sample variance", 1983): the mean is mf plus the mean  \
-             * of pass 2's deviations x - mf, which holds however far mf is off (two    \
-             * outliers at the pivot's elements once put it 5 % off), and sum (x - mf)^2 \
-             * = sum (x - mean)^2 + M (mean - mf)^2; pass 1's mean where it is not    \
-             * finite (+inf data: inf, not inf + NaN) */                               \
-            const int fin = hd_bn_finite(s[b]);                                        \
-            const double dm = fin ? e[b] / M : s[b] - (double)mf[b];                   \
-            const double mean = fin ? (double)mf[b] + dm : s[b];                       \
-            double var = q[b] / M - dm * dm;                                           \
-            double r_;                                                                 \
-            var = var < 0.0 ? 0.0 : var;                                               \
-            if (fin && var + j->eps < HD_BN_TINY_VAR)                                  \
-                var = hd_bn_sq64_##K(x0 + b * xc, N, xn, R, xr, W, 1, mean) / M;       \
+            double mean, dm, var, r_;                                                  \
+            hd_bn_stats_##K(x0 + b * xc, N, xn, R, xr, W, 1, p[b], s[b], q[b], j->eps, \
+                            &mean, &dm, &var);                                         \
+            s[b] = mean;                           /* for hd_bn_affine64_* */          \
             j->mean_out[c0 + b] = (float)mean;                                         \
             if (j->var_out64)                                                          \
                 j->var_out64[c0 + b] = var;                                            \
@@ -545,7 +573,7 @@ static inline ptrdiff_t hd_bn_block(const hd_bn_job* j) {
                     const HD_TYPE_##K* x = x0 + b * xc + n * xn + r * xr;              \
                     HD_TYPE_##K* y = y0 + b * yc + n * yn + r * yr;                    \
                     if (hd_bn_overflows(a64[b]))                                       \
-                        hd_bn_affine64_##K(x, 1, y, 1, W, mf[b], a64[b],               \
+                        hd_bn_affine64_##K(x, 1, y, 1, W, s[b], a64[b],                \
                                            j->bias[c0 + b], j->act, j->lo, j->hi);     \
                     else                                                               \
                         AFFINE(x, y, W, mf[b], a[b], bf[b], j->act, j->lo, j->hi);     \
@@ -777,15 +805,12 @@ HD_AVX512V static inline __m512 hd_bn_affv(__m512 x, __m512 m, __m512 a, __m512 
             for (; i + 32 <= S; i += 32) {                                                 \
                 __m512 d0 = _mm512_sub_ps(hd_bn_ld_##K(x + i, 0xffff), vm);                \
                 __m512 d1 = _mm512_sub_ps(hd_bn_ld_##K(x + i + 16, 0xffff), vm);           \
-                a0 = _mm512_add_ps(a0, d0);                                                \
-                a1 = _mm512_add_ps(a1, d1);                                                \
                 q0 = _mm512_fmadd_ps(d0, d0, q0);                                          \
                 q1 = _mm512_fmadd_ps(d1, d1, q1);                                          \
             }                                                                              \
             for (; i < S; i += 16) {                                                       \
                 __mmask16 k = hd_bn_tail(S - i);                                           \
                 __m512 d = _mm512_maskz_sub_ps(k, hd_bn_ld_##K(x + i, k), vm);             \
-                a0 = _mm512_add_ps(a0, d);                                                 \
                 q0 = _mm512_fmadd_ps(d, d, q0);                                            \
             }                                                                              \
         } else {                                                                           \
@@ -798,14 +823,12 @@ HD_AVX512V static inline __m512 hd_bn_affv(__m512 x, __m512 m, __m512 a, __m512 
                 a0 = _mm512_add_ps(a0, _mm512_maskz_sub_ps(k, hd_bn_ld_##K(x + i, k), vm));\
             }                                                                              \
         }                                                                                  \
-        {                                                                                  \
-            double t1 = hd_bn_hsum(a0, a1), t2 = square ? hd_bn_hsum(q0, q1) : 0.0;        \
-            if (!(hd_bn_finite(t1) && hd_bn_finite(t2))) {                                 \
-                t1 = hd_bn_sum64_##K(x, 1, S, m, 0);                                       \
-                if (square) t2 = hd_bn_sum64_##K(x, 1, S, m, 1);                           \
-            }                                                                              \
-            *s1 += t1;                                                                     \
-            if (square) *s2 += t2;                                                         \
+        if (square) {                                                                      \
+            const double t2 = hd_bn_hsum(q0, q1);                                          \
+            *s2 += hd_bn_finite(t2) ? t2 : hd_bn_sum64_##K(x, 1, S, m, 1);                 \
+        } else {                                                                           \
+            const double t1 = hd_bn_hsum(a0, a1);                                          \
+            *s1 += hd_bn_finite(t1) ? t1 : hd_bn_sum64_##K(x, 1, S, m, 0);                 \
         }                                                                                  \
     }                                                                                      \
     /* hd_bn_bsum64 of the intrinsic rows: their mask's forward value is one FMA */        \
