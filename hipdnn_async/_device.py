@@ -235,8 +235,9 @@ class Device:
 
     def _check_open(self, where: str) -> None:
         if self._pool.closed:
-            raise DeviceError(f"{where}: device '{self.spec}' is closed; open a new Device",
-                              code="INVALID_VALUE")
+            reason = ("is closed; open a new Device" if self._pool._forked_from is None
+                      else self._pool.closed_reason())
+            raise DeviceError(f"{where}: device '{self.spec}' {reason}", code="INVALID_VALUE")
 
     async def __aexit__(self, *exc) -> None:
         await self.aclose()
@@ -536,8 +537,7 @@ class Device:
         """
         t0 = time.perf_counter()
         if self._pool.closed:
-            raise DeviceError(f"build: device '{self.spec}' is closed; open a new Device",
-                              code="INVALID_VALUE")
+            self._check_open("build")
         if not isinstance(graph, Graph):
             raise GraphError(f"build: expected a hipdnn_async.Graph; got {type(graph).__name__}")
         # The plan (and the provider plan it may share with other graphs of the same

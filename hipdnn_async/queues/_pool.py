@@ -6,6 +6,8 @@ import sys
 import threading
 import time
 
+import weakref
+
 import anyio
 import anyio.lowlevel
 import anyio.to_thread
@@ -14,7 +16,7 @@ from .._errors import DeviceError
 from ._completion import Completion
 from . import _core
 from ._metrics import Histogram, _copy_summary
-from ._stream import Stream, StreamBackend
+from ._stream import CpuStreamBackend, Stream, StreamBackend
 
 _submit_now = _core.submit_now   # bound once: they are on the submission path
 _run_inline = _core.run_inline
@@ -39,6 +41,25 @@ INLINE_MAX_S = 100e-6
 
 def _default_n_streams() -> int:
     return max(2, min(4, os.cpu_count() or 1))
+
+
+# Host pools of this process. A fork child has none of their worker threads (only the
+# forking thread survives fork), so work queued there would wait forever: in the child,
+# each is closed with the parent's pid as the reason (its submissions raise DeviceError).
+_host_pools: "weakref.WeakSet[StreamPool]" = weakref.WeakSet()
+
+
+def _close_host_pools_in_fork_child() -> None:
+    parent = os.getppid()
+    for pool in list(_host_pools):
+        if not pool._closed:
+            pool._closed = True
+            pool._forked_from = parent
+            for s in pool.streams:      # nothing to synchronize or drain: no workers
+                s._closed = True
+
+
+os.register_at_fork(after_in_child=_close_host_pools_in_fork_child)
 
 
 class StreamPool:
@@ -95,7 +116,10 @@ class StreamPool:
         self.streams: tuple[Stream, ...] = tuple(streams)
         self._rr = 0
         self._closed = False
+        self._forked_from = None         # the parent's pid, in a fork child
         self._close_lock = threading.Lock()
+        if all(isinstance(s._backend, CpuStreamBackend) for s in self.streams):
+            _host_pools.add(self)
         self._created_at = time.perf_counter()
 
     def __repr__(self) -> str:
@@ -144,8 +168,18 @@ class StreamPool:
     def _check_open(self, label: str) -> None:
         if self._closed:
             what = f" {label}" if label else ""
-            raise DeviceError(f"StreamPool '{self.device_name}': submit{what} after close; "
-                              "open a new device", code="INVALID_VALUE")
+            raise DeviceError(f"StreamPool '{self.device_name}': submit{what} "
+                              f"{self.closed_reason()}", code="INVALID_VALUE")
+
+    def closed_reason(self) -> str:
+        """Why the pool takes no work ("after close", or the fork it was inherited
+        through); for error messages."""
+        if self._forked_from is None:
+            return "after close; open a new device"
+        return (f"in a fork child: the device was opened in process {self._forked_from}, "
+                "and its stream workers do not survive fork; open a new Device in this "
+                "process (or start worker processes with multiprocessing's 'spawn' or "
+                "'forkserver' method)")
 
     async def submit(self, fn, *, keepalive=(), stream: Stream | int | None = None,
                      label: str = "", recorder=None) -> Completion:

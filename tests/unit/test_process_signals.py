@@ -1,7 +1,8 @@
 """Processes and signals on the CPU device: Ctrl-C (SIGINT) during ``execute_sync`` reaches
-the caller as ``KeyboardInterrupt`` and leaves the device usable, on both CPU engines; a
-fork child of a process that ran oneDNN builds on CPU_ENGINE and refuses to run a oneDNN
-plan built before the fork (GNU OpenMP's pool does not survive fork) instead of hanging.
+the caller as ``KeyboardInterrupt`` and leaves the device usable, on both CPU engines; in
+a fork child a device opened before the fork takes no work (its stream workers, and GNU
+OpenMP's pool, do not survive fork: every submission path raises DeviceError instead of
+hanging), and a new device there builds on CPU_ENGINE once the parent ran oneDNN.
 
 Each case runs in a subprocess with a timeout: a signal or a hang must not take pytest
 with it."""
@@ -123,7 +124,7 @@ def test_fork_child_after_onednn_does_not_hang():
             out = []
             try:                           # the plan built before the fork
                 parent_plan_run(np.empty(dims, np.float32)); out.append("ran")
-            except hd.ExecutionError as exc:
+            except hd.DeviceError as exc:
                 out.append(str(exc))
             with hd.Device("cpu") as d:    # a new plan: CPU_ENGINE
                 plan, run = conv(d, dims, 4, None)
@@ -147,6 +148,68 @@ def test_fork_child_after_onednn_does_not_hang():
     exitcode, out = proc.stdout.strip().splitlines()[-1].split(" ", 1)
     assert exitcode == "0"
     ran, engine, interior, corner, declined = eval(out)  # noqa: S307 - our own repr
-    assert "forked" in ran and "'spawn' or 'forkserver'" in ran, ran
+    assert "fork child" in ran and "'spawn' or 'forkserver'" in ran, ran
     assert (engine, interior, corner) == ("CPU_ENGINE", 4.0 * 9, 4.0 * 4)
     assert "forked" in declined and "'spawn' or 'forkserver'" in declined, declined
+
+
+@pytest.mark.parametrize("engine", [
+    "CPU_ENGINE", pytest.param("ONEDNN_ENGINE", marks=needs_onednn)])
+def test_fork_child_submissions_on_the_parents_device_raise(engine):
+    """plan.submit(...).result(), await plan.execute, plan.enqueue, execute_sync and
+    dev.build_sync on a device opened before a fork, in the child: DeviceError naming the
+    fork (the child has none of the stream workers, so submit and await hung forever once,
+    found by a break-it helper); close() returns; a new device in the child runs."""
+    proc = _run(f"""
+        import anyio, multiprocessing as mp
+        dims = (2, 4, 6, 6)
+        def child(q):
+            import faulthandler; faulthandler.dump_traceback_later(20, exit=True)
+            out = []
+            def pack():                    # keys: the graph's tensors, by uid
+                return {{0: np.ones(dims, np.float32), 1: np.ones((4, 4, 3, 3), np.float32),
+                        2: np.empty(dims, np.float32)}}
+            async def main():
+                for how in ("submit", "execute", "enqueue", "execute_sync", "build"):
+                    try:
+                        if how == "submit":
+                            plan.submit(pack()).result(timeout=10)
+                        elif how == "execute":
+                            with anyio.fail_after(10):
+                                await plan.execute(pack())
+                        elif how == "enqueue":
+                            with anyio.fail_after(10):
+                                await (await plan.enqueue(pack()))
+                        elif how == "execute_sync":
+                            plan.execute_sync(pack())
+                        else:
+                            conv(dev, dims, 4, None)
+                        out.append(how + ": ran")
+                    except hd.DeviceError as exc:
+                        out.append(how + ": " + str(exc))
+            anyio.run(main)
+            dev.close()
+            with hd.Device("cpu") as d:
+                plan2, run = conv(d, dims, 4, None)
+                Y = np.empty(dims, np.float32); run(Y)
+                out.append(float(Y[1, 2, 3, 3]))
+            q.put(out)
+        dev = hd.Device("cpu")
+        plan, run = conv(dev, dims, 4, {engine!r})
+        run(np.empty(dims, np.float32))
+        ctx = mp.get_context("fork"); q = ctx.Queue()
+        p = ctx.Process(target=child, args=(q,)); p.start()
+        out = q.get(timeout=60); p.join(30)
+        run(np.empty(dims, np.float32))            # the parent's device still runs
+        dev.close()
+        print(p.exitcode, repr(out))
+    """, timeout=120)
+    assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr[-3000:])
+    exitcode, out = proc.stdout.strip().splitlines()[-1].split(" ", 1)
+    assert exitcode == "0"
+    *refused, interior = eval(out)  # noqa: S307 - our own repr
+    assert len(refused) == 5, refused
+    for line in refused:
+        assert "fork child" in line and "opened in process" in line, line
+        assert "'spawn' or 'forkserver'" in line, line
+    assert interior == 4.0 * 9
