@@ -1,9 +1,12 @@
 """``hipdnn-async bench``: CPU convolution algorithms on ResNet-50 layer shapes.
 
-For each layer and direction it prints the time of every applicable algorithm, of the
-heuristic's choice (``global.benchmarking = 0``) and of the benchmarked choice
-(``global.benchmarking = 1``), and the ratios heuristic/best and benchmarked/best, all
-measured in the same run. Times are the median of repeated executions, in ms.
+For each layer and direction it prints the time of every algorithm of every CPU engine
+that takes the graph (``hd.engines``: oneDNN's implementations, the NumPy engine's), as
+the library's own benchmarking (``global.benchmarking = 1``, a fresh perf db) timed them;
+the heuristic's choice (``global.benchmarking = 0``) and the benchmarked choice, each with
+its ``execute_sync`` time (median of repeated executions, host work included); and the
+ratios heuristic/best and benchmarked/best of their algorithms' benchmarking times, so
+that all three come from one measurement. Times in ms, all in the same run.
 """
 from __future__ import annotations
 
@@ -71,40 +74,42 @@ def _variant_pack(g, rng):
 
 def run(directions=("fprop", "dgrad", "wgrad"), layers=RESNET50_LAYERS, repeats=3) -> list[dict]:
     import hipdnn_async as hd
-    from .patterns import match
-    from .providers.cpu import _conv
-    from .providers.cpu._provider import conv_problem, _operands
 
     rng = np.random.default_rng(0)
     rows = []
-    db = hd.PerfDb(tempfile.mktemp(suffix=".sqlite3"))  # a fresh db: benchmarking really runs
-    with hd.Device("cpu", streams=1, perfdb=db) as dev:
-        for name, x_dims, w_dims, pad, stride in layers:
-            for direction in directions:
-                g, _ = _graph(hd, direction, x_dims, w_dims, pad, stride)
-                m = match(g)
-                problem = conv_problem(m)
-                vp = _variant_pack(g, rng)
-                by_role = {role: vp[t] for role, t in m.tensors.items()}
-                a, b, out = (by_role[r] for r in _operands(m))
-                algos = {}
-                for algo in _conv.ALGORITHMS[problem.direction]:
-                    if not algo.applicable(problem):
-                        continue
-                    ws = np.empty(algo.workspace_size(problem), np.uint8)
-                    algos[algo.name] = _time(lambda: algo.run(problem, a, b, out, ws), repeats)
-                heur = dev.build_sync(g)
-                tuned = dev.build_sync(g, knobs={"global.benchmarking": 1})
-                t_heur = _time(lambda: heur.execute_sync(vp), repeats)
-                t_tuned = _time(lambda: tuned.execute_sync(vp), repeats)
-                best = min(algos.values())
-                rows.append({
-                    "layer": name, "direction": direction, "algorithms_ms": algos,
-                    "heuristic": heur.algorithm, "heuristic_ms": t_heur,
-                    "benchmarked": tuned.algorithm, "benchmarked_ms": t_tuned,
-                    "heuristic_over_best": t_heur / best, "benchmarked_over_best": t_tuned / best,
-                })
+    # a fresh db (benchmarking really runs), removed afterwards
+    with tempfile.TemporaryDirectory(prefix="hipdnn_async_bench_") as folder:
+        db = hd.PerfDb(os.path.join(folder, "perfdb.sqlite3"))
+        with hd.Device("cpu", streams=1, perfdb=db) as dev:
+            for name, x_dims, w_dims, pad, stride in layers:
+                for direction in directions:
+                    g, _ = _graph(hd, direction, x_dims, w_dims, pad, stride)
+                    vp = _variant_pack(g, rng)
+                    algos = {}      # every engine's algorithms, as benchmarking timed them
+                    for engine in hd.engines(g, dev):
+                        plan = dev.build_sync(g, engine=engine.name,
+                                              knobs={"global.benchmarking": 1})
+                        algos.update(plan.algorithm.trials)
+                    heur = dev.build_sync(g)
+                    tuned = dev.build_sync(g, knobs={"global.benchmarking": 1})
+                    best = min(algos.values())
+                    rows.append({
+                        "layer": name, "direction": direction, "algorithms_ms": algos,
+                        "heuristic": str(heur.algorithm),
+                        "heuristic_ms": _time(lambda: heur.execute_sync(vp), repeats),
+                        "benchmarked": str(tuned.algorithm),
+                        "benchmarked_ms": _time(lambda: tuned.execute_sync(vp), repeats),
+                        "heuristic_over_best": _over(algos, heur.algorithm, best),
+                        "benchmarked_over_best": _over(algos, tuned.algorithm, best),
+                    })
     return rows
+
+
+def _over(algos: dict, algorithm, best: float):
+    """``algorithm``'s benchmarking time over the best one's, or None where benchmarking
+    did not time it."""
+    t = algos.get(str(algorithm))
+    return None if t is None else t / best
 
 
 def _directions(text: str) -> tuple:
@@ -147,7 +152,7 @@ def main(argv=None) -> int:
                       " ".join(f"{k}={v:.2f}" for k, v in r["algorithms_ms"].items()),
                       f"{r['heuristic']}={r['heuristic_ms']:.2f}",
                       f"{r['benchmarked']}={r['benchmarked_ms']:.2f}",
-                      f"{r['heuristic_over_best']:.2f}", f"{r['benchmarked_over_best']:.2f}"))
+                      _ratio(r["heuristic_over_best"]), _ratio(r["benchmarked_over_best"])))
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     for row in table:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
@@ -155,6 +160,10 @@ def main(argv=None) -> int:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)
     return 0
+
+
+def _ratio(value) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 if __name__ == "__main__":

@@ -145,3 +145,28 @@ def test_bench_json_in_a_missing_folder_is_a_usage_error_before_benchmarking(tmp
         except SystemExit as exc:
             rc = exc.code
         assert rc == 2 and why in capsys.readouterr().err
+
+
+def test_bench_ratios_take_every_engines_algorithms_and_leave_no_file(tmp_path, monkeypatch):
+    """`bench` once took "best" over the NumPy engine's algorithms alone while the
+    heuristic and benchmarked plans ran on oneDNN, so h/best and b/best came out below 1,
+    and it left its perf db in /tmp (found by a break-it helper). Now every engine's
+    algorithms are timed by benchmarking, the ratios are those times over the fastest
+    (so at least 1), and the perf db goes with its temporary folder."""
+    import tempfile
+    from hipdnn_async import _bench
+    from hipdnn_async.runtime import load_onednn
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    rows = _bench.run(("fprop", "wgrad"), [("tiny", (1, 8, 10, 10), (8, 8, 3, 3), 1, 1)], 1)
+    assert [r["direction"] for r in rows] == ["fprop", "wgrad"]
+    for r in rows:
+        names = set(r["algorithms_ms"])
+        assert "direct" in names, names                       # CPU_ENGINE's
+        if load_onednn().ok:
+            assert any(":" in n for n in names), names        # oneDNN's implementations
+        best = min(r["algorithms_ms"].values())
+        for who in ("heuristic", "benchmarked"):
+            assert r[who] in names, (who, r[who], names)
+            assert r[f"{who}_over_best"] == r["algorithms_ms"][r[who]] / best >= 1.0
+            assert r[f"{who}_ms"] > 0
+    assert list(tmp_path.iterdir()) == []
