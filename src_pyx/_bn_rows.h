@@ -153,16 +153,17 @@ HD_BN_SLOW_KIND(f16)
  *   below it only where epsilon is under 1e-36 too, which no network uses.
  * - a pivot p further than HD_BN_PIVOT_FAR root-mean-squares of pass 2 from pass 1's mean
  *   (outliers at two of the three elements it is the median of): pass 1's float32 sums of
- *   x - p, HD_BN_SUM_RUN additions into an accumulator at most, are off by up to about
- *   HD_BN_SUM_RUN 2^-24 mean |x - p| of the mean (two 1e10 among N(0, 1) values put it
- *   5.4 % off channels-first, 0.2 % channels-last). Nearer, that bound is under 6.5e-5
- *   of the spread. The mean is then mf plus the mean of x - mf in float64 (the corrected
+ *   x - p, at most 64 additions into an accumulator (32-lane sums of chunks of at most
+ *   1,024 elements; 64-pixel tiles), are off by up to about 64 2^-24 mean |x - p| of the
+ *   mean (two 1e10 among N(0, 1) values put it 5.4 % off channels-first, 0.2 %
+ *   channels-last). Nearer, that bound is under 6.5e-5 of the spread. An element is at
+ *   most sqrt(M) root-mean-squares from the mean, so only channels of over 256 values
+ *   with such outliers take this path. The mean is then mf plus the mean of x - mf in float64 (the corrected
  *   two-pass algorithm: Chan, Golub and LeVeque, "Algorithms for computing the sample
  *   variance", 1983), the variance about it.
  * Slow paths for such data alone: ordinary channels pay one test. */
 #define HD_BN_TINY_VAR 1e-36
 #define HD_BN_PIVOT_FAR 16.0
-#define HD_BN_SUM_RUN 64    /* 32-lane sums of <= 1024-element chunks; 64-pixel tiles */
 
 /* sum (x - m)^2 (square) or sum (x - m) in float64 over N x R runs of W elements at
  * element stride xs, x + n xn + r xr the first of each (a channels-first channel's rows;
