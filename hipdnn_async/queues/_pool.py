@@ -45,7 +45,9 @@ def _default_n_streams() -> int:
 
 # Host pools of this process. A fork child has none of their worker threads (only the
 # forking thread survives fork), so work queued there would wait forever: in the child,
-# each is closed with the parent's pid as the reason (its submissions raise DeviceError).
+# each is closed with the parent's pid as the reason (its submissions raise DeviceError),
+# and the work the parent had in flight or parked on it finishes there with a
+# DeviceError (its handles would otherwise never be done: the parent runs that work).
 _host_pools: "weakref.WeakSet[StreamPool]" = weakref.WeakSet()
 
 
@@ -53,10 +55,20 @@ def _close_host_pools_in_fork_child() -> None:
     parent = os.getppid()
     for pool in list(_host_pools):
         if not pool._closed:
-            pool._closed = True
             pool._forked_from = parent
-            for s in pool.streams:      # nothing to synchronize or drain: no workers
-                s._closed = True
+        pool._closed = True
+        for s in pool.streams:          # nothing to synchronize or drain: no workers
+            s._closed = True
+            items = [item for item in s._inflight]
+            items += [item for _, item in s._parked]
+            s._inflight.clear()
+            s._parked.clear()
+            for item in items:
+                if not item.done():
+                    item._publish(None, DeviceError(
+                        f"{item.describe()}: submitted in process {parent} before a fork; "
+                        "it runs there, not in this fork child (the stream's worker does "
+                        "not survive fork)", code="INVALID_VALUE"))
 
 
 os.register_at_fork(after_in_child=_close_host_pools_in_fork_child)

@@ -213,3 +213,60 @@ def test_fork_child_submissions_on_the_parents_device_raise(engine):
         assert "fork child" in line and "opened in process" in line, line
         assert "'spawn' or 'forkserver'" in line, line
     assert interior == 4.0 * 9
+
+
+def test_fork_child_fails_the_parents_work_in_flight_instead_of_waiting():
+    """Handles of work the parent had in flight (or queued) at the fork: in the child they
+    are done with a DeviceError saying the work runs in the parent (h.wait(), await h
+    and result() hung forever once, and dev.synchronize() returned with them not done:
+    found by a break-it helper); in the parent they complete with the right values."""
+    proc = _run("""
+        import anyio
+        dims = (16, 64, 56, 56)                      # ~60 ms a conv on 2 cores
+        g = hd.Graph(io_data_type=hd.DataType.FLOAT)
+        x = g.tensor(dims=dims, name="x"); w = g.tensor(dims=(64, 64, 3, 3), name="w")
+        y = g.conv_fprop(x, w, padding=1).set_output(True)
+        X, W = np.ones(dims, np.float32), np.ones((64, 64, 3, 3), np.float32)
+        dev = hd.Device("cpu", streams=1)
+        plan = dev.build_sync(g)
+        outs = [np.zeros(dims, np.float32) for _ in range(3)]
+        handles = [plan.submit({x: X, w: W, y: o}) for o in outs]
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(20)
+            lines = []
+            for h in handles:
+                assert h.wait(timeout=5), "not done in the child"
+                try:
+                    h.result(); lines.append("ran")
+                except hd.DeviceError as exc:
+                    lines.append("DeviceError: " + str(exc))
+            async def sync():
+                await dev.synchronize()
+                try:
+                    await handles[-1]
+                except hd.DeviceError:
+                    return "awaited: DeviceError"
+            lines.append(anyio.run(sync))
+            dev.close()
+            print("child", repr(lines), flush=True)
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        for h in handles:
+            h.result()
+        print("parent", os.WEXITSTATUS(status), [float(o[1, 2, 3, 3]) for o in outs])
+        dev.close()
+    """, timeout=120)
+    assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr[-3000:])
+    lines = proc.stdout.strip().splitlines()
+    child = [l for l in lines if l.startswith("child ")]
+    parent = [l for l in lines if l.startswith("parent ")]
+    assert len(child) == 1 and len(parent) == 1, lines
+    got = eval(child[0].split(" ", 1)[1])  # noqa: S307 - our own repr
+    ran = [g for g in got[:3] if g == "ran"]       # one may have finished before the fork
+    failed = [g for g in got[:3] if g != "ran"]
+    assert failed and got[:3] == ran + failed, got
+    for line in failed:
+        assert line.startswith("DeviceError: ") and "before a fork" in line, line
+    assert got[3] == "awaited: DeviceError", got
+    assert parent[0] == f"parent 0 {[64.0 * 9] * 3}", parent
