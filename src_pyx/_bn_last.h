@@ -54,8 +54,8 @@ typedef struct {
  * 28 x 28 float32 inference 0.76 against 1.82 ms, 2 cores). */
 static __thread int hd_bnl_group = 4;
 
-/* per thread: 3 float64 and 6 float32 vectors of Cp values */
-#define HD_BN_LAST_BLOCK(Cp) ((size_t)(Cp) * (3 * sizeof(double) + 6 * sizeof(float)))
+/* per thread: 5 float64 and 6 float32 vectors of Cp values */
+#define HD_BN_LAST_BLOCK(Cp) ((size_t)(Cp) * (5 * sizeof(double) + 6 * sizeof(float)))
 
 /* the portable rows' outputs overlap no input (what lets the compiler vectorise them) */
 #if defined(__GNUC__) || defined(__clang__)
@@ -80,9 +80,10 @@ static inline void hd_bnl_fence(void) {
 }
 
 /* Per element kind K: s0[c] += the float32 tile sums acc (hd_bnl_sum), those of the
- * channels where they are not finite taken again in float64 over the tile; and y of the
- * channels whose factor a64[c] overflows float32 (hd_bn_overflows), in float64, over the
- * pixels [r0, r1) of a job (after the float32 pass wrote them). */
+ * channels where they are not finite taken again in float64 over the tile; y of the
+ * channels whose factor a64[c] overflows float32 (hd_bn_overflows) or that are wide
+ * (wide[c] != 0: hd_bn_wide), in float64 with the mean m and bias b, over the pixels
+ * [r0, r1) of a job (after the float32 pass wrote them). */
 #define HD_BN_LAST_SLOW(K)                                                                 \
     HD_INLINE void hd_bnl_sum_flush_##K(const HD_TYPE_##K* x, ptrdiff_t xp, ptrdiff_t P,   \
                                         const float* m, ptrdiff_t C, int square,           \
@@ -98,18 +99,19 @@ static inline void hd_bnl_fence(void) {
     }                                                                                      \
     HD_BN_UNUSED static void hd_bnl_fix_##K(const hd_bn_job* j, ptrdiff_t xp, ptrdiff_t yp, \
                                             ptrdiff_t r0, ptrdiff_t r1, const float* m,    \
-                                            const double* a64) {                           \
+                                            const double* a64, const float* b,             \
+                                            const float* wide) {                           \
         const HD_TYPE_##K* x = (const HD_TYPE_##K*)j->x;                                   \
         HD_TYPE_##K* y = (HD_TYPE_##K*)j->y;                                               \
         const ptrdiff_t S = j->S;                                                          \
         ptrdiff_t c;                                                                       \
         hd_bnl_fence();                                                                    \
         for (c = 0; c < j->C; c++)                                                         \
-            if (hd_bn_overflows(a64[c]))                                                   \
+            if (hd_bn_overflows(a64[c]) || (wide != NULL && wide[c] != 0.0f))              \
                 HD_BN_LAST_FOR_TILES(r0, r1, S, n, s, P)                                   \
                     hd_bn_affine64_##K(x + n * j->xn + s * xp + c, xp,                     \
                                        y + n * j->yn + s * yp + c, yp, P, m[c], a64[c],    \
-                                       j->bias[c], j->act, j->lo, j->hi);                  \
+                                       b[c], j->act, j->lo, j->hi);                        \
     }
 
 /* Tile functions: P pixels (<= HD_BN_FLUSH) at pixel strides xp, yp, gp, over C channels;
@@ -249,6 +251,28 @@ static inline ptrdiff_t hd_bnl_tile(ptrdiff_t r, ptrdiff_t r1, ptrdiff_t S) {
 /* The share of thread ithr of nthr of a channels-last job; KS is the suffix of the tile
  * functions (K_ISA). The per-channel float64 work is plain C, C values a pass. */
 #define HD_BN_LAST_TEAM(KS, ATTR, K)                                                       \
+    /* training's float64 sums s1[c] = sum (x - m[c]), s2[c] = sum (x - m[c])^2 over the   \
+     * whole job, for the channels hd_bn_stats_need asks them of: every channel in one     \
+     * pass over the pixels, the channels' loop vectorised, the others' sums unused (a     \
+     * channel at a time, at the pixel stride, took 8-15x the time of training on         \
+     * ordinary data) */                                                                   \
+    ATTR HD_BN_UNUSED static void hd_bnl_moments64_##KS(const hd_bn_job* j, ptrdiff_t xp,  \
+                                                        const double* HD_BNL_RESTRICT m,   \
+                                                        double* HD_BNL_RESTRICT s1,        \
+                                                        double* HD_BNL_RESTRICT s2) {      \
+        const HD_TYPE_##K* x = (const HD_TYPE_##K*)j->x;                                   \
+        const ptrdiff_t C = j->C, R = j->N * j->S;                                         \
+        ptrdiff_t c, r;                                                                    \
+        for (c = 0; c < C; c++) s1[c] = s2[c] = 0.0;                                       \
+        for (r = 0; r < R; r++) {                                                          \
+            const HD_TYPE_##K* xq = x + (r / j->S) * j->xn + (r % j->S) * xp;              \
+            for (c = 0; c < C; c++) {                                                      \
+                const double d = (double)HD_LOAD_##K(xq[c]) - m[c];                        \
+                s1[c] += d;                                                                \
+                s2[c] += d * d;                                                            \
+            }                                                                              \
+        }                                                                                  \
+    }                                                                                      \
     /* backward under RELU_BWD: this thread's sums s0, s1 of the channels whose a =        \
      * float32(scale inv) is not finite taken again over the pixels [r0, r1), in float64   \
      * with the mask's forward value of HD_BN_FWD64 (the tiles' float32 sums of d * inf    \
@@ -319,8 +343,11 @@ static inline ptrdiff_t hd_bnl_tile(ptrdiff_t r, ptrdiff_t r1, ptrdiff_t S) {
         double* d1 = d0 + Cp;                                                              \
         double* a64 = d1 + Cp;                   /* the factor a in float64 (forward); */  \
                                                  /* backward: 1 where dx takes float64 */  \
-        float* f0 = (float*)(a64 + Cp);          /* float32 sums of a tile (portable) */   \
-        float* f1 = f0 + Cp;                                                               \
+        double* d2 = a64 + Cp;                   /* training: float64 sums of x - mean, */ \
+        double* d3 = d2 + Cp;                    /* and of its squares */                  \
+        float* f0 = (float*)(d3 + Cp);           /* float32 sums of a tile (portable); */  \
+                                                 /* training: hd_bn_stats_need's */        \
+        float* f1 = f0 + Cp;                     /* training: hd_bn_wide's */              \
         float* fm = f1 + Cp;                     /* training: the mean subtracted; */      \
                                                  /* backward: inv, or 1 where k2 folds */  \
         float* fa = fm + Cp;                     /* the factor a; backward: k1 */          \
@@ -342,7 +369,7 @@ static inline ptrdiff_t hd_bnl_tile(ptrdiff_t r, ptrdiff_t r1, ptrdiff_t S) {
             HD_BN_LAST_FOR_TILES(r0, r1, S, n, s, P)                                       \
                 hd_bnl_affine_##KS(x + n * j->xn + s * xp, xp, y + n * j->yn + s * yp, yp, \
                                    P, j->mean, fa, j->bias, C, j->act, j->lo, j->hi);      \
-            if (big) hd_bnl_fix_##K(j, xp, yp, r0, r1, j->mean, a64);                      \
+            if (big) hd_bnl_fix_##K(j, xp, yp, r0, r1, j->mean, a64, j->bias, NULL);       \
         } else if (j->op == HD_BN_TRAINING) {                                              \
             double mean, dm, var;                                                          \
             int big = 0;                                                                   \
@@ -378,14 +405,39 @@ static inline ptrdiff_t hd_bnl_tile(ptrdiff_t r, ptrdiff_t r1, ptrdiff_t S) {
             }                                                                              \
             if (nthr > 1) L->barrier();                                                    \
             if (!me) return;                                                               \
+            {                                                                              \
+                int need = 0;                    /* the most a channel's statistics need */ \
+                for (c = 0; c < C; c++) {                                                  \
+                    double q = 0.0;                                                        \
+                    for (u = 0; u < team; u++)                                             \
+                        q += ((const double*)(L->scratch + u * HD_BN_LAST_BLOCK(Cp)))[Cp + c]; \
+                    /* as the channels-first rows: a64 the mean, d0 the variance */        \
+                    f0[c] = (float)hd_bn_stats_need(k2[c], a64[c], q, M, j->eps, &mean,    \
+                                                    &dm, &var);                            \
+                    f1[c] = (float)hd_bn_wide(q);                                          \
+                    need = f0[c] > need ? (int)f0[c] : need;                               \
+                    a64[c] = mean;                                                         \
+                    d0[c] = var;                                                           \
+                }                                                                          \
+                /* float64 where the float32 sums may have lost them, every such channel  \
+                 * in one pass over the pixels (every thread the same sums) */             \
+                if (need) {                                                                \
+                    hd_bnl_moments64_##KS(j, xp, a64, d2, d3);                             \
+                    for (c = 0; c < C; c++)                                                \
+                        if (f0[c] != 0.0f) {                                               \
+                            mean = a64[c];                                                 \
+                            dm = mean - (double)fm[c];                                     \
+                            hd_bn_stats_fix((int)f0[c], M, a64[c], d2[c], d3[c], &mean,    \
+                                            &dm, &d0[c]);                                  \
+                            a64[c] = mean;                                                 \
+                        }                                                                  \
+                }                                                                          \
+            }                                                                              \
             for (c = 0; c < C; c++) {                                                      \
-                double q = 0.0, r_;                                                        \
-                for (u = 0; u < team; u++)                                                 \
-                    q += ((const double*)(L->scratch + u * HD_BN_LAST_BLOCK(Cp)))[Cp + c]; \
-                /* as the channels-first rows (float64 where the float32 sums may have    \
-                 * lost them: every thread the same sums) */                               \
-                hd_bn_stats_##K(x + c, j->N, j->xn, 1, 0, S, xp, k2[c], a64[c], q, j->eps,  \
-                                &mean, &dm, &var);                                         \
+                double r_;                                                                 \
+                mean = a64[c];                                                             \
+                var = d0[c];                                                               \
+                dm = mean - (double)fm[c];                                                 \
                 /* y from the float64 variance, as in the channels-first rows */           \
                 a64[c] = j->scale[c] / sqrt(var + j->eps);                                 \
                 fa[c] = (float)a64[c];                                                     \
@@ -393,7 +445,7 @@ static inline ptrdiff_t hd_bnl_tile(ptrdiff_t r, ptrdiff_t r1, ptrdiff_t S) {
                  * rows: y = (x - fm) a + (bias - a (mean - fm)) */                        \
                 r_ = a64[c] * dm;                                                          \
                 k3[c] = r_ == 0.0 ? j->bias[c] : (float)((double)j->bias[c] - r_); /* -0.0 */ \
-                big |= hd_bn_overflows(a64[c]);                                            \
+                big |= hd_bn_overflows(a64[c]) || f1[c] != 0.0f;                           \
                 if (ithr == 0) {                                                           \
                     j->mean_out[c] = (float)mean;                                          \
                     if (j->var_out64)                                                      \
@@ -406,7 +458,7 @@ static inline ptrdiff_t hd_bnl_tile(ptrdiff_t r, ptrdiff_t r1, ptrdiff_t S) {
             HD_BN_LAST_FOR_TILES(r0, r1, S, n, s, P)                                       \
                 hd_bnl_affine_##KS(x + n * j->xn + s * xp, xp, y + n * j->yn + s * yp, yp, \
                                    P, fm, fa, k3, C, j->act, j->lo, j->hi);                \
-            if (big) hd_bnl_fix_##K(j, xp, yp, r0, r1, fm, a64);                           \
+            if (big) hd_bnl_fix_##K(j, xp, yp, r0, r1, fm, a64, k3, f1);                   \
         } else {                                                                           \
             const float* b = j->act ? j->bias : k3;                                        \
             int xh = 0;                          /* a k2 of xhat (hd_bn_folds) */          \
