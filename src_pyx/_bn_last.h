@@ -22,8 +22,8 @@
  *
  * A channel's float32 tile sums that come out non-finite are taken again in float64 over
  * the tile (one test per channel and tile), and a channel whose factor scale /
- * sqrt(variance + epsilon) overflows float32 has its y taken again in float64 after the
- * pass (hd_bnl_fix_*), one whose backward factors overflow float32 (k1, k2 or k3 beyond
+ * sqrt(variance + epsilon) overflows float32, or whose x - mean does (hd_bn_wide), has
+ * its y taken again in float64 after the pass (hd_bnl_fix_*), one whose backward factors overflow float32 (k1, k2 or k3 beyond
  * FLT_MAX) its dx (hd_bnl_dxfix_*), as in the channels-first rows (_bn_rows.h); where a =
  * float32(scale inv) itself overflows, under RELU_BWD, also its sums (hd_bnl_bsumfix_*),
  * so that the mask's forward value is inference's y there (HD_BN_FWD64) in both.

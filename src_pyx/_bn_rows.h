@@ -22,7 +22,8 @@
  * slow path only there), so that |x - mean| up to FLT_MAX (squares to 1e77) and sums of
  * values near FLT_MAX give the float64 statistics; a channel whose factor scale /
  * sqrt(variance + epsilon) overflows float32 (a variance + epsilon below (scale /
- * FLT_MAX)^2) has its y taken in float64 (hd_bn_affine64_*). Non-finite data take the
+ * FLT_MAX)^2), or whose x - mean does (hd_bn_wide: x near +-FLT_MAX), has its y taken in
+ * float64 (hd_bn_affine64_*). Non-finite data take the
  * slow path too and give the same non-finite results. A channel whose backward factors
  * overflow float32 (finite in float64: k1 = scale inv from inv ~ 3e38, the factor of x - m
  * or of xhat, k3 = -k1 sum g / M from dy ~ 1e30), where dx may be finite, has its dx taken
