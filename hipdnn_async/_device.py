@@ -235,8 +235,7 @@ class Device:
 
     def _check_open(self, where: str) -> None:
         if self._pool.closed:
-            reason = ("is closed; open a new Device" if self._pool._forked_from is None
-                      else self._pool.closed_reason())
+            reason = self._pool.fork_reason() or "is closed; open a new Device"
             raise DeviceError(f"{where}: device '{self.spec}' {reason}", code="INVALID_VALUE")
 
     async def __aexit__(self, *exc) -> None:

@@ -1141,9 +1141,10 @@ def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=No
     mean)^2) / M`` over the M = N * spatial values of a channel (two passes; per-row sums of
     float32 lanes added in float64, the first of x - p, p the median of the channel's
     first, middle and last values, so that the lanes add deviations, not the offset: a
-    constant channel's mean is exact; channels-first, the mean is then corrected by the
-    second pass's sum of x - mean (Chan, Golub and LeVeque, "Algorithms for computing the
-    sample variance", 1983)); ``y = (x - mean) * (scale / sqrt(variance + epsilon))
+    constant channel's mean is exact; where the pivot lies far from that mean, or variance
+    + epsilon is below 1e-36, the channel's mean and variance are taken again in float64,
+    the corrected two-pass algorithm of Chan, Golub and LeVeque, "Algorithms for computing
+    the sample variance", 1983); ``y = (x - mean) * (scale / sqrt(variance + epsilon))
     + bias``; backward ``dbias = sum(g)``, ``dscale = inv_variance * sum(g * (x - mean))``,
     ``dx = scale * inv_variance / M * (M g - dbias - (x - mean) * inv_variance * dscale)``.
     Element arithmetic is float32 (y and dx rounded once to the element type).

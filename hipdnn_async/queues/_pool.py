@@ -5,7 +5,6 @@ import os
 import sys
 import threading
 import time
-
 import weakref
 
 import anyio
@@ -59,8 +58,7 @@ def _close_host_pools_in_fork_child() -> None:
         pool._closed = True
         for s in pool.streams:          # nothing to synchronize or drain: no workers
             s._closed = True
-            items = [item for item in s._inflight]
-            items += [item for _, item in s._parked]
+            items = list(s._inflight) + [item for _, item in s._parked]
             s._inflight.clear()
             s._parked.clear()
             for item in items:
@@ -180,14 +178,15 @@ class StreamPool:
     def _check_open(self, label: str) -> None:
         if self._closed:
             what = f" {label}" if label else ""
-            raise DeviceError(f"StreamPool '{self.device_name}': submit{what} "
-                              f"{self.closed_reason()}", code="INVALID_VALUE")
+            reason = self.fork_reason() or "after close; open a new device"
+            raise DeviceError(f"StreamPool '{self.device_name}': submit{what} {reason}",
+                              code="INVALID_VALUE")
 
-    def closed_reason(self) -> str:
-        """Why the pool takes no work ("after close", or the fork it was inherited
-        through); for error messages."""
+    def fork_reason(self) -> str | None:
+        """Why this pool takes no work in a fork child of the process that opened it, or
+        None (not inherited through a fork); for error messages."""
         if self._forked_from is None:
-            return "after close; open a new device"
+            return None
         return (f"in a fork child: the device was opened in process {self._forked_from}, "
                 "and its stream workers do not survive fork; open a new Device in this "
                 "process (or start worker processes with multiprocessing's 'spawn' or "
