@@ -366,34 +366,30 @@ static __thread int hd_bn_stream = 0;
     HD_BN_CHANNEL(ISA, ATTR, K, hd_bn_affine_##K##_##ISA, hd_bn_dx_##K##_##ISA)
 
 #define HD_BN_ROWS_OF(ISA, ATTR, K)                                                        \
-    /* over S elements: *s2 += sum (x - m)^2 where square, else *s1 += sum (x - m) */       \
+    /* *s += sum (x - m)^2 (square) or sum (x - m) over S elements, in 32 float32 lanes */ \
     ATTR HD_BN_UNUSED static void hd_bn_sums_##K##_##ISA(const HD_TYPE_##K* x, ptrdiff_t S,\
-                                                         float m, int square, double* s1,  \
-                                                         double* s2) {                     \
-        float a1[HD_BN_LANES], a2[HD_BN_LANES];                                            \
+                                                         float m, int square, double* s) { \
+        float a[HD_BN_LANES];                                                              \
         ptrdiff_t i = 0, j;                                                                \
-        double t1 = 0.0, t2 = 0.0;                                                         \
-        for (j = 0; j < HD_BN_LANES; j++) a1[j] = a2[j] = 0.0f;                            \
+        double t = 0.0;                                                                    \
+        for (j = 0; j < HD_BN_LANES; j++) a[j] = 0.0f;                                     \
         if (square) {                                                                      \
             for (; i + HD_BN_LANES <= S; i += HD_BN_LANES)                                 \
                 for (j = 0; j < HD_BN_LANES; j++) {                                        \
                     float d = HD_LOAD_##K(x[i + j]) - m;                                   \
-                    a2[j] += d * d;                                                        \
+                    a[j] += d * d;                                                         \
                 }                                                                          \
             for (; i < S; i++) {                                                           \
                 float d = HD_LOAD_##K(x[i]) - m;                                           \
-                t2 += d * d;                                                               \
+                t += d * d;                                                                \
             }                                                                              \
         } else {                                                                           \
             for (; i + HD_BN_LANES <= S; i += HD_BN_LANES)                                 \
-                for (j = 0; j < HD_BN_LANES; j++) a1[j] += HD_LOAD_##K(x[i + j]) - m;      \
-            for (; i < S; i++) t1 += HD_LOAD_##K(x[i]) - m;                                \
+                for (j = 0; j < HD_BN_LANES; j++) a[j] += HD_LOAD_##K(x[i + j]) - m;       \
+            for (; i < S; i++) t += HD_LOAD_##K(x[i]) - m;                                 \
         }                                                                                  \
-        for (j = 0; j < HD_BN_LANES; j++) t1 += a1[j], t2 += a2[j];                        \
-        if (square)                                                                        \
-            *s2 += hd_bn_finite(t2) ? t2 : hd_bn_sum64_##K(x, 1, S, m, 1);                 \
-        else                                                                               \
-            *s1 += hd_bn_finite(t1) ? t1 : hd_bn_sum64_##K(x, 1, S, m, 0);                 \
+        for (j = 0; j < HD_BN_LANES; j++) t += a[j];                                       \
+        *s += hd_bn_finite(t) ? t : hd_bn_sum64_##K(x, 1, S, m, square);                   \
     }                                                                                      \
     /* y = clamp((x - m) * a + b) where act, else (x - m) * a + b */                        \
     ATTR HD_BN_UNUSED static void hd_bn_affine_##K##_##ISA(const HD_TYPE_##K* x, HD_TYPE_##K* y,        \
@@ -585,7 +581,7 @@ static inline ptrdiff_t hd_bn_block(const hd_bn_job* j) {
                 for (r = 0; r < R; r++)                                                \
                     for (o = 0; o < W; o += HD_BN_CHUNK)                               \
                         hd_bn_sums_##K##_##ISA(x0 + b * xc + n * xn + r * xr + o,      \
-                                               HD_BN_RUN(W, o), p[b], 0, &s[b], NULL); \
+                                               HD_BN_RUN(W, o), p[b], 0, &s[b]);       \
         for (b = 0; b < B; b++) {                                                      \
             s[b] = (double)p[b] + s[b] / M;                  /* pass 1's mean */       \
             mf[b] = (float)s[b];                                                       \
@@ -596,7 +592,7 @@ static inline ptrdiff_t hd_bn_block(const hd_bn_job* j) {
                 for (r = 0; r < R; r++)                                                \
                     for (o = 0; o < W; o += HD_BN_CHUNK)                               \
                         hd_bn_sums_##K##_##ISA(x + r * xr + o, HD_BN_RUN(W, o), mf[b], \
-                                               1, NULL, &q[b]);                        \
+                                               1, &q[b]);                              \
                 if (pf && c0 + b + B < j->C) hd_bn_prefetch(x + B * xc, rowb);         \
             }                                                                          \
         for (b = 0; b < B; b++) {                                                      \
@@ -849,22 +845,22 @@ HD_AVX512V static inline __m512 hd_bn_affv(__m512 x, __m512 m, __m512 a, __m512 
 
 #define HD_BN_VEC_KIND(K, ATTR)                                                            \
     ATTR static void hd_bn_sums_##K##_avx512v(const HD_TYPE_##K* x, ptrdiff_t S, float m,  \
-                                              int square, double* s1, double* s2) {        \
+                                              int square, double* s) {                     \
         const __m512 vm = _mm512_set1_ps(m);                                               \
         __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();                         \
-        __m512 q0 = _mm512_setzero_ps(), q1 = _mm512_setzero_ps();                         \
         ptrdiff_t i = 0;                                                                   \
+        double t;                                                                          \
         if (square) {                                                                      \
             for (; i + 32 <= S; i += 32) {                                                 \
                 __m512 d0 = _mm512_sub_ps(hd_bn_ld_##K(x + i, 0xffff), vm);                \
                 __m512 d1 = _mm512_sub_ps(hd_bn_ld_##K(x + i + 16, 0xffff), vm);           \
-                q0 = _mm512_fmadd_ps(d0, d0, q0);                                          \
-                q1 = _mm512_fmadd_ps(d1, d1, q1);                                          \
+                a0 = _mm512_fmadd_ps(d0, d0, a0);                                          \
+                a1 = _mm512_fmadd_ps(d1, d1, a1);                                          \
             }                                                                              \
             for (; i < S; i += 16) {                                                       \
                 __mmask16 k = hd_bn_tail(S - i);                                           \
                 __m512 d = _mm512_maskz_sub_ps(k, hd_bn_ld_##K(x + i, k), vm);             \
-                q0 = _mm512_fmadd_ps(d, d, q0);                                            \
+                a0 = _mm512_fmadd_ps(d, d, a0);                                            \
             }                                                                              \
         } else {                                                                           \
             for (; i + 32 <= S; i += 32) {                                                 \
@@ -876,13 +872,8 @@ HD_AVX512V static inline __m512 hd_bn_affv(__m512 x, __m512 m, __m512 a, __m512 
                 a0 = _mm512_add_ps(a0, _mm512_maskz_sub_ps(k, hd_bn_ld_##K(x + i, k), vm));\
             }                                                                              \
         }                                                                                  \
-        if (square) {                                                                      \
-            const double t2 = hd_bn_hsum(q0, q1);                                          \
-            *s2 += hd_bn_finite(t2) ? t2 : hd_bn_sum64_##K(x, 1, S, m, 1);                 \
-        } else {                                                                           \
-            const double t1 = hd_bn_hsum(a0, a1);                                          \
-            *s1 += hd_bn_finite(t1) ? t1 : hd_bn_sum64_##K(x, 1, S, m, 0);                 \
-        }                                                                                  \
+        t = hd_bn_hsum(a0, a1);                                                            \
+        *s += hd_bn_finite(t) ? t : hd_bn_sum64_##K(x, 1, S, m, square);                   \
     }                                                                                      \
     /* hd_bn_bsum64 of the intrinsic rows: their mask's forward value is one FMA */        \
     HD_BN_BSUM64(ATTR, K, hd_bn_bsum64_##K##_avx512v, HD_BN_FWD_FMA)                       \
