@@ -60,6 +60,14 @@ def laid(values, dtype, layout):
     return a, f64(a)
 
 
+def pivot_pixels(r, group):
+    """The pixels (n * spatial + s) of group ``group`` (0, 1, 2) of the channels-last
+    training pivot's samples in a job of ``r`` pixels: sample i of 3 G at r (2 i + 1) //
+    (6 G), in group i % 3, G = 16 (``_bn_last.h``: HD_BNL_PIVOT_G, hd_bnl_pivot_*)."""
+    n = 3 * 16
+    return sorted({r * (2 * i + 1) // (2 * n) for i in range(group, n, 3)})
+
+
 def empty_like_layout(a):
     out = np.empty_like(a)   # keeps the strides' order (NHWC stays NHWC)
     out[...] = np.nan
@@ -245,23 +253,28 @@ def test_training_of_constant_channels_gives_the_bias(value, eps, dtype, layout,
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("where", ["first_last", "first_middle", "all_three"])
 def test_training_with_outliers_at_the_pivots_elements(where, dtype, layout, isa):
-    """Outliers of 1e10 at two or three of the elements the pivot is the median of (a
-    channel's first, middle and last values), N(0, 1) elsewhere: the pivot is an outlier,
-    and the float32 lanes of pass 1 add x - p of about -1e10 for every other value. The
-    mean (within 1e-5 of the mean of |x|, the rows' sum bound), the variance and y stay
-    within their tolerances of float64: pass 2's deviations from pass 1's mean correct it
-    (found by a break-it helper: 2 outliers put the mean 5.4 % off channels-first, 0.2 %
-    channels-last)."""
+    """Outliers of 1e10 at two or three of the elements the pivot is the median of
+    (channels-first: a channel's first, middle and last values; channels-last: every
+    sampled pixel of one, two or three of the three groups whose means it is the median
+    of), N(0, 1) elsewhere: the pivot is an outlier, and the float32 lanes of pass 1 add
+    x - p of about -1e10 for every other value. The mean (within 1e-5 of the mean of |x|,
+    the rows' sum bound), the variance and y stay within their tolerances of float64:
+    pass 2's deviations from pass 1's mean correct it (found by a break-it helper: 2
+    outliers put the mean 5.4 % off channels-first, 0.2 % channels-last)."""
     kind, dt = KINDS[dtype]
     shape = (4, 3, 32, 64)
     rng = np.random.default_rng([len(where), len(dtype)])
     xv = rng.standard_normal(shape)
     n, s_ = shape[0], shape[2] * shape[3]
-    spots = {"first": (0, 0), "middle": (n // 2, s_ // 2), "last": (n - 1, s_ - 1)}
+    if layout == "first":
+        spots = {"first": [(0, 0)], "middle": [(n // 2, s_ // 2)], "last": [(n - 1, s_ - 1)]}
+    else:
+        spots = {name: [divmod(r, s_) for r in pivot_pixels(n * s_, g)]
+                 for g, name in enumerate(("first", "middle", "last"))}
     names = ("first", "middle", "last") if where == "all_three" else where.split("_")
     for name in names:
-        i, o = spots[name]
-        xv[i, :, o // shape[3], o % shape[3]] = 1e10
+        for i, o in spots[name]:
+            xv[i, :, o // shape[3], o % shape[3]] = 1e10
     x, xr = laid(xv, dt, layout)
     scale, bias = np.ones(3, np.float32), np.zeros(3, np.float32)
     y, mean, var = _training_rows(x, kind, scale, bias, 1e-5, isa, wide=True)
@@ -269,6 +282,11 @@ def test_training_with_outliers_at_the_pivots_elements(where, dtype, layout, isa
     m = xr.mean(axis=(0, 2, 3))
     v = xr.var(axis=(0, 2, 3))
     bound = 1e-5 * np.abs(xr).mean(axis=(0, 2, 3))
+    if layout == "last":
+        # 16-48 outliers raise the spread so that the pivot lies within 16 of its
+        # root-mean-squares (no float64 pass): the contract's bound for the batch mean
+        # (docs/contract/tolerances.md), 64 2^-24 max|x - mean| (909 off at 3.9e7 here)
+        bound = np.maximum(bound, 64 * 2.0**-24 * np.abs(xr - chan(m)).max(axis=(0, 2, 3)))
     assert (np.abs(f64(mean) - m) <= bound).all(), (what, mean, m, bound)
     assert (np.abs(var - v) <= 1e-5 * v).all(), (what, var, v)
     want = (xr - chan(m)) / np.sqrt(chan(v) + 1e-5)
