@@ -183,8 +183,10 @@ HD_BN_SLOW_KIND(f16)
  *   below 1e-23, so a variance of 1e-46 came out 0 and, at epsilon 1e-77, y = (x - mean)
  *   / sqrt(epsilon) 1e14 off. Above it that error is under 2^-30 of variance + epsilon;
  *   below it only where epsilon is under 1e-36 too, which no network uses.
- * - a pivot p further than HD_BN_PIVOT_FAR root-mean-squares of pass 2 from pass 1's mean
- *   (outliers at two of the three elements it is the median of): pass 1's float32 sums of
+ * - a pivot p further than HD_BN_PIVOT_FAR root-mean-squares (of the sums about pass 1's
+ *   mean) from that mean (outliers at most of the elements it is taken from: two of the
+ *   three channels-first, two of the three sampled groups channels-last, hd_bnl_pivot_*):
+ *   pass 1's float32 sums of
  *   x - p, at most 64 additions into an accumulator (32-lane sums of chunks of at most
  *   1,024 elements; 64-pixel tiles), are off by up to about 64 2^-24 mean |x - p| of the
  *   mean (two 1e10 among N(0, 1) values put it 5.4 % off channels-first, 0.2 %
