@@ -58,39 +58,30 @@ static __thread int hd_bnl_group = 4;
 /* per thread: 5 float64 and 6 float32 vectors of Cp values */
 #define HD_BN_LAST_BLOCK(Cp) ((size_t)(Cp) * (5 * sizeof(double) + 6 * sizeof(float)))
 
-/* Training's statistics in one pass where the pivot allows (hd_bnl_one_pass): the tiles
- * sum x - p and (x - p)^2 together, and the variance is S2 / M - (S1 / M)^2 (the shifted
- * one-pass algorithm: Chan, Golub and LeVeque, "Algorithms for computing the sample
- * variance", 1983), where p is within one standard deviation of the mean of every channel.
- * The float32 tile sums of the squares are then rounded relative to at most twice the
- * variance (S2 / M = variance + (mean - p)^2), and the mean's rounding moves the variance
- * by at most twice the standard deviation times it: a few times the rounding of the sums
- * about the mean, far inside the tolerances (FLOAT training 4e-3). Elsewhere (data
- * without such a pivot, non-finite sums) pass 2 sums (x - mean)^2 as before. One pass
- * fewer over x: 32 x 256 x 28 x 28 float32 training 0.75-0.8x the time of three passes.
- * The pivot is a median of three means of HD_BNL_PIVOT_G sampled pixels: on N(0, 1) data
- * within about 0.2 of the mean, where one value (the former median of the first, middle
- * and last pixels) was over 1 away for 13 % of channels, so that a job of 64 channels
- * nearly always needed pass 2; one outlier moves one group's mean, not the median. */
+/* Training's statistics in one pass where the pivot allows it (hd_bn_one_pass: within one
+ * standard deviation of the mean) for every channel: the tiles sum x - p and (x - p)^2
+ * together, and pass 2 (the squared deviations from the mean, and its barrier) is left
+ * out. The pivot is a median of three means of HD_BNL_PIVOT_G sampled pixels: on N(0, 1)
+ * data within about 0.2 of the mean, where one value (the median of the first, middle and
+ * last pixels, as the channels-first rows take per channel) was over 1 away for 13 % of
+ * channels, so that a job of 64 channels nearly always needed pass 2; one outlier moves
+ * one group's mean, not the median. */
 #define HD_BNL_PIVOT_G 16
 
 /* Whether the team's sums of x - p and (x - p)^2 (each block's first two float64 vectors,
- * hd_bnl_team_*) give every channel's variance in one pass: finite, M > 0, and (S1 / M)^2
- * <= S2 / M - (S1 / M)^2. Non-finite data keep pass 2 (and its results). */
+ * hd_bnl_team_*) give every channel's variance in one pass (hd_bn_one_pass). */
 static int hd_bnl_one_pass(const hd_bn_last_job* L, int team, double M) {
     const ptrdiff_t C = L->j.C, Cp = L->Cp;
     ptrdiff_t c;
     int u;
-    if (!(M > 0.0)) return 0;
     for (c = 0; c < C; c++) {
-        double s1 = 0.0, s2 = 0.0, d;
+        double s1 = 0.0, s2 = 0.0;
         for (u = 0; u < team; u++) {
             const double* du = (const double*)(L->scratch + u * HD_BN_LAST_BLOCK(Cp));
             s1 += du[c];
             s2 += du[Cp + c];
         }
-        d = s1 / M;
-        if (!(hd_bn_finite(s1) && hd_bn_finite(s2) && 2.0 * d * d <= s2 / M)) return 0;
+        if (!hd_bn_one_pass(s1, s2, M)) return 0;
     }
     return 1;
 }
@@ -460,19 +451,18 @@ static inline ptrdiff_t hd_bnl_tile(ptrdiff_t r, ptrdiff_t r1, ptrdiff_t S) {
             two = !hd_bnl_one_pass(L, team, M);   /* the same for every thread */          \
             if (me) {                                                                      \
                 for (c = 0; c < C; c++) {                                                  \
-                    double s1 = 0.0, s2 = 0.0, e;                                          \
+                    double s1 = 0.0, s2 = 0.0;                                             \
                     for (u = 0; u < team; u++) {                                           \
-                        const double* du = (const double*)(L->scratch + u * HD_BN_LAST_BLOCK(Cp));\
+                        const double* du = (const double*)(L->scratch + u * HD_BN_LAST_BLOCK(Cp)); \
                         s1 += du[c];                                                       \
                         s2 += du[Cp + c];                                                  \
                     }                                                                      \
                     a64[c] = (double)fm[c] + s1 / M;   /* the float64 mean, kept */        \
                     k2[c] = fm[c];                      /* the pivot, kept */              \
                     fm[c] = (float)a64[c];                                                 \
-                    /* one pass: sum (x - fm)^2 from the sums about p (e = fm - p), in     \
-                     * this thread's d2 (no other thread reads it then) */                 \
-                    e = (double)fm[c] - (double)k2[c];                                     \
-                    if (!two) d2[c] = s2 - 2.0 * e * s1 + M * e * e;                       \
+                    /* one pass: sum (x - fm)^2 from the sums about p, in this thread's   \
+                     * d2 (no other thread reads it then) */                               \
+                    if (!two) d2[c] = hd_bn_one_pass_q(s1, s2, M, k2[c], fm[c]);          \
                 }                                                                          \
                 if (two) {   /* pass 2: sum (x - fm)^2 into d2, read after the barrier */  \
                     for (c = 0; c < Cp; c++) d2[c] = 0.0;                                  \

@@ -295,6 +295,51 @@ def test_training_with_outliers_at_the_pivots_elements(where, dtype, layout, isa
 
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("layout", ["first", "last"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("data", ["normal", "two_values"])
+@pytest.mark.parametrize("k_sigma", [0.0, 0.5, 3.0, 12.0, 40.0])
+def test_training_around_the_one_pass_bound(k_sigma, data, dtype, layout, isa):
+    """Offset data (1e4 + sigma N(0, 1), bfloat16 1e2 + ...; or the offset + -sigma / 3
+    alternately, whose float32 lanes round alike, so that their errors add up rather than
+    cancel) whose pivot's elements (channels-first: a channel's first, middle and last
+    values; channels-last: all 48 sampled pixels) lie k_sigma standard deviations above
+    the rest, so that the pivot does: statistics in one pass (0, 0.5: the variance as
+    S2 / M - (S1 / M)^2 of the sums about the pivot), with pass 2's squared deviations
+    from the mean (3, 12) and in float64 (40: over 16 root-mean-squares). The saved mean
+    is float64's rounded to float32, the variance within 1e-6 of float64's (one pass
+    taken at 12 sigma: 2e-5 to 6e-5 off on the two values) and y within tolerance."""
+    kind, dt = KINDS[dtype]
+    shape = (4, 3, 100, 100)
+    off, sigma = (1e4, np.array([1.0, 0.01, 1.0])) if dtype == "float32" else \
+        (1e2, np.array([1.0, 4.0, 1.0]))
+    rng = np.random.default_rng([int(k_sigma * 10), len(dtype), len(layout), len(data)])
+    if data == "normal":
+        dev = rng.standard_normal(shape)
+    else:
+        dev = np.where(np.arange(np.prod(shape)).reshape(shape) % 2 == 0, 1 / 3, -1 / 3)
+    xv = off + chan(sigma) * dev
+    s_ = 100 * 100
+    if layout == "first":
+        spots = [0, 2 * s_ + s_ // 2, 4 * s_ - 1]
+    else:
+        spots = [r for g in range(3) for r in pivot_pixels(4 * s_, g)]
+    for r in spots:
+        xv[r // s_, :, (r % s_) // 100, r % 100] += k_sigma * sigma * dev.std()
+    x, xr = laid(xv, dt, layout)
+    scale = np.array([1.0, 2.0, 0.5], np.float32)
+    bias = np.array([0.0, 1.0, -1.0], np.float32)
+    y, mean, var = _training_rows(x, kind, scale, bias, 1e-5, isa, wide=True)
+    what = f"{data} {dtype} {layout} {isa} pivot {k_sigma:g} sigma away"
+    m = xr.mean(axis=(0, 2, 3))
+    v = xr.var(axis=(0, 2, 3))
+    assert (f64(mean) == m.astype(np.float32)).all(), (what, f64(mean) - m)
+    assert np.allclose(var, v, rtol=1e-6, atol=0), (what, var / v - 1)
+    want = chan(scale) * (xr - chan(m)) / np.sqrt(chan(v) + 1e-5) + chan(bias)
+    assert_close(y, want, *tol("bn_training", dtype), what)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("layout", ["first", "last"])
 @pytest.mark.parametrize("outlier", [1e4, 1e30])
 def test_training_with_one_outlier_keeps_pass_1s_mean(outlier, layout, isa):
     """One outlier among 2 x 10^4 N(0, 1) values of a channel (not at a pivot element):
