@@ -873,6 +873,8 @@ cdef extern from "_bn_last.h" nogil:
         int group
     void hd_bn_last_team(void* data, int ithr, int nthr) noexcept
     size_t HD_BN_LAST_BLOCK(Py_ssize_t Cp)
+    Py_ssize_t hd_bnl_sample(Py_ssize_t i, Py_ssize_t N, Py_ssize_t S)
+    int HD_BNL_PIVOT_G
 
 
 # bytes of x up to which the channels-last rows group pixels by 4 (hd_bnl_group): the
@@ -887,6 +889,19 @@ _LAST_GROUP_BYTES = 8 << 20
 # streamed against cached, interleaved: training 0.60-0.96x, inference 0.74-0.94x,
 # backward 0.60-0.87x, NHWC and NCHW; at 12.8 MB (512 x 14 x 14) NCHW inference 1.64x.
 _STREAM_BYTES = 24 << 20
+
+
+def bn_pivot_samples(Py_ssize_t images, Py_ssize_t pixels) -> list:
+    """The pixels (n * pixels + s) whose values the channels-last training pivot reads in
+    a job of ``images`` (N) images of ``pixels`` (spatial) pixels each, as three lists (its
+    groups: the pivot is the median of their means), ``HD_BNL_PIVOT_G`` samples each
+    (``_bn_last.h``, ``hd_bnl_sample``: sample i of the R2 sequence over (image, pixel), in
+    group i % 3). For tests that put data there; ValueError where either count is < 1."""
+    cdef Py_ssize_t i
+    if images < 1 or pixels < 1:
+        raise ValueError(f"bn_pivot_samples: {images} images of {pixels} pixels; need >= 1")
+    return [[hd_bnl_sample(i, images, pixels) for i in range(g, 3 * HD_BNL_PIVOT_G, 3)]
+            for g in range(3)]
 
 
 def bn_rows_isa(str kind="float32") -> str:
@@ -1087,7 +1102,9 @@ def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=No
     x, y, dy : ndarray
         Activations of dims (N, C, spatial...) and one element type, ``kind``
         (``BIAS_RELU_KINDS``: 0 float32, 1 bfloat16, 2 float16; 16-bit ones as raw bits
-        or any dtype of that size); ``y`` (dx for backward) is written; ``dy`` for
+        or any dtype of that size); ``y`` (dx for backward) is written, and may not
+        overlap ``x`` or ``dy`` (the float64 repairs of some channels read x again after
+        the pass that wrote y; the graph API refuses such aliasing at submit); ``dy`` for
         backward only. Channels-last where C > 1 and each has its C values of a pixel
         packed and its pixels at one stride (NHWC, NDHWC; N stride free); else
         channels-first: the spatial elements of each (n, c) one packed run (NCHW, NCDHW)

@@ -99,6 +99,10 @@ def bn_rows(op: int, x: np.ndarray, y: np.ndarray, kind: int, *, dy: np.ndarray 
     channels-first rows, float32 y off 4-byte boundaries, channels-last y off 64-byte
     boundaries at some pixel)."""
 
+def bn_pivot_samples(images: int, pixels: int) -> list[list[int]]:
+    """The pixels (n * pixels + s) the channels-last training pivot reads in a job of
+    ``images`` images of ``pixels`` pixels: its three groups of samples. For tests."""
+
 def bn_rows_isa(kind: str = "float32") -> str:
     """``"avx512"``, ``"avx512_auto"`` or ``"baseline"``: the rows ``bn_rows`` runs for
     elements of ``kind`` here."""

@@ -1,5 +1,6 @@
 """The ``bn_rows`` operations both row families are tested with (test_bn_rows.py,
-test_bn_rows_last.py): (name, op, act, lower, upper)."""
+test_bn_rows_last.py): (name, op, act, lower, upper); where the channels-last training
+pivot samples (pivot_pixels)."""
 import numpy as np
 
 from hipdnn_async.providers.cpu import _kernels as k
@@ -31,3 +32,10 @@ def op_vectors(op, act, vec, outs):
     if act:
         kw["bias"] = vec["bias"]
     return kw
+
+
+def pivot_pixels(n, spatial, group):
+    """The pixels (image * spatial + s) of group ``group`` (0, 1, 2) of the channels-last
+    training pivot's samples in a job of ``n`` images of ``spatial`` pixels
+    (``bn_pivot_samples``), sorted, repeats dropped."""
+    return sorted(set(k.bn_pivot_samples(n, spatial)[group]))

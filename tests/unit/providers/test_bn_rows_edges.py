@@ -34,6 +34,8 @@ from hipdnn_async.runtime import load_onednn
 from hipdnn_async.runtime._buffer import aligned_empty
 from oracle._cases import assert_close, tol
 
+from ._bn_rows_ops import pivot_pixels
+
 KINDS = {"float32": (0, np.dtype(np.float32)), "bfloat16": (1, np.dtype(ml_dtypes.bfloat16)),
          "float16": (2, np.dtype(np.float16))}
 BUILDS = ("baseline", "avx512_auto", "avx512")
@@ -58,14 +60,6 @@ def laid(values, dtype, layout):
     else:
         a = np.moveaxis(np.ascontiguousarray(np.moveaxis(values, 1, -1).astype(dtype)), -1, 1)
     return a, f64(a)
-
-
-def pivot_pixels(r, group):
-    """The pixels (n * spatial + s) of group ``group`` (0, 1, 2) of the channels-last
-    training pivot's samples in a job of ``r`` pixels: sample i of 3 G at r (2 i + 1) //
-    (6 G), in group i % 3, G = 16 (``_bn_last.h``: HD_BNL_PIVOT_G, hd_bnl_pivot_*)."""
-    n = 3 * 16
-    return sorted({r * (2 * i + 1) // (2 * n) for i in range(group, n, 3)})
 
 
 def empty_like_layout(a):
@@ -269,7 +263,7 @@ def test_training_with_outliers_at_the_pivots_elements(where, dtype, layout, isa
     if layout == "first":
         spots = {"first": [(0, 0)], "middle": [(n // 2, s_ // 2)], "last": [(n - 1, s_ - 1)]}
     else:
-        spots = {name: [divmod(r, s_) for r in pivot_pixels(n * s_, g)]
+        spots = {name: [divmod(r, s_) for r in pivot_pixels(n, s_, g)]
                  for g, name in enumerate(("first", "middle", "last"))}
     names = ("first", "middle", "last") if where == "all_three" else where.split("_")
     for name in names:
@@ -322,7 +316,7 @@ def test_training_around_the_one_pass_bound(k_sigma, data, dtype, layout, isa):
     if layout == "first":
         spots = [0, 2 * s_ + s_ // 2, 4 * s_ - 1]
     else:
-        spots = [r for g in range(3) for r in pivot_pixels(4 * s_, g)]
+        spots = [r for g in range(3) for r in pivot_pixels(4, s_, g)]
     for r in spots:
         xv[r // s_, :, (r % s_) // 100, r % 100] += k_sigma * sigma * dev.std()
     x, xr = laid(xv, dt, layout)

@@ -25,7 +25,7 @@ from hipdnn_async.runtime._buffer import aligned_empty
 from oracle import _reference as ref
 from oracle._cases import assert_close, tol
 
-from ._bn_rows_ops import OPS, op_vectors
+from ._bn_rows_ops import OPS, op_vectors, pivot_pixels
 
 KINDS = {"float32": (0, np.dtype(np.float32)), "bfloat16": (1, np.dtype(ml_dtypes.bfloat16)),
          "float16": (2, np.dtype(np.float16))}
@@ -606,12 +606,23 @@ def test_engine_takes_the_rows_alone_for_channels_last_training(dtype):
         assert names == ["bn_rows:" + k.bn_rows_isa(dtype)], names
 
 
-def pivot_pixels(r, group):
-    """The pixels (n * spatial + s) of group ``group`` (0, 1, 2) of the training pivot's
-    samples in a job of ``r`` pixels: sample i of 3 G at r (2 i + 1) // (6 G), in group
-    i % 3, G = 16 (``_bn_last.h``: HD_BNL_PIVOT_G, hd_bnl_pivot_*)."""
-    n = 3 * 16
-    return sorted({r * (2 * i + 1) // (2 * n) for i in range(group, n, 3)})
+@pytest.mark.parametrize("n,hw", [(48, 7), (96, 7), (192, 14), (32, 28), (1, 56), (5, 3)])
+def test_pivot_samples_spread_over_images_and_pixels(n, hw):
+    """The training pivot's 48 samples of a job of N images of H x W pixels fall on many
+    images and many positions within an image: samples evenly spaced in the flat pixel
+    index all fell on pixel (0, 0) of every other image at N = 96 (a zero-padded
+    convolution's corner as the pivot, which then needed pass 2; found by a break-it
+    helper). Every sample is a pixel of the job, three groups of 16."""
+    s_ = hw * hw
+    r = n * s_
+    groups = k.bn_pivot_samples(n, s_)
+    assert [len(g) for g in groups] == [16, 16, 16]
+    flat = [p for g in groups for p in g]
+    assert all(0 <= p < r for p in flat), flat
+    images = {p // s_ for p in flat}
+    spots = {p % s_ for p in flat}
+    assert len(images) >= min(n, 24), (n, hw, sorted(images))
+    assert len(spots) >= min(s_, 24), (n, hw, sorted(spots))
 
 
 @pytest.mark.parametrize("where", ["first_pixel", "sampled"])
@@ -628,7 +639,7 @@ def test_training_with_an_outlier_matches_float64(isa, outlier, where):
     rng = np.random.default_rng(int(np.log10(outlier)))
     x, _, _ = placed(shape, np.dtype(np.float32), "packed", np.nan)
     x[...] = rng.standard_normal(shape)
-    r = 0 if where == "first_pixel" else pivot_pixels(100 * 100, 1)[3]
+    r = 0 if where == "first_pixel" else pivot_pixels(1, 100 * 100, 1)[3]
     x[0, :, r // 100, r % 100] = outlier
     scale, bias = np.full(2, 100.0, np.float32), np.zeros(2, np.float32)
     y, mean, _, want = _training(x, "float32", isa, scale, bias)
