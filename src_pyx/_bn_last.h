@@ -146,7 +146,7 @@ static inline void hd_bnl_fence(void) {
         ptrdiff_t c, i;                                                                    \
         for (c = 0; c < C; c++) g0[c] = g1[c] = g2[c] = 0.0;                               \
         for (i = 0; R > 0 && i < n; i++) {                                                 \
-            const ptrdiff_t r = hd_bnl_sample(i, j->N, j->S);                                       \
+            const ptrdiff_t r = hd_bnl_sample(i, j->N, j->S);                              \
             const HD_TYPE_##K* xq = x + (r / j->S) * j->xn + (r % j->S) * xp;              \
             double* g = i % 3 == 0 ? g0 : i % 3 == 1 ? g1 : g2;                            \
             for (c = 0; c < C; c++) {                                                      \
@@ -222,7 +222,7 @@ static inline void hd_bnl_fence(void) {
                 }                                                                          \
             else                                                                           \
                 for (c = 0; c < C; c++) acc0[c] += HD_LOAD_##K(x[c]) - m[c];              \
-        hd_bnl_sum_flush_##K(x0, xp, P, m, C, square & 1, acc0, s0);                       \
+        hd_bnl_sum_flush_##K(x0, xp, P, m, C, square & 1, acc0, s0);                      \
         if (square == 2) hd_bnl_sum_flush_##K(x0, xp, P, m, C, 1, acc1, s1);               \
     }                                                                                      \
     ATTR HD_BN_UNUSED static void hd_bnl_affine_##K##_##ISA(                               \
@@ -479,9 +479,9 @@ static inline ptrdiff_t hd_bnl_tile(ptrdiff_t r, ptrdiff_t r1, ptrdiff_t S) {
                     a64[c] = (double)fm[c] + s1 / M;   /* the float64 mean, kept */        \
                     k2[c] = fm[c];                      /* the pivot, kept */              \
                     fm[c] = (float)a64[c];                                                 \
-                    /* one pass: sum (x - fm)^2 from the sums about p, in this thread's   \
+                    /* one pass: sum (x - fm)^2 from the sums about p, in this thread's    \
                      * d2 (no other thread reads it then) */                               \
-                    if (!two) d2[c] = hd_bn_one_pass_q(s1, s2, M, k2[c], fm[c]);          \
+                    if (!two) d2[c] = hd_bn_one_pass_q(s1, s2, M, k2[c], fm[c]);           \
                 }                                                                          \
                 if (two) {   /* pass 2: sum (x - fm)^2 into d2, read after the barrier */  \
                     for (c = 0; c < Cp; c++) d2[c] = 0.0;                                  \
@@ -816,33 +816,33 @@ HD_AVX512BF16 static inline void hd_bnl_st2_bf16(uint16_t* p, __mmask16 k0, __mm
         }                                                                                  \
         HD_BNL_BLOCK(C, {  /* C <= 64: one block, its operands in registers */             \
             const HD_TYPE_##K* xr = x + cb;                                                \
-            __m512 s[HD_BNL_U], t[HD_BNL_U];   /* t: the squares of square 2 */        \
-            for (u = 0; u < HD_BNL_U; u++) s[u] = t[u] = _mm512_setzero_ps();          \
-            HD_BNL_LD(vm, m, k);                                                       \
-            if (square == 2)                                                           \
-                for (p = 0; p < P; p++, xr += xp)                                      \
-                    for (u = 0; u < HD_BNL_U; u++) {                                   \
-                        __m512 d = _mm512_sub_ps(hd_bn_ld_##K(xr + 16 * u, k[u]), vm[u]);\
-                        s[u] = _mm512_add_ps(s[u], d);                                 \
-                        t[u] = _mm512_fmadd_ps(d, d, t[u]);                            \
-                    }                                                                  \
-            else if (square)                                                           \
-                for (p = 0; p < P; p++, xr += xp)                                      \
-                    for (u = 0; u < HD_BNL_U; u++) {                                   \
-                        __m512 d = _mm512_sub_ps(hd_bn_ld_##K(xr + 16 * u, k[u]), vm[u]);\
-                        s[u] = _mm512_fmadd_ps(d, d, s[u]);                            \
-                    }                                                                  \
-            else                                                                       \
-                for (p = 0; p < P; p++, xr += xp)                                      \
-                    for (u = 0; u < HD_BNL_U; u++)                                     \
-                        s[u] = _mm512_add_ps(                                          \
-                            s[u], _mm512_sub_ps(hd_bn_ld_##K(xr + 16 * u, k[u]), vm[u]));\
-            HD_BNL_SLOW_LANES(s, t, k, {                                               \
-                s0[ch] += hd_bn_sum64_##K(x + ch, xp, P, m[ch], square & 1);           \
-                if (square == 2) s1[ch] += hd_bn_sum64_##K(x + ch, xp, P, m[ch], 1);   \
-            });                                                                        \
-            HD_BNL_ADD64(s0, s, k);                                                    \
-            if (square == 2) HD_BNL_ADD64(s1, t, k);                                   \
+            __m512 s[HD_BNL_U], t[HD_BNL_U];   /* t: the squares of square 2 */            \
+            for (u = 0; u < HD_BNL_U; u++) s[u] = t[u] = _mm512_setzero_ps();              \
+            HD_BNL_LD(vm, m, k);                                                           \
+            if (square == 2)                                                               \
+                for (p = 0; p < P; p++, xr += xp)                                          \
+                    for (u = 0; u < HD_BNL_U; u++) {                                       \
+                        __m512 d = _mm512_sub_ps(hd_bn_ld_##K(xr + 16 * u, k[u]), vm[u]);  \
+                        s[u] = _mm512_add_ps(s[u], d);                                     \
+                        t[u] = _mm512_fmadd_ps(d, d, t[u]);                                \
+                    }                                                                      \
+            else if (square)                                                               \
+                for (p = 0; p < P; p++, xr += xp)                                          \
+                    for (u = 0; u < HD_BNL_U; u++) {                                       \
+                        __m512 d = _mm512_sub_ps(hd_bn_ld_##K(xr + 16 * u, k[u]), vm[u]);  \
+                        s[u] = _mm512_fmadd_ps(d, d, s[u]);                                \
+                    }                                                                      \
+            else                                                                           \
+                for (p = 0; p < P; p++, xr += xp)                                          \
+                    for (u = 0; u < HD_BNL_U; u++)                                         \
+                        s[u] = _mm512_add_ps(                                              \
+                            s[u], _mm512_sub_ps(hd_bn_ld_##K(xr + 16 * u, k[u]), vm[u]));  \
+            HD_BNL_SLOW_LANES(s, t, k, {                                                   \
+                s0[ch] += hd_bn_sum64_##K(x + ch, xp, P, m[ch], square & 1);               \
+                if (square == 2) s1[ch] += hd_bn_sum64_##K(x + ch, xp, P, m[ch], 1);       \
+            });                                                                            \
+            HD_BNL_ADD64(s0, s, k);                                                        \
+            if (square == 2) HD_BNL_ADD64(s1, t, k);                                       \
         });                                                                                \
     }                                                                                      \
     ATTR static inline __attribute__((always_inline)) void hd_bnl_affine_##K##_avx512i(    \

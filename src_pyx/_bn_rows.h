@@ -186,11 +186,10 @@ HD_BN_SLOW_KIND(f16)
  * - a pivot p further than HD_BN_PIVOT_FAR root-mean-squares (of the sums about pass 1's
  *   mean) from that mean (outliers at most of the elements it is taken from: two of the
  *   three channels-first, two of the three sampled groups channels-last, hd_bnl_pivot_*):
- *   pass 1's float32 sums of
- *   x - p, at most 64 additions into an accumulator (32-lane sums of chunks of at most
- *   1,024 elements; 64-pixel tiles), are off by up to about 64 2^-24 mean |x - p| of the
- *   mean (two 1e10 among N(0, 1) values put it 5.4 % off channels-first, 0.2 %
- *   channels-last). Nearer, that bound is under 6.5e-5 of the spread. An element is at
+ *   pass 1's float32 sums of x - p, at most 64 additions into an accumulator (32-lane
+ *   sums of chunks of at most 1,024 elements; 64-pixel tiles), are off by up to about
+ *   64 2^-24 mean |x - p| of the mean (two 1e10 among N(0, 1) values put it 5.4 % off
+ *   channels-first, 0.2 % channels-last). Nearer, that bound is under 6.5e-5 of the spread. An element is at
  *   most sqrt(M) root-mean-squares from the mean, so only channels of over 256 values
  *   with such outliers take this path. The mean is then pass 1's plus the mean of the
  *   deviations from it in float64 (the corrected two-pass algorithm: Chan, Golub and
@@ -388,7 +387,7 @@ static __thread int hd_bn_stream = 0;
     HD_BN_CHANNEL(ISA, ATTR, K, hd_bn_affine_##K##_##ISA, hd_bn_dx_##K##_##ISA)
 
 #define HD_BN_ROWS_OF(ISA, ATTR, K)                                                        \
-    /* *s += sum (x - m)^2 (square 1) or sum (x - m) (square 0) over S elements, in 32    \
+    /* *s += sum (x - m)^2 (square 1) or sum (x - m) (square 0) over S elements, in 32     \
      * float32 lanes; square 2: both, the squares into *s2 */                              \
     ATTR HD_BN_UNUSED static void hd_bn_sums_##K##_##ISA(const HD_TYPE_##K* x, ptrdiff_t S,\
                                                          float m, int square, double* s,   \
@@ -606,7 +605,7 @@ static inline ptrdiff_t hd_bn_block(const hd_bn_job* j) {
         double a64[HD_BN_BLOCK_MAX];                                                   \
         float mf[HD_BN_BLOCK_MAX], a[HD_BN_BLOCK_MAX], bf[HD_BN_BLOCK_MAX];            \
         int one[HD_BN_BLOCK_MAX];      /* statistics in one pass (hd_bn_one_pass) */   \
-        /* the sum of x - p (and of its squares), p the channel's pivot               \
+        /* the sum of x - p (and of its squares), p the channel's pivot                \
          * (hd_bn_median3): the float32 lanes                                          \
          * then add deviations, not the offset, and a constant channel's mean is p     \
          * exactly (its y the bias; the lanes' rounding of 32 x 8 x 28 x 28 values of  \
