@@ -1102,10 +1102,10 @@ def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=No
     x, y, dy : ndarray
         Activations of dims (N, C, spatial...) and one element type, ``kind``
         (``BIAS_RELU_KINDS``: 0 float32, 1 bfloat16, 2 float16; 16-bit ones as raw bits
-        or any dtype of that size); ``y`` (dx for backward) is written, and may not
-        overlap ``x`` or ``dy`` (the float64 repairs of some channels read x again after
-        the pass that wrote y; the graph API refuses such aliasing at submit); ``dy`` for
-        backward only. Channels-last where C > 1 and each has its C values of a pixel
+        or any dtype of that size); ``y`` (dx for backward) is written, and must not
+        overlap ``x`` or ``dy``, which is not checked here (the float64 repairs of some
+        channels read x again after the pass that wrote y; the graph API refuses such
+        aliasing at submit); ``dy`` for backward only. Channels-last where C > 1 and each has its C values of a pixel
         packed and its pixels at one stride (NHWC, NDHWC; N stride free); else
         channels-first: the spatial elements of each (n, c) one packed run (NCHW, NCDHW)
         or packed runs of one length at one stride (NCHW cropped in W: runs of W, the H
