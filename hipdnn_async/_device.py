@@ -264,8 +264,13 @@ class Device:
         """Free what the device keeps for reuse once nothing can run: the provider's
         (host workspaces) and its plans' cached bindings (on the CPU they keep the
         user's arrays alive)."""
-        with self._plans_lock:
+        if self._pool.in_fork_child:
+            # a parent thread that was building at the fork held the lock for good; no
+            # thread here builds on this device (closed)
             plans = list(self._plans)
+        else:
+            with self._plans_lock:
+                plans = list(self._plans)
         for plan in plans:
             plan._bindings.clear()
         self.provider.release_idle()

@@ -37,6 +37,14 @@ SPIN_S = 50e-6
 _LOOP_MODULES: dict = {}
 
 
+def _reset_state_lock_in_fork_child() -> None:
+    """A fresh completion-state lock, in a fork child (``os.register_at_fork``, from the
+    host pools' hook): a thread of the parent that held it at the fork does not exist
+    there, so it would stay held, and the first publication with a waiter would block."""
+    global _STATE_LOCK
+    _STATE_LOCK = Completion._lock = threading.Lock()
+
+
 def _loop_module(name: str):
     """Return the loop-specific module (``_asyncio`` or ``_trio``) for a sniffio name."""
     mod = _LOOP_MODULES.get(name)

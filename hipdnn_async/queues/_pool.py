@@ -12,6 +12,7 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from .._errors import DeviceError
+from . import _completion
 from ._completion import Completion
 from . import _core
 from ._metrics import Histogram, _copy_summary
@@ -47,17 +48,24 @@ def _default_n_streams() -> int:
 # each is closed with the parent's pid as the reason (its submissions raise DeviceError),
 # and the work the parent had in flight or parked on it finishes there with a
 # DeviceError (its handles would otherwise never be done: the parent runs that work).
+# Locks another parent thread held at the fork stay held in the child: the completion
+# state lock is made anew, and closing such a pool there takes none (close, aclose).
 _host_pools: "weakref.WeakSet[StreamPool]" = weakref.WeakSet()
 
 
 def _close_host_pools_in_fork_child() -> None:
     parent = os.getppid()
-    for pool in list(_host_pools):
+    pools = list(_host_pools)
+    if pools:
+        _completion._reset_state_lock_in_fork_child()
+    for pool in pools:
         if not pool._closed:
             pool._forked_from = parent
         pool._closed = True
+        pool._fork_child = True
         for s in pool.streams:          # nothing to synchronize or drain: no workers
             s._closed = True
+            s._fork_child = True
             items = list(s._inflight) + [item for _, item in s._parked]
             s._inflight.clear()
             s._parked.clear()
@@ -127,6 +135,7 @@ class StreamPool:
         self._rr = 0
         self._closed = False
         self._forked_from = None         # the parent's pid, in a fork child
+        self._fork_child = False         # inherited through a fork (open then or not)
         self._close_lock = threading.Lock()
         if all(isinstance(s._backend, CpuStreamBackend) for s in self.streams):
             _host_pools.add(self)
@@ -181,6 +190,13 @@ class StreamPool:
             reason = self.fork_reason() or "after close; open a new device"
             raise DeviceError(f"StreamPool '{self.device_name}': submit{what} {reason}",
                               code="INVALID_VALUE")
+
+    @property
+    def in_fork_child(self) -> bool:
+        """True in a fork child of the process that made this (host) pool: closed there,
+        no worker, and its locks possibly held by parent threads that do not exist here
+        (``close`` takes none of them)."""
+        return self._fork_child
 
     def fork_reason(self) -> str | None:
         """Why this pool takes no work in a fork child of the process that opened it, or
@@ -410,7 +426,10 @@ class StreamPool:
             event.synchronize(left)
 
     def close(self) -> None:
-        """Stop accepting work, drain in-flight work, join the workers; idempotent."""
+        """Stop accepting work, drain in-flight work, join the workers; idempotent. In a
+        fork child (``in_fork_child``) nothing: the fork hook closed it."""
+        if self._fork_child:
+            return
         with self._close_lock:
             self._closed = True
         for s in self.streams:
@@ -418,6 +437,8 @@ class StreamPool:
 
     async def aclose(self) -> None:
         """Async :meth:`close`: drain without blocking the loop; shielded from cancellation."""
+        if self._fork_child:
+            return
         with self._close_lock:
             self._closed = True
         with anyio.CancelScope(shield=True):

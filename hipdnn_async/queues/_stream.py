@@ -271,6 +271,7 @@ class Stream(_core.StreamCore):
         self._parked: collections.deque = collections.deque()
         self._limit: int | None = None
         self._closed = False
+        self._fork_child = False   # set in a fork child (queues._pool's fork hook)
         self._submitted = 0
         self._completed = 0
         self._failed = 0
@@ -475,7 +476,11 @@ class Stream(_core.StreamCore):
         }
 
     def close(self) -> None:
-        """Stop accepting work, finish what was submitted, release the worker; idempotent."""
+        """Stop accepting work, finish what was submitted, release the worker; idempotent.
+        In a fork child of the process that made it, nothing (closed there by the fork
+        hook, with no worker; its lock may be held by a parent thread that is gone)."""
+        if self._fork_child:
+            return
         with self._lock:
             self._closed = True
             # Draining: whatever waits in the host-side line goes to the worker now, ahead

@@ -270,3 +270,54 @@ def test_fork_child_fails_the_parents_work_in_flight_instead_of_waiting():
         assert line.startswith("DeviceError: ") and "before a fork" in line, line
     assert got[3] == "awaited: DeviceError", got
     assert parent[0] == f"parent 0 {[64.0 * 9] * 3}", parent
+
+
+def test_fork_child_closes_where_parent_threads_held_the_queue_locks():
+    """A fork while another parent thread holds the completion-state lock, the stream's
+    lock, the pool's close lock and the device's plans lock (as a worker finishing an
+    item, a submitter or a build can at any moment): in the child the parent's work in
+    flight still ends with a DeviceError (its done callback runs, which takes the state
+    lock) and dev.close() returns, where they blocked for good (2-3 of 1,200 children of a
+    busy parent blocked in dev.close(), found by a break-it helper)."""
+    proc = _run("""
+        import threading
+        from hipdnn_async.queues import _completion
+        dims = (16, 64, 56, 56)                      # ~60 ms a conv on 2 cores
+        g = hd.Graph(io_data_type=hd.DataType.FLOAT)
+        x = g.tensor(dims=dims, name="x"); w = g.tensor(dims=(64, 64, 3, 3), name="w")
+        y = g.conv_fprop(x, w, padding=1).set_output(True)
+        X, W = np.ones(dims, np.float32), np.ones((64, 64, 3, 3), np.float32)
+        dev = hd.Device("cpu", streams=1)
+        plan = dev.build_sync(g)
+        outs = [np.zeros(dims, np.float32) for _ in range(3)]
+        handles = [plan.submit({x: X, w: W, y: o}) for o in outs]
+        seen = []
+        handles[-1].add_done_callback(lambda h: seen.append(type(h.exception()).__name__))
+        held, release = threading.Event(), threading.Event()
+        def hold():
+            with _completion._STATE_LOCK, dev.streams[0]._lock, dev._pool._close_lock, \\
+                    dev._plans_lock:
+                held.set()
+                release.wait()
+        threading.Thread(target=hold, daemon=True).start()
+        held.wait()
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(20)
+            done = handles[-1].wait(timeout=5)
+            err = type(handles[-1].exception(timeout=0)).__name__ if done else None
+            dev.close()
+            print("child", done, err, seen, flush=True)
+            os._exit(0)
+        release.set()
+        _, status = os.waitpid(pid, 0)
+        for h in handles:
+            h.result()
+        print("parent", os.WIFEXITED(status) and os.WEXITSTATUS(status),
+              [float(o[1, 2, 3, 3]) for o in outs])
+        dev.close()
+    """, timeout=120)
+    assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr[-3000:])
+    lines = proc.stdout.strip().splitlines()
+    assert "child True DeviceError ['DeviceError']" in lines, lines
+    assert f"parent 0 {[64.0 * 9] * 3}" in lines, lines
