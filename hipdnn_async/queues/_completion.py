@@ -320,7 +320,13 @@ class Completion(_core.CompletionCore):
         stream = self.stream
         self._keepalive = None  # the work is done with the buffers
         if stream is not None and not self._control:
+            # out of the stream's in-flight list and not yet published: where another
+            # thread forks now, the fork hook (queues._pool) finds it here
+            stream._finishing = self
             stream._item_finished(self, error is None)  # free the slot before waking
+            self._publish(value, error)
+            stream._finishing = None
+            return
         self._publish(value, error)
 
     def _publish(self, value, error) -> None:

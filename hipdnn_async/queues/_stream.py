@@ -272,6 +272,7 @@ class Stream(_core.StreamCore):
         self._limit: int | None = None
         self._closed = False
         self._fork_child = False   # set in a fork child (queues._pool's fork hook)
+        self._finishing = None     # the item between _item_finished and its publication
         self._submitted = 0
         self._completed = 0
         self._failed = 0

@@ -321,3 +321,50 @@ def test_fork_child_closes_where_parent_threads_held_the_queue_locks():
     lines = proc.stdout.strip().splitlines()
     assert "child True DeviceError ['DeviceError']" in lines, lines
     assert f"parent 0 {[64.0 * 9] * 3}" in lines, lines
+
+
+def test_fork_child_fails_the_item_a_worker_was_finishing():
+    """A fork while the stream's worker is between taking an item off the in-flight list
+    and publishing it (held there by a wrapped ``Stream._item_finished``): in the child
+    that handle is done with a DeviceError (it waited forever: about 1 fork in 2,000 of a
+    busy parent, found by a break-it helper); in the parent it completes with the right
+    value."""
+    proc = _run("""
+        import threading
+        from hipdnn_async.queues import _stream
+        dims = (2, 8, 12, 12)
+        dev = hd.Device("cpu", streams=1)
+        g = hd.Graph(io_data_type=hd.DataType.FLOAT)
+        x = g.tensor(dims=dims, name="x"); w = g.tensor(dims=(8, 8, 3, 3), name="w")
+        y = g.conv_fprop(x, w, padding=1).set_output(True)
+        plan = dev.build_sync(g)
+        in_gap, forked = threading.Event(), threading.Event()
+        original = _stream.Stream._item_finished
+        def held(self, item, ok):
+            original(self, item, ok)
+            if threading.current_thread().name.startswith("hipdnn_async stream"):
+                in_gap.set()
+                forked.wait()
+        _stream.Stream._item_finished = held
+        out = np.zeros(dims, np.float32)
+        X, W = np.ones(dims, np.float32), np.ones((8, 8, 3, 3), np.float32)
+        h = plan.submit({x: X, w: W, y: out})
+        assert in_gap.wait(10), "the worker did not run the item"
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(20)
+            done = h.wait(timeout=5)
+            err = type(h.exception(timeout=0)).__name__ if done else None
+            print("child", done, err, flush=True)
+            os._exit(0)
+        forked.set()
+        _, status = os.waitpid(pid, 0)
+        h.result()
+        print("parent", os.WIFEXITED(status) and os.WEXITSTATUS(status), float(out[1, 2, 3, 3]))
+        _stream.Stream._item_finished = original
+        dev.close()
+    """, timeout=60)
+    assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr[-3000:])
+    lines = proc.stdout.strip().splitlines()
+    assert "child True DeviceError" in lines, lines
+    assert f"parent 0 {8.0 * 9}" in lines, lines
