@@ -49,7 +49,8 @@ def _default_n_streams() -> int:
 # and the work the parent had in flight or parked on it finishes there with a
 # DeviceError (its handles would otherwise never be done: the parent runs that work).
 # Locks another parent thread held at the fork stay held in the child: the completion
-# state lock is made anew, and closing such a pool there takes none (close, aclose). An
+# state lock and the streams' own locks are made anew, and closing such a pool there
+# takes none of its locks (close, aclose). An
 # item a worker was finishing at the fork (out of the in-flight list, not yet published:
 # Stream._finishing) is failed too.
 _host_pools: "weakref.WeakSet[StreamPool]" = weakref.WeakSet()
@@ -68,6 +69,8 @@ def _close_host_pools_in_fork_child() -> None:
         for s in pool.streams:          # nothing to synchronize or drain: no workers
             s._closed = True
             s._fork_child = True
+            if s._backend.lock is None:     # the stream's own lock (metrics take it)
+                s._lock = _core.StreamLock()
             items = list(s._inflight) + [item for _, item in s._parked]
             if s._finishing is not None:    # forked between leaving _inflight and done
                 items.append(s._finishing)

@@ -277,7 +277,8 @@ def test_fork_child_closes_where_parent_threads_held_the_queue_locks():
     lock, the pool's close lock and the device's plans lock (as a worker finishing an
     item, a submitter or a build can at any moment): in the child the parent's work in
     flight still ends with a DeviceError (its done callback runs, which takes the state
-    lock) and dev.close() returns, where they blocked for good (2-3 of 1,200 children of a
+    lock), dev.metrics() (the stream's lock) shows none in flight and dev.close()
+    returns, where they blocked for good (2-3 of 1,200 children of a
     busy parent blocked in dev.close(), found by a break-it helper)."""
     proc = _run("""
         import threading
@@ -306,8 +307,9 @@ def test_fork_child_closes_where_parent_threads_held_the_queue_locks():
             signal.alarm(20)
             done = handles[-1].wait(timeout=5)
             err = type(handles[-1].exception(timeout=0)).__name__ if done else None
+            inflight = dev.metrics()["streams"][0]["in_flight"]
             dev.close()
-            print("child", done, err, seen, flush=True)
+            print("child", done, err, seen, inflight, flush=True)
             os._exit(0)
         release.set()
         _, status = os.waitpid(pid, 0)
@@ -319,7 +321,7 @@ def test_fork_child_closes_where_parent_threads_held_the_queue_locks():
     """, timeout=120)
     assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr[-3000:])
     lines = proc.stdout.strip().splitlines()
-    assert "child True DeviceError ['DeviceError']" in lines, lines
+    assert "child True DeviceError ['DeviceError'] 0" in lines, lines
     assert f"parent 0 {[64.0 * 9] * 3}" in lines, lines
 
 
