@@ -36,6 +36,19 @@ def conv(dev, dims, k, engine):
     plan = dev.build_sync(g, engine=engine)
     X = np.ones(dims, np.float32); W = np.ones((k, dims[1], 3, 3), np.float32)
     return plan, (lambda Y: plan.execute_sync({x: X, w: W, y: Y}))
+
+def busy_stream():
+    # a one-stream device with three ~60 ms all-ones convolutions (16 x 64 x 56 x 56, 64
+    # filters) submitted: (dev, handles, outputs); an interior output is 64 * 9
+    dims = (16, 64, 56, 56)
+    g = hd.Graph(io_data_type=hd.DataType.FLOAT)
+    x = g.tensor(dims=dims, name="x"); w = g.tensor(dims=(64, 64, 3, 3), name="w")
+    y = g.conv_fprop(x, w, padding=1).set_output(True)
+    X, W = np.ones(dims, np.float32), np.ones((64, 64, 3, 3), np.float32)
+    dev = hd.Device("cpu", streams=1)
+    plan = dev.build_sync(g)
+    outs = [np.zeros(dims, np.float32) for _ in range(3)]
+    return dev, [plan.submit({x: X, w: W, y: o}) for o in outs], outs
 """
 
 
@@ -222,15 +235,7 @@ def test_fork_child_fails_the_parents_work_in_flight_instead_of_waiting():
     found by a break-it helper); in the parent they complete with the right values."""
     proc = _run("""
         import anyio
-        dims = (16, 64, 56, 56)                      # ~60 ms a conv on 2 cores
-        g = hd.Graph(io_data_type=hd.DataType.FLOAT)
-        x = g.tensor(dims=dims, name="x"); w = g.tensor(dims=(64, 64, 3, 3), name="w")
-        y = g.conv_fprop(x, w, padding=1).set_output(True)
-        X, W = np.ones(dims, np.float32), np.ones((64, 64, 3, 3), np.float32)
-        dev = hd.Device("cpu", streams=1)
-        plan = dev.build_sync(g)
-        outs = [np.zeros(dims, np.float32) for _ in range(3)]
-        handles = [plan.submit({x: X, w: W, y: o}) for o in outs]
+        dev, handles, outs = busy_stream()
         pid = os.fork()
         if pid == 0:
             signal.alarm(20)
@@ -283,15 +288,7 @@ def test_fork_child_closes_where_parent_threads_held_the_queue_locks():
     proc = _run("""
         import threading
         from hipdnn_async.queues import _completion
-        dims = (16, 64, 56, 56)                      # ~60 ms a conv on 2 cores
-        g = hd.Graph(io_data_type=hd.DataType.FLOAT)
-        x = g.tensor(dims=dims, name="x"); w = g.tensor(dims=(64, 64, 3, 3), name="w")
-        y = g.conv_fprop(x, w, padding=1).set_output(True)
-        X, W = np.ones(dims, np.float32), np.ones((64, 64, 3, 3), np.float32)
-        dev = hd.Device("cpu", streams=1)
-        plan = dev.build_sync(g)
-        outs = [np.zeros(dims, np.float32) for _ in range(3)]
-        handles = [plan.submit({x: X, w: W, y: o}) for o in outs]
+        dev, handles, outs = busy_stream()
         seen = []
         handles[-1].add_done_callback(lambda h: seen.append(type(h.exception()).__name__))
         held, release = threading.Event(), threading.Event()
