@@ -45,6 +45,7 @@ import anyio
 import anyio.lowlevel
 import numpy as np
 
+from . import _fork
 from ._errors import DeviceError
 from .profiler import _state as _prof
 from .queues import _core as _queue_core
@@ -58,7 +59,7 @@ _ACTIVE: contextvars.ContextVar[tuple] = contextvars.ContextVar("hipdnn_async_ca
                                                                 default=())
 # capture blocks open in the process, any thread: 0 means no submission anywhere records
 OPEN = 0
-_open_lock = threading.Lock()
+_open_lock = _fork.reinit_in_child(threading.Lock())
 
 _NEW, _RECORDING, _READY, _FAILED, _CLOSED = "new", "recording", "ready", "failed", "closed"
 # a misuse of the capture API (wrong state, wrong place): hipDNN's code for a bad argument
@@ -257,6 +258,7 @@ class Step:
         self._keep: tuple = ()       # what every replay keeps alive
         self._ws = None              # the step's own workspace (GPU)
         self._lock = threading.Lock()
+        _fork.reinit_attrs_in_child(self, "_lock")
         self._label = "capture step"
         # a host step's replay time: a short replay runs on the submitting thread when
         # its stream is idle, as a plan's execution does (StreamPool._submit_now)

@@ -16,7 +16,7 @@ import anyio
 import anyio.lowlevel
 import numpy as np
 
-from . import _capture, _memory, _perfdb
+from . import _capture, _fork, _memory, _perfdb
 from . import _variant_pack as _vp
 from .runtime._binding import BindingCache
 from ._errors import DeviceError, GraphError, VariantPackError
@@ -212,6 +212,8 @@ class Device:
         self._stats_lock = threading.Lock()
         self._plans = weakref.WeakSet()          # built here: close() drops their bindings
         self._plans_lock = threading.Lock()      # a build may add one while close() reads
+        # unheld in a fork child: a parent thread tuning or counting at the fork is gone
+        _fork.reinit_attrs_in_child(self, "_stats_lock", "_plans_lock", "_tune_lock")
         self._entered = False                     # by `with` / `async with`: see Notes
         # per pattern: plans built, build ms, and the executions' counter (a C launch bumps
         # it itself: no Python call per execution)
@@ -264,13 +266,8 @@ class Device:
         """Free what the device keeps for reuse once nothing can run: the provider's
         (host workspaces) and its plans' cached bindings (on the CPU they keep the
         user's arrays alive)."""
-        if self._pool.in_fork_child:
-            # a parent thread that was building at the fork held the lock for good; no
-            # thread here builds on this device (closed)
+        with self._plans_lock:        # unheld in a fork child too (_fork)
             plans = list(self._plans)
-        else:
-            with self._plans_lock:
-                plans = list(self._plans)
         for plan in plans:
             plan._bindings.clear()
         self.provider.release_idle()

@@ -24,6 +24,8 @@ import sys
 import threading
 import warnings
 
+from . import _fork
+
 __all__ = ["logger", "configure_from_env", "warn_bad_env", "LOG_LEVEL_ENV", "LOG_FILE_ENV",
            "OFF"]
 
@@ -46,11 +48,11 @@ _LEVELS = {
 
 _FORMAT = "%(asctime)s hipdnn_async %(levelname)s [%(process)d:%(threadName)s] %(message)s"
 
-_lock = threading.Lock()
+_lock = _fork.reinit_in_child(threading.Lock())
 _handler: logging.Handler | None = None
 _config: tuple | None = None
 _warned_env: set = set()
-_warned_lock = threading.Lock()
+_warned_lock = _fork.reinit_in_child(threading.Lock())
 
 
 def warn_bad_env(name: str, value: str, accepted: str, effect: str, *,

@@ -16,7 +16,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from . import _knobs, _perfdb
+from . import _fork, _knobs, _perfdb
 from ._errors import DECLINE_TYPES, NotSupportedError
 from .providers._base import DeclinedError, Engine, engine_id
 
@@ -24,7 +24,7 @@ __all__ = ["ProviderPlanCache", "counts"]
 
 log = logging.getLogger("hipdnn_async")
 
-_counters_lock = threading.Lock()
+_counters_lock = _fork.reinit_in_child(threading.Lock())
 _counters = {"plans_built": 0, "plan_cache_hits": 0}
 
 
@@ -65,6 +65,7 @@ class ProviderPlanCache:
         self._tune_lock = tune_lock
         self._plans: OrderedDict[tuple, Any] = OrderedDict()
         self._lock = threading.Lock()
+        _fork.reinit_attrs_in_child(self, "_lock")
 
     def __len__(self) -> int:
         with self._lock:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import threading
 
+from .. import _fork
+
 __all__ = ["count", "logger", "reset_stats", "stats", "warn_once", "warned"]
 
 logger = logging.getLogger("hipdnn_async")
@@ -12,7 +14,7 @@ logger = logging.getLogger("hipdnn_async")
 _COUNTER_NAMES = ("perfdb_hits", "perfdb_misses", "perfdb_stores", "benchmarks_run",
                   "perfdb_warnings")
 _counters = dict.fromkeys(_COUNTER_NAMES, 0)
-_counters_lock = threading.Lock()
+_counters_lock = _fork.reinit_in_child(threading.Lock())
 
 
 def count(name: str, n: int = 1) -> None:
@@ -35,7 +37,7 @@ def reset_stats() -> None:
 
 
 warned: set = set()          # keys already warned about (cleared by tests)
-_warned_lock = threading.Lock()
+_warned_lock = _fork.reinit_in_child(threading.Lock())
 
 
 def warn_once(key, msg: str, *args) -> None:

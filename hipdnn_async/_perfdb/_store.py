@@ -7,6 +7,7 @@ import contextlib
 import os
 import sqlite3
 import threading
+import weakref
 
 from .._errors import PerfDbError
 from ._exchange import read_export, write_export
@@ -70,8 +71,10 @@ class PerfDb:
         self._seed: list[tuple] = []      # rows carried into a fallback in-memory db
         if refusal is not None:
             self._go_memory(refusal, key=("relative", path))
-        with self._lock:
-            self._ensure_open()
+        with _registry_lock:                # not half-open at a fork (_before_fork)
+            _dbs.add(self)
+            with self._lock:
+                self._ensure_open()
 
     # -- opening ------------------------------------------------------------
 
@@ -295,6 +298,49 @@ class PerfDb:
 
 _default: PerfDb | None = None
 _default_lock = threading.Lock()
+_registry_lock = threading.Lock()
+_dbs: "weakref.WeakSet[PerfDb]" = weakref.WeakSet()
+
+
+# Fork. Every statement runs under its db's lock. SQLite must not be inside a call on a
+# connection at a fork, nor may the child use that connection ("How To Corrupt An SQLite
+# Database File", sqlite.org/howtocorrupt.html, 2.6). So the hooks take every db's lock
+# before the fork (a statement running in another thread finishes first); in the child
+# they unhold them and close each file connection, idle then (in WAL mode the parent's
+# own lock on the file keeps that close from checkpointing under it), and the next call
+# there opens the child's own. An in-memory db keeps its connection: the child has its
+# own copy of that memory and no file to share.
+def _before_fork() -> None:
+    _default_lock.acquire()
+    _registry_lock.acquire()
+    for db in list(_dbs):
+        db._lock.acquire()
+        _held_at_fork.append(db)
+
+
+def _after_fork_in_parent() -> None:
+    while _held_at_fork:
+        _held_at_fork.pop()._lock.release()
+    _registry_lock.release()
+    _default_lock.release()
+
+
+def _after_fork_in_child() -> None:
+    for db in _held_at_fork:
+        db._lock._at_fork_reinit()
+        if db._conn is not None and not db._fallback:
+            with contextlib.suppress(sqlite3.Error):
+                db._conn.close()
+            db._conn = None
+    _held_at_fork.clear()
+    _registry_lock._at_fork_reinit()
+    _default_lock._at_fork_reinit()
+
+
+_held_at_fork: list = []
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                        after_in_child=_after_fork_in_child)
 
 
 def default_perfdb() -> PerfDb:

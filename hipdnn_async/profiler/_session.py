@@ -9,6 +9,7 @@ import time
 import anyio
 import anyio.to_thread
 
+from .. import _fork
 from .._errors import DeviceError
 from . import _state
 from ._events import Batch, Execution, Span, plan_facts, step_facts
@@ -98,6 +99,7 @@ class Profile:
         self._facts: dict = {}             # (id(plan or step), kind, n) -> facts
         self._keep: list = []
         self._lock = threading.Lock()
+        _fork.reinit_attrs_in_child(self, "_lock")
         self._state = "new"
 
     # ------------------------------------------------------------------ lifetime

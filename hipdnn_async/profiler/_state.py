@@ -14,12 +14,14 @@ import contextvars
 import threading
 import time
 
+from .. import _fork
+
 __all__ = ["ON", "sessions", "recorder", "batch_begin", "batch_end",
            "built", "span", "current_batch"]
 
 ON = False               # True while any profile is open: all a hot path reads
 _sessions: tuple = ()    # the open sessions (Profile objects), oldest first
-_lock = threading.Lock()
+_lock = _fork.reinit_in_child(threading.Lock())
 
 # The batch being dispatched by this task (set by the batcher around its plan's execute):
 # the execution submitted under it is the one that served the batch (its flow arrow).

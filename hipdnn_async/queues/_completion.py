@@ -20,6 +20,7 @@ import anyio
 import anyio.lowlevel
 import sniffio
 
+from .. import _fork
 from .._errors import DeviceError, ExecutionError, HipdnnError
 
 __all__ = ["Completion"]
@@ -29,20 +30,13 @@ _log = logging.getLogger("hipdnn_async.queues")
 from . import _core
 
 _DONE, _RUNNING = _core.DONE, _core.RUNNING
-_STATE_LOCK = threading.Lock()
+# unheld in a fork child (a parent thread publishing at the fork is gone there)
+_STATE_LOCK = _fork.reinit_in_child(threading.Lock())
 _clock = time.perf_counter
 # How long an awaiter of a launched GPU item polls between loop iterations before it
 # waits for the completion thread (seconds).
 SPIN_S = 50e-6
 _LOOP_MODULES: dict = {}
-
-
-def _reset_state_lock_in_fork_child() -> None:
-    """A fresh completion-state lock, in a fork child (``os.register_at_fork``, from the
-    host pools' hook): a thread of the parent that held it at the fork does not exist
-    there, so it would stay held, and the first publication with a waiter would block."""
-    global _STATE_LOCK
-    _STATE_LOCK = Completion._lock = threading.Lock()
 
 
 def _loop_module(name: str):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import queue
 import sys
 import threading
 import time
@@ -12,7 +13,6 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from .._errors import DeviceError
-from . import _completion
 from ._completion import Completion
 from . import _core
 from ._metrics import Histogram, _copy_summary
@@ -46,22 +46,21 @@ def _default_n_streams() -> int:
 # Host pools of this process. A fork child has none of their worker threads (only the
 # forking thread survives fork), so work queued there would wait forever: in the child,
 # each is closed with the parent's pid as the reason (its submissions raise DeviceError),
-# and the work the parent had in flight or parked on it finishes there with a
-# DeviceError (its handles would otherwise never be done: the parent runs that work).
-# Locks another parent thread held at the fork stay held in the child: the completion
-# state lock and the streams' own locks are made anew, and closing such a pool there
-# takes none of its locks (close, aclose). An
-# item a worker was finishing at the fork (out of the in-flight list, not yet published:
-# Stream._finishing) is failed too.
+# and the work the parent had in flight, parked or queued on it (event markers too)
+# finishes there with a DeviceError (its handles would otherwise never be done: the
+# parent runs that work). Locks another parent thread held at the fork stay held in the
+# child: the completion-state lock is unheld by ``_fork``'s hook (registered first, so it
+# runs before this one), the streams' own locks are made anew here, and closing such a
+# pool there takes none of its locks (close, aclose). An item a worker was finishing at
+# the fork (out of the in-flight list, not yet published: Stream._finishing) is failed
+# too. A handle's threading.Event is dropped before it is failed: the threads that waited
+# on it are gone, and a lock inside it may be held.
 _host_pools: "weakref.WeakSet[StreamPool]" = weakref.WeakSet()
 
 
 def _close_host_pools_in_fork_child() -> None:
     parent = os.getppid()
-    pools = list(_host_pools)
-    if pools:
-        _completion._reset_state_lock_in_fork_child()
-    for pool in pools:
+    for pool in list(_host_pools):
         if not pool._closed:
             pool._forked_from = parent
         pool._closed = True
@@ -74,14 +73,33 @@ def _close_host_pools_in_fork_child() -> None:
             items = list(s._inflight) + [item for _, item in s._parked]
             if s._finishing is not None:    # forked between leaving _inflight and done
                 items.append(s._finishing)
+            items += _launched_in_child(s._backend)
             s._inflight.clear()
             s._parked.clear()
             for item in items:
                 if not item.done():
+                    item._tevent = None
                     item._publish(None, DeviceError(
                         f"{item.describe()}: submitted in process {parent} before a fork; "
                         "it runs there, not in this fork child (the stream's worker does "
                         "not survive fork)", code="INVALID_VALUE"))
+
+
+def _launched_in_child(backend) -> list:
+    """The completions a host backend's worker had not reached at the fork, taken out of
+    its queue and its line behind an inline item (event markers and waits among them:
+    they are on no in-flight list)."""
+    if not isinstance(backend, _core.HostLaunchCore):
+        return []
+    out = [item for item in backend._held if isinstance(item, Completion)]
+    backend._held.clear()
+    while True:
+        try:
+            item = backend._queue.get_nowait()
+        except queue.Empty:
+            return out
+        if isinstance(item, Completion):
+            out.append(item)
 
 
 os.register_at_fork(after_in_child=_close_host_pools_in_fork_child)
@@ -197,13 +215,6 @@ class StreamPool:
             reason = self.fork_reason() or "after close; open a new device"
             raise DeviceError(f"StreamPool '{self.device_name}': submit{what} {reason}",
                               code="INVALID_VALUE")
-
-    @property
-    def in_fork_child(self) -> bool:
-        """True in a fork child of the process that made this (host) pool: closed there,
-        no worker, and its locks possibly held by parent threads that do not exist here
-        (``close`` takes none of them)."""
-        return self._fork_child
 
     def fork_reason(self) -> str | None:
         """Why this pool takes no work in a fork child of the process that opened it, or
@@ -434,7 +445,7 @@ class StreamPool:
 
     def close(self) -> None:
         """Stop accepting work, drain in-flight work, join the workers; idempotent. In a
-        fork child (``in_fork_child``) nothing: the fork hook closed it."""
+        fork child of the process that made it nothing: the fork hook closed it."""
         if self._fork_child:
             return
         with self._close_lock:

@@ -17,6 +17,7 @@ import threading
 import warnings
 from dataclasses import dataclass
 
+from .. import _fork
 from ._kinds import KINDS, VENDORS, DeviceKind
 from ._libraries import LibrarySpec, load_first, soname_list
 
@@ -65,7 +66,7 @@ class VendorState:
         return getattr(self.runtime, "record", None)
 
 
-_lock = threading.Lock()
+_lock = _fork.reinit_in_child(threading.Lock())
 _states: dict[str, VendorState] = {}
 
 

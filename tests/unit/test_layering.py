@@ -5,7 +5,8 @@ run on a GPU machine is checked here as well. The Cython sources count too: each
 ``src_pyx/*.pyx`` is the module setup.py's ``EXTENSIONS`` builds from it, a ``.pxd`` belongs
 to the module of its stem (or, declarations only, to setup.py's ``_PXD_PACKAGE``), and
 their ``import`` and ``cimport`` statements are edges like Python's. Layers (STYLE.md
-s.1, issues 9 and 23): leaves (_errors, _types, _layout, _version, _knobs, _perfdb, _log)
+s.1, issues 9 and 23): leaves (_errors, _types, _layout, _version, _knobs, _perfdb, _log,
+_fork)
 -> graph -> patterns -> providers -> runtime; queues -> runtime, providers._base; only
 _device, _lowering, _batcher, _bench, _bench_overlap, cli, __main__, demo and __init__ see
 everything.
@@ -25,7 +26,7 @@ import hipdnn_async
 
 PKG = pathlib.Path(hipdnn_async.__file__).parent
 SRC_PYX = PKG.parent / "src_pyx"
-LEAVES = ("_errors", "_types", "_layout", "_version", "_knobs", "_perfdb", "_log")
+LEAVES = ("_errors", "_types", "_layout", "_version", "_knobs", "_perfdb", "_log", "_fork")
 TOP = ("_device", "_lowering", "_batcher", "_bench", "_bench_overlap", "cli", "__main__",
        "demo", "ray")
 

@@ -1,0 +1,227 @@
+"""A fork while other parent threads hold the package's locks, are inside the perf db, wait
+on a handle or have an event recorded behind busy work: in the child nothing waits for a
+thread that did not survive the fork (found by a break-it helper forking a busy parent:
+a tuned build blocked in 21 of 40 children, ``plan_stats`` and event waits for good).
+
+Each case forks in a subprocess with an alarm, so a hang fails the case instead of
+taking pytest with it; each was shown to hang or fail on the code before the fix."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+if not hasattr(os, "fork"):
+    pytest.skip("os.fork is POSIX only", allow_module_level=True)
+
+# all-ones x (N, C, H, W) and w (K, C, 3, 3), padding 1: an interior output is C * 9
+_PRELUDE = """
+import os, signal, sys, threading, time
+import numpy as np
+import hipdnn_async as hd
+
+def conv_graph(dims, k):
+    g = hd.Graph(io_data_type=hd.DataType.FLOAT)
+    x = g.tensor(dims=dims, name="x"); w = g.tensor(dims=(k, dims[1], 3, 3), name="w")
+    y = g.conv_fprop(x, w, padding=1).set_output(True)
+    return g, x, w, y
+
+def interior(plan, x, w, y, dims, k):
+    # executes the plan on all-ones data: an interior output (C * 9 expected)
+    Y = np.full((dims[0], k) + dims[2:], np.nan, np.float32)
+    plan.execute_sync({x: np.ones(dims, np.float32),
+                       w: np.ones((k, dims[1], 3, 3), np.float32), y: Y})
+    return float(Y[0, 1, 2, 2])
+
+def busy_stream():
+    # a one-stream device with three ~60 ms all-ones convolutions submitted
+    dims = (16, 64, 56, 56)
+    g, x, w, y = conv_graph(dims, 64)
+    X, W = np.ones(dims, np.float32), np.ones((64, 64, 3, 3), np.float32)
+    dev = hd.Device("cpu", streams=1)
+    plan = dev.build_sync(g)
+    outs = [np.zeros(dims, np.float32) for _ in range(3)]
+    return dev, [plan.submit({x: X, w: W, y: o}) for o in outs], outs
+
+FORKED_AT = []     # the parent's clock right after each fork
+
+def fork_child(body):
+    # runs body() in a fork child under a 20 s alarm; returns the child's exit status
+    pid = os.fork()
+    if pid:
+        FORKED_AT.append(time.perf_counter())
+    if pid == 0:
+        signal.alarm(20)
+        try:
+            body()
+        except BaseException as exc:
+            print("child raised", type(exc).__name__, exc, flush=True)
+            os._exit(1)
+        os._exit(0)
+    return os.waitpid(pid, 0)[1]
+"""
+
+
+def _run(script: str, tmp_path, timeout: float = 120) -> list:
+    env = dict(os.environ, PYTHONPATH=ROOT,
+               HIPDNN_ASYNC_PERFDB=str(tmp_path / "perfdb.sqlite3"))
+    env.pop("HIPDNN_ASYNC_FORCE_BENCHMARKING", None)
+    proc = subprocess.run([sys.executable, "-c", _PRELUDE + textwrap.dedent(script)],
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr[-3000:])
+    return proc.stdout.strip().splitlines()
+
+
+def test_fork_child_with_the_package_locks_held_by_a_parent_thread(tmp_path):
+    """Every module lock and the device's own locks held by a parent thread across the
+    fork: in the child the parent's device reports ``plan_stats``, and a new device makes
+    a tuned build (perf db, counters, log, vendor registry) and runs it, a profile
+    around it (profiler state), and a capture block opens and closes."""
+    lines = _run("""
+        from hipdnn_async import _capture, _log, _provider_plans
+        from hipdnn_async._perfdb import _stats
+        from hipdnn_async.profiler import _state
+        from hipdnn_async.runtime import _vendors
+        dims = (2, 8, 12, 12)
+        g, x, w, y = conv_graph(dims, 8)
+        dev = hd.Device("cpu")
+        plan = dev.build_sync(g)
+        locks = [dev._stats_lock, dev._tune_lock, dev._plan_cache._lock,
+                 _provider_plans._counters_lock, _stats._counters_lock, _stats._warned_lock,
+                 _log._lock, _log._warned_lock, _vendors._lock, _capture._open_lock,
+                 _state._lock]
+        held, release = threading.Event(), threading.Event()
+        def hold():
+            for lock in locks:
+                lock.acquire()
+            held.set()
+            release.wait()
+            for lock in locks:
+                lock.release()
+        threading.Thread(target=hold, daemon=True).start()
+        held.wait()
+        def child():
+            stats = dev.plan_stats()
+            with hd.Device("cpu") as dev2:
+                with dev2.profile() as prof:
+                    g2, x2, w2, y2 = conv_graph(dims, 8)
+                    tuned = dev2.build_sync(g2, knobs={"global.benchmarking": 1})
+                    value = interior(tuned, x2, w2, y2, dims, 8)
+                events = len(prof.key_averages())
+            print("child", stats["CONV_FPROP"]["plans"], tuned.benchmarked, value,
+                  events > 0, hd.stats()["benchmarks_run"] >= 1, flush=True)
+        status = fork_child(child)
+        release.set()
+        print("parent", os.WIFEXITED(status) and os.WEXITSTATUS(status),
+              interior(plan, x, w, y, dims, 8))
+        dev.close()
+    """, tmp_path)
+    assert f"child 1 True {8.0 * 9} True True" in lines, lines
+    assert f"parent 0 {8.0 * 9}" in lines, lines
+
+
+def test_fork_while_a_parent_thread_is_inside_the_perf_db(tmp_path):
+    """A fork while another thread holds the default perf db's lock (as its SQLite
+    statement does): the fork waits for it (no thread is inside SQLite at the fork);
+    the child tunes and stores on a connection of its own, which the parent then reads
+    as a perf-db hit; the parent's db still works. CPU_ENGINE: oneDNN declines in a fork
+    child of a process that ran it (GNU OpenMP's pool does not survive fork)."""
+    lines = _run("""
+        from hipdnn_async import _perfdb
+        dims = (2, 8, 12, 12)
+        g, x, w, y = conv_graph(dims, 8)
+        db = _perfdb.default_perfdb()
+        with hd.Device("cpu") as dev:           # the parent's db in use before the fork
+            dev.build_sync(conv_graph((1, 4, 6, 6), 4)[0], knobs={"global.benchmarking": 1})
+        inside, out = threading.Event(), []
+        def statement():
+            with db._lock:
+                inside.set()
+                time.sleep(0.3)
+                out.append(time.perf_counter())
+        threading.Thread(target=statement, daemon=True).start()
+        inside.wait()
+        def child():
+            with hd.Device("cpu") as dev:
+                p = dev.build_sync(g, engine="CPU_ENGINE", knobs={"global.benchmarking": 1})
+                print("child", p.benchmarked, p.perfdb_hit, interior(p, x, w, y, dims, 8),
+                      flush=True)
+        status = fork_child(child)
+        print("fork waited", out[0] <= FORKED_AT[0])
+        with hd.Device("cpu") as dev:
+            p = dev.build_sync(g, engine="CPU_ENGINE", knobs={"global.benchmarking": 1})
+            print("parent", os.WIFEXITED(status) and os.WEXITSTATUS(status), p.perfdb_hit,
+                  p.benchmarked, interior(p, x, w, y, dims, 8))
+    """, tmp_path)
+    assert f"child True False {8.0 * 9}" in lines, lines
+    assert "fork waited True" in lines, lines
+    assert f"parent 0 True False {8.0 * 9}" in lines, lines
+
+
+def test_fork_child_fails_a_handle_a_parent_thread_waits_on(tmp_path):
+    """A parent thread waits on a handle (its threading.Event) and another holds that
+    event's lock at the fork: the child fails the handle without that lock (it blocked
+    inside ``os.fork``, in the hook), and a wait there returns."""
+    lines = _run("""
+        dev, handles, outs = busy_stream()
+        h = handles[-1]
+        threading.Thread(target=h.wait, daemon=True).start()
+        while h._tevent is None:
+            time.sleep(0.001)
+        held, release = threading.Event(), threading.Event()
+        def hold():
+            with h._tevent._cond:
+                held.set()
+                release.wait()
+        threading.Thread(target=hold, daemon=True).start()
+        held.wait()
+        def child():
+            done = h.wait(timeout=5)
+            print("child", done, type(h.exception(timeout=0)).__name__, flush=True)
+        status = fork_child(child)
+        release.set()
+        for o in handles:
+            o.result()
+        print("parent", os.WIFEXITED(status) and os.WEXITSTATUS(status),
+              [float(o[1, 2, 3, 3]) for o in outs])
+        dev.close()
+    """, tmp_path)
+    assert "child True DeviceError" in lines, lines
+    assert f"parent 0 {[64.0 * 9] * 3}" in lines, lines
+
+
+def test_fork_child_completes_events_recorded_behind_busy_work(tmp_path):
+    """An event recorded on a stream behind work still running at the fork (its marker in
+    the worker's queue, on no in-flight list), and a wait on it queued on another
+    stream: in the child the event is done (synchronize returns, wait() in a loop
+    returns) instead of never; in the parent it completes after the work."""
+    lines = _run("""
+        import asyncio
+        dims = (16, 64, 56, 56)
+        g, x, w, y = conv_graph(dims, 64)
+        dev = hd.Device("cpu", streams=2)
+        plan = dev.build_sync(g)
+        X, W = np.ones(dims, np.float32), np.ones((64, 64, 3, 3), np.float32)
+        outs = [np.zeros(dims, np.float32) for _ in range(3)]
+        s0, s1 = dev.streams
+        handles = [plan.submit({x: X, w: W, y: o}, stream=s0) for o in outs]
+        ev = s0.record_event()
+        s1.wait_event(ev)
+        assert not ev.is_done()
+        def child():
+            ev.synchronize(timeout=5)
+            asyncio.run(asyncio.wait_for(ev.wait(), 5))
+            print("child", ev.is_done(), flush=True)
+        status = fork_child(child)
+        ev.synchronize()
+        print("parent", os.WIFEXITED(status) and os.WEXITSTATUS(status), ev.is_done(),
+              all(h.done() for h in handles), [float(o[1, 2, 3, 3]) for o in outs])
+        dev.close()
+    """, tmp_path)
+    assert "child True" in lines, lines
+    assert f"parent 0 True True {[64.0 * 9] * 3}" in lines, lines
