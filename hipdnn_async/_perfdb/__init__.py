@@ -18,14 +18,18 @@ What breaks MIOpen's dbs, and what this module does about it (ROCm/MIOpen #1878,
   directory, a parent that cannot be created, a full or failing disk): one warning and
   an in-memory db (seeded with what could still be read), so tuning keeps working.
 - A db written by a newer schema: left untouched; an in-memory db is used.
+- ``fork`` with other threads using the db: the connection must be neither mid-call at
+  the fork nor used in the child (sqlite.org/howtocorrupt.html, 2.6). Every db's lock is
+  taken before the fork (a statement in another thread finishes first); the child closes
+  the inherited file connection, idle, and opens its own at its next call.
 - A db of schema 1 (before entries named their engine): upgraded in place, once, with a
   note; its entries keep engine ``""`` until the engine that wrote them (its provider's
   only engine then) claims them at its first lookup (``PerfDb.lookup(..., schema1=True)``).
 
 ``lookup`` and ``store`` never raise for any of these conditions.
 
-This package imports only the stdlib and ``_errors``. Its modules, each importing only
-those above it:
+This package imports only the stdlib, ``_errors`` and ``_fork``. Its modules, each
+importing only those above it:
 
 - ``_records``: ``PerfKey``, ``PerfRecord``, the fields in column order and their checks;
 - ``_paths``: ``$HIPDNN_ASYNC_PERFDB`` and the default path;
