@@ -935,6 +935,10 @@ cdef int _rows_of(cnp.ndarray a, object like, str role, Py_ssize_t itemsize,
     if nd < 3 or (like is not None and shape != like):
         raise ValueError(f"bn_rows: {role} has dims {shape}; need (N, C, spatial...)"
                          + (f" equal to {like}" if like is not None else ""))
+    if 0 in shape:      # (before the strides: NumPy may give an empty array any)
+        raise ValueError(f"bn_rows: {role} has dims {shape}, no elements; need N, C and "
+                         "every spatial dim >= 1 (the graph API's N = 0, inference only, "
+                         "runs on CPU_ENGINE without the rows)")
     for k in range(nd - 1, 1, -1):
         if a.shape[k] == 1:
             continue

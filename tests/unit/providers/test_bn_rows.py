@@ -735,6 +735,9 @@ def _args(shape=(2, 3, 4, 5), dtype=np.float32):
     ("vector_byte_order", r"scale is not a contiguous float32 vector \("),
     ("out_byte_order", "variance_out is not a contiguous float32 vector that can be written"),
     ("x_byte_order", r"x is in non-native byte order \(>f4\)"),
+    ("empty_n", r"x has dims \(0, 3, 4, 5\), no elements; need N, C and every spatial"),
+    ("empty_c", r"x has dims \(2, 0, 4, 5\), no elements"),
+    ("empty_h", r"x has dims \(2, 3, 0, 5\), no elements"),
 ])
 def test_errors_are_clear(case, match):
     x, y, v = _args()
@@ -792,6 +795,11 @@ def test_errors_are_clear(case, match):
         kw["variance_out"] = np.empty(3, ">f4")
     elif case == "x_byte_order":
         x = x.astype(">f4")
+    elif case.startswith("empty"):   # was "neither one packed run" (NumPy's strides)
+        dims = {"empty_n": (0, 3, 4, 5), "empty_c": (2, 0, 4, 5), "empty_h": (2, 3, 0, 5)}[case]
+        x, y = np.ones(dims, np.float32), np.full(dims, np.nan, np.float32)
+        if case == "empty_c":
+            kw = {}
     with pytest.raises(ValueError, match=f"^bn_rows: {match}"):
         k.bn_rows(op, x, y, kind, epsilon=1e-5, **kw)
     assert np.isnan(y.astype(np.float64)).all()                    # nothing ran
