@@ -10,9 +10,9 @@ a device's plan list) is registered here and re-initialised, unheld, in the chil
 may have been half-updated by the vanished thread; each holder keeps only a few
 attribute or dict writes under its lock, so the child sees one side or the other.
 
-A lock held around calls into a C library that has locks of its own (the perf db's
-SQLite connection) needs more: :func:`hold_across_fork` takes it before the fork, so
-that no other thread is inside the library at that instant (the perf db's own hooks).
+A lock held around calls into a C library that has locks of its own needs more: the
+perf db's hooks (``_perfdb._store``) take its locks before the fork, so that no other
+thread is inside SQLite at that instant.
 
 The hook is registered when this module is first imported, so it runs before the hooks
 of the modules that import it (``os.register_at_fork`` runs them in that order): the
