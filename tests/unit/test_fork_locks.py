@@ -68,8 +68,8 @@ def fork_child(body):
 
 
 def _run(script: str, tmp_path, timeout: float = 120) -> list:
-    env = dict(os.environ, PYTHONPATH=ROOT,
-               HIPDNN_ASYNC_PERFDB=str(tmp_path / "perfdb.sqlite3"))
+    path = os.pathsep.join(filter(None, (ROOT, os.environ.get("PYTHONPATH"))))
+    env = dict(os.environ, PYTHONPATH=path, HIPDNN_ASYNC_PERFDB=str(tmp_path / "perfdb.sqlite3"))
     env.pop("HIPDNN_ASYNC_FORCE_BENCHMARKING", None)
     proc = subprocess.run([sys.executable, "-c", _PRELUDE + textwrap.dedent(script)],
                           env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)

@@ -55,7 +55,9 @@ def busy_stream():
 def _run(script: str, timeout: float) -> subprocess.CompletedProcess:
     # no PYTHONFAULTHANDLER: its alternate signal stack hid the heap corruption that
     # test_signals_during_onednn_runs_keep_the_heap checks
-    env = dict(os.environ, PYTHONPATH=ROOT)
+    # ROOT first, what the caller has on the path kept (packages installed with --target)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (ROOT, os.environ.get(
+        "PYTHONPATH")))))
     env.pop("PYTHONFAULTHANDLER", None)
     return subprocess.run([sys.executable, "-c", _CONV + textwrap.dedent(script)], env=env,
                           cwd=ROOT, capture_output=True, text=True, timeout=timeout)
