@@ -212,8 +212,9 @@ class Device:
         self._stats_lock = threading.Lock()
         self._plans = weakref.WeakSet()          # built here: close() drops their bindings
         self._plans_lock = threading.Lock()      # a build may add one while close() reads
-        # unheld in a fork child: a parent thread tuning or counting at the fork is gone
-        _fork.reinit_attrs_in_child(self, "_stats_lock", "_plans_lock", "_tune_lock")
+        # unheld in a fork child: a parent thread counting or building at the fork is gone
+        # (not _tune_lock: this device builds nothing there, and a new one has its own)
+        _fork.reinit_attrs_in_child(self, "_stats_lock", "_plans_lock")
         self._entered = False                     # by `with` / `async with`: see Notes
         # per pattern: plans built, build ms, and the executions' counter (a C launch bumps
         # it itself: no Python call per execution)

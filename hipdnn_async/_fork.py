@@ -10,9 +10,12 @@ a device's plan list) is registered here and re-initialised, unheld, in the chil
 may have been half-updated by the vanished thread; each holder keeps only a few
 attribute or dict writes under its lock, so the child sees one side or the other.
 
-A lock held around calls into a C library that has locks of its own needs more: the
-perf db's hooks (``_perfdb._store``) take its locks before the fork, so that no other
-thread is inside SQLite at that instant.
+A lock held around calls into C code that must not be mid-call at a fork needs more
+(a library being loaded: the child would find it half-initialised): registered with
+:func:`hold_across_fork`, it is taken before the fork, so a holder in another thread
+finishes first, and released after it in parent and child. It is an RLock, so that a
+fork by its own holder (a logging handler called inside) goes through. The perf db's
+hooks (``_perfdb._store``) do the same for its locks, in their own order.
 
 The hook is registered when this module is first imported, so it runs before the hooks
 of the modules that import it (``os.register_at_fork`` runs them in that order): the
@@ -22,10 +25,13 @@ runs may take these locks.
 from __future__ import annotations
 
 import os
+import threading
 import weakref
 
-__all__ = ["reinit_in_child", "reinit_attrs_in_child"]
+__all__ = ["hold_across_fork", "reinit_in_child", "reinit_attrs_in_child"]
 
+_RLOCK = type(threading.RLock())
+_held_locks: list = []        # hold_across_fork, in registration order
 _module_locks: list = []      # module-level locks: they live as long as the process
 # owner -> names of its lock attributes (owners compare by identity: none defines __eq__)
 _owners: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -38,13 +44,39 @@ def reinit_in_child(lock):
     return lock
 
 
+def hold_across_fork(lock):
+    """Register a module-level ``threading.RLock`` that a fork waits for (taken before
+    it, released after it in parent and child); returns it.
+
+    Raises
+    ------
+    TypeError
+        `lock` is not an RLock (a plain Lock would deadlock a fork by its holder).
+    """
+    if not isinstance(lock, _RLOCK):
+        raise TypeError(f"hold_across_fork takes a threading.RLock; got {type(lock).__name__}")
+    _held_locks.append(lock)
+    return lock
+
+
 def reinit_attrs_in_child(owner, *names: str) -> None:
     """Register the lock attributes ``names`` of ``owner`` (weakly referenced) to be
     unheld in a fork child; read at the fork, so an attribute may be rebound."""
     _owners[owner] = names
 
 
+def _take_held() -> None:
+    for lock in _held_locks:
+        lock.acquire()
+
+
+def _release_held() -> None:
+    for lock in reversed(_held_locks):
+        lock.release()
+
+
 def _reinit_in_child() -> None:
+    _release_held()         # taken by this thread before the fork: no other holds one
     for lock in _module_locks:
         lock._at_fork_reinit()
     for owner, names in list(_owners.items()):
@@ -55,4 +87,5 @@ def _reinit_in_child() -> None:
 
 
 if hasattr(os, "register_at_fork"):     # POSIX
-    os.register_at_fork(after_in_child=_reinit_in_child)
+    os.register_at_fork(before=_take_held, after_in_parent=_release_held,
+                        after_in_child=_reinit_in_child)

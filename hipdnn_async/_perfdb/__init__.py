@@ -19,9 +19,10 @@ What breaks MIOpen's dbs, and what this module does about it (ROCm/MIOpen #1878,
   an in-memory db (seeded with what could still be read), so tuning keeps working.
 - A db written by a newer schema: left untouched; an in-memory db is used.
 - ``fork`` with other threads using the db: the connection must be neither mid-call at
-  the fork nor used in the child (sqlite.org/howtocorrupt.html, 2.6). Every db's lock is
-  taken before the fork (a statement in another thread finishes first); the child closes
-  the inherited file connection, idle, and opens its own at its next call.
+  the fork nor used in the child (sqlite.org/howtocorrupt.html, 2.6). Every db's lock
+  (an RLock) is taken before the fork (a statement in another thread finishes first);
+  the child closes the inherited file connection, idle, and opens its own at its next
+  call.
 - A db of schema 1 (before entries named their engine): upgraded in place, once, with a
   note; its entries keep engine ``""`` until the engine that wrote them (its provider's
   only engine then) claims them at its first lookup (``PerfDb.lookup(..., schema1=True)``).

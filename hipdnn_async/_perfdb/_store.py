@@ -297,23 +297,28 @@ class PerfDb:
 
 
 _default: PerfDb | None = None
-_default_lock = threading.Lock()
-_registry_lock = threading.Lock()
+_default_lock = threading.RLock()
+_registry_lock = threading.RLock()
 _dbs: "weakref.WeakSet[PerfDb]" = weakref.WeakSet()
 
 
 # Fork. Every statement runs under its db's lock. SQLite must not be inside a call on a
 # connection at a fork, nor may the child use that connection ("How To Corrupt An SQLite
-# Database File", sqlite.org/howtocorrupt.html, 2.6). So the hooks take every db's lock
-# before the fork (a statement running in another thread finishes first); in the child
-# they unhold them and close each file connection, idle then (in WAL mode the parent's
-# own lock on the file keeps that close from checkpointing under it), and the next call
-# there opens the child's own. An in-memory db keeps its connection: the child has its
-# own copy of that memory and no file to share.
+# Database File", sqlite.org/howtocorrupt.html, 2.6). So the hooks take the module's
+# locks and every db's lock before the fork, in the order the code takes them (a
+# statement running in another thread finishes first: within SQLite's busy timeout plus
+# the retry budget, BUSY_TIMEOUT_MS and _RETRY_BUDGET_S, where another process holds the
+# db locked), and release them after it, in parent and child. The child then closes each
+# file connection, idle, that was the parent's (in WAL mode the parent's own lock on the
+# file keeps that close from checkpointing under it); its next call opens its own. All
+# are RLocks: a fork by their holder (a logging handler called while a db opens) goes
+# through, and the connection of a db this thread was using at the fork is left to it.
+# An in-memory db keeps its connection: the child has its own copy of that memory.
 def _before_fork() -> None:
     _default_lock.acquire()
     _registry_lock.acquire()
     for db in list(_dbs):
+        _in_use.append(db._lock._is_owned())
         db._lock.acquire()
         _held_at_fork.append(db)
 
@@ -321,23 +326,26 @@ def _before_fork() -> None:
 def _after_fork_in_parent() -> None:
     while _held_at_fork:
         _held_at_fork.pop()._lock.release()
+    _in_use.clear()
     _registry_lock.release()
     _default_lock.release()
 
 
 def _after_fork_in_child() -> None:
-    for db in _held_at_fork:
-        db._lock._at_fork_reinit()
-        if db._conn is not None and not db._fallback:
+    for db, in_use in zip(_held_at_fork, _in_use):
+        db._lock.release()
+        if not in_use and db._conn is not None and not db._fallback:
             with contextlib.suppress(sqlite3.Error):
                 db._conn.close()
             db._conn = None
     _held_at_fork.clear()
-    _registry_lock._at_fork_reinit()
-    _default_lock._at_fork_reinit()
+    _in_use.clear()
+    _registry_lock.release()
+    _default_lock.release()
 
 
-_held_at_fork: list = []
+_held_at_fork: list = []      # the dbs whose locks _before_fork took
+_in_use: list = []            # for each, whether this thread held it already
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
                         after_in_child=_after_fork_in_child)

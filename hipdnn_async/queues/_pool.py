@@ -74,6 +74,8 @@ def _close_host_pools_in_fork_child() -> None:
             if s._finishing is not None:    # forked between leaving _inflight and done
                 items.append(s._finishing)
             items += _launched_in_child(s._backend)
+            if getattr(s._backend, "_thread", None) is threading.current_thread():
+                s._backend._queue.put(_ExitForkChild())     # forked on this worker
             s._inflight.clear()
             s._parked.clear()
             for item in items:
@@ -100,6 +102,24 @@ def _launched_in_child(backend) -> list:
             return out
         if isinstance(item, Completion):
             out.append(item)
+
+
+class _ExitForkChild:
+    """The last entry of a worker that a fork child inherited as its only thread (forked
+    in a done callback): once the callback returns, the child exits with status 0, its
+    stdout and stderr flushed. Its loop would otherwise wait on the queue forever, and a
+    thread that ends there ends the process without Python's finalization, in C exit
+    handlers (GNU OpenMP's) that wait for threads the child does not have."""
+
+    __slots__ = ()
+
+    def _run(self) -> None:
+        for f in (sys.stdout, sys.stderr):
+            try:
+                f.flush()
+            except Exception:       # noqa: BLE001 - a closed or broken stream: exit anyway
+                pass
+        os._exit(0)
 
 
 os.register_at_fork(after_in_child=_close_host_pools_in_fork_child)

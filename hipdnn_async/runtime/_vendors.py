@@ -66,7 +66,8 @@ class VendorState:
         return getattr(self.runtime, "record", None)
 
 
-_lock = _fork.reinit_in_child(threading.Lock())
+# held across a load (dlopen, the library's init): a fork waits for one in progress
+_lock = _fork.hold_across_fork(threading.RLock())
 _states: dict[str, VendorState] = {}
 
 

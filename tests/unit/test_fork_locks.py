@@ -78,23 +78,22 @@ def _run(script: str, tmp_path, timeout: float = 120) -> list:
 
 
 def test_fork_child_with_the_package_locks_held_by_a_parent_thread(tmp_path):
-    """Every module lock and the device's own locks held by a parent thread across the
-    fork: in the child the parent's device reports ``plan_stats``, and a new device makes
-    a tuned build (perf db, counters, log, vendor registry) and runs it, a profile
-    around it (profiler state), and a capture block opens and closes."""
+    """The module locks and the device's own locks that a fork child unholds
+    (``_fork.reinit_in_child``), held by a parent thread across the fork: in the child
+    the parent's device reports ``plan_stats``, and a new device makes a tuned build
+    (counters, warn-once logs, the plan cache) and runs it inside a profile (profiler
+    state)."""
     lines = _run("""
         from hipdnn_async import _capture, _log, _provider_plans
         from hipdnn_async._perfdb import _stats
         from hipdnn_async.profiler import _state
-        from hipdnn_async.runtime import _vendors
         dims = (2, 8, 12, 12)
         g, x, w, y = conv_graph(dims, 8)
         dev = hd.Device("cpu")
         plan = dev.build_sync(g)
-        locks = [dev._stats_lock, dev._tune_lock, dev._plan_cache._lock,
+        locks = [dev._stats_lock, dev._plan_cache._lock,
                  _provider_plans._counters_lock, _stats._counters_lock, _stats._warned_lock,
-                 _log._lock, _log._warned_lock, _vendors._lock, _capture._open_lock,
-                 _state._lock]
+                 _log._lock, _log._warned_lock, _capture._open_lock, _state._lock]
         held, release = threading.Event(), threading.Event()
         def hold():
             for lock in locks:
@@ -225,3 +224,111 @@ def test_fork_child_completes_events_recorded_behind_busy_work(tmp_path):
     """, tmp_path)
     assert "child True" in lines, lines
     assert f"parent 0 True True {[64.0 * 9] * 3}" in lines, lines
+
+
+def test_fork_waits_for_a_library_load_in_progress(tmp_path):
+    """A fork while another thread holds the vendor registry's lock (as it does across a
+    library load: dlopen and the library's init): the fork waits for it, instead of the
+    child finding the library half-loaded (its load blocked there in 6 of 20 forks timed
+    into a parent's first tuned build, found by a break-it helper); the child loads and
+    runs."""
+    lines = _run("""
+        from hipdnn_async.runtime import _vendors
+        dims = (2, 8, 12, 12)
+        g, x, w, y = conv_graph(dims, 8)
+        inside, out = threading.Event(), []
+        def load():
+            with _vendors._lock:
+                inside.set()
+                time.sleep(0.3)
+                out.append(time.perf_counter())
+        threading.Thread(target=load, daemon=True).start()
+        inside.wait()
+        def child():
+            with hd.Device("cpu") as dev:
+                p = dev.build_sync(g)
+                print("child", interior(p, x, w, y, dims, 8), flush=True)
+        status = fork_child(child)
+        print("fork waited", out[0] <= FORKED_AT[0])
+        print("parent", os.WIFEXITED(status) and os.WEXITSTATUS(status))
+    """, tmp_path)
+    assert f"child {8.0 * 9}" in lines, lines
+    assert "fork waited True" in lines, lines
+    assert "parent 0" in lines, lines
+
+
+def test_fork_from_a_logging_handler_while_the_perf_db_opens(tmp_path):
+    """A fork by the thread that holds the perf db's locks (a logging handler that forks,
+    called for the warning that the db path is a directory): the fork goes through and
+    the child exits, where the hooks waited for their own thread's locks forever."""
+    (tmp_path / "a_directory").mkdir()
+    lines = _run(f"""
+        import logging
+        from hipdnn_async import _perfdb
+        class Forking(logging.Handler):
+            def emit(self, record):
+                status = fork_child(lambda: print("child", flush=True))
+                print("handler", os.WIFEXITED(status) and os.WEXITSTATUS(status), flush=True)
+        log = logging.getLogger("hipdnn_async")
+        log.addHandler(Forking()); log.setLevel(logging.WARNING)
+        signal.alarm(20)
+        os.environ["HIPDNN_ASYNC_PERFDB"] = {str(tmp_path / "a_directory")!r}
+        db = _perfdb.default_perfdb()
+        print("opened", db.in_memory)
+    """, tmp_path)
+    assert "child" in lines and "handler 0" in lines, lines
+    assert "opened True" in lines, lines
+
+
+def test_a_tuned_build_imports_nothing_new(tmp_path):
+    """Once a CPU device is made, tuned builds of both engines (convolution, batchnorm)
+    import no module for the first time: a fork while another thread imports leaves
+    the child waiting on that import's lock forever (numpy.random, imported lazily at the
+    first tuned build, hung 9 of 20 children forked into it; found by a break-it
+    helper)."""
+    lines = _run("""
+        dev = hd.Device("cpu")
+        before = set(sys.modules)
+        for engine in ("ONEDNN_ENGINE", "CPU_ENGINE"):
+            for dtype in (hd.DataType.FLOAT, hd.DataType.BFLOAT16):
+                g = hd.Graph(io_data_type=dtype)
+                x = g.tensor(dims=(1, 5, 8, 8), name="x"); w = g.tensor(dims=(4, 5, 3, 3), name="w")
+                g.conv_fprop(x, w, padding=1).set_output(True)
+                dev.build_sync(g, engine=engine, knobs={"global.benchmarking": 1})
+            g = hd.Graph(io_data_type=hd.DataType.FLOAT)
+            ch = lambda n: g.tensor(dims=(1, 4, 1, 1), name=n)
+            for t in g.batchnorm(g.tensor(dims=(2, 4, 5, 5), name="x"), ch("s"), ch("b"),
+                                 epsilon=1e-5, momentum=0.1, prev_running_mean=ch("rm"),
+                                 prev_running_variance=ch("rv")):
+                t.set_output(True)
+            dev.build_sync(g, engine=engine, knobs={"global.benchmarking": 1})
+        print("new", sorted(set(sys.modules) - before))
+        dev.close()
+    """, tmp_path)
+    assert "new []" in lines, lines
+
+
+def test_fork_child_of_a_done_callback_ends_when_it_returns(tmp_path):
+    """A fork in a done callback (on the stream's worker) whose child returns from the
+    callback: the child's worker loop ends, and with it the child, where it waited
+    forever; the parent's work completes."""
+    lines = _run("""
+        dev, handles, outs = busy_stream()
+        children = []
+        def forking(h):
+            pid = os.fork()
+            if pid == 0:
+                signal.alarm(20)
+                return                      # back into the worker's loop, in the child
+            children.append(pid)
+        handles[0].add_done_callback(forking)
+        for h in handles:
+            h.result()
+        _, status = os.waitpid(children[0], 0)
+        print("child", os.WIFSIGNALED(status) and signal.Signals(os.WTERMSIG(status)).name,
+              os.WIFEXITED(status) and os.WEXITSTATUS(status))
+        print("parent", [float(o[1, 2, 3, 3]) for o in outs])
+        dev.close()
+    """, tmp_path)
+    assert "child False 0" in lines, lines
+    assert f"parent {[64.0 * 9] * 3}" in lines, lines

@@ -15,6 +15,11 @@ import time
 
 import numpy as np
 
+try:        # at import, not at a first tuned build (a fork then: see onednn._choose)
+    from threadpoolctl import threadpool_info
+except ImportError:
+    threadpool_info = None
+
 from ... import _knobs
 from ..._errors import DeviceError, ExecutionError, NotSupportedError
 from ..._layout import element_extent
@@ -175,9 +180,7 @@ def _cpu_model() -> str:
 
 def _blas_threads() -> str:
     """NumPy's BLAS and its thread count now, e.g. ``"blas openblas 2 threads"``."""
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:
+    if threadpool_info is None:
         # Without threadpoolctl nothing can change the count after start-up: the
         # environment read when the BLAS loaded (OpenBLAS / OpenMP / MKL) decides it.
         env = next((f"{v}={os.environ[v]}" for v in ("OPENBLAS_NUM_THREADS",

@@ -7,6 +7,10 @@ import math
 import time
 
 import numpy as np
+# numpy imports numpy.random lazily, at its first use: here, at the provider's import,
+# not during a first tuned build, where a fork from another thread would leave the
+# child waiting for that import's lock forever (found by a break-it helper)
+import numpy.random  # noqa: F401
 
 from .... import _knobs
 from ...._errors import DeviceError
