@@ -14,21 +14,28 @@ A lock held around calls into C code that must not be mid-call at a fork needs m
 (a library being loaded: the child would find it half-initialised): registered with
 :func:`hold_across_fork`, it is taken before the fork, so a holder in another thread
 finishes first, and released after it in parent and child. It is an RLock, so that a
-fork by its own holder (a logging handler called inside) goes through. The perf db's
-hooks (``_perfdb._store``) do the same for its locks, in their own order.
+fork by its own holder goes through. The perf db's hooks (``_perfdb._store``) do the
+same for its locks, in their own order. Such a lock is taken through :func:`holding`,
+which holds back the "hipdnn_async" logger's records of the block until the lock is
+released: a handler that forks holds its own lock while the fork waits for ours, so
+our holder must not wait for that handler inside (found by a break-it helper).
 
-The hook is registered when this module is first imported, so it runs before the hooks
-of the modules that import it (``os.register_at_fork`` runs them in that order): the
-queues' hook fails the parent's work in flight in the child, and the done callbacks it
-runs may take these locks.
+The hooks are registered when this module is first imported: after a fork they run
+before those of the modules that import it (the queues' hook fails the parent's work in
+flight in the child, and the done callbacks it runs may take these locks); before a
+fork, ``os.register_at_fork`` runs them after (in reverse order), so the perf db's locks
+are taken before the vendor registry's (no code holds one of them while taking the
+other).
 """
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import threading
 import weakref
 
-__all__ = ["hold_across_fork", "reinit_in_child", "reinit_attrs_in_child"]
+__all__ = ["hold_across_fork", "holding", "reinit_in_child", "reinit_attrs_in_child"]
 
 _RLOCK = type(threading.RLock())
 _held_locks: list = []        # hold_across_fork, in registration order
@@ -57,6 +64,39 @@ def hold_across_fork(lock):
         raise TypeError(f"hold_across_fork takes a threading.RLock; got {type(lock).__name__}")
     _held_locks.append(lock)
     return lock
+
+
+class _HoldBack(logging.Filter):
+    """Keeps the records of a thread inside :func:`holding` for the end of the block."""
+
+    def filter(self, record) -> bool:
+        pending = getattr(_local, "pending", None)
+        if pending is None:
+            return True
+        pending.append(record)
+        return False
+
+
+_local = threading.local()
+_logger = logging.getLogger("hipdnn_async")
+_logger.addFilter(_HoldBack())
+
+
+@contextlib.contextmanager
+def holding(lock):
+    """``with lock:`` for a lock a fork waits for, the "hipdnn_async" logger's records of
+    this thread held back until the outermost such block has released its lock."""
+    outer = getattr(_local, "pending", None) is None
+    if outer:
+        _local.pending = []
+    try:
+        with lock:
+            yield
+    finally:
+        if outer:
+            pending, _local.pending = _local.pending, None
+            for record in pending:
+                _logger.handle(record)
 
 
 def reinit_attrs_in_child(owner, *names: str) -> None:

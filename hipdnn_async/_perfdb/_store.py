@@ -9,6 +9,7 @@ import sqlite3
 import threading
 import weakref
 
+from .. import _fork
 from .._errors import PerfDbError
 from ._exchange import read_export, write_export
 from ._paths import MEMORY, default_path, env_refusal
@@ -71,7 +72,7 @@ class PerfDb:
         self._seed: list[tuple] = []      # rows carried into a fallback in-memory db
         if refusal is not None:
             self._go_memory(refusal, key=("relative", path))
-        with _registry_lock:                # not half-open at a fork (_before_fork)
+        with _fork.holding(_registry_lock):     # not half-open at a fork (_before_fork)
             _dbs.add(self)
             with self._lock:
                 self._ensure_open()
@@ -122,7 +123,7 @@ class PerfDb:
 
         Returns ``default`` when the db stays locked past the retry budget (logged).
         """
-        with self._lock:
+        with _fork.holding(self._lock):
             for _ in range(3):
                 conn = self._ensure_open()
                 try:
@@ -283,7 +284,7 @@ class PerfDb:
 
         An in-memory db loses its content on close.
         """
-        with self._lock:
+        with _fork.holding(self._lock):
             self._drop_connection(seed=False)
 
     def __enter__(self) -> "PerfDb":
@@ -355,7 +356,7 @@ def default_perfdb() -> PerfDb:
     """Return the process-wide PerfDb at :func:`default_path` (reopened if it changed)."""
     global _default
     path = default_path()
-    with _default_lock:
+    with _fork.holding(_default_lock):
         if _default is None or _default.path != path:
             # An old default may still be held by plans; it stays usable and is closed
             # when the last reference goes.
@@ -366,7 +367,7 @@ def default_perfdb() -> PerfDb:
 def reset_default_perfdb() -> None:
     """Close and forget the process-wide PerfDb (the next call reopens)."""
     global _default
-    with _default_lock:
+    with _fork.holding(_default_lock):
         if _default is not None:
             _default.close()
         _default = None

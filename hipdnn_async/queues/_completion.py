@@ -13,6 +13,8 @@ No polling, no thread per call.
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import threading
 import time
 
@@ -199,7 +201,9 @@ class Completion(_core.CompletionCore):
     def add_done_callback(self, callback) -> None:
         """Call ``callback(completion)`` once done: on the worker, or now if already done.
 
-        The callback must be quick and thread-safe; its exceptions are logged.
+        The callback must be quick and thread-safe; its exceptions are logged (also
+        SystemExit and KeyboardInterrupt: the stream's worker runs on; in a child forked
+        inside the callback, SystemExit ends that child with its code).
         """
         with self._lock:
             if self._state != _DONE:
@@ -370,5 +374,25 @@ class Completion(_core.CompletionCore):
 def _call_back(callback, completion) -> None:
     try:
         callback(completion)
-    except Exception:  # noqa: BLE001 - a callback must not kill the worker
-        _log.exception("done callback of %s failed", completion.describe())
+    except BaseException as exc:  # noqa: BLE001 - a callback must not kill the worker
+        # (SystemExit and KeyboardInterrupt too: the worker's loop would end with them,
+        # and every later item of its stream wait forever)
+        if isinstance(exc, SystemExit) and getattr(threading.current_thread(),
+                                                   "hipdnn_async_fork_child", False):
+            _exit_fork_child(exc.code)      # forked in this callback: the child's exit
+        _log.error("done callback of %s failed", completion.describe(), exc_info=exc)
+
+
+def _exit_fork_child(code) -> None:
+    """End a fork child whose only thread is a stream worker (forked in a done callback:
+    the host pools' fork hook marks the thread), stdout and stderr flushed first, with
+    ``code`` as ``sys.exit`` takes it (None 0, an int itself, else 1, the object printed)."""
+    if code is not None and not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except Exception:       # noqa: BLE001 - a closed or broken stream: exit anyway
+            pass
+    os._exit(code or 0)

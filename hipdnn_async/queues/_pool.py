@@ -13,7 +13,7 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from .._errors import DeviceError
-from ._completion import Completion
+from ._completion import Completion, _exit_fork_child
 from . import _core
 from ._metrics import Histogram, _copy_summary
 from ._stream import CpuStreamBackend, Stream, StreamBackend
@@ -75,7 +75,10 @@ def _close_host_pools_in_fork_child() -> None:
                 items.append(s._finishing)
             items += _launched_in_child(s._backend)
             if getattr(s._backend, "_thread", None) is threading.current_thread():
-                s._backend._queue.put(_ExitForkChild())     # forked on this worker
+                # forked on this worker (in a done callback): the child ends when the
+                # callback returns, or with its SystemExit's code (_completion._call_back)
+                threading.current_thread().hipdnn_async_fork_child = True
+                s._backend._queue.put(_ExitForkChild())
             s._inflight.clear()
             s._parked.clear()
             for item in items:
@@ -114,12 +117,7 @@ class _ExitForkChild:
     __slots__ = ()
 
     def _run(self) -> None:
-        for f in (sys.stdout, sys.stderr):
-            try:
-                f.flush()
-            except Exception:       # noqa: BLE001 - a closed or broken stream: exit anyway
-                pass
-        os._exit(0)
+        _exit_fork_child(0)
 
 
 os.register_at_fork(after_in_child=_close_host_pools_in_fork_child)

@@ -84,7 +84,7 @@ def load_vendor(name: str) -> VendorState:
     VendorState
         Cached: later calls return the same object.
     """
-    with _lock:
+    with _fork.holding(_lock):
         state = _states.get(name)
         if state is None:
             try:
@@ -212,7 +212,7 @@ def load_onednn() -> OnednnState:
     reason = _onednn_fork_reason()
     if reason:
         return OnednnState(False, reason)
-    with _lock:
+    with _fork.holding(_lock):
         if _onednn_state is not None:
             return _onednn_state
         try:

@@ -332,3 +332,102 @@ def test_fork_child_of_a_done_callback_ends_when_it_returns(tmp_path):
     """, tmp_path)
     assert "child False 0" in lines, lines
     assert f"parent {[64.0 * 9] * 3}" in lines, lines
+
+
+_FORKING_HANDLER = """
+import logging
+class Forking(logging.Handler):
+    # forks in emit, holding its own lock, once another thread is inside the lock a fork
+    # waits for (``inside``); the child exits at once
+    def emit(self, record):
+        if record.getMessage() == "fork now":
+            inside.wait(10)
+            time.sleep(0.2)
+            status = fork_child(lambda: None)
+            print("handler forked", os.WIFEXITED(status) and os.WEXITSTATUS(status), flush=True)
+inside = threading.Event()
+root = logging.getLogger(); root.addHandler(Forking()); root.setLevel(logging.INFO)
+logging.getLogger("hipdnn_async").setLevel(logging.INFO)
+signal.alarm(30)
+threading.Thread(target=lambda: logging.getLogger("user").info("fork now"), daemon=True).start()
+"""
+
+
+def test_a_forking_handler_while_another_thread_loads_a_library(tmp_path):
+    """A logging handler forks (holding its lock) while another thread is inside the
+    vendor registry's lock, about to log the load: the load's record waits until the lock
+    is released (``_fork.holding``), so the fork goes through and the build finishes,
+    where both waited for each other for good (3 of 3, found by a break-it helper)."""
+    lines = _run(_FORKING_HANDLER + textwrap.dedent("""
+        from hipdnn_async.runtime import _vendors
+        original = _vendors._load_onednn
+        def slow_load():
+            inside.set()                    # inside the lock: the handler forks now
+            time.sleep(0.5)
+            return original()
+        _vendors._load_onednn = slow_load
+        dims = (2, 8, 12, 12)
+        g, x, w, y = conv_graph(dims, 8)
+        with hd.Device("cpu") as dev:
+            print("built", interior(dev.build_sync(g), x, w, y, dims, 8), flush=True)
+    """), tmp_path)
+    assert "handler forked 0" in lines, lines
+    assert f"built {8.0 * 9}" in lines, lines
+
+
+def test_a_forking_handler_while_another_thread_opens_the_perf_db(tmp_path):
+    """The same with the perf db: another thread opens a db whose path cannot be used, and
+    warns (the in-memory fallback) inside the db's locks: the warning waits for their
+    release, so the fork goes through (3 of 3 deadlocked, found by a break-it helper)."""
+    (tmp_path / "a_directory").mkdir()
+    lines = _run(_FORKING_HANDLER + textwrap.dedent(f"""
+        from hipdnn_async._perfdb import _store
+        original = _store.PerfDb._ensure_open
+        def slow_open(self):
+            inside.set()                    # inside the locks: the handler forks now
+            time.sleep(0.5)
+            return original(self)
+        _store.PerfDb._ensure_open = slow_open
+        db = _store.PerfDb({str(tmp_path / "a_directory")!r})
+        print("opened", db.in_memory, flush=True)
+    """), tmp_path)
+    assert "handler forked 0" in lines, lines
+    assert "opened True" in lines, lines
+
+
+@pytest.mark.parametrize("how", ["SystemExit", "KeyboardInterrupt"])
+def test_a_done_callback_that_raises_base_exceptions_leaves_the_worker_running(tmp_path, how):
+    """A done callback raising SystemExit or KeyboardInterrupt: logged, and the stream's
+    later items still complete, where the worker's loop ended and they waited forever."""
+    lines = _run(f"""
+        dev, handles, outs = busy_stream()
+        def raising(h):
+            raise {how}(3)
+        handles[0].add_done_callback(raising)
+        print("done", [h.wait(30) for h in handles], [float(o[1, 2, 3, 3]) for o in outs])
+        dev.close()
+    """, tmp_path)
+    assert f"done [True, True, True] {[64.0 * 9] * 3}" in lines, lines
+
+
+def test_sys_exit_in_a_done_callback_ends_its_fork_child_with_that_code(tmp_path):
+    """A child forked in a done callback that calls ``sys.exit(3)`` there: it exits with
+    status 3 (it waited forever in the worker's loop)."""
+    lines = _run("""
+        dev, handles, outs = busy_stream()
+        children = []
+        def forking(h):
+            pid = os.fork()
+            if pid == 0:
+                signal.alarm(20)
+                print("in child", flush=True)
+                sys.exit(3)
+            children.append(pid)
+        handles[0].add_done_callback(forking)
+        for h in handles:
+            h.result()
+        _, status = os.waitpid(children[0], 0)
+        print("child", os.WIFEXITED(status) and os.WEXITSTATUS(status))
+        dev.close()
+    """, tmp_path)
+    assert "in child" in lines and "child 3" in lines, lines
