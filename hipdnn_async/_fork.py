@@ -79,24 +79,38 @@ class _HoldBack(logging.Filter):
 
 _local = threading.local()
 _logger = logging.getLogger("hipdnn_async")
-_logger.addFilter(_HoldBack())
+# first, so that a user's filters (added before this import too) see a record once: at
+# its replay
+_logger.filters.insert(0, _HoldBack())
 
 
 @contextlib.contextmanager
 def holding(lock):
     """``with lock:`` for a lock a fork waits for, the "hipdnn_async" logger's records of
-    this thread held back until the outermost such block has released its lock."""
+    this thread held back until the outermost such block has released its lock (where
+    the block raises, a handler's error at that point does not replace its exception)."""
     outer = getattr(_local, "pending", None) is None
     if outer:
         _local.pending = []
     try:
         with lock:
             yield
-    finally:
+    except BaseException:
         if outer:
-            pending, _local.pending = _local.pending, None
-            for record in pending:
-                _logger.handle(record)
+            _replay(quiet=True)
+        raise
+    if outer:
+        _replay(quiet=False)
+
+
+def _replay(*, quiet: bool) -> None:
+    pending, _local.pending = _local.pending, None
+    for record in pending:
+        try:
+            _logger.handle(record)
+        except Exception:           # noqa: BLE001 - only while another error propagates
+            if not quiet:
+                raise
 
 
 def reinit_attrs_in_child(owner, *names: str) -> None:
@@ -117,6 +131,8 @@ def _release_held() -> None:
 
 def _reinit_in_child() -> None:
     _release_held()         # taken by this thread before the fork: no other holds one
+    if getattr(_local, "pending", None):
+        _local.pending = []     # the parent's held records: the parent emits them
     for lock in _module_locks:
         lock._at_fork_reinit()
     for owner, names in list(_owners.items()):

@@ -17,6 +17,7 @@ import os
 import sys
 import threading
 import time
+import traceback
 
 import anyio
 import anyio.lowlevel
@@ -201,9 +202,11 @@ class Completion(_core.CompletionCore):
     def add_done_callback(self, callback) -> None:
         """Call ``callback(completion)`` once done: on the worker, or now if already done.
 
-        The callback must be quick and thread-safe; its exceptions are logged (also
-        SystemExit and KeyboardInterrupt: the stream's worker runs on; in a child forked
-        inside the callback, SystemExit ends that child with its code).
+        The callback must be quick and thread-safe. Its exceptions are logged; on a
+        stream's worker SystemExit and KeyboardInterrupt too (the worker runs on),
+        while run now, on the calling thread, those two reach the caller. A child
+        forked inside the callback on a worker ends when the callback does, with the
+        status Python would give.
         """
         with self._lock:
             if self._state != _DONE:
@@ -375,24 +378,36 @@ def _call_back(callback, completion) -> None:
     try:
         callback(completion)
     except BaseException as exc:  # noqa: BLE001 - a callback must not kill the worker
-        # (SystemExit and KeyboardInterrupt too: the worker's loop would end with them,
-        # and every later item of its stream wait forever)
-        if isinstance(exc, SystemExit) and getattr(threading.current_thread(),
-                                                   "hipdnn_async_fork_child", False):
-            _exit_fork_child(exc.code)      # forked in this callback: the child's exit
+        thread = threading.current_thread()
+        if getattr(thread, "hipdnn_async_fork_child", False):
+            _exit_fork_child(exc)           # forked in this callback: the child's end
+        if not isinstance(exc, Exception) and not getattr(thread, "hipdnn_async_worker", False):
+            raise       # Ctrl-C or sys.exit on the caller's thread (a callback run inline)
+        # on a stream's worker even SystemExit and KeyboardInterrupt: the worker's loop
+        # would end with them, and every later item of its stream wait forever
         _log.error("done callback of %s failed", completion.describe(), exc_info=exc)
 
 
-def _exit_fork_child(code) -> None:
+def _exit_fork_child(outcome) -> None:
     """End a fork child whose only thread is a stream worker (forked in a done callback:
-    the host pools' fork hook marks the thread), stdout and stderr flushed first, with
-    ``code`` as ``sys.exit`` takes it (None 0, an int itself, else 1, the object printed)."""
-    if code is not None and not isinstance(code, int):
-        print(code, file=sys.stderr)
-        code = 1
+    the host pools' fork hook marks the thread) as Python ends a process: ``outcome``
+    None (the callback returned) 0; a SystemExit its code (None 0, an int modulo 256, else
+    printed and 1); another exception its traceback printed and 1 (KeyboardInterrupt
+    130). stdout and stderr are flushed first."""
+    code = 0
+    if isinstance(outcome, SystemExit):
+        code = outcome.code
+        if code is None:
+            code = 0
+        elif not isinstance(code, int):
+            print(code, file=sys.stderr)
+            code = 1
+    elif outcome is not None:
+        traceback.print_exception(outcome)
+        code = 130 if isinstance(outcome, KeyboardInterrupt) else 1
     for f in (sys.stdout, sys.stderr):
         try:
             f.flush()
         except Exception:       # noqa: BLE001 - a closed or broken stream: exit anyway
             pass
-    os._exit(code or 0)
+    os._exit(code & 0xFF)

@@ -110,6 +110,7 @@ class GpuStreamBackend(_core.LaunchCore, StreamBackend):
         self._queue: queue.SimpleQueue = queue.SimpleQueue()     # items to watch
         self._thread = threading.Thread(target=self._watch_loop,
                                         name=f"hipdnn_async completion {name}", daemon=True)
+        self._thread.hipdnn_async_worker = True     # runs done callbacks (_call_back)
         self._thread.start()
 
     # ------------------------------------------------------------------ launch state

@@ -76,7 +76,7 @@ def _close_host_pools_in_fork_child() -> None:
             items += _launched_in_child(s._backend)
             if getattr(s._backend, "_thread", None) is threading.current_thread():
                 # forked on this worker (in a done callback): the child ends when the
-                # callback returns, or with its SystemExit's code (_completion._call_back)
+                # callback returns or raises, as Python would (_completion._call_back)
                 threading.current_thread().hipdnn_async_fork_child = True
                 s._backend._queue.put(_ExitForkChild())
             s._inflight.clear()
@@ -117,7 +117,7 @@ class _ExitForkChild:
     __slots__ = ()
 
     def _run(self) -> None:
-        _exit_fork_child(0)
+        _exit_fork_child(None)
 
 
 os.register_at_fork(after_in_child=_close_host_pools_in_fork_child)

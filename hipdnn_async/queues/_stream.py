@@ -157,6 +157,7 @@ class CpuStreamBackend(_core.HostLaunchCore, StreamBackend):
         self._stopped = False
         self._thread = threading.Thread(target=self.work, args=(_STOP,),
                                         name=f"hipdnn_async stream {name}", daemon=True)
+        self._thread.hipdnn_async_worker = True     # runs done callbacks (_call_back)
         self._thread.start()
         _live_backends.add(self)
         if _exiting:

@@ -410,10 +410,14 @@ def test_a_done_callback_that_raises_base_exceptions_leaves_the_worker_running(t
     assert f"done [True, True, True] {[64.0 * 9] * 3}" in lines, lines
 
 
-def test_sys_exit_in_a_done_callback_ends_its_fork_child_with_that_code(tmp_path):
-    """A child forked in a done callback that calls ``sys.exit(3)`` there: it exits with
-    status 3 (it waited forever in the worker's loop)."""
-    lines = _run("""
+@pytest.mark.parametrize("end, status", [("sys.exit(3)", 3), ("sys.exit(2 ** 40)", 0),
+                                         ("raise ValueError('in child')", 1)])
+def test_a_fork_child_of_a_done_callback_ends_as_python_would(tmp_path, end, status):
+    """A child forked in a done callback that ends it by ``sys.exit(3)``, an exit code
+    beyond a C int, or an exception: it exits with the status Python gives (3, 0: the
+    code modulo 2**32 then 256, 1) where it waited forever in the worker's loop (or, for
+    2**40, once ``os._exit`` overflowed)."""
+    lines = _run(f"""
         dev, handles, outs = busy_stream()
         children = []
         def forking(h):
@@ -421,7 +425,7 @@ def test_sys_exit_in_a_done_callback_ends_its_fork_child_with_that_code(tmp_path
             if pid == 0:
                 signal.alarm(20)
                 print("in child", flush=True)
-                sys.exit(3)
+                {end}
             children.append(pid)
         handles[0].add_done_callback(forking)
         for h in handles:
@@ -430,4 +434,104 @@ def test_sys_exit_in_a_done_callback_ends_its_fork_child_with_that_code(tmp_path
         print("child", os.WIFEXITED(status) and os.WEXITSTATUS(status))
         dev.close()
     """, tmp_path)
-    assert "in child" in lines and "child 3" in lines, lines
+    assert "in child" in lines and f"child {status}" in lines, lines
+
+
+@pytest.mark.parametrize("how", ["KeyboardInterrupt", "SystemExit"])
+def test_a_callback_run_inline_passes_ctrl_c_and_sys_exit_to_its_caller(how):
+    """A done callback run on the caller's own thread (added to a handle already done):
+    its KeyboardInterrupt or SystemExit reaches the caller of ``add_done_callback``, as
+    Ctrl-C or ``sys.exit`` would (only a stream's worker logs them and runs on)."""
+    import numpy as np
+    import hipdnn_async as hd
+    g = hd.Graph(io_data_type=hd.DataType.FLOAT)
+    x = g.tensor(dims=(1, 2, 4, 4), name="x"); w = g.tensor(dims=(2, 2, 3, 3), name="w")
+    y = g.conv_fprop(x, w, padding=1).set_output(True)
+    exc = {"KeyboardInterrupt": KeyboardInterrupt, "SystemExit": SystemExit}[how]
+
+    def raising(_):
+        raise exc(7)
+
+    with hd.Device("cpu") as dev:
+        h = dev.build_sync(g).submit({x: np.ones((1, 2, 4, 4), np.float32),
+                                      w: np.ones((2, 2, 3, 3), np.float32),
+                                      y: np.zeros((1, 2, 4, 4), np.float32)})
+        h.result()
+        with pytest.raises(exc):
+            h.add_done_callback(raising)
+
+
+def test_held_back_records_meet_a_users_filters_once_and_a_fork_child_drops_them(tmp_path):
+    """Records held back under a lock a fork waits for (``_fork.holding``): a filter the
+    user added to the "hipdnn_async" logger before the import sees each once (a log-once
+    filter dropped the perf db's fallback warning, a prefixing one applied twice); a fork
+    inside the block leaves the parent's held records to the parent (the child emitted
+    them again); a handler's error at release does not replace the block's own."""
+    lines = _run("""
+        import logging, threading
+        seen = []
+        class Once(logging.Filter):
+            def filter(self, record):
+                seen.append(record.getMessage()); return True
+        class Out(logging.Handler):
+            def emit(self, record):
+                print("emitted", os.getpid() == PARENT, record.getMessage(), flush=True)
+        PARENT = os.getpid()
+        logging.getLogger("hipdnn_async").addFilter(Once())    # (after the import: below)
+        logging.getLogger("hipdnn_async").addHandler(Out())
+        logging.getLogger("hipdnn_async").setLevel(logging.INFO)
+        from hipdnn_async import _fork
+        log = logging.getLogger("hipdnn_async")
+        lock = threading.RLock()
+        with _fork.holding(lock):
+            log.info("held")
+            pid = os.fork()                 # the child goes on to the block's end too
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+        print("seen", seen)
+        class Broken(logging.Handler):
+            def emit(self, record):
+                raise KeyError("handler")
+        log.addHandler(Broken())
+        try:
+            with _fork.holding(lock):
+                log.info("again")
+                raise ValueError("block")
+        except Exception as exc:
+            print("raised", type(exc).__name__)
+    """, tmp_path)
+    assert lines.count("emitted True held") == 1 and "emitted False held" not in lines, lines
+    assert "seen ['held']" in lines, lines
+    assert "raised ValueError" in lines, lines
+
+
+def test_a_filter_added_before_the_import_sees_a_held_back_record_once(tmp_path):
+    """A filter on the "hipdnn_async" logger added before ``import hipdnn_async``: the
+    perf db's fallback warning, made under the db's locks and held back, passes it once
+    (a log-once filter there dropped it: it ran at the call and again at the release)."""
+    (tmp_path / "a_directory").mkdir()
+    script = textwrap.dedent(f"""
+        import logging
+        calls = []
+        class Once(logging.Filter):
+            def filter(self, record):
+                calls.append(record.getMessage())
+                return calls.count(record.getMessage()) == 1
+        log = logging.getLogger("hipdnn_async")
+        log.addFilter(Once())
+        got = []
+        class Keep(logging.Handler):
+            def emit(self, record):
+                got.append(record.getMessage())
+        log.addHandler(Keep())
+        import hipdnn_async as hd
+        log.setLevel(logging.WARNING)       # (the import sets the library's default: off)
+        hd.PerfDb({str(tmp_path / "a_directory")!r})
+        print(len(calls), len(got), "in-memory" in got[0] if got else None)
+    """)
+    path = os.pathsep.join(filter(None, (ROOT, os.environ.get("PYTHONPATH"))))
+    proc = subprocess.run([sys.executable, "-c", script], env=dict(os.environ, PYTHONPATH=path),
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["1", "1", "True"], proc.stdout
