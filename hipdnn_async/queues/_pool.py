@@ -74,11 +74,6 @@ def _close_host_pools_in_fork_child() -> None:
             if s._finishing is not None:    # forked between leaving _inflight and done
                 items.append(s._finishing)
             items += _launched_in_child(s._backend)
-            if getattr(s._backend, "_thread", None) is threading.current_thread():
-                # forked on this worker (in a done callback): the child ends when the
-                # callback returns or raises, as Python would (_completion._call_back)
-                threading.current_thread().hipdnn_async_fork_child = True
-                s._backend._queue.put(_ExitForkChild())
             s._inflight.clear()
             s._parked.clear()
             for item in items:
@@ -88,6 +83,12 @@ def _close_host_pools_in_fork_child() -> None:
                         f"{item.describe()}: submitted in process {parent} before a fork; "
                         "it runs there, not in this fork child (the stream's worker does "
                         "not survive fork)", code="INVALID_VALUE"))
+            if getattr(s._backend, "_thread", None) is threading.current_thread():
+                # forked on this worker (in a done callback): the child ends when that
+                # callback returns or raises, as Python would (_completion._call_back);
+                # marked after the callbacks of the failed items above have run
+                threading.current_thread().hipdnn_async_fork_child = True
+                s._backend._queue.put(_ExitForkChild())
 
 
 def _launched_in_child(backend) -> list:
