@@ -50,6 +50,20 @@ def busy_stream():
 
 FORKED_AT = []     # the parent's clock right after each fork
 
+def hold_briefly(lock):
+    # a thread holds lock for 0.3 s (as a statement or a library load would); returns, once
+    # it holds it, a list that gets the thread's clock just before it releases the lock
+    inside, released = threading.Event(), []
+    def hold():
+        with lock:
+            inside.set()
+            time.sleep(0.3)
+            released.append(time.perf_counter())
+    threading.Thread(target=hold, daemon=True).start()
+    inside.wait()
+    return released
+
+
 def fork_child(body):
     # runs body() in a fork child under a 20 s alarm; returns the child's exit status
     pid = os.fork()
@@ -137,14 +151,7 @@ def test_fork_while_a_parent_thread_is_inside_the_perf_db(tmp_path):
         db = _perfdb.default_perfdb()
         with hd.Device("cpu") as dev:           # the parent's db in use before the fork
             dev.build_sync(conv_graph((1, 4, 6, 6), 4)[0], knobs={"global.benchmarking": 1})
-        inside, out = threading.Event(), []
-        def statement():
-            with db._lock:
-                inside.set()
-                time.sleep(0.3)
-                out.append(time.perf_counter())
-        threading.Thread(target=statement, daemon=True).start()
-        inside.wait()
+        out = hold_briefly(db._lock)
         def child():
             with hd.Device("cpu") as dev:
                 p = dev.build_sync(g, engine="CPU_ENGINE", knobs={"global.benchmarking": 1})
@@ -236,14 +243,7 @@ def test_fork_waits_for_a_library_load_in_progress(tmp_path):
         from hipdnn_async.runtime import _vendors
         dims = (2, 8, 12, 12)
         g, x, w, y = conv_graph(dims, 8)
-        inside, out = threading.Event(), []
-        def load():
-            with _vendors._lock:
-                inside.set()
-                time.sleep(0.3)
-                out.append(time.perf_counter())
-        threading.Thread(target=load, daemon=True).start()
-        inside.wait()
+        out = hold_briefly(_vendors._lock)
         def child():
             with hd.Device("cpu") as dev:
                 p = dev.build_sync(g)
