@@ -151,11 +151,12 @@ class Recorded:
     """The handle of an execution recorded into a step (``plan.submit`` inside
     ``dev.capture()``): the execution runs at each replay of the step, never by itself.
 
-    ``done()`` is False; ``await handle``, ``result()``, ``exception()`` and ``wait()``
-    raise ``DeviceError`` (code ``INVALID_VALUE``) naming the step: wait for a replay
-    instead (``await step.replay()`` or the handle of ``step.submit()``). Waiting would
-    otherwise deadlock inside the block (no replay can start before it ends) or claim a
-    result that nothing computed.
+    ``done()`` is False; ``await handle``, ``result()``, ``exception()``, ``wait()`` and
+    ``add_done_callback()`` raise ``DeviceError`` (code ``INVALID_VALUE``) naming the step:
+    wait for a replay instead (``await step.replay()`` or the handle of ``step.submit()``).
+    Waiting would otherwise deadlock inside the block (no replay can start before it ends)
+    or claim a result that nothing computed. ``stream`` is the step's stream;
+    ``queue_wait_ms`` and ``exec_ms`` are None (it never runs by itself).
     """
 
     __slots__ = ("label", "step")
@@ -184,6 +185,24 @@ class Recorded:
 
     def __await__(self):
         raise self._error("await")
+
+    def add_done_callback(self, fn) -> None:
+        raise self._error("add_done_callback()")
+
+    @property
+    def stream(self):
+        return self.step.stream
+
+    @property
+    def queue_wait_ms(self) -> None:
+        return None
+
+    @property
+    def exec_ms(self) -> None:
+        return None
+
+    def describe(self) -> str:
+        return self.label
 
     def __repr__(self) -> str:
         return f"<Recorded {self.label!r} in {self.step._label}>"
@@ -439,8 +458,20 @@ class Step:
         if todo is None:
             return
         handle = self._submit_capture(*todo)
-        handle.wait()
+        try:
+            handle.wait()
+        except BaseException:
+            # interrupted (Ctrl-C) while the capture item waits its turn: it still runs,
+            # and settles the step (ready or failed) when it is done
+            handle.add_done_callback(self._settle)
+            raise
         self._captured(handle)
+
+    def _settle(self, handle) -> None:
+        try:
+            self._captured(handle)
+        except BaseException:    # noqa: BLE001 - _captured has marked the step failed
+            pass
 
     def recapture(self) -> "Step":
         """Record the step again (a block like the first): new buffers, the same or other

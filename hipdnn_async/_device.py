@@ -972,8 +972,10 @@ class ExecutionPlan:
         -----
         Cancelling the awaiting task returns at once but does not stop the execution once
         it is enqueued: it runs to completion and writes its outputs, and the library
-        keeps every buffer of the variant pack alive until then. Use
-        ``await dev.synchronize()`` before reusing the buffers of a cancelled execution.
+        keeps every buffer object of the variant pack alive until then (not memory an
+        object frees itself: a torch tensor's ``resize_`` / ``set_`` meanwhile leaves the
+        execution writing freed memory). Use ``await dev.synchronize()`` before reusing
+        the buffers of a cancelled execution.
         """
         if _capture.OPEN:
             _capture.refuse_eager(self.device, f"{self._label}: execute", self)

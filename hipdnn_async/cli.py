@@ -124,14 +124,18 @@ def _bench(args) -> int:
     return bench_main(args.rest)
 
 
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
 def _trace(args) -> int:
     from .profiler import check_trace, draw_timeline
     try:
         with open(args.file, encoding="utf-8") as f:
             trace = json.load(f)
-    except (OSError, ValueError) as exc:
-        print(f"hipdnn-async trace: {args.file}: cannot read a JSON trace: {exc}",
-              file=sys.stderr)
+    except (OSError, ValueError, RecursionError) as exc:   # RecursionError: nested too deep
+        print(f"hipdnn-async trace: {args.file}: cannot read a JSON trace: "
+              f"{type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     if isinstance(trace, list):
         trace = {"traceEvents": trace}
@@ -142,15 +146,19 @@ def _trace(args) -> int:
     problems = check_trace(trace)
     for p in problems[:20]:
         print(f"hipdnn-async trace: {args.file}: {p}", file=sys.stderr)
-    events = trace["traceEvents"]
+    events = [e for e in trace["traceEvents"] if isinstance(e, dict)]
     slices = [e for e in events if e.get("ph") == "X"]
     other = trace.get("otherData", {})
     print(f"{args.file}: {len(slices)} slices, "
           f"{sum(1 for e in events if e.get('ph') == 's')} flows"
-          + (f", overlap {other['overlap']:.1%}" if "overlap" in other else "")
+          + (f", overlap {other['overlap']:.1%}" if isinstance(other, dict)
+             and _is_number(other.get("overlap")) else "")
           + ("" if not problems else f"; {len(problems)} format problems"))
     if args.png and problems:
         print(f"hipdnn-async trace: {args.file}: not drawn (fix the format problems first)",
+              file=sys.stderr)
+    elif args.png and not slices:
+        print(f"hipdnn-async trace: {args.file}: no complete events: nothing to draw",
               file=sys.stderr)
     elif args.png:
         try:
@@ -158,6 +166,10 @@ def _trace(args) -> int:
         except ImportError:
             print("hipdnn-async trace: --png needs matplotlib (pip install "
                   "'hipdnn_async[profile]')", file=sys.stderr)
+            return 1
+        except (OSError, ValueError) as exc:     # e.g. a full disk, an unknown extension
+            print(f"hipdnn-async trace: --png {args.png}: cannot write: {exc}",
+                  file=sys.stderr)
             return 1
         print(f"timeline written to {args.png}")
     return 1 if problems else 0
@@ -175,7 +187,7 @@ def _serve(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; return the exit status."""
-    parser = argparse.ArgumentParser(prog="hipdnn-async", description=__doc__)
+    parser = argparse.ArgumentParser(prog="hipdnn-async", description=__doc__.replace("``", ""))
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("demo", help="train and serve a CNN on the UCI digits (the main job)",
                        add_help=False)
@@ -184,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("info", help="version, devices, perf db location, counters")
     p.add_argument("--perfdb", help="perf db file (default: $HIPDNN_ASYNC_PERFDB or ~/.config)")
     p.set_defaults(func=_info)
-    p = sub.add_parser("bench", help="convolution algorithms: heuristic vs benchmarked vs each",
+    p = sub.add_parser("bench", help="convolution algorithms: heuristic vs benchmarked vs each; "
+                       "'bench overlap': stream overlap",
                        add_help=False)
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(func=_bench)
@@ -210,6 +223,14 @@ def main(argv: list[str] | None = None) -> int:
         args = argparse.Namespace(command=argv[0], rest=argv[1:], func=own[argv[0]])
     else:
         args = parser.parse_args(argv)
+    if args.command == "trace" and args.png:
+        # checked before the work, as demo's and bench's output options are
+        folder = os.path.dirname(os.path.abspath(args.png))
+        if not (os.path.isdir(folder) and os.access(folder, os.W_OK)):
+            parser.error(f"--png {args.png}: folder {folder} does not exist or is not "
+                         "writable")
+        if os.path.isdir(args.png):
+            parser.error(f"--png {args.png}: is a directory; give a file name")
     if args.command == "perfdb" and args.action in ("export", "import") and not args.file:
         parser.error(f"perfdb {args.action} needs a FILE")
     if args.command == "perfdb" and args.action in ("show", "clear") and args.file:

@@ -11,3 +11,8 @@ cdef object launch_current()
 cdef int launch_enter(object lc) except -1
 # Clear this thread's launch context.
 cdef int launch_exit() except -1
+# Seconds this thread has waited, in all, for the process-wide oneDNN gate
+# (``runtime._onednn``): the queues take the difference across a work item's run off its
+# execution time, so that a stream waiting for another one's program is not executing.
+cdef void gate_wait_add(double seconds) noexcept nogil
+cdef double gate_waited() noexcept nogil

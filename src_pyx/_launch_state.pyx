@@ -10,6 +10,11 @@ attribute lookup on the submit path) and by Python code through the functions be
 
 A thread starts with no launch context; ``enter`` holds a reference to the context until
 ``exit`` (or the next ``enter``) drops it.
+
+Beside it, a second C thread-local: the seconds the thread has waited in all for the
+process-wide oneDNN gate (``gate_wait_add`` in ``runtime._onednn``, ``gate_waited`` in the
+queues), so that a CPU stream's work item waiting for another stream's oneDNN program is
+timed as waiting, not executing.
 """
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
@@ -20,8 +25,10 @@ cdef extern from *:
     """
     /* C11 thread-local storage: one slot per OS thread, as threading.local() gives */
     static _Thread_local PyObject *hipdnn_launch_current = NULL;
+    static _Thread_local double hipdnn_gate_waited = 0.0;
     """
     PyObject* hipdnn_launch_current
+    double hipdnn_gate_waited
 
 
 cdef object launch_current():
@@ -46,6 +53,15 @@ cdef int launch_exit() except -1:
     hipdnn_launch_current = NULL
     Py_XDECREF(old)
     return 0
+
+
+cdef void gate_wait_add(double seconds) noexcept nogil:
+    global hipdnn_gate_waited
+    hipdnn_gate_waited += seconds
+
+
+cdef double gate_waited() noexcept nogil:
+    return hipdnn_gate_waited
 
 
 def current_launch():

@@ -29,7 +29,7 @@ from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 from .._errors import DeviceError as _DeviceError
 from .._errors import HipdnnError as _HipdnnError
-from hipdnn_async.runtime._launch_state cimport launch_enter, launch_exit
+from hipdnn_async.runtime._launch_state cimport gate_waited, launch_enter, launch_exit
 from ._metrics import FOLD_AT as _FOLD_AT
 from _thread import TIMEOUT_MAX as _THREAD_TIMEOUT_MAX
 
@@ -144,6 +144,7 @@ cdef class CompletionCore:
         # the value or error is stored on the item, fn dropped; ``finished_at`` is left to
         # the item's completion
         self._state = RUNNING
+        cdef double waited = gate_waited()
         self.started_at = _now()
         fn = self._fn
         self._fn = None
@@ -159,6 +160,11 @@ cdef class CompletionCore:
             # KeyboardInterrupt, not an ExecutionError (a worker still wraps it, and lives)
             self._error = exc
         fn = None          # not kept by a traceback: it may hold a replay's graph
+        waited = gate_waited() - waited
+        if waited > 0.0:
+            # time the run waited for the process-wide oneDNN gate (another stream's
+            # program held it) was queue wait: executing starts after it
+            self.started_at = <double>self.started_at + waited
         return 0
 
     def _enqueue(self):
@@ -344,13 +350,19 @@ cdef class HostLaunchCore:
         finishes it: ``Completion._run``); count the launched items run."""
         get = self._queue.get
         cdef CompletionCore item
+        cdef double waited
         while True:
             entry = get()
             if entry is _stop:
                 return
             if isinstance(entry, CompletionCore):
                 item = <CompletionCore>entry
+                waited = gate_waited()
                 value, error = entry._execute()
+                waited = gate_waited() - waited
+                if waited > 0.0 and item.started_at is not None:
+                    # as ``enqueue``: the wait for the oneDNN gate was queue wait
+                    item.started_at = <double>item.started_at + waited
                 # counted once its work is done, before it is finished: a submitter
                 # woken by its completion finds the stream idle (run_inline)
                 self._ran += 1

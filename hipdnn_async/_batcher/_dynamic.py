@@ -4,6 +4,7 @@ the package docstring)."""
 from __future__ import annotations
 
 import time
+from _thread import get_ident as _thread_id
 from typing import Any, Mapping, Sequence
 
 import anyio
@@ -143,6 +144,7 @@ class DynamicBatcher:
         self._state = "new"             # new -> running -> closing -> closed
         self._tg = None
         self._waits = None              # the loop's waiters (_wake), when it starts
+        self._loop_thread = None        # the thread its event loop runs on, when it starts
         self._dispatch: Dispatcher | None = None     # made when the batcher starts
 
     # ------------------------------------------------------------------ properties
@@ -178,6 +180,7 @@ class DynamicBatcher:
             await self._plans.get(self._lanes[0], self.buckets[0])   # checks plan.pattern
         self._tg = anyio.create_task_group()
         self._waits = current_waits()
+        self._loop_thread = _thread_id()
         self._dispatch = Dispatcher(
             self._tg, self._waits, roles=self._roles, lanes=self._lanes, plans=self._plans,
             metrics=self._metrics, buckets=self.buckets, max_batch_size=self.max_batch_size,
@@ -249,14 +252,22 @@ class DynamicBatcher:
             A missing or unknown input, a shape or dtype that does not match, or
             different N_k.
         DeviceError
-            The batcher is not running (use ``async with``), or on a GPU a copy to or from
-            the device failed (the message names the tensor).
+            The batcher is not running (use ``async with``), it is called from another
+            thread than its event loop's, or on a GPU a copy to or from the device failed
+            (the message names the tensor).
         ExecutionError
             The batch holding this request failed.
         """
         if self._state != "running":
             raise DeviceError(f"DynamicBatcher: not running (state {self._state}); call it "
                               "inside 'async with DynamicBatcher(...) as batcher:'",
+                              code="INVALID_VALUE")
+        if _thread_id() != self._loop_thread:
+            # its waiters and queues belong to its own event loop (one thread)
+            raise DeviceError("DynamicBatcher: called from another thread's event loop; "
+                              "call it from the loop that entered 'async with' (from "
+                              "another thread: anyio.from_thread.run or "
+                              "asyncio.run_coroutine_threadsafe on that loop)",
                               code="INVALID_VALUE")
         waits = self._waits
         one = self._one_input

@@ -8,6 +8,8 @@ by ``id``, the ``f`` bound to its enclosing slice with ``bp`` ``e``). Perfetto a
 """
 from __future__ import annotations
 
+import math
+
 __all__ = ["to_trace", "check_trace"]
 
 
@@ -152,35 +154,58 @@ def to_trace(prof) -> dict:
     }
 
 
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _integer(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 def check_trace(trace) -> list[str]:
     """Problems of ``trace`` (a dict or list) as trace-event JSON; empty when valid.
 
-    Checked: every event has ``ph``, ``ts``, ``pid`` and ``tid`` of the right types; a
-    complete event has ``name`` and ``dur`` >= 0; each flow id has one ``s`` and one
-    ``f``, the ``f`` not before the ``s``, and each end bound to a complete event of its
-    thread that encloses its time.
+    Checked: the events are a list of objects; every event has ``ph``, ``ts`` (a finite
+    number), ``pid`` and ``tid`` (integers); a complete event has ``name`` and a finite
+    ``dur`` >= 0 (and ``otherData``, where present, is an object); each flow id (a
+    string or integer) has one ``s`` and one ``f``, the
+    ``f`` not before the ``s``, and each end bound to a complete event of its thread
+    that encloses its time. An event with a problem is left out of the later checks.
     """
-    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    events = trace.get("traceEvents") if isinstance(trace, dict) else trace
+    if not isinstance(events, list):
+        return ["the trace is neither a list of events nor an object whose traceEvents is one"]
     problems = []
+    if isinstance(trace, dict) and not isinstance(trace.get("otherData", {}), dict):
+        problems.append(f"otherData must be an object; got {trace['otherData']!r}")
     slices: dict = {}
     flows: dict = {}
     for i, e in enumerate(events):
+        if not isinstance(e, dict):
+            problems.append(f"event {i} is a {type(e).__name__}, not an object")
+            continue
         missing = [key for key in ("ph", "ts", "pid", "tid") if key not in e]
         if missing:
             problems.append(f"event {i} ({e.get('name')!r}) has no {', '.join(missing)}")
             continue
-        if not isinstance(e.get("ts", 0), (int, float)) or not isinstance(e.get("pid", 0), int) \
-                or not isinstance(e.get("tid", 0), int):
-            problems.append(f"event {i}: ts, pid and tid must be numbers")
-        ph = e.get("ph")
+        if not (_number(e["ts"]) and _integer(e["pid"]) and _integer(e["tid"])):
+            problems.append(f"event {i}: ts must be a finite number, pid and tid integers; "
+                            f"got {e['ts']!r}, {e['pid']!r}, {e['tid']!r}")
+            continue
+        ph = e["ph"]
         if ph == "X":
-            if "name" not in e or not isinstance(e.get("dur"), (int, float)) or e["dur"] < 0:
+            if "name" not in e or not _number(e.get("dur")) or e["dur"] < 0:
                 problems.append(f"event {i} ({e.get('name')!r}): a complete event needs a "
-                                f"name and dur >= 0; dur {e.get('dur')!r}")
+                                f"name and a finite dur >= 0; dur {e.get('dur')!r}")
             else:
                 slices.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
         elif ph in ("s", "f"):
-            flows.setdefault(e.get("id"), {}).setdefault(ph, []).append(e)
+            fid = e.get("id")
+            if not (isinstance(fid, str) or _integer(fid)):
+                problems.append(f"event {i}: a flow event's id must be a string or an "
+                                f"integer; got {fid!r}")
+                continue
+            flows.setdefault(fid, {}).setdefault(ph, []).append(e)
         elif ph not in ("M", "B", "E", "i", "I", "C", "b", "e", "n", "t"):
             problems.append(f"event {i}: unknown phase {ph!r}")
     for fid, ends in flows.items():

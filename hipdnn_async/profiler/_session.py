@@ -177,16 +177,18 @@ class Profile:
     def _facts_of(self, subject, kind: str) -> dict:
         """Facts of an execution of ``subject`` (a plan, or a capture step: its replay or
         capture), computed once per subject and recording."""
-        n = len(subject._records) if kind != "execution" else 0
-        key = (id(subject), kind, n)
+        # a step's facts follow the plans it holds now (a recapture may record others,
+        # as many as before)
+        plans = [r.plan for r in subject._records] if kind != "execution" else []
+        key = (id(subject), kind, tuple(map(id, plans)))
         out = self._facts.get(key)
         if out is None:
             if kind == "execution":
                 out = plan_facts(subject)
             else:
-                out = step_facts(subject, [r.plan for r in subject._records], kind)
+                out = step_facts(subject, plans, kind)
             self._facts[key] = out
-            self._keep.append(subject)        # its id stays its own while recorded
+            self._keep.append((subject, plans))   # their ids stay theirs while recorded
         return out
 
     def _start_execution(self, device, kind, subject, covering, batch) -> Execution:
@@ -196,6 +198,7 @@ class Profile:
         if batch is not None:
             batch.executions.append(record)
         for session in covering:
+            session._seen.setdefault(id(device), device)   # each names the device's lane
             session.executions.append(record)
         return record
 
@@ -205,6 +208,7 @@ class Profile:
         record = Batch(batcher or "batcher", device, [(r.n, r.enqueued) for r in requests],
                        rows, bucket, formed)
         for session in covering:
+            session._seen.setdefault(id(device), device)
             session.batches.append(record)
         return record
 
@@ -216,14 +220,25 @@ class Profile:
     def _collect(self) -> None:
         """Wait for every recorded execution, read its times, release the GPU events."""
         with self._lock:
-            if self._state != "open":
+            if self._state not in ("open", "interrupted"):
                 return
             self._state = "collecting"
+        try:
+            self._wait_all()
+        except BaseException:
+            # e.g. Ctrl-C while waiting: recording has ended; ``stop`` again collects the
+            # rest (records already read are kept)
+            self._state = "interrupted"
+            raise
+
+    def _wait_all(self) -> None:
         for record in self.executions:
-            handle, record.handle = record.handle, None
+            handle = record.handle
             if handle is None or record.ok is not None:
+                record.handle = None
                 continue                 # never submitted, or read by another profile
-            handle.wait()
+            handle.wait()                # (interrupted: the record keeps its handle)
+            record.handle = None
             record.stream = handle.stream.name if handle.stream is not None else "?"
             record.submitted = handle.submitted_at
             record.started = handle.started_at
@@ -248,6 +263,9 @@ class Profile:
         self._state = "done"
 
     def _check_done(self, what: str) -> None:
+        if self._state == "interrupted":
+            raise DeviceError(f"profile.{what}: the profile's collection was interrupted; "
+                              "call its stop() again", code="INVALID_VALUE")
         if self._state != "done":
             raise DeviceError(f"profile.{what}: the profile is {self._state}; leave its "
                               "`with` block first", code="INVALID_VALUE")
@@ -273,10 +291,27 @@ class Profile:
         ----------
         path : str or os.PathLike
             The file to write (``.json``).
+
+        Raises
+        ------
+        DeviceError
+            The profile is still open or collecting (code ``INVALID_VALUE``), ``path``
+            is not a path, or the file cannot be written (a missing folder, a directory,
+            a full disk: the ``OSError`` is its ``__cause__``).
         """
         trace = self.trace()
-        with open(os.fspath(path), "w", encoding="utf-8") as f:
-            json.dump(trace, f)
+        try:
+            target = os.fspath(path)
+        except TypeError:
+            raise DeviceError(f"profile.export_chrome_trace: path must be a str or "
+                              f"os.PathLike; got {type(path).__name__}",
+                              code="INVALID_VALUE") from None
+        try:
+            with open(target, "w", encoding="utf-8") as f:
+                json.dump(trace, f)
+        except OSError as exc:
+            raise DeviceError(f"profile.export_chrome_trace: cannot write {target!r}: "
+                              f"{exc.strerror or exc}", code="INVALID_VALUE") from exc
 
     def key_averages(self, group_by: str = "name") -> list[dict]:
         """Executions grouped by ``group_by`` (``"name"``: the plan's graph name,
@@ -289,6 +324,12 @@ class Profile:
             ``queue_wait_ms`` (mean), ``gflops`` (achieved GFLOP/s: FLOPs of all
             executions over their total time; None without FLOPs) and ``gbps`` (GB/s of
             the variant packs' bytes, 1 GB = 1e9 B).
+
+        Raises
+        ------
+        DeviceError
+            The profile is still open or collecting, or ``group_by`` is none of the four
+            (code ``INVALID_VALUE``; :meth:`table` too).
         """
         self._check_done("key_averages")
         from ._stats import key_averages

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._errors import DeviceError
+
 __all__ = ["key_averages", "table", "overlap", "busy_overlap"]
 
 _KEYS = {
@@ -13,13 +15,14 @@ _KEYS = {
 }
 
 
-def key_averages(executions, group_by: str = "name") -> list[dict]:
-    """Rows of ``Profile.key_averages`` (see there)."""
+def key_averages(executions, group_by: str = "name", where: str = "key_averages") -> list[dict]:
+    """Rows of ``Profile.key_averages`` (see there); ``where``: the method called, for an
+    unknown ``group_by``'s ``DeviceError``."""
     try:
         key_of = _KEYS[group_by]
-    except KeyError:
-        raise ValueError(f"key_averages: group_by={group_by!r}; one of "
-                         f"{', '.join(map(repr, _KEYS))}") from None
+    except (KeyError, TypeError):
+        raise DeviceError(f"profile.{where}: group_by={group_by!r}; one of "
+                          f"{', '.join(map(repr, _KEYS))}", code="INVALID_VALUE") from None
     groups: dict = {}
     for r in executions:
         if r.duration is not None:
@@ -51,7 +54,7 @@ def table(prof, group_by: str | None = None, row_limit: int = 20) -> str:
     """``Profile.table``: a fixed-width text table per grouping."""
     out = []
     for group in ([group_by] if group_by else ["name", "pattern"]):
-        rows = key_averages(prof.executions, group)
+        rows = key_averages(prof.executions, group, "table")
         title = {"name": "plan"}.get(group, group)
         width = max([len(title)] + [len(str(r["key"])) for r in rows[:row_limit]])
         head = (f"{title:<{width}}  {'count':>6}  {'total ms':>10}  {'mean ms':>9}  "

@@ -176,8 +176,21 @@ class Completion(_core.CompletionCore):
             tevent = self._tevent
         if self._state == _DONE:    # published meanwhile without looking (see _publish)
             return True
+        self._refuse_own_worker()
         self._watch()
         return tevent.wait(timeout)
+
+    def _refuse_own_worker(self) -> None:
+        """A ``DeviceError`` where the calling thread is the one that runs (CPU) or
+        completes (GPU) this item's stream, e.g. in a done callback: it would wait for
+        itself, and the stream would hang."""
+        backend = self.stream._backend if self.stream is not None else None
+        if backend is not None and getattr(backend, "_thread", None) is threading.current_thread():
+            raise DeviceError(
+                f"{self.describe()}: waiting for it on the thread that runs stream "
+                f"'{self.stream.name}' (a done callback runs there) would wait for itself: "
+                "the stream's items run one after another on that thread; chain the work "
+                "with add_done_callback, or wait on another thread")
 
     def result(self, timeout: float | None = None):
         """Block until done; return ``fn()``'s value or raise its error.
@@ -202,7 +215,9 @@ class Completion(_core.CompletionCore):
     def add_done_callback(self, callback) -> None:
         """Call ``callback(completion)`` once done: on the worker, or now if already done.
 
-        The callback must be quick and thread-safe. Its exceptions are logged; on a
+        The callback must be quick and thread-safe. Its exceptions are logged (the
+        ``"hipdnn_async"`` logger at ERROR; where that logging is off, the default, they
+        are printed to stderr as Python prints an exception it cannot raise); on a
         stream's worker SystemExit and KeyboardInterrupt too (the worker runs on),
         while run now, on the calling thread, those two reach the caller. A child
         forked inside the callback on a worker ends when the callback does, with the
@@ -385,7 +400,17 @@ def _call_back(callback, completion) -> None:
             raise       # Ctrl-C or sys.exit on the caller's thread (a callback run inline)
         # on a stream's worker even SystemExit and KeyboardInterrupt: the worker's loop
         # would end with them, and every later item of its stream wait forever
-        _log.error("done callback of %s failed", completion.describe(), exc_info=exc)
+        if _log.isEnabledFor(logging.ERROR):
+            _log.error("done callback of %s failed", completion.describe(), exc_info=exc)
+        else:
+            # the library's logging is off (the default): the callback's own error is not
+            # ours to silence; printed as Python prints an exception it cannot raise
+            try:
+                print(f"Exception ignored in done callback of {completion.describe()}:",
+                      file=sys.stderr)
+                traceback.print_exception(exc, file=sys.stderr)
+            except Exception:  # noqa: BLE001 - stderr closed or broken: nowhere to say it
+                pass
 
 
 def _exit_fork_child(outcome) -> None:

@@ -365,6 +365,13 @@ class StreamPool:
                                recorder)
             if item is not None:
                 return item
+        if getattr(stream._backend, "_thread", None) is threading.current_thread():
+            # refused before anything is enqueued (Completion._refuse_own_worker's case)
+            raise DeviceError(
+                f"{label}: a blocking execution on stream '{stream.name}' from the thread "
+                "that runs it (a done callback runs there) would wait for itself: the "
+                "stream's items run one after another on that thread; submit it, or "
+                "choose another stream")
         item = Completion(fn, keepalive=keepalive, label=label)
         item._timer = timer
         if recorder is not None:

@@ -155,7 +155,8 @@ class CpuStreamBackend(_core.HostLaunchCore, StreamBackend):
         self._queue = queue.SimpleQueue()
         self._held = []                  # launched behind an inline item (HostLaunchCore)
         self._stopped = False
-        self._thread = threading.Thread(target=self.work, args=(_STOP,),
+        self._exited = threading.Event()     # the worker's loop has returned
+        self._thread = threading.Thread(target=self._work, args=(_STOP,),
                                         name=f"hipdnn_async stream {name}", daemon=True)
         self._thread.hipdnn_async_worker = True     # runs done callbacks (_call_back)
         self._thread.start()
@@ -188,10 +189,21 @@ class CpuStreamBackend(_core.HostLaunchCore, StreamBackend):
             self._stopped = True
             self.put_last(_STOP)
 
+    def _work(self, stop) -> None:
+        try:
+            self.work(stop)
+        finally:
+            self._exited.set()
+
     def close(self) -> None:
-        """Stop the worker after the queued items and join it (unless called from it)."""
+        """Stop the worker after the queued items and wait until it has run them (unless
+        called from it). The wait is on ``_exited``, not ``Thread.join``: a join that
+        Ctrl-C interrupts marks the thread stopped while it runs on (CPython 3.11-3.12,
+        ``_wait_for_tstate_lock``), so a second close would return before the work is
+        done."""
         self.stop()
         if threading.current_thread() is not self._thread:
+            self._exited.wait()
             self._thread.join()
 
 

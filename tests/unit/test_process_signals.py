@@ -97,6 +97,32 @@ def test_sigint_during_execute_sync_is_keyboard_interrupt(engine):
     assert "closed" in out
 
 
+def test_close_interrupted_by_sigint_then_closed_again_drains():
+    # Ctrl-C while dev.close() waits for a stream held by a gate: the second close must
+    # wait for the stream's work. (A Thread.join that Ctrl-C interrupts marks the thread
+    # stopped while it runs on, in CPython 3.11-3.12: a close joining the worker returned
+    # at once the second time, with every item still to run.)
+    proc = _run("""
+        dev = hd.Device("cpu", streams=1)
+        gate = threading.Event()
+        held = dev._pool.submit_blocking(lambda: gate.wait(30), stream=0)   # first
+        outs = [np.zeros((2, 8, 16, 16), np.float32) for _ in range(3)]
+        handles = [dev._pool.submit_blocking(lambda o=o: o.fill(1.0), stream=0) for o in outs]
+        threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+        threading.Timer(0.6, gate.set).start()
+        try:
+            dev.close()
+            print("not interrupted")
+        except KeyboardInterrupt:
+            print("interrupted", [h.done() for h in [held] + handles])
+        dev.close()
+        print("after", [h.done() for h in [held] + handles], [float(o.sum()) for o in outs])
+    """, timeout=120)
+    assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr[-3000:])
+    assert "interrupted [False, False, False, False]" in proc.stdout, proc.stdout
+    assert f"after [True, True, True, True] {[2.0 * 8 * 16 * 16] * 3}" in proc.stdout, proc.stdout
+
+
 @needs_onednn
 def test_signals_during_onednn_runs_keep_the_heap():
     # a signal handled every 0.5 ms while executions run on the calling thread for 3 s:
