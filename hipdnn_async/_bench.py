@@ -138,7 +138,9 @@ def _positive(text: str) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="hipdnn-async bench", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="hipdnn-async bench", description=__doc__.replace("``", ""),
+        epilog="hipdnn-async bench overlap --help: the stream-overlap benchmark")
     parser.add_argument("--directions", type=_directions, default="fprop,dgrad,wgrad",
                         help="comma-separated subset of fprop,dgrad,wgrad")
     parser.add_argument("--repeats", type=_positive, default=3, help="timed runs (>= 1)")

@@ -78,7 +78,8 @@ def run(spec: str = "cpu", streams: int = 2, executions: int = 16,
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="hipdnn-async bench overlap", description=__doc__)
+    parser = argparse.ArgumentParser(prog="hipdnn-async bench overlap",
+                                     description=__doc__.replace("``", ""))
     parser.add_argument("--device", default="cpu", help="cpu (default), gpu:N, cuda:N, hip:N")
     parser.add_argument("--streams", type=_positive, default=2, help="streams, default 2")
     parser.add_argument("--executions", type=_positive, default=16,

@@ -86,6 +86,17 @@ def unknown_key(plan, key, t) -> str:
                     "it back")
     takes = ", ".join(f"'{g.name}' (uid {g.uid})" for g in plan._snapshot.tensors
                       if not g.is_virtual and id(g) in plan._slots)
+    twins = [g for g in plan._snapshot.tensors if t is not None and snap is None
+             and g.name == getattr(t, "name", None) and id(g) in plan._slots
+             and getattr(t, "uid", None) in (None, g.uid)]
+    if twins:
+        # a tensor object of another graph with this one's name (and uid, once given):
+        # the original of a copy (g.copy(), g.with_batch_size(n)) or a copy of the original
+        twin = twins[0]
+        return (f"execute: variant pack key tensor '{twin.name}' belongs to another graph "
+                f"object than this plan's graph '{plan.graph.name}' (the original of a "
+                "copy such as with_batch_size()?); key the buffer by the name "
+                f"'{twin.name}' or the uid {twin.uid}, or by the plan graph's own tensor")
     return (f"execute: variant pack key {key!r} names no tensor of graph "
             f"'{plan.graph.name}'; its tensors that take a buffer are {takes} (keys are "
             "those tensors, their names or their uids)")

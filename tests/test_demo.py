@@ -21,7 +21,7 @@ import hipdnn_async as hd  # noqa: E402
 from hipdnn_async.demo import main  # noqa: E402
 from hipdnn_async.demo import _host, _report  # noqa: E402
 from hipdnn_async.demo._common import DemoConfig, DemoError  # noqa: E402
-from hipdnn_async.demo._data import batches, load_digits_split  # noqa: E402
+from hipdnn_async.demo._data import TRAIN_IMAGES, batches, load_digits_split  # noqa: E402
 from hipdnn_async.demo._gradcheck import check_gradients  # noqa: E402
 from hipdnn_async.demo._main import parse_args  # noqa: E402
 from hipdnn_async.demo._model import BN_MOMENTUM, EPSILON, LAYERS, Network  # noqa: E402
@@ -72,6 +72,7 @@ def digits():
 def test_split_is_stratified_deterministic_and_normalised(digits):
     again = load_digits_split(0)
     assert digits.x_train.shape == (1437, 1, 8, 8) and digits.x_test.shape == (360, 1, 8, 8)
+    assert len(digits.x_train) == TRAIN_IMAGES                 # parse_args' bound
     assert digits.x_train.dtype == np.float32 and digits.x_train.flags.c_contiguous
     np.testing.assert_array_equal(digits.y_test, again.y_test)
     assert not np.array_equal(load_digits_split(1).y_test, digits.y_test)
@@ -267,7 +268,9 @@ def test_parse_args_defaults_and_rejections():
     assert cfg.knobs is None and args.json is None and not args.quiet
     cfg, _ = parse_args(["--benchmarking", "--device", "gpu:0", "--seed", "3"])
     assert cfg.knobs == {"global.benchmarking": 1} and cfg.device == "gpu:0"
+    assert parse_args(["--batch-size", str(TRAIN_IMAGES)])[0].batch_size == TRAIN_IMAGES
     for bad in (["--epochs", "0"], ["--batch-size", "1"], ["--clients", "0"],
+                ["--batch-size", str(TRAIN_IMAGES + 1)],
                 ["--min-accuracy", "1.5"], ["--lr", "nan"], ["--lr", "0"],
                 ["--json", "/"], ["--plot", "figure.txt"]):
         with pytest.raises(SystemExit) as exc:

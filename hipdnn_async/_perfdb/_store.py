@@ -38,7 +38,8 @@ class PerfDb:
     Raises
     ------
     PerfDbError
-        `path` is not a str, bytes or os.PathLike, is empty or holds a NUL.
+        `path` is not a str, bytes or os.PathLike, is empty or holds a NUL, or is a
+        SQLite URI (``file:...``).
 
     Attributes
     ----------
@@ -63,6 +64,11 @@ class PerfDb:
             path = default_path()
             refusal = env_refusal(path)
         path = check_path("PerfDb", path)
+        if refusal is None and path[:5].lower() == "file:":
+            # sqlite3 would take it as a file name here (no uri=True): a folder named
+            # "file:" in the working directory and a db named "x.db?mode=ro" in it
+            raise error(f"PerfDb: path {path!r} is a SQLite URI, which is not taken; give "
+                        "the file's path")
         if refusal is None:
             path = path if path == MEMORY else os.path.abspath(os.path.expanduser(path))
         self.path: str = path

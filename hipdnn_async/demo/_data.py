@@ -26,6 +26,12 @@ class Digits:
         return 10
 
 
+# scikit-learn's digits: 1,797 images; train_test_split's test_size=0.2 holds out
+# ceil(0.2 * 1797) = 360 of them (sklearn.model_selection._split._validate_shuffle_split)
+IMAGES = 1797
+TRAIN_IMAGES = IMAGES - 360
+
+
 def load_digits_split(seed: int, *, test_fraction: float = 0.2) -> Digits:
     """Load the 1,797 8x8 digits (no download) and split them, stratified, with `seed`.
 

@@ -13,6 +13,7 @@ import anyio
 import numpy as np
 
 from ._common import DemoConfig, DemoError
+from ._data import TRAIN_IMAGES
 
 __all__ = ["main", "run", "parse_args", "accuracy_failure"]
 
@@ -71,6 +72,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[DemoConfig, argparse.Name
     if a.batch_size < 2:
         p.error(f"--batch-size must be >= 2 (batchnorm training needs two values per "
                 f"channel); got {a.batch_size}")
+    if a.batch_size > TRAIN_IMAGES:
+        p.error(f"--batch-size {a.batch_size} exceeds the {TRAIN_IMAGES} training images")
     if not 0 <= a.seed <= _MAX_SEED:
         p.error(f"--seed must be an int in [0, {_MAX_SEED}]; got {a.seed}")
     if not 0.0 <= a.min_accuracy <= 1.0:

@@ -162,6 +162,15 @@ def match(graph: Graph) -> Match:
         fitting = [s for s in following if _fits(s.steps[i], node)]
         if not fitting:
             prev = nodes[i - 1]
+            fed = {id(t) for t in prev.outputs.values()}
+            if not any(id(t) in fed for t in node.inputs.values()):
+                # not a chain: a second consumer of an earlier output, or a second chain
+                raise NotSupportedError(
+                    f"node '{node.name}' ({node.describe}) does not take the output of "
+                    f"'{prev.name}' ({prev.describe}), the node before it: a graph is one "
+                    "chain of one of the nine patterns, and this one holds another chain "
+                    "(or a second consumer of an earlier output); build each chain as a "
+                    "graph of its own")
             if following:
                 hint = ("; allowed there: "
                         + " or ".join(sorted({s.steps[i].describe for s in following})))

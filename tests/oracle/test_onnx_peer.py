@@ -281,7 +281,8 @@ def translate(node, inputs, outputs):
             lo = None if lo is None else float(np.asarray(lo))
             hi = None if hi is None else float(np.asarray(hi))
             if hi is None:
-                raise NotExpressible("Clip without max: RELU_FWD has no lower-only clip")
+                # (a lower-only RELU_FWD clip is max(x, lower): not translated here)
+                raise NotExpressible("Clip without max: only clipped ReLU and clamp are translated")
             if lo is None:
                 raise NotExpressible("Clip without min (min = -inf): not a RELU_FWD clip")
             if lo > hi:

@@ -140,6 +140,19 @@ def test_variant_pack_errors_name_the_tensor(dev):
     assert err.code == "INVALID_VARIANT_PACK"
 
 
+def test_a_tensor_of_the_original_graph_names_the_copy_problem(dev):
+    g, x, w, y = conv_graph()
+    plan = dev.build_sync(g.with_batch_size(3))
+    xa, wa = rand((3,) + tuple(x.dims[1:])), rand(w.dims)
+    ya = np.zeros((3,) + tuple(y.dims[1:]), np.float32)
+    with pytest.raises(hd.VariantPackError, match=(
+            r"tensor 'x' belongs to another graph object .*with_batch_size.*key the buffer "
+            r"by the name 'x' or the uid \d+")):
+        plan.execute_sync({x: xa, w: wa, y: ya})
+    plan.execute_sync({x.name: xa, w.name: wa, y.name: ya})       # as the message says
+    assert np.isfinite(ya).all() and ya.any()
+
+
 def test_a_tensor_no_operation_uses_is_named_as_such(dev):
     # a graph tensor that is no operand takes no buffer: the error says so, and the list
     # of the tensors that take one leaves it out

@@ -266,6 +266,30 @@ def test_relu_after_batchnorm_backward():
              "nine patterns")
 
 
+def test_a_second_chain_or_consumer_is_named_as_such():
+    # two convolutions of one x, and two ReLUs of one conv output: neither node takes the
+    # output of the node before it, which the message says (not "after conv_fprop")
+    g = Graph()
+    x = g.tensor(dims=(1, 2, 5, 5), name="x")
+    w = g.tensor(dims=(2, 2, 3, 3), name="w")
+    g.conv_fprop(x, w, padding=1, name="c0").set_output(True)
+    g.conv_fprop(x, w, padding=1, name="c1").set_output(True)
+    with pytest.raises(NotSupportedError) as e:
+        match(g)
+    check_ns(e, "node 'c1' (conv_fprop) does not take the output of 'c0' (conv_fprop)",
+             "holds another chain")
+    g = Graph()
+    x = g.tensor(dims=(1, 2, 5, 5), name="x")
+    w = g.tensor(dims=(2, 2, 3, 3), name="w")
+    y = g.conv_fprop(x, w, padding=1, name="c")
+    g.pointwise(y, mode=RELU_FWD, name="r0").set_output(True)
+    g.pointwise(y, mode=RELU_FWD, name="r1").set_output(True)
+    with pytest.raises(NotSupportedError) as e:
+        match(g)
+    check_ns(e, "node 'r1' (pointwise RELU_FWD) does not take the output of 'r0'",
+             "second consumer")
+
+
 def test_pointwise_first_node():
     g = Graph()
     a = g.tensor(dims=(1, 2, 3, 3), name="a")

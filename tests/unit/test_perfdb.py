@@ -74,6 +74,14 @@ def test_creates_missing_directories(tmp_path):
     assert p.is_file()
 
 
+def test_a_sqlite_uri_is_refused_and_creates_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for uri in (f"file:{tmp_path}/w/z.db?mode=ro", "FILE:x.db"):
+        with pytest.raises(hd.PerfDbError, match="SQLite URI"):
+            PerfDb(uri)
+    assert os.listdir(tmp_path) == []
+
+
 def test_persists_across_instances(tmp_path):
     p = tmp_path / "perf.sqlite3"
     with PerfDb(p) as d:
