@@ -1008,6 +1008,10 @@ class ExecutionPlan:
         # an idle host stream runs it on this thread, which waits for it anyway
         item = run_host(self._launch, variant_pack, workspace, stream, -1.0, rec)
         if type(item) is tuple:
-            item = self._pool._run_sync(*item, self._label, self._timer, rec)
+            fn, keep, chosen = item
+            # no stream asked for: the pool chooses again (not the stream whose thread
+            # this is, in a done callback)
+            item = self._pool._run_sync(fn, keep, chosen if stream is not None else None,
+                                        self._label, self._timer, rec)
         if item._error is not None:
             raise item._error

@@ -358,14 +358,19 @@ class StreamPool:
         ``_submit_now``."""
         if self._closed:
             self._check_open(label)
+        me = threading.current_thread()
         if stream is None:
             stream = self.pick()
+            if getattr(stream._backend, "_thread", None) is me:
+                # a done callback's execution: any other stream, not the one running it
+                stream = next((s for s in self.streams
+                               if getattr(s._backend, "_thread", None) is not me), stream)
         if timer is not None:
             item = _run_inline(Completion, stream, fn, keepalive, label, timer, -1.0,
                                recorder)
             if item is not None:
                 return item
-        if getattr(stream._backend, "_thread", None) is threading.current_thread():
+        if getattr(stream._backend, "_thread", None) is me:
             # refused before anything is enqueued (Completion._refuse_own_worker's case)
             raise DeviceError(
                 f"{label}: a blocking execution on stream '{stream.name}' from the thread "

@@ -84,6 +84,36 @@ def test_a_blocking_wait_on_the_stream_from_its_own_callback_is_refused(how):
         assert not blocked_pack[y].any()
 
 
+def test_a_callbacks_execute_sync_without_a_stream_runs_on_another_one():
+    # stream 0 (whose thread runs the callback) is the less loaded one, so the pool's
+    # first choice; the execution goes to stream 1 once its gate opens
+    g, x, w, y = _conv()
+    got = []
+    with hd.Device("cpu", streams=2) as dev:
+        plan = dev.build_sync(g)
+        gate, first = _blocked_stream(dev)
+        gate1 = threading.Event()
+        dev._pool.submit_blocking(lambda: gate1.wait(30), stream=1)
+        busy1 = [plan.submit(_pack(x, w, y), stream=1) for _ in range(3)]
+        later = plan.submit(_pack(x, w, y), stream=0)
+        inner = _pack(x, w, y, value=3.0)
+
+        def callback(_h):
+            threading.Timer(0.3, gate1.set).start()
+            try:
+                plan.execute_sync(inner)
+                got.append(float(inner[y][0, 0, 5, 5]))
+            except hd.DeviceError as exc:
+                got.append(exc)
+
+        first.add_done_callback(callback)
+        gate.set()
+        later.result(timeout=30)
+        for h in busy1:
+            h.result(timeout=30)
+    assert got == [3.0 * 8 * 9]
+
+
 # ------------------------------------------------------------------ Ctrl-C, then again
 
 def test_a_capture_block_interrupted_at_its_exit_still_settles(monkeypatch):
