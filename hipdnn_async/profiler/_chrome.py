@@ -165,12 +165,12 @@ def _integer(v) -> bool:
 def check_trace(trace) -> list[str]:
     """Problems of ``trace`` (a dict or list) as trace-event JSON; empty when valid.
 
-    Checked: the events are a list of objects; every event has ``ph``, ``ts`` (a finite
-    number), ``pid`` and ``tid`` (integers); a complete event has ``name`` and a finite
-    ``dur`` >= 0 (and ``otherData``, where present, is an object); each flow id (a
-    string or integer) has one ``s`` and one ``f``, the
-    ``f`` not before the ``s``, and each end bound to a complete event of its thread
-    that encloses its time. An event with a problem is left out of the later checks.
+    Checked: the events are a list of objects (and ``otherData``, where present, is an
+    object); every event has ``ph``, ``ts`` (a finite number), ``pid`` and ``tid``
+    (integers); a complete event has ``name`` and a finite ``dur`` >= 0; each flow id (a
+    string or an integer) has one ``s`` and one ``f``, the ``f`` not before the ``s``,
+    and each end bound to a complete event of its thread that encloses its time. An
+    event with a problem is left out of the later checks.
     """
     events = trace.get("traceEvents") if isinstance(trace, dict) else trace
     if not isinstance(events, list):
