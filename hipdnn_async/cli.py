@@ -223,8 +223,10 @@ def main(argv: list[str] | None = None) -> int:
         args = argparse.Namespace(command=argv[0], rest=argv[1:], func=own[argv[0]])
     else:
         args = parser.parse_args(argv)
-    if args.command == "trace" and args.png:
+    if args.command == "trace" and args.png is not None:
         # checked before the work, as demo's and bench's output options are
+        if not args.png:
+            parser.error("--png needs a file name")
         folder = os.path.dirname(os.path.abspath(args.png))
         if not (os.path.isdir(folder) and os.access(folder, os.W_OK)):
             parser.error(f"--png {args.png}: folder {folder} does not exist or is not "

@@ -11,8 +11,13 @@ cdef object launch_current()
 cdef int launch_enter(object lc) except -1
 # Clear this thread's launch context.
 cdef int launch_exit() except -1
-# Seconds this thread has waited, in all, for the process-wide oneDNN gate
-# (``runtime._onednn``): the queues take the difference across a work item's run off its
-# execution time, so that a stream waiting for another one's program is not executing.
-cdef void gate_wait_add(double seconds) noexcept nogil
+# The process-wide oneDNN gate (``runtime._onednn``), per thread: ``gate_acquired`` after
+# each acquisition with the seconds waited for it; ``gate_waited`` the total waited (a
+# launch's execution-time counter leaves it out); ``gate_item_begin`` before a work item
+# runs and ``gate_item_pre_wait`` after: the wait before the item's first acquisition,
+# which the queues count as queue wait (a stream waiting for another one's program is not
+# executing; a wait between two acquisitions of one item, after work, stays inside it).
+cdef void gate_acquired(double waited) noexcept nogil
 cdef double gate_waited() noexcept nogil
+cdef void gate_item_begin() noexcept nogil
+cdef double gate_item_pre_wait() noexcept nogil

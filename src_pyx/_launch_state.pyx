@@ -11,10 +11,11 @@ attribute lookup on the submit path) and by Python code through the functions be
 A thread starts with no launch context; ``enter`` holds a reference to the context until
 ``exit`` (or the next ``enter``) drops it.
 
-Beside it, a second C thread-local: the seconds the thread has waited in all for the
-process-wide oneDNN gate (``gate_wait_add`` in ``runtime._onednn``, ``gate_waited`` in the
-queues), so that a CPU stream's work item waiting for another stream's oneDNN program is
-timed as waiting, not executing.
+Beside it, C thread-locals of the process-wide oneDNN gate: the seconds the thread has
+waited for it in all, and within the work item it runs, the wait before the item's first
+acquisition (``gate_acquired`` in ``runtime._onednn``; ``gate_item_begin`` /
+``gate_item_pre_wait`` in the queues), so that a CPU stream's work item waiting for
+another stream's oneDNN program is timed as waiting, not executing.
 """
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
@@ -26,9 +27,13 @@ cdef extern from *:
     /* C11 thread-local storage: one slot per OS thread, as threading.local() gives */
     static _Thread_local PyObject *hipdnn_launch_current = NULL;
     static _Thread_local double hipdnn_gate_waited = 0.0;
+    static _Thread_local double hipdnn_gate_pre = 0.0;
+    static _Thread_local int hipdnn_gate_held = 0;
     """
     PyObject* hipdnn_launch_current
     double hipdnn_gate_waited
+    double hipdnn_gate_pre
+    int hipdnn_gate_held
 
 
 cdef object launch_current():
@@ -55,13 +60,26 @@ cdef int launch_exit() except -1:
     return 0
 
 
-cdef void gate_wait_add(double seconds) noexcept nogil:
-    global hipdnn_gate_waited
-    hipdnn_gate_waited += seconds
+cdef void gate_acquired(double waited) noexcept nogil:
+    global hipdnn_gate_waited, hipdnn_gate_pre, hipdnn_gate_held
+    hipdnn_gate_waited += waited
+    if not hipdnn_gate_held:
+        hipdnn_gate_pre += waited
+        hipdnn_gate_held = 1
 
 
 cdef double gate_waited() noexcept nogil:
     return hipdnn_gate_waited
+
+
+cdef void gate_item_begin() noexcept nogil:
+    global hipdnn_gate_pre, hipdnn_gate_held
+    hipdnn_gate_pre = 0.0
+    hipdnn_gate_held = 0
+
+
+cdef double gate_item_pre_wait() noexcept nogil:
+    return hipdnn_gate_pre
 
 
 def current_launch():

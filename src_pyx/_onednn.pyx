@@ -52,7 +52,7 @@ from hipdnn_async import _errors
 from ._loader cimport Library, LibraryTable
 from ._loader import status_table as _status_table
 from ._onednn_api cimport ExecArg, OnednnFns, Version
-from ._launch_state cimport gate_wait_add, gate_waited
+from ._launch_state cimport gate_acquired, gate_waited
 
 cnp.import_array()
 
@@ -388,15 +388,16 @@ cdef void team_barrier() noexcept nogil:
 
 
 cdef inline void _gate_lock() noexcept nogil:
-    """Take the gate; a wait for it (another thread's program or team work holds it) is
-    added to the thread's total (``_launch_state.gate_wait_add``), which the queues take
-    off the work item's execution time."""
+    """Take the gate, and tell ``_launch_state.gate_acquired`` how long it waited (another
+    thread's program or team work held it): the queues count the wait before a work
+    item's first acquisition as queue wait, and a launch's counter leaves every wait out."""
     cdef long long t0
     if pthread_mutex_trylock(&_gate) == 0:
+        gate_acquired(0.0)
         return
     t0 = _now_ns()
     pthread_mutex_lock(&_gate)
-    gate_wait_add((_now_ns() - t0) * 1e-9)
+    gate_acquired((_now_ns() - t0) * 1e-9)
 
 
 cdef int run_on_team(void (*fn)(void*, int, int) noexcept nogil, void* data) noexcept nogil:
@@ -944,6 +945,8 @@ cdef class Program:
             raise ValueError(f"_onednn.Program: {len(arrays)} arrays given; {self.n_arrays} needed")
         if workspace == NULL and self.workspace_size:
             raise ValueError(f"_onednn.Program: a workspace of {self.workspace_size} bytes is needed")
+        if self.n_steps == 0:
+            return 0        # nothing to run (a launch whose hooks do the work): no gate
         for i in range(self.n_mems):
             kind = self.mem_kind[i]
             if kind == 0:

@@ -29,7 +29,8 @@ from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 from .._errors import DeviceError as _DeviceError
 from .._errors import HipdnnError as _HipdnnError
-from hipdnn_async.runtime._launch_state cimport gate_waited, launch_enter, launch_exit
+from hipdnn_async.runtime._launch_state cimport (gate_item_begin, gate_item_pre_wait,
+                                                 launch_enter, launch_exit)
 from ._metrics import FOLD_AT as _FOLD_AT
 from _thread import TIMEOUT_MAX as _THREAD_TIMEOUT_MAX
 
@@ -144,7 +145,8 @@ cdef class CompletionCore:
         # the value or error is stored on the item, fn dropped; ``finished_at`` is left to
         # the item's completion
         self._state = RUNNING
-        cdef double waited = gate_waited()
+        cdef double waited
+        gate_item_begin()
         self.started_at = _now()
         fn = self._fn
         self._fn = None
@@ -160,10 +162,10 @@ cdef class CompletionCore:
             # KeyboardInterrupt, not an ExecutionError (a worker still wraps it, and lives)
             self._error = exc
         fn = None          # not kept by a traceback: it may hold a replay's graph
-        waited = gate_waited() - waited
+        waited = gate_item_pre_wait()
         if waited > 0.0:
-            # time the run waited for the process-wide oneDNN gate (another stream's
-            # program held it) was queue wait: executing starts after it
+            # time the run waited for the process-wide oneDNN gate before it first held it
+            # (another stream's program did) was queue wait: executing starts after it
             self.started_at = <double>self.started_at + waited
         return 0
 
@@ -357,9 +359,9 @@ cdef class HostLaunchCore:
                 return
             if isinstance(entry, CompletionCore):
                 item = <CompletionCore>entry
-                waited = gate_waited()
+                gate_item_begin()
                 value, error = entry._execute()
-                waited = gate_waited() - waited
+                waited = gate_item_pre_wait()
                 if waited > 0.0 and item.started_at is not None:
                     # as ``enqueue``: the wait for the oneDNN gate was queue wait
                     item.started_at = <double>item.started_at + waited

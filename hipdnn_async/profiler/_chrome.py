@@ -155,7 +155,10 @@ def to_trace(prof) -> dict:
 
 
 def _number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    """A finite JSON number (an int too large for a float is not: 10**400 µs)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    return math.isfinite(v) if isinstance(v, float) else abs(v) < 2 ** 63
 
 
 def _integer(v) -> bool:
@@ -166,18 +169,24 @@ def check_trace(trace) -> list[str]:
     """Problems of ``trace`` (a dict or list) as trace-event JSON; empty when valid.
 
     Checked: the events are a list of objects (and ``otherData``, where present, is an
-    object); every event has ``ph``, ``ts`` (a finite number), ``pid`` and ``tid``
-    (integers); a complete event has ``name`` and a finite ``dur`` >= 0; each flow id (a
-    string or an integer) has one ``s`` and one ``f``, the ``f`` not before the ``s``,
-    and each end bound to a complete event of its thread that encloses its time. An
-    event with a problem is left out of the later checks.
+    object whose ``overlap`` is a fraction); every event has ``ph``, ``ts`` (a finite
+    number), ``pid`` and ``tid`` (integers); a complete event has a string ``name`` and a
+    finite ``dur`` >= 0, a ``process_name`` / ``thread_name`` metadata event an object
+    ``args`` whose ``name`` is a string; each flow id (a string or an integer) has one
+    ``s`` and one ``f``, the ``f`` not before the ``s``, and each end bound to a complete
+    event of its thread that encloses its time. An event with a problem is left out of
+    the later checks.
     """
     events = trace.get("traceEvents") if isinstance(trace, dict) else trace
     if not isinstance(events, list):
         return ["the trace is neither a list of events nor an object whose traceEvents is one"]
     problems = []
-    if isinstance(trace, dict) and not isinstance(trace.get("otherData", {}), dict):
-        problems.append(f"otherData must be an object; got {trace['otherData']!r}")
+    other = trace.get("otherData", {}) if isinstance(trace, dict) else {}
+    if not isinstance(other, dict):
+        problems.append(f"otherData must be an object; got {other!r}")
+    elif "overlap" in other and not (_number(other["overlap"]) and 0 <= other["overlap"] <= 1):
+        problems.append(f"otherData.overlap must be a fraction in [0, 1]; got "
+                        f"{other['overlap']!r}")
     slices: dict = {}
     flows: dict = {}
     for i, e in enumerate(events):
@@ -194,9 +203,9 @@ def check_trace(trace) -> list[str]:
             continue
         ph = e["ph"]
         if ph == "X":
-            if "name" not in e or not _number(e.get("dur")) or e["dur"] < 0:
+            if not isinstance(e.get("name"), str) or not _number(e.get("dur")) or e["dur"] < 0:
                 problems.append(f"event {i} ({e.get('name')!r}): a complete event needs a "
-                                f"name and a finite dur >= 0; dur {e.get('dur')!r}")
+                                f"name (a string) and a finite dur >= 0; dur {e.get('dur')!r}")
             else:
                 slices.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
         elif ph in ("s", "f"):
@@ -206,7 +215,13 @@ def check_trace(trace) -> list[str]:
                                 f"integer; got {fid!r}")
                 continue
             flows.setdefault(fid, {}).setdefault(ph, []).append(e)
-        elif ph not in ("M", "B", "E", "i", "I", "C", "b", "e", "n", "t"):
+        elif ph == "M":
+            args = e.get("args")
+            if e.get("name") in ("process_name", "thread_name") and not (
+                    isinstance(args, dict) and isinstance(args.get("name"), str)):
+                problems.append(f"event {i}: a {e['name']} event's args must be an object "
+                                f"with a string name; got {args!r}")
+        elif ph not in ("B", "E", "i", "I", "C", "b", "e", "n", "t"):
             problems.append(f"event {i}: unknown phase {ph!r}")
     for fid, ends in flows.items():
         if len(ends.get("s", ())) != 1 or len(ends.get("f", ())) != 1:

@@ -52,8 +52,11 @@ def _fmt(v, spec: str) -> str:
 
 def table(prof, group_by: str | None = None, row_limit: int = 20) -> str:
     """``Profile.table``: a fixed-width text table per grouping."""
+    if isinstance(row_limit, bool) or not isinstance(row_limit, int) or row_limit < 1:
+        raise DeviceError(f"profile.table: row_limit must be an int >= 1; got {row_limit!r}",
+                          code="INVALID_VALUE")
     out = []
-    for group in ([group_by] if group_by else ["name", "pattern"]):
+    for group in ([group_by] if group_by is not None else ["name", "pattern"]):
         rows = key_averages(prof.executions, group, "table")
         title = {"name": "plan"}.get(group, group)
         width = max([len(title)] + [len(str(r["key"])) for r in rows[:row_limit]])

@@ -263,6 +263,7 @@ class Completion(_core.CompletionCore):
         mod, token = _current_loop()
         if mod is None:
             raise DeviceError(f"{self.describe()}: awaited outside asyncio or trio")
+        self._refuse_own_worker()       # an event loop run inside a done callback
         if self._batch is not None:
             # A launched GPU item: look for its completion between loop iterations for a
             # short while first (a short kernel is done within a few of them), before

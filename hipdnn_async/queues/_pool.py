@@ -467,10 +467,19 @@ class StreamPool:
         me = threading.current_thread()
         return any(getattr(s._backend, "_thread", None) is me for s in self.streams)
 
-    def synchronize_blocking(self, timeout: float | None = None) -> None:
-        """Block the calling thread until everything submitted so far has finished."""
+    def synchronize_blocking(self, timeout: float | None = None, *,
+                             skip_own: bool = False) -> None:
+        """Block the calling thread until everything submitted so far has finished;
+        ``skip_own``: not the work of the stream whose thread this is (a done callback:
+        its stream's later items cannot run before it returns)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        for event in self._record_all():
+        if skip_own:
+            me = threading.current_thread()
+            events = [s.record_event() for s in self.streams
+                      if not s.closed and getattr(s._backend, "_thread", None) is not me]
+        else:
+            events = self._record_all()
+        for event in events:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             event.synchronize(left)
 

@@ -183,10 +183,10 @@ class DeviceArray:
 
     def _wait_blocking(self) -> None:
         queue = self._live_queue()
-        # on a stream's worker (a done-callback) the wait would wait for the caller
-        # itself: the work that called it is done, and the copy is made at once
-        if queue is not None and not queue.on_worker():
-            queue.synchronize_blocking()
+        # on a stream's worker (a done callback) a wait for that stream's work would wait
+        # for the caller itself: the other streams' work is waited for, not its own
+        if queue is not None:
+            queue.synchronize_blocking(skip_own=True)
 
     @property
     def nbytes(self) -> int:

@@ -114,6 +114,61 @@ def test_a_callbacks_execute_sync_without_a_stream_runs_on_another_one():
     assert got == [3.0 * 8 * 9]
 
 
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_an_event_loop_in_a_callback_awaiting_its_own_stream_is_refused(backend):
+    pytest.importorskip(backend)
+    g, x, w, y = _conv()
+    caught = []
+    with hd.Device("cpu", streams=1) as dev:
+        plan = dev.build_sync(g)
+        gate, first = _blocked_stream(dev)
+        later = plan.submit(_pack(x, w, y))
+
+        async def await_later():
+            with anyio.fail_after(5):          # a regression times out, not hangs
+                await later
+
+        def callback(_h):
+            try:
+                anyio.run(await_later, backend=backend)
+            except (hd.DeviceError, TimeoutError) as exc:
+                caught.append(exc)
+
+        first.add_done_callback(callback)
+        gate.set()
+        later.result(timeout=30)
+    assert len(caught) == 1 and isinstance(caught[0], hd.DeviceError), caught
+    assert "would wait for itself" in str(caught[0])
+
+
+def test_to_numpy_sync_in_a_callback_waits_for_the_other_streams():
+    # the callback runs on stream 0's thread; stream 1 is still writing the array: the
+    # copy waits for stream 1 (it read the zeros before), not for stream 0 (itself)
+    g, x, w, y = _conv(n=2, c=8, hw=16)
+    with hd.Device("cpu", streams=2) as dev:
+        plan = dev.build_sync(g)
+        out = dev.empty(y.dims, "float32")
+        out.copy_from(np.zeros(y.dims, np.float32))
+        gate0, first = _blocked_stream(dev)
+        gate1 = threading.Event()
+        dev._pool.submit_blocking(lambda: gate1.wait(30), stream=1)
+        pack = _pack(x, w, y)
+        pack[y] = out
+        writer = plan.submit(pack, stream=1)
+        seen = []
+
+        def callback(_h):
+            threading.Timer(0.3, gate1.set).start()
+            seen.append(float(out.to_numpy_sync()[0, 0, 5, 5]))
+
+        first.add_done_callback(callback)
+        gate0.set()
+        writer.result(timeout=30)
+        first.result(timeout=30)
+        dev._pool.synchronize_blocking(30)
+    assert seen == [8 * 9.0]
+
+
 # ------------------------------------------------------------------ Ctrl-C, then again
 
 def test_a_capture_block_interrupted_at_its_exit_still_settles(monkeypatch):
@@ -129,6 +184,10 @@ def test_a_capture_block_interrupted_at_its_exit_still_settles(monkeypatch):
             with step:
                 plan.submit(pack)
         monkeypatch.undo()
+        with pytest.raises(hd.DeviceError, match="capture is still queued"):
+            step.replay_sync()
+        with pytest.raises(hd.DeviceError, match="capture is still queued"):
+            step.recapture().__enter__()
         gate.set()
         dev._pool.synchronize_blocking(30)
         assert repr(step).startswith("<Step ready")

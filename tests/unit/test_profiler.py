@@ -238,7 +238,13 @@ def test_check_trace_finds_what_is_wrong():
     for bad in ([{**good, "ts": "a"}], [{**start, "id": [1]}, end], [1, 2],
                 [{**good, "dur": float("nan")}], [{**good, "ts": float("inf")}],
                 [{**good, "pid": True}], {"traceEvents": 5}, "text",
-                {"traceEvents": [good], "otherData": 5}):
+                {"traceEvents": [good], "otherData": 5}, [{**good, "ts": 10 ** 400}],
+                [{**good, "name": {"a": 1}}],
+                [good, {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "ts": 0,
+                        "args": "x"}],
+                [good, {"ph": "M", "name": "process_name", "pid": 1, "tid": 1, "ts": 0}],
+                {"traceEvents": [good], "otherData": {"overlap": float("nan")}},
+                {"traceEvents": [good], "otherData": {"overlap": "50%"}}):
         problems = check_trace(bad)
         assert problems and all(isinstance(p, str) for p in problems), bad
 
@@ -270,6 +276,10 @@ def test_table_and_key_averages_count_flops_and_bytes(rng):
         prof.key_averages("colour")
     with pytest.raises(hd.DeviceError, match=r"profile.table: group_by='bogus'"):
         prof.table("bogus")
+    with pytest.raises(hd.DeviceError, match=r"profile.table: group_by=''"):
+        prof.table("")
+    with pytest.raises(hd.DeviceError, match="row_limit must be an int >= 1; got 'x'"):
+        prof.table(row_limit="x")
 
 
 def test_profile_misuse_is_a_clear_error():
