@@ -322,17 +322,17 @@ class Step:
             raise DeviceError(f"{self._label}: the step is closed; capture a new one",
                               code=MISUSE)
         if self._state == _RECORDING and self._token is None:
-            raise DeviceError(f"{self._label}: {self._still_capturing()}", code=MISUSE)
+            raise DeviceError(f"{self._label} {self._still_capturing()}", code=MISUSE)
         if self._state == _RECORDING:
             raise DeviceError(f"{self._label}: already recording (a step's block is not "
                               "re-entrant)", code=MISUSE)
 
     def _still_capturing(self) -> str:
-        # the block has ended (an interrupted exit: Ctrl-C while its capture item waited)
-        # and the capture item, still queued, will make the step ready or failed
-        return (f"its block has ended but its capture is still queued on stream "
-                f"'{self.stream.name}' (the block's exit was interrupted); wait for the "
-                "stream (dev.synchronize()) and try again")
+        # the block has ended and its capture item (queued or running; still queued after
+        # an interrupted exit) will make the step ready or failed
+        return (f"is still recording: its block has ended and its capture is still being "
+                f"made on stream '{self.stream.name}'; wait for the stream "
+                "(dev.synchronize()) and try again")
 
     def _end_recording(self) -> None:
         global OPEN
@@ -505,7 +505,7 @@ class Step:
         if state == _CLOSED:
             why = f"{self._label} is closed"
         elif state == _RECORDING and self._token is None:
-            why = f"{self._label}: {self._still_capturing()}"
+            why = f"{self._label} {self._still_capturing()}"
         elif state == _RECORDING:
             why = f"{self._label} is still recording; replay after its block has ended"
         elif state == _FAILED:

@@ -184,9 +184,9 @@ def test_a_capture_block_interrupted_at_its_exit_still_settles(monkeypatch):
             with step:
                 plan.submit(pack)
         monkeypatch.undo()
-        with pytest.raises(hd.DeviceError, match="capture is still queued"):
+        with pytest.raises(hd.DeviceError, match="its capture is still being made"):
             step.replay_sync()
-        with pytest.raises(hd.DeviceError, match="capture is still queued"):
+        with pytest.raises(hd.DeviceError, match="its capture is still being made"):
             step.recapture().__enter__()
         gate.set()
         dev._pool.synchronize_blocking(30)
