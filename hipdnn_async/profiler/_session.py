@@ -117,6 +117,12 @@ class Profile:
 
     async def __aexit__(self, *exc) -> None:
         _state._close(self)
+        # the collection waits in a worker thread: a handle of the stream whose thread this
+        # is (an event loop run in a done callback) is refused here, where that is known
+        for record in self.executions:
+            handle = record.handle
+            if handle is not None and record.ok is None and not handle.done():
+                handle._refuse_own_worker()
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(self._collect)
 

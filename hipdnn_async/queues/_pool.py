@@ -181,6 +181,7 @@ class StreamPool:
         self._forked_from = None         # the parent's pid, in a fork child
         self._fork_child = False         # inherited through a fork (open then or not)
         self._close_lock = threading.Lock()
+        self._cross_waiter = None    # the stream whose callback waits for the others
         if all(isinstance(s._backend, CpuStreamBackend) for s in self.streams):
             _host_pools.add(self)
         self._created_at = time.perf_counter()
@@ -473,13 +474,30 @@ class StreamPool:
         ``skip_own``: not the work of the stream whose thread this is (a done callback:
         its stream's later items cannot run before it returns)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        if skip_own:
-            me = threading.current_thread()
-            events = [s.record_event() for s in self.streams
-                      if not s.closed and getattr(s._backend, "_thread", None) is not me]
-        else:
-            events = self._record_all()
-        for event in events:
+        me = threading.current_thread()
+        own = [s for s in self.streams if getattr(s._backend, "_thread", None) is me]
+        if skip_own and own:
+            events = [s.record_event() for s in self.streams if not s.closed and s not in own]
+            # a worker waiting for the other streams while another worker of the pool
+            # waits for its stream would wait forever: one such wait at a time
+            with self._close_lock:
+                if self._cross_waiter is not None:
+                    raise DeviceError(
+                        f"StreamPool '{self.device_name}': a done callback on stream "
+                        f"'{own[0].name}' waits for the other streams while one on stream "
+                        f"'{self._cross_waiter}' waits for its stream: neither could go on; "
+                        "copy after the callbacks return (or read the array's memory in "
+                        "the callback)")
+                self._cross_waiter = own[0].name
+            try:
+                for event in events:
+                    left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                    event.synchronize(left)
+            finally:
+                with self._close_lock:
+                    self._cross_waiter = None
+            return
+        for event in self._record_all():
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             event.synchronize(left)
 

@@ -169,6 +169,60 @@ def test_to_numpy_sync_in_a_callback_waits_for_the_other_streams():
     assert seen == [8 * 9.0]
 
 
+def test_two_callbacks_copying_from_each_others_streams_do_not_deadlock():
+    # each callback's copy would wait for the other stream, whose thread waits back: one
+    # of them is refused, the other copies, nothing hangs
+    with hd.Device("cpu", streams=2) as dev:
+        out = dev.empty((2, 8, 16, 16), "float32")
+        out.copy_from(np.full((2, 8, 16, 16), 7.0, np.float32))
+        gates = [threading.Event(), threading.Event()]
+        handles = [dev._pool.submit_blocking(lambda e=e: e.wait(30), stream=i)
+                   for i, e in enumerate(gates)]
+        both = threading.Barrier(2, timeout=10)     # the two callbacks overlap every time
+        seen = []
+
+        def callback(_h):
+            both.wait()
+            try:
+                seen.append(float(out.to_numpy_sync()[0, 0, 5, 5]))
+            except hd.DeviceError as exc:
+                seen.append(exc)
+
+        for h in handles:
+            h.add_done_callback(callback)
+        for e in gates:
+            e.set()
+        for h in handles:
+            h.result(timeout=30)
+        dev._pool.synchronize_blocking(30)
+    assert sorted(map(type, seen), key=str) == sorted([float, hd.DeviceError], key=str)
+    assert 7.0 in seen and "neither could go on" in str(next(e for e in seen if e != 7.0))
+
+
+def test_a_profile_closed_in_a_callbacks_event_loop_over_its_own_stream_is_refused():
+    g, x, w, y = _conv()
+    caught = []
+    with hd.Device("cpu", streams=2) as dev:
+        plan = dev.build_sync(g)
+        gate, first = _blocked_stream(dev)
+
+        async def body():
+            async with dev.profile():
+                plan.submit(_pack(x, w, y), stream=0)
+
+        def callback(_h):
+            try:
+                anyio.run(body)
+            except hd.DeviceError as exc:
+                caught.append(exc)
+
+        first.add_done_callback(callback)
+        gate.set()
+        first.result(timeout=30)
+        dev._pool.synchronize_blocking(30)
+    assert len(caught) == 1 and "would wait for itself" in str(caught[0])
+
+
 # ------------------------------------------------------------------ Ctrl-C, then again
 
 def test_a_capture_block_interrupted_at_its_exit_still_settles(monkeypatch):
