@@ -63,7 +63,7 @@ def benchmark_conv(conv: Conv, fitting):
     times = []
     for cand in fitting:
         # the plan each candidate would be, host work included: the RELU_FWD pass after a
-        # primitive without the ReLU post-ops, HALF's float16 <-> float32 conversions
+        # primitive without the ReLU post-ops, the 16-bit <-> float32 conversions
         _, pd, _, variant = conv.impls[cand.id]
         program, spec = conv.program(pd, variant=variant)
         try:

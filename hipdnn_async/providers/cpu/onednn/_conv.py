@@ -15,7 +15,7 @@ from .. import _batchnorm, _kernels
 from ...._layout import packed_strides
 from ._program import (ProgramSpec, any_md, channel_like, channels_last_md, compute_type,
                        decline, dnnl, dnnl_type, is_native, memory_order, packed_md, staged,
-                       user_md)
+                       user_md, widened)
 
 __all__ = ["Conv", "clip_hooks", "conv_hooks", "clips_are_relu", "relu_post_ops",
            "relu_post_ops_exact", "BLOCKED", "GUARDED", "RELU", "SMALL_MACS", "SMALL_Y"]
@@ -63,12 +63,9 @@ class Conv:
             # dense: the program hands the primitive a dense vector (the user's where its
             # channels are, else a copy: ``ProgramSpec.channel``); a pd made with the user's
             # stride had oneDNN 3.2's AMX kernels read the copy with that stride (wrong
-            # values, tests/oracle/test_onednn_blocked.py's strided-memory cases). HALF:
-            # the f32 primitive takes an f32 bias, converted in the program
-            self.bias_md = dnnl.MemoryDesc(
-                (bias.dims[1],),
-                dnnl.DATA_F32 if bias.data_type == DataType.HALF else dnnl_type(bias),
-                strides=(1,))
+            # values, tests/oracle/test_onednn_blocked.py's strided-memory cases). A
+            # ``widened`` bias: the f32 primitive takes an f32 bias, reordered in the program
+            self.bias_md = dnnl.MemoryDesc((bias.dims[1],), compute_type(bias), strides=(1,))
         self.post_ops, self.clips = [], None
         clips = (match.params.get("relu_lower_clip"), match.params.get("relu_upper_clip"))
         if match.pattern == Pattern.CONV_FPROP_BIAS_RELU:
@@ -123,10 +120,10 @@ class Conv:
             out = [("", self.x_md, self.y_md)]
             suffix = ""
         else:
-            # HALF runs on float32 copies (converted by the engine, ``program``); strided
-            # (non-packed) activations on dense copies: oneDNN's only implementations of
-            # strided activations are its reference ones
-            suffix = "+f32" if x.data_type == DataType.HALF else "+dense"
+            # ``widened`` 16-bit types run on float32 copies (converted by the engine,
+            # ``program``); strided (non-packed) activations on dense copies: oneDNN's only
+            # implementations of strided activations are its reference ones
+            suffix = "+f32" if widened(x) else "+dense"
             out = [(suffix, packed_md(x, compute_type(x)), packed_md(y, compute_type(y)))]
         blocked = (suffix + BLOCKED, any_md(x), any_md(y))
         odd_dgrad = (compute_type(x) == dnnl.DATA_BF16 and self.direction == "dgrad"
@@ -372,7 +369,9 @@ class Conv:
         if (conv.groups != 1 or all(s == 1 for s in conv.stride)
                 or any(conv.pre_padding) or any(conv.post_padding)):
             return False
-        x_type = self.match.tensors[self.roles.x].data_type
+        x = self.match.tensors[self.roles.x]
+        # a widened BFLOAT16 runs float32 kernels on copies, as HALF: neither rule measured
+        x_type = None if widened(x) else x.data_type
         if self.direction == "fprop":
             return x_type == DataType.BFLOAT16
         if (self.direction != "dgrad" or x_type not in (DataType.BFLOAT16, DataType.FLOAT)
@@ -492,26 +491,26 @@ class Conv:
         ``variant``: (x, y) descriptors the primitive takes instead of the user's, whose
         activations are reordered in (inputs) and out (the output) around it.
 
-        HALF: the primitive and every reorder run float32; the user's float16 x, w, y (dy,
-        dx, dw; each one that is HALF, per tensor) are converted into and out of float32
+        ``widened`` types (HALF; BFLOAT16 where oneDNN has no bf16 convolution kernels):
+        the primitive and every reorder run float32; the user's 16-bit x, w, y (dy, dx,
+        dw; each one that is widened, per tensor) are converted into and out of float32
         copies packed in the user's layout
         (``ProgramSpec.converted``, workspace pieces ``f32:<role>``) by the plan's hooks
         with ``_kernels.convert`` (exact, round to nearest-even, on oneDNN's OpenMP team):
         oneDNN 3.2 runs f16 <-> f32 reorders in its generic ``simple:any`` here (no
         AVX512-FP16), ~36 ms per 8x64x56x56 tensor, 10x the convolution; the conversion
-        takes 0.3-0.5 ms. A HALF bias (K values) keeps its reorder."""
+        takes 0.3-0.5 ms. A widened bias (K values) keeps its reorder."""
         roles = [self.roles.x, self.roles.w, self.roles.y] + ([self.bias_role] if self.bias_role else [])
         spec = ProgramSpec(roles, dry=dry)
         t = self.match.tensors
         x = x_user = spec.array(self.roles.x, self.x_md)
         y = y_user = spec.array(self.roles.y, self.y_md)
         w_user = spec.array(self.roles.w, self.w_user)
-        # where the user's memory is float16 (HALF), the primitive's side of each array is
-        # a float32 copy packed in the user's order, converted in and out around the
+        # where the user's memory is ``widened``, the primitive's side of each array is a
+        # float32 copy packed in the user's order, converted in and out around the
         # program (``ProgramSpec.converted``); reorders run float32 to float32 only
         # per tensor: each may have its own data type (a FLOAT w with HALF x and y)
-        hx, hy, hw = (t[r].data_type == DataType.HALF
-                      for r in (self.roles.x, self.roles.y, self.roles.w))
+        hx, hy, hw = (widened(t[r]) for r in (self.roles.x, self.roles.y, self.roles.w))
         x_src_md = packed_md(t[self.roles.x], dnnl.DATA_F32) if hx else self.x_md
         y_src_md = packed_md(t[self.roles.y], dnnl.DATA_F32) if hy else self.y_md
         w_src_md = self._w_f32() if hw else self.w_user
@@ -566,7 +565,7 @@ class Conv:
                 args = [(dnnl.ARG_SRC, x), (dnnl.ARG_WEIGHTS, w), (dnnl.ARG_DST, y)]
                 if self.bias_role:
                     bias = t[self.bias_role]
-                    if bias.data_type == DataType.HALF:
+                    if widened(bias):
                         b_user = spec.array(self.bias_role, channel_like(bias))
                         b = spec.scratch(self.bias_md)
                         spec.step(dnnl.reorder(channel_like(bias), self.bias_md),
@@ -584,7 +583,7 @@ class Conv:
         return spec.program(), spec
 
     def _w_f32(self):
-        """The float32 copy of HALF weights: packed in the user's memory order, seen with
+        """The float32 copy of widened weights: packed in the user's memory order, seen with
         the primitive's dims (``w_dims``: (G, K/G, C/G, ...) for groups)."""
         w = self.match.tensors[self.roles.w]
         s = packed_strides(tuple(w.dims), memory_order(w))

@@ -18,11 +18,10 @@ except ImportError:          # a source tree built without it: the engine declin
     dnnl = None
 
 __all__ = ["ONEDNN_ENGINE_NAME", "CHANNEL_BLOCKED", "dnnl", "decline", "dnnl_type", "user_md",
-           "memory_order",
-           "packed_md", "is_dense", "compute_type", "is_native", "channel_md",
-           "channels_last_md", "any_md", "channel_like", "Workspace", "ProgramSpec", "ws_view",
-           "converted_view", "vec", "staged",
-           "put"]
+           "memory_order", "packed_md", "is_dense", "bf16_convolutions", "widened",
+           "compute_type", "is_native", "channel_md", "channels_last_md", "any_md",
+           "channel_like", "Workspace", "ProgramSpec", "ws_view", "converted_view", "vec",
+           "staged", "put"]
 
 ONEDNN_ENGINE_NAME = "ONEDNN_ENGINE"
 _ALIGN = 64                  # bytes: oneDNN's own alignment of buffers it allocates
@@ -83,18 +82,64 @@ def is_dense(tensor) -> bool:
     return strides_match(dims, packed_strides(dims, memory_order(tensor)), tuple(tensor.strides))
 
 
+def bf16_convolutions() -> bool:
+    """Whether the loaded oneDNN has bfloat16 convolution kernels on this CPU: a
+    1x16x8x8 3x3 problem has an implementation other than the reference one in each
+    direction (forward, backward data, backward weights). oneDNN 3.2 has them from
+    AVX-512 (``avx512_core``, emulating the bf16 instructions below
+    ``avx512_core_bf16``); on an AVX2 CPU it offers none, and every BFLOAT16 convolution
+    runs float32 primitives on float32 copies (``widened``). Asked once per process."""
+    global _BF16_CONVOLUTIONS
+    if _BF16_CONVOLUTIONS is None:
+        _BF16_CONVOLUTIONS = _probe_bf16()
+    return _BF16_CONVOLUTIONS
+
+
+_BF16_CONVOLUTIONS = None
+
+
+def _probe_bf16() -> bool:
+    bf16 = dnnl.DATA_BF16
+    x, w, y = (dnnl.MemoryDesc(d, bf16, tag=dnnl.FORMAT_TAG_ANY)
+               for d in ((1, 16, 8, 8), (16, 16, 3, 3), (1, 16, 8, 8)))
+    geometry = ((1, 1), (0, 0), (1, 1), (1, 1))
+    try:
+        fwd = dnnl.conv_forward(dnnl.PROP_FORWARD_TRAINING, x, w, None, y, *geometry, [])
+        pds = [fwd, dnnl.conv_backward_data(x, w, y, *geometry, fwd),
+               dnnl.conv_backward_weights(x, w, y, *geometry, fwd)]
+    except NotSupportedError:
+        return False
+
+    def optimized(pd) -> bool:
+        while pd.impl_name.startswith("ref:"):
+            if not pd.next_impl():
+                return False
+        return True
+    return all(optimized(pd) for pd in pds)
+
+
+def widened(tensor) -> bool:
+    """Whether oneDNN computes ``tensor``'s values in float32 copies of it rather than in
+    its own type: HALF always (oneDNN 3.2 has f16 convolution and batchnorm kernels only
+    on CPUs with AVX512-FP16 / AMX-FP16), BFLOAT16 where it has no bf16 convolution
+    kernels (``bf16_convolutions``). The 16-bit -> float32 conversion is exact and the
+    result's conversion back rounds once, as the tolerance table assumes
+    (``ProgramSpec.converted``)."""
+    if tensor.data_type == DataType.HALF:
+        return True
+    return tensor.data_type == DataType.BFLOAT16 and not bf16_convolutions()
+
+
 def compute_type(tensor) -> int:
-    """The data type oneDNN computes ``tensor``'s values in: float32 for HALF (oneDNN 3.2
-    has f16 convolution and batchnorm kernels only on CPUs with AVX512-FP16 / AMX-FP16;
-    f16 -> f32 is exact and the f32 -> f16 conversion of the result rounds once, as the
-    tolerance table assumes: ``ProgramSpec.converted``), else its own."""
-    return dnnl.DATA_F32 if tensor.data_type == DataType.HALF else dnnl_type(tensor)
+    """The data type oneDNN computes ``tensor``'s values in: float32 where ``widened``,
+    else its own."""
+    return dnnl.DATA_F32 if widened(tensor) else dnnl_type(tensor)
 
 
 def is_native(tensor) -> bool:
     """Whether a primitive can take ``tensor``'s user memory as it is (dense, computed in
     its own type); else it runs on a dense copy reordered in (and out)."""
-    return tensor.data_type != DataType.HALF and is_dense(tensor)
+    return not widened(tensor) and is_dense(tensor)
 
 
 def channel_md(tensor):
@@ -127,8 +172,9 @@ class ProgramSpec:
         self.index = {}
         self.dry = dry               # only sizes: no primitive is created (no JIT)
         self.copy_in, self.copy_out = [], []     # per-channel roles staged in the workspace
-        # HALF arrays converted to / from float32 workspace copies by the engine's exact
-        # conversion (``converted``): role -> (dims, element strides) of the copy
+        # widened (HALF, BFLOAT16) arrays converted to / from float32 workspace copies by
+        # the engine's exact conversion (``converted``): role -> (dims, element strides of
+        # the copy, the user's element kind)
         self.convert_in, self.convert_out = {}, {}
         self.names = []              # oneDNN's implementation name of each step
 
@@ -152,16 +198,17 @@ class ProgramSpec:
         return index
 
     def converted(self, role, tensor, md, *, output=False) -> int:
-        """A float32 copy of the HALF user array ``role`` (``tensor``'s dims, packed in its
-        memory order; ``md``: that memory as the primitive sees it, e.g. grouped weights'
-        (G, K/G, C/G, ...) view of it) in the workspace, filled from the user's array before
-        the program (input) or emptied into it after (``output``) by the engine's exact
-        conversion (``_kernels.convert``, ``staged``): oneDNN 3.2 converts float16 in
-        its generic reorder (``simple:any``), 10-50x slower here than float32 reorders."""
+        """A float32 copy of the ``widened`` (HALF or BFLOAT16) user array ``role``
+        (``tensor``'s dims, packed in its memory order; ``md``: that memory as the
+        primitive sees it, e.g. grouped weights' (G, K/G, C/G, ...) view of it) in the
+        workspace, filled from the user's array before the program (input) or emptied into
+        it after (``output``) by the engine's exact conversion (``_kernels.convert``,
+        ``staged``): oneDNN 3.2 converts float16 in its generic reorder (``simple:any``),
+        10-50x slower here than float32 reorders."""
         dims = tuple(tensor.dims)
         index = self.scratch(md, "f32:" + role)
         (self.convert_out if output else self.convert_in)[role] = (
-            dims, packed_strides(dims, memory_order(tensor)))
+            dims, packed_strides(dims, memory_order(tensor)), _KINDS[tensor.data_type])
         return index
 
     @property
@@ -275,7 +322,7 @@ def converted_view(workspace, spec, role) -> np.ndarray:
     """The float32 copy ``role`` of ``ProgramSpec.converted`` inside one execution's
     workspace, as an array of the user tensor's dims."""
     off, nbytes = spec.offset("f32:" + role)
-    dims, strides = (spec.convert_in.get(role) or spec.convert_out[role])
+    dims, strides, _ = (spec.convert_in.get(role) or spec.convert_out[role])
     return np.lib.stride_tricks.as_strided(workspace[off:off + nbytes].view(np.float32),
                                            dims, tuple(4 * s for s in strides))
 
@@ -290,7 +337,7 @@ def put(out, values) -> None:
 
 
 def staged(spec, hooks):
-    """``hooks`` with the per-channel copies (``ProgramSpec.channel``) and the float16 <->
+    """``hooks`` with the per-channel copies (``ProgramSpec.channel``) and the 16-bit <->
     float32 conversions (``ProgramSpec.converted``: ``_kernels.convert`` on oneDNN's OpenMP
     team) of ``spec`` added: inputs copied / converted into the workspace first, outputs
     copied / converted out before ``after`` runs (a RELU_FWD hook then sees the user's
@@ -306,8 +353,8 @@ def staged(spec, hooks):
                 dst = workspace[off:off + nbytes].view(b[role].dtype)
                 dst[...] = b[role].reshape(-1)
             for role in spec.convert_in:
-                _kernels.convert(b[role], _F16, converted_view(workspace, spec, role), _F32,
-                                 team=True)
+                _kernels.convert(b[role], spec.convert_in[role][2],
+                                 converted_view(workspace, spec, role), _F32, team=True)
             if before is not None:
                 before()
 
@@ -317,14 +364,16 @@ def staged(spec, hooks):
                 out = b[role]
                 out[...] = workspace[off:off + nbytes].view(out.dtype).reshape(out.shape)
             for role in spec.convert_out:
-                _kernels.convert(converted_view(workspace, spec, role), _F32, b[role], _F16,
-                                 team=True)
+                _kernels.convert(converted_view(workspace, spec, role), _F32, b[role],
+                                 spec.convert_out[role][2], team=True)
             if after is not None:
                 after()
         return (copy_in if ins or before else None, copy_out if outs or after else None)
     return staged
 
 
-# ``ProgramSpec.converted`` arrays: the user's HALF (2-byte) elements, float32 copies
-_F16 = _kernels.BIAS_RELU_KINDS["float16"]
+# ``ProgramSpec.converted`` arrays: the user's HALF / BFLOAT16 (2-byte) elements, float32
+# copies
+_KINDS = {DataType.HALF: _kernels.BIAS_RELU_KINDS["float16"],
+          DataType.BFLOAT16: _kernels.BIAS_RELU_KINDS["bfloat16"]}
 _F32 = _kernels.BIAS_RELU_KINDS["float32"]
