@@ -15,7 +15,8 @@ work, on the same cores (``torch.set_num_threads`` set to our thread count, and 
   (``native_batch_norm``, ``threshold_backward``, ``native_batch_norm_backward``);
 
 each in FLOAT and BFLOAT16, NHWC and NCHW. Anchors measured in the same run: fp32 and
-bf16 GEMM rates (``torch.matmul`` 2048^3) and copy bandwidth (``Tensor.copy_`` of 64 MiB,
+bf16 GEMM rates (``torch.matmul`` 2048^3, or (n/2^k)^3 where one call would take over
+``GEMM_BUDGET_MS``) and copy bandwidth (``Tensor.copy_`` of 64 MiB,
 read + write bytes). Per case: ours ms, torch ms, ratio (ours / torch), GFLOP/s (2 N K P
 Q C/g R S per convolution) or GB/s (passes over x: BN_PASSES) and its % of the anchor,
 and the relative L2 difference of the two outputs; then geometric means (all, per dtype,
@@ -498,18 +499,36 @@ def faults_text(ours, torch) -> str:
 
 
 def anchors(torch, n=ANCHOR_GEMM_N, reps=5):
-    """fp32 / bf16 GEMM GFLOP/s (torch.matmul n^3) and copy GB/s (64 MiB, read + write)."""
+    """fp32 / bf16 GEMM GFLOP/s (torch.matmul n^3, or a smaller power-of-two fraction of n
+    where one n^3 call would take over GEMM_BUDGET_MS: ``gemm_<dtype>_n``) and copy GB/s
+    (64 MiB, read + write)."""
     out = {}
     for dtype, tdt in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
-        a, b = torch.randn(n, n).to(tdt), torch.randn(n, n).to(tdt)
-        c = torch.empty(n, n, dtype=tdt)
+        m = _gemm_n(torch, tdt, n)
+        a, b = torch.randn(m, m).to(tdt), torch.randn(m, m).to(tdt)
+        c = torch.empty(m, m, dtype=tdt)
         best = _best(lambda: torch.matmul(a, b, out=c), reps)
-        out[f"gemm_{dtype}_gflops"] = 2.0 * n ** 3 / best / 1e6
+        out[f"gemm_{dtype}_gflops"] = 2.0 * m ** 3 / best / 1e6
+        out[f"gemm_{dtype}_n"] = m
     src = torch.randn(ANCHOR_COPY_BYTES // 4)
     dst = torch.empty_like(src)
     best = _best(lambda: dst.copy_(src), reps * 4)
     out["copy_gbps"] = 2.0 * ANCHOR_COPY_BYTES / best / 1e6
     return out
+
+
+# one anchor GEMM call at most this long: PyTorch's bfloat16 GEMM on a 2-core AVX2 CPU
+# without AVX-512 ran at 1.3 GFLOP/s (256^3 and 512^3, 2026-12-07), 13 s per 2048^3 call
+GEMM_BUDGET_MS = 250.0
+
+
+def _gemm_n(torch, tdt, n, probe=256):
+    """n, halved until a 256^3 probe's rate says one n^3 call takes <= GEMM_BUDGET_MS."""
+    a = torch.randn(probe, probe).to(tdt)
+    ms = _best(lambda: torch.matmul(a, a), 1)
+    while n > probe and ms * (n / probe) ** 3 > GEMM_BUDGET_MS:
+        n //= 2
+    return n
 
 
 def _best(fn, reps):
@@ -817,7 +836,8 @@ def run(args):
         warm_process(hd, torch, dev, args.engine)
         anch = doc["anchors"] = anchors(torch, args.gemm_n)
         print(f"anchors: fp32 GEMM {f(anch['gemm_float32_gflops'], 1)} GFLOP/s, bf16 GEMM "
-              f"{f(anch['gemm_bfloat16_gflops'], 1)} GFLOP/s (torch.matmul {args.gemm_n}^3); "
+              f"{f(anch['gemm_bfloat16_gflops'], 1)} GFLOP/s (torch.matmul "
+              f"{anch['gemm_float32_n']}^3 / {anch['gemm_bfloat16_n']}^3); "
               f"copy {f(anch['copy_gbps'], 1)} GB/s (64 MiB, read + write)", flush=True)
         specs = ([("conv", convs[name], p) for name in conv_names for p in CONV_PATTERNS
                   if p in args.patterns]
@@ -862,7 +882,8 @@ def run(args):
         again = anchors(torch, args.gemm_n)
         doc["anchors_end"] = again
         for k, v in again.items():
-            anch[k] = max(anch[k], v)
+            if not k.endswith("_n"):
+                anch[k] = max(anch[k], v)
         for row in rows:
             _rate_pct(row, anch)
     print(f"\nanchors (best of start and end): fp32 GEMM {f(anch['gemm_float32_gflops'], 1)} "

@@ -618,6 +618,7 @@ HD_BN_LAST_SLOW(f16)
 HD_BN_LAST_ISA(base, )
 #if HD_RELU_X86
 HD_BN_LAST_ISA(avx512, HD_AVX512)
+HD_BN_LAST_ISA(avx2, HD_AVX2)
 #endif
 
 #if HD_BN_VEC
@@ -1077,6 +1078,10 @@ static void hd_bn_last_team(void* data, int ithr, int nthr) {
     }
 #endif
 #if HD_RELU_X86
+    if (j->isa == HD_BN_AVX2_AUTO) {
+        hd_bnl_teams_avx2[j->kind](L, ithr, nthr);
+        return;
+    }
     if (j->isa) {
         hd_bnl_teams_avx512[j->kind](L, ithr, nthr);
         return;

@@ -12,7 +12,7 @@
  * passes of a channel back to back, so the second and third passes read from its L2.
  *
  * As in _relu_rows.h, every row loop is plain C that the compiler vectorises, built for the
- * baseline ISA and for AVX-512 (chosen at run time by hd_relu_rows); the sums keep 32
+ * baseline ISA, AVX-512 and AVX2 (chosen at run time by hd_relu_rows); the sums keep 32
  * float32 lanes (two 512-bit accumulators) so that the reduction vectorises without
  * reassociating anything the compiler may not.
  *
@@ -790,6 +790,7 @@ static inline ptrdiff_t hd_bn_block(const hd_bn_job* j) {
 HD_BN_ISA(base, )
 #if HD_RELU_X86
 HD_BN_ISA(avx512, HD_AVX512)
+HD_BN_ISA(avx2, HD_AVX2)
 #endif
 
 /* The AVX-512 rows written with intrinsics, where the compiler's own vectorisation of
@@ -1067,15 +1068,17 @@ HD_BN_VEC_KIND(f16, HD_AVX512V)
 #define HD_BN_VEC 0
 #endif
 
-/* Which rows run: 0 the baseline build, 1 the compiler's AVX-512 build, 2 the intrinsics
- * (AVX-512; for bfloat16 also AVX512_BF16, else that kind keeps 1); base as in
- * hd_relu_rows. */
+/* The rows builds (hd_bn_job.isa; bn_rows_isa's names by value). */
+enum { HD_BN_BASE = 0, HD_BN_AVX512_AUTO = 1, HD_BN_AVX512 = 2, HD_BN_AVX2_AUTO = 3 };
+
+/* Which rows run: the intrinsics (AVX-512; for bfloat16 also AVX512_BF16, else that kind
+ * keeps the compiler's AVX-512 build), else the compiler's AVX2 build, else the baseline
+ * one; base as in hd_relu_rows. */
 static int hd_bn_rows_isa(int base) {
-    int isa = hd_relu_rows(base);
-#if HD_BN_VEC
-    if (isa) isa = 2;
-#endif
-    return isa;
+    int rows = hd_relu_rows(base);
+    if (rows == HD_ROWS_AVX512)
+        return HD_BN_VEC ? HD_BN_AVX512 : HD_BN_AVX512_AUTO;
+    return rows == HD_ROWS_AVX2 ? HD_BN_AVX2_AUTO : HD_BN_BASE;
 }
 
 static int hd_bn_bf16_stores(void) {
@@ -1109,6 +1112,10 @@ static void hd_bn_channel(const hd_bn_job* j, ptrdiff_t c, ptrdiff_t B) {
     }
 #endif
 #if HD_RELU_X86
+    if (j->isa == HD_BN_AVX2_AUTO) {
+        hd_bn_channels_avx2[j->kind](j, c, B);
+        return;
+    }
     if (j->isa) {
         hd_bn_channels_avx512[j->kind](j, c, B);
         return;

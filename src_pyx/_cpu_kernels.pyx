@@ -21,8 +21,8 @@ is no OpenMP (two CPU streams already run on two threads).
 ``bias_relu`` is the exception to the above: it takes whole arrays of any rank with
 dims (N, C, ...), any element strides, in float32, bfloat16 or float16 (16-bit elements as
 raw bits), and computes in float32 with the rounding to the output type done exactly
-(see its docstring); its inner loops are C (``_relu_rows.h``), built for the baseline ISA
-and for AVX-512 and chosen at run time (``bias_relu_isa``). ``convert`` (exact element-type
+(see its docstring); its inner loops are C (``_relu_rows.h``), built for the baseline ISA,
+AVX-512 and AVX2 and chosen at run time (``bias_relu_isa``). ``convert`` (exact element-type
 conversion between the same three types, NumPy's ``astype``) shares its walk over the
 strides and its split over oneDNN's OpenMP team (``_axes``, ``_run``, ``_share``).
 
@@ -66,6 +66,7 @@ __all__ = [
     "BN_ROWS_INFERENCE",
     "BN_ROWS_BACKWARD",
     "bn_rows_isa",
+    "bn_rows_builds",
     "nonfinite",
 ]
 
@@ -311,8 +312,8 @@ def bn_backward_dx(const floating[:, :, :] dy, const floating[:, :, :] x, floati
 # ----------------------------------------------------------------------------
 # Bias + RELU_FWD epilogue on float32 / bfloat16 / float16 (any rank, any strides)
 # ----------------------------------------------------------------------------
-# The rows themselves are C (_relu_rows.h): compiled for the baseline ISA and for AVX-512,
-# the one to run chosen by the CPU's features.
+# The rows themselves are C (_relu_rows.h): compiled for the baseline ISA, AVX-512 and
+# AVX2, the one to run chosen by the CPU's features.
 
 cdef extern from "_relu_rows.h" nogil:
     int hd_relu_rows(int base)
@@ -323,6 +324,8 @@ cdef extern from "_relu_rows.h" nogil:
                        Py_ssize_t n, int16_t klo, int16_t khi, int16_t inf, int16_t lo16,
                        int16_t hi16)
     int hd_relu_avx512()
+    int hd_relu_avx2()
+    int HD_ROWS_AVX512, HD_ROWS_AVX2
     uint32_t hd_bits(float f)
     float hd_flt(uint32_t u)
     void hd_cvt_row(int isa, int xk, int ok, const void* x, Py_ssize_t xs, void* o,
@@ -350,9 +353,12 @@ ctypedef struct _Clip:
 
 
 def bias_relu_isa() -> str:
-    """The instruction set ``bias_relu``'s rows run with here: ``"avx512"`` (avx512f and
-    avx512bw, on x86-64 built with GCC or clang) or ``"baseline"`` (the build's own)."""
-    return "avx512" if hd_relu_avx512() else "baseline"
+    """The instruction set ``bias_relu``'s (and ``convert``'s) rows run with here:
+    ``"avx512"`` (avx512f and avx512bw, on x86-64 built with GCC or clang), ``"avx2"``
+    (avx2 and fma) or ``"baseline"`` (the build's own)."""
+    cdef int rows = hd_relu_rows(0)
+    return ("avx512" if rows == HD_ROWS_AVX512 else "avx2" if rows == HD_ROWS_AVX2
+            else "baseline")
 
 
 ctypedef struct _Walk:
@@ -540,7 +546,7 @@ def bias_relu(cnp.ndarray x, int x_kind, cnp.ndarray out, int out_kind, const fl
     lower, upper : float
         Clips, lower <= upper (RELU_FWD without clips is lower 0, upper +inf).
     baseline : bool
-        Run the rows built for the baseline ISA even where the AVX-512 ones run
+        Run the rows built for the baseline ISA even where the AVX2 or AVX-512 ones run
         (``bias_relu_isa``): both give the same bits; for tests comparing them.
     team : bool
         Split the outermost axis among the threads of oneDNN's OpenMP team
@@ -632,7 +638,7 @@ def convert(cnp.ndarray x, int x_kind, cnp.ndarray out, int out_kind, *,
         Element types, ``BIAS_RELU_KINDS``: 0 float32, 1 bfloat16, 2 float16 (16-bit
         arrays may be viewed as uint16: only the bits are read).
     baseline : bool
-        Run the rows built for the baseline ISA even where the AVX-512 ones run (same
+        Run the rows built for the baseline ISA even where the AVX2 or AVX-512 ones run (same
         bits; for tests comparing them).
     team : bool
         Split the outermost axis among the threads of oneDNN's OpenMP team
@@ -908,9 +914,27 @@ def bn_rows_isa(str kind="float32") -> str:
     """The rows ``bn_rows`` runs for elements of ``kind`` (a ``BIAS_RELU_KINDS`` name)
     here: ``"avx512"`` (intrinsics; float16 converted by VCVTPH2PS / VCVTPS2PH, bfloat16
     results rounded by VCVTNEPS2BF16, on CPUs with AVX512_BF16), ``"avx512_auto"`` (the
-    compiler's AVX-512 build of the portable rows: bfloat16 without AVX512_BF16) or
-    ``"baseline"``."""
+    compiler's AVX-512 build of the portable rows: bfloat16 without AVX512_BF16),
+    ``"avx2_auto"`` (its AVX2 + FMA build, on CPUs without AVX-512) or ``"baseline"``."""
     return _rows_name(hd_bn_rows_isa(0), BIAS_RELU_KINDS[kind])
+
+
+def bn_rows_builds() -> tuple:
+    """The rows builds this CPU can run, ``bn_rows``'s ``isa`` names (for tests of every
+    build): ``"baseline"`` always, ``"avx2_auto"`` with AVX2 and FMA, ``"avx512_auto"``
+    with AVX-512 (avx512f, avx512bw) and ``"avx512"`` where the intrinsics are built too."""
+    out = ["baseline"]
+    if hd_relu_avx2():
+        out.append("avx2_auto")
+    if hd_relu_avx512():
+        out.append("avx512_auto")
+        if hd_bn_rows_isa(0) == 2:
+            out.append("avx512")
+    return tuple(out)
+
+
+# the rows builds by hd_bn_job.isa (_bn_rows.h: HD_BN_BASE ... HD_BN_AVX2_AUTO)
+_BN_BUILDS = ("baseline", "avx512_auto", "avx512", "avx2_auto")
 
 
 cdef str _rows_name(int isa, int kind):
@@ -918,7 +942,7 @@ cdef str _rows_name(int isa, int kind):
     element ``kind`` with: bfloat16 without AVX512_BF16 keeps the compiler's build."""
     if isa == 2 and kind == 1 and not hd_bn_bf16_stores():
         isa = 1
-    return ("baseline", "avx512_auto", "avx512")[isa]
+    return _BN_BUILDS[isa]
 
 
 cdef int _rows_of(cnp.ndarray a, object like, str role, Py_ssize_t itemsize,
@@ -1134,12 +1158,12 @@ def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=No
         (RELU_BWD of ``y_bn = scale * (x - mean) * inv_variance + bias``); ``upper``
         +inf is no upper clip: there g = dy where lower < y_bn, +inf included.
     baseline : bool
-        Run the rows built for the baseline ISA even where the AVX-512 ones run.
+        Run the rows built for the baseline ISA even where the AVX2 or AVX-512 ones run.
     isa : str or None
         The rows to run, a ``bn_rows_isa`` name: ``"baseline"`` (as ``baseline``),
-        ``"avx512_auto"`` (the compiler's AVX-512 build) or ``"avx512"`` (the
-        intrinsics); None (the default) runs those ``bn_rows_isa`` names. ValueError
-        where this CPU cannot run the one named (for tests of every build).
+        ``"avx2_auto"`` / ``"avx512_auto"`` (the compiler's AVX2 / AVX-512 builds) or
+        ``"avx512"`` (the intrinsics); None (the default) runs those ``bn_rows_isa``
+        names. ValueError where this CPU cannot run the one named (``bn_rows_builds``).
     stream : bool or None
         Store y's full vectors non-temporally (MOVNTPS; bfloat16 MOVNTDQ): None
         decides by size (y of at least ``_STREAM_BYTES``, 24 MiB, whose rows are not
@@ -1221,11 +1245,10 @@ def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=No
         _runs_of(j, rw, rs, 3 if op == HD_BN_BACKWARD else 2, ("x", "y", "dy"))
     j.op, j.kind, j.isa = op, kind, hd_bn_rows_isa(baseline)
     if isa is not None:
-        builds = ("baseline", "avx512_auto", "avx512")
-        if isa not in builds or builds.index(isa) > hd_bn_rows_isa(0):
-            raise ValueError(f"bn_rows: isa {isa!r}; this CPU runs "
-                             f"{builds[:hd_bn_rows_isa(0) + 1]}")
-        j.isa = builds.index(isa)
+        runs = bn_rows_builds()
+        if isa not in runs:
+            raise ValueError(f"bn_rows: isa {isa!r}; this CPU runs {runs}")
+        j.isa = _BN_BUILDS.index(isa)
     j.x, j.y = cnp.PyArray_DATA(x), cnp.PyArray_DATA(y)
     j.dy = cnp.PyArray_DATA(dy) if op == HD_BN_BACKWARD else NULL
     held = []     # the fallback vectors' buffers, acquired until the rows are done

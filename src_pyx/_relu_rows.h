@@ -4,10 +4,12 @@
  * element-type conversion rows of ``convert`` (HD_CVT) on the same element helpers.
  *
  * Every row is plain scalar C written branch-free (masks, no jumps) so that the compiler
- * vectorises it, and it is compiled twice: for the baseline ISA of the build (SSE2 on
- * x86-64) and, on x86-64 with GCC or clang, for AVX-512 (avx512f + avx512bw: 16 float32 or
- * 32 16-bit lanes), chosen at run time by the CPU's features (hd_relu_avx512). Both give
- * the same bits: the same C operations, none of them contracted or reassociated.
+ * vectorises it, and it is compiled three times: for the baseline ISA of the build (SSE2
+ * on x86-64) and, on x86-64 with GCC or clang, for AVX-512 (avx512f + avx512bw: 16 float32
+ * or 32 16-bit lanes) and for AVX2 (+ FMA, as AVX-512 implies: 8 float32 or 16 16-bit
+ * lanes; SSE2 has no 32 -> 16-bit pack without saturation, so the 16-bit rows stayed
+ * scalar there), chosen at run time by the CPU's features (hd_relu_rows). All give the
+ * same bits: the same C operations, none of them contracted or reassociated.
  */
 #ifndef HD_RELU_ROWS_H
 #define HD_RELU_ROWS_H
@@ -20,6 +22,7 @@
 #define HD_RELU_X86 1
 #define HD_INLINE static inline __attribute__((always_inline))
 #define HD_AVX512 __attribute__((target("avx512f,avx512bw")))
+#define HD_AVX2 __attribute__((target("avx2,fma")))
 #else
 #define HD_RELU_X86 0
 #define HD_INLINE static inline
@@ -202,6 +205,7 @@ typedef void (*hd_row16_fn)(const uint16_t* x, ptrdiff_t xs, uint16_t* o, ptrdif
 HD_ROWS(base, )
 #if HD_RELU_X86
 HD_ROWS(avx512, HD_AVX512)
+HD_ROWS(avx2, HD_AVX2)
 #endif
 
 /* Exact element-type conversion rows of hipdnn_async.providers.cpu._kernels.convert: o = x
@@ -247,6 +251,7 @@ typedef void (*hd_cvt_fn)(const void* x, ptrdiff_t xs, void* o, ptrdiff_t os, pt
 HD_CVTS(base, )
 #if HD_RELU_X86
 HD_CVTS(avx512, HD_AVX512)
+HD_CVTS(avx2, HD_AVX2)
 #endif
 
 /* 1 where the AVX-512 rows run here (the CPU has avx512f and avx512bw and the OS saves
@@ -264,14 +269,33 @@ static int hd_relu_avx512(void) {
 #endif
 }
 
-/* Which rows run: 0 the baseline build, 1 the AVX-512 one (where the CPU has it); base
- * asks for the baseline build even there (for tests comparing the two). */
+/* 1 where the AVX2 rows run here (avx2 and fma), else 0. */
+static int hd_relu_avx2(void) {
+#if HD_RELU_X86
+    static volatile int known = -1;     /* as in hd_relu_avx512 */
+    if (known < 0) {
+        __builtin_cpu_init();
+        known = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    }
+    return known;
+#else
+    return 0;
+#endif
+}
+
+enum { HD_ROWS_BASE = 0, HD_ROWS_AVX512 = 1, HD_ROWS_AVX2 = 2 };
+
+/* Which rows run: HD_ROWS_AVX512 where the CPU has it, else HD_ROWS_AVX2 where it has
+ * that, else HD_ROWS_BASE; base asks for the baseline build even there (for tests
+ * comparing the builds). */
 static int hd_relu_rows(int base) {
 #if HD_RELU_X86
-    return !base && hd_relu_avx512();
+    if (base) return HD_ROWS_BASE;
+    if (hd_relu_avx512()) return HD_ROWS_AVX512;
+    return hd_relu_avx2() ? HD_ROWS_AVX2 : HD_ROWS_BASE;
 #else
     (void)base;
-    return 0;
+    return HD_ROWS_BASE;
 #endif
 }
 
@@ -281,8 +305,12 @@ static void hd_relu_row(int isa, int xk, int ok, const void* x, ptrdiff_t xs, vo
                         ptrdiff_t os, ptrdiff_t n, const float* bv, ptrdiff_t bs, float lo,
                         float hi) {
 #if HD_RELU_X86
-    if (isa) {
+    if (isa == HD_ROWS_AVX512) {
         hd_rows_avx512[xk][ok](x, xs, o, os, n, bv, bs, lo, hi);
+        return;
+    }
+    if (isa == HD_ROWS_AVX2) {
+        hd_rows_avx2[xk][ok](x, xs, o, os, n, bv, bs, lo, hi);
         return;
     }
 #endif
@@ -294,8 +322,12 @@ static void hd_relu_row(int isa, int xk, int ok, const void* x, ptrdiff_t xs, vo
 static void hd_cvt_row(int isa, int xk, int ok, const void* x, ptrdiff_t xs, void* o,
                        ptrdiff_t os, ptrdiff_t n) {
 #if HD_RELU_X86
-    if (isa) {
+    if (isa == HD_ROWS_AVX512) {
         hd_cvts_avx512[xk][ok](x, xs, o, os, n);
+        return;
+    }
+    if (isa == HD_ROWS_AVX2) {
+        hd_cvts_avx2[xk][ok](x, xs, o, os, n);
         return;
     }
 #endif
@@ -308,8 +340,12 @@ static void hd_relu_row16(int isa, const uint16_t* x, ptrdiff_t xs, uint16_t* o,
                           ptrdiff_t os, ptrdiff_t n, int16_t klo, int16_t khi, int16_t inf,
                           int16_t lo16, int16_t hi16) {
 #if HD_RELU_X86
-    if (isa) {
+    if (isa == HD_ROWS_AVX512) {
         hd_row16_avx512(x, xs, o, os, n, klo, khi, inf, lo16, hi16);
+        return;
+    }
+    if (isa == HD_ROWS_AVX2) {
+        hd_row16_avx2(x, xs, o, os, n, klo, khi, inf, lo16, hi16);
         return;
     }
 #endif

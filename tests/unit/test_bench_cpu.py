@@ -213,3 +213,29 @@ def test_without_getrusage_faults_are_none_not_zero(monkeypatch):
     assert t["ours"][2] == 3
     assert bc.faults_text(None, None) == "-"
     assert bc.faults_text(256.4, 3.0) == "256/3"
+
+
+class _StubTorch:
+    """torch.randn / .to / matmul for ``_gemm_n``: a 256^3 product 'takes' ``ms``."""
+
+    def __init__(self, ms):
+        self.ms = ms
+
+    def randn(self, *dims):
+        return self
+
+    def to(self, dtype):
+        return self
+
+    def matmul(self, a, b):
+        import time
+        t0 = time.perf_counter()
+        while (time.perf_counter() - t0) * 1e3 < self.ms:
+            pass
+
+
+@pytest.mark.parametrize("probe_ms,want", [(0.3, 2048), (25.0, 512), (100.0, 256)])
+def test_the_gemm_anchor_shrinks_where_one_call_would_take_too_long(probe_ms, want):
+    # n^3 scales the probe's time by (n / 256)^3: 2048 takes 512x the probe, 512 takes 8x
+    assert bc.GEMM_BUDGET_MS == 250.0
+    assert bc._gemm_n(_StubTorch(probe_ms), None, 2048) == want

@@ -510,7 +510,8 @@ def test_bias_relu_isa_names_the_rows():
     from pathlib import Path
     info = Path("/proc/cpuinfo")
     flags = set(info.read_text().split()) if info.exists() else set()
-    want = "avx512" if {"avx512f", "avx512bw"} <= flags else "baseline"
+    want = ("avx512" if {"avx512f", "avx512bw"} <= flags
+            else "avx2" if {"avx2", "fma"} <= flags else "baseline")
     assert _kernels.bias_relu_isa() == want
 
 

@@ -55,8 +55,8 @@ def convert(x: np.ndarray, x_kind: int, out: np.ndarray, out_kind: int, *,
     ``out``."""
 
 def bias_relu_isa() -> str:
-    """``"avx512"`` where ``bias_relu`` runs its AVX-512 rows (avx512f + avx512bw), else
-    ``"baseline"``."""
+    """``"avx512"`` where ``bias_relu`` runs its AVX-512 rows (avx512f + avx512bw),
+    ``"avx2"`` where it runs its AVX2 ones (avx2 + fma), else ``"baseline"``."""
 
 def bn_training_statistics(variance: np.ndarray, epsilon: float, inv_variance: np.ndarray | None,
                            mean: np.ndarray | None, momentum: float, unbias: float,
@@ -104,8 +104,12 @@ def bn_pivot_samples(images: int, pixels: int) -> list[list[int]]:
     ``images`` images of ``pixels`` pixels: its three groups of samples. For tests."""
 
 def bn_rows_isa(kind: str = "float32") -> str:
-    """``"avx512"``, ``"avx512_auto"`` or ``"baseline"``: the rows ``bn_rows`` runs for
-    elements of ``kind`` here."""
+    """``"avx512"``, ``"avx512_auto"``, ``"avx2_auto"`` or ``"baseline"``: the rows
+    ``bn_rows`` runs for elements of ``kind`` here."""
+
+def bn_rows_builds() -> tuple[str, ...]:
+    """The rows builds this CPU can run (``bn_rows``'s ``isa`` names), ``"baseline"``
+    first. For tests of every build."""
 
 
 def nonfinite(x: np.ndarray, kind: int) -> bool:

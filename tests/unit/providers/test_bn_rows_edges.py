@@ -38,9 +38,8 @@ from ._bn_rows_ops import pivot_pixels
 
 KINDS = {"float32": (0, np.dtype(np.float32)), "bfloat16": (1, np.dtype(ml_dtypes.bfloat16)),
          "float16": (2, np.dtype(np.float16))}
-BUILDS = ("baseline", "avx512_auto", "avx512")
-# the builds this CPU runs (bn_rows_isa names the widest)
-ISAS = BUILDS[:BUILDS.index(k.bn_rows_isa("float32")) + 1]
+# the builds this CPU runs (each checked against float64, so each against the others)
+ISAS = k.bn_rows_builds()
 ONEDNN_STATE = load_onednn()          # the rows run on oneDNN's OpenMP team, as in the engine
 
 
@@ -461,9 +460,13 @@ def test_float64_variance_out_is_checked(v, match):
 def test_isa_names_a_build_this_cpu_runs():
     x = np.ones((2, 3, 4, 4), np.float32)
     one = np.ones(3, np.float32)
-    with pytest.raises(ValueError, match="isa 'avx2'"):
+    with pytest.raises(ValueError, match="isa 'avx2'"):     # not a build's name
         k.bn_rows(k.BN_ROWS_INFERENCE, x, x.copy(), 0, scale=one, bias=one, mean=one,
                   variance=one, epsilon=EPS, isa="avx2")
+    for build in {"avx2_auto", "avx512_auto", "avx512"} - set(k.bn_rows_builds()):
+        with pytest.raises(ValueError, match=f"isa '{build}'; this CPU runs"):
+            k.bn_rows(k.BN_ROWS_INFERENCE, x, x.copy(), 0, scale=one, bias=one, mean=one,
+                      variance=one, epsilon=EPS, isa=build)
 
 
 @pytest.mark.parametrize("isa", ISAS)

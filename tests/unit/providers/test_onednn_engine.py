@@ -890,14 +890,15 @@ def test_info_shows_the_library():
     # the build of the batchnorm rows, by the CPU's own flags (Linux: /proc/cpuinfo)
     rows = info["batchnorm_rows"]
     assert set(rows) == {"float32", "bfloat16", "float16"}
-    assert set(rows.values()) <= {"avx512", "avx512_auto", "baseline"}
+    assert set(rows.values()) <= {"avx512", "avx512_auto", "avx2_auto", "baseline"}
     flags = _cpu_flags()
     if flags is not None and platform.machine().lower() in ("x86_64", "amd64"):
         avx512 = {"avx512f", "avx512bw", "avx512vl"} <= flags
-        assert rows["float32"] == ("avx512" if avx512 else "baseline")
+        narrower = "avx2_auto" if {"avx2", "fma"} <= flags else "baseline"
+        assert rows["float32"] == ("avx512" if avx512 else narrower)
         assert rows["bfloat16"] == ("avx512" if avx512 and "avx512_bf16" in flags
-                                    else "avx512_auto" if avx512 else "baseline")
-        assert rows["float16"] == ("avx512" if avx512 else "baseline")
+                                    else "avx512_auto" if avx512 else narrower)
+        assert rows["float16"] == ("avx512" if avx512 else narrower)
 
 
 def _cpu_flags():
