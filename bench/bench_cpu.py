@@ -498,13 +498,14 @@ def faults_text(ours, torch) -> str:
     return "-" if ours is None else f"{ours:.0f}/{torch:.0f}"
 
 
-def anchors(torch, n=ANCHOR_GEMM_N, reps=5):
+def anchors(torch, n=ANCHOR_GEMM_N, reps=5, sizes=None):
     """fp32 / bf16 GEMM GFLOP/s (torch.matmul n^3, or a smaller power-of-two fraction of n
     where one n^3 call would take over GEMM_BUDGET_MS: ``gemm_<dtype>_n``) and copy GB/s
-    (64 MiB, read + write)."""
+    (64 MiB, read + write); ``sizes``: {dtype: n} to use instead (the end of a run repeats
+    the start's sizes, so that its rates compare)."""
     out = {}
     for dtype, tdt in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
-        m = _gemm_n(torch, tdt, n)
+        m = sizes[dtype] if sizes else _gemm_n(torch, tdt, n)
         a, b = torch.randn(m, m).to(tdt), torch.randn(m, m).to(tdt)
         c = torch.empty(m, m, dtype=tdt)
         best = _best(lambda: torch.matmul(a, b, out=c), reps)
@@ -879,7 +880,8 @@ def run(args):
                 print("  " + "  ".join(str(c) for c in printed[-1]), flush=True)
         # the anchors again at the end, the best of both kept: the figures are maxima the
         # machine reached, and load from other processes varies over a run
-        again = anchors(torch, args.gemm_n)
+        again = anchors(torch, args.gemm_n, sizes={d: anch[f"gemm_{d}_n"]
+                                                   for d in ("float32", "bfloat16")})
         doc["anchors_end"] = again
         for k, v in again.items():
             if not k.endswith("_n"):

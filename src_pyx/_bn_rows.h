@@ -14,7 +14,11 @@
  * As in _relu_rows.h, every row loop is plain C that the compiler vectorises, built for the
  * baseline ISA, AVX-512 and AVX2 (chosen at run time by hd_relu_rows); the sums keep 32
  * float32 lanes (two 512-bit accumulators) so that the reduction vectorises without
- * reassociating anything the compiler may not.
+ * reassociating anything the compiler may not. Unlike the bias + ReLU rows, the builds may
+ * differ in the last bit: the AVX2 and AVX-512 ones contract a multiply and an add into
+ * an FMA where GCC's default -ffp-contract=fast lets them (as the intrinsic rows do by
+ * hand), the baseline SSE2 one has none; each is tested against float64 (one float32 or
+ * bfloat16 ulp apart, measured).
  *
  * Finite data the float32 lanes cannot hold: a run's float32 sums (sum x, sum (x - m)^2;
  * backward sum g, sum g (x - m)) that come out non-finite are taken again in float64

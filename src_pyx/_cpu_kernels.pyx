@@ -1299,11 +1299,14 @@ def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=No
                 kind != 2 and <size_t>j.y % 64 == 0 and (L.yp * itemsize) % 64 == 0
                 and (j.N == 1 or (j.yn * itemsize) % 64 == 0)))
     if stream and not can:
+        rows = _rows_name(j.isa, kind)
         raise ValueError(f"bn_rows: stream=True, but these rows cannot stream y (kind {kind}, "
                          f"{'channels-last' if last else 'channels-first'}, rows "
-                         f"{_rows_name(j.isa, kind)}, y at {<size_t>j.y % 64} bytes past a "
+                         f"{rows}, y at {<size_t>j.y % 64} bytes past a "
                          "64-byte boundary"
-                         + (f", pixels {L.yp * itemsize} bytes apart)" if last else ")"))
+                         + (f", pixels {L.yp * itemsize} bytes apart)" if last else ")")
+                         + ("" if rows == "avx512" else
+                            "; only the AVX-512 intrinsic rows ('avx512') stream"))
     # never by default where rows are runs (j.R > 1): a run's streamed full vectors and
     # its masked tail share lines (inference in runs of 28 float32 values at 32x256x28x28
     # took 2.3x the time with them)

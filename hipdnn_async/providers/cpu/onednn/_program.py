@@ -10,6 +10,7 @@ import numpy as np
 from ...._errors import NotSupportedError
 from ...._layout import packed_strides, stride_order, strides_match
 from ...._types import DataType
+from ....runtime import load_onednn
 from .. import _kernels
 
 try:
@@ -99,6 +100,8 @@ _BF16_CONVOLUTIONS = None
 
 
 def _probe_bf16() -> bool:
+    if dnnl is None or not load_onednn().ok:
+        return False        # no oneDNN: nothing runs on it (the engine declines)
     bf16 = dnnl.DATA_BF16
     x, w, y = (dnnl.MemoryDesc(d, bf16, tag=dnnl.FORMAT_TAG_ANY)
                for d in ((1, 16, 8, 8), (16, 16, 3, 3), (1, 16, 8, 8)))
