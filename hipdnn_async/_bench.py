@@ -20,6 +20,8 @@ import time
 
 import numpy as np
 
+from ._cli_args import check_output_file
+
 __all__ = ["main", "RESNET50_LAYERS"]
 
 # (name, x dims, w dims, padding, stride): ResNet-50 v1.5 layers (He et al. 2016, table 1),
@@ -147,13 +149,8 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="two small layers only")
     parser.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
     args = parser.parse_args(argv)
-    if args.json:     # checked before minutes of benchmarking, as the demo checks its files
-        folder = os.path.dirname(os.path.abspath(args.json))
-        if not (os.path.isdir(folder) and os.access(folder, os.W_OK)):
-            parser.error(f"--json {args.json}: folder {folder} does not exist or is not "
-                         "writable")
-        if os.path.isdir(args.json):
-            parser.error(f"--json {args.json}: is a directory; give a file name")
+    if args.json is not None:     # checked before minutes of benchmarking
+        check_output_file(parser, "--json", args.json)
     layers = RESNET50_LAYERS[1:3] if args.quick else RESNET50_LAYERS
     rows = run(args.directions, layers, args.repeats)
     table = [("layer", "dir", "algorithms (ms)", "heuristic (ms)", "benchmarked (ms)",

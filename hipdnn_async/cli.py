@@ -7,6 +7,8 @@ import json
 import os
 import sys
 
+from ._cli_args import check_output_file
+
 __all__ = ["main"]
 
 
@@ -224,15 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         args = parser.parse_args(argv)
     if args.command == "trace" and args.png is not None:
-        # checked before the work, as demo's and bench's output options are
-        if not args.png:
-            parser.error("--png needs a file name")
-        folder = os.path.dirname(os.path.abspath(args.png))
-        if not (os.path.isdir(folder) and os.access(folder, os.W_OK)):
-            parser.error(f"--png {args.png}: folder {folder} does not exist or is not "
-                         "writable")
-        if os.path.isdir(args.png):
-            parser.error(f"--png {args.png}: is a directory; give a file name")
+        check_output_file(parser, "--png", args.png)
     if args.command == "perfdb" and args.action in ("export", "import") and not args.file:
         parser.error(f"perfdb {args.action} needs a FILE")
     if args.command == "perfdb" and args.action in ("show", "clear") and args.file:

@@ -12,6 +12,7 @@ import time
 import anyio
 import numpy as np
 
+from .._cli_args import check_output_file
 from ._common import DemoConfig, DemoError
 from ._data import TRAIN_IMAGES
 
@@ -82,11 +83,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[DemoConfig, argparse.Name
         p.error(f"--lr must be a finite float32 number > 0; got {a.lr}")
     for flag, path in (("--json", a.json), ("--plot", a.plot), ("--save", a.save),
                        ("--profile", a.profile)):
-        folder = os.path.dirname(os.path.abspath(path)) if path else None
-        if folder and not (os.path.isdir(folder) and os.access(folder, os.W_OK)):
-            p.error(f"{flag} {path}: folder {folder} does not exist or is not writable")
-        if path and os.path.isdir(path):
-            p.error(f"{flag} {path}: is a directory; give a file name")
+        if path is not None:
+            check_output_file(p, flag, path)
     if a.plot:
         ext = os.path.splitext(a.plot)[1].lower().lstrip(".")
         if ext not in _PLOT_FORMATS:

@@ -27,8 +27,8 @@ import hipdnn_async
 PKG = pathlib.Path(hipdnn_async.__file__).parent
 SRC_PYX = PKG.parent / "src_pyx"
 LEAVES = ("_errors", "_types", "_layout", "_version", "_knobs", "_perfdb", "_log", "_fork")
-TOP = ("_device", "_lowering", "_batcher", "_bench", "_bench_overlap", "cli", "__main__",
-       "demo", "ray")
+TOP = ("_device", "_lowering", "_batcher", "_bench", "_bench_overlap", "_cli_args", "cli",
+       "__main__", "demo", "ray")
 
 
 def _rel(dotted: str) -> str:
