@@ -865,6 +865,7 @@ cdef extern from "_bn_rows.h" nogil:
     void hd_bn_team(void* data, int ithr, int nthr) noexcept
     int hd_bn_rows_isa(int base)
     int hd_bn_bf16_stores()
+    int HD_BN_AVX2V
     int HD_BN_TRAINING, HD_BN_INFERENCE, HD_BN_BACKWARD
 
 BN_ROWS_TRAINING, BN_ROWS_INFERENCE, BN_ROWS_BACKWARD = HD_BN_TRAINING, HD_BN_INFERENCE, HD_BN_BACKWARD
@@ -915,17 +916,22 @@ def bn_rows_isa(str kind="float32") -> str:
     here: ``"avx512"`` (intrinsics; float16 converted by VCVTPH2PS / VCVTPS2PH, bfloat16
     results rounded by VCVTNEPS2BF16, on CPUs with AVX512_BF16), ``"avx512_auto"`` (the
     compiler's AVX-512 build of the portable rows: bfloat16 without AVX512_BF16),
-    ``"avx2_auto"`` (its AVX2 + FMA build, on CPUs without AVX-512) or ``"baseline"``."""
+    ``"avx2"`` (bfloat16 on CPUs with AVX2 + FMA but not AVX-512: intrinsics for the
+    channels-first y and dx rows, the compiler's AVX2 build for the rest), ``"avx2_auto"``
+    (the compiler's AVX2 + FMA build: float32 and float16 there) or ``"baseline"``."""
     return _rows_name(hd_bn_rows_isa(0), BIAS_RELU_KINDS[kind])
 
 
 def bn_rows_builds() -> tuple:
     """The rows builds this CPU can run, ``bn_rows``'s ``isa`` names (for tests of every
-    build): ``"baseline"`` always, ``"avx2_auto"`` with AVX2 and FMA, ``"avx512_auto"``
-    with AVX-512 (avx512f, avx512bw) and ``"avx512"`` where the intrinsics are built too."""
+    build): ``"baseline"`` always, ``"avx2_auto"`` with AVX2 and FMA (and ``"avx2"``
+    where its intrinsics are built), ``"avx512_auto"`` with AVX-512 (avx512f, avx512bw)
+    and ``"avx512"`` where the intrinsics are built too."""
     out = ["baseline"]
     if hd_relu_avx2():
         out.append("avx2_auto")
+        if HD_BN_AVX2V:
+            out.append("avx2")
     if hd_relu_avx512():
         out.append("avx512_auto")
         if hd_bn_rows_isa(0) == 2:
@@ -933,15 +939,18 @@ def bn_rows_builds() -> tuple:
     return tuple(out)
 
 
-# the rows builds by hd_bn_job.isa (_bn_rows.h: HD_BN_BASE ... HD_BN_AVX2_AUTO)
-_BN_BUILDS = ("baseline", "avx512_auto", "avx512", "avx2_auto")
+# the rows builds by hd_bn_job.isa (_bn_rows.h: HD_BN_BASE ... HD_BN_AVX2)
+_BN_BUILDS = ("baseline", "avx512_auto", "avx512", "avx2_auto", "avx2")
 
 
 cdef str _rows_name(int isa, int kind):
     """The ``bn_rows_isa`` name of the rows build ``isa`` (``hd_bn_rows_isa``) runs for
-    element ``kind`` with: bfloat16 without AVX512_BF16 keeps the compiler's build."""
+    element ``kind`` with: bfloat16 without AVX512_BF16 keeps the compiler's AVX-512
+    build; the AVX2 intrinsics are bfloat16's only."""
     if isa == 2 and kind == 1 and not hd_bn_bf16_stores():
         isa = 1
+    if isa == 4 and kind != 1:
+        isa = 3
     return _BN_BUILDS[isa]
 
 
@@ -1161,8 +1170,8 @@ def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=No
         Run the rows built for the baseline ISA even where the AVX2 or AVX-512 ones run.
     isa : str or None
         The rows to run, a ``bn_rows_isa`` name: ``"baseline"`` (as ``baseline``),
-        ``"avx2_auto"`` / ``"avx512_auto"`` (the compiler's AVX2 / AVX-512 builds) or
-        ``"avx512"`` (the intrinsics); None (the default) runs those ``bn_rows_isa``
+        ``"avx2_auto"`` / ``"avx512_auto"`` (the compiler's AVX2 / AVX-512 builds),
+        ``"avx2"`` / ``"avx512"`` (the intrinsics); None (the default) runs those ``bn_rows_isa``
         names. ValueError where this CPU cannot run the one named (``bn_rows_builds``).
     stream : bool or None
         Store y's full vectors non-temporally (MOVNTPS; bfloat16 MOVNTDQ): None

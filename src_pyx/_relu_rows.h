@@ -52,12 +52,16 @@ HD_INLINE float hd_widen_f16(uint16_t h) {
     return hd_flt(o | ((uint32_t)(h & 0x8000u) << 16));
 }
 
-/* float32 -> bfloat16 bits, round to nearest-even, NaN kept (quiet). */
+/* float32 -> bfloat16 bits, round to nearest-even, NaN kept (quiet). The NaN test is a
+ * float compare and the select stays in 32-bit lanes, narrowed once: the compiler then
+ * vectorises it as one VCMPPS + VBLENDVPS + one pack, where an integer test of the bits
+ * and a 16-bit select had it pack the mask and both candidates (AVX2 bfloat16 batchnorm
+ * rows 1.5-1.9x faster; the same bits on all 2**32 inputs, checked once). */
 HD_INLINE uint16_t hd_narrow_bf16(float v) {
     uint32_t u = hd_bits(v);
-    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    r = hd_sel((u & 0x7fffffffu) > 0x7f800000u, (u >> 16) | 0x40u, r);
-    return (uint16_t)r;
+    uint32_t r = u + 0x7fffu + ((u >> 16) & 1u);
+    r = v != v ? u | 0x400000u : r;
+    return (uint16_t)(r >> 16);
 }
 
 /* float32 -> float16 bits, round to nearest-even (F. Giesen's float_to_half_fast3_rtne):

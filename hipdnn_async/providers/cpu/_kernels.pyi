@@ -104,8 +104,8 @@ def bn_pivot_samples(images: int, pixels: int) -> list[list[int]]:
     ``images`` images of ``pixels`` pixels: its three groups of samples. For tests."""
 
 def bn_rows_isa(kind: str = "float32") -> str:
-    """``"avx512"``, ``"avx512_auto"``, ``"avx2_auto"`` or ``"baseline"``: the rows
-    ``bn_rows`` runs for elements of ``kind`` here."""
+    """``"avx512"``, ``"avx512_auto"``, ``"avx2"`` (bfloat16 only), ``"avx2_auto"`` or
+    ``"baseline"``: the rows ``bn_rows`` runs for elements of ``kind`` here."""
 
 def bn_rows_builds() -> tuple[str, ...]:
     """The rows builds this CPU can run (``bn_rows``'s ``isa`` names), ``"baseline"``

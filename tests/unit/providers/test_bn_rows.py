@@ -145,10 +145,11 @@ def need_streams():
 
 
 def run_op(name, dtype, baseline, shape, hows, vals, eps=EPS, fill=np.nan, stream=None,
-           y_offset=None):
+           y_offset=None, isa=None):
     """Run OPS' ``name`` on ``vals`` (float64 logical arrays and vectors) with y (dx)
     filled with ``fill`` before, its buffer ``y_offset`` bytes past a 64-byte boundary
-    (``placed``); returns the outputs, the y/dx buffer and its coverage mask."""
+    (``placed``), by the build ``isa`` where given; returns the outputs, the y/dx buffer
+    and its coverage mask."""
     _, op, act, lo, hi = next(o for o in OPS if o[0] == name)
     kind, dt = KINDS[dtype]
     x, _, _ = placed(shape, dt, hows[0], 7.0)
@@ -160,7 +161,7 @@ def run_op(name, dtype, baseline, shape, hows, vals, eps=EPS, fill=np.nan, strea
     out = {r: np.full(c, np.nan, np.float32) for r in ("mean_out", "variance_out", "dscale",
                                                       "dbias")}
     kw = dict(op_vectors(op, act, vec, out), act=act, lower=lo, upper=hi, baseline=baseline,
-              stream=stream)
+              stream=stream, isa=isa)
     if op == k.BN_ROWS_BACKWARD:
         dy, _, _ = placed(shape, dt, hows[2], 7.0)
         dy[...] = vals["dy"].astype(dt)
@@ -264,6 +265,57 @@ def test_rows_match_float64(name, dtype, baseline, i):
     assert got["threads"] == (ONEDNN_STATE.threads if ONEDNN_STATE.ok else 1), what
     # nothing written outside y's elements (the buffer's other channels or batches)
     assert np.isnan(f64(ybuf[~cover])).all(), what
+
+
+# the AVX2 bfloat16 intrinsics (training's sums, y and plain dx rows) beside the compiler's
+# AVX2 build they replace: within tolerance of float64, and where no statistic is taken
+# (inference, backward) its bits, as it rounds and contracts alike; rows of 1-3136
+# elements (tails of the 16- and 32-element steps), strided N and C
+AVX2_SHAPES = SHAPES + [(2, 3, 1, 15), (3, 2, 7, 7), (2, 2, 56, 56)]
+
+
+@pytest.mark.parametrize("name", [o[0] for o in OPS])
+@pytest.mark.parametrize("i", range(len(AVX2_SHAPES)),
+                         ids=["x".join(map(str, s)) for s in AVX2_SHAPES])
+def test_avx2_bfloat16_rows_match_float64_and_the_compilers_build(name, i):
+    if "avx2" not in k.bn_rows_builds():
+        pytest.skip(f"this CPU runs {k.bn_rows_builds()}: no AVX2 + FMA (or no intrinsics "
+                    "in this build)")
+    shape = AVX2_SHAPES[i]
+    hows = tuple(STRIDES[(i + j) % len(STRIDES)] for j in range(3))
+    vals = draw(name, "bfloat16", shape, [i, 41, [o[0] for o in OPS].index(name)])
+    got, ybuf, cover = run_op(name, "bfloat16", False, shape, hows, vals, isa="avx2")
+    auto, _, _ = run_op(name, "bfloat16", False, shape, hows, vals, isa="avx2_auto")
+    what = f"{name} bfloat16 avx2 {shape} {hows}"
+    check(name, "bfloat16", got, reference(name, vals), vals, what)
+    assert np.isnan(f64(ybuf[~cover])).all(), what
+    if not name.startswith("training"):   # its sums' lanes are added in another order
+        for r in ("y", "dscale", "dbias"):
+            assert got[r].tobytes() == auto[r].tobytes(), f"{what} {r}: not avx2_auto's bits"
+
+
+@pytest.mark.parametrize("name", ["inference", "inference_relu", "inference_clamp",
+                                  "backward"])
+def test_avx2_bfloat16_rows_of_special_values_give_the_compilers_bits(name):
+    """NaN (any payload), +-inf, -0.0, subnormals, values that round up to inf in bfloat16
+    and ties to even in x (dy): the intrinsic rows give the compiler's build's bits."""
+    if "avx2" not in k.bn_rows_builds():
+        pytest.skip(f"this CPU runs {k.bn_rows_builds()}: no AVX2 + FMA (or no intrinsics "
+                    "in this build)")
+    shape = (2, 3, 5, 7)
+    vals = draw(name, "bfloat16", shape, 43)
+    bits = np.random.default_rng(44).integers(0, 1 << 16, shape, dtype=np.uint16)
+    specials = np.array([0x7fc0, 0xffc1, 0x7f81, 0x7f80, 0xff80, 0x8000, 0x0001, 0x807f,
+                         0x7f7f, 0xff7f, 0x3f81, 0x0000], np.uint16)
+    bits.reshape(-1)[::3][:specials.size] = specials
+    with np.errstate(all="ignore"):
+        vals["x"] = f64(bits.view(ml_dtypes.bfloat16))
+        if "dy" in vals:
+            vals["dy"] = f64(bits[::-1].copy().view(ml_dtypes.bfloat16))
+        got, _, _ = run_op(name, "bfloat16", False, shape, ("packed",) * 3, vals, isa="avx2")
+        auto, _, _ = run_op(name, "bfloat16", False, shape, ("packed",) * 3, vals,
+                            isa="avx2_auto")
+    assert got["y"].tobytes() == auto["y"].tobytes(), f"{name}: not avx2_auto's bits"
 
 
 @pytest.mark.parametrize("baseline", [True, False], ids=["baseline", "default"])
@@ -1064,7 +1116,7 @@ def test_long_rows_sum_in_float64_chunks(baseline):
                          ids=lambda v: f"{v:g}")
 @pytest.mark.parametrize("shape", [(2, 20, 2, 3), (4, 3, 8, 8), (1, 17, 2, 2, 5)],
                          ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("isa", ["baseline", "avx2_auto", "avx512_auto", "avx512"])
+@pytest.mark.parametrize("isa", ["baseline", "avx2_auto", "avx2", "avx512_auto", "avx512"])
 def test_training_on_offset_data_matches_float64(isa, shape, off, sigma):
     """float32 training on x = off + sigma N(0, 1), channels-first: y within the training
     tolerance of float64. y is computed from the float32 mean mf, whose rounding over sigma

@@ -1,7 +1,7 @@
 """Edge cases of ``providers.cpu._kernels.bn_rows`` in both row families (channels-first,
 ``_bn_rows.h``; channels-last, ``_bn_last.h``) on every build this CPU runs (``isa``: the
-portable baseline, the compiler's AVX-512 build of the portable rows, the AVX-512
-intrinsics), against float64 references computed here from the formulas of
+portable baseline, the compiler's AVX2 and AVX-512 builds of the portable rows, the AVX2
+bfloat16 and the AVX-512 intrinsics), against float64 references computed here from the formulas of
 docs/contract/semantics.md, with the tolerances of tests/oracle/_cases.py:
 
 - RELU_BWD of the recomputed forward value at +inf: dy passes without an upper clip
@@ -460,10 +460,10 @@ def test_float64_variance_out_is_checked(v, match):
 def test_isa_names_a_build_this_cpu_runs():
     x = np.ones((2, 3, 4, 4), np.float32)
     one = np.ones(3, np.float32)
-    with pytest.raises(ValueError, match="isa 'avx2'"):     # not a build's name
+    with pytest.raises(ValueError, match="isa 'sse4'"):     # not a build's name
         k.bn_rows(k.BN_ROWS_INFERENCE, x, x.copy(), 0, scale=one, bias=one, mean=one,
-                  variance=one, epsilon=EPS, isa="avx2")
-    for build in {"avx2_auto", "avx512_auto", "avx512"} - set(k.bn_rows_builds()):
+                  variance=one, epsilon=EPS, isa="sse4")
+    for build in {"avx2_auto", "avx2", "avx512_auto", "avx512"} - set(k.bn_rows_builds()):
         with pytest.raises(ValueError, match=f"isa '{build}'; this CPU runs"):
             k.bn_rows(k.BN_ROWS_INFERENCE, x, x.copy(), 0, scale=one, bias=one, mean=one,
                       variance=one, epsilon=EPS, isa=build)

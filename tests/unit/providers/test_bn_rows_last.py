@@ -314,7 +314,7 @@ def test_streaming_is_refused_off_64_byte_boundaries():
 # one register block and past it (pixel by pixel)
 OFFSET_SHAPES = [(2, 20, 2, 3), (1, 17, 2, 2, 5), (4, 64, 8, 8), (2, 100, 3, 5)]
 OFFSETS = [(3e4, 0.5), (1e4, 1.0), (3e4, 0.1)]   # 0.1: the bias takes the mean's remainder
-ISAS = ("baseline", "avx512_auto", "avx512", "avx2_auto")
+ISAS = ("baseline", "avx512_auto", "avx512", "avx2_auto", "avx2")
 
 
 def _training(x, dtype, isa, scale, bias, variance_dtype=np.float32):

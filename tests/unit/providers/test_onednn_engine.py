@@ -20,6 +20,7 @@ import pytest
 
 import hipdnn_async as hd
 from hipdnn_async.providers._tuning import Algorithm
+from hipdnn_async.providers.cpu._kernels import bn_rows_builds
 from hipdnn_async.runtime import load_onednn
 from oracle import _reference as ref
 from _peers import peer
@@ -890,14 +891,17 @@ def test_info_shows_the_library():
     # the build of the batchnorm rows, by the CPU's own flags (Linux: /proc/cpuinfo)
     rows = info["batchnorm_rows"]
     assert set(rows) == {"float32", "bfloat16", "float16"}
-    assert set(rows.values()) <= {"avx512", "avx512_auto", "avx2_auto", "baseline"}
+    assert set(rows.values()) <= {"avx512", "avx512_auto", "avx2", "avx2_auto", "baseline"}
     flags = _cpu_flags()
     if flags is not None and platform.machine().lower() in ("x86_64", "amd64"):
         avx512 = {"avx512f", "avx512bw", "avx512vl"} <= flags
         narrower = "avx2_auto" if {"avx2", "fma"} <= flags else "baseline"
         assert rows["float32"] == ("avx512" if avx512 else narrower)
+        # bfloat16's AVX2 intrinsics, where this build has them (GCC >= 10, clang)
+        bf16_avx2 = "avx2" if "avx2" in bn_rows_builds() else narrower
         assert rows["bfloat16"] == ("avx512" if avx512 and "avx512_bf16" in flags
-                                    else "avx512_auto" if avx512 else narrower)
+                                    else "avx512_auto" if avx512
+                                    else bf16_avx2 if narrower == "avx2_auto" else narrower)
         assert rows["float16"] == ("avx512" if avx512 else narrower)
 
 
