@@ -313,6 +313,11 @@ class Conv:
         and a dgrad whose dy has at most 14x14 pixels in bfloat16 (0.52-0.91x) or 7x7 in
         float32 (0.66-0.79x; at 14x14 it was 1.03-1.06x, at 28x28 1.06-1.18x in either
         type). Strided 1x1 weight gradients and float32 fprop stay plain (0.95-1.36x).
+        On an AVX2 CPU without AVX-512 (oneDNN's ISA ``avx2*``: ``jit_1x1:avx2`` against
+        its GEMM) a float32 fprop takes the blocked layout too (0.81-0.86x at 512>1024
+        and 1024>2048, 0.97-1.02x at 256>512; PyTorch's NCHW path runs ``jit_1x1:avx2``
+        there), and a float32 dgrad from 14x14 dy pixels (0.75-0.78x; 28x28 1.12-1.17x;
+        2-core AMD EPYC, batch 8 and 32, benchmarking's timings).
 
         None of this where oneDNN offers an AMX implementation (``_amx``): there the
         blocked layout runs bfloat16 on the AVX-512 kernels, and ``candidates`` puts the
@@ -364,21 +369,23 @@ class Conv:
 
     def _strided_1x1(self, conv) -> bool:
         """``prefers_blocked``'s strided 1x1 exceptions (unpadded, ungrouped): a BFLOAT16
-        fprop; a dgrad into at least 16 channels whose dy has at most 14x14 pixels (or
-        voxels) in BFLOAT16, 7x7 in FLOAT."""
+        fprop, and a FLOAT one on an AVX2 CPU; a dgrad into at least 16 channels whose dy
+        has at most 14x14 pixels (or voxels) in BFLOAT16, or in FLOAT on an AVX2 CPU, 7x7
+        in FLOAT elsewhere."""
         if (conv.groups != 1 or all(s == 1 for s in conv.stride)
                 or any(conv.pre_padding) or any(conv.post_padding)):
             return False
         x = self.match.tensors[self.roles.x]
         # a widened BFLOAT16 runs float32 kernels on copies, as HALF: neither rule measured
         x_type = None if widened(x) else x.data_type
+        avx2 = x_type == DataType.FLOAT and avx2_only()
         if self.direction == "fprop":
-            return x_type == DataType.BFLOAT16
+            return x_type == DataType.BFLOAT16 or avx2
         if (self.direction != "dgrad" or x_type not in (DataType.BFLOAT16, DataType.FLOAT)
                 or self.match.tensors[self.roles.w].dims[1] < 16):
             return False   # (into fewer than 16 channels: as the stem's dgrad, below)
         pixels = math.prod(self.match.tensors[self.roles.y].dims[2:])
-        return pixels <= (196 if x_type == DataType.BFLOAT16 else 49)
+        return pixels <= (196 if x_type == DataType.BFLOAT16 or avx2 else 49)
 
     def rule(self, name) -> str | None:
         """``plan.algorithm``'s reason for the default choice ``name`` (None: oneDNN's
@@ -405,8 +412,10 @@ class Conv:
             if self._strided_1x1(self.match.params["conv"]):
                 return ("oneDNN's blocked layout (activations reordered in and out) before "
                         "the user's plain layout for a strided unpadded 1x1 "
-                        + ("bfloat16 fprop" if self.direction == "fprop" else
-                           "dgrad with at most 14x14 (bfloat16) or 7x7 (float32) dy pixels"))
+                        + ("bfloat16 fprop (float32 too on an AVX2 CPU)"
+                           if self.direction == "fprop" else
+                           "dgrad with at most 14x14 (bfloat16; float32 on an AVX2 CPU) or "
+                           "7x7 (float32) dy pixels"))
             return ("oneDNN's blocked layout (activations reordered in and out) before the "
                     "user's plain layout for a float32 unit-stride unpadded 1x1 weight "
                     "gradient reducing channels (K <= C) over at least 28x28 pixels")
@@ -651,6 +660,13 @@ def _post_ops_first(cands) -> list:
 def relu_post_ops() -> list:
     """RELU_FWD without clips as (eltwise algorithm, alpha, beta) post-ops (see above)."""
     return [(dnnl.ELTWISE_ELU, 0.0, 0.0), (dnnl.ELTWISE_LINEAR, 1.0, 0.0)]
+
+
+def avx2_only() -> bool:
+    """Whether oneDNN runs AVX2 kernels at most here (its ISA ``avx2``, ``avx2_vnni``...:
+    a CPU without AVX-512), where some of ``Conv.prefers_blocked``'s rules differ."""
+    state = load_onednn()
+    return state.ok and str(state.isa).startswith("avx2")
 
 
 def clips_are_relu(clips) -> bool:
