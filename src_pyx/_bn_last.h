@@ -1053,9 +1053,9 @@ HD_BN_LAST_VEC(bf16, HD_AVX512BF16)
 HD_BN_LAST_VEC(f16, HD_AVX512V)
 #endif
 
-/* The AVX2 bfloat16 rows (bn_rows_isa "avx2", _bn_rows.h): y written with intrinsics, the
- * sums and dx by the compiler's AVX2 build (channels-last bfloat16 backward already ran
- * at 0.5-0.65x PyTorch's time). The 16 channels at c are widened in VPUNPCKLWD /
+/* The AVX2 rows (bn_rows_isa "avx2", _bn_rows.h), channels-last: bfloat16's y written with
+ * intrinsics, the sums and dx (and float32's rows) by the compiler's AVX2 build
+ * (channels-last bfloat16 backward already ran at 0.5-0.65x PyTorch's time). The 16 channels at c are widened in VPUNPCKLWD /
  * VPUNPCKHWD order (0-3, 8-11 and 4-7, 12-15), so the per-channel operands are copied
  * into that order first, HD_BNL_AVX2_CH channels at a time, for the P pixels of the call:
  * 1.4-1.6x the compiler's build (256 channels, 64 pixels, C harness), where putting x
@@ -1091,8 +1091,8 @@ HD_AVX2 static inline __attribute__((always_inline)) void hd_bnl_affine_bf16_avx
         for (p = 0; p < P; p++, xr += xp, yr += yp) {
             for (c = 0; c < V; c += 16) {
                 __m256 x0, x1;
-                HD_BN_WIDEN16_AVX2(xr + c, x0, x1);
-                HD_BN_NARROW16_AVX2(
+                HD_BN_LD16_bf16(xr + c, x0, x1);
+                HD_BN_ST16_bf16(
                     yr + c,
                     hd_bn_aff_avx2(x0, _mm256_load_ps(pm + c), _mm256_load_ps(pa + c),
                                    _mm256_load_ps(pb + c), act, vlo, vhi),

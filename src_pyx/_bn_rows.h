@@ -1106,19 +1106,21 @@ HD_BN_VEC_KIND(f16, HD_AVX512V)
 #define HD_BN_VEC 0
 #endif
 
-/* The bfloat16 rows of CPUs with AVX2 and FMA but not AVX-512, written with intrinsics
- * where the compiler's AVX2 build of the loops above falls short: y (affine) and
- * backward's dx without RELU_BWD, channels-first. A 16-bit vector is widened by
- * interleaving it with zeros (VPUNPCKLWD / VPUNPCKHWD: elements 0-3, 8-11 and 4-7, 12-15
- * of its two 128-bit halves, each the high half of a float32) and the results narrowed by
- * VPACKUSDW, which puts them back in the same order, where the compiler's widening
- * (VPMOVZXWD, VPSLLD) and narrowing (VPACKUSDW, VPERMQ) keep element order at three more
- * operations a vector: 1.2x (14 x 14 rows) to 1.6x (56 x 56) faster, the same bits as the
- * compiler's build (both round by hd_narrow_bf16's operations and contract into one FMA).
- * Training's sums too (hd_bn_sums_bf16_avx2v: their float32 lanes added in another order
- * than the compiler's build, so the statistics may differ from its in the last bits).
- * Backward's sums and the RELU_BWD rows stay the compiler's (the mask must be computed
- * alike in the sums and in dx); float32 and float16 keep the compiler's build. */
+/* The rows of CPUs with AVX2 and FMA but not AVX-512 written with intrinsics (bn_rows_isa
+ * "avx2"), float32 and bfloat16, channels-first: training's sums, y, and backward's sums
+ * and dx without RELU_BWD, where the compiler's AVX2 build of the loops above falls
+ * short. Every row ends in one masked step (VMASKMOVPS; bfloat16 through a 16-element
+ * buffer) instead of up to 15 (31 in the sums) scalar elements, and a row's lane sums
+ * stay in registers. A bfloat16 vector is widened by interleaving it with zeros
+ * (VPUNPCKLWD / VPUNPCKHWD: elements 0-3, 8-11 and 4-7, 12-15, each the high half of a
+ * float32) and narrowed by VPACKUSDW, which puts them back in the same order, where the
+ * compiler's widening (VPMOVZXWD, VPSLLD) and narrowing (VPACKUSDW, VPERMQ) keep element
+ * order at three more operations a vector. Against that build (2 cores, batch 8): bfloat16
+ * y rows 1.2x (14x14) to 1.6x (56x56) faster, training's sums 1.2-1.45x. y and dx give
+ * its bits (the same roundings, one FMA where it contracts one); the sums add their lanes
+ * in another order, so statistics and backward's dx may differ from its in the last bits.
+ * RELU_BWD rows stay the compiler's (their mask must be computed alike in the sums and in
+ * dx), and so do float16 and the channels-last rows but bfloat16's y (_bn_last.h). */
 #if HD_RELU_X86 && (defined(__clang__) || __GNUC__ >= 10)
 #define HD_BN_AVX2V 1
 #include <immintrin.h>
@@ -1146,10 +1148,6 @@ HD_AVX2 static inline __m256 hd_bn_aff_avx2(__m256 x, __m256 m, __m256 a, __m256
     }
     return v;
 }
-/* the 16 bfloat16 at p as two float32 vectors: elements 0-3, 8-11 (*lo) and 4-7, 12-15 */
-#define HD_BN_WIDEN16_AVX2(p, lo_, hi_)                                                        do {                                                                                           const __m256i w_ = _mm256_loadu_si256((const __m256i*)(p));                                lo_ = _mm256_castsi256_ps(_mm256_unpacklo_epi16(_mm256_setzero_si256(), w_));              hi_ = _mm256_castsi256_ps(_mm256_unpackhi_epi16(_mm256_setzero_si256(), w_));          } while (0)
-#define HD_BN_NARROW16_AVX2(p, lo_, hi_)                                                       _mm256_storeu_si256((__m256i*)(p),                                                                             _mm256_packus_epi32(hd_bn_nb_avx2(lo_), hd_bn_nb_avx2(hi_)))
-
 /* the float32 lanes of a0..a3 summed in float64 */
 HD_AVX2 static inline double hd_bn_hsum_avx2(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
 #define HD_BN_PD2(v) _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)),               \
@@ -1160,160 +1158,296 @@ HD_AVX2 static inline double hd_bn_hsum_avx2(__m256 a0, __m256 a1, __m256 a2, __
     const __m128d h = _mm_add_pd(_mm256_castpd256_pd128(s), _mm256_extractf128_pd(s, 1));
     return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
 }
-/* the n < 16 bfloat16 at p, widened as HD_BN_WIDEN16_AVX2 (the rest 0), and the lanes
- * that hold them (all ones), in that order: 0-3, 8-11 and 4-7, 12-15 */
-#define HD_BN_TAIL16_AVX2(p, n, lo_, hi_, klo_, khi_)                                      \
+/* the lanes of the first n of 16 elements (all ones), the lane order given by l0..l15 */
+#define HD_BN_KEEP_AVX2(n, klo_, khi_, l0, l1, l2, l3, l4, l5, l6, l7, h0, h1, h2, h3, h4, \
+                        h5, h6, h7)                                                        \
     do {                                                                                   \
-        uint16_t t_[16] = {0};                                                             \
-        ptrdiff_t q_;                                                                      \
         const __m256i n_ = _mm256_set1_epi32((int)(n));                                    \
-        for (q_ = 0; q_ < (n); q_++) t_[q_] = (p)[q_];                                     \
-        HD_BN_WIDEN16_AVX2(t_, lo_, hi_);                                                  \
-        klo_ = _mm256_castsi256_ps(_mm256_cmpgt_epi32(n_, _mm256_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11))); \
-        khi_ = _mm256_castsi256_ps(_mm256_cmpgt_epi32(n_, _mm256_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15))); \
+        klo_ = _mm256_castsi256_ps(                                                        \
+            _mm256_cmpgt_epi32(n_, _mm256_setr_epi32(l0, l1, l2, l3, l4, l5, l6, l7)));    \
+        khi_ = _mm256_castsi256_ps(                                                        \
+            _mm256_cmpgt_epi32(n_, _mm256_setr_epi32(h0, h1, h2, h3, h4, h5, h6, h7)));    \
     } while (0)
-/* hd_bn_sums_* of bfloat16 in 32 float32 lanes (four vectors: a 16-element step into two,
- * alternate steps into the other two), the last S % 16 elements as one masked step: the
- * compiler's build summed such a row's lanes and its tail one at a time, over half the
- * time of 14x14 training */
-HD_AVX2 static void hd_bn_sums_bf16_avx2v(const uint16_t* x, ptrdiff_t S, float m,
-                                          int square, double* s, double* s2) {
-    const __m256 vm = _mm256_set1_ps(m);
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;   /* sum d (square 1: d^2) */
-    __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;                     /* square 2: sum d^2 */
-    __m256 x0, x1, k0, k1;
-    ptrdiff_t i = 0;
-    double t, u = 0.0;
-    for (; i + 32 <= S; i += 32) {
-        __m256 d0, d1, d2, d3;
-        HD_BN_WIDEN16_AVX2(x + i, x0, x1);
-        d0 = _mm256_sub_ps(x0, vm);
-        d1 = _mm256_sub_ps(x1, vm);
-        HD_BN_WIDEN16_AVX2(x + i + 16, x0, x1);
-        d2 = _mm256_sub_ps(x0, vm);
-        d3 = _mm256_sub_ps(x1, vm);
-        if (square == 1) {
-            a0 = _mm256_fmadd_ps(d0, d0, a0);
-            a1 = _mm256_fmadd_ps(d1, d1, a1);
-            a2 = _mm256_fmadd_ps(d2, d2, a2);
-            a3 = _mm256_fmadd_ps(d3, d3, a3);
-        } else {
-            a0 = _mm256_add_ps(a0, d0);
-            a1 = _mm256_add_ps(a1, d1);
-            a2 = _mm256_add_ps(a2, d2);
-            a3 = _mm256_add_ps(a3, d3);
-            if (square == 2) {
-                b0 = _mm256_fmadd_ps(d0, d0, b0);
-                b1 = _mm256_fmadd_ps(d1, d1, b1);
-                b2 = _mm256_fmadd_ps(d2, d2, b2);
-                b3 = _mm256_fmadd_ps(d3, d3, b3);
-            }
-        }
-    }
-    for (; i < S; i += 16) {   /* one full step of 16 and a masked one, or a masked one */
-        __m256 d0, d1;
-        if (i + 16 <= S) {
-            HD_BN_WIDEN16_AVX2(x + i, x0, x1);
-            d0 = _mm256_sub_ps(x0, vm);
-            d1 = _mm256_sub_ps(x1, vm);
-        } else {
-            HD_BN_TAIL16_AVX2(x + i, S - i, x0, x1, k0, k1);
-            d0 = _mm256_and_ps(_mm256_sub_ps(x0, vm), k0);
-            d1 = _mm256_and_ps(_mm256_sub_ps(x1, vm), k1);
-        }
-        if (square == 1) {
-            a0 = _mm256_fmadd_ps(d0, d0, a0);
-            a1 = _mm256_fmadd_ps(d1, d1, a1);
-        } else {
-            a0 = _mm256_add_ps(a0, d0);
-            a1 = _mm256_add_ps(a1, d1);
-            if (square == 2) {
-                b0 = _mm256_fmadd_ps(d0, d0, b0);
-                b1 = _mm256_fmadd_ps(d1, d1, b1);
-            }
-        }
-    }
-    t = hd_bn_hsum_avx2(a0, a1, a2, a3);
-    if (square == 2) u = hd_bn_hsum_avx2(b0, b1, b2, b3);
-    if (square == 2) {
-        *s += hd_bn_finite(t) ? t : hd_bn_sum64_bf16(x, 1, S, m, 0);
-        *s2 += hd_bn_finite(u) ? u : hd_bn_sum64_bf16(x, 1, S, m, 1);
-    } else {
-        *s += hd_bn_finite(t) ? t : hd_bn_sum64_bf16(x, 1, S, m, square);
-    }
-}
+/* 16 elements of kind K at p as two float32 vectors lo, hi: float32 0-7 and 8-15;
+ * bfloat16 0-3, 8-11 and 4-7, 12-15 (VPUNPCK order); ST16 stores them back. float32's
+ * LDT: the first n < 16 (the other lanes 0) and the lanes holding them (klo, khi); STT
+ * stores those. */
+#define HD_BN_LD16_f32(p, lo_, hi_)                                                        \
+    do {                                                                                   \
+        lo_ = _mm256_loadu_ps(p);                                                          \
+        hi_ = _mm256_loadu_ps((p) + 8);                                                    \
+    } while (0)
+#define HD_BN_LDT_f32(p, n, lo_, hi_, klo_, khi_)                                          \
+    do {                                                                                   \
+        HD_BN_KEEP_AVX2(n, klo_, khi_, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); \
+        lo_ = _mm256_maskload_ps(p, _mm256_castps_si256(klo_));                            \
+        hi_ = _mm256_maskload_ps((p) + 8, _mm256_castps_si256(khi_));                      \
+    } while (0)
+#define HD_BN_ST16_f32(p, lo_, hi_)                                                        \
+    do {                                                                                   \
+        _mm256_storeu_ps(p, lo_);                                                          \
+        _mm256_storeu_ps((p) + 8, hi_);                                                    \
+    } while (0)
+#define HD_BN_STT_f32(p, n, lo_, hi_, klo_, khi_)                                          \
+    do {                                                                                   \
+        _mm256_maskstore_ps(p, _mm256_castps_si256(klo_), lo_);                            \
+        _mm256_maskstore_ps((p) + 8, _mm256_castps_si256(khi_), hi_);                      \
+    } while (0)
+#define HD_BN_LD16_bf16(p, lo_, hi_)                                                       \
+    do {                                                                                   \
+        const __m256i w_ = _mm256_loadu_si256((const __m256i*)(p));                        \
+        lo_ = _mm256_castsi256_ps(_mm256_unpacklo_epi16(_mm256_setzero_si256(), w_));      \
+        hi_ = _mm256_castsi256_ps(_mm256_unpackhi_epi16(_mm256_setzero_si256(), w_));      \
+    } while (0)
+#define HD_BN_ST16_bf16(p, lo_, hi_)                                                       \
+    _mm256_storeu_si256((__m256i*)(p),                                                     \
+                        _mm256_packus_epi32(hd_bn_nb_avx2(lo_), hd_bn_nb_avx2(hi_)))
+/* Whether a row's last elements run as one masked step (float32: VMASKMOVPS) or one at
+ * a time (bfloat16: AVX2 has no 16-bit masked loads, and a step through a buffer stalled
+ * on store forwarding, 1.45x the time of 7x7 rows) */
+#define HD_BN_MASKED_f32 1
+#define HD_BN_MASKED_bf16 0
+/* (bfloat16's masked steps: never reached, HD_BN_MASKED_bf16 is 0) */
+#define HD_BN_LDT_bf16(p, n, lo_, hi_, klo_, khi_)                                         \
+    do {                                                                                   \
+        HD_BN_LD16_bf16(p, lo_, hi_);                                                      \
+        klo_ = khi_ = _mm256_setzero_ps();                                                 \
+    } while (0)
+#define HD_BN_STT_bf16(p, n, lo_, hi_, klo_, khi_) ((void)(lo_), (void)(hi_), (void)(klo_), (void)(khi_))
 
-/* act a constant in each copy of the row (hd_bn_affine_bf16_avx2v picks one); the last
- * S % 16 elements one at a time, as the compiler's build takes them */
-HD_AVX2 static inline __attribute__((always_inline)) void hd_bn_affine_bf16_avx2i(
-    const uint16_t* x, uint16_t* y, ptrdiff_t S, float m, float a, float b, int act,
-    float lo, float hi) {
-    const __m256 vm = _mm256_set1_ps(m), va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
-    const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
-    ptrdiff_t i = 0;
-    for (; i + 16 <= S; i += 16) {
-        __m256 x0, x1;
-        HD_BN_WIDEN16_AVX2(x + i, x0, x1);
-        HD_BN_NARROW16_AVX2(y + i, hd_bn_aff_avx2(x0, vm, va, vb, act, vlo, vhi),
-                            hd_bn_aff_avx2(x1, vm, va, vb, act, vlo, vhi));
-    }
-    for (; i < S; i++) {
-        const float v = fmaf(hd_widen_bf16(x[i]) - m, a, b);
-        y[i] = hd_narrow_bf16(act ? hd_clamp(v, lo, hi) : v);
-    }
-}
-HD_AVX2 static void hd_bn_affine_bf16_avx2v(const uint16_t* x, uint16_t* y, ptrdiff_t S,
-                                            float m, float a, float b, int act, float lo,
-                                            float hi) {
-    if (!act)
-        hd_bn_affine_bf16_avx2i(x, y, S, m, a, b, 0, lo, hi);
-    else if (hi == INFINITY)   /* ReLU: one VMINPS less */
-        hd_bn_affine_bf16_avx2i(x, y, S, m, a, b, 1, lo, hi);
-    else
-        hd_bn_affine_bf16_avx2i(x, y, S, m, a, b, 2, lo, hi);
-}
-/* dx = k1 g + k2 t + k3 (hd_bn_dx_*) in two FMAs, t = (x - m) inv where xh, else x - m */
-HD_AVX2 static inline __attribute__((always_inline)) void hd_bn_dx_bf16_avx2i(
-    const uint16_t* x, const uint16_t* dy, uint16_t* dx, ptrdiff_t S, float m, float inv,
-    float k1, float k2, float k3, int xh) {
-    const __m256 vm = _mm256_set1_ps(m), vi = _mm256_set1_ps(inv), v1 = _mm256_set1_ps(k1);
-    const __m256 v2 = _mm256_set1_ps(k2), v3 = _mm256_set1_ps(k3);
-    ptrdiff_t i = 0;
-    for (; i + 16 <= S; i += 16) {
-        __m256 x0, x1, g0, g1;
-        HD_BN_WIDEN16_AVX2(x + i, x0, x1);
-        HD_BN_WIDEN16_AVX2(dy + i, g0, g1);
-        x0 = _mm256_sub_ps(x0, vm);
-        x1 = _mm256_sub_ps(x1, vm);
-        if (xh) {
-            x0 = _mm256_mul_ps(x0, vi);
-            x1 = _mm256_mul_ps(x1, vi);
-        }
-        HD_BN_NARROW16_AVX2(dx + i, _mm256_fmadd_ps(v1, g0, _mm256_fmadd_ps(v2, x0, v3)),
-                            _mm256_fmadd_ps(v1, g1, _mm256_fmadd_ps(v2, x1, v3)));
-    }
-    for (; i < S; i++) {
-        const float d = hd_widen_bf16(x[i]) - m;
-        dx[i] = hd_narrow_bf16(fmaf(k1, hd_widen_bf16(dy[i]), fmaf(k2, xh ? d * inv : d, k3)));
-    }
-}
-HD_AVX2 static void hd_bn_dx_bf16_avx2v(const uint16_t* x, const uint16_t* dy, uint16_t* dx,
-                                        ptrdiff_t S, float m, float inv, float a, float b,
-                                        int act, float lo, float hi, float k1, float k2,
-                                        float k3) {
-    if (act)   /* RELU_BWD: the compiler's rows, whose mask the sums took (hd_bn_bsum_*) */
-        hd_bn_dx_bf16_avx2(x, dy, dx, S, m, inv, a, b, act, lo, hi, k1, k2, k3);
-    else if (inv != 1.0f)
-        hd_bn_dx_bf16_avx2i(x, dy, dx, S, m, inv, k1, k2, k3, 1);
-    else
-        hd_bn_dx_bf16_avx2i(x, dy, dx, S, m, inv, k1, k2, k3, 0);
-}
-/* backward's sums and slow paths of the compiler's AVX2 build, by the names
- * HD_BN_CHANNEL uses */
-#define hd_bn_bsum_bf16_avx2v hd_bn_bsum_bf16_avx2
+/* The rows of one element kind K (f32, bf16); the masked-off lanes of a last step load
+ * as 0, and x - m there is zeroed (KEEP) before it is summed. Where K has no masked step
+ * (HD_BN_MASKED_*) the last S % 16 elements run one at a time, the same operations on
+ * one lane (fmaf is one FMA), their sums in float64. */
+#define HD_BN_AVX2_KIND(K)                                                                 \
+    /* hd_bn_sums_* in 32 float32 lanes: four vectors, a 16-element step into two,        \
+     * alternate steps into the other two */                                               \
+    HD_AVX2 static void hd_bn_sums_##K##_avx2v(const HD_TYPE_##K* x, ptrdiff_t S, float m, \
+                                               int square, double* s, double* s2) {        \
+        const __m256 vm = _mm256_set1_ps(m);                                               \
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0; /* sum d (1: d^2) */   \
+        __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;                  /* 2: sum d^2 */       \
+        __m256 x0, x1, k0, k1;                                                             \
+        ptrdiff_t i = 0;                                                                   \
+        double t, u = 0.0, tt = 0.0, tu = 0.0;     /* tt, tu: the sums of a scalar tail */ \
+        for (; i + 32 <= S; i += 32) {                                                     \
+            __m256 d0, d1, d2, d3;                                                         \
+            HD_BN_LD16_##K(x + i, x0, x1);                                                 \
+            d0 = _mm256_sub_ps(x0, vm);                                                    \
+            d1 = _mm256_sub_ps(x1, vm);                                                    \
+            HD_BN_LD16_##K(x + i + 16, x0, x1);                                            \
+            d2 = _mm256_sub_ps(x0, vm);                                                    \
+            d3 = _mm256_sub_ps(x1, vm);                                                    \
+            if (square == 1) {                                                             \
+                a0 = _mm256_fmadd_ps(d0, d0, a0);                                          \
+                a1 = _mm256_fmadd_ps(d1, d1, a1);                                          \
+                a2 = _mm256_fmadd_ps(d2, d2, a2);                                          \
+                a3 = _mm256_fmadd_ps(d3, d3, a3);                                          \
+            } else {                                                                       \
+                a0 = _mm256_add_ps(a0, d0);                                                \
+                a1 = _mm256_add_ps(a1, d1);                                                \
+                a2 = _mm256_add_ps(a2, d2);                                                \
+                a3 = _mm256_add_ps(a3, d3);                                                \
+                if (square == 2) {                                                         \
+                    b0 = _mm256_fmadd_ps(d0, d0, b0);                                      \
+                    b1 = _mm256_fmadd_ps(d1, d1, b1);                                      \
+                    b2 = _mm256_fmadd_ps(d2, d2, b2);                                      \
+                    b3 = _mm256_fmadd_ps(d3, d3, b3);                                      \
+                }                                                                          \
+            }                                                                              \
+        }                                                                                  \
+        for (; i < S; i += 16) {   /* a full step of 16 and a masked one, or a masked one */ \
+            __m256 d0, d1;                                                                 \
+            if (i + 16 > S && !HD_BN_MASKED_##K) {                                         \
+                for (; i < S; i++) {                                                       \
+                    const float d = HD_LOAD_##K(x[i]) - m;                                 \
+                    tt += square == 1 ? d * d : d;                                         \
+                    tu += d * d;                                                           \
+                }                                                                          \
+                break;                                                                     \
+            }                                                                              \
+            if (i + 16 <= S) {                                                             \
+                HD_BN_LD16_##K(x + i, x0, x1);                                             \
+                d0 = _mm256_sub_ps(x0, vm);                                                \
+                d1 = _mm256_sub_ps(x1, vm);                                                \
+            } else {                                                                       \
+                HD_BN_LDT_##K(x + i, S - i, x0, x1, k0, k1);                               \
+                d0 = _mm256_and_ps(_mm256_sub_ps(x0, vm), k0);                             \
+                d1 = _mm256_and_ps(_mm256_sub_ps(x1, vm), k1);                             \
+            }                                                                              \
+            if (square == 1) {                                                             \
+                a0 = _mm256_fmadd_ps(d0, d0, a0);                                          \
+                a1 = _mm256_fmadd_ps(d1, d1, a1);                                          \
+            } else {                                                                       \
+                a0 = _mm256_add_ps(a0, d0);                                                \
+                a1 = _mm256_add_ps(a1, d1);                                                \
+                if (square == 2) {                                                         \
+                    b0 = _mm256_fmadd_ps(d0, d0, b0);                                      \
+                    b1 = _mm256_fmadd_ps(d1, d1, b1);                                      \
+                }                                                                          \
+            }                                                                              \
+        }                                                                                  \
+        t = hd_bn_hsum_avx2(a0, a1, a2, a3) + tt;                                          \
+        if (square == 2) {                                                                 \
+            u = hd_bn_hsum_avx2(b0, b1, b2, b3) + tu;                                      \
+            *s += hd_bn_finite(t) ? t : hd_bn_sum64_##K(x, 1, S, m, 0);                    \
+            *s2 += hd_bn_finite(u) ? u : hd_bn_sum64_##K(x, 1, S, m, 1);                   \
+        } else {                                                                           \
+            *s += hd_bn_finite(t) ? t : hd_bn_sum64_##K(x, 1, S, m, square);               \
+        }                                                                                  \
+    }                                                                                      \
+    /* act a constant in each copy of the row (hd_bn_affine_*_avx2v picks one) */         \
+    HD_AVX2 static inline __attribute__((always_inline)) void hd_bn_affine_##K##_avx2i(    \
+        const HD_TYPE_##K* x, HD_TYPE_##K* y, ptrdiff_t S, float m, float a, float b,      \
+        int act, float lo, float hi) {                                                     \
+        const __m256 vm = _mm256_set1_ps(m), va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b); \
+        const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);                   \
+        __m256 x0, x1, k0, k1;                                                             \
+        ptrdiff_t i = 0;                                                                   \
+        for (; i + 16 <= S; i += 16) {                                                     \
+            HD_BN_LD16_##K(x + i, x0, x1);                                                 \
+            HD_BN_ST16_##K(y + i, hd_bn_aff_avx2(x0, vm, va, vb, act, vlo, vhi),           \
+                           hd_bn_aff_avx2(x1, vm, va, vb, act, vlo, vhi));                 \
+        }                                                                                  \
+        if (i < S && HD_BN_MASKED_##K) {                                                   \
+            HD_BN_LDT_##K(x + i, S - i, x0, x1, k0, k1);                                   \
+            HD_BN_STT_##K(y + i, S - i, hd_bn_aff_avx2(x0, vm, va, vb, act, vlo, vhi),     \
+                          hd_bn_aff_avx2(x1, vm, va, vb, act, vlo, vhi), k0, k1);          \
+        } else {                                                                           \
+            for (; i < S; i++) {                                                           \
+                const float v = fmaf(HD_LOAD_##K(x[i]) - m, a, b);                         \
+                y[i] = HD_STORE_##K(act ? hd_clamp(v, lo, hi) : v);                        \
+            }                                                                              \
+        }                                                                                  \
+    }                                                                                      \
+    HD_AVX2 static void hd_bn_affine_##K##_avx2v(const HD_TYPE_##K* x, HD_TYPE_##K* y,     \
+                                                 ptrdiff_t S, float m, float a, float b,   \
+                                                 int act, float lo, float hi) {            \
+        if (!act)                                                                          \
+            hd_bn_affine_##K##_avx2i(x, y, S, m, a, b, 0, lo, hi);                         \
+        else if (hi == INFINITY)   /* ReLU: one VMINPS less */                             \
+            hd_bn_affine_##K##_avx2i(x, y, S, m, a, b, 1, lo, hi);                         \
+        else                                                                               \
+            hd_bn_affine_##K##_avx2i(x, y, S, m, a, b, 2, lo, hi);                         \
+    }                                                                                      \
+    /* hd_bn_bsum_* without RELU_BWD (with it: the compiler's rows, as dx below), in 32    \
+     * lanes as the sums above */                                                          \
+    HD_AVX2 static void hd_bn_bsum_##K##_avx2v(const HD_TYPE_##K* x, const HD_TYPE_##K* dy, \
+                                               ptrdiff_t S, float m, float a, float b,     \
+                                               int act, float lo, float hi, double* sg,    \
+                                               double* sgd) {                              \
+        const __m256 vm = _mm256_set1_ps(m);                                               \
+        __m256 g0 = _mm256_setzero_ps(), g1 = g0, g2 = g0, g3 = g0;                        \
+        __m256 p0 = g0, p1 = g0, p2 = g0, p3 = g0;                                         \
+        __m256 x0, x1, y0, y1, k0, k1;                                                     \
+        ptrdiff_t i = 0;                                                                   \
+        double s1, s2, tg = 0.0, tp = 0.0;         /* tg, tp: the sums of a scalar tail */ \
+        if (act) {                                                                         \
+            hd_bn_bsum_##K##_avx2(x, dy, S, m, a, b, act, lo, hi, sg, sgd);                \
+            return;                                                                        \
+        }                                                                                  \
+        for (; i + 16 <= S; i += 16) {                                                     \
+            HD_BN_LD16_##K(x + i, x0, x1);                                                 \
+            HD_BN_LD16_##K(dy + i, y0, y1);                                                \
+            x0 = _mm256_sub_ps(x0, vm);                                                    \
+            x1 = _mm256_sub_ps(x1, vm);                                                    \
+            if ((i >> 4) & 1) {                                                            \
+                g2 = _mm256_add_ps(g2, y0);                                                \
+                g3 = _mm256_add_ps(g3, y1);                                                \
+                p2 = _mm256_fmadd_ps(y0, x0, p2);                                          \
+                p3 = _mm256_fmadd_ps(y1, x1, p3);                                          \
+            } else {                                                                       \
+                g0 = _mm256_add_ps(g0, y0);                                                \
+                g1 = _mm256_add_ps(g1, y1);                                                \
+                p0 = _mm256_fmadd_ps(y0, x0, p0);                                          \
+                p1 = _mm256_fmadd_ps(y1, x1, p1);                                          \
+            }                                                                              \
+        }                                                                                  \
+        if (i < S && !HD_BN_MASKED_##K) {                                                  \
+            for (; i < S; i++) {                                                           \
+                const float d = HD_LOAD_##K(x[i]) - m, g = HD_LOAD_##K(dy[i]);             \
+                tg += g;                                                                   \
+                tp += (double)g * d;                                                       \
+            }                                                                              \
+        } else if (i < S) {                                                                \
+            HD_BN_LDT_##K(x + i, S - i, x0, x1, k0, k1);                                   \
+            HD_BN_LDT_##K(dy + i, S - i, y0, y1, k0, k1);                                  \
+            x0 = _mm256_and_ps(_mm256_sub_ps(x0, vm), k0);                                 \
+            x1 = _mm256_and_ps(_mm256_sub_ps(x1, vm), k1);                                 \
+            g0 = _mm256_add_ps(g0, y0);                                                    \
+            g1 = _mm256_add_ps(g1, y1);                                                    \
+            p0 = _mm256_fmadd_ps(y0, x0, p0);                                              \
+            p1 = _mm256_fmadd_ps(y1, x1, p1);                                              \
+        }                                                                                  \
+        s1 = hd_bn_hsum_avx2(g0, g1, g2, g3) + tg;                                         \
+        s2 = hd_bn_hsum_avx2(p0, p1, p2, p3) + tp;                                         \
+        if (!(hd_bn_finite(s1) && hd_bn_finite(s2)))                                       \
+            hd_bn_bsum64_##K##_avx2(x, 1, dy, 1, S, m, a, a, b, 0, lo, hi, &s1, &s2);      \
+        *sg += s1;                                                                         \
+        *sgd += s2;                                                                        \
+    }                                                                                      \
+    /* dx = k1 g + k2 t + k3 (hd_bn_dx_*) in two FMAs, t = (x - m) inv where xh, else      \
+     * x - m */                                                                            \
+    HD_AVX2 static inline __attribute__((always_inline)) void hd_bn_dx_##K##_avx2i(        \
+        const HD_TYPE_##K* x, const HD_TYPE_##K* dy, HD_TYPE_##K* dx, ptrdiff_t S,         \
+        float m, float inv, float k1, float k2, float k3, int xh) {                        \
+        const __m256 vm = _mm256_set1_ps(m), vi = _mm256_set1_ps(inv);                     \
+        const __m256 v1 = _mm256_set1_ps(k1), v2 = _mm256_set1_ps(k2);                     \
+        const __m256 v3 = _mm256_set1_ps(k3);                                              \
+        __m256 x0, x1, g0, g1, q0, q1;                                                     \
+        ptrdiff_t i = 0;                                                                   \
+        for (; i < S; i += 16) {                                                           \
+            const int full = i + 16 <= S;                                                  \
+            if (!full && !HD_BN_MASKED_##K) {                                              \
+                for (; i < S; i++) {                                                       \
+                    const float d = HD_LOAD_##K(x[i]) - m;                                 \
+                    dx[i] = HD_STORE_##K(fmaf(k1, HD_LOAD_##K(dy[i]),                      \
+                                              fmaf(k2, xh ? d * inv : d, k3)));             \
+                }                                                                          \
+                break;                                                                     \
+            }                                                                              \
+            if (full) {                                                                    \
+                HD_BN_LD16_##K(x + i, x0, x1);                                             \
+                HD_BN_LD16_##K(dy + i, g0, g1);                                            \
+            } else {                                                                       \
+                HD_BN_LDT_##K(x + i, S - i, x0, x1, q0, q1);                               \
+                HD_BN_LDT_##K(dy + i, S - i, g0, g1, q0, q1);                              \
+            }                                                                              \
+            x0 = _mm256_sub_ps(x0, vm);                                                    \
+            x1 = _mm256_sub_ps(x1, vm);                                                    \
+            if (xh) {                                                                      \
+                x0 = _mm256_mul_ps(x0, vi);                                                \
+                x1 = _mm256_mul_ps(x1, vi);                                                \
+            }                                                                              \
+            x0 = _mm256_fmadd_ps(v1, g0, _mm256_fmadd_ps(v2, x0, v3));                     \
+            x1 = _mm256_fmadd_ps(v1, g1, _mm256_fmadd_ps(v2, x1, v3));                     \
+            if (full)                                                                      \
+                HD_BN_ST16_##K(dx + i, x0, x1);                                            \
+            else                                                                           \
+                HD_BN_STT_##K(dx + i, S - i, x0, x1, q0, q1);                              \
+        }                                                                                  \
+    }                                                                                      \
+    HD_AVX2 static void hd_bn_dx_##K##_avx2v(const HD_TYPE_##K* x, const HD_TYPE_##K* dy,  \
+                                             HD_TYPE_##K* dx, ptrdiff_t S, float m,        \
+                                             float inv, float a, float b, int act,         \
+                                             float lo, float hi, float k1, float k2,       \
+                                             float k3) {                                   \
+        if (act)   /* RELU_BWD: the compiler's rows, whose mask its sums took */           \
+            hd_bn_dx_##K##_avx2(x, dy, dx, S, m, inv, a, b, act, lo, hi, k1, k2, k3);      \
+        else if (inv != 1.0f)                                                              \
+            hd_bn_dx_##K##_avx2i(x, dy, dx, S, m, inv, k1, k2, k3, 1);                     \
+        else                                                                               \
+            hd_bn_dx_##K##_avx2i(x, dy, dx, S, m, inv, k1, k2, k3, 0);                     \
+    }                                                                                      \
+    HD_BN_CHANNEL(avx2v, HD_AVX2, K, hd_bn_affine_##K##_avx2v, hd_bn_dx_##K##_avx2v)
+
+/* the slow paths of the compiler's AVX2 build, by the names HD_BN_CHANNEL uses */
+#define hd_bn_bsum64_f32_avx2v hd_bn_bsum64_f32_avx2
+#define hd_bn_dx64_f32_avx2v hd_bn_dx64_f32_avx2
 #define hd_bn_bsum64_bf16_avx2v hd_bn_bsum64_bf16_avx2
 #define hd_bn_dx64_bf16_avx2v hd_bn_dx64_bf16_avx2
-HD_BN_CHANNEL(avx2v, HD_AVX2, bf16, hd_bn_affine_bf16_avx2v, hd_bn_dx_bf16_avx2v)
+HD_BN_AVX2_KIND(f32)
+HD_BN_AVX2_KIND(bf16)
 #else
 #define HD_BN_AVX2V 0
 #endif
@@ -1323,9 +1457,8 @@ enum { HD_BN_BASE = 0, HD_BN_AVX512_AUTO = 1, HD_BN_AVX512 = 2, HD_BN_AVX2_AUTO 
        HD_BN_AVX2 = 4 };
 
 /* Which rows run: the intrinsics (AVX-512; for bfloat16 also AVX512_BF16, else that kind
- * keeps the compiler's AVX-512 build), else AVX2's (intrinsics for bfloat16, the
- * compiler's build for the other kinds), else the baseline build; base as in
- * hd_relu_rows. */
+ * keeps the compiler's AVX-512 build), else AVX2's (intrinsics for float32 and bfloat16,
+ * the compiler's build for float16), else the baseline build; base as in hd_relu_rows. */
 static int hd_bn_rows_isa(int base) {
     int rows = hd_relu_rows(base);
     if (rows == HD_ROWS_AVX512)
@@ -1366,6 +1499,10 @@ static void hd_bn_channel(const hd_bn_job* j, ptrdiff_t c, ptrdiff_t B) {
     }
 #endif
 #if HD_BN_AVX2V
+    if (j->isa == HD_BN_AVX2 && j->kind == 0) {
+        hd_bn_channel_f32_avx2v(j, c, B);
+        return;
+    }
     if (j->isa == HD_BN_AVX2 && j->kind == 1) {
         hd_bn_channel_bf16_avx2v(j, c, B);
         return;

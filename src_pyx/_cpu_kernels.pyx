@@ -916,9 +916,10 @@ def bn_rows_isa(str kind="float32") -> str:
     here: ``"avx512"`` (intrinsics; float16 converted by VCVTPH2PS / VCVTPS2PH, bfloat16
     results rounded by VCVTNEPS2BF16, on CPUs with AVX512_BF16), ``"avx512_auto"`` (the
     compiler's AVX-512 build of the portable rows: bfloat16 without AVX512_BF16),
-    ``"avx2"`` (bfloat16 on CPUs with AVX2 + FMA but not AVX-512: intrinsics for the
-    channels-first y and dx rows, the compiler's AVX2 build for the rest), ``"avx2_auto"``
-    (the compiler's AVX2 + FMA build: float32 and float16 there) or ``"baseline"``."""
+    ``"avx2"`` (float32 and bfloat16 on CPUs with AVX2 + FMA but not AVX-512:
+    intrinsics for the channels-first rows but RELU_BWD's, and bfloat16's channels-last
+    y; the compiler's AVX2 build for the rest), ``"avx2_auto"`` (that build: float16
+    there) or ``"baseline"``."""
     return _rows_name(hd_bn_rows_isa(0), BIAS_RELU_KINDS[kind])
 
 
@@ -946,10 +947,10 @@ _BN_BUILDS = ("baseline", "avx512_auto", "avx512", "avx2_auto", "avx2")
 cdef str _rows_name(int isa, int kind):
     """The ``bn_rows_isa`` name of the rows build ``isa`` (``hd_bn_rows_isa``) runs for
     element ``kind`` with: bfloat16 without AVX512_BF16 keeps the compiler's AVX-512
-    build; the AVX2 intrinsics are bfloat16's only."""
+    build; float16 has no AVX2 intrinsics."""
     if isa == 2 and kind == 1 and not hd_bn_bf16_stores():
         isa = 1
-    if isa == 4 and kind != 1:
+    if isa == 4 and kind == 2:
         isa = 3
     return _BN_BUILDS[isa]
 

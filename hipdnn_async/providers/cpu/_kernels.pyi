@@ -104,7 +104,7 @@ def bn_pivot_samples(images: int, pixels: int) -> list[list[int]]:
     ``images`` images of ``pixels`` pixels: its three groups of samples. For tests."""
 
 def bn_rows_isa(kind: str = "float32") -> str:
-    """``"avx512"``, ``"avx512_auto"``, ``"avx2"`` (bfloat16 only), ``"avx2_auto"`` or
+    """``"avx512"``, ``"avx512_auto"``, ``"avx2"`` (float32, bfloat16), ``"avx2_auto"`` or
     ``"baseline"``: the rows ``bn_rows`` runs for elements of ``kind`` here."""
 
 def bn_rows_builds() -> tuple[str, ...]:

@@ -267,35 +267,36 @@ def test_rows_match_float64(name, dtype, baseline, i):
     assert np.isnan(f64(ybuf[~cover])).all(), what
 
 
-# the AVX2 bfloat16 intrinsics (training's sums, y and plain dx rows) beside the compiler's
-# AVX2 build they replace: within tolerance of float64, and where no statistic is taken
-# (inference, backward) its bits, as it rounds and contracts alike; rows of 1-3136
-# elements (tails of the 16- and 32-element steps), strided N and C
+# the AVX2 intrinsics (float32, bfloat16: the sums, y and dx rows but RELU_BWD's) beside
+# the compiler's AVX2 build they replace: within tolerance of float64, and where no sum is
+# taken (inference) or the compiler's rows take RELU_BWD's, its bits, as they round and
+# contract alike; rows of 1-3136 elements (the masked last steps), strided N and C
 AVX2_SHAPES = SHAPES + [(2, 3, 1, 15), (3, 2, 7, 7), (2, 2, 56, 56)]
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("name", [o[0] for o in OPS])
 @pytest.mark.parametrize("i", range(len(AVX2_SHAPES)),
                          ids=["x".join(map(str, s)) for s in AVX2_SHAPES])
-def test_avx2_bfloat16_rows_match_float64_and_the_compilers_build(name, i):
+def test_avx2_rows_match_float64_and_the_compilers_build(name, i, dtype):
     if "avx2" not in k.bn_rows_builds():
         pytest.skip(f"this CPU runs {k.bn_rows_builds()}: no AVX2 + FMA (or no intrinsics "
                     "in this build)")
     shape = AVX2_SHAPES[i]
     hows = tuple(STRIDES[(i + j) % len(STRIDES)] for j in range(3))
-    vals = draw(name, "bfloat16", shape, [i, 41, [o[0] for o in OPS].index(name)])
-    got, ybuf, cover = run_op(name, "bfloat16", False, shape, hows, vals, isa="avx2")
-    auto, _, _ = run_op(name, "bfloat16", False, shape, hows, vals, isa="avx2_auto")
-    what = f"{name} bfloat16 avx2 {shape} {hows}"
-    check(name, "bfloat16", got, reference(name, vals), vals, what)
+    vals = draw(name, dtype, shape, [i, 41, [o[0] for o in OPS].index(name)])
+    got, ybuf, cover = run_op(name, dtype, False, shape, hows, vals, isa="avx2")
+    auto, _, _ = run_op(name, dtype, False, shape, hows, vals, isa="avx2_auto")
+    what = f"{name} {dtype} avx2 {shape} {hows}"
+    check(name, dtype, got, reference(name, vals), vals, what)
     assert np.isnan(f64(ybuf[~cover])).all(), what
-    if not name.startswith("training"):   # its sums' lanes are added in another order
+    if name.startswith("inference") or name.startswith("backward_drelu"):
         for r in ("y", "dscale", "dbias"):
             assert got[r].tobytes() == auto[r].tobytes(), f"{what} {r}: not avx2_auto's bits"
 
 
 @pytest.mark.parametrize("name", ["inference", "inference_relu", "inference_clamp",
-                                  "backward"])
+                                  "backward_drelu"])
 def test_avx2_bfloat16_rows_of_special_values_give_the_compilers_bits(name):
     """NaN (any payload), +-inf, -0.0, subnormals, values that round up to inf in bfloat16
     and ties to even in x (dy): the intrinsic rows give the compiler's build's bits."""
