@@ -1054,12 +1054,13 @@ HD_BN_LAST_VEC(f16, HD_AVX512V)
 #endif
 
 /* The AVX2 rows (bn_rows_isa "avx2", _bn_rows.h), channels-last: bfloat16's y written with
- * intrinsics, the sums and dx (and float32's rows) by the compiler's AVX2 build
- * (channels-last bfloat16 backward already ran at 0.5-0.65x PyTorch's time). The 16 channels at c are widened in VPUNPCKLWD /
- * VPUNPCKHWD order (0-3, 8-11 and 4-7, 12-15), so the per-channel operands are copied
- * into that order first, HD_BNL_AVX2_CH channels at a time, for the P pixels of the call:
- * 1.4-1.6x the compiler's build (256 channels, 64 pixels, C harness), where putting x
- * in channel order (VPERMQ in and out) gained 1.1x. The same bits as that build. */
+ * intrinsics; the sums and dx, and float32's rows, are the compiler's AVX2 build
+ * (channels-last bfloat16 backward already ran at 0.5-0.65x PyTorch's time). The 16
+ * channels at c are widened in VPUNPCKLWD / VPUNPCKHWD order (0-3, 8-11 and 4-7, 12-15),
+ * so the per-channel operands are copied into that order first, HD_BNL_AVX2_CH channels
+ * at a time, for the P pixels of the call: 1.4-1.6x the compiler's build (256 channels,
+ * 64 pixels, one thread, C harness), where putting x in channel order (VPERMQ in and out)
+ * gained 1.1x. The same bits as that build. */
 #if HD_BN_AVX2V
 #define HD_BNL_AVX2_CH 256
 /* o = the V (a multiple of 16) values at v in VPUNPCK order: per 16, 0-3 8-11 4-7 12-15 */
