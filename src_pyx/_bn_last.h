@@ -127,7 +127,8 @@ static inline void hd_bnl_fence(void) {
 
 /* Per element kind K: s0[c] += the float32 tile sums acc (hd_bnl_sum), those of the
  * channels where they are not finite taken again in float64 over the tile; y of the
- * channels whose factor a64[c] overflows float32 (hd_bn_overflows) or that are wide
+ * channels whose factor a64[c] overflows float32 or is infinite (hd_bn_y64: there b[c]
+ * is training's bias without the mean's remainder) or that are wide
  * (wide[c] != 0: hd_bn_wide), in float64 with the mean m and bias b, over the pixels
  * [r0, r1) of a job (after the float32 pass wrote them). */
 #define HD_BN_LAST_SLOW(K)                                                                 \
@@ -181,7 +182,7 @@ static inline void hd_bnl_fence(void) {
         ptrdiff_t c;                                                                       \
         hd_bnl_fence();                                                                    \
         for (c = 0; c < j->C; c++)                                                         \
-            if (hd_bn_overflows(a64[c]) || (wide != NULL && wide[c] != 0.0f))              \
+            if (hd_bn_y64(a64[c]) || (wide != NULL && wide[c] != 0.0f))                    \
                 HD_BN_LAST_FOR_TILES(r0, r1, S, n, s, P)                                   \
                     hd_bn_affine64_##K(x + n * j->xn + s * xp + c, xp,                     \
                                        y + n * j->yn + s * yp + c, yp, P, m[c], a64[c],    \
@@ -531,9 +532,9 @@ static inline ptrdiff_t hd_bnl_tile(ptrdiff_t r, ptrdiff_t r1, ptrdiff_t S) {
                 fa[c] = (float)a64[c];                                                     \
                 /* the bias with the float64 mean's remainder, as in the channels-first   \
                  * rows: y = (x - fm) a + (bias - a (mean - fm)) */                        \
-                r_ = a64[c] * dm;                                                          \
+                r_ = hd_bn_finite(a64[c]) ? a64[c] * dm : 0.0; /* inf: y in float64 */      \
                 k3[c] = r_ == 0.0 ? j->bias[c] : (float)((double)j->bias[c] - r_); /* -0.0 */ \
-                big |= hd_bn_overflows(a64[c]) || f1[c] != 0.0f;                           \
+                big |= hd_bn_y64(a64[c]) || f1[c] != 0.0f;                                 \
                 if (ithr == 0) {                                                           \
                     j->mean_out[c] = (float)mean;                                          \
                     if (j->var_out64)                                                      \

@@ -112,6 +112,15 @@ HD_INLINE int hd_bn_overflows(double v) {
     return hd_bn_finite(v) && f - f != 0.0f;
 }
 
+/* Whether training's factor a = scale / sqrt(variance + epsilon) has its y taken in
+ * float64 (hd_bn_affine64_*): a overflows float32 (hd_bn_overflows), or is infinite (an
+ * infinite scale), where the float32 rows' bias, which takes the float64 mean's remainder
+ * a (mean - mf), came out inf * 0 = NaN (y NaN where float64 gives +-inf). */
+HD_INLINE int hd_bn_y64(double a) {
+    const float f = (float)a;
+    return f - f != 0.0f && a == a;
+}
+
 /* Whether backward's dx rows fold inv into k2 (hd_bn_dx_*): where v = k2 inv, the factor
  * of x - m, is 0 or a normal float32. Elsewhere (past FLT_MAX from inv ~ 1e20, x spread
  * over 1e-20, where dx ~ 1e20 is finite; subnormal; not finite) k2 multiplies xhat = (x -
@@ -702,7 +711,7 @@ static inline ptrdiff_t hd_bn_block(const hd_bn_job* j) {
                     HD_TYPE_##K* y = y0 + b * yc + n * yn + r * yr;                    \
                     /* the next block's rows, read ahead by pass 2 where it ran */     \
                     if (one[b] && pf && c0 + b + B < j->C) hd_bn_prefetch(x + B * xc, rowb); \
-                    if (hd_bn_overflows(a64[b]) || hd_bn_wide(q[b]))                   \
+                    if (hd_bn_y64(a64[b]) || hd_bn_wide(q[b]))                         \
                         hd_bn_affine64_##K(x, 1, y, 1, W, s[b], a64[b],                \
                                            j->bias[c0 + b], j->act, j->lo, j->hi);     \
                     else                                                               \
@@ -1109,9 +1118,9 @@ HD_BN_VEC_KIND(f16, HD_AVX512V)
 /* The rows of CPUs with AVX2 and FMA but not AVX-512 written with intrinsics (bn_rows_isa
  * "avx2"), float32 and bfloat16, channels-first: training's sums, y, and backward's sums
  * and dx without RELU_BWD, where the compiler's AVX2 build of the loops above falls
- * short. Every row ends in one masked step (VMASKMOVPS; bfloat16 through a 16-element
- * buffer) instead of up to 15 (31 in the sums) scalar elements, and a row's lane sums
- * stay in registers. A bfloat16 vector is widened by interleaving it with zeros
+ * short. A float32 row ends in one masked step (VMASKMOVPS) instead of up to 15 (31 in
+ * the sums) scalar elements, a bfloat16 row's last S % 16 elements run one at a time, and
+ * a row's lane sums stay in registers. A bfloat16 vector is widened by interleaving it with zeros
  * (VPUNPCKLWD / VPUNPCKHWD: elements 0-3, 8-11 and 4-7, 12-15, each the high half of a
  * float32) and narrowed by VPACKUSDW, which puts them back in the same order, where the
  * compiler's widening (VPMOVZXWD, VPSLLD) and narrowing (VPACKUSDW, VPERMQ) keep element

@@ -56,7 +56,9 @@ HD_INLINE float hd_widen_f16(uint16_t h) {
  * float compare and the select stays in 32-bit lanes, narrowed once: the compiler then
  * vectorises it as one VCMPPS + VBLENDVPS + one pack, where an integer test of the bits
  * and a 16-bit select had it pack the mask and both candidates (AVX2 bfloat16 batchnorm
- * rows 1.5-1.9x faster; the same bits on all 2**32 inputs, checked once). */
+ * rows 1.5-1.9x faster; the same bits on all 2**32 inputs, checked once). v != v needs
+ * IEEE comparisons: the rows are not built with -ffast-math (-ffinite-math-only drops it,
+ * NaN then rounding to an infinity or zero). */
 HD_INLINE uint16_t hd_narrow_bf16(float v) {
     uint32_t u = hd_bits(v);
     uint32_t r = u + 0x7fffu + ((u >> 16) & 1u);

@@ -305,20 +305,24 @@ def test_the_1x1_exception_names_its_own_reason(device):
 STRIDED_1X1 = [
     ("fprop", "bfloat16", (1, 32, 28, 28), (64, 32, 1, 1), 0, True, False),
     ("conv_bias_relu", "bfloat16", (1, 32, 28, 28), (64, 32, 1, 1), 0, True, False),
-    ("fprop", "float32", (1, 32, 28, 28), (64, 32, 1, 1), 0, False, True),
-    ("conv_bias_relu", "float32", (1, 32, 28, 28), (64, 32, 1, 1), 0, False, True),
+    ("fprop", "float32", (1, 32, 28, 28), (64, 32, 1, 1), 0, False, False),   # C < 256
+    ("fprop", "float32", (1, 256, 28, 28), (64, 256, 1, 1), 0, False, True),
+    ("conv_bias_relu", "float32", (1, 256, 28, 28), (64, 256, 1, 1), 0, False, True),
+    ("fprop", "float32", (1, 256, 27, 27), (64, 256, 1, 1), 0, False, False), # no jit_1x1
     ("fprop", "float16", (1, 32, 28, 28), (64, 32, 1, 1), 0, False, False),   # not measured
     ("fprop", "bfloat16", (1, 32, 28, 28), (64, 32, 1, 1), 1, False, False),  # padded
-    ("fprop", "float32", (1, 32, 28, 28), (64, 32, 1, 1), 1, False, False),   # padded
+    ("fprop", "float32", (1, 256, 28, 28), (64, 256, 1, 1), 1, False, False), # padded
     ("dgrad", "bfloat16", (1, 32, 28, 28), (64, 32, 1, 1), 0, True, False),   # dy 14x14
     ("dgrad", "bfloat16", (1, 32, 58, 58), (64, 32, 1, 1), 0, False, False),  # dy 29x29
     ("dgrad", "float32", (1, 32, 14, 14), (64, 32, 1, 1), 0, True, True),     # dy 7x7
-    ("dgrad", "float32", (1, 32, 28, 28), (64, 32, 1, 1), 0, False, True),    # dy 14x14
-    ("dgrad", "float32", (1, 32, 30, 30), (64, 32, 1, 1), 0, False, False),   # dy 15x15
+    ("dgrad", "float32", (1, 32, 28, 28), (64, 32, 1, 1), 0, False, False),   # dy 14x14
+    ("dgrad", "float32", (1, 256, 28, 28), (64, 256, 1, 1), 0, False, True),  # dy 14x14
+    ("dgrad", "float32", (1, 256, 30, 30), (64, 256, 1, 1), 0, False, False), # dy 15x15
+    ("dgrad", "float32", (1, 256, 27, 27), (64, 256, 1, 1), 0, False, False), # no jit_1x1
     ("dgrad", "bfloat16", (1, 8, 14, 14), (64, 8, 1, 1), 0, False, False),    # into C = 8
     ("dgrad", "float32", (1, 8, 14, 14), (64, 8, 1, 1), 0, False, False),     # into C = 8
     ("wgrad", "bfloat16", (1, 32, 28, 28), (64, 32, 1, 1), 0, False, False),
-    ("wgrad", "float32", (1, 32, 28, 28), (64, 32, 1, 1), 0, False, False),
+    ("wgrad", "float32", (1, 256, 28, 28), (64, 256, 1, 1), 0, False, False),
 ]
 
 
@@ -343,7 +347,13 @@ def test_strided_1x1_exceptions_match_float64(device, direction, dtype, xd, wd, 
         blocked = False       # the plain GEMM on AMX (``Conv.prefers_blocked``)
     assert (BLOCKED in str(plan.algorithm)) == blocked, what
     if blocked:
-        assert "strided unpadded 1x1" in plan.algorithm.reason, plan.algorithm.reason
+        # the reason names the rule this graph met: its type, direction, and on AVX2 why
+        reason = plan.algorithm.reason
+        assert "strided unpadded 1x1" in reason, reason
+        assert ("bfloat16" if dtype == "bfloat16" else "float32") in reason, reason
+        assert ("fprop" if direction != "dgrad" else "dgrad") in reason, reason
+        assert ("AVX2" in reason) == (avx2_only_here() and dtype == "float32"
+                                      and not (direction == "dgrad" and xd[2] <= 14)), reason
     else:
         assert "oneDNN's own preference order, rank 1" in plan.algorithm.reason, what
     assert_close(got, want, *limits, what)

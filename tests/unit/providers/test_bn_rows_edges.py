@@ -962,6 +962,45 @@ def test_factor_beyond_float32(dtype, layout, shape, name, isa):
     assert (yb[:, 0] == (max(b0, 0.0) if relu else b0)).all(), what
 
 
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("name", ["training", "training_relu", "inference"])
+@pytest.mark.parametrize("layout,shape", [("first", (2, 4, 5, 8)), ("last", (2, 4, 5, 8)),
+                                          ("last", (2, 100, 2, 3))])
+@pytest.mark.parametrize("dtype", list(KINDS))
+def test_infinite_scale(dtype, layout, shape, name, isa):
+    """scale +inf on channel 0 and -inf on channel 1: y = scale (x - mean) /
+    sqrt(variance + epsilon) + bias is +-inf by the side of the mean as in float64 (the
+    float32 training rows folded the mean's remainder into the bias as inf * 0 = NaN and
+    gave NaN there); the other channels are untouched by it."""
+    kind, dt = KINDS[dtype]
+    rng = np.random.default_rng([shape[1], len(name), kind])
+    c = shape[1]
+    # x never at the channel's mean: the values +-1 +- 0.25 U(0, 1), as many each side
+    side = np.where(rng.uniform(size=shape) < 0.5, -1.0, 1.0)
+    x, xr = laid(side * (1.0 + 0.25 * rng.uniform(size=shape)), dt, layout)
+    scale = rng.uniform(0.5, 1.5, c).astype(np.float32)
+    scale[0], scale[1] = np.inf, -np.inf
+    bias = rng.uniform(-1, 1, c).astype(np.float32)
+    relu = name == "training_relu"
+    what = f"{dtype} {layout} {shape} {name} {isa}"
+    mean64 = xr.mean(axis=(0, 2, 3))
+    var64 = ((xr - chan(mean64)) ** 2).mean(axis=(0, 2, 3))
+    if name == "inference":
+        mean, var = mean64.astype(np.float32), var64.astype(np.float32)
+        y = empty_like_layout(x)
+        k.bn_rows(k.BN_ROWS_INFERENCE, raw(x), raw(y), kind, scale=scale, bias=bias, mean=mean,
+                  variance=var, epsilon=EPS, isa=isa)
+        mean64, var64 = f64(mean), f64(var)
+    else:
+        y, mean, var = _training_rows(x, kind, scale, bias, EPS, isa, True, act=relu)
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = chan(scale) * (xr - chan(mean64)) / np.sqrt(chan(var64) + EPS) + chan(bias)
+    assert np.isinf(want[:, :2]).all(), what       # no x at its channel's mean
+    if relu:
+        want = np.maximum(want, 0.0)
+    assert_close(y, want, *tol("bn_training", dtype), f"{what} y")
+
+
 @pytest.mark.parametrize("engine", ["ONEDNN_ENGINE", "CPU_ENGINE"])
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_engine_training_of_a_tiny_spread(layout, engine):

@@ -313,11 +313,14 @@ class Conv:
         and a dgrad whose dy has at most 14x14 pixels in bfloat16 (0.52-0.91x) or 7x7 in
         float32 (0.66-0.79x; at 14x14 it was 1.03-1.06x, at 28x28 1.06-1.18x in either
         type). Strided 1x1 weight gradients and float32 fprop stay plain (0.95-1.36x).
-        On an AVX2 CPU without AVX-512 (oneDNN's ISA ``avx2*``: ``jit_1x1:avx2`` against
-        its GEMM) a float32 fprop takes the blocked layout too (0.81-0.86x at 512>1024
-        and 1024>2048, 0.97-1.02x at 256>512; PyTorch's NCHW path runs ``jit_1x1:avx2``
-        there), and a float32 dgrad from 14x14 dy pixels (0.75-0.78x; 28x28 1.12-1.17x;
-        2-core AMD EPYC, batch 8 and 32, benchmarking's timings).
+        On an AVX2 CPU without AVX-512 (oneDNN's ISA ``avx2*``), where oneDNN's first
+        blocked kernel is its ``jit_1x1`` and x has at least 256 channels, a float32 fprop
+        takes the blocked layout too (0.81-0.86x at 512>1024 and 1024>2048, 0.97-1.02x at
+        256>512; PyTorch's NCHW path runs ``jit_1x1:avx2`` there), and a float32 dgrad
+        from 14x14 dy pixels (0.75-0.78x; 28x28 1.12-1.17x; 2-core AMD EPYC, batch 8 and
+        32, benchmarking's timings). Not with fewer channels (24>48 and 40>80 at 56x56 took
+        1.5-1.6x the GEMM's time, 100>200 at 28x28 1.24x; 64>128 0.6x) nor where odd
+        pixel counts leave only the generic ``jit`` kernel (1.8-4.4x).
 
         None of this where oneDNN offers an AMX implementation (``_amx``): there the
         blocked layout runs bfloat16 on the AVX-512 kernels, and ``candidates`` puts the
@@ -368,24 +371,43 @@ class Conv:
                 and w.dims[0] <= w.dims[1] and pixels >= 784)
 
     def _strided_1x1(self, conv) -> bool:
-        """``prefers_blocked``'s strided 1x1 exceptions (unpadded, ungrouped): a BFLOAT16
-        fprop, and a FLOAT one on an AVX2 CPU; a dgrad into at least 16 channels whose dy
-        has at most 14x14 pixels (or voxels) in BFLOAT16, or in FLOAT on an AVX2 CPU, 7x7
-        in FLOAT elsewhere."""
+        """``prefers_blocked``'s strided 1x1 exceptions (unpadded, ungrouped):
+        ``_strided_1x1_rule`` names one."""
+        return self._strided_1x1_rule(conv) is not None
+
+    def _strided_1x1_rule(self, conv) -> str | None:
+        """The strided 1x1 exception this problem meets, in words (None: none): a BFLOAT16
+        fprop; a dgrad into at least 16 channels whose dy has at most 14x14 pixels (or
+        voxels) in BFLOAT16, 7x7 in FLOAT; on an AVX2 CPU, where oneDNN's first blocked
+        kernel is ``jit_1x1`` and x has at least 256 channels, a FLOAT fprop and a FLOAT
+        dgrad from at most 14x14 dy pixels."""
         if (conv.groups != 1 or all(s == 1 for s in conv.stride)
                 or any(conv.pre_padding) or any(conv.post_padding)):
-            return False
+            return None
         x = self.match.tensors[self.roles.x]
         # a widened BFLOAT16 runs float32 kernels on copies, as HALF: neither rule measured
         x_type = None if widened(x) else x.data_type
-        avx2 = x_type == DataType.FLOAT and avx2_only()
+        avx2 = (x_type == DataType.FLOAT and x.dims[1] >= 256 and avx2_only()
+                and self._first_blocked().startswith("jit_1x1:"))
+        avx2_why = ("float32 with at least 256 channels on an AVX2 CPU, on oneDNN's "
+                    "jit_1x1 kernel")
         if self.direction == "fprop":
-            return x_type == DataType.BFLOAT16 or avx2
+            return ("bfloat16 fprop" if x_type == DataType.BFLOAT16 else
+                    f"{avx2_why} fprop" if avx2 else None)
         if (self.direction != "dgrad" or x_type not in (DataType.BFLOAT16, DataType.FLOAT)
                 or self.match.tensors[self.roles.w].dims[1] < 16):
-            return False   # (into fewer than 16 channels: as the stem's dgrad, below)
+            return None    # (into fewer than 16 channels: as the stem's dgrad, below)
         pixels = math.prod(self.match.tensors[self.roles.y].dims[2:])
-        return pixels <= (196 if x_type == DataType.BFLOAT16 or avx2 else 49)
+        if x_type == DataType.BFLOAT16:
+            return "bfloat16 dgrad with at most 14x14 dy pixels" if pixels <= 196 else None
+        if pixels <= 49:
+            return "float32 dgrad with at most 7x7 dy pixels"
+        return f"{avx2_why} dgrad with at most 14x14 dy pixels" if avx2 and pixels <= 196 \
+            else None
+
+    def _first_blocked(self) -> str:
+        """The name of oneDNN's first ``+blocked`` implementation here ("" where none)."""
+        return next((name for name, *_ in self.impls if BLOCKED in name), "")
 
     def rule(self, name) -> str | None:
         """``plan.algorithm``'s reason for the default choice ``name`` (None: oneDNN's
@@ -409,13 +431,10 @@ class Conv:
                     "(reordered in and out): on the blocked layout it runs bfloat16 on "
                     "AVX-512 kernels")
         if BLOCKED in name and self._one_by_one():
-            if self._strided_1x1(self.match.params["conv"]):
+            why = self._strided_1x1_rule(self.match.params["conv"])
+            if why is not None:
                 return ("oneDNN's blocked layout (activations reordered in and out) before "
-                        "the user's plain layout for a strided unpadded 1x1 "
-                        + ("bfloat16 fprop (float32 too on an AVX2 CPU)"
-                           if self.direction == "fprop" else
-                           "dgrad with at most 14x14 (bfloat16; float32 on an AVX2 CPU) or "
-                           "7x7 (float32) dy pixels"))
+                        f"the user's plain layout for a strided unpadded 1x1 {why}")
             return ("oneDNN's blocked layout (activations reordered in and out) before the "
                     "user's plain layout for a float32 unit-stride unpadded 1x1 weight "
                     "gradient reducing channels (K <= C) over at least 28x28 pixels")
