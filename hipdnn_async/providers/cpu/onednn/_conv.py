@@ -389,11 +389,10 @@ class Conv:
         x_type = None if widened(x) else x.data_type
         avx2 = (x_type == DataType.FLOAT and x.dims[1] >= 256 and avx2_only()
                 and self._first_blocked().startswith("jit_1x1:"))
-        avx2_why = ("float32 with at least 256 channels on an AVX2 CPU, on oneDNN's "
-                    "jit_1x1 kernel")
+        on_avx2 = "over at least 256 channels on an AVX2 CPU (oneDNN's jit_1x1 kernel)"
         if self.direction == "fprop":
             return ("bfloat16 fprop" if x_type == DataType.BFLOAT16 else
-                    f"{avx2_why} fprop" if avx2 else None)
+                    f"float32 fprop {on_avx2}" if avx2 else None)
         if (self.direction != "dgrad" or x_type not in (DataType.BFLOAT16, DataType.FLOAT)
                 or self.match.tensors[self.roles.w].dims[1] < 16):
             return None    # (into fewer than 16 channels: as the stem's dgrad, below)
@@ -402,8 +401,8 @@ class Conv:
             return "bfloat16 dgrad with at most 14x14 dy pixels" if pixels <= 196 else None
         if pixels <= 49:
             return "float32 dgrad with at most 7x7 dy pixels"
-        return f"{avx2_why} dgrad with at most 14x14 dy pixels" if avx2 and pixels <= 196 \
-            else None
+        return (f"float32 dgrad with at most 14x14 dy pixels {on_avx2}"
+                if avx2 and pixels <= 196 else None)
 
     def _first_blocked(self) -> str:
         """The name of oneDNN's first ``+blocked`` implementation here ("" where none)."""
