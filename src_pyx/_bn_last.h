@@ -128,7 +128,9 @@ static inline void hd_bnl_fence(void) {
 /* Per element kind K: s0[c] += the float32 tile sums acc (hd_bnl_sum), those of the
  * channels where they are not finite taken again in float64 over the tile; y of the
  * channels whose factor a64[c] overflows float32 or is infinite (hd_bn_y64: there b[c]
- * is training's bias without the mean's remainder) or that are wide
+ * is training's bias without the mean's remainder, and the mean its float64 m64[c]
+ * where m64 is given, so that x on the float32 mean's side takes the float64 one's
+ * infinity) or that are wide
  * (wide[c] != 0: hd_bn_wide), in float64 with the mean m and bias b, over the pixels
  * [r0, r1) of a job (after the float32 pass wrote them). */
 #define HD_BN_LAST_SLOW(K)                                                                 \
@@ -174,8 +176,8 @@ static inline void hd_bnl_fence(void) {
     }                                                                                      \
     HD_BN_UNUSED static void hd_bnl_fix_##K(const hd_bn_job* j, ptrdiff_t xp, ptrdiff_t yp, \
                                             ptrdiff_t r0, ptrdiff_t r1, const float* m,    \
-                                            const double* a64, const float* b,             \
-                                            const float* wide) {                           \
+                                            const double* m64, const double* a64,          \
+                                            const float* b, const float* wide) {           \
         const HD_TYPE_##K* x = (const HD_TYPE_##K*)j->x;                                   \
         HD_TYPE_##K* y = (HD_TYPE_##K*)j->y;                                               \
         const ptrdiff_t S = j->S;                                                          \
@@ -185,8 +187,9 @@ static inline void hd_bnl_fence(void) {
             if (hd_bn_y64(a64[c]) || (wide != NULL && wide[c] != 0.0f))                    \
                 HD_BN_LAST_FOR_TILES(r0, r1, S, n, s, P)                                   \
                     hd_bn_affine64_##K(x + n * j->xn + s * xp + c, xp,                     \
-                                       y + n * j->yn + s * yp + c, yp, P, m[c], a64[c],    \
-                                       b[c], j->act, j->lo, j->hi);                        \
+                                       y + n * j->yn + s * yp + c, yp, P,                  \
+                                       m64 && !hd_bn_finite(a64[c]) ? m64[c] : m[c],       \
+                                       a64[c], b[c], j->act, j->lo, j->hi);                \
     }
 
 /* Tile functions: P pixels (<= HD_BN_FLUSH) at pixel strides xp, yp, gp, over C channels;
@@ -453,7 +456,7 @@ static inline ptrdiff_t hd_bnl_tile(ptrdiff_t r, ptrdiff_t r1, ptrdiff_t S) {
             HD_BN_LAST_FOR_TILES(r0, r1, S, n, s, P)                                       \
                 hd_bnl_affine_##KS(x + n * j->xn + s * xp, xp, y + n * j->yn + s * yp, yp, \
                                    P, j->mean, fa, j->bias, C, j->act, j->lo, j->hi);      \
-            if (big) hd_bnl_fix_##K(j, xp, yp, r0, r1, j->mean, a64, j->bias, NULL);       \
+            if (big) hd_bnl_fix_##K(j, xp, yp, r0, r1, j->mean, NULL, a64, j->bias, NULL); \
         } else if (j->op == HD_BN_TRAINING) {                                              \
             double mean, dm, var;                                                          \
             int big = 0, two;                                                              \
@@ -534,6 +537,7 @@ static inline ptrdiff_t hd_bnl_tile(ptrdiff_t r, ptrdiff_t r1, ptrdiff_t S) {
                  * rows: y = (x - fm) a + (bias - a (mean - fm)) */                        \
                 r_ = hd_bn_finite(a64[c]) ? a64[c] * dm : 0.0; /* inf: y in float64 */      \
                 k3[c] = r_ == 0.0 ? j->bias[c] : (float)((double)j->bias[c] - r_); /* -0.0 */ \
+                d1[c] = mean;                    /* hd_bnl_fix_*'s of an infinite a */      \
                 big |= hd_bn_y64(a64[c]) || f1[c] != 0.0f;                                 \
                 if (ithr == 0) {                                                           \
                     j->mean_out[c] = (float)mean;                                          \
@@ -547,7 +551,7 @@ static inline ptrdiff_t hd_bnl_tile(ptrdiff_t r, ptrdiff_t r1, ptrdiff_t S) {
             HD_BN_LAST_FOR_TILES(r0, r1, S, n, s, P)                                       \
                 hd_bnl_affine_##KS(x + n * j->xn + s * xp, xp, y + n * j->yn + s * yp, yp, \
                                    P, fm, fa, k3, C, j->act, j->lo, j->hi);                \
-            if (big) hd_bnl_fix_##K(j, xp, yp, r0, r1, fm, a64, k3, f1);                   \
+            if (big) hd_bnl_fix_##K(j, xp, yp, r0, r1, fm, d1, a64, k3, f1);               \
         } else {                                                                           \
             const float* b = j->act ? j->bias : k3;                                        \
             int xh = 0;                          /* a k2 of xhat (hd_bn_folds) */          \

@@ -112,10 +112,11 @@ HD_INLINE int hd_bn_overflows(double v) {
     return hd_bn_finite(v) && f - f != 0.0f;
 }
 
-/* Whether training's factor a = scale / sqrt(variance + epsilon) has its y taken in
- * float64 (hd_bn_affine64_*): a overflows float32 (hd_bn_overflows), or is infinite (an
- * infinite scale), where the float32 rows' bias, which takes the float64 mean's remainder
- * a (mean - mf), came out inf * 0 = NaN (y NaN where float64 gives +-inf). */
+/* Whether a factor a (training's scale / sqrt(variance + epsilon), backward's k1 = scale
+ * inv_variance) has its channel's y or dx taken in float64 (hd_bn_affine64_*,
+ * hd_bn_dx64_*): a overflows float32 (hd_bn_overflows), or is infinite (an infinite
+ * scale), where the float32 rows gave NaN for float64's +-inf (training's bias takes the
+ * mean's remainder a (mean - mf): inf * 0; backward's k1 g + k2 t + k3: inf - inf). */
 HD_INLINE int hd_bn_y64(double a) {
     const float f = (float)a;
     return f - f != 0.0f && a == a;
@@ -147,7 +148,9 @@ HD_INLINE int hd_bn_dx_factors(double sc, double inv, double sg, double sgd, dou
     *fold = hd_bn_folds(*k2);
     if (!*fold) *k2 = -*k1 * dscale / M;
     *k3 = -*k1 * sg / M;
-    return hd_bn_overflows(*k1) || hd_bn_overflows(*k2) || hd_bn_overflows(*k3);
+    /* k1 infinite (an infinite scale): k1 g + k2 t + k3 is inf - inf = NaN in float32,
+     * where float64 gives +-inf */
+    return hd_bn_y64(*k1) || hd_bn_overflows(*k2) || hd_bn_overflows(*k3);
 }
 
 /* The slow paths of one element kind K, in float64 (see the top of this file), on n

@@ -19,6 +19,7 @@ no CUDA GPU.
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import shutil
 
 import pytest
@@ -152,7 +153,8 @@ def test_graph_capture_launch_and_update(shim_gpu):
     assert r["first_ok"] and r["updated"] and r["second_ok"], r
 
 
-@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+@pytest.mark.parametrize("backend", ["asyncio", pytest.param("trio", marks=pytest.mark.skipif(
+    importlib.util.find_spec("trio") is None, reason="trio is not installed"))])
 def test_gpu_stream_backend_over_hip(shim_gpu, backend):
     proc, _ = shim_gpu
     r = proc.call(_sc().queue_case, False, backend, 64, 4 * MIB, 256 * MIB)

@@ -1001,6 +1001,63 @@ def test_infinite_scale(dtype, layout, shape, name, isa):
     assert_close(y, want, *tol("bn_training", dtype), f"{what} y")
 
 
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("layout", ["first", "last"])
+def test_infinite_scale_at_the_float32_mean(layout, isa):
+    """x equal to the float32 rounding of its channel's mean but below the float64 mean
+    (0.2f = 0.20000000298 against 0.2000000055, found by a break-it helper): scale +inf
+    gives -inf there as in float64 (the channels-last rows took the float32 mean's side:
+    NaN)."""
+    xv = np.zeros((1, 2, 6, 1))
+    xv[0, 0, :, 0] = np.float32([0.1, 0.2, 0.3, 0.2, 0.1, 0.3])
+    xv[0, 1, :, 0] = [1, 2, 3, 3, 2, 1]
+    x, xr = laid(xv, np.dtype(np.float32), layout)
+    scale, bias = np.float32([np.inf, 1.0]), np.zeros(2, np.float32)
+    y, mean, _ = _training_rows(x, 0, scale, bias, EPS, isa, True)
+    m = xr.mean(axis=(0, 2, 3))
+    assert np.float32(m[0]) == np.float32(0.2) and np.float32(0.2) < m[0]   # the edge
+    with np.errstate(invalid="ignore"):
+        want = chan(scale) * (xr - chan(m)) / np.sqrt(chan(xr.var(axis=(0, 2, 3))) + EPS)
+    assert_close(y, want, *tol("bn_training", "float32"), f"{layout} {isa}")
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("act", [False, True], ids=["plain", "drelu"])
+@pytest.mark.parametrize("layout,shape", [("first", (2, 4, 3, 3)), ("last", (2, 4, 3, 3)),
+                                          ("last", (2, 100, 2, 3))])
+@pytest.mark.parametrize("dtype", list(KINDS))
+def test_backward_of_an_infinite_scale(dtype, layout, shape, act, isa):
+    """scale +inf and -inf on channels 0 and 1: dx = scale inv / M (M g - sum g - xhat
+    dscale) is +-inf as in float64 (the float32 rows' k1 g + k2 xhat + k3 was inf - inf =
+    NaN: found by a break-it helper), the other channels as before."""
+    kind, dt = KINDS[dtype]
+    rng = np.random.default_rng([shape[1], kind, act])
+    c = shape[1]
+    x, xr = laid(rng.standard_normal(shape), dt, layout)
+    dy, g = laid(rng.standard_normal(shape), dt, layout)
+    mean = xr.mean(axis=(0, 2, 3)).astype(np.float32)
+    inv = (1 / np.sqrt(xr.var(axis=(0, 2, 3)) + EPS)).astype(np.float32)
+    scale = rng.uniform(0.5, 1.5, c).astype(np.float32)
+    scale[0], scale[1] = np.inf, -np.inf
+    bias = rng.uniform(-0.5, 0.5, c).astype(np.float32)
+    dx = empty_like_layout(x)
+    ds, db = np.full(c, np.nan, np.float32), np.full(c, np.nan, np.float32)
+    k.bn_rows(k.BN_ROWS_BACKWARD, raw(x), raw(dx), kind, dy=raw(dy), scale=scale, mean=mean,
+              inv_variance=inv, dscale=ds, dbias=db, act=act, bias=bias if act else None,
+              isa=isa)
+    xhat = (xr - chan(mean)) * chan(inv)
+    with np.errstate(invalid="ignore", over="ignore"):
+        if act:      # RELU_BWD of the recomputed forward: +-inf there, by xhat's sign
+            yb = chan(scale) * xhat + chan(bias)
+            g = np.where(yb > 0, g, 0.0)
+        m = g[:, :1].size
+        sg, sgd = g.sum(axis=(0, 2, 3)), (g * xhat).sum(axis=(0, 2, 3))
+        want = chan(scale * inv / m) * (m * g - chan(sg) - xhat * chan(sgd))
+    what = f"{dtype} {layout} {shape} {'drelu' if act else 'plain'} {isa}"
+    assert np.isinf(want[:, :2]).any(), what
+    assert_close(dx, want, *tol("bn_backward", dtype), f"{what} dx")
+
+
 @pytest.mark.parametrize("engine", ["ONEDNN_ENGINE", "CPU_ENGINE"])
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_engine_training_of_a_tiny_spread(layout, engine):
@@ -1050,7 +1107,7 @@ def test_training_where_x_minus_mean_is_beyond_flt_max(dtype, layout, shape, isa
     (+0.82, -1.22) is finite; those channels' y are taken in float64 (they came out -inf:
     found by a break-it helper; PyTorch gives NaN there)."""
     kind, dt = KINDS[dtype]
-    top = float(np.finfo(dt).max)
+    top = float(ml_dtypes.finfo(dt).max)   # (NumPy's finfo takes no bfloat16 with some ml_dtypes)
     xv = np.random.default_rng(len(shape)).standard_normal(shape)
     xv[:3, :-1] = top
     xv[3:, :-1] = -top

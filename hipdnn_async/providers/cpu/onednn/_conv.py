@@ -319,8 +319,9 @@ class Conv:
         256>512; PyTorch's NCHW path runs ``jit_1x1:avx2`` there), and a float32 dgrad
         from 14x14 dy pixels (0.75-0.78x; 28x28 1.12-1.17x; 2-core AMD EPYC, batch 8 and
         32, benchmarking's timings). Not with fewer channels (24>48 and 40>80 at 56x56 took
-        1.5-1.6x the GEMM's time, 100>200 at 28x28 1.24x; 64>128 0.6x) nor where odd
-        pixel counts leave only the generic ``jit`` kernel (1.8-4.4x).
+        1.5-1.6x the GEMM's time, 100>200 at 28x28 1.24x; 64>128 0.6x; 256>16 1.22-1.6x,
+        256>32 0.85x) nor where odd pixel counts leave only the generic ``jit`` kernel
+        (1.8-4.4x; so neither for the 7x7 float32 dgrad, 1.8-3.6x there).
 
         None of this where oneDNN offers an AMX implementation (``_amx``): there the
         blocked layout runs bfloat16 on the AVX-512 kernels, and ``candidates`` puts the
@@ -378,18 +379,21 @@ class Conv:
     def _strided_1x1_rule(self, conv) -> str | None:
         """The strided 1x1 exception this problem meets, in words (None: none): a BFLOAT16
         fprop; a dgrad into at least 16 channels whose dy has at most 14x14 pixels (or
-        voxels) in BFLOAT16, 7x7 in FLOAT; on an AVX2 CPU, where oneDNN's first blocked
-        kernel is ``jit_1x1`` and x has at least 256 channels, a FLOAT fprop and a FLOAT
-        dgrad from at most 14x14 dy pixels."""
+        voxels) in BFLOAT16, 7x7 in FLOAT (not on oneDNN's generic ``jit`` kernel); on an
+        AVX2 CPU, where oneDNN's first blocked kernel is ``jit_1x1``, x has at least 256
+        channels and y at least 32, a FLOAT fprop and a FLOAT dgrad from at most 14x14 dy
+        pixels."""
         if (conv.groups != 1 or all(s == 1 for s in conv.stride)
                 or any(conv.pre_padding) or any(conv.post_padding)):
             return None
         x = self.match.tensors[self.roles.x]
         # a widened BFLOAT16 runs float32 kernels on copies, as HALF: neither rule measured
         x_type = None if widened(x) else x.data_type
-        avx2 = (x_type == DataType.FLOAT and x.dims[1] >= 256 and avx2_only()
+        k = self.match.tensors[self.roles.w].dims[0]
+        avx2 = (x_type == DataType.FLOAT and x.dims[1] >= 256 and k >= 32 and avx2_only()
                 and self._first_blocked().startswith("jit_1x1:"))
-        on_avx2 = "over at least 256 channels on an AVX2 CPU (oneDNN's jit_1x1 kernel)"
+        on_avx2 = ("from at least 256 channels into at least 32 on an AVX2 CPU (oneDNN's "
+                   "jit_1x1 kernel)")
         if self.direction == "fprop":
             return ("bfloat16 fprop" if x_type == DataType.BFLOAT16 else
                     f"float32 fprop {on_avx2}" if avx2 else None)
@@ -399,7 +403,9 @@ class Conv:
         pixels = math.prod(self.match.tensors[self.roles.y].dims[2:])
         if x_type == DataType.BFLOAT16:
             return "bfloat16 dgrad with at most 14x14 dy pixels" if pixels <= 196 else None
-        if pixels <= 49:
+        if pixels <= 49 and not self._first_blocked().startswith("jit:"):
+            # (not on oneDNN's generic blocked kernel, all that odd dx sizes leave: 1.8-3.6x
+            # the GEMM's time on AVX2)
             return "float32 dgrad with at most 7x7 dy pixels"
         return (f"float32 dgrad with at most 14x14 dy pixels {on_avx2}"
                 if avx2 and pixels <= 196 else None)
