@@ -1170,6 +1170,18 @@ HD_AVX2 static inline double hd_bn_hsum_avx2(__m256 a0, __m256 a1, __m256 a2, __
     const __m128d h = _mm_add_pd(_mm256_castpd256_pd128(s), _mm256_extractf128_pd(s, 1));
     return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
 }
+/* one vector d of deviations into the sums' accumulators (hd_bn_sums_*): *a += d (square
+ * 1: d^2), and with square 2 also *b += d^2 */
+HD_AVX2 static inline __attribute__((always_inline)) void hd_bn_acc_avx2(int square, __m256 d,
+                                                                         __m256* a,
+                                                                         __m256* b) {
+    if (square == 1) {
+        *a = _mm256_fmadd_ps(d, d, *a);
+        return;
+    }
+    *a = _mm256_add_ps(*a, d);
+    if (square == 2) *b = _mm256_fmadd_ps(d, d, *b);
+}
 /* the lanes of the first n of 16 elements (all ones), the lane order given by l0..l15 */
 #define HD_BN_KEEP_AVX2(n, klo_, khi_, l0, l1, l2, l3, l4, l5, l6, l7, h0, h1, h2, h3, h4, \
                         h5, h6, h7)                                                        \
@@ -1250,23 +1262,10 @@ HD_AVX2 static inline double hd_bn_hsum_avx2(__m256 a0, __m256 a1, __m256 a2, __
             HD_BN_LD16_##K(x + i + 16, x0, x1);                                            \
             d2 = _mm256_sub_ps(x0, vm);                                                    \
             d3 = _mm256_sub_ps(x1, vm);                                                    \
-            if (square == 1) {                                                             \
-                a0 = _mm256_fmadd_ps(d0, d0, a0);                                          \
-                a1 = _mm256_fmadd_ps(d1, d1, a1);                                          \
-                a2 = _mm256_fmadd_ps(d2, d2, a2);                                          \
-                a3 = _mm256_fmadd_ps(d3, d3, a3);                                          \
-            } else {                                                                       \
-                a0 = _mm256_add_ps(a0, d0);                                                \
-                a1 = _mm256_add_ps(a1, d1);                                                \
-                a2 = _mm256_add_ps(a2, d2);                                                \
-                a3 = _mm256_add_ps(a3, d3);                                                \
-                if (square == 2) {                                                         \
-                    b0 = _mm256_fmadd_ps(d0, d0, b0);                                      \
-                    b1 = _mm256_fmadd_ps(d1, d1, b1);                                      \
-                    b2 = _mm256_fmadd_ps(d2, d2, b2);                                      \
-                    b3 = _mm256_fmadd_ps(d3, d3, b3);                                      \
-                }                                                                          \
-            }                                                                              \
+            hd_bn_acc_avx2(square, d0, &a0, &b0);                                          \
+            hd_bn_acc_avx2(square, d1, &a1, &b1);                                          \
+            hd_bn_acc_avx2(square, d2, &a2, &b2);                                          \
+            hd_bn_acc_avx2(square, d3, &a3, &b3);                                          \
         }                                                                                  \
         for (; i < S; i += 16) {   /* a full step of 16 and a masked one, or a masked one */ \
             __m256 d0, d1;                                                                 \
@@ -1287,17 +1286,8 @@ HD_AVX2 static inline double hd_bn_hsum_avx2(__m256 a0, __m256 a1, __m256 a2, __
                 d0 = _mm256_and_ps(_mm256_sub_ps(x0, vm), k0);                             \
                 d1 = _mm256_and_ps(_mm256_sub_ps(x1, vm), k1);                             \
             }                                                                              \
-            if (square == 1) {                                                             \
-                a0 = _mm256_fmadd_ps(d0, d0, a0);                                          \
-                a1 = _mm256_fmadd_ps(d1, d1, a1);                                          \
-            } else {                                                                       \
-                a0 = _mm256_add_ps(a0, d0);                                                \
-                a1 = _mm256_add_ps(a1, d1);                                                \
-                if (square == 2) {                                                         \
-                    b0 = _mm256_fmadd_ps(d0, d0, b0);                                      \
-                    b1 = _mm256_fmadd_ps(d1, d1, b1);                                      \
-                }                                                                          \
-            }                                                                              \
+            hd_bn_acc_avx2(square, d0, &a0, &b0);                                          \
+            hd_bn_acc_avx2(square, d1, &a1, &b1);                                          \
         }                                                                                  \
         t = hd_bn_hsum_avx2(a0, a1, a2, a3) + tt;                                          \
         if (square == 2) {                                                                 \
