@@ -239,33 +239,41 @@ def _graph(hd, direction, layout, xd, wd, stride=(1, 1), padding=0, dtype="float
     return g
 
 
-@pytest.mark.parametrize("direction,xd,wd,stride,padding,blocked", [
-    ("fprop", (2, 64, 14, 14), (64, 64, 3, 3), (1, 1), 1, True),      # res2 3x3
-    ("dgrad", (2, 64, 14, 14), (64, 64, 3, 3), (1, 1), 1, True),
-    ("wgrad", (2, 64, 14, 14), (64, 64, 3, 3), (1, 1), 1, True),
-    ("fprop", (2, 64, 14, 14), (32, 64, 1, 1), (1, 1), 0, False),     # 1x1: one GEMM
-    ("wgrad", (2, 64, 14, 14), (32, 64, 1, 1), (1, 1), 0, False),
-    ("wgrad", (2, 64, 28, 28), (32, 64, 1, 1), (1, 1), 0, True),      # 1x1 reducing C at 28x28
-    ("wgrad", (2, 64, 28, 28), (64, 64, 1, 1), (1, 1), 0, True),
-    ("wgrad", (2, 32, 28, 28), (64, 32, 1, 1), (1, 1), 0, False),     # widening
-    ("wgrad", (2, 64, 28, 28), (32, 64, 1, 1), (2, 2), 0, False),     # strided
-    ("fprop", (2, 64, 28, 28), (32, 64, 1, 1), (1, 1), 0, False),
-    ("dgrad", (2, 32, 14, 14), (32, 32, 3, 3), (2, 2), 1, True),      # strided dgrad
-    ("fprop", (1, 3, 32, 32), (16, 3, 7, 7), (2, 2), 3, True),        # the stem, C = 3
-    ("wgrad", (1, 3, 32, 32), (16, 3, 7, 7), (2, 2), 3, True),
-    ("dgrad", (1, 3, 32, 32), (16, 3, 7, 7), (2, 2), 3, False),       # into the stem's C = 3
-    ("dgrad", (1, 3, 32, 32), (16, 3, 3, 3), (1, 1), 1, True),        # unstrided
+# (direction, x dims, w dims, stride, padding, blocked; on an AVX2 CPU without AVX-512:
+# blocked there, and whether an AVX2 rule of ``_avx2.preference`` gives the reason)
+@pytest.mark.parametrize("direction,xd,wd,stride,padding,blocked,blocked_avx2,avx2_rule", [
+    ("fprop", (2, 64, 14, 14), (64, 64, 3, 3), (1, 1), 1, True, True, False),  # res2 3x3
+    ("dgrad", (2, 64, 14, 14), (64, 64, 3, 3), (1, 1), 1, True, True, False),
+    ("wgrad", (2, 64, 14, 14), (64, 64, 3, 3), (1, 1), 1, True, True, False),
+    ("fprop", (2, 64, 14, 14), (32, 64, 1, 1), (1, 1), 0, False, False, False),  # one GEMM
+    ("wgrad", (2, 64, 14, 14), (32, 64, 1, 1), (1, 1), 0, False, False, True),
+    # 1x1 reducing C at 28x28: blocked on AVX-512, the plain GEMM on AVX2
+    ("wgrad", (2, 64, 28, 28), (32, 64, 1, 1), (1, 1), 0, True, False, True),
+    ("wgrad", (2, 64, 28, 28), (64, 64, 1, 1), (1, 1), 0, True, False, True),
+    ("wgrad", (2, 32, 28, 28), (64, 32, 1, 1), (1, 1), 0, False, False, True),   # widening
+    ("wgrad", (2, 64, 28, 28), (32, 64, 1, 1), (2, 2), 0, False, False, False),  # strided
+    ("fprop", (2, 64, 28, 28), (32, 64, 1, 1), (1, 1), 0, False, False, False),
+    ("dgrad", (2, 32, 14, 14), (32, 32, 3, 3), (2, 2), 1, True, True, False),  # strided dgrad
+    ("fprop", (1, 3, 32, 32), (16, 3, 7, 7), (2, 2), 3, True, True, False),    # the stem
+    ("wgrad", (1, 3, 32, 32), (16, 3, 7, 7), (2, 2), 3, True, True, False),
+    ("dgrad", (1, 3, 32, 32), (16, 3, 7, 7), (2, 2), 3, False, False, False),  # into C = 3
+    ("dgrad", (1, 3, 32, 32), (16, 3, 3, 3), (1, 1), 1, True, True, False),    # unstrided
 ])
-def test_default_choice_rule(device, direction, xd, wd, stride, padding, blocked):
+def test_default_choice_rule(device, direction, xd, wd, stride, padding, blocked,
+                             blocked_avx2, avx2_rule):
     import hipdnn_async as hd
     plan = device.build_sync(_graph(hd, direction, "NCHW", xd, wd, stride, padding),
                              engine=ONEDNN)
     names = [n for n, _ in plan.algorithm.trials]
+    avx2_rule = avx2_rule and avx2_only_here()
+    if avx2_only_here():
+        blocked = blocked_avx2
     # (a blocked candidate where the rule takes it; oneDNN 3.2 on AVX2 offers none into
     # the stem's 3 channels, where the rule declines it anyway)
     assert any(BLOCKED in n for n in names) or not blocked, names
     assert (BLOCKED in str(plan.algorithm)) == blocked, (plan.algorithm, names)
-    if not blocked:
+    assert ("on AVX2" in plan.algorithm.reason) == avx2_rule, plan.algorithm.reason
+    if not blocked and not avx2_rule:
         assert "oneDNN's own preference order, rank 1" in plan.algorithm.reason
 
 
@@ -277,7 +285,11 @@ def test_the_1x1_weight_gradient_exception_is_float32_only(device, dtype):
                                     dtype=dtype), engine=ONEDNN)
     assert BLOCKED not in str(plan.algorithm), plan.algorithm
     assert "+nhwc" not in str(plan.algorithm), plan.algorithm
-    assert "oneDNN's own preference order, rank 1" in plan.algorithm.reason
+    # on AVX2 the plain GEMM comes first for every unit-stride 1x1 weight gradient from
+    # 14x14 pixels up, in any type computed in float32 (``_avx2``)
+    want = ("weight gradient over at least 14x14 pixels on AVX2" if avx2_only_here()
+            else "oneDNN's own preference order, rank 1")
+    assert want in plan.algorithm.reason, plan.algorithm.reason
 
 
 def test_a_padded_1x1_weight_gradient_keeps_the_plain_gemm(device):
@@ -295,6 +307,12 @@ def test_the_1x1_exception_names_its_own_reason(device):
     import hipdnn_async as hd
     plan = device.build_sync(_graph(hd, "wgrad", "NCHW", (2, 64, 28, 28), (32, 64, 1, 1)),
                              engine=ONEDNN)
+    if avx2_only_here():
+        # the AVX2 rule: the plain GEMM (0.77-0.89x the blocked jit_1x1's time there)
+        assert plan.algorithm.startswith("x64:gemm") and BLOCKED not in plan.algorithm
+        assert "1x1 weight gradient over at least 14x14 pixels on AVX2" in \
+            plan.algorithm.reason, plan.algorithm.reason
+        return
     assert BLOCKED in plan.algorithm, plan.algorithm
     assert "1x1 weight gradient reducing channels" in plan.algorithm.reason
     assert "larger than 1x1" not in plan.algorithm.reason

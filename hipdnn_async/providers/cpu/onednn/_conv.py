@@ -13,6 +13,7 @@ from ....runtime import load_onednn
 from ... import _tuning
 from .. import _batchnorm, _kernels
 from ...._layout import packed_strides
+from ._avx2 import avx2_only, preference as avx2_preference
 from ._program import (ProgramSpec, any_md, channel_like, channels_last_md, compute_type,
                        decline, dnnl, dnnl_type, is_native, memory_order, packed_md, staged,
                        user_md, widened)
@@ -431,6 +432,9 @@ class Conv:
                    "the first unguarded candidate recomputes y (oneDNN 3.2's AMX jit "
                    "forward kernel spreads them to outputs whose windows do not hold them)")
             return why if base is None else f"{base}; {why}"
+        avx2 = avx2_preference(self)
+        if avx2 is not None and avx2.matches(name):
+            return avx2.why
         if AMX in name and self._amx_first() and ("+nhwc" in name or BLOCKED in name):
             return ("oneDNN's AMX implementations first, on copies of the activations "
                     "(reordered in and out): on the blocked layout it runs bfloat16 on "
@@ -477,6 +481,10 @@ class Conv:
             # (a padded 1x1 on channels-last copies took 2.8x its time)
             one = self._one_by_one()
             cands.sort(key=lambda c: (BLOCKED not in c.name, one or "+nhwc" not in c.name))
+        avx2 = avx2_preference(self)
+        if avx2 is not None:
+            # stable: the preferred implementation (and its +relu twin) first on AVX2
+            cands.sort(key=lambda c: not avx2.matches(c.name))
         if any(self.fused) and self._small():
             cands = _post_ops_first(cands)
         return cands
@@ -684,13 +692,6 @@ def _post_ops_first(cands) -> list:
 def relu_post_ops() -> list:
     """RELU_FWD without clips as (eltwise algorithm, alpha, beta) post-ops (see above)."""
     return [(dnnl.ELTWISE_ELU, 0.0, 0.0), (dnnl.ELTWISE_LINEAR, 1.0, 0.0)]
-
-
-def avx2_only() -> bool:
-    """Whether oneDNN runs AVX2 kernels at most here (its ISA ``avx2``, ``avx2_vnni``...:
-    a CPU without AVX-512), where some of ``Conv.prefers_blocked``'s rules differ."""
-    state = load_onednn()
-    return state.ok and str(state.isa).startswith("avx2")
 
 
 def clips_are_relu(clips) -> bool:

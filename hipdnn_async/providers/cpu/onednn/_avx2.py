@@ -1,0 +1,124 @@
+"""The default convolution implementation on an AVX2 CPU without AVX-512 (oneDNN's ISA
+``avx2``, ``avx2_vnni``...), where oneDNN 3.2's own order and ``Conv.prefers_blocked``'s
+AVX-512 rules leave a slower one first.
+
+Each rule names the implementation (a prefix of oneDNN's name) and the layout variant that
+``Conv._ordered`` moves first where both exist. They hold for float32 kernels (FLOAT, and
+the HALF and BFLOAT16 I/O that runs them on float32 copies) without groups or dilation. Measured on a
+2-core AMD EPYC (AVX2 + FMA), oneDNN 3.2, ResNet-50's convolutions at batch 8, two threads:
+every candidate of one problem built as a whole plan (reorders included) and timed
+interleaved, the best of 5-7 calls each; the figures are the preferred candidate's time
+over that of the one it displaces."""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+from ....runtime import load_onednn
+from ._program import compute_type, dnnl
+
+__all__ = ["Preference", "avx2_only", "preference"]
+
+# multiply-adds per y element (C / groups x the kernel's taps) from which NCHW forward
+# takes channels-last copies on brgconv (rule ``_nchw_fprop``)
+NHWC_FPROP_MACS = 1024
+
+
+def avx2_only() -> bool:
+    """Whether oneDNN runs AVX2 kernels at most here (its ISA ``avx2``, ``avx2_vnni``...:
+    a CPU without AVX-512)."""
+    state = load_onednn()
+    return state.ok and str(state.isa).startswith("avx2")
+
+
+class Preference(NamedTuple):
+    """The candidate a rule puts first: oneDNN's implementation name starts with
+    ``kernel``, on the layout variant ``layout`` ("" for the user's own layout, else
+    ``"+nhwc"`` or ``"+blocked"``); ``why`` is ``plan.algorithm``'s reason."""
+
+    kernel: str
+    layout: str
+    why: str
+
+    def matches(self, name: str) -> bool:
+        layout = next((v for v in ("+nhwc", "+blocked") if v in name), "")
+        return name.startswith(self.kernel) and layout == self.layout
+
+
+def preference(conv) -> Preference | None:
+    """The AVX2 rule ``conv`` (a ``Conv``) meets, or None (also off AVX2, on grouped
+    convolutions and on kernels other than float32)."""
+    t = conv.match.tensors
+    x, w, y = t[conv.roles.x], t[conv.roles.w], t[conv.roles.y]
+    if (conv.match.params["conv"].groups != 1 or compute_type(x) != dnnl.DATA_F32
+            or not avx2_only()):
+        return None
+    stride, dilation, pre, post = conv.geometry
+    if any(dilation) or len(x.dims) != 4:      # measured on 2-D, undilated only
+        return None
+    # an unpadded 1x1 (a padded one has no jit_1x1 kernel: none of these rules measured)
+    one = all(d == 1 for d in w.dims[2:]) and not any(pre) and not any(post)
+    if all(d == 1 for d in w.dims[2:]) and not one:
+        return None
+    channels_last = x.strides[1] == 1 and y.strides[1] == 1
+    rule = _channels_last if channels_last else _nchw
+    return rule(conv.direction, one, stride, x, w, y)
+
+
+def _pixels(tensor) -> int:
+    return math.prod(tensor.dims[2:])
+
+
+def _channels_last(direction, one, stride, x, w, y) -> Preference | None:
+    strided = any(s != 1 for s in stride)
+    if direction == "fprop" and one:
+        return Preference("jit_1x1:avx2", "", (
+            "oneDNN's jit_1x1 before its brgconv_1x1 for a float32 1x1 fprop on AVX2 "
+            "(0.63-0.99x its time at ResNet-50's 1x1 convolutions, strided ones too)"))
+    if direction == "dgrad" and one and _pixels(x) >= 56 * 56:
+        return Preference("jit_1x1:avx2", "", (
+            "oneDNN's jit_1x1 before its brgconv kernels for a float32 1x1 dgrad into at "
+            "least 56x56 pixels on AVX2 (0.61-0.98x their time; into 28x28 and fewer "
+            "0.96-1.12x)"))
+    if direction == "dgrad" and strided and w.dims[1] < 16:
+        return Preference("x64:gemm", "", (
+            "oneDNN's GEMM convolution before its brgconv_strided for a float32 strided "
+            "dgrad into fewer than 16 channels on AVX2 (0.58x its time at ResNet-50's "
+            "7x7/2 stem)"))
+    if (direction == "wgrad" and not one and x.dims[1] >= 16
+            and (strided or _pixels(y) <= 14 * 14)):
+        return Preference("x64:gemm", "", (
+            "oneDNN's GEMM convolution before its jit kernel for a float32 weight gradient "
+            "of a kernel larger than 1x1 from at least 16 channels, strided or into at "
+            "most 14x14 dy pixels, on AVX2 (0.79-0.96x its time; unit-stride 3x3 at 28x28 "
+            "and 56x56 1.1-1.24x, the 7x7/2 stem over 3 channels 1.14x)"))
+    return None
+
+
+def _nchw(direction, one, stride, x, w, y) -> Preference | None:
+    strided = any(s != 1 for s in stride)
+    if direction == "fprop" and not one and math.prod(w.dims[1:]) >= NHWC_FPROP_MACS:
+        return Preference("brgconv:avx2", "+nhwc", (
+            "channels-last copies on oneDNN's brgconv (activations reordered in and out) "
+            "before the blocked layout for a float32 fprop of at least "
+            f"{NHWC_FPROP_MACS} multiply-adds per y element (C x taps) on AVX2 (0.80-0.99x "
+            "its time at ResNet-50's 3x3 convolutions over 128-512 channels; over 64, "
+            "1.03-1.05x)"))
+    if not one or strided:
+        return None
+    if direction == "dgrad" and _pixels(x) <= 14 * 14:
+        return Preference("jit_1x1:avx2", "+blocked", (
+            "oneDNN's blocked layout on its jit_1x1 (activations reordered in and out) "
+            "before the plain GEMM for a float32 unit-stride 1x1 dgrad into at most "
+            "14x14 pixels on AVX2 (0.44-0.58x its time; into 28x28 1.06x)"))
+    if direction == "fprop" and _pixels(x) <= 7 * 7:
+        return Preference("jit_1x1:avx2", "+blocked", (
+            "oneDNN's blocked layout on its jit_1x1 (activations reordered in and out) "
+            "before the plain GEMM for a float32 unit-stride 1x1 fprop over at most 7x7 "
+            "pixels on AVX2 (0.88x its time; over 14x14 1.04x)"))
+    if direction == "wgrad" and _pixels(x) >= 14 * 14:
+        return Preference("x64:gemm", "", (
+            "the plain GEMM before oneDNN's blocked jit_1x1 for a float32 unit-stride 1x1 "
+            "weight gradient over at least 14x14 pixels on AVX2 (0.77-0.96x its time at "
+            "ResNet-50's 1x1 convolutions; over 7x7 1.03x)"))
+    return None

@@ -1,0 +1,116 @@
+"""The AVX2 rules of the default convolution implementation (``onednn/_avx2.py``).
+
+- ``test_rule_of_each_problem``: which rule each problem meets, on any CPU (the ISA check
+  patched to AVX2): the rules' boundaries (pixels, channels, stride, padding, layout).
+- ``test_default_on_this_cpu_matches_float64``: the plan built here, values against the
+  float64 reference; on an AVX2 CPU its default is the rule's implementation and its
+  reason names the rule, elsewhere no AVX2 rule is named.
+"""
+from __future__ import annotations
+
+import pytest
+
+from . import _reference as ref  # noqa: F401  (run_blocked's reference)
+from ._cases import assert_close, device  # noqa: F401
+from ._cpu_engines import ONEDNN
+from .test_onednn_blocked import _onednn, avx2_only_here, run_blocked  # noqa: F401 (autouse)
+
+GEMM, JIT_1X1, BRGCONV = "x64:gemm", "jit_1x1:avx2", "brgconv:avx2"
+
+# layout, direction, x dims, w dims, stride, padding; the rule's (kernel, layout variant)
+# or None where no AVX2 rule applies
+CASES = [
+    # channels-last
+    ("NHWC", "fprop", (1, 64, 14, 14), (32, 64, 1, 1), 1, 0, (JIT_1X1, "")),
+    ("NHWC", "conv_bias_relu", (1, 64, 14, 14), (32, 64, 1, 1), 1, 0, (JIT_1X1, "")),
+    ("NHWC", "fprop", (1, 64, 28, 28), (32, 64, 1, 1), 2, 0, (JIT_1X1, "")),
+    ("NHWC", "fprop", (1, 64, 14, 14), (32, 64, 1, 1), 1, 1, None),        # padded 1x1
+    ("NHWC", "fprop", (1, 64, 14, 14), (32, 64, 3, 3), 1, 1, None),
+    ("NHWC", "dgrad", (1, 16, 56, 56), (32, 16, 1, 1), 1, 0, (JIT_1X1, "")),
+    ("NHWC", "dgrad", (1, 32, 28, 28), (32, 32, 1, 1), 1, 0, None),        # into 28x28
+    ("NHWC", "dgrad", (1, 3, 32, 32), (16, 3, 7, 7), 2, 3, (GEMM, "")),    # the stem's
+    ("NHWC", "dgrad", (1, 32, 14, 14), (32, 32, 3, 3), 2, 1, None),        # into C = 32
+    ("NHWC", "wgrad", (1, 32, 14, 14), (32, 32, 3, 3), 1, 1, (GEMM, "")),  # dy 14x14
+    ("NHWC", "wgrad", (1, 32, 28, 28), (32, 32, 3, 3), 1, 1, None),        # dy 28x28
+    ("NHWC", "wgrad", (1, 32, 28, 28), (32, 32, 3, 3), 2, 1, (GEMM, "")),  # strided
+    ("NHWC", "wgrad", (1, 3, 32, 32), (16, 3, 7, 7), 2, 3, None),          # from C = 3
+    ("NHWC", "wgrad", (1, 64, 14, 14), (32, 64, 1, 1), 1, 0, None),        # 1x1
+    # NCHW
+    ("NCHW", "fprop", (1, 128, 14, 14), (32, 128, 3, 3), 1, 1, (BRGCONV, "+nhwc")),
+    ("NCHW", "conv_bias_relu", (1, 128, 14, 14), (32, 128, 3, 3), 1, 1, (BRGCONV, "+nhwc")),
+    ("NCHW", "fprop", (1, 64, 14, 14), (32, 64, 3, 3), 1, 1, None),        # 576 MACs
+    ("NCHW", "fprop", (1, 3, 32, 32), (16, 3, 7, 7), 2, 3, None),          # the stem
+    ("NCHW", "dgrad", (1, 128, 14, 14), (32, 128, 3, 3), 1, 1, None),
+    ("NCHW", "dgrad", (1, 64, 14, 14), (32, 64, 1, 1), 1, 0, (JIT_1X1, "+blocked")),
+    ("NCHW", "dgrad", (1, 64, 28, 28), (32, 64, 1, 1), 1, 0, None),        # into 28x28
+    ("NCHW", "dgrad", (1, 64, 14, 14), (32, 64, 1, 1), 1, 1, None),        # padded 1x1
+    ("NCHW", "fprop", (1, 64, 7, 7), (32, 64, 1, 1), 1, 0, (JIT_1X1, "+blocked")),
+    ("NCHW", "fprop", (1, 64, 14, 14), (32, 64, 1, 1), 1, 0, None),        # over 14x14
+    ("NCHW", "wgrad", (1, 64, 14, 14), (32, 64, 1, 1), 1, 0, (GEMM, "")),
+    ("NCHW", "wgrad", (1, 64, 7, 7), (32, 64, 1, 1), 1, 0, None),          # over 7x7
+    ("NCHW", "wgrad", (1, 64, 28, 28), (32, 64, 1, 1), 2, 0, None),        # strided 1x1
+    ("NCHW", "wgrad", (1, 64, 14, 14), (32, 64, 3, 3), 1, 1, None),
+]
+
+
+def _case(layout, xd, wd, stride, padding):
+    pads = (padding, padding)
+    return (layout, xd, wd, pads, pads, (stride, stride), (1, 1))
+
+
+def _id(row):
+    layout, direction, xd, wd, stride, padding, _ = row
+    return f"{layout}-{direction}-{xd[1]}x{xd[2]}-{wd[0]}x{wd[2]}-s{stride}-p{padding}"
+
+
+@pytest.mark.parametrize("row", CASES, ids=[_id(r) for r in CASES])
+def test_rule_of_each_problem(device, monkeypatch, row):
+    from hipdnn_async.providers.cpu.onednn import _avx2
+    from hipdnn_async.providers.cpu.onednn._conv import Conv
+    layout, direction, xd, wd, stride, padding, want = row
+    plan, *_ = run_blocked(device, direction, "float32", _case(layout, xd, wd, stride, padding))
+    monkeypatch.setattr(_avx2, "avx2_only", lambda: True)
+    got = _avx2.preference(Conv(plan._pplan.match))
+    assert (None if got is None else (got.kernel, got.layout)) == want, got
+    if got is not None:
+        assert got.why.endswith(")") and "on AVX2" in got.why, got.why
+
+
+def test_no_rule_off_avx2_or_for_groups(device, monkeypatch):
+    """Off AVX2 no rule applies; nor, on AVX2, to a grouped convolution the table's rule
+    would otherwise take (ungrouped ones measured only)."""
+    import hipdnn_async as hd
+    from hipdnn_async.providers.cpu.onednn import _avx2
+    from hipdnn_async.providers.cpu.onednn._conv import Conv
+    plan, *_ = run_blocked(device, "fprop", "float32",
+                           _case("NHWC", (1, 64, 14, 14), (32, 64, 1, 1), 1, 0))
+    conv = Conv(plan._pplan.match)
+    monkeypatch.setattr(_avx2, "avx2_only", lambda: False)
+    assert _avx2.preference(conv) is None
+    monkeypatch.setattr(_avx2, "avx2_only", lambda: True)
+    assert _avx2.preference(conv) is not None
+    g = hd.Graph(name="grouped", io_data_type="float32")
+    x = g.tensor(dims=(1, 64, 14, 14), layout="NHWC")
+    w = g.tensor(dims=(32, 32, 1, 1), layout="NHWC")
+    g.conv_fprop(x, w).set_output(True)          # two groups: w has C / 2 channels
+    grouped = device.build_sync(g, engine=ONEDNN)
+    assert _avx2.preference(Conv(grouped._pplan.match)) is None
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("row", CASES, ids=[_id(r) for r in CASES])
+def test_default_on_this_cpu_matches_float64(device, row, dtype):
+    from hipdnn_async.providers.cpu.onednn._avx2 import Preference
+    layout, direction, xd, wd, stride, padding, want = row
+    plan, got, expect, limits = run_blocked(device, direction, dtype,
+                                            _case(layout, xd, wd, stride, padding), seed=5)
+    name, reason = str(plan.algorithm), plan.algorithm.reason
+    what = f"{_id(row)} {dtype} ({name}: {reason})"
+    # bfloat16 takes the rules where it runs float32 kernels on copies (``+f32``)
+    applies = want is not None and avx2_only_here() and (dtype == "float32" or "+f32" in name)
+    if applies:
+        assert Preference(*want, "").matches(name), what
+        assert "on AVX2" in reason, what
+    else:
+        assert "on AVX2" not in reason, what
+    assert_close(got, expect, *limits, what)
