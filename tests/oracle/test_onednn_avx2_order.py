@@ -15,7 +15,7 @@ from ._cases import assert_close, device  # noqa: F401
 from ._cpu_engines import ONEDNN
 from .test_onednn_blocked import _onednn, avx2_only_here, run_blocked  # noqa: F401 (autouse)
 
-GEMM, JIT_1X1, BRGCONV = "x64:gemm", "jit_1x1:avx2", "brgconv:avx2"
+GEMM, JIT, JIT_1X1, BRGCONV = "x64:gemm", "jit:avx2", "jit_1x1:avx2", "brgconv:avx2"
 
 # layout, direction, x dims, w dims, stride, padding; the rule's (kernel, layout variant)
 # or None where no AVX2 rule applies
@@ -31,9 +31,10 @@ CASES = [
     ("NHWC", "dgrad", (1, 3, 32, 32), (16, 3, 7, 7), 2, 3, (GEMM, "")),    # the stem's
     ("NHWC", "dgrad", (1, 32, 14, 14), (32, 32, 3, 3), 2, 1, None),        # into C = 32
     ("NHWC", "wgrad", (1, 32, 14, 14), (32, 32, 3, 3), 1, 1, (GEMM, "")),  # dy 14x14
-    ("NHWC", "wgrad", (1, 32, 28, 28), (32, 32, 3, 3), 1, 1, None),        # dy 28x28
-    ("NHWC", "wgrad", (1, 32, 28, 28), (32, 32, 3, 3), 2, 1, (GEMM, "")),  # strided
+    ("NHWC", "wgrad", (1, 32, 28, 28), (32, 32, 3, 3), 1, 1, (JIT, "+blocked")),  # dy 28x28
+    ("NHWC", "wgrad", (1, 32, 28, 28), (32, 32, 3, 3), 2, 1, (JIT, "+blocked")),  # strided
     ("NHWC", "wgrad", (1, 3, 32, 32), (16, 3, 7, 7), 2, 3, None),          # from C = 3
+    ("NHWC", "wgrad", (1, 8, 28, 28), (16, 8, 3, 3), 1, 1, None),          # from C = 8
     ("NHWC", "wgrad", (1, 64, 14, 14), (32, 64, 1, 1), 1, 0, None),        # 1x1
     # NCHW
     ("NCHW", "fprop", (1, 128, 14, 14), (32, 128, 3, 3), 1, 1, (BRGCONV, "+nhwc")),
@@ -95,6 +96,23 @@ def test_no_rule_off_avx2_or_for_groups(device, monkeypatch):
     g.conv_fprop(x, w).set_output(True)          # two groups: w has C / 2 channels
     grouped = device.build_sync(g, engine=ONEDNN)
     assert _avx2.preference(Conv(grouped._pplan.match)) is None
+
+
+@pytest.mark.parametrize("row", CASES, ids=[_id(r) for r in CASES])
+def test_channels_last_blocked_candidates(device, monkeypatch, row):
+    """Channels-last activations get ``+blocked`` candidates for exactly the rule that
+    takes them (a weight gradient of a kernel larger than 1x1, strided or into more than
+    14x14 dy pixels, from at least 16 channels); on an AVX2 CPU the plan lists them."""
+    from hipdnn_async.providers.cpu.onednn import _avx2
+    from hipdnn_async.providers.cpu.onednn._conv import Conv
+    layout, direction, xd, wd, stride, padding, want = row
+    plan, *_ = run_blocked(device, direction, "float32", _case(layout, xd, wd, stride, padding))
+    blocked_here = any("+blocked" in n for n, _ in plan.algorithm.trials)
+    expect = layout == "NHWC" and want is not None and want[1] == "+blocked"
+    if layout == "NHWC":
+        assert blocked_here == (expect and avx2_only_here()), plan.algorithm.trials
+    monkeypatch.setattr(_avx2, "avx2_only", lambda: True)
+    assert _avx2.channels_last_blocked(Conv(plan._pplan.match)) == expect
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

@@ -17,7 +17,7 @@ from typing import NamedTuple
 from ....runtime import load_onednn
 from ._program import compute_type, dnnl
 
-__all__ = ["Preference", "avx2_only", "preference"]
+__all__ = ["Preference", "avx2_only", "channels_last_blocked", "preference"]
 
 # multiply-adds per y element (C / groups x the kernel's taps) from which NCHW forward
 # takes channels-last copies on brgconv (rule ``_nchw_fprop``)
@@ -45,17 +45,25 @@ class Preference(NamedTuple):
         return name.startswith(self.kernel) and layout == self.layout
 
 
-def preference(conv) -> Preference | None:
-    """The AVX2 rule ``conv`` (a ``Conv``) meets, or None (also off AVX2, on grouped
-    convolutions and on kernels other than float32)."""
+def _measured(conv):
+    """(x, w, y) of ``conv`` where the rules were measured (an AVX2 CPU, float32 kernels,
+    ungrouped, undilated 2-D), else None."""
     t = conv.match.tensors
     x, w, y = t[conv.roles.x], t[conv.roles.w], t[conv.roles.y]
     if (conv.match.params["conv"].groups != 1 or compute_type(x) != dnnl.DATA_F32
-            or not avx2_only()):
+            or len(x.dims) != 4 or any(conv.geometry[1]) or not avx2_only()):
         return None
-    stride, dilation, pre, post = conv.geometry
-    if any(dilation) or len(x.dims) != 4:      # measured on 2-D, undilated only
+    return x, w, y
+
+
+def preference(conv) -> Preference | None:
+    """The AVX2 rule ``conv`` (a ``Conv``) meets, or None (also off AVX2, on grouped,
+    dilated or 3-D convolutions and on kernels other than float32)."""
+    xwy = _measured(conv)
+    if xwy is None:
         return None
+    x, w, y = xwy
+    stride, _, pre, post = conv.geometry
     # an unpadded 1x1 (a padded one has no jit_1x1 kernel: none of these rules measured)
     one = all(d == 1 for d in w.dims[2:]) and not any(pre) and not any(post)
     if all(d == 1 for d in w.dims[2:]) and not one:
@@ -63,6 +71,22 @@ def preference(conv) -> Preference | None:
     channels_last = x.strides[1] == 1 and y.strides[1] == 1
     rule = _channels_last if channels_last else _nchw
     return rule(conv.direction, one, stride, x, w, y)
+
+
+def channels_last_blocked(conv) -> bool:
+    """Whether channels-last activations also get ``+blocked`` candidates (copies in the
+    layout oneDNN picks, reordered in and out; elsewhere the reorders cost more than the
+    blocked kernels save): on AVX2, a float32 weight gradient of a kernel larger than 1x1
+    from at least 16 channels, where the blocked ``jit:avx2`` took 0.66-0.87x the time of
+    the best channels-last candidate, strided or into more than 14x14 dy pixels (1x1
+    weight gradients 1.03-1.7x but once, fprop 1.1-1.27x, dgrad 1.05-1.14x)."""
+    xwy = _measured(conv)
+    if xwy is None or conv.direction != "wgrad":
+        return False
+    x, w, y = xwy
+    return (x.strides[1] == 1 and y.strides[1] == 1
+            and not all(d == 1 for d in w.dims[2:]) and x.dims[1] >= 16
+            and (any(s != 1 for s in conv.geometry[0]) or _pixels(y) > 14 * 14))
 
 
 def _pixels(tensor) -> int:
@@ -85,13 +109,18 @@ def _channels_last(direction, one, stride, x, w, y) -> Preference | None:
             "oneDNN's GEMM convolution before its brgconv_strided for a float32 strided "
             "dgrad into fewer than 16 channels on AVX2 (0.58x its time at ResNet-50's "
             "7x7/2 stem)"))
-    if (direction == "wgrad" and not one and x.dims[1] >= 16
-            and (strided or _pixels(y) <= 14 * 14)):
+    if direction == "wgrad" and not one and x.dims[1] >= 16:
+        if strided or _pixels(y) > 14 * 14:
+            return Preference("jit:avx2", "+blocked", (
+                "oneDNN's blocked layout on its jit:avx2 (activations reordered in and out) "
+                "before the channels-last candidates for a float32 weight gradient of a "
+                "kernel larger than 1x1 from at least 16 channels, strided or into more "
+                "than 14x14 dy pixels, on AVX2 (0.66-0.87x the time of the best of them at "
+                "ResNet-50's 3x3 convolutions; the 7x7/2 stem over 3 channels 0.99x)"))
         return Preference("x64:gemm", "", (
             "oneDNN's GEMM convolution before its jit kernel for a float32 weight gradient "
-            "of a kernel larger than 1x1 from at least 16 channels, strided or into at "
-            "most 14x14 dy pixels, on AVX2 (0.79-0.96x its time; unit-stride 3x3 at 28x28 "
-            "and 56x56 1.1-1.24x, the 7x7/2 stem over 3 channels 1.14x)"))
+            "of a kernel larger than 1x1 from at least 16 channels into at most 14x14 dy "
+            "pixels on AVX2 (0.83-0.96x its time; the blocked jit:avx2 0.92-1.11x)"))
     return None
 
 

@@ -13,7 +13,7 @@ from ....runtime import load_onednn
 from ... import _tuning
 from .. import _batchnorm, _kernels
 from ...._layout import packed_strides
-from ._avx2 import avx2_only, preference as avx2_preference
+from ._avx2 import avx2_only, channels_last_blocked, preference as avx2_preference
 from ._program import (ProgramSpec, any_md, channel_like, channels_last_md, compute_type,
                        decline, dnnl, dnnl_type, is_native, memory_order, packed_md, staged,
                        user_md, widened)
@@ -131,7 +131,11 @@ class Conv:
                      and self._odd_reduced_channels())
         if x.strides[1] == 1 and y.strides[1] == 1:
             # channels-last dy with an odd K: the NaN below, on the user's memory too
-            return [blocked] if odd_dgrad else out
+            if odd_dgrad:
+                return [blocked]
+            # elsewhere the blocked layout's reorders cost more than its kernels save,
+            # but for some weight gradients on AVX2 (``_avx2.channels_last_blocked``)
+            return out + [blocked] if channels_last_blocked(self) else out
         if odd_dgrad:
             # oneDNN 3.2's bf16 backward-data kernels read dy's channels in pairs: on
             # channels-last copies with an odd K the last channel's inf met the pair's
