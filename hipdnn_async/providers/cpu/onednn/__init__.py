@@ -23,7 +23,9 @@ How each pattern maps (primitives are created at build, never per execution):
   1x1 bfloat16 fprop or small-dy dgrad (``Conv.prefers_blocked``). On a CPU with AMX,
   bfloat16 kernels larger than 1x1 take oneDNN's AMX implementations first (on ``+nhwc``
   copies: its blocked layout runs bf16 on AVX-512 kernels) and a bfloat16 1x1 the plain
-  GEMM (``Conv._amx_first``).
+  GEMM (``Conv._amx_first``). On an AVX2 CPU without AVX-512, rules measured there move
+  one implementation first where oneDNN 3.2's own order is slower (``_avx2.preference``;
+  channels-last weight gradients of larger kernels also get ``+blocked`` candidates).
   Activations that are not packed (gaps between elements, a channel slice) run on dense
   copies (``+dense``): oneDNN's only implementations of strided activations are its
   reference ones.

@@ -109,8 +109,9 @@ class Conv:
     def _variants(self) -> list:
         """(name suffix, x and y descriptors the primitive takes) per layout variant: the
         user's layout; for activations that are not channels-last also packed
-        channels-last copies (``+nhwc``); and for those, copies in the layout oneDNN
-        chooses (``+blocked``: ``format_tag_any``, typically nChw16c; the chosen
+        channels-last copies (``+nhwc``); and for those, and on AVX2 for some
+        channels-last weight gradients (``_avx2.channels_last_blocked``), copies in the
+        layout oneDNN chooses (``+blocked``: ``format_tag_any``, typically nChw16c; the chosen
         descriptors are queried per implementation in ``_walk``). Copies are reordered in
         and out in the same program. On plain NCHW oneDNN runs its GEMM-based
         implementation (``gemm:jit``); its blocked kernels plus two reorders are faster
@@ -464,8 +465,9 @@ class Conv:
     def candidates(self) -> list:
         """One per implementation (id: the index in ``impls``), best first: oneDNN's order,
         with its AMX ones first where ``_amx_first``, else the ``+blocked`` ones first
-        where ``prefers_blocked`` (the default choice is
-        the first that fits the workspace limit; benchmarking keeps another only if it
+        where ``prefers_blocked``, and on an AVX2 CPU the implementation its rule names
+        first (``_avx2.preference``) (the default choice is the first that fits the
+        workspace limit; benchmarking keeps another only if it
         beats that one by its margin); one computing the ReLU as post-ops ends ``+relu``;
         a guarded one (``GUARDED``) has its fallback's workspace too."""
         return self._guard(self._ordered())
