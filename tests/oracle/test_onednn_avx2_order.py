@@ -69,7 +69,8 @@ def test_rule_of_each_problem(device, monkeypatch, row):
     from hipdnn_async.providers.cpu.onednn import _avx2
     from hipdnn_async.providers.cpu.onednn._conv import Conv
     layout, direction, xd, wd, stride, padding, want = row
-    plan, *_ = run_blocked(device, direction, "float32", _case(layout, xd, wd, stride, padding))
+    case = _case(layout, xd, wd, stride, padding)
+    plan, *_ = run_blocked(device, direction, "float32", case)
     monkeypatch.setattr(_avx2, "avx2_only", lambda: True)
     got = _avx2.preference(Conv(plan._pplan.match))
     assert (None if got is None else (got.kernel, got.layout)) == want, got
@@ -106,7 +107,8 @@ def test_channels_last_blocked_candidates(device, monkeypatch, row):
     from hipdnn_async.providers.cpu.onednn import _avx2
     from hipdnn_async.providers.cpu.onednn._conv import Conv
     layout, direction, xd, wd, stride, padding, want = row
-    plan, *_ = run_blocked(device, direction, "float32", _case(layout, xd, wd, stride, padding))
+    case = _case(layout, xd, wd, stride, padding)
+    plan, *_ = run_blocked(device, direction, "float32", case)
     blocked_here = any("+blocked" in n for n, _ in plan.algorithm.trials)
     expect = layout == "NHWC" and want is not None and want[1] == "+blocked"
     if layout == "NHWC":
@@ -125,7 +127,8 @@ def test_default_on_this_cpu_matches_float64(device, row, dtype):
     name, reason = str(plan.algorithm), plan.algorithm.reason
     what = f"{_id(row)} {dtype} ({name}: {reason})"
     # bfloat16 takes the rules where it runs float32 kernels on copies (``+f32``)
-    applies = want is not None and avx2_only_here() and (dtype == "float32" or "+f32" in name)
+    applies = (want is not None and avx2_only_here()
+               and (dtype == "float32" or "+f32" in name))
     if applies:
         assert Preference(*want, "").matches(name), what
         assert "on AVX2" in reason, what

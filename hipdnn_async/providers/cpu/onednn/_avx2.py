@@ -4,11 +4,11 @@ AVX-512 rules leave a slower one first.
 
 Each rule names the implementation (a prefix of oneDNN's name) and the layout variant that
 ``Conv._ordered`` moves first where both exist. They hold for float32 kernels (FLOAT, and
-the HALF and BFLOAT16 I/O that runs them on float32 copies) without groups or dilation. Measured on a
-2-core AMD EPYC (AVX2 + FMA), oneDNN 3.2, ResNet-50's convolutions at batch 8, two threads:
-every candidate of one problem built as a whole plan (reorders included) and timed
-interleaved, the best of 5-7 calls each; the figures are the preferred candidate's time
-over that of the one it displaces."""
+the HALF and BFLOAT16 I/O that runs them on float32 copies) of 2-D convolutions without
+groups or dilation. Measured on a 2-core AMD EPYC (AVX2 + FMA), oneDNN 3.2, ResNet-50's
+convolutions at batch 8 (checked at 32), two threads: every candidate of one problem built
+as a whole plan (reorders included) and timed interleaved, the best of 5-11 calls each;
+the figures are the preferred candidate's time over that of the one it displaces."""
 from __future__ import annotations
 
 import math
@@ -20,7 +20,7 @@ from ._program import compute_type, dnnl
 __all__ = ["Preference", "avx2_only", "channels_last_blocked", "preference"]
 
 # multiply-adds per y element (C / groups x the kernel's taps) from which NCHW forward
-# takes channels-last copies on brgconv (rule ``_nchw_fprop``)
+# takes channels-last copies on brgconv (``_nchw``'s fprop rule)
 NHWC_FPROP_MACS = 1024
 
 
@@ -112,8 +112,8 @@ def _channels_last(direction, one, stride, x, w, y) -> Preference | None:
     if direction == "wgrad" and not one and x.dims[1] >= 16:
         if strided or _pixels(y) > 14 * 14:
             return Preference("jit:avx2", "+blocked", (
-                "oneDNN's blocked layout on its jit:avx2 (activations reordered in and out) "
-                "before the channels-last candidates for a float32 weight gradient of a "
+                "oneDNN's blocked layout on its jit:avx2 (activations reordered in and "
+                "out) before the channels-last candidates for a float32 weight gradient of a "
                 "kernel larger than 1x1 from at least 16 channels, strided or into more "
                 "than 14x14 dy pixels, on AVX2 (0.66-0.87x the time of the best of them at "
                 "ResNet-50's 3x3 convolutions; the 7x7/2 stem over 3 channels 0.99x)"))

@@ -111,9 +111,9 @@ class Conv:
         user's layout; for activations that are not channels-last also packed
         channels-last copies (``+nhwc``); and for those, and on AVX2 for some
         channels-last weight gradients (``_avx2.channels_last_blocked``), copies in the
-        layout oneDNN chooses (``+blocked``: ``format_tag_any``, typically nChw16c; the chosen
-        descriptors are queried per implementation in ``_walk``). Copies are reordered in
-        and out in the same program. On plain NCHW oneDNN runs its GEMM-based
+        layout oneDNN chooses (``+blocked``: ``format_tag_any``, typically nChw16c; the
+        chosen descriptors are queried per implementation in ``_walk``). Copies are
+        reordered in and out in the same program. On plain NCHW oneDNN runs its GEMM-based
         implementation (``gemm:jit``); its blocked kernels plus two reorders are faster
         for most shapes, as in PyTorch's NCHW path (``prefers_blocked`` says which)."""
         t = self.match.tensors
