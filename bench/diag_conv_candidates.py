@@ -1,0 +1,100 @@
+"""Every oneDNN candidate of a convolution timed as a whole plan, interleaved with
+PyTorch's call for the same work: how the rules of ``providers/cpu/onednn/_avx2.py`` (and
+``Conv.prefers_blocked``) were measured, and how to re-measure them on another CPU.
+
+Per line: shape, dtype, layout, pattern; the default choice; then each candidate (up to
+``TOP``, in the engine's order) and PyTorch, fastest first, as best-of-``ROUNDS`` ms and
+the ratio to PyTorch's time. Each candidate is built as the default would be with it
+first (``Conv._ordered`` patched, the device's plan cache cleared), so its time includes
+its reorders and hooks; the candidates and PyTorch run round-robin, one call each per round.
+
+    python bench/diag_conv_candidates.py SHAPES DTYPES LAYOUTS PATTERNS
+    e.g. python bench/diag_conv_candidates.py "res2 3x3,res4 3x3" float32 NHWC,NCHW wgrad
+
+SHAPES are names of ``_bench_common.RESNET50_CONVS``; PATTERNS of fprop, dgrad, wgrad,
+conv_bias_relu. Environment: N (batch, default 8), TOP (candidates, default 6), ROUNDS
+(default 7).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+os.environ["HIPDNN_ASYNC_PERFDB"] = os.path.join(tempfile.mkdtemp(), "perfdb.sqlite3")
+
+import hipdnn_async as hd  # noqa: E402
+from hipdnn_async.providers.cpu.onednn import _conv  # noqa: E402
+
+import bench_cpu  # noqa: E402
+from _bench_common import RESNET50_CONVS  # noqa: E402
+
+_FIRST = [None]       # the candidate name the next build puts first
+_SEEN = []            # the candidate names of the last build, in the engine's order
+_ordered = _conv.Conv._ordered
+
+
+def _patched(self):
+    cands = _ordered(self)
+    _SEEN[:] = [c.name for c in cands]
+    if _FIRST[0]:
+        cands.sort(key=lambda c: c.name != _FIRST[0])
+    return cands
+
+
+def _case(dev, torch, n, spec, pattern, dtype, layout, first=None):
+    _FIRST[0] = first
+    dev._plan_cache._plans.clear()
+    try:
+        return bench_cpu.conv_case(hd, torch, dev, None, n, spec, pattern, dtype, layout)
+    finally:
+        _FIRST[0] = None
+
+
+def main(argv) -> int:
+    import torch
+    if len(argv) != 4:
+        print(__doc__)
+        return 2
+    shapes, dtypes, layouts, patterns = (a.split(",") for a in argv)
+    n = int(os.environ.get("N", "8"))
+    top, rounds = int(os.environ.get("TOP", "6")), int(os.environ.get("ROUNDS", "7"))
+    torch.set_num_threads(bench_cpu.our_threads())
+    convs = {c[0]: c for c in RESNET50_CONVS}
+    _conv.Conv._ordered = _patched
+    with hd.Device("cpu") as dev:
+        bench_cpu.warm_process(hd, torch, dev, None, 1.0)
+        for name in shapes:
+            for dtype in dtypes:
+                for layout in layouts:
+                    for pattern in patterns:
+                        default = _case(dev, torch, n, convs[name], pattern, dtype, layout)
+                        names = [x for x in _SEEN if "#" not in x][:top]
+                        cases = {}
+                        for nm in names:
+                            c = _case(dev, torch, n, convs[name], pattern, dtype, layout, nm)
+                            if str(c.plan.algorithm) == nm:
+                                cases[nm] = c.ours
+                        cases["torch"] = default.theirs
+                        times = {nm: [] for nm in cases}
+                        for fn in cases.values():
+                            fn()
+                        for _ in range(rounds):
+                            for nm, fn in cases.items():
+                                t0 = time.perf_counter()
+                                fn()
+                                times[nm].append(time.perf_counter() - t0)
+                        base = min(times["torch"])
+                        best = sorted((min(v), nm) for nm, v in times.items())
+                        print(f"{name:16s} {dtype:8s} {layout} {pattern:14s} "
+                              f"default={default.plan.algorithm}  "
+                              + "  ".join(f"{nm}={t * 1e3:.2f}({t / base:.3f})"
+                                          for t, nm in best), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
