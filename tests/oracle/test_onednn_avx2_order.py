@@ -18,39 +18,47 @@ from .test_onednn_blocked import _onednn, avx2_only_here, run_blocked  # noqa: F
 GEMM, JIT, JIT_1X1, BRGCONV = "x64:gemm", "jit:avx2", "jit_1x1:avx2", "brgconv:avx2"
 
 # layout, direction, x dims, w dims, stride, padding; the rule's (kernel, layout variant)
-# or None where no AVX2 rule applies
+# or None where no AVX2 rule applies. Every rule needs at least _avx2.MIN_WORK (392) y
+# pixels over the batch: 2 x 14x14 or 8 x 7x7 here.
 CASES = [
     # channels-last
-    ("NHWC", "fprop", (1, 64, 14, 14), (32, 64, 1, 1), 1, 0, (JIT_1X1, "")),
-    ("NHWC", "conv_bias_relu", (1, 64, 14, 14), (32, 64, 1, 1), 1, 0, (JIT_1X1, "")),
-    ("NHWC", "fprop", (1, 64, 28, 28), (32, 64, 1, 1), 2, 0, (JIT_1X1, "")),
-    ("NHWC", "fprop", (1, 64, 14, 14), (32, 64, 1, 1), 1, 1, None),        # padded 1x1
-    ("NHWC", "fprop", (1, 64, 14, 14), (32, 64, 3, 3), 1, 1, None),
-    ("NHWC", "dgrad", (1, 16, 56, 56), (32, 16, 1, 1), 1, 0, (JIT_1X1, "")),
-    ("NHWC", "dgrad", (1, 32, 28, 28), (32, 32, 1, 1), 1, 0, None),        # into 28x28
-    ("NHWC", "dgrad", (1, 3, 32, 32), (16, 3, 7, 7), 2, 3, (GEMM, "")),    # the stem's
-    ("NHWC", "dgrad", (1, 32, 14, 14), (32, 32, 3, 3), 2, 1, None),        # into C = 32
-    ("NHWC", "wgrad", (1, 32, 14, 14), (32, 32, 3, 3), 1, 1, (GEMM, "")),  # dy 14x14
-    ("NHWC", "wgrad", (1, 32, 28, 28), (32, 32, 3, 3), 1, 1, (JIT, "+blocked")),  # dy 28x28
-    ("NHWC", "wgrad", (1, 32, 28, 28), (32, 32, 3, 3), 2, 1, (JIT, "+blocked")),  # strided
-    ("NHWC", "wgrad", (1, 3, 32, 32), (16, 3, 7, 7), 2, 3, None),          # from C = 3
-    ("NHWC", "wgrad", (1, 8, 28, 28), (16, 8, 3, 3), 1, 1, None),          # from C = 8
-    ("NHWC", "wgrad", (1, 64, 14, 14), (32, 64, 1, 1), 1, 0, None),        # 1x1
+    ("NHWC", "fprop", (2, 64, 14, 14), (64, 64, 1, 1), 1, 0, (JIT_1X1, "")),
+    ("NHWC", "conv_bias_relu", (2, 64, 14, 14), (64, 64, 1, 1), 1, 0, (JIT_1X1, "")),
+    ("NHWC", "fprop", (2, 64, 28, 28), (64, 64, 1, 1), 2, 0, (JIT_1X1, "")),
+    ("NHWC", "fprop", (2, 64, 14, 14), (32, 64, 1, 1), 1, 0, None),        # into K = 32
+    ("NHWC", "fprop", (1, 64, 14, 14), (64, 64, 1, 1), 1, 0, None),        # 196 y pixels
+    ("NHWC", "fprop", (2, 64, 14, 14), (64, 64, 1, 1), 1, 1, None),        # padded 1x1
+    ("NHWC", "fprop", (2, 64, 14, 14), (64, 64, 3, 3), 1, 1, None),
+    ("NHWC", "dgrad", (1, 64, 56, 56), (64, 64, 1, 1), 1, 0, (JIT_1X1, "")),
+    ("NHWC", "dgrad", (1, 64, 28, 28), (64, 64, 1, 1), 1, 0, None),        # into 28x28
+    ("NHWC", "dgrad", (2, 3, 32, 32), (16, 3, 7, 7), 2, 3, (GEMM, "")),    # the stem's
+    ("NHWC", "dgrad", (2, 8, 32, 32), (16, 8, 3, 3), 2, 1, None),          # into C = 8
+    ("NHWC", "wgrad", (2, 256, 14, 14), (256, 256, 3, 3), 1, 1, (GEMM, "")),  # dy 14x14
+    ("NHWC", "wgrad", (2, 64, 14, 14), (64, 64, 3, 3), 1, 1, None),        # 64 channels
+    ("NHWC", "wgrad", (1, 64, 28, 28), (64, 64, 3, 3), 1, 1, (JIT, "+blocked")),  # 28x28
+    ("NHWC", "wgrad", (2, 64, 28, 28), (64, 64, 3, 3), 2, 1, (JIT, "+blocked")),  # strided
+    ("NHWC", "wgrad", (1, 72, 28, 28), (72, 72, 3, 3), 1, 1, (JIT, "+blocked")),
+    ("NHWC", "wgrad", (1, 68, 28, 28), (64, 68, 3, 3), 1, 1, None),        # C % 8 != 0
+    ("NHWC", "wgrad", (2, 3, 32, 32), (16, 3, 7, 7), 2, 3, None),          # from C = 3
+    ("NHWC", "wgrad", (1, 64, 28, 28), (64, 64, 1, 1), 1, 0, None),        # 1x1
     # NCHW
-    ("NCHW", "fprop", (1, 128, 14, 14), (32, 128, 3, 3), 1, 1, (BRGCONV, "+nhwc")),
-    ("NCHW", "conv_bias_relu", (1, 128, 14, 14), (32, 128, 3, 3), 1, 1, (BRGCONV, "+nhwc")),
-    ("NCHW", "fprop", (1, 64, 14, 14), (32, 64, 3, 3), 1, 1, None),        # 576 MACs
-    ("NCHW", "fprop", (1, 3, 32, 32), (16, 3, 7, 7), 2, 3, None),          # the stem
-    ("NCHW", "dgrad", (1, 128, 14, 14), (32, 128, 3, 3), 1, 1, None),
-    ("NCHW", "dgrad", (1, 64, 14, 14), (32, 64, 1, 1), 1, 0, (JIT_1X1, "+blocked")),
-    ("NCHW", "dgrad", (1, 64, 28, 28), (32, 64, 1, 1), 1, 0, None),        # into 28x28
-    ("NCHW", "dgrad", (1, 64, 14, 14), (32, 64, 1, 1), 1, 1, None),        # padded 1x1
-    ("NCHW", "fprop", (1, 64, 7, 7), (32, 64, 1, 1), 1, 0, (JIT_1X1, "+blocked")),
-    ("NCHW", "fprop", (1, 64, 14, 14), (32, 64, 1, 1), 1, 0, None),        # over 14x14
-    ("NCHW", "wgrad", (1, 64, 14, 14), (32, 64, 1, 1), 1, 0, (GEMM, "")),
-    ("NCHW", "wgrad", (1, 64, 7, 7), (32, 64, 1, 1), 1, 0, None),          # over 7x7
-    ("NCHW", "wgrad", (1, 64, 28, 28), (32, 64, 1, 1), 2, 0, None),        # strided 1x1
-    ("NCHW", "wgrad", (1, 64, 14, 14), (32, 64, 3, 3), 1, 1, None),
+    ("NCHW", "fprop", (2, 128, 14, 14), (64, 128, 3, 3), 1, 1, (BRGCONV, "+nhwc")),
+    ("NCHW", "conv_bias_relu", (2, 128, 14, 14), (64, 128, 3, 3), 1, 1, (BRGCONV, "+nhwc")),
+    ("NCHW", "fprop", (1, 128, 14, 14), (64, 128, 3, 3), 1, 1, None),      # 196 y pixels
+    ("NCHW", "fprop", (2, 64, 14, 14), (64, 64, 3, 3), 1, 1, None),        # 576 MACs
+    ("NCHW", "fprop", (2, 3, 32, 32), (16, 3, 7, 7), 2, 3, None),          # the stem
+    ("NCHW", "dgrad", (2, 128, 14, 14), (64, 128, 3, 3), 1, 1, None),
+    ("NCHW", "dgrad", (2, 256, 14, 14), (64, 256, 1, 1), 1, 0, (JIT_1X1, "+blocked")),
+    ("NCHW", "dgrad", (2, 64, 14, 14), (64, 64, 1, 1), 1, 0, None),        # into C = 64
+    ("NCHW", "dgrad", (1, 256, 28, 28), (64, 256, 1, 1), 1, 0, None),      # into 28x28
+    ("NCHW", "dgrad", (2, 256, 14, 14), (64, 256, 1, 1), 1, 1, None),      # padded 1x1
+    ("NCHW", "fprop", (8, 256, 7, 7), (64, 256, 1, 1), 1, 0, (JIT_1X1, "+blocked")),
+    ("NCHW", "fprop", (2, 256, 14, 14), (64, 256, 1, 1), 1, 0, None),      # over 14x14
+    ("NCHW", "wgrad", (1, 64, 28, 28), (32, 64, 1, 1), 1, 0, (GEMM, "")),  # reducing
+    ("NCHW", "wgrad", (2, 64, 14, 14), (32, 64, 1, 1), 1, 0, None),        # GEMM first
+    ("NCHW", "wgrad", (1, 32, 28, 28), (64, 32, 1, 1), 1, 0, None),        # widening
+    ("NCHW", "wgrad", (2, 64, 28, 28), (32, 64, 1, 1), 2, 0, None),        # strided 1x1
+    ("NCHW", "wgrad", (2, 64, 14, 14), (64, 64, 3, 3), 1, 1, None),
 ]
 
 
@@ -85,15 +93,15 @@ def test_no_rule_off_avx2_or_for_groups(device, monkeypatch):
     from hipdnn_async.providers.cpu.onednn import _avx2
     from hipdnn_async.providers.cpu.onednn._conv import Conv
     plan, *_ = run_blocked(device, "fprop", "float32",
-                           _case("NHWC", (1, 64, 14, 14), (32, 64, 1, 1), 1, 0))
+                           _case("NHWC", (2, 64, 14, 14), (64, 64, 1, 1), 1, 0))
     conv = Conv(plan._pplan.match)
     monkeypatch.setattr(_avx2, "avx2_only", lambda: False)
     assert _avx2.preference(conv) is None
     monkeypatch.setattr(_avx2, "avx2_only", lambda: True)
     assert _avx2.preference(conv) is not None
     g = hd.Graph(name="grouped", io_data_type="float32")
-    x = g.tensor(dims=(1, 64, 14, 14), layout="NHWC")
-    w = g.tensor(dims=(32, 32, 1, 1), layout="NHWC")
+    x = g.tensor(dims=(2, 64, 14, 14), layout="NHWC")
+    w = g.tensor(dims=(64, 32, 1, 1), layout="NHWC")
     g.conv_fprop(x, w).set_output(True)          # two groups: w has C / 2 channels
     grouped = device.build_sync(g, engine=ONEDNN)
     assert _avx2.preference(Conv(grouped._pplan.match)) is None
@@ -102,17 +110,19 @@ def test_no_rule_off_avx2_or_for_groups(device, monkeypatch):
 @pytest.mark.parametrize("row", CASES, ids=[_id(r) for r in CASES])
 def test_channels_last_blocked_candidates(device, monkeypatch, row):
     """Channels-last activations get ``+blocked`` candidates for exactly the rule that
-    takes them (a weight gradient of a kernel larger than 1x1, strided or into more than
-    14x14 dy pixels, from at least 16 channels); on an AVX2 CPU the plan lists them."""
+    takes them (a weight gradient of a kernel larger than 1x1 between at least 64
+    channels, multiples of 8, strided or into more than 14x14 dy pixels); on an AVX2 CPU
+    the plan lists them, and only the kernel the rule names."""
     from hipdnn_async.providers.cpu.onednn import _avx2
     from hipdnn_async.providers.cpu.onednn._conv import Conv
     layout, direction, xd, wd, stride, padding, want = row
     case = _case(layout, xd, wd, stride, padding)
     plan, *_ = run_blocked(device, direction, "float32", case)
-    blocked_here = any("+blocked" in n for n, _ in plan.algorithm.trials)
+    blocked_here = [n for n, _ in plan.algorithm.trials if "+blocked" in n]
     expect = layout == "NHWC" and want is not None and want[1] == "+blocked"
     if layout == "NHWC":
-        assert blocked_here == (expect and avx2_only_here()), plan.algorithm.trials
+        assert bool(blocked_here) == (expect and avx2_only_here()), plan.algorithm.trials
+        assert all(n.startswith(JIT) for n in blocked_here), blocked_here
     monkeypatch.setattr(_avx2, "avx2_only", lambda: True)
     assert _avx2.channels_last_blocked(Conv(plan._pplan.match)) == expect
 
@@ -126,9 +136,10 @@ def test_default_on_this_cpu_matches_float64(device, row, dtype):
                                             _case(layout, xd, wd, stride, padding), seed=5)
     name, reason = str(plan.algorithm), plan.algorithm.reason
     what = f"{_id(row)} {dtype} ({name}: {reason})"
-    # bfloat16 takes the rules where it runs float32 kernels on copies (``+f32``)
-    applies = (want is not None and avx2_only_here()
-               and (dtype == "float32" or "+f32" in name))
+    # bfloat16 takes the rules where it runs float32 kernels on copies (``+f32``), but for
+    # the NCHW 1x1 weight gradient's, which undoes an AVX-512 rule of FLOAT only
+    bf16_too = "+f32" in name and not (layout == "NCHW" and direction == "wgrad")
+    applies = (want is not None and avx2_only_here() and (dtype == "float32" or bf16_too))
     if applies:
         assert Preference(*want, "").matches(name), what
         assert "on AVX2" in reason, what

@@ -22,6 +22,11 @@ __all__ = ["Preference", "avx2_only", "channels_last_blocked", "preference"]
 # multiply-adds per y element (C / groups x the kernel's taps) from which NCHW forward
 # takes channels-last copies on brgconv (``_nchw``'s fprop rule)
 NHWC_FPROP_MACS = 1024
+# y pixels of all images (N x OH x OW) from which any rule applies: the fewest of the
+# convolutions measured (ResNet-50's 7x7 ones at batch 8). Below it, at batch 1 or on
+# small images, several rules lost (brgconv on NCHW copies 1.1-2x, the blocked 1x1
+# kernels 1.08-1.16x at MobileNetV2's batch-1 shapes).
+MIN_WORK = 8 * 7 * 7
 
 
 def avx2_only() -> bool:
@@ -47,11 +52,12 @@ class Preference(NamedTuple):
 
 def _measured(conv):
     """(x, w, y) of ``conv`` where the rules were measured (an AVX2 CPU, float32 kernels,
-    ungrouped, undilated 2-D), else None."""
+    ungrouped, undilated 2-D, at least ``MIN_WORK`` y pixels), else None."""
     t = conv.match.tensors
     x, w, y = t[conv.roles.x], t[conv.roles.w], t[conv.roles.y]
     if (conv.match.params["conv"].groups != 1 or compute_type(x) != dnnl.DATA_F32
-            or len(x.dims) != 4 or any(conv.geometry[1]) or not avx2_only()):
+            or len(x.dims) != 4 or any(conv.geometry[1])
+            or y.dims[0] * _pixels(y) < MIN_WORK or not avx2_only()):
         return None
     return x, w, y
 
@@ -68,24 +74,31 @@ def preference(conv) -> Preference | None:
     one = all(d == 1 for d in w.dims[2:]) and not any(pre) and not any(post)
     if all(d == 1 for d in w.dims[2:]) and not one:
         return None
-    channels_last = x.strides[1] == 1 and y.strides[1] == 1
-    rule = _channels_last if channels_last else _nchw
-    return rule(conv.direction, one, stride, x, w, y)
+    if x.strides[1] == 1 and y.strides[1] == 1:
+        return _channels_last(conv.direction, one, stride, x, w, y)
+    if (conv.direction == "wgrad" and one
+            and not conv._reducing_1x1_wgrad(conv.match.params["conv"], w)):
+        return None     # the plain GEMM is first already (oneDNN's order)
+    return _nchw(conv.direction, one, stride, x, w, y)
 
 
 def channels_last_blocked(conv) -> bool:
     """Whether channels-last activations also get ``+blocked`` candidates (copies in the
     layout oneDNN picks, reordered in and out; elsewhere the reorders cost more than the
     blocked kernels save): on AVX2, a float32 weight gradient of a kernel larger than 1x1
-    from at least 16 channels, where the blocked ``jit:avx2`` took 0.66-0.87x the time of
-    the best channels-last candidate, strided or into more than 14x14 dy pixels (1x1
-    weight gradients 1.03-1.7x but once, fprop 1.1-1.27x, dgrad 1.05-1.14x)."""
+    between channel counts of at least 64, multiples of 8 (oneDNN's AVX2 block: over 17,
+    20 or 100 channels the padded blocks took 1.06-1.9x the time), strided or into more than
+    14x14 dy pixels, where the blocked ``jit:avx2`` took 0.66-0.87x the time of the best
+    channels-last candidate (1x1 weight gradients 1.03-1.7x but once, fprop 1.1-1.27x, dgrad
+    1.05-1.14x). Only that kernel is kept on those copies (``Conv._left_out``)."""
     xwy = _measured(conv)
     if xwy is None or conv.direction != "wgrad":
         return False
     x, w, y = xwy
+    c, k = x.dims[1], y.dims[1]
     return (x.strides[1] == 1 and y.strides[1] == 1
-            and not all(d == 1 for d in w.dims[2:]) and x.dims[1] >= 16
+            and not all(d == 1 for d in w.dims[2:]) and min(c, k) >= 64
+            and c % 8 == 0 and k % 8 == 0
             and (any(s != 1 for s in conv.geometry[0]) or _pixels(y) > 14 * 14))
 
 
@@ -95,32 +108,38 @@ def _pixels(tensor) -> int:
 
 def _channels_last(direction, one, stride, x, w, y) -> Preference | None:
     strided = any(s != 1 for s in stride)
-    if direction == "fprop" and one:
+    c, k = x.dims[1], y.dims[1]
+    if direction == "fprop" and one and min(c, k) >= 64:
         return Preference("jit_1x1:avx2", "", (
-            "oneDNN's jit_1x1 before its brgconv_1x1 for a float32 1x1 fprop on AVX2 "
-            "(0.63-0.99x its time at ResNet-50's 1x1 convolutions, strided ones too)"))
-    if direction == "dgrad" and one and _pixels(x) >= 56 * 56:
+            "oneDNN's jit_1x1 before its brgconv_1x1 for a float32 1x1 fprop between at "
+            "least 64 channels on AVX2 (0.63-0.99x its time at ResNet-50's 1x1 "
+            "convolutions, strided ones too)"))
+    if direction == "dgrad" and one and min(c, k) >= 64 and _pixels(x) >= 56 * 56:
         return Preference("jit_1x1:avx2", "", (
-            "oneDNN's jit_1x1 before its brgconv kernels for a float32 1x1 dgrad into at "
-            "least 56x56 pixels on AVX2 (0.61-0.98x their time; into 28x28 and fewer "
-            "0.96-1.12x)"))
-    if direction == "dgrad" and strided and w.dims[1] < 16:
+            "oneDNN's jit_1x1 before its brgconv kernels for a float32 1x1 dgrad between "
+            "at least 64 channels into at least 56x56 pixels on AVX2 (0.61-0.98x their "
+            "time; into 28x28 and fewer 0.96-1.12x)"))
+    if direction == "dgrad" and strided and c <= 4:
         return Preference("x64:gemm", "", (
             "oneDNN's GEMM convolution before its brgconv_strided for a float32 strided "
-            "dgrad into fewer than 16 channels on AVX2 (0.58x its time at ResNet-50's "
-            "7x7/2 stem)"))
-    if direction == "wgrad" and not one and x.dims[1] >= 16:
+            "dgrad into at most 4 channels on AVX2 (0.58x its time at ResNet-50's 7x7/2 "
+            "stem; into 8-15 channels 1.0-1.8x)"))
+    if direction == "wgrad" and not one:
         if strided or _pixels(y) > 14 * 14:
-            return Preference("jit:avx2", "+blocked", (
-                "oneDNN's blocked layout on its jit:avx2 (activations reordered in and "
-                "out) before the channels-last candidates for a float32 weight gradient of a "
-                "kernel larger than 1x1 from at least 16 channels, strided or into more "
-                "than 14x14 dy pixels, on AVX2 (0.66-0.87x the time of the best of them at "
-                "ResNet-50's 3x3 convolutions; the 7x7/2 stem over 3 channels 0.99x)"))
-        return Preference("x64:gemm", "", (
-            "oneDNN's GEMM convolution before its jit kernel for a float32 weight gradient "
-            "of a kernel larger than 1x1 from at least 16 channels into at most 14x14 dy "
-            "pixels on AVX2 (0.83-0.96x its time; the blocked jit:avx2 0.92-1.11x)"))
+            if min(c, k) >= 64 and c % 8 == 0 and k % 8 == 0:
+                return Preference("jit:avx2", "+blocked", (
+                    "oneDNN's blocked layout on its jit:avx2 (activations reordered in and "
+                    "out) before the channels-last candidates for a float32 weight "
+                    "gradient of a kernel larger than 1x1 between at least 64 channels "
+                    "(multiples of 8), strided or into more than 14x14 dy pixels, on AVX2 "
+                    "(0.66-0.87x the time of the best of them at ResNet-50's 3x3 "
+                    "convolutions)"))
+        elif min(c, k) >= 256:
+            return Preference("x64:gemm", "", (
+                "oneDNN's GEMM convolution before its jit kernel for a float32 weight "
+                "gradient of a kernel larger than 1x1 between at least 256 channels into "
+                "at most 14x14 dy pixels on AVX2 (0.77-0.96x its time at ResNet-50's "
+                "res4 and res5 3x3; over 64-128 channels, or at batch 1, 1.13-2.8x)"))
     return None
 
 
@@ -135,19 +154,21 @@ def _nchw(direction, one, stride, x, w, y) -> Preference | None:
             "1.03-1.05x)"))
     if not one or strided:
         return None
-    if direction == "dgrad" and _pixels(x) <= 14 * 14:
+    if direction == "dgrad" and x.dims[1] >= 256 and _pixels(x) <= 14 * 14:
         return Preference("jit_1x1:avx2", "+blocked", (
             "oneDNN's blocked layout on its jit_1x1 (activations reordered in and out) "
-            "before the plain GEMM for a float32 unit-stride 1x1 dgrad into at most "
-            "14x14 pixels on AVX2 (0.44-0.58x its time; into 28x28 1.06x)"))
-    if direction == "fprop" and _pixels(x) <= 7 * 7:
+            "before the plain GEMM for a float32 unit-stride 1x1 dgrad into at least 256 "
+            "channels of at most 14x14 pixels on AVX2 (0.44-0.58x its time; into 28x28 "
+            "1.06x)"))
+    if direction == "fprop" and x.dims[1] >= 256 and _pixels(x) <= 7 * 7:
         return Preference("jit_1x1:avx2", "+blocked", (
             "oneDNN's blocked layout on its jit_1x1 (activations reordered in and out) "
-            "before the plain GEMM for a float32 unit-stride 1x1 fprop over at most 7x7 "
-            "pixels on AVX2 (0.88x its time; over 14x14 1.04x)"))
-    if direction == "wgrad" and _pixels(x) >= 14 * 14:
+            "before the plain GEMM for a float32 unit-stride 1x1 fprop over at least 256 "
+            "channels of at most 7x7 pixels on AVX2 (0.88x its time; over 14x14 1.04x)"))
+    if direction == "wgrad":
         return Preference("x64:gemm", "", (
             "the plain GEMM before oneDNN's blocked jit_1x1 for a float32 unit-stride 1x1 "
-            "weight gradient over at least 14x14 pixels on AVX2 (0.77-0.96x its time at "
-            "ResNet-50's 1x1 convolutions; over 7x7 1.03x)"))
+            "weight gradient reducing channels over at least 28x28 pixels on AVX2, where "
+            "the AVX-512 rule takes the blocked layout (0.77-0.89x its time at ResNet-50's "
+            "1x1 convolutions)"))
     return None

@@ -232,6 +232,10 @@ class Conv:
             # 100-5000x slower than CPU_ENGINE, and in 3.2 wrong for a strided 3-D
             # destination with bias (tests/oracle, CONV_FPROP_BIAS_RELU)
             return True
+        if suffix.endswith(BLOCKED) and channels_last_blocked(self):
+            # blocked copies of channels-last activations are there for one kernel only
+            pref = avx2_preference(self)
+            return pref is None or not pref.matches(name + suffix)
         amx, d = AMX in name, self.direction
         x = self.match.tensors[self.roles.x]
         channels_last = x.strides[1] == 1 or suffix.endswith("+nhwc")
@@ -361,6 +365,11 @@ class Conv:
         too: 2.1x on the GEMM."""
         return self._amx() and not self._one_by_one()
 
+    def _channels_last(self) -> bool:
+        """Whether the user's activations are channels-last (x and y)."""
+        t = self.match.tensors
+        return t[self.roles.x].strides[1] == 1 and t[self.roles.y].strides[1] == 1
+
     def _one_by_one(self) -> bool:
         """Whether the kernel is 1x1 (1x1x1; 1 in 1-D)."""
         return all(d == 1 for d in self.match.tensors[self.roles.w].dims[2:])
@@ -479,7 +488,7 @@ class Conv:
         if self._amx_first():
             # stable: oneDNN's order kept among the AMX ones and among the others
             cands.sort(key=lambda c: AMX not in c.name)
-        elif self.prefers_blocked():
+        elif self.prefers_blocked() and not self._channels_last():
             # blocked copies, else channels-last ones (the bf16 stem: the blocked kernels
             # there read its plain odd-channel x, ``_walk``; on NHWC copies jit_bf16 took
             # 0.7x gemm:jit's time), before the user's plain layout; stable: oneDNN's
