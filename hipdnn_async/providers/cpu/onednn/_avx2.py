@@ -19,14 +19,13 @@ from ._program import compute_type, dnnl
 
 __all__ = ["Preference", "avx2_only", "channels_last_blocked", "preference"]
 
-# multiply-adds per y element (C / groups x the kernel's taps) from which NCHW forward
-# takes channels-last copies on brgconv (``_nchw``'s fprop rule)
-NHWC_FPROP_MACS = 1024
-# y pixels of all images (N x OH x OW) from which any rule applies: the fewest of the
-# convolutions measured (ResNet-50's 7x7 ones at batch 8). Below it, at batch 1 or on
-# small images, several rules lost (brgconv on NCHW copies 1.1-2x, the blocked 1x1
-# kernels 1.08-1.16x at MobileNetV2's batch-1 shapes).
+# y pixels of all images (N x OH x OW) and multiply-adds from which any rule applies: the
+# fewest of the convolutions measured (ResNet-50's at batch 8: 7x7 layers; res2's 1x1
+# 64>64, 103 M multiply-adds). Below them (batch 1, small images, few channels) several
+# picks lost: brgconv on NCHW copies 1.1-2x, the blocked 1x1 kernels 1.08-1.5x, the blocked
+# channels-last weight gradient 1.04-1.45x.
 MIN_WORK = 8 * 7 * 7
+MIN_MACS = 64 << 20
 
 
 def avx2_only() -> bool:
@@ -52,12 +51,15 @@ class Preference(NamedTuple):
 
 def _measured(conv):
     """(x, w, y) of ``conv`` where the rules were measured (an AVX2 CPU, float32 kernels,
-    ungrouped, undilated 2-D, at least ``MIN_WORK`` y pixels), else None."""
+    ungrouped, undilated 2-D, at least ``MIN_WORK`` y pixels and ``MIN_MACS``
+    multiply-adds), else None."""
     t = conv.match.tensors
     x, w, y = t[conv.roles.x], t[conv.roles.w], t[conv.roles.y]
+    work = y.dims[0] * _pixels(y)
     if (conv.match.params["conv"].groups != 1 or compute_type(x) != dnnl.DATA_F32
-            or len(x.dims) != 4 or any(conv.geometry[1])
-            or y.dims[0] * _pixels(y) < MIN_WORK or not avx2_only()):
+            or len(x.dims) != 4 or any(conv.geometry[1]) or work < MIN_WORK
+            or work * math.prod(w.dims[:2]) * math.prod(w.dims[2:]) < MIN_MACS
+            or not avx2_only()):
         return None
     return x, w, y
 
@@ -85,20 +87,20 @@ def preference(conv) -> Preference | None:
 def channels_last_blocked(conv) -> bool:
     """Whether channels-last activations also get ``+blocked`` candidates (copies in the
     layout oneDNN picks, reordered in and out; elsewhere the reorders cost more than the
-    blocked kernels save): on AVX2, a float32 weight gradient of a kernel larger than 1x1
-    between channel counts of at least 64, multiples of 8 (oneDNN's AVX2 block: over 17,
-    20 or 100 channels the padded blocks took 1.06-1.9x the time), strided or into more than
-    14x14 dy pixels, where the blocked ``jit:avx2`` took 0.66-0.87x the time of the best
-    channels-last candidate (1x1 weight gradients 1.03-1.7x but once, fprop 1.1-1.27x, dgrad
-    1.05-1.14x). Only that kernel is kept on those copies (``Conv._left_out``)."""
+    blocked kernels save): on AVX2, a float32 3x3 weight gradient between channel counts
+    of at least 64, multiples of 8 (oneDNN's AVX2 block: over 17, 20 or 100 channels the
+    padded blocks took 1.06-1.9x the time), strided or into more than 14x14 dy pixels,
+    where the blocked ``jit:avx2`` took 0.66-0.87x the time of the best channels-last
+    candidate (a 7x7 kernel over 64 channels 1.11-1.18x; 1x1 weight gradients 1.03-1.7x
+    but once, fprop 1.1-1.27x, dgrad 1.05-1.14x). Only that kernel is kept on those copies
+    (``Conv._left_out``)."""
     xwy = _measured(conv)
     if xwy is None or conv.direction != "wgrad":
         return False
     x, w, y = xwy
     c, k = x.dims[1], y.dims[1]
-    return (x.strides[1] == 1 and y.strides[1] == 1
-            and not all(d == 1 for d in w.dims[2:]) and min(c, k) >= 64
-            and c % 8 == 0 and k % 8 == 0
+    return (x.strides[1] == 1 and y.strides[1] == 1 and tuple(w.dims[2:]) == (3, 3)
+            and min(c, k) >= 64 and c % 8 == 0 and k % 8 == 0
             and (any(s != 1 for s in conv.geometry[0]) or _pixels(y) > 14 * 14))
 
 
@@ -119,19 +121,21 @@ def _channels_last(direction, one, stride, x, w, y) -> Preference | None:
             "oneDNN's jit_1x1 before its brgconv kernels for a float32 1x1 dgrad between "
             "at least 64 channels into at least 56x56 pixels on AVX2 (0.61-0.98x their "
             "time; into 28x28 and fewer 0.96-1.12x)"))
-    if direction == "dgrad" and strided and c <= 4:
+    if (direction == "dgrad" and c <= 4 and tuple(w.dims[2:]) == (7, 7)
+            and tuple(stride) == (2, 2)):
         return Preference("x64:gemm", "", (
-            "oneDNN's GEMM convolution before its brgconv_strided for a float32 strided "
-            "dgrad into at most 4 channels on AVX2 (0.58x its time at ResNet-50's 7x7/2 "
-            "stem; into 8-15 channels 1.0-1.8x)"))
+            "oneDNN's GEMM convolution before its brgconv_strided for a float32 7x7/2 "
+            "dgrad into at most 4 channels (the stem's) on AVX2 (0.58x its time at "
+            "ResNet-50's stem; into 8-15 channels 1.0-1.8x)"))
     if direction == "wgrad" and not one:
         if strided or _pixels(y) > 14 * 14:
-            if min(c, k) >= 64 and c % 8 == 0 and k % 8 == 0:
+            if (tuple(w.dims[2:]) == (3, 3) and min(c, k) >= 64
+                    and c % 8 == 0 and k % 8 == 0):
                 return Preference("jit:avx2", "+blocked", (
                     "oneDNN's blocked layout on its jit:avx2 (activations reordered in and "
-                    "out) before the channels-last candidates for a float32 weight "
-                    "gradient of a kernel larger than 1x1 between at least 64 channels "
-                    "(multiples of 8), strided or into more than 14x14 dy pixels, on AVX2 "
+                    "out) before the channels-last candidates for a float32 3x3 weight "
+                    "gradient between at least 64 channels (multiples of 8), strided or "
+                    "into more than 14x14 dy pixels, on AVX2 "
                     "(0.66-0.87x the time of the best of them at ResNet-50's 3x3 "
                     "convolutions)"))
         elif min(c, k) >= 256:
@@ -145,26 +149,29 @@ def _channels_last(direction, one, stride, x, w, y) -> Preference | None:
 
 def _nchw(direction, one, stride, x, w, y) -> Preference | None:
     strided = any(s != 1 for s in stride)
-    if direction == "fprop" and not one and math.prod(w.dims[1:]) >= NHWC_FPROP_MACS:
+    c, k = x.dims[1], y.dims[1]
+    if (direction == "fprop" and tuple(w.dims[2:]) == (3, 3) and c >= 128 and k >= 16
+            and k % 8 == 0):
         return Preference("brgconv:avx2", "+nhwc", (
             "channels-last copies on oneDNN's brgconv (activations reordered in and out) "
-            "before the blocked layout for a float32 fprop of at least "
-            f"{NHWC_FPROP_MACS} multiply-adds per y element (C x taps) on AVX2 (0.80-0.99x "
-            "its time at ResNet-50's 3x3 convolutions over 128-512 channels; over 64, "
-            "1.03-1.05x)"))
+            "before the blocked layout for a float32 3x3 fprop from at least 128 channels "
+            "into a multiple of 8 from 16 on AVX2 (0.80-0.99x its time at ResNet-50's 3x3 "
+            "convolutions over 128-512 channels; over 64, 1.03-1.05x; into 3 or 21 "
+            "channels 1.2-1.6x)"))
     if not one or strided:
         return None
-    if direction == "dgrad" and x.dims[1] >= 256 and _pixels(x) <= 14 * 14:
+    if direction == "dgrad" and c >= 256 and k >= 64 and _pixels(x) <= 14 * 14:
         return Preference("jit_1x1:avx2", "+blocked", (
             "oneDNN's blocked layout on its jit_1x1 (activations reordered in and out) "
-            "before the plain GEMM for a float32 unit-stride 1x1 dgrad into at least 256 "
-            "channels of at most 14x14 pixels on AVX2 (0.44-0.58x its time; into 28x28 "
-            "1.06x)"))
-    if direction == "fprop" and x.dims[1] >= 256 and _pixels(x) <= 7 * 7:
+            "before the plain GEMM for a float32 unit-stride 1x1 dgrad from at least 64 "
+            "channels into at least 256 of at most 14x14 pixels on AVX2 (0.44-0.58x its "
+            "time; into 28x28 1.06x, from 8-16 channels 1.2-1.8x)"))
+    if direction == "fprop" and c >= 256 and k >= 64 and _pixels(x) <= 7 * 7:
         return Preference("jit_1x1:avx2", "+blocked", (
             "oneDNN's blocked layout on its jit_1x1 (activations reordered in and out) "
-            "before the plain GEMM for a float32 unit-stride 1x1 fprop over at least 256 "
-            "channels of at most 7x7 pixels on AVX2 (0.88x its time; over 14x14 1.04x)"))
+            "before the plain GEMM for a float32 unit-stride 1x1 fprop from at least 256 "
+            "channels of at most 7x7 pixels into at least 64 on AVX2 (0.88x its time; over "
+            "14x14 1.04x, into 5-16 channels 1.04-2.4x)"))
     if direction == "wgrad":
         return Preference("x64:gemm", "", (
             "the plain GEMM before oneDNN's blocked jit_1x1 for a float32 unit-stride 1x1 "

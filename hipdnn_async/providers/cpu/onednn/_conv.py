@@ -447,7 +447,7 @@ class Conv:
                    "forward kernel spreads them to outputs whose windows do not hold them)")
             return why if base is None else f"{base}; {why}"
         avx2 = avx2_preference(self)
-        if avx2 is not None and avx2.matches(name):
+        if avx2 is not None and avx2.matches(name) and self._moved_by_avx2(name):
             return avx2.why
         if AMX in name and self._amx_first() and ("+nhwc" in name or BLOCKED in name):
             return ("oneDNN's AMX implementations first, on copies of the activations "
@@ -481,8 +481,14 @@ class Conv:
         a guarded one (``GUARDED``) has its fallback's workspace too."""
         return self._guard(self._ordered())
 
-    def _ordered(self) -> list:
-        """``candidates`` before ``_guard``."""
+    def _moved_by_avx2(self, name) -> bool:
+        """Whether ``name`` is first only by the AVX2 rule (``_ordered``): without it
+        another candidate would be."""
+        plain = self._ordered(avx2=False)
+        return bool(plain) and plain[0].name != name
+
+    def _ordered(self, avx2=True) -> list:
+        """``candidates`` before ``_guard`` (``avx2``: with ``_avx2.preference``'s move)."""
         cands = [_tuning.Candidate(name + (RELU if fused else ""), i, ws)
                  for i, ((name, _, ws, _v), fused) in enumerate(zip(self.impls, self.fused))]
         if self._amx_first():
@@ -496,10 +502,10 @@ class Conv:
             # (a padded 1x1 on channels-last copies took 2.8x its time)
             one = self._one_by_one()
             cands.sort(key=lambda c: (BLOCKED not in c.name, one or "+nhwc" not in c.name))
-        avx2 = avx2_preference(self)
-        if avx2 is not None:
+        pref = avx2_preference(self) if avx2 else None
+        if pref is not None:
             # stable: the preferred implementation (and its +relu twin) first on AVX2
-            cands.sort(key=lambda c: not avx2.matches(c.name))
+            cands.sort(key=lambda c: not pref.matches(c.name))
         if any(self.fused) and self._small():
             cands = _post_ops_first(cands)
         return cands
