@@ -39,6 +39,7 @@ CASES = [
     ("NHWC", "wgrad", (4, 64, 28, 28), (64, 64, 3, 3), 1, 1, (JIT, "+blocked")),  # 28x28
     ("NHWC", "wgrad", (4, 64, 56, 56), (64, 64, 3, 3), 2, 1, (JIT, "+blocked")),  # strided
     ("NHWC", "wgrad", (4, 72, 28, 28), (72, 72, 3, 3), 1, 1, (JIT, "+blocked")),
+    ("NHWC", "wgrad", (32, 64, 15, 15), (64, 64, 3, 3), 2, 1, None),       # dy 8x8
     ("NHWC", "wgrad", (4, 68, 28, 28), (64, 68, 3, 3), 1, 1, None),        # C % 8 != 0
     ("NHWC", "wgrad", (2, 64, 28, 28), (64, 64, 7, 7), 1, 3, None),        # 7x7
     ("NHWC", "wgrad", (4, 32, 28, 28), (512, 32, 3, 3), 2, 1, None),       # from C = 32
@@ -121,9 +122,9 @@ def test_no_rule_off_avx2_or_for_groups(device, monkeypatch):
 @pytest.mark.parametrize("row", CASES, ids=[_id(r) for r in CASES])
 def test_channels_last_blocked_candidates(device, monkeypatch, row):
     """Channels-last activations get ``+blocked`` candidates for exactly the rule that
-    takes them (a weight gradient of a kernel larger than 1x1 between at least 64
-    channels, multiples of 8, strided or into more than 14x14 dy pixels); on an AVX2 CPU
-    the plan lists them, and only the kernel the rule names."""
+    takes them (a 3x3 weight gradient between at least 64 channels, multiples of 8, into
+    more than 14x14 dy pixels); on an AVX2 CPU the plan lists them, and only the kernel
+    the rule names."""
     from hipdnn_async.providers.cpu.onednn import _avx2
     from hipdnn_async.providers.cpu.onednn._conv import Conv
     layout, want = row[0], row[-1]

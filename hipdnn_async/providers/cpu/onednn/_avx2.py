@@ -89,10 +89,11 @@ def channels_last_blocked(conv) -> bool:
     layout oneDNN picks, reordered in and out; elsewhere the reorders cost more than the
     blocked kernels save): on AVX2, a float32 3x3 weight gradient between channel counts
     of at least 64, multiples of 8 (oneDNN's AVX2 block: over 17, 20 or 100 channels the
-    padded blocks took 1.06-1.9x the time), strided or into more than 14x14 dy pixels,
-    where the blocked ``jit:avx2`` took 0.66-0.87x the time of the best channels-last
-    candidate (a 7x7 kernel over 64 channels 1.11-1.18x; 1x1 weight gradients 1.03-1.7x
-    but once, fprop 1.1-1.27x, dgrad 1.05-1.14x). Only that kernel is kept on those copies
+    padded blocks took 1.06-1.9x the time), into more than 14x14 dy pixels (strided or
+    not), where the blocked ``jit:avx2`` took 0.66-0.87x the time of the best
+    channels-last candidate (a 7x7 kernel over 64 channels 1.11-1.18x, 8x8 strided dy
+    over 64-72 channels at batch 32 1.03-1.09x; 1x1 weight gradients 1.03-1.7x but once,
+    fprop 1.1-1.27x, dgrad 1.05-1.14x). Only that kernel is kept on those copies
     (``Conv._left_out``)."""
     xwy = _measured(conv)
     if xwy is None or conv.direction != "wgrad":
@@ -101,7 +102,7 @@ def channels_last_blocked(conv) -> bool:
     c, k = x.dims[1], y.dims[1]
     return (x.strides[1] == 1 and y.strides[1] == 1 and tuple(w.dims[2:]) == (3, 3)
             and min(c, k) >= 64 and c % 8 == 0 and k % 8 == 0
-            and (any(s != 1 for s in conv.geometry[0]) or _pixels(y) > 14 * 14))
+            and _pixels(y) > 14 * 14)
 
 
 def _pixels(tensor) -> int:
@@ -128,21 +129,21 @@ def _channels_last(direction, one, stride, x, w, y) -> Preference | None:
             "dgrad into at most 4 channels (the stem's) on AVX2 (0.58x its time at "
             "ResNet-50's stem; into 8-15 channels 1.0-1.8x)"))
     if direction == "wgrad" and not one:
-        if strided or _pixels(y) > 14 * 14:
+        if _pixels(y) > 14 * 14:
             if (tuple(w.dims[2:]) == (3, 3) and min(c, k) >= 64
                     and c % 8 == 0 and k % 8 == 0):
                 return Preference("jit:avx2", "+blocked", (
                     "oneDNN's blocked layout on its jit:avx2 (activations reordered in and "
                     "out) before the channels-last candidates for a float32 3x3 weight "
-                    "gradient between at least 64 channels (multiples of 8), strided or "
-                    "into more than 14x14 dy pixels, on AVX2 "
+                    "gradient between at least 64 channels (multiples of 8) into more than "
+                    "14x14 dy pixels, strided or not, on AVX2 "
                     "(0.66-0.87x the time of the best of them at ResNet-50's 3x3 "
                     "convolutions)"))
-        elif min(c, k) >= 256:
+        elif not strided and min(c, k) >= 256:
             return Preference("x64:gemm", "", (
-                "oneDNN's GEMM convolution before its jit kernel for a float32 weight "
-                "gradient of a kernel larger than 1x1 between at least 256 channels into "
-                "at most 14x14 dy pixels on AVX2 (0.77-0.96x its time at ResNet-50's "
+                "oneDNN's GEMM convolution before its jit kernel for a float32 "
+                "unit-stride weight gradient of a kernel larger than 1x1 between at least "
+                "256 channels into at most 14x14 dy pixels on AVX2 (0.77-0.96x its time at ResNet-50's "
                 "res4 and res5 3x3; over 64-128 channels, or at batch 1, 1.13-2.8x)"))
     return None
 
