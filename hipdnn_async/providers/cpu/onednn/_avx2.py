@@ -161,18 +161,18 @@ def _nchw(direction, one, stride, x, w, y) -> Preference | None:
             "channels 1.2-1.6x)"))
     if not one or strided:
         return None
-    if direction == "dgrad" and c >= 256 and k >= 64 and _pixels(x) <= 14 * 14:
+    # the blocked jit_1x1 between at least 256 channels on the x side and 64 on the y side,
+    # over small images: dgrad into at most 14x14 pixels (0.44-0.58x the GEMM's time; into
+    # 28x28 1.06x, from 8-16 channels 1.2-1.8x), fprop over at most 7x7 (0.88x; over 14x14
+    # 1.04x, into 5-16 channels 1.04-2.4x)
+    side = {"dgrad": 14, "fprop": 7}.get(direction)
+    if side is not None and c >= 256 and k >= 64 and _pixels(x) <= side * side:
+        ratio = "0.44-0.58x" if direction == "dgrad" else "0.88x"
         return Preference("jit_1x1:avx2", "+blocked", (
             "oneDNN's blocked layout on its jit_1x1 (activations reordered in and out) "
-            "before the plain GEMM for a float32 unit-stride 1x1 dgrad from at least 64 "
-            "channels into at least 256 of at most 14x14 pixels on AVX2 (0.44-0.58x its "
-            "time; into 28x28 1.06x, from 8-16 channels 1.2-1.8x)"))
-    if direction == "fprop" and c >= 256 and k >= 64 and _pixels(x) <= 7 * 7:
-        return Preference("jit_1x1:avx2", "+blocked", (
-            "oneDNN's blocked layout on its jit_1x1 (activations reordered in and out) "
-            "before the plain GEMM for a float32 unit-stride 1x1 fprop from at least 256 "
-            "channels of at most 7x7 pixels into at least 64 on AVX2 (0.88x its time; over "
-            "14x14 1.04x, into 5-16 channels 1.04-2.4x)"))
+            f"before the plain GEMM for a float32 unit-stride 1x1 {direction} between at "
+            f"least 256 channels of at most {side}x{side} pixels and at least 64 on AVX2 "
+            f"({ratio} its time at ResNet-50's 1x1 convolutions)"))
     if direction == "wgrad":
         return Preference("x64:gemm", "", (
             "the plain GEMM before oneDNN's blocked jit_1x1 for a float32 unit-stride 1x1 "

@@ -71,6 +71,10 @@ class Conv:
         clips = (match.params.get("relu_lower_clip"), match.params.get("relu_upper_clip"))
         if match.pattern == Pattern.CONV_FPROP_BIAS_RELU:
             self.clips = clips
+        # the AVX2 rule this problem meets (None: none, or not an AVX2 CPU), and whether
+        # its channels-last activations get blocked copies for it: both fixed per problem
+        self.avx2 = avx2_preference(self)
+        self.avx2_blocked = channels_last_blocked(self)
         self.impls = self._walk()
         self.fused = [False] * len(self.impls)
         if self.clips is not None and clips_are_relu(clips) and relu_post_ops_exact():
@@ -130,13 +134,13 @@ class Conv:
         blocked = (suffix + BLOCKED, any_md(x), any_md(y))
         odd_dgrad = (compute_type(x) == dnnl.DATA_BF16 and self.direction == "dgrad"
                      and self._odd_reduced_channels())
-        if x.strides[1] == 1 and y.strides[1] == 1:
+        if self._channels_last():
             # channels-last dy with an odd K: the NaN below, on the user's memory too
             if odd_dgrad:
                 return [blocked]
             # elsewhere the blocked layout's reorders cost more than its kernels save,
             # but for some weight gradients on AVX2 (``_avx2.channels_last_blocked``)
-            return out + [blocked] if channels_last_blocked(self) else out
+            return out + [blocked] if self.avx2_blocked else out
         if odd_dgrad:
             # oneDNN 3.2's bf16 backward-data kernels read dy's channels in pairs: on
             # channels-last copies with an odd K the last channel's inf met the pair's
@@ -232,10 +236,9 @@ class Conv:
             # 100-5000x slower than CPU_ENGINE, and in 3.2 wrong for a strided 3-D
             # destination with bias (tests/oracle, CONV_FPROP_BIAS_RELU)
             return True
-        if suffix.endswith(BLOCKED) and channels_last_blocked(self):
+        if suffix.endswith(BLOCKED) and self.avx2_blocked:
             # blocked copies of channels-last activations are there for one kernel only
-            pref = avx2_preference(self)
-            return pref is None or not pref.matches(name + suffix)
+            return self.avx2 is None or not self.avx2.matches(name + suffix)
         amx, d = AMX in name, self.direction
         x = self.match.tensors[self.roles.x]
         channels_last = x.strides[1] == 1 or suffix.endswith("+nhwc")
@@ -446,9 +449,8 @@ class Conv:
                    "the first unguarded candidate recomputes y (oneDNN 3.2's AMX jit "
                    "forward kernel spreads them to outputs whose windows do not hold them)")
             return why if base is None else f"{base}; {why}"
-        avx2 = avx2_preference(self)
-        if avx2 is not None and avx2.matches(name) and self._moved_by_avx2(name):
-            return avx2.why
+        if self.avx2 is not None and self.avx2.matches(name) and self._moved_by_avx2(name):
+            return self.avx2.why
         if AMX in name and self._amx_first() and ("+nhwc" in name or BLOCKED in name):
             return ("oneDNN's AMX implementations first, on copies of the activations "
                     "(reordered in and out): on the blocked layout it runs bfloat16 on "
@@ -502,10 +504,9 @@ class Conv:
             # (a padded 1x1 on channels-last copies took 2.8x its time)
             one = self._one_by_one()
             cands.sort(key=lambda c: (BLOCKED not in c.name, one or "+nhwc" not in c.name))
-        pref = avx2_preference(self) if avx2 else None
-        if pref is not None:
+        if avx2 and self.avx2 is not None:
             # stable: the preferred implementation (and its +relu twin) first on AVX2
-            cands.sort(key=lambda c: not pref.matches(c.name))
+            cands.sort(key=lambda c: not self.avx2.matches(c.name))
         if any(self.fused) and self._small():
             cands = _post_ops_first(cands)
         return cands
