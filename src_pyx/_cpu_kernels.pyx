@@ -889,13 +889,60 @@ cdef extern from "_bn_last.h" nogil:
 # at batch 32 (12.8-25.7 MB) lost 1.7-2.4x
 _LAST_GROUP_BYTES = 8 << 20
 
-# bytes of y from which the intrinsic rows store it non-temporally (hd_bn_stream): 3/4 of
-# this machine's 32 MiB L3, glibc's memcpy threshold. A float32 affine pass over 25.7 MB
-# (32 x 256 x 28 x 28) took 0.7-0.9x the time with streamed stores, one over 19.3 MB
-# 1.1-1.3x (2 cores, C harness). ResNet-50's float32 batchnorm at batch 32 (25.7 MB),
-# streamed against cached, interleaved: training 0.60-0.96x, inference 0.74-0.94x,
-# backward 0.60-0.87x, NHWC and NCHW; at 12.8 MB (512 x 14 x 14) NCHW inference 1.64x.
-_STREAM_BYTES = 24 << 20
+def last_level_cache_bytes(str root="/sys/devices/system/cpu/cpu0/cache") -> int:
+    """Bytes of the largest data or unified cache of cpu0, from Linux's sysfs (``root``
+    holds ``index*/{level,type,size}``, sizes as ``32768K``); 32 MiB where it says nothing
+    (another OS, a container hiding it, an unreadable file).
+
+    sysfs, not CPUID: in a VM, CPUID (and so glibc's ``getconf LEVEL3_CACHE_SIZE``) can
+    report the host's cache; on the 2-core EPYC guest measured here it reads 320 MiB where
+    sysfs and the streamed-store crossover of ``bn_rows`` say 32 MiB.
+    """
+    import os
+    best = 0
+    try:
+        names = os.listdir(root)
+    except OSError:
+        names = []
+    for name in names:
+        if not name.startswith("index"):
+            continue
+        try:
+            with open(os.path.join(root, name, "type")) as f:
+                kind = f.read().strip()
+            with open(os.path.join(root, name, "size")) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if kind not in ("Data", "Unified"):
+            continue
+        unit = text.lstrip("0123456789")
+        scale = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(unit.upper())
+        if scale and len(unit) < len(text):
+            best = max(best, int(text[:len(text) - len(unit)]) * scale)
+    return best or 32 << 20
+
+
+# The last-level cache against which bn_rows decides to stream y (dx) by default: where the
+# activations one call touches (x and y; backward x, dy and dx) pass it, repeated calls
+# miss it whatever they do, and streaming y saves its read-for-ownership and keeps x (and
+# dy) in the cache. Measured here (2 cores, 32 MiB L3, AVX-512 rows, streamed / cached
+# time, best and median of 60 calls each, interleaved): channels-last backward at 3 x 12.8
+# MB 0.80-0.87 / 0.78-0.81 and at 3 x 9.6 MB (below) 0.94-1.02 / 0.86-0.92; training and
+# inference at 2 x 12.8 MB (below) 1.4-1.9 / 1.1-1.7, at 2 x 19.3 MB 0.95 / 0.83 and 1.15 /
+# 0.94, at 2 x 25.7 MB 0.85-0.95 / 0.75-0.90. Channels-first backward at 3 x 12.8 MB 0.61-
+# 1.04 / 0.63-1.01, training at 2 x 19.3 MB 0.65 / 0.66, inference 1.32 / 1.09 (its one
+# loss). The rule before (y of at least 24 MiB, 3/4 of the L3 as glibc's memcpy) left
+# ResNet-50's 32 x 512 x 14 x 14 float32 NHWC backward at 1.08x PyTorch's time.
+_STREAM_FOOTPRINT = last_level_cache_bytes()
+
+
+def bn_streams_by_default(int op, Py_ssize_t values, Py_ssize_t itemsize) -> bool:
+    """Whether ``bn_rows`` streams y (dx) when its ``stream`` is None and it can: where the
+    activations of the call, ``values`` elements of ``itemsize`` bytes each in x and y (and
+    dy for ``BN_ROWS_BACKWARD``), are at least the last-level cache
+    (``last_level_cache_bytes``)."""
+    return values * itemsize * (3 if op == HD_BN_BACKWARD else 2) >= _STREAM_FOOTPRINT
 
 
 def bn_pivot_samples(Py_ssize_t images, Py_ssize_t pixels) -> list:
@@ -1176,8 +1223,9 @@ def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=No
         names. ValueError where this CPU cannot run the one named (``bn_rows_builds``).
     stream : bool or None
         Store y's full vectors non-temporally (MOVNTPS; bfloat16 MOVNTDQ): None
-        decides by size (y of at least ``_STREAM_BYTES``, 24 MiB, whose rows are not
-        runs); True insists, and raises
+        decides by size (``bn_streams_by_default``: the activations of the call at least
+        the last-level cache; channels-first rows neither runs nor partial 64-byte
+        lines); True insists, and raises
         ValueError where these rows cannot (not the AVX-512 intrinsic rows, as with
         ``baseline``; channels-first rows of 16-bit elements, or of float32 off 4-byte
         boundaries; channels-last y not on 64-byte boundaries at every pixel); False
@@ -1317,11 +1365,17 @@ def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=No
                          + (f", pixels {L.yp * itemsize} bytes apart)" if last else ")")
                          + ("" if rows == "avx512" else
                             "; only the AVX-512 intrinsic rows ('avx512') stream"))
-    # never by default where rows are runs (j.R > 1): a run's streamed full vectors and
-    # its masked tail share lines (inference in runs of 28 float32 values at 32x256x28x28
-    # took 2.3x the time with them)
-    j.stream = can and (stream if stream is not None
-                        else j.R == 1 and j.N * j.C * j.S * itemsize >= _STREAM_BYTES)
+    # never by default where rows are runs (j.R > 1), nor channels-first rows that are not
+    # whole 64-byte lines: a row's streamed full vectors and its neighbour's masked head or
+    # tail share lines (inference in runs of 28 float32 values at 32x256x28x28 took 2.3x
+    # the time with them, backward on rows of 14x14 float32 values at 32x512 1.02-1.04x)
+    if not can:
+        j.stream = 0
+    elif stream is not None:
+        j.stream = 1 if stream else 0
+    else:
+        j.stream = (j.R == 1 and (last or (j.S * itemsize) % 64 == 0)
+                    and bool(bn_streams_by_default(op, j.N * j.C * j.S, itemsize)))
     if not last:
         with nogil:
             n = run_on_team(hd_bn_team, j)

@@ -94,10 +94,20 @@ def bn_rows(op: int, x: np.ndarray, y: np.ndarray, kind: int, *, dy: np.ndarray 
     (backward: dy where lower < y_bn < upper; upper +inf is no upper clip, where y_bn =
     +inf passes). ``variance_out`` (training) may be a float64 ndarray: the variance kept
     beyond FLT_MAX. ``isa``: the build to run (a ``bn_rows_isa`` name; None: the one it
-    names). ``stream``: y's stores non-temporal (None: where y is at least 24 MiB;
+    names). ``stream``: y's stores non-temporal (None: ``bn_streams_by_default``, and
+    channels-first rows of whole 64-byte lines;
     True raises ValueError where the rows cannot: not the intrinsic rows, 16-bit
     channels-first rows, float32 y off 4-byte boundaries, channels-last y off 64-byte
     boundaries at some pixel)."""
+
+def last_level_cache_bytes(root: str = "/sys/devices/system/cpu/cpu0/cache") -> int:
+    """Bytes of cpu0's largest data or unified cache, from sysfs under ``root`` (CPUID can
+    report the host's in a VM); 32 MiB where sysfs says nothing."""
+
+def bn_streams_by_default(op: int, values: int, itemsize: int) -> bool:
+    """Whether :func:`bn_rows` streams y by default (where it can): the call's activations
+    (``values`` elements of ``itemsize`` bytes in x and y, and dy for ``BN_ROWS_BACKWARD``)
+    at least :func:`last_level_cache_bytes`."""
 
 def bn_pivot_samples(images: int, pixels: int) -> list[list[int]]:
     """The pixels (n * pixels + s) the channels-last training pivot reads in a job of

@@ -235,8 +235,8 @@ def test_ops_match_float64(name, dtype, baseline, shape, how):
         close_sums(got["dscale"], want["dscale"], want["terms_gd"], what + " dscale")
 
 
-# streamed stores (hd_bn_stream; by default only where y passes 24 MiB): y on 64-byte
-# boundaries at every pixel, C around the 32-channel vectors of the pixel-by-pixel rows
+# streamed stores (hd_bn_stream; by default only where the call's activations pass the
+# last-level cache): y on 64-byte boundaries at every pixel, C around the 32-channel vectors of the pixel-by-pixel rows
 # (C > 64) and the 64-channel register blocks (C <= 64), float32 and bfloat16
 STREAM_SHAPES = {"float32": [(2, 16, 3, 5), (2, 32, 3, 3), (3, 48, 4, 5), (2, 64, 5, 5),
                              (2, 80, 3, 3), (2, 96, 2, 3), (2, 128, 3, 1), (65, 256, 1, 2),
@@ -305,6 +305,83 @@ def test_streaming_is_refused_off_64_byte_boundaries():
         with pytest.raises(ValueError, match="cannot stream y.*pixels 96 bytes apart"):
             run("inference", b16, False, (2, 48, 3, 3), "packed",
                 draw(b16, (2, 48, 3, 3), "packed", 4), stream=True, aligned=True)
+
+
+
+def _sysfs(root, caches):
+    """A fake ``/sys/devices/system/cpu/cpu0/cache`` under ``root``: one ``index<i>`` folder
+    per (level, type, size) of ``caches``."""
+    for i, (level, kind, size) in enumerate(caches):
+        d = root / f"index{i}"
+        d.mkdir(parents=True)
+        (d / "level").write_text(f"{level}\n")
+        (d / "type").write_text(f"{kind}\n")
+        (d / "size").write_text(f"{size}\n")
+    return str(root)
+
+
+def test_last_level_cache_read_from_sysfs(tmp_path):
+    # a 64 MiB instruction cache is not the data's; sizes in K and M as the kernel writes
+    root = _sysfs(tmp_path / "a", [(1, "Data", "48K"), (1, "Instruction", "65536K"),
+                                   (2, "Unified", "2048K"), (3, "Unified", "96M")])
+    assert k.last_level_cache_bytes(root) == 96 * 2**20
+    root = _sysfs(tmp_path / "b", [(1, "Data", "32K"), (2, "Unified", "1024K"),
+                                   (3, "Unified", "bogus")])   # an unreadable size is skipped
+    assert k.last_level_cache_bytes(root) == 2**20
+    assert k.last_level_cache_bytes(str(tmp_path / "none")) == 32 * 2**20   # no sysfs
+
+
+@pytest.mark.skipif(not os.path.isdir("/sys/devices/system/cpu/cpu0/cache/index0"),
+                    reason="no cache description in sysfs on this machine")
+def test_last_level_cache_is_lscpus():
+    # util-linux's lscpu reads the same files with its own parser
+    import shutil
+    import subprocess
+    if shutil.which("lscpu") is None:
+        pytest.skip("no lscpu on this machine")
+    out = subprocess.run(["lscpu", "-B", "-C=TYPE,ONE-SIZE"], capture_output=True, text=True)
+    if out.returncode != 0:
+        pytest.skip(f"lscpu -C failed here: {out.stderr.strip()}")
+    sizes = [int(line.split()[-1]) for line in out.stdout.splitlines()[1:]
+             if line.split() and line.split()[0] in ("Data", "Unified")]
+    assert k.last_level_cache_bytes() == max(sizes)
+
+
+def test_streaming_by_default_where_the_call_passes_the_last_level_cache():
+    llc = k.last_level_cache_bytes()
+    # backward touches x, dy and dx; training and inference x and y
+    for op, tensors in ((k.BN_ROWS_BACKWARD, 3), (k.BN_ROWS_TRAINING, 2),
+                        (k.BN_ROWS_INFERENCE, 2)):
+        for itemsize in (4, 2):
+            at = -(-llc // (tensors * itemsize))           # the fewest values reaching it
+            assert k.bn_streams_by_default(op, at, itemsize), (op, itemsize)
+            assert not k.bn_streams_by_default(op, at - 1, itemsize), (op, itemsize)
+    # ResNet-50's 32 x 512 x 14 x 14 float32 under a 32 MiB cache: backward streams
+    # (38.5 MB of x, dy and dx), training does not (25.7 MB of x and y)
+    if llc == 32 * 2**20:
+        assert k.bn_streams_by_default(k.BN_ROWS_BACKWARD, 32 * 512 * 196, 4)
+        assert not k.bn_streams_by_default(k.BN_ROWS_TRAINING, 32 * 512 * 196, 4)
+
+
+
+@pytest.mark.parametrize("name", ["backward", "backward_drelu"])
+def test_default_rows_of_resnet50_batch32_backward_match_float64(name):
+    # 32 x 512 x 14 x 14 float32: x, dy and dx pass a 32 MiB last-level cache, so the
+    # default (stream=None) streams dx there; the values are float64's either way
+    if name not in {o[0] for o in OPS}:
+        pytest.skip(f"no op {name} in _bn_rows_ops.OPS")
+    dt = KINDS["float32"][1]
+    shape = (32, 512, 14, 14)
+    vals = draw(dt, shape, "packed", 17)
+    off_the_mask_edges(name, vals)
+    got, ybuf, covered, _ = run(name, dt, False, shape, "packed", vals, aligned=True)
+    what = f"{name} float32 {shape} default stores (streamed: " \
+           f"{k.bn_streams_by_default(k.BN_ROWS_BACKWARD, 32 * 512 * 196, 4)})"
+    want = reference(name, vals)
+    assert_close(got["y"], want["y"], *tol("bn_backward", "float32"), what=f"{what} dx")
+    assert np.isnan(f64(ybuf[~covered])).all(), what
+    close_sums(got["dbias"], want["dbias"], want["terms_g"], what + " dbias")
+    close_sums(got["dscale"], want["dscale"], want["terms_gd"], what + " dscale")
 
 
 # ------------------------------------------------------------------ offset data
