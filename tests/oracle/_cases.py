@@ -86,7 +86,9 @@ def reduction_tol(op, dtype, n, max_a=1.0, max_b=1.0):
 
 
 def gpu_wgrad_tol(dtype, n, max_a, max_b):
-    """:func:`wgrad_tol` with :func:`sequential_atol` as a floor (GPU reduction orders)."""
+    """:func:`wgrad_tol` with :func:`sequential_atol` as a floor: kernels that sum the n
+    terms in order, cuDNN's ALGO_1 on a GPU and oneDNN's jit weight gradients on a CPU
+    (tests/oracle/test_onednn_resnet_wgrad.py)."""
     atol, rtol = wgrad_tol(dtype, n, max_a, max_b)
     return max(atol, sequential_atol(n, max_a, max_b)), rtol
 
