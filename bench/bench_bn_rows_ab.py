@@ -10,6 +10,7 @@ Usage::
     git stash pop; python setup.py build_ext --inplace
     cp hipdnn_async/providers/cpu/_kernels*.so /tmp/b.so       # the build after
     python bench/bench_bn_rows_ab.py /tmp/a.so /tmp/b.so [--ops training,backward]
+        (ops: training, training_relu, backward, backward_drelu: ReLU fused / undone)
         [--layouts last,first] [--rounds 16]
 
 Activations are N(0, 1) (dy too), float32 and bfloat16, on ResNet-50's shapes (N x H x W x
@@ -84,24 +85,27 @@ def main(argv=None):
                 (x, y, dy), kind = case(shape, dtype, layout, rng)
                 c = shape[3]
                 vec = lambda v: np.full(c, v, np.float32)  # noqa: E731
-                if op == "training":
+                if op.startswith("training"):
                     kw = dict(scale=vec(1.0), bias=vec(0.0), mean_out=vec(0.0),
                               variance_out=np.empty(c, np.float64), epsilon=1e-5)
                 else:
                     kw = dict(dy=dy, scale=vec(1.2), mean=vec(0.01), inv_variance=vec(1.1),
                               dscale=vec(0.0), dbias=vec(0.0))
+                if op in ("training_relu", "backward_drelu"):
+                    kw.update(act=True, bias=vec(0.1))
                 times = ([], [])
                 for r in range(args.rounds):
                     for i in ((0, 1) if r % 2 == 0 else (1, 0)):
                         m = mods[i]
-                        code = m.BN_ROWS_TRAINING if op == "training" else m.BN_ROWS_BACKWARD
+                        code = (m.BN_ROWS_TRAINING if op.startswith("training")
+                                else m.BN_ROWS_BACKWARD)
                         for _ in range(3):
                             t0 = time.perf_counter()
                             m.bn_rows(code, x, y, kind, **kw)
                             times[i].append(time.perf_counter() - t0)
                 med = [sorted(t)[len(t) // 2] for t in times]
                 best = [min(t) for t in times]
-                print(f"{layout:5s} {op:9s} {'x'.join(map(str, shape)):12s} {dtype:8s} "
+                print(f"{layout:5s} {op:14s} {'x'.join(map(str, shape)):12s} {dtype:8s} "
                       f"A {best[0] * 1e3:.3f} ms  B {best[1] * 1e3:.3f} ms  "
                       f"B/A best {best[1] / best[0]:.3f}  median {med[1] / med[0]:.3f}",
                       flush=True)

@@ -933,12 +933,13 @@ HD_AVX512V static inline __m512 hd_bn_affv(__m512 x, __m512 m, __m512 a, __m512 
     return v;
 }
 /* RELU_BWD of g under the forward yb = d * a + b (as hd_bn_drelu: lo < yb <= hi), lanes k
- * only */
-#define HD_BN_VMASK(g, d, k)                                                               \
+ * only; act 1 (hi +inf) leaves out the upper compare, true for every yb but NaN, whose
+ * lanes take yb anyway */
+#define HD_BN_VMASK(g, d, k, act)                                                          \
     do {                                                                                   \
         __m512 yb_ = _mm512_fmadd_ps(d, va, vb);                                           \
-        __mmask16 in_ = _mm512_cmp_ps_mask(yb_, vlo, _CMP_GT_OQ)                           \
-                        & _mm512_cmp_ps_mask(yb_, vhi, _CMP_LE_OQ);                        \
+        __mmask16 in_ = _mm512_cmp_ps_mask(yb_, vlo, _CMP_GT_OQ);                          \
+        if ((act) > 1) in_ &= _mm512_cmp_ps_mask(yb_, vhi, _CMP_LE_OQ);                    \
         g = _mm512_maskz_mov_ps(in_, g);                                                   \
         g = _mm512_mask_mov_ps(g, _mm512_cmp_ps_mask(yb_, yb_, _CMP_UNORD_Q) & (k), yb_);   \
     } while (0)
@@ -1038,10 +1039,10 @@ HD_AVX512V static inline __m512 hd_bn_affv(__m512 x, __m512 m, __m512 a, __m512 
         default: hd_bn_affine_##K##_avx512i(x, y, S, m, a, b, 2, lo, hi, 1);               \
         }                                                                                  \
     }                                                                                      \
-    ATTR static void hd_bn_bsum_##K##_avx512v(const HD_TYPE_##K* x, const HD_TYPE_##K* dy, \
-                                              ptrdiff_t S, float m, float a, float b,      \
-                                              int act, float lo, float hi, double* sg,     \
-                                              double* sgd) {                               \
+    /* act (0; 1: ReLU, hi +inf; 2: clipped) a constant in each copy of the row */        \
+    ATTR static inline __attribute__((always_inline)) void hd_bn_bsum_##K##_avx512i(       \
+        const HD_TYPE_##K* x, const HD_TYPE_##K* dy, ptrdiff_t S, float m, float a,        \
+        float b, int act, float lo, float hi, double* sg, double* sgd) {                   \
         const __m512 vm = _mm512_set1_ps(m), va = _mm512_set1_ps(a), vb = _mm512_set1_ps(b); \
         const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);                   \
         __m512 g0 = _mm512_setzero_ps(), g1 = _mm512_setzero_ps();                         \
@@ -1051,7 +1052,7 @@ HD_AVX512V static inline __m512 hd_bn_affv(__m512 x, __m512 m, __m512 a, __m512 
             __mmask16 k = hd_bn_tail(S - i);                                               \
             __m512 d = _mm512_maskz_sub_ps(k, hd_bn_ld_##K(x + i, k), vm);                 \
             __m512 g = hd_bn_ld_##K(dy + i, k);                                            \
-            if (act) HD_BN_VMASK(g, d, k);                                                 \
+            if (act) HD_BN_VMASK(g, d, k, act);                                            \
             if ((i >> 4) & 1) {                                                            \
                 g1 = _mm512_add_ps(g1, g);                                                 \
                 p1 = _mm512_fmadd_ps(g, d, p1);                                            \
@@ -1069,7 +1070,19 @@ HD_AVX512V static inline __m512 hd_bn_affv(__m512 x, __m512 m, __m512 a, __m512 
             *sgd += s2;                                                                    \
         }                                                                                  \
     }                                                                                      \
-    /* xh (inv not 1: hd_bn_dx_*) a constant in each copy of the row */                    \
+    ATTR static void hd_bn_bsum_##K##_avx512v(const HD_TYPE_##K* x, const HD_TYPE_##K* dy, \
+                                              ptrdiff_t S, float m, float a, float b,      \
+                                              int act, float lo, float hi, double* sg,     \
+                                              double* sgd) {                               \
+        if (!act)                                                                          \
+            hd_bn_bsum_##K##_avx512i(x, dy, S, m, a, b, 0, lo, hi, sg, sgd);               \
+        else if (hi == INFINITY)                                                           \
+            hd_bn_bsum_##K##_avx512i(x, dy, S, m, a, b, 1, lo, hi, sg, sgd);               \
+        else                                                                               \
+            hd_bn_bsum_##K##_avx512i(x, dy, S, m, a, b, 2, lo, hi, sg, sgd);               \
+    }                                                                                      \
+    /* xh (inv not 1: hd_bn_dx_*) and act (as hd_bn_bsum_*_avx512i) constants in each     \
+     * copy of the row */                                                                  \
     ATTR static inline __attribute__((always_inline)) void hd_bn_dx_##K##_avx512i(         \
         const HD_TYPE_##K* x, const HD_TYPE_##K* dy, HD_TYPE_##K* dx, ptrdiff_t S,         \
         float m, float inv, float a, float b, int act, float lo, float hi, float k1,       \
@@ -1087,7 +1100,7 @@ HD_AVX512V static inline __m512 hd_bn_affv(__m512 x, __m512 m, __m512 a, __m512 
             __m512 d = _mm512_sub_ps(hd_bn_ld_##K(x + i, k), vm);                          \
             __m512 g = hd_bn_ld_##K(dy + i, k);                                            \
             __m512 v;                                                                      \
-            if (act) HD_BN_VMASK(g, d, k);                                                 \
+            if (act) HD_BN_VMASK(g, d, k, act);                                            \
             v = _mm512_fmadd_ps(v2, xh ? _mm512_mul_ps(d, vi) : d, v3);                    \
             v = _mm512_fmadd_ps(v1, g, v);                                                 \
             if (i >= h && k == 0xffff)                                                     \
@@ -1102,12 +1115,20 @@ HD_AVX512V static inline __m512 hd_bn_affv(__m512 x, __m512 m, __m512 a, __m512 
                                             float inv, float a, float b, int act,          \
                                             float lo, float hi, float k1, float k2,        \
                                             float k3) {                                    \
-        if (inv != 1.0f)                                                                   \
-            hd_bn_dx_##K##_avx512i(x, dy, dx, S, m, inv, a, b, act, lo, hi, k1, k2, k3,    \
-                                   1);                                                     \
-        else                                                                               \
-            hd_bn_dx_##K##_avx512i(x, dy, dx, S, m, inv, a, b, act, lo, hi, k1, k2, k3,    \
-                                   0);                                                     \
+        const int a_ = !act ? 0 : hi == INFINITY ? 1 : 2;                                  \
+        switch (a_ + 3 * (inv != 1.0f)) {                                                  \
+        case 0: hd_bn_dx_##K##_avx512i(x, dy, dx, S, m, inv, a, b, 0, lo, hi, k1, k2, k3, 0); \
+            break;                                                                         \
+        case 1: hd_bn_dx_##K##_avx512i(x, dy, dx, S, m, inv, a, b, 1, lo, hi, k1, k2, k3, 0); \
+            break;                                                                         \
+        case 2: hd_bn_dx_##K##_avx512i(x, dy, dx, S, m, inv, a, b, 2, lo, hi, k1, k2, k3, 0); \
+            break;                                                                         \
+        case 3: hd_bn_dx_##K##_avx512i(x, dy, dx, S, m, inv, a, b, 0, lo, hi, k1, k2, k3, 1); \
+            break;                                                                         \
+        case 4: hd_bn_dx_##K##_avx512i(x, dy, dx, S, m, inv, a, b, 1, lo, hi, k1, k2, k3, 1); \
+            break;                                                                         \
+        default: hd_bn_dx_##K##_avx512i(x, dy, dx, S, m, inv, a, b, 2, lo, hi, k1, k2, k3, 1); \
+        }                                                                                  \
     }                                                                                      \
     HD_BN_CHANNEL(avx512v, ATTR, K, hd_bn_affine_##K##_avx512v, hd_bn_dx_##K##_avx512v)
 
