@@ -11,13 +11,15 @@ its reorders and hooks; the candidates and PyTorch run round-robin, one call eac
     python bench/diag_conv_candidates.py SHAPES DTYPES LAYOUTS PATTERNS
     e.g. python bench/diag_conv_candidates.py "res2 3x3,res4 3x3" float32 NHWC,NCHW wgrad
 
-SHAPES are names of ``_bench_common.RESNET50_CONVS``; PATTERNS of fprop, dgrad, wgrad,
-conv_bias_relu. Environment: N (batch, default 8), TOP (candidates, default 6), ROUNDS
+SHAPES are names of ``_bench_common.RESNET50_CONVS`` or ``CxHxW>K/RsSpP`` (x of C
+channels, H x W pixels, into K channels by an R x R kernel at stride S and padding P, e.g.
+``3x224x224>64/7s2p3``, the stem); PATTERNS of fprop, dgrad, wgrad, conv_bias_relu. Environment: N (batch, default 8), TOP (candidates, default 6), ROUNDS
 (default 7).
 """
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tempfile
 import time
@@ -54,6 +56,18 @@ def _case(dev, torch, n, spec, pattern, dtype, layout, first=None):
         _FIRST[0] = None
 
 
+def _spec(name, convs):
+    """The ``RESNET50_CONVS`` entry ``name``, or one made from ``CxHxW>K/RsSpP``."""
+    if name in convs:
+        return convs[name]
+    m = re.fullmatch(r"(\d+)x(\d+)x(\d+)>(\d+)/(\d+)s(\d+)p(\d+)", name)
+    if m is None:
+        raise SystemExit(f"diag_conv_candidates: shape {name!r} is neither a ResNet-50 "
+                         "name nor CxHxW>K/RsSpP")
+    c, h, w, k, r, st, pad = map(int, m.groups())
+    return (name, (c, h, w), (k, c, r, r), pad, st)
+
+
 def main(argv) -> int:
     import torch
     if len(argv) != 4:
@@ -64,6 +78,7 @@ def main(argv) -> int:
     top, rounds = int(os.environ.get("TOP", "6")), int(os.environ.get("ROUNDS", "7"))
     torch.set_num_threads(bench_cpu.our_threads())
     convs = {c[0]: c for c in RESNET50_CONVS}
+    convs = {name: _spec(name, convs) for name in shapes}
     _conv.Conv._ordered = _patched
     with hd.Device("cpu") as dev:
         bench_cpu.warm_process(hd, torch, dev, None, 1.0)

@@ -161,16 +161,16 @@ def test_default_on_this_cpu_matches_float64(device, row, dtype):
 
 def test_a_rule_that_moves_nothing_is_not_the_reason(device):
     """A rule naming the candidate that oneDNN's order puts first anyway is not given as
-    the reason (``Conv._moved_by_avx2``); one that moved it is."""
+    the reason (``Conv._moved_by_rule``); one that moved it is."""
     from hipdnn_async.providers.cpu.onednn import _avx2
     from hipdnn_async.providers.cpu.onednn._conv import Conv
     plan = _plan(device, ("NCHW", "fprop", (8, 512, 14, 14), (128, 512, 1, 1), 1, 0, None))
     conv = Conv(plan._pplan.match)
     names = [c.name for c in conv.candidates()]
     first, other = names[0], names[1]
-    conv.avx2 = _avx2.Preference(first.split("+")[0], "", "RULE TEXT")
+    conv.preferred = _avx2.Preference(first.split("+")[0], "", "RULE TEXT")
     assert conv.rule(first) != "RULE TEXT"
     layout = next((v for v in ("+nhwc", "+blocked") if v in other), "")
-    conv.avx2 = _avx2.Preference(other.split("+")[0], layout, "RULE TEXT")
+    conv.preferred = _avx2.Preference(other.split("+")[0], layout, "RULE TEXT")
     assert conv.candidates()[0].name == other
     assert conv.rule(other) == "RULE TEXT"

@@ -8,13 +8,14 @@ the HALF and BFLOAT16 I/O that runs them on float32 copies) of 2-D convolutions 
 groups or dilation. Measured on a 2-core AMD EPYC (AVX2 + FMA), oneDNN 3.2, ResNet-50's
 convolutions at batch 8 (checked at 32), two threads: every candidate of one problem built
 as a whole plan (reorders included) and timed interleaved, the best of 5-11 calls each;
-the figures are the preferred candidate's time over that of the one it displaces."""
+the figures are the preferred candidate's time over that of the one it displaces.
+``Preference`` (``_preference.py``) is what each rule names."""
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 from ....runtime import load_onednn
+from ._preference import Preference, pixels as _pixels
 from ._program import compute_type, dnnl
 
 __all__ = ["Preference", "avx2_only", "channels_last_blocked", "preference"]
@@ -33,20 +34,6 @@ def avx2_only() -> bool:
     a CPU without AVX-512)."""
     state = load_onednn()
     return state.ok and str(state.isa).startswith("avx2")
-
-
-class Preference(NamedTuple):
-    """The candidate a rule puts first: oneDNN's implementation name starts with
-    ``kernel``, on the layout variant ``layout`` ("" for the user's own layout, else
-    ``"+nhwc"`` or ``"+blocked"``); ``why`` is ``plan.algorithm``'s reason."""
-
-    kernel: str
-    layout: str
-    why: str
-
-    def matches(self, name: str) -> bool:
-        layout = next((v for v in ("+nhwc", "+blocked") if v in name), "")
-        return name.startswith(self.kernel) and layout == self.layout
 
 
 def _measured(conv):
@@ -103,10 +90,6 @@ def channels_last_blocked(conv) -> bool:
     return (x.strides[1] == 1 and y.strides[1] == 1 and tuple(w.dims[2:]) == (3, 3)
             and min(c, k) >= 64 and c % 8 == 0 and k % 8 == 0
             and _pixels(y) > 14 * 14)
-
-
-def _pixels(tensor) -> int:
-    return math.prod(tensor.dims[2:])
 
 
 def _channels_last(direction, one, stride, x, w, y) -> Preference | None:

@@ -14,6 +14,7 @@ from ... import _tuning
 from .. import _batchnorm, _kernels
 from ...._layout import packed_strides
 from ._avx2 import avx2_only, channels_last_blocked, preference as avx2_preference
+from ._avx512 import preference as avx512_preference
 from ._program import (ProgramSpec, any_md, channel_like, channels_last_md, compute_type,
                        decline, dnnl, dnnl_type, is_native, memory_order, packed_md, staged,
                        user_md, widened)
@@ -73,7 +74,8 @@ class Conv:
             self.clips = clips
         # the AVX2 rule this problem meets (None: none, or not an AVX2 CPU), and whether
         # its channels-last activations get blocked copies for it: both fixed per problem
-        self.avx2 = avx2_preference(self)
+        # the order rule of this CPU's instruction set (_preference.Preference), if any
+        self.preferred = avx2_preference(self) or avx512_preference(self)
         self.avx2_blocked = channels_last_blocked(self)
         self.impls = self._walk()
         self.fused = [False] * len(self.impls)
@@ -238,7 +240,7 @@ class Conv:
             return True
         if suffix.endswith(BLOCKED) and self.avx2_blocked:
             # blocked copies of channels-last activations are there for one kernel only
-            return self.avx2 is None or not self.avx2.matches(name + suffix)
+            return self.preferred is None or not self.preferred.matches(name + suffix)
         amx, d = AMX in name, self.direction
         x = self.match.tensors[self.roles.x]
         channels_last = x.strides[1] == 1 or suffix.endswith("+nhwc")
@@ -449,8 +451,9 @@ class Conv:
                    "the first unguarded candidate recomputes y (oneDNN 3.2's AMX jit "
                    "forward kernel spreads them to outputs whose windows do not hold them)")
             return why if base is None else f"{base}; {why}"
-        if self.avx2 is not None and self.avx2.matches(name) and self._moved_by_avx2(name):
-            return self.avx2.why
+        if (self.preferred is not None and self.preferred.matches(name)
+                and self._moved_by_rule(name)):
+            return self.preferred.why
         if AMX in name and self._amx_first() and ("+nhwc" in name or BLOCKED in name):
             return ("oneDNN's AMX implementations first, on copies of the activations "
                     "(reordered in and out): on the blocked layout it runs bfloat16 on "
@@ -476,21 +479,23 @@ class Conv:
     def candidates(self) -> list:
         """One per implementation (id: the index in ``impls``), best first: oneDNN's order,
         with its AMX ones first where ``_amx_first``, else the ``+blocked`` ones first
-        where ``prefers_blocked``, and on an AVX2 CPU the implementation its rule names
-        first (``_avx2.preference``) (the default choice is the first that fits the
+        where ``prefers_blocked``, and on an AVX2 CPU or an AVX-512 one without AMX the
+        implementation its rule names first (``preferred``: ``_avx2.preference``,
+        ``_avx512.preference``) (the default choice is the first that fits the
         workspace limit; benchmarking keeps another only if it
         beats that one by its margin); one computing the ReLU as post-ops ends ``+relu``;
         a guarded one (``GUARDED``) has its fallback's workspace too."""
         return self._guard(self._ordered())
 
-    def _moved_by_avx2(self, name) -> bool:
-        """Whether ``name`` is first only by the AVX2 rule (``_ordered``): without it
-        another candidate would be."""
-        plain = self._ordered(avx2=False)
+    def _moved_by_rule(self, name) -> bool:
+        """Whether ``name`` is first only by the instruction set's rule (``preferred``,
+        ``_ordered``): without it another candidate would be."""
+        plain = self._ordered(rules=False)
         return bool(plain) and plain[0].name != name
 
-    def _ordered(self, avx2=True) -> list:
-        """``candidates`` before ``_guard`` (``avx2``: with ``_avx2.preference``'s move)."""
+    def _ordered(self, rules=True) -> list:
+        """``candidates`` before ``_guard`` (``rules``: with the move of ``preferred``,
+        ``_avx2.preference`` or ``_avx512.preference``)."""
         cands = [_tuning.Candidate(name + (RELU if fused else ""), i, ws)
                  for i, ((name, _, ws, _v), fused) in enumerate(zip(self.impls, self.fused))]
         if self._amx_first():
@@ -504,9 +509,9 @@ class Conv:
             # (a padded 1x1 on channels-last copies took 2.8x its time)
             one = self._one_by_one()
             cands.sort(key=lambda c: (BLOCKED not in c.name, one or "+nhwc" not in c.name))
-        if avx2 and self.avx2 is not None:
-            # stable: the preferred implementation (and its +relu twin) first on AVX2
-            cands.sort(key=lambda c: not self.avx2.matches(c.name))
+        if rules and self.preferred is not None:
+            # stable: the preferred implementation (and its +relu twin) first
+            cands.sort(key=lambda c: not self.preferred.matches(c.name))
         if any(self.fused) and self._small():
             cands = _post_ops_first(cands)
         return cands

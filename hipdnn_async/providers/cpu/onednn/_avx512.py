@@ -1,0 +1,61 @@
+"""The default convolution implementation on an AVX-512 CPU without AMX (oneDNN's ISA
+``avx512_core``, ``avx512_core_vnni``, ``avx512_core_bf16``...), where oneDNN 3.2's own
+order leaves a slower one first: channels-last strided data gradients into fewer than 16
+channels (the stem's dgrad and its kind), for which oneDNN's first choice,
+``brgconv_strided``, was never the fastest measured.
+
+Measured on a 2-core AMD EPYC (Zen 4, ``avx512_core_bf16``), oneDNN 3.2, two threads:
+every candidate built as a whole plan and timed interleaved with PyTorch's call, the best
+of 3-7 calls each (``bench/diag_conv_candidates.py``); the figures are the preferred
+candidate's time over that of oneDNN's first. NCHW needs no rule: there the plain GEMM is
+first already (``Conv.prefers_blocked``)."""
+from __future__ import annotations
+
+from ....runtime import load_onednn
+from ._preference import Preference
+from ._program import compute_type, dnnl
+
+__all__ = ["avx512_without_amx", "preference"]
+
+
+def avx512_without_amx() -> bool:
+    """Whether oneDNN runs AVX-512 kernels here but no AMX ones (its ISA ``avx512*`` not
+    ``avx512_core_amx*``)."""
+    state = load_onednn()
+    isa = str(state.isa) if state.ok else ""
+    return isa.startswith("avx512") and "amx" not in isa
+
+
+def preference(conv) -> Preference | None:
+    """The AVX-512 rule ``conv`` (a ``Conv``) meets, or None (also off such a CPU)."""
+    t = conv.match.tensors
+    x, w, y = t[conv.roles.x], t[conv.roles.w], t[conv.roles.y]
+    stride, dilation = conv.geometry[0], conv.geometry[1]
+    if (conv.direction != "dgrad" or conv.match.params["conv"].groups != 1
+            or len(x.dims) != 4 or any(dilation) or all(s == 1 for s in stride)
+            or x.strides[1] != 1 or y.strides[1] != 1 or x.dims[1] >= 16
+            or not avx512_without_amx()):
+        return None
+    c, k, kernel = x.dims[1], y.dims[1], min(w.dims[2:])
+    if compute_type(x) == dnnl.DATA_F32:
+        if c <= 4 and k >= 32:
+            return Preference("x64:gemm", "", (
+                "oneDNN's GEMM convolution before its brgconv_strided for a float32 "
+                "channels-last strided dgrad into at most 4 channels from at least 32 on "
+                "AVX-512 (0.40-0.75x its time at 3x3/2, 4x4/4, 5x5/2, 7x7/2 and 11x11/4 "
+                "kernels over 64-224 pixel images, batch 1-32, ResNet-50's stem included; "
+                "from 16 channels 1.06x, into 8-12 0.8-1.03x)"))
+        return None
+    if compute_type(x) != dnnl.DATA_BF16:
+        return None
+    if c <= 4 and k >= 64 and kernel >= 7:
+        return Preference("x64:gemm", "", (
+            "oneDNN's GEMM convolution before its brgconv_strided for a bfloat16 "
+            "channels-last strided dgrad into at most 4 channels from at least 64 by a "
+            "kernel of at least 7x7 on AVX-512 (0.70-0.78x its time at ResNet-50's stem, "
+            "batch 1-32, and 11x11/4; 5x5/2 0.90x, where jit_bf16 took 0.84x; from 16-32 "
+            "channels or by 3x3 kernels 1.2-2.5x)"))
+    return Preference("jit_bf16:", "", (
+        "oneDNN's jit_bf16 before its brgconv_strided for a bfloat16 channels-last "
+        "strided dgrad into fewer than 16 channels on AVX-512 (0.23-0.93x its time at "
+        "3x3/2, 4x4/4, 5x5/2 and 7x7/2 kernels into 1-15 channels, batch 1 and 8)"))

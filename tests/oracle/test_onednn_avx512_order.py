@@ -1,0 +1,106 @@
+"""The AVX-512 rules of the default convolution implementation (``onednn/_avx512.py``):
+channels-last strided data gradients into fewer than 16 channels on an AVX-512 CPU
+without AMX.
+
+- ``test_rule_of_each_problem``: which rule each problem meets, on any CPU (the ISA check
+  patched): the boundaries in channels on both sides, kernel size, stride and layout.
+- ``test_default_on_this_cpu_matches_float64``: the plan built here against the float64
+  reference; on such a CPU its default is the rule's implementation and its reason names
+  the rule, elsewhere no AVX-512 rule is named.
+"""
+from __future__ import annotations
+
+import pytest
+
+from . import _reference as ref  # noqa: F401  (run_blocked's reference)
+from ._cases import assert_close, device  # noqa: F401
+from ._cpu_engines import ONEDNN
+from .test_onednn_blocked import _graph, _onednn, run_blocked  # noqa: F401 (autouse)
+
+GEMM, JIT_BF16 = ("x64:gemm", ""), ("jit_bf16:", "")
+
+# (layout, dtype, direction, dx dims, w dims, stride, padding, the rule's (kernel, layout)
+# or None)
+CASES = [
+    ("NHWC", "float32", "dgrad", (1, 3, 224, 224), (64, 3, 7, 7), 2, 3, GEMM),  # the stem
+    ("NHWC", "float32", "dgrad", (2, 3, 64, 64), (32, 3, 3, 3), 2, 1, GEMM),    # from 32
+    ("NHWC", "float32", "dgrad", (2, 3, 64, 64), (16, 3, 3, 3), 2, 1, None),    # from 16
+    ("NHWC", "float32", "dgrad", (2, 4, 32, 32), (32, 4, 4, 4), 4, 0, GEMM),    # into 4
+    ("NHWC", "float32", "dgrad", (2, 8, 32, 32), (64, 8, 7, 7), 2, 3, None),    # into 8
+    ("NHWC", "float32", "dgrad", (2, 3, 32, 32), (64, 3, 7, 7), 1, 3, None),    # unstrided
+    ("NHWC", "float32", "fprop", (2, 3, 64, 64), (64, 3, 7, 7), 2, 3, None),
+    ("NCHW", "float32", "dgrad", (1, 3, 224, 224), (64, 3, 7, 7), 2, 3, None),  # GEMM anyway
+    ("NHWC", "bfloat16", "dgrad", (1, 3, 224, 224), (64, 3, 7, 7), 2, 3, GEMM),
+    ("NHWC", "bfloat16", "dgrad", (2, 3, 64, 64), (64, 3, 5, 5), 2, 2, JIT_BF16),  # 5x5
+    ("NHWC", "bfloat16", "dgrad", (2, 3, 64, 64), (32, 3, 7, 7), 2, 3, JIT_BF16),  # from 32
+    ("NHWC", "bfloat16", "dgrad", (2, 15, 32, 32), (64, 15, 3, 3), 2, 1, JIT_BF16),
+    ("NHWC", "bfloat16", "dgrad", (2, 16, 32, 32), (64, 16, 3, 3), 2, 1, None),  # into 16
+    ("NCHW", "bfloat16", "dgrad", (2, 3, 64, 64), (64, 3, 7, 7), 2, 3, None),
+]
+
+
+def _id(row):
+    layout, dtype, direction, xd, wd, stride, padding, _ = row
+    return (f"{layout}-{dtype}-{direction}-{xd[1]}x{xd[2]}-{wd[0]}x{wd[2]}-s{stride}"
+            f"-p{padding}")
+
+
+def _conv(device, row):
+    import hipdnn_async as hd
+    from hipdnn_async.providers.cpu.onednn._conv import Conv
+    layout, dtype, direction, xd, wd, stride, padding, _ = row
+    plan = device.build_sync(_graph(hd, direction, layout, xd, wd, (stride, stride),
+                                    padding, dtype=dtype), engine=ONEDNN)
+    return Conv(plan._pplan.match)
+
+
+@pytest.mark.parametrize("row", CASES, ids=[_id(r) for r in CASES])
+def test_rule_of_each_problem(device, monkeypatch, row):
+    from hipdnn_async.providers.cpu.onednn import _avx512
+    from hipdnn_async.providers.cpu.onednn._program import compute_type, dnnl
+    conv = _conv(device, row)
+    x = conv.match.tensors[conv.roles.x]
+    if row[1] == "bfloat16" and compute_type(x) != dnnl.DATA_BF16:
+        pytest.skip("bfloat16 runs on float32 copies here (no AVX-512 bf16 kernels)")
+    monkeypatch.setattr(_avx512, "avx512_without_amx", lambda: True)
+    got = _avx512.preference(conv)
+    assert (None if got is None else (got.kernel, got.layout)) == row[-1], got
+    if got is not None:
+        assert got.why.endswith(")") and "on AVX-512" in got.why, got.why
+    monkeypatch.setattr(_avx512, "avx512_without_amx", lambda: False)
+    assert _avx512.preference(conv) is None          # AVX2, AMX: not measured
+
+
+def test_no_rule_for_groups_or_dilation(device, monkeypatch):
+    """Ungrouped, undilated problems only were measured."""
+    import hipdnn_async as hd
+    from hipdnn_async.providers.cpu.onednn import _avx512
+    from hipdnn_async.providers.cpu.onednn._conv import Conv
+    monkeypatch.setattr(_avx512, "avx512_without_amx", lambda: True)
+    for kw, wd in ((dict(stride=2, padding=1, dilation=2), (64, 2, 3, 3)),
+                   (dict(stride=2, padding=1), (64, 1, 3, 3))):    # dilated; 2 groups
+        g = hd.Graph(name="dgrad", io_data_type="float32")
+        dy = g.tensor(dims=(2, 64, 16, 16) if "dilation" not in kw else (2, 64, 15, 15),
+                      layout="NHWC")
+        w = g.tensor(dims=wd, layout="NHWC")
+        g.conv_dgrad(dy, w, dx_dims=(2, 2, 32, 32), **kw).set_output(True)
+        conv = Conv(device.build_sync(g, engine=ONEDNN)._pplan.match)
+        assert _avx512.preference(conv) is None, kw
+
+
+@pytest.mark.parametrize("row", CASES, ids=[_id(r) for r in CASES])
+def test_default_on_this_cpu_matches_float64(device, row):
+    from hipdnn_async.providers.cpu.onednn._avx512 import avx512_without_amx
+    from hipdnn_async.providers.cpu.onednn._preference import Preference
+    layout, dtype, direction, xd, wd, stride, padding, want = row
+    pads = (padding, padding)
+    case = (layout, xd, wd, pads, pads, (stride, stride), (1, 1))
+    plan, got, expect, limits = run_blocked(device, direction, dtype, case, seed=7)
+    name, reason = str(plan.algorithm), plan.algorithm.reason
+    what = f"{_id(row)} ({name}: {reason})"
+    if want is not None and avx512_without_amx() and "+f32" not in name:
+        assert Preference(*want, "").matches(name), what
+        assert "on AVX-512" in reason, what
+    else:
+        assert "on AVX-512" not in reason, what
+    assert_close(got, expect, *limits, what)
