@@ -39,8 +39,10 @@ _SEEN = []            # the candidate names of the last build, in the engine's o
 _ordered = _conv.Conv._ordered
 
 
-def _patched(self):
-    cands = _ordered(self)
+def _patched(self, rules=True):
+    cands = _ordered(self, rules=rules)
+    if not rules:
+        return cands      # Conv._moved_by_rule's question: the order without the rules
     _SEEN[:] = [c.name for c in cands]
     if _FIRST[0]:
         cands.sort(key=lambda c: c.name != _FIRST[0])
