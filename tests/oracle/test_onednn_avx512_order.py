@@ -1,6 +1,5 @@
 """The AVX-512 rules of the default convolution implementation (``onednn/_avx512.py``):
-channels-last strided data gradients into fewer than 16 channels on an AVX-512 CPU
-without AMX.
+channels-last strided data gradients on an AVX-512 CPU without AMX.
 
 - ``test_rule_of_each_problem``: which rule each problem meets, on any CPU (the ISA check
   patched): the boundaries in channels on both sides, kernel size, stride and layout.
@@ -18,6 +17,7 @@ from ._cpu_engines import ONEDNN
 from .test_onednn_blocked import _graph, _onednn, run_blocked  # noqa: F401 (autouse)
 
 GEMM, JIT_BF16 = ("x64:gemm", ""), ("jit_bf16:", "")
+JIT_1X1, JIT_BF16_1X1 = ("jit_1x1:avx512_core", ""), ("jit_bf16_1x1:", "")
 
 # (layout, dtype, direction, dx dims, w dims, stride, padding, the rule's (kernel, layout)
 # or None)
@@ -27,6 +27,10 @@ CASES = [
     ("NHWC", "float32", "dgrad", (2, 3, 64, 64), (16, 3, 3, 3), 2, 1, None),    # from 16
     ("NHWC", "float32", "dgrad", (2, 4, 32, 32), (32, 4, 4, 4), 4, 0, GEMM),    # into 4
     ("NHWC", "float32", "dgrad", (2, 8, 32, 32), (64, 8, 7, 7), 2, 3, None),    # into 8
+    ("NHWC", "float32", "dgrad", (2, 64, 28, 28), (128, 64, 3, 3), 2, 1, None),  # 3x3/2
+    ("NHWC", "float32", "dgrad", (2, 256, 28, 28), (512, 256, 1, 1), 2, 0, JIT_1X1),
+    ("NHWC", "float32", "dgrad", (2, 3, 28, 28), (64, 3, 1, 1), 2, 0, JIT_1X1),  # into 3
+    ("NHWC", "float32", "dgrad", (2, 64, 28, 28), (128, 64, 1, 1), 2, 1, None),  # padded
     ("NHWC", "float32", "dgrad", (2, 3, 32, 32), (64, 3, 7, 7), 1, 3, None),    # unstrided
     ("NHWC", "float32", "fprop", (2, 3, 64, 64), (64, 3, 7, 7), 2, 3, None),
     ("NCHW", "float32", "dgrad", (1, 3, 224, 224), (64, 3, 7, 7), 2, 3, None),  # GEMM anyway
@@ -34,7 +38,9 @@ CASES = [
     ("NHWC", "bfloat16", "dgrad", (2, 3, 64, 64), (64, 3, 5, 5), 2, 2, JIT_BF16),  # 5x5
     ("NHWC", "bfloat16", "dgrad", (2, 3, 64, 64), (32, 3, 7, 7), 2, 3, JIT_BF16),  # from 32
     ("NHWC", "bfloat16", "dgrad", (2, 15, 32, 32), (64, 15, 3, 3), 2, 1, JIT_BF16),
-    ("NHWC", "bfloat16", "dgrad", (2, 16, 32, 32), (64, 16, 3, 3), 2, 1, None),  # into 16
+    ("NHWC", "bfloat16", "dgrad", (2, 16, 32, 32), (64, 16, 3, 3), 2, 1, JIT_BF16),
+    ("NHWC", "bfloat16", "dgrad", (2, 256, 28, 28), (512, 256, 1, 1), 2, 0, JIT_BF16_1X1),
+    ("NHWC", "bfloat16", "dgrad", (2, 64, 28, 28), (128, 64, 3, 3), 1, 1, None),  # stride 1
     ("NCHW", "bfloat16", "dgrad", (2, 3, 64, 64), (64, 3, 7, 7), 2, 3, None),
 ]
 

@@ -26,8 +26,8 @@ How each pattern maps (primitives are created at build, never per execution):
   GEMM (``Conv._amx_first``). On an AVX2 CPU without AVX-512, rules measured there move
   one implementation first where oneDNN 3.2's own order is slower (``_avx2.preference``;
   channels-last weight gradients of larger kernels also get ``+blocked`` candidates);
-  on an AVX-512 CPU without AMX, channels-last strided dgrads into fewer than 16
-  channels take oneDNN's GEMM or ``jit_bf16`` before its ``brgconv_strided``
+  on an AVX-512 CPU without AMX, channels-last strided dgrads take oneDNN's GEMM,
+  ``jit_1x1`` or ``jit_bf16`` kernels before its ``brgconv_strided``
   (``_avx512.preference``).
   Activations that are not packed (gaps between elements, a channel slice) run on dense
   copies (``+dense``): oneDNN's only implementations of strided activations are its

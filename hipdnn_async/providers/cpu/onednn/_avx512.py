@@ -1,8 +1,9 @@
 """The default convolution implementation on an AVX-512 CPU without AMX (oneDNN's ISA
 ``avx512_core``, ``avx512_core_vnni``, ``avx512_core_bf16``...), where oneDNN 3.2's own
-order leaves a slower one first: channels-last strided data gradients into fewer than 16
-channels (the stem's dgrad and its kind), for which oneDNN's first choice,
-``brgconv_strided``, was never the fastest measured.
+order leaves a slower one first: channels-last strided data gradients (the stem's, the
+downsampling 1x1/2 and 3x3/2 ones), for which oneDNN's first choice, ``brgconv_strided``,
+was never the fastest measured in bfloat16, nor in float32 into few channels or by a 1x1
+kernel.
 
 Measured on a 2-core AMD EPYC (Zen 4, ``avx512_core_bf16``), oneDNN 3.2, two threads:
 every candidate built as a whole plan and timed interleaved with PyTorch's call, the best
@@ -30,22 +31,27 @@ def preference(conv) -> Preference | None:
     """The AVX-512 rule ``conv`` (a ``Conv``) meets, or None (also off such a CPU)."""
     t = conv.match.tensors
     x, w, y = t[conv.roles.x], t[conv.roles.w], t[conv.roles.y]
-    stride, dilation = conv.geometry[0], conv.geometry[1]
+    stride, dilation, pre, post = conv.geometry
     if (conv.direction != "dgrad" or conv.match.params["conv"].groups != 1
             or len(x.dims) != 4 or any(dilation) or all(s == 1 for s in stride)
-            or x.strides[1] != 1 or y.strides[1] != 1 or x.dims[1] >= 16
-            or not avx512_without_amx()):
+            or x.strides[1] != 1 or y.strides[1] != 1 or not avx512_without_amx()):
         return None
     c, k, kernel = x.dims[1], y.dims[1], min(w.dims[2:])
+    one = max(w.dims[2:]) == 1 and not any(pre) and not any(post)
     if compute_type(x) == dnnl.DATA_F32:
-        if c <= 4 and k >= 32:
+        if c <= 4 and k >= 32 and kernel > 1:
             return Preference("x64:gemm", "", (
                 "oneDNN's GEMM convolution before its brgconv_strided for a float32 "
                 "channels-last strided dgrad into at most 4 channels from at least 32 on "
                 "AVX-512 (0.40-0.75x its time at 3x3/2, 4x4/4, 5x5/2, 7x7/2 and 11x11/4 "
                 "kernels over 64-224 pixel images, batch 1-32, ResNet-50's stem included; "
                 "from 16 channels 1.06x, into 8-12 0.8-1.03x)"))
-        return None
+        if one:
+            return Preference("jit_1x1:avx512_core", "", (
+                "oneDNN's jit_1x1 before its brgconv_strided for a float32 channels-last "
+                "strided unpadded 1x1 dgrad on AVX-512 (0.70-0.95x its time at ResNet-50's "
+                "downsampling 1x1/2 convolutions, batch 1-32, and 32>64 at 56x56)"))
+        return None     # 3x3/2: jit took 0.94-0.97x at res3, 1.03x at 64>128
     if compute_type(x) != dnnl.DATA_BF16:
         return None
     if c <= 4 and k >= 64 and kernel >= 7:
@@ -55,7 +61,13 @@ def preference(conv) -> Preference | None:
             "kernel of at least 7x7 on AVX-512 (0.70-0.78x its time at ResNet-50's stem, "
             "batch 1-32, and 11x11/4; 5x5/2 0.90x, where jit_bf16 took 0.84x; from 16-32 "
             "channels or by 3x3 kernels 1.2-2.5x)"))
+    if one:
+        return Preference("jit_bf16_1x1:", "", (
+            "oneDNN's jit_bf16_1x1 before its brgconv_strided for a bfloat16 channels-last "
+            "strided unpadded 1x1 dgrad on AVX-512 (0.27-0.91x its time at ResNet-50's "
+            "downsampling 1x1/2 convolutions, batch 1-32, and 32>64 at 56x56)"))
     return Preference("jit_bf16:", "", (
         "oneDNN's jit_bf16 before its brgconv_strided for a bfloat16 channels-last "
-        "strided dgrad into fewer than 16 channels on AVX-512 (0.23-0.93x its time at "
-        "3x3/2, 4x4/4, 5x5/2 and 7x7/2 kernels into 1-15 channels, batch 1 and 8)"))
+        "strided dgrad on AVX-512 (0.86-0.91x its time at ResNet-50's 3x3/2, batch 1-32, "
+        "and 64>128 at 56x56; 0.23-0.93x into 1-15 channels at 3x3/2, 4x4/4, 5x5/2 and "
+        "7x7/2)"))
