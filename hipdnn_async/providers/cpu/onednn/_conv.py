@@ -72,9 +72,9 @@ class Conv:
         clips = (match.params.get("relu_lower_clip"), match.params.get("relu_upper_clip"))
         if match.pattern == Pattern.CONV_FPROP_BIAS_RELU:
             self.clips = clips
-        # the AVX2 rule this problem meets (None: none, or not an AVX2 CPU), and whether
-        # its channels-last activations get blocked copies for it: both fixed per problem
-        # the order rule of this CPU's instruction set (_preference.Preference), if any
+        # the order rule of this CPU's instruction set this problem meets (a
+        # _preference.Preference; None: none), and whether its channels-last activations
+        # get blocked copies for an AVX2 one: both fixed per problem
         self.preferred = avx2_preference(self) or avx512_preference(self)
         self.avx2_blocked = channels_last_blocked(self)
         self.impls = self._walk()
