@@ -889,36 +889,38 @@ cdef extern from "_bn_last.h" nogil:
 # at batch 32 (12.8-25.7 MB) lost 1.7-2.4x
 _LAST_GROUP_BYTES = 8 << 20
 
-def last_level_cache_bytes(str root="/sys/devices/system/cpu/cpu0/cache") -> int:
-    """Bytes of the largest data or unified cache of cpu0, from Linux's sysfs (``root``
-    holds ``index*/{level,type,size}``, sizes as ``32768K``); 32 MiB where it says nothing
-    (another OS, a container hiding it, an unreadable file).
+def last_level_cache_bytes(root="/sys/devices/system/cpu/cpu0/cache") -> int:
+    """Bytes of the largest level-3 (or higher) data or unified cache of cpu0, from Linux's
+    sysfs (``root``, a path, holds ``index*/{level,type,size}``, sizes as ``32768K``); 32
+    MiB where it names none (another OS, a container or VM hiding it or listing L1 and L2
+    only, an unreadable or malformed file).
 
     sysfs, not CPUID: in a VM, CPUID (and so glibc's ``getconf LEVEL3_CACHE_SIZE``) can
     report the host's cache; on the 2-core EPYC guest measured here it reads 320 MiB where
-    sysfs and the streamed-store crossover of ``bn_rows`` say 32 MiB.
+    sysfs and the streamed-store crossover of ``bn_rows`` say 32 MiB. Level 3 and up only:
+    an L2 taken for the last level would stream nearly every call, 1.3-1.9x slower while y
+    fits the caches.
     """
     import os
     best = 0
     try:
         names = os.listdir(root)
-    except OSError:
+    except (OSError, TypeError, ValueError):
         names = []
     for name in names:
         if not name.startswith("index"):
             continue
         try:
-            with open(os.path.join(root, name, "type")) as f:
-                kind = f.read().strip()
-            with open(os.path.join(root, name, "size")) as f:
-                text = f.read().strip()
-        except OSError:
+            fields = {}
+            for field in ("level", "type", "size"):
+                with open(os.path.join(root, name, field), encoding="ascii") as f:
+                    fields[field] = f.read().strip()
+        except (OSError, ValueError):     # unreadable; UnicodeDecodeError is a ValueError
             continue
-        if kind not in ("Data", "Unified"):
-            continue
-        unit = text.lstrip("0123456789")
-        scale = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(unit.upper())
-        if scale and len(unit) < len(text):
+        text, unit = fields["size"], fields["size"].lstrip("0123456789")
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(unit)
+        if (fields["type"] in ("Data", "Unified") and fields["level"].isdigit()
+                and int(fields["level"]) >= 3 and scale and 0 < len(text) - len(unit) <= 9):
             best = max(best, int(text[:len(text) - len(unit)]) * scale)
     return best or 32 << 20
 
@@ -1224,8 +1226,9 @@ def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=No
     stream : bool or None
         Store y's full vectors non-temporally (MOVNTPS; bfloat16 MOVNTDQ): None
         decides by size (``bn_streams_by_default``: the activations of the call at least
-        the last-level cache; channels-first rows neither runs nor partial 64-byte
-        lines); True insists, and raises
+        the last-level cache; channels-first rows neither runs nor of a length that is
+        not whole 64-byte lines, and for inference y on a 64-byte boundary); True
+        insists, and raises
         ValueError where these rows cannot (not the AVX-512 intrinsic rows, as with
         ``baseline``; channels-first rows of 16-bit elements, or of float32 off 4-byte
         boundaries; channels-last y not on 64-byte boundaries at every pixel); False
@@ -1374,7 +1377,11 @@ def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=No
     elif stream is not None:
         j.stream = 1 if stream else 0
     else:
-        j.stream = (j.R == 1 and (last or (j.S * itemsize) % 64 == 0)
+        # channels-first inference streamed off a 64-byte boundary (NumPy puts large
+        # arrays 16 bytes past one) took 1.1x the cached time, and on it 1.0-1.06x;
+        # training and backward gained either way (0.78-0.85x at 4 bytes off)
+        j.stream = (j.R == 1 and (last or ((j.S * itemsize) % 64 == 0 and (
+                        op != HD_BN_INFERENCE or <size_t>j.y % 64 == 0)))
                     and bool(bn_streams_by_default(op, j.N * j.C * j.S, itemsize)))
     if not last:
         with nogil:

@@ -35,7 +35,10 @@ CASES = [
     ("NHWC", "float32", "fprop", (2, 3, 64, 64), (64, 3, 7, 7), 2, 3, None),
     ("NCHW", "float32", "dgrad", (1, 3, 224, 224), (64, 3, 7, 7), 2, 3, None),  # GEMM anyway
     ("NHWC", "bfloat16", "dgrad", (1, 3, 224, 224), (64, 3, 7, 7), 2, 3, GEMM),
-    ("NHWC", "bfloat16", "dgrad", (2, 3, 64, 64), (64, 3, 5, 5), 2, 2, JIT_BF16),  # 5x5
+    ("NHWC", "bfloat16", "dgrad", (2, 3, 64, 64), (64, 3, 5, 5), 2, 2, JIT_BF16),  # 1600
+    ("NHWC", "bfloat16", "dgrad", (2, 4, 32, 32), (128, 4, 5, 5), 2, 2, GEMM),  # K R S 3200
+    ("NHWC", "bfloat16", "dgrad", (2, 3, 16, 16), (512, 3, 3, 3), 2, 1, GEMM),  # 4608
+    ("NHWC", "bfloat16", "dgrad", (2, 3, 16, 16), (256, 3, 3, 3), 2, 1, JIT_BF16),  # 2304
     ("NHWC", "bfloat16", "dgrad", (2, 3, 64, 64), (32, 3, 7, 7), 2, 3, JIT_BF16),  # from 32
     ("NHWC", "bfloat16", "dgrad", (2, 15, 32, 32), (64, 15, 3, 3), 2, 1, JIT_BF16),
     ("NHWC", "bfloat16", "dgrad", (2, 16, 32, 32), (64, 16, 3, 3), 2, 1, JIT_BF16),
@@ -92,6 +95,38 @@ def test_no_rule_for_groups_or_dilation(device, monkeypatch):
         g.conv_dgrad(dy, w, dx_dims=(2, 2, 32, 32), **kw).set_output(True)
         conv = Conv(device.build_sync(g, engine=ONEDNN)._pplan.match)
         assert _avx512.preference(conv) is None, kw
+
+
+# dx sizes a stride does not divide, asymmetric padding and stride, non-square kernels,
+# special values: through the rules' kernels, and where oneDNN offers no such kernel (odd dx
+# sizes: no 1x1 kernel; an odd K in bfloat16: blocked copies) the one that runs instead
+ODD = [
+    ("float32", (3, 3, 17, 19), (64, 3, 7, 5), (3, 2), (2, 1), (2, 3)),       # GEMM
+    ("float32", (1, 64, 18, 20), (128, 64, 1, 1), (0, 0), (0, 0), (2, 2)),    # jit_1x1
+    ("float32", (1, 64, 17, 19), (128, 64, 1, 1), (0, 0), (0, 0), (2, 3)),    # jit (no 1x1)
+    ("bfloat16", (3, 3, 17, 19), (64, 3, 7, 7), (3, 3), (2, 3), (2, 2)),      # GEMM
+    ("bfloat16", (1, 33, 15, 16), (64, 33, 3, 3), (1, 0), (1, 1), (2, 1)),    # jit_bf16
+    ("bfloat16", (1, 33, 15, 16), (65, 33, 3, 3), (1, 0), (1, 1), (2, 1)),    # +blocked
+    ("bfloat16", (3, 64, 18, 20), (128, 64, 1, 1), (0, 0), (0, 0), (2, 2)),   # jit_bf16_1x1
+]
+
+
+@pytest.mark.parametrize("special", [False, True])
+@pytest.mark.parametrize("odd", ODD, ids=[f"{o[0]}-{o[1][1]}x{o[1][2]}-{o[2][0]}x{o[2][2]}"
+                                          for o in ODD])
+def test_rules_kernels_on_odd_geometry_match_float64(device, odd, special):
+    import numpy as np
+    dtype, xd, wd, pre, post, stride = odd
+    yd = ref.conv_out_dims(xd, wd, pre, post, stride, (1, 1))
+    values = None
+    if special:      # an inf, a NaN and a -inf in dy: where the reference has them, so has dx
+        values = np.random.default_rng(3).uniform(-1, 1, yd)
+        values[0, 0, 0, 0], values[-1, -1, -1, -1], values[0, -1, 1, 1] = np.inf, np.nan, -np.inf
+    with np.errstate(invalid="ignore"):        # the reference's inf - inf where dy has both
+        plan, got, expect, limits = run_blocked(device, "dgrad", dtype,
+                                                ("NHWC", xd, wd, pre, post, stride, (1, 1)),
+                                                seed=11, values=values)
+    assert_close(got, expect, *limits, f"{odd} special={special} ({plan.algorithm})")
 
 
 @pytest.mark.parametrize("row", CASES, ids=[_id(r) for r in CASES])

@@ -3,6 +3,8 @@
 Arrays are (N, C, S) float32 or float64 views with any strides (one dtype per call);
 per-channel vectors are contiguous float64 of length C. All run with the GIL released.
 """
+import os
+
 import numpy as np
 
 __all__: list[str]
@@ -95,14 +97,14 @@ def bn_rows(op: int, x: np.ndarray, y: np.ndarray, kind: int, *, dy: np.ndarray 
     +inf passes). ``variance_out`` (training) may be a float64 ndarray: the variance kept
     beyond FLT_MAX. ``isa``: the build to run (a ``bn_rows_isa`` name; None: the one it
     names). ``stream``: y's stores non-temporal (None: ``bn_streams_by_default``, and
-    channels-first rows of whole 64-byte lines;
+    channels-first rows of whole 64-byte lines, for inference y on a 64-byte boundary;
     True raises ValueError where the rows cannot: not the intrinsic rows, 16-bit
     channels-first rows, float32 y off 4-byte boundaries, channels-last y off 64-byte
     boundaries at some pixel)."""
 
-def last_level_cache_bytes(root: str = "/sys/devices/system/cpu/cpu0/cache") -> int:
-    """Bytes of cpu0's largest data or unified cache, from sysfs under ``root`` (CPUID can
-    report the host's in a VM); 32 MiB where sysfs says nothing."""
+def last_level_cache_bytes(root: str | os.PathLike = "/sys/devices/system/cpu/cpu0/cache") -> int:
+    """Bytes of cpu0's largest level-3 or higher data or unified cache, from sysfs under
+    ``root`` (CPUID can report the host's in a VM); 32 MiB where sysfs names none."""
 
 def bn_streams_by_default(op: int, values: int, itemsize: int) -> bool:
     """Whether :func:`bn_rows` streams y by default (where it can): the call's activations

@@ -413,7 +413,8 @@ def test_rows_in_packed_runs_match_float64(shape, hows, name, dtype, baseline):
         assert np.isnan(f64(sbuf[~cover])).all()
 
 
-# streamed stores (hd_bn_stream; by default only where y passes 24 MiB): float32 rows
+# streamed stores (hd_bn_stream; by default only where the call's activations pass the
+# last-level cache, bn_streams_by_default): float32 rows
 # masked up to each row's first 64-byte line, then MOVNTPS, then a masked tail. Rows of
 # 5-196 elements, most starting inside a 64-byte line (x, y, dy in other STRIDES);
 # not a single pixel (C values of one pixel are a channels-last job)

@@ -325,10 +325,21 @@ def test_last_level_cache_read_from_sysfs(tmp_path):
     root = _sysfs(tmp_path / "a", [(1, "Data", "48K"), (1, "Instruction", "65536K"),
                                    (2, "Unified", "2048K"), (3, "Unified", "96M")])
     assert k.last_level_cache_bytes(root) == 96 * 2**20
-    root = _sysfs(tmp_path / "b", [(1, "Data", "32K"), (2, "Unified", "1024K"),
-                                   (3, "Unified", "bogus")])   # an unreadable size is skipped
-    assert k.last_level_cache_bytes(root) == 2**20
+    assert k.last_level_cache_bytes(tmp_path / "a") == 96 * 2**20     # a path object too
+    # L1 and L2 only (a VM hiding the L3): not taken for the last level, the default
+    root = _sysfs(tmp_path / "b", [(1, "Data", "32K"), (2, "Unified", "1024K")])
+    assert k.last_level_cache_bytes(root) == 32 * 2**20
     assert k.last_level_cache_bytes(str(tmp_path / "none")) == 32 * 2**20   # no sysfs
+    # malformed sizes are skipped: words, signs, no unit, absurd lengths
+    for i, bad in enumerate(["bogus", "32 MiB", "-5K", "8M\nfoo", "4096", "1" * 20 + "G"]):
+        root = _sysfs(tmp_path / f"c{i}", [(3, "Unified", bad)])
+        assert k.last_level_cache_bytes(root) == 32 * 2**20, bad
+    # bytes that are not text, and a missing level file: skipped, not raised
+    root = _sysfs(tmp_path / "d", [(3, "Unified", "16384K"), (3, "Unified", "8192K")])
+    (tmp_path / "d" / "index0" / "size").write_bytes(b"\xff\xfe3\x00")
+    assert k.last_level_cache_bytes(root) == 8 * 2**20
+    (tmp_path / "d" / "index1" / "level").unlink()
+    assert k.last_level_cache_bytes(root) == 32 * 2**20
 
 
 @pytest.mark.skipif(not os.path.isdir("/sys/devices/system/cpu/cpu0/cache/index0"),
@@ -339,12 +350,14 @@ def test_last_level_cache_is_lscpus():
     import subprocess
     if shutil.which("lscpu") is None:
         pytest.skip("no lscpu on this machine")
-    out = subprocess.run(["lscpu", "-B", "-C=TYPE,ONE-SIZE"], capture_output=True, text=True)
+    out = subprocess.run(["lscpu", "-B", "-C=LEVEL,TYPE,ONE-SIZE"], capture_output=True,
+                         text=True)
     if out.returncode != 0:
         pytest.skip(f"lscpu -C failed here: {out.stderr.strip()}")
-    sizes = [int(line.split()[-1]) for line in out.stdout.splitlines()[1:]
-             if line.split() and line.split()[0] in ("Data", "Unified")]
-    assert k.last_level_cache_bytes() == max(sizes)
+    sizes = [int(f[2]) for f in (line.split() for line in out.stdout.splitlines()[1:])
+             if len(f) == 3 and f[0].isdigit() and int(f[0]) >= 3
+             and f[1] in ("Data", "Unified")]
+    assert k.last_level_cache_bytes() == (max(sizes) if sizes else 32 * 2**20)
 
 
 def test_streaming_by_default_where_the_call_passes_the_last_level_cache():

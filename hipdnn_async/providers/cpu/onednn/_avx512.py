@@ -12,6 +12,8 @@ candidate's time over that of oneDNN's first. NCHW needs no rule: there the plai
 first already (``Conv.prefers_blocked``)."""
 from __future__ import annotations
 
+import math
+
 from ....runtime import load_onednn
 from ._preference import Preference
 from ._program import compute_type, dnnl
@@ -36,10 +38,10 @@ def preference(conv) -> Preference | None:
             or len(x.dims) != 4 or any(dilation) or all(s == 1 for s in stride)
             or x.strides[1] != 1 or y.strides[1] != 1 or not avx512_without_amx()):
         return None
-    c, k, kernel = x.dims[1], y.dims[1], min(w.dims[2:])
+    c, k = x.dims[1], y.dims[1]
     one = max(w.dims[2:]) == 1 and not any(pre) and not any(post)
     if compute_type(x) == dnnl.DATA_F32:
-        if c <= 4 and k >= 32 and kernel > 1:
+        if c <= 4 and k >= 32 and max(w.dims[2:]) > 1:
             return Preference("x64:gemm", "", (
                 "oneDNN's GEMM convolution before its brgconv_strided for a float32 "
                 "channels-last strided dgrad into at most 4 channels from at least 32 on "
@@ -54,13 +56,14 @@ def preference(conv) -> Preference | None:
         return None     # 3x3/2: jit took 0.94-0.97x at res3, 1.03x at 64>128
     if compute_type(x) != dnnl.DATA_BF16:
         return None
-    if c <= 4 and k >= 64 and kernel >= 7:
+    if c <= 4 and k * math.prod(w.dims[2:]) >= 64 * 7 * 7:
         return Preference("x64:gemm", "", (
             "oneDNN's GEMM convolution before its brgconv_strided for a bfloat16 "
-            "channels-last strided dgrad into at most 4 channels from at least 64 by a "
-            "kernel of at least 7x7 on AVX-512 (0.70-0.78x its time at ResNet-50's stem, "
-            "batch 1-32, and 11x11/4; 5x5/2 0.90x, where jit_bf16 took 0.84x; from 16-32 "
-            "channels or by 3x3 kernels 1.2-2.5x)"))
+            "channels-last strided dgrad into at most 4 channels whose sums run over at "
+            "least 64 x 7 x 7 terms (K R S) on AVX-512 (0.42-0.83x its time: ResNet-50's "
+            "stem at batch 1-32, 5x5/2 from 128, 3x3/2 from 512-2048, 11x11/4; at 64 x 5 x "
+            "5 and 256 x 3 x 3 jit_bf16 took 0.78-0.94x the GEMM's time, at 16-32 x 3 x 3 "
+            "0.4-0.5x)"))
     if one:
         return Preference("jit_bf16_1x1:", "", (
             "oneDNN's jit_bf16_1x1 before its brgconv_strided for a bfloat16 channels-last "
@@ -70,4 +73,4 @@ def preference(conv) -> Preference | None:
         "oneDNN's jit_bf16 before its brgconv_strided for a bfloat16 channels-last "
         "strided dgrad on AVX-512 (0.86-0.91x its time at ResNet-50's 3x3/2, batch 1-32, "
         "and 64>128 at 56x56; 0.23-0.93x into 1-15 channels at 3x3/2, 4x4/4, 5x5/2 and "
-        "7x7/2)"))
+        "7x7/2; 0.96-1.09x into 3-4 from 2048 at 3x3/2, where the GEMM rule applies)"))
