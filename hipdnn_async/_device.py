@@ -547,11 +547,12 @@ class Device:
         snapshot, tensor_map = graph._snapshot()
         match = match_pattern(snapshot)
         with _on_device(self.provider):   # heuristics, trial runs, benchmarks: this GPU's
-            chosen, settings, pplan = self._plan_cache.plan(
+            chosen, settings, pplan, declined = self._plan_cache.plan(
                 match, engine, knobs, graph_name=graph.name, limit=PLAN_CACHE_SIZE)
             originals = {id(tensor_map[id(t)]): t for t in graph.tensors}
             plan = ExecutionPlan(self, graph, match, chosen, settings, pplan,
-                                 (time.perf_counter() - t0) * 1e3, originals=originals)
+                                 (time.perf_counter() - t0) * 1e3, originals=originals,
+                                 declined=declined)
             with self._plans_lock:
                 self._plans.add(plan)
         with self._stats_lock:
@@ -561,8 +562,9 @@ class Device:
         if _prof.ON:
             _prof.built(self, plan, t0)
         log.info("built plan %s for graph '%s': engine %s, knobs %s, algorithm %s, workspace %d B, "
-                 "benchmarked %s, perf db hit %s", plan.pattern, graph.name, chosen.name, settings,
-                 plan.algorithm, plan.workspace_size, pplan.benchmarked, pplan.perfdb_hit)
+                 "benchmarked %s, perf db hit %s%s", plan.pattern, graph.name, chosen.name,
+                 settings, plan.algorithm, plan.workspace_size, pplan.benchmarked,
+                 pplan.perfdb_hit, "".join(f"; {n} declined: {why}" for n, why in declined))
         return plan
 
 
@@ -590,6 +592,12 @@ class ExecutionPlan:
     engine : Engine
         The engine that built the plan (the first offered that did not decline, or the one
         asked for with ``engine=``).
+    declined : tuple of (str, str)
+        (engine name, reason) of each engine of the device that declined this graph on the
+        way to ``engine``: not offered for it, or declining at build before ``engine``
+        built it (e.g. ``ONEDNN_ENGINE`` where oneDNN 3.2 has only its reference
+        implementation, so that ``CPU_ENGINE`` runs it). Empty where ``engine=`` named the
+        engine.
     knobs : dict
         The knob settings in force (defaults filled in, environment overrides applied).
     workspace_size : int
@@ -625,8 +633,10 @@ class ExecutionPlan:
     """
 
     def __init__(self, device: Device, graph: Graph, match, engine: Engine, knobs: dict,
-                 provider_plan, build_ms: float, *, originals: dict | None = None):
+                 provider_plan, build_ms: float, *, originals: dict | None = None,
+                 declined: tuple = ()):
         self.device = device
+        self.declined = tuple(declined)
         self.graph = graph                     # the user's graph (keys are looked up in it)
         self.match = match                     # of the build-time snapshot of `graph`
         self._snapshot = match.graph if match.graph is not None else graph

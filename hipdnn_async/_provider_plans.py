@@ -72,7 +72,15 @@ class ProviderPlanCache:
             return len(self._plans)
 
     def plan(self, match, engine, knobs, *, graph_name: str, limit: int):
-        """(engine, knob settings, provider plan) for a matched graph.
+        """(engine, knob settings, provider plan, declines) for a matched graph; declines:
+        (engine name, reason) of the engines that declined it on the way (not offered for
+        it, or declining at build before one built it; empty where ``engine`` is named)."""
+        chosen, settings, pplan, declines = self._plan(match, engine, knobs,
+                                                       graph_name=graph_name, limit=limit)
+        return chosen, settings, pplan, tuple((n, str(e)) for n, e in declines)
+
+    def _plan(self, match, engine, knobs, *, graph_name: str, limit: int):
+        """``plan`` with the declines as (engine name, error).
 
         Parameters
         ----------
@@ -101,7 +109,7 @@ class ProviderPlanCache:
         for chosen in tried:
             try:
                 settings, pplan = self._provider_plan(match, chosen, knobs, limit)
-                return chosen, settings, pplan
+                return chosen, settings, pplan, declines if engine is None else []
             except DECLINE_TYPES as exc:
                 if engine is not None:
                     raise
