@@ -111,9 +111,13 @@ def explain(choice, rule=None) -> _tuning.Algorithm:
     names = [c.name for c in choice.fitting]
     name = choice.candidate.name
     if choice.benchmarked:
-        reason = (f"benchmarked: the fastest of {len(choice.trials)} oneDNN implementations "
+        n = len(choice.trials)
+        # candidates: oneDNN's implementations, or the engine's own rows (bn_rows)
+        reason = (f"benchmarked: the fastest of {n} candidate{'s' if n != 1 else ''} "
                   f"(the minimum of up to {_BENCH_RUNS} runs each within {_BENCH_BUDGET_S} s, "
-                  "after a warm-up)")
+                  "after a warm-up)" if n != 1 else
+                  f"benchmarked: the only candidate, timed for the perf db (the minimum of "
+                  f"up to {_BENCH_RUNS} runs within {_BENCH_BUDGET_S} s, after a warm-up)")
         trials = choice.trials
     elif choice.perfdb_hit:
         reason = "perf db: the benchmarked winner remembered for this problem"
