@@ -38,6 +38,8 @@ from libc.math cimport INFINITY, nextafterf, sqrt
 from libc.stdint cimport int16_t, int32_t, uint16_t, uint32_t
 from cython cimport floating
 cimport numpy as cnp
+import os as _os    # as _os: "os" names output strides in the C declarations below
+
 import numpy as np
 from libc.stdlib cimport free, malloc
 
@@ -901,10 +903,9 @@ def last_level_cache_bytes(root="/sys/devices/system/cpu/cpu0/cache") -> int:
     an L2 taken for the last level would stream nearly every call, 1.3-1.9x slower while y
     fits the caches.
     """
-    import os
     best = 0
     try:
-        names = os.listdir(root)
+        names = _os.listdir(root)
     except (OSError, TypeError, ValueError):
         names = []
     for name in names:
@@ -913,7 +914,7 @@ def last_level_cache_bytes(root="/sys/devices/system/cpu/cpu0/cache") -> int:
         try:
             fields = {}
             for field in ("level", "type", "size"):
-                with open(os.path.join(root, name, field), encoding="ascii") as f:
+                with open(_os.path.join(root, name, field), encoding="ascii") as f:
                     fields[field] = f.read().strip()
         except (OSError, ValueError):     # unreadable; UnicodeDecodeError is a ValueError
             continue
@@ -936,7 +937,12 @@ def last_level_cache_bytes(root="/sys/devices/system/cpu/cpu0/cache") -> int:
 # 1.04 / 0.63-1.01, training at 2 x 19.3 MB 0.65 / 0.66, inference 1.32 / 1.09 (its one
 # loss). The rule before (y of at least 24 MiB, 3/4 of the L3 as glibc's memcpy) left
 # ResNet-50's 32 x 512 x 14 x 14 float32 NHWC backward at 1.08x PyTorch's time.
-_STREAM_FOOTPRINT = last_level_cache_bytes()
+cdef Py_ssize_t _stream_footprint = last_level_cache_bytes()
+
+
+cdef inline bint _streams_by_default(int op, Py_ssize_t values, Py_ssize_t itemsize) noexcept:
+    # C, not a Python call: bn_rows decides on every execution
+    return values * itemsize * (3 if op == HD_BN_BACKWARD else 2) >= _stream_footprint
 
 
 def bn_streams_by_default(int op, Py_ssize_t values, Py_ssize_t itemsize) -> bool:
@@ -944,7 +950,7 @@ def bn_streams_by_default(int op, Py_ssize_t values, Py_ssize_t itemsize) -> boo
     activations of the call, ``values`` elements of ``itemsize`` bytes each in x and y (and
     dy for ``BN_ROWS_BACKWARD``), are at least the last-level cache
     (``last_level_cache_bytes``)."""
-    return values * itemsize * (3 if op == HD_BN_BACKWARD else 2) >= _STREAM_FOOTPRINT
+    return _streams_by_default(op, values, itemsize)
 
 
 def bn_pivot_samples(Py_ssize_t images, Py_ssize_t pixels) -> list:
@@ -1382,7 +1388,7 @@ def bn_rows(int op, cnp.ndarray x, cnp.ndarray y, int kind, *, cnp.ndarray dy=No
         # training and backward gained either way (0.78-0.85x at 4 bytes off)
         j.stream = (j.R == 1 and (last or ((j.S * itemsize) % 64 == 0 and (
                         op != HD_BN_INFERENCE or <size_t>j.y % 64 == 0)))
-                    and bool(bn_streams_by_default(op, j.N * j.C * j.S, itemsize)))
+                    and _streams_by_default(op, j.N * j.C * j.S, itemsize))
     if not last:
         with nogil:
             n = run_on_team(hd_bn_team, j)

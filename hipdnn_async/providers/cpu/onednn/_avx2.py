@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import math
 
-from ....runtime import load_onednn
-from ._preference import Preference, pixels as _pixels
+from ._preference import Preference, isa, pixels as _pixels
 from ._program import compute_type, dnnl
 
 __all__ = ["Preference", "avx2_only", "channels_last_blocked", "preference"]
@@ -32,8 +31,7 @@ MIN_MACS = 64 << 20
 def avx2_only() -> bool:
     """Whether oneDNN runs AVX2 kernels at most here (its ISA ``avx2``, ``avx2_vnni``...:
     a CPU without AVX-512)."""
-    state = load_onednn()
-    return state.ok and str(state.isa).startswith("avx2")
+    return isa().startswith("avx2")
 
 
 def _measured(conv):

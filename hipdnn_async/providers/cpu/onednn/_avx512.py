@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import math
 
-from ....runtime import load_onednn
-from ._preference import Preference
+from ._preference import Preference, isa
 from ._program import compute_type, dnnl
 
 __all__ = ["avx512_without_amx", "preference"]
@@ -24,24 +23,23 @@ __all__ = ["avx512_without_amx", "preference"]
 def avx512_without_amx() -> bool:
     """Whether oneDNN runs AVX-512 kernels here but no AMX ones (its ISA ``avx512*`` not
     ``avx512_core_amx*``)."""
-    state = load_onednn()
-    isa = str(state.isa) if state.ok else ""
-    return isa.startswith("avx512") and "amx" not in isa
+    name = isa()
+    return name.startswith("avx512") and "amx" not in name
 
 
 def preference(conv) -> Preference | None:
     """The AVX-512 rule ``conv`` (a ``Conv``) meets, or None (also off such a CPU)."""
     t = conv.match.tensors
     x, w, y = t[conv.roles.x], t[conv.roles.w], t[conv.roles.y]
-    stride, dilation, pre, post = conv.geometry
+    stride, dilation, pre, post = conv.geometry   # x: dx (C channels), y: dy (K)
     if (conv.direction != "dgrad" or conv.match.params["conv"].groups != 1
             or len(x.dims) != 4 or any(dilation) or all(s == 1 for s in stride)
-            or x.strides[1] != 1 or y.strides[1] != 1 or not avx512_without_amx()):
+            or not conv._channels_last() or not avx512_without_amx()):
         return None
-    c, k = x.dims[1], y.dims[1]
-    one = max(w.dims[2:]) == 1 and not any(pre) and not any(post)
-    if compute_type(x) == dnnl.DATA_F32:
-        if c <= 4 and k >= 32 and max(w.dims[2:]) > 1:
+    c, k, taps, kind = x.dims[1], y.dims[1], math.prod(w.dims[2:]), compute_type(x)
+    one = taps == 1 and not any(pre) and not any(post)
+    if kind == dnnl.DATA_F32:
+        if c <= 4 and k >= 32 and taps > 1:
             return Preference("x64:gemm", "", (
                 "oneDNN's GEMM convolution before its brgconv_strided for a float32 "
                 "channels-last strided dgrad into at most 4 channels from at least 32 on "
@@ -54,9 +52,9 @@ def preference(conv) -> Preference | None:
                 "strided unpadded 1x1 dgrad on AVX-512 (0.70-0.95x its time at ResNet-50's "
                 "downsampling 1x1/2 convolutions, batch 1-32, and 32>64 at 56x56)"))
         return None     # 3x3/2: jit took 0.94-0.97x at res3, 1.03x at 64>128
-    if compute_type(x) != dnnl.DATA_BF16:
+    if kind != dnnl.DATA_BF16:
         return None
-    if c <= 4 and k * math.prod(w.dims[2:]) >= 64 * 7 * 7:
+    if c <= 4 and k * taps >= 64 * 7 * 7:
         return Preference("x64:gemm", "", (
             "oneDNN's GEMM convolution before its brgconv_strided for a bfloat16 "
             "channels-last strided dgrad into at most 4 channels whose sums run over at "

@@ -7,7 +7,9 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-__all__ = ["Preference", "pixels"]
+from ....runtime import load_onednn
+
+__all__ = ["Preference", "isa", "pixels"]
 
 
 class Preference(NamedTuple):
@@ -27,3 +29,10 @@ class Preference(NamedTuple):
 def pixels(tensor) -> int:
     """The spatial size of an activation of dims (N, C, spatial...)."""
     return math.prod(tensor.dims[2:])
+
+
+def isa() -> str:
+    """oneDNN's ISA here (``avx2``, ``avx512_core_bf16``, ``avx512_core_amx``...; "" where
+    oneDNN does not load): which instruction set's rules apply."""
+    state = load_onednn()
+    return str(state.isa) if state.ok else ""
