@@ -436,6 +436,16 @@ def test_plot_labels_the_percentile_lines_and_every_title_fits_its_axes(run, tmp
         assert box.x0 - 1 <= title.x0 and title.x1 <= box.x1 + 1, ax.get_title()
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+def test_plot_to_a_full_disk_raises(run):
+    # matplotlib's savefig to a file name lost the bytes without an error; the demo's
+    # main() reports an OSError from plot() and exits 1
+    import errno
+    with pytest.raises(OSError) as exc:
+        _report.plot(run["doc"], "/dev/full")
+    assert exc.value.errno == errno.ENOSPC
+
+
 def test_end_to_end_serving_trace(run):
     """--profile: the serving phase's trace holds every batch the batchers report, each
     served by one execution, and every request of every stage."""

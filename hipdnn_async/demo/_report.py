@@ -6,6 +6,8 @@ import sys
 
 import numpy as np
 
+from .._figure import save_figure
+
 __all__ = ["Progress", "summary", "write_json", "plot"]
 
 _BAR = 30
@@ -150,5 +152,5 @@ def plot(r: dict, path: str):
     ax_lat.set(title=f"serving latency\n{sv['clients']} clients, "
                      f"{sv['throughput']:,.0f} images/s",
                xlabel="ms per request", ylabel="requests")
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)
     return fig

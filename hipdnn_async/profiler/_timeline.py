@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import re
 
+from .._figure import save_figure
+
 __all__ = ["draw_timeline", "lanes_of"]
 
 _LANE_COPY = re.compile(r" #\d+$")
@@ -43,6 +45,10 @@ def draw_timeline(trace: dict, path, *, title: str | None = None, flows: bool = 
     ------
     ImportError
         matplotlib is not installed.
+    OSError
+        ``path`` cannot be written (a full disk included).
+    ValueError
+        Its suffix names a format matplotlib cannot write.
     """
     import matplotlib
     matplotlib.use("Agg")
@@ -95,5 +101,7 @@ def draw_timeline(trace: dict, path, *, title: str | None = None, flows: bool = 
                  f"{other.get('overlap', 0.0):.0%} of the time")
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        save_figure(fig, path, dpi=110)
+    finally:
+        plt.close(fig)

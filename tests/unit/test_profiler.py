@@ -2,7 +2,9 @@
 its table and overlap figures, and that nothing is recorded without one."""
 from __future__ import annotations
 
+import errno
 import json
+import os
 import statistics
 import time
 
@@ -435,6 +437,29 @@ def test_trace_command_checks_and_draws(tmp_path, rng, capsys):
     assert main(["trace", str(tmp_path / "other.json"), "--png",
                  str(tmp_path / "other.png")]) == 1
     assert "otherData" in capsys.readouterr().err and not (tmp_path / "other.png").exists()
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+def test_trace_png_to_a_full_disk_is_an_error(tmp_path, capsys):
+    # matplotlib's savefig to a file name returned without error when /dev/full refused
+    # the bytes; the command said "timeline written" and exited 0
+    pytest.importorskip("matplotlib")
+    from hipdnn_async.cli import main
+    good = tmp_path / "trace.json"
+    good.write_text(json.dumps([{"ph": "X", "name": "a", "ts": 0, "dur": 2, "pid": 1,
+                                 "tid": 1}]))
+    assert main(["trace", str(good), "--png", "/dev/full"]) == 1
+    out, err = capsys.readouterr()
+    assert "No space left" in err and "written" not in out
+    with pytest.raises(OSError) as e:
+        draw_timeline(json.loads(good.read_text()), "/dev/full")
+    assert e.value.errno == errno.ENOSPC
+    # an unknown suffix: a ValueError naming the format, and no file left behind
+    assert main(["trace", str(good), "--png", str(tmp_path / "t.foo")]) == 1
+    assert "'foo' is not supported" in capsys.readouterr().err
+    assert not (tmp_path / "t.foo").exists()
+    assert main(["trace", str(good), "--png", str(tmp_path / "t.svg")]) == 0
+    assert (tmp_path / "t.svg").read_text().lstrip().startswith("<?xml")
 
 
 def test_bench_overlap_command_writes_trace_picture_and_figure(tmp_path, capsys):
