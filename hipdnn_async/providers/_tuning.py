@@ -16,6 +16,7 @@ semantics of docs/contract/semantics.md ("Knobs") and the perf-db records are on
 - ``fastest``: which of several timed candidates a benchmark keeps: the heuristic's own
   choice unless another is faster by more than the timing noise (``BENCH_MARGIN``), so
   that benchmarking never ends on something slower than the heuristic's pick.
+- ``time_interleaved``: the host engines' timing of their candidates, round-robin.
 """
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ from .._errors import KnobError
 from ..patterns import Pattern
 
 __all__ = ["Algorithm", "Candidate", "Choice", "WORKSPACE_KNOB_PATTERNS", "BENCH_MARGIN",
-           "engine_knobs", "within_limit", "perf_key", "tuned", "choose", "fastest"]
+           "engine_knobs", "within_limit", "perf_key", "tuned", "choose", "fastest",
+           "time_interleaved"]
 
 log = logging.getLogger("hipdnn_async")
 
@@ -252,4 +254,56 @@ def fastest(times: Sequence[float], margin: float = BENCH_MARGIN) -> int:
     if best != 0 and first is not None and math.isfinite(first) and first >= 0 \
             and best_ms >= first * (1.0 - margin):
         return 0
+    return best
+
+
+def time_interleaved(runs: Sequence[Callable[[], Any]], *, rounds: int, budget_s: float,
+                     warmup: bool = True,
+                     clock: Callable[[], float] = time.perf_counter) -> list:
+    """The fastest call of each of ``runs`` (ms), the calls timed round-robin (the host
+    engines' benchmarks; the GPU engines time on their streams).
+
+    Each run is called once untimed (a warm-up, unless ``warmup`` is false: the caller
+    made it), then in rounds of one call each, a round
+    starting one run further along than the last, until ``rounds`` rounds are done or
+    ``budget_s`` seconds per run have passed (at least one round). Timed one after
+    another, a burst of other work on the machine fell into one candidate's calls alone
+    and the perf db kept whichever candidate it spared; interleaved, a burst slows one or
+    two calls of every candidate and each minimum comes from the other rounds.
+
+    Parameters
+    ----------
+    runs : sequence of callables
+        Each runs one candidate once; at least one.
+    rounds : int
+        The most timed calls of each run, >= 1.
+    budget_s : float
+        Seconds per run after which no new round starts.
+    warmup : bool, optional
+        Call each run once untimed first (default).
+    clock : callable, optional
+        Seconds, monotonic (``time.perf_counter``; a test passes a fake).
+
+    Returns
+    -------
+    list of float
+        The minimum time of each run's timed calls, ms, in the order of ``runs``.
+    """
+    if not runs or rounds < 1:
+        raise ValueError(f"time_interleaved: needs runs and rounds >= 1; got {len(runs)} "
+                         f"runs, rounds={rounds}")
+    if warmup:
+        for run in runs:
+            run()
+    n = len(runs)
+    best = [math.inf] * n
+    start = clock()
+    for r in range(rounds):
+        if r and clock() - start >= budget_s * n:
+            break
+        for k in range(n):
+            i = (r + k) % n
+            t0 = clock()
+            runs[i]()
+            best[i] = min(best[i], (clock() - t0) * 1e3)
     return best

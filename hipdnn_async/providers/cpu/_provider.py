@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import platform
-import time
 
 import numpy as np
 
@@ -216,8 +215,8 @@ def _explain(choice) -> _tuning.Algorithm:
         untimed = [n for n, ms in choice.trials if ms is None]
         timed = len(choice.trials) - len(untimed) if choice.trials else len(names)
         reason = (f"benchmarked: the fastest of {timed} timed "
-                  f"(the minimum of up to {_BENCH_RUNS} runs each within {_BENCH_BUDGET_S} s, "
-                  "after a warm-up)")
+                  f"(the minimum of up to {_BENCH_RUNS} runs each, timed round-robin within "
+                  f"{_BENCH_BUDGET_S} s per candidate, after a warm-up)")
         if untimed:
             reason += "; not timed, their memory could not be allocated: " + ", ".join(untimed)
         trials = choice.trials
@@ -247,33 +246,43 @@ def _benchmark(match, problem, algorithms):
         raise DeviceError(f"CPU_ENGINE: benchmarking conv_{problem.direction} needs {need} bytes "
                           "of scratch tensors, which cannot be allocated; build without "
                           f"'{_knobs.BENCHMARKING}'") from None
-    best, trials = None, []
-    for algo in algorithms:
-        ws_bytes = algo.workspace_size(problem)
+    # one workspace, the largest that can be allocated, serves every candidate (they run
+    # one at a time); a candidate needing more, or whose own temporaries cannot be
+    # allocated in its warm-up call, is skipped
+    sizes = [algo.workspace_size(problem) for algo in algorithms]
+    ws, ws_bytes = None, 0
+    for size in sorted(set(sizes), reverse=True):
         try:
-            ws = _bind.allocate_workspace(ws_bytes) if ws_bytes else None
-            algo.run(problem, a, b, out, ws)  # warm-up
+            ws, ws_bytes = (_bind.allocate_workspace(size) if size else None), size
+            break
+        except MemoryError:
+            continue
+    usable = []
+    for algo, size in zip(algorithms, sizes):
+        try:
+            if size > ws_bytes:
+                raise MemoryError
+            algo.run(problem, a, b, out, ws if size else None)      # warm-up
+            usable.append(algo)
         except MemoryError:
             log.info("benchmark %s: skipping %s, its workspace of %d B (or temporaries) "
-                     "cannot be allocated", problem.direction, algo.name, ws_bytes)
-            trials.append((algo.name, None))
-            continue
-        times = []
-        start = time.perf_counter()
-        while len(times) < _BENCH_RUNS and time.perf_counter() - start < _BENCH_BUDGET_S:
-            t0 = time.perf_counter()
-            algo.run(problem, a, b, out, ws)
-            times.append((time.perf_counter() - t0) * 1e3)
-        ms = min(times)
-        trials.append((algo.name, ms))
-        log.info("benchmark %s: %s %.3f ms", problem.direction, algo.name, ms)
-        if best is None or ms < best[1]:
-            best = (algo, ms)
-        del ws
-    if best is None:
+                     "cannot be allocated", problem.direction, algo.name, size)
+    if not usable:
         raise DeviceError(f"CPU_ENGINE: benchmarking conv_{problem.direction}: no candidate "
                           f"({', '.join(a.name for a in algorithms)}) could allocate its "
                           f"memory; lower '{_knobs.WORKSPACE_SIZE_LIMIT}' or the batch size")
+    runs = [lambda algo=algo: algo.run(problem, a, b, out,
+                                       ws if algo.workspace_size(problem) else None)
+            for algo in usable]
+    times = dict(zip(usable, _tuning.time_interleaved(runs, rounds=_BENCH_RUNS,
+                                                      budget_s=_BENCH_BUDGET_S,
+                                                      warmup=False)))
+    trials = [(algo.name, times.get(algo)) for algo in algorithms]
+    for name, ms in trials:
+        if ms is not None:
+            log.info("benchmark %s: %s %.3f ms", problem.direction, name, ms)
+    best = min(((times[algo], i, algo) for i, algo in enumerate(usable)))
+    best = (best[2], best[0])
     return best[0], best[1], tuple(trials)
 
 

@@ -190,3 +190,68 @@ def test_provider_engine_defaults():
 
     assert Bare.schema1 is False and CpuEngine.schema1 is True
     assert Bare(CpuProvider()).id == engine_id("BARE")
+
+
+class _FakeMachine:
+    """A clock and candidates whose calls take ``cost`` ms, plus ``burst_ms`` while the
+    fake time is inside [burst_from, burst_to) ms: another job's burst of work."""
+
+    def __init__(self, burst_from, burst_to, burst_ms):
+        self.now = 0.0
+        self.burst = (burst_from, burst_to, burst_ms)
+
+    def clock(self):
+        return self.now / 1e3
+
+    def run(self, cost):
+        def call():
+            lo, hi, extra = self.burst
+            self.now += cost + (extra if lo <= self.now < hi else 0.0)
+        return call
+
+
+def test_time_interleaved_takes_each_minimum_outside_a_burst():
+    # two candidates of 1.0 and 1.1 ms; a burst adds 5 ms to every call begun in the first
+    # 35 ms. Timed one after another (warm-up + 5 calls each), the first candidate's calls
+    # all fell into the burst and the second won; round-robin, every candidate has calls
+    # after the burst and each minimum is its own cost.
+    m = _FakeMachine(0.0, 35.0, 5.0)
+    sequential = []
+    for cost in (1.0, 1.1):
+        run = m.run(cost)
+        run()
+        times = []
+        for _ in range(5):
+            t0 = m.clock()
+            run()
+            times.append((m.clock() - t0) * 1e3)
+        sequential.append(min(times))
+    assert sequential[0] > sequential[1]          # the failure being guarded against
+    m = _FakeMachine(0.0, 35.0, 5.0)
+    got = _tuning.time_interleaved([m.run(1.0), m.run(1.1)], rounds=5, budget_s=1.0,
+                                   clock=m.clock)
+    assert got == pytest.approx([1.0, 1.1])
+    assert _tuning.fastest(got) == 0
+
+
+def test_time_interleaved_rounds_budget_and_order():
+    calls = []
+    m = _FakeMachine(0.0, 0.0, 0.0)
+
+    def tracked(name, cost):
+        run = m.run(cost)
+        return lambda: (calls.append(name), run())
+    got = _tuning.time_interleaved([tracked("a", 2.0), tracked("b", 3.0), tracked("c", 1.0)],
+                                   rounds=3, budget_s=1.0, clock=m.clock)
+    assert got == pytest.approx([2.0, 3.0, 1.0])
+    # warm-ups, then rounds starting one candidate further along each time
+    assert calls == ["a", "b", "c", "a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    # the budget (per candidate) stops new rounds; the first round always runs
+    calls.clear()
+    got = _tuning.time_interleaved([tracked("a", 400.0), tracked("b", 400.0)], rounds=5,
+                                   budget_s=0.5, warmup=False, clock=m.clock)
+    assert calls == ["a", "b", "b", "a"] and got == pytest.approx([400.0, 400.0])
+    with pytest.raises(ValueError, match="rounds >= 1"):
+        _tuning.time_interleaved([tracked("a", 1.0)], rounds=0, budget_s=1.0)
+    with pytest.raises(ValueError, match="needs runs"):
+        _tuning.time_interleaved([], rounds=1, budget_s=1.0)

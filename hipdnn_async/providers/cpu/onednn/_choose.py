@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 
 import numpy as np
 # numpy imports numpy.random lazily, at its first use: here, at the provider's import,
@@ -16,6 +15,7 @@ from .... import _knobs
 from ...._errors import DeviceError
 from ...._types import numpy_dtype
 from ... import _tuning
+from .._bind import allocate_workspace
 from ._bnorm import Bn
 from ._conv import Conv, conv_hooks
 from ._plan import OnednnPlan
@@ -25,21 +25,25 @@ __all__ = ["benchmark_conv", "benchmark_bn", "explain"]
 
 log = logging.getLogger("hipdnn_async")
 
-# Benchmarking: one warm-up, then timed runs until this many or this much time (s).
+# Benchmarking: one warm-up call per candidate, then rounds of one timed call each
+# (_tuning.time_interleaved) until this many or this much time (s) per candidate.
 _BENCH_RUNS = 5
 _BENCH_BUDGET_S = 0.5
 
 
-def _best_ms(run) -> float:
-    """The fastest of up to ``_BENCH_RUNS`` timed calls of ``run`` within
-    ``_BENCH_BUDGET_S``, after one warm-up call (ms)."""
-    run()
-    runs, start = [], time.perf_counter()
-    while len(runs) < _BENCH_RUNS and time.perf_counter() - start < _BENCH_BUDGET_S:
-        t0 = time.perf_counter()
-        run()
-        runs.append((time.perf_counter() - t0) * 1e3)
-    return min(runs)
+def _time_plans(plans) -> list:
+    """The fastest of each plan's timed calls (ms) on shared scratch tensors: ``plans``
+    are (plan, arrays) pairs; one workspace of the largest size, from the pool
+    executions take theirs from, serves them all (they run one at a time)."""
+    size = max((p.workspace_size for p, _ in plans), default=0)
+    try:
+        ws = allocate_workspace(size) if size else None
+    except MemoryError:
+        raise DeviceError(f"{ONEDNN_ENGINE_NAME}: benchmarking cannot allocate a workspace "
+                          f"of {size} bytes; lower '{_knobs.WORKSPACE_SIZE_LIMIT}' or build "
+                          f"without '{_knobs.BENCHMARKING}'") from None
+    runs = [lambda p=p, a=a: p.run(a, ws if p.workspace_size else None) for p, a in plans]
+    return _tuning.time_interleaved(runs, rounds=_BENCH_RUNS, budget_s=_BENCH_BUDGET_S)
 
 
 def scratch_array(tensor) -> np.ndarray:
@@ -60,21 +64,23 @@ def benchmark_conv(conv: Conv, fitting):
         raise DeviceError(f"{ONEDNN_ENGINE_NAME}: benchmarking conv_{conv.direction} cannot "
                           "allocate its scratch tensors; build without "
                           f"'{_knobs.BENCHMARKING}'") from None
-    times = []
-    for cand in fitting:
-        # the plan each candidate would be, host work included: the RELU_FWD pass after a
-        # primitive without the ReLU post-ops, the 16-bit <-> float32 conversions
-        _, pd, _, variant = conv.impls[cand.id]
-        program, spec = conv.program(pd, variant=variant)
-        try:
+    plans, programs = [], []
+    try:
+        for cand in fitting:
+            # the plan each candidate would be, host work included: the RELU_FWD pass after
+            # a primitive without the ReLU post-ops, the 16-bit <-> float32 conversions
+            _, pd, _, variant = conv.impls[cand.id]
+            program, spec = conv.program(pd, variant=variant)
+            programs.append(program)
             hooks, ws_size = conv_hooks(conv, cand)      # a guarded one's check timed too
-            plan = OnednnPlan(conv.match, program, spec, cand.name, hooks=hooks,
-                              workspace_size=ws_size)
-            ws = np.empty(plan.workspace_size, np.uint8) if plan.workspace_size else None
-            times.append(_best_ms(lambda: plan.run(arrays, ws)))
-        finally:
+            plans.append((OnednnPlan(conv.match, program, spec, cand.name, hooks=hooks,
+                                     workspace_size=ws_size), arrays))
+        times = _time_plans(plans)
+    finally:
+        for program in programs:
             program.close()         # a candidate that raised too
-        log.info("benchmark %s: %s %.3f ms", conv.direction, cand.name, times[-1])
+    for cand, ms in zip(fitting, times):
+        log.info("benchmark %s: %s %.3f ms", conv.direction, cand.name, ms)
     best = _tuning.fastest(times)
     return fitting[best], times[best], tuple((c.name, ms) for c, ms in zip(fitting, times))
 
@@ -94,14 +100,18 @@ def benchmark_bn(bn: Bn, fitting):
     except MemoryError:
         raise DeviceError(f"{ONEDNN_ENGINE_NAME}: benchmarking batchnorm cannot allocate its "
                           f"scratch tensors; build without '{_knobs.BENCHMARKING}'") from None
-    times = []
-    for cand in fitting:
-        spec, _, hooks = bn.build(cand)
-        plan = OnednnPlan(bn.match, spec.program(), spec, cand.name, hooks=hooks)
-        ws = np.empty(plan.workspace_size, np.uint8) if plan.workspace_size else None
-        times.append(_best_ms(lambda: plan.run(arrays, ws)))
-        log.info("benchmark batchnorm: %s %.3f ms", cand.name, times[-1])
-        plan.program.close()
+    plans = []
+    try:
+        for cand in fitting:
+            spec, _, hooks = bn.build(cand)
+            plans.append((OnednnPlan(bn.match, spec.program(), spec, cand.name, hooks=hooks),
+                          arrays))
+        times = _time_plans(plans)
+    finally:
+        for plan, _ in plans:
+            plan.program.close()
+    for cand, ms in zip(fitting, times):
+        log.info("benchmark batchnorm: %s %.3f ms", cand.name, ms)
     best = _tuning.fastest(times)
     return fitting[best], times[best], tuple((c.name, ms) for c, ms in zip(fitting, times))
 
@@ -114,8 +124,8 @@ def explain(choice, rule=None) -> _tuning.Algorithm:
         n = len(choice.trials)
         # candidates: oneDNN's implementations, or the engine's own rows (bn_rows)
         reason = (f"benchmarked: the fastest of {n} candidate{'s' if n != 1 else ''} "
-                  f"(the minimum of up to {_BENCH_RUNS} runs each within {_BENCH_BUDGET_S} s, "
-                  "after a warm-up)" if n != 1 else
+                  f"(the minimum of up to {_BENCH_RUNS} runs each, timed round-robin within "
+                  f"{_BENCH_BUDGET_S} s per candidate, after a warm-up)" if n != 1 else
                   f"benchmarked: the only candidate, timed for the perf db (the minimum of "
                   f"up to {_BENCH_RUNS} runs within {_BENCH_BUDGET_S} s, after a warm-up)")
         trials = choice.trials
