@@ -39,7 +39,7 @@ def _engine(st: _State, engine_id: int, step: str):
         if e.id == engine_id:
             return e
     raise NotSupportedError(f"{step}: engine id {engine_id} is not offered for this graph; "
-                            f"offered: {[e.id for e in st.engines]}")
+                            f"offered: {', '.join(e.label() for e in st.engines) or 'none'}")
 
 
 class Graph(_Graph):

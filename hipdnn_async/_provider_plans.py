@@ -188,7 +188,7 @@ def _pick_engine(offered: list[Engine], engine, match, declines=()) -> Engine:
     for name, exc in declines:
         if engine in (name, engine_id(name)) or getattr(engine, "name", None) == name:
             raise exc
-    names = ", ".join(f"{e.name} ({e.id})" for e in offered) or "none"
+    names = ", ".join(e.label() for e in offered) or "none"
     raise NotSupportedError(
         f"build: engine {getattr(engine, 'name', engine)!r} is not offered for pattern "
         f"{match.pattern.name}; offered: {names}")

@@ -74,6 +74,11 @@ class Engine:
     knobs: tuple[Knob, ...] = ()
     notes: str = ""
 
+    def label(self) -> str:
+        """``'CPU_ENGINE' (id 1234...)``: the name first, for messages (the id is the
+        name's hash, the number hipDNN's API passes)."""
+        return f"{self.name!r} (id {self.id})"
+
     def knob(self, knob_id: str) -> Knob | None:
         """Return the offered knob named ``knob_id``, or None."""
         return next((k for k in self.knobs if k.id == knob_id), None)

@@ -281,6 +281,21 @@ def test_engines_and_unsupported_graph():
     assert r.is_virtual is False
 
 
+def test_an_engine_not_offered_names_the_offered_ones_by_name():
+    # the offered engines were listed by their FNV-1a ids alone, numbers a reader cannot
+    # place; the name comes first now, the id (engine_id of the name) after it
+    g, *_ = conv_graph()
+    offered = ", ".join(f"'{e.name}' (id {engine_id(e.name)})" for e in hd.engines(g, "cpu"))
+    with hd.Device("cpu") as dev, pytest.raises(hd.NotSupportedError) as exc:
+        dev.build_sync(g, engine="NO_SUCH_ENGINE")
+    assert str(exc.value).endswith(f"offered: {offered}")
+    g.build_operation_graph("cpu")
+    with pytest.raises(hd.NotSupportedError) as exc:
+        g.get_knobs_for_engine(12345)
+    assert "engine id 12345 is not offered" in str(exc.value)
+    assert str(exc.value).endswith(f"offered: {offered}")
+
+
 def test_ambiguous_contiguous_buffer_is_rejected_not_guessed(dev):
     # NHWC with C == H == W: a C-contiguous (2, 4, 4, 4) array could be logical NCHW (wrong
     # for this tensor) or NHWC memory order. Guessing either way can be silently wrong.

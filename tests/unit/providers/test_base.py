@@ -135,7 +135,7 @@ def test_engine_picks_one_by_name_id_or_engine(engines):
         # the engine asked for declines: its own reason, no fallback
         with pytest.raises(hd.NotSupportedError, match="trial run refused CONV_FPROP"):
             dev.build_sync(g, engine="FAKE_DECLINES_AT_BUILD")
-        with pytest.raises(hd.NotSupportedError, match="FAKE_CPU_TWIN .* CPU_ENGINE"):
+        with pytest.raises(hd.NotSupportedError, match="'FAKE_CPU_TWIN' .* 'CPU_ENGINE'"):
             dev.build_sync(g, engine="NO_SUCH_ENGINE")
 
 
