@@ -25,7 +25,7 @@ from ._cli_args import check_output_file
 __all__ = ["main", "RESNET50_LAYERS"]
 
 # (name, x dims, w dims, padding, stride): ResNet-50 v1.5 layers (He et al. 2016, table 1),
-# batch 1 so the slowest algorithms still finish on a 2-core machine.
+# batch 1 by default so the slowest algorithms still finish on a 2-core machine.
 RESNET50_LAYERS = [
     ("conv1 7x7/2", (1, 3, 224, 224), (64, 3, 7, 7), 3, 2),
     ("res2 1x1", (1, 256, 56, 56), (64, 256, 1, 1), 0, 1),
@@ -42,24 +42,28 @@ RESNET50_LAYERS = [
 BLAS_SETTLE_S = 0.25
 
 
-def _graph(hd, direction, x_dims, w_dims, pad, stride):
-    g = hd.Graph(name=f"bench_{direction}")
-    x = g.tensor(dims=x_dims, name="x")
-    w = g.tensor(dims=w_dims, name="w")
+def _graph(hd, direction, x_dims, w_dims, pad, stride, layout="NCHW", dtype="float32"):
+    """One convolution of ``layout`` (its x, w, dy in that memory order) and ``dtype`` I/O
+    (float32 compute)."""
+    kw = dict(io_data_type=dtype, compute_data_type=hd.DataType.FLOAT,
+              intermediate_data_type=hd.DataType.FLOAT)
+    g = hd.Graph(name=f"bench_{direction}", **kw)
+    x = g.tensor(dims=x_dims, layout=layout, name="x")
+    w = g.tensor(dims=w_dims, layout=layout, name="w")
     if direction == "fprop":
         out = g.conv_fprop(x, w, padding=pad, stride=stride)
         return g, out.set_output(True)
     fwd = hd.Graph()
     y_dims = fwd.conv_fprop(fwd.tensor(dims=x_dims), fwd.tensor(dims=w_dims),
                             padding=pad, stride=stride).dims
-    g = hd.Graph(name=f"bench_{direction}")
-    dy = g.tensor(dims=y_dims, name="dy")
+    g = hd.Graph(name=f"bench_{direction}", **kw)
+    dy = g.tensor(dims=y_dims, layout=layout, name="dy")
     if direction == "dgrad":
-        out = g.conv_dgrad(dy, g.tensor(dims=w_dims, name="w"), dx_dims=x_dims,
-                           padding=pad, stride=stride)
+        out = g.conv_dgrad(dy, g.tensor(dims=w_dims, layout=layout, name="w"),
+                           dx_dims=x_dims, padding=pad, stride=stride)
     else:
-        out = g.conv_wgrad(dy, g.tensor(dims=x_dims, name="x"), dw_dims=w_dims,
-                           padding=pad, stride=stride)
+        out = g.conv_wgrad(dy, g.tensor(dims=x_dims, layout=layout, name="x"),
+                           dw_dims=w_dims, padding=pad, stride=stride)
     return g, out.set_output(True)
 
 
@@ -73,15 +77,20 @@ def _time(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def _variant_pack(g, rng):
+def _variant_pack(dev, g, rng):
+    """U(-1, 1) device arrays of each tensor's dims, strides and data type."""
     vp = {}
     for t in g.tensors:
         if not t.is_virtual:
-            vp[t] = rng.uniform(-1, 1, t.dims).astype(np.float32)
+            vp[t] = dev.empty(t.dims, t.data_type, strides=t.strides)
+            vp[t].view[...] = rng.uniform(-1, 1, t.dims)
     return vp
 
 
-def run(directions=("fprop", "dgrad", "wgrad"), layers=RESNET50_LAYERS, repeats=3) -> list[dict]:
+def run(directions=("fprop", "dgrad", "wgrad"), layers=RESNET50_LAYERS, repeats=3, *,
+        layout="NCHW", dtype="float32", batch=1) -> list[dict]:
+    """The rows of the table: ``layers`` (name, x dims, w dims, padding, stride; x's N
+    replaced by ``batch``) in ``layout`` with ``dtype`` I/O, per direction."""
     import hipdnn_async as hd
 
     rng = np.random.default_rng(0)
@@ -91,9 +100,10 @@ def run(directions=("fprop", "dgrad", "wgrad"), layers=RESNET50_LAYERS, repeats=
         db = hd.PerfDb(os.path.join(folder, "perfdb.sqlite3"))
         with hd.Device("cpu", streams=1, perfdb=db) as dev:
             for name, x_dims, w_dims, pad, stride in layers:
+                x_dims = (batch,) + tuple(x_dims[1:])
                 for direction in directions:
-                    g, _ = _graph(hd, direction, x_dims, w_dims, pad, stride)
-                    vp = _variant_pack(g, rng)
+                    g, _ = _graph(hd, direction, x_dims, w_dims, pad, stride, layout, dtype)
+                    vp = _variant_pack(dev, g, rng)
                     algos = {}      # every engine's algorithms, as benchmarking timed them
                     for engine in hd.engines(g, dev):
                         plan = dev.build_sync(g, engine=engine.name,
@@ -105,7 +115,8 @@ def run(directions=("fprop", "dgrad", "wgrad"), layers=RESNET50_LAYERS, repeats=
                     tuned = dev.build_sync(g, knobs={"global.benchmarking": 1})
                     best = min(algos.values())
                     rows.append({
-                        "layer": name, "direction": direction, "algorithms_ms": algos,
+                        "layer": name, "direction": direction, "layout": layout,
+                        "dtype": dtype, "batch": batch, "algorithms_ms": algos,
                         "heuristic": str(heur.algorithm),
                         "heuristic_ms": _time(lambda: heur.execute_sync(vp), repeats),
                         "benchmarked": str(tuned.algorithm),
@@ -146,13 +157,20 @@ def main(argv=None) -> int:
     parser.add_argument("--directions", type=_directions, default="fprop,dgrad,wgrad",
                         help="comma-separated subset of fprop,dgrad,wgrad")
     parser.add_argument("--repeats", type=_positive, default=3, help="timed runs (>= 1)")
+    parser.add_argument("--layout", choices=("NCHW", "NHWC"), default="NCHW",
+                        help="memory order of x, w, dy (default NCHW)")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"),
+                        default="float32", help="I/O data type; compute float32")
+    parser.add_argument("--batch", type=_positive, default=1, help="batch N (default 1)")
     parser.add_argument("--quick", action="store_true", help="two small layers only")
     parser.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
     args = parser.parse_args(argv)
     if args.json is not None:     # checked before minutes of benchmarking
         check_output_file(parser, "--json", args.json)
     layers = RESNET50_LAYERS[1:3] if args.quick else RESNET50_LAYERS
-    rows = run(args.directions, layers, args.repeats)
+    rows = run(args.directions, layers, args.repeats, layout=args.layout, dtype=args.dtype,
+               batch=args.batch)
+    print(f"{args.layout} {args.dtype}, batch {args.batch}")
     table = [("layer", "dir", "algorithms (ms)", "heuristic (ms)", "benchmarked (ms)",
               "h/best", "b/best")]
     for r in rows:

@@ -170,3 +170,23 @@ def test_bench_ratios_take_every_engines_algorithms_and_leave_no_file(tmp_path, 
             assert r[f"{who}_over_best"] == r["algorithms_ms"][r[who]] / best >= 1.0
             assert r[f"{who}_ms"] > 0
     assert list(tmp_path.iterdir()) == []
+
+
+def test_bench_takes_layout_dtype_and_batch(tmp_path, monkeypatch):
+    """`bench` timed NCHW float32 batch 1 only; NHWC (oneDNN's fast order on the CPU) and
+    16-bit I/O are what a CPU user tunes."""
+    import tempfile
+    import hipdnn_async as hd
+    from hipdnn_async import _bench
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    g, y = _bench._graph(hd, "fprop", (2, 8, 10, 10), (4, 8, 3, 3), 1, 1, "NHWC", "bfloat16")
+    x, w = (next(t for t in g.tensors if t.name == n) for n in ("x", "w"))
+    # NHWC strides of (N, C, H, W) = (2, 8, 10, 10): C fastest, then W, then H
+    assert tuple(x.strides) == (800, 1, 80, 8) and tuple(w.strides) == (72, 1, 24, 8)
+    assert x.data_type == hd.DataType.BFLOAT16 and tuple(y.dims) == (2, 4, 10, 10)
+    rows = _bench.run(("dgrad",), [("tiny", (1, 8, 10, 10), (8, 8, 3, 3), 1, 1)], 1,
+                      layout="NHWC", dtype="bfloat16", batch=2)
+    assert [(r["layout"], r["dtype"], r["batch"]) for r in rows] == [("NHWC", "bfloat16", 2)]
+    assert rows[0]["heuristic"] in rows[0]["algorithms_ms"]
+    with pytest.raises(SystemExit):
+        _bench.main(["--layout", "CHWN"])
