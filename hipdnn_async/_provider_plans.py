@@ -50,7 +50,8 @@ class ProviderPlanCache:
     spec : str
         The device spec, for messages.
     perfdb : PerfDb or None
-        Where benchmarks are kept; None: ``_perfdb.default_perfdb()`` at each build.
+        Where benchmarks are kept; None: ``_perfdb.default_perfdb()`` at each build
+        that uses one.
     knob_defaults : tuple of str
         Knob-id suffixes (``".deterministic"``) whose offered default becomes 1.
     tune_lock : lock
@@ -146,7 +147,7 @@ class ProviderPlanCache:
         if pplan is not None:
             _count("plan_cache_hits")
             return settings, pplan
-        perfdb = self._perfdb if self._perfdb is not None else _perfdb.default_perfdb()
+        perfdb = self._perfdb if self._perfdb is not None else _DefaultPerfDb()
         try:
             if settings.get(_knobs.BENCHMARKING):
                 with self._tune_lock:
@@ -165,6 +166,24 @@ class ProviderPlanCache:
             self._plans[key] = value
             while len(self._plans) > limit:
                 self._plans.popitem(last=False)
+
+
+class _DefaultPerfDb:
+    """``_perfdb.default_perfdb()``, opened at the build's first use of it: a build that
+    neither benchmarks nor looks a plan up (every CPU build without
+    ``global.benchmarking``) leaves no perf-db file behind (it created one)."""
+
+    __slots__ = ("_db",)
+
+    def __init__(self):
+        self._db = None
+
+    def __getattr__(self, name):
+        if name == "_db":            # not set yet (a copy made without __init__)
+            raise AttributeError(name)
+        if self._db is None:
+            self._db = _perfdb.default_perfdb()
+        return getattr(self._db, name)
 
 
 class _Declined:

@@ -350,3 +350,26 @@ def test_export_never_clobbers_a_file_that_is_not_an_export(tmp_path):
         empty.write_bytes(b"")
         assert db.export_json(empty) == 1
         assert json.loads(empty.read_text())["entries"][0]["algorithm"] == rec().algorithm
+
+
+@pytest.mark.parametrize("engine", ["ONEDNN_ENGINE", "CPU_ENGINE"])
+def test_a_build_without_benchmarking_creates_no_perf_db(tmp_path, monkeypatch, engine):
+    # every build opened the default perf db, creating its file (and folder's db) though
+    # only benchmarking reads or writes it on the CPU; now the first build that
+    # benchmarks creates it
+    g = hd.Graph(io_data_type="float32")
+    x = g.tensor(dims=(1, 2, 4, 4), name="x")
+    w = g.tensor(dims=(2, 2, 3, 3), name="w")
+    g.conv_fprop(x, w, padding=1).set_output(True)
+    offered = [e.name for e in hd.engines(g, "cpu")]
+    if engine not in offered:
+        pytest.skip(f"{engine} is not offered here (offered: {offered})")
+    path = tmp_path / "perfdb.sqlite3"
+    monkeypatch.setenv("HIPDNN_ASYNC_PERFDB", str(path))
+    _perfdb.reset_default_perfdb()
+    with hd.Device("cpu", streams=1) as dev:
+        assert dev.build_sync(g, engine=engine).engine.name == engine
+        assert tree(tmp_path) == {}
+        plan = dev.build_sync(g, engine=engine, knobs={"global.benchmarking": 1})
+        assert plan.benchmarked and path.exists()
+        assert [e["algorithm"] for e in PerfDb(path).entries()] == [str(plan.algorithm)]
