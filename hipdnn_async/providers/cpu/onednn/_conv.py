@@ -57,11 +57,14 @@ class Conv:
         self.w_dims, self.w_type = wd, compute_type(w)
         self.geometry = (tuple(conv.stride), tuple(d - 1 for d in conv.dilation),
                          tuple(conv.pre_padding), tuple(conv.post_padding))
-        # spatial axes (0: D or H ...) along which the dilated kernel spans more of the
-        # padded input than x itself has (a 3-tap kernel over a 1-pixel-wide image)
-        self.kernel_over_x = tuple(
-            i for i, (r, d, n) in enumerate(zip(w.dims[2:], conv.dilation, x.dims[2:]))
-            if (r - 1) * d + 1 > n)
+        # spatial axes (0: D or H ...) along which no output window lies inside x: each
+        # reaches into the padding (a 3-tap kernel over a 1-pixel-wide image; 4 taps over
+        # 4 planes padded 3 before and 1 after at stride 2)
+        self.no_inner_window = tuple(
+            i for i, (n, r, d, s, p, o) in enumerate(zip(
+                x.dims[2:], w.dims[2:], conv.dilation, conv.stride, conv.pre_padding,
+                y.dims[2:]))
+            if not _inner_window(n, (r - 1) * d + 1, s, p, o))
         self.bias_role = "bias" if "bias" in t else None
         self.bias_md = None
         if self.bias_role:
@@ -93,12 +96,12 @@ class Conv:
             self.post_ops = []
             self.impls += fused
             self.fused += [True] * len(fused)
-        if not self.impls and self._wgrad_kernel_over_x():
-            axes = "".join("DHW"[3 - len(x.dims[2:]) + i] for i in self.kernel_over_x)
-            raise decline(f"oneDNN 3.2's weight-gradient kernels gave wrong values where the "
-                           f"kernel spans more than x along {axes} "
-                           f"(w {tuple(w.dims)}, x {tuple(x.dims)}), and its GEMM one is not "
-                           "offered here")
+        if not self.impls and self._wgrad_no_inner_window():
+            axes = "".join("DHW"[3 - len(x.dims[2:]) + i] for i in self.no_inner_window)
+            raise decline(f"oneDNN 3.2's weight-gradient kernels gave wrong values where no "
+                           f"window of the kernel along {axes} lies inside x, each reaching "
+                           f"into the padding (x {tuple(x.dims)}, dw {tuple(w.dims)}), and "
+                           "its GEMM one is not offered here")
         if not self.impls:
             raise decline(f"oneDNN has no optimized implementation of conv_{self.direction} "
                            f"for {match.signature} (only its reference one)")
@@ -284,13 +287,15 @@ class Conv:
             # wrong float32 fprop and dgrad values on NCHW
             # (tests/oracle/test_onednn_gemm_one_channel.py)
             return True
-        if self._wgrad_kernel_over_x() and not name.startswith("x64:gemm"):
-            # weight gradients whose kernel spans more than x along an axis: oneDNN 3.2's
-            # bf16 jit kernel read workspace bytes it had not written (wrong dw, NaN after
-            # a NaN-filled workspace) and the float32 one, 3-D grouped, left dw elements
-            # unwritten and read past the end of x (a segfault at a guard page); the GEMM
-            # convolution was exact in every such case fuzzed
-            # (tests/oracle/test_onednn_wgrad_kernel_over_x.py)
+        if self._wgrad_no_inner_window() and not name.startswith("x64:gemm"):
+            # weight gradients with an axis along which every window of the kernel reaches
+            # into the padding (a kernel wider than x; at most one window from each side):
+            # oneDNN 3.2's bf16 jit kernel read workspace bytes it had not written (wrong
+            # dw, NaN after a NaN-filled workspace), and its float32 one left dw elements
+            # unwritten and read past the end of x (3-D, grouped: a segfault at a guard
+            # page) or gave a wrong tap (3-D channels-last, along D); the GEMM convolution
+            # was exact in all of 2,600 such cases fuzzed over every candidate
+            # (tests/oracle/test_onednn_wgrad_padded_windows.py)
             return True
         if (d == "wgrad" and name.startswith(("jit_1x1:", "jit_bf16_1x1:"))
                 and self.w_dims[-len(stride) - 1] < 16 and any(st > 1 for st in stride)):
@@ -301,8 +306,8 @@ class Conv:
             return True
         return False
 
-    def _wgrad_kernel_over_x(self) -> bool:
-        return self.direction == "wgrad" and bool(self.kernel_over_x)
+    def _wgrad_no_inner_window(self) -> bool:
+        return self.direction == "wgrad" and bool(self.no_inner_window)
 
     def _guarded(self, name: str) -> bool:
         """Whether candidate ``name`` runs guarded (``GUARDED``): oneDNN 3.2's AMX jit
@@ -687,6 +692,15 @@ class Conv:
             return None
         w_md = pd.md(dnnl.QUERY_WEIGHTS_MD)
         return None if w_md.equals(self.w_user) else w_md
+
+
+def _inner_window(size: int, extent: int, stride: int, pre: int, outputs: int) -> bool:
+    """Whether one of ``outputs`` windows of ``extent`` elements (the dilated kernel), at
+    ``stride`` from ``-pre``, lies inside ``size`` elements: output o covers
+    [o * stride - pre, o * stride - pre + extent - 1]. The first such o is
+    ceil(pre / stride)."""
+    o = -(-pre // stride)
+    return o < outputs and o * stride - pre + extent <= size
 
 
 def _same(a, b) -> bool:
