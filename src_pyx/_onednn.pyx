@@ -301,6 +301,14 @@ cdef class Onednn(LibraryTable):
                 raise _errors.LibraryError(f"oneDNN lacks dnnl_{name}", call="dnnl_" + name)
         self._check(self.f.engine_create(&engine, _C_ENGINE_CPU, 0), b"dnnl_engine_create")
         self.engine = engine
+        # oneDNN's primitive cache off: primitives are made once per plan at build, so it
+        # saves nothing at run time, and in 3.2 it handed a weight gradient's GEMM
+        # implementation a primitive made for another walk's pd of the same name, with
+        # another weights layout and a larger scratchpad (wrong dw and writes past the
+        # workspace: tests/oracle/test_onednn_primitive_cache.py); its walks also
+        # restarted from cached steps, listing implementations twice
+        self._check(self.f.set_primitive_cache_capacity(0),
+                    b"dnnl_set_primitive_cache_capacity")
         return v.major * 10000 + v.minor * 100 + v.patch
 
     cdef int _check(self, int status, const char* call) except -1:

@@ -226,10 +226,10 @@ class Conv:
                     name += suffix
                     if self._guarded(name):
                         name += GUARDED
-                    # oneDNN 3.2's primitive cache answers a walk's first steps for
-                    # descriptors an earlier plan ran, then the walk restarts from the
-                    # top: the same implementation twice (a #2 name that a new process
-                    # would not find in the perf db), each listed once here
+                    # with oneDNN's primitive cache on (the library turns it off at
+                    # load: runtime._onednn), 3.2 answered a walk's first steps for
+                    # descriptors an earlier plan ran, then restarted it from the top:
+                    # the same implementation twice, each listed once here
                     sig = self._signature(pd)
                     if not any(n == name and _same(sig, s) for n, s in sigs):
                         sigs.append((name, sig))
