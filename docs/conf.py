@@ -5,7 +5,8 @@ Build (warnings are errors, as CI builds it):
     python -m sphinx -W -b html docs docs/_build/html
 
 Markdown pages go through MyST, docstrings (NumPy style) through napoleon. The API
-reference lists ``hipdnn_async.__all__``, written at build time by ``_ext/api_page.py``;
+reference lists ``hipdnn_async.__all__`` (and ``hipdnn_async.profiler.__all__``), written at
+build time by ``_ext/api_page.py``;
 the performance plots are drawn at build time from ``bench/results/*.json`` by
 ``_ext/perf_plots.py`` (matplotlib, Agg backend: no display needed).
 """
