@@ -26,8 +26,8 @@ import warnings
 
 from . import _fork
 
-__all__ = ["logger", "configure_from_env", "warn_bad_env", "LOG_LEVEL_ENV", "LOG_FILE_ENV",
-           "OFF"]
+__all__ = ["logger", "configure_from_env", "warn_bad_env", "warn_env_once", "LOG_LEVEL_ENV",
+           "LOG_FILE_ENV", "OFF"]
 
 logger = logging.getLogger("hipdnn_async")
 
@@ -65,15 +65,27 @@ def warn_bad_env(name: str, value: str, accepted: str, effect: str, *,
     instead (``effect``). With ``import_safe`` (the import-time logging setup) a warnings
     filter of ``error`` prints the message on stderr instead of failing the import.
     """
+    warn_env_once(name, value, f"is not one of {accepted}; {effect}", import_safe=import_safe,
+                  stacklevel=4)
+
+
+def warn_env_once(name: str, value: str, why: str, *, log: bool = True,
+                  import_safe: bool = False, stacklevel: int = 3) -> None:
+    """Warn once per process and value that ``$name`` holds ``value``, which is not used.
+
+    The ``RuntimeWarning`` of :func:`warn_bad_env` with its own reason: the message is
+    ``hipdnn_async: NAME='value' <why>``. ``log=False`` where the caller logs the event
+    itself (the perf db counts and logs its own warnings).
+    """
     with _warned_lock:
         if (name, value) in _warned_env:
             return
         _warned_env.add((name, value))
-    msg = f"hipdnn_async: {name}={value!r} is not one of {accepted}; {effect}"
-    if logger.hasHandlers():   # else logging's last-resort handler would print it twice
+    msg = f"hipdnn_async: {name}={value!r} {why}"
+    if log and logger.hasHandlers():   # else logging's last-resort handler would print it twice
         logger.warning("%s", msg)
     try:
-        warnings.warn(msg, RuntimeWarning, stacklevel=3)
+        warnings.warn(msg, RuntimeWarning, stacklevel=stacklevel)
     except Warning:
         if not import_safe:
             raise

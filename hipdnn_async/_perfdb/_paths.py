@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["MEMORY", "PERFDB_ENV", "builtin_default", "default_path", "env_refusal"]
+__all__ = ["MEMORY", "PERFDB_ENV", "REFUSED", "builtin_default", "default_path", "env_refusal"]
 
 PERFDB_ENV = "HIPDNN_ASYNC_PERFDB"
 MEMORY = ":memory:"
+# Why a relative $HIPDNN_ASYNC_PERFDB is not used (after "$HIPDNN_ASYNC_PERFDB='value' ").
+REFUSED = ("is not an absolute path (a relative path would follow the working directory; a "
+           "SQLite URI is not taken); set an absolute path, '~/...' or ':memory:'")
 
 
 def builtin_default() -> str:
@@ -35,6 +38,4 @@ def env_refusal(path: str) -> str | None:
     directory each process happens to start in (creating directories there)."""
     if path == MEMORY or os.path.isabs(path):
         return None
-    return (f"${PERFDB_ENV}={path!r} is not an absolute path (a relative path would follow "
-            "the working directory; a SQLite URI is not taken); set an absolute path, "
-            "'~/...' or ':memory:'")
+    return f"${PERFDB_ENV}={path!r} {REFUSED}"

@@ -11,8 +11,9 @@ import weakref
 
 from .. import _fork
 from .._errors import PerfDbError
+from .._log import warn_env_once
 from ._exchange import read_export, write_export
-from ._paths import MEMORY, default_path, env_refusal
+from ._paths import MEMORY, PERFDB_ENV, REFUSED, default_path, env_refusal
 from ._records import FIELDS, KEY_FIELDS, RECORD_FIELDS, PerfKey, PerfRecord, check_path, error
 from ._schema import FORMAT, SCHEMA, SCHEMA1_ENGINE, Newer
 from ._sqlite import is_busy, retry_busy, upsert, write_txn
@@ -31,9 +32,9 @@ class PerfDb:
         The db file; ``":memory:"`` for a private in-memory db. Default
         :func:`default_path` (``$HIPDNN_ASYNC_PERFDB`` or
         ``~/.config/hipdnn_async/perfdb.sqlite3``); a ``$HIPDNN_ASYNC_PERFDB`` that is not
-        an absolute path (after ``~``) is refused with a warning and the db is in memory
-        (:func:`env_refusal`). A relative `path` given here is taken from the current
-        directory, as ``open`` does. Missing parent directories are created.
+        an absolute path (after ``~``) is refused with a ``RuntimeWarning`` (once per process
+        and value) and the db is in memory (:func:`env_refusal`). A relative `path` given
+        here is taken from the current directory, as ``open`` does. Missing parent directories are created.
 
     Raises
     ------
@@ -78,6 +79,10 @@ class PerfDb:
         self._seed: list[tuple] = []      # rows carried into a fallback in-memory db
         if refusal is not None:
             self._go_memory(refusal, key=("relative", path))
+            # A configuration error that makes every process retune: shown whatever the
+            # logging level, as a bad $HIPDNN_ASYNC_FORCE_BENCHMARKING is (logged above).
+            warn_env_once(PERFDB_ENV, path, f"{REFUSED}; using an in-memory perf db instead "
+                          "(results will not persist)", log=False)
         with _fork.holding(_registry_lock):     # not half-open at a fork (_before_fork)
             _dbs.add(self)
             with self._lock:

@@ -331,24 +331,33 @@ def test_relative_env_path_is_refused_for_memory_and_creates_nothing(monkeypatch
                                                                        capsys, value):
     """Review F4: a relative $HIPDNN_ASYNC_PERFDB (or a SQLite URI) was resolved against the
     working directory, which got directories and a db. Now: a warning, an in-memory db, and
-    nothing created in the working directory, by builds' default db, PerfDb() and `info`."""
-    from hipdnn_async import cli
+    nothing created in the working directory, by builds' default db, PerfDb() and `info`.
+    The warning is a RuntimeWarning, once per process and value (it was only a log record,
+    unseen at the default log level, while every process retuned)."""
+    from hipdnn_async import _log, cli
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
     monkeypatch.setenv("HIPDNN_ASYNC_PERFDB", value)
     reset_default_perfdb()
+    _log._warned_env.discard(("HIPDNN_ASYNC_PERFDB", value))   # this process's first sight
     warned = _perfdb.stats()["perfdb_warnings"]
-    d = default_perfdb()
-    assert d.in_memory and d.path == value
-    assert _perfdb.stats()["perfdb_warnings"] == warned + 1
+    with pytest.warns(RuntimeWarning) as shown:
+        d = default_perfdb()
+        assert d.in_memory and d.path == value
+        assert _perfdb.stats()["perfdb_warnings"] == warned + 1
+        r = rec()
+        d.store(key(), r)                       # works, in memory
+        assert d.lookup(key()) == r and default_perfdb() is d
+        with PerfDb() as explicit_default:
+            assert explicit_default.in_memory
+        reset_default_perfdb()
+        assert cli.main(["info"]) == 0
+    assert len(shown) == 1, [str(w.message) for w in shown]
+    assert str(shown[0].message) == (f"hipdnn_async: HIPDNN_ASYNC_PERFDB={value!r} "
+                                     f"{_perfdb._paths.REFUSED}; using an in-memory perf db "
+                                     "instead (results will not persist)")
     assert _perfdb.env_refusal(value) and "not an absolute path" in _perfdb.env_refusal(value)
-    r = rec()
-    d.store(key(), r)                           # works, in memory
-    assert d.lookup(key()) == r and default_perfdb() is d
-    with PerfDb() as explicit_default:
-        assert explicit_default.in_memory
-    assert cli.main(["info"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["perfdb_in_memory"] is True and info["perfdb"] == value
     assert os.listdir(work) == []
