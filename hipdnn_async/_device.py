@@ -25,7 +25,7 @@ from ._types import numpy_dtype
 from .graph import Graph, TensorAttributes
 from .runtime._buffer import element_extent
 from .runtime import KINDS, ExecCounter
-from .patterns import match as match_pattern, spec_for
+from .patterns import conv_roles, match as match_pattern, spec_for
 from .profiler import _state as _prof
 from .providers._base import Engine, run_launcher
 from .providers._registry import available_devices, parse_spec, provider_for
@@ -653,9 +653,11 @@ class ExecutionPlan:
         self._roles = tuple((role, t) for role, t in match.tensors.items() if not t.is_virtual)
         self._n_roles = len(self._roles)
         outputs = {id(t) for n in match.nodes for t in n.outputs.values()}
+        conv = conv_roles(match.pattern)     # its filter's messages say (K, R, S, C), not N...
         self._slots: dict[int, list] = {}
         for role, t in self._roles:
-            binder = device.provider.binder(t, output=id(t) in outputs)
+            binder = device.provider.binder(t, output=id(t) in outputs,
+                                            filter=conv is not None and role == conv.w)
             self._slots.setdefault(id(t), []).append((role, binder))
         # The user's tensors are keys too; they bind by the snapshot's dims, strides and
         # dtype (one rule, checked at submit), whatever was edited since.

@@ -15,7 +15,10 @@ __all__ = [
     "dense_strides_like",
     "same_memory_order",
     "layout_name",
+    "dim_letters",
     "wrong_strides_message",
+    "ambiguous_message",
+    "accepted_buffers",
 ]
 
 # Stride orders (outermost -> innermost) of the named layouts; hipDNN data SDK TensorLayout.
@@ -107,8 +110,25 @@ def layout_name(dims: tuple, strides: tuple) -> str:
     return f"non-packed {name}-ordered"
 
 
+def dim_letters(rank: int, *, filter: bool = False) -> str | None:
+    """The letters of logical dims, by the tensor's role: ``"NCHW"`` / ``"NCDHW"`` for an
+    activation, ``"KCRS"`` / ``"KCTRS"`` for a convolution's filter (so an NHWC filter's
+    memory order reads (K, R, S, C)); None for other ranks."""
+    if rank not in (4, 5):
+        return None
+    if filter:
+        return "KCTRS" if rank == 5 else "KCRS"
+    return "NCDHW" if rank == 5 else "NCHW"
+
+
+def _names(letters: str | None, order: tuple) -> str:
+    """``"(N, H, W, C)"`` for letters NCHW in order (0, 2, 3, 1); "" without letters."""
+    return "" if letters is None else "(" + ", ".join(letters[a] for a in order) + ")"
+
+
 def wrong_strides_message(label: str, dims: tuple, want: tuple, got: tuple, *,
-                          view_hint: str = "m.transpose{inv}") -> str:
+                          view_hint: str = "m.transpose{inv}",
+                          letters: str | None = None) -> str:
     """The message for a buffer of the tensor's logical shape whose strides are wrong.
 
     Names the tensor's layout and the buffer's, then what to pass instead: for a packed
@@ -120,7 +140,7 @@ def wrong_strides_message(label: str, dims: tuple, want: tuple, got: tuple, *,
     dims, want, got = tuple(dims), tuple(want), tuple(got)
     order = stride_order(dims, want)
     rank = len(dims)
-    letters = "NCDHW" if rank == 5 else "NCHW" if rank == 4 else None
+    letters = dim_letters(rank) if letters is None else letters
     head = (f"{label} is {layout_name(dims, want)} (strides {want} in elements); the buffer "
             f"has the logical shape with strides {got} ({layout_name(dims, got)})")
     if not strides_match(dims, want, packed_strides(dims, order)):
@@ -128,9 +148,55 @@ def wrong_strides_message(label: str, dims: tuple, want: tuple, got: tuple, *,
                 f"least {element_extent(dims, want)} elements")
     physical = tuple(dims[a] for a in order)
     inverse = tuple(sorted(range(rank), key=lambda i: order[i]))
-    names = "" if letters is None else "(" + ", ".join(letters[a] for a in order) + ") = "
+    names = _names(letters, order) + " = " if letters else ""
     if order == tuple(range(rank)):      # a plain layout: its logical view is m itself
         return f"{head}: pass an array of shape {names}{physical} in C order (np.ascontiguousarray)"
     to_memory = f" (np.ascontiguousarray(a.transpose{order}) of data a in logical order)"
     return (f"{head}: pass an array m of shape {names}{physical} in C order{to_memory}, or "
             f"its logical view {view_hint.format(inv=inverse)}")
+
+
+def ambiguous_message(label: str, dims: tuple, want: tuple, *, letters: str | None = None,
+                      view_hint: str = "m.transpose{inv}",
+                      copy_hint: str = "np.ascontiguousarray(a.transpose{order}).transpose{inv}"
+                      ) -> str:
+    """The message for a C-contiguous array of shape ``dims`` bound to a tensor packed in
+    another order whose memory-order shape is also ``dims`` (NHWC with C == H == W): it
+    may be either, so it is refused, and the message gives the exact call for each case.
+
+    ``view_hint`` (``{inv}``: the inverse of the stride order) makes the logical view of a
+    memory-order array ``m``; ``copy_hint`` (``{order}`` too) makes it from logical data
+    ``a``.
+    """
+    dims, want = tuple(dims), tuple(want)
+    rank = len(dims)
+    order = stride_order(dims, want)
+    inverse = tuple(sorted(range(rank), key=lambda i: order[i]))
+    letters = dim_letters(rank) if letters is None else letters
+    name = layout_name(dims, want)
+    logical = _names(letters, tuple(range(rank))) or "dims"
+    memory = _names(letters, order) or f"in stride order {order}"
+    return (f"{label}: a C-contiguous array of shape {dims} is ambiguous here: it reads both "
+            f"as logical {logical} and as {name} memory order {memory}; pass the logical view "
+            f"(strides {want} in elements): {view_hint.format(inv=inverse)} of an array m in "
+            f"memory order {memory}, {copy_hint.format(order=order, inv=inverse)} of logical "
+            "data a, or a flat 1-D buffer (m.reshape(-1))")
+
+
+def accepted_buffers(dims: tuple, want: tuple, *, letters: str | None = None) -> str:
+    """What a tensor binds, for a message ending "needs ...": its logical shape with its
+    strides; a C-contiguous array of the dims in memory order, where that shape differs;
+    a flat 1-D array covering its extent (e.g. shape (C,) for a (1, C, 1, 1) bias)."""
+    dims, want = tuple(dims), tuple(want)
+    order = stride_order(dims, want)
+    physical = tuple(dims[a] for a in order)
+    extent = element_extent(dims, want)
+    forms = [f"logical shape {dims} with strides {want} in elements"]
+    if physical != dims and strides_match(dims, want, packed_strides(dims, order)):
+        letters = dim_letters(len(dims)) if letters is None else letters
+        names = _names(letters, order)
+        forms.append(f"a C-contiguous array of shape {names + ' = ' if names else ''}"
+                     f"{physical} (memory order)")
+    forms.append(f"a C-contiguous 1-D array of at least {extent} elements (e.g. shape "
+                 f"({extent},))")
+    return ", or ".join(forms)

@@ -294,9 +294,10 @@ class Provider(abc.ABC):
                                 f"provider's ({', '.join(i.name for i in self._engine_impls())})")
 
     @abc.abstractmethod
-    def binder(self, tensor, *, output: bool):
+    def binder(self, tensor, *, output: bool, filter: bool = False):
         """Return ``bind(buffer)``: check a variant-pack buffer against ``tensor`` (raising
-        VariantPackError) and return what ``ProviderPlan.run`` takes for it."""
+        VariantPackError) and return what ``ProviderPlan.run`` takes for it. ``filter``: the
+        tensor is a convolution's filter (w, dw), whose messages name dims K, C, [T,] R, S."""
 
     @abc.abstractmethod
     def bind_workspace(self, nbytes: int, given, *, where: str):

@@ -73,3 +73,110 @@ def test_a_plain_layout_message_offers_no_identity_transpose():
     msg = wrong_strides_message("t", (2, 3, 4, 5), (60, 20, 5, 1), (60, 1, 15, 3))
     assert "t is NCHW" in msg and "(N, C, H, W) = (2, 3, 4, 5) in C order" in msg
     assert "transpose" not in msg
+
+
+# -- dims named by role; the ambiguous case's calls; what a bias accepts (trial item 9) ----
+
+def _conv_ref(xl, wl):
+    """float64 cross-correlation, stride 1, no padding, logical layouts (NC..., KC...)."""
+    out = np.zeros((xl.shape[0], wl.shape[0]) + tuple(
+        a - b + 1 for a, b in zip(xl.shape[2:], wl.shape[2:])))
+    for tap in np.ndindex(*wl.shape[2:]):
+        win = xl[(slice(None), slice(None)) + tuple(slice(t, t + n) for t, n in
+                                                     zip(tap, out.shape[2:]))]
+        out += np.einsum("nc...,kc->nk...", win, wl[(slice(None), slice(None)) + tap])
+    return out
+
+
+@pytest.mark.parametrize("xdims, wdims, layout, letters", [
+    ((2, 5, 7, 7), (4, 5, 3, 3), "NHWC", "KCRS"),
+    ((1, 3, 4, 5, 5), (2, 3, 2, 3, 3), "NDHWC", "KCTRS"),
+])
+def test_a_filter_in_channels_last_order_is_asked_for_as_k_r_s_c(xdims, wdims, layout, letters):
+    """An NHWC filter given in logical C order: the message named its memory order
+    (N, H, W, C), the dims of an activation; a filter's are (K, R, S, C) ((K, T, R, S, C)
+    in 3-D). Doing what it says computes the convolution."""
+    g = hd.Graph(io_data_type=hd.DataType.FLOAT)
+    x = g.tensor(dims=xdims, layout=layout, name="x")
+    w = g.tensor(dims=wdims, layout=layout, name="w")
+    y = g.conv_fprop(x, w).set_output(True)
+    rng = np.random.default_rng(1)
+    xl = rng.standard_normal(xdims).astype(np.float32)
+    wl = rng.standard_normal(wdims).astype(np.float32)
+    last = (0,) + tuple(range(2, len(xdims))) + (1,)          # channels last
+    ref = _conv_ref(xl.astype(np.float64), wl.astype(np.float64))
+    out = np.empty(tuple(ref.shape[i] for i in last), np.float32)
+    memory = tuple(wdims[i] for i in last)
+    names = "(" + ", ".join(letters[i] for i in last) + ")"
+    with hd.Device("cpu") as dev:
+        plan = dev.build_sync(g)
+        xm = np.ascontiguousarray(xl.transpose(last))
+        with pytest.raises(hd.VariantPackError) as info:
+            plan.execute_sync({x: xm, w: wl, y: out})
+        msg = str(info.value)
+        assert f"tensor 'w'" in msg and f"{names} = {memory} in C order" in msg, msg
+        assert "(N, " not in msg
+        to_memory = re.search(r"np\.ascontiguousarray\(a\.transpose(\([\d, ]+\))\)", msg)
+        wm = np.ascontiguousarray(wl.transpose(eval(to_memory.group(1))))
+        assert wm.shape == memory
+        plan.execute_sync({x: xm, w: wm, y: out})
+        np.testing.assert_allclose(out.transpose(np.argsort(last)), ref, rtol=1e-4, atol=1e-4)
+        # the activation's message keeps N, C, H, W
+        with pytest.raises(hd.VariantPackError, match=r"\(N, .*C\) = "):
+            plan.execute_sync({x: xl, w: wm, y: out})
+
+
+def test_the_ambiguous_message_gives_the_exact_calls_and_they_compute():
+    """C == H == W: a C-contiguous (N, C, H, W)-shaped array may be logical or NHWC memory.
+    The message gave "arr.transpose(...)"; now each call is spelled out, and each, run as
+    written on its kind of data, gives the float64 convolution."""
+    g = hd.Graph(io_data_type=hd.DataType.FLOAT)
+    x = g.tensor(dims=(2, 4, 4, 4), layout="NHWC", name="x")
+    w = g.tensor(dims=(3, 4, 1, 1), layout="NHWC", name="w")
+    y = g.conv_fprop(x, w).set_output(True)
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((2, 4, 4, 4)).astype(np.float32)       # logical data
+    m = np.ascontiguousarray(a.transpose(0, 2, 3, 1))               # its NHWC memory
+    wm = rng.standard_normal((3, 1, 1, 4)).astype(np.float32)
+    ref = np.einsum("nchw,kc->nkhw", a.astype(np.float64), wm.reshape(3, 4).astype(np.float64))
+    with hd.Device("cpu") as dev:
+        plan = dev.build_sync(g)
+        out = np.empty((2, 4, 4, 3), np.float32)
+        with pytest.raises(hd.VariantPackError) as info:
+            plan.execute_sync({x: m, w: wm, y: out})
+        msg = str(info.value)
+        assert "ambiguous" in msg and "(N, C, H, W)" in msg and "(N, H, W, C)" in msg
+        calls = re.findall(r"(m\.transpose\([\d, ]+\)|np\.ascontiguousarray\(a\.transpose"
+                           r"\([\d, ]+\)\)\.transpose\([\d, ]+\)|m\.reshape\(-1\))", msg)
+        assert len(calls) == 3, msg
+        for call in calls:
+            out = np.empty((2, 4, 4, 3), np.float32)
+            plan.execute_sync({x: eval(call, {"np": np, "a": a, "m": m}), w: wm, y: out})
+            np.testing.assert_allclose(out.transpose(0, 3, 1, 2), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_a_wrong_bias_shape_says_a_flat_c_array_is_taken_and_it_is():
+    """A (3, 1, 1) bias for a (1, 3, 1, 1) tensor: the message gave the same shape twice
+    (logical, then "memory order") and left out the flat (C,) array that binds."""
+    g = hd.Graph(io_data_type=hd.DataType.FLOAT)
+    x = g.tensor(dims=(1, 2, 3, 3), name="x")
+    w = g.tensor(dims=(3, 2, 1, 1), name="w")
+    b = g.tensor(dims=(1, 3, 1, 1), name="bias")
+    y = g.pointwise(g.conv_fprop(x, w), b, mode=hd.PointwiseMode.ADD)
+    y = g.pointwise(y, mode=hd.PointwiseMode.RELU_FWD).set_output(True)
+    rng = np.random.default_rng(3)
+    xl, wl = (rng.standard_normal(s).astype(np.float32) for s in ((1, 2, 3, 3), (3, 2, 1, 1)))
+    bias = rng.standard_normal(3).astype(np.float32)
+    ref = np.einsum("nchw,kc->nkhw", xl.astype(np.float64), wl.reshape(3, 2).astype(np.float64))
+    ref = np.maximum(ref + bias.astype(np.float64).reshape(1, 3, 1, 1), 0)
+    with hd.Device("cpu") as dev:
+        plan = dev.build_sync(g)
+        out = np.empty((1, 3, 3, 3), np.float32)
+        with pytest.raises(hd.VariantPackError) as info:
+            plan.execute_sync({x: xl, w: wl, b: bias.reshape(3, 1, 1), y: out})
+        msg = str(info.value)
+        assert msg.count(str((1, 3, 1, 1))) == 1, msg
+        flat = re.search(r"e\.g\. shape (\(\d+,\))", msg)
+        assert flat and eval(flat.group(1)) == (bias.size,)
+        plan.execute_sync({x: xl, w: wl, b: bias.reshape(eval(flat.group(1))), y: out})
+        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)

@@ -21,8 +21,9 @@ import numpy as np
 
 from ..._errors import VariantPackError
 from ..._types import numpy_dtype
-from ..._layout import (element_extent, packed_strides, same_memory_order, stride_order,
-                        strides_match, wrong_strides_message)
+from ..._layout import (accepted_buffers, ambiguous_message, dim_letters, element_extent,
+                        packed_strides, same_memory_order, stride_order, strides_match,
+                        wrong_strides_message)
 from ...runtime import KINDS, GpuArray
 from ...runtime._kinds import host_memory_types
 from ._dlpack import DEVICE_NAMES, read_dlpack
@@ -69,15 +70,14 @@ def _check_pointer(ptr: int, target: "GpuTarget", label: str) -> int:
     return ptr
 
 
-def _logical_view_hint(order: tuple) -> str:
-    """How to get the logical view of a memory-order array: ``transpose(...)`` with the
-    inverse of the stride order (NHWC: (0, 3, 1, 2))."""
-    inverse = tuple(sorted(range(len(order)), key=lambda i: order[i]))
-    return (f"arr.transpose{inverse} of the memory-order array (CuPy), .permute{inverse} "
-            "(PyTorch)")
+# How to make the logical view of a memory-order device array m, and a packed copy of
+# logical data a (CuPy, PyTorch).
+_GPU_VIEW = "m.transpose{inv} (CuPy) or m.permute{inv} (PyTorch)"
+_GPU_COPY = ("cp.ascontiguousarray(a.transpose{order}).transpose{inv} (CuPy) or "
+             "a.permute{order}.contiguous().permute{inv} (PyTorch)")
 
 
-def _layout_error(tensor, shape, strides, label) -> str | None:
+def _layout_error(tensor, shape, strides, label, letters=None) -> str | None:
     """None when a buffer of ``shape`` with element ``strides`` (None: C-contiguous) holds
     the tensor, else the message.
 
@@ -102,19 +102,15 @@ def _layout_error(tensor, shape, strides, label) -> str | None:
             dims, want, packed_strides(dims, order)):
         if shape != dims or order == tuple(range(len(dims))):
             return None
-        return (f"{label}: a C-contiguous array of shape {shape} is ambiguous here (it reads "
-                f"as logical dims with strides {got} and as memory order {order}); pass the "
-                f"logical view with strides {want} in elements (e.g. {_logical_view_hint(order)}"
-                f", or `dev.empty(dims, dtype, strides={want})`) or a flat 1-D buffer")
+        return ambiguous_message(label, dims, want, letters=letters, view_hint=_GPU_VIEW,
+                                 copy_hint=_GPU_COPY)
     if shape == dims:
-        return wrong_strides_message(label, dims, want, got,
-                                     view_hint="m.transpose{inv} (CuPy) or m.permute{inv} "
-                                               "(PyTorch)")
+        return wrong_strides_message(label, dims, want, got, view_hint=_GPU_VIEW,
+                                     letters=letters)
     if rank == 1 and contiguous and shape[0] >= element_extent(dims, want):
         return None
-    return (f"{label} needs logical shape {dims} with strides {want} in elements, or a "
-            f"C-contiguous array of shape {physical} (memory order); got shape {shape}, "
-            f"strides {got}")
+    return (f"{label} needs {accepted_buffers(dims, want, letters=letters)}; got shape "
+            f"{shape}, strides {got}")
 
 
 def _has_cai(obj) -> bool:
@@ -149,7 +145,8 @@ def _read_cai(buf, label: str):
     return shape, typestr, strides, ptr, readonly
 
 
-def _from_cai(buf, tensor, label: str, want_dtype, target: GpuTarget, output: bool) -> int:
+def _from_cai(buf, tensor, label: str, want_dtype, target: GpuTarget, output: bool,
+              letters=None) -> int:
     shape, typestr, strides, ptr, readonly = _read_cai(buf, label)
     try:
         dtype = np.dtype(typestr)
@@ -167,7 +164,7 @@ def _from_cai(buf, tensor, label: str, want_dtype, target: GpuTarget, output: bo
             raise VariantPackError(f"{label}: byte strides {tuple(strides)} are not multiples "
                                    f"of the element size {item}")
         strides = tuple(s // item for s in strides)
-    err = _layout_error(tensor, shape, strides, label)
+    err = _layout_error(tensor, shape, strides, label, letters)
     if err:
         raise VariantPackError(err)
     if 0 in shape:
@@ -175,7 +172,8 @@ def _from_cai(buf, tensor, label: str, want_dtype, target: GpuTarget, output: bo
     return _check_pointer(int(ptr), target, label)
 
 
-def _from_dlpack(buf, tensor, label: str, want_dtype, target: GpuTarget, output: bool) -> int:
+def _from_dlpack(buf, tensor, label: str, want_dtype, target: GpuTarget, output: bool,
+                 letters=None) -> int:
     try:
         device_type, device_id = (int(v) for v in buf.__dlpack_device__())
         host = device_type in host_memory_types()
@@ -196,7 +194,7 @@ def _from_dlpack(buf, tensor, label: str, want_dtype, target: GpuTarget, output:
     if info.dtype != want_dtype.name:
         raise VariantPackError(f"{label} needs dtype {want_dtype.name} ({tensor.data_type.name});"
                                f" got {info.dtype} ({type(buf).__name__})")
-    err = _layout_error(tensor, info.shape, info.strides, label)
+    err = _layout_error(tensor, info.shape, info.strides, label, letters)
     if err:
         raise VariantPackError(err)
     if 0 in info.shape:
@@ -208,7 +206,7 @@ def _has_dlpack(obj) -> bool:
     return hasattr(type(obj), "__dlpack__") and hasattr(type(obj), "__dlpack_device__")
 
 
-def make_binder(tensor, *, output: bool, target: GpuTarget):
+def make_binder(tensor, *, output: bool, target: GpuTarget, filter: bool = False):
     """Return ``bind(buffer) -> int device pointer`` for one tensor of a built plan.
 
     Accepted, in this order: a ``GpuArray`` of the plan's device; an object with
@@ -227,6 +225,7 @@ def make_binder(tensor, *, output: bool, target: GpuTarget):
     want_dtype = numpy_dtype(tensor.data_type)
     dims, strides = tuple(tensor.dims), tuple(tensor.strides)
     label = f"execute: tensor '{tensor.name}' (uid {tensor.uid})"
+    letters = dim_letters(len(dims), filter=filter)    # a filter's dims read K, C, R, S
     spec = target.spec
 
     def bind(buf):
@@ -240,7 +239,7 @@ def make_binder(tensor, *, output: bool, target: GpuTarget):
             if buf.dtype != want_dtype:
                 raise VariantPackError(f"{label} needs dtype {want_dtype.name} "
                                        f"({tensor.data_type.name}); got {buf.dtype.name}")
-            err = _layout_error(tensor, buf.dims, buf.strides, label)
+            err = _layout_error(tensor, buf.dims, buf.strides, label, letters)
             if err:
                 raise VariantPackError(err)
             return buf.ptr
@@ -249,9 +248,9 @@ def make_binder(tensor, *, output: bool, target: GpuTarget):
                 f"{label}: got a host {type(buf).__name__}; '{spec}' takes device memory: "
                 "copy it with `await dev.asarray(array)` (or pass a CuPy array / CUDA tensor)")
         if _has_cai(buf):
-            return _from_cai(buf, tensor, label, want_dtype, target, output)
+            return _from_cai(buf, tensor, label, want_dtype, target, output, letters)
         if _has_dlpack(buf):
-            return _from_dlpack(buf, tensor, label, want_dtype, target, output)
+            return _from_dlpack(buf, tensor, label, want_dtype, target, output, letters)
         if isinstance(buf, int) and not isinstance(buf, bool):
             return _check_pointer(buf, target, label)
         raise VariantPackError(

@@ -12,20 +12,23 @@ from numpy.lib.stride_tricks import as_strided
 from ..._errors import ExecutionError, VariantPackError
 from ..._knobs import WORKSPACE_SIZE_LIMIT
 from ..._types import DataType, numpy_dtype
-from ..._layout import (element_extent, packed_strides, same_memory_order, stride_order,
-                        strides_match, wrong_strides_message)
+from ..._layout import (accepted_buffers, ambiguous_message, dim_letters, element_extent,
+                        packed_strides, same_memory_order, stride_order, strides_match,
+                        wrong_strides_message)
 from ...runtime import DeviceArray, _host_pool
 
 __all__ = ["logical_view", "make_binder", "bind_workspace", "allocate_workspace"]
 
 
-def logical_view(tensor, buffer, *, output: bool, where: str = "execute") -> np.ndarray:
+def logical_view(tensor, buffer, *, output: bool, where: str = "execute",
+                 filter: bool = False) -> np.ndarray:
     """Return ``buffer`` as a NumPy view with ``tensor.dims`` and ``tensor.strides``.
 
     Accepted buffers: an array in logical shape (N, C, [D,] H, W) whose element strides
     equal the tensor's; a C-contiguous array whose shape is the dims in memory order
     (e.g. (N, H, W, C) for NHWC); a contiguous 1-D array covering the tensor's extent
-    (for non-packed strides); any object with ``__dlpack__`` (a CPU tensor).
+    (for non-packed strides); any object with ``__dlpack__`` (a CPU tensor). With
+    ``filter`` (a convolution's w or dw) messages name the dims K, C, [T,] R, S.
 
     Raises
     ------
@@ -66,6 +69,7 @@ def logical_view(tensor, buffer, *, output: bool, where: str = "execute") -> np.
     item = buffer.itemsize
     order = stride_order(dims, strides)
     physical = tuple(dims[a] for a in order)
+    letters = dim_letters(len(dims), filter=filter)
     if 0 in dims and buffer.shape in (dims, physical):
         return np.empty(dims, want_dtype)  # nothing to read or write (NumPy's empty strides vary)
     got = tuple(s // item for s in buffer.strides)
@@ -81,21 +85,16 @@ def logical_view(tensor, buffer, *, output: bool, where: str = "execute") -> np.
             # e.g. an NHWC tensor with C == H == W: a C-contiguous array of this shape may
             # be logical NCHW (wrong strides) or NHWC memory order; guessing could be
             # silently wrong.
-            raise VariantPackError(
-                f"{label}: a C-contiguous array of shape {buffer.shape} is ambiguous here "
-                f"(it reads as logical dims and as memory order {order}); pass the logical "
-                f"view with strides {strides} (e.g. arr.transpose(...) of the memory-order "
-                "array) or the flat 1-D buffer")
+            raise VariantPackError(ambiguous_message(label, dims, strides, letters=letters))
         if strides_match(dims, strides, packed_strides(dims, order)):
             return as_strided(buffer.reshape(-1), dims, tuple(s * item for s in strides))
     if buffer.shape == dims:
-        raise VariantPackError(wrong_strides_message(label, dims, strides, got))
+        raise VariantPackError(wrong_strides_message(label, dims, strides, got, letters=letters))
     if buffer.ndim == 1 and buffer.flags.c_contiguous and buffer.size >= element_extent(dims, strides):
         return as_strided(buffer, dims, tuple(s * item for s in strides))
     raise VariantPackError(
-        f"{label} needs a buffer of logical shape {dims} with strides {strides} in elements, "
-        f"or a C-contiguous array of shape {physical} (memory order); got shape "
-        f"{buffer.shape} with strides {tuple(s // item for s in buffer.strides)}")
+        f"{label} needs a buffer of {accepted_buffers(dims, strides, letters=letters)}; got "
+        f"shape {buffer.shape} with strides {tuple(s // item for s in buffer.strides)}")
 
 
 def _from_dlpack(obj) -> np.ndarray:
@@ -112,8 +111,9 @@ def _from_dlpack(obj) -> np.ndarray:
         return np.from_dlpack(obj.view(torch.int16)).view(numpy_dtype(DataType.BFLOAT16))
 
 
-def make_binder(tensor, *, output: bool):
-    """Return ``bind(buffer) -> logical view`` for one tensor of a built plan.
+def make_binder(tensor, *, output: bool, filter: bool = False):
+    """Return ``bind(buffer) -> logical view`` for one tensor of a built plan (``filter``:
+    it is a convolution's filter, for the messages' dim names).
 
     Binding is on the submission path, so the exact-match case (a NumPy array in logical
     shape with the tensor's strides) is checked against values computed once here.
@@ -134,7 +134,7 @@ def make_binder(tensor, *, output: bool):
                      or (unit and tuple([buffer.strides[i] for i in moving]) == want))
                 and (not output or buffer.flags.writeable)):
             return buffer
-        return logical_view(tensor, buffer, output=output)
+        return logical_view(tensor, buffer, output=output, filter=filter)
 
     return bind
 

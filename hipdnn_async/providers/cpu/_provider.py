@@ -147,8 +147,8 @@ class CpuProvider(Provider):
         count at run time, so it is read at every tuning build)."""
         return f"{self.describe()['device']}; {_blas_threads()}"
 
-    def binder(self, tensor, *, output: bool):
-        return make_binder(tensor, output=output)
+    def binder(self, tensor, *, output: bool, filter: bool = False):
+        return make_binder(tensor, output=output, filter=filter)
 
     def bind_workspace(self, nbytes: int, given, *, where: str):
         return bind_workspace(nbytes, given, where=where)

@@ -222,8 +222,8 @@ class MiopenProvider(Provider):
         return f"solver {solution_id} ({_ALGO_NAMES.get(algorithm, f'algorithm {algorithm}')})"
 
     # ------------------------------------------------------------------ binding, memory
-    def binder(self, tensor, *, output: bool):
-        return make_binder(tensor, output=output, target=self._target)
+    def binder(self, tensor, *, output: bool, filter: bool = False):
+        return make_binder(tensor, output=output, target=self._target, filter=filter)
 
     def bind_workspace(self, nbytes: int, given, *, where: str):
         return bind_workspace(nbytes, given, where=where, target=self._target)
