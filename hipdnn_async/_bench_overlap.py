@@ -15,6 +15,8 @@ import time
 
 import numpy as np
 
+from ._cli_args import check_output_folder
+
 __all__ = ["main", "run"]
 
 
@@ -86,8 +88,7 @@ def main(argv=None) -> int:
                         help="convolutions per run, default 16")
     parser.add_argument("--out", default=".", help="folder for the trace and the picture")
     args = parser.parse_args(argv)
-    if not os.path.isdir(args.out) or not os.access(args.out, os.W_OK):
-        parser.error(f"--out {args.out}: not a writable folder")
+    check_output_folder(parser, "--out", args.out)
     r = run(args.device, args.streams, args.executions)
     prof = r.pop("profile")
     trace_path = os.path.join(args.out, "overlap_trace.json")

@@ -109,9 +109,20 @@ def _export_entries(doc, where: str) -> tuple[tuple, list]:
             raise error(f"{where}: field 'entries' must be a list; "
                         f"got {type(entries).__name__}")
         return fields, entries
-    got = sorted(doc) if isinstance(doc, dict) else type(doc).__name__
     raise error(f"{where}: not a perf db export; need an object with fields "
-                f"'format', 'version', 'entries'; got {got}")
+                f"'format', 'version', 'entries'; got {_json_kind(doc)}")
+
+
+def _json_kind(doc) -> str:
+    """What a decoded JSON value is, in JSON's words: "an object with fields ['a']", "an
+    empty object", "an array", ... (a bare ``[]`` for ``{}`` read as a list was given)."""
+    if isinstance(doc, dict):
+        return f"an object with fields {sorted(doc)}" if doc else "an empty object"
+    if isinstance(doc, bool):
+        return f"the boolean {str(doc).lower()}"
+    kinds = {list: "an array", str: "a string", int: "a number", float: "a number",
+             type(None): "null"}
+    return kinds.get(type(doc), type(doc).__name__)
 
 
 def _validate_export(doc, where: str) -> list[tuple]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from hipdnn_async import _bench, cli
+from hipdnn_async import _bench, _bench_overlap, cli
 from hipdnn_async.demo import _main as demo
 
 
@@ -30,3 +30,20 @@ def test_every_command_refuses_an_unusable_output_file(tmp_path, capsys, case):
         assert exc.value.code == 2, (main, argv)
         err = capsys.readouterr().err
         assert f"{flag} " in err and want in err, (main, argv, err)
+
+
+@pytest.mark.parametrize("case", ["missing", "a file"])
+def test_bench_overlap_out_names_why_the_folder_cannot_be_used(tmp_path, capsys, monkeypatch,
+                                                                case):
+    """`bench overlap --out DIR` with a DIR that does not exist said "not a writable folder"
+    (trial item 9e); it is checked before the run."""
+    monkeypatch.setattr(_bench_overlap, "run", lambda *a: pytest.fail("ran before the check"))
+    path = tmp_path / "ov"
+    if case == "a file":
+        path.write_text("")
+    want = {"missing": "folder does not exist", "a file": "is not a folder"}[case]
+    with pytest.raises(SystemExit) as exc:
+        _bench_overlap.main(["--out", str(path)])
+    assert exc.value.code == 2
+    assert f"--out {path}: {want}" in capsys.readouterr().err
+

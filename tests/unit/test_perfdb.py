@@ -215,8 +215,10 @@ def _doc(*entries):
 
 
 @pytest.mark.parametrize("doc, pattern", [
-    ([], "not a perf db export"),
-    ({"entries": []}, "not a perf db export"),
+    ([], "not a perf db export.*; got an array$"),
+    ({}, "not a perf db export.*; got an empty object$"),     # it said "got []"
+    ("x", "not a perf db export.*; got a string$"),
+    ({"entries": []}, "not a perf db export.*; got an object with fields \\['entries'\\]$"),
     ({**_doc(), "format": "miopen"}, "field 'format'"),
     ({**_doc(), "version": 3}, "field 'version'"),
     ({**_doc(), "version": True}, "field 'version'"),
