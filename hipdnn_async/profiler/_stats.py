@@ -73,9 +73,11 @@ def table(prof, group_by: str | None = None, row_limit: int = 20) -> str:
         out.append("")
     n = len(prof.executions)
     wall = (prof.stopped_at - prof.started_at) if prof.stopped_at is not None else 0.0
+    # the figure of Profile.overlap: a share of wall time (first execution's start to the
+    # last one's end), not of the time some stream is busy
     out.append(f"{n} executions, {len(prof.batches)} batches, {len(prof.spans)} spans in "
-               f"{wall * 1e3:.3f} ms; streams overlap {overlap(prof.executions):.1%} of the "
-               "busy time")
+               f"{wall * 1e3:.3f} ms; two or more streams busy {overlap(prof.executions):.1%} "
+               "of the wall time from the first execution's start to the last one's end")
     return "\n".join(out)
 
 

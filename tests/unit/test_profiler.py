@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import statistics
 import time
 
@@ -153,6 +154,32 @@ def _union(intervals):
         else:
             out.append([a, b])
     return out
+
+
+def test_the_table_footer_gives_the_overlap_as_a_share_of_wall_time(rng):
+    """The footer said "streams overlap X% of the busy time" for the figure overlap() and
+    profiling.md define over wall time. Known times on two streams: A [0, 2] and [4, 5] ms,
+    B [1, 3] ms; busy at all 4 ms of 5, both 1 ms: 20 % of wall time (25 % of busy)."""
+    g, x, w, y = _conv_graph()
+    with hd.Device("cpu", streams=2) as dev:
+        plan = dev.build_sync(g, engine="CPU_ENGINE")
+        with dev.profile() as prof:
+            for i in range(3):
+                plan.submit(_pack(x, w, y, rng), stream=i % 2).result()
+    for r, (stream, a, b) in zip(prof.executions, [(0, 0.0, 2.0), (1, 1.0, 3.0),
+                                                   (0, 4.0, 5.0)]):
+        r.stream, r.started, r.ended = stream, 10.0 + a / 1e3, 10.0 + b / 1e3
+    # independently: sample the 5 ms on a fine grid, count instants with both streams busy
+    ts = np.linspace(10.0, 10.005, 500_001)
+    busy = [np.zeros_like(ts, bool), np.zeros_like(ts, bool)]
+    for r in prof.executions:
+        busy[r.stream] |= (ts >= r.started) & (ts <= r.ended)
+    share = float(np.mean(busy[0] & busy[1]))
+    assert share == pytest.approx(0.2, abs=1e-4)
+    footer = prof.table().splitlines()[-1]
+    m = re.search(r"two or more streams busy ([\d.]+)% of the wall time", footer)
+    assert m and float(m.group(1)) == pytest.approx(100 * share, abs=0.05), footer
+    assert "busy time" not in footer
 
 
 @pytest.mark.parametrize("streams", [1, 2])
