@@ -184,6 +184,22 @@ def test_shell_blocks_name_only_extras_and_subcommands_that_exist():
     assert seen >= 3
 
 
+def test_separate_extra_installs_are_offered_as_one_build():
+    """Each `pip install -e '.[x]'` compiles the extensions anew (3 to 4 minutes on 2 cores);
+    a page that gives several such commands also gives one install naming all their
+    extras; where the install page speaks of PyTorch's CPU wheels it gives the command."""
+    for page in (ROOT / "README.md", DOCS / "guide" / "install.md"):
+        text = page.read_text()
+        groups = [set(g.split(",")) for g in re.findall(r"pip install -e '\.\[([\w,]+)\]'", text)]
+        single = set().union(*(g for g in groups if len(g) == 1))
+        if len(single) > 1:
+            assert any(single - {"ray"} <= g for g in groups), (_rel(page), single, groups)
+    install = (DOCS / "guide" / "install.md").read_text()
+    if "CPU build" in install or "CPU wheels" in install:
+        assert re.search(r"pip install torch==[\d.]+ --index-url "
+                         r"https://download\.pytorch\.org/whl/cpu", install)
+
+
 def _blocks_of(text, lang):
     return [(None, m.group("kind"), m.group("why"), m.group("code"))
             for m in FENCE.finditer(text) if m.group("lang").strip() == lang]
