@@ -145,6 +145,16 @@ def test_every_relative_link_and_anchor_resolves_inside_the_repository():
     assert len(external) <= 3, f"keep external links few (none can be checked here): {external}"
 
 
+def test_the_index_page_list_links_every_guide_page_of_its_toctree():
+    """docs/index.md's list of pages left out Profiling, which only the hidden toctree (the
+    sidebar) had."""
+    text = (DOCS / "index.md").read_text()
+    toctree = {f"{name}.md" for block in re.findall(r"```\{toctree\}\n(.*?)```", text, re.S)
+               for name in re.findall(r"^(guide/[\w-]+)$", block, re.M)}
+    linked = set(LINK.findall(_prose(text)))
+    assert toctree and not toctree - linked, sorted(toctree - linked)
+
+
 def test_the_slug_function_matches_mysts_for_headings_used_here():
     assert _slug("CPU streams and BLAS threads") == "cpu-streams-and-blas-threads"
     assert _slug("Reliability: what is promised, and the test") == (
