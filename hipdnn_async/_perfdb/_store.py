@@ -34,7 +34,8 @@ class PerfDb:
         ``~/.config/hipdnn_async/perfdb.sqlite3``); a ``$HIPDNN_ASYNC_PERFDB`` that is not
         an absolute path (after ``~``) is refused with a ``RuntimeWarning`` (once per process
         and value) and the db is in memory (:func:`env_refusal`). A relative `path` given
-        here is taken from the current directory, as ``open`` does. Missing parent directories are created.
+        here is taken from the current directory, as ``open`` does. Missing parent
+        directories are created.
 
     Raises
     ------
