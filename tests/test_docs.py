@@ -33,7 +33,7 @@ PAGES = [ROOT / "README.md"] + sorted(
 FENCE = re.compile(
     r"^(?:<!-- docs-test: (?P<kind>[\w-]+)(?: \((?P<why>[^)]*)\))? -->\n)?"
     r"```(?P<lang>[^\n`]*)\n(?P<code>.*?)^```[ \t]*$", re.M | re.S)
-KINDS = {"gpu", "ray", "skip"}
+KINDS = {"gpu", "ray", "skip", "torch"}
 
 
 def _rel(path):
@@ -70,6 +70,10 @@ def test_python_block_runs_as_written(name, kind, why, code, capsys):
         # marker names the test), with the ray extra.
         assert why, f"{name}: a {kind} block must say why (and where it runs)"
         pytest.skip(why)
+    if kind == "torch":
+        # a PyTorch user's page: runs wherever torch is (CI installs the peers extra)
+        assert why, f"{name}: a torch block must say why"
+        pytest.importorskip("torch", reason=f"{name}: {why}")
     if kind == "gpu":
         wanted = {int(i) for i in re.findall(r'"(?:gpu|cuda|hip):(\d+)"', code)}
         if len(_gpu_specs()) < len(wanted):
