@@ -13,6 +13,7 @@ a workspace byte read before it was written shows, and is compared with
 is a pass (``CPU_ENGINE`` runs it).
 
     python bench/fuzz_onednn_candidates.py [--seed S] [--cases N] [--directions wgrad]
+                                           [--scale K]
 
 Prints one JSON line per failing case and a summary; exit status 1 where any failed.
 A crash (a kernel writing past its buffers) ends the process: ``--verbose`` prints each
@@ -39,16 +40,19 @@ from oracle._cases import np_dtype, tol, wgrad_tol  # noqa: E402
 DIRECTIONS = ("fprop", "dgrad", "wgrad")
 
 
-def random_case(r: random.Random, directions=DIRECTIONS) -> dict:
+def random_case(r: random.Random, directions=DIRECTIONS, scale: int = 1) -> dict:
     """A random small convolution whose every output dim is >= 1 and whose padding is
-    below the dilated kernel's extent on each side."""
+    below the dilated kernel's extent on each side; ``scale`` multiplies the largest
+    channel counts (18 per group) and image sides (7; 3-D at most 2x), for kernels that
+    take only larger problems (oneDNN's brgconv ones)."""
     nsp = r.choice([2, 3])
     groups = r.choice([1, 1, 2, 3])
+    side = 7 * (scale if nsp == 2 else min(scale, 2))
     case = dict(direction=r.choice(list(directions)), dtype=r.choice(["float32", "bfloat16"]),
                 channels_last=r.choice([True, False]), n=r.randint(1, 3), groups=groups,
-                c=groups * r.randint(1, 18), k=groups * r.randint(1, 18))
+                c=groups * r.randint(1, 18 * scale), k=groups * r.randint(1, 18 * scale))
     while True:
-        sp = [r.randint(1, 7) for _ in range(nsp)]
+        sp = [r.randint(1, side) for _ in range(nsp)]
         ks = [r.randint(1, 5) for _ in range(nsp)]
         dil = [r.choice([1, 1, 2]) for _ in range(nsp)]
         ext = [(k - 1) * d + 1 for k, d in zip(ks, dil)]
@@ -172,6 +176,8 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cases", type=int, default=200)
     p.add_argument("--directions", default="fprop,dgrad,wgrad")
+    p.add_argument("--scale", type=int, default=1,
+                   help="multiply the largest channel counts and image sides")
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args(argv)
     os.environ["HIPDNN_ASYNC_PERFDB"] = os.path.join(tempfile.mkdtemp(), "perfdb.sqlite3")
@@ -185,7 +191,8 @@ def main(argv=None) -> int:
     try:
         with hd.Device("cpu", streams=1) as dev:
             for i in range(args.cases):
-                case = random_case(random.Random(args.seed * 1_000_003 + i), directions)
+                case = random_case(random.Random(args.seed * 1_000_003 + i), directions,
+                                   args.scale)
                 if args.verbose:
                     print("case", i, json.dumps(case), flush=True)
                 results = check_case(hd, dev, forcing, case, args.verbose)
