@@ -19,6 +19,9 @@ __all__ = [
     "wrong_strides_message",
     "ambiguous_message",
     "accepted_buffers",
+    "NUMPY_HINTS",
+    "TORCH_VIEW",
+    "torch_copy_hint",
 ]
 
 # Stride orders (outermost -> innermost) of the named layouts; hipDNN data SDK TensorLayout.
@@ -126,16 +129,33 @@ def _names(letters: str | None, order: tuple) -> str:
     return "" if letters is None else "(" + ", ".join(letters[a] for a in order) + ")"
 
 
+NUMPY_HINTS = ("m.transpose{inv}", "np.ascontiguousarray(a.transpose{order}).transpose{inv}")
+# PyTorch's spelling (a CPU tensor that came in through __dlpack__, a CUDA tensor):
+# ``torch_copy_hint`` names channels_last where that is the order.
+TORCH_VIEW = "m.permute{inv}"
+
+
+def torch_copy_hint(order: tuple) -> str:
+    """How to make a packed tensor of memory order ``order`` from a logical tensor ``a``."""
+    if tuple(order) == (0, 2, 3, 1):
+        return "a.contiguous(memory_format=torch.channels_last)"
+    if tuple(order) == (0, 2, 3, 4, 1):
+        return "a.contiguous(memory_format=torch.channels_last_3d)"
+    return "a.permute{order}.contiguous().permute{inv}"
+
+
 def wrong_strides_message(label: str, dims: tuple, want: tuple, got: tuple, *,
-                          view_hint: str = "m.transpose{inv}",
-                          letters: str | None = None) -> str:
+                          view_hint: str = NUMPY_HINTS[0], copy_hint: str = NUMPY_HINTS[1],
+                          letters: str | None = None, output: bool = False) -> str:
     """The message for a buffer of the tensor's logical shape whose strides are wrong.
 
     Names the tensor's layout and the buffer's, then what to pass instead: for a packed
-    named layout, a C-contiguous array of the dims in memory order (e.g. (N, H, W, C) for
-    NHWC) or its logical view (``view_hint`` with ``{inv}`` the inverse permutation, e.g.
-    ``m.transpose(0, 3, 1, 2)``); otherwise the logical view with the tensor's strides or
-    a flat 1-D buffer covering them.
+    named layout, a C-contiguous array m of the dims in memory order (e.g. (N, H, W, C)
+    for NHWC) or its logical view (``view_hint``, ``{inv}`` the inverse permutation: e.g.
+    ``m.transpose(0, 3, 1, 2)``), and for an input a packed copy of logical data a
+    (``copy_hint``, ``{order}`` the stride order too); otherwise the logical view with
+    the tensor's strides or a flat 1-D buffer covering them. An output is never offered a
+    copy: the results would land in the copy, not in the caller's array.
     """
     dims, want, got = tuple(dims), tuple(want), tuple(got)
     order = stride_order(dims, want)
@@ -144,29 +164,35 @@ def wrong_strides_message(label: str, dims: tuple, want: tuple, got: tuple, *,
     head = (f"{label} is {layout_name(dims, want)} (strides {want} in elements); the buffer "
             f"has the logical shape with strides {got} ({layout_name(dims, got)})")
     if not strides_match(dims, want, packed_strides(dims, order)):
-        return (f"{head}: pass a view with exactly those strides or a flat 1-D buffer of at "
+        return (f"{head}: pass a view with the tensor's strides, or a flat 1-D buffer of at "
                 f"least {element_extent(dims, want)} elements")
     physical = tuple(dims[a] for a in order)
     inverse = tuple(sorted(range(rank), key=lambda i: order[i]))
     names = _names(letters, order) + " = " if letters else ""
+    if output:
+        where = ("; the results are written into m, so allocate it so (a copy made to fit "
+                 "would not receive them)")
+        if order == tuple(range(rank)):
+            return f"{head}: pass an array m of shape {names}{physical} in C order{where}"
+        return (f"{head}: pass an array m of shape {names}{physical} in C order, or its "
+                f"logical view {view_hint.format(inv=inverse)}{where}")
     if order == tuple(range(rank)):      # a plain layout: its logical view is m itself
         return f"{head}: pass an array of shape {names}{physical} in C order (np.ascontiguousarray)"
-    to_memory = f" (np.ascontiguousarray(a.transpose{order}) of data a in logical order)"
-    return (f"{head}: pass an array m of shape {names}{physical} in C order{to_memory}, or "
-            f"its logical view {view_hint.format(inv=inverse)}")
+    return (f"{head}: pass an array m of shape {names}{physical} in C order, or its logical "
+            f"view {view_hint.format(inv=inverse)}; from data a in logical order: "
+            f"{copy_hint.format(order=order, inv=inverse)}")
 
 
 def ambiguous_message(label: str, dims: tuple, want: tuple, *, letters: str | None = None,
-                      view_hint: str = "m.transpose{inv}",
-                      copy_hint: str = "np.ascontiguousarray(a.transpose{order}).transpose{inv}"
-                      ) -> str:
+                      view_hint: str = NUMPY_HINTS[0], copy_hint: str = NUMPY_HINTS[1],
+                      output: bool = False) -> str:
     """The message for a C-contiguous array of shape ``dims`` bound to a tensor packed in
     another order whose memory-order shape is also ``dims`` (NHWC with C == H == W): it
     may be either, so it is refused, and the message gives the exact call for each case.
 
     ``view_hint`` (``{inv}``: the inverse of the stride order) makes the logical view of a
     memory-order array ``m``; ``copy_hint`` (``{order}`` too) makes it from logical data
-    ``a``.
+    ``a``, offered for inputs only (an output's results would land in the copy).
     """
     dims, want = tuple(dims), tuple(want)
     rank = len(dims)
@@ -176,11 +202,11 @@ def ambiguous_message(label: str, dims: tuple, want: tuple, *, letters: str | No
     name = layout_name(dims, want)
     logical = _names(letters, tuple(range(rank))) or "dims"
     memory = _names(letters, order) or f"in stride order {order}"
+    copy = "" if output else f"{copy_hint.format(order=order, inv=inverse)} of logical data a, "
     return (f"{label}: a C-contiguous array of shape {dims} is ambiguous here: it reads both "
             f"as logical {logical} and as {name} memory order {memory}; pass the logical view "
             f"(strides {want} in elements): {view_hint.format(inv=inverse)} of an array m in "
-            f"memory order {memory}, {copy_hint.format(order=order, inv=inverse)} of logical "
-            "data a, or a flat 1-D buffer (m.reshape(-1))")
+            f"memory order {memory}, {copy}or a flat 1-D buffer (m.reshape(-1))")
 
 
 def accepted_buffers(dims: tuple, want: tuple, *, letters: str | None = None) -> str:

@@ -180,3 +180,79 @@ def test_a_wrong_bias_shape_says_a_flat_c_array_is_taken_and_it_is():
         assert flat and eval(flat.group(1)) == (bias.size,)
         plan.execute_sync({x: xl, w: wl, b: bias.reshape(eval(flat.group(1))), y: out})
         np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_an_output_is_never_offered_a_copy_and_its_advice_fills_the_callers_array():
+    # (break-it helper) the messages offered np.ascontiguousarray(...) of logical data for
+    # outputs too: execute_sync wrote into that temporary copy and the caller's array kept
+    # its NaN
+    g, x, w, y = _nhwc_conv()
+    rng = np.random.default_rng(1)
+    xm = rng.standard_normal((2, 10, 10, 8)).astype(np.float32)     # memory order
+    wm = rng.standard_normal((4, 1, 1, 8)).astype(np.float32)
+    ref = np.einsum("nhwc,kc->nkhw", xm.astype(np.float64), wm.reshape(4, 8).astype(np.float64))
+    with hd.Device("cpu") as dev:
+        plan = dev.build_sync(g)
+        with pytest.raises(hd.VariantPackError) as info:
+            plan.execute_sync({x: xm, w: wm, y: np.full((2, 4, 10, 10), np.nan, np.float32)})
+        msg = str(info.value)
+        assert "ascontiguousarray" not in msg and "logical order" not in msg, msg
+        assert "the results are written into m" in msg
+        view = re.search(r"logical view m\.transpose(\([\d, ]+\))", msg)
+        m = np.full((2, 10, 10, 4), np.nan, np.float32)               # (N, H, W, K)
+        plan.execute_sync({x: xm, w: wm, y: m.transpose(eval(view.group(1)))})
+        np.testing.assert_allclose(m.transpose(0, 3, 1, 2), ref, rtol=1e-5, atol=1e-5)
+        # the ambiguous shape (K == H == W): the same, with a flat buffer offered too
+        g2 = hd.Graph(io_data_type=hd.DataType.FLOAT)
+        x2 = g2.tensor(dims=(1, 4, 4, 4), layout="NHWC", name="x")
+        w2 = g2.tensor(dims=(4, 4, 1, 1), layout="NHWC", name="w")
+        y2 = g2.conv_fprop(x2, w2).set_output(True)
+        plan2 = dev.build_sync(g2)
+        x2m = rng.standard_normal((1, 4, 4, 4)).astype(np.float32)
+        w2m = rng.standard_normal((4, 1, 1, 4)).astype(np.float32)
+        with pytest.raises(hd.VariantPackError) as info:
+            plan2.execute_sync({x2: x2m.transpose(0, 3, 1, 2), w2: w2m,
+                                y2: np.full((1, 4, 4, 4), np.nan, np.float32)})
+        msg = str(info.value)
+        assert "ambiguous" in msg and "logical data a" not in msg, msg
+        flat = np.full(64, np.nan, np.float32)
+        plan2.execute_sync({x2: x2m.transpose(0, 3, 1, 2), w2: w2m, y2: flat})
+        ref2 = np.einsum("nhwc,kc->nhwk", x2m.astype(np.float64),
+                         w2m.reshape(4, 4).astype(np.float64))
+        np.testing.assert_allclose(flat.reshape(1, 4, 4, 4), ref2, rtol=1e-5, atol=1e-5)
+
+
+def test_a_torch_tensor_is_told_the_torch_spelling_and_it_binds():
+    torch = pytest.importorskip("torch", reason="PyTorch (the peers extra)")
+    # an RGB stem's filter nn.Conv2d(3, K, 3).weight: C == R == S, ambiguous as NHWC; the
+    # message said m.transpose / np.ascontiguousarray, which a torch tensor refuses
+    g = hd.Graph(io_data_type=hd.DataType.FLOAT)
+    x = g.tensor(dims=(2, 3, 8, 8), layout="NHWC", name="x")
+    w = g.tensor(dims=(5, 3, 3, 3), layout="NHWC", name="w")
+    y = g.conv_fprop(x, w, padding=1).set_output(True)
+    xt = torch.randn(2, 3, 8, 8).contiguous(memory_format=torch.channels_last)
+    wt = torch.randn(5, 3, 3, 3)                                     # contiguous: NCHW
+    with hd.Device("cpu") as dev:
+        plan = dev.build_sync(g)
+        out = torch.empty(2, 5, 8, 8).contiguous(memory_format=torch.channels_last)
+        with pytest.raises(hd.VariantPackError) as info:
+            plan.execute_sync({x: xt, w: wt, y: out})
+        msg = str(info.value)
+        assert "a.contiguous(memory_format=torch.channels_last)" in msg, msg
+        assert "m.permute(0, 3, 1, 2)" in msg and "np." not in msg, msg
+        plan.execute_sync({x: xt, w: wt.contiguous(memory_format=torch.channels_last), y: out})
+        ref = torch.nn.functional.conv2d(xt.double(), wt.double(), padding=1)
+        assert torch.allclose(out.double(), ref, atol=1e-4, rtol=1e-4)
+
+
+def test_the_gpu_wrong_strides_message_offers_device_library_copies():
+    from hipdnn_async.providers._gpu._bind import _layout_error
+
+    class T:
+        dims, strides, name, uid = (32, 16, 3, 3), (144, 1, 48, 16), "w", 1
+    msg = _layout_error(T, (32, 16, 3, 3), (144, 9, 3, 1), "execute: tensor 'w'", "KCRS")
+    assert "np." not in msg and "cp.ascontiguousarray(a.transpose(0, 2, 3, 1))" in msg
+    assert "a.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2) (PyTorch)" in msg
+    out = _layout_error(T, (32, 16, 3, 3), (144, 9, 3, 1), "execute: tensor 'w'", "KCRS",
+                        output=True)
+    assert "ascontiguousarray" not in out and "the results are written into m" in out

@@ -77,7 +77,7 @@ _GPU_COPY = ("cp.ascontiguousarray(a.transpose{order}).transpose{inv} (CuPy) or 
              "a.permute{order}.contiguous().permute{inv} (PyTorch)")
 
 
-def _layout_error(tensor, shape, strides, label, letters=None) -> str | None:
+def _layout_error(tensor, shape, strides, label, letters=None, output=False) -> str | None:
     """None when a buffer of ``shape`` with element ``strides`` (None: C-contiguous) holds
     the tensor, else the message.
 
@@ -103,10 +103,10 @@ def _layout_error(tensor, shape, strides, label, letters=None) -> str | None:
         if shape != dims or order == tuple(range(len(dims))):
             return None
         return ambiguous_message(label, dims, want, letters=letters, view_hint=_GPU_VIEW,
-                                 copy_hint=_GPU_COPY)
+                                 copy_hint=_GPU_COPY, output=output)
     if shape == dims:
         return wrong_strides_message(label, dims, want, got, view_hint=_GPU_VIEW,
-                                     letters=letters)
+                                     copy_hint=_GPU_COPY, letters=letters, output=output)
     if rank == 1 and contiguous and shape[0] >= element_extent(dims, want):
         return None
     return (f"{label} needs {accepted_buffers(dims, want, letters=letters)}; got shape "
@@ -164,7 +164,7 @@ def _from_cai(buf, tensor, label: str, want_dtype, target: GpuTarget, output: bo
             raise VariantPackError(f"{label}: byte strides {tuple(strides)} are not multiples "
                                    f"of the element size {item}")
         strides = tuple(s // item for s in strides)
-    err = _layout_error(tensor, shape, strides, label, letters)
+    err = _layout_error(tensor, shape, strides, label, letters, output)
     if err:
         raise VariantPackError(err)
     if 0 in shape:
@@ -194,7 +194,7 @@ def _from_dlpack(buf, tensor, label: str, want_dtype, target: GpuTarget, output:
     if info.dtype != want_dtype.name:
         raise VariantPackError(f"{label} needs dtype {want_dtype.name} ({tensor.data_type.name});"
                                f" got {info.dtype} ({type(buf).__name__})")
-    err = _layout_error(tensor, info.shape, info.strides, label, letters)
+    err = _layout_error(tensor, info.shape, info.strides, label, letters, output)
     if err:
         raise VariantPackError(err)
     if 0 in info.shape:
@@ -239,7 +239,7 @@ def make_binder(tensor, *, output: bool, target: GpuTarget, filter: bool = False
             if buf.dtype != want_dtype:
                 raise VariantPackError(f"{label} needs dtype {want_dtype.name} "
                                        f"({tensor.data_type.name}); got {buf.dtype.name}")
-            err = _layout_error(tensor, buf.dims, buf.strides, label, letters)
+            err = _layout_error(tensor, buf.dims, buf.strides, label, letters, output)
             if err:
                 raise VariantPackError(err)
             return buf.ptr

@@ -14,7 +14,7 @@ from ..._knobs import WORKSPACE_SIZE_LIMIT
 from ..._types import DataType, numpy_dtype
 from ..._layout import (accepted_buffers, ambiguous_message, dim_letters, element_extent,
                         packed_strides, same_memory_order, stride_order, strides_match,
-                        wrong_strides_message)
+                        TORCH_VIEW, torch_copy_hint, wrong_strides_message)
 from ...runtime import DeviceArray, _host_pool
 
 __all__ = ["logical_view", "make_binder", "bind_workspace", "allocate_workspace"]
@@ -36,6 +36,8 @@ def logical_view(tensor, buffer, *, output: bool, where: str = "execute",
         Wrong type, dtype, shape or strides, or a read-only output buffer.
     """
     label = f"{where}: tensor '{tensor.name}' (uid {tensor.uid})"
+    # layout messages speak the caller's library: NumPy's transpose or PyTorch's permute
+    torch_source = type(buffer).__module__.partition(".")[0] == "torch"
     if isinstance(buffer, DeviceArray):
         buffer = buffer.view
     elif isinstance(buffer, int) and not isinstance(buffer, bool):
@@ -70,6 +72,8 @@ def logical_view(tensor, buffer, *, output: bool, where: str = "execute",
     order = stride_order(dims, strides)
     physical = tuple(dims[a] for a in order)
     letters = dim_letters(len(dims), filter=filter)
+    hints = (dict(view_hint=TORCH_VIEW, copy_hint=torch_copy_hint(order)) if torch_source
+             else {})
     if 0 in dims and buffer.shape in (dims, physical):
         return np.empty(dims, want_dtype)  # nothing to read or write (NumPy's empty strides vary)
     got = tuple(s // item for s in buffer.strides)
@@ -85,11 +89,13 @@ def logical_view(tensor, buffer, *, output: bool, where: str = "execute",
             # e.g. an NHWC tensor with C == H == W: a C-contiguous array of this shape may
             # be logical NCHW (wrong strides) or NHWC memory order; guessing could be
             # silently wrong.
-            raise VariantPackError(ambiguous_message(label, dims, strides, letters=letters))
+            raise VariantPackError(ambiguous_message(label, dims, strides, letters=letters,
+                                                     output=output, **hints))
         if strides_match(dims, strides, packed_strides(dims, order)):
             return as_strided(buffer.reshape(-1), dims, tuple(s * item for s in strides))
     if buffer.shape == dims:
-        raise VariantPackError(wrong_strides_message(label, dims, strides, got, letters=letters))
+        raise VariantPackError(wrong_strides_message(label, dims, strides, got, letters=letters,
+                                                     output=output, **hints))
     if buffer.ndim == 1 and buffer.flags.c_contiguous and buffer.size >= element_extent(dims, strides):
         return as_strided(buffer, dims, tuple(s * item for s in strides))
     raise VariantPackError(
