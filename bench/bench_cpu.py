@@ -271,7 +271,7 @@ class Case:
         self.plan.execute_sync(self.pack)
 
 
-def conv_case(hd, torch, dev, engine, n, spec, pattern, dtype, layout):
+def conv_case(hd, torch, dev, engine, n, spec, pattern, dtype, layout, knobs=None):
     name, cin, w_dims, pad, stride = spec
     F = torch.nn.functional
     direction = "fprop" if pattern == "conv_bias_relu" else pattern
@@ -280,7 +280,7 @@ def conv_case(hd, torch, dev, engine, n, spec, pattern, dtype, layout):
     k = w_dims[0]
     if pattern == "conv_bias_relu":
         g = _cbr_graph(hd, n, cin, w_dims, pad, stride, dtype, layout)
-    plan = dev.build_sync(g, engine=engine)
+    plan = dev.build_sync(g, engine=engine, knobs=knobs)
     st, pd = [stride] * 2, [pad] * 2
     if direction == "fprop":
         x, xt = bufs.pair(dims["x"])

@@ -4,9 +4,9 @@ PyTorch's call for the same work: how the rules of ``providers/cpu/onednn/_avx2.
 
 Per line: shape, dtype, layout, pattern; the default choice; then each candidate (up to
 ``TOP``, in the engine's order) and PyTorch, fastest first, as best-of-``ROUNDS`` ms and
-the ratio to PyTorch's time. Each candidate is built as the default would be with it
-first (``Conv._ordered`` patched, the device's plan cache cleared), so its time includes
-its reorders and hooks; the candidates and PyTorch run round-robin, one call each per round.
+the ratio to PyTorch's time. Each candidate is built pinned by the knob
+``onednn.candidate`` (its index in the engine's order), so its time includes its reorders
+and hooks; the candidates and PyTorch run round-robin, one call each per round.
 
     python bench/diag_conv_candidates.py SHAPES DTYPES LAYOUTS PATTERNS
     e.g. python bench/diag_conv_candidates.py "res2 3x3,res4 3x3" float32 NHWC,NCHW wgrad
@@ -29,33 +29,18 @@ sys.path.insert(0, HERE)
 os.environ["HIPDNN_ASYNC_PERFDB"] = os.path.join(tempfile.mkdtemp(), "perfdb.sqlite3")
 
 import hipdnn_async as hd  # noqa: E402
-from hipdnn_async.providers.cpu.onednn import _conv  # noqa: E402
 
 import bench_cpu  # noqa: E402
 from _bench_common import RESNET50_CONVS  # noqa: E402
 
-_FIRST = [None]       # the candidate name the next build puts first
-_SEEN = []            # the candidate names of the last build, in the engine's order
-_ordered = _conv.Conv._ordered
+PIN = "onednn.candidate"     # the knob that pins a candidate by its index
 
 
-def _patched(self, rules=True):
-    cands = _ordered(self, rules=rules)
-    if not rules:
-        return cands      # Conv._moved_by_rule's question: the order without the rules
-    _SEEN[:] = [c.name for c in cands]
-    if _FIRST[0]:
-        cands.sort(key=lambda c: c.name != _FIRST[0])
-    return cands
-
-
-def _case(dev, torch, n, spec, pattern, dtype, layout, first=None):
-    _FIRST[0] = first
-    dev._plan_cache._plans.clear()
-    try:
-        return bench_cpu.conv_case(hd, torch, dev, None, n, spec, pattern, dtype, layout)
-    finally:
-        _FIRST[0] = None
+def _case(dev, torch, n, spec, pattern, dtype, layout, pin=None):
+    """bench_cpu's case of the default plan, or of candidate ``pin`` (its index in the
+    engine's order)."""
+    return bench_cpu.conv_case(hd, torch, dev, None, n, spec, pattern, dtype, layout,
+                               knobs=None if pin is None else {PIN: pin})
 
 
 def _spec(name, convs):
@@ -81,7 +66,6 @@ def main(argv) -> int:
     torch.set_num_threads(bench_cpu.our_threads())
     convs = {c[0]: c for c in RESNET50_CONVS}
     convs = {name: _spec(name, convs) for name in shapes}
-    _conv.Conv._ordered = _patched
     with hd.Device("cpu") as dev:
         bench_cpu.warm_process(hd, torch, dev, None, 1.0)
         for name in shapes:
@@ -89,12 +73,12 @@ def main(argv) -> int:
                 for layout in layouts:
                     for pattern in patterns:
                         default = _case(dev, torch, n, convs[name], pattern, dtype, layout)
-                        names = [x for x in _SEEN if "#" not in x][:top]
+                        order = [nm for nm, _ in default.plan.algorithm.trials]
                         cases = {}
-                        for nm in names:
-                            c = _case(dev, torch, n, convs[name], pattern, dtype, layout, nm)
-                            if str(c.plan.algorithm) == nm:
-                                cases[nm] = c.ours
+                        for nm in [x for x in order if "#" not in x][:top]:
+                            c = _case(dev, torch, n, convs[name], pattern, dtype, layout,
+                                      order.index(nm))
+                            cases[nm] = c.ours
                         cases["torch"] = default.theirs
                         times = {nm: [] for nm in cases}
                         for fn in cases.values():

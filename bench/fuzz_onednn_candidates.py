@@ -4,11 +4,11 @@ more on another CPU (an AMX one, an AVX2 one).
 
 Each case is a random convolution (2-D or 3-D, groups, stride, dilation, asymmetric
 padding, float32 or bfloat16 I/O, channels first or last; fprop, dgrad or wgrad). The
-default plan is built, then one plan per candidate that build offered, each as the default
-would be with that candidate first (``Conv._ordered`` patched, as
-``bench/diag_conv_candidates.py`` does); each runs with its output NaN-filled and a
-workspace of 0xFF bytes (NaN in float32 and bfloat16), so an element left unwritten or
-a workspace byte read before it was written shows, and is compared with
+default plan is built, then one plan per candidate that build lists
+(``plan.algorithm.trials``), each pinned by the knob ``onednn.candidate``; each runs with
+its output NaN-filled and a workspace of 0xFF bytes (NaN in float32 and bfloat16), so an
+element left unwritten or a workspace byte read before it was written shows, and is
+compared with
 ``tests/oracle/_reference.py`` under the oracle's tolerances. A case the engine declines
 is a pass (``CPU_ENGINE`` runs it).
 
@@ -116,49 +116,21 @@ def _problem(hd, case):
     return g, ins, od, want, (atol * math.sqrt(max(terms, 1)), rtol)
 
 
-class _Forcing:
-    """Builds with a named candidate first (``Conv._ordered`` patched)."""
-
-    def __init__(self):
-        from hipdnn_async.providers.cpu.onednn import _conv
-        self._conv, self._orig = _conv, _conv.Conv._ordered
-        self.first, self.seen = None, []
-        forcing = self
-
-        def ordered(conv, rules=True):
-            cands = forcing._orig(conv, rules=rules)
-            if not rules:
-                return cands
-            forcing.seen = [c.name for c in cands]
-            if forcing.first:
-                cands.sort(key=lambda c: c.name != forcing.first)
-            return cands
-        _conv.Conv._ordered = ordered
-
-    def close(self):
-        self._conv.Conv._ordered = self._orig
+PIN = "onednn.candidate"     # the knob that builds a given candidate
 
 
-def check_case(hd, dev, forcing, case, verbose=False) -> list:
-    """[(candidate, ok, what)] for every candidate of the case's default build; [] where
-    ONEDNN_ENGINE declines it."""
+def check_case(hd, dev, case, verbose=False) -> list:
+    """[(candidate, ok, what)] for every candidate of the case's default build (each
+    built with ``onednn.candidate`` pinning it); [] where ONEDNN_ENGINE declines it."""
     g, ins, od, want, (atol, rtol) = _problem(hd, case)
-    dev._plan_cache._plans.clear()
-    forcing.first = None
     try:
-        dev.build_sync(g, engine="ONEDNN_ENGINE")
+        default = dev.build_sync(g, engine="ONEDNN_ENGINE")
     except hd.NotSupportedError:
         return []
     results = []
-    for name in list(forcing.seen):
-        dev._plan_cache._plans.clear()
-        forcing.first = name
-        try:
-            plan = dev.build_sync(g, engine="ONEDNN_ENGINE")
-        finally:
-            forcing.first = None
-        if str(plan.algorithm) != name:
-            continue                 # a repeated implementation (#2) the walk lists once
+    for i, (name, _) in enumerate(default.algorithm.trials):
+        plan = dev.build_sync(g, engine="ONEDNN_ENGINE", knobs={PIN: i})
+        assert str(plan.algorithm) == name, (i, name, str(plan.algorithm))
         if verbose:
             print("  candidate", name, flush=True)
         out = _array(od, case["dtype"], case["channels_last"], fill=np.nan)
@@ -187,22 +159,19 @@ def main(argv=None) -> int:
               hd.runtime.load_onednn().reason, file=sys.stderr)
         return 2
     directions = tuple(args.directions.split(","))
-    forcing, failed, checked = _Forcing(), 0, 0
-    try:
-        with hd.Device("cpu", streams=1) as dev:
-            for i in range(args.cases):
-                case = random_case(random.Random(args.seed * 1_000_003 + i), directions,
-                                   args.scale)
-                if args.verbose:
-                    print("case", i, json.dumps(case), flush=True)
-                results = check_case(hd, dev, forcing, case, args.verbose)
-                checked += len(results)
-                bad = [(n, what) for n, ok, what in results if not ok]
-                if bad:
-                    failed += 1
-                    print(json.dumps({"case": i, "conv": case, "failed": bad}), flush=True)
-    finally:
-        forcing.close()
+    failed, checked = 0, 0
+    with hd.Device("cpu", streams=1) as dev:
+        for i in range(args.cases):
+            case = random_case(random.Random(args.seed * 1_000_003 + i), directions,
+                               args.scale)
+            if args.verbose:
+                print("case", i, json.dumps(case), flush=True)
+            results = check_case(hd, dev, case, args.verbose)
+            checked += len(results)
+            bad = [(n, what) for n, ok, what in results if not ok]
+            if bad:
+                failed += 1
+                print(json.dumps({"case": i, "conv": case, "failed": bad}), flush=True)
     print(f"fuzz_onednn_candidates: {args.cases} cases (seed {args.seed}), {checked} "
           f"candidate runs, {failed} cases with a wrong candidate")
     return 1 if failed else 0

@@ -7,13 +7,11 @@ With it on (oneDNN 3.2's default), a weight gradient from one channel (C = 1, K 
 second: another weights layout and a 3,008-byte scratchpad in a 2,800-byte workspace
 (dw 155 of 156 wrong, then ``free(): invalid pointer``). The walk also restarted from
 cached steps and listed implementations twice (``#2``). A fuzz over every candidate
-(``bench/fuzz_onednn_candidates.py``, one process for many problems) found it.
+(``bench/fuzz_onednn_candidates.py``, one process for many problems) found it. Each
+candidate is built by pinning it (the knob ``onednn.candidate``).
 
 Skipped where ONEDNN_ENGINE is not offered (``_cpu_engines.require``)."""
 from __future__ import annotations
-
-import os
-import sys
 
 import numpy as np
 import pytest
@@ -22,9 +20,6 @@ from . import _reference as ref
 from ._cases import assert_close, device, wgrad_tol  # noqa: F401
 from ._cpu_engines import ONEDNN, require
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), "bench"))
-
 GUARD = 4096
 
 
@@ -32,7 +27,6 @@ GUARD = 4096
 def test_candidates_built_in_turn_are_each_exact(device, dtype):
     require(ONEDNN)
     import hipdnn_async as hd
-    import fuzz_onednn_candidates as fuzz
     from oracle._cases import np_dtype
     xd, wd, stride = (1, 1, 5, 4), (13, 1, 4, 3), (3, 3)
     yd = tuple(ref.conv_out_dims(xd, wd, (0, 0), (0, 0), stride, (1, 1)))
@@ -45,31 +39,22 @@ def test_candidates_built_in_turn_are_each_exact(device, dtype):
     dys = rng.uniform(-1, 1, yd).astype(np_dtype(dtype))
     want = ref.conv_wgrad(dys, xs, wd, (0, 0), (0, 0), stride, (1, 1))
     limits = wgrad_tol(dtype, 1, 1.0, 1.0)
-    forcing = fuzz._Forcing()
-    try:
-        device._plan_cache._plans.clear()
-        device.build_sync(g, engine=ONEDNN)
-        names = list(forcing.seen)
-        assert not [n for n in names if "#" in n], names        # no repeated steps
-        # the order that failed, then every other candidate after them
-        first = [n for n in ("jit:avx512_core+nhwc", "x64:gemm:jit+nhwc", "x64:gemm:jit")
-                 if n in names]
-        for name in first + [n for n in names if n not in first] + first:
-            device._plan_cache._plans.clear()
-            forcing.first = name
-            try:
-                plan = device.build_sync(g, engine=ONEDNN)
-            finally:
-                forcing.first = None
-            assert str(plan.algorithm) == name
-            buf = np.full(wd[0] * 12 + 2 * GUARD, 7, np_dtype(dtype))
-            dw = buf[GUARD:GUARD + wd[0] * 12].reshape(wd)
-            dw[...] = np.nan
-            ws = np.full(plan.workspace_size + 64 + GUARD, 0xFF, np.uint8)
-            plan.execute_sync({"dy": dys, "x": xs, "dw": dw},
-                              workspace=ws[:plan.workspace_size + 64])
-            assert_close(dw, want, *limits, name)
-            assert (buf[:GUARD] == 7).all() and (buf[GUARD + dw.size:] == 7).all(), name
-            assert (ws[plan.workspace_size + 64:] == 0xFF).all(), name
-    finally:
-        forcing.close()
+    names = [n for n, _ in device.build_sync(g, engine=ONEDNN).algorithm.trials]
+    assert not [n for n in names if "#" in n], names            # no repeated steps
+    # the order that failed, then every other candidate after them, then the first again
+    first = [n for n in ("jit:avx512_core+nhwc", "x64:gemm:jit+nhwc", "x64:gemm:jit")
+             if n in names]
+    for name in first + [n for n in names if n not in first] + first:
+        device._plan_cache._plans.clear()        # a new plan: new primitives each time
+        plan = device.build_sync(g, engine=ONEDNN,
+                                 knobs={"onednn.candidate": names.index(name)})
+        assert str(plan.algorithm) == name
+        buf = np.full(wd[0] * 12 + 2 * GUARD, 7, np_dtype(dtype))
+        dw = buf[GUARD:GUARD + wd[0] * 12].reshape(wd)
+        dw[...] = np.nan
+        ws = np.full(plan.workspace_size + 64 + GUARD, 0xFF, np.uint8)
+        plan.execute_sync({"dy": dys, "x": xs, "dw": dw},
+                          workspace=ws[:plan.workspace_size + 64])
+        assert_close(dw, want, *limits, name)
+        assert (buf[:GUARD] == 7).all() and (buf[GUARD + dw.size:] == 7).all(), name
+        assert (ws[plan.workspace_size + 64:] == 0xFF).all(), name

@@ -1,6 +1,9 @@
 """``OnednnEngine``: ``ONEDNN_ENGINE``, ranked first on the CPU where oneDNN loads."""
 from __future__ import annotations
 
+from .... import _knobs
+from ...._knobs import Knob
+from ...._errors import KnobError
 from ....patterns import conv_roles
 from ....runtime import load_onednn
 from ... import _tuning
@@ -11,7 +14,11 @@ from ._conv import Conv, conv_hooks
 from ._plan import OnednnPlan
 from ._program import ONEDNN_ENGINE_NAME, decline, dnnl
 
-__all__ = ["OnednnEngine"]
+__all__ = ["OnednnEngine", "CANDIDATE"]
+
+# A convolution's oneDNN implementation, pinned by its index in the engine's order (the
+# order of a default build's plan.algorithm.trials); -1: the engine's own choice.
+CANDIDATE = "onednn.candidate"
 
 
 class OnednnEngine(ProviderEngine):
@@ -57,7 +64,12 @@ class OnednnEngine(ProviderEngine):
         self._library()
         if conv_roles(match.pattern) is None:
             return _tuning.engine_knobs(match, Bn(match).candidates())
-        return _tuning.engine_knobs(match, self._conv(match).candidates())
+        cands = self._conv(match).candidates()
+        return _tuning.engine_knobs(match, cands) + [
+            Knob(CANDIDATE, "int64", -1, -1, len(cands) - 1,
+                 "Run the convolution on the candidate of this index in the engine's order "
+                 "within the workspace limit (plan.algorithm.trials of a build without "
+                 "it); -1: the engine's choice")]
 
     def perf_device(self) -> str:
         """The perf-db key's device: CPU model, oneDNN version, ISA and threads."""
@@ -87,9 +99,21 @@ class OnednnEngine(ProviderEngine):
             plan.benchmarked, plan.perfdb_hit = choice.benchmarked, choice.perfdb_hit
             return plan
         conv = self._conv(match)
+        pin = knobs.get(CANDIDATE, -1)
+        if pin >= 0:
+            # a pinned candidate is not timed: the pin wins over global.benchmarking (and
+            # over HIPDNN_ASYNC_FORCE_BENCHMARKING), and the perf db is neither read nor
+            # written
+            knobs = {**knobs, _knobs.BENCHMARKING: 0}
 
         def heuristic(fitting, limit):
-            return fitting[0]
+            if pin >= len(fitting):
+                raise KnobError(
+                    f"{self.name}: '{CANDIDATE}' = {pin}, but {len(fitting)} candidate"
+                    f"{'s' if len(fitting) != 1 else ''} of conv_{conv.direction} fit the "
+                    f"workspace limit of {limit} bytes: "
+                    + ", ".join(f"{i}: {c.name}" for i, c in enumerate(fitting)))
+            return fitting[max(pin, 0)]
 
         def measure(fitting):
             return benchmark_conv(conv, fitting)
@@ -102,7 +126,9 @@ class OnednnEngine(ProviderEngine):
         hooks, ws = conv_hooks(conv, choice.candidate)
         # a guarded plan (its own workspace size) reads the user's weights per execution:
         # its fallback does too, and reorder_constants would drop the guard's hooks
-        plan = OnednnPlan(match, program, spec, explain(choice, conv.rule(choice.candidate.name)),
+        rule = (f"pinned by '{CANDIDATE}' = {pin}" if pin >= 0
+                else conv.rule(choice.candidate.name))
+        plan = OnednnPlan(match, program, spec, explain(choice, rule),
                           hooks=hooks, workspace_size=ws,
                           conv=conv if ws is None else None, pd=pd, variant=variant)
         plan.benchmarked, plan.perfdb_hit = choice.benchmarked, choice.perfdb_hit
