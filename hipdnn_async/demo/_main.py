@@ -42,7 +42,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[DemoConfig, argparse.Name
     p.add_argument("--device", default=d.device,
                    help="cpu (default), gpu:N, cuda:N or hip:N")
     p.add_argument("--seed", type=int, default=d.seed,
-                   help=f"split, weights and batch order, 0 to {_MAX_SEED}")
+                   help=f"split, weights and batch order, 0 to {_MAX_SEED}, default {d.seed}")
     p.add_argument("--benchmarking", action="store_true",
                    help="build every plan with global.benchmarking=1 (tuned once, kept in "
                         "the perf db)")

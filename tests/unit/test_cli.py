@@ -1,4 +1,5 @@
 """The hipdnn-async command line: info, perfdb show/clear/export/import, errors."""
+import re
 import json
 import subprocess
 import sys
@@ -192,3 +193,23 @@ def test_bench_takes_layout_dtype_and_batch(tmp_path, monkeypatch):
     assert rows[0]["heuristic"] in rows[0]["algorithms_ms"]
     with pytest.raises(SystemExit):
         _bench.main(["--layout", "CHWN"])
+
+
+def test_bench_table_wraps_the_algorithms_under_each_row(monkeypatch, capsys):
+    """The algorithms column made lines of 500+ characters (a new user's report): each
+    row's algorithms are listed under it now, fastest first, within 100 columns."""
+    from hipdnn_async import _bench
+    algos = {f"impl_{i}:avx512_core+blocked": 1.0 + i / 7 for i in range(40)}
+    row = {"layer": "res2 3x3", "direction": "fprop", "algorithms_ms": algos,
+           "heuristic": "impl_3:avx512_core+blocked", "heuristic_ms": 1.5,
+           "benchmarked": "impl_0:avx512_core+blocked", "benchmarked_ms": 1.0,
+           "heuristic_over_best": algos["impl_3:avx512_core+blocked"] / 1.0,
+           "benchmarked_over_best": 1.0}
+    monkeypatch.setattr(_bench, "run", lambda *a, **k: [row])
+    assert _bench.main(["--quick"]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 100
+    listed = re.findall(r"(impl_\d+):avx512_core\+blocked=([\d.]+)", out.split("algorithms")[1])
+    assert [n for n, _ in listed] == [f"impl_{i}" for i in range(40)]        # fastest first
+    assert [float(ms) for _, ms in listed] == [round(1.0 + i / 7, 2) for i in range(40)]
+    assert "1.43" in out.splitlines()[2]          # h/best of the row: 1.4286 / 1.0
