@@ -1,6 +1,6 @@
 """The hipdnn-async command line: info, perfdb show/clear/export/import, errors."""
-import re
 import json
+import re
 import subprocess
 import sys
 
