@@ -36,8 +36,7 @@ def logical_view(tensor, buffer, *, output: bool, where: str = "execute",
         Wrong type, dtype, shape or strides, or a read-only output buffer.
     """
     label = f"{where}: tensor '{tensor.name}' (uid {tensor.uid})"
-    # layout messages speak the caller's library: NumPy's transpose or PyTorch's permute
-    torch_source = type(buffer).__module__.partition(".")[0] == "torch"
+    source = type(buffer)       # a layout message speaks the caller's library (_style)
     if isinstance(buffer, DeviceArray):
         buffer = buffer.view
     elif isinstance(buffer, int) and not isinstance(buffer, bool):
@@ -71,9 +70,6 @@ def logical_view(tensor, buffer, *, output: bool, where: str = "execute",
     item = buffer.itemsize
     order = stride_order(dims, strides)
     physical = tuple(dims[a] for a in order)
-    letters = dim_letters(len(dims), filter=filter)
-    hints = (dict(view_hint=TORCH_VIEW, copy_hint=torch_copy_hint(order)) if torch_source
-             else {})
     if 0 in dims and buffer.shape in (dims, physical):
         return np.empty(dims, want_dtype)  # nothing to read or write (NumPy's empty strides vary)
     got = tuple(s // item for s in buffer.strides)
@@ -89,18 +85,29 @@ def logical_view(tensor, buffer, *, output: bool, where: str = "execute",
             # e.g. an NHWC tensor with C == H == W: a C-contiguous array of this shape may
             # be logical NCHW (wrong strides) or NHWC memory order; guessing could be
             # silently wrong.
-            raise VariantPackError(ambiguous_message(label, dims, strides, letters=letters,
-                                                     output=output, **hints))
+            raise VariantPackError(ambiguous_message(label, dims, strides, output=output,
+                                                     **_style(source, order, filter)))
         if strides_match(dims, strides, packed_strides(dims, order)):
             return as_strided(buffer.reshape(-1), dims, tuple(s * item for s in strides))
     if buffer.shape == dims:
-        raise VariantPackError(wrong_strides_message(label, dims, strides, got, letters=letters,
-                                                     output=output, **hints))
+        raise VariantPackError(wrong_strides_message(label, dims, strides, got, output=output,
+                                                     **_style(source, order, filter)))
     if buffer.ndim == 1 and buffer.flags.c_contiguous and buffer.size >= element_extent(dims, strides):
         return as_strided(buffer, dims, tuple(s * item for s in strides))
+    letters = dim_letters(len(dims), filter=filter)
     raise VariantPackError(
         f"{label} needs a buffer of {accepted_buffers(dims, strides, letters=letters)}; got "
         f"shape {buffer.shape} with strides {tuple(s // item for s in buffer.strides)}")
+
+
+def _style(source: type, order: tuple, filter: bool) -> dict:
+    """A layout message's dim letters (a filter's K, C, R, S) and, for a PyTorch tensor
+    (``source``, the buffer's type as passed), PyTorch's spelling of the calls; made on
+    the error path only (binding is on the submission path)."""
+    style = {"letters": dim_letters(len(order), filter=filter)}
+    if source.__module__.partition(".")[0] == "torch":
+        style.update(view_hint=TORCH_VIEW, copy_hint=torch_copy_hint(order))
+    return style
 
 
 def _from_dlpack(obj) -> np.ndarray:

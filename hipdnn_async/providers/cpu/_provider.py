@@ -257,33 +257,28 @@ def _benchmark(match, problem, algorithms):
             break
         except MemoryError:
             continue
-    usable = []
+    runs = {}       # algorithm name -> its timed call, for those that could run
     for algo, size in zip(algorithms, sizes):
+        call = (lambda algo=algo, w=ws if size else None: algo.run(problem, a, b, out, w))
         try:
             if size > ws_bytes:
                 raise MemoryError
-            algo.run(problem, a, b, out, ws if size else None)      # warm-up
-            usable.append(algo)
+            call()                                                   # warm-up
+            runs[algo.name] = call
         except MemoryError:
             log.info("benchmark %s: skipping %s, its workspace of %d B (or temporaries) "
                      "cannot be allocated", problem.direction, algo.name, size)
-    if not usable:
+    if not runs:
         raise DeviceError(f"CPU_ENGINE: benchmarking conv_{problem.direction}: no candidate "
                           f"({', '.join(a.name for a in algorithms)}) could allocate its "
                           f"memory; lower '{_knobs.WORKSPACE_SIZE_LIMIT}' or the batch size")
-    runs = [lambda algo=algo: algo.run(problem, a, b, out,
-                                       ws if algo.workspace_size(problem) else None)
-            for algo in usable]
-    times = dict(zip(usable, _tuning.time_interleaved(runs, rounds=_BENCH_RUNS,
-                                                      budget_s=_BENCH_BUDGET_S,
-                                                      warmup=False)))
-    trials = [(algo.name, times.get(algo)) for algo in algorithms]
-    for name, ms in trials:
-        if ms is not None:
-            log.info("benchmark %s: %s %.3f ms", problem.direction, name, ms)
-    best = min(((times[algo], i, algo) for i, algo in enumerate(usable)))
-    best = (best[2], best[0])
-    return best[0], best[1], tuple(trials)
+    times = dict(zip(runs, _tuning.time_interleaved(list(runs.values()), rounds=_BENCH_RUNS,
+                                                    budget_s=_BENCH_BUDGET_S, warmup=False)))
+    for name, ms in times.items():
+        log.info("benchmark %s: %s %.3f ms", problem.direction, name, ms)
+    best = min(times, key=times.get)        # the first of equal times: the heuristic's order
+    return (next(a for a in algorithms if a.name == best), times[best],
+            tuple((algo.name, times.get(algo.name)) for algo in algorithms))
 
 
 class CpuPlan(ProviderPlan):

@@ -31,18 +31,18 @@ _BENCH_RUNS = 5
 _BENCH_BUDGET_S = 0.5
 
 
-def _time_plans(plans) -> list:
-    """The fastest of each plan's timed calls (ms) on shared scratch tensors: ``plans``
-    are (plan, arrays) pairs; one workspace of the largest size, from the pool
-    executions take theirs from, serves them all (they run one at a time)."""
-    size = max((p.workspace_size for p, _ in plans), default=0)
+def _time_plans(plans, arrays) -> list:
+    """The fastest of each plan's timed calls (ms) on the scratch tensors ``arrays``; one
+    workspace of the largest size, from the pool executions take theirs from, serves them
+    all (they run one at a time)."""
+    size = max((p.workspace_size for p in plans), default=0)
     try:
         ws = allocate_workspace(size) if size else None
     except MemoryError:
         raise DeviceError(f"{ONEDNN_ENGINE_NAME}: benchmarking cannot allocate a workspace "
                           f"of {size} bytes; lower '{_knobs.WORKSPACE_SIZE_LIMIT}' or build "
                           f"without '{_knobs.BENCHMARKING}'") from None
-    runs = [lambda p=p, a=a: p.run(a, ws if p.workspace_size else None) for p, a in plans]
+    runs = [lambda p=p: p.run(arrays, ws if p.workspace_size else None) for p in plans]
     return _tuning.time_interleaved(runs, rounds=_BENCH_RUNS, budget_s=_BENCH_BUDGET_S)
 
 
@@ -73,9 +73,9 @@ def benchmark_conv(conv: Conv, fitting):
             program, spec = conv.program(pd, variant=variant)
             programs.append(program)
             hooks, ws_size = conv_hooks(conv, cand)      # a guarded one's check timed too
-            plans.append((OnednnPlan(conv.match, program, spec, cand.name, hooks=hooks,
-                                     workspace_size=ws_size), arrays))
-        times = _time_plans(plans)
+            plans.append(OnednnPlan(conv.match, program, spec, cand.name, hooks=hooks,
+                                    workspace_size=ws_size))
+        times = _time_plans(plans, arrays)
     finally:
         for program in programs:
             program.close()         # a candidate that raised too
@@ -104,11 +104,10 @@ def benchmark_bn(bn: Bn, fitting):
     try:
         for cand in fitting:
             spec, _, hooks = bn.build(cand)
-            plans.append((OnednnPlan(bn.match, spec.program(), spec, cand.name, hooks=hooks),
-                          arrays))
-        times = _time_plans(plans)
+            plans.append(OnednnPlan(bn.match, spec.program(), spec, cand.name, hooks=hooks))
+        times = _time_plans(plans, arrays)
     finally:
-        for plan, _ in plans:
+        for plan in plans:
             plan.program.close()
     for cand, ms in zip(fitting, times):
         log.info("benchmark batchnorm: %s %.3f ms", cand.name, ms)

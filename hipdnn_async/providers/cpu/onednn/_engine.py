@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from .... import _knobs
-from ...._knobs import Knob
 from ...._errors import KnobError
 from ....patterns import conv_roles
 from ....runtime import load_onednn
@@ -66,7 +65,7 @@ class OnednnEngine(ProviderEngine):
             return _tuning.engine_knobs(match, Bn(match).candidates())
         cands = self._conv(match).candidates()
         return _tuning.engine_knobs(match, cands) + [
-            Knob(CANDIDATE, "int64", -1, -1, len(cands) - 1,
+            _knobs.Knob(CANDIDATE, "int64", -1, -1, len(cands) - 1,
                  "Run the convolution on the candidate of this index in the engine's order "
                  "within the workspace limit (plan.algorithm.trials of a build without "
                  "it); -1: the engine's choice")]
