@@ -1,5 +1,6 @@
 """The AVX-512 rules of the default convolution implementation (``onednn/_avx512.py``):
-channels-last strided data gradients on an AVX-512 CPU without AMX.
+channels-last strided data gradients and NCHW float32 weight gradients over about 14x14
+pixels on an AVX-512 CPU without AMX.
 
 - ``test_rule_of_each_problem``: which rule each problem meets, on any CPU (the ISA check
   patched): the boundaries in channels on both sides, kernel size, stride and layout.
@@ -18,6 +19,7 @@ from .test_onednn_blocked import _graph, _onednn, run_blocked  # noqa: F401 (aut
 
 GEMM, JIT_BF16 = ("x64:gemm", ""), ("jit_bf16:", "")
 JIT_1X1, JIT_BF16_1X1 = ("jit_1x1:avx512_core", ""), ("jit_bf16_1x1:", "")
+JIT_NHWC = ("jit:avx512_core", "+nhwc")
 
 # (layout, dtype, direction, dx dims, w dims, stride, padding, the rule's (kernel, layout)
 # or None)
@@ -45,6 +47,20 @@ CASES = [
     ("NHWC", "bfloat16", "dgrad", (2, 256, 28, 28), (512, 256, 1, 1), 2, 0, JIT_BF16_1X1),
     ("NHWC", "bfloat16", "dgrad", (2, 64, 28, 28), (128, 64, 3, 3), 1, 1, None),  # stride 1
     ("NCHW", "bfloat16", "dgrad", (2, 3, 64, 64), (64, 3, 7, 7), 2, 3, None),
+    # NCHW float32 weight gradients: x dims, then w; y pixels 100-300, 96-512 channels
+    ("NCHW", "float32", "wgrad", (2, 256, 14, 14), (256, 256, 3, 3), 1, 1, JIT_NHWC),
+    ("NCHW", "float32", "wgrad", (1, 96, 10, 10), (32, 96, 3, 3), 1, 1, JIT_NHWC),   # 100
+    ("NCHW", "float32", "wgrad", (1, 512, 17, 17), (16, 512, 3, 3), 1, 0, JIT_NHWC),  # 225
+    ("NCHW", "float32", "wgrad", (1, 128, 15, 20), (64, 128, 3, 3), 1, 1, JIT_NHWC),  # 300
+    ("NCHW", "float32", "wgrad", (1, 128, 17, 17), (64, 128, 3, 3), 1, 2, None),      # 361
+    ("NCHW", "float32", "wgrad", (1, 128, 9, 9), (64, 128, 3, 3), 1, 1, None),       # 81
+    ("NCHW", "float32", "wgrad", (1, 64, 14, 14), (64, 64, 3, 3), 1, 1, None),      # 64 ch
+    ("NCHW", "float32", "wgrad", (1, 1024, 14, 14), (32, 1024, 3, 3), 1, 1, None),  # 1024
+    ("NCHW", "float32", "wgrad", (1, 256, 28, 28), (64, 256, 3, 3), 2, 1, None),    # stride
+    ("NCHW", "float32", "wgrad", (1, 256, 14, 14), (64, 256, 1, 1), 1, 0, None),    # 1x1
+    ("NHWC", "float32", "wgrad", (1, 256, 14, 14), (64, 256, 3, 3), 1, 1, None),    # NHWC
+    ("NCHW", "float32", "fprop", (1, 256, 14, 14), (64, 256, 3, 3), 1, 1, None),    # fprop
+    ("NCHW", "bfloat16", "wgrad", (1, 256, 14, 14), (64, 256, 3, 3), 1, 1, None),   # bf16
 ]
 
 

@@ -1,21 +1,25 @@
 """The default convolution implementation on an AVX-512 CPU without AMX (oneDNN's ISA
 ``avx512_core``, ``avx512_core_vnni``, ``avx512_core_bf16``...), where oneDNN 3.2's own
-order leaves a slower one first: channels-last strided data gradients (the stem's, the
-downsampling 1x1/2 and 3x3/2 ones), for which oneDNN's first choice, ``brgconv_strided``,
-was never the fastest measured in bfloat16, nor in float32 into few channels or by a 1x1
-kernel.
+order, or ``Conv.prefers_blocked``, leaves a slower one first:
+
+- channels-last strided data gradients (the stem's, the downsampling 1x1/2 and 3x3/2
+  ones), for which oneDNN's first choice, ``brgconv_strided``, was never the fastest
+  measured in bfloat16, nor in float32 into few channels or by a 1x1 kernel
+  (``_channels_last_strided_dgrad``);
+- float32 weight gradients of NCHW activations over about 14x14 pixels, where oneDNN's
+  ``jit`` kernel on channels-last copies beat the same kernel on the blocked copies
+  ``Conv.prefers_blocked`` picks (``_plain_float32_wgrad``).
 
 Measured on a 2-core AMD EPYC (Zen 4, ``avx512_core_bf16``), oneDNN 3.2, two threads:
 every candidate built as a whole plan and timed interleaved with PyTorch's call, the best
-of 3-7 calls each (``bench/diag_conv_candidates.py``); the figures are the preferred
-candidate's time over that of oneDNN's first. NCHW needs no rule: there the plain GEMM is
-first already (``Conv.prefers_blocked``)."""
+of 3-9 calls each (``bench/diag_conv_candidates.py``); the figures are the preferred
+candidate's time over that of the one it displaces."""
 from __future__ import annotations
 
 import math
 
-from ._preference import Preference, isa
-from ._program import compute_type, dnnl
+from ._preference import Preference, isa, pixels
+from ._program import compute_type, dnnl, widened
 
 __all__ = ["avx512_without_amx", "preference"]
 
@@ -29,12 +33,50 @@ def avx512_without_amx() -> bool:
 
 def preference(conv) -> Preference | None:
     """The AVX-512 rule ``conv`` (a ``Conv``) meets, or None (also off such a CPU)."""
+    if not avx512_without_amx():
+        return None
+    return _channels_last_strided_dgrad(conv) or _plain_float32_wgrad(conv)
+
+
+# y pixels (OH x OW) and x channels of the NCHW float32 weight gradients that take
+# channels-last copies (``_plain_float32_wgrad``)
+WGRAD_NHWC_PIXELS = (100, 300)
+WGRAD_NHWC_CHANNELS = (96, 512)
+
+
+def _plain_float32_wgrad(conv) -> Preference | None:
+    """The rule of an ungrouped, undilated, unit-stride 2-D float32 weight gradient by a
+    kernel larger than 1x1 on activations that are not channels-last, over
+    ``WGRAD_NHWC_PIXELS`` y pixels from ``WGRAD_NHWC_CHANNELS`` x channels."""
+    t = conv.match.tensors
+    x, w, y = t[conv.roles.x], t[conv.roles.w], t[conv.roles.y]
+    stride, dilation, _, _ = conv.geometry
+    if (conv.direction != "wgrad" or conv.match.params["conv"].groups != 1
+            or len(x.dims) != 4 or any(dilation) or any(s != 1 for s in stride)
+            or math.prod(w.dims[2:]) == 1 or conv._channels_last()
+            or compute_type(x) != dnnl.DATA_F32 or widened(x)):
+        return None
+    (lo_p, hi_p), (lo_c, hi_c) = WGRAD_NHWC_PIXELS, WGRAD_NHWC_CHANNELS
+    if not (lo_p <= pixels(y) <= hi_p and lo_c <= x.dims[1] <= hi_c):
+        return None
+    return Preference("jit:avx512_core", "+nhwc", (
+        "oneDNN's jit kernel on channels-last copies before its blocked copies for a "
+        "float32 NCHW unit-stride weight gradient over 100-300 y pixels from 96-512 "
+        "channels on AVX-512 (0.85-0.985x their time: 3x3 kernels at 12x12, 14x14, 17x17 "
+        "from 96-512 channels, ResNet-50's res4 3x3 included, batch 1-32; at 20x20 "
+        "0.97-1.005x; 1.02-1.17x from 64 channels, 0.93-1.045x from 1024, 0.94-1.25x at "
+        "7x7 and 28x28, 1.07-1.2x at stride 2)"))
+
+
+def _channels_last_strided_dgrad(conv) -> Preference | None:
+    """The rule of an ungrouped, undilated, strided 2-D data gradient on channels-last
+    activations."""
     t = conv.match.tensors
     x, w, y = t[conv.roles.x], t[conv.roles.w], t[conv.roles.y]
     stride, dilation, pre, post = conv.geometry   # x: dx (C channels), y: dy (K)
     if (conv.direction != "dgrad" or conv.match.params["conv"].groups != 1
             or len(x.dims) != 4 or any(dilation) or all(s == 1 for s in stride)
-            or not conv._channels_last() or not avx512_without_amx()):
+            or not conv._channels_last()):
         return None
     c, k, taps, kind = x.dims[1], y.dims[1], math.prod(w.dims[2:]), compute_type(x)
     one = taps == 1 and not any(pre) and not any(post)
