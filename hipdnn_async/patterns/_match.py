@@ -56,6 +56,17 @@ def _fits(step: Step, node: Node) -> bool:
     return step.mode is None or node.attrs.mode == step.mode
 
 
+def _alone_hint(nodes) -> str:
+    """A pointer to the stand-alone form where a graph of one node has none: batchnorm
+    inference on (mean, inv_variance) is only the head of pattern 2; on its own the seed
+    runs it with the variance (pattern 1)."""
+    if len(nodes) == 1 and nodes[0].kind == "batchnorm_inference":
+        return ("; batchnorm inference on its own is g.batchnorm_inference_variance_ext(x, "
+                "mean, variance, scale, bias, epsilon=...), on the variance (PyTorch's "
+                "running_var) rather than inv_variance")
+    return ""
+
+
 def _check_spec(spec: PatternSpec, nodes) -> None:
     """Tensor links, identities, bias shape and virtual flags of a matched chain.
 
@@ -186,7 +197,7 @@ def match(graph: Graph) -> Match:
         need = " or ".join(s.describe for s in candidates)
         raise NotSupportedError(
             f"node '{last.name}' ({last.describe}) ends the graph, which fits none of the "
-            f"nine patterns; supported chains through it: {need}")
+            f"nine patterns; supported chains through it: {need}{_alone_hint(nodes)}")
     spec = exact[0]
     _check_spec(spec, nodes)
     return _bind(spec, nodes, graph)

@@ -317,7 +317,23 @@ def test_bn_inference_alone():
     with pytest.raises(NotSupportedError) as e:
         match(g)
     check_ns(e, "node 'bn' (batchnorm_inference)", "batchnorm_inference -> pointwise RELU_BWD "
-             "-> batchnorm_backward")
+             "-> batchnorm_backward", "on its own is g.batchnorm_inference_variance_ext(x, "
+             "mean, variance, scale, bias, epsilon=...)")
+
+
+def test_bn_inference_in_a_chain_gets_no_stand_alone_hint():
+    """The pointer to pattern 1 is for a lone batchnorm_inference only."""
+    g = Graph()
+    x = g.tensor(dims=(2, 3, 4, 4), name="x")
+    ts = [stat(g, n) for n in ("mean", "inv", "scale", "bias")]
+    dy = g.tensor(dims=(2, 3, 4, 4), name="dy")
+    y = g.batchnorm_inference(x, *ts, name="bn")
+    y.set_output(False)
+    g.pointwise(y, dy, mode=RELU_BWD, name="drelu").set_output(True)   # no bwd after it
+    with pytest.raises(NotSupportedError) as e:
+        match(g)
+    check_ns(e, "node 'drelu' (pointwise RELU_BWD) ends the graph")
+    assert "on its own" not in str(e.value), str(e.value)
 
 
 def test_bn_inference_variance_then_relu():
