@@ -101,6 +101,9 @@ def check_default(plan, got, want, limits, what, direction, dtype, harness):
     else:
         assert BLOCKED in str(plan.algorithm), what
         assert "blocked layout" in plan.algorithm.reason, plan.algorithm.reason
+        # the dgrad exception of ``prefers_blocked`` is named for data gradients only
+        said = "strided dgrad" in plan.algorithm.reason
+        assert said == (direction == "dgrad"), plan.algorithm.reason
     assert_close(got, want, *limits, what)
 
 # name: (layout, x dims, w dims, pre, post, stride, dilation); every one takes +blocked

@@ -79,6 +79,20 @@ def test_onednn_ranks_first_and_names_its_implementation(dev):
     assert [n for n, _ in a.trials][0] == str(a)
 
 
+def test_batchnorm_reason_gives_no_rank(dev):
+    """The batchnorm rule picks by kind (the rows, else jit, else the binary primitive)
+    from candidates listed in the order they were built: its reason gives their number,
+    not a rank in that list, which read as if a better one had been passed over."""
+    g = hd.Graph(name="bn_infer", io_data_type="float32")
+    x = g.tensor(dims=(4, 8, 10, 10), name="x")
+    stats = [g.tensor(dims=(1, 8, 1, 1), name=n, data_type="float32") for n in "mvsb"]
+    g.batchnorm_inference_variance_ext(x, *stats, epsilon=1e-5).set_output(True)
+    a = dev.build_sync(g, engine=ONEDNN).algorithm
+    n = len(a.trials)
+    assert f"chosen from the {n} candidates within the workspace limit" in a.reason, a.reason
+    assert "rank" not in a.reason, a.reason
+
+
 # ------------------------------------------------------------------ convolutions vs float64
 @pytest.mark.parametrize("dtype,tol", [(hd.DataType.FLOAT, 1e-5), (hd.DataType.BFLOAT16, 2e-2)])
 @pytest.mark.parametrize("layout", ["NHWC", "NCHW"])

@@ -115,8 +115,11 @@ def benchmark_bn(bn: Bn, fitting):
     return fitting[best], times[best], tuple((c.name, ms) for c, ms in zip(fitting, times))
 
 
-def explain(choice, rule=None) -> _tuning.Algorithm:
-    """``plan.algorithm``: oneDNN's implementation name and why it runs."""
+def explain(choice, rule=None, ranked=True) -> _tuning.Algorithm:
+    """``plan.algorithm``: oneDNN's implementation name and why it runs. ``ranked``: the
+    candidates are in the rule's order (convolutions: its pick is the first that fits, or
+    the pinned index), so the pick's rank is told; else (batchnorm: the rule picks by kind
+    from candidates in the order they were built) only their number."""
     names = [c.name for c in choice.fitting]
     name = choice.candidate.name
     if choice.benchmarked:
@@ -132,8 +135,9 @@ def explain(choice, rule=None) -> _tuning.Algorithm:
         reason = "perf db: the benchmarked winner remembered for this problem"
         trials = tuple((n, None) for n in names)
     elif rule is not None:
-        reason = (f"{rule}: rank {names.index(name) + 1} of the {len(names)} candidates "
-                  f"within the workspace limit of {choice.limit} bytes")
+        which = f"rank {names.index(name) + 1} of" if ranked else "chosen from"
+        reason = (f"{rule}: {which} the {len(names)} candidates within the workspace "
+                  f"limit of {choice.limit} bytes")
         trials = tuple((n, None) for n in names)
     else:
         reason = (f"oneDNN's own preference order, rank {names.index(name) + 1} of the "

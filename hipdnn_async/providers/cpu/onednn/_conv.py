@@ -495,9 +495,11 @@ class Conv:
                     "user's plain layout for a float32 unit-stride unpadded 1x1 weight "
                     "gradient reducing channels (K <= C) over at least 28x28 pixels")
         if BLOCKED in name:
+            # the exception of ``prefers_blocked`` is named where it could have applied
+            unless = (" (not a strided dgrad into fewer than 16 channels)"
+                      if self.direction == "dgrad" else "")
             return ("oneDNN's blocked layout (activations reordered in and out) before the "
-                    "user's plain layout for a kernel larger than 1x1 (not a strided dgrad "
-                    "into fewer than 16 channels)")
+                    f"user's plain layout for a kernel larger than 1x1{unless}")
         if "+nhwc" in name and self.prefers_blocked() and not self._one_by_one():
             return ("channels-last copies (activations reordered in and out) before the "
                     "user's plain layout where the blocked layout is preferred (a kernel "

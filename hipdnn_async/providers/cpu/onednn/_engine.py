@@ -93,7 +93,8 @@ class OnednnEngine(ProviderEngine):
                                        "else a jit implementation before oneDNN's generic "
                                        "ones, blocked copies before channels-last ones "
                                        "(batchnorm inference: the jit batchnorm on the "
-                                       "user's layout, else one binary primitive)"),
+                                       "user's layout, else one binary primitive)",
+                                       ranked=False),
                               hooks=hooks)
             plan.benchmarked, plan.perfdb_hit = choice.benchmarked, choice.perfdb_hit
             return plan
