@@ -196,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(func=_demo)
     p = sub.add_parser("info", help="version, devices, perf db location, counters")
-    p.add_argument("--perfdb", help="perf db file (default: $HIPDNN_ASYNC_PERFDB or ~/.config)")
+    p.add_argument("--perfdb", help="perf db file (default: $HIPDNN_ASYNC_PERFDB, else "
+                   "~/.config/hipdnn_async/perfdb.sqlite3)")
     p.set_defaults(func=_info)
     p = sub.add_parser("bench", help="convolution algorithms: heuristic vs benchmarked vs each; "
                        "'bench overlap': stream overlap",
@@ -215,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("perfdb", help="show, clear, export or import the perf db (JSON)")
     p.add_argument("action", choices=["show", "clear", "export", "import"])
     p.add_argument("file", nargs="?", help="JSON file for export/import")
-    p.add_argument("--db", help="perf db file (default: $HIPDNN_ASYNC_PERFDB or ~/.config)")
+    p.add_argument("--db", help="perf db file (default: $HIPDNN_ASYNC_PERFDB, else "
+                   "~/.config/hipdnn_async/perfdb.sqlite3)")
     p.set_defaults(func=_perfdb_cmd)
     argv = list(sys.argv[1:] if argv is None else argv)
     # demo, bench and serve parse their own options (argparse's REMAINDER drops leading

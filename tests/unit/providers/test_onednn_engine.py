@@ -842,6 +842,44 @@ def test_perf_key_names_cpu_isa_threads_and_version(dev):
     assert dev.provider.describe()["device"] in key
 
 
+_TORCH_THREADS = """
+import json, sys
+first = sys.argv[1]
+if first == "torch":
+    import torch, hipdnn_async as hd
+else:
+    import hipdnn_async as hd, torch
+from hipdnn_async.providers.cpu.onednn import OnednnEngine
+from hipdnn_async.runtime import _onednn as dnnl, load_onednn
+load_onednn()
+with hd.Device("cpu") as dev:
+    engine = next(i for i in dev.provider._engine_impls() if isinstance(i, OnednnEngine))
+    before = (dnnl.max_threads(), engine.perf_device())
+    torch.set_num_threads(1)
+    after = (dnnl.max_threads(), engine.perf_device())
+print(json.dumps({"before": before, "after": after, "at_load": load_onednn().threads}))
+"""
+
+
+@pytest.mark.parametrize("first", ["torch", "hipdnn_async"])
+def test_torch_set_num_threads_sets_onednn_team_and_perf_key(first):
+    """cpu.md's Threads section: PyTorch and oneDNN share one OpenMP runtime, whichever is
+    imported first, so torch.set_num_threads sets the engine's team and its perf-db key;
+    load_onednn().threads stays the count at load."""
+    peer("torch", "torch shares the OpenMP runtime these threads are set in")
+    if os.cpu_count() < 2:
+        pytest.skip("one core: the team is 1 thread before and after")
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("OMP_NUM_THREADS", None)
+    run = subprocess.run([sys.executable, "-c", _TORCH_THREADS, first], env=env, check=True,
+                         capture_output=True, text=True)
+    got = json.loads(run.stdout)
+    (n0, key0), (n1, key1) = got["before"], got["after"]
+    assert n0 >= 2 and n1 == 1, got
+    assert key0.endswith(f"; {n0} threads") and key1.endswith("; 1 threads"), got
+    assert got["at_load"] == n0, got
+
+
 # ------------------------------------------------------------------ fallback and info
 _FALLBACK = """
 import json, numpy as np, hipdnn_async as hd

@@ -1,0 +1,73 @@
+"""An inf in dy at a pixel whose window reaches into the padding, in a weight gradient:
+the float64 reference multiplies it by the padding's zeros (inf x 0 = NaN in those taps);
+oneDNN's ``jit`` kernels skip the padded taps, so they give finite values there, while its
+GEMM kernels and ``CPU_ENGINE`` give the NaN (docs/guide/cpu.md, the special values of
+weight gradients). Every candidate is pinned in turn (knob ``onednn.candidate``); the
+taps that never meet the padding agree with the reference on all of them."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hipdnn_async as hd
+from hipdnn_async.runtime import load_onednn
+
+pytestmark = pytest.mark.skipif(not load_onednn().ok,
+                                reason="ONEDNN_ENGINE needs oneDNN, which does not load here")
+
+N, C, K, H, W = 1, 96, 2, 10, 10
+
+
+def _graph():
+    g = hd.Graph(io_data_type=hd.DataType.FLOAT)
+    dy = g.tensor(dims=(N, K, H, W), name="dy")
+    x = g.tensor(dims=(N, C, H, W), name="x")
+    g.conv_wgrad(dy, x, dw_dims=(K, C, 3, 3), padding=1).set_output(True).set_name("dw")
+    return g
+
+
+def _reference(dy, x):
+    """float64 weight gradient, padding 1, from the definition (inf x 0 is NaN)."""
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    dw = np.zeros((K, C, 3, 3))
+    with np.errstate(invalid="ignore"):
+        for r in range(3):
+            for s in range(3):
+                dw[:, :, r, s] = np.einsum("nkhw,nchw->kc", dy.astype(np.float64),
+                                           xp[:, :, r:r + H, s:s + W])
+    return dw
+
+
+def test_inf_in_dy_at_the_padding_per_candidate():
+    rng = np.random.default_rng(5)
+    dy = rng.uniform(-1, 1, (N, K, H, W)).astype(np.float32)
+    x = rng.uniform(-1, 1, (N, C, H, W)).astype(np.float32)
+    dy[0, 0, 0, 0] = np.inf               # its window's top row and left column are padding
+    want = _reference(dy, x)
+    padded = np.isnan(want[0])            # (C, 3, 3): the taps that met the padding
+    assert padded[:, 0, :].all() and padded[:, :, 0].all() and not padded[:, 1:, 1:].any()
+    g = _graph()
+    with hd.Device("cpu") as dev:
+        names = [n for n, _ in dev.build_sync(g, engine="ONEDNN_ENGINE").algorithm.trials]
+        kinds = set()
+        for i, name in enumerate(names):
+            plan = dev.build_sync(g, engine="ONEDNN_ENGINE", knobs={"onednn.candidate": i})
+            assert str(plan.algorithm) == name
+            dw = np.full((K, C, 3, 3), np.nan, np.float32)
+            plan.execute_sync({"dy": dy, "x": x, "dw": dw})
+            got = dw.astype(np.float64)
+            # K = 1's taps have no inf: every candidate matches the reference there; and
+            # K = 0's taps that never met the padding hold +-inf exactly as the reference
+            np.testing.assert_allclose(got[1], want[1], rtol=1e-4, atol=1e-4, err_msg=name)
+            np.testing.assert_array_equal(got[0][~padded], want[0][~padded], err_msg=name)
+            if name.startswith("x64:gemm"):
+                kinds.add("gemm")
+                assert np.isnan(got[0][padded]).all(), name
+            elif name.startswith("jit"):
+                kinds.add("jit")
+                assert np.isfinite(got[0][padded]).all(), name
+        cpu = dev.build_sync(g, engine="CPU_ENGINE")
+        dw = np.full((K, C, 3, 3), np.nan, np.float32)
+        cpu.execute_sync({"dy": dy, "x": x, "dw": dw})
+        assert np.isnan(dw[0][padded]).all()
+    assert kinds == {"gemm", "jit"}, names
