@@ -1,6 +1,7 @@
 """The AVX-512 rules of the default convolution implementation (``onednn/_avx512.py``):
 channels-last strided data gradients and NCHW float32 weight gradients over about 14x14
-pixels; channels-last bfloat16 strided 1x1 fprop, on an AVX-512 CPU without AMX.
+pixels; channels-last bfloat16 strided 1x1 fprop; NCHW float32 fprop from at most 4
+channels, on an AVX-512 CPU without AMX.
 
 - ``test_rule_of_each_problem``: which rule each problem meets, on any CPU (the ISA check
   patched): the boundaries in channels on both sides, kernel size, stride and layout.
@@ -19,7 +20,7 @@ from .test_onednn_blocked import _graph, _onednn, run_blocked  # noqa: F401 (aut
 
 GEMM, JIT_BF16 = ("x64:gemm", ""), ("jit_bf16:", "")
 JIT_1X1, JIT_BF16_1X1 = ("jit_1x1:avx512_core", ""), ("jit_bf16_1x1:", "")
-JIT_NHWC = ("jit:avx512_core", "+nhwc")
+JIT_NHWC, JIT_AVX2_BLOCKED = ("jit:avx512_core", "+nhwc"), ("jit:avx2", "+blocked")
 
 # (layout, dtype, direction, dx dims, w dims, stride, padding, the rule's (kernel, layout)
 # or None)
@@ -54,6 +55,13 @@ CASES = [
     ("NHWC", "bfloat16", "fprop", (2, 64, 28, 28), (128, 64, 3, 3), 2, 1, None),   # 3x3/2
     ("NCHW", "bfloat16", "fprop", (2, 256, 28, 28), (512, 256, 1, 1), 2, 0, None),  # NCHW
     ("NHWC", "float32", "fprop", (2, 256, 28, 28), (512, 256, 1, 1), 2, 0, None),   # float32
+    # NCHW float32 fprop from at most 4 channels (a first layer)
+    ("NCHW", "float32", "fprop", (2, 3, 64, 64), (64, 3, 7, 7), 2, 3, JIT_AVX2_BLOCKED),
+    ("NCHW", "float32", "fprop", (2, 4, 16, 16), (16, 4, 3, 3), 1, 1, JIT_AVX2_BLOCKED),
+    ("NCHW", "float32", "fprop", (2, 5, 16, 16), (16, 5, 3, 3), 1, 1, None),     # 5 channels
+    ("NCHW", "float32", "fprop", (2, 3, 16, 16), (16, 3, 1, 1), 1, 0, None),     # 1x1
+    ("NHWC", "float32", "fprop", (2, 3, 64, 64), (64, 3, 7, 7), 2, 3, None),     # NHWC
+    ("NCHW", "bfloat16", "fprop", (2, 3, 64, 64), (64, 3, 7, 7), 2, 3, None),    # bfloat16
     # NCHW float32 weight gradients: x dims, then w; y pixels 100-300, 96-512 channels
     ("NCHW", "float32", "wgrad", (2, 256, 14, 14), (256, 256, 3, 3), 1, 1, JIT_NHWC),
     ("NCHW", "float32", "wgrad", (1, 96, 10, 10), (32, 96, 3, 3), 1, 1, JIT_NHWC),   # 100
