@@ -128,6 +128,39 @@ def test_no_rule_for_groups_or_dilation(device, monkeypatch):
         assert _avx512.preference(conv) is None, kw
 
 
+def test_no_nchw_rule_for_groups_or_dilation(device, monkeypatch):
+    """The NCHW float32 rules (weight gradients over 100-300 pixels, first-layer fprop)
+    were measured on ungrouped, undilated problems only: each problem below meets its
+    rule without the groups or the dilation."""
+    import hipdnn_async as hd
+    from hipdnn_async.providers.cpu.onednn import _avx512
+    from hipdnn_async.providers.cpu.onednn._conv import Conv
+    monkeypatch.setattr(_avx512, "avx512_without_amx", lambda: True)
+
+    def wgrad(groups, dilation):
+        g = hd.Graph(name="wgrad", io_data_type="float32")
+        pad = dilation          # keeps y at 14x14 for a 3x3 kernel
+        dy = g.tensor(dims=(1, 128, 14, 14), name="dy")
+        x = g.tensor(dims=(1, 128, 14, 14), name="x")
+        g.conv_wgrad(dy, x, dw_dims=(128, 128 // groups, 3, 3), padding=pad,
+                     dilation=dilation).set_output(True)
+        return g
+
+    def fprop(groups, dilation):
+        g = hd.Graph(name="fprop", io_data_type="float32")
+        x = g.tensor(dims=(1, 4, 32, 32), name="x")
+        w = g.tensor(dims=(16, 4 // groups, 3, 3), name="w")
+        g.conv_fprop(x, w, padding=dilation, dilation=dilation).set_output(True)
+        return g
+
+    for make, want in ((wgrad, ("jit:avx512_core", "+nhwc")), (fprop, ("jit:avx2", "+blocked"))):
+        for groups, dilation, expect in ((1, 1, want), (2, 1, None), (1, 2, None)):
+            conv = Conv(device.build_sync(make(groups, dilation), engine=ONEDNN)._pplan.match)
+            got = _avx512.preference(conv)
+            assert (None if got is None else (got.kernel, got.layout)) == expect, (
+                make.__name__, groups, dilation, got)
+
+
 # dx sizes a stride does not divide, asymmetric padding and stride, non-square kernels,
 # special values: through the rules' kernels, and where oneDNN offers no such kernel (odd dx
 # sizes: no 1x1 kernel; an odd K in bfloat16: blocked copies) the one that runs instead

@@ -11,7 +11,7 @@ order, or ``Conv.prefers_blocked``, leaves a slower one first:
   (``_channels_last_strided_bf16_1x1``);
 - float32 weight gradients of NCHW activations over about 14x14 pixels, where oneDNN's
   ``jit`` kernel on channels-last copies beat the same kernel on the blocked copies
-  ``Conv.prefers_blocked`` picks (``_plain_float32_wgrad``).
+  ``Conv.prefers_blocked`` picks (``_plain_float32_wgrad``);
 - float32 forward convolutions of NCHW images (at most 4 channels: a network's first
   layer), where oneDNN's AVX2 ``jit`` kernel on its blocked layout beat its AVX-512 one
   (``_plain_float32_image_fprop``).
@@ -45,73 +45,6 @@ def preference(conv) -> Preference | None:
             or _plain_float32_wgrad(conv) or _plain_float32_image_fprop(conv))
 
 
-def _plain_float32_image_fprop(conv) -> Preference | None:
-    """The rule of an ungrouped, undilated 2-D float32 forward convolution (conv + bias +
-    ReLU too) from at most 4 channels by a kernel larger than 1x1 on activations that are
-    not channels-last."""
-    t = conv.match.tensors
-    x, w = t[conv.roles.x], t[conv.roles.w]
-    _, dilation, _, _ = conv.geometry
-    if (conv.direction != "fprop" or conv.match.params["conv"].groups != 1
-            or len(x.dims) != 4 or any(dilation) or x.dims[1] > 4
-            or math.prod(w.dims[2:]) == 1 or conv._channels_last()
-            or compute_type(x) != dnnl.DATA_F32 or widened(x)):
-        return None
-    return Preference("jit:avx2", "+blocked", (
-        "oneDNN's AVX2 jit kernel before its AVX-512 one, both on the blocked layout, for a "
-        "float32 NCHW fprop from at most 4 channels on AVX-512 (0.86-1.0x its time, conv + "
-        "bias + ReLU 0.87-1.0x: 3x3/2, 3x3, 5x5 and 7x7/2 first layers over 32x32 to "
-        "299x299 images, ResNet-50's stem included, batch 8 and 32)"))
-
-
-def _channels_last_strided_bf16_1x1(conv) -> Preference | None:
-    """The rule of an ungrouped, strided, unpadded 2-D bfloat16 1x1 forward convolution
-    (conv + bias + ReLU too) on channels-last activations."""
-    t = conv.match.tensors
-    x, w = t[conv.roles.x], t[conv.roles.w]
-    stride, dilation, pre, post = conv.geometry
-    if (conv.direction != "fprop" or conv.match.params["conv"].groups != 1
-            or len(x.dims) != 4 or any(dilation) or all(s == 1 for s in stride)
-            or any(pre) or any(post) or math.prod(w.dims[2:]) != 1
-            or not conv._channels_last() or compute_type(x) != dnnl.DATA_BF16):
-        return None
-    return Preference("jit_bf16_1x1:", "", (
-        "oneDNN's jit_bf16_1x1 before its brgconv_1x1 for a bfloat16 channels-last "
-        "strided unpadded 1x1 fprop on AVX-512 (0.83-0.99x its time, conv + bias + ReLU "
-        "0.86-0.98x, at ResNet-50's 256>512, 512>1024 and 1024>2048 1x1/2, batch 8 and "
-        "32; at unit stride 0.98-1.06x: kept)"))
-
-
-# y pixels (OH x OW) and x channels of the NCHW float32 weight gradients that take
-# channels-last copies (``_plain_float32_wgrad``)
-WGRAD_NHWC_PIXELS = (100, 300)
-WGRAD_NHWC_CHANNELS = (96, 512)
-
-
-def _plain_float32_wgrad(conv) -> Preference | None:
-    """The rule of an ungrouped, undilated, unit-stride 2-D float32 weight gradient by a
-    kernel larger than 1x1 on activations that are not channels-last, over
-    ``WGRAD_NHWC_PIXELS`` y pixels from ``WGRAD_NHWC_CHANNELS`` x channels."""
-    t = conv.match.tensors
-    x, w, y = t[conv.roles.x], t[conv.roles.w], t[conv.roles.y]
-    stride, dilation, _, _ = conv.geometry
-    if (conv.direction != "wgrad" or conv.match.params["conv"].groups != 1
-            or len(x.dims) != 4 or any(dilation) or any(s != 1 for s in stride)
-            or math.prod(w.dims[2:]) == 1 or conv._channels_last()
-            or compute_type(x) != dnnl.DATA_F32 or widened(x)):
-        return None
-    (lo_p, hi_p), (lo_c, hi_c) = WGRAD_NHWC_PIXELS, WGRAD_NHWC_CHANNELS
-    if not (lo_p <= pixels(y) <= hi_p and lo_c <= x.dims[1] <= hi_c):
-        return None
-    return Preference("jit:avx512_core", "+nhwc", (
-        "oneDNN's jit kernel on channels-last copies before its blocked copies for a "
-        "float32 NCHW unit-stride weight gradient over 100-300 y pixels from 96-512 "
-        "channels on AVX-512 (0.85-0.985x their time: 3x3 kernels at 12x12, 14x14, 17x17 "
-        "from 96-512 channels, ResNet-50's res4 3x3 included, batch 1-32; at 20x20 "
-        "0.97-1.005x; 1.02-1.17x from 64 channels, 0.93-1.045x from 1024, 0.94-1.25x at "
-        "7x7 and 28x28, 1.07-1.2x at stride 2)"))
-
-
 def _channels_last_strided_dgrad(conv) -> Preference | None:
     """The rule of an ungrouped, undilated, strided 2-D data gradient on channels-last
     activations."""
@@ -120,7 +53,7 @@ def _channels_last_strided_dgrad(conv) -> Preference | None:
     stride, dilation, pre, post = conv.geometry   # x: dx (C channels), y: dy (K)
     if (conv.direction != "dgrad" or conv.match.params["conv"].groups != 1
             or len(x.dims) != 4 or any(dilation) or all(s == 1 for s in stride)
-            or not conv._channels_last()):
+            or not conv.channels_last()):
         return None
     c, k, taps, kind = x.dims[1], y.dims[1], math.prod(w.dims[2:]), compute_type(x)
     one = taps == 1 and not any(pre) and not any(post)
@@ -158,3 +91,68 @@ def _channels_last_strided_dgrad(conv) -> Preference | None:
         "strided dgrad on AVX-512 (0.86-0.91x its time at ResNet-50's 3x3/2, batch 1-32, "
         "and 64>128 at 56x56; 0.23-0.93x into 1-15 channels at 3x3/2, 4x4/4, 5x5/2 and "
         "7x7/2; 0.96-1.09x into 3-4 from 2048 at 3x3/2, where the GEMM rule applies)"))
+
+
+def _channels_last_strided_bf16_1x1(conv) -> Preference | None:
+    """The rule of an ungrouped, strided, unpadded 2-D bfloat16 1x1 forward convolution
+    (conv + bias + ReLU too) on channels-last activations."""
+    t = conv.match.tensors
+    x, w = t[conv.roles.x], t[conv.roles.w]
+    stride, dilation, pre, post = conv.geometry
+    if (conv.direction != "fprop" or conv.match.params["conv"].groups != 1
+            or len(x.dims) != 4 or any(dilation) or all(s == 1 for s in stride)
+            or any(pre) or any(post) or math.prod(w.dims[2:]) != 1
+            or not conv.channels_last() or compute_type(x) != dnnl.DATA_BF16):
+        return None
+    return Preference("jit_bf16_1x1:", "", (
+        "oneDNN's jit_bf16_1x1 before its brgconv_1x1 for a bfloat16 channels-last "
+        "strided unpadded 1x1 fprop on AVX-512 (0.83-0.99x its time, conv + bias + ReLU "
+        "0.86-0.98x, at ResNet-50's 256>512, 512>1024 and 1024>2048 1x1/2, batch 8 and "
+        "32; at unit stride 0.98-1.06x: kept)"))
+
+
+def _plain_float32(conv, direction) -> bool:
+    """Whether ``conv`` is an ungrouped, undilated 2-D ``direction`` by a kernel larger
+    than 1x1 on FLOAT activations that are not channels-last (NCHW): where the two NCHW
+    rules below were measured."""
+    x, w = conv.match.tensors[conv.roles.x], conv.match.tensors[conv.roles.w]
+    return (conv.direction == direction and conv.match.params["conv"].groups == 1
+            and len(x.dims) == 4 and not any(conv.geometry[1])
+            and math.prod(w.dims[2:]) > 1 and not conv.channels_last()
+            and compute_type(x) == dnnl.DATA_F32 and not widened(x))
+
+
+# y pixels (OH x OW) and x channels of the NCHW float32 weight gradients that take
+# channels-last copies (``_plain_float32_wgrad``)
+WGRAD_NHWC_PIXELS = (100, 300)
+WGRAD_NHWC_CHANNELS = (96, 512)
+
+
+def _plain_float32_wgrad(conv) -> Preference | None:
+    """The rule of a unit-stride NCHW float32 weight gradient (``_plain_float32``) over
+    ``WGRAD_NHWC_PIXELS`` y pixels from ``WGRAD_NHWC_CHANNELS`` x channels."""
+    if not _plain_float32(conv, "wgrad") or any(s != 1 for s in conv.geometry[0]):
+        return None
+    x, y = conv.match.tensors[conv.roles.x], conv.match.tensors[conv.roles.y]
+    (lo_p, hi_p), (lo_c, hi_c) = WGRAD_NHWC_PIXELS, WGRAD_NHWC_CHANNELS
+    if not (lo_p <= pixels(y) <= hi_p and lo_c <= x.dims[1] <= hi_c):
+        return None
+    return Preference("jit:avx512_core", "+nhwc", (
+        "oneDNN's jit kernel on channels-last copies before its blocked copies for a "
+        "float32 NCHW unit-stride weight gradient over 100-300 y pixels from 96-512 "
+        "channels on AVX-512 (0.85-0.985x their time: 3x3 kernels at 12x12, 14x14, 17x17 "
+        "from 96-512 channels, ResNet-50's res4 3x3 included, batch 1-32; at 20x20 "
+        "0.97-1.005x; 1.02-1.17x from 64 channels, 0.93-1.045x from 1024, 0.94-1.25x at "
+        "7x7 and 28x28, 1.07-1.2x at stride 2)"))
+
+
+def _plain_float32_image_fprop(conv) -> Preference | None:
+    """The rule of an NCHW float32 forward convolution (``_plain_float32``; conv + bias +
+    ReLU too) from at most 4 channels."""
+    if not _plain_float32(conv, "fprop") or conv.match.tensors[conv.roles.x].dims[1] > 4:
+        return None
+    return Preference("jit:avx2", "+blocked", (
+        "oneDNN's AVX2 jit kernel before its AVX-512 one, both on the blocked layout, for a "
+        "float32 NCHW fprop from at most 4 channels on AVX-512 (0.86-1.0x its time, conv + "
+        "bias + ReLU 0.87-1.0x: 3x3/2, 3x3, 5x5 and 7x7/2 first layers over 32x32 to "
+        "299x299 images, ResNet-50's stem included, batch 8 and 32)"))

@@ -150,7 +150,7 @@ class Conv:
         blocked = (suffix + BLOCKED, any_md(x), any_md(y))
         odd_dgrad = (compute_type(x) == dnnl.DATA_BF16 and self.direction == "dgrad"
                      and self._odd_reduced_channels())
-        if self._channels_last():
+        if self.channels_last():
             # channels-last dy with an odd K: the NaN below, on the user's memory too
             if odd_dgrad:
                 return [blocked]
@@ -398,7 +398,7 @@ class Conv:
         too: 2.1x on the GEMM."""
         return self._amx() and not self._one_by_one()
 
-    def _channels_last(self) -> bool:
+    def channels_last(self) -> bool:
         """Whether the user's activations are channels-last (x and y)."""
         t = self.match.tensors
         return t[self.roles.x].strides[1] == 1 and t[self.roles.y].strides[1] == 1
@@ -531,7 +531,7 @@ class Conv:
         if self._amx_first():
             # stable: oneDNN's order kept among the AMX ones and among the others
             cands.sort(key=lambda c: AMX not in c.name)
-        elif self.prefers_blocked() and not self._channels_last():
+        elif self.prefers_blocked() and not self.channels_last():
             # blocked copies, else channels-last ones (the bf16 stem: the blocked kernels
             # there read its plain odd-channel x, ``_walk``; on NHWC copies jit_bf16 took
             # 0.7x gemm:jit's time), before the user's plain layout; stable: oneDNN's
