@@ -1,9 +1,10 @@
-"""An inf in dy at a pixel whose window reaches into the padding, in a weight gradient:
-the float64 reference multiplies it by the padding's zeros (inf x 0 = NaN in those taps);
-oneDNN's ``jit`` kernels skip the padded taps, so they give finite values there, while its
-GEMM kernels and ``CPU_ENGINE`` give the NaN (docs/guide/cpu.md, the special values of
-weight gradients). Every candidate is pinned in turn (knob ``onednn.candidate``); the
-taps that never meet the padding agree with the reference on all of them."""
+"""Special values meeting the padding (docs/guide/cpu.md): the float64 reference
+multiplies them by the padding's zeros (inf x 0 and NaN x 0 are NaN); oneDNN's ``jit``
+kernels skip the padded taps, so they give finite values there, while its GEMM kernels
+and ``CPU_ENGINE`` give the NaN. Weight gradients with an inf in dy at a padded window,
+and fprop with a NaN weight tap that reads only padding for the edge outputs. Every
+candidate is pinned in turn (knob ``onednn.candidate``); values that never meet the
+padding agree with the reference on all of them."""
 from __future__ import annotations
 
 import numpy as np
@@ -70,4 +71,49 @@ def test_inf_in_dy_at_the_padding_per_candidate():
         dw = np.full((K, C, 3, 3), np.nan, np.float32)
         cpu.execute_sync({"dy": dy, "x": x, "dw": dw})
         assert np.isnan(dw[0][padded]).all()
+    assert kinds == {"gemm", "jit"}, names
+
+
+def test_nan_weight_tap_over_the_padding_per_candidate():
+    """fprop: a NaN weight tap meets padding only for the outputs at the image's edge; the
+    reference gives NaN at every output (NaN x 0 there), the ``jit`` kernels only where
+    it meets x, the GEMM kernels and CPU_ENGINE everywhere."""
+    rng = np.random.default_rng(6)
+    x = rng.uniform(-1, 1, (1, 3, 8, 8)).astype(np.float32)
+    w = rng.uniform(-1, 1, (4, 3, 3, 3)).astype(np.float32)
+    w[1, 2, 0, 0] = np.nan                 # the top-left tap: padding for row 0 and col 0
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    want = np.zeros((1, 4, 8, 8))
+    with np.errstate(invalid="ignore"):
+        for r in range(3):
+            for s in range(3):
+                want += np.einsum("nchw,kc->nkhw", xp[:, :, r:r + 8, s:s + 8],
+                                  w[:, :, r, s].astype(np.float64))
+    assert np.isnan(want[0, 1]).all() and not np.isnan(want[0, [0, 2, 3]]).any()
+    edge = np.zeros((8, 8), bool)
+    edge[0, :] = edge[:, 0] = True         # outputs whose NaN tap reads padding
+    g = hd.Graph(io_data_type=hd.DataType.FLOAT)
+    xt = g.tensor(dims=x.shape, name="x")
+    wt = g.tensor(dims=w.shape, name="w")
+    g.conv_fprop(xt, wt, padding=1).set_output(True).set_name("y")
+    with hd.Device("cpu") as dev:
+        names = [n for n, _ in dev.build_sync(g, engine="ONEDNN_ENGINE").algorithm.trials]
+        kinds = set()
+        for i, name in enumerate(names):
+            plan = dev.build_sync(g, engine="ONEDNN_ENGINE", knobs={"onednn.candidate": i})
+            y = np.full(want.shape, np.inf, np.float32)
+            plan.execute_sync({"x": x, "w": w, "y": y})
+            got = y.astype(np.float64)
+            np.testing.assert_allclose(got[0, [0, 2, 3]], want[0, [0, 2, 3]], rtol=1e-4,
+                                       atol=1e-4, err_msg=name)
+            assert np.isnan(got[0, 1][~edge]).all(), name
+            if name.startswith("x64:gemm"):
+                kinds.add("gemm")
+                assert np.isnan(got[0, 1][edge]).all(), name
+            elif name.startswith("jit"):
+                kinds.add("jit")
+                assert np.isfinite(got[0, 1][edge]).all(), name
+        y = np.full(want.shape, np.inf, np.float32)
+        dev.build_sync(g, engine="CPU_ENGINE").execute_sync({"x": x, "w": w, "y": y})
+        assert np.isnan(y[0, 1]).all()
     assert kinds == {"gemm", "jit"}, names

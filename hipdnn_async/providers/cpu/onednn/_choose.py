@@ -135,13 +135,21 @@ def explain(choice, rule=None, ranked=True) -> _tuning.Algorithm:
         reason = "perf db: the benchmarked winner remembered for this problem"
         trials = tuple((n, None) for n in names)
     elif rule is not None:
-        which = f"rank {names.index(name) + 1} of" if ranked else "chosen from"
-        reason = (f"{rule}: {which} the {len(names)} candidates within the workspace "
-                  f"limit of {choice.limit} bytes")
+        reason = (f"{rule}: {_place(names, name, 'candidates', ranked)} within the "
+                  f"workspace limit of {choice.limit} bytes")
         trials = tuple((n, None) for n in names)
     else:
-        reason = (f"oneDNN's own preference order, rank {names.index(name) + 1} of the "
-                  f"{len(names)} implementations within the workspace limit of "
-                  f"{choice.limit} bytes")
+        reason = (f"oneDNN's own preference order, "
+                  f"{_place(names, name, 'implementations', True)} within the workspace "
+                  f"limit of {choice.limit} bytes")
         trials = tuple((n, None) for n in names)
     return _tuning.Algorithm(name, reason, trials)
+
+
+def _place(names, name, what, ranked) -> str:
+    """Where ``name`` stands among ``names`` (``what``: their plural), for a reason."""
+    if len(names) == 1:
+        return f"the only {what[:-1]}"
+    if ranked:
+        return f"rank {names.index(name) + 1} of the {len(names)} {what}"
+    return f"chosen from the {len(names)} {what}"
