@@ -1,6 +1,6 @@
 """The AVX-512 rules of the default convolution implementation (``onednn/_avx512.py``):
 channels-last strided data gradients and NCHW float32 weight gradients over about 14x14
-pixels; channels-last bfloat16 strided 1x1 fprop; NCHW float32 fprop from at most 4
+pixels; channels-last strided 1x1 fprop; NCHW float32 fprop from at most 4
 channels, on an AVX-512 CPU without AMX.
 
 - ``test_rule_of_each_problem``: which rule each problem meets, on any CPU (the ISA check
@@ -48,13 +48,15 @@ CASES = [
     ("NHWC", "bfloat16", "dgrad", (2, 256, 28, 28), (512, 256, 1, 1), 2, 0, JIT_BF16_1X1),
     ("NHWC", "bfloat16", "dgrad", (2, 64, 28, 28), (128, 64, 3, 3), 1, 1, None),  # stride 1
     ("NCHW", "bfloat16", "dgrad", (2, 3, 64, 64), (64, 3, 7, 7), 2, 3, None),
-    # channels-last bfloat16 strided unpadded 1x1 fprop
+    # channels-last strided unpadded 1x1 fprop
     ("NHWC", "bfloat16", "fprop", (2, 256, 28, 28), (512, 256, 1, 1), 2, 0, JIT_BF16_1X1),
     ("NHWC", "bfloat16", "fprop", (2, 64, 14, 14), (32, 64, 1, 1), 2, 1, None),    # padded
     ("NHWC", "bfloat16", "fprop", (2, 256, 28, 28), (64, 256, 1, 1), 1, 0, None),  # stride 1
     ("NHWC", "bfloat16", "fprop", (2, 64, 28, 28), (128, 64, 3, 3), 2, 1, None),   # 3x3/2
     ("NCHW", "bfloat16", "fprop", (2, 256, 28, 28), (512, 256, 1, 1), 2, 0, None),  # NCHW
-    ("NHWC", "float32", "fprop", (2, 256, 28, 28), (512, 256, 1, 1), 2, 0, None),   # float32
+    ("NHWC", "float32", "fprop", (2, 256, 28, 28), (512, 256, 1, 1), 2, 0, JIT_1X1),
+    ("NHWC", "float32", "fprop", (2, 64, 14, 14), (32, 64, 1, 1), 2, 1, None),      # padded
+    ("NHWC", "float32", "fprop", (2, 256, 28, 28), (64, 256, 1, 1), 1, 0, None),   # stride 1
     # NCHW float32 fprop from at most 4 channels (a first layer)
     ("NCHW", "float32", "fprop", (2, 3, 64, 64), (64, 3, 7, 7), 2, 3, JIT_AVX2_BLOCKED),
     ("NCHW", "float32", "fprop", (2, 4, 16, 16), (16, 4, 3, 3), 1, 1, JIT_AVX2_BLOCKED),

@@ -6,9 +6,9 @@ order, or ``Conv.prefers_blocked``, leaves a slower one first:
   ones), for which oneDNN's first choice, ``brgconv_strided``, was never the fastest
   measured in bfloat16, nor in float32 into few channels or by a 1x1 kernel
   (``_channels_last_strided_dgrad``);
-- channels-last bfloat16 strided 1x1 forward convolutions (ResNet-50's downsampling
-  ones), where ``jit_bf16_1x1`` beat oneDNN's first, ``brgconv_1x1``
-  (``_channels_last_strided_bf16_1x1``);
+- channels-last strided 1x1 forward convolutions (ResNet-50's downsampling ones), where
+  ``jit_bf16_1x1`` (bfloat16) and ``jit_1x1`` (float32) beat oneDNN's first,
+  ``brgconv_1x1`` (``_channels_last_strided_1x1_fprop``);
 - float32 weight gradients of NCHW activations over about 14x14 pixels, where oneDNN's
   ``jit`` kernel on channels-last copies beat the same kernel on the blocked copies
   ``Conv.prefers_blocked`` picks (``_plain_float32_wgrad``);
@@ -41,7 +41,7 @@ def preference(conv) -> Preference | None:
     """The AVX-512 rule ``conv`` (a ``Conv``) meets, or None (also off such a CPU)."""
     if not avx512_without_amx():
         return None
-    return (_channels_last_strided_dgrad(conv) or _channels_last_strided_bf16_1x1(conv)
+    return (_channels_last_strided_dgrad(conv) or _channels_last_strided_1x1_fprop(conv)
             or _plain_float32_wgrad(conv) or _plain_float32_image_fprop(conv))
 
 
@@ -93,22 +93,31 @@ def _channels_last_strided_dgrad(conv) -> Preference | None:
         "7x7/2; 0.96-1.09x into 3-4 from 2048 at 3x3/2, where the GEMM rule applies)"))
 
 
-def _channels_last_strided_bf16_1x1(conv) -> Preference | None:
-    """The rule of an ungrouped, strided, unpadded 2-D bfloat16 1x1 forward convolution
-    (conv + bias + ReLU too) on channels-last activations."""
+def _channels_last_strided_1x1_fprop(conv) -> Preference | None:
+    """The rule of an ungrouped, strided, unpadded 2-D 1x1 forward convolution (conv +
+    bias + ReLU too) on channels-last FLOAT or bfloat16 activations."""
     t = conv.match.tensors
     x, w = t[conv.roles.x], t[conv.roles.w]
     stride, dilation, pre, post = conv.geometry
     if (conv.direction != "fprop" or conv.match.params["conv"].groups != 1
             or len(x.dims) != 4 or any(dilation) or all(s == 1 for s in stride)
             or any(pre) or any(post) or math.prod(w.dims[2:]) != 1
-            or not conv.channels_last() or compute_type(x) != dnnl.DATA_BF16):
+            or not conv.channels_last() or widened(x)):
         return None
-    return Preference("jit_bf16_1x1:", "", (
-        "oneDNN's jit_bf16_1x1 before its brgconv_1x1 for a bfloat16 channels-last "
-        "strided unpadded 1x1 fprop on AVX-512 (0.83-0.99x its time, conv + bias + ReLU "
-        "0.86-0.98x, at ResNet-50's 256>512, 512>1024 and 1024>2048 1x1/2, batch 8 and "
-        "32; at unit stride 0.98-1.06x: kept)"))
+    kind = compute_type(x)
+    if kind == dnnl.DATA_BF16:
+        return Preference("jit_bf16_1x1:", "", (
+            "oneDNN's jit_bf16_1x1 before its brgconv_1x1 for a bfloat16 channels-last "
+            "strided unpadded 1x1 fprop on AVX-512 (0.83-0.99x its time, conv + bias + ReLU "
+            "0.86-0.98x, at ResNet-50's 256>512, 512>1024 and 1024>2048 1x1/2, batch 8 and "
+            "32; at unit stride 0.98-1.06x: kept)"))
+    if kind == dnnl.DATA_F32:
+        return Preference("jit_1x1:avx512_core", "", (
+            "oneDNN's jit_1x1 before its brgconv_1x1 for a float32 channels-last strided "
+            "unpadded 1x1 fprop on AVX-512 (0.75-0.995x its time, conv + bias + ReLU "
+            "0.78-0.99x, at ResNet-50's 256>512, 512>1024 and 1024>2048 1x1/2, batch 8 and "
+            "32; once 1.027x in a 5-round run of 256>512 at batch 32, 0.987x in 9 rounds)"))
+    return None
 
 
 def _plain_float32(conv, direction) -> bool:
