@@ -19,7 +19,8 @@ __all__ = [
     "wrong_strides_message",
     "ambiguous_message",
     "accepted_buffers",
-    "NUMPY_HINTS",
+    "NUMPY_VIEW",
+    "NUMPY_COPY",
     "TORCH_VIEW",
     "torch_copy_hint",
 ]
@@ -129,7 +130,10 @@ def _names(letters: str | None, order: tuple) -> str:
     return "" if letters is None else "(" + ", ".join(letters[a] for a in order) + ")"
 
 
-NUMPY_HINTS = ("m.transpose{inv}", "np.ascontiguousarray(a.transpose{order}).transpose{inv}")
+# How a message spells a logical view of memory-order array m ({inv}: the inverse of the
+# stride order) and a packed copy of logical data a ({order}: the stride order), in NumPy
+NUMPY_VIEW = "m.transpose{inv}"
+NUMPY_COPY = "np.ascontiguousarray(a.transpose{order}).transpose{inv}"
 # PyTorch's spelling (a CPU tensor that came in through __dlpack__, a CUDA tensor):
 # ``torch_copy_hint`` names channels_last where that is the order.
 TORCH_VIEW = "m.permute{inv}"
@@ -145,7 +149,7 @@ def torch_copy_hint(order: tuple) -> str:
 
 
 def wrong_strides_message(label: str, dims: tuple, want: tuple, got: tuple, *,
-                          view_hint: str = NUMPY_HINTS[0], copy_hint: str = NUMPY_HINTS[1],
+                          view_hint: str = NUMPY_VIEW, copy_hint: str = NUMPY_COPY,
                           letters: str | None = None, output: bool = False) -> str:
     """The message for a buffer of the tensor's logical shape whose strides are wrong.
 
@@ -184,7 +188,7 @@ def wrong_strides_message(label: str, dims: tuple, want: tuple, got: tuple, *,
 
 
 def ambiguous_message(label: str, dims: tuple, want: tuple, *, letters: str | None = None,
-                      view_hint: str = NUMPY_HINTS[0], copy_hint: str = NUMPY_HINTS[1],
+                      view_hint: str = NUMPY_VIEW, copy_hint: str = NUMPY_COPY,
                       output: bool = False) -> str:
     """The message for a C-contiguous array of shape ``dims`` bound to a tensor packed in
     another order whose memory-order shape is also ``dims`` (NHWC with C == H == W): it

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import hipdnn_async as hd
+from _peers import peer
 from hipdnn_async._layout import layout_name, wrong_strides_message
 
 
@@ -114,7 +115,7 @@ def test_a_filter_in_channels_last_order_is_asked_for_as_k_r_s_c(xdims, wdims, l
         with pytest.raises(hd.VariantPackError) as info:
             plan.execute_sync({x: xm, w: wl, y: out})
         msg = str(info.value)
-        assert f"tensor 'w'" in msg and f"{names} = {memory} in C order" in msg, msg
+        assert "tensor 'w'" in msg and f"{names} = {memory} in C order" in msg, msg
         assert "(N, " not in msg
         to_memory = re.search(r"np\.ascontiguousarray\(a\.transpose(\([\d, ]+\))\)", msg)
         wm = np.ascontiguousarray(wl.transpose(eval(to_memory.group(1))))
@@ -223,7 +224,7 @@ def test_an_output_is_never_offered_a_copy_and_its_advice_fills_the_callers_arra
 
 
 def test_a_torch_tensor_is_told_the_torch_spelling_and_it_binds():
-    torch = pytest.importorskip("torch", reason="PyTorch (the peers extra)")
+    torch = peer("torch", "the PyTorch spelling of layout messages is checked against torch")
     # an RGB stem's filter nn.Conv2d(3, K, 3).weight: C == R == S, ambiguous as NHWC; the
     # message said m.transpose / np.ascontiguousarray, which a torch tensor refuses
     g = hd.Graph(io_data_type=hd.DataType.FLOAT)

@@ -45,15 +45,26 @@ def preference(conv) -> Preference | None:
             or _plain_float32_wgrad(conv) or _plain_float32_image_fprop(conv))
 
 
+def _measured(conv, direction) -> bool:
+    """Whether ``conv`` is an ungrouped, undilated 2-D ``direction``: what every rule here
+    was measured on."""
+    return (conv.direction == direction and conv.match.params["conv"].groups == 1
+            and len(conv.match.tensors[conv.roles.x].dims) == 4 and not any(conv.geometry[1]))
+
+
+def _channels_last_strided(conv, direction) -> bool:
+    """``_measured``, strided, on channels-last activations (the two strided rules)."""
+    return (_measured(conv, direction) and any(s != 1 for s in conv.geometry[0])
+            and conv.channels_last())
+
+
 def _channels_last_strided_dgrad(conv) -> Preference | None:
     """The rule of an ungrouped, undilated, strided 2-D data gradient on channels-last
     activations."""
     t = conv.match.tensors
     x, w, y = t[conv.roles.x], t[conv.roles.w], t[conv.roles.y]
-    stride, dilation, pre, post = conv.geometry   # x: dx (C channels), y: dy (K)
-    if (conv.direction != "dgrad" or conv.match.params["conv"].groups != 1
-            or len(x.dims) != 4 or any(dilation) or all(s == 1 for s in stride)
-            or not conv.channels_last()):
+    _, _, pre, post = conv.geometry                # x: dx (C channels), y: dy (K)
+    if not _channels_last_strided(conv, "dgrad"):
         return None
     c, k, taps, kind = x.dims[1], y.dims[1], math.prod(w.dims[2:]), compute_type(x)
     one = taps == 1 and not any(pre) and not any(post)
@@ -98,11 +109,9 @@ def _channels_last_strided_1x1_fprop(conv) -> Preference | None:
     bias + ReLU too) on channels-last FLOAT or bfloat16 activations."""
     t = conv.match.tensors
     x, w = t[conv.roles.x], t[conv.roles.w]
-    stride, dilation, pre, post = conv.geometry
-    if (conv.direction != "fprop" or conv.match.params["conv"].groups != 1
-            or len(x.dims) != 4 or any(dilation) or all(s == 1 for s in stride)
-            or any(pre) or any(post) or math.prod(w.dims[2:]) != 1
-            or not conv.channels_last() or widened(x)):
+    _, _, pre, post = conv.geometry
+    if (not _channels_last_strided(conv, "fprop") or any(pre) or any(post)
+            or math.prod(w.dims[2:]) != 1 or widened(x)):
         return None
     kind = compute_type(x)
     if kind == dnnl.DATA_BF16:
@@ -125,10 +134,9 @@ def _plain_float32(conv, direction) -> bool:
     than 1x1 on FLOAT activations that are not channels-last (NCHW): where the two NCHW
     rules below were measured."""
     x, w = conv.match.tensors[conv.roles.x], conv.match.tensors[conv.roles.w]
-    return (conv.direction == direction and conv.match.params["conv"].groups == 1
-            and len(x.dims) == 4 and not any(conv.geometry[1])
-            and math.prod(w.dims[2:]) > 1 and not conv.channels_last()
-            and compute_type(x) == dnnl.DATA_F32 and not widened(x))
+    return (_measured(conv, direction) and math.prod(w.dims[2:]) > 1
+            and not conv.channels_last() and compute_type(x) == dnnl.DATA_F32
+            and not widened(x))
 
 
 # y pixels (OH x OW) and x channels of the NCHW float32 weight gradients that take

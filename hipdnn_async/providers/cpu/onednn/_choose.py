@@ -125,24 +125,22 @@ def explain(choice, rule=None, ranked=True) -> _tuning.Algorithm:
     if choice.benchmarked:
         n = len(choice.trials)
         # candidates: oneDNN's implementations, or the engine's own rows (bn_rows)
-        reason = (f"benchmarked: the fastest of {n} candidate{'s' if n != 1 else ''} "
+        reason = (f"benchmarked: the fastest of {n} candidates "
                   f"(the minimum of up to {_BENCH_RUNS} runs each, timed round-robin within "
                   f"{_BENCH_BUDGET_S} s per candidate, after a warm-up)" if n != 1 else
                   f"benchmarked: the only candidate, timed for the perf db (the minimum of "
                   f"up to {_BENCH_RUNS} runs within {_BENCH_BUDGET_S} s, after a warm-up)")
-        trials = choice.trials
     elif choice.perfdb_hit:
         reason = "perf db: the benchmarked winner remembered for this problem"
-        trials = tuple((n, None) for n in names)
     elif rule is not None:
         reason = (f"{rule}: {_place(names, name, 'candidates', ranked)} within the "
                   f"workspace limit of {choice.limit} bytes")
-        trials = tuple((n, None) for n in names)
     else:
         reason = (f"oneDNN's own preference order, "
                   f"{_place(names, name, 'implementations', True)} within the workspace "
                   f"limit of {choice.limit} bytes")
-        trials = tuple((n, None) for n in names)
+    # untimed choices list the candidates that fit, in order, without times
+    trials = choice.trials if choice.benchmarked else tuple((n, None) for n in names)
     return _tuning.Algorithm(name, reason, trials)
 
 
