@@ -23,6 +23,7 @@ __all__ = [
     "NUMPY_COPY",
     "TORCH_VIEW",
     "torch_copy_hint",
+    "lazy_torch_view",
 ]
 
 # Stride orders (outermost -> innermost) of the named layouts; hipDNN data SDK TensorLayout.
@@ -137,6 +138,21 @@ NUMPY_COPY = "np.ascontiguousarray(a.transpose{order}).transpose{inv}"
 # PyTorch's spelling (a CPU tensor that came in through __dlpack__, a CUDA tensor):
 # ``torch_copy_hint`` names channels_last where that is the order.
 TORCH_VIEW = "m.permute{inv}"
+
+
+def lazy_torch_view(buffer, label: str) -> str | None:
+    """The message for a PyTorch tensor whose negative or conjugate bit is set (a lazy
+    view such as ``x.conj().imag``: its memory holds the values before the negation,
+    which neither ``__dlpack__`` nor ``__cuda_array_interface__`` can say), else None."""
+    if type(buffer).__module__.partition(".")[0] != "torch":
+        return None
+    for bit, fix in (("is_neg", "resolve_neg"), ("is_conj", "resolve_conj")):
+        test = getattr(buffer, bit, None)
+        if test is not None and test():
+            return (f"{label}: the torch tensor has its {bit[3:]} bit set (a lazy view; "
+                    f"its memory holds other values than it reads); pass "
+                    f"t.{fix}() instead")
+    return None
 
 
 def torch_copy_hint(order: tuple) -> str:

@@ -13,8 +13,8 @@ from ..._errors import ExecutionError, VariantPackError
 from ..._knobs import WORKSPACE_SIZE_LIMIT
 from ..._types import DataType, numpy_dtype
 from ..._layout import (accepted_buffers, ambiguous_message, dim_letters, element_extent,
-                        packed_strides, same_memory_order, stride_order, strides_match,
-                        TORCH_VIEW, torch_copy_hint, wrong_strides_message)
+                        lazy_torch_view, packed_strides, same_memory_order, stride_order,
+                        strides_match, TORCH_VIEW, torch_copy_hint, wrong_strides_message)
 from ...runtime import DeviceArray, _host_pool
 
 __all__ = ["logical_view", "make_binder", "bind_workspace", "allocate_workspace"]
@@ -44,6 +44,9 @@ def logical_view(tensor, buffer, *, output: bool, where: str = "execute",
     if not isinstance(buffer, np.ndarray):
         # On the type: hasattr on the object runs a property, which may raise anything.
         if hasattr(type(buffer), "__dlpack__") or "__dlpack__" in getattr(buffer, "__dict__", ()):
+            lazy = lazy_torch_view(buffer, label)
+            if lazy:
+                raise VariantPackError(lazy)
             try:
                 buffer = _from_dlpack(buffer)
             except Exception as exc:  # the producer's own code: KeyError, AttributeError, ...

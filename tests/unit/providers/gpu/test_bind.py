@@ -289,3 +289,12 @@ def test_a_host_dlpack_object_is_refused_before_it_is_exported(fake_cuda):
     with pytest.raises(hd.VariantPackError, match=r"host TorchCpuLike.*dev.asarray"):
         _gpu_binder(_tensor((2, 3, 4, 5), "NCHW"), fake_cuda.gpu)(TorchCpuLike())
     assert not TorchCpuLike.exported
+
+
+def test_a_torch_tensor_with_its_neg_bit_set_is_refused_before_export():
+    """The GPU binder reads __cuda_array_interface__ / DLPack, neither of which carries
+    torch's lazy negation: such a tensor is refused by name, as on the CPU."""
+    from _peers import peer
+    torch = peer("torch", "PyTorch makes the lazily negated tensor")
+    with pytest.raises(hd.VariantPackError, match=r"tensor 'x'.*neg bit.*t\.resolve_neg\(\)"):
+        _binder()(torch.zeros(2, 3, 4, 5)._neg_view())
