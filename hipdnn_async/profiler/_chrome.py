@@ -170,7 +170,8 @@ def check_trace(trace) -> list[str]:
 
     Checked: the events are a list of objects (and ``otherData``, where present, is an
     object whose ``overlap`` is a fraction); every event has ``ph``, ``ts`` (a finite
-    number), ``pid`` and ``tid`` (integers); a complete event has a string ``name`` and a
+    number), ``pid`` and ``tid`` (integers), and a ``cat``, where present, is a string (the
+    format's comma-separated categories); a complete event has a string ``name`` and a
     finite ``dur`` >= 0, a ``process_name`` / ``thread_name`` metadata event an object
     ``args`` whose ``name`` is a string; each flow id (a string or an integer) has one
     ``s`` and one ``f``, the ``f`` not before the ``s``, and each end bound to a complete
@@ -200,6 +201,10 @@ def check_trace(trace) -> list[str]:
         if not (_number(e["ts"]) and _integer(e["pid"]) and _integer(e["tid"])):
             problems.append(f"event {i}: ts must be a finite number, pid and tid integers; "
                             f"got {e['ts']!r}, {e['pid']!r}, {e['tid']!r}")
+            continue
+        if "cat" in e and not isinstance(e["cat"], str):
+            problems.append(f"event {i} ({e.get('name')!r}): cat must be a string of "
+                            f"comma-separated categories; got {e['cat']!r}")
             continue
         ph = e["ph"]
         if ph == "X":

@@ -255,6 +255,7 @@ def test_trace_is_valid_trace_event_json(tmp_path, rng):
 def test_check_trace_finds_what_is_wrong():
     good = {"ph": "X", "name": "a", "ts": 0, "dur": 5, "pid": 1, "tid": 1}
     assert check_trace([good]) == []
+    assert check_trace([{**good, "cat": "execution,cpu"}]) == []    # the format's categories
     assert check_trace([{**good, "dur": -1}])                     # negative duration
     assert check_trace([{k: v for k, v in good.items() if k != "tid"}])
     start = {"ph": "s", "id": 7, "name": "f", "ts": 1, "pid": 1, "tid": 1}
@@ -269,6 +270,8 @@ def test_check_trace_finds_what_is_wrong():
                 [{**good, "pid": True}], {"traceEvents": 5}, "text",
                 {"traceEvents": [good], "otherData": 5}, [{**good, "ts": 10 ** 400}],
                 [{**good, "name": {"a": 1}}],
+                # a category list / object: the timeline's drawing looked it up (TypeError)
+                [{**good, "cat": []}], [{**good, "cat": {"a": 1}}],
                 [good, {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "ts": 0,
                         "args": "x"}],
                 [good, {"ph": "M", "name": "process_name", "pid": 1, "tid": 1, "ts": 0}],
