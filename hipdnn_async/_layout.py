@@ -141,17 +141,16 @@ TORCH_VIEW = "m.permute{inv}"
 
 
 def lazy_torch_view(buffer, label: str) -> str | None:
-    """The message for a PyTorch tensor whose negative or conjugate bit is set (a lazy
-    view such as ``x.conj().imag``: its memory holds the values before the negation,
-    which neither ``__dlpack__`` nor ``__cuda_array_interface__`` can say), else None."""
+    """The message for a PyTorch tensor whose negative bit is set (a lazy view such as
+    ``x.conj().imag`` or ``x._neg_view()``: its memory holds the values before the
+    negation, which neither ``__dlpack__`` nor ``__cuda_array_interface__`` can say),
+    else None. (The conjugate bit is on complex tensors only, refused by their dtype.)"""
     if type(buffer).__module__.partition(".")[0] != "torch":
         return None
-    for bit, fix in (("is_neg", "resolve_neg"), ("is_conj", "resolve_conj")):
-        test = getattr(buffer, bit, None)
-        if test is not None and test():
-            return (f"{label}: the torch tensor has its {bit[3:]} bit set (a lazy view; "
-                    f"its memory holds other values than it reads); pass "
-                    f"t.{fix}() instead")
+    is_neg = getattr(buffer, "is_neg", None)
+    if is_neg is not None and is_neg():
+        return (f"{label}: the torch tensor has its neg bit set (a lazy negation view; its "
+                "memory holds the values before the negation); pass t.resolve_neg() instead")
     return None
 
 
