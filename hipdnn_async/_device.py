@@ -960,7 +960,8 @@ class ExecutionPlan:
             At least ``workspace_size`` writable contiguous bytes. If omitted: allocated
             per call on a GPU; on the CPU, blocks of 1 MiB and more come from a pool
             reused once an execution is done with its block (up to 8 free blocks, 1 GiB,
-            are kept). The execution writes it: it may not overlap any buffer of the pack.
+            are kept). The execution writes it: it may not overlap any buffer of the pack,
+            nor be given to an execution in flight on another stream (they would race).
         stream : Stream or int, optional
             Stream to run on; default the least loaded. Waits while it is full.
 
