@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import operator
 
 import numpy as np
@@ -127,6 +128,16 @@ def _conv_attrs(where, n_spatial, padding, pre_padding, post_padding, stride, di
                          "ConvolutionMode.CROSS_CORRELATION", code="ATTRIBUTE_NOT_SET")
     _shapes.check_conv_params(where, n_spatial, pre, post, stride, dilation)
     return ConvAttrs(pre, post, stride, dilation, mode, 1)
+
+
+def _declared_groups(where: str, groups):
+    """``groups`` of a convolution method: None, or an int >= 1."""
+    if groups is None:
+        return None
+    if isinstance(groups, bool) or not isinstance(groups, numbers.Integral) or groups < 1:
+        raise GraphError(f"{where}: groups must be an int >= 1 (or None: x.C // w.C); "
+                         f"got {groups!r}")
+    return int(groups)
 
 
 def _check_rank(where: str, slot: str, t: TensorAttributes, rank=None) -> None:
@@ -414,10 +425,11 @@ class Graph:
             return self._compute_data_type
         return as_data_type(value, where=f"{where}: compute_data_type")
 
-    def _add(self, kind: str, name: str, inputs: dict, attrs, compute, fixed=None) -> Node:
+    def _add(self, kind: str, name: str, inputs: dict, attrs, compute, fixed=None, *,
+             groups=None) -> Node:
         """Check a new node, create its (virtual) outputs, append it; return the node."""
         node = Node(kind=kind, name=name, inputs=inputs, attrs=attrs,
-                    compute_data_type=compute)
+                    compute_data_type=compute, groups=groups)
         out_dims, order_slot, node.attrs = _infer(node, fixed or {})
         _check_inputs(node)
         order = _order_of(inputs[order_slot])
@@ -439,8 +451,9 @@ class Graph:
 
     # ------------------------------------------------------------------ node methods
     def conv_fprop(self, x, w, *, padding=None, pre_padding=None, post_padding=None,
-                   stride=None, dilation=None, mode=ConvolutionMode.CROSS_CORRELATION,
-                   compute_data_type=None, name=None) -> TensorAttributes:
+                   stride=None, dilation=None, groups=None,
+                   mode=ConvolutionMode.CROSS_CORRELATION, compute_data_type=None,
+                   name=None) -> TensorAttributes:
         """Add a convolution-forward (cross-correlation) node; return its virtual output.
 
         Parameters
@@ -455,6 +468,10 @@ class Graph:
             Asymmetric padding (begin / end); exclusive with ``padding``.
         stride, dilation : int or tuple of int, optional
             Each >= 1; default 1 (dilation 1 is dense).
+        groups : int, optional
+            The groups the filter's dims must give: checked, x.C == groups * w.C. Default
+            None: groups are x.C // w.C, as in hipDNN and cuDNN's frontend, so a filter's
+            channel count alone makes a grouped convolution.
         mode : ConvolutionMode, optional
             CROSS_CORRELATION (default); CONVOLUTION is accepted here and rejected by
             every provider with NotSupportedError.
@@ -475,7 +492,8 @@ class Graph:
             Output size < 1, stride or dilation < 1, negative padding, ``padding`` given
             with ``pre_padding``/``post_padding``, wrong number of spatial entries, rank
             not 4 or 5 (or w's rank not x's), x.C not a multiple of w.C, w.K not a
-            multiple of groups, an unknown or NOT_SET mode, a data type outside
+            multiple of groups, ``groups`` not an int >= 1 or not x.C // w.C, an unknown
+            or NOT_SET mode, a data type outside
             FLOAT/HALF/BFLOAT16, a tensor of another graph, a name already used.
 
         References
@@ -490,11 +508,12 @@ class Graph:
         attrs = _conv_attrs(where, len(x.dims) - 2, padding, pre_padding, post_padding,
                             stride, dilation, mode)
         node = self._add("conv_fprop", name, {"x": x, "w": w}, attrs,
-                         self._compute_type(where, compute_data_type))
+                         self._compute_type(where, compute_data_type),
+                         groups=_declared_groups(where, groups))
         return node.outputs["y"]
 
     def conv_dgrad(self, dy, w, *, dx_dims, padding=None, pre_padding=None,
-                   post_padding=None, stride=None, dilation=None,
+                   post_padding=None, stride=None, dilation=None, groups=None,
                    mode=ConvolutionMode.CROSS_CORRELATION, compute_data_type=None,
                    name=None) -> TensorAttributes:
         """Add a convolution data-gradient node; return its virtual output dx.
@@ -507,7 +526,7 @@ class Graph:
             Filter, dims (K, C/groups, R, S[, ...]).
         dx_dims : sequence of int
             Dims of dx (N, C, H, W[, ...]); required since the forward formula floors.
-        padding, pre_padding, post_padding, stride, dilation, mode, compute_data_type, name
+        padding, pre_padding, post_padding, stride, dilation, groups, mode, compute_data_type, name
             As in ``conv_fprop``; default name ``"ConvolutionDgrad_<n>"``.
 
         Returns
@@ -523,10 +542,10 @@ class Graph:
         """
         return self._conv_backward("conv_dgrad", name, dy, ("w", w), ("dx", dx_dims),
                                    (padding, pre_padding, post_padding, stride, dilation, mode),
-                                   compute_data_type)
+                                   compute_data_type, groups)
 
     def conv_wgrad(self, dy, x, *, dw_dims, padding=None, pre_padding=None,
-                   post_padding=None, stride=None, dilation=None,
+                   post_padding=None, stride=None, dilation=None, groups=None,
                    mode=ConvolutionMode.CROSS_CORRELATION, compute_data_type=None,
                    name=None) -> TensorAttributes:
         """Add a convolution weight-gradient node; return its virtual output dw.
@@ -539,7 +558,7 @@ class Graph:
             Forward input, dims (N, C, H, W[, ...]).
         dw_dims : sequence of int
             Dims of dw (K, C/groups, R, S[, ...]); required.
-        padding, pre_padding, post_padding, stride, dilation, mode, compute_data_type, name
+        padding, pre_padding, post_padding, stride, dilation, groups, mode, compute_data_type, name
             As in ``conv_fprop``; default name ``"ConvolutionWgrad_<n>"``.
 
         Returns
@@ -555,9 +574,9 @@ class Graph:
         """
         return self._conv_backward("conv_wgrad", name, dy, ("x", x), ("dw", dw_dims),
                                    (padding, pre_padding, post_padding, stride, dilation, mode),
-                                   compute_data_type)
+                                   compute_data_type, groups)
 
-    def _conv_backward(self, kind, name, dy, other, out, conv, compute_data_type):
+    def _conv_backward(self, kind, name, dy, other, out, conv, compute_data_type, groups):
         """conv_dgrad / conv_wgrad: ``other`` = (slot, tensor), ``out`` = (slot, dims)."""
         name = self._node_name(kind, name)
         where = _where(kind, name)
@@ -570,7 +589,8 @@ class Graph:
         out_dims = as_int_tuple(out_dims, where=where, what=f"{out_slot}_dims")
         attrs = _conv_attrs(where, len(dy.dims) - 2, *conv)
         node = self._add(kind, name, {"dy": dy, slot: tensor}, attrs,
-                         self._compute_type(where, compute_data_type), {out_slot: out_dims})
+                         self._compute_type(where, compute_data_type), {out_slot: out_dims},
+                         groups=_declared_groups(where, groups))
         return node.outputs[out_slot]
 
     def pointwise(self, in0, in1=None, *, mode, relu_lower_clip=None, relu_upper_clip=None,
@@ -1022,7 +1042,8 @@ class Graph:
             new = Node(kind=node.kind, name=node.name,
                        inputs={k: tmap[id(t)] for k, t in node.inputs.items()},
                        outputs={k: tmap[id(t)] for k, t in node.outputs.items()},
-                       attrs=node.attrs, compute_data_type=node.compute_data_type)
+                       attrs=node.attrs, compute_data_type=node.compute_data_type,
+                       groups=node.groups)
             for t in new.outputs.values():
                 t._producer = new
             g._nodes.append(new)
@@ -1152,7 +1173,7 @@ def _infer_conv_fprop(node, fixed, where):
     check_dims(w.dims, where=f"{where}: tensor {w.label} (w)")
     _shapes.check_conv_params(where, len(x.dims) - 2, a.pre_padding, a.post_padding,
                               a.stride, a.dilation)
-    groups = _shapes.conv_groups(where, x.dims[1], w.dims[1], w.dims[0])
+    groups = _shapes.conv_groups(where, x.dims[1], w.dims[1], w.dims[0], declared=node.groups)
     spatial = _shapes.conv_output_spatial(where, x.dims[2:], w.dims[2:], a.pre_padding,
                                           a.post_padding, a.stride, a.dilation)
     return ({"y": (x.dims[0], w.dims[0]) + spatial}, "x",
@@ -1192,7 +1213,7 @@ def _infer_conv_backward(node, fixed, where, data_slot, kernel_slot, out_slot):
                          f"{dy.label} channels {dy.dims[1]}")
     groups = _shapes.conv_groups(where, x_dims[1], w_dims[1], w_dims[0],
                                  "dx" if out_slot == "dx" else "x",
-                                 "w" if out_slot == "dx" else "dw")
+                                 "w" if out_slot == "dx" else "dw", declared=node.groups)
     spatial = _shapes.conv_output_spatial(where, x_dims[2:], w_dims[2:], a.pre_padding,
                                           a.post_padding, a.stride, a.dilation)
     if spatial != tuple(dy.dims[2:]):

@@ -117,6 +117,7 @@ class Node:
     outputs: dict[str, TensorAttributes] = field(default_factory=dict)
     attrs: object = field(default_factory=NoAttrs)
     compute_data_type: DataType = DataType.FLOAT
+    groups: int | None = None      # a convolution's declared groups; None: x.C // w.C
 
     @property
     def describe(self) -> str:

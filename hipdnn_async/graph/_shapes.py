@@ -79,12 +79,20 @@ def conv_output_spatial(where: str, in_spatial: tuple, kernel: tuple, pre: tuple
 
 
 def conv_groups(where: str, in_channels: int, w_channels: int, k: int,
-                in_label: str = "x", w_label: str = "w") -> int:
-    """Return groups = in_channels // w_channels; GraphError unless it divides evenly."""
+                in_label: str = "x", w_label: str = "w", *, declared=None) -> int:
+    """Return groups = in_channels // w_channels; GraphError unless it divides evenly, or
+    where ``declared`` (the caller's ``groups=``) is another number."""
+    # dims are logical whatever the layout: (N, H, W, C) written as dims reads H as C
+    order = "dims are (N, C, H, W) or (N, C, D, H, W) whatever the layout"
+    if declared is not None and in_channels != declared * w_channels:
+        raise GraphError(
+            f"{where}: groups={declared} needs {in_label}.C = groups * {w_label}.C = "
+            f"{declared * w_channels}; got {in_label}.C={in_channels}, {w_label}.C="
+            f"{w_channels} ({order})")
     if w_channels < 1 or in_channels % w_channels != 0:
         raise GraphError(
             f"{where}: {in_label}.C={in_channels} is not a multiple of {w_label}.C="
-            f"{w_channels}; groups = {in_label}.C // {w_label}.C must divide evenly")
+            f"{w_channels}; groups = {in_label}.C // {w_label}.C must divide evenly ({order})")
     groups = in_channels // w_channels
     if k % groups != 0:
         raise GraphError(

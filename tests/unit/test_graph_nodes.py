@@ -82,6 +82,35 @@ def test_conv_groups():
     assert g.nodes[0].attrs.groups == 8
 
 
+def test_declared_groups_agree_with_the_filter_and_survive_set_dims():
+    """groups= states what the filter's dims imply (x.C // w.C), checked again when dims
+    change; None (the default) infers it, as hipDNN does."""
+    g = Graph()
+    x = g.tensor(dims=(2, 8, 5, 5), name="x")
+    w = g.tensor(dims=(8, 1, 3, 3), name="w")
+    y = g.conv_fprop(x, w, padding=1, groups=8)
+    assert g.nodes[0].attrs.groups == 8 and g.nodes[0].groups == 8
+    dy = g.tensor(dims=y.dims, name="dy")
+    g.conv_dgrad(dy, w, dx_dims=x.dims, padding=1, groups=8)
+    g.conv_wgrad(dy, x, dw_dims=w.dims, padding=1, groups=8)
+    assert [n.attrs.groups for n in g.nodes] == [8, 8, 8]
+    with pytest.raises(GraphError, match="groups=4 needs dx.C = groups \\* w.C = 4"):
+        g.conv_dgrad(dy, w, dx_dims=x.dims, padding=1, groups=4)
+    with pytest.raises(GraphError, match="groups=2 needs x.C = groups \\* dw.C = 2"):
+        g.conv_wgrad(dy, x, dw_dims=w.dims, padding=1, groups=2)
+    # the declared value binds later changes too: x grows to 16 channels, w stays (8, 1)
+    x.set_dims((2, 16, 5, 5))
+    with pytest.raises(GraphError, match="groups=8 needs x.C = groups \\* w.C = 8"):
+        g.validate()
+    # an undeclared node keeps inferring: the same change is a 16-group convolution
+    h = Graph()
+    hx, hw = h.tensor(dims=(2, 8, 5, 5)), h.tensor(dims=(16, 1, 3, 3))
+    h.conv_fprop(hx, hw, padding=1).set_output(True)
+    hx.set_dims((2, 16, 5, 5))
+    h.validate()
+    assert h.nodes[0].attrs.groups == 16
+
+
 def _conv_graph(x=(2, 4, 8, 8), w=(6, 4, 3, 3)):
     g = Graph()
     return g, g.tensor(dims=x, name="x"), g.tensor(dims=w, name="w")
@@ -102,8 +131,15 @@ def _conv_graph(x=(2, 4, 8, 8), w=(6, 4, 3, 3)):
     ((1, 1, 8, 8), (1, 1, 3, 3), dict(stride=(1,)), ["stride (1,)", "1 entries"]),
     ((1, 1, 8, 8), (1, 1, 3, 3), dict(padding=1, pre_padding=1), ["not both"]),
     ((1, 1, 8, 8), (1, 1, 3, 3), dict(stride=1.5), ["1.5"]),
-    ((1, 6, 8, 8), (4, 4, 3, 3), {}, ["x.C=6", "w.C=4", "divide"]),
+    ((1, 6, 8, 8), (4, 4, 3, 3), {}, ["x.C=6", "w.C=4", "divide", "whatever the layout"]),
     ((1, 6, 8, 8), (3, 3, 3, 3), {}, ["w.K=3", "groups=2"]),
+    # a declared groups: a filter whose C/groups is a typo is an error, not a grouped conv
+    ((1, 8, 8, 8), (16, 4, 3, 3), dict(groups=1), ["groups=1 needs x.C = groups * w.C = 4",
+                                                    "got x.C=8, w.C=4"]),
+    ((1, 8, 8, 8), (16, 2, 3, 3), dict(groups=2), ["groups=2 needs x.C = groups * w.C = 4"]),
+    ((1, 8, 8, 8), (16, 8, 3, 3), dict(groups=0), ["groups must be an int >= 1", "got 0"]),
+    ((1, 8, 8, 8), (16, 8, 3, 3), dict(groups=True), ["groups must be an int", "got True"]),
+    ((1, 8, 8, 8), (16, 8, 3, 3), dict(groups=1.0), ["got 1.0"]),
     ((1, 1, 8), (1, 1, 3), {}, ["'x'", "rank 3", "rank 4"]),
     ((1, 1, 2, 2, 2, 2), (1, 1, 1, 1, 1, 1), {}, ["rank 6"]),
     ((1, 1, 8, 8), (1, 1, 3, 3, 3), {}, ["'w'", "rank 5", "need rank 4"]),
