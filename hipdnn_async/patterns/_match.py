@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .._errors import GraphError, NotSupportedError
-from .._types import ConvolutionMode
+from .._types import ConvolutionMode, DataType
 from ..graph import Graph, Node, TensorAttributes
 from ..graph._shapes import bn_stat_dims
 from ._catalog import CATALOG, Pattern, PatternSpec, Step
@@ -160,6 +160,12 @@ def match(graph: Graph) -> Match:
             raise NotSupportedError(
                 f"node '{node.name}' ({node.kind}): convolution mode {node.attrs.mode.name} "
                 "is not supported; only CROSS_CORRELATION")
+        if node.compute_data_type == DataType.DOUBLE:
+            # every engine computes in float32: a DOUBLE request would run, unmet, as FLOAT
+            raise NotSupportedError(
+                f"node '{node.name}' ({node.describe}): compute_data_type DOUBLE is not "
+                "supported; the nine patterns compute in FLOAT (DOUBLE names float64 "
+                "references only)")
     first = nodes[0]
     candidates = [s for s in CATALOG if _fits(s.steps[0], first)]
     if not candidates:

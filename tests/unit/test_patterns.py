@@ -2,7 +2,7 @@
 import pytest
 
 from hipdnn_async._errors import GraphError, NotSupportedError
-from hipdnn_async._types import ConvolutionMode, PointwiseMode
+from hipdnn_async._types import ConvolutionMode, DataType, PointwiseMode
 from hipdnn_async.graph import ConvAttrs, Graph
 from hipdnn_async.patterns import CATALOG, ConvDirection, Match, Pattern, conv_roles, match
 
@@ -233,6 +233,26 @@ def test_convolution_mode_not_supported():
         with pytest.raises(NotSupportedError) as e:
             match(g)
         check_ns(e, "CONVOLUTION", "CROSS_CORRELATION")
+
+
+@pytest.mark.parametrize("builder", [p1, p3, p7, p8, p9])
+def test_double_compute_type_is_not_supported(builder):
+    """Every engine computes in FLOAT: a DOUBLE compute type ran, unmet, as FLOAT."""
+    g, _ = builder()
+    node = g.topological_nodes()[-1]          # the last of the pattern's nodes
+    node.compute_data_type = DataType.DOUBLE
+    with pytest.raises(NotSupportedError) as e:
+        match(g)
+    check_ns(e, f"node '{node.name}'", "compute_data_type DOUBLE", "compute in FLOAT")
+
+
+def test_a_graph_computing_in_double_is_not_supported():
+    g = Graph(compute_data_type="float64")
+    x, w = g.tensor(dims=(1, 4, 6, 6), name="x"), g.tensor(dims=(4, 4, 3, 3), name="w")
+    g.conv_fprop(x, w, padding=1, name="conv").set_output(True)
+    with pytest.raises(NotSupportedError) as e:
+        match(g)
+    check_ns(e, "node 'conv'", "compute_data_type DOUBLE")
 
 
 def test_single_conv_output_must_be_non_virtual():
