@@ -183,7 +183,8 @@ class Graph:
     ------
     GraphError
         ``name`` not a str; a data type no spelling names; io or intermediate type
-        outside FLOAT/HALF/BFLOAT16 (``compute_data_type`` may also be DOUBLE).
+        outside FLOAT/HALF/BFLOAT16 (``compute_data_type`` may also be DOUBLE, which
+        every build refuses: the engines compute in FLOAT).
     """
 
     def __init__(self, name: str = "graph", io_data_type=DataType.FLOAT,
