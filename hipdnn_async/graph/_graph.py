@@ -662,7 +662,9 @@ class Graph:
             ``inv_variance = 1/sqrt(var + epsilon)``, a finite FLOAT even for a constant
             channel.
         momentum : float, optional
-            In [0, 1]; required with running statistics.
+            In [0, 1]; required with running statistics, and without them it updates
+            nothing (no running statistics are produced; as ``torch.nn.functional.
+            batch_norm`` with ``running_mean=None``).
         prev_running_mean, prev_running_variance : TensorAttributes, optional
             FLOAT, dims (1, C, 1, 1[, 1]); both or neither.
         compute_data_type : DataType, optional
