@@ -1,12 +1,14 @@
 """File triage and repair: what the file at a perf db's path is (missing, ours, another
-program's, damaged, in a place that cannot be written) before SQLite opens it, and a
-damaged file of ours moved aside and recreated. Nothing here writes a file that is not
-known to be ours."""
+program's, damaged, in a place that cannot be written) before SQLite opens it, a new db
+created atomically where none is, and a damaged file of ours moved aside and recreated.
+Nothing here writes a file that is not known to be ours, and no empty file is ever left
+at a db's path (another process could not tell it from someone else's empty file)."""
 from __future__ import annotations
 
 import contextlib
 import os
 import pathlib
+import secrets
 import sqlite3
 import stat
 import time
@@ -27,6 +29,7 @@ __all__ = ["SQLITE_MAGIC", "Unusable", "open_file", "read_head", "regular_or_mis
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 _SIDE_SUFFIXES = ("-wal", "-shm", "-journal")
+_OPEN_TRIES = 5          # a db moved aside by another process's repair as we open it
 
 
 class Unusable(Exception):
@@ -38,6 +41,10 @@ class Unusable(Exception):
         self.seed = seed
 
 
+class _Missing(Exception):
+    """Internal: the file was gone when SQLite came to open it (never created there)."""
+
+
 def _ro_uri(path: str) -> str:
     """A read-only, immutable SQLite URI for the absolute ``path``.
 
@@ -46,6 +53,12 @@ def _ro_uri(path: str) -> str:
     locks and creates no ``-wal``/``-shm``/``-journal`` beside it (sqlite.org/uri.html).
     """
     return pathlib.Path(path).as_uri() + "?mode=ro&immutable=1"
+
+
+def _rw_uri(path: str) -> str:
+    """A read-write SQLite URI for ``path`` that never creates the file (``mode=rw``):
+    a missing file is SQLITE_CANTOPEN, not a new empty file (see :func:`_create`)."""
+    return pathlib.Path(os.path.abspath(path)).as_uri() + "?mode=rw"
 
 
 def _file_kind(mode: int) -> str:
@@ -120,9 +133,10 @@ def _check_location(path: str) -> None:
     regular_or_missing(path, "the file")
     for suffix in _SIDE_SUFFIXES:
         regular_or_missing(path + suffix, "its side file")
-    # Side files first, then the file: SQLite creates the file before its side files,
-    # so another process creating the db between the two looks is never taken for
-    # orphaned side files (the other order refused a db being created beside us).
+    # Side files first, then the file: the file appears before its side files (it is
+    # published whole, then opened), so another process creating the db between the two
+    # looks is never taken for orphaned side files (the other order refused a db being
+    # created beside us).
     if any(os.path.lexists(path + suffix) for suffix in _SIDE_SUFFIXES) and (
             not os.path.exists(path) and not _our_name(path)):
         raise Unusable("the file is missing but side files (-wal/-shm/-journal) of "
@@ -144,7 +158,10 @@ def _foreign(path: str) -> str | None:
     Decided from the file's first 100 bytes and, for a SQLite file without our
     ``application_id``, an immutable read-only probe (no locks, no side files):
 
-    - empty: ours (SQLite starts a new db in it);
+    - empty: ours only at the built-in default path (:func:`_our_name`; an older
+      version that crashed while creating the db there may have left it); anywhere else
+      foreign (we never leave an empty file: :func:`_create` publishes a db whole), e.g.
+      another tool's marker or placeholder;
     - SQLite with our application_id, or with our ``meta`` format: ours;
     - SQLite with another application_id, with tables but not our ``meta`` format, or
       with no tables at all (e.g. only a ``user_version``; we never leave a file so):
@@ -157,7 +174,10 @@ def _foreign(path: str) -> str | None:
     if head is None:
         return None                      # missing or unreadable: handled elsewhere
     if not head:
-        return None                      # empty: SQLite starts a new db in it
+        if _our_name(path):
+            return None                  # ours: SQLite starts a new db in it
+        return ("an empty file (a perf db is created only where no file exists; remove "
+                "it to let one be created)")
     if head[:16] != SQLITE_MAGIC:
         if _our_name(path):
             return None
@@ -192,21 +212,34 @@ def _foreign(path: str) -> str | None:
             "content may sit in its -wal)")
 
 
-def _connect_checked(path: str) -> sqlite3.Connection:
-    """Open the file, create the schema if it is new, and verify it."""
+def _connect_checked(path: str, *, new: bool = False) -> sqlite3.Connection:
+    """Open the file, create the schema if it is new (empty), and verify it.
+
+    The file is never created here (``mode=rw``; a missing one raises :class:`_Missing`):
+    :func:`_create` makes a new db. With ``new``, ``path`` is that function's own
+    temporary file: SQLite creates it, and it keeps its rollback journal (no ``-wal`` or
+    ``-shm``; complete on its own once closed).
+    """
     try:
-        conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000,
-                               isolation_level=None, check_same_thread=False)
+        if new:
+            conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000,
+                                   isolation_level=None, check_same_thread=False)
+        else:
+            conn = sqlite3.connect(_rw_uri(path), uri=True, timeout=BUSY_TIMEOUT_MS / 1000,
+                                   isolation_level=None, check_same_thread=False)
     except sqlite3.Error as exc:
+        if not new and not os.path.exists(path):
+            raise _Missing(path)
         raise Unusable(f"cannot open ({exc})")
     try:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         init_schema(conn, path)
-        # WAL lets readers run beside one writer; on file systems without shared
-        # memory (NFS) SQLite refuses and keeps its rollback journal, which works.
-        with contextlib.suppress(sqlite3.OperationalError):
-            retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone())
-        conn.execute("PRAGMA synchronous = NORMAL")
+        if not new:
+            # WAL lets readers run beside one writer; on file systems without shared
+            # memory (NFS) SQLite refuses and keeps its rollback journal, which works.
+            with contextlib.suppress(sqlite3.OperationalError):
+                retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone())
+            conn.execute("PRAGMA synchronous = NORMAL")
         rows = retry_busy(lambda: conn.execute("PRAGMA quick_check").fetchall())
         if rows != [("ok",)]:
             raise Broken(f"integrity check failed: {rows[0][0] if rows else 'no result'}")
@@ -217,11 +250,78 @@ def _connect_checked(path: str) -> sqlite3.Connection:
         conn.close()
         if is_busy(exc):
             raise Unusable(f"locked by another process for too long ({exc})")
+        if not new and not os.path.exists(path):
+            raise _Missing(path)
         raise Unusable(str(exc))
     except sqlite3.DatabaseError as exc:   # not a database, malformed
         conn.close()
         raise Broken(str(exc))
     return conn
+
+
+def _create(path: str) -> None:
+    """Create a new, empty perf db at the missing ``path`` atomically.
+
+    The db is made and checked under a unique temporary name beside the file, closed
+    (rollback journal: no side files), and published with ``os.link``, which fails where
+    another process published first: its db is then used. The temporary name is always
+    removed. So no process ever sees an empty or half-made file at ``path``, and an empty
+    file there is never ours (:func:`_foreign`). A dangling symlink at ``path`` gets the
+    db at its target.
+    """
+    real = os.path.realpath(path)
+    temp = f"{real}.new-{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        try:
+            conn = _connect_checked(temp, new=True)
+        except Broken as exc:
+            raise Unusable(f"cannot create a new db ({exc})")
+        try:
+            # A new file starts in rollback-journal mode: no -wal/-shm, and the -journal
+            # is gone at each commit. Said again so the file is complete on its own.
+            conn.execute("PRAGMA journal_mode = DELETE")
+        finally:
+            conn.close()
+        try:
+            os.link(temp, real)
+        except FileExistsError:
+            return                       # another process published first: use its db
+        except OSError:
+            # No hard links on this file system (EPERM, ENOTSUP, EXDEV, EMLINK): rename,
+            # only while the path is still missing. A tiny race remains here: a db that
+            # another process publishes between this check and the rename is replaced by
+            # ours (and what it writes before it reopens is lost).
+            if os.path.lexists(real):
+                return
+            try:
+                os.rename(temp, real)
+            except FileExistsError:      # Windows: rename never replaces
+                return
+            except OSError as exc:
+                raise Unusable(f"cannot create the file ({exc.strerror or exc})")
+    finally:
+        for name in (temp,) + tuple(temp + suffix for suffix in _SIDE_SUFFIXES):
+            with contextlib.suppress(OSError):
+                os.unlink(name)
+
+
+def _open_or_create(path: str, *, triage: bool = True) -> sqlite3.Connection:
+    """A checked connection to the db at ``path``, created (:func:`_create`) where the
+    path is missing. The file is triaged (:func:`_foreign`) first when ``triage`` is set,
+    and always after a creation (another program may have put a file there first)."""
+    for _ in range(_OPEN_TRIES):
+        created = not os.path.exists(path)
+        if created:
+            _create(path)
+        if triage or created:
+            foreign = _foreign(path)
+            if foreign:
+                raise Unusable(f"{foreign}; the file is left untouched")
+        try:
+            return _connect_checked(path)
+        except _Missing:
+            continue                     # moved aside by another process: create again
+    raise Unusable(f"the file disappeared each of the {_OPEN_TRIES} times it was created")
 
 
 def open_file(path: str) -> sqlite3.Connection:
@@ -236,15 +336,12 @@ def open_file(path: str) -> sqlite3.Connection:
         The file is ours, of a newer schema.
     """
     _check_location(path)
-    foreign = _foreign(path)
-    if foreign:
-        raise Unusable(f"{foreign}; the file is left untouched")
     try:
-        return _connect_checked(path)
+        return _open_or_create(path)
     except Broken as exc:
         repair(path, str(exc))
         try:
-            return _connect_checked(path)
+            return _open_or_create(path)      # moved aside: created anew, atomically
         except Broken as exc2:  # still broken after recreation: give up on the file
             raise Unusable(f"recreated file is unusable ({exc2})")
 
@@ -261,9 +358,10 @@ def repair(path: str, reason: str) -> None:
                 os.close(lock_fd)
             lock_fd = None
     try:
-        # Another process may have repaired it while we waited for the lock.
+        # Another process may have repaired it while we waited for the lock (and if it
+        # has moved it aside but not yet recreated it, it is created here, atomically).
         try:
-            _connect_checked(path).close()
+            _open_or_create(path, triage=False).close()
             return
         except Broken:
             pass

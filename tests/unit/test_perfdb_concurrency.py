@@ -159,20 +159,28 @@ def test_writers_killed_mid_write_leave_a_usable_db(tmp_path, caplog):
 def test_a_db_created_by_another_process_while_we_open_it_is_used(tmp_path, monkeypatch,
                                                                    caplog):
     """The moment another process creates the db between our check that the file is
-    missing and our look for its side files: the file and then its -journal appear. That
-    was taken for side files of a missing db, and this PerfDb fell back to memory with a
-    warning (a worker of test_processes_and_threads_share_one_db can meet it under load)."""
+    missing and our look for its side files: the file (published whole, as _create does)
+    and then its -wal appear. That was taken for side files of a missing db, and this
+    PerfDb fell back to memory with a warning (a worker of
+    test_processes_and_threads_share_one_db can meet it under load)."""
     import os.path
+    import sqlite3
     path = str(tmp_path / "perf.sqlite3")
+    PerfDb(str(tmp_path / "theirs.sqlite3")).close()     # another process's new db
     real_exists = os.path.exists
     raced = []
+    held = []
 
     def exists_then_another_process_creates_it(p):
         answer = real_exists(p)
         if os.fspath(p) == path and not raced:
             raced.append(answer)
-            open(path, "wb").close()             # SQLite creates the file first,
-            open(path + "-journal", "wb").close()  # then its journal, as it writes
+            os.link(str(tmp_path / "theirs.sqlite3"), path)   # published whole,
+            conn = sqlite3.connect(path)                      # then opened: its -wal
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("COMMIT")
+            held.append(conn)
         return answer
 
     monkeypatch.setattr(os.path, "exists", exists_then_another_process_creates_it)
@@ -186,6 +194,8 @@ def test_a_db_created_by_another_process_while_we_open_it_is_used(tmp_path, monk
             db.close()
     assert raced == [False]
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    for conn in held:
+        conn.close()
     monkeypatch.undo()
     with PerfDb(path) as again:                     # the record is in the file
         assert again.lookup(worker.make_key(0, 0)) == worker.make_record(0, 0)

@@ -194,6 +194,221 @@ def test_damaged_sqlite_is_repaired_only_at_the_builtin_path(tmp_path, caplog, m
     assert any(n.startswith("perfdb.sqlite3.corrupt-") for n in os.listdir(ours.parent))
 
 
+# -- empty files, and the atomic creation of a new db ---------------------------------------
+
+MAGIC = b"SQLite format 3\x00"
+
+
+def listing(folder) -> list[str]:
+    return sorted(os.listdir(folder))
+
+
+@pytest.mark.parametrize("name", ["notes.txt", "perf.sqlite3"])
+def test_empty_file_elsewhere_is_left_untouched(tmp_path, caplog, name):
+    """Another tool's empty marker named by $HIPDNN_ASYNC_PERFDB became a 20 KB perf db:
+    an empty file was taken for one SQLite had just started. A new db is now published
+    whole, so an empty file is ours only at the built-in default path."""
+    path = tmp_path / name
+    path.write_bytes(b"")
+    os.utime(path, ns=(1_000_000_000, 1_000_000_000))     # an mtime we would not write
+    st = path.stat()
+    assert_untouched_in_memory(str(path), caplog, what="an empty file")
+    after = path.stat()
+    assert (after.st_size, after.st_ino, after.st_mtime_ns) == (0, st.st_ino, 1_000_000_000)
+    assert path.read_bytes() == b"" and listing(tmp_path) == [name]
+
+
+def _recording_link(monkeypatch, calls):
+    """os.link, recording what each published temporary file looked like."""
+    real_link = os.link
+
+    def link(src, dst, *a, **kw):
+        src, dst = os.fspath(src), os.fspath(dst)
+        with open(src, "rb") as f:
+            head = f.read(100)
+        calls.append({"src": src, "dst": dst, "dst_existed": os.path.lexists(dst),
+                      "head16": head[:16], "app_id": head[68:72],
+                      "size": os.path.getsize(src),
+                      "side": [s for s in ("-wal", "-shm", "-journal")
+                               if os.path.lexists(src + s)]})
+        return real_link(src, dst, *a, **kw)
+
+    monkeypatch.setattr(os, "link", link)
+
+
+def test_new_db_is_published_whole_and_leaves_no_temporary_files(tmp_path, monkeypatch):
+    folder = tmp_path / "new"                    # missing folder and file
+    path = folder / "perf.sqlite3"
+    calls = []
+    _recording_link(monkeypatch, calls)
+    with PerfDb(path) as db:
+        assert not db.in_memory
+        db.store(key(), rec())
+        names = listing(folder)
+        with open(path, "rb") as f:
+            head = f.read(20)
+    assert len(calls) == 1
+    c = calls[0]
+    assert c["dst"] == str(path) and not c["dst_existed"]
+    assert os.path.basename(c["src"]).startswith(f"perf.sqlite3.new-{os.getpid()}-")
+    # the temporary file was a complete perf db on its own when published
+    assert c["head16"] == MAGIC and c["app_id"] == b"hDNA" and c["size"] >= 4096
+    assert c["side"] == []
+    # only the db and its WAL side files while open: WAL mode is on (header bytes 18-19)
+    assert names[0] == "perf.sqlite3" and set(names) <= {
+        "perf.sqlite3", "perf.sqlite3-wal", "perf.sqlite3-shm"}
+    assert head[:16] == MAGIC and head[18:20] == b"\x02\x02"
+    assert listing(folder) == ["perf.sqlite3"]
+    assert not any(".new-" in n for n in os.listdir(folder))
+    with PerfDb(path) as db:
+        assert not db.in_memory and db.lookup(key()) == rec()
+
+
+def test_without_hard_links_a_new_db_is_renamed_into_place(tmp_path, monkeypatch):
+    import errno
+
+    tried = []
+
+    def no_links(src, dst, *a, **kw):
+        tried.append(os.path.basename(src))
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    path = tmp_path / "perf.sqlite3"
+    with PerfDb(path) as db:
+        assert not db.in_memory
+        db.store(key(), rec(3.0))
+    assert len(tried) == 1 and tried[0].startswith("perf.sqlite3.new-")
+    assert listing(tmp_path) == ["perf.sqlite3"]
+    assert path.read_bytes()[:16] == MAGIC and path.read_bytes()[68:72] == b"hDNA"
+    with PerfDb(path) as db:
+        assert db.lookup(key()) == rec(3.0)
+
+
+def test_db_published_by_another_process_first_is_used_and_ours_dropped(tmp_path,
+                                                                     monkeypatch, caplog):
+    """Between our look (missing) and our publish another process publishes its db: our
+    link fails, our temporary file is removed, and its db (with its record) is used."""
+    other_dir = tmp_path / "other"
+    other_dir.mkdir()
+    theirs = other_dir / "perf.sqlite3"
+    with PerfDb(theirs) as db:
+        db.store(key(7), rec(7.0))
+    assert listing(other_dir) == ["perf.sqlite3"]
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    path = folder / "perf.sqlite3"
+    real_link = os.link
+    seen = {}
+
+    def another_process_wins(src, dst, *a, **kw):
+        if os.fspath(dst) == str(path) and not seen:
+            real_link(theirs, path)              # published whole, as we publish
+            seen["ino"] = path.stat().st_ino
+            seen["temps"] = [n for n in os.listdir(folder) if ".new-" in n]
+        return real_link(src, dst, *a, **kw)
+
+    monkeypatch.setattr(os, "link", another_process_wins)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        with PerfDb(path) as db:
+            assert not db.in_memory
+            assert db.lookup(key(7)) == rec(7.0)           # their record
+            db.store(key(8), rec(8.0))
+    assert len(seen["temps"]) == 1                         # ours existed at the race
+    assert path.stat().st_ino == seen["ino"] == theirs.stat().st_ino
+    assert listing(folder) == ["perf.sqlite3"]             # our temporary file is gone
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    monkeypatch.undo()
+    with PerfDb(theirs) as db:                              # one file, two names
+        assert db.lookup(key(8)) == rec(8.0)
+
+
+def test_empty_file_at_the_builtin_path_is_still_taken(tmp_path, monkeypatch, caplog):
+    """An older version that crashed while creating the default db left it empty."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    ours = Path(_perfdb._builtin_default())
+    assert str(ours).startswith(str(tmp_path))
+    ours.parent.mkdir(parents=True)
+    ours.write_bytes(b"")
+    ino = ours.stat().st_ino
+    elsewhere = tmp_path / "perfdb.sqlite3"           # same name, not the built-in path
+    elsewhere.write_bytes(b"")
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        with PerfDb(str(ours)) as db:
+            assert not db.in_memory
+            db.store(key(), rec())
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert ours.stat().st_ino == ino                  # written in place
+    head = ours.read_bytes()[:100]
+    assert head[:16] == MAGIC and head[68:72] == b"hDNA" and ours.stat().st_size >= 4096
+    assert listing(ours.parent) == ["perfdb.sqlite3"]
+    assert elsewhere.stat().st_size == 0
+
+
+def test_repair_recreates_the_db_atomically(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    ours = Path(_perfdb._builtin_default())
+    ours.parent.mkdir(parents=True)
+    ours.write_bytes(b"not a database, " * 64)            # damaged, at our path
+    calls = []
+    _recording_link(monkeypatch, calls)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        with PerfDb(str(ours)) as db:
+            assert not db.in_memory
+            db.store(key(), rec())
+    assert [(c["dst"], c["dst_existed"], c["head16"], c["side"]) for c in calls] == [
+        (str(ours), False, MAGIC, [])]
+    names = listing(ours.parent)
+    aside = [n for n in names if n.startswith("perfdb.sqlite3.corrupt-")]
+    assert len(aside) == 1 and (ours.parent / aside[0]).read_bytes() == \
+        b"not a database, " * 64
+    assert not any(".new-" in n for n in names)
+    assert set(names) - set(aside) <= {"perfdb.sqlite3", "perfdb.sqlite3.lock"}
+    assert ours.read_bytes()[:16] == MAGIC
+
+
+NEW_DB_CHILD = textwrap.dedent("""
+    import json, os, sys, time
+    from hipdnn_async._perfdb import PerfDb, PerfKey, PerfRecord
+    path, start, w = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    while not os.path.exists(start):
+        time.sleep(0.001)
+    db = PerfDb(path)
+    db.store(PerfKey("cpu", "E", "l", "d", f"p{w}", 0), PerfRecord(f"a{w}", 1.0, 0, 1.0))
+    print(json.dumps({"in_memory": db.in_memory, "ino": os.stat(path).st_ino}))
+    db.close()
+""")
+
+
+def test_processes_creating_one_new_db_together_share_it(tmp_path):
+    folder = tmp_path / "fresh"
+    path = folder / "perf.sqlite3"
+    start = tmp_path / "go"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([ROOT] + [p for p in env.get("PYTHONPATH", "")
+                                                  .split(os.pathsep) if p])
+    procs = [subprocess.Popen([sys.executable, "-c", NEW_DB_CHILD, str(path), str(start),
+                               str(w)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for w in range(6)]
+    time.sleep(1.0)                               # let them all import and wait
+    start.write_text("go")
+    outs = [p.communicate(timeout=120) for p in procs]
+    results = []
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-3000:]
+        assert "WARNING" not in err and "in-memory" not in err, err
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    assert [r["in_memory"] for r in results] == [False] * 6
+    assert len({r["ino"] for r in results}) == 1 == len({path.stat().st_ino})
+    assert listing(folder) == ["perf.sqlite3"]
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        assert sorted(r[0] for r in conn.execute("SELECT problem FROM perf")) == [
+            f"p{w}" for w in range(6)]
+    finally:
+        conn.close()
+
+
 # -- 5c: devices and other non-regular files (no -journal beside /dev/null) --------------
 
 @pytest.mark.skipif(not os.path.exists("/dev/null"), reason="needs /dev/null")
