@@ -275,6 +275,7 @@ class Step:
         self._armed = None
         self._pool = device._pool
         self._keep: tuple = ()       # what every replay keeps alive
+        self._previous = None        # while a recapture records: the recording before it
         self._ws = None              # the step's own workspace (GPU)
         self._lock = threading.Lock()
         _fork.reinit_attrs_in_child(self, "_lock")
@@ -307,6 +308,9 @@ class Step:
             # another thread since the checks above must not be overwritten (a closed
             # step recording again, or two owners of one block)
             self._check_enterable()
+            # a recapture keeps what a block that raises gives back (``_restore``)
+            self._previous = ((self._records, self._keep, self._label, self._armed)
+                              if self._state == _READY else None)
             self._records = []
             self._owner = _owner()
             self._state = _RECORDING
@@ -393,8 +397,10 @@ class Step:
         when there is nothing to capture (failure)."""
         self._end_recording()
         if failed is not None:
-            self._fail(f"the capture block raised {type(failed).__name__}: {failed}")
+            if not self._restore():
+                self._fail(f"the capture block raised {type(failed).__name__}: {failed}")
             return None
+        self._previous = None
         previous, self._replay = self._replay, None
         try:
             return self._capture_fn(previous), self._keep
@@ -403,6 +409,19 @@ class Step:
                 previous.close()
             self._fail(f"{type(exc).__name__}: {exc}")
             raise
+
+    def _restore(self) -> bool:
+        """After a recapture block that raised: the step as it was before the block (its
+        replay untouched: nothing is captured until a block ends well); False where there
+        was no earlier recording."""
+        with self._lock:
+            previous, self._previous = self._previous, None
+            if previous is None or self._replay is None or self._state != _RECORDING:
+                return False
+            self._records, self._keep, self._label, armed = previous
+            self._state = _READY
+            self._armed = armed
+            return True
 
     def _fail(self, why: str) -> None:
         with self._lock:
@@ -485,7 +504,8 @@ class Step:
     def recapture(self) -> "Step":
         """Record the step again (a block like the first): new buffers, the same or other
         plans. On a GPU the executable graph is updated in place where the new one has the
-        same shape (``cudaGraphExecUpdate``: no instantiation), else replaced.
+        same shape (``cudaGraphExecUpdate``: no instantiation), else replaced. A block that
+        raises leaves the step as it was: replays run the earlier recording.
 
         Returns
         -------
@@ -593,6 +613,7 @@ class Step:
             self._state = _CLOSED
             self._records = []
             self._keep = ()
+            self._previous = None
             self._ws = None
         if replay is not None:
             replay.close()

@@ -192,6 +192,37 @@ async def test_recapture_takes_new_buffers(anyio_backend):
         step.close()
 
 
+async def test_a_recapture_block_that_raises_keeps_the_earlier_recording(anyio_backend):
+    """A recapture is all or nothing: a block that raises (here a bad buffer) leaves the
+    step replaying what it recorded before, as a failed transaction leaves the data."""
+    rng = np.random.default_rng(5)
+    async with hd.Device("cpu") as dev:
+        g, x, w, y = conv_graph("c")
+        plan = await dev.build(g)
+        xa, xb = (rng.uniform(-1, 1, x.dims).astype(np.float32) for _ in range(2))
+        wa = rng.uniform(-1, 1, w.dims).astype(np.float32)
+        ya, yb = (np.full(y.dims, np.nan, np.float32) for _ in range(2))
+        async with dev.capture() as step:
+            plan.submit({x: xa, w: wa, y: ya})
+        label = str(step)
+        with pytest.raises(hd.VariantPackError):
+            async with step.recapture():
+                plan.submit({x: xb, w: wa, y: yb})
+                plan.submit({x: xb, w: wa, y: yb[:, :1]})     # wrong shape: raises
+        assert len(step) == 1 and str(step) == label
+        await step.replay()
+        assert np.isnan(yb).all(), "the failed block's recording ran"
+        assert_close(ya, R.conv_fprop(xa, wa, pre=1, post=1),
+                     *reduction_tol("conv_fprop", "float32", C * 9))
+        # a later recapture that ends well replaces it, as before
+        async with step.recapture():
+            plan.submit({x: xb, w: wa, y: yb})
+        await step.replay()
+        assert_close(yb, R.conv_fprop(xb, wa, pre=1, post=1),
+                     *reduction_tol("conv_fprop", "float32", C * 9))
+        step.close()
+
+
 # ------------------------------------------------------------------------------ errors
 async def test_submitting_to_another_stream_during_capture_is_an_error(anyio_backend):
     async with hd.Device("cpu", streams=2) as dev:
