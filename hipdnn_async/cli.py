@@ -107,6 +107,11 @@ def _perfdb_cmd(args) -> int:
             print(f"hipdnn-async: perfdb {args.action}: nothing done to {db.path}",
                   file=sys.stderr)
             return 1
+        if args.action == "export" and not len(db):
+            # nothing could be read from it (a read-only db of ours still exports)
+            print(f"hipdnn-async: perfdb export: nothing read from {db.path}; nothing "
+                  "exported", file=sys.stderr)
+            return 1
     if args.action == "show":
         _perfdb.cli_show(db)
     elif args.action == "clear":

@@ -68,6 +68,18 @@ def test_read_only_commands_never_create_or_replace_files(tmp_path, capsys):
     assert not (tmp_path / "no").exists() and not (tmp_path / "out.json").exists()
 
 
+def test_exporting_a_file_that_is_not_a_perf_db_fails_and_writes_nothing(tmp_path, capsys):
+    """It exported the empty in-memory stand-in and exited 0: a script took an empty
+    export for the db's contents (break-it round)."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("hello\n")
+    out = tmp_path / "out.json"
+    assert main(["perfdb", "export", str(out), "--db", str(notes)]) == 1
+    err = capsys.readouterr().err
+    assert "nothing read from" in err and str(notes) in err
+    assert not out.exists() and notes.read_text() == "hello\n"
+
+
 def test_env_path_that_is_not_a_perf_db_is_left_untouched(tmp_path, monkeypatch, capsys):
     notes = tmp_path / "notes.txt"
     notes.write_text("hello\n")
