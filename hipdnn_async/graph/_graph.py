@@ -494,8 +494,8 @@ class Graph:
             with ``pre_padding``/``post_padding``, wrong number of spatial entries, rank
             not 4 or 5 (or w's rank not x's), x.C not a multiple of w.C, w.K not a
             multiple of groups, ``groups`` not an int >= 1 or not x.C // w.C, an unknown
-            or NOT_SET mode, a data type outside
-            FLOAT/HALF/BFLOAT16, a tensor of another graph, a name already used.
+            or NOT_SET mode, a data type outside FLOAT/HALF/BFLOAT16, a tensor of another
+            graph, a name already used.
 
         References
         ----------
