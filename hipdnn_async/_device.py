@@ -473,7 +473,8 @@ class Device:
         DeviceError
             The memory cannot be had.
         VariantPackError
-            A masked array (the mask would be dropped), as ``plan.execute`` refuses one.
+            A masked array (the mask would be dropped), as ``plan.execute`` refuses one, a
+            torch tensor with its neg bit set, or an object NumPy cannot read.
         """
         return await _memory.copy_in(array, layout, strides, provider=self.provider,
                                      host=self.is_host, pool=self._pool)

@@ -6,6 +6,8 @@ follow from dims and a stride order. This module is a leaf: it imports nothing o
 """
 from __future__ import annotations
 
+import sys
+
 __all__ = [
     "LAYOUT_ORDERS",
     "packed_strides",
@@ -141,14 +143,15 @@ TORCH_VIEW = "m.permute{inv}"
 
 
 def lazy_torch_view(buffer, label: str) -> str | None:
-    """The message for a PyTorch tensor whose negative bit is set (a lazy view such as
-    ``x.conj().imag`` or ``x._neg_view()``: its memory holds the values before the
-    negation, which neither ``__dlpack__`` nor ``__cuda_array_interface__`` can say),
-    else None. (The conjugate bit is on complex tensors only, refused by their dtype.)"""
-    if type(buffer).__module__.partition(".")[0] != "torch":
+    """The message for a PyTorch tensor (or a subclass of one) whose negative bit is set
+    (a lazy view such as ``x.conj().imag`` or ``x._neg_view()``: its memory holds the
+    values before the negation, which neither ``__dlpack__`` nor
+    ``__cuda_array_interface__`` can say), else None. (The conjugate bit is on complex
+    tensors only, refused by their dtype.)"""
+    torch = sys.modules.get("torch")          # not imported: no torch tensor exists
+    if torch is None or not isinstance(buffer, getattr(torch, "Tensor", ())):
         return None
-    is_neg = getattr(buffer, "is_neg", None)
-    if is_neg is not None and is_neg():
+    if buffer.is_neg():
         return (f"{label}: the torch tensor has its neg bit set (a lazy negation view; its "
                 "memory holds the values before the negation); pass t.resolve_neg() instead")
     return None

@@ -11,7 +11,7 @@ from ._types import as_data_type, numpy_dtype
 from .graph import strides_for
 from .graph._tensor import as_int_tuple, check_strides, packed_strides
 from .runtime import GpuArray
-from .runtime._buffer import DeviceArray, refuse_masked
+from .runtime._buffer import DeviceArray, host_array, refuse_masked
 
 __all__ = ["allocate", "copy_in"]
 
@@ -66,7 +66,7 @@ async def copy_in(array, layout, strides, *, provider, host: bool, pool):
         if layout is None and strides is None:   # its memory order, as np.asarray's
             strides = dense_strides_like(array.view.shape, array.view.strides)
         array = await array.to_numpy()
-    array = np.asarray(array)
+    array = host_array(array, where)
     if layout is None and strides is None:
         strides = dense_strides_like(array.shape, array.strides)
     out = allocate(provider, array.shape, array.dtype, layout, strides, where)

@@ -7,6 +7,7 @@ import numpy as np
 
 from .._errors import VariantPackError
 from .._layout import packed_strides, same_memory_order, stride_order, strides_match
+from ..runtime._buffer import host_array
 from ._staging import host_buffer
 
 __all__ = ["prepare_constant"]
@@ -84,11 +85,7 @@ def prepare_constant(name: str, t, value) -> np.ndarray:
         A masked array, a non-numeric dtype, a shape that is neither reading of the
         tensor (see ``_logical_constant``), or a value the cast makes infinite or NaN.
     """
-    if isinstance(value, np.ma.MaskedArray):   # as plan.execute: silently wrong
-        raise VariantPackError(f"DynamicBatcher: constant {name!r} is a masked "
-                               "array (the mask would be ignored); pass "
-                               "arr.filled(value) or arr.data")
-    arr = np.asarray(value)
+    arr = host_array(value, f"DynamicBatcher: constant {name!r}")
     if arr.dtype.kind not in "fiu" and arr.dtype.name != "bfloat16":
         raise VariantPackError(f"DynamicBatcher: constant {name!r} needs a real "
                                f"numeric array; got dtype {arr.dtype}")

@@ -11,6 +11,7 @@ import numpy as np
 from .._errors import ExecutionError, VariantPackError
 from .._layout import stride_order
 from .._types import numpy_dtype
+from ..runtime._buffer import host_array
 
 __all__ = ["Request", "check_request", "fail", "split_request"]
 
@@ -81,11 +82,7 @@ def _memory_order_hint(t, arr) -> str:
 
 def _checked_array(name, t, value, n: int | None) -> np.ndarray:
     """`value` of input `name` (tensor `t`) as an array of its dims past N and its dtype."""
-    if isinstance(value, np.ma.MaskedArray):   # the mask would be ignored
-        raise VariantPackError(f"DynamicBatcher: tensor {name!r}: masked arrays are "
-                               "not taken (the mask would be ignored); pass "
-                               "arr.filled(value) or arr.data")
-    arr = np.asarray(value)
+    arr = host_array(value, f"DynamicBatcher: tensor {name!r}")
     want = tuple(t.dims[1:])
     if arr.ndim != len(t.dims) or tuple(arr.shape[1:]) != want or arr.shape[0] < 1:
         raise VariantPackError(f"DynamicBatcher: tensor {name!r} needs shape "

@@ -9,10 +9,10 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from .._errors import VariantPackError
-from .._layout import element_extent
+from .._layout import element_extent, lazy_torch_view
 
 __all__ = ["ALIGN", "DeviceArray", "HUGE_PAGE", "aligned_empty", "element_extent",
-           "host_values", "refuse_masked"]
+           "host_array", "host_values", "refuse_masked"]
 
 ALIGN = 64    # bytes: where DeviceArrays and host workspaces start (oneDNN's own alignment)
 HUGE_PAGE = 2 << 20     # bytes: x86-64's transparent huge page (PMD) size
@@ -104,12 +104,28 @@ def refuse_masked(array, where: str) -> None:
                                "ignored); pass arr.filled(value) or arr.data")
 
 
+def host_array(array, where: str) -> np.ndarray:
+    """``np.asarray(array)`` of values read on the host, or a ``VariantPackError`` naming
+    ``where``: a masked array (``refuse_masked``), a torch tensor with its neg bit set
+    (``lazy_torch_view``), or an object NumPy cannot read (the producer's own error, e.g.
+    torch's for a tensor that requires grad, or a ragged list)."""
+    refuse_masked(array, where)
+    lazy = lazy_torch_view(array, where)
+    if lazy:
+        raise VariantPackError(lazy)
+    try:
+        return np.asarray(array)
+    except Exception as exc:  # noqa: BLE001 - a foreign producer may raise anything
+        raise VariantPackError(f"{where}: cannot read it as an array: "
+                               f"{type(exc).__name__}: {exc}") from None
+
+
 def host_values(array, where: str, dims: tuple) -> np.ndarray:
     """``np.asarray(array)`` for a copy into a device array of logical ``dims``: a masked
     array (``refuse_masked``) or a shape that does not broadcast to ``dims`` is a
-    ``VariantPackError`` naming ``where`` (before anything is copied)."""
-    refuse_masked(array, where)
-    values = np.asarray(array)
+    ``VariantPackError`` naming ``where`` (before anything is copied), as are the
+    buffers ``host_array`` refuses."""
+    values = host_array(array, where)
     shape = values.shape
     while len(shape) > len(dims) and shape[0] == 1:   # NumPy's assignment drops these
         shape = shape[1:]

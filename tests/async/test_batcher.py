@@ -612,3 +612,37 @@ async def test_a_memory_order_request_is_refused_with_its_logical_view():
             got = await batcher(m.transpose(0, 3, 1, 2))
     want = ref_cbr(m.transpose(0, 3, 1, 2), wv, np.zeros(8), relu=False)
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+
+
+async def test_requests_numpy_cannot_read_are_variant_pack_errors():
+    """A torch tensor with its neg bit set, one that requires grad and a ragged list
+    leaked torch's RuntimeError / NumPy's ValueError from np.asarray (break-it round);
+    plan.execute names the tensor, and so do the batcher and Device.asarray now."""
+    from _peers import peer
+    torch = peer("torch", "PyTorch makes the lazily negated tensor")
+    rng = np.random.default_rng(7)
+    w, b = weights()
+    x = samples(rng, 2)
+    async with hd.Device("cpu") as dev:
+        g = cbr_graph(2)
+        bad_requests = [
+            (torch.from_numpy(x)._neg_view(), "tensor 'x'.*neg bit.*resolve_neg"),
+            (torch.from_numpy(x.copy()).requires_grad_(), "tensor 'x'.*RuntimeError.*detach"),
+            ([[1.0, 2.0], [3.0]], "tensor 'x': cannot read it as an array: ValueError"),
+        ]
+        async with hd.DynamicBatcher(dev, g, constants={"w": w, "b": b},
+                                     max_batch_size=4) as batcher:
+            for bad, match in bad_requests:
+                with pytest.raises(VariantPackError, match=match):
+                    await batcher(bad)
+            # serving goes on, with the right values
+            np.testing.assert_allclose(await batcher(x), ref_cbr(x, w, b), rtol=RTOL, atol=ATOL)
+        with pytest.raises(VariantPackError, match="constant 'w'.*neg bit"):
+            async with hd.DynamicBatcher(dev, g, constants={"w": torch.from_numpy(w)._neg_view(),
+                                                            "b": b}):
+                pass
+        with pytest.raises(VariantPackError, match="Device.asarray.*neg bit"):
+            await dev.asarray(torch.from_numpy(x)._neg_view())
+        arr = dev.empty(x.shape, np.float32)
+        with pytest.raises(VariantPackError, match="DeviceArray.copy_from.*neg bit"):
+            arr.copy_from(torch.from_numpy(x)._neg_view())

@@ -449,7 +449,7 @@ def test_torch_bfloat16_requiring_grad_is_refused_like_other_dtypes(dev):
                            "y": torch.zeros(1, 2, 3, 3, dtype=torch.bfloat16)})
 
 
-@pytest.mark.parametrize("lazy", ["neg_view", "conj_imag"])
+@pytest.mark.parametrize("lazy", ["neg_view", "conj_imag", "subclass"])
 @pytest.mark.parametrize("role", ["x", "y"])
 def test_torch_lazy_negation_views_are_refused(dev, lazy, role):
     """A torch tensor with its neg bit set reads as the negation of its memory;
@@ -462,6 +462,8 @@ def test_torch_lazy_negation_views_are_refused(dev, lazy, role):
     t = bufs[role]
     if lazy == "neg_view":
         t = t._neg_view()
+    elif lazy == "subclass":   # a user's subclass: its type's module is not torch's
+        t = t._neg_view().as_subclass(type("UserTensor", (torch.Tensor,), {}))
     else:   # a real tensor with the conj bit: the imaginary part of a conjugate view
         t = torch.complex(torch.zeros_like(t), t).conj().imag
     assert t.is_neg(), "torch no longer marks the view lazily: this test needs updating"
