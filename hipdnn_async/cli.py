@@ -175,7 +175,7 @@ def _trace(args) -> int:
                   "'hipdnn_async[profile]')", file=sys.stderr)
             return 1
         except (OSError, ValueError) as exc:     # e.g. a full disk, an unknown extension
-            print(f"hipdnn-async trace: --png {args.png}: cannot write: {exc}",
+            print(f"hipdnn-async trace: --png {args.png}: not drawn or not written: {exc}",
                   file=sys.stderr)
             return 1
         print(f"timeline written to {args.png}")

@@ -33,6 +33,12 @@ def lanes_of(trace: dict) -> tuple[list, dict]:
     return labels, index
 
 
+def _literal(text) -> str:
+    """``text`` as matplotlib draws it literally: a ``$`` would start mathtext (a plan or
+    thread named ``a$^$b`` failed to draw, ``x$y$`` drew as math)."""
+    return str(text).replace("$", r"\$")
+
+
 def draw_timeline(trace: dict, path, *, title: str | None = None, flows: bool = True) -> None:
     """Draw ``trace`` (trace-event JSON as a dict) to ``path`` (PNG, SVG, PDF: by suffix).
 
@@ -85,13 +91,13 @@ def draw_timeline(trace: dict, path, *, title: str | None = None, flows: bool = 
                         [index.get((s["pid"], s["tid"]), 0), index.get((e["pid"], e["tid"]), 0)],
                         color=_PLAIN["flow"], linewidth=0.4, alpha=0.35)
     ax.set_yticks(range(len(labels)))
-    ax.set_yticklabels(labels, fontsize=8)
+    ax.set_yticklabels([_literal(t) for t in labels], fontsize=8)
     ax.set_ylim(len(labels) - 0.5, -0.5)
     ax.set_xlabel("time since the profile started (ms)")
     ax.grid(axis="x", alpha=0.3)
     if named:
         from matplotlib.patches import Patch
-        ax.legend(handles=[Patch(color=colour[k], label=k) for k in named[:10]],
+        ax.legend(handles=[Patch(color=colour[k], label=_literal(k)) for k in named[:10]],
                   loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False,
                   title="executions", title_fontsize=8)
     other = trace.get("otherData", {}) if isinstance(trace, dict) else {}
@@ -99,7 +105,7 @@ def draw_timeline(trace: dict, path, *, title: str | None = None, flows: bool = 
         title = (f"{other.get('executions', len(slices))} executions, "
                  f"{other.get('batches', 0)} batches; two or more streams busy "
                  f"{other.get('overlap', 0.0):.0%} of the time")
-    ax.set_title(title, fontsize=10)
+    ax.set_title(_literal(title), fontsize=10)
     fig.tight_layout()
     try:
         save_figure(fig, path, dpi=110)

@@ -427,6 +427,22 @@ def test_timeline_png_is_written_with_a_lane_per_stream(tmp_path, rng):
     assert head == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
 
 
+def test_timeline_draws_dollar_signs_in_names_as_text(tmp_path):
+    """A plan or lane named with ``$`` started matplotlib's mathtext: ``a$^$b`` failed to
+    draw (reported as a write error), ``x$y$`` drew as math (break-it round 2)."""
+    pytest.importorskip("matplotlib", reason="the profile extra draws timelines")
+    from hipdnn_async.profiler._timeline import _literal
+    assert _literal("a$^$b") == r"a\$^\$b" and _literal("plain") == "plain"
+    events = [{"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "ts": 0,
+               "args": {"name": "lane $x$"}},
+              {"ph": "X", "name": "a$^$b", "cat": "execution", "ts": 0, "dur": 5, "pid": 1,
+               "tid": 1}]
+    assert check_trace(events) == []
+    png = tmp_path / "dollars.png"
+    draw_timeline({"traceEvents": events}, png, title="fee $\\euro$")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 # ------------------------------------------------------------------ command line
 
 def test_trace_command_checks_and_draws(tmp_path, rng, capsys):
