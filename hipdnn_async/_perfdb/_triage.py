@@ -30,6 +30,7 @@ __all__ = ["SQLITE_MAGIC", "Unusable", "open_file", "read_head", "regular_or_mis
 SQLITE_MAGIC = b"SQLite format 3\x00"
 _SIDE_SUFFIXES = ("-wal", "-shm", "-journal")
 _OPEN_TRIES = 5          # a db moved aside by another process's repair as we open it
+_TEMP_STEM = 200         # characters of the db's name kept in its temporary name
 
 
 class Unusable(Exception):
@@ -270,7 +271,10 @@ def _create(path: str) -> None:
     db at its target.
     """
     real = os.path.realpath(path)
-    temp = f"{real}.new-{os.getpid()}-{secrets.token_hex(4)}"
+    # the db's own name, cut so that the temporary one (and its -journal) stays within
+    # the 255 bytes a file name may have where the db's name nearly fills them
+    head, name = os.path.split(real)
+    temp = os.path.join(head, f"{name[:_TEMP_STEM]}.new-{os.getpid()}-{secrets.token_hex(4)}")
     try:
         try:
             conn = _connect_checked(temp, new=True)

@@ -285,6 +285,19 @@ def test_without_hard_links_a_new_db_is_renamed_into_place(tmp_path, monkeypatch
         assert db.lookup(key()) == rec(3.0)
 
 
+def test_a_db_name_near_the_file_name_limit_is_created(tmp_path):
+    """A 247-character name leaves room for SQLite's -journal (255 bytes) but not for
+    '<name>.new-<pid>-<hex>': the temporary name keeps only the first 200 characters
+    (break-it round 2: the db fell back to memory)."""
+    path = tmp_path / ("p" * 239 + ".sqlite3")
+    with PerfDb(path) as db:
+        assert not db.in_memory
+        db.store(key(), rec(2.0))
+    assert listing(tmp_path) == [path.name]
+    with PerfDb(path) as db:
+        assert db.lookup(key()) == rec(2.0)
+
+
 def test_db_published_by_another_process_first_is_used_and_ours_dropped(tmp_path,
                                                                      monkeypatch, caplog):
     """Between our look (missing) and our publish another process publishes its db: our
