@@ -56,6 +56,13 @@ class Graph(_Graph):
 
     _lowering_state: _State | None = None    # set by build_operation_graph
 
+    def __getstate__(self):
+        # pickled (Ray ships graphs so) or deep-copied without its lowering: the bound
+        # device and its plan are this process's, as copy() leaves them
+        state = self.__dict__.copy()
+        state.pop("_lowering_state", None)
+        return state
+
     def _lowering(self, step: str) -> _State:
         st = self._lowering_state
         if st is None:

@@ -193,6 +193,26 @@ def test_hipdnn_style_lowering_seed_sample():
         g.create_execution_plan_ext(ids[0], [hd.KnobSetting(WS, ws_knob.constraint.max + 1)])
 
 
+def test_a_lowered_graph_pickles_and_deep_copies_without_its_lowering():
+    """Ray ships graphs by pickling them: after build_operation_graph / build_plans the
+    graph held Cython state (a TypeError); the copy is the graph, unlowered, as
+    Graph.copy() makes it, and builds where it lands (break-it round 2)."""
+    import copy
+    import pickle
+    g = graph("fprop")
+    g.build_operation_graph("cpu")
+    g.build_plans()
+    for other in (pickle.loads(pickle.dumps(g)), copy.deepcopy(g)):
+        assert type(other) is type(g) and other.signature() == g.signature()
+        with pytest.raises(hd.GraphError, match="build_operation_graph"):
+            other.get_ranked_engine_ids()
+        other.build_operation_graph("cpu")
+        assert other.get_ranked_engine_ids() == g.get_ranked_engine_ids()
+        other._lowering_state.device.close()
+    assert g.get_workspace_size() >= 0          # the original keeps its lowering
+    g._lowering_state.device.close()
+
+
 def test_a_second_build_operation_graph_closes_the_device_the_first_opened():
     """Each call with a spec opens a Device; a second call left the first one's streams
     and threads running until garbage collection (docstring-audit report). A Device the
