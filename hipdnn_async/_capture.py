@@ -256,8 +256,9 @@ class Step:
     The capture belongs to the task that entered the block (asyncio or trio task; the
     thread without an event loop): other tasks and threads, also ones started inside the
     block, submit and execute as usual and nothing of theirs is recorded (see
-    ``hipdnn_async._capture``). Leaving the block with an exception records nothing (the
-    step cannot be replayed).
+    ``hipdnn_async._capture``). Leaving the block with an exception records nothing: a
+    first capture leaves the step with nothing to replay, a recapture leaves it replaying
+    its earlier recording.
     """
 
     def __init__(self, device, stream=None):
