@@ -6,8 +6,6 @@ follow from dims and a stride order. This module is a leaf: it imports nothing o
 """
 from __future__ import annotations
 
-import sys
-
 __all__ = [
     "LAYOUT_ORDERS",
     "packed_strides",
@@ -25,7 +23,6 @@ __all__ = [
     "NUMPY_COPY",
     "TORCH_VIEW",
     "torch_copy_hint",
-    "lazy_torch_view",
 ]
 
 # Stride orders (outermost -> innermost) of the named layouts; hipDNN data SDK TensorLayout.
@@ -140,21 +137,6 @@ NUMPY_COPY = "np.ascontiguousarray(a.transpose{order}).transpose{inv}"
 # PyTorch's spelling (a CPU tensor that came in through __dlpack__, a CUDA tensor):
 # ``torch_copy_hint`` names channels_last where that is the order.
 TORCH_VIEW = "m.permute{inv}"
-
-
-def lazy_torch_view(buffer, label: str) -> str | None:
-    """The message for a PyTorch tensor (or a subclass of one) whose negative bit is set
-    (a lazy view such as ``x.conj().imag`` or ``x._neg_view()``: its memory holds the
-    values before the negation, which neither ``__dlpack__`` nor
-    ``__cuda_array_interface__`` can say), else None. (The conjugate bit is on complex
-    tensors only, refused by their dtype.)"""
-    torch = sys.modules.get("torch")          # not imported: no torch tensor exists
-    if torch is None or not isinstance(buffer, getattr(torch, "Tensor", ())):
-        return None
-    if buffer.is_neg():
-        return (f"{label}: the torch tensor has its neg bit set (a lazy negation view; its "
-                "memory holds the values before the negation); pass t.resolve_neg() instead")
-    return None
 
 
 def torch_copy_hint(order: tuple) -> str:

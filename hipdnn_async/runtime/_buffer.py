@@ -3,16 +3,17 @@ from __future__ import annotations
 
 import mmap
 import operator
+import sys
 import weakref
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from .._errors import VariantPackError
-from .._layout import element_extent, lazy_torch_view
+from .._layout import element_extent
 
 __all__ = ["ALIGN", "DeviceArray", "HUGE_PAGE", "aligned_empty", "element_extent",
-           "host_array", "host_values", "refuse_masked"]
+           "host_array", "host_values", "refuse_masked", "refuse_neg_view"]
 
 ALIGN = 64    # bytes: where DeviceArrays and host workspaces start (oneDNN's own alignment)
 HUGE_PAGE = 2 << 20     # bytes: x86-64's transparent huge page (PMD) size
@@ -104,15 +105,27 @@ def refuse_masked(array, where: str) -> None:
                                "ignored); pass arr.filled(value) or arr.data")
 
 
+def refuse_neg_view(buffer, where: str) -> None:
+    """A PyTorch tensor (or a subclass of one) whose negative bit is set is a
+    ``VariantPackError`` naming ``where``: a lazy view such as ``x.conj().imag`` or
+    ``x._neg_view()`` holds in memory the values before the negation, which neither
+    ``__dlpack__`` nor ``__cuda_array_interface__`` can say, so it would be read as +x.
+    (The conjugate bit is on complex tensors only, refused by their dtype.)"""
+    torch = sys.modules.get("torch")          # not imported: no torch tensor exists
+    if torch is not None and isinstance(buffer, getattr(torch, "Tensor", ())) and (
+            buffer.is_neg()):
+        raise VariantPackError(f"{where}: the torch tensor has its neg bit set (a lazy "
+                               "negation view; its memory holds the values before the "
+                               "negation); pass t.resolve_neg() instead")
+
+
 def host_array(array, where: str) -> np.ndarray:
     """``np.asarray(array)`` of values read on the host, or a ``VariantPackError`` naming
     ``where``: a masked array (``refuse_masked``), a torch tensor with its neg bit set
-    (``lazy_torch_view``), or an object NumPy cannot read (the producer's own error, e.g.
+    (``refuse_neg_view``), or an object NumPy cannot read (the producer's own error, e.g.
     torch's for a tensor that requires grad, or a ragged list)."""
     refuse_masked(array, where)
-    lazy = lazy_torch_view(array, where)
-    if lazy:
-        raise VariantPackError(lazy)
+    refuse_neg_view(array, where)
     try:
         return np.asarray(array)
     except Exception as exc:  # noqa: BLE001 - a foreign producer may raise anything

@@ -22,9 +22,10 @@ import numpy as np
 from ..._errors import VariantPackError
 from ..._types import numpy_dtype
 from ..._layout import (accepted_buffers, ambiguous_message, dim_letters, element_extent,
-                        lazy_torch_view, packed_strides, same_memory_order, stride_order,
+                        packed_strides, same_memory_order, stride_order,
                         strides_match, wrong_strides_message)
 from ...runtime import KINDS, GpuArray
+from ...runtime._buffer import refuse_neg_view
 from ...runtime._kinds import host_memory_types
 from ._dlpack import DEVICE_NAMES, read_dlpack
 
@@ -247,9 +248,7 @@ def make_binder(tensor, *, output: bool, target: GpuTarget, filter: bool = False
             raise VariantPackError(
                 f"{label}: got a host {type(buf).__name__}; '{spec}' takes device memory: "
                 "copy it with `await dev.asarray(array)` (or pass a CuPy array / CUDA tensor)")
-        lazy = lazy_torch_view(buf, label)
-        if lazy:
-            raise VariantPackError(lazy)
+        refuse_neg_view(buf, label)
         if _has_cai(buf):
             return _from_cai(buf, tensor, label, want_dtype, target, output, letters)
         if _has_dlpack(buf):

@@ -13,9 +13,10 @@ from ..._errors import ExecutionError, VariantPackError
 from ..._knobs import WORKSPACE_SIZE_LIMIT
 from ..._types import DataType, numpy_dtype
 from ..._layout import (accepted_buffers, ambiguous_message, dim_letters, element_extent,
-                        lazy_torch_view, packed_strides, same_memory_order, stride_order,
+                        packed_strides, same_memory_order, stride_order,
                         strides_match, TORCH_VIEW, torch_copy_hint, wrong_strides_message)
 from ...runtime import DeviceArray, _host_pool
+from ...runtime._buffer import refuse_masked, refuse_neg_view
 
 __all__ = ["logical_view", "make_binder", "bind_workspace", "allocate_workspace"]
 
@@ -44,9 +45,7 @@ def logical_view(tensor, buffer, *, output: bool, where: str = "execute",
     if not isinstance(buffer, np.ndarray):
         # On the type: hasattr on the object runs a property, which may raise anything.
         if hasattr(type(buffer), "__dlpack__") or "__dlpack__" in getattr(buffer, "__dict__", ()):
-            lazy = lazy_torch_view(buffer, label)
-            if lazy:
-                raise VariantPackError(lazy)
+            refuse_neg_view(buffer, label)
             try:
                 buffer = _from_dlpack(buffer)
             except Exception as exc:  # the producer's own code: KeyError, AttributeError, ...
@@ -57,9 +56,7 @@ def logical_view(tensor, buffer, *, output: bool, where: str = "execute",
             raise VariantPackError(
                 f"{label}: the CPU device takes NumPy arrays, DeviceArrays, __dlpack__ "
                 f"objects or int host pointers; got {type(buffer).__name__}")
-    if isinstance(buffer, np.ma.MaskedArray):   # the mask would be ignored: silently wrong
-        raise VariantPackError(f"{label}: masked arrays are not taken (the mask would be "
-                               "ignored); pass arr.filled(value) or arr.data")
+    refuse_masked(buffer, label)   # the mask would be ignored: silently wrong
     want_dtype = numpy_dtype(tensor.data_type)
     dims, strides = tuple(tensor.dims), tuple(tensor.strides)
     if buffer.dtype != want_dtype:
