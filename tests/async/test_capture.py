@@ -171,14 +171,21 @@ def test_sync_capture_from_a_thread():
         step.close()
 
 
+def _two_packs(rng, x, w, y):
+    """Two inputs xa, xb, one filter wa and two NaN-filled outputs ya, yb (a recapture's
+    buffers beside the first capture's)."""
+    xa, xb = (rng.uniform(-1, 1, x.dims).astype(np.float32) for _ in range(2))
+    wa = rng.uniform(-1, 1, w.dims).astype(np.float32)
+    ya, yb = (np.full(y.dims, np.nan, np.float32) for _ in range(2))
+    return xa, xb, wa, ya, yb
+
+
 async def test_recapture_takes_new_buffers(anyio_backend):
     rng = np.random.default_rng(4)
     async with hd.Device("cpu") as dev:
         g, x, w, y = conv_graph("c")
         plan = await dev.build(g)
-        xa, xb = (rng.uniform(-1, 1, x.dims).astype(np.float32) for _ in range(2))
-        wa = rng.uniform(-1, 1, w.dims).astype(np.float32)
-        ya, yb = (np.full(y.dims, np.nan, np.float32) for _ in range(2))
+        xa, xb, wa, ya, yb = _two_packs(rng, x, w, y)
         async with dev.capture() as step:
             plan.submit({x: xa, w: wa, y: ya})
         async with step.recapture():
@@ -199,9 +206,7 @@ async def test_a_recapture_block_that_raises_keeps_the_earlier_recording(anyio_b
     async with hd.Device("cpu") as dev:
         g, x, w, y = conv_graph("c")
         plan = await dev.build(g)
-        xa, xb = (rng.uniform(-1, 1, x.dims).astype(np.float32) for _ in range(2))
-        wa = rng.uniform(-1, 1, w.dims).astype(np.float32)
-        ya, yb = (np.full(y.dims, np.nan, np.float32) for _ in range(2))
+        xa, xb, wa, ya, yb = _two_packs(rng, x, w, y)
         async with dev.capture() as step:
             plan.submit({x: xa, w: wa, y: ya})
         label = str(step)
