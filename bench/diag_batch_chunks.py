@@ -1,96 +1,108 @@
-"""Would running a convolution batch in chunks help? One NCHW 3x3 convolution forward
-(ResNet-50's res2 / res3 / res4 3x3) at batch N, as one plan at batch N and as N/k calls
-of a plan built at batch N/k on slices of the same arrays (k = 1, 2, 4, 8), timed
-interleaved with PyTorch's ``F.conv2d`` in one process: best and median of ``--rounds``.
+"""How many chunks should a blocked NCHW convolution run its batch in? Each NCHW case of
+``bench_cpu.py`` whose plan takes oneDNN's blocked layout (x reordered into it, the
+kernel, y reordered out: PyTorch's NCHW path), built at 1, 2, 4 and 8 chunks
+(``_avx512.CHUNKS_OVERRIDE``; ``Conv._chunked``: the weights reordered once, then per
+chunk the activations' reorders and the kernel, on copies one chunk large) and timed
+interleaved with PyTorch's call in one warmed process, as ``bench_cpu.py`` times: best
+and median of ``--rounds`` rounds, each side once a round. Every chunking's output is
+compared with the unchunked one (the same kernel per image: equal bits expected).
 
-The question (oneDNN issue, "every case <= 1.0x"): our NCHW path is PyTorch's, three
-reorders around the blocked ``jit`` kernel; with a chunk's reordered copy in L2 instead
-of memory, the reorders might cost less. Ratios are ours / torch of the same round; they
-compare the chunkings with each other. Against PyTorch they are not ``bench_cpu.py``'s: in
-a fresh process like this one PyTorch's outputs and blocked copies are fresh ``mmap``s,
-about 2,300 page faults per call at res3 batch 8 (its time 8.2 ms with
-``MALLOC_MMAP_THRESHOLD_`` and ``MALLOC_TRIM_THRESHOLD_`` set to 1e9, 10.5-11.1 ms
-without), which bench_cpu's warmed process does not pay.
+The measurements behind ``_avx512.batch_chunks``: the ratio column is ours / PyTorch's
+best time; the chunkings compare with one another in the same rounds.
 
-    python bench/diag_batch_chunks.py [--batch 8] [--shape res3] [--dtype float32]
-                                      [--rounds 15]
+    python bench/diag_batch_chunks.py [--batch 8] [--shapes "res2 3x3,res3 3x3"]
+        [--patterns fprop,dgrad,conv_bias_relu] [--dtypes float32,bfloat16]
+        [--chunks 1,2,4,8] [--rounds 15]
 """
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 import numpy as np
 
-SHAPES = {"res2": (64, 56), "res3": (128, 28), "res4": (256, 14)}
+import bench_cpu
+from _bench_common import RESNET50_CONVS, NoGc
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--shape", choices=sorted(SHAPES), default="res3")
-    p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    p.add_argument("--shapes", default=",".join(bench_cpu.CONV_SHAPES))
+    p.add_argument("--patterns", default="fprop,dgrad,conv_bias_relu")
+    p.add_argument("--dtypes", default="float32,bfloat16")
+    p.add_argument("--chunks", default="1,2,4,8")
     p.add_argument("--rounds", type=int, default=15)
     a = p.parse_args(argv)
-    import ml_dtypes
     import torch
-    import torch.nn.functional as F
 
     import hipdnn_async as hd
-    n, (c, hw) = a.batch, SHAPES[a.shape]
-    bf16 = a.dtype == "bfloat16"
-    tdt = torch.bfloat16 if bf16 else torch.float32
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(n, c, hw, hw, generator=gen).to(tdt)
-    w = (torch.randn(c, c, 3, 3, generator=gen) * 0.05).to(tdt)
-    y = torch.empty(n, c, hw, hw, dtype=tdt)
+    from hipdnn_async.providers.cpu.onednn import _avx512
+    from hipdnn_async.providers.cpu.onednn._conv import CHUNKED
+    specs = {s[0]: s for s in RESNET50_CONVS}
+    counts = [int(k) for k in a.chunks.split(",")]
+    torch.set_num_threads(bench_cpu.our_threads())
+    # a device per count: a device's plan cache would give the second count the first's plan
+    devs = {k: hd.Device("cpu") for k in counts}
+    try:
+        bench_cpu.warm_process(hd, torch, devs[counts[0]], None)
+        for shape in a.shapes.split(","):
+            for dtype in a.dtypes.split(","):
+                for pattern in a.patterns.split(","):
+                    cases = {}
+                    for k in counts:
+                        _avx512.CHUNKS_OVERRIDE = k
+                        try:
+                            case = bench_cpu.conv_case(hd, torch, devs[k], None, a.batch,
+                                                       specs[shape], pattern, dtype, "NCHW")
+                        finally:
+                            _avx512.CHUNKS_OVERRIDE = None
+                        if "+blocked" not in case.plan.algorithm:
+                            break
+                        if k > 1 and CHUNKED not in case.plan.algorithm:
+                            continue        # the count does not divide the batch
+                        cases[k] = case
+                    if not cases:
+                        print(f"{shape} {pattern} {dtype}: not on the blocked layout")
+                        continue
+                    _one(torch, shape, pattern, dtype, cases, a.rounds)
+    finally:
+        for dev in devs.values():
+            dev.close()
+    return 0
 
-    def host(t):     # the tensor's memory as a NumPy array (bfloat16 through int16)
-        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16) if bf16 else t.numpy()
 
-    xn, wn, yn = host(x), host(w), host(y)
-    dt = hd.DataType.BFLOAT16 if bf16 else hd.DataType.FLOAT
-    with hd.Device("cpu") as dev:
-        plans = {}
-        for k in (1, 2, 4, 8):
-            if n % k:
-                continue
-            g = hd.Graph(io_data_type=dt, intermediate_data_type=hd.DataType.FLOAT,
-                         compute_data_type=hd.DataType.FLOAT)
-            gx = g.tensor(dims=(n // k, c, hw, hw), name="x")
-            gw = g.tensor(dims=(c, c, 3, 3), name="w")
-            g.conv_fprop(gx, gw, padding=1).set_output(True).set_name("y")
-            plans[k] = dev.build_sync(g)
-
-        def ours(k):
-            plan, m = plans[k], n // k
-            for i in range(k):
-                plan.execute_sync({"x": xn[i * m:(i + 1) * m], "w": wn,
-                                   "y": yn[i * m:(i + 1) * m]})
-        runs = {f"ours, {k} chunk(s)": (lambda k=k: ours(k)) for k in plans}
-        runs["torch F.conv2d"] = lambda: F.conv2d(x, w, padding=1)
-        for fn in runs.values():
-            for _ in range(3):
-                fn()
-        times = {name: [] for name in runs}
-        for _ in range(a.rounds):
+def _one(torch, shape, pattern, dtype, cases, rounds):
+    runs = {f"{k} chunk(s)": c.ours for k, c in cases.items()}
+    first = next(iter(cases.values()))
+    runs["torch"] = first.theirs
+    for fn in runs.values():
+        for _ in range(3):
+            fn()
+    times = {name: [] for name in runs}
+    with NoGc():
+        for _ in range(rounds):
             for name, fn in runs.items():
                 t0 = time.perf_counter()
                 fn()
                 times[name].append((time.perf_counter() - t0) * 1e3)
-        ours(1)
-        ref = y.float().clone()
-        for k in plans:      # every chunking computes the same values
-            y.zero_()
-            ours(k)
-            assert torch.allclose(y.float(), ref, rtol=1e-2, atol=1e-2), k
-        print(f"diag_batch_chunks: {a.shape} 3x3 {c}>{c} @{hw} {a.dtype} NCHW batch {n}; "
-              f"plans {sorted({pl.algorithm for pl in plans.values()})}; {a.rounds} rounds")
-        tb, tm = min(times["torch F.conv2d"]), float(np.median(times["torch F.conv2d"]))
-        for name, v in times.items():
-            print(f"  {name:22s} best {min(v):8.3f} ms  median {np.median(v):8.3f} ms  "
-                  f"ratio {min(v) / tb:.3f}  median ratio {np.median(v) / tm:.3f}")
-    return 0
+    ref = None
+    diffs = []
+    for k, c in cases.items():
+        c.out[...] = 0
+        c.ours()
+        out = np.asarray(c.out, np.float64)
+        ref = out if ref is None else ref
+        diffs.append(f"{k}:{np.max(np.abs(out - ref)):.1e}")
+    tb, tm = min(times["torch"]), float(np.median(times["torch"]))
+    algos = sorted({c.plan.algorithm for c in cases.values()})
+    print(f"{shape} {pattern} {dtype} NCHW; {algos}; max |diff| from 1 chunk "
+          f"{' '.join(diffs)}")
+    for name, v in times.items():
+        print(f"  {name:12s} best {min(v):8.3f} ms  median {np.median(v):8.3f} ms  "
+              f"ratio {min(v) / tb:.3f}  median ratio {np.median(v) / tm:.3f}")
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":

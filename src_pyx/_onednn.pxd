@@ -52,11 +52,17 @@ cdef class Program:
     cdef int* step_nargs
     cdef ExecArg** step_args
     cdef unsigned char* step_on       # 0: skipped (e.g. a reorder of frozen constants)
+    # steps [rep_first, rep_last) run rep_count times, user-array memory i advanced by
+    # rep_step[i] bytes each time (a batch in chunks); rep_count 1: every step once
+    cdef int rep_first, rep_last, rep_count
+    cdef Py_ssize_t* rep_step
+    cdef int _handle_status           # a failed dnnl_memory_set_data_handle's, in _steps
     cdef readonly Py_ssize_t n_arrays
     cdef readonly Py_ssize_t workspace_size
     cdef list _keep                   # primitives, descriptors and owned buffers kept alive
 
     cdef int c_run(self, tuple arrays, char* workspace) except -1
+    cdef int _steps(self, void** ptrs, int first, int last, int r) noexcept nogil
 
 
 # a share of host work, fn(data, i, n), run on each thread i of n of oneDNN's team (the

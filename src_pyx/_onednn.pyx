@@ -231,6 +231,7 @@ cdef int _C_ENGINE_CPU = ENGINE_CPU
 cdef enum:
     _C_MAX_NDIMS = 12
     _C_MAX_MEMS = 48           # our bound on the memories of one program
+    _C_SET_HANDLE_FAILED = -1000   # Program._steps: not a dnnl_status_t (those are >= 0)
 if _C_MAX_NDIMS != MAX_NDIMS:
     raise ImportError("_onednn: the C bound on dims disagrees with MAX_NDIMS (a build bug)")
 
@@ -845,15 +846,27 @@ cdef class Program:
         Length of the arrays tuple a run takes.
     workspace_size : int
         Bytes of workspace a run needs (0: none).
+    repeat : (first, last, count, byte_steps), optional
+        Steps ``first`` to ``last - 1`` run ``count`` times, on consecutive slices of the
+        user arrays: before time ``r`` (from 0) the handle of each ``MEM_ARRAY`` memory
+        ``i`` is its array's data pointer plus ``r * byte_steps[i]`` (a memory of one
+        chunk of the batch, ``byte_steps[i]`` the chunk's bytes along N). The caller
+        keeps every slice inside its array. Memories advanced (a nonzero step) are named
+        only by repeated steps; the others (weights, workspace copies) are shared by all
+        ``count`` runs. Default: every step once.
     """
 
-    def __init__(self, mems, steps, n_arrays, workspace_size=0):
+    def __init__(self, mems, steps, n_arrays, workspace_size=0, repeat=None):
         _need()
         try:
             mems = [(_checked(md, MemoryDesc, "Program"), kind, ref) for md, kind, ref in mems]
             steps = [(_checked(prim, Primitive, "Program"), [(int(a), int(m)) for a, m in args])
                      for prim, args in steps]
             n_arrays, workspace_size = int(n_arrays), int(workspace_size)
+            first, last, count, byte_steps = (
+                (0, 0, 1, [0] * len(mems)) if repeat is None else repeat)
+            first, last, count = int(first), int(last), int(count)
+            byte_steps = [int(b) for b in byte_steps]
         except TypeError as exc:
             raise ValueError(f"_onednn.Program: {exc}") from None
         cdef int i, j
@@ -873,10 +886,23 @@ cdef class Program:
         self.step_nargs = <int*>calloc(max(1, self.n_steps), sizeof(int))
         self.step_args = <ExecArg**>calloc(max(1, self.n_steps), sizeof(ExecArg*))
         self.step_on = <unsigned char*>calloc(max(1, self.n_steps), 1)
+        self.rep_step = <Py_ssize_t*>calloc(max(1, self.n_mems), sizeof(Py_ssize_t))
         if (self.mems == NULL or self.mem_last == NULL or self.mem_kind == NULL
                 or self.mem_ref == NULL or self.step_prim == NULL or self.step_nargs == NULL
-                or self.step_args == NULL or self.step_on == NULL):
+                or self.step_args == NULL or self.step_on == NULL or self.rep_step == NULL):
             raise MemoryError()
+        if len(byte_steps) != self.n_mems:
+            raise ValueError(f"_onednn.Program: {len(byte_steps)} byte steps for "
+                             f"{self.n_mems} memories")
+        if not (count >= 1 and 0 <= first <= last <= self.n_steps):
+            raise ValueError(f"_onednn.Program: repeat of steps [{first}, {last}) x {count} "
+                             f"out of {self.n_steps} steps")
+        self.rep_first, self.rep_last, self.rep_count = first, last, count
+        for i, b in enumerate(byte_steps):
+            if b and mems[i][1] != MEM_ARRAY:
+                raise ValueError(f"_onednn.Program: memory {i} advances {b} bytes a repeat "
+                                 "but is not a user array")
+            self.rep_step[i] = b
         for i, (md, kind, ref) in enumerate(mems):
             handle = NULL
             if kind == MEM_ARRAY:
@@ -910,6 +936,9 @@ cdef class Program:
             for j, (arg, m) in enumerate(args):
                 if not 0 <= m < self.n_mems:
                     raise ValueError(f"_onednn.Program: step {i} names memory {m} of {self.n_mems}")
+                if self.rep_step[m] and not first <= i < last:
+                    raise ValueError(f"_onednn.Program: step {i} names memory {m}, advanced "
+                                     f"in the repeated steps [{first}, {last}) only")
                 self.step_args[i][j].arg = arg
                 self.step_args[i][j].memory = self.mems[m]
         _T._check(_T.f.stream_create(&self.stream, _T.engine, STREAM_DEFAULT_FLAGS),
@@ -943,7 +972,7 @@ cdef class Program:
 
     cdef int c_run(self, tuple arrays, char* workspace) except -1:
         cdef void* ptrs[_C_MAX_MEMS]
-        cdef int i, st = 0, kind
+        cdef int i, r, st = 0, kind
         cdef const char* call = b"dnnl_primitive_execute"
         cdef object a
         global _ran
@@ -982,12 +1011,17 @@ cdef class Program:
                         break
                     self.mem_last[i] = ptrs[i]
             if st == 0:
-                for i in range(self.n_steps):
-                    if self.step_on[i]:
-                        st = _T.f.primitive_execute(self.step_prim[i], self.stream,
-                                                    self.step_nargs[i], self.step_args[i])
-                        if st != 0:
-                            break
+                st = self._steps(ptrs, 0, self.rep_first, 0)
+                for r in range(self.rep_count):
+                    if st != 0:
+                        break
+                    st = self._steps(ptrs, self.rep_first, self.rep_last, r)
+                if st == 0:
+                    st = self._steps(ptrs, self.rep_last, self.n_steps, 0)
+                if st != 0 and st != _C_SET_HANDLE_FAILED:
+                    call = b"dnnl_primitive_execute"
+                elif st != 0:
+                    st, call = self._handle_status, b"dnnl_memory_set_data_handle"
                 if st == 0:
                     st = _T.f.stream_wait(self.stream)
                     call = b"dnnl_stream_wait"
@@ -995,6 +1029,31 @@ cdef class Program:
             pthread_sigmask(SIG_SETMASK, &saved, NULL)
         if st != 0:
             _T._check(st, call)
+        return 0
+
+    cdef int _steps(self, void** ptrs, int first, int last, int r) noexcept nogil:
+        """Execute steps [first, last) (those switched on), the advanced memories at slice
+        ``r`` (``repeat``); 0, a failed execution's status, or _C_SET_HANDLE_FAILED (the
+        status in ``_handle_status``). Called under the gate."""
+        cdef int i, st
+        cdef void* p
+        if first >= last:
+            return 0
+        if r:
+            for i in range(self.n_mems):
+                if self.rep_step[i]:
+                    p = <char*>ptrs[i] + r * self.rep_step[i]
+                    st = _T.f.memory_set_data_handle(self.mems[i], p)
+                    if st != 0:
+                        self._handle_status = st
+                        return _C_SET_HANDLE_FAILED
+                    self.mem_last[i] = p
+        for i in range(first, last):
+            if self.step_on[i]:
+                st = _T.f.primitive_execute(self.step_prim[i], self.stream,
+                                            self.step_nargs[i], self.step_args[i])
+                if st != 0:
+                    return st
         return 0
 
     def close(self):
@@ -1013,6 +1072,8 @@ cdef class Program:
                 free(self.step_args[i])
         free(self.mems); free(self.mem_last); free(self.mem_kind); free(self.mem_ref)
         free(self.step_prim); free(self.step_nargs); free(self.step_args); free(self.step_on)
+        free(self.rep_step)
+        self.rep_step = NULL
         self.mems = self.mem_last = NULL
         self.mem_kind = NULL
         self.mem_ref = NULL

@@ -170,7 +170,8 @@ class Program:
     workspace_size: int
     def __init__(self, mems: Sequence[tuple[MemoryDesc, int, Any]],
                  steps: Sequence[tuple[Primitive, Sequence[tuple[int, int]]]], n_arrays: int,
-                 workspace_size: int = ...) -> None:
+                 workspace_size: int = ...,
+                 repeat: tuple[int, int, int, Sequence[int]] | None = ...) -> None:
         """init."""
     def set_step(self, index: int, on: bool) -> None:
         """set step."""

@@ -73,3 +73,53 @@ def test_a_reorder_program_is_a_transpose(dnnl):
     with pytest.raises(TypeError):
         prog.run((src, [1, 2]), None)
     prog.close()
+
+
+def test_a_repeated_step_runs_on_consecutive_slices_of_the_batch(dnnl):
+    # a reorder made for 1 image of 4, repeated 4 times, each time 1 image further into
+    # both arrays: the whole batch transposed, and a step outside the repeat (a second
+    # transposition of another pair) runs once
+    one, four = (1, 3, 4, 5), (4, 3, 4, 5)
+    nchw = dnnl.MemoryDesc(one, dnnl.DATA_F32, strides=(60, 20, 5, 1))
+    nhwc = dnnl.MemoryDesc(one, dnnl.DATA_F32, strides=(60, 1, 15, 3))
+    pd = dnnl.reorder(nchw, nhwc)
+    assert pd.scratchpad_size == 0
+    prim = dnnl.Primitive(pd)
+    mems = [(nchw, dnnl.MEM_ARRAY, 0), (nhwc, dnnl.MEM_ARRAY, 1),
+            (nchw, dnnl.MEM_ARRAY, 2), (nhwc, dnnl.MEM_ARRAY, 3)]
+    steps = [(prim, [(dnnl.ARG_SRC, 2), (dnnl.ARG_DST, 3)]),
+             (prim, [(dnnl.ARG_SRC, 0), (dnnl.ARG_DST, 1)])]
+    prog = dnnl.Program(mems, steps, 4, 0, repeat=(1, 2, 4, [240, 240, 0, 0]))
+    rng = np.random.default_rng(0)
+    for _ in range(2):                      # the handles go back to slice 0 on a new run
+        src = rng.standard_normal(four).astype(np.float32)
+        other = rng.standard_normal(one).astype(np.float32)
+        dst = np.full((4, 4, 5, 3), np.nan, np.float32)
+        other_dst = np.full((1, 4, 5, 3), np.nan, np.float32)
+        prog.run((src, dst, other, other_dst), None)
+        assert np.array_equal(dst, src.transpose(0, 2, 3, 1))
+        assert np.array_equal(other_dst, other.transpose(0, 2, 3, 1))
+    prog.close()
+
+
+@pytest.mark.parametrize("repeat, message", [
+    ((0, 1, 2, [240, 0]), "not a user array"),
+    ((0, 0, 2, [240, 0, 0]), "advanced in the repeated steps"),
+    ((0, 2, 2, [0, 0, 0]), "out of 1 steps"),
+    ((0, 1, 0, [0, 0, 0]), "out of 1 steps"),
+    ((0, 1, 2, [0]), "byte steps for 3 memories"),
+])
+def test_a_repeat_that_could_misuse_a_memory_is_refused(dnnl, repeat, message):
+    one = (1, 3, 4, 5)
+    nchw = dnnl.MemoryDesc(one, dnnl.DATA_F32, strides=(60, 20, 5, 1))
+    nhwc = dnnl.MemoryDesc(one, dnnl.DATA_F32, strides=(60, 1, 15, 3))
+    prim = dnnl.Primitive(dnnl.reorder(nchw, nhwc))
+    first, last, count, steps = repeat
+    if len(steps) == 2:             # memory 1 a workspace piece, advanced: refused
+        mems = [(nchw, dnnl.MEM_ARRAY, 0), (nhwc, dnnl.MEM_WORKSPACE, 0)]
+        steps = [0, 240]
+    else:
+        mems = [(nchw, dnnl.MEM_ARRAY, 0), (nhwc, dnnl.MEM_ARRAY, 1), (nhwc, dnnl.MEM_ARRAY, 1)]
+    with pytest.raises(ValueError, match=message):
+        dnnl.Program(mems, [(prim, [(dnnl.ARG_SRC, 0), (dnnl.ARG_DST, 1)])], 2, 240,
+                     repeat=(first, last, count, steps))

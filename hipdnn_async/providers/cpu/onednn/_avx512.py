@@ -27,7 +27,7 @@ import math
 from ._preference import Preference, isa, pixels
 from ._program import compute_type, dnnl, widened
 
-__all__ = ["avx512_without_amx", "preference"]
+__all__ = ["avx512_without_amx", "preference", "batch_chunks"]
 
 
 def avx512_without_amx() -> bool:
@@ -173,3 +173,57 @@ def _plain_float32_image_fprop(conv) -> Preference | None:
         "float32 NCHW fprop from at most 4 channels on AVX-512 (0.86-1.0x its time, conv + "
         "bias + ReLU 0.87-1.0x: 3x3/2, 3x3, 5x5 and 7x7/2 first layers over 32x32 to "
         "299x299 images, ResNet-50's stem included, batch 8 and 32)"))
+
+
+# measuring (bench/diag_batch_chunks.py): the chunk count every +blocked forward and data
+# gradient takes, where it divides the batch; None: the rule below
+CHUNKS_OVERRIDE = None
+
+# bytes of one chunk's blocked copies of x and y (dx and dy) that ``batch_chunks`` aims
+# at: about the L2 caches of the two cores measured on (1 MiB each)
+CHUNK_BYTES = 2 << 20
+
+
+def batch_chunks(conv, pd) -> int:
+    """The number of chunks ``Conv._chunked`` runs the batch of the ``+blocked``
+    implementation ``pd`` (at the whole batch) in: 1 (the whole batch at once) off an
+    AVX-512 CPU without AMX, and for what was not measured (``_measured``'s forward and
+    data-gradient problems); else the most chunks of at least ``least`` images whose
+    blocked copies (x and y, ``Conv._chosen``) take at most ``CHUNK_BYTES``, or of
+    ``least`` images where one image's copies take more (always a count that divides
+    the batch):
+
+    - float32 (``jit:avx512_core``, and the stem's ``jit:avx2``; ``least`` 2):
+      ResNet-50's NCHW 3x3 fprop, dgrad and conv + bias + ReLU took 0.93-0.99x the whole
+      batch's time at batch 8 and 32 (res4's at batch 32 0.98-1.0x), its 7x7/2 stem
+      0.92-0.93x at batch 8 and 0.83-0.84x at 32;
+    - bfloat16 1x1 (``jit_bf16_1x1``, ResNet-50's strided downsampling ones; ``least``
+      2): 0.87-0.88x at batch 8, 0.75-0.77x at 32 (1 image a chunk: 1.02x at batch 8);
+    - bfloat16 larger kernels (``jit_bf16``): only where one image's copies take at most
+      ``CHUNK_BYTES / 4`` (``least`` 4): res3's 3x3 0.97-0.99x at batch 8 and 32, res4's
+      0.98-1.02x at batch 32 (at batch 8 its whole batch is one chunk); res2's, at
+      0.8 MB an image, took 1.01-1.02x in chunks of 4 images at batch 8 and 1.0-1.02x at
+      batch 32, so it runs whole.
+
+    Measured on the 2-core AMD EPYC above, two threads, interleaved with PyTorch's
+    call (bench/diag_batch_chunks.py; best of 11 rounds at batch 8 and 7 at batch 32;
+    every chunking gave the unchunked output's bits)."""
+    if CHUNKS_OVERRIDE is not None:
+        return CHUNKS_OVERRIDE
+    if not (avx512_without_amx() and _measured(conv, conv.direction)
+            and conv.direction != "wgrad"):
+        return 1
+    name = pd.impl_name
+    n = conv.match.tensors[conv.roles.x].dims[0]
+    image = sum(md.size for md in conv._chosen(pd)) / n     # bytes of one image's copies
+    if compute_type(conv.match.tensors[conv.roles.x]) == dnnl.DATA_F32:
+        least = 2
+    elif name.startswith("jit_bf16_1x1:"):
+        least = 2
+    elif name.startswith("jit_bf16:") and image <= CHUNK_BYTES / 4:
+        least = 4
+    else:
+        return 1
+    most = max(least, int(CHUNK_BYTES // image))
+    size = max((m for m in range(least, min(most, n) + 1) if n % m == 0), default=n)
+    return n // size

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from functools import partial
+from typing import NamedTuple
 
 from ...._errors import NotSupportedError
 from ...._types import ConvolutionMode, DataType
@@ -14,15 +15,16 @@ from ... import _tuning
 from .. import _batchnorm, _kernels
 from ...._layout import packed_strides
 from ._avx2 import avx2_only, channels_last_blocked, preference as avx2_preference
-from ._avx512 import preference as avx512_preference
+from ._avx512 import batch_chunks, preference as avx512_preference
 from ._program import (ProgramSpec, any_md, channel_like, channels_last_md, compute_type,
                        decline, dnnl, dnnl_type, is_native, memory_order, packed_md, staged,
                        user_md, widened)
 
-__all__ = ["Conv", "clip_hooks", "conv_hooks", "clips_are_relu", "relu_post_ops",
-           "relu_post_ops_exact", "BLOCKED", "GUARDED", "RELU", "SMALL_MACS", "SMALL_Y"]
+__all__ = ["Conv", "Chunks", "clip_hooks", "conv_hooks", "clips_are_relu", "relu_post_ops",
+           "relu_post_ops_exact", "BLOCKED", "CHUNKED", "GUARDED", "RELU", "SMALL_MACS", "SMALL_Y"]
 
 BLOCKED = "+blocked"         # the variant whose activations are in oneDNN's chosen layout
+CHUNKED = "+batch/"          # then "<count>": a +blocked variant run in chunks (``Chunks``)
 AMX = "_amx"                 # in the ISA of oneDNN's AMX implementations (avx512_core_amx)
 GUARDED = "+guarded"         # exact only on finite x: a fallback recomputes y otherwise
 RELU = "+relu"               # an implementation computing RELU_FWD as its post-ops
@@ -30,6 +32,21 @@ RELU = "+relu"               # an implementation computing RELU_FWD as its post-
 # pass after the primitive, except on oneDNN's GEMM convolution (``_post_ops_first``)
 SMALL_Y = 1 << 16
 SMALL_MACS = 1 << 22
+
+
+class Chunks(NamedTuple):
+    """A ``+blocked`` implementation run on the batch in ``count`` chunks (``CHUNKED``): the
+    activations' blocked copies, reordered in and out around the primitive per chunk, are
+    one chunk's, small enough to stay in the core's cache between the reorders and the
+    kernel; the weights are reordered once (``_avx512.batch_chunks`` has the measurements)."""
+
+    count: int
+    pd: object           # the implementation at N / count images
+    x_md: object         # the blocked x (dx) and y (dy) descriptors it chose
+    y_md: object
+    x_user: object       # the user's x and y seen one chunk at a time (dims N / count)
+    y_user: object
+    byte_steps: tuple    # bytes from one chunk of the user's x, and of y, to the next
 
 
 class Conv:
@@ -224,6 +241,10 @@ class Conv:
                         variant = None      # a plain odd-channel side: the NaN above
                 if (variant is not None or not blocked) and not self._left_out(name, suffix):
                     name += suffix
+                    chunks = self._chunked(pd) if blocked and variant is not None else None
+                    if chunks is not None:
+                        variant += (chunks,)
+                        name += f"{CHUNKED}{chunks.count}"
                     if self._guarded(name):
                         name += GUARDED
                     # with oneDNN's primitive cache on (the library turns it off at
@@ -242,6 +263,35 @@ class Conv:
                 if not pd.next_impl():
                     break
         return out
+
+    def _chunked(self, pd) -> Chunks | None:
+        """``pd`` (a ``+blocked`` forward or data-gradient implementation) run on the batch
+        in ``_avx512.batch_chunks`` chunks, or None: one chunk, a 16-bit type oneDNN
+        computes in float32 copies (``widened``), the AMX jit kernel (``_guarded``), or no
+        implementation of that name reading the same weights layout at N / count."""
+        count = batch_chunks(self, pd)
+        t = self.match.tensors
+        x, y = t[self.roles.x], t[self.roles.y]
+        if (count <= 1 or self.direction == "wgrad" or x.dims[0] % count or widened(x)
+                or widened(y) or self._guarded(pd.impl_name)):
+            return None
+        dims = lambda tensor: (tensor.dims[0] // count,) + tuple(tensor.dims[1:])
+        anys = [dnnl.MemoryDesc(dims(a), compute_type(a), tag=dnnl.FORMAT_TAG_ANY)
+                for a in (x, y)]
+        try:
+            chunk = self._first(*anys)
+        except NotSupportedError:
+            return None
+        w_md = pd.md(dnnl.QUERY_WEIGHTS_MD)
+        while not (chunk.impl_name == pd.impl_name
+                   and chunk.md(dnnl.QUERY_WEIGHTS_MD).equals(w_md)):
+            if not chunk.next_impl():
+                return None
+        users = [dnnl.MemoryDesc(dims(a), dnnl_type(a), strides=tuple(a.strides))
+                 for a in (x, y)]
+        steps = tuple(a.dims[0] // count * a.strides[0] * (2 if a.data_type != DataType.FLOAT
+                                                            else 4) for a in (x, y))
+        return Chunks(count, chunk.clone(), *self._chosen(chunk), *users, steps)
 
     def _left_out(self, name: str, suffix: str) -> bool:
         """Whether oneDNN's implementation ``name``, on the layout variant ``suffix``, is not
@@ -601,17 +651,40 @@ class Conv:
         roles = [self.roles.x, self.roles.w, self.roles.y] + ([self.bias_role] if self.bias_role else [])
         spec = ProgramSpec(roles, dry=dry)
         t = self.match.tensors
-        x = x_user = spec.array(self.roles.x, self.x_md)
-        y = y_user = spec.array(self.roles.y, self.y_md)
+        chunks = variant[2] if variant is not None and len(variant) > 2 else None
+        if chunks is not None:
+            # the primitive and the activations' copies are one chunk's; the user's x and
+            # y are seen one chunk at a time, advanced by the program (``Chunks``)
+            pd, variant = chunks.pd, (chunks.x_md, chunks.y_md)
+        x = x_user = spec.array(self.roles.x, chunks.x_user if chunks else self.x_md)
+        y = y_user = spec.array(self.roles.y, chunks.y_user if chunks else self.y_md)
         w_user = spec.array(self.roles.w, self.w_user)
         # where the user's memory is ``widened``, the primitive's side of each array is a
         # float32 copy packed in the user's order, converted in and out around the
         # program (``ProgramSpec.converted``); reorders run float32 to float32 only
         # per tensor: each may have its own data type (a FLOAT w with HALF x and y)
         hx, hy, hw = (widened(t[r]) for r in (self.roles.x, self.roles.y, self.roles.w))
-        x_src_md = packed_md(t[self.roles.x], dnnl.DATA_F32) if hx else self.x_md
-        y_src_md = packed_md(t[self.roles.y], dnnl.DATA_F32) if hy else self.y_md
+        x_src_md = packed_md(t[self.roles.x], dnnl.DATA_F32) if hx else spec.mems[x_user][0]
+        y_src_md = packed_md(t[self.roles.y], dnnl.DATA_F32) if hy else spec.mems[y_user][0]
         w_src_md = self._w_f32() if hw else self.w_user
+        w_query = dnnl.QUERY_DIFF_WEIGHTS_MD if self.direction == "wgrad" else dnnl.QUERY_WEIGHTS_MD
+        w_md = pd.md(w_query)
+        plain = w_md.equals(w_src_md)
+        if self.direction != "wgrad":
+            # the weights first: a batch in chunks reorders them once, before its repeat
+            if frozen_w is not None:
+                spec.mems.append((w_md, dnnl.MEM_OWNED, frozen_w))
+                w = len(spec.mems) - 1
+            else:
+                w_src = (spec.converted(self.roles.w, t[self.roles.w], w_src_md)
+                         if hw else w_user)
+                if plain:
+                    w = w_src
+                else:
+                    w = spec.scratch(w_md, "w")
+                    spec.step(dnnl.reorder(w_src_md, w_md), [(dnnl.ARG_SRC, w_src),
+                                                             (dnnl.ARG_DST, w)])
+        first = len(spec.steps)
         outputs = []
         if variant is not None:
             x_md, y_md = variant
@@ -635,9 +708,6 @@ class Conv:
                 outputs.append((y_md, y_src_md, y, y_src))
             elif out_x and x != x_src:
                 outputs.append((x_md, x_src_md, x, x_src))
-        w_query = dnnl.QUERY_DIFF_WEIGHTS_MD if self.direction == "wgrad" else dnnl.QUERY_WEIGHTS_MD
-        w_md = pd.md(w_query)
-        plain = w_md.equals(w_src_md)
         if self.direction == "wgrad":
             w_src = (spec.converted(self.roles.w, t[self.roles.w], w_src_md, output=True)
                      if hw else w_user)
@@ -647,18 +717,6 @@ class Conv:
                 spec.step(dnnl.reorder(w_md, w_src_md), [(dnnl.ARG_SRC, w),
                                                          (dnnl.ARG_DST, w_src)])
         else:
-            if frozen_w is not None:
-                spec.mems.append((w_md, dnnl.MEM_OWNED, frozen_w))
-                w = len(spec.mems) - 1
-            else:
-                w_src = (spec.converted(self.roles.w, t[self.roles.w], w_src_md)
-                         if hw else w_user)
-                if plain:
-                    w = w_src
-                else:
-                    w = spec.scratch(w_md, "w")
-                    spec.step(dnnl.reorder(w_src_md, w_md), [(dnnl.ARG_SRC, w_src),
-                                                             (dnnl.ARG_DST, w)])
             if self.direction == "fprop":
                 args = [(dnnl.ARG_SRC, x), (dnnl.ARG_WEIGHTS, w), (dnnl.ARG_DST, y)]
                 if self.bias_role:
@@ -678,7 +736,11 @@ class Conv:
             spec.step(dnnl.reorder(src_md, dst_md), [(dnnl.ARG_SRC, src), (dnnl.ARG_DST, dst)])
         if dry:
             return spec.ws.size
-        return spec.program(), spec
+        if chunks is None:
+            return spec.program(), spec
+        byte_steps = [0] * len(spec.mems)
+        byte_steps[x_user], byte_steps[y_user] = chunks.byte_steps
+        return spec.program(repeat=(first, len(spec.steps), chunks.count, byte_steps)), spec
 
     def _w_f32(self):
         """The float32 copy of widened weights: packed in the user's memory order, seen with

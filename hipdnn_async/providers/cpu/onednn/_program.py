@@ -288,9 +288,9 @@ class ProgramSpec:
         md, _, off = self.mems[self.index[name]]
         return off, md.size
 
-    def program(self, steps=None):
+    def program(self, steps=None, repeat=None):
         return dnnl.Program(self.mems, self.steps if steps is None else steps,
-                            len(self.roles), self.ws.size)
+                            len(self.roles), self.ws.size, repeat)
 
 
 def channels_last_md(tensor, data_type=None):
