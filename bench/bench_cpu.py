@@ -875,7 +875,7 @@ def run(args):
                 printed.append([row["family"], row["shape"], row["pattern"], dtype, layout,
                                 f(row["ours_ms"]), f(row["torch_ms"]), f(row["ratio"]),
                                 f(row["median_ratio"]), row["rate_text"], f(row["pct"], 1),
-                                f"{err:.1e}", row["algorithm"][:40], row["calls"],
+                                f"{err:.1e}", row["algorithm"][:48], row["calls"],
                                 faults_text(row["faults"], row["torch_faults"])])
                 print("  " + "  ".join(str(c) for c in printed[-1]), flush=True)
         # the anchors again at the end, the best of both kept: the figures are maxima the
