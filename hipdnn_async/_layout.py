@@ -22,7 +22,7 @@ __all__ = [
     "NUMPY_VIEW",
     "NUMPY_COPY",
     "TORCH_VIEW",
-    "torch_copy_hint",
+    "torch_copy_hint", "NUMPY_PLAIN", "TORCH_PLAIN",
 ]
 
 # Stride orders (outermost -> innermost) of the named layouts; hipDNN data SDK TensorLayout.
@@ -134,6 +134,8 @@ def _names(letters: str | None, order: tuple) -> str:
 # stride order) and a packed copy of logical data a ({order}: the stride order), in NumPy
 NUMPY_VIEW = "m.transpose{inv}"
 NUMPY_COPY = "np.ascontiguousarray(a.transpose{order}).transpose{inv}"
+NUMPY_PLAIN = "np.ascontiguousarray(a)"       # a packed copy in a plain (NCHW) layout
+TORCH_PLAIN = "a.contiguous()"
 # PyTorch's spelling (a CPU tensor that came in through __dlpack__, a CUDA tensor):
 # ``torch_copy_hint`` names channels_last where that is the order.
 TORCH_VIEW = "m.permute{inv}"
@@ -150,14 +152,16 @@ def torch_copy_hint(order: tuple) -> str:
 
 def wrong_strides_message(label: str, dims: tuple, want: tuple, got: tuple, *,
                           view_hint: str = NUMPY_VIEW, copy_hint: str = NUMPY_COPY,
-                          letters: str | None = None, output: bool = False) -> str:
+                          plain_hint: str = NUMPY_PLAIN, letters: str | None = None,
+                          output: bool = False) -> str:
     """The message for a buffer of the tensor's logical shape whose strides are wrong.
 
     Names the tensor's layout and the buffer's, then what to pass instead: for a packed
     named layout, a C-contiguous array m of the dims in memory order (e.g. (N, H, W, C)
     for NHWC) or its logical view (``view_hint``, ``{inv}`` the inverse permutation: e.g.
     ``m.transpose(0, 3, 1, 2)``), and for an input a packed copy of logical data a
-    (``copy_hint``, ``{order}`` the stride order too); otherwise the logical view with
+    (``copy_hint``, ``{order}`` the stride order too; ``plain_hint`` where the layout is
+    plain, NCHW: its packed copy); otherwise the logical view with
     the tensor's strides or a flat 1-D buffer covering them. An output is never offered a
     copy: the results would land in the copy, not in the caller's array.
     """
@@ -181,7 +185,7 @@ def wrong_strides_message(label: str, dims: tuple, want: tuple, got: tuple, *,
         return (f"{head}: pass an array m of shape {names}{physical} in C order, or its "
                 f"logical view {view_hint.format(inv=inverse)}{where}")
     if order == tuple(range(rank)):      # a plain layout: its logical view is m itself
-        return f"{head}: pass an array of shape {names}{physical} in C order (np.ascontiguousarray)"
+        return f"{head}: pass an array of shape {names}{physical} in C order ({plain_hint})"
     return (f"{head}: pass an array m of shape {names}{physical} in C order, or its logical "
             f"view {view_hint.format(inv=inverse)}; from data a in logical order: "
             f"{copy_hint.format(order=order, inv=inverse)}")

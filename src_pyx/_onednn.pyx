@@ -38,6 +38,7 @@ Errors: a status other than ``dnnl_success`` raises the type the status table
 build), ``OnednnError`` otherwise; ``.call`` is the C function, ``.status`` /
 ``.status_name`` the status.
 """
+import operator
 import os
 
 from cpython.ref cimport PyObject
@@ -232,6 +233,8 @@ cdef enum:
     _C_MAX_NDIMS = 12
     _C_MAX_MEMS = 48           # our bound on the memories of one program
     _C_SET_HANDLE_FAILED = -1000   # Program._steps: not a dnnl_status_t (those are >= 0)
+    _C_MAX_REPEAT = 1 << 20        # our bound on a Program's repeat count (a batch's images)
+_MAX_REPEAT_BYTES = 1 << 56        # our bound on a repeat's span (Py_ssize_t arithmetic)
 if _C_MAX_NDIMS != MAX_NDIMS:
     raise ImportError("_onednn: the C bound on dims disagrees with MAX_NDIMS (a build bug)")
 
@@ -850,10 +853,18 @@ cdef class Program:
         Steps ``first`` to ``last - 1`` run ``count`` times, on consecutive slices of the
         user arrays: before time ``r`` (from 0) the handle of each ``MEM_ARRAY`` memory
         ``i`` is its array's data pointer plus ``r * byte_steps[i]`` (a memory of one
-        chunk of the batch, ``byte_steps[i]`` the chunk's bytes along N). The caller
-        keeps every slice inside its array. Memories advanced (a nonzero step) are named
-        only by repeated steps; the others (weights, workspace copies) are shared by all
-        ``count`` runs. Default: every step once.
+        chunk of the batch, ``byte_steps[i]`` the chunk's bytes along N). Memories
+        advanced (a nonzero step) are named only by repeated steps; the others (weights,
+        workspace copies) are shared by all ``count`` runs. Default: every step once.
+        Arrays are not measured here, repeated or not: the caller (the binder, which
+        checks every buffer against its tensor) keeps every slice inside its array.
+
+    Raises
+    ------
+    ValueError
+        A memory, step or repeat argument out of range or not an integer (a count
+        outside 1 to 2**20, a negative byte step, a span past 2**56 bytes, a step of a
+        memory that is not a user array, an advanced memory named outside the repeat).
     """
 
     def __init__(self, mems, steps, n_arrays, workspace_size=0, repeat=None):
@@ -865,10 +876,18 @@ cdef class Program:
             n_arrays, workspace_size = int(n_arrays), int(workspace_size)
             first, last, count, byte_steps = (
                 (0, 0, 1, [0] * len(mems)) if repeat is None else repeat)
-            first, last, count = int(first), int(last), int(count)
-            byte_steps = [int(b) for b in byte_steps]
-        except TypeError as exc:
+            # integers only (a float count or a str step is a caller's bug, not a number)
+            first, last, count = (operator.index(v) for v in (first, last, count))
+            byte_steps = [operator.index(b) for b in byte_steps]
+        except (TypeError, ValueError) as exc:
             raise ValueError(f"_onednn.Program: {exc}") from None
+        if not 1 <= count <= _C_MAX_REPEAT:
+            raise ValueError(f"_onednn.Program: repeat count {count}; 1 to {_C_MAX_REPEAT}")
+        for b in byte_steps:
+            # a slice before the array's start, or past any address
+            if not 0 <= b * (count - 1) <= _MAX_REPEAT_BYTES:
+                raise ValueError(f"_onednn.Program: byte step {b} x {count} repeats; steps "
+                                 f"are >= 0 and span at most {_MAX_REPEAT_BYTES} bytes")
         cdef int i, j
         cdef MemoryDesc md
         cdef Primitive prim
@@ -894,7 +913,7 @@ cdef class Program:
         if len(byte_steps) != self.n_mems:
             raise ValueError(f"_onednn.Program: {len(byte_steps)} byte steps for "
                              f"{self.n_mems} memories")
-        if not (count >= 1 and 0 <= first <= last <= self.n_steps):
+        if not 0 <= first <= last <= self.n_steps:
             raise ValueError(f"_onednn.Program: repeat of steps [{first}, {last}) x {count} "
                              f"out of {self.n_steps} steps")
         self.rep_first, self.rep_last, self.rep_count = first, last, count

@@ -168,6 +168,7 @@ _OWN_CONSTANTS = {
     "NAME_BYTES": "checked: _gpu._NAME_BYTES == the properties' name size",
     "_C_MAX_NDIMS": "checked: _onednn refuses to import unless it equals MAX_NDIMS (DNNL_MAX_NDIMS)",
     "_C_MAX_MEMS": "our bound on the memories of one oneDNN program",
+    "_C_MAX_REPEAT": "our bound on a oneDNN Program's repeat count (a batch's chunks)",
     "_C_SET_HANDLE_FAILED": "our marker of a failed dnnl_memory_set_data_handle in "
                             "Program._steps (no dnnl_status_t: those are >= 0)",
     "_MAX_NDIM": "our bound on the dims of a NumPy print a binding keeps in C (runtime._binding)",

@@ -246,6 +246,32 @@ def test_a_torch_tensor_is_told_the_torch_spelling_and_it_binds():
         assert torch.allclose(out.double(), ref, atol=1e-4, rtol=1e-4)
 
 
+def test_a_channels_last_torch_tensor_for_an_nchw_tensor_is_told_contiguous():
+    """(new-user trial) An NCHW tensor given a channels-last torch tensor: the message
+    offers ``a.contiguous()``, not NumPy's ``np.ascontiguousarray``, and that binds."""
+    torch = peer("torch", "the PyTorch spelling of layout messages is checked against torch")
+    g = hd.Graph(io_data_type=hd.DataType.FLOAT)
+    x = g.tensor(dims=(2, 8, 5, 5), name="x")
+    w = g.tensor(dims=(8, 8, 3, 3), name="w")
+    y = g.conv_fprop(x, w, padding=1).set_output(True)
+    xt = torch.randn(2, 8, 5, 5).contiguous(memory_format=torch.channels_last)
+    wt = torch.randn(8, 8, 3, 3)
+    out = torch.empty(2, 8, 5, 5)
+    with hd.Device("cpu") as dev:
+        plan = dev.build_sync(g)
+        with pytest.raises(hd.VariantPackError) as info:
+            plan.execute_sync({x: xt, w: wt, y: out})
+        msg = str(info.value)
+        assert "is NCHW" in msg and "(NHWC)" in msg and "(a.contiguous())" in msg, msg
+        assert "np." not in msg, msg
+        with pytest.raises(hd.VariantPackError) as info:
+            plan.execute_sync({x: xt.numpy(), w: wt, y: out})
+        assert "(np.ascontiguousarray(a))" in str(info.value), str(info.value)
+        plan.execute_sync({x: xt.contiguous(), w: wt, y: out})
+        ref = torch.nn.functional.conv2d(xt.double(), wt.double(), padding=1)
+        assert torch.allclose(out.double(), ref, atol=1e-4, rtol=1e-4)
+
+
 def test_the_gpu_wrong_strides_message_offers_device_library_copies():
     from hipdnn_async.providers._gpu._bind import _layout_error
 
@@ -254,6 +280,12 @@ def test_the_gpu_wrong_strides_message_offers_device_library_copies():
     msg = _layout_error(T, (32, 16, 3, 3), (144, 9, 3, 1), "execute: tensor 'w'", "KCRS")
     assert "np." not in msg and "cp.ascontiguousarray(a.transpose(0, 2, 3, 1))" in msg
     assert "a.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2) (PyTorch)" in msg
+
+    class Plain:
+        dims, strides, name, uid = (32, 16, 3, 3), (144, 9, 3, 1), "w", 1
+    plain = _layout_error(Plain, (32, 16, 3, 3), (144, 1, 48, 16), "execute: tensor 'w'",
+                          "KCRS")
+    assert "(cp.ascontiguousarray(a) (CuPy) or a.contiguous() (PyTorch))" in plain, plain
     out = _layout_error(T, (32, 16, 3, 3), (144, 9, 3, 1), "execute: tensor 'w'", "KCRS",
                         output=True)
     assert "ascontiguousarray" not in out and "the results are written into m" in out

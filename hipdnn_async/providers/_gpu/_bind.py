@@ -76,6 +76,7 @@ def _check_pointer(ptr: int, target: "GpuTarget", label: str) -> int:
 _GPU_VIEW = "m.transpose{inv} (CuPy) or m.permute{inv} (PyTorch)"
 _GPU_COPY = ("cp.ascontiguousarray(a.transpose{order}).transpose{inv} (CuPy) or "
              "a.permute{order}.contiguous().permute{inv} (PyTorch)")
+_GPU_PLAIN = "cp.ascontiguousarray(a) (CuPy) or a.contiguous() (PyTorch)"
 
 
 def _layout_error(tensor, shape, strides, label, letters=None, output=False) -> str | None:
@@ -107,7 +108,8 @@ def _layout_error(tensor, shape, strides, label, letters=None, output=False) -> 
                                  copy_hint=_GPU_COPY, output=output)
     if shape == dims:
         return wrong_strides_message(label, dims, want, got, view_hint=_GPU_VIEW,
-                                     copy_hint=_GPU_COPY, letters=letters, output=output)
+                                     copy_hint=_GPU_COPY, plain_hint=_GPU_PLAIN,
+                                     letters=letters, output=output)
     if rank == 1 and contiguous and shape[0] >= element_extent(dims, want):
         return None
     return (f"{label} needs {accepted_buffers(dims, want, letters=letters)}; got shape "

@@ -14,7 +14,8 @@ from ..._knobs import WORKSPACE_SIZE_LIMIT
 from ..._types import DataType, numpy_dtype
 from ..._layout import (accepted_buffers, ambiguous_message, dim_letters, element_extent,
                         packed_strides, same_memory_order, stride_order,
-                        strides_match, TORCH_VIEW, torch_copy_hint, wrong_strides_message)
+                        strides_match, TORCH_PLAIN, TORCH_VIEW, torch_copy_hint,
+                        wrong_strides_message)
 from ...runtime import DeviceArray, _host_pool
 from ...runtime._buffer import refuse_masked, refuse_neg_view
 
@@ -90,8 +91,11 @@ def logical_view(tensor, buffer, *, output: bool, where: str = "execute",
         if strides_match(dims, strides, packed_strides(dims, order)):
             return as_strided(buffer.reshape(-1), dims, tuple(s * item for s in strides))
     if buffer.shape == dims:
+        style = _style(source, order, filter)
+        if "copy_hint" in style:             # PyTorch's packed copy of a plain layout too
+            style["plain_hint"] = TORCH_PLAIN
         raise VariantPackError(wrong_strides_message(label, dims, strides, got, output=output,
-                                                     **_style(source, order, filter)))
+                                                     **style))
     if buffer.ndim == 1 and buffer.flags.c_contiguous and buffer.size >= element_extent(dims, strides):
         return as_strided(buffer, dims, tuple(s * item for s in strides))
     letters = dim_letters(len(dims), filter=filter)

@@ -106,7 +106,7 @@ def test_a_repeated_step_runs_on_consecutive_slices_of_the_batch(dnnl):
     ((0, 1, 2, [240, 0]), "not a user array"),
     ((0, 0, 2, [240, 0, 0]), "advanced in the repeated steps"),
     ((0, 2, 2, [0, 0, 0]), "out of 1 steps"),
-    ((0, 1, 0, [0, 0, 0]), "out of 1 steps"),
+    ((0, 1, 0, [0, 0, 0]), "repeat count 0"),
     ((0, 1, 2, [0]), "byte steps for 3 memories"),
 ])
 def test_a_repeat_that_could_misuse_a_memory_is_refused(dnnl, repeat, message):
@@ -123,3 +123,22 @@ def test_a_repeat_that_could_misuse_a_memory_is_refused(dnnl, repeat, message):
     with pytest.raises(ValueError, match=message):
         dnnl.Program(mems, [(prim, [(dnnl.ARG_SRC, 0), (dnnl.ARG_DST, 1)])], 2, 240,
                      repeat=(first, last, count, steps))
+
+
+@pytest.mark.parametrize("repeat, message", [
+    ((0, 1, 2, [-240, 0]), "steps are >= 0"),               # a slice before the array
+    ((0, 1, 2, [1 << 62, 0]), "span at most"),
+    ((0, 1, 1 << 31, [0, 0]), "repeat count"),
+    ((0, 1, 2.5, [0, 0]), "integer"),
+    ((0, 1, 2, ["240", 0]), "integer"),
+    ((0, 1, float("inf"), [0, 0]), "integer"),
+])
+def test_a_repeat_of_a_wrong_kind_or_size_is_a_value_error(dnnl, repeat, message):
+    # (break-it round: these crashed, corrupted the heap or raised OverflowError)
+    one = (1, 3, 4, 5)
+    nchw = dnnl.MemoryDesc(one, dnnl.DATA_F32, strides=(60, 20, 5, 1))
+    nhwc = dnnl.MemoryDesc(one, dnnl.DATA_F32, strides=(60, 1, 15, 3))
+    prim = dnnl.Primitive(dnnl.reorder(nchw, nhwc))
+    with pytest.raises(ValueError, match=message):
+        dnnl.Program([(nchw, dnnl.MEM_ARRAY, 0), (nhwc, dnnl.MEM_ARRAY, 1)],
+                     [(prim, [(dnnl.ARG_SRC, 0), (dnnl.ARG_DST, 1)])], 2, 0, repeat=repeat)

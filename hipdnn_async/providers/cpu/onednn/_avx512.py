@@ -187,8 +187,10 @@ CHUNK_BYTES = 2 << 20
 def batch_chunks(conv, pd) -> int:
     """The number of chunks ``Conv._chunked`` runs the batch of the ``+blocked``
     implementation ``pd`` (at the whole batch) in: 1 (the whole batch at once) off an
-    AVX-512 CPU without AMX, and for what was not measured (``_measured``'s forward and
-    data-gradient problems); else the most chunks of at least ``least`` images whose
+    AVX-512 CPU without AMX, and for what was not measured (problems other than
+    ``_measured``'s forward and data-gradient ones, kernels other than the jit ones below:
+    oneDNN's GEMM, whose summation order changes with the batch, gave other bits in
+    chunks); else the most chunks of at least ``least`` images whose
     blocked copies (x and y, ``Conv._chosen``) take at most ``CHUNK_BYTES``, or of
     ``least`` images where one image's copies take more (always a count that divides
     the batch):
@@ -217,6 +219,8 @@ def batch_chunks(conv, pd) -> int:
     n = conv.match.tensors[conv.roles.x].dims[0]
     image = sum(md.size for md in conv._chosen(pd)) / n     # bytes of one image's copies
     if compute_type(conv.match.tensors[conv.roles.x]) == dnnl.DATA_F32:
+        if not name.startswith(("jit:avx512_core", "jit:avx2")):
+            return 1        # not measured; oneDNN's GEMM sums in another order per batch
         least = 2
     elif name.startswith("jit_bf16_1x1:"):
         least = 2

@@ -269,7 +269,7 @@ class Conv:
         in ``_avx512.batch_chunks`` chunks, or None: one chunk, a 16-bit type oneDNN
         computes in float32 copies (``widened``), the AMX jit kernel (``_guarded``), or no
         implementation of that name reading the same weights layout at N / count."""
-        count = batch_chunks(self, pd)
+        count = int(batch_chunks(self, pd))
         t = self.match.tensors
         x, y = t[self.roles.x], t[self.roles.y]
         if (count <= 1 or self.direction == "wgrad" or x.dims[0] % count or widened(x)
@@ -529,6 +529,14 @@ class Conv:
                    "the first unguarded candidate recomputes y (oneDNN 3.2's AMX jit "
                    "forward kernel spreads them to outputs whose windows do not hold them)")
             return why if base is None else f"{base}; {why}"
+        if CHUNKED in name:
+            head, _, count = name.rpartition(CHUNKED)
+            base, count = self.rule(head), int(count.partition("#")[0])
+            n = self.match.tensors[self.roles.x].dims[0]
+            why = (f"the batch in {count} chunks of {n // count} images (each chunk's blocked "
+                   "copies stay in the cores' caches between the reorders and the kernel; "
+                   "the weights are reordered once)")
+            return why if base is None else f"{base}; {why}"
         if (self.preferred is not None and self.preferred.matches(name)
                 and self._moved_by_rule(name)):
             return self.preferred.why
@@ -684,6 +692,7 @@ class Conv:
                     w = spec.scratch(w_md, "w")
                     spec.step(dnnl.reorder(w_src_md, w_md), [(dnnl.ARG_SRC, w_src),
                                                              (dnnl.ARG_DST, w)])
+            b = self._bias(spec) if self.direction == "fprop" and self.bias_role else None
         first = len(spec.steps)
         outputs = []
         if variant is not None:
@@ -719,15 +728,7 @@ class Conv:
         else:
             if self.direction == "fprop":
                 args = [(dnnl.ARG_SRC, x), (dnnl.ARG_WEIGHTS, w), (dnnl.ARG_DST, y)]
-                if self.bias_role:
-                    bias = t[self.bias_role]
-                    if widened(bias):
-                        b_user = spec.array(self.bias_role, channel_like(bias))
-                        b = spec.scratch(self.bias_md)
-                        spec.step(dnnl.reorder(channel_like(bias), self.bias_md),
-                                  [(dnnl.ARG_SRC, b_user), (dnnl.ARG_DST, b)])
-                    else:
-                        b = spec.channel(self.bias_role, bias, dtype="own")
+                if b is not None:
                     args.append((dnnl.ARG_BIAS, b))
             else:
                 args = [(dnnl.ARG_DIFF_DST, y), (dnnl.ARG_WEIGHTS, w), (dnnl.ARG_DIFF_SRC, x)]
@@ -741,6 +742,19 @@ class Conv:
         byte_steps = [0] * len(spec.mems)
         byte_steps[x_user], byte_steps[y_user] = chunks.byte_steps
         return spec.program(repeat=(first, len(spec.steps), chunks.count, byte_steps)), spec
+
+    def _bias(self, spec) -> int:
+        """The memory of the bias the primitive reads: the user's (K,) vector, a dense copy
+        of it (``ProgramSpec.channel``), or for a ``widened`` bias its float32 reorder (a
+        step before the batch's chunks: it runs once)."""
+        bias = self.match.tensors[self.bias_role]
+        if not widened(bias):
+            return spec.channel(self.bias_role, bias, dtype="own")
+        b_user = spec.array(self.bias_role, channel_like(bias))
+        b = spec.scratch(self.bias_md)
+        spec.step(dnnl.reorder(channel_like(bias), self.bias_md),
+                  [(dnnl.ARG_SRC, b_user), (dnnl.ARG_DST, b)])
+        return b
 
     def _w_f32(self):
         """The float32 copy of widened weights: packed in the user's memory order, seen with
