@@ -235,6 +235,7 @@ cdef enum:
     _C_SET_HANDLE_FAILED = -1000   # Program._steps: not a dnnl_status_t (those are >= 0)
     _C_MAX_REPEAT = 1 << 20        # our bound on a Program's repeat count (a batch's images)
 _MAX_REPEAT_BYTES = 1 << 56        # our bound on a repeat's span (Py_ssize_t arithmetic)
+MAX_REPEAT = _C_MAX_REPEAT         # (Python's view of it: a larger batch runs whole)
 if _C_MAX_NDIMS != MAX_NDIMS:
     raise ImportError("_onednn: the C bound on dims disagrees with MAX_NDIMS (a build bug)")
 

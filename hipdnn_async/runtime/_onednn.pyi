@@ -163,6 +163,8 @@ class Primitive:
     def close(self) -> None:
         """close."""
 
+MAX_REPEAT: int
+
 class Program:
     """A prebuilt execution: primitives over memory objects made once."""
 

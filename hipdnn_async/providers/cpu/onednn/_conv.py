@@ -266,14 +266,16 @@ class Conv:
 
     def _chunked(self, pd) -> Chunks | None:
         """``pd`` (a ``+blocked`` forward or data-gradient implementation) run on the batch
-        in ``_avx512.batch_chunks`` chunks, or None: one chunk, a 16-bit type oneDNN
+        in ``_avx512.batch_chunks`` chunks, or None: one chunk (or more than a program
+        repeats: ``MAX_REPEAT``, a batch of millions of images), a 16-bit type oneDNN
         computes in float32 copies (``widened``), the AMX jit kernel (``_guarded``), or no
         implementation of that name reading the same weights layout at N / count."""
         count = int(batch_chunks(self, pd))
         t = self.match.tensors
         x, y = t[self.roles.x], t[self.roles.y]
-        if (count <= 1 or self.direction == "wgrad" or x.dims[0] % count or widened(x)
-                or widened(y) or self._guarded(pd.impl_name)):
+        if (not 1 < count <= dnnl.MAX_REPEAT or self.direction == "wgrad"
+                or x.dims[0] % count or widened(x) or widened(y)
+                or self._guarded(pd.impl_name)):
             return None
         dims = lambda tensor: (tensor.dims[0] // count,) + tuple(tensor.dims[1:])
         anys = [dnnl.MemoryDesc(dims(a), compute_type(a), tag=dnnl.FORMAT_TAG_ANY)
