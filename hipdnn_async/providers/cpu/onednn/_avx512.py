@@ -14,7 +14,10 @@ order, or ``Conv.prefers_blocked``, leaves a slower one first:
   ``Conv.prefers_blocked`` picks (``_plain_float32_wgrad``);
 - float32 forward convolutions of NCHW images (at most 4 channels: a network's first
   layer), where oneDNN's AVX2 ``jit`` kernel on its blocked layout beat its AVX-512 one
-  (``_plain_float32_image_fprop``).
+  (``_plain_float32_image_fprop``);
+
+and how many chunks a blocked forward convolution or data gradient runs its batch in
+(``batch_chunks``).
 
 Measured on a 2-core AMD EPYC (Zen 4, ``avx512_core_bf16``), oneDNN 3.2, two threads:
 every candidate built as a whole plan and timed interleaved with PyTorch's call, the best
@@ -190,10 +193,9 @@ def batch_chunks(conv, pd) -> int:
     AVX-512 CPU without AMX, and for what was not measured (problems other than
     ``_measured``'s forward and data-gradient ones, kernels other than the jit ones below:
     oneDNN's GEMM, whose summation order changes with the batch, gave other bits in
-    chunks); else the most chunks of at least ``least`` images whose
-    blocked copies (x and y, ``Conv._chosen``) take at most ``CHUNK_BYTES``, or of
-    ``least`` images where one image's copies take more (always a count that divides
-    the batch):
+    chunks); else N / m, m the largest divisor of N from ``least`` images up to the
+    images whose blocked copies (x and y, ``Conv._chosen``) take at most ``CHUNK_BYTES``
+    (``least`` where one image's copies take more; no such divisor: 1):
 
     - float32 (``jit:avx512_core``, and the stem's ``jit:avx2``; ``least`` 2):
       ResNet-50's NCHW 3x3 fprop, dgrad and conv + bias + ReLU took 0.93-0.99x the whole

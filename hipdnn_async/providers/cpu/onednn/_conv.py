@@ -8,7 +8,7 @@ from functools import partial
 from typing import NamedTuple
 
 from ...._errors import NotSupportedError
-from ...._types import ConvolutionMode, DataType
+from ...._types import ConvolutionMode, DataType, numpy_dtype
 from ....patterns import Pattern, conv_roles
 from ....runtime import load_onednn
 from ... import _tuning
@@ -277,7 +277,8 @@ class Conv:
                 or x.dims[0] % count or widened(x) or widened(y)
                 or self._guarded(pd.impl_name)):
             return None
-        dims = lambda tensor: (tensor.dims[0] // count,) + tuple(tensor.dims[1:])
+        def dims(tensor):
+            return (tensor.dims[0] // count,) + tuple(tensor.dims[1:])
         anys = [dnnl.MemoryDesc(dims(a), compute_type(a), tag=dnnl.FORMAT_TAG_ANY)
                 for a in (x, y)]
         try:
@@ -291,8 +292,8 @@ class Conv:
                 return None
         users = [dnnl.MemoryDesc(dims(a), dnnl_type(a), strides=tuple(a.strides))
                  for a in (x, y)]
-        steps = tuple(a.dims[0] // count * a.strides[0] * (2 if a.data_type != DataType.FLOAT
-                                                            else 4) for a in (x, y))
+        steps = tuple(a.dims[0] // count * a.strides[0] * numpy_dtype(a.data_type).itemsize
+                      for a in (x, y))
         return Chunks(count, chunk.clone(), *self._chosen(chunk), *users, steps)
 
     def _left_out(self, name: str, suffix: str) -> bool:
