@@ -33,8 +33,9 @@ _EXACT = {
     "FUSE_NORM_RELU": "dnnl_fuse_norm_relu", "MAX_NDIMS": "DNNL_MAX_NDIMS",
     "STATUS_SUCCESS": "dnnl_success",
 }
-# Ours alone (no header counterpart): the kinds of memory a Program takes.
-OWN = {"MEM_ARRAY", "MEM_WORKSPACE", "MEM_OWNED"}
+# Ours alone (no header counterpart): the kinds of memory a Program takes, and the bound on
+# its repeat count.
+OWN = {"MEM_ARRAY", "MEM_WORKSPACE", "MEM_OWNED", "MAX_REPEAT"}
 
 # (our struct, the header's type)
 STRUCTS = {"ExecArg": "dnnl_exec_arg_t", "Version": "dnnl_version_t"}
