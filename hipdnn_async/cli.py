@@ -58,7 +58,8 @@ def _existing_db(path):
         target = os.path.abspath(os.path.expanduser(path)) if path else _perfdb.default_path()
     # A relative $HIPDNN_ASYNC_PERFDB is refused (the default db is in memory, with a
     # warning): never look for it in the working directory.
-    if target != ":memory:" and os.path.isabs(target) and not os.path.exists(target):
+    if (target != ":memory:" and os.path.isabs(target) and not os.path.exists(target)
+            and not (path and _perfdb.names_directory(path))):   # PerfDb says why
         return None, target
     return (_perfdb.PerfDb(path) if path else _default_db()), target
 

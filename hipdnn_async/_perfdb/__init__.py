@@ -43,7 +43,7 @@ importing only those above it:
 - ``_cli``: the ``hipdnn-async perfdb`` helpers.
 """
 from ._cli import cli_clear, cli_export, cli_import, cli_show
-from ._paths import PERFDB_ENV, default_path, env_refusal
+from ._paths import PERFDB_ENV, default_path, env_refusal, names_directory
 from ._records import PerfKey, PerfRecord
 from ._schema import SCHEMA1_ENGINE, SCHEMA_VERSION
 from ._stats import count, reset_stats, stats
@@ -61,6 +61,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "SCHEMA1_ENGINE",
     "PERFDB_ENV",
+    "names_directory",
     "default_path",
     "env_refusal",
     "default_perfdb",

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["MEMORY", "PERFDB_ENV", "REFUSED", "builtin_default", "default_path", "env_refusal"]
+__all__ = ["MEMORY", "PERFDB_ENV", "REFUSED", "builtin_default", "default_path", "env_refusal",
+           "names_directory"]
 
 PERFDB_ENV = "HIPDNN_ASYNC_PERFDB"
 MEMORY = ":memory:"
@@ -39,3 +40,13 @@ def env_refusal(path: str) -> str | None:
     if path == MEMORY or os.path.isabs(path):
         return None
     return f"${PERFDB_ENV}={path!r} {REFUSED}"
+
+
+def names_directory(path: str) -> str | None:
+    """Why ``path`` is not a db file's path because it ends in a separator (``/tmp/dbs/``:
+    a directory; ``os.path.abspath`` would drop the slash and create a file ``dbs``), or
+    None."""
+    if path == MEMORY or not path.endswith(tuple(filter(None, (os.sep, os.altsep)))):
+        return None
+    return (f"ends in {path[-1]!r}, so it names a directory, not the db file; give the "
+            f"file's path, e.g. {os.path.join(path, 'perfdb.sqlite3')!r}")

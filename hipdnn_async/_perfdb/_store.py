@@ -13,7 +13,7 @@ from .. import _fork
 from .._errors import PerfDbError
 from .._log import warn_env_once
 from ._exchange import read_export, write_export
-from ._paths import MEMORY, PERFDB_ENV, REFUSED, default_path, env_refusal
+from ._paths import MEMORY, PERFDB_ENV, REFUSED, default_path, env_refusal, names_directory
 from ._records import FIELDS, KEY_FIELDS, RECORD_FIELDS, PerfKey, PerfRecord, check_path, error
 from ._schema import FORMAT, SCHEMA, SCHEMA1_ENGINE, Newer
 from ._sqlite import is_busy, retry_busy, upsert, write_txn
@@ -32,16 +32,19 @@ class PerfDb:
         The db file; ``":memory:"`` for a private in-memory db. Default
         :func:`default_path` (``$HIPDNN_ASYNC_PERFDB`` or
         ``~/.config/hipdnn_async/perfdb.sqlite3``); a ``$HIPDNN_ASYNC_PERFDB`` that is not
-        an absolute path (after ``~``) is refused with a ``RuntimeWarning`` (once per process
-        and value) and the db is in memory (:func:`env_refusal`). A relative `path` given
+        an absolute path (after ``~``) or ends in a path separator is refused with a
+        ``RuntimeWarning`` (once per process and value) and the db is in memory
+        (:func:`env_refusal`, :func:`names_directory`). A relative `path` given
         here is taken from the current directory, as ``open`` does. Missing parent
         directories are created.
 
     Raises
     ------
     PerfDbError
-        `path` is not a str, bytes or os.PathLike, is empty or holds a NUL, or is a
-        SQLite URI (``file:...``).
+        `path` is not a str, bytes or os.PathLike, is empty or holds a NUL, is a
+        SQLite URI (``file:...``), or ends in a path separator (a directory's name; a
+        ``$HIPDNN_ASYNC_PERFDB`` that does is refused with a ``RuntimeWarning`` and the db
+        is in memory, as a relative one is).
 
     Attributes
     ----------
@@ -61,11 +64,18 @@ class PerfDb:
     """
 
     def __init__(self, path: str | os.PathLike | None = None):
-        refusal = None
+        refusal = why = None
         if path is None:
             path = default_path()
+            # a value that is not a db file's absolute path: the db is in memory, with a
+            # warning shown whatever the logging level (every process would retune)
             refusal = env_refusal(path)
-        path = check_path("PerfDb", path)
+            why = REFUSED if refusal else names_directory(path)
+            refusal = refusal or why
+        else:
+            path = check_path("PerfDb", path)
+            if names_directory(path):
+                raise error(f"PerfDb: path {path!r} {names_directory(path)}")
         if refusal is None and path[:5].lower() == "file:":
             # sqlite3 would take it as a file name here (no uri=True): a folder named
             # "file:" in the working directory and a db named "x.db?mode=ro" in it
@@ -79,10 +89,8 @@ class PerfDb:
         self._fallback = self.path == MEMORY
         self._seed: list[tuple] = []      # rows carried into a fallback in-memory db
         if refusal is not None:
-            self._go_memory(refusal, key=("relative", path))
-            # A configuration error that makes every process retune: shown whatever the
-            # logging level, as a bad $HIPDNN_ASYNC_FORCE_BENCHMARKING is (logged above).
-            warn_env_once(PERFDB_ENV, path, f"{REFUSED}; using an in-memory perf db instead "
+            self._go_memory(refusal, key=("refused", path))
+            warn_env_once(PERFDB_ENV, path, f"{why}; using an in-memory perf db instead "
                           "(results will not persist)", log=False)
         with _fork.holding(_registry_lock):     # not half-open at a fork (_before_fork)
             _dbs.add(self)
@@ -372,7 +380,8 @@ def default_perfdb() -> PerfDb:
         if _default is None or _default.path != path:
             # An old default may still be held by plans; it stays usable and is closed
             # when the last reference goes.
-            _default = PerfDb(path) if env_refusal(path) is None else PerfDb()
+            refused = env_refusal(path) or names_directory(path)
+            _default = PerfDb() if refused else PerfDb(path)
         return _default
 
 

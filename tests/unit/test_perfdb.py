@@ -82,6 +82,50 @@ def test_a_sqlite_uri_is_refused_and_creates_nothing(tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("name", ["dbs/", "dbs/sub/", "existing/"])
+def test_a_path_ending_in_a_separator_is_refused_and_creates_nothing(tmp_path, capsys, name):
+    """A trailing slash names a directory: os.path.abspath dropped it and a db file was
+    made where the user meant a folder (a perf db named ``dbs``). PerfDb, Device(perfdb=)
+    and the perfdb command refuse it, naming the file path to give, and create nothing."""
+    from hipdnn_async import cli
+    (tmp_path / "existing").mkdir()
+    before = sorted(os.listdir(tmp_path))
+    given = f"{tmp_path}/{name}"
+    hint = repr(os.path.join(given, "perfdb.sqlite3"))
+    with pytest.raises(hd.PerfDbError, match="names a directory") as err:
+        PerfDb(given)
+    assert repr(given) in str(err.value) and hint in str(err.value)
+    with pytest.raises(hd.PerfDbError, match="names a directory"):
+        hd.Device("cpu", perfdb=given)
+    for action in (["perfdb", "show", "--db", given], ["perfdb", "clear", "--db", given],
+                   ["info", "--perfdb", given]):
+        assert cli.main(action) != 0, action
+        assert "names a directory" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == before
+    assert os.listdir(tmp_path / "existing") == []
+
+
+def test_an_env_path_ending_in_a_separator_is_refused_for_memory(monkeypatch, tmp_path):
+    from hipdnn_async import _log
+    value = f"{tmp_path}/dbs/"
+    monkeypatch.setenv("HIPDNN_ASYNC_PERFDB", value)
+    reset_default_perfdb()
+    _log._warned_env.discard(("HIPDNN_ASYNC_PERFDB", value))
+    with pytest.warns(RuntimeWarning) as shown:
+        d = default_perfdb()
+        assert d.in_memory and d.path == value
+        r = rec()
+        d.store(key(), r)
+        assert d.lookup(key()) == r and default_perfdb() is d     # kept, not reopened
+    assert len(shown) == 1
+    assert str(shown[0].message) == (
+        f"hipdnn_async: HIPDNN_ASYNC_PERFDB={value!r} ends in '/', so it names a directory, "
+        f"not the db file; give the file's path, e.g. {value + 'perfdb.sqlite3'!r}; using an "
+        "in-memory perf db instead (results will not persist)")
+    reset_default_perfdb()
+    assert os.listdir(tmp_path) == []
+
+
 def test_persists_across_instances(tmp_path):
     p = tmp_path / "perf.sqlite3"
     with PerfDb(p) as d:
