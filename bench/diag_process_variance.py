@@ -9,7 +9,11 @@ warm-ups; then the range of ours / PyTorch's over the processes.
     e.g. python bench/diag_process_variance.py "res2 1x1 256>64" bfloat16 NCHW fprop,wgrad 6
 
 SHAPE is a name of ``_bench_common.RESNET50_CONVS``. Environment: N (batch, default 8),
-CALLS (default 30).
+CALLS (default 30), ALT (the start of a ``plan.algorithm`` name, e.g.
+``jit_bf16_1x1:avx512_core_bf16+blocked``, which its ``+batch/<k>`` chunks follow: the first
+candidate, pinned through the ``onednn.candidate`` knob, whose ``plan.algorithm`` starts
+so and is not the default, is timed in the same rounds as a third column: whether another
+candidate's time moves with the process too).
 """
 from __future__ import annotations
 
@@ -36,19 +40,38 @@ def _one(shape, dtype, layout, patterns) -> dict:
     with hd.Device("cpu") as dev:
         for pattern in patterns:
             case = bench_cpu.conv_case(hd, torch, dev, None, n, spec, pattern, dtype, layout)
+            alt = _alternative(hd, torch, dev, n, spec, pattern, dtype, layout,
+                               str(case.plan.algorithm))
+            sides = [case.ours, case.theirs] + ([alt.ours] if alt else [])
             for _ in range(3):
-                case.ours()
-                case.theirs()
-            ours = theirs = float("inf")
+                for side in sides:
+                    side()
+            best = [float("inf")] * len(sides)
             for _ in range(calls):
-                t0 = time.perf_counter()
-                case.ours()
-                t1 = time.perf_counter()
-                case.theirs()
-                t2 = time.perf_counter()
-                ours, theirs = min(ours, t1 - t0), min(theirs, t2 - t1)
-            out[pattern] = (ours * 1e3, theirs * 1e3, str(case.plan.algorithm))
+                for i, side in enumerate(sides):
+                    t0 = time.perf_counter()
+                    side()
+                    best[i] = min(best[i], time.perf_counter() - t0)
+            out[pattern] = ([b * 1e3 for b in best]
+                            + [str(case.plan.algorithm)] + ([str(alt.plan.algorithm)] if alt else []))
     return out
+
+
+def _alternative(hd, torch, dev, n, spec, pattern, dtype, layout, default):
+    """The case pinned to the first candidate whose name starts with $ALT, not the default
+    (None without ALT or where none does)."""
+    import bench_cpu
+    start = os.environ.get("ALT")
+    for index in range(32 if start else 0):
+        try:
+            case = bench_cpu.conv_case(hd, torch, dev, None, n, spec, pattern, dtype, layout,
+                                       knobs={"onednn.candidate": index})
+        except hd.HipdnnError:
+            return None                     # past the last candidate
+        name = str(case.plan.algorithm)
+        if name.startswith(start) and name != default:
+            return case
+    return None
 
 
 def main(argv) -> int:
@@ -66,16 +89,27 @@ def main(argv) -> int:
             [sys.executable, __file__, "--child", shape, dtype, layout, patterns],
             check=True, capture_output=True, text=True).stdout)
         runs.append(got)
-        print(f"process {i + 1}: " + "  ".join(
-            f"{p} ours {o:.3f} ms ({a}) torch {t:.3f} ms ratio {o / t:.3f}"
-            for p, (o, t, a) in got.items()), flush=True)
+        print(f"process {i + 1}: " + "  ".join(_row(p, r) for p, r in got.items()), flush=True)
     for p in patterns.split(","):
         ratios = [r[p][0] / r[p][1] for r in runs]
         ours, theirs = [r[p][0] for r in runs], [r[p][1] for r in runs]
         print(f"{shape} {dtype} {layout} {p}: ours / torch {min(ratios):.3f}-{max(ratios):.3f}; "
               f"ours {min(ours):.3f}-{max(ours):.3f} ms, torch {min(theirs):.3f}-"
               f"{max(theirs):.3f} ms over {procs} processes")
+        if all(len(r[p]) == 5 for r in runs):
+            alt = [r[p][2] / r[p][1] for r in runs]
+            print(f"  {runs[0][p][4]} / torch {min(alt):.3f}-{max(alt):.3f}")
     return 0
+
+
+def _row(pattern, r) -> str:
+    """One pattern's figures in one process: [ours, torch, (alt,) ours' name, (alt's)]."""
+    alt = len(r) == 5
+    text = (f"{pattern} ours {r[0]:.3f} ms ({r[3] if alt else r[2]}) torch {r[1]:.3f} ms "
+            f"ratio {r[0] / r[1]:.3f}")
+    if alt:
+        text += f"; {r[4]} {r[2]:.3f} ms ratio {r[2] / r[1]:.3f}"
+    return text
 
 
 if __name__ == "__main__":
