@@ -58,8 +58,10 @@ def _existing_db(path):
         target = os.path.abspath(os.path.expanduser(path)) if path else _perfdb.default_path()
     # A relative $HIPDNN_ASYNC_PERFDB is refused (the default db is in memory, with a
     # warning): never look for it in the working directory.
+    # a directory's name: PerfDb refuses it (explicit: PerfDbError; the default: a
+    # warning and an in-memory db), rather than "no such file"
     if (target != ":memory:" and os.path.isabs(target) and not os.path.exists(target)
-            and not (path and _perfdb.names_directory(path))):   # PerfDb says why
+            and not _perfdb.names_directory(path or target)):
         return None, target
     return (_perfdb.PerfDb(path) if path else _default_db()), target
 
@@ -75,7 +77,7 @@ def _info(args) -> int:
         "perfdb": str(db.path) if db else target,
         # a refused relative $HIPDNN_ASYNC_PERFDB is an in-memory db, not a file
         "perfdb_exists": db is not None and (db.path == ":memory:" or (
-            os.path.isabs(db.path) and os.path.exists(db.path))),
+            os.path.isabs(db.path) and os.path.isfile(db.path))),
         "perfdb_entries": len(db.entries()) if db else 0,
         # True: the file was unusable or not a perf db (see stats.perfdb_warnings)
         "perfdb_in_memory": db.in_memory if db else False,

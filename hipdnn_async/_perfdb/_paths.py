@@ -43,10 +43,18 @@ def env_refusal(path: str) -> str | None:
 
 
 def names_directory(path: str) -> str | None:
-    """Why ``path`` is not a db file's path because it ends in a separator (``/tmp/dbs/``:
-    a directory; ``os.path.abspath`` would drop the slash and create a file ``dbs``), or
-    None."""
-    if path == MEMORY or not path.endswith(tuple(filter(None, (os.sep, os.altsep)))):
+    """Why ``path`` is not a db file's path because it names a directory, or None: it ends
+    in a separator, ``.`` or ``..`` (``/data/dbs/``; ``os.path.abspath`` would drop the
+    ending and create a file named ``dbs``), or it is an existing directory (a symlink to
+    one too)."""
+    if path == MEMORY:
         return None
-    return (f"ends in {path[-1]!r}, so it names a directory, not the db file; give the "
-            f"file's path, e.g. {os.path.join(path, 'perfdb.sqlite3')!r}")
+    seps = tuple(filter(None, (os.sep, os.altsep)))
+    last = path.rstrip("".join(seps)) != path or os.path.basename(path) in (".", "..")
+    if not last and not os.path.isdir(os.path.expanduser(path)):
+        return None
+    how = (f"ends in {path[-1]!r}, so it names a directory" if path.endswith(seps) else
+           f"ends in {os.path.basename(path)!r}, so it names a directory" if last else
+           "is a directory")
+    hint = os.path.join(os.path.normpath(path), "perfdb.sqlite3")
+    return f"{how}, not the db file; give the file's path, e.g. {hint!r}"

@@ -32,7 +32,7 @@ class PerfDb:
         The db file; ``":memory:"`` for a private in-memory db. Default
         :func:`default_path` (``$HIPDNN_ASYNC_PERFDB`` or
         ``~/.config/hipdnn_async/perfdb.sqlite3``); a ``$HIPDNN_ASYNC_PERFDB`` that is not
-        an absolute path (after ``~``) or ends in a path separator is refused with a
+        an absolute path (after ``~``) or names a directory is refused with a
         ``RuntimeWarning`` (once per process and value) and the db is in memory
         (:func:`env_refusal`, :func:`names_directory`). A relative `path` given
         here is taken from the current directory, as ``open`` does. Missing parent
@@ -42,9 +42,10 @@ class PerfDb:
     ------
     PerfDbError
         `path` is not a str, bytes or os.PathLike, is empty or holds a NUL, is a
-        SQLite URI (``file:...``), or ends in a path separator (a directory's name; a
-        ``$HIPDNN_ASYNC_PERFDB`` that does is refused with a ``RuntimeWarning`` and the db
-        is in memory, as a relative one is).
+        SQLite URI (``file:...``), or names a directory (ends in a path separator, ``.``
+        or ``..``, or is an existing directory: :func:`names_directory`; such a
+        ``$HIPDNN_ASYNC_PERFDB`` is refused with a ``RuntimeWarning`` and the db is in
+        memory, as a relative one is).
 
     Attributes
     ----------
@@ -318,6 +319,7 @@ class PerfDb:
 
 
 _default: PerfDb | None = None
+_default_source: str | None = None        # the default_path() value _default was opened for
 _default_lock = threading.RLock()
 _registry_lock = threading.RLock()
 _dbs: "weakref.WeakSet[PerfDb]" = weakref.WeakSet()
@@ -374,14 +376,17 @@ if hasattr(os, "register_at_fork"):
 
 def default_perfdb() -> PerfDb:
     """Return the process-wide PerfDb at :func:`default_path` (reopened if it changed)."""
-    global _default
+    global _default, _default_source
     path = default_path()
     with _fork.holding(_default_lock):
-        if _default is None or _default.path != path:
+        # compared as the value read, not as PerfDb.path (made absolute and normalised):
+        # '/x//db' or '/x/./db' would otherwise reopen, and retune, at every call
+        if _default is None or _default_source != path:
             # An old default may still be held by plans; it stays usable and is closed
             # when the last reference goes.
             refused = env_refusal(path) or names_directory(path)
             _default = PerfDb() if refused else PerfDb(path)
+            _default_source = path
         return _default
 
 

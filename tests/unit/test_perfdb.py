@@ -82,32 +82,40 @@ def test_a_sqlite_uri_is_refused_and_creates_nothing(tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == []
 
 
-@pytest.mark.parametrize("name", ["dbs/", "dbs/sub/", "existing/"])
+@pytest.mark.parametrize("name", ["dbs/", "dbs/sub/", "existing/", "dbs/.", "dbs/sub/..",
+                                  "existing", "existing/.", "link", "dbs//"])
 def test_a_path_ending_in_a_separator_is_refused_and_creates_nothing(tmp_path, capsys, name):
     """A trailing slash names a directory: os.path.abspath dropped it and a db file was
     made where the user meant a folder (a perf db named ``dbs``). PerfDb, Device(perfdb=)
     and the perfdb command refuse it, naming the file path to give, and create nothing."""
     from hipdnn_async import cli
     (tmp_path / "existing").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "existing")
     before = sorted(os.listdir(tmp_path))
     given = f"{tmp_path}/{name}"
-    hint = repr(os.path.join(given, "perfdb.sqlite3"))
-    with pytest.raises(hd.PerfDbError, match="names a directory") as err:
+    hint = repr(os.path.join(os.path.normpath(given), "perfdb.sqlite3"))
+    with pytest.raises(hd.PerfDbError, match="a directory, not the db file") as err:
         PerfDb(given)
     assert repr(given) in str(err.value) and hint in str(err.value)
-    with pytest.raises(hd.PerfDbError, match="names a directory"):
+    with pytest.raises(hd.PerfDbError, match="a directory, not the db file"):
         hd.Device("cpu", perfdb=given)
     for action in (["perfdb", "show", "--db", given], ["perfdb", "clear", "--db", given],
+                   ["perfdb", "export", str(tmp_path / "out.json"), "--db", given],
                    ["info", "--perfdb", given]):
         assert cli.main(action) != 0, action
-        assert "names a directory" in capsys.readouterr().err
+        assert "a directory, not the db file" in capsys.readouterr().err
     assert sorted(os.listdir(tmp_path)) == before
     assert os.listdir(tmp_path / "existing") == []
 
 
-def test_an_env_path_ending_in_a_separator_is_refused_for_memory(monkeypatch, tmp_path):
-    from hipdnn_async import _log
-    value = f"{tmp_path}/dbs/"
+@pytest.mark.parametrize("name", ["dbs/", "dbs/.", "existing"])
+def test_an_env_path_naming_a_directory_is_refused_for_memory(monkeypatch, tmp_path, capsys,
+                                                              name):
+    """... and kept: one in-memory default db, one warning; the CLI's read-only commands
+    say so instead of "no such file", and `info` does not call the directory a db."""
+    from hipdnn_async import _log, cli
+    (tmp_path / "existing").mkdir()
+    value = f"{tmp_path}/{name}"
     monkeypatch.setenv("HIPDNN_ASYNC_PERFDB", value)
     reset_default_perfdb()
     _log._warned_env.discard(("HIPDNN_ASYNC_PERFDB", value))
@@ -118,12 +126,36 @@ def test_an_env_path_ending_in_a_separator_is_refused_for_memory(monkeypatch, tm
         d.store(key(), r)
         assert d.lookup(key()) == r and default_perfdb() is d     # kept, not reopened
     assert len(shown) == 1
+    why = _perfdb.names_directory(value)
     assert str(shown[0].message) == (
-        f"hipdnn_async: HIPDNN_ASYNC_PERFDB={value!r} ends in '/', so it names a directory, "
-        f"not the db file; give the file's path, e.g. {value + 'perfdb.sqlite3'!r}; using an "
-        "in-memory perf db instead (results will not persist)")
+        f"hipdnn_async: HIPDNN_ASYNC_PERFDB={value!r} {why}; using an in-memory perf db "
+        "instead (results will not persist)")
+    assert f"e.g. {str(tmp_path / (name.strip('/.') or '.') / 'perfdb.sqlite3')!r}" in why
     reset_default_perfdb()
-    assert os.listdir(tmp_path) == []
+    capsys.readouterr()
+    assert cli.main(["perfdb", "show"]) == 0
+    assert "is not usable as a perf db" in capsys.readouterr().err
+    reset_default_perfdb()
+    assert cli.main(["info"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["perfdb_in_memory"] is True and info["perfdb_exists"] is False
+    reset_default_perfdb()
+    assert sorted(os.listdir(tmp_path)) == ["existing"]
+    assert os.listdir(tmp_path / "existing") == []
+
+
+@pytest.mark.parametrize("form", ["{d}//db.sqlite3", "{d}/./db.sqlite3", "{d}/x/../db.sqlite3"])
+def test_the_default_db_is_kept_for_an_env_path_not_in_normal_form(monkeypatch, tmp_path,
+                                                                    form):
+    """default_perfdb() compared the normalised PerfDb.path with the value read, so such a
+    value reopened the db at every call (and a benchmarking build tuned again)."""
+    (tmp_path / "x").mkdir()
+    monkeypatch.setenv("HIPDNN_ASYNC_PERFDB", form.format(d=tmp_path))
+    reset_default_perfdb()
+    d = default_perfdb()
+    assert not d.in_memory and d.path == str(tmp_path / "db.sqlite3")
+    assert default_perfdb() is d
+    reset_default_perfdb()
 
 
 def test_persists_across_instances(tmp_path):
@@ -603,10 +635,14 @@ def _check_memory_fallback(caplog, path, reason):
     assert reason in ws[0].getMessage() and "in-memory" in ws[0].getMessage()
 
 
-def test_path_is_a_directory(tmp_path, caplog):
+def test_path_is_a_directory(tmp_path):
+    """A directory is a mistaken name, as a trailing '/' is: refused, not an in-memory db
+    behind a log record (a break-it finding)."""
     path = tmp_path / "perf.sqlite3"
     path.mkdir()
-    _check_memory_fallback(caplog, str(path), "is a directory")
+    with pytest.raises(hd.PerfDbError, match="is a directory, not the db file"):
+        PerfDb(path)
+    assert os.listdir(path) == []
 
 
 def test_parent_is_a_file(tmp_path, caplog):

@@ -439,7 +439,10 @@ def test_dev_null_is_refused_and_gets_no_side_files(caplog):
 def test_directory_and_socket_are_refused(tmp_path, caplog):
     import socket
     (tmp_path / "d").mkdir()
-    assert_untouched_in_memory(str(tmp_path / "d"), caplog, what="a directory")
+    # a directory is a mistaken name (test_perfdb's trailing-'/' tests): an error
+    with pytest.raises(hd.PerfDbError, match="is a directory, not the db file"):
+        PerfDb(str(tmp_path / "d"))
+    assert os.listdir(tmp_path / "d") == []
     sock_path = str(tmp_path / "s.sqlite3")
     s = socket.socket(socket.AF_UNIX)
     try:
