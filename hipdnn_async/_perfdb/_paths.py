@@ -56,5 +56,6 @@ def names_directory(path: str) -> str | None:
     how = (f"ends in {path[-1]!r}, so it names a directory" if path.endswith(seps) else
            f"ends in {os.path.basename(path)!r}, so it names a directory" if last else
            "is a directory")
-    hint = os.path.join(os.path.normpath(path), "perfdb.sqlite3")
+    # the directory meant, links followed ('lnk/..' is the link target's parent)
+    hint = os.path.join(os.path.realpath(os.path.expanduser(path)), "perfdb.sqlite3")
     return f"{how}, not the db file; give the file's path, e.g. {hint!r}"

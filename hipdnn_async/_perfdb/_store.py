@@ -13,7 +13,8 @@ from .. import _fork
 from .._errors import PerfDbError
 from .._log import warn_env_once
 from ._exchange import read_export, write_export
-from ._paths import MEMORY, PERFDB_ENV, REFUSED, default_path, env_refusal, names_directory
+from ._paths import (MEMORY, PERFDB_ENV, REFUSED, builtin_default, default_path,
+                     env_refusal, names_directory)
 from ._records import FIELDS, KEY_FIELDS, RECORD_FIELDS, PerfKey, PerfRecord, check_path, error
 from ._schema import FORMAT, SCHEMA, SCHEMA1_ENGINE, Newer
 from ._sqlite import is_busy, retry_busy, upsert, write_txn
@@ -66,12 +67,17 @@ class PerfDb:
 
     def __init__(self, path: str | os.PathLike | None = None):
         refusal = why = None
+        from_env = False
         if path is None:
             path = default_path()
+            from_env = path != builtin_default()
             # a value that is not a db file's absolute path: the db is in memory, with a
             # warning shown whatever the logging level (every process would retune)
             refusal = env_refusal(path)
             why = REFUSED if refusal else names_directory(path)
+            if why and not from_env:         # the built-in default is a directory
+                why = (f"is a directory where the built-in default db file belongs; "
+                       f"remove it, or set ${PERFDB_ENV} to a db file's path")
             refusal = refusal or why
         else:
             path = check_path("PerfDb", path)
@@ -91,8 +97,9 @@ class PerfDb:
         self._seed: list[tuple] = []      # rows carried into a fallback in-memory db
         if refusal is not None:
             self._go_memory(refusal, key=("refused", path))
-            warn_env_once(PERFDB_ENV, path, f"{why}; using an in-memory perf db instead "
-                          "(results will not persist)", log=False)
+            if from_env:
+                warn_env_once(PERFDB_ENV, path, f"{why}; using an in-memory perf db "
+                              "instead (results will not persist)", log=False)
         with _fork.holding(_registry_lock):     # not half-open at a fork (_before_fork)
             _dbs.add(self)
             with self._lock:

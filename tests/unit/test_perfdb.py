@@ -8,6 +8,7 @@ import os
 import sqlite3
 import stat
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -93,7 +94,7 @@ def test_a_path_ending_in_a_separator_is_refused_and_creates_nothing(tmp_path, c
     (tmp_path / "link").symlink_to(tmp_path / "existing")
     before = sorted(os.listdir(tmp_path))
     given = f"{tmp_path}/{name}"
-    hint = repr(os.path.join(os.path.normpath(given), "perfdb.sqlite3"))
+    hint = repr(os.path.join(os.path.realpath(given), "perfdb.sqlite3"))
     with pytest.raises(hd.PerfDbError, match="a directory, not the db file") as err:
         PerfDb(given)
     assert repr(given) in str(err.value) and hint in str(err.value)
@@ -130,7 +131,8 @@ def test_an_env_path_naming_a_directory_is_refused_for_memory(monkeypatch, tmp_p
     assert str(shown[0].message) == (
         f"hipdnn_async: HIPDNN_ASYNC_PERFDB={value!r} {why}; using an in-memory perf db "
         "instead (results will not persist)")
-    assert f"e.g. {str(tmp_path / (name.strip('/.') or '.') / 'perfdb.sqlite3')!r}" in why
+    meant = os.path.realpath(tmp_path / (name.strip('/.') or '.'))
+    assert f"e.g. {os.path.join(meant, 'perfdb.sqlite3')!r}" in why
     reset_default_perfdb()
     capsys.readouterr()
     assert cli.main(["perfdb", "show"]) == 0
@@ -142,6 +144,34 @@ def test_an_env_path_naming_a_directory_is_refused_for_memory(monkeypatch, tmp_p
     reset_default_perfdb()
     assert sorted(os.listdir(tmp_path)) == ["existing"]
     assert os.listdir(tmp_path / "existing") == []
+
+
+def test_a_directory_at_the_builtin_default_is_named_as_such(monkeypatch, tmp_path, caplog):
+    """No $HIPDNN_ASYNC_PERFDB and a directory at ~/.config/hipdnn_async/perfdb.sqlite3:
+    an in-memory db whose logged reason names the built-in default, not the unset
+    variable (no RuntimeWarning about it), and says how to mend it."""
+    home = tmp_path / "home"
+    (home / ".config" / "hipdnn_async" / "perfdb.sqlite3").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("HIPDNN_ASYNC_PERFDB", raising=False)
+    reset_default_perfdb()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        with caplog.at_level(logging.WARNING, logger=LOGGER):
+            d = default_perfdb()
+    assert d.in_memory and default_perfdb() is d
+    msgs = [r.getMessage() for r in caplog.records if "built-in default" in r.getMessage()]
+    assert len(msgs) == 1 and "set $HIPDNN_ASYNC_PERFDB to a db file's path" in msgs[0]
+    reset_default_perfdb()
+
+
+def test_the_hint_follows_links(tmp_path):
+    (tmp_path / "other" / "deep").mkdir(parents=True)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "lnk").symlink_to(tmp_path / "other" / "deep")
+    with pytest.raises(hd.PerfDbError) as err:
+        PerfDb(f"{tmp_path}/a/lnk/..")
+    assert f"e.g. {str(tmp_path / 'other' / 'perfdb.sqlite3')!r}" in str(err.value)
 
 
 @pytest.mark.parametrize("form", ["{d}//db.sqlite3", "{d}/./db.sqlite3", "{d}/x/../db.sqlite3"])
