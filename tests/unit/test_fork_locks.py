@@ -259,9 +259,9 @@ def test_fork_waits_for_a_library_load_in_progress(tmp_path):
 
 def test_fork_from_a_logging_handler_while_the_perf_db_opens(tmp_path):
     """A fork by the thread that holds the perf db's locks (a logging handler that forks,
-    called for the warning that the db path is a directory): the fork goes through and
+    called for the warning that the db's directory cannot be made): the fork goes through and
     the child exits, where the hooks waited for their own thread's locks forever."""
-    (tmp_path / "a_directory").mkdir()
+    (tmp_path / "blocker").write_text("x")    # a file where the db's directory goes
     lines = _run(f"""
         import logging
         from hipdnn_async import _perfdb
@@ -272,7 +272,7 @@ def test_fork_from_a_logging_handler_while_the_perf_db_opens(tmp_path):
         log = logging.getLogger("hipdnn_async")
         log.addHandler(Forking()); log.setLevel(logging.WARNING)
         signal.alarm(20)
-        os.environ["HIPDNN_ASYNC_PERFDB"] = {str(tmp_path / "a_directory")!r}
+        os.environ["HIPDNN_ASYNC_PERFDB"] = {str(tmp_path / "blocker" / "perfdb.sqlite3")!r}
         db = _perfdb.default_perfdb()
         print("opened", db.in_memory)
     """, tmp_path)
@@ -379,7 +379,7 @@ def test_a_forking_handler_while_another_thread_opens_the_perf_db(tmp_path):
     """The same with the perf db: another thread opens a db whose path cannot be used, and
     warns (the in-memory fallback) inside the db's locks: the warning waits for their
     release, so the fork goes through (3 of 3 deadlocked, found by a break-it helper)."""
-    (tmp_path / "a_directory").mkdir()
+    (tmp_path / "blocker").write_text("x")    # a file where the db's directory goes
     lines = _run(_FORKING_HANDLER + textwrap.dedent(f"""
         from hipdnn_async._perfdb import _store
         original = _store.PerfDb._ensure_open
@@ -388,7 +388,7 @@ def test_a_forking_handler_while_another_thread_opens_the_perf_db(tmp_path):
             time.sleep(0.5)
             return original(self)
         _store.PerfDb._ensure_open = slow_open
-        db = _store.PerfDb({str(tmp_path / "a_directory")!r})
+        db = _store.PerfDb({str(tmp_path / "blocker" / "perfdb.sqlite3")!r})
         print("opened", db.in_memory, flush=True)
     """), tmp_path)
     assert "handler forked 0" in lines, lines
@@ -510,7 +510,7 @@ def test_a_filter_added_before_the_import_sees_a_held_back_record_once(tmp_path)
     """A filter on the "hipdnn_async" logger added before ``import hipdnn_async``: the
     perf db's fallback warning, made under the db's locks and held back, passes it once
     (a log-once filter there dropped it: it ran at the call and again at the release)."""
-    (tmp_path / "a_directory").mkdir()
+    (tmp_path / "blocker").write_text("x")    # a file where the db's directory goes
     script = textwrap.dedent(f"""
         import logging
         calls = []
@@ -527,7 +527,7 @@ def test_a_filter_added_before_the_import_sees_a_held_back_record_once(tmp_path)
         log.addHandler(Keep())
         import hipdnn_async as hd
         log.setLevel(logging.WARNING)       # (the import sets the library's default: off)
-        hd.PerfDb({str(tmp_path / "a_directory")!r})
+        hd.PerfDb({str(tmp_path / "blocker" / "perfdb.sqlite3")!r})
         print(len(calls), len(got), "in-memory" in got[0] if got else None)
     """)
     path = os.pathsep.join(filter(None, (ROOT, os.environ.get("PYTHONPATH"))))
