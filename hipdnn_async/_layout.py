@@ -161,7 +161,8 @@ def wrong_strides_message(label: str, dims: tuple, want: tuple, got: tuple, *,
     for NHWC) or its logical view (``view_hint``, ``{inv}`` the inverse permutation: e.g.
     ``m.transpose(0, 3, 1, 2)``), and for an input a packed copy of logical data a
     (``copy_hint``, ``{order}`` the stride order too; ``plain_hint`` where the layout is
-    plain, NCHW: its packed copy); otherwise the logical view with
+    plain, NCHW: its packed copy; and where the buffer is packed in another named layout,
+    declaring the tensor with that layout); otherwise the logical view with
     the tensor's strides or a flat 1-D buffer covering them. An output is never offered a
     copy: the results would land in the copy, not in the caller's array.
     """
@@ -184,11 +185,17 @@ def wrong_strides_message(label: str, dims: tuple, want: tuple, got: tuple, *,
             return f"{head}: pass an array m of shape {names}{physical} in C order{where}"
         return (f"{head}: pass an array m of shape {names}{physical} in C order, or its "
                 f"logical view {view_hint.format(inv=inverse)}{where}")
+    # the buffer packed in another named layout: the graph can take it as it is
+    theirs = layout_name(dims, got)
+    as_is = (f"; or, to bind this buffer without a copy, declare the tensor with "
+             f"layout={theirs!r} (g.tensor(..., layout={theirs!r}))"
+             if theirs in LAYOUT_ORDERS else "")
     if order == tuple(range(rank)):      # a plain layout: its logical view is m itself
-        return f"{head}: pass an array of shape {names}{physical} in C order ({plain_hint})"
+        return (f"{head}: pass an array of shape {names}{physical} in C order "
+                f"({plain_hint}){as_is}")
     return (f"{head}: pass an array m of shape {names}{physical} in C order, or its logical "
             f"view {view_hint.format(inv=inverse)}; from data a in logical order: "
-            f"{copy_hint.format(order=order, inv=inverse)}")
+            f"{copy_hint.format(order=order, inv=inverse)}{as_is}")
 
 
 def ambiguous_message(label: str, dims: tuple, want: tuple, *, letters: str | None = None,

@@ -289,3 +289,44 @@ def test_the_gpu_wrong_strides_message_offers_device_library_copies():
     out = _layout_error(T, (32, 16, 3, 3), (144, 9, 3, 1), "execute: tensor 'w'", "KCRS",
                         output=True)
     assert "ascontiguousarray" not in out and "the results are written into m" in out
+
+
+@pytest.mark.parametrize("declared, buffer", [(None, "NHWC"), ("NHWC", "NCHW")])
+def test_a_packed_buffer_in_another_layout_is_told_the_layout_that_binds_it_as_it_is(
+        declared, buffer):
+    """An input packed in another named layout is also told to declare the tensor with that
+    layout (zero-copy); doing so binds the same buffer, checked against torch in float64.
+    Outputs and buffers in no named packed layout are not offered it."""
+    torch = peer("torch", "the rebuilt graph's result is checked against torch's conv2d")
+    memory = torch.channels_last if buffer == "NHWC" else torch.contiguous_format
+
+    def graph(layout):
+        g = hd.Graph(io_data_type=hd.DataType.FLOAT)
+        x = g.tensor(dims=(2, 8, 5, 5), name="x", layout=layout)
+        w = g.tensor(dims=(4, 8, 3, 3), name="w")
+        y = g.conv_fprop(x, w, padding=1).set_output(True)
+        return g, x, w, y
+
+    xt = torch.randn(2, 8, 5, 5).contiguous(memory_format=memory)
+    wt = torch.randn(4, 8, 3, 3)
+    out = torch.empty(2, 4, 5, 5).contiguous(memory_format=(
+        torch.channels_last if declared == "NHWC" else torch.contiguous_format))
+    with hd.Device("cpu") as dev:
+        g, x, w, y = graph(declared)
+        plan = dev.build_sync(g)
+        with pytest.raises(hd.VariantPackError) as info:
+            plan.execute_sync({x: xt, w: wt, y: out})
+        msg = str(info.value)
+        said = re.search(r"declare the tensor with layout='(\w+)' \(g\.tensor\(\.\.\., "
+                         r"layout='\w+'\)\)$", msg)
+        assert said and said.group(1) == buffer, msg
+        g, x, w, y = graph(said.group(1))                  # do what it says
+        out = torch.empty(2, 4, 5, 5).contiguous(memory_format=memory)   # y follows x
+        dev.build_sync(g).execute_sync({x: xt, w: wt, y: out})
+        ref = torch.nn.functional.conv2d(xt.double(), wt.double(), padding=1)
+        assert torch.allclose(out.double(), ref, atol=1e-4, rtol=1e-4)
+    # an output, and a buffer packed in no named layout: no such offer
+    assert "declare the tensor" not in wrong_strides_message(
+        "t", (2, 8, 5, 5), (200, 25, 5, 1), (200, 1, 40, 8), output=True)
+    assert "declare the tensor" not in wrong_strides_message(
+        "t", (2, 8, 5, 5), (200, 25, 5, 1), (200, 5, 1, 40))
