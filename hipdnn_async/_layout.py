@@ -187,9 +187,9 @@ def wrong_strides_message(label: str, dims: tuple, want: tuple, got: tuple, *,
                 f"logical view {view_hint.format(inv=inverse)}{where}")
     # the buffer packed in another named layout: the graph can take it as it is
     theirs = layout_name(dims, got)
-    as_is = (f"; or, to bind this buffer without a copy, declare the tensor with "
-             f"layout={theirs!r} (g.tensor(..., layout={theirs!r}))"
-             if theirs in LAYOUT_ORDERS else "")
+    as_is = (f"; or, to bind this buffer without a copy, declare the tensor "
+             f"g.tensor(..., layout={theirs!r}) (outputs computed from an x follow its "
+             f"layout unless given strides)" if theirs in LAYOUT_ORDERS else "")
     if order == tuple(range(rank)):      # a plain layout: its logical view is m itself
         return (f"{head}: pass an array of shape {names}{physical} in C order "
                 f"({plain_hint}){as_is}")
