@@ -1,49 +1,73 @@
 """Every candidate of one NCHW ResNet-50 convolution (``bench/_bench_common.py``'s
 RESNET50_CONVS names), each ``+blocked`` one at 1, 2, 4 and 8 batch chunks
 (``_avx512.CHUNKS_OVERRIDE``), timed interleaved with PyTorch's call in one process:
-best of 9 rounds, and the median ratio. Pinned through the ``onednn.candidate`` knob.
+best of 9 rounds, and the median ratio. Each candidate is pinned through the
+``onednn.candidate`` knob, by its index in the default plan's ``algorithm.trials``.
 Whether chunking makes a blocked kernel beat the default (e.g. oneDNN's GEMM on a 1x1).
 
     python bench/diag_chunked_candidates.py "res2 1x1 256>64" fprop bfloat16 8
 """
+import contextlib
 import sys
 import time
 
 import numpy as np
 import torch
 
-import hipdnn_async as hd, bench_cpu
+import bench_cpu
+import hipdnn_async as hd
 from _bench_common import RESNET50_CONVS
 from hipdnn_async.providers.cpu.onednn import _avx512
-specs = {s[0]: s for s in RESNET50_CONVS}
-torch.set_num_threads(2)
-shape, pattern, dtype, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-devs=[]
-cases = {}
-for idx in range(12):
+
+PIN = "onednn.candidate"     # the knob that pins a candidate by its index
+ROUNDS = 9
+
+
+def _cases(devices, spec, pattern, dtype, n) -> dict:
+    """{plan.algorithm: case} of every candidate, each +blocked one at 1, 2, 4, 8 chunks,
+    each chunk count on its own device (a device's plan cache would give an equal graph
+    the plan built under another count)."""
+    cases = {}
     for k in (1, 2, 4, 8):
-        _avx512.CHUNKS_OVERRIDE = k
-        dev = hd.Device("cpu"); devs.append(dev)
+        _avx512.CHUNKS_OVERRIDE = k          # read at build
+        dev = devices.enter_context(hd.Device("cpu"))
         try:
-            c = bench_cpu.conv_case(hd, torch, dev, None, n, specs[shape], pattern, dtype, "NCHW",
-                                    knobs={"onednn.candidate": idx})
-        except Exception as e:
-            c = None
+            default = bench_cpu.conv_case(hd, torch, dev, None, n, spec, pattern, dtype, "NCHW")
+            for index, (name, _) in enumerate(default.plan.algorithm.trials):
+                if name not in cases and (k == 1 or "+blocked" in name):
+                    cases[name] = bench_cpu.conv_case(hd, torch, dev, None, n, spec, pattern,
+                                                      dtype, "NCHW", knobs={PIN: index})
         finally:
             _avx512.CHUNKS_OVERRIDE = None
-        if c is None: break
-        name = str(c.plan.algorithm)
-        if name not in cases: cases[name] = c
-        if "+blocked" not in name: break
-    if c is None: break
-runs = {k: c.ours for k, c in cases.items()}
-runs["torch"] = next(iter(cases.values())).theirs
-for f in runs.values():
-    for _ in range(3): f()
-t = {k: [] for k in runs}
-for _ in range(9):
-    for k, f in runs.items():
-        t0 = time.perf_counter(); f(); t[k].append(time.perf_counter() - t0)
-tb = min(t["torch"])
-for k, v in sorted(t.items(), key=lambda kv: min(kv[1])):
-    print(f"{k:50s} {min(v)*1e3:8.3f} ms  {min(v)/tb:.3f}  median {np.median(v)/np.median(t['torch']):.3f}")
+    return cases
+
+
+def main(argv) -> int:
+    if len(argv) != 4:
+        print(__doc__)
+        return 2
+    shape, pattern, dtype, n = argv[0], argv[1], argv[2], int(argv[3])
+    torch.set_num_threads(bench_cpu.our_threads())
+    spec = {s[0]: s for s in RESNET50_CONVS}[shape]
+    with contextlib.ExitStack() as devices:
+        cases = _cases(devices, spec, pattern, dtype, n)
+        runs = {name: c.ours for name, c in cases.items()}
+        runs["torch"] = next(iter(cases.values())).theirs
+        for f in runs.values():
+            for _ in range(3):
+                f()
+        t = {k: [] for k in runs}
+        for _ in range(ROUNDS):
+            for k, f in runs.items():
+                t0 = time.perf_counter()
+                f()
+                t[k].append(time.perf_counter() - t0)
+    tb, mb = min(t["torch"]), np.median(t["torch"])
+    for k, v in sorted(t.items(), key=lambda kv: min(kv[1])):
+        print(f"{k:50s} {min(v) * 1e3:8.3f} ms  {min(v) / tb:.3f}  median "
+              f"{np.median(v) / mb:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

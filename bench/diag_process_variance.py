@@ -40,8 +40,7 @@ def _one(shape, dtype, layout, patterns) -> dict:
     with hd.Device("cpu") as dev:
         for pattern in patterns:
             case = bench_cpu.conv_case(hd, torch, dev, None, n, spec, pattern, dtype, layout)
-            alt = _alternative(hd, torch, dev, n, spec, pattern, dtype, layout,
-                               str(case.plan.algorithm))
+            alt = _alternative(hd, torch, dev, n, spec, pattern, dtype, layout, case)
             sides = [case.ours, case.theirs] + ([alt.ours] if alt else [])
             for _ in range(3):
                 for side in sides:
@@ -59,19 +58,18 @@ def _one(shape, dtype, layout, patterns) -> dict:
 
 def _alternative(hd, torch, dev, n, spec, pattern, dtype, layout, default):
     """The case pinned to the first candidate whose name starts with $ALT, not the default
-    (None without ALT or where none does)."""
+    (None without ALT or where none does): its index in the default plan's trials, the
+    order the ``onednn.candidate`` knob counts in (as ``diag_conv_candidates.py`` pins)."""
     import bench_cpu
     start = os.environ.get("ALT")
-    for index in range(32 if start else 0):
-        try:
-            case = bench_cpu.conv_case(hd, torch, dev, None, n, spec, pattern, dtype, layout,
-                                       knobs={"onednn.candidate": index})
-        except hd.HipdnnError:
-            return None                     # past the last candidate
-        name = str(case.plan.algorithm)
-        if name.startswith(start) and name != default:
-            return case
-    return None
+    names = [name for name, _ in default.plan.algorithm.trials]
+    index = next((i for i, name in enumerate(names)
+                  if start and name.startswith(start) and name != str(default.plan.algorithm)),
+                 None)
+    if index is None:
+        return None
+    return bench_cpu.conv_case(hd, torch, dev, None, n, spec, pattern, dtype, layout,
+                               knobs={"onednn.candidate": index})
 
 
 def main(argv) -> int:

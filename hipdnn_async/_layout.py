@@ -170,8 +170,9 @@ def wrong_strides_message(label: str, dims: tuple, want: tuple, got: tuple, *,
     order = stride_order(dims, want)
     rank = len(dims)
     letters = dim_letters(rank) if letters is None else letters
+    theirs = layout_name(dims, got)
     head = (f"{label} is {layout_name(dims, want)} (strides {want} in elements); the buffer "
-            f"has the logical shape with strides {got} ({layout_name(dims, got)})")
+            f"has the logical shape with strides {got} ({theirs})")
     if not strides_match(dims, want, packed_strides(dims, order)):
         return (f"{head}: pass a view with the tensor's strides, or a flat 1-D buffer of at "
                 f"least {element_extent(dims, want)} elements")
@@ -186,7 +187,6 @@ def wrong_strides_message(label: str, dims: tuple, want: tuple, got: tuple, *,
         return (f"{head}: pass an array m of shape {names}{physical} in C order, or its "
                 f"logical view {view_hint.format(inv=inverse)}{where}")
     # the buffer packed in another named layout: the graph can take it as it is
-    theirs = layout_name(dims, got)
     as_is = (f"; or, to bind this buffer without a copy, declare the tensor "
              f"g.tensor(..., layout={theirs!r}) (outputs computed from an x follow its "
              f"layout unless given strides)" if theirs in LAYOUT_ORDERS else "")

@@ -1038,9 +1038,7 @@ cdef class Program:
                     st = self._steps(ptrs, self.rep_first, self.rep_last, r)
                 if st == 0:
                     st = self._steps(ptrs, self.rep_last, self.n_steps, 0)
-                if st != 0 and st != _C_SET_HANDLE_FAILED:
-                    call = b"dnnl_primitive_execute"
-                elif st != 0:
+                if st == _C_SET_HANDLE_FAILED:      # else a failed execution's status
                     st, call = self._handle_status, b"dnnl_memory_set_data_handle"
                 if st == 0:
                     st = _T.f.stream_wait(self.stream)

@@ -66,23 +66,26 @@ class PerfDb:
     """
 
     def __init__(self, path: str | os.PathLike | None = None):
-        refusal = why = None
+        refusal = why = None        # why the default path is not used; said to the user
         from_env = False
         if path is None:
             path = default_path()
             from_env = path != builtin_default()
-            # a value that is not a db file's absolute path: the db is in memory, with a
-            # warning shown whatever the logging level (every process would retune)
+            # not a db file's absolute path: the db is in memory, with a warning for a
+            # $HIPDNN_ASYNC_PERFDB shown whatever the logging level (every process retunes)
             refusal = env_refusal(path)
-            why = REFUSED if refusal else names_directory(path)
-            if why and not from_env:         # the built-in default is a directory
-                why = (f"is a directory where the built-in default db file belongs; "
-                       f"remove it, or set ${PERFDB_ENV} to a db file's path")
-            refusal = refusal or why
+            directory = None if refusal else names_directory(path)
+            if refusal is not None:
+                why = REFUSED
+            elif directory is not None:
+                refusal = why = directory if from_env else (
+                    f"is a directory where the built-in default db file belongs; remove "
+                    f"it, or set ${PERFDB_ENV} to a db file's path")
         else:
             path = check_path("PerfDb", path)
-            if names_directory(path):
-                raise error(f"PerfDb: path {path!r} {names_directory(path)}")
+            directory = names_directory(path)
+            if directory is not None:
+                raise error(f"PerfDb: path {path!r} {directory}")
         if refusal is None and path[:5].lower() == "file:":
             # sqlite3 would take it as a file name here (no uri=True): a folder named
             # "file:" in the working directory and a db named "x.db?mode=ro" in it
@@ -391,9 +394,7 @@ def default_perfdb() -> PerfDb:
         if _default is None or _default_source != path:
             # An old default may still be held by plans; it stays usable and is closed
             # when the last reference goes.
-            refused = env_refusal(path) or names_directory(path)
-            _default = PerfDb() if refused else PerfDb(path)
-            _default_source = path
+            _default, _default_source = PerfDb(), path    # PerfDb() refuses what it must
         return _default
 
 

@@ -91,11 +91,8 @@ def logical_view(tensor, buffer, *, output: bool, where: str = "execute",
         if strides_match(dims, strides, packed_strides(dims, order)):
             return as_strided(buffer.reshape(-1), dims, tuple(s * item for s in strides))
     if buffer.shape == dims:
-        style = _style(source, order, filter)
-        if "copy_hint" in style:             # PyTorch's packed copy of a plain layout too
-            style["plain_hint"] = TORCH_PLAIN
         raise VariantPackError(wrong_strides_message(label, dims, strides, got, output=output,
-                                                     **style))
+                                                     **_style(source, order, filter, plain=True)))
     if buffer.ndim == 1 and buffer.flags.c_contiguous and buffer.size >= element_extent(dims, strides):
         return as_strided(buffer, dims, tuple(s * item for s in strides))
     letters = dim_letters(len(dims), filter=filter)
@@ -104,13 +101,16 @@ def logical_view(tensor, buffer, *, output: bool, where: str = "execute",
         f"shape {buffer.shape} with strides {tuple(s // item for s in buffer.strides)}")
 
 
-def _style(source: type, order: tuple, filter: bool) -> dict:
+def _style(source: type, order: tuple, filter: bool, plain: bool = False) -> dict:
     """A layout message's dim letters (a filter's K, C, R, S) and, for a PyTorch tensor
-    (``source``, the buffer's type as passed), PyTorch's spelling of the calls; made on
-    the error path only (binding is on the submission path)."""
+    (``source``, the buffer's type as passed), PyTorch's spelling of the calls (``plain``:
+    the packed copy of a plain layout too, which only ``wrong_strides_message`` takes);
+    made on the error path only (binding is on the submission path)."""
     style = {"letters": dim_letters(len(order), filter=filter)}
     if source.__module__.partition(".")[0] == "torch":
         style.update(view_hint=TORCH_VIEW, copy_hint=torch_copy_hint(order))
+        if plain:
+            style["plain_hint"] = TORCH_PLAIN
     return style
 
 
